@@ -1,0 +1,207 @@
+//! Executing a plan: one step per change, each recorded in the agent's ops.jsonl. One failing
+//! step never stops the others; failures of the runtime get the tiered response (retry once,
+//! diagnose, report a concrete next step).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::json;
+
+use crate::plan::{Action, Change, Plan};
+use crate::spec::{AgentSpec, Spec};
+use crate::state::{self, AgentDir, FleetDir};
+use crate::world::{Launch, Runtime, RuntimeError, tmux};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StepOutcome {
+    pub agent: String,
+    pub symbol: &'static str,
+    pub action: String,
+    pub ok: bool,
+    /// What happened (pane id, …) or, on failure, the diagnosis and the next step.
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ApplyReport {
+    pub steps: Vec<StepOutcome>,
+}
+
+impl ApplyReport {
+    pub fn failed(&self) -> usize {
+        self.steps.iter().filter(|s| !s.ok).count()
+    }
+}
+
+pub struct Applier<'a> {
+    pub spec: &'a Spec,
+    pub runtime: &'a dyn Runtime,
+    /// The phoenix binary that panes run as `phoenix wrap`.
+    pub exe: PathBuf,
+}
+
+impl Applier<'_> {
+    pub fn apply(&self, plan: &Plan) -> ApplyReport {
+        let fleet = FleetDir::new(&self.spec.fleet.state_dir);
+        let steps = plan
+            .changes
+            .iter()
+            .map(|change| {
+                let dir = fleet.agent(&change.agent);
+                let result = self.step(change, &dir);
+                let (ok, detail) = match result {
+                    Ok(detail) => (true, detail),
+                    Err(e) => (false, e),
+                };
+                let event = if ok { "apply" } else { "apply_failed" };
+                if dir.exists() {
+                    let _ = dir.record_op(
+                        event,
+                        json!({"action": action_name(&change.action), "reason": change.reason, "detail": detail}),
+                    );
+                }
+                StepOutcome {
+                    agent: change.agent.clone(),
+                    symbol: change.symbol,
+                    action: action_name(&change.action).to_string(),
+                    ok,
+                    detail,
+                }
+            })
+            .collect();
+        ApplyReport { steps }
+    }
+
+    fn step(&self, change: &Change, dir: &AgentDir) -> Result<String, String> {
+        let agent = || {
+            self.spec
+                .agent(&change.agent)
+                .ok_or_else(|| format!("agent `{}` is not declared", change.agent))
+        };
+        match &change.action {
+            Action::InitState => {
+                ensure_dir(dir)?;
+                Ok(format!("created {}", dir.path.display()))
+            }
+            Action::Start => {
+                let agent = agent()?;
+                ensure_dir(dir)?;
+                let launch = self.launch(agent, dir)?;
+                let pane = self.tiered(agent, || self.runtime.start(&launch))?;
+                Ok(format!("started in pane {pane}"))
+            }
+            Action::Restart { pane } | Action::Replace { pane, .. } => {
+                let agent = agent()?;
+                ensure_dir(dir)?;
+                let launch = self.launch(agent, dir)?;
+                self.tiered(agent, || self.runtime.respawn(pane, &launch))?;
+                Ok(format!("restarted in pane {pane}"))
+            }
+            Action::Stop { pane } | Action::Prune { pane } => {
+                self.runtime
+                    .stop(pane)
+                    .map_err(|e| format!("could not stop pane {pane}: {e}"))?;
+                Ok(format!("stopped pane {pane}"))
+            }
+        }
+    }
+
+    /// Record the launch spec (for drift details) and build the runtime's launch.
+    fn launch(&self, agent: &AgentSpec, dir: &AgentDir) -> Result<Launch, String> {
+        let spec = agent.launch();
+        let bytes = serde_json::to_vec_pretty(&spec).map_err(|e| e.to_string())?;
+        state::atomic_write(&dir.file(state::STARTED_SPEC), &bytes).map_err(|e| {
+            format!(
+                "cannot write {}: {e}",
+                dir.file(state::STARTED_SPEC).display()
+            )
+        })?;
+        Ok(Launch {
+            agent: agent.name.clone(),
+            session: agent.session.clone(),
+            window: agent.window.clone(),
+            workdir: agent.workdir.clone(),
+            argv: wrap_argv(&self.exe, &self.spec.file, &agent.name),
+            fingerprint: spec.fingerprint(),
+        })
+    }
+
+    /// Retry once; if it still fails, find out why and say what to do about it.
+    fn tiered<T>(
+        &self,
+        agent: &AgentSpec,
+        mut op: impl FnMut() -> Result<T, RuntimeError>,
+    ) -> Result<T, String> {
+        match op() {
+            Ok(v) => Ok(v),
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(200));
+                op().map_err(|e| diagnose(&e, agent, &self.spec.fleet.tmux_socket))
+            }
+        }
+    }
+}
+
+fn ensure_dir(dir: &AgentDir) -> Result<(), String> {
+    dir.ensure().map_err(|e| {
+        format!(
+            "cannot create state dir {}: {e} (check the permissions of `state_dir`)",
+            dir.path.display()
+        )
+    })
+}
+
+/// The command a pane runs: this phoenix binary, wrapping the agent.
+pub fn wrap_argv(exe: &Path, config: &Path, agent: &str) -> Vec<String> {
+    vec![
+        exe.to_string_lossy().into_owned(),
+        "--config".into(),
+        config.to_string_lossy().into_owned(),
+        "wrap".into(),
+        "--agent".into(),
+        agent.into(),
+    ]
+}
+
+fn action_name(action: &Action) -> &'static str {
+    match action {
+        Action::InitState => "init_state",
+        Action::Start => "start",
+        Action::Restart { .. } => "restart",
+        Action::Replace { .. } => "replace",
+        Action::Stop { .. } => "stop",
+        Action::Prune { .. } => "prune",
+    }
+}
+
+/// Self-diagnosis after a failed retry: the likely cause and a concrete next step.
+fn diagnose(err: &RuntimeError, agent: &AgentSpec, socket: &str) -> String {
+    if tmux::on_path().is_none() || matches!(err, RuntimeError::NotInstalled) {
+        return format!(
+            "{err}; tmux is not installed or not on PATH — install it (e.g. `apt install tmux`) and run `phoenix doctor`"
+        );
+    }
+    let sockets = tmux::socket_dir();
+    let base = sockets.parent().unwrap_or(Path::new("/tmp"));
+    if !writable(if sockets.exists() { &sockets } else { base }) {
+        return format!(
+            "{err}; the tmux socket directory `{}` is not writable — fix its permissions or set TMUX_TMPDIR to a writable directory",
+            sockets.display()
+        );
+    }
+    if !agent.workdir.is_dir() {
+        return format!(
+            "{err}; workdir `{}` does not exist — create it or fix `workdir` for agent `{}`",
+            agent.workdir.display(),
+            agent.name
+        );
+    }
+    format!(
+        "{err} (retried once); inspect the server with `tmux -L {socket} list-panes -a` and run `phoenix doctor`"
+    )
+}
+
+fn writable(path: &Path) -> bool {
+    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
+}

@@ -1,0 +1,442 @@
+//! validate, plan, apply, status and doctor: the fleet-level commands.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+use serde_json::json;
+
+use super::out;
+use crate::apply::Applier;
+use crate::plan::{self, PlanOptions};
+use crate::spec::{self, LoadError, Spec};
+use crate::state::FleetDir;
+use crate::world::{self, World, tmux::Tmux};
+
+fn load(config: &Path) -> anyhow::Result<Spec> {
+    Ok(spec::load(config)?)
+}
+
+fn observe(spec: &Spec) -> anyhow::Result<World> {
+    let runtime = Tmux::new(&spec.fleet.tmux_socket);
+    world::observe(spec, &runtime).with_context(|| {
+        format!(
+            "cannot observe tmux server `{}` (run `phoenix doctor`)",
+            spec.fleet.tmux_socket
+        )
+    })
+}
+
+pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
+    match spec::load(config) {
+        Ok(spec) => {
+            if json {
+                out(&format!(
+                    "{}\n",
+                    json!({"ok": true, "file": spec.file, "agents": spec.agent_names(), "errors": []})
+                ));
+            } else {
+                out(&format!(
+                    "{}: ok ({} agent{})\n",
+                    spec.file.display(),
+                    spec.agents.len(),
+                    if spec.agents.len() == 1 { "" } else { "s" }
+                ));
+            }
+            Ok(0)
+        }
+        Err(LoadError::Invalid(diags)) if json => {
+            out(&format!(
+                "{}\n",
+                json!({"ok": false, "file": diags.file, "errors": diags.located()})
+            ));
+            Ok(1)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
+    let spec = load(config)?;
+    let world = observe(&spec)?;
+    let plan = plan::diff(&spec, &world, &PlanOptions { prune });
+    if json {
+        out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&plan.to_json())?
+        ));
+    } else {
+        out(&plan.to_string());
+    }
+    Ok(if plan.is_empty() { 0 } else { 2 })
+}
+
+pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Result<i32> {
+    let spec = load(config)?;
+    let world = observe(&spec)?;
+    let plan = plan::diff(&spec, &world, &PlanOptions { prune });
+    FleetDir::new(&spec.fleet.state_dir)
+        .ensure()
+        .with_context(|| {
+            format!(
+                "cannot create state dir `{}`",
+                spec.fleet.state_dir.display()
+            )
+        })?;
+    if plan.is_empty() {
+        if json {
+            out(&format!("{}\n", json!({"steps": [], "failed": 0})));
+        } else {
+            out(&plan.to_string());
+        }
+        return Ok(0);
+    }
+    if !json {
+        out(&plan.to_string());
+    }
+    if !yes && !confirm()? {
+        out("Apply cancelled.\n");
+        return Ok(1);
+    }
+    let runtime = Tmux::new(&spec.fleet.tmux_socket);
+    let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
+    let report = Applier {
+        spec: &spec,
+        runtime: &runtime,
+        exe,
+    }
+    .apply(&plan);
+    let failed = report.failed();
+    if json {
+        out(&format!(
+            "{}\n",
+            json!({"steps": report.steps, "failed": failed})
+        ));
+    } else {
+        let mut text = String::from("\n");
+        for s in &report.steps {
+            let mark = if s.ok { "✓" } else { "✗" };
+            text.push_str(&format!(
+                "{mark} agent `{}`: {} — {}\n",
+                s.agent, s.action, s.detail
+            ));
+        }
+        text.push_str(&format!(
+            "\nApply {}: {} succeeded, {failed} failed.\n",
+            if failed == 0 {
+                "complete"
+            } else {
+                "finished with errors"
+            },
+            report.steps.len() - failed
+        ));
+        out(&text);
+    }
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+fn confirm() -> anyhow::Result<bool> {
+    if !std::io::stdin().is_terminal() {
+        bail!("refusing to apply without confirmation: not on a terminal (pass --yes)");
+    }
+    print!("\nApply these changes? Only `yes` will be accepted: ");
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    Ok(line.trim() == "yes")
+}
+
+#[derive(Debug, Serialize)]
+struct AgentStatus {
+    agent: String,
+    declared: bool,
+    enabled: bool,
+    /// running, starting, dead, stopped, missing, disabled, unmanaged
+    state: &'static str,
+    pane: Option<String>,
+    pid: Option<u32>,
+    uptime_secs: Option<i64>,
+    last_activity: Option<String>,
+    cli: Option<String>,
+}
+
+fn agent_states(spec: &Spec, world: &World) -> Vec<AgentStatus> {
+    let mut rows = Vec::new();
+    let mut names: Vec<String> = spec.agent_names().into_iter().map(String::from).collect();
+    for (name, _) in world.running_agents() {
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_string());
+        }
+    }
+    for name in names {
+        let declared = spec.agent(&name);
+        let pane = world.pane_of(&name);
+        let obs = world.agents.get(&name);
+        let process = pane.and_then(|p| p.agent_process());
+        let state = match (declared, pane) {
+            (None, _) => "unmanaged",
+            (Some(a), _) if !a.enabled => "disabled",
+            (Some(_), _) if obs.is_some_and(|o| o.clean_exit) && process.is_none() => "stopped",
+            (Some(_), None) => "missing",
+            (Some(_), Some(p)) if p.dead => "dead",
+            (Some(_), Some(p)) => match (process, p.phase.as_deref()) {
+                (Some(_), _) => "running",
+                (None, Some("safe")) => "safe-mode",
+                (None, Some("cooldown")) => "cooldown",
+                (None, _) => "starting",
+            },
+        };
+        rows.push(AgentStatus {
+            declared: declared.is_some(),
+            enabled: declared.is_some_and(|a| a.enabled),
+            state,
+            pane: pane.map(|p| p.id.clone()),
+            pid: process.map(|p| p.pid),
+            uptime_secs: process.map(|p| (world.observed_at - p.started).max(0)),
+            last_activity: obs.and_then(|o| o.last_activity).map(|t| t.to_string()),
+            cli: declared.map(|a| a.cli.to_string()),
+            agent: name,
+        });
+    }
+    rows
+}
+
+pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<i32> {
+    let spec = load(config)?;
+    let world = observe(&spec)?;
+    let mut rows = agent_states(&spec, &world);
+    if let Some(name) = agent {
+        rows.retain(|r| r.agent == name);
+        if rows.is_empty() {
+            bail!(
+                "no agent `{name}` (declared: {})",
+                spec.agent_names().join(", ")
+            );
+        }
+    }
+    if json {
+        out(&format!("{}\n", serde_json::to_string_pretty(&rows)?));
+        return Ok(0);
+    }
+    let now = jiff::Timestamp::now();
+    let mut text = format!(
+        "{:<20} {:<10} {:>8} {:>8} {:<6} {}\n",
+        "AGENT", "STATE", "PID", "UPTIME", "PANE", "LAST ACTIVITY"
+    );
+    for r in &rows {
+        let ago = r
+            .last_activity
+            .as_deref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map(|t| format!("{} ago", human_secs(now.as_second() - t.as_second())))
+            .unwrap_or_else(|| "-".into());
+        text.push_str(&format!(
+            "{:<20} {:<10} {:>8} {:>8} {:<6} {}\n",
+            r.agent,
+            r.state,
+            r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            r.uptime_secs.map(human_secs).unwrap_or_else(|| "-".into()),
+            r.pane.as_deref().unwrap_or("-"),
+            ago
+        ));
+    }
+    if !world.server_running {
+        text.push_str(&format!(
+            "\n(no tmux server on socket `{}`: run `phoenix apply` to start the fleet)\n",
+            spec.fleet.tmux_socket
+        ));
+    }
+    out(&text);
+    Ok(0)
+}
+
+fn human_secs(secs: i64) -> String {
+    let secs = secs.max(0);
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m", secs / 60),
+        3600..86_400 => format!("{}h{}m", secs / 3600, secs % 3600 / 60),
+        _ => format!("{}d{}h", secs / 86_400, secs % 86_400 / 3600),
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Check {
+    check: String,
+    ok: bool,
+    detail: String,
+    fix: Option<String>,
+}
+
+pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
+    let mut checks = Vec::new();
+    let mut check = |check: String, ok: bool, detail: String, fix: Option<String>| {
+        checks.push(Check {
+            check,
+            ok,
+            detail,
+            fix,
+        });
+    };
+
+    match (world::tmux::on_path(), world::tmux::version()) {
+        (Some(path), Some(version)) => {
+            let ok = tmux_version_ok(&version);
+            check(
+                "tmux".into(),
+                ok,
+                format!("{version} at {}", path.display()),
+                (!ok).then(|| "phoenix needs tmux 3.0 or newer (pane options)".into()),
+            );
+        }
+        _ => check(
+            "tmux".into(),
+            false,
+            "not found on PATH".into(),
+            Some("install tmux (e.g. `apt install tmux`)".into()),
+        ),
+    }
+    let sockets = world::tmux::socket_dir();
+    let socket_parent = if sockets.exists() {
+        sockets.clone()
+    } else {
+        sockets.parent().map(Path::to_path_buf).unwrap_or_default()
+    };
+    let writable = nix::unistd::access(&socket_parent, nix::unistd::AccessFlags::W_OK).is_ok();
+    check(
+        "tmux socket dir".into(),
+        writable,
+        sockets.display().to_string(),
+        (!writable).then(|| "make it writable or set TMUX_TMPDIR".into()),
+    );
+
+    match spec::load(config) {
+        Err(e) => check(
+            "config".into(),
+            false,
+            format!("{}: {}", config.display(), first_line(&e.to_string())),
+            Some(
+                e.hint()
+                    .unwrap_or_else(|| "run `phoenix validate` for details".into()),
+            ),
+        ),
+        Ok(spec) => {
+            check(
+                "config".into(),
+                true,
+                format!("{} ({} agents)", spec.file.display(), spec.agents.len()),
+                None,
+            );
+            let state = &spec.fleet.state_dir;
+            let probe = FleetDir::new(state).ensure().and_then(|_| {
+                let p = state.join(".doctor-probe");
+                std::fs::write(&p, b"ok")?;
+                std::fs::remove_file(&p)
+            });
+            check(
+                "state dir".into(),
+                probe.is_ok(),
+                state.display().to_string(),
+                probe.err().map(|e| {
+                    format!("cannot write there ({e}); fix permissions or set `state_dir`")
+                }),
+            );
+            for agent in &spec.agents {
+                let program = agent.argv.first().map(String::as_str).unwrap_or("");
+                let found = program == "phoenix" || find_program(program, &agent.workdir);
+                check(
+                    format!("agent `{}` command", agent.name),
+                    found,
+                    format!("`{program}` ({})", agent.cli),
+                    (!found).then(|| {
+                        format!(
+                            "install `{program}` or fix `command` for agent `{}`",
+                            agent.name
+                        )
+                    }),
+                );
+                let dir_ok = agent.workdir.is_dir();
+                check(
+                    format!("agent `{}` workdir", agent.name),
+                    dir_ok,
+                    agent.workdir.display().to_string(),
+                    (!dir_ok).then(|| "create it or fix `workdir`".into()),
+                );
+            }
+        }
+    }
+
+    let failed = checks.iter().filter(|c| !c.ok).count();
+    if json {
+        out(&format!(
+            "{}\n",
+            json!({"ok": failed == 0, "checks": checks})
+        ));
+    } else {
+        let mut text = String::new();
+        for c in &checks {
+            text.push_str(&format!(
+                "{} {:<28} {}\n",
+                if c.ok { "ok  " } else { "FAIL" },
+                c.check,
+                c.detail
+            ));
+            if let Some(fix) = &c.fix {
+                text.push_str(&format!("     → {fix}\n"));
+            }
+        }
+        text.push_str(&if failed == 0 {
+            "\nAll checks passed.\n".to_string()
+        } else {
+            format!("\n{failed} check(s) failed.\n")
+        });
+        out(&text);
+    }
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn tmux_version_ok(version: &str) -> bool {
+    version
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| {
+            v.trim_end_matches(|c: char| c.is_ascii_alphabetic())
+                .split('.')
+                .next()?
+                .parse::<u32>()
+                .ok()
+        })
+        .is_some_and(|major| major >= 3)
+}
+
+fn find_program(program: &str, workdir: &Path) -> bool {
+    if program.contains('/') {
+        let p = crate::spec::expand_path(program, workdir);
+        return p.is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tmux_versions() {
+        assert!(tmux_version_ok("tmux 3.3a"));
+        assert!(!tmux_version_ok("tmux 2.9"));
+    }
+
+    #[test]
+    fn human_durations() {
+        assert_eq!(human_secs(5), "5s");
+        assert_eq!(human_secs(125), "2m");
+        assert_eq!(human_secs(3700), "1h1m");
+    }
+}

@@ -1,0 +1,153 @@
+//! Command-line definitions (clap) and dispatch. Each subcommand calls into the modules.
+
+mod fleet;
+mod scaffold;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success / nothing to do
+  1  error (invalid config, failed step, failed check)
+  2  changes pending (`plan`)";
+
+#[derive(Debug, Parser)]
+#[command(name = "phoenix", version, about = "Keeps a fleet of AI coding agents alive and on task in tmux", after_help = EXIT_CODES)]
+pub struct Cli {
+    /// The fleet spec.
+    #[arg(long, short = 'c', global = true, env = "PHOENIX_CONFIG", default_value = crate::spec::DEFAULT_CONFIG)]
+    pub config: PathBuf,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Scaffold phoenix.toml, policies/ and templates/ in the current directory.
+    Init {
+        /// Overwrite existing files.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Check phoenix.toml and report every problem with file:line:column.
+    Validate {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what `apply` would change (exit 0: nothing to do, 2: changes pending).
+    Plan {
+        #[arg(long)]
+        json: bool,
+        /// Also remove agents that run but are no longer declared.
+        #[arg(long)]
+        prune: bool,
+    },
+    /// Converge the fleet on phoenix.toml.
+    Apply {
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Also remove agents that run but are no longer declared.
+        #[arg(long)]
+        prune: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One line per agent: state, pid, uptime, pane, last activity.
+    Status {
+        /// Show one agent in detail.
+        agent: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check the environment: tmux, agent CLIs, workdirs, state dir.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run an agent inside its pane (started by `apply`; not for interactive use).
+    Wrap {
+        #[arg(long)]
+        agent: String,
+    },
+    /// Entry point for the agent CLIs' hooks (reads the payload on stdin).
+    Hook {
+        /// session-start, heartbeat, tool-error, pre-compact, stop, session-end
+        event: String,
+        #[arg(long)]
+        agent: String,
+        /// Payload as an argument instead of stdin (Codex `notify` passes it this way).
+        payload: Option<String>,
+    },
+    /// A stand-in agent CLI for demos and tests.
+    #[command(hide = true)]
+    DemoAgent(crate::demo::DemoArgs),
+}
+
+/// Parse the command line, run, and return the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            report(&err);
+            1
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<i32> {
+    let config = cli.config;
+    match cli.command {
+        Command::Init { force } => scaffold::init(&std::env::current_dir()?, force),
+        Command::Validate { json } => fleet::validate(&config, json),
+        Command::Plan { json, prune } => fleet::plan(&config, json, prune),
+        Command::Apply { yes, prune, json } => fleet::apply(&config, yes, prune, json),
+        Command::Status { agent, json } => fleet::status(&config, agent.as_deref(), json),
+        Command::Doctor { json } => fleet::doctor(&config, json),
+        Command::Wrap { agent } => crate::supervise::wrap(&config, &agent),
+        Command::Hook {
+            event,
+            agent,
+            payload,
+        } => Ok(crate::hooks::run(&config, &event, &agent, payload)),
+        Command::DemoAgent(args) => crate::demo::run(args),
+    }
+}
+
+/// Print an error chain and, where we know one, a hint.
+pub fn report(err: &anyhow::Error) {
+    let mut stderr = std::io::stderr().lock();
+    if let Some(load) = err.downcast_ref::<crate::spec::LoadError>() {
+        match load {
+            crate::spec::LoadError::Invalid(d) => {
+                let _ = write!(stderr, "{d}");
+            }
+            other => {
+                let _ = writeln!(stderr, "error: {other}");
+            }
+        }
+        if let Some(hint) = load.hint() {
+            let _ = writeln!(stderr, "  = hint: {hint}");
+        }
+        return;
+    }
+    let _ = writeln!(stderr, "error: {err:#}");
+}
+
+/// Write to stdout, treating a closed pipe (`phoenix status | head`) as success.
+pub(crate) fn out(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush())
+    {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! `phoenix demo-agent`: a stand-in agent CLI. It prints a prompt, "works" in a loop, calls
+//! `phoenix hook …` the way a real CLI calls its hooks, and can be told to crash, hang or go
+//! silent — from flags at start, or by typing a word into its pane.
+
+use std::io::{BufRead, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Time between two "tool calls".
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Crash (exit with --exit-code) after this long.
+    #[arg(long, value_parser = parse_duration)]
+    pub crash_after: Option<Duration>,
+    /// Exit code used for crashes.
+    #[arg(long, default_value_t = 3)]
+    pub exit_code: i32,
+    /// Stop printing and calling hooks after this long, but stay alive.
+    #[arg(long, value_parser = parse_duration)]
+    pub silent_after: Option<Duration>,
+    /// Every tool call fails.
+    #[arg(long)]
+    pub fail_tools: bool,
+    /// Resume this session id (what a real CLI's `--resume <id>` does).
+    #[arg(long)]
+    pub resume: Option<String>,
+    /// Agent name for hooks (default: $PHOENIX_AGENT).
+    #[arg(long, env = "PHOENIX_AGENT")]
+    pub agent: Option<String>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    crate::spec::duration::parse(s)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Working,
+    Silent,
+}
+
+pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
+    let agent = args.agent.clone().unwrap_or_else(|| "demo".into());
+    let (session_id, source) = match &args.resume {
+        Some(id) => (id.clone(), "resume"),
+        None => (new_session_id(), "startup"),
+    };
+    println!("demo-agent `{agent}` session {session_id} ({source})");
+    let context = hook(
+        &agent,
+        "session-start",
+        json!({
+            "hook_event_name": "SessionStart", "session_id": session_id, "source": source,
+            "cwd": cwd(), "transcript_path": "",
+        }),
+    );
+    if let Some(text) = context.as_deref().and_then(additional_context) {
+        println!("[context injected by phoenix]\n{text}\n[end of context]");
+    }
+    println!("type: crash | exit | silent | work | fail | ok");
+    print!("> ");
+    let _ = std::io::stdout().flush();
+
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line.trim().to_string()).is_err() {
+                break;
+            }
+        }
+    });
+
+    let started = Instant::now();
+    let mut mode = Mode::Working;
+    let mut failing = args.fail_tools;
+    let mut step = 0u64;
+    loop {
+        if args.crash_after.is_some_and(|d| started.elapsed() >= d) {
+            println!("\ndemo-agent: simulated crash");
+            return Ok(args.exit_code);
+        }
+        if args.silent_after.is_some_and(|d| started.elapsed() >= d) {
+            mode = Mode::Silent;
+        }
+        match rx.recv_timeout(args.interval) {
+            Ok(word) => match word.as_str() {
+                "crash" => {
+                    println!("demo-agent: crashing as asked");
+                    return Ok(args.exit_code);
+                }
+                "exit" | "quit" => {
+                    hook(
+                        &agent,
+                        "session-end",
+                        json!({
+                            "hook_event_name": "SessionEnd", "session_id": session_id,
+                            "reason": "prompt_input_exit", "cwd": cwd(),
+                        }),
+                    );
+                    println!("demo-agent: bye");
+                    return Ok(0);
+                }
+                "silent" | "hang" => mode = Mode::Silent,
+                "work" => mode = Mode::Working,
+                "fail" => failing = true,
+                "ok" => failing = false,
+                "" => {}
+                other => println!("demo-agent: unknown word `{other}`"),
+            },
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            // stdin closed: keep working, like a CLI left running without a terminal.
+            Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(args.interval),
+        }
+        if mode == Mode::Silent {
+            continue;
+        }
+        step += 1;
+        let command = format!("demo step {step}");
+        if failing {
+            println!("working: step {step} (tool failed)");
+            hook(
+                &agent,
+                "tool-error",
+                json!({
+                    "hook_event_name": "PostToolUseFailure", "session_id": session_id, "cwd": cwd(),
+                    "tool_name": "Bash", "tool_input": {"command": command},
+                    "error": "Exit code 1\ndemo failure", "is_interrupt": false,
+                }),
+            );
+        } else {
+            println!("working: step {step}");
+            hook(
+                &agent,
+                "heartbeat",
+                json!({
+                    "hook_event_name": "PostToolUse", "session_id": session_id, "cwd": cwd(),
+                    "tool_name": "Bash", "tool_input": {"command": command},
+                    "tool_response": {"stdout": "ok", "stderr": "", "interrupted": false},
+                }),
+            );
+        }
+    }
+}
+
+fn cwd() -> String {
+    std::env::current_dir()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+fn additional_context(stdout: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).ok()?;
+    v.pointer("/hookSpecificOutput/additionalContext")
+        .and_then(|c| c.as_str())
+        .map(str::to_string)
+}
+
+/// Call `phoenix hook EVENT --agent NAME` with the payload on stdin, like a CLI does.
+/// Returns the hook's stdout. Without PHOENIX_CONFIG (run by hand) there is nothing to call.
+fn hook(agent: &str, event: &str, payload: serde_json::Value) -> Option<String> {
+    std::env::var_os("PHOENIX_CONFIG")?;
+    let exe = std::env::current_exe().ok()?;
+    let mut child = Command::new(exe)
+        .args(["hook", event, "--agent", agent])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(payload.to_string().as_bytes());
+    }
+    let out = child.wait_with_output().ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn new_session_id() -> String {
+    let mut bytes = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut bytes);
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}

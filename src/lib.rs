@@ -1,0 +1,14 @@
+//! phoenix: keeps a fleet of AI coding agents alive and on task in tmux.
+//!
+//! Data flows one way: `Spec + World → Plan → Apply → Events`.
+
+pub mod apply;
+pub mod cli;
+pub mod demo;
+pub mod diag;
+pub mod hooks;
+pub mod plan;
+pub mod spec;
+pub mod state;
+pub mod supervise;
+pub mod world;

@@ -1,0 +1,505 @@
+//! The pure diff: `diff(&Spec, &World) -> Plan`, rendered for people and as JSON.
+
+use std::fmt::{self, Write as _};
+
+use serde::Serialize;
+
+use crate::spec::{AgentSpec, FieldChange, Spec};
+use crate::world::{PaneObs, World};
+
+/// Bumped whenever the JSON shape changes incompatibly.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Remove agents that run but are no longer declared.
+    pub prune: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub format_version: u32,
+    pub changes: Vec<Change>,
+    /// Agents running but not declared; removed only with `--prune`.
+    pub unmanaged: Vec<Unmanaged>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Change {
+    /// The agent this change is about.
+    pub agent: String,
+    pub action: Action,
+    pub symbol: &'static str,
+    /// For people only; apply never looks at it.
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Action {
+    /// Create the agent's state dir (the agent itself is fine).
+    InitState,
+    Start,
+    Restart {
+        pane: String,
+    },
+    /// The spec changed under a running agent: stop it and start it again.
+    Replace {
+        pane: String,
+        changed: Vec<FieldChange>,
+    },
+    /// Declared but disabled: stop it.
+    Stop {
+        pane: String,
+    },
+    /// Not declared any more (`--prune`).
+    Prune {
+        pane: String,
+    },
+}
+
+impl Action {
+    pub fn symbol(&self) -> &'static str {
+        match self {
+            Action::InitState | Action::Start => "+",
+            Action::Restart { .. } => "~",
+            Action::Replace { .. } => "-/+",
+            Action::Stop { .. } | Action::Prune { .. } => "-",
+        }
+    }
+
+    fn order(&self) -> u8 {
+        match self {
+            Action::InitState => 0,
+            Action::Start => 1,
+            Action::Restart { .. } => 2,
+            Action::Replace { .. } => 3,
+            Action::Stop { .. } => 4,
+            Action::Prune { .. } => 5,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unmanaged {
+    pub agent: String,
+    pub pane: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub start: usize,
+    pub restart: usize,
+    pub replace: usize,
+    pub remove: usize,
+    pub init: usize,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    pub fn summary(&self) -> Summary {
+        let mut s = Summary::default();
+        for c in &self.changes {
+            match c.action {
+                Action::InitState => s.init += 1,
+                Action::Start => s.start += 1,
+                Action::Restart { .. } => s.restart += 1,
+                Action::Replace { .. } => s.replace += 1,
+                Action::Stop { .. } | Action::Prune { .. } => s.remove += 1,
+            }
+        }
+        s
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).expect("plan serialises");
+        v["summary"] = serde_json::to_value(self.summary()).expect("summary serialises");
+        v
+    }
+}
+
+fn change(agent: &str, action: Action, reason: String) -> Change {
+    Change {
+        agent: agent.to_string(),
+        symbol: action.symbol(),
+        action,
+        reason,
+    }
+}
+
+/// Compute what must change for `world` to match `spec`. Pure: no I/O.
+pub fn diff(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
+    let mut changes = Vec::new();
+    for agent in &spec.agents {
+        if let Some(c) = diff_agent(agent, world) {
+            changes.push(c);
+        } else if !world.agents.get(&agent.name).is_some_and(|a| a.state_dir) {
+            changes.push(change(
+                &agent.name,
+                Action::InitState,
+                "state directory is missing".into(),
+            ));
+        }
+    }
+
+    let mut unmanaged = Vec::new();
+    for (name, pane) in world.running_agents() {
+        if spec.agent(name).is_some() {
+            continue;
+        }
+        if options.prune {
+            changes.push(change(
+                name,
+                Action::Prune {
+                    pane: pane.id.clone(),
+                },
+                "not declared in phoenix.toml".into(),
+            ));
+        } else {
+            unmanaged.push(Unmanaged {
+                agent: name.to_string(),
+                pane: pane.id.clone(),
+            });
+        }
+    }
+
+    let position = |name: &str| {
+        spec.agents
+            .iter()
+            .position(|a| a.name == name)
+            .unwrap_or(usize::MAX)
+    };
+    changes.sort_by(|a, b| {
+        (a.action.order(), position(&a.agent), &a.agent).cmp(&(
+            b.action.order(),
+            position(&b.agent),
+            &b.agent,
+        ))
+    });
+    Plan {
+        format_version: FORMAT_VERSION,
+        changes,
+        unmanaged,
+    }
+}
+
+fn diff_agent(agent: &AgentSpec, world: &World) -> Option<Change> {
+    let name = agent.name.as_str();
+    let pane = world.pane_of(name);
+    let obs = world.agents.get(name);
+    let clean_exit = obs.is_some_and(|o| o.clean_exit);
+
+    if !agent.enabled {
+        return pane.map(|p| {
+            change(
+                name,
+                Action::Stop { pane: p.id.clone() },
+                "disabled in phoenix.toml".into(),
+            )
+        });
+    }
+
+    let Some(pane) = pane else {
+        if clean_exit {
+            return None; // It stopped on purpose; `phoenix restart` clears the marker.
+        }
+        let reason = if world.server_running {
+            format!(
+                "not running (no window `{}:{}`)",
+                agent.session, agent.window
+            )
+        } else {
+            "not running (no tmux server yet)".to_string()
+        };
+        return Some(change(name, Action::Start, reason));
+    };
+
+    let launch = agent.launch();
+    if pane.fingerprint.as_deref() != Some(launch.fingerprint().as_str()) {
+        let changed = obs
+            .and_then(|o| o.started.as_ref())
+            .map(|before| before.diff(&launch))
+            .unwrap_or_default();
+        let fields: Vec<&str> = changed.iter().map(|c| c.field.as_str()).collect();
+        let reason = if fields.is_empty() {
+            "started with a different spec".to_string()
+        } else {
+            format!("spec changed: {}", fields.join(", "))
+        };
+        return Some(change(
+            name,
+            Action::Replace {
+                pane: pane.id.clone(),
+                changed,
+            },
+            reason,
+        ));
+    }
+
+    if clean_exit {
+        return None;
+    }
+    if pane.dead {
+        let status = pane
+            .dead_status
+            .map(|s| format!(" (exit status {s})"))
+            .unwrap_or_default();
+        return Some(change(
+            name,
+            Action::Restart {
+                pane: pane.id.clone(),
+            },
+            format!("pane {} is dead{status}", pane.id),
+        ));
+    }
+    if pane.agent_process().is_none() && !wrapper_is_waiting(pane, world.observed_at) {
+        return Some(change(
+            name,
+            Action::Restart {
+                pane: pane.id.clone(),
+            },
+            format!(
+                "pane {} exists but no `{}` process under it",
+                pane.id,
+                agent.program()
+            ),
+        ));
+    }
+    None
+}
+
+/// How long a freshly started pane may take to start its agent before it counts as missing.
+pub const STARTUP_GRACE_SECS: i64 = 10;
+
+/// The wrapper deliberately has no child while it starts, cools down or sits in safe mode.
+fn wrapper_is_waiting(pane: &PaneObs, now: i64) -> bool {
+    let just_started = pane.started.is_some_and(|t| now - t < STARTUP_GRACE_SECS);
+    just_started || matches!(pane.phase.as_deref(), Some("cooldown" | "safe"))
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.changes.is_empty() {
+            writeln!(f, "No changes. The fleet matches phoenix.toml.")?;
+        } else {
+            writeln!(f, "phoenix will perform these actions:\n")?;
+            for c in &self.changes {
+                writeln!(f, "{}", render_change(c))?;
+            }
+            let s = self.summary();
+            let mut line = format!(
+                "\nPlan: {} to start, {} to restart, {} to replace, {} to remove",
+                s.start, s.restart, s.replace, s.remove
+            );
+            if s.init > 0 {
+                let _ = write!(line, ", {} state dir{} to create", s.init, plural(s.init));
+            }
+            writeln!(f, "{line}.")?;
+        }
+        if !self.unmanaged.is_empty() {
+            writeln!(
+                f,
+                "\nRunning but not in phoenix.toml (use --prune to remove):"
+            )?;
+            for u in &self.unmanaged {
+                writeln!(f, "  ? agent `{}` in pane {}", u.agent, u.pane)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+fn render_change(c: &Change) -> String {
+    let what = match &c.action {
+        Action::InitState => "create state dir".to_string(),
+        Action::Start => "start".to_string(),
+        Action::Restart { pane } => format!("restart in {pane}"),
+        Action::Replace { pane, .. } => format!("replace in {pane}"),
+        Action::Stop { pane } => format!("stop {pane}"),
+        Action::Prune { pane } => format!("remove {pane}"),
+    };
+    let mut out = format!("{:>5} agent `{}`: {what} — {}", c.symbol, c.agent, c.reason);
+    if let Action::Replace { changed, .. } = &c.action {
+        for fc in changed {
+            let _ = write!(
+                out,
+                "\n          {}: {} → {}",
+                fc.field, fc.before, fc.after
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{LoadOptions, parse};
+    use crate::world::{AgentObs, ProcInfo};
+
+    fn spec(src: &str) -> Spec {
+        parse(
+            src,
+            std::path::Path::new("/fleet/phoenix.toml"),
+            LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .unwrap()
+    }
+
+    fn two_agents() -> Spec {
+        spec(
+            "[[agent]]\nname = \"a\"\ncommand = \"claude\"\n[[agent]]\nname = \"b\"\ncommand = \"x\"\n",
+        )
+    }
+
+    fn pane(agent: &str, fp: &str, alive_child: bool) -> PaneObs {
+        PaneObs {
+            id: format!("%{}", agent.len()),
+            session: "phoenix".into(),
+            window: agent.into(),
+            pid: 100,
+            dead: false,
+            dead_status: None,
+            agent: Some(agent.into()),
+            fingerprint: Some(fp.into()),
+            phase: None,
+            started: Some(0),
+            processes: if alive_child {
+                vec![ProcInfo {
+                    pid: 101,
+                    ppid: 100,
+                    comm: "claude".into(),
+                    started: 0,
+                }]
+            } else {
+                vec![]
+            },
+        }
+    }
+
+    fn world_with(spec: &Spec, panes: Vec<PaneObs>) -> World {
+        World {
+            observed_at: 1_000_000,
+            server_running: true,
+            panes,
+            agents: spec
+                .agents
+                .iter()
+                .map(|a| {
+                    (
+                        a.name.clone(),
+                        AgentObs {
+                            state_dir: true,
+                            ..Default::default()
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn empty_world_starts_everything() {
+        let s = two_agents();
+        let plan = diff(&s, &World::default(), &PlanOptions::default());
+        assert_eq!(plan.summary().start, 2);
+        assert!(plan.to_string().contains("Plan: 2 to start, 0 to restart"));
+    }
+
+    #[test]
+    fn converged_world_has_nothing_to_do() {
+        let s = two_agents();
+        let panes = s
+            .agents
+            .iter()
+            .map(|a| pane(&a.name, &a.launch().fingerprint(), true))
+            .collect();
+        let plan = diff(&s, &world_with(&s, panes), &PlanOptions::default());
+        assert!(plan.is_empty(), "{plan}");
+    }
+
+    #[test]
+    fn missing_process_is_a_restart_with_reason() {
+        let s = two_agents();
+        let a = &s.agents[0];
+        let plan = diff(
+            &s,
+            &world_with(&s, vec![pane("a", &a.launch().fingerprint(), false)]),
+            &PlanOptions::default(),
+        );
+        let c = plan.changes.iter().find(|c| c.agent == "a").unwrap();
+        assert_eq!(c.symbol, "~");
+        assert!(
+            c.reason.contains("no `claude` process under it"),
+            "{}",
+            c.reason
+        );
+    }
+
+    #[test]
+    fn waiting_wrapper_is_left_alone() {
+        let s = two_agents();
+        let mut p = pane("a", &s.agents[0].launch().fingerprint(), false);
+        p.phase = Some("cooldown".into());
+        let plan = diff(&s, &world_with(&s, vec![p]), &PlanOptions::default());
+        assert!(plan.changes.iter().all(|c| c.agent != "a"));
+    }
+
+    #[test]
+    fn dead_pane_with_clean_exit_is_left_alone() {
+        let s = two_agents();
+        let mut p = pane("a", &s.agents[0].launch().fingerprint(), false);
+        p.dead = true;
+        let mut w = world_with(&s, vec![p]);
+        w.agents.get_mut("a").unwrap().clean_exit = true;
+        let plan = diff(&s, &w, &PlanOptions::default());
+        assert!(plan.changes.iter().all(|c| c.agent != "a"), "{plan}");
+    }
+
+    #[test]
+    fn drift_is_a_replacement_listing_fields() {
+        let s = two_agents();
+        let mut old = s.agents[0].launch();
+        old.command = "claude --model opus".into();
+        let mut w = world_with(&s, vec![pane("a", &old.fingerprint(), true)]);
+        w.agents.get_mut("a").unwrap().started = Some(old);
+        let plan = diff(&s, &w, &PlanOptions::default());
+        let c = plan.changes.iter().find(|c| c.agent == "a").unwrap();
+        assert_eq!(c.symbol, "-/+");
+        assert!(c.reason.contains("command"));
+        assert!(
+            plan.to_string()
+                .contains("command: \"claude --model opus\" → \"claude\"")
+        );
+    }
+
+    #[test]
+    fn undeclared_agents_are_only_removed_with_prune() {
+        let s = two_agents();
+        let w = world_with(&s, vec![pane("old", "x", true)]);
+        let plan = diff(&s, &w, &PlanOptions::default());
+        assert!(plan.changes.iter().all(|c| c.agent != "old"));
+        assert_eq!(plan.unmanaged.len(), 1);
+        let plan = diff(&s, &w, &PlanOptions { prune: true });
+        let c = plan.changes.iter().find(|c| c.agent == "old").unwrap();
+        assert!(matches!(c.action, Action::Prune { .. }));
+    }
+
+    #[test]
+    fn json_has_format_version_and_summary() {
+        let s = two_agents();
+        let v = diff(&s, &World::default(), &PlanOptions::default()).to_json();
+        assert_eq!(v["format_version"], 1);
+        assert_eq!(v["summary"]["start"], 2);
+        assert_eq!(v["changes"][0]["action"]["type"], "start");
+    }
+}

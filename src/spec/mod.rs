@@ -1,0 +1,900 @@
+//! phoenix.toml: the declared fleet. Parsing, defaults, and validation with precise errors.
+
+pub mod duration;
+mod raw;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use crate::diag::{Diagnostic, FileDiagnostics, did_you_mean};
+use raw::{
+    RawAgent, RawFleet, RawRestart, RawSchedules, RawSpec, RawThresholds, RawTmux, fields_of,
+};
+
+pub const DEFAULT_CONFIG: &str = "phoenix.toml";
+
+/// The validated, effective fleet specification.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Absolute path of the phoenix.toml this came from.
+    pub file: PathBuf,
+    /// Directory of that file; relative paths in the spec are relative to it.
+    pub dir: PathBuf,
+    pub fleet: Fleet,
+    pub thresholds: Thresholds,
+    pub schedules: Schedules,
+    pub agents: Vec<AgentSpec>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    pub name: String,
+    pub state_dir: PathBuf,
+    pub tmux_socket: String,
+    pub reconcile_interval: Duration,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Thresholds {
+    #[serde(with = "human")]
+    pub silence: Duration,
+    pub error_cascade: u32,
+    #[serde(with = "human")]
+    pub runaway: Duration,
+    #[serde(with = "human")]
+    pub stale_after: Duration,
+    #[serde(with = "human")]
+    pub resolved_retention: Duration,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            silence: Duration::from_secs(10 * 60),
+            error_cascade: 5,
+            runaway: Duration::from_secs(2 * 3600),
+            stale_after: Duration::from_secs(14 * 86_400),
+            resolved_retention: Duration::from_secs(7 * 86_400),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Schedules {
+    pub watchdog: Option<Schedule>,
+    pub brief: Option<Schedule>,
+}
+
+/// A standard 5-field cron expression, parsed.
+#[derive(Clone)]
+pub struct Schedule {
+    pub expr: String,
+    pub cron: croner::Cron,
+}
+
+impl fmt::Debug for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Schedule({:?})", self.expr)
+    }
+}
+
+impl Schedule {
+    pub fn parse(expr: &str) -> Result<Schedule, String> {
+        let fields = expr.split_whitespace().count();
+        if fields != 5 {
+            return Err(format!(
+                "cron expression `{expr}` has {fields} field{}, expected 5",
+                if fields == 1 { "" } else { "s" }
+            ));
+        }
+        let parser = croner::parser::CronParser::builder()
+            .seconds(croner::parser::Seconds::Disallowed)
+            .year(croner::parser::Year::Disallowed)
+            .build();
+        let cron = parser
+            .parse(expr)
+            .map_err(|e| format!("invalid cron expression `{expr}`: {e}"))?;
+        Ok(Schedule {
+            expr: expr.to_string(),
+            cron,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cli {
+    Claude,
+    Codex,
+    Gemini,
+    Custom,
+}
+
+impl Cli {
+    pub const NAMES: [&'static str; 4] = ["claude", "codex", "gemini", "custom"];
+
+    pub fn parse(s: &str) -> Option<Cli> {
+        match s {
+            "claude" => Some(Cli::Claude),
+            "codex" => Some(Cli::Codex),
+            "gemini" => Some(Cli::Gemini),
+            "custom" => Some(Cli::Custom),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cli::Claude => "claude",
+            Cli::Codex => "codex",
+            Cli::Gemini => "gemini",
+            Cli::Custom => "custom",
+        }
+    }
+
+    /// The command used when an agent names a CLI but no command.
+    fn default_command(self) -> Option<&'static str> {
+        match self {
+            Cli::Custom => None,
+            other => Some(other.as_str()),
+        }
+    }
+}
+
+impl fmt::Display for Cli {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RestartSettings {
+    #[serde(with = "human")]
+    pub cooldown: Duration,
+    #[serde(with = "human")]
+    pub backoff_max: Duration,
+    pub max_crashes: u32,
+    #[serde(with = "human")]
+    pub crash_window: Duration,
+}
+
+impl Default for RestartSettings {
+    fn default() -> Self {
+        RestartSettings {
+            cooldown: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(300),
+            max_crashes: 5,
+            crash_window: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// One agent with every default applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSpec {
+    pub name: String,
+    pub cli: Cli,
+    /// The base command as written; the wrapper rebuilds its argv from this every start.
+    pub command: String,
+    pub argv: Vec<String>,
+    pub workdir: PathBuf,
+    pub env: BTreeMap<String, String>,
+    pub session: String,
+    pub window: String,
+    pub enabled: bool,
+    pub restart: RestartSettings,
+}
+
+/// The part of an agent's spec that, when changed, means the running agent must be replaced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchSpec {
+    pub cli: Cli,
+    pub command: String,
+    pub workdir: PathBuf,
+    pub env: BTreeMap<String, String>,
+    pub session: String,
+    pub window: String,
+}
+
+impl LaunchSpec {
+    /// A stable 64-bit FNV-1a hash of the canonical JSON form, as 16 hex digits.
+    pub fn fingerprint(&self) -> String {
+        let json = serde_json::to_vec(self).expect("launch spec serialises");
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in json {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{hash:016x}")
+    }
+
+    /// Names and values of fields that differ, for showing drift.
+    pub fn diff(&self, other: &LaunchSpec) -> Vec<FieldChange> {
+        let a = serde_json::to_value(self).expect("serialises");
+        let b = serde_json::to_value(other).expect("serialises");
+        let (a, b) = (a.as_object().unwrap(), b.as_object().unwrap());
+        a.iter()
+            .filter(|(k, v)| b.get(*k) != Some(v))
+            .map(|(k, v)| FieldChange {
+                field: k.clone(),
+                before: v.clone(),
+                after: b.get(k).cloned().unwrap_or(serde_json::Value::Null),
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FieldChange {
+    pub field: String,
+    pub before: serde_json::Value,
+    pub after: serde_json::Value,
+}
+
+impl AgentSpec {
+    pub fn launch(&self) -> LaunchSpec {
+        LaunchSpec {
+            cli: self.cli,
+            command: self.command.clone(),
+            workdir: self.workdir.clone(),
+            env: self.env.clone(),
+            session: self.session.clone(),
+            window: self.window.clone(),
+        }
+    }
+
+    /// The program name that should be running under the agent's pane, for messages.
+    pub fn program(&self) -> &str {
+        self.argv
+            .first()
+            .map(|p| p.rsplit('/').next().unwrap_or(p))
+            .unwrap_or("agent")
+    }
+}
+
+impl Spec {
+    pub fn agent(&self, name: &str) -> Option<&AgentSpec> {
+        self.agents.iter().find(|a| a.name == name)
+    }
+
+    pub fn agent_names(&self) -> Vec<&str> {
+        self.agents.iter().map(|a| a.name.as_str()).collect()
+    }
+
+    /// The state directory of one agent: `<state_dir>/agents/<name>`.
+    pub fn agent_dir(&self, name: &str) -> PathBuf {
+        self.fleet.state_dir.join("agents").join(name)
+    }
+}
+
+/// Why a spec could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read config `{}`: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Invalid(FileDiagnostics),
+}
+
+impl LoadError {
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            LoadError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => Some(
+                "run `phoenix init` to create one, or point to it with --config / PHOENIX_CONFIG"
+                    .into(),
+            ),
+            _ => None,
+        }
+    }
+}
+
+/// What loading checks beyond the file itself.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadOptions {
+    /// Check that workdirs exist. Hooks skip this: they must work even if a workdir moved.
+    pub check_filesystem: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            check_filesystem: true,
+        }
+    }
+}
+
+pub fn load(path: &Path) -> Result<Spec, LoadError> {
+    load_with(path, LoadOptions::default())
+}
+
+pub fn load_with(path: &Path, options: LoadOptions) -> Result<Spec, LoadError> {
+    let source = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file = absolute(path);
+    parse(&source, &file, options).map_err(LoadError::Invalid)
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Parse and validate a phoenix.toml. `file` is used for messages and for relative paths.
+pub fn parse(source: &str, file: &Path, options: LoadOptions) -> Result<Spec, FileDiagnostics> {
+    let fail = |mut diagnostics: Vec<Diagnostic>| {
+        diagnostics.sort_by_key(|d| d.span.as_ref().map(|s| s.start));
+        FileDiagnostics {
+            file: file.to_path_buf(),
+            source: source.to_string(),
+            diagnostics,
+        }
+    };
+
+    let document = DeTable::parse(source).map_err(|e| fail(vec![toml_error(&e)]))?;
+    let mut diags = Vec::new();
+    check_keys(document.get_ref(), Section::Root, &mut diags);
+    if !diags.is_empty() {
+        return Err(fail(diags));
+    }
+
+    let raw: RawSpec = toml::from_str(source).map_err(|e| fail(vec![toml_error(&e)]))?;
+    let dir = file
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let spec = Validator {
+        diags: &mut diags,
+        source,
+        dir: &dir,
+        options,
+    }
+    .spec(raw, file);
+    if diags.is_empty() {
+        Ok(spec)
+    } else {
+        Err(fail(diags))
+    }
+}
+
+fn toml_error(e: &toml::de::Error) -> Diagnostic {
+    let message = e.message().trim().to_string();
+    let hint = if message.contains("invalid type") {
+        Some("check the value's type: durations and names are quoted strings, counts are bare numbers".to_string())
+    } else {
+        None
+    };
+    let mut d = Diagnostic::new(message, e.span());
+    d.hint = hint;
+    d
+}
+
+/// Sections of the document whose keys are checked, each tied to the struct that reads it.
+#[derive(Clone, Copy)]
+enum Section {
+    Root,
+    Fleet,
+    Defaults,
+    Agent,
+    Tmux,
+    Restart,
+    Thresholds,
+    Schedules,
+}
+
+impl Section {
+    fn fields(self) -> &'static [&'static str] {
+        match self {
+            Section::Root => fields_of::<RawSpec>(),
+            Section::Fleet => fields_of::<RawFleet>(),
+            Section::Defaults | Section::Agent => fields_of::<RawAgent>(),
+            Section::Tmux => fields_of::<RawTmux>(),
+            Section::Restart => fields_of::<RawRestart>(),
+            Section::Thresholds => fields_of::<RawThresholds>(),
+            Section::Schedules => fields_of::<RawSchedules>(),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Section::Root => "the top level",
+            Section::Fleet => "[fleet]",
+            Section::Defaults => "[defaults]",
+            Section::Agent => "[[agent]]",
+            Section::Tmux => "the `tmux` table",
+            Section::Restart => "the `restart` table",
+            Section::Thresholds => "[thresholds]",
+            Section::Schedules => "[schedules]",
+        }
+    }
+
+    fn child(self, key: &str) -> Option<Section> {
+        match (self, key) {
+            (Section::Root, "fleet") => Some(Section::Fleet),
+            (Section::Root, "defaults") => Some(Section::Defaults),
+            (Section::Root, "agent") => Some(Section::Agent),
+            (Section::Root, "thresholds") => Some(Section::Thresholds),
+            (Section::Root, "schedules") => Some(Section::Schedules),
+            (Section::Defaults | Section::Agent, "tmux") => Some(Section::Tmux),
+            (Section::Defaults | Section::Agent, "restart") => Some(Section::Restart),
+            _ => None,
+        }
+    }
+}
+
+fn check_keys(table: &DeTable<'_>, section: Section, diags: &mut Vec<Diagnostic>) {
+    let known = section.fields();
+    for (key, value) in table {
+        let name = key.get_ref().as_ref();
+        if !known.contains(&name) {
+            let mut d = Diagnostic::new(
+                format!("unknown key `{name}` in {}", section.label()),
+                Some(key.span()),
+            );
+            d.hint = Some(match did_you_mean(name, known) {
+                Some(s) => format!("did you mean `{s}`?"),
+                None => format!("known keys here: {}", known.join(", ")),
+            });
+            diags.push(d);
+            continue;
+        }
+        let Some(child) = section.child(name) else {
+            continue;
+        };
+        match value.get_ref() {
+            DeValue::Table(t) => check_keys(t, child, diags),
+            DeValue::Array(items) => {
+                for item in items.iter() {
+                    if let DeValue::Table(t) = item.get_ref() {
+                        check_keys(t, child, diags);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+struct Validator<'a> {
+    diags: &'a mut Vec<Diagnostic>,
+    source: &'a str,
+    dir: &'a Path,
+    options: LoadOptions,
+}
+
+fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+const NAME_HINT: &str = "use only letters, digits, `_` and `-` (at most 64 characters): names end up in tmux targets, paths and hook commands";
+
+impl Validator<'_> {
+    fn error(&mut self, message: String, span: Option<std::ops::Range<usize>>, hint: &str) {
+        self.diags
+            .push(Diagnostic::new(message, span).with_hint(hint.to_string()));
+    }
+
+    fn duration(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        what: &str,
+        default: Duration,
+    ) -> Duration {
+        match value {
+            None => default,
+            Some(v) => match duration::parse(v.get_ref()) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.error(format!("{what}: {e}"), Some(v.span()), duration::HINT);
+                    default
+                }
+            },
+        }
+    }
+
+    fn name(&mut self, value: &Spanned<String>, what: &str) -> String {
+        if !is_name(value.get_ref()) {
+            self.error(
+                format!("{what} `{}` is not a valid name", value.get_ref()),
+                Some(value.span()),
+                NAME_HINT,
+            );
+        }
+        value.get_ref().clone()
+    }
+
+    fn schedule(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        what: &str,
+        default: &str,
+    ) -> Option<Schedule> {
+        let (text, span) = match value {
+            Some(v) if v.get_ref().trim().is_empty() || v.get_ref() == "off" => return None,
+            Some(v) => (v.get_ref().as_str(), Some(v.span())),
+            None => (default, None),
+        };
+        match Schedule::parse(text) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                self.error(
+                    format!("schedule `{what}`: {e}"),
+                    span,
+                    "standard cron has 5 fields: minute hour day-of-month month day-of-week, e.g. \"*/5 * * * *\"; use \"off\" to disable",
+                );
+                None
+            }
+        }
+    }
+
+    fn spec(mut self, raw: RawSpec, file: &Path) -> Spec {
+        let fleet = self.fleet(&raw.fleet);
+        let thresholds = self.thresholds(&raw.thresholds);
+        let schedules = Schedules {
+            watchdog: self.schedule(&raw.schedules.watchdog, "watchdog", "*/5 * * * *"),
+            brief: self.schedule(&raw.schedules.brief, "brief", "0 6 * * *"),
+        };
+        if let Some(name) = &raw.defaults.name {
+            self.error(
+                "`name` is not allowed in [defaults]".into(),
+                Some(name.span()),
+                "each [[agent]] needs its own name",
+            );
+        }
+        let default_restart =
+            self.restart(raw.defaults.restart.as_ref(), &RestartSettings::default());
+
+        let mut agents: Vec<AgentSpec> = Vec::new();
+        let mut seen_names: HashMap<String, std::ops::Range<usize>> = HashMap::new();
+        let mut seen_windows: HashMap<(String, String), String> = HashMap::new();
+        for raw_agent in &raw.agents {
+            let span = raw_agent.span();
+            let Some(agent) = self.agent(
+                raw_agent.get_ref(),
+                span.clone(),
+                &raw.defaults,
+                &fleet,
+                &default_restart,
+            ) else {
+                continue;
+            };
+            let name_span = raw_agent.get_ref().name.as_ref().map(|n| n.span());
+            if let Some(first) = seen_names.get(&agent.name) {
+                let (line, _) = crate::diag::line_col(self.source, first.start);
+                self.diags.push(
+                    Diagnostic::new(
+                        format!("duplicate agent name `{}`", agent.name),
+                        name_span.clone(),
+                    )
+                    .with_hint(format!(
+                        "first defined on line {line}; agent names must be unique"
+                    )),
+                );
+                continue;
+            }
+            seen_names.insert(
+                agent.name.clone(),
+                name_span.clone().unwrap_or(span.clone()),
+            );
+            let key = (agent.session.clone(), agent.window.clone());
+            if let Some(other) = seen_windows.get(&key) {
+                self.diags.push(
+                    Diagnostic::new(
+                        format!(
+                            "agent `{}` uses tmux window `{}:{}`, already used by agent `{other}`",
+                            agent.name, key.0, key.1
+                        ),
+                        name_span,
+                    )
+                    .with_hint("give each agent its own `tmux = { session, window }`"),
+                );
+                continue;
+            }
+            seen_windows.insert(key, agent.name.clone());
+            agents.push(agent);
+        }
+
+        Spec {
+            file: file.to_path_buf(),
+            dir: self.dir.to_path_buf(),
+            fleet,
+            thresholds,
+            schedules,
+            agents,
+        }
+    }
+
+    fn fleet(&mut self, raw: &RawFleet) -> Fleet {
+        let name = match &raw.name {
+            Some(n) => self.name(n, "fleet name"),
+            None => "phoenix".to_string(),
+        };
+        let state_dir = match &raw.state_dir {
+            Some(d) if d.get_ref().trim().is_empty() => {
+                self.error(
+                    "`state_dir` is empty".into(),
+                    Some(d.span()),
+                    "leave it out to use `.phoenix` next to phoenix.toml",
+                );
+                self.dir.join(".phoenix")
+            }
+            Some(d) => self.path(d.get_ref()),
+            None => self.dir.join(".phoenix"),
+        };
+        let tmux_socket = match &raw.tmux_socket {
+            Some(s) => {
+                let ok = !s.get_ref().is_empty()
+                    && s.get_ref().len() <= 64
+                    && s.get_ref()
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+                    && !s.get_ref().starts_with('.');
+                if !ok {
+                    self.error(
+                        format!("tmux socket name `{}` is not valid", s.get_ref()),
+                        Some(s.span()),
+                        "a socket name is a plain file name: letters, digits, `_`, `-`, `.`",
+                    );
+                }
+                s.get_ref().clone()
+            }
+            None => format!("phoenix-{name}"),
+        };
+        let reconcile_interval = self.duration(
+            &raw.reconcile_interval,
+            "reconcile_interval",
+            Duration::from_secs(30),
+        );
+        Fleet {
+            name,
+            state_dir,
+            tmux_socket,
+            reconcile_interval,
+        }
+    }
+
+    fn thresholds(&mut self, raw: &RawThresholds) -> Thresholds {
+        let d = Thresholds::default();
+        Thresholds {
+            silence: self.duration(&raw.silence, "silence", d.silence),
+            error_cascade: raw
+                .error_cascade
+                .as_ref()
+                .map(|v| *v.get_ref())
+                .unwrap_or(d.error_cascade),
+            runaway: self.duration(&raw.runaway, "runaway", d.runaway),
+            stale_after: self.duration(&raw.stale_after, "stale_after", d.stale_after),
+            resolved_retention: self.duration(
+                &raw.resolved_retention,
+                "resolved_retention",
+                d.resolved_retention,
+            ),
+        }
+    }
+
+    fn restart(&mut self, raw: Option<&RawRestart>, base: &RestartSettings) -> RestartSettings {
+        let Some(raw) = raw else {
+            return base.clone();
+        };
+        let max_crashes = match &raw.max_crashes {
+            Some(v) if *v.get_ref() == 0 => {
+                self.error(
+                    "`max_crashes` must be at least 1".into(),
+                    Some(v.span()),
+                    "the number of crashes within `crash_window` before safe mode",
+                );
+                base.max_crashes
+            }
+            Some(v) => *v.get_ref(),
+            None => base.max_crashes,
+        };
+        RestartSettings {
+            cooldown: self.duration(&raw.cooldown, "cooldown", base.cooldown),
+            backoff_max: self.duration(&raw.backoff_max, "backoff_max", base.backoff_max),
+            max_crashes,
+            crash_window: self.duration(&raw.crash_window, "crash_window", base.crash_window),
+        }
+    }
+
+    /// A path from the spec: `~` is the home directory, relative means next to phoenix.toml.
+    fn path(&self, text: &str) -> PathBuf {
+        expand_path(text, self.dir)
+    }
+
+    fn agent(
+        &mut self,
+        raw: &RawAgent,
+        span: std::ops::Range<usize>,
+        defaults: &RawAgent,
+        fleet: &Fleet,
+        default_restart: &RestartSettings,
+    ) -> Option<AgentSpec> {
+        let errors_before = self.diags.len();
+        let Some(raw_name) = &raw.name else {
+            self.error(
+                "[[agent]] has no `name`".into(),
+                Some(span.start..span.start + 1),
+                "add `name = \"…\"` (letters, digits, `_`, `-`)",
+            );
+            return None;
+        };
+        let name = self.name(raw_name, "agent name");
+
+        let cli_value = raw.cli.as_ref().or(defaults.cli.as_ref());
+        let cli = match cli_value {
+            None => Cli::Custom,
+            Some(v) => match Cli::parse(v.get_ref()) {
+                Some(c) => c,
+                None => {
+                    let hint = match did_you_mean(v.get_ref(), &Cli::NAMES) {
+                        Some(s) => format!("did you mean `{s}`?"),
+                        None => format!("one of: {}", Cli::NAMES.join(", ")),
+                    };
+                    self.error(
+                        format!("agent `{name}`: unknown cli `{}`", v.get_ref()),
+                        Some(v.span()),
+                        &hint,
+                    );
+                    Cli::Custom
+                }
+            },
+        };
+
+        let command_value = raw.command.as_ref().or(defaults.command.as_ref());
+        let (command, argv) = match command_value {
+            Some(c) => match shlex::split(c.get_ref()) {
+                Some(argv) if !argv.is_empty() => (c.get_ref().clone(), argv),
+                Some(_) => {
+                    self.error(
+                        format!("agent `{name}`: `command` is empty"),
+                        Some(c.span()),
+                        "the program to run, e.g. \"claude --model opus\"",
+                    );
+                    (String::new(), Vec::new())
+                }
+                None => {
+                    self.error(format!("agent `{name}`: `command` has unbalanced quotes"), Some(c.span()), "the command is split like a shell would, but never run by one; close every quote");
+                    (String::new(), Vec::new())
+                }
+            },
+            None => match cli.default_command() {
+                Some(c) => (c.to_string(), vec![c.to_string()]),
+                None => {
+                    self.error(
+                        format!("agent `{name}` has no `command`"),
+                        Some(raw_name.span()),
+                        "a `custom` agent needs `command = \"…\"`",
+                    );
+                    (String::new(), Vec::new())
+                }
+            },
+        };
+
+        let workdir = match raw.workdir.as_ref().or(defaults.workdir.as_ref()) {
+            Some(w) => {
+                let path = self.path(w.get_ref());
+                if self.options.check_filesystem {
+                    if !path.exists() {
+                        self.error(
+                            format!("agent `{name}`: workdir `{}` does not exist", path.display()),
+                            Some(w.span()),
+                            "create the directory or fix the path (relative paths are relative to phoenix.toml)",
+                        );
+                    } else if !path.is_dir() {
+                        self.error(
+                            format!(
+                                "agent `{name}`: workdir `{}` is not a directory",
+                                path.display()
+                            ),
+                            Some(w.span()),
+                            "point `workdir` at a directory",
+                        );
+                    }
+                }
+                path
+            }
+            None => self.dir.to_path_buf(),
+        };
+
+        let mut env = BTreeMap::new();
+        for table in [defaults.env.as_ref(), raw.env.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            for (k, v) in table {
+                let key = k.get_ref();
+                let valid = !key.is_empty()
+                    && !key.starts_with(|c: char| c.is_ascii_digit())
+                    && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                if !valid {
+                    self.error(
+                        format!("agent `{name}`: `{key}` is not a valid environment variable name"),
+                        Some(k.span()),
+                        "use letters, digits and `_`, not starting with a digit",
+                    );
+                }
+                if v.get_ref().contains('\0') {
+                    self.error(
+                        format!("agent `{name}`: env `{key}` contains a NUL byte"),
+                        Some(v.span()),
+                        "remove it",
+                    );
+                }
+                env.insert(key.clone(), v.get_ref().clone());
+            }
+        }
+
+        let tmux_default = defaults.tmux.as_ref();
+        let session = match raw
+            .tmux
+            .as_ref()
+            .and_then(|t| t.session.as_ref())
+            .or(tmux_default.and_then(|t| t.session.as_ref()))
+        {
+            Some(s) => self.name(s, "tmux session"),
+            None => fleet.name.clone(),
+        };
+        let window = match raw.tmux.as_ref().and_then(|t| t.window.as_ref()) {
+            Some(w) => self.name(w, "tmux window"),
+            None => name.clone(),
+        };
+        let enabled = raw.enabled.or(defaults.enabled).unwrap_or(true);
+        let restart = self.restart(raw.restart.as_ref(), default_restart);
+
+        if self.diags.len() > errors_before {
+            return None;
+        }
+        Some(AgentSpec {
+            name,
+            cli,
+            command,
+            argv,
+            workdir,
+            env,
+            session,
+            window,
+            enabled,
+            restart,
+        })
+    }
+}
+
+/// Expand `~` and resolve relative paths against `base`.
+pub fn expand_path(text: &str, base: &Path) -> PathBuf {
+    let home = || std::env::var_os("HOME").map(PathBuf::from);
+    if text == "~" {
+        if let Some(h) = home() {
+            return h;
+        }
+    } else if let Some(rest) = text.strip_prefix("~/") {
+        if let Some(h) = home() {
+            return h.join(rest);
+        }
+    }
+    let p = PathBuf::from(text);
+    if p.is_absolute() { p } else { base.join(p) }
+}
+
+mod human {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::duration::format(*d))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,140 @@
+//! The phoenix.toml document exactly as written: every field optional, spans kept for errors.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSpec {
+    #[serde(default)]
+    pub fleet: RawFleet,
+    #[serde(default)]
+    pub defaults: RawAgent,
+    #[serde(default)]
+    pub thresholds: RawThresholds,
+    #[serde(default)]
+    pub schedules: RawSchedules,
+    #[serde(default, rename = "agent")]
+    pub agents: Vec<Spanned<RawAgent>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFleet {
+    pub name: Option<Spanned<String>>,
+    pub state_dir: Option<Spanned<String>>,
+    pub tmux_socket: Option<Spanned<String>>,
+    pub reconcile_interval: Option<Spanned<String>>,
+}
+
+/// Used both for `[defaults]` and for each `[[agent]]`; `name` is only allowed in the latter.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAgent {
+    pub name: Option<Spanned<String>>,
+    pub cli: Option<Spanned<String>>,
+    pub command: Option<Spanned<String>>,
+    pub workdir: Option<Spanned<String>>,
+    pub env: Option<BTreeMap<Spanned<String>, Spanned<String>>>,
+    pub tmux: Option<RawTmux>,
+    pub enabled: Option<bool>,
+    pub restart: Option<RawRestart>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTmux {
+    pub session: Option<Spanned<String>>,
+    pub window: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRestart {
+    pub cooldown: Option<Spanned<String>>,
+    pub backoff_max: Option<Spanned<String>>,
+    pub max_crashes: Option<Spanned<u32>>,
+    pub crash_window: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawThresholds {
+    pub silence: Option<Spanned<String>>,
+    pub error_cascade: Option<Spanned<u32>>,
+    pub runaway: Option<Spanned<String>>,
+    pub stale_after: Option<Spanned<String>>,
+    pub resolved_retention: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSchedules {
+    pub watchdog: Option<Spanned<String>>,
+    pub brief: Option<Spanned<String>>,
+}
+
+/// The field names serde knows for a struct, read from its `Deserialize` impl so that the
+/// key check below can never drift from the structs above.
+pub fn fields_of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(FieldRecorder(&mut fields));
+    fields
+}
+
+struct FieldRecorder<'a>(&'a mut &'static [&'static str]);
+
+#[derive(Debug)]
+struct Recorded;
+
+impl std::fmt::Display for Recorded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("fields recorded")
+    }
+}
+impl std::error::Error for Recorded {}
+impl serde::de::Error for Recorded {
+    fn custom<T: std::fmt::Display>(_: T) -> Self {
+        Recorded
+    }
+}
+
+impl<'de> serde::Deserializer<'de> for FieldRecorder<'_> {
+    type Error = Recorded;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Recorded> {
+        Err(Recorded)
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        _visitor: V,
+    ) -> Result<V::Value, Recorded> {
+        *self.0 = fields;
+        Err(Recorded)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_names_come_from_serde() {
+        assert_eq!(
+            fields_of::<RawSchedules>(),
+            &["watchdog", "brief"] as &[&str]
+        );
+        assert!(fields_of::<RawSpec>().contains(&"agent"));
+    }
+}

@@ -1,0 +1,210 @@
+use super::*;
+
+fn parse_str(src: &str) -> Result<Spec, FileDiagnostics> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("phoenix.toml");
+    let result = parse(
+        src,
+        &file,
+        LoadOptions {
+            check_filesystem: false,
+        },
+    );
+    drop(dir);
+    result
+}
+
+fn errors(src: &str) -> Vec<crate::diag::Located> {
+    parse_str(src).expect_err("should fail").located()
+}
+
+#[test]
+fn minimal_spec_gets_defaults() {
+    let spec = parse_str("[[agent]]\nname = \"a\"\ncommand = \"sleep 100\"\n").unwrap();
+    assert_eq!(spec.fleet.name, "phoenix");
+    assert_eq!(spec.fleet.tmux_socket, "phoenix-phoenix");
+    assert!(spec.fleet.state_dir.ends_with(".phoenix"));
+    let a = &spec.agents[0];
+    assert_eq!(a.cli, Cli::Custom);
+    assert_eq!(a.argv, ["sleep", "100"]);
+    assert_eq!((a.session.as_str(), a.window.as_str()), ("phoenix", "a"));
+    assert_eq!(spec.thresholds.silence, Duration::from_secs(600));
+    assert_eq!(a.restart.max_crashes, 5);
+}
+
+#[test]
+fn defaults_are_inherited_and_overridden() {
+    let spec = parse_str(
+        r#"
+[fleet]
+name = "research"
+[defaults]
+cli = "claude"
+env = { TZ = "UTC", A = "1" }
+tmux = { session = "fleet" }
+[defaults.restart]
+max_crashes = 3
+[[agent]]
+name = "one"
+env = { A = "2" }
+[[agent]]
+name = "two"
+cli = "codex"
+command = "codex --full-auto"
+tmux = { window = "w2" }
+[agent.restart]
+cooldown = "0s"
+"#,
+    )
+    .unwrap();
+    let one = spec.agent("one").unwrap();
+    assert_eq!(one.cli, Cli::Claude);
+    assert_eq!(one.command, "claude");
+    assert_eq!(one.env["A"], "2");
+    assert_eq!(one.env["TZ"], "UTC");
+    assert_eq!(one.session, "fleet");
+    assert_eq!(one.restart.max_crashes, 3);
+    let two = spec.agent("two").unwrap();
+    assert_eq!(two.window, "w2");
+    assert_eq!(two.restart.cooldown, Duration::ZERO);
+    assert_eq!(two.restart.max_crashes, 3);
+}
+
+#[test]
+fn unknown_keys_are_all_reported_with_suggestions() {
+    let errs = errors(
+        "[thresholds]\nsilense = \"10m\"\n[fleet]\nnmae = \"x\"\n[[agent]]\nname = \"a\"\ncomand = \"x\"\n",
+    );
+    assert_eq!(errs.len(), 3, "{errs:?}");
+    assert_eq!((errs[0].line, errs[0].column), (2, 1));
+    assert!(errs[0].message.contains("unknown key `silense`"));
+    assert_eq!(errs[0].hint.as_deref(), Some("did you mean `silence`?"));
+    assert!(
+        errs.iter()
+            .any(|e| e.hint.as_deref() == Some("did you mean `command`?"))
+    );
+}
+
+#[test]
+fn semantic_errors_are_all_reported() {
+    let errs = errors(
+        r#"
+[thresholds]
+silence = "10x"
+[schedules]
+watchdog = "* * * *"
+[[agent]]
+name = "bad name; rm -rf /"
+command = "x"
+[[agent]]
+name = "ok"
+cli = "claud"
+[[agent]]
+name = "ok2"
+command = "x"
+[[agent]]
+name = "ok2"
+command = "y"
+"#,
+    );
+    let messages: Vec<_> = errs.iter().map(|e| e.message.as_str()).collect();
+    assert!(
+        messages.iter().any(|m| m.contains("unknown unit `x`")),
+        "{messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("has 4 fields, expected 5")),
+        "{messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("`bad name; rm -rf /` is not a valid name")),
+        "{messages:?}"
+    );
+    assert!(
+        messages.iter().any(|m| m.contains("unknown cli `claud`")),
+        "{messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("duplicate agent name `ok2`")),
+        "{messages:?}"
+    );
+    let dup = errs
+        .iter()
+        .find(|e| e.message.contains("duplicate"))
+        .unwrap();
+    assert_eq!(dup.line, 16);
+    assert!(dup.hint.as_deref().unwrap().contains("line 13"));
+}
+
+#[test]
+fn syntax_errors_have_a_location() {
+    let errs = errors("[fleet]\nname = \n");
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs[0].line, 2);
+}
+
+#[test]
+fn type_errors_have_a_location() {
+    let errs = errors("[thresholds]\nerror_cascade = \"five\"\n");
+    assert_eq!(errs[0].line, 2, "{errs:?}");
+}
+
+#[test]
+fn bad_cron_values_are_rejected() {
+    assert!(Schedule::parse("*/5 * * * *").is_ok());
+    assert!(Schedule::parse("0 6 * * 1-5").is_ok());
+    assert!(Schedule::parse("61 * * * *").is_err());
+    assert!(Schedule::parse("0 */5 * * * *").is_err());
+}
+
+#[test]
+fn two_agents_cannot_share_a_window() {
+    let errs = errors(
+        "[[agent]]\nname = \"a\"\ncommand = \"x\"\ntmux = { window = \"w\" }\n[[agent]]\nname = \"b\"\ncommand = \"x\"\ntmux = { window = \"w\" }\n",
+    );
+    assert!(
+        errs[0].message.contains("already used by agent `a`"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn missing_workdir_is_an_error_when_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("phoenix.toml");
+    let src = "[[agent]]\nname = \"a\"\ncommand = \"x\"\nworkdir = \"nope\"\n";
+    let errs = parse(src, &file, LoadOptions::default())
+        .unwrap_err()
+        .located();
+    assert!(errs[0].message.contains("does not exist"));
+    assert_eq!(errs[0].line, 4);
+    assert!(
+        parse(
+            src,
+            &file,
+            LoadOptions {
+                check_filesystem: false
+            }
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn fingerprint_changes_with_launch_fields_only() {
+    let spec = parse_str("[[agent]]\nname = \"a\"\ncommand = \"x\"\n").unwrap();
+    let a = spec.agents[0].launch();
+    let mut b = a.clone();
+    assert_eq!(a.fingerprint(), b.fingerprint());
+    b.command = "y".into();
+    assert_ne!(a.fingerprint(), b.fingerprint());
+    let diff = a.diff(&b);
+    assert_eq!(diff.len(), 1);
+    assert_eq!(diff[0].field, "command");
+}

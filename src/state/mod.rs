@@ -1,0 +1,237 @@
+//! The state directory: per-agent dirs, markers, append-only logs and atomic file writes.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// Marker written by the wrapper when the agent exited cleanly; the reconciler leaves it alone.
+pub const CLEAN_EXIT: &str = ".clean-exit";
+/// Marker asking the next start to be fresh instead of resuming.
+pub const FRESH: &str = ".fresh";
+/// The effective launch spec the running agent was started with (drift detection).
+pub const STARTED_SPEC: &str = "started_spec.json";
+pub const OPS_LOG: &str = "ops.jsonl";
+pub const CRITICAL_EVENTS: &str = "critical_events.jsonl";
+
+/// The fleet-wide state directory (`.phoenix/` by default).
+#[derive(Debug, Clone)]
+pub struct FleetDir {
+    pub root: PathBuf,
+}
+
+impl FleetDir {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        FleetDir { root: root.into() }
+    }
+
+    pub fn agent(&self, name: &str) -> AgentDir {
+        AgentDir {
+            name: name.to_string(),
+            path: self.root.join("agents").join(name),
+        }
+    }
+
+    /// Create the state dir and its `agents/` dir, private to the user.
+    pub fn ensure(&self) -> io::Result<()> {
+        create_private_dir(&self.root.join("agents"))?;
+        set_private(&self.root)
+    }
+
+    pub fn critical_events_path(&self) -> PathBuf {
+        self.root.join(CRITICAL_EVENTS)
+    }
+
+    /// Names of agents that have a state dir, sorted.
+    pub fn agent_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(self.root.join("agents"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// One agent's state directory.
+#[derive(Debug, Clone)]
+pub struct AgentDir {
+    pub name: String,
+    pub path: PathBuf,
+}
+
+impl AgentDir {
+    pub fn exists(&self) -> bool {
+        self.path.is_dir()
+    }
+
+    /// Create the directory (and parents) with mode 0700.
+    pub fn ensure(&self) -> io::Result<()> {
+        if let Some(agents) = self.path.parent() {
+            if let Some(root) = agents.parent() {
+                FleetDir::new(root).ensure()?;
+            }
+        }
+        create_private_dir(&self.path)
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    pub fn has_marker(&self, marker: &str) -> bool {
+        self.file(marker).exists()
+    }
+
+    pub fn set_marker(&self, marker: &str) -> io::Result<()> {
+        atomic_write(
+            &self.file(marker),
+            jiff::Timestamp::now().to_string().as_bytes(),
+        )
+    }
+
+    pub fn clear_marker(&self, marker: &str) -> io::Result<()> {
+        match fs::remove_file(self.file(marker)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Append one event to `ops.jsonl`: `{"ts", "agent", "event", …fields}`.
+    pub fn record_op(&self, event: &str, fields: Value) -> io::Result<()> {
+        let mut line = Map::new();
+        line.insert("ts".into(), Value::String(now_rfc3339()));
+        line.insert("agent".into(), Value::String(self.name.clone()));
+        line.insert("event".into(), Value::String(event.into()));
+        if let Value::Object(extra) = fields {
+            line.extend(extra);
+        }
+        append_jsonl(&self.file(OPS_LOG), &Value::Object(line))
+    }
+
+    /// Modification time of the most recently touched activity file, if any.
+    pub fn last_activity(&self) -> Option<jiff::Timestamp> {
+        ["state.json", "tool_use.jsonl", OPS_LOG]
+            .iter()
+            .filter_map(|f| fs::metadata(self.file(f)).ok()?.modified().ok())
+            .max()
+            .and_then(|t| jiff::Timestamp::try_from(t).ok())
+    }
+}
+
+pub fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Millisecond)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| jiff::Timestamp::now().to_string())
+}
+
+/// Create a directory (and missing parents) and make sure it is mode 0700.
+pub fn create_private_dir(path: &Path) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)?;
+    set_private(path)
+}
+
+fn set_private(path: &Path) -> io::Result<()> {
+    let meta = fs::metadata(path)?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        fs::set_permissions(path, fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Append one JSON value as a line. A single `write` on an `O_APPEND` file keeps
+/// concurrent writers from interleaving inside a line.
+pub fn append_jsonl<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    let mut line = serde_json::to_vec(value).map_err(io::Error::other)?;
+    line.push(b'\n');
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(&line)
+}
+
+/// Write a file atomically: temp file in the same dir, fsync, rename, fsync the dir.
+pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_dirs_are_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fleet = FleetDir::new(tmp.path().join(".phoenix"));
+        let agent = fleet.agent("a");
+        agent.ensure().unwrap();
+        for p in [&fleet.root, &agent.path] {
+            let mode = fs::metadata(p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", p.display());
+        }
+        assert_eq!(fleet.agent_names(), ["a"]);
+    }
+
+    #[test]
+    fn ops_are_appended_as_json_lines() {
+        let tmp = tempfile::tempdir().unwrap();
+        let agent = FleetDir::new(tmp.path()).agent("a");
+        agent.ensure().unwrap();
+        agent
+            .record_op("start", serde_json::json!({"pane": "%1"}))
+            .unwrap();
+        agent.record_op("stop", Value::Null).unwrap();
+        let text = fs::read_to_string(agent.file(OPS_LOG)).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["event"], "start");
+        assert_eq!(lines[0]["pane"], "%1");
+        assert_eq!(lines[1]["agent"], "a");
+    }
+
+    #[test]
+    fn atomic_write_replaces_content_and_leaves_no_temp() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("x.json");
+        atomic_write(&path, b"one").unwrap();
+        atomic_write(&path, b"two").unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), "two");
+        assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 1);
+    }
+}

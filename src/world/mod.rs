@@ -1,0 +1,169 @@
+//! Observing the world: panes from the runtime (one call), process trees from /proc, and
+//! each agent's state dir and markers. Produces a `World` for the pure diff in `plan`.
+
+pub mod procs;
+pub mod tmux;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::spec::{LaunchSpec, Spec};
+use crate::state::{self, FleetDir};
+pub use procs::{ProcInfo, ProcTable};
+
+/// What a runtime reports about one pane (or, for other runtimes, one process slot).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PaneObs {
+    pub id: String,
+    pub session: String,
+    pub window: String,
+    /// The pane's own process: `phoenix wrap` for panes phoenix started.
+    pub pid: u32,
+    pub dead: bool,
+    pub dead_status: Option<i32>,
+    /// The agent phoenix started here, from the pane's `@phoenix_agent` option.
+    pub agent: Option<String>,
+    /// Fingerprint of the launch spec it was started with.
+    pub fingerprint: Option<String>,
+    /// What the wrapper says it is doing (`running`, `cooldown`, `safe`), if it says.
+    pub phase: Option<String>,
+    /// When the pane's own process started (seconds since the epoch), if known.
+    pub started: Option<i64>,
+    /// Descendants of `pid`, children first. The first child is the agent's CLI.
+    pub processes: Vec<ProcInfo>,
+}
+
+impl PaneObs {
+    /// The agent CLI process: the first child of the pane's wrapper process.
+    pub fn agent_process(&self) -> Option<&ProcInfo> {
+        if self.dead {
+            return None;
+        }
+        self.processes.iter().find(|p| p.ppid == self.pid)
+    }
+}
+
+/// Everything a runtime needs to start an agent.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub agent: String,
+    pub session: String,
+    pub window: String,
+    pub workdir: PathBuf,
+    pub argv: Vec<String>,
+    pub fingerprint: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("`tmux` was not found on PATH")]
+    NotInstalled,
+    #[error("tmux `{command}` failed: {stderr}")]
+    Failed { command: String, stderr: String },
+    #[error("unexpected runtime output: {0}")]
+    Parse(String),
+}
+
+/// Where agents run. tmux today; plain subprocesses, remote hosts or a cluster scheduler can
+/// implement this without plan or apply changing.
+pub trait Runtime {
+    fn name(&self) -> &'static str;
+    /// All panes, or `None` when the runtime is not running at all (an empty world).
+    fn list(&self) -> Result<Option<Vec<PaneObs>>, RuntimeError>;
+    /// Start an agent; returns the new pane's id.
+    fn start(&self, launch: &Launch) -> Result<String, RuntimeError>;
+    /// Replace whatever runs in `pane` with a fresh launch.
+    fn respawn(&self, pane: &str, launch: &Launch) -> Result<(), RuntimeError>;
+    fn stop(&self, pane: &str) -> Result<(), RuntimeError>;
+    fn send_input(&self, pane: &str, text: &str) -> Result<(), RuntimeError>;
+    fn capture(&self, pane: &str, lines: usize) -> Result<String, RuntimeError>;
+    /// Publish what the wrapper in `pane` is doing, for observers.
+    fn set_phase(&self, pane: &str, phase: &str) -> Result<(), RuntimeError>;
+}
+
+/// Per-agent facts from the state directory.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AgentObs {
+    pub state_dir: bool,
+    pub clean_exit: bool,
+    /// The launch spec recorded when the agent was last started (for drift details).
+    pub started: Option<LaunchSpec>,
+    pub last_activity: Option<jiff::Timestamp>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct World {
+    /// When this was observed (seconds since the epoch).
+    pub observed_at: i64,
+    /// False when the runtime (tmux server) is not running at all.
+    pub server_running: bool,
+    pub panes: Vec<PaneObs>,
+    /// Keyed by agent name: every declared agent, every agent found in a pane.
+    pub agents: BTreeMap<String, AgentObs>,
+}
+
+impl World {
+    /// The pane phoenix started for `agent`, if any. If several claim it, the live one wins.
+    pub fn pane_of(&self, agent: &str) -> Option<&PaneObs> {
+        let mut panes = self
+            .panes
+            .iter()
+            .filter(|p| p.agent.as_deref() == Some(agent));
+        let first = panes.next()?;
+        if first.dead {
+            Some(panes.find(|p| !p.dead).unwrap_or(first))
+        } else {
+            Some(first)
+        }
+    }
+
+    /// Agents present in the runtime, whatever the spec says.
+    pub fn running_agents(&self) -> impl Iterator<Item = (&str, &PaneObs)> {
+        self.panes
+            .iter()
+            .filter_map(|p| p.agent.as_deref().map(|a| (a, p)))
+    }
+}
+
+/// Observe everything relevant to `spec` with one runtime call and one /proc pass.
+pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError> {
+    let listed = runtime.list()?;
+    let server_running = listed.is_some();
+    let mut panes = listed.unwrap_or_default();
+    if panes.iter().any(|p| !p.dead) {
+        let table = ProcTable::read();
+        for pane in panes.iter_mut().filter(|p| !p.dead) {
+            pane.started = table.get(pane.pid).map(|p| p.started);
+            pane.processes = table.descendants(pane.pid);
+        }
+    }
+
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    let mut names: Vec<String> = spec.agents.iter().map(|a| a.name.clone()).collect();
+    names.extend(panes.iter().filter_map(|p| p.agent.clone()));
+    names.sort();
+    names.dedup();
+    let agents = names
+        .into_iter()
+        .map(|name| {
+            let dir = fleet.agent(&name);
+            let obs = AgentObs {
+                state_dir: dir.exists(),
+                clean_exit: dir.has_marker(state::CLEAN_EXIT),
+                started: std::fs::read(dir.file(state::STARTED_SPEC))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok()),
+                last_activity: dir.last_activity(),
+            };
+            (name, obs)
+        })
+        .collect();
+    Ok(World {
+        observed_at: jiff::Timestamp::now().as_second(),
+        server_running,
+        panes,
+        agents,
+    })
+}

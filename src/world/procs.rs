@@ -1,0 +1,138 @@
+//! Process trees from /proc: one pass over all processes, then descendants per pane.
+
+use std::collections::HashMap;
+use std::fs;
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcInfo {
+    pub pid: u32,
+    pub ppid: u32,
+    /// The kernel's short command name (`/proc/<pid>/comm`, at most 15 bytes).
+    pub comm: String,
+    /// Start time as seconds since the Unix epoch.
+    pub started: i64,
+}
+
+/// A snapshot of every process on the host, indexed by parent.
+#[derive(Debug, Default)]
+pub struct ProcTable {
+    procs: HashMap<u32, ProcInfo>,
+    children: HashMap<u32, Vec<u32>>,
+}
+
+impl ProcTable {
+    pub fn read() -> ProcTable {
+        let boot = boot_time();
+        let ticks = clock_ticks();
+        let mut table = ProcTable::default();
+        let Ok(entries) = fs::read_dir("/proc") else {
+            return table;
+        };
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            if let Some(info) = parse_stat(pid, &stat, boot, ticks) {
+                table.children.entry(info.ppid).or_default().push(pid);
+                table.procs.insert(pid, info);
+            }
+        }
+        for kids in table.children.values_mut() {
+            kids.sort_unstable();
+        }
+        table
+    }
+
+    pub fn get(&self, pid: u32) -> Option<&ProcInfo> {
+        self.procs.get(&pid)
+    }
+
+    /// All descendants of `pid`, breadth first (children before grandchildren).
+    pub fn descendants(&self, pid: u32) -> Vec<ProcInfo> {
+        let mut out = Vec::new();
+        let mut queue = std::collections::VecDeque::from([pid]);
+        while let Some(p) = queue.pop_front() {
+            for kid in self.children.get(&p).into_iter().flatten() {
+                if let Some(info) = self.procs.get(kid) {
+                    out.push(info.clone());
+                    queue.push_back(*kid);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Parse `/proc/<pid>/stat`. The command name is in parentheses and may itself contain
+/// spaces and parentheses, so split at the last `)`.
+fn parse_stat(pid: u32, stat: &str, boot: i64, ticks: i64) -> Option<ProcInfo> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?.to_string();
+    let rest: Vec<&str> = stat.get(close + 2..)?.split(' ').collect();
+    // Fields after the name: state(3) ppid(4) … starttime(22); rest[0] is field 3.
+    let ppid = rest.get(1)?.parse().ok()?;
+    let start_ticks: i64 = rest.get(19)?.parse().ok()?;
+    Some(ProcInfo {
+        pid,
+        ppid,
+        comm,
+        started: boot + start_ticks / ticks.max(1),
+    })
+}
+
+fn boot_time() -> i64 {
+    fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("btime "))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn clock_ticks() -> i64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t } else { 100 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_with_spaces_and_parens() {
+        let stat = "42 (my (odd) name) S 7 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 500 0 0";
+        let info = parse_stat(42, stat, 1000, 100).unwrap();
+        assert_eq!(info.comm, "my (odd) name");
+        assert_eq!(info.ppid, 7);
+        assert_eq!(info.started, 1005);
+    }
+
+    #[test]
+    fn finds_our_own_children() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let table = ProcTable::read();
+        let kids = table.descendants(std::process::id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            kids.iter()
+                .any(|p| p.pid == child.id() && p.comm == "sleep")
+        );
+    }
+}

@@ -1,0 +1,293 @@
+//! The tmux runtime: every call goes to a private server (`tmux -L <socket>`), arguments are
+//! passed as a vector (never through a shell), and output is read through explicit formats.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use super::{Launch, PaneObs, Runtime, RuntimeError};
+
+/// Field separator in `-F` formats: a control character no name can contain.
+const SEP: char = '\x1f';
+
+const LIST_FORMAT: &str = "#{pane_id}\x1f#{session_name}\x1f#{window_name}\x1f#{pane_pid}\x1f#{pane_dead}\x1f#{pane_dead_status}\x1f#{@phoenix_agent}\x1f#{@phoenix_fp}\x1f#{@phoenix_phase}";
+
+#[derive(Debug, Clone)]
+pub struct Tmux {
+    pub socket: String,
+}
+
+impl Tmux {
+    pub fn new(socket: impl Into<String>) -> Self {
+        Tmux {
+            socket: socket.into(),
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new("tmux");
+        cmd.arg("-L").arg(&self.socket);
+        // A tmux client inside another tmux would otherwise refuse or talk to the wrong server.
+        cmd.env_remove("TMUX");
+        cmd
+    }
+
+    /// Run one tmux invocation (possibly several commands separated by `;` arguments).
+    pub fn run<I, S>(&self, args: I) -> Result<String, RuntimeError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let mut cmd = self.command();
+        let args: Vec<std::ffi::OsString> =
+            args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        cmd.args(&args);
+        let output = cmd.output().map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                RuntimeError::NotInstalled
+            } else {
+                RuntimeError::Failed {
+                    command: describe(&args),
+                    stderr: e.to_string(),
+                }
+            }
+        })?;
+        check(output, &args)
+    }
+
+    fn has_session(&self, session: &str) -> bool {
+        self.run(["has-session", "-t", &format!("={session}")])
+            .is_ok()
+    }
+
+    fn label_args(launch: &Launch, target: Option<&str>) -> Vec<String> {
+        let mut args = Vec::new();
+        for (option, value) in [
+            ("@phoenix_agent", launch.agent.as_str()),
+            ("@phoenix_fp", launch.fingerprint.as_str()),
+        ] {
+            args.extend([";".to_string(), "set-option".into(), "-p".into()]);
+            if let Some(t) = target {
+                args.extend(["-t".into(), t.into()]);
+            }
+            args.extend([option.into(), value.into()]);
+        }
+        args
+    }
+}
+
+fn describe(args: &[std::ffi::OsString]) -> String {
+    args.first()
+        .map(|a| a.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn check(output: Output, args: &[std::ffi::OsString]) -> Result<String, RuntimeError> {
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(RuntimeError::Failed {
+            command: describe(args),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        })
+    }
+}
+
+/// The server is simply not there: an empty world, not an error.
+fn is_no_server(err: &RuntimeError) -> bool {
+    match err {
+        RuntimeError::Failed { stderr, .. } => {
+            stderr.contains("no server running")
+                || stderr.contains("error connecting to")
+                || stderr.contains("No such file or directory")
+        }
+        _ => false,
+    }
+}
+
+impl Runtime for Tmux {
+    fn name(&self) -> &'static str {
+        "tmux"
+    }
+
+    fn list(&self) -> Result<Option<Vec<PaneObs>>, RuntimeError> {
+        let out = match self.run(["list-panes", "-a", "-F", LIST_FORMAT]) {
+            Ok(out) => out,
+            Err(e) if is_no_server(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        out.lines()
+            .filter(|l| !l.is_empty())
+            .map(parse_pane)
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    fn start(&self, launch: &Launch) -> Result<String, RuntimeError> {
+        let workdir = launch.workdir.to_string_lossy().into_owned();
+        let mut args: Vec<String> = if self.has_session(&launch.session) {
+            vec![
+                "new-window".into(),
+                "-P".into(),
+                "-F".into(),
+                "#{pane_id}".into(),
+                "-t".into(),
+                format!("={}:", launch.session),
+                "-n".into(),
+                launch.window.clone(),
+                "-c".into(),
+                workdir,
+            ]
+        } else {
+            vec![
+                "new-session".into(),
+                "-d".into(),
+                "-P".into(),
+                "-F".into(),
+                "#{pane_id}".into(),
+                "-x".into(),
+                "200".into(),
+                "-y".into(),
+                "50".into(),
+                "-s".into(),
+                launch.session.clone(),
+                "-n".into(),
+                launch.window.clone(),
+                "-c".into(),
+                workdir,
+            ]
+        };
+        args.extend(launch.argv.iter().cloned());
+        // Keep dead panes so exits can be observed and inspected; the server is ours alone.
+        args.extend([";", "set-option", "-g", "remain-on-exit", "on"].map(String::from));
+        args.extend(Self::label_args(launch, None));
+        let out = self.run(&args)?;
+        let pane = out.lines().next().unwrap_or("").trim().to_string();
+        if !pane.starts_with('%') {
+            return Err(RuntimeError::Parse(format!(
+                "expected a pane id from tmux, got `{pane}`"
+            )));
+        }
+        Ok(pane)
+    }
+
+    fn respawn(&self, pane: &str, launch: &Launch) -> Result<(), RuntimeError> {
+        let mut args: Vec<String> = vec![
+            "respawn-pane".into(),
+            "-k".into(),
+            "-t".into(),
+            pane.into(),
+            "-c".into(),
+            launch.workdir.to_string_lossy().into_owned(),
+        ];
+        args.extend(launch.argv.iter().cloned());
+        args.extend(Self::label_args(launch, Some(pane)));
+        self.run(&args).map(drop)
+    }
+
+    fn stop(&self, pane: &str) -> Result<(), RuntimeError> {
+        match self.run(["kill-pane", "-t", pane]) {
+            Err(e) if is_gone(&e) => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    fn send_input(&self, pane: &str, text: &str) -> Result<(), RuntimeError> {
+        self.run(["send-keys", "-t", pane, "-l", "--", text])?;
+        self.run(["send-keys", "-t", pane, "Enter"]).map(drop)
+    }
+
+    fn capture(&self, pane: &str, lines: usize) -> Result<String, RuntimeError> {
+        let start = format!("-{lines}");
+        self.run(["capture-pane", "-p", "-J", "-t", pane, "-S", &start])
+    }
+
+    fn set_phase(&self, pane: &str, phase: &str) -> Result<(), RuntimeError> {
+        self.run(["set-option", "-p", "-t", pane, "@phoenix_phase", phase])
+            .map(drop)
+    }
+}
+
+fn is_gone(err: &RuntimeError) -> bool {
+    is_no_server(err)
+        || matches!(err, RuntimeError::Failed { stderr, .. } if stderr.contains("can't find pane"))
+}
+
+fn parse_pane(line: &str) -> Result<PaneObs, RuntimeError> {
+    let f: Vec<&str> = line.split(SEP).collect();
+    if f.len() != 9 {
+        return Err(RuntimeError::Parse(format!(
+            "unexpected list-panes line `{line}`"
+        )));
+    }
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    Ok(PaneObs {
+        id: f[0].to_string(),
+        session: f[1].to_string(),
+        window: f[2].to_string(),
+        pid: f[3]
+            .parse()
+            .map_err(|_| RuntimeError::Parse(format!("bad pane pid in `{line}`")))?,
+        dead: f[4] == "1",
+        dead_status: f[5].parse().ok(),
+        agent: non_empty(f[6]),
+        fingerprint: non_empty(f[7]),
+        phase: non_empty(f[8]),
+        started: None,
+        processes: Vec::new(),
+    })
+}
+
+/// Whether `tmux` can be found on PATH (for diagnosis).
+pub fn on_path() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("tmux"))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// The directory tmux puts its sockets in (`$TMUX_TMPDIR/tmux-UID`, default `/tmp`).
+pub fn socket_dir() -> std::path::PathBuf {
+    let base = std::env::var_os("TMUX_TMPDIR")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/tmp".into());
+    base.join(format!("tmux-{}", nix::unistd::getuid()))
+}
+
+/// `tmux -V`, e.g. "tmux 3.3a".
+pub fn version() -> Option<String> {
+    let out = Command::new("tmux").arg("-V").output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_list_panes_line() {
+        let line = "%3\x1ffleet\x1fmy window\x1f1234\x1f1\x1f137\x1ftrades\x1fabc\x1f";
+        let p = parse_pane(line).unwrap();
+        assert_eq!(p.id, "%3");
+        assert_eq!(p.window, "my window");
+        assert_eq!(p.pid, 1234);
+        assert!(p.dead);
+        assert_eq!(p.dead_status, Some(137));
+        assert_eq!(p.agent.as_deref(), Some("trades"));
+        assert_eq!(p.phase, None);
+    }
+
+    #[test]
+    fn rejects_malformed_lines() {
+        assert!(parse_pane("%3 fleet").is_err());
+    }
+}
