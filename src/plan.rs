@@ -243,10 +243,11 @@ fn diff_agent(agent: &AgentSpec, world: &World) -> Option<Change> {
         return None;
     }
     if pane.dead {
-        let status = pane
-            .dead_status
-            .map(|s| format!(" (exit status {s})"))
-            .unwrap_or_default();
+        let status = match (pane.dead_signal, pane.dead_status) {
+            (Some(sig), _) => format!(" (killed by signal {sig})"),
+            (None, Some(code)) => format!(" (exit status {code})"),
+            (None, None) => String::new(),
+        };
         return Some(change(
             name,
             Action::Restart {
@@ -369,6 +370,7 @@ mod tests {
             pid: 100,
             dead: false,
             dead_status: None,
+            dead_signal: None,
             agent: Some(agent.into()),
             fingerprint: Some(fp.into()),
             phase: None,

@@ -23,6 +23,8 @@ pub struct PaneObs {
     pub pid: u32,
     pub dead: bool,
     pub dead_status: Option<i32>,
+    /// The signal that killed the pane's process, if one did.
+    pub dead_signal: Option<i32>,
     /// The agent phoenix started here, from the pane's `@phoenix_agent` option.
     pub agent: Option<String>,
     /// Fingerprint of the launch spec it was started with.

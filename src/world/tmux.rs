@@ -6,10 +6,10 @@ use std::process::{Command, Output};
 
 use super::{Launch, PaneObs, Runtime, RuntimeError};
 
-/// Field separator in `-F` formats: a control character no name can contain.
-const SEP: char = '\x1f';
-
-const LIST_FORMAT: &str = "#{pane_id}\x1f#{session_name}\x1f#{window_name}\x1f#{pane_pid}\x1f#{pane_dead}\x1f#{pane_dead_status}\x1f#{@phoenix_agent}\x1f#{@phoenix_fp}\x1f#{@phoenix_phase}";
+/// `list-panes` format. tmux escapes control characters when no UTF-8 locale is set, so the
+/// separator is printable: every field before the last is ours or numeric and cannot contain
+/// `|`, and the last is `session:window` (session names cannot contain `:`).
+const LIST_FORMAT: &str = "#{pane_id}|#{pane_pid}|#{pane_dead}|#{pane_dead_status}|#{pane_dead_signal}|#{@phoenix_agent}|#{@phoenix_fp}|#{@phoenix_phase}|#{session_name}:#{window_name}";
 
 #[derive(Debug, Clone)]
 pub struct Tmux {
@@ -213,25 +213,24 @@ fn is_gone(err: &RuntimeError) -> bool {
 }
 
 fn parse_pane(line: &str) -> Result<PaneObs, RuntimeError> {
-    let f: Vec<&str> = line.split(SEP).collect();
+    let bad = || RuntimeError::Parse(format!("unexpected list-panes line `{line}`"));
+    let f: Vec<&str> = line.splitn(9, '|').collect();
     if f.len() != 9 {
-        return Err(RuntimeError::Parse(format!(
-            "unexpected list-panes line `{line}`"
-        )));
+        return Err(bad());
     }
+    let (session, window) = f[8].split_once(':').ok_or_else(bad)?;
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
     Ok(PaneObs {
         id: f[0].to_string(),
-        session: f[1].to_string(),
-        window: f[2].to_string(),
-        pid: f[3]
-            .parse()
-            .map_err(|_| RuntimeError::Parse(format!("bad pane pid in `{line}`")))?,
-        dead: f[4] == "1",
-        dead_status: f[5].parse().ok(),
-        agent: non_empty(f[6]),
-        fingerprint: non_empty(f[7]),
-        phase: non_empty(f[8]),
+        pid: f[1].parse().map_err(|_| bad())?,
+        dead: f[2] == "1",
+        dead_status: f[3].parse().ok(),
+        dead_signal: f[4].parse().ok(),
+        agent: non_empty(f[5]),
+        fingerprint: non_empty(f[6]),
+        phase: non_empty(f[7]),
+        session: session.to_string(),
+        window: window.to_string(),
         started: None,
         processes: Vec::new(),
     })
@@ -275,10 +274,11 @@ mod tests {
 
     #[test]
     fn parses_a_list_panes_line() {
-        let line = "%3\x1ffleet\x1fmy window\x1f1234\x1f1\x1f137\x1ftrades\x1fabc\x1f";
+        let line = "%3|1234|1|137||trades|abc||fleet:my window: with | bars";
         let p = parse_pane(line).unwrap();
         assert_eq!(p.id, "%3");
-        assert_eq!(p.window, "my window");
+        assert_eq!(p.session, "fleet");
+        assert_eq!(p.window, "my window: with | bars");
         assert_eq!(p.pid, 1234);
         assert!(p.dead);
         assert_eq!(p.dead_status, Some(137));

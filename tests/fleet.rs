@@ -1,0 +1,471 @@
+//! The fleet core end to end: phoenix.toml → plan → apply on a real, private tmux server.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use support::{Fleet, kill9, wait_until};
+
+fn two_demo_agents() -> String {
+    format!(
+        "{}\n{}",
+        Fleet::demo_agent("alpha", ""),
+        Fleet::demo_agent("beta", "")
+    )
+}
+
+#[test]
+fn apply_from_nothing_creates_everything() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has("+ agent `alpha`: start")
+        .stdout_has("Plan: 2 to start, 0 to restart, 0 to replace, 0 to remove.");
+    assert!(!fleet.server_running(), "plan must not touch anything");
+
+    fleet
+        .run(&["apply", "--yes"])
+        .status(0)
+        .stdout_has("Apply complete: 2 succeeded, 0 failed.");
+    let panes = fleet
+        .tmux(&[
+            "list-panes",
+            "-a",
+            "-F",
+            "#{session_name}:#{window_name} #{@phoenix_agent}",
+        ])
+        .unwrap();
+    assert!(panes.contains("test:alpha alpha"), "{panes}");
+    assert!(panes.contains("test:beta beta"), "{panes}");
+    fleet.wait_running(&["alpha", "beta"]);
+
+    for dir in [fleet.state_dir(), fleet.agent_dir("alpha")] {
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", dir.display());
+    }
+    let ops = fleet.ops("alpha");
+    assert!(
+        ops.iter()
+            .any(|o| o["event"] == "apply" && o["action"] == "start"),
+        "{ops:?}"
+    );
+    assert!(ops.iter().any(|o| o["event"] == "agent_start"), "{ops:?}");
+}
+
+#[test]
+fn apply_twice_then_plan_has_nothing_to_do() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet
+        .run(&["plan"])
+        .status(0)
+        .stdout_has("No changes. The fleet matches phoenix.toml.");
+    fleet.wait_running(&["alpha", "beta"]);
+    fleet
+        .run(&["apply", "--yes"])
+        .status(0)
+        .stdout_has("No changes");
+    let windows = fleet.tmux(&["list-windows", "-a"]).unwrap();
+    assert_eq!(windows.lines().count(), 2, "no duplicates: {windows}");
+    let plan = fleet.run(&["plan", "--json"]);
+    plan.status(0);
+    assert_eq!(plan.json()["changes"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn killed_agent_is_planned_as_restart_and_apply_brings_it_back() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pids = fleet.wait_running(&["alpha"]);
+    let pane = fleet.agent_status("alpha")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+
+    // The whole pane goes: the wrapper and the agent under it.
+    kill9(wrapper);
+    kill9(pids[0]);
+    wait_until(Duration::from_secs(5), "pane dead", || {
+        fleet.agent_status("alpha")["state"] == "dead"
+    });
+
+    let plan = fleet.run(&["plan"]);
+    plan.status(2)
+        .stdout_has(&format!("~ agent `alpha`: restart in {pane}"))
+        .stdout_has("is dead (killed by signal 9)")
+        .stdout_has("Plan: 0 to start, 1 to restart");
+    let json = fleet.run(&["plan", "--json"]).json();
+    assert_eq!(json["changes"][0]["action"]["type"], "restart");
+    assert_eq!(json["changes"][0]["agent"], "alpha");
+
+    fleet.run(&["apply", "--yes"]).status(0);
+    let new_pids = fleet.wait_running(&["alpha"]);
+    assert_ne!(new_pids[0], pids[0]);
+    assert_eq!(
+        fleet.agent_status("alpha")["pane"],
+        pane.as_str(),
+        "same pane"
+    );
+    fleet.run(&["plan"]).status(0);
+}
+
+#[test]
+fn removed_agent_is_shown_and_only_pruned_on_request() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.toml(&Fleet::demo_agent("alpha", ""));
+
+    fleet
+        .run(&["plan"])
+        .status(0)
+        .stdout_has("Running but not in phoenix.toml (use --prune to remove):")
+        .stdout_has("? agent `beta`");
+    fleet.run(&["apply", "--yes"]).status(0);
+    assert!(
+        fleet
+            .tmux(&["list-windows", "-a"])
+            .unwrap()
+            .contains("beta"),
+        "apply without --prune keeps it"
+    );
+    let status = fleet.agent_status("beta");
+    assert_eq!(status["state"], "unmanaged");
+
+    fleet
+        .run(&["plan", "--prune"])
+        .status(2)
+        .stdout_has("- agent `beta`: remove")
+        .stdout_has("not declared in phoenix.toml");
+    fleet.run(&["apply", "--yes", "--prune"]).status(0);
+    let windows = fleet.tmux(&["list-windows", "-a"]).unwrap();
+    assert!(!windows.contains("beta"), "{windows}");
+    fleet.run(&["plan", "--prune"]).status(0);
+}
+
+#[test]
+fn spec_change_under_a_running_agent_is_a_replacement() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("alpha", ""));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let before = fleet.wait_running(&["alpha"]);
+
+    fleet.toml(&format!(
+        "{}env = {{ ROLE = \"x\" }}\n",
+        Fleet::demo_agent("alpha", "--exit-code 4")
+    ));
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has("-/+ agent `alpha`: replace in")
+        .stdout_has("spec changed: command, env")
+        .stdout_has("--exit-code 4");
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_until(Duration::from_secs(10), "replaced agent", || {
+        let s = fleet.agent_status("alpha");
+        s["state"] == "running" && s["pid"].as_u64() != Some(u64::from(before[0]))
+    });
+    fleet.run(&["plan"]).status(0);
+    let env = std::fs::read(format!(
+        "/proc/{}/environ",
+        fleet.agent_status("alpha")["pid"]
+    ))
+    .unwrap();
+    assert!(
+        env.split(|b| *b == 0).any(|kv| kv == b"ROLE=x"),
+        "agent runs with its env"
+    );
+}
+
+#[test]
+fn disabled_agent_is_stopped() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.toml(&format!(
+        "{}\n{}enabled = false\n",
+        Fleet::demo_agent("alpha", ""),
+        Fleet::demo_agent("beta", "")
+    ));
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has("- agent `beta`: stop")
+        .stdout_has("disabled in phoenix.toml");
+    fleet.run(&["apply", "--yes"]).status(0);
+    assert_eq!(fleet.agent_status("beta")["state"], "disabled");
+    fleet.run(&["plan"]).status(0);
+}
+
+#[test]
+fn workdir_with_spaces_works() {
+    let fleet = Fleet::new();
+    let work = fleet.path().join("my work dir");
+    std::fs::create_dir(&work).unwrap();
+    fleet.toml(&format!(
+        "{}workdir = \"my work dir\"\n",
+        Fleet::demo_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["alpha"])[0];
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap();
+    assert_eq!(cwd, work);
+}
+
+#[test]
+fn state_dir_missing_under_a_running_agent_is_recreated() {
+    let fleet = Fleet::new();
+    fleet.toml("[[agent]]\nname = \"alpha\"\ncommand = \"phoenix demo-agent --interval 1h\"\n");
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    std::fs::remove_dir_all(fleet.agent_dir("alpha")).unwrap();
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has("+ agent `alpha`: create state dir");
+    fleet.run(&["apply", "--yes"]).status(0);
+    assert!(fleet.agent_dir("alpha").is_dir());
+    fleet.run(&["plan"]).status(0);
+}
+
+/// Every kind of config error: exit 1, file:line:column, a hint, and nothing touched.
+#[test]
+fn config_errors_are_located_and_touch_nothing() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "[thresholds]\nsilense = \"10m\"\n",
+            "phoenix.toml:2:1",
+            "did you mean `silence`?",
+        ),
+        (
+            "[thresholds]\nrunaway = \"2 hours\"\n",
+            "phoenix.toml:2:11",
+            "unknown unit `hours`",
+        ),
+        (
+            "[schedules]\nwatchdog = \"*/5 * * *\"\n",
+            "phoenix.toml:2:12",
+            "has 4 fields, expected 5",
+        ),
+        (
+            "[[agent]]\nname = \"a\"\ncommand = \"x\"\n[[agent]]\nname = \"a\"\ncommand = \"y\"\n",
+            "phoenix.toml:5:8",
+            "duplicate agent name `a`",
+        ),
+        (
+            "[[agent]]\nname = \"a b\"\ncommand = \"x\"\n",
+            "phoenix.toml:2:8",
+            "is not a valid name",
+        ),
+        (
+            "[[agent]]\nname = \"a\"\ncommand = \"x\"\nworkdir = \"missing\"\n",
+            "phoenix.toml:4:11",
+            "does not exist",
+        ),
+        ("[fleet\nname = \"x\"\n", "phoenix.toml:1:", "error:"),
+        (
+            "[thresholds]\nerror_cascade = \"five\"\n",
+            "phoenix.toml:2:17",
+            "invalid type",
+        ),
+        (
+            "[[agent]]\nname = \"a\"\ncli = \"claud\"\n",
+            "phoenix.toml:3:7",
+            "did you mean `claude`?",
+        ),
+    ];
+    for (toml, location, message) in cases {
+        let fleet = Fleet::new();
+        fleet.raw_toml(&format!(
+            "[fleet]\ntmux_socket = \"{}\"\n{toml}",
+            fleet.socket
+        ));
+        // Shift expected line numbers by the two header lines.
+        let location = shift_line(location, 2);
+        for args in [&["validate"][..], &["plan"], &["apply", "--yes"]] {
+            fleet
+                .run(args)
+                .status(1)
+                .stderr_has(&location)
+                .stderr_has(message);
+        }
+        assert!(
+            !fleet.state_dir().exists(),
+            "state dir created for {toml:?}"
+        );
+        assert!(!fleet.server_running(), "tmux started for {toml:?}");
+    }
+}
+
+fn shift_line(location: &str, by: usize) -> String {
+    let mut parts: Vec<String> = location.split(':').map(String::from).collect();
+    parts[1] = (parts[1].parse::<usize>().unwrap() + by).to_string();
+    parts.join(":")
+}
+
+#[test]
+fn validate_reports_all_errors_at_once_and_as_json() {
+    let fleet = Fleet::new();
+    fleet.toml(
+        "[thresholds]\nsilence = \"x\"\nrunaway = \"2y\"\n[[agent]]\nname = \"ok\"\ncommand = \"'unbalanced\"\n",
+    );
+    let run = fleet.run(&["validate", "--json"]);
+    run.status(1);
+    let errors = run.json()["errors"].as_array().unwrap().clone();
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert!(errors.iter().all(|e| e["line"].as_u64().unwrap() > 0));
+    assert!(
+        errors[2]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unbalanced quotes")
+    );
+}
+
+#[test]
+fn names_with_shell_metacharacters_are_rejected() {
+    for name in [
+        "a;touch pwned",
+        "$(touch pwned)",
+        "a`touch pwned`",
+        "a b",
+        "../x",
+        "a'b",
+    ] {
+        let fleet = Fleet::new();
+        fleet.toml(&format!(
+            "[[agent]]\nname = \"{}\"\ncommand = \"true\"\n",
+            name.replace('"', "\\\"")
+        ));
+        fleet
+            .run(&["apply", "--yes"])
+            .status(1)
+            .stderr_has("is not a valid name");
+        assert!(!fleet.path().join("pwned").exists());
+        assert!(!fleet.server_running());
+    }
+    // Window and session names are checked the same way.
+    let fleet = Fleet::new();
+    fleet.toml("[[agent]]\nname = \"ok\"\ncommand = \"true\"\ntmux = { window = \"w;x\" }\n");
+    fleet.run(&["validate"]).status(1).stderr_has("tmux window");
+}
+
+#[test]
+fn missing_config_says_how_to_get_one() {
+    let fleet = Fleet::new();
+    fleet
+        .run(&["plan"])
+        .status(1)
+        .stderr_has("cannot read config")
+        .stderr_has("phoenix init");
+}
+
+#[test]
+fn init_scaffolds_and_never_overwrites_without_force() {
+    let fleet = Fleet::new();
+    let init = || {
+        let mut cmd = fleet.command(&["init"]);
+        cmd.output().unwrap()
+    };
+    let out = init();
+    assert!(out.status.success(), "{out:?}");
+    for f in ["phoenix.toml", "policies/README.md", "templates/README.md"] {
+        assert!(fleet.path().join(f).exists(), "{f}");
+    }
+    std::fs::write(fleet.config(), "# mine\n").unwrap();
+    let out = init();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
+    assert_eq!(std::fs::read_to_string(fleet.config()).unwrap(), "# mine\n");
+    let out = fleet.command(&["init", "--force"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        std::fs::read_to_string(fleet.config())
+            .unwrap()
+            .contains("[fleet]")
+    );
+}
+
+#[test]
+fn scaffolded_config_and_bundled_example_validate() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    for file in ["phoenix.toml.example", "examples/demo.toml"] {
+        let out = std::process::Command::new(support::PHOENIX)
+            .args(["--config", &format!("{root}/{file}"), "validate"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn doctor_says_what_to_fix() {
+    let fleet = Fleet::new();
+    fleet.toml("[[agent]]\nname = \"a\"\ncommand = \"no-such-agent-cli --x\"\n");
+    fleet
+        .run(&["doctor"])
+        .status(1)
+        .stdout_has("ok   tmux")
+        .stdout_has("FAIL agent `a` command")
+        .stdout_has("install `no-such-agent-cli`");
+    let json = fleet.run(&["doctor", "--json"]).json();
+    assert_eq!(json["ok"], false);
+}
+
+#[test]
+fn status_lists_declared_agents_without_a_server() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet
+        .run(&["status"])
+        .status(0)
+        .stdout_has("alpha")
+        .stdout_has("missing")
+        .stdout_has("no tmux server");
+    let json = fleet.status();
+    assert_eq!(json.len(), 2);
+    assert_eq!(json[0]["state"], "missing");
+}
+
+#[test]
+fn apply_without_yes_off_a_terminal_refuses() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply"]).status(1).stderr_has("pass --yes");
+    assert!(!fleet.server_running());
+}
+
+#[test]
+fn one_failing_agent_does_not_stop_the_others() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    // A file where beta's state dir should be: beta's step fails, alpha's must not.
+    std::fs::create_dir_all(fleet.state_dir().join("agents")).unwrap();
+    std::fs::write(fleet.agent_dir("beta"), "in the way").unwrap();
+    fleet
+        .run(&["apply", "--yes"])
+        .status(1)
+        .stdout_has("✗ agent `beta`: start — cannot create state dir")
+        .stdout_has("✓ agent `alpha`: start")
+        .stdout_has("1 succeeded, 1 failed");
+    fleet.wait_running(&["alpha"]);
+    std::fs::remove_file(fleet.agent_dir("beta")).unwrap();
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha", "beta"]);
+}
