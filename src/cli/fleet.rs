@@ -107,6 +107,8 @@ pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Resul
         exe,
     }
     .apply(&plan);
+    let mut report = report;
+    confirm_started(&spec, &runtime, &mut report);
     let failed = report.failed();
     if json {
         out(&format!(
@@ -134,6 +136,47 @@ pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Resul
         out(&text);
     }
     Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// How long apply waits for started agents to show a process before reporting.
+const START_CONFIRM: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Wait briefly until every agent started by this apply has its process, and say so: a step
+/// that "worked" but left an empty pane is worth knowing about right away.
+fn confirm_started(spec: &Spec, runtime: &Tmux, report: &mut crate::apply::ApplyReport) {
+    let started: Vec<usize> = report
+        .steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.ok && matches!(s.action.as_str(), "start" | "restart" | "replace"))
+        .map(|(i, _)| i)
+        .collect();
+    if started.is_empty() {
+        return;
+    }
+    let deadline = std::time::Instant::now() + START_CONFIRM;
+    let mut pids = vec![None; started.len()];
+    loop {
+        if let Ok(world) = world::observe(spec, runtime) {
+            for (slot, &i) in pids.iter_mut().zip(&started) {
+                *slot = world
+                    .pane_of(&report.steps[i].agent)
+                    .and_then(|p| p.agent_process())
+                    .map(|p| p.pid);
+            }
+        }
+        if pids.iter().all(Option::is_some) || std::time::Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for (pid, &i) in pids.iter().zip(&started) {
+        let note = match pid {
+            Some(pid) => format!(" (running, pid {pid})"),
+            None => " (no agent process yet: check `phoenix status` and the pane)".to_string(),
+        };
+        report.steps[i].detail.push_str(&note);
+    }
 }
 
 fn confirm() -> anyhow::Result<bool> {
