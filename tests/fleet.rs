@@ -469,3 +469,24 @@ fn one_failing_agent_does_not_stop_the_others() {
     fleet.run(&["apply", "--yes"]).status(0);
     fleet.wait_running(&["alpha", "beta"]);
 }
+
+#[test]
+fn missing_tmux_is_diagnosed_with_a_next_step() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    let out = fleet
+        .command(&["apply", "--yes"])
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`tmux` was not found on PATH"), "{stderr}");
+    assert!(stderr.contains("apt install tmux"), "{stderr}");
+    let doctor = fleet
+        .command(&["doctor"])
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&doctor.stdout).contains("FAIL tmux"));
+}

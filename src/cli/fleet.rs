@@ -20,11 +20,14 @@ fn load(config: &Path) -> anyhow::Result<Spec> {
 
 fn observe(spec: &Spec) -> anyhow::Result<World> {
     let runtime = Tmux::new(&spec.fleet.tmux_socket);
-    world::observe(spec, &runtime).with_context(|| {
-        format!(
+    world::observe(spec, &runtime).map_err(|e| match e {
+        world::RuntimeError::NotInstalled => anyhow::anyhow!(
+            "`tmux` was not found on PATH: install it (e.g. `apt install tmux`) and run `phoenix doctor`"
+        ),
+        other => anyhow::Error::new(other).context(format!(
             "cannot observe tmux server `{}` (run `phoenix doctor`)",
             spec.fleet.tmux_socket
-        )
+        )),
     })
 }
 
