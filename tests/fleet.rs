@@ -142,7 +142,7 @@ fn removed_agent_is_shown_and_only_pruned_on_request() {
         "apply without --prune keeps it"
     );
     let status = fleet.agent_status("beta");
-    assert_eq!(status["state"], "unmanaged");
+    assert_eq!(status["state"], "pruned-pending");
 
     fleet
         .run(&["plan", "--prune"])
@@ -436,11 +436,11 @@ fn status_lists_declared_agents_without_a_server() {
         .run(&["status"])
         .status(0)
         .stdout_has("alpha")
-        .stdout_has("missing")
+        .stdout_has("declared")
         .stdout_has("no tmux server");
     let json = fleet.status();
     assert_eq!(json.len(), 2);
-    assert_eq!(json[0]["state"], "missing");
+    assert_eq!(json[0]["state"], "declared");
 }
 
 #[test]

@@ -198,7 +198,8 @@ struct AgentStatus {
     agent: String,
     declared: bool,
     enabled: bool,
-    /// running, starting, dead, stopped, missing, disabled, unmanaged
+    /// declared (not started), running, starting, cooldown, safe-mode, dead, stopped (clean exit),
+    /// disabled, pruned-pending (running but no longer declared)
     state: &'static str,
     pane: Option<String>,
     pid: Option<u32>,
@@ -221,10 +222,10 @@ fn agent_states(spec: &Spec, world: &World) -> Vec<AgentStatus> {
         let obs = world.agents.get(&name);
         let process = pane.and_then(|p| p.agent_process());
         let state = match (declared, pane) {
-            (None, _) => "unmanaged",
+            (None, _) => "pruned-pending",
             (Some(a), _) if !a.enabled => "disabled",
             (Some(_), _) if obs.is_some_and(|o| o.clean_exit) && process.is_none() => "stopped",
-            (Some(_), None) => "missing",
+            (Some(_), None) => "declared",
             (Some(_), Some(p)) if p.dead => "dead",
             (Some(_), Some(p)) => match (process, p.phase.as_deref()) {
                 (Some(_), _) => "running",
@@ -267,7 +268,7 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
     }
     let now = jiff::Timestamp::now();
     let mut text = format!(
-        "{:<20} {:<10} {:>8} {:>8} {:<6} {}\n",
+        "{:<20} {:<14} {:>8} {:>8} {:<6} {}\n",
         "AGENT", "STATE", "PID", "UPTIME", "PANE", "LAST ACTIVITY"
     );
     for r in &rows {
@@ -278,7 +279,7 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
             .map(|t| format!("{} ago", human_secs(now.as_second() - t.as_second())))
             .unwrap_or_else(|| "-".into());
         text.push_str(&format!(
-            "{:<20} {:<10} {:>8} {:>8} {:<6} {}\n",
+            "{:<20} {:<14} {:>8} {:>8} {:<6} {}\n",
             r.agent,
             r.state,
             r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
