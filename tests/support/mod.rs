@@ -2,6 +2,8 @@
 //! builder that runs the real phoenix binary with a scrubbed environment.
 #![allow(dead_code)]
 
+pub mod model_server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,0 +1,103 @@
+//! The real Claude Code CLI, driven by a scripted model server on loopback (no network).
+//! The CLI is installed with npm into `target/real-cli/` on first use; if that fails the suite
+//! fails loudly rather than passing without having run.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use support::model_server::{ModelServer, Turn};
+
+/// The Claude Code version the suite is pinned to.
+const CLAUDE_CODE: &str = "@anthropic-ai/claude-code@2.1.197";
+
+fn claude_bin() -> PathBuf {
+    let prefix = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/real-cli");
+    let bin = prefix.join("node_modules/.bin/claude");
+    if !bin.exists() {
+        let status = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&prefix)
+            .arg(CLAUDE_CODE)
+            .status()
+            .expect("npm must be installed to run the real-CLI suite");
+        assert!(status.success(), "npm install {CLAUDE_CODE} failed");
+    }
+    assert!(bin.exists(), "claude binary missing after npm install");
+    bin
+}
+
+/// A HOME in which Claude Code skips onboarding and trusts `workdir`.
+fn prepared_home(root: &Path, workdir: &Path, key: &str) -> PathBuf {
+    let home = root.join("home");
+    std::fs::create_dir_all(home.join(".claude")).unwrap();
+    let state = serde_json::json!({
+        "hasCompletedOnboarding": true,
+        "projects": { workdir.to_string_lossy(): { "hasTrustDialogAccepted": true } },
+        "customApiKeyResponses": { "approved": [&key[key.len() - 20..]] },
+    });
+    std::fs::write(home.join(".claude.json"), state.to_string()).unwrap();
+    std::fs::write(
+        home.join(".claude/settings.json"),
+        r#"{"skipDangerousModePermissionPrompt": true}"#,
+    )
+    .unwrap();
+    home
+}
+
+fn claude_command(bin: &Path, home: &Path, server: &ModelServer, key: &str) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("ANTHROPIC_BASE_URL", server.base_url())
+        .env("ANTHROPIC_API_KEY", key)
+        .env("IS_SANDBOX", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_ERROR_REPORTING", "1")
+        .env("DISABLE_AUTOUPDATER", "1");
+    cmd
+}
+
+#[test]
+fn scripted_server_drives_a_real_bash_call() {
+    let bin = claude_bin();
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let key = "sk-ant-test-0123456789abcdefghijklmnop";
+    let home = prepared_home(tmp.path(), &work, key);
+    let server = ModelServer::start(vec![
+        Turn::bash("echo phoenix-smoke > smoke.txt"),
+        Turn::text("All done."),
+    ]);
+    let out = claude_command(&bin, &home, &server, key)
+        .current_dir(&work)
+        .args([
+            "-p",
+            "--dangerously-skip-permissions",
+            "write the smoke file",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "claude failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("smoke.txt"))
+            .unwrap()
+            .trim(),
+        "phoenix-smoke"
+    );
+    let requests = server.message_requests();
+    assert!(
+        requests.iter().any(|r| r.text().contains("tool_result")),
+        "the tool result went back to the model"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("All done."));
+}
