@@ -344,11 +344,14 @@ pub fn parse(source: &str, file: &Path, options: LoadOptions) -> Result<Spec, Fi
     let document = DeTable::parse(source).map_err(|e| fail(vec![toml_error(&e)]))?;
     let mut diags = Vec::new();
     check_keys(document.get_ref(), Section::Root, &mut diags);
-    if !diags.is_empty() {
-        return Err(fail(diags));
-    }
 
-    let raw: RawSpec = toml::from_str(source).map_err(|e| fail(vec![toml_error(&e)]))?;
+    let raw: RawSpec = match toml::from_str(source) {
+        Ok(raw) => raw,
+        Err(e) => {
+            diags.push(toml_error(&e));
+            return Err(fail(diags));
+        }
+    };
     let dir = file
         .parent()
         .map(Path::to_path_buf)

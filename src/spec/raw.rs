@@ -1,4 +1,6 @@
 //! The phoenix.toml document exactly as written: every field optional, spans kept for errors.
+//! Unknown keys are not rejected by serde here but by `check_keys` in the parent module, which
+//! reads the same field lists: that way every unknown key is reported, not just the first.
 
 use std::collections::BTreeMap;
 
@@ -6,7 +8,6 @@ use serde::Deserialize;
 use toml::Spanned;
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawSpec {
     #[serde(default)]
     pub fleet: RawFleet,
@@ -21,7 +22,6 @@ pub struct RawSpec {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawFleet {
     pub name: Option<Spanned<String>>,
     pub state_dir: Option<Spanned<String>>,
@@ -31,7 +31,6 @@ pub struct RawFleet {
 
 /// Used both for `[defaults]` and for each `[[agent]]`; `name` is only allowed in the latter.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawAgent {
     pub name: Option<Spanned<String>>,
     pub cli: Option<Spanned<String>>,
@@ -44,14 +43,12 @@ pub struct RawAgent {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawTmux {
     pub session: Option<Spanned<String>>,
     pub window: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawRestart {
     pub cooldown: Option<Spanned<String>>,
     pub backoff_max: Option<Spanned<String>>,
@@ -60,7 +57,6 @@ pub struct RawRestart {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawThresholds {
     pub silence: Option<Spanned<String>>,
     pub error_cascade: Option<Spanned<u32>>,
@@ -70,7 +66,6 @@ pub struct RawThresholds {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawSchedules {
     pub watchdog: Option<Spanned<String>>,
     pub brief: Option<Spanned<String>>,

@@ -75,7 +75,8 @@ fn unknown_keys_are_all_reported_with_suggestions() {
     let errs = errors(
         "[thresholds]\nsilense = \"10m\"\n[fleet]\nnmae = \"x\"\n[[agent]]\nname = \"a\"\ncomand = \"x\"\n",
     );
-    assert_eq!(errs.len(), 3, "{errs:?}");
+    // The misspelt `command` also leaves the agent without one: reported too.
+    assert_eq!(errs.len(), 4, "{errs:?}");
     assert_eq!((errs[0].line, errs[0].column), (2, 1));
     assert!(errs[0].message.contains("unknown key `silense`"));
     assert_eq!(errs[0].hint.as_deref(), Some("did you mean `silence`?"));
@@ -207,4 +208,12 @@ fn fingerprint_changes_with_launch_fields_only() {
     let diff = a.diff(&b);
     assert_eq!(diff.len(), 1);
     assert_eq!(diff[0].field, "command");
+}
+
+#[test]
+fn unknown_keys_and_bad_values_are_reported_together() {
+    let errs = errors("[thresholds]\nsilense = \"10m\"\nrunaway = \"2x\"\n");
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(errs[0].message.contains("unknown key `silense`"));
+    assert!(errs[1].message.contains("unknown unit `x`"));
 }
