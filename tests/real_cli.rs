@@ -101,3 +101,66 @@ fn scripted_server_drives_a_real_bash_call() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("All done."));
 }
+
+/// An agent declaration that runs the real Claude Code interactively against `server`.
+fn claude_agent(name: &str, bin: &Path, home: &Path, server: &ModelServer, key: &str) -> String {
+    format!(
+        "[[agent]]\nname = \"{name}\"\ncli = \"claude\"\ncommand = \"'{}' --dangerously-skip-permissions\"\nworkdir = \"work\"\n\
+         env = {{ HOME = \"{}\", ANTHROPIC_BASE_URL = \"{}\", ANTHROPIC_API_KEY = \"{key}\", IS_SANDBOX = \"1\", \
+         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\", DISABLE_TELEMETRY = \"1\", DISABLE_ERROR_REPORTING = \"1\", DISABLE_AUTOUPDATER = \"1\" }}\n",
+        bin.display(),
+        home.display(),
+        server.base_url()
+    )
+}
+
+/// Wait until the interactive prompt is up, then type `prompt` and press Enter.
+fn type_prompt(fleet: &support::Fleet, pane: &str, prompt: &str) {
+    support::wait_until(std::time::Duration::from_secs(30), "claude prompt", || {
+        fleet
+            .tmux(&["capture-pane", "-p", "-t", pane])
+            .is_some_and(|s| s.contains("bypass permissions on"))
+    });
+    fleet
+        .tmux(&["send-keys", "-t", pane, "-l", prompt])
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    fleet.tmux(&["send-keys", "-t", pane, "Enter"]).unwrap();
+}
+
+#[test]
+fn real_claude_runs_interactively_in_a_phoenix_pane() {
+    let bin = claude_bin();
+    let fleet = support::Fleet::new();
+    let work = fleet.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let key = "sk-ant-test-0123456789abcdefghijklmnop";
+    let home = prepared_home(fleet.path(), &work, key);
+    let server = ModelServer::start(vec![
+        Turn::bash("echo interactive-ok > out.txt"),
+        Turn::text("Wrote it."),
+    ]);
+    fleet.toml(&claude_agent("cc", &bin, &home, &server, key));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["cc"]);
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    type_prompt(&fleet, &pane, "write the file");
+    support::wait_until(std::time::Duration::from_secs(30), "bash call ran", || {
+        work.join("out.txt").exists()
+    });
+    assert_eq!(
+        std::fs::read_to_string(work.join("out.txt"))
+            .unwrap()
+            .trim(),
+        "interactive-ok"
+    );
+    support::wait_until(std::time::Duration::from_secs(15), "answer shown", || {
+        fleet
+            .tmux(&["capture-pane", "-p", "-t", &pane])
+            .is_some_and(|s| s.contains("Wrote it."))
+    });
+}

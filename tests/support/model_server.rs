@@ -232,9 +232,14 @@ fn serve(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     }
 }
 
-/// Compaction and other side requests get a summary text; everything else takes the next
+/// Compaction and other side requests get a canned text; everything else takes the next
 /// scripted turn (or a closing text when the script is exhausted).
 fn choose_turn(body: &Value, shared: &Shared) -> Turn {
+    // Side requests (session titles and the like) carry no tools; they must not eat the script.
+    let has_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    if !has_tools {
+        return Turn::text("Scripted session");
+    }
     let last_user = body["messages"]
         .as_array()
         .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
