@@ -1,4 +1,11 @@
 //! The state directory: per-agent dirs, markers, append-only logs and atomic file writes.
+//! `agent` models state.json; `store` reads and writes it safely.
+
+pub mod agent;
+pub mod store;
+
+pub use agent::{AgentState, OpenLoop, ResolvedItem, Retention, Status};
+pub use store::{BRIEF, HOOK_ERRORS, LAST_GOOD, RESOLVED_LOG, STATE, StateError, TOOL_USE};
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -164,6 +171,11 @@ pub fn append_jsonl<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
 
 /// Write a file atomically: temp file in the same dir, fsync, rename, fsync the dir.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    atomic_write_mode(path, bytes, 0o600)
+}
+
+/// `atomic_write` with the mode the new file gets (files in a user's project are not private).
+pub fn atomic_write_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -175,8 +187,10 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
             .write(true)
             .create(true)
             .truncate(true)
-            .mode(0o600)
+            .mode(mode)
             .open(&tmp)?;
+        // The umask may have narrowed `mode`; a user's settings file keeps the mode it had.
+        file.set_permissions(fs::Permissions::from_mode(mode))?;
         file.write_all(bytes)?;
         file.sync_all()?;
         fs::rename(&tmp, path)?;

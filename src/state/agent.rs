@@ -1,0 +1,370 @@
+//! `state.json`: the agent's externalized state (Phoenix Protocol v2.0 fields plus phoenix's own
+//! bookkeeping), open-loop staleness and resolved-item retention.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+/// What the agent is doing, as far as its hooks have seen.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Status {
+    /// A turn is in progress: a prompt was submitted or a tool ran since the last turn ended.
+    Working,
+    /// The last turn finished; the agent waits for input.
+    #[default]
+    Idle,
+    /// The session ended.
+    Stopped,
+    /// Written by something else (a brief generator, a person); kept as is.
+    Other(String),
+}
+
+impl Status {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Status::Working => "working",
+            Status::Idle => "idle",
+            Status::Stopped => "stopped",
+            Status::Other(s) => s,
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Status {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Status {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Ok(match s.as_str() {
+            "working" => Status::Working,
+            "idle" => Status::Idle,
+            "stopped" => Status::Stopped,
+            _ => Status::Other(s),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpenLoop {
+    pub id: String,
+    #[serde(default)]
+    pub text: String,
+    /// `YYYY-MM-DD` (the protocol's format); a full timestamp is accepted too.
+    #[serde(default)]
+    pub added: String,
+    #[serde(default)]
+    pub stale: bool,
+    /// Fields added by others (a brief generator, a person) survive phoenix's rewrites.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResolvedItem {
+    pub id: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub resolved_date: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The content of `state.json`. Every field is optional on disk so that files written by the
+/// seed's scripts, a brief generator or a person load; unknown fields are kept.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentState {
+    #[serde(default)]
+    pub agent: String,
+    /// RFC 3339. Updated by the hooks, at most every `HEARTBEAT_WRITE_INTERVAL` by heartbeats
+    /// (tool_use.jsonl has every call).
+    #[serde(default)]
+    pub last_active: Option<String>,
+    #[serde(default)]
+    pub status: Status,
+    #[serde(default)]
+    pub current_task: Option<String>,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub open_loops: Vec<OpenLoop>,
+    #[serde(default)]
+    pub resolved: Vec<ResolvedItem>,
+    #[serde(default, deserialize_with = "lenient_numbers")]
+    pub numbers: BTreeMap<String, String>,
+
+    /// `source` of the last SessionStart (`startup`, `resume`, `clear`, `compact`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_source: Option<String>,
+    /// Consecutive failed tool calls; reset by a successful one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub consecutive_errors: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub compactions: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_compaction: Option<String>,
+    /// How the last session ended: `{ts, reason, clean}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_session_end: Option<SessionEnd>,
+
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionEnd {
+    pub ts: String,
+    #[serde(default)]
+    pub reason: String,
+    /// A user-initiated exit (`/exit`, logout): not a crash, not an interruption.
+    #[serde(default)]
+    pub clean: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// `numbers` is `{string: string}`, but a hand-written `"crons": 4` must not make the whole
+/// file "corrupt": scalars are turned into strings.
+fn lenient_numbers<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    let map = Option::<BTreeMap<String, Value>>::deserialize(d)?.unwrap_or_default();
+    map.into_iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => Ok((k, s)),
+            Value::Number(n) => Ok((k, n.to_string())),
+            Value::Bool(b) => Ok((k, b.to_string())),
+            Value::Null => Ok((k, String::new())),
+            other => Err(serde::de::Error::custom(format!(
+                "`numbers.{k}` must be a string, not {other}"
+            ))),
+        })
+        .collect()
+}
+
+/// Retention rules applied on every write (and on display).
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    pub stale_after: Duration,
+    pub resolved_retention: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        let t = crate::spec::Thresholds::default();
+        Retention {
+            stale_after: t.stale_after,
+            resolved_retention: t.resolved_retention,
+        }
+    }
+}
+
+impl From<&crate::spec::Thresholds> for Retention {
+    fn from(t: &crate::spec::Thresholds) -> Self {
+        Retention {
+            stale_after: t.stale_after,
+            resolved_retention: t.resolved_retention,
+        }
+    }
+}
+
+impl AgentState {
+    pub fn new(agent: &str) -> AgentState {
+        AgentState {
+            agent: agent.to_string(),
+            ..AgentState::default()
+        }
+    }
+
+    /// Flag open loops older than `stale_after`, drop resolved items older than the retention.
+    /// Dates that do not parse are left alone: phoenix never drops what it cannot date.
+    pub fn normalize(&mut self, now: jiff::Timestamp, retention: Retention) {
+        for lp in &mut self.open_loops {
+            if let Some(added) = parse_day(&lp.added) {
+                lp.stale = age(now, added) >= retention.stale_after;
+            }
+        }
+        self.resolved.retain(|r| match parse_day(&r.resolved_date) {
+            Some(day) => age(now, day) < retention.resolved_retention,
+            None => true,
+        });
+    }
+
+    pub fn open_loop(&self, id: &str) -> Option<&OpenLoop> {
+        self.open_loops.iter().find(|l| l.id == id)
+    }
+
+    pub fn open_ids(&self) -> Vec<&str> {
+        self.open_loops.iter().map(|l| l.id.as_str()).collect()
+    }
+
+    pub fn last_active_at(&self) -> Option<jiff::Timestamp> {
+        self.last_active.as_deref().and_then(parse_timestamp)
+    }
+
+    pub fn to_pretty_json(&self) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec_pretty(self).expect("state serialises");
+        bytes.push(b'\n');
+        bytes
+    }
+}
+
+/// Today's date (UTC) in the protocol's `YYYY-MM-DD` form.
+pub fn today(now: jiff::Timestamp) -> String {
+    now.to_zoned(jiff::tz::TimeZone::UTC).date().to_string()
+}
+
+/// RFC 3339 timestamps with or without offset (Python's `isoformat()` writes `+00:00`).
+pub fn parse_timestamp(s: &str) -> Option<jiff::Timestamp> {
+    s.parse::<jiff::Timestamp>().ok()
+}
+
+/// A day from `YYYY-MM-DD` or from the date part of a timestamp, at 00:00 UTC.
+fn parse_day(s: &str) -> Option<jiff::Timestamp> {
+    if let Some(ts) = parse_timestamp(s) {
+        return Some(ts);
+    }
+    let date: jiff::civil::Date = s.get(..10)?.parse().ok()?;
+    date.to_zoned(jiff::tz::TimeZone::UTC)
+        .ok()
+        .map(|z| z.timestamp())
+}
+
+fn age(now: jiff::Timestamp, then: jiff::Timestamp) -> Duration {
+    let secs = now.as_second() - then.as_second();
+    Duration::from_secs(secs.max(0) as u64)
+}
+
+/// Loop ids are stable handles typed on command lines and read by agents.
+pub fn valid_loop_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 80
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:/".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> jiff::Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn seed_example_loads_and_round_trips_unknown_fields() {
+        let text = r#"{
+          "agent": "trades", "last_active": "2026-02-17T02:12:53Z",
+          "open_loops": [{"id": "schwab-oauth", "text": "Schwab OAuth", "added": "2026-02-01", "stale": true, "owner": "me"}],
+          "resolved": [{"id": "snapshot-failure", "reason": "Fixed cron", "resolved_date": "2026-02-16"}],
+          "numbers": {"nav": "$266,691", "active_crons": 4},
+          "custom": {"x": 1}
+        }"#;
+        let state: AgentState = serde_json::from_str(text).unwrap();
+        assert_eq!(state.status, Status::Idle);
+        assert_eq!(state.numbers["active_crons"], "4");
+        assert_eq!(state.open_loops[0].extra["owner"], "me");
+        let back: Value = serde_json::from_slice(&state.to_pretty_json()).unwrap();
+        assert_eq!(back["custom"]["x"], 1);
+        assert_eq!(back["open_loops"][0]["owner"], "me");
+        assert_eq!(back["status"], "idle");
+    }
+
+    #[test]
+    fn unknown_status_is_kept() {
+        let state: AgentState = serde_json::from_str(r#"{"status": "blocked"}"#).unwrap();
+        assert_eq!(state.status, Status::Other("blocked".into()));
+        let back: Value = serde_json::from_slice(&state.to_pretty_json()).unwrap();
+        assert_eq!(back["status"], "blocked");
+    }
+
+    #[test]
+    fn wrong_types_do_not_parse() {
+        assert!(serde_json::from_str::<AgentState>(r#"{"open_loops": "x"}"#).is_err());
+        assert!(serde_json::from_str::<AgentState>(r#"{"numbers": {"a": [1]}}"#).is_err());
+    }
+
+    #[test]
+    fn loops_go_stale_and_resolved_items_expire() {
+        let mut state = AgentState::new("a");
+        for (id, added) in [
+            ("old", "2026-02-01"),
+            ("new", "2026-02-14"),
+            ("odd", "soon"),
+        ] {
+            state.open_loops.push(OpenLoop {
+                id: id.into(),
+                text: String::new(),
+                added: added.into(),
+                stale: false,
+                extra: Map::new(),
+            });
+        }
+        for (id, day) in [("gone", "2026-02-01"), ("kept", "2026-02-16"), ("?", "")] {
+            state.resolved.push(ResolvedItem {
+                id: id.into(),
+                reason: String::new(),
+                resolved_date: day.into(),
+                extra: Map::new(),
+            });
+        }
+        state.normalize(ts("2026-02-17T02:12:53Z"), Retention::default());
+        let stale: Vec<bool> = state.open_loops.iter().map(|l| l.stale).collect();
+        assert_eq!(stale, [true, false, false]);
+        let kept: Vec<&str> = state.resolved.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(kept, ["kept", "?"]);
+    }
+
+    #[test]
+    fn stale_flag_follows_the_threshold_both_ways() {
+        let mut state = AgentState::new("a");
+        state.open_loops.push(OpenLoop {
+            id: "x".into(),
+            text: String::new(),
+            added: "2026-02-10".into(),
+            stale: true,
+            extra: Map::new(),
+        });
+        state.normalize(ts("2026-02-17T00:00:00Z"), Retention::default());
+        assert!(!state.open_loops[0].stale, "7 days is not stale at 14d");
+        let short = Retention {
+            stale_after: Duration::from_secs(86_400),
+            ..Retention::default()
+        };
+        state.normalize(ts("2026-02-17T00:00:00Z"), short);
+        assert!(state.open_loops[0].stale);
+    }
+
+    #[test]
+    fn python_isoformat_timestamps_parse() {
+        let state: AgentState =
+            serde_json::from_str(r#"{"last_active": "2026-02-17T02:12:53.123456+00:00"}"#).unwrap();
+        assert_eq!(
+            state.last_active_at().unwrap().as_second(),
+            ts("2026-02-17T02:12:53Z").as_second()
+        );
+    }
+
+    #[test]
+    fn loop_ids() {
+        assert!(valid_loop_id("schwab-oauth"));
+        assert!(!valid_loop_id(""));
+        assert!(!valid_loop_id("two words"));
+    }
+}
