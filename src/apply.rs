@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::json;
 
+use crate::hooks::config as hook_config;
 use crate::plan::{Action, Change, Plan};
 use crate::spec::{AgentSpec, Spec};
 use crate::state::{self, AgentDir, FleetDir};
@@ -104,6 +105,25 @@ impl Applier<'_> {
                     .map_err(|e| format!("could not stop pane {pane}: {e}"))?;
                 Ok(format!("stopped pane {pane}"))
             }
+            // Merged again from the file as it is now, not written from the plan: a user's
+            // edit between plan and apply is kept.
+            Action::InstallHooks { path, .. } => {
+                let agent = agent()?;
+                let desired = hook_config::Target::new(&self.exe, &self.spec.file, agent).desired();
+                let detail = hook_config::write_file(path, &agent.name, desired.as_ref())?;
+                ensure_dir(dir)?;
+                dir.record_installed_hook(path, true)
+                    .map_err(|e| format!("{detail}, but {e}"))?;
+                Ok(detail)
+            }
+            Action::RemoveHooks { path, .. } => {
+                let detail = hook_config::write_file(path, &change.agent, None)?;
+                if dir.exists() {
+                    dir.record_installed_hook(path, false)
+                        .map_err(|e| format!("{detail}, but {e}"))?;
+                }
+                Ok(detail)
+            }
         }
     }
 
@@ -172,6 +192,8 @@ fn action_name(action: &Action) -> &'static str {
         Action::Replace { .. } => "replace",
         Action::Stop { .. } => "stop",
         Action::Prune { .. } => "prune",
+        Action::InstallHooks { .. } => "install_hooks",
+        Action::RemoveHooks { .. } => "remove_hooks",
     }
 }
 

@@ -1,19 +1,23 @@
 //! The pure diff: `diff(&Spec, &World) -> Plan`, rendered for people and as JSON.
 
 use std::fmt::{self, Write as _};
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::spec::{AgentSpec, FieldChange, Spec};
-use crate::world::{PaneObs, World};
+use crate::hooks::config::{self as hook_config, FileChange, Target};
+use crate::spec::{AgentSpec, Cli, FieldChange, Spec};
+use crate::world::{AgentObs, FileObs, PaneObs, World};
 
 /// Bumped whenever the JSON shape changes incompatibly.
 pub const FORMAT_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanOptions {
-    /// Remove agents that run but are no longer declared.
+    /// Remove agents that run but are no longer declared (and their hook entries).
     pub prune: bool,
+    /// The phoenix binary that hook commands call. Hook files are planned only when set.
+    pub hooks_exe: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -56,26 +60,43 @@ pub enum Action {
     Prune {
         pane: String,
     },
+    /// Merge phoenix's hook entries into the CLI's hook file in the agent's workdir.
+    InstallHooks {
+        path: PathBuf,
+        cli: Cli,
+        /// The file does not exist yet.
+        create: bool,
+        /// Unified diff of the file's content (normalised JSON), for people.
+        diff: String,
+    },
+    /// Take phoenix's entries for the agent out of a hook file (another CLI now, or pruned).
+    RemoveHooks {
+        path: PathBuf,
+        diff: String,
+    },
 }
 
 impl Action {
     pub fn symbol(&self) -> &'static str {
         match self {
             Action::InitState | Action::Start => "+",
-            Action::Restart { .. } => "~",
+            Action::InstallHooks { create: true, .. } => "+",
+            Action::Restart { .. } | Action::InstallHooks { .. } => "~",
             Action::Replace { .. } => "-/+",
-            Action::Stop { .. } | Action::Prune { .. } => "-",
+            Action::Stop { .. } | Action::Prune { .. } | Action::RemoveHooks { .. } => "-",
         }
     }
 
+    /// Hooks go in before agents start: the CLIs read their hook files once, at startup.
     fn order(&self) -> u8 {
         match self {
             Action::InitState => 0,
-            Action::Start => 1,
-            Action::Restart { .. } => 2,
-            Action::Replace { .. } => 3,
-            Action::Stop { .. } => 4,
-            Action::Prune { .. } => 5,
+            Action::InstallHooks { .. } | Action::RemoveHooks { .. } => 1,
+            Action::Start => 2,
+            Action::Restart { .. } => 3,
+            Action::Replace { .. } => 4,
+            Action::Stop { .. } => 5,
+            Action::Prune { .. } => 6,
         }
     }
 }
@@ -93,6 +114,8 @@ pub struct Summary {
     pub replace: usize,
     pub remove: usize,
     pub init: usize,
+    /// Hook files to write or clean.
+    pub hooks: usize,
 }
 
 impl Plan {
@@ -109,6 +132,7 @@ impl Plan {
                 Action::Restart { .. } => s.restart += 1,
                 Action::Replace { .. } => s.replace += 1,
                 Action::Stop { .. } | Action::Prune { .. } => s.remove += 1,
+                Action::InstallHooks { .. } | Action::RemoveHooks { .. } => s.hooks += 1,
             }
         }
         s
@@ -142,6 +166,29 @@ pub fn diff(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
                 Action::InitState,
                 "state directory is missing".into(),
             ));
+        }
+    }
+
+    if let Some(exe) = &options.hooks_exe {
+        for agent in &spec.agents {
+            let paths = hook_paths(Some(&agent.workdir), world.agents.get(&agent.name));
+            changes.extend(hook_changes(
+                spec,
+                &agent.name,
+                Some(agent),
+                &paths,
+                exe,
+                world,
+            ));
+        }
+        if options.prune {
+            for (name, obs) in &world.agents {
+                if spec.agent(name).is_none() {
+                    let workdir = obs.started.as_ref().map(|s| s.workdir.as_path());
+                    let paths = hook_paths(workdir, Some(obs));
+                    changes.extend(hook_changes(spec, name, None, &paths, exe, world));
+                }
+            }
         }
     }
 
@@ -184,6 +231,110 @@ pub fn diff(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
         changes,
         unmanaged,
     }
+}
+
+/// Every hook file that may hold phoenix entries for an agent: the three CLIs' files in its
+/// workdir and the files `apply` recorded installing (an old workdir, another CLI).
+fn hook_paths(workdir: Option<&Path>, obs: Option<&AgentObs>) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = workdir
+        .into_iter()
+        .flat_map(|w| {
+            hook_config::HOOKED
+                .into_iter()
+                .filter_map(move |cli| hook_config::path_in(cli, w))
+        })
+        .collect();
+    for p in obs.into_iter().flat_map(|o| &o.installed_hooks) {
+        if !paths.contains(p) {
+            paths.push(p.clone());
+        }
+    }
+    paths
+}
+
+/// Hook files that differ from what they should hold for agent `name`: the file of its own
+/// CLI in its workdir gets phoenix's entries, every other file loses them (`agent` is `None`
+/// for an agent being pruned).
+fn hook_changes(
+    spec: &Spec,
+    name: &str,
+    agent: Option<&AgentSpec>,
+    paths: &[PathBuf],
+    exe: &Path,
+    world: &World,
+) -> Vec<Change> {
+    let mut changes = Vec::new();
+    for path in paths {
+        let Some(cli) = hook_config::cli_of(path) else {
+            continue;
+        };
+        let label = hook_config::relative_path(cli).unwrap_or_default();
+        let own = agent.filter(|a| {
+            a.cli == cli && hook_config::path_in(cli, &a.workdir).as_ref() == Some(path)
+        });
+        let desired = own.and_then(|a| Target::new(exe, &spec.file, a).desired());
+        let existing = match world.hook_files.get(path) {
+            Some(FileObs::Text(text)) => Some(text.as_str()),
+            Some(FileObs::Unreadable(e)) => {
+                if desired.is_some() {
+                    changes.push(change(
+                        name,
+                        Action::InstallHooks {
+                            path: path.clone(),
+                            cli,
+                            create: false,
+                            diff: String::new(),
+                        },
+                        format!("cannot read `{label}` ({e}); fix its permissions"),
+                    ));
+                }
+                continue;
+            }
+            Some(FileObs::Missing) | None => None,
+        };
+        let Some(file_change) = hook_config::plan_file(label, existing, name, desired.as_ref())
+        else {
+            continue;
+        };
+        let had_entries = existing.is_some_and(|t| hook_config::has_agent_entries(t, name));
+        let path = path.clone();
+        let (action, reason) = match file_change {
+            FileChange::Write { create, diff } if desired.is_some() => (
+                Action::InstallHooks {
+                    path,
+                    cli,
+                    create,
+                    diff,
+                },
+                if create {
+                    format!("`{label}` does not exist yet")
+                } else if had_entries {
+                    format!("phoenix's hooks in `{label}` are out of date")
+                } else {
+                    format!("`{label}` has no phoenix hooks yet")
+                },
+            ),
+            FileChange::Write { diff, .. } | FileChange::Delete { diff } => (
+                Action::RemoveHooks { path, diff },
+                match agent {
+                    None => "not declared in phoenix.toml".to_string(),
+                    Some(a) if a.cli != cli => format!("the agent uses cli `{}` now", a.cli),
+                    Some(_) => "the agent's workdir moved".to_string(),
+                },
+            ),
+            FileChange::Unmergeable { problem } => (
+                Action::InstallHooks {
+                    path,
+                    cli,
+                    create: false,
+                    diff: String::new(),
+                },
+                format!("cannot merge into `{label}`: it {problem}"),
+            ),
+        };
+        changes.push(change(name, action, reason));
+    }
+    changes
 }
 
 fn diff_agent(agent: &AgentSpec, world: &World) -> Option<Change> {
@@ -298,6 +449,9 @@ impl fmt::Display for Plan {
             if s.init > 0 {
                 let _ = write!(line, ", {} state dir{} to create", s.init, plural(s.init));
             }
+            if s.hooks > 0 {
+                let _ = write!(line, ", {} hook file{} to update", s.hooks, plural(s.hooks));
+            }
             writeln!(f, "{line}.")?;
         }
         if !self.unmanaged.is_empty() {
@@ -325,8 +479,17 @@ fn render_change(c: &Change) -> String {
         Action::Replace { pane, .. } => format!("replace in {pane}"),
         Action::Stop { pane } => format!("stop {pane}"),
         Action::Prune { pane } => format!("remove {pane}"),
+        Action::InstallHooks { path, .. } => format!("install hooks in {}", path.display()),
+        Action::RemoveHooks { path, .. } => {
+            format!("remove phoenix hooks from {}", path.display())
+        }
     };
     let mut out = format!("{:>5} agent `{}`: {what} — {}", c.symbol, c.agent, c.reason);
+    if let Action::InstallHooks { diff, .. } | Action::RemoveHooks { diff, .. } = &c.action {
+        for line in diff.lines() {
+            let _ = write!(out, "\n          {line}");
+        }
+    }
     if let Action::Replace { changed, .. } = &c.action {
         for fc in changed {
             let _ = write!(
@@ -392,6 +555,7 @@ mod tests {
         World {
             observed_at: 1_000_000,
             server_running: true,
+            hook_files: Default::default(),
             panes,
             agents: spec
                 .agents
@@ -491,7 +655,14 @@ mod tests {
         let plan = diff(&s, &w, &PlanOptions::default());
         assert!(plan.changes.iter().all(|c| c.agent != "old"));
         assert_eq!(plan.unmanaged.len(), 1);
-        let plan = diff(&s, &w, &PlanOptions { prune: true });
+        let plan = diff(
+            &s,
+            &w,
+            &PlanOptions {
+                prune: true,
+                ..Default::default()
+            },
+        );
         let c = plan.changes.iter().find(|c| c.agent == "old").unwrap();
         assert!(matches!(c.action, Action::Prune { .. }));
     }

@@ -31,6 +31,14 @@ fn observe(spec: &Spec) -> anyhow::Result<World> {
     })
 }
 
+/// Hook commands call the binary that planned them.
+fn plan_options(prune: bool) -> anyhow::Result<PlanOptions> {
+    Ok(PlanOptions {
+        prune,
+        hooks_exe: Some(std::env::current_exe().context("cannot find the phoenix binary")?),
+    })
+}
+
 pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
     match spec::load(config) {
         Ok(spec) => {
@@ -63,7 +71,7 @@ pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
 pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
     let spec = load(config)?;
     let world = observe(&spec)?;
-    let plan = plan::diff(&spec, &world, &PlanOptions { prune });
+    let plan = plan::diff(&spec, &world, &plan_options(prune)?);
     if json {
         out(&format!(
             "{}\n",
@@ -78,7 +86,7 @@ pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
 pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Result<i32> {
     let spec = load(config)?;
     let world = observe(&spec)?;
-    let plan = plan::diff(&spec, &world, &PlanOptions { prune });
+    let plan = plan::diff(&spec, &world, &plan_options(prune)?);
     FleetDir::new(&spec.fleet.state_dir)
         .ensure()
         .with_context(|| {

@@ -1,5 +1,6 @@
 //! Command-line definitions (clap) and dispatch. Each subcommand calls into the modules.
 
+mod agent_state;
 mod fleet;
 mod scaffold;
 
@@ -74,15 +75,38 @@ pub enum Command {
         #[arg(long)]
         agent: String,
     },
-    /// Entry point for the agent CLIs' hooks (reads the payload on stdin).
+    /// Entry point for the agent CLIs' hooks (reads the payload on stdin). Always exits 0.
     Hook {
-        /// session-start, heartbeat, tool-error, pre-compact, stop, session-end
+        /// session-start, prompt, heartbeat, tool-error, pre-tool, pre-compact, stop,
+        /// turn-complete, session-end
         event: String,
         #[arg(long)]
         agent: String,
+        /// The calling CLI (claude, codex, gemini, custom): decides the output format even when
+        /// phoenix.toml cannot be read. Default: the agent's `cli`.
+        #[arg(long)]
+        cli: Option<String>,
         /// Payload as an argument instead of stdin (Codex `notify` passes it this way).
         payload: Option<String>,
     },
+    /// The hook configuration phoenix installs in agents' workdirs.
+    #[command(subcommand)]
+    Hooks(agent_state::HooksCommand),
+    /// Open loops: things an agent still has to close.
+    #[command(subcommand)]
+    Loop(agent_state::LoopCommand),
+    /// Resolve an open loop: appends to resolved.jsonl and updates state.json at once.
+    Resolve {
+        agent: String,
+        /// The loop's id (`phoenix loop list AGENT`).
+        id: String,
+        /// Why it is resolved.
+        #[arg(required = true, num_args = 1..)]
+        reason: Vec<String>,
+    },
+    /// An agent's externalized state (state.json).
+    #[command(subcommand)]
+    State(agent_state::StateCommand),
     /// A stand-in agent CLI for demos and tests.
     #[command(hide = true)]
     DemoAgent(crate::demo::DemoArgs),
@@ -113,8 +137,21 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Hook {
             event,
             agent,
+            cli,
             payload,
-        } => Ok(crate::hooks::run(&config, &event, &agent, payload)),
+        } => Ok(crate::hooks::run(
+            &config,
+            &event,
+            &agent,
+            cli.as_deref(),
+            payload,
+        )),
+        Command::Hooks(cmd) => agent_state::hooks(&config, cmd),
+        Command::Loop(cmd) => agent_state::loops(&config, cmd),
+        Command::Resolve { agent, id, reason } => {
+            agent_state::resolve(&config, &agent, &id, &reason.join(" "))
+        }
+        Command::State(cmd) => agent_state::state(&config, cmd),
         Command::DemoAgent(args) => crate::demo::run(args),
     }
 }

@@ -1,54 +1,619 @@
-//! `phoenix hook <event>`: called by the agent CLIs on every session start and tool call.
-//! Whatever happens inside, a hook exits 0 and never breaks the agent.
+//! `phoenix hook <event>`: called by the agent CLIs on session start, on every tool call and at
+//! the end of turns and sessions. It keeps the agent's state current without the agent having to
+//! remember anything. Whatever happens inside, a hook exits 0 with valid output for its CLI and
+//! logs the problem: the agent is never broken by phoenix.
+//!
+//! This is the fast path: no async runtime, no Lua, and a heartbeat rewrites state.json only
+//! when something changed or `last_active` is older than `HEARTBEAT_WRITE_INTERVAL`.
 
-use std::io::Read;
-use std::path::Path;
+pub mod config;
+pub mod context;
+pub mod guard;
+pub mod output;
+pub mod payload;
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::spec::{self, LoadOptions};
-use crate::state::{self, FleetDir};
+use crate::spec::{self, AgentSpec, Cli, LoadOptions, Spec};
+use crate::state::{self, AgentDir, AgentState, FleetDir, Retention, StateError, Status};
+use output::Reply;
+use payload::{Outcome, Payload};
 
-/// Largest payload read from stdin; the rest is ignored.
-const MAX_PAYLOAD: u64 = 1 << 20;
+/// Payloads are read whole up to this size (a tool response can be large); the rest is
+/// drained so that the CLI never sees a broken pipe, and ignored.
+const MAX_PAYLOAD: u64 = 64 << 20;
 
-pub fn run(config: &Path, event: &str, agent: &str, payload_arg: Option<String>) -> i32 {
-    let payload = payload_arg.unwrap_or_else(|| {
-        let mut buf = String::new();
-        let _ = std::io::stdin().take(MAX_PAYLOAD).read_to_string(&mut buf);
-        buf
-    });
-    if let Err(e) = handle(config, event, agent, &payload) {
-        eprintln!("phoenix hook {event}: {e:#}");
+/// A successful tool call refreshes `last_active` in state.json at most this often;
+/// tool_use.jsonl records every call.
+pub const HEARTBEAT_WRITE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How many recent tool calls a recovery block lists.
+const RECENT_TOOLS: usize = 5;
+
+/// Session-end reasons that mean the user chose to leave: a clean exit, not a crash.
+const USER_EXITS: [&str; 3] = ["prompt_input_exit", "logout", "exit"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    SessionStart,
+    Prompt,
+    Heartbeat,
+    ToolError,
+    PreTool,
+    PreCompact,
+    Stop,
+    /// Codex's legacy `notify` (`agent-turn-complete`), payload as the last argument.
+    TurnComplete,
+    SessionEnd,
+}
+
+impl Event {
+    pub const NAMES: [&'static str; 9] = [
+        "session-start",
+        "prompt",
+        "heartbeat",
+        "tool-error",
+        "pre-tool",
+        "pre-compact",
+        "stop",
+        "turn-complete",
+        "session-end",
+    ];
+
+    pub fn parse(s: &str) -> Option<Event> {
+        Some(match s {
+            "session-start" => Event::SessionStart,
+            "prompt" => Event::Prompt,
+            "heartbeat" => Event::Heartbeat,
+            "tool-error" => Event::ToolError,
+            "pre-tool" => Event::PreTool,
+            "pre-compact" => Event::PreCompact,
+            "stop" => Event::Stop,
+            "turn-complete" => Event::TurnComplete,
+            "session-end" => Event::SessionEnd,
+            _ => return None,
+        })
     }
+}
+
+/// Run one hook and return the exit code, which is always 0.
+pub fn run(
+    config: &Path,
+    event: &str,
+    agent: &str,
+    cli: Option<&str>,
+    payload_arg: Option<String>,
+) -> i32 {
+    let raw = payload_arg.unwrap_or_else(read_stdin);
+    let payload = Payload::parse(&raw);
+    let mut hook = Hook {
+        event_name: event,
+        agent,
+        cli: cli.and_then(Cli::parse).or_else(|| payload.guess_cli()),
+        payload,
+        dir: None,
+    };
+    let reply = match hook.handle(config) {
+        Ok(reply) => reply,
+        Err(e) => {
+            hook.problem(&e);
+            Reply::Nothing
+        }
+    };
+    let text = output::render(hook.cli, &reply);
+    let mut stdout = std::io::stdout().lock();
+    // A CLI that stopped listening is not our problem; the exit code stays 0.
+    let _ = stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush());
     0
 }
 
-fn handle(config: &Path, event: &str, agent: &str, payload: &str) -> anyhow::Result<()> {
-    let spec = spec::load_with(
-        config,
-        LoadOptions {
-            check_filesystem: false,
-        },
-    )?;
-    if spec.agent(agent).is_none() {
-        anyhow::bail!("agent `{agent}` is not declared in {}", spec.file.display());
-    }
-    let dir = FleetDir::new(&spec.fleet.state_dir).agent(agent);
-    dir.ensure()?;
-    let payload: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
-    match event {
-        "heartbeat" | "tool-error" => {
-            let tool = payload
-                .get("tool_name")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            state::append_jsonl(
-                &dir.file("tool_use.jsonl"),
-                &json!({"ts": state::now_rfc3339(), "tool": tool, "ok": event == "heartbeat"}),
-            )?;
+fn read_stdin() -> String {
+    let mut buf = Vec::new();
+    let mut stdin = std::io::stdin().lock();
+    let _ = (&mut stdin).take(MAX_PAYLOAD).read_to_end(&mut buf);
+    let _ = std::io::copy(&mut stdin, &mut std::io::sink());
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+struct Hook<'a> {
+    event_name: &'a str,
+    agent: &'a str,
+    cli: Option<Cli>,
+    payload: Payload,
+    dir: Option<AgentDir>,
+}
+
+/// What the event handlers need once the spec is loaded.
+struct Ctx<'a> {
+    spec: &'a Spec,
+    agent: &'a AgentSpec,
+    dir: &'a AgentDir,
+    retention: Retention,
+    now: jiff::Timestamp,
+}
+
+impl Hook<'_> {
+    /// Log a problem to stderr and, when the state dir is known, to hook_errors.jsonl.
+    fn problem(&self, message: &str) {
+        eprintln!("phoenix hook {}: {message}", self.event_name);
+        match &self.dir {
+            Some(dir) => dir.record_hook_error(self.event_name, message),
+            None => {
+                // The wrapper tells its agent where its state lives; use it when the config
+                // itself could not be read.
+                if let Some(path) = std::env::var_os("PHOENIX_STATE_DIR") {
+                    let dir = AgentDir {
+                        name: self.agent.to_string(),
+                        path: PathBuf::from(path),
+                    };
+                    if dir.exists() {
+                        dir.record_hook_error(self.event_name, message);
+                    }
+                }
+            }
         }
-        other => dir.record_op(&format!("hook_{}", other.replace('-', "_")), Value::Null)?,
     }
-    Ok(())
+
+    fn handle(&mut self, config: &Path) -> Result<Reply, String> {
+        let Some(event) = Event::parse(self.event_name) else {
+            return Err(format!(
+                "unknown hook event `{}` (known: {})",
+                self.event_name,
+                Event::NAMES.join(", ")
+            ));
+        };
+        // Two agents sharing a workdir both have hooks there; each agent's CLI runs with
+        // PHOENIX_AGENT set by its wrapper, so the other agent's hooks stand aside.
+        if let Ok(running) = std::env::var("PHOENIX_AGENT") {
+            if !running.is_empty() && running != self.agent {
+                return Ok(Reply::Nothing);
+            }
+        }
+        let spec = spec::load_with(
+            config,
+            LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .map_err(|e| {
+            format!(
+                "{} (run `phoenix validate` for details)",
+                first_line(&e.to_string())
+            )
+        })?;
+        let agent = spec.agent(self.agent).ok_or_else(|| {
+            format!(
+                "agent `{}` is not declared in `{}`",
+                self.agent,
+                spec.file.display()
+            )
+        })?;
+        self.cli = self.cli.or(Some(agent.cli));
+        let dir = FleetDir::new(&spec.fleet.state_dir).agent(&agent.name);
+        dir.ensure()
+            .map_err(|e| format!("cannot create state dir `{}`: {e}", dir.path.display()))?;
+        self.dir = Some(dir.clone());
+        if let Some(problem) = &self.payload.problem {
+            self.problem(problem);
+        }
+        let ctx = Ctx {
+            spec: &spec,
+            agent,
+            dir: &dir,
+            retention: Retention::from(&spec.thresholds),
+            now: jiff::Timestamp::now(),
+        };
+        match event {
+            Event::SessionStart => Ok(self.session_start(&ctx)),
+            Event::Prompt => self.prompt(&ctx),
+            Event::Heartbeat => self.tool_done(&ctx, self.payload.outcome()),
+            Event::ToolError => {
+                let outcome = match self.payload.outcome() {
+                    Outcome::Ok => Outcome::Failed("tool failed".into()),
+                    other => other,
+                };
+                self.tool_done(&ctx, outcome)
+            }
+            Event::PreTool => self.pre_tool(&ctx),
+            Event::PreCompact => self.pre_compact(&ctx),
+            Event::Stop | Event::TurnComplete => self.stop(&ctx),
+            Event::SessionEnd => self.session_end(&ctx),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    fn session_start(&self, ctx: &Ctx<'_>) -> Reply {
+        let dir = ctx.dir;
+        let source = self.payload.str("source").unwrap_or("startup").to_string();
+        let state = dir.read_state().unwrap_or_else(|e| {
+            self.problem(&e.to_string());
+            AgentState::new(&ctx.agent.name)
+        });
+        let interrupted = source != "compact" && was_interrupted(dir, &state);
+        let start = match (interrupted, source.as_str()) {
+            (true, _) => context::Start::Recovery,
+            (false, "compact") => context::Start::Compacted,
+            (false, "resume") => context::Start::Resumed,
+            (false, _) => context::Start::Fresh,
+        };
+        let brief = std::fs::read_to_string(dir.file(state::BRIEF)).ok();
+        let recent = if interrupted {
+            tail_jsonl(&dir.file(state::TOOL_USE), RECENT_TOOLS)
+        } else {
+            Vec::new()
+        };
+        let resolve_command = self.resolve_command(ctx);
+        let mut shown = state.clone();
+        shown.normalize(ctx.now, ctx.retention);
+        let text = context::render(
+            start,
+            &context::Inputs {
+                state: &shown,
+                brief: brief.as_deref(),
+                recent_tools: &recent,
+                resolve_command: &resolve_command,
+            },
+        );
+
+        let session_id = self.payload.session_id().map(str::to_string);
+        let now = state::rfc3339(ctx.now);
+        let update = dir.update_state(ctx.retention, |s| {
+            if session_id.is_some() {
+                s.session_id = session_id.clone();
+            }
+            s.session_source = Some(source.clone());
+            s.last_active = Some(now.clone());
+            // An interrupted task stays `working` until a turn finishes, so that a crash
+            // before the agent got going is still detected next time.
+            if !interrupted && source != "compact" {
+                s.status = Status::Idle;
+            }
+            Ok(())
+        });
+        if let Err(e) = update {
+            self.problem(&e.to_string());
+        }
+        let _ = dir.record_op(
+            "session_start",
+            json!({"source": source, "session_id": session_id, "interrupted": interrupted,
+                   "transcript_path": self.payload.transcript_path(), "injected": text.is_some()}),
+        );
+        match text {
+            Some(text) => Reply::Context {
+                event: "SessionStart".into(),
+                text,
+            },
+            None => Reply::Nothing,
+        }
+    }
+
+    fn resolve_command(&self, ctx: &Ctx<'_>) -> String {
+        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("phoenix"));
+        [
+            exe.to_string_lossy().as_ref(),
+            "--config",
+            ctx.spec.file.to_string_lossy().as_ref(),
+            "resolve",
+            ctx.agent.name.as_str(),
+        ]
+        .map(config::sh_quote)
+        .join(" ")
+    }
+
+    fn prompt(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
+        let task = self.payload.prompt().map(task_line);
+        let session_id = self.payload.session_id().map(str::to_string);
+        let now = state::rfc3339(ctx.now);
+        ctx.dir.update_state(ctx.retention, |s| {
+            if task.is_some() {
+                s.current_task = task;
+            }
+            if session_id.is_some() {
+                s.session_id = session_id;
+            }
+            s.status = Status::Working;
+            s.last_active = Some(now);
+            Ok(())
+        })?;
+        Ok(Reply::Nothing)
+    }
+
+    /// After a tool call: one line in tool_use.jsonl, and state.json only when it changes.
+    fn tool_done(&self, ctx: &Ctx<'_>, outcome: Outcome) -> Result<Reply, StateError> {
+        let dir = ctx.dir;
+        let session_id = self.payload.session_id().map(str::to_string);
+        let now = state::rfc3339(ctx.now);
+        let mut line = json!({"ts": state::now_rfc3339(), "tool": self.payload.tool_name(), "ok": outcome == Outcome::Ok});
+        if let Some(id) = &session_id {
+            line["session_id"] = json!(id);
+        }
+        let mut result = Ok(());
+        match &outcome {
+            Outcome::Ok => {
+                let current = dir.read_state()?;
+                if heartbeat_needs_write(&current, session_id.as_deref(), ctx.now) {
+                    result = dir.update_state(ctx.retention, |s| {
+                        s.status = Status::Working;
+                        s.consecutive_errors = 0;
+                        s.last_active = Some(now);
+                        if session_id.is_some() {
+                            s.session_id = session_id.clone();
+                        }
+                        Ok(())
+                    });
+                }
+            }
+            Outcome::Failed(error) => {
+                line["error"] = json!(error);
+                let count = dir.update_state(ctx.retention, |s| {
+                    s.status = Status::Working;
+                    s.consecutive_errors += 1;
+                    s.last_error = Some(error.clone());
+                    s.last_active = Some(now);
+                    if session_id.is_some() {
+                        s.session_id = session_id.clone();
+                    }
+                    Ok(s.consecutive_errors)
+                });
+                match count {
+                    Ok(n) => line["consecutive_errors"] = json!(n),
+                    Err(e) => result = Err(e),
+                }
+            }
+            Outcome::Interrupted => line["interrupted"] = json!(true),
+        }
+        dir.append_tool_use(&line)?;
+        result?;
+        if ctx.agent.guard_structured_files {
+            let messages = guard::check(dir, &self.cwd(ctx), &self.payload.edited_files());
+            if !messages.is_empty() {
+                return Ok(Reply::Feedback {
+                    event: self
+                        .payload
+                        .event_name()
+                        .unwrap_or("PostToolUse")
+                        .to_string(),
+                    reason: messages.join("\n"),
+                });
+            }
+        }
+        Ok(Reply::Nothing)
+    }
+
+    fn cwd(&self, ctx: &Ctx<'_>) -> PathBuf {
+        self.payload
+            .str("cwd")
+            .filter(|c| !c.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| ctx.agent.workdir.clone())
+    }
+
+    fn pre_tool(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
+        if ctx.agent.guard_structured_files {
+            guard::snapshot(ctx.dir, &self.cwd(ctx), &self.payload.edited_files())?;
+        }
+        Ok(Reply::Nothing)
+    }
+
+    /// Save what the continuity layer turns into a handoff: the state and where the transcript
+    /// is. Never blocks the compaction, whatever happens.
+    fn pre_compact(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
+        let dir = ctx.dir;
+        let trigger = self.payload.str("trigger").unwrap_or("auto").to_string();
+        let now = state::rfc3339(ctx.now);
+        let snapshot_state = dir.update_state(ctx.retention, |s| {
+            s.compactions += 1;
+            s.last_compaction = Some(now.clone());
+            Ok(s.clone())
+        })?;
+        let snapshots = dir.file("pre-compact");
+        state::create_private_dir(&snapshots).map_err(|source| StateError::Io {
+            action: "create",
+            path: snapshots.clone(),
+            source,
+        })?;
+        let stamp = ctx.now.strftime("%Y%m%dT%H%M%S%.3fZ").to_string();
+        let path = snapshots.join(format!("{stamp}-{trigger}.json"));
+        let snapshot = json!({
+            "ts": now, "agent": ctx.agent.name, "trigger": trigger,
+            "session_id": self.payload.session_id(),
+            "transcript_path": self.payload.transcript_path(),
+            "custom_instructions": self.payload.get("custom_instructions"),
+            "state": snapshot_state,
+        });
+        let bytes = serde_json::to_vec_pretty(&snapshot).expect("snapshot serialises");
+        state::atomic_write(&path, &bytes).map_err(|source| StateError::Io {
+            action: "write",
+            path: path.clone(),
+            source,
+        })?;
+        let _ = dir.record_op(
+            "pre_compact",
+            json!({"trigger": trigger, "transcript_path": self.payload.transcript_path(), "snapshot": path}),
+        );
+        Ok(Reply::Nothing)
+    }
+
+    fn stop(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
+        let session_id = self.payload.session_id().map(str::to_string);
+        let now = state::rfc3339(ctx.now);
+        ctx.dir.update_state(ctx.retention, |s| {
+            s.status = Status::Idle;
+            s.last_active = Some(now);
+            if session_id.is_some() {
+                s.session_id = session_id.clone();
+            }
+            Ok(())
+        })?;
+        let _ = ctx.dir.record_op(
+            "turn_complete",
+            json!({"session_id": session_id, "hook": self.payload.event_name().or(self.payload.str("type"))}),
+        );
+        Ok(Reply::Nothing)
+    }
+
+    fn session_end(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
+        let dir = ctx.dir;
+        let reason = self.payload.str("reason").unwrap_or("other").to_string();
+        let clean = USER_EXITS.contains(&reason.as_str());
+        let now = state::rfc3339(ctx.now);
+        dir.update_state(ctx.retention, |s| {
+            s.last_session_end = Some(state::agent::SessionEnd {
+                ts: now.clone(),
+                reason: reason.clone(),
+                clean,
+            });
+            // Ending mid-turn (no Stop since the last prompt or tool call) is an interruption:
+            // `working` stays so that the next session start recovers.
+            if clean || s.status != Status::Working {
+                s.status = Status::Stopped;
+            }
+            Ok(())
+        })?;
+        if clean {
+            dir.set_marker(state::CLEAN_EXIT)
+                .map_err(|source| StateError::Io {
+                    action: "write",
+                    path: dir.file(state::CLEAN_EXIT),
+                    source,
+                })?;
+        }
+        let _ = dir.record_op(
+            "session_end",
+            json!({"reason": reason, "clean": clean, "session_id": self.payload.session_id()}),
+        );
+        Ok(Reply::Nothing)
+    }
+}
+
+/// Recovery detection: the last status was `working` and no clean exit was recorded after the
+/// agent was last active.
+fn was_interrupted(dir: &AgentDir, state: &AgentState) -> bool {
+    if state.status != Status::Working {
+        return false;
+    }
+    let last_active = state.last_active_at();
+    let clean_after = |ts: Option<jiff::Timestamp>| match (ts, last_active) {
+        (Some(t), Some(active)) => t >= active,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    let marker = std::fs::read_to_string(dir.file(state::CLEAN_EXIT))
+        .ok()
+        .and_then(|t| t.trim().parse::<jiff::Timestamp>().ok());
+    let ended_clean = state
+        .last_session_end
+        .as_ref()
+        .filter(|e| e.clean)
+        .and_then(|e| state::agent::parse_timestamp(&e.ts));
+    !(clean_after(marker) || clean_after(ended_clean))
+}
+
+fn heartbeat_needs_write(
+    state: &AgentState,
+    session_id: Option<&str>,
+    now: jiff::Timestamp,
+) -> bool {
+    let fresh = state.last_active_at().is_some_and(|t| {
+        let age = now.as_second() - t.as_second();
+        (0..HEARTBEAT_WRITE_INTERVAL.as_secs() as i64).contains(&age)
+    });
+    state.status != Status::Working
+        || state.consecutive_errors != 0
+        || !fresh
+        || session_id.is_some_and(|id| state.session_id.as_deref() != Some(id))
+}
+
+/// The first line of a prompt, bounded, as the current task.
+fn task_line(prompt: &str) -> String {
+    let line = prompt.trim().lines().next().unwrap_or("").trim();
+    if line.chars().count() > 200 {
+        line.chars().take(199).collect::<String>() + "…"
+    } else {
+        line.to_string()
+    }
+}
+
+/// The last `n` parseable lines of a JSON-lines file, reading only its end.
+fn tail_jsonl(path: &Path, n: usize) -> Vec<Value> {
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(16 * 1024);
+    if file.seek(SeekFrom::Start(start)).is_err() {
+        return Vec::new();
+    }
+    let mut buf = Vec::new();
+    let _ = file.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let mut lines: Vec<Value> = text
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .take(n)
+        .collect();
+    lines.reverse();
+    lines
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeat_skips_the_write_when_nothing_changed() {
+        let now: jiff::Timestamp = "2026-02-17T02:12:53Z".parse().unwrap();
+        let mut s = AgentState::new("a");
+        s.status = Status::Working;
+        s.session_id = Some("s1".into());
+        s.last_active = Some("2026-02-17T02:12:50Z".into());
+        assert!(!heartbeat_needs_write(&s, Some("s1"), now));
+        assert!(heartbeat_needs_write(&s, Some("s2"), now));
+        s.last_active = Some("2026-02-17T02:12:00Z".into());
+        assert!(heartbeat_needs_write(&s, Some("s1"), now));
+        s.last_active = Some("2026-02-17T02:12:50Z".into());
+        s.consecutive_errors = 1;
+        assert!(heartbeat_needs_write(&s, None, now));
+    }
+
+    #[test]
+    fn interrupted_unless_a_clean_exit_came_after_the_last_activity() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = FleetDir::new(tmp.path()).agent("a");
+        dir.ensure().unwrap();
+        let mut s = AgentState::new("a");
+        s.status = Status::Working;
+        s.last_active = Some("2026-02-17T02:12:50Z".into());
+        assert!(was_interrupted(&dir, &s));
+        std::fs::write(dir.file(state::CLEAN_EXIT), "2026-02-17T02:13:00Z").unwrap();
+        assert!(!was_interrupted(&dir, &s));
+        std::fs::write(dir.file(state::CLEAN_EXIT), "2026-02-16T00:00:00Z").unwrap();
+        assert!(was_interrupted(&dir, &s), "an old marker does not count");
+        s.status = Status::Idle;
+        assert!(!was_interrupted(&dir, &s));
+    }
+
+    #[test]
+    fn task_is_the_first_line_of_the_prompt() {
+        assert_eq!(task_line("\n fix the build \nthen more"), "fix the build");
+        assert_eq!(task_line(&"x".repeat(300)).chars().count(), 200);
+    }
+
+    #[test]
+    fn every_event_name_parses() {
+        for name in Event::NAMES {
+            assert!(Event::parse(name).is_some(), "{name}");
+        }
+    }
 }

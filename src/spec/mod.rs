@@ -189,6 +189,9 @@ pub struct AgentSpec {
     pub window: String,
     pub enabled: bool,
     pub restart: RestartSettings,
+    /// Snapshot .json/.toml/.yaml files before the agent edits them and restore them if the
+    /// edit leaves them unparsable (installs a pre-tool hook).
+    pub guard_structured_files: bool,
 }
 
 /// The part of an agent's spec that, when changed, means the running agent must be replaced.
@@ -856,6 +859,10 @@ impl Validator<'_> {
         };
         let enabled = raw.enabled.or(defaults.enabled).unwrap_or(true);
         let restart = self.restart(raw.restart.as_ref(), default_restart);
+        let guard_structured_files = raw
+            .guard_structured_files
+            .or(defaults.guard_structured_files)
+            .unwrap_or(false);
 
         if self.diags.len() > errors_before {
             return None;
@@ -871,6 +878,7 @@ impl Validator<'_> {
             window,
             enabled,
             restart,
+            guard_structured_files,
         })
     }
 }

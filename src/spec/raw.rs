@@ -40,6 +40,7 @@ pub struct RawAgent {
     pub tmux: Option<RawTmux>,
     pub enabled: Option<bool>,
     pub restart: Option<RawRestart>,
+    pub guard_structured_files: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -133,10 +133,12 @@ impl AgentDir {
 }
 
 pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
-        .round(jiff::Unit::Millisecond)
-        .map(|t| t.to_string())
-        .unwrap_or_else(|_| jiff::Timestamp::now().to_string())
+    rfc3339(jiff::Timestamp::now())
+}
+
+/// RFC 3339 in UTC with millisecond precision, the form of every timestamp phoenix writes.
+pub fn rfc3339(ts: jiff::Timestamp) -> String {
+    ts.round(jiff::Unit::Millisecond).unwrap_or(ts).to_string()
 }
 
 /// Create a directory (and missing parents) and make sure it is mode 0700.

@@ -22,6 +22,9 @@ pub const TOOL_USE: &str = "tool_use.jsonl";
 pub const BRIEF: &str = "brief.md";
 /// Problems hooks ran into; a hook reports them here and on stderr, never to the agent.
 pub const HOOK_ERRORS: &str = "hook_errors.jsonl";
+/// The hook files `apply` installed phoenix entries in, so they can be cleaned after the agent
+/// moved, changed CLI or was pruned.
+pub const INSTALLED_HOOKS: &str = "hook_files.json";
 
 /// tool_use.jsonl is rotated to `tool_use.jsonl.1` past this size (one line per tool call).
 const TOOL_USE_ROTATE_BYTES: u64 = 8 << 20;
@@ -54,7 +57,7 @@ fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
 #[derive(Debug)]
 pub enum Loaded {
     Missing,
-    Valid(AgentState),
+    Valid(Box<AgentState>),
     Corrupt(String),
 }
 
@@ -72,7 +75,7 @@ fn parse_state(bytes: &[u8]) -> Loaded {
         return Loaded::Corrupt("the file is empty (truncated write?)".into());
     }
     match serde_json::from_slice::<AgentState>(bytes) {
-        Ok(state) => Loaded::Valid(state),
+        Ok(state) => Loaded::Valid(Box::new(state)),
         Err(e) => Loaded::Corrupt(format!("not a valid state document: {e}")),
     }
 }
@@ -112,7 +115,7 @@ impl AgentDir {
     /// the lock) before anything is returned.
     pub fn read_state(&self) -> Result<AgentState, StateError> {
         match read_state_file(&self.file(STATE))? {
-            Loaded::Valid(state) => Ok(self.own(state)),
+            Loaded::Valid(state) => Ok(self.own(*state)),
             Loaded::Missing => Ok(AgentState::new(&self.name)),
             Loaded::Corrupt(_) => {
                 let _lock = self.lock()?;
@@ -219,6 +222,28 @@ impl AgentDir {
         append_jsonl(&path, line).map_err(io_err("append to", &path))
     }
 
+    /// Hook files phoenix installed entries in for this agent.
+    pub fn installed_hooks(&self) -> Vec<PathBuf> {
+        fs::read(self.file(INSTALLED_HOOKS))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Vec<PathBuf>>(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Add `path` to (or take it off) the list of installed hook files.
+    pub fn record_installed_hook(&self, path: &Path, installed: bool) -> Result<(), StateError> {
+        let _lock = self.lock()?;
+        let mut paths = self.installed_hooks();
+        paths.retain(|p| p != path);
+        if installed {
+            paths.push(path.to_path_buf());
+        }
+        paths.sort();
+        let file = self.file(INSTALLED_HOOKS);
+        let bytes = serde_json::to_vec_pretty(&paths).expect("paths serialise");
+        atomic_write(&file, &bytes).map_err(io_err("write", &file))
+    }
+
     /// Record a problem a hook ran into (best effort: the hook must go on regardless).
     pub fn record_hook_error(&self, event: &str, error: &str) {
         let _ = append_jsonl(
@@ -238,7 +263,7 @@ impl AgentDir {
     fn load_locked(&self) -> Result<AgentState, StateError> {
         let path = self.file(STATE);
         match read_state_file(&path)? {
-            Loaded::Valid(state) => Ok(self.own(state)),
+            Loaded::Valid(state) => Ok(self.own(*state)),
             Loaded::Missing => Ok(AgentState::new(&self.name)),
             Loaded::Corrupt(reason) => self.roll_back(&reason),
         }
@@ -255,7 +280,7 @@ impl AgentDir {
         let kept = fs::rename(&path, &kept).ok().map(|_| kept);
         let last_good = match fs::read(self.file(LAST_GOOD)) {
             Ok(bytes) => match parse_state(&bytes) {
-                Loaded::Valid(state) => Some((bytes, state)),
+                Loaded::Valid(state) => Some((bytes, *state)),
                 _ => None,
             },
             Err(_) => None,

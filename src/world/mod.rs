@@ -5,7 +5,7 @@ pub mod procs;
 pub mod tmux;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -93,6 +93,27 @@ pub struct AgentObs {
     /// The launch spec recorded when the agent was last started (for drift details).
     pub started: Option<LaunchSpec>,
     pub last_activity: Option<jiff::Timestamp>,
+    /// Hook files `apply` installed phoenix entries in for this agent.
+    pub installed_hooks: Vec<PathBuf>,
+}
+
+/// A file phoenix manages inside a user's project (hook configuration), as observed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", content = "detail", rename_all = "snake_case")]
+pub enum FileObs {
+    Missing,
+    Text(String),
+    Unreadable(String),
+}
+
+impl FileObs {
+    pub fn read(path: &Path) -> FileObs {
+        match std::fs::read_to_string(path) {
+            Ok(text) => FileObs::Text(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileObs::Missing,
+            Err(e) => FileObs::Unreadable(e.to_string()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -102,8 +123,13 @@ pub struct World {
     /// False when the runtime (tmux server) is not running at all.
     pub server_running: bool,
     pub panes: Vec<PaneObs>,
-    /// Keyed by agent name: every declared agent, every agent found in a pane.
+    /// Keyed by agent name: every declared agent, every agent found in a pane or with a
+    /// state dir.
     pub agents: BTreeMap<String, AgentObs>,
+    /// Hook configuration files in the workdirs of declared agents and of agents that were
+    /// started before (their recorded launch spec), keyed by path. Not in the JSON form.
+    #[serde(skip)]
+    pub hook_files: BTreeMap<PathBuf, FileObs>,
 }
 
 impl World {
@@ -145,6 +171,7 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let mut names: Vec<String> = spec.agents.iter().map(|a| a.name.clone()).collect();
     names.extend(panes.iter().filter_map(|p| p.agent.clone()));
+    names.extend(fleet.agent_names());
     names.sort();
     names.dedup();
     let agents = names
@@ -158,14 +185,43 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError
                     .ok()
                     .and_then(|b| serde_json::from_slice(&b).ok()),
                 last_activity: dir.last_activity(),
+                installed_hooks: dir.installed_hooks(),
             };
             (name, obs)
         })
+        .collect::<BTreeMap<String, AgentObs>>();
+
+    let mut workdirs: Vec<&Path> = spec.agents.iter().map(|a| a.workdir.as_path()).collect();
+    workdirs.extend(
+        agents
+            .values()
+            .filter_map(|o| o.started.as_ref())
+            .map(|s| s.workdir.as_path()),
+    );
+    let mut paths: Vec<PathBuf> = workdirs
+        .into_iter()
+        .flat_map(|w| {
+            crate::hooks::config::HOOKED
+                .into_iter()
+                .filter_map(move |cli| crate::hooks::config::path_in(cli, w))
+        })
         .collect();
+    paths.extend(
+        agents
+            .values()
+            .flat_map(|o| o.installed_hooks.iter().cloned()),
+    );
+    let mut hook_files = BTreeMap::new();
+    for path in paths {
+        hook_files
+            .entry(path)
+            .or_insert_with_key(|p| FileObs::read(p));
+    }
     Ok(World {
         observed_at: jiff::Timestamp::now().as_second(),
         server_running,
         panes,
         agents,
+        hook_files,
     })
 }

@@ -1,0 +1,315 @@
+//! `loop add|list`, `resolve`, `state show` and `hooks show`: one agent's state and hooks.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use serde_json::json;
+
+use super::out;
+use crate::hooks::config::{self, Target};
+use crate::spec::{self, AgentSpec, Cli, LoadOptions, Spec};
+use crate::state::{self, AgentDir, AgentState, FleetDir, Retention};
+
+#[derive(Debug, Subcommand)]
+pub enum LoopCommand {
+    /// Add an open loop with a stable id (letters, digits, `-_.:/`).
+    Add {
+        agent: String,
+        id: String,
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+    },
+    /// List the open loops; stale ones are marked.
+    List {
+        agent: String,
+        /// Print a JSON array of the open loops.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StateCommand {
+    /// Show state.json (with staleness and retention applied).
+    Show {
+        agent: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HooksCommand {
+    /// Print exactly what `apply` installs in the agent's workdir.
+    Show {
+        #[arg(long)]
+        agent: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The spec without filesystem checks: state commands work even if a workdir moved.
+fn load(config: &Path) -> anyhow::Result<Spec> {
+    Ok(spec::load_with(
+        config,
+        LoadOptions {
+            check_filesystem: false,
+        },
+    )?)
+}
+
+fn agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a AgentSpec> {
+    spec.agent(name).with_context(|| {
+        format!(
+            "no agent `{name}` in `{}` (declared: {})",
+            spec.file.display(),
+            spec.agent_names().join(", ")
+        )
+    })
+}
+
+fn agent_dir(spec: &Spec, name: &str) -> anyhow::Result<AgentDir> {
+    let dir = FleetDir::new(&spec.fleet.state_dir).agent(name);
+    dir.ensure()
+        .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
+    Ok(dir)
+}
+
+fn shown_state(spec: &Spec, dir: &AgentDir) -> anyhow::Result<AgentState> {
+    let mut state = dir.read_state()?;
+    state.normalize(jiff::Timestamp::now(), Retention::from(&spec.thresholds));
+    Ok(state)
+}
+
+pub fn loops(config: &Path, cmd: LoopCommand) -> anyhow::Result<i32> {
+    let spec = load(config)?;
+    match cmd {
+        LoopCommand::Add {
+            agent: name,
+            id,
+            text,
+        } => {
+            agent(&spec, &name)?;
+            if !state::agent::valid_loop_id(&id) {
+                bail!(
+                    "loop id `{id}` is not valid: use letters, digits and `-_.:/` (at most 80), e.g. `schwab-oauth`"
+                );
+            }
+            let text = text.join(" ");
+            let dir = agent_dir(&spec, &name)?;
+            let added = dir.add_loop(Retention::from(&spec.thresholds), &id, &text)?;
+            out(&if added {
+                format!("added loop `{id}` to agent `{name}`\n")
+            } else {
+                format!("loop `{id}` is already open with that text; nothing changed\n")
+            });
+            Ok(0)
+        }
+        LoopCommand::List { agent: name, json } => {
+            agent(&spec, &name)?;
+            let state = shown_state(&spec, &agent_dir(&spec, &name)?)?;
+            if json {
+                out(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&state.open_loops)?
+                ));
+                return Ok(0);
+            }
+            if state.open_loops.is_empty() {
+                out(&format!("agent `{name}` has no open loops\n"));
+                return Ok(0);
+            }
+            let width = state
+                .open_loops
+                .iter()
+                .map(|l| l.id.len())
+                .max()
+                .unwrap_or(2)
+                .max(2);
+            let mut text = format!("{:<width$}  {:<10}  {:<5}  TEXT\n", "ID", "ADDED", "STALE");
+            for l in &state.open_loops {
+                let _ = writeln!(
+                    text,
+                    "{:<width$}  {:<10}  {:<5}  {}",
+                    l.id,
+                    l.added,
+                    if l.stale { "stale" } else { "" },
+                    l.text
+                );
+            }
+            out(&text);
+            Ok(0)
+        }
+    }
+}
+
+pub fn resolve(config: &Path, name: &str, id: &str, reason: &str) -> anyhow::Result<i32> {
+    let spec = load(config)?;
+    agent(&spec, name)?;
+    let dir = agent_dir(&spec, name)?;
+    let item = dir.resolve(Retention::from(&spec.thresholds), id, reason)?;
+    out(&format!(
+        "resolved `{}` for agent `{name}` ({}): {}\n",
+        item.id, item.resolved_date, item.reason
+    ));
+    Ok(0)
+}
+
+pub fn state(config: &Path, cmd: StateCommand) -> anyhow::Result<i32> {
+    let StateCommand::Show { agent: name, json } = cmd;
+    let spec = load(config)?;
+    agent(&spec, &name)?;
+    let dir = agent_dir(&spec, &name)?;
+    let state = shown_state(&spec, &dir)?;
+    if json {
+        out(&format!("{}\n", serde_json::to_string_pretty(&state)?));
+        return Ok(0);
+    }
+    let mut text = String::new();
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(text, "{k:<12} {v}");
+    };
+    row("agent", state.agent.clone());
+    row("status", state.status.to_string());
+    row(
+        "last active",
+        state.last_active.clone().unwrap_or_else(|| "-".into()),
+    );
+    row(
+        "session",
+        match (&state.session_id, &state.session_source) {
+            (Some(id), Some(src)) => format!("{id} ({src})"),
+            (Some(id), None) => id.clone(),
+            _ => "-".into(),
+        },
+    );
+    row(
+        "task",
+        state.current_task.clone().unwrap_or_else(|| "-".into()),
+    );
+    if state.consecutive_errors > 0 {
+        row(
+            "errors",
+            format!(
+                "{} consecutive (last: {})",
+                state.consecutive_errors,
+                state.last_error.as_deref().unwrap_or("?")
+            ),
+        );
+    }
+    if state.compactions > 0 {
+        row(
+            "compactions",
+            format!(
+                "{} (last {})",
+                state.compactions,
+                state.last_compaction.as_deref().unwrap_or("?")
+            ),
+        );
+    }
+    if let Some(end) = &state.last_session_end {
+        row(
+            "last end",
+            format!(
+                "{} {}{}",
+                end.ts,
+                end.reason,
+                if end.clean { " (clean exit)" } else { "" }
+            ),
+        );
+    }
+    let stale = state.open_loops.iter().filter(|l| l.stale).count();
+    row(
+        "open loops",
+        format!("{} ({stale} stale)", state.open_loops.len()),
+    );
+    for l in &state.open_loops {
+        let mark = if l.stale { ", stale" } else { "" };
+        let _ = writeln!(text, "  - [{}] {} (added {}{mark})", l.id, l.text, l.added);
+    }
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(text, "{k:<12} {v}");
+    };
+    row("resolved", state.resolved.len().to_string());
+    for r in &state.resolved {
+        let _ = writeln!(text, "  - [{}] {} ({})", r.id, r.reason, r.resolved_date);
+    }
+    if !state.numbers.is_empty() {
+        let _ = writeln!(text, "numbers");
+        for (k, v) in &state.numbers {
+            let _ = writeln!(text, "  {k}: {v}");
+        }
+    }
+    let brief = std::fs::read_to_string(dir.file(state::BRIEF)).ok();
+    let _ = writeln!(
+        text,
+        "{:<12} {}",
+        "brief",
+        match brief {
+            Some(b) => format!(
+                "{} ({} lines)",
+                dir.file(state::BRIEF).display(),
+                b.lines().count()
+            ),
+            None => "none".into(),
+        }
+    );
+    out(&text);
+    Ok(0)
+}
+
+pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {
+    let HooksCommand::Show { agent: name, json } = cmd;
+    let spec = load(config)?;
+    let agent = agent(&spec, &name)?;
+    let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
+    let target = Target::new(&exe, &spec.file, agent);
+    let (Some(path), Some(content)) =
+        (config::path_in(agent.cli, &agent.workdir), target.desired())
+    else {
+        let message = format!(
+            "agent `{name}` uses cli `{}`: phoenix installs no hook file for it; its wrapper and the \
+             continuity layer keep its state instead",
+            agent.cli
+        );
+        if json {
+            out(&format!(
+                "{}\n",
+                json!({"agent": name, "cli": agent.cli, "files": [], "note": message})
+            ));
+        } else {
+            out(&format!("{message}\n"));
+        }
+        return Ok(0);
+    };
+    let notify = (agent.cli == Cli::Codex).then(|| target.codex_notify());
+    if json {
+        out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json!({
+                "agent": name, "cli": agent.cli,
+                "files": [{"path": path, "content": content}],
+                "codex_notify": notify,
+            }))?
+        ));
+        return Ok(0);
+    }
+    let mut text = format!(
+        "# {} — merged into the file: your own settings and hooks stay, only phoenix's entries for agent `{name}` are replaced\n",
+        path.display()
+    );
+    text.push_str(&config::pretty(&content));
+    if let Some(notify) = notify {
+        let array = toml::Value::Array(notify.into_iter().map(toml::Value::String).collect());
+        let _ = write!(
+            text,
+            "\n# optional, not installed: Codex turn-complete notifications. Add this line at the top of\n# {} (before any [table]):\nnotify = {array}\n",
+            agent.workdir.join(".codex/config.toml").display()
+        );
+    }
+    out(&text);
+    Ok(0)
+}

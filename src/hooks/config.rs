@@ -1,0 +1,727 @@
+//! Hook configuration per CLI: what phoenix installs (Claude Code `.claude/settings.json`,
+//! Codex `.codex/hooks.json`, Gemini CLI `.gemini/settings.json`), merged into existing files so
+//! that the user's own settings and hooks stay, and removed again entry by entry.
+//!
+//! Generating and merging are pure; `write_file` is the only function here that touches disk.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+use crate::spec::{AgentSpec, Cli};
+
+/// The CLIs phoenix writes hook files for (`custom` has none).
+pub const HOOKED: [Cli; 3] = [Cli::Claude, Cli::Codex, Cli::Gemini];
+
+/// Where a CLI reads project hooks from, relative to the agent's workdir.
+pub fn relative_path(cli: Cli) -> Option<&'static str> {
+    match cli {
+        Cli::Claude => Some(".claude/settings.json"),
+        Cli::Codex => Some(".codex/hooks.json"),
+        Cli::Gemini => Some(".gemini/settings.json"),
+        Cli::Custom => None,
+    }
+}
+
+pub fn path_in(cli: Cli, workdir: &Path) -> Option<PathBuf> {
+    relative_path(cli).map(|p| workdir.join(p))
+}
+
+/// The CLI whose hook file this is, from its last two path components.
+pub fn cli_of(path: &Path) -> Option<Cli> {
+    HOOKED
+        .into_iter()
+        .find(|cli| relative_path(*cli).is_some_and(|rel| path.ends_with(rel)))
+}
+
+/// Does this hook file content hold any phoenix handler for `agent`?
+pub fn has_agent_entries(text: &str, agent: &str) -> bool {
+    let Ok(Value::Object(root)) = serde_json::from_str::<Value>(text) else {
+        return false;
+    };
+    root.get("hooks")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|h| h.values())
+        .filter_map(Value::as_array)
+        .flatten()
+        .filter_map(|g| g.get("hooks").and_then(Value::as_array))
+        .flatten()
+        .any(|h| is_phoenix_handler(h, agent))
+}
+
+/// One hook phoenix installs.
+struct Entry {
+    /// The CLI's event name.
+    event: &'static str,
+    matcher: Option<&'static str>,
+    /// `phoenix hook <hook>`.
+    hook: &'static str,
+    /// In the CLI's unit: seconds for Claude and Codex, milliseconds for Gemini.
+    timeout: u64,
+    /// Gemini fingerprints project hooks by name and command.
+    name: &'static str,
+}
+
+const fn e(
+    event: &'static str,
+    matcher: Option<&'static str>,
+    hook: &'static str,
+    timeout: u64,
+    name: &'static str,
+) -> Entry {
+    Entry {
+        event,
+        matcher,
+        hook,
+        timeout,
+        name,
+    }
+}
+
+fn entries(cli: Cli, guard: bool) -> Vec<Entry> {
+    // A SessionStart matcher without `resume` silently skips resumed sessions.
+    const STARTS: Option<&str> = Some("startup|resume|clear|compact");
+    let mut list = match cli {
+        Cli::Claude => vec![
+            e("SessionStart", STARTS, "session-start", 10, ""),
+            e("UserPromptSubmit", None, "prompt", 5, ""),
+            e("PostToolUse", Some("*"), "heartbeat", 5, ""),
+            // PostToolUse never fires for a failed Bash call.
+            e("PostToolUseFailure", Some("*"), "tool-error", 5, ""),
+            e("PreCompact", Some("manual|auto"), "pre-compact", 30, ""),
+            e("Stop", None, "stop", 5, ""),
+            e("SessionEnd", None, "session-end", 5, ""),
+        ],
+        Cli::Codex => vec![
+            e("SessionStart", STARTS, "session-start", 10, ""),
+            e("UserPromptSubmit", None, "prompt", 5, ""),
+            e("PostToolUse", None, "heartbeat", 5, ""),
+            e("PreCompact", Some("manual|auto"), "pre-compact", 30, ""),
+            e("Stop", None, "stop", 5, ""),
+            // Codex caps SessionEnd at 3 s and warns on every start if more is declared.
+            e("SessionEnd", None, "session-end", 3, ""),
+        ],
+        Cli::Gemini => vec![
+            e(
+                "SessionStart",
+                None,
+                "session-start",
+                10_000,
+                "phoenix-start",
+            ),
+            e("BeforeAgent", None, "prompt", 5_000, "phoenix-prompt"),
+            e(
+                "AfterTool",
+                Some(".*"),
+                "heartbeat",
+                5_000,
+                "phoenix-heartbeat",
+            ),
+            e(
+                "PreCompress",
+                None,
+                "pre-compact",
+                30_000,
+                "phoenix-precompress",
+            ),
+            e("AfterAgent", None, "stop", 5_000, "phoenix-stop"),
+            e("SessionEnd", None, "session-end", 5_000, "phoenix-end"),
+        ],
+        Cli::Custom => vec![],
+    };
+    if guard {
+        list.push(match cli {
+            Cli::Claude => e(
+                "PreToolUse",
+                Some("Edit|MultiEdit|Write"),
+                "pre-tool",
+                5,
+                "",
+            ),
+            Cli::Codex => e("PreToolUse", None, "pre-tool", 5, ""),
+            Cli::Gemini => e(
+                "BeforeTool",
+                Some("write_file|replace"),
+                "pre-tool",
+                5_000,
+                "phoenix-guard",
+            ),
+            Cli::Custom => return list,
+        });
+    }
+    list
+}
+
+/// Quote one word for a POSIX shell (the CLIs run hook commands through `sh -c`/`$SHELL -lc`).
+pub fn sh_quote(word: &str) -> String {
+    let safe = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-./=:,+@%".contains(&b));
+    if safe {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// Everything the generated commands depend on.
+#[derive(Debug, Clone)]
+pub struct Target<'a> {
+    /// Absolute path of the phoenix binary.
+    pub exe: &'a Path,
+    /// Absolute path of phoenix.toml.
+    pub config: &'a Path,
+    pub agent: &'a str,
+    pub cli: Cli,
+    pub guard: bool,
+}
+
+impl<'a> Target<'a> {
+    pub fn new(exe: &'a Path, config: &'a Path, agent: &'a AgentSpec) -> Target<'a> {
+        Target {
+            exe,
+            config,
+            agent: &agent.name,
+            cli: agent.cli,
+            guard: agent.guard_structured_files,
+        }
+    }
+
+    /// `phoenix --config … hook <hook> --agent NAME --cli CLI`, every word quoted.
+    pub fn command(&self, hook: &str) -> String {
+        let words = [
+            self.exe.to_string_lossy().as_ref(),
+            "--config",
+            self.config.to_string_lossy().as_ref(),
+            "hook",
+            hook,
+            "--agent",
+            self.agent,
+            "--cli",
+            self.cli.as_str(),
+        ]
+        .map(sh_quote);
+        words.join(" ")
+    }
+
+    /// The `notify` line for Codex's config.toml (its payload arrives as the last argument).
+    pub fn codex_notify(&self) -> Vec<String> {
+        vec![
+            self.exe.to_string_lossy().into_owned(),
+            "--config".into(),
+            self.config.to_string_lossy().into_owned(),
+            "hook".into(),
+            "turn-complete".into(),
+            "--agent".into(),
+            self.agent.to_string(),
+            "--cli".into(),
+            "codex".into(),
+        ]
+    }
+
+    /// phoenix's part of the hook file: `{"hooks": {Event: [group, …]}}`, or `None` for a CLI
+    /// without hook files.
+    pub fn desired(&self) -> Option<Value> {
+        let list = entries(self.cli, self.guard);
+        if list.is_empty() {
+            return None;
+        }
+        let mut hooks = Map::new();
+        for entry in list {
+            let mut handler = Map::new();
+            if self.cli == Cli::Gemini {
+                handler.insert("name".into(), entry.name.into());
+            }
+            handler.insert("type".into(), "command".into());
+            handler.insert("command".into(), self.command(entry.hook).into());
+            handler.insert("timeout".into(), entry.timeout.into());
+            let mut group = Map::new();
+            if let Some(m) = entry.matcher {
+                group.insert("matcher".into(), m.into());
+            }
+            group.insert("hooks".into(), Value::Array(vec![Value::Object(handler)]));
+            hooks
+                .entry(entry.event)
+                .or_insert_with(|| Value::Array(vec![]))
+                .as_array_mut()
+                .expect("built as an array")
+                .push(Value::Object(group));
+        }
+        Some(json!({ "hooks": hooks }))
+    }
+}
+
+/// Is this hook handler one phoenix installed for `agent`? Recognised by its command:
+/// a program named `phoenix…` called with `hook … --agent AGENT`, wherever the binary lives.
+pub fn is_phoenix_handler(handler: &Value, agent: &str) -> bool {
+    let Some(command) = handler.get("command").and_then(Value::as_str) else {
+        return false;
+    };
+    let Some(argv) = shlex::split(command) else {
+        return false;
+    };
+    let program = argv
+        .first()
+        .map(|p| p.rsplit('/').next().unwrap_or(p))
+        .unwrap_or("");
+    program.starts_with("phoenix")
+        && argv.iter().any(|a| a == "hook")
+        && argv.windows(2).any(|w| w[0] == "--agent" && w[1] == agent)
+}
+
+enum Stripped {
+    Kept(Value),
+    Removed,
+}
+
+fn strip_group(group: Value, agent: &str) -> Stripped {
+    let Value::Object(mut obj) = group else {
+        return Stripped::Kept(group);
+    };
+    let Some(Value::Array(handlers)) = obj.get_mut("hooks") else {
+        return Stripped::Kept(Value::Object(obj));
+    };
+    let before = handlers.len();
+    handlers.retain(|h| !is_phoenix_handler(h, agent));
+    if handlers.is_empty() && before > 0 {
+        Stripped::Removed
+    } else {
+        Stripped::Kept(Value::Object(obj))
+    }
+}
+
+/// Merge phoenix's entries for `agent` (`desired`, or none to remove them) into a hook file's
+/// content. phoenix's groups take the place of the ones they replace, so a second merge is a
+/// no-op and entries the user moved stay where they are. Returns `None` when nothing is left
+/// (the file can go).
+pub fn merge(
+    existing: Option<&str>,
+    agent: &str,
+    desired: Option<&Value>,
+) -> Result<Option<Value>, String> {
+    let mut root = match existing {
+        Some(text) if !text.trim().is_empty() => {
+            serde_json::from_str::<Value>(text).map_err(|e| {
+                format!("is not valid JSON ({e}); fix it and phoenix will merge into it")
+            })?
+        }
+        _ => Value::Object(Map::new()),
+    };
+    let Value::Object(obj) = &mut root else {
+        return Err("is not a JSON object".into());
+    };
+
+    // Where phoenix's groups were, per event, so that replacements land in the same place.
+    let mut slots: HashMap<String, usize> = HashMap::new();
+    let mut stripped_all = false;
+    if let Some(hooks) = obj.get_mut("hooks") {
+        let Value::Object(hooks) = hooks else {
+            return Err("has a `hooks` key that is not an object".into());
+        };
+        for (event, groups) in hooks.iter_mut() {
+            let Value::Array(groups) = groups else {
+                continue;
+            };
+            let mut kept = Vec::with_capacity(groups.len());
+            for group in groups.drain(..) {
+                match strip_group(group, agent) {
+                    Stripped::Kept(g) => kept.push(g),
+                    Stripped::Removed => {
+                        slots.entry(event.clone()).or_insert(kept.len());
+                    }
+                }
+            }
+            *groups = kept;
+        }
+        hooks.retain(|event, groups| {
+            !(slots.contains_key(event) && groups.as_array().is_some_and(Vec::is_empty))
+        });
+        stripped_all = hooks.is_empty() && !slots.is_empty();
+    }
+
+    let wanted = desired
+        .and_then(|d| d.get("hooks"))
+        .and_then(Value::as_object);
+    match wanted {
+        Some(wanted) if !wanted.is_empty() => {
+            let hooks = obj
+                .entry("hooks")
+                .or_insert_with(|| Value::Object(Map::new()))
+                .as_object_mut()
+                .expect("checked above");
+            for (event, groups) in wanted {
+                let slot = hooks
+                    .entry(event.clone())
+                    .or_insert_with(|| Value::Array(vec![]));
+                let Value::Array(list) = slot else {
+                    return Err(format!("has `hooks.{event}` that is not an array"));
+                };
+                let at = slots
+                    .get(event)
+                    .copied()
+                    .unwrap_or(list.len())
+                    .min(list.len());
+                for (k, group) in groups.as_array().into_iter().flatten().enumerate() {
+                    list.insert(at + k, group.clone());
+                }
+            }
+        }
+        _ if stripped_all => {
+            obj.remove("hooks");
+        }
+        _ => {}
+    }
+    Ok((!obj.is_empty()).then_some(root))
+}
+
+/// The text phoenix writes: pretty JSON with a final newline.
+pub fn pretty(value: &Value) -> String {
+    let mut text = serde_json::to_string_pretty(value).expect("json serialises");
+    text.push('\n');
+    text
+}
+
+/// What a hook file needs, judged from its current content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileChange {
+    /// Write the merged content (`create`: the file does not exist yet).
+    Write { create: bool, diff: String },
+    /// Nothing of the user's is left: delete the file.
+    Delete { diff: String },
+    /// The file cannot be merged into (not JSON, wrong shape).
+    Unmergeable { problem: String },
+}
+
+/// Compare a hook file's content with what it should hold. Pure. `None`: nothing to do.
+/// Formatting alone never counts as a change.
+pub fn plan_file(
+    label: &str,
+    existing: Option<&str>,
+    agent: &str,
+    desired: Option<&Value>,
+) -> Option<FileChange> {
+    let before = match existing {
+        Some(text) if !text.trim().is_empty() => serde_json::from_str::<Value>(text).ok(),
+        _ => None,
+    };
+    let after = match merge(existing, agent, desired) {
+        Ok(after) => after,
+        Err(problem) => return Some(FileChange::Unmergeable { problem }),
+    };
+    if before == after {
+        return None;
+    }
+    let old = before.as_ref().map(pretty).unwrap_or_default();
+    let new = after.as_ref().map(pretty).unwrap_or_default();
+    let diff = similar::TextDiff::from_lines(&old, &new)
+        .unified_diff()
+        .context_radius(2)
+        .header(label, label)
+        .to_string();
+    Some(match after {
+        Some(_) => FileChange::Write {
+            create: existing.is_none(),
+            diff,
+        },
+        None => FileChange::Delete { diff },
+    })
+}
+
+/// Merge phoenix's entries for `agent` into the file at `path` (or remove them when `desired`
+/// is `None`) and write it atomically, keeping its mode. Follows a symlinked file to its target.
+pub fn write_file(path: &Path, agent: &str, desired: Option<&Value>) -> Result<String, String> {
+    let target = match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => fs::canonicalize(path).unwrap_or(path.into()),
+        _ => path.to_path_buf(),
+    };
+    let existing = match fs::read_to_string(&target) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(format!("cannot read `{}`: {e}", target.display())),
+    };
+    let merged = merge(existing.as_deref(), agent, desired)
+        .map_err(|p| format!("`{}` {p}", target.display()))?;
+    let Some(merged) = merged else {
+        if existing.is_some() {
+            fs::remove_file(&target)
+                .map_err(|e| format!("cannot remove `{}`: {e}", target.display()))?;
+            return Ok(format!("removed {} (nothing else in it)", target.display()));
+        }
+        return Ok(format!("{} needs nothing", target.display()));
+    };
+    if let Some(parent) = target.parent() {
+        fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create `{}`: {e}", parent.display()))?;
+    }
+    let mode = fs::metadata(&target)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o644);
+    crate::state::atomic_write_mode(&target, pretty(&merged).as_bytes(), mode)
+        .map_err(|e| format!("cannot write `{}`: {e}", target.display()))?;
+    Ok(format!("wrote {}", target.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(cli: Cli) -> Target<'static> {
+        Target {
+            exe: Path::new("/opt/phoenix bin/phoenix"),
+            config: Path::new("/srv/it's/phoenix.toml"),
+            agent: "trades",
+            cli,
+            guard: false,
+        }
+    }
+
+    #[test]
+    fn cli_from_path() {
+        assert_eq!(
+            cli_of(Path::new("/w/.gemini/settings.json")),
+            Some(Cli::Gemini)
+        );
+        assert_eq!(cli_of(Path::new("/w/.codex/hooks.json")), Some(Cli::Codex));
+        assert_eq!(cli_of(Path::new("/w/settings.json")), None);
+    }
+
+    #[test]
+    fn commands_are_quoted_and_split_back() {
+        let cmd = target(Cli::Claude).command("heartbeat");
+        assert_eq!(
+            cmd,
+            r"'/opt/phoenix bin/phoenix' --config '/srv/it'\''s/phoenix.toml' hook heartbeat --agent trades --cli claude"
+        );
+        let argv = shlex::split(&cmd).unwrap();
+        assert_eq!(argv[0], "/opt/phoenix bin/phoenix");
+        assert_eq!(argv[2], "/srv/it's/phoenix.toml");
+        assert_eq!(sh_quote("$(rm -rf ~)"), "'$(rm -rf ~)'");
+        assert_eq!(sh_quote(""), "''");
+    }
+
+    #[test]
+    fn claude_config_matches_the_reference() {
+        let v = target(Cli::Claude).desired().unwrap();
+        let start = &v["hooks"]["SessionStart"][0];
+        assert_eq!(start["matcher"], "startup|resume|clear|compact");
+        assert_eq!(start["hooks"][0]["type"], "command");
+        assert_eq!(start["hooks"][0]["timeout"], 10);
+        assert!(
+            v["hooks"]["PostToolUseFailure"][0]["hooks"][0]["command"]
+                .as_str()
+                .unwrap()
+                .contains("hook tool-error --agent trades")
+        );
+        assert_eq!(v["hooks"]["PreCompact"][0]["matcher"], "manual|auto");
+        assert!(v["hooks"].get("PreToolUse").is_none());
+    }
+
+    #[test]
+    fn gemini_timeouts_are_milliseconds_and_hooks_are_named() {
+        let v = target(Cli::Gemini).desired().unwrap();
+        let after = &v["hooks"]["AfterTool"][0];
+        assert_eq!(after["matcher"], ".*");
+        assert_eq!(after["hooks"][0]["name"], "phoenix-heartbeat");
+        assert_eq!(after["hooks"][0]["timeout"], 5000);
+        assert_eq!(v["hooks"]["PreCompress"][0]["hooks"][0]["timeout"], 30000);
+        for (_, groups) in v["hooks"].as_object().unwrap() {
+            for g in groups.as_array().unwrap() {
+                let t = g["hooks"][0]["timeout"].as_u64().unwrap();
+                assert!(t >= 1000, "gemini timeouts are in ms: {t}");
+            }
+        }
+    }
+
+    #[test]
+    fn codex_handlers_use_only_known_keys_and_a_short_session_end() {
+        let v = target(Cli::Codex).desired().unwrap();
+        let known = [
+            "type",
+            "command",
+            "commandWindows",
+            "timeout",
+            "async",
+            "statusMessage",
+        ];
+        for (_, groups) in v["hooks"].as_object().unwrap() {
+            for g in groups.as_array().unwrap() {
+                for (k, _) in g["hooks"][0].as_object().unwrap() {
+                    assert!(known.contains(&k.as_str()), "{k}");
+                }
+            }
+        }
+        assert!(
+            v["hooks"]["SessionEnd"][0]["hooks"][0]["timeout"]
+                .as_u64()
+                .unwrap()
+                <= 3
+        );
+    }
+
+    #[test]
+    fn guard_adds_a_pre_tool_hook() {
+        let mut t = target(Cli::Claude);
+        t.guard = true;
+        let v = t.desired().unwrap();
+        assert_eq!(
+            v["hooks"]["PreToolUse"][0]["matcher"],
+            "Edit|MultiEdit|Write"
+        );
+        assert_eq!(target(Cli::Custom).desired(), None);
+    }
+
+    const USER: &str = r#"{
+  "model": "opus",
+  "hooks": {
+    "PostToolUse": [
+      {"matcher": "Bash", "hooks": [{"type": "command", "command": "echo user"}]}
+    ]
+  },
+  "permissions": {"allow": ["Bash"]}
+}"#;
+
+    #[test]
+    fn merge_keeps_user_settings_and_is_idempotent() {
+        let desired = target(Cli::Claude).desired().unwrap();
+        let once = merge(Some(USER), "trades", Some(&desired))
+            .unwrap()
+            .unwrap();
+        assert_eq!(once["model"], "opus");
+        assert_eq!(once["permissions"]["allow"][0], "Bash");
+        let post = once["hooks"]["PostToolUse"].as_array().unwrap();
+        assert_eq!(post.len(), 2);
+        assert_eq!(post[0]["hooks"][0]["command"], "echo user");
+        let keys: Vec<&String> = once.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["model", "hooks", "permissions"], "order is kept");
+
+        let text = pretty(&once);
+        let twice = merge(Some(&text), "trades", Some(&desired))
+            .unwrap()
+            .unwrap();
+        assert_eq!(pretty(&twice), text);
+        assert_eq!(plan_file("f", Some(&text), "trades", Some(&desired)), None);
+    }
+
+    #[test]
+    fn a_changed_command_replaces_phoenix_entries_in_place() {
+        let desired = target(Cli::Claude).desired().unwrap();
+        let mut installed = merge(Some(USER), "trades", Some(&desired))
+            .unwrap()
+            .unwrap();
+        // The user puts their own group after phoenix's.
+        installed["hooks"]["PostToolUse"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"hooks": [{"type": "command", "command": "echo later"}]}));
+        let mut moved = target(Cli::Claude);
+        moved.exe = Path::new("/usr/local/bin/phoenix");
+        let next = merge(
+            Some(&pretty(&installed)),
+            "trades",
+            moved.desired().as_ref(),
+        )
+        .unwrap()
+        .unwrap();
+        let post = next["hooks"]["PostToolUse"].as_array().unwrap();
+        assert_eq!(post.len(), 3);
+        assert!(
+            post[1]["hooks"][0]["command"]
+                .as_str()
+                .unwrap()
+                .starts_with("/usr/local/bin/phoenix ")
+        );
+        assert_eq!(post[2]["hooks"][0]["command"], "echo later");
+    }
+
+    #[test]
+    fn removing_leaves_only_the_user_entries() {
+        let desired = target(Cli::Claude).desired().unwrap();
+        let installed = pretty(
+            &merge(Some(USER), "trades", Some(&desired))
+                .unwrap()
+                .unwrap(),
+        );
+        let removed = merge(Some(&installed), "trades", None).unwrap().unwrap();
+        let user: Value = serde_json::from_str(USER).unwrap();
+        assert_eq!(removed, user);
+        // Another agent's entries are not phoenix's to remove for `trades`.
+        let other = merge(Some(&installed), "other", None).unwrap().unwrap();
+        assert_eq!(pretty(&other), installed);
+    }
+
+    #[test]
+    fn a_file_phoenix_created_goes_away_on_removal() {
+        let desired = target(Cli::Gemini).desired().unwrap();
+        let created = pretty(&merge(None, "trades", Some(&desired)).unwrap().unwrap());
+        assert_eq!(merge(Some(&created), "trades", None).unwrap(), None);
+        assert!(matches!(
+            plan_file("f", Some(&created), "trades", None),
+            Some(FileChange::Delete { .. })
+        ));
+    }
+
+    #[test]
+    fn mixed_groups_lose_only_phoenix_handlers() {
+        let cmd = target(Cli::Claude).command("heartbeat");
+        let text = json!({"hooks": {"PostToolUse": [{"matcher": "*", "hooks": [
+            {"type": "command", "command": "echo mine"},
+            {"type": "command", "command": cmd}
+        ]}]}})
+        .to_string();
+        let out = merge(Some(&text), "trades", None).unwrap().unwrap();
+        assert_eq!(
+            out["hooks"]["PostToolUse"][0]["hooks"],
+            json!([{"type": "command", "command": "echo mine"}])
+        );
+    }
+
+    #[test]
+    fn unmergeable_files_are_reported_not_overwritten() {
+        let desired = target(Cli::Claude).desired().unwrap();
+        for text in [
+            "{not json",
+            "[1]",
+            r#"{"hooks": []}"#,
+            r#"{"hooks": {"Stop": 1}}"#,
+        ] {
+            assert!(
+                matches!(
+                    plan_file("f", Some(text), "trades", Some(&desired)),
+                    Some(FileChange::Unmergeable { .. })
+                ),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn plan_shows_a_diff_and_formatting_is_not_a_change() {
+        let desired = target(Cli::Claude).desired().unwrap();
+        let Some(FileChange::Write { create, diff }) = plan_file(
+            ".claude/settings.json",
+            Some(USER),
+            "trades",
+            Some(&desired),
+        ) else {
+            panic!("expected a write");
+        };
+        assert!(!create);
+        assert!(diff.contains("+++ .claude/settings.json"), "{diff}");
+        assert!(
+            diff.contains("+        \"matcher\": \"startup|resume|clear|compact\""),
+            "{diff}"
+        );
+        let compact =
+            serde_json::to_string(&merge(Some(USER), "trades", Some(&desired)).unwrap()).unwrap();
+        assert_eq!(
+            plan_file("f", Some(&compact), "trades", Some(&desired)),
+            None
+        );
+    }
+}

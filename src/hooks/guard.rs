@@ -1,0 +1,285 @@
+//! The structured-file guard (`guard_structured_files = true`): before the agent edits a
+//! .json/.toml/.yaml file its content is saved; after the edit the file is parsed, and if the
+//! edit broke a file that parsed before, the saved version is put back and the agent is told
+//! why (Enhanced Agent Resilience Protocol: validate after every edit, roll back, record).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use crate::state::{self, AgentDir, StateError};
+
+const GUARD_DIR: &str = "guard";
+/// Larger files are not snapshotted: copying them on every edit would slow the agent down.
+const MAX_GUARDED_BYTES: u64 = 8 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Json,
+    Toml,
+    Yaml,
+}
+
+impl Kind {
+    pub fn of(path: &Path) -> Option<Kind> {
+        match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+            "json" => Some(Kind::Json),
+            "toml" => Some(Kind::Toml),
+            "yaml" | "yml" => Some(Kind::Yaml),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Json => "JSON",
+            Kind::Toml => "TOML",
+            Kind::Yaml => "YAML",
+        }
+    }
+}
+
+/// Why `bytes` is not a valid document of `kind`, if it is not.
+pub fn validate(kind: Kind, bytes: &[u8]) -> Result<(), String> {
+    match kind {
+        Kind::Json => serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Kind::Toml => {
+            let text = std::str::from_utf8(bytes).map_err(|e| e.to_string())?;
+            toml::from_str::<toml::Table>(text)
+                .map(|_| ())
+                .map_err(|e| e.message().trim().to_string())
+        }
+        Kind::Yaml => yaml_sanity(bytes),
+    }
+}
+
+/// phoenix has no YAML parser among its dependencies, so YAML gets the checks that cannot
+/// reject a valid file: UTF-8, and no tab used as indentation outside block scalars.
+fn yaml_sanity(bytes: &[u8]) -> Result<(), String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+    let mut block_parent: Option<usize> = None;
+    for (n, line) in text.lines().enumerate() {
+        let content = line.trim_start_matches(' ');
+        let indent = line.len() - content.len();
+        if content.trim().is_empty() {
+            continue;
+        }
+        if let Some(parent) = block_parent {
+            if indent > parent {
+                continue;
+            }
+            block_parent = None;
+        }
+        if content.starts_with('\t') {
+            return Err(format!(
+                "line {}: a tab is used for indentation (YAML allows only spaces)",
+                n + 1
+            ));
+        }
+        let code = content.split(" #").next().unwrap_or("").trim_end();
+        let opener = code.trim_end_matches(|c: char| c == '-' || c == '+' || c.is_ascii_digit());
+        if opener.ends_with('|') || opener.ends_with('>') {
+            block_parent = Some(indent);
+        }
+    }
+    Ok(())
+}
+
+fn key(path: &Path) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in path.as_os_str().as_encoded_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+fn resolve(cwd: &Path, file: &str) -> PathBuf {
+    let p = PathBuf::from(file);
+    if p.is_absolute() { p } else { cwd.join(p) }
+}
+
+/// Save the guarded files among `files` before the tool runs.
+pub fn snapshot(dir: &AgentDir, cwd: &Path, files: &[String]) -> Result<(), StateError> {
+    let guard = dir.file(GUARD_DIR);
+    for file in files {
+        let path = resolve(cwd, file);
+        let Some(kind) = Kind::of(&path) else {
+            continue;
+        };
+        let meta = fs::metadata(&path).ok();
+        if meta
+            .as_ref()
+            .is_some_and(|m| !m.is_file() || m.len() > MAX_GUARDED_BYTES)
+        {
+            continue;
+        }
+        state::create_private_dir(&guard).map_err(|source| StateError::Io {
+            action: "create",
+            path: guard.clone(),
+            source,
+        })?;
+        let id = key(&path);
+        let (existed, valid, mode) = match &meta {
+            Some(m) => {
+                let bytes = fs::read(&path).unwrap_or_default();
+                let orig = guard.join(format!("{id}.orig"));
+                state::atomic_write(&orig, &bytes).map_err(|source| StateError::Io {
+                    action: "write",
+                    path: orig.clone(),
+                    source,
+                })?;
+                (
+                    true,
+                    validate(kind, &bytes).is_ok(),
+                    m.permissions().mode() & 0o7777,
+                )
+            }
+            None => (false, false, 0o644),
+        };
+        let info = json!({"path": path, "existed": existed, "valid": valid, "mode": mode, "ts": state::now_rfc3339()});
+        let meta_path = guard.join(format!("{id}.json"));
+        state::atomic_write(&meta_path, info.to_string().as_bytes()).map_err(|source| {
+            StateError::Io {
+                action: "write",
+                path: meta_path.clone(),
+                source,
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// After the tool ran: parse each guarded file that was snapshotted; restore the ones the edit
+/// broke. Returns what to tell the agent (empty when every file is fine).
+pub fn check(dir: &AgentDir, cwd: &Path, files: &[String]) -> Vec<String> {
+    let guard = dir.file(GUARD_DIR);
+    let mut messages = Vec::new();
+    for file in files {
+        let path = resolve(cwd, file);
+        let Some(kind) = Kind::of(&path) else {
+            continue;
+        };
+        let id = key(&path);
+        let meta_path = guard.join(format!("{id}.json"));
+        let orig_path = guard.join(format!("{id}.orig"));
+        let Ok(info) = fs::read(&meta_path)
+            .map_err(|_| ())
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).map_err(|_| ()))
+        else {
+            continue;
+        };
+        let current = fs::read(&path).ok();
+        let problem = match &current {
+            Some(bytes) => validate(kind, bytes).err(),
+            None => None,
+        };
+        if let Some(problem) = problem {
+            let existed = info["existed"].as_bool().unwrap_or(false);
+            let valid_before = info["valid"].as_bool().unwrap_or(false);
+            let shown = path.display();
+            if existed && valid_before {
+                let mode = info["mode"].as_u64().unwrap_or(0o644) as u32;
+                let restored = fs::read(&orig_path)
+                    .and_then(|orig| state::atomic_write_mode(&path, &orig, mode));
+                match restored {
+                    Ok(()) => {
+                        let _ = dir.record_op(
+                            "guard_restored",
+                            json!({"path": path, "kind": kind.name(), "error": problem}),
+                        );
+                        messages.push(format!(
+                            "phoenix restored `{shown}`: your edit left it invalid {} ({problem}). \
+                             The previous version is back in place; make the change again so that the file stays valid {}.",
+                            kind.name(),
+                            kind.name()
+                        ));
+                    }
+                    Err(e) => {
+                        dir.record_hook_error("guard", &format!("cannot restore `{shown}`: {e}"));
+                        messages.push(format!(
+                            "`{shown}` is no longer valid {} ({problem}) and phoenix could not restore it: fix it now.",
+                            kind.name()
+                        ));
+                    }
+                }
+            } else {
+                messages.push(format!(
+                    "`{shown}` is not valid {} ({problem}): fix it now.",
+                    kind.name()
+                ));
+            }
+        }
+        let _ = fs::remove_file(&meta_path);
+        let _ = fs::remove_file(&orig_path);
+    }
+    messages
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::FleetDir;
+
+    #[test]
+    fn validators() {
+        assert!(validate(Kind::Json, b"{\"a\": [1]}").is_ok());
+        assert!(validate(Kind::Json, b"{\"a\": [1}").is_err());
+        assert!(validate(Kind::Toml, b"a = 1\n[b]\nc = \"x\"\n").is_ok());
+        assert!(validate(Kind::Toml, b"a = \n").is_err());
+        assert!(
+            validate(
+                Kind::Yaml,
+                b"a:\n  b: 1\nrun: |\n\tliteral tab is content? no\n"
+            )
+            .is_err()
+        );
+        assert!(validate(Kind::Yaml, b"a:\n  b: 1\nrun: |\n  echo [\n  \tx\n").is_ok());
+        assert!(validate(Kind::Yaml, b"a:\n\tb: 1\n").is_err());
+    }
+
+    #[test]
+    fn broken_edit_is_restored_and_reported() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = FleetDir::new(tmp.path().join(".phoenix")).agent("a");
+        dir.ensure().unwrap();
+        let file = tmp.path().join("conf.json");
+        fs::write(&file, b"{\"ok\": true}").unwrap();
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o640)).unwrap();
+        let files = vec!["conf.json".to_string()];
+
+        snapshot(&dir, tmp.path(), &files).unwrap();
+        fs::write(&file, b"{\"ok\": tru").unwrap();
+        let messages = check(&dir, tmp.path(), &files);
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert!(messages[0].contains("restored"), "{messages:?}");
+        assert_eq!(fs::read(&file).unwrap(), b"{\"ok\": true}");
+        assert_eq!(
+            fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+        assert_eq!(fs::read_dir(dir.file(GUARD_DIR)).unwrap().count(), 0);
+
+        snapshot(&dir, tmp.path(), &files).unwrap();
+        fs::write(&file, b"{\"ok\": false}").unwrap();
+        assert!(check(&dir, tmp.path(), &files).is_empty());
+        assert_eq!(fs::read(&file).unwrap(), b"{\"ok\": false}");
+    }
+
+    #[test]
+    fn new_broken_file_is_reported_not_deleted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = FleetDir::new(tmp.path().join(".phoenix")).agent("a");
+        dir.ensure().unwrap();
+        let files = vec![tmp.path().join("new.toml").display().to_string()];
+        snapshot(&dir, tmp.path(), &files).unwrap();
+        fs::write(tmp.path().join("new.toml"), b"a = ").unwrap();
+        let messages = check(&dir, tmp.path(), &files);
+        assert!(messages[0].contains("is not valid TOML"), "{messages:?}");
+        assert!(tmp.path().join("new.toml").exists());
+    }
+}
