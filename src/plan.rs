@@ -675,4 +675,100 @@ mod tests {
         assert_eq!(v["summary"]["start"], 2);
         assert_eq!(v["changes"][0]["action"]["type"], "start");
     }
+
+    fn with_hooks(prune: bool) -> PlanOptions {
+        PlanOptions {
+            prune,
+            hooks_exe: Some("/bin/phoenix".into()),
+        }
+    }
+
+    fn claude_agent() -> Spec {
+        spec("[[agent]]\nname = \"a\"\ncli = \"claude\"\nworkdir = \"/w\"\n")
+    }
+
+    #[test]
+    fn hook_files_are_planned_before_starts_and_only_with_an_exe() {
+        let s = claude_agent();
+        let plan = diff(&s, &World::default(), &PlanOptions::default());
+        assert_eq!(plan.summary().hooks, 0);
+        let plan = diff(&s, &World::default(), &with_hooks(false));
+        assert_eq!(plan.summary().hooks, 1);
+        let first = &plan.changes[0];
+        assert_eq!(first.symbol, "+");
+        let Action::InstallHooks {
+            path,
+            cli,
+            create,
+            diff,
+        } = &first.action
+        else {
+            panic!("{plan}");
+        };
+        assert_eq!(path, Path::new("/w/.claude/settings.json"));
+        assert_eq!((*cli, *create), (Cli::Claude, true));
+        assert!(diff.contains("--agent a --cli claude"), "{diff}");
+        assert!(matches!(plan.changes[1].action, Action::Start));
+        assert!(plan.to_string().contains("1 hook file to update"), "{plan}");
+    }
+
+    #[test]
+    fn installed_hooks_are_converged() {
+        let s = claude_agent();
+        let desired = Target::new(Path::new("/bin/phoenix"), &s.file, &s.agents[0])
+            .desired()
+            .unwrap();
+        let mut w = World::default();
+        w.hook_files.insert(
+            "/w/.claude/settings.json".into(),
+            FileObs::Text(hook_config::pretty(&desired)),
+        );
+        let plan = diff(&s, &w, &with_hooks(false));
+        assert_eq!(plan.summary().hooks, 0, "{plan}");
+    }
+
+    #[test]
+    fn a_pruned_agent_loses_only_its_hook_entries() {
+        let s = claude_agent();
+        let old = spec("[[agent]]\nname = \"old\"\ncli = \"claude\"\nworkdir = \"/o\"\n");
+        let theirs = Target::new(Path::new("/bin/phoenix"), &old.file, &old.agents[0])
+            .desired()
+            .unwrap();
+        let path = PathBuf::from("/o/.claude/settings.json");
+        let mut text = hook_config::merge(
+            Some(r#"{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "echo mine"}]}]}}"#),
+            "old",
+            Some(&theirs),
+        )
+        .unwrap()
+        .unwrap();
+        text["model"] = "opus".into();
+        let mut w = World::default();
+        w.hook_files
+            .insert(path.clone(), FileObs::Text(hook_config::pretty(&text)));
+        w.agents.insert(
+            "old".into(),
+            AgentObs {
+                state_dir: true,
+                installed_hooks: vec![path.clone()],
+                ..Default::default()
+            },
+        );
+        let plan = diff(&s, &w, &with_hooks(false));
+        assert!(plan.changes.iter().all(|c| c.agent != "old"), "{plan}");
+        let plan = diff(&s, &w, &with_hooks(true));
+        let c = plan.changes.iter().find(|c| c.agent == "old").unwrap();
+        assert_eq!(c.symbol, "-");
+        let Action::RemoveHooks { diff, .. } = &c.action else {
+            panic!("{plan}");
+        };
+        assert!(
+            diff.contains("-            \"command\": \"/bin/phoenix"),
+            "{diff}"
+        );
+        assert!(
+            !diff.contains("-            \"command\": \"echo mine"),
+            "{diff}"
+        );
+    }
 }

@@ -1,0 +1,1162 @@
+//! `phoenix hook`, the state commands and hook configuration, driven through the real binary
+//! with the payloads captured from Claude Code, Codex CLI and Gemini CLI.
+
+mod support;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
+use support::{Fleet, read_jsonl};
+
+/// One agent per CLI (and a custom one), each in its own workdir; `extra` goes into each.
+fn three_clis(fleet: &Fleet, extra: &str) {
+    three_clis_after(fleet, "", extra);
+}
+
+/// `three_clis` with `prefix` (e.g. a `[thresholds]` table) before the agents.
+fn three_clis_after(fleet: &Fleet, prefix: &str, extra: &str) {
+    for w in ["wc", "wx", "wg", "wd"] {
+        std::fs::create_dir_all(fleet.path().join(w)).unwrap();
+    }
+    fleet.toml(&format!(
+        "{prefix}\n[[agent]]\nname = \"c\"\ncli = \"claude\"\ncommand = \"sleep 100000\"\nworkdir = \"wc\"\nenabled = false\n{extra}\n\
+         [[agent]]\nname = \"x\"\ncli = \"codex\"\ncommand = \"sleep 100000\"\nworkdir = \"wx\"\nenabled = false\n{extra}\n\
+         [[agent]]\nname = \"g\"\ncli = \"gemini\"\ncommand = \"sleep 100000\"\nworkdir = \"wg\"\nenabled = false\n{extra}\n\
+         [[agent]]\nname = \"d\"\ncommand = \"sleep 100000\"\nworkdir = \"wd\"\nenabled = false\n"
+    ));
+}
+
+struct HookRun {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl HookRun {
+    /// Whatever a hook prints must be valid for its CLI.
+    #[track_caller]
+    fn valid_for(&self, cli: &str) -> &Self {
+        assert_eq!(self.code, Some(0), "stderr: {}", self.stderr);
+        let out = self.stdout.trim();
+        if cli == "gemini" {
+            let v: Value = serde_json::from_str(out)
+                .unwrap_or_else(|e| panic!("gemini needs JSON, got {out:?}: {e}"));
+            assert!(v.is_object(), "{out}");
+        } else if !out.is_empty() {
+            let v: Value = serde_json::from_str(out)
+                .unwrap_or_else(|e| panic!("{cli} output is not JSON: {out:?}: {e}"));
+            if let Some(h) = v.get("hookSpecificOutput") {
+                // Codex parses SessionStart output with deny_unknown_fields.
+                let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+                assert_eq!(keys, ["hookSpecificOutput"], "{out}");
+                let inner: Vec<&String> = h.as_object().unwrap().keys().collect();
+                assert_eq!(inner, ["hookEventName", "additionalContext"], "{out}");
+            }
+        }
+        self
+    }
+
+    fn context(&self) -> Option<String> {
+        let v: Value = serde_json::from_str(self.stdout.trim()).ok()?;
+        v.pointer("/hookSpecificOutput/additionalContext")?
+            .as_str()
+            .map(str::to_string)
+    }
+}
+
+fn hook_with_env(
+    fleet: &Fleet,
+    event: &str,
+    agent: &str,
+    cli: Option<&str>,
+    payload: &[u8],
+    env: &[(&str, &str)],
+) -> HookRun {
+    let mut args = vec!["hook", event, "--agent", agent];
+    if let Some(cli) = cli {
+        args.extend(["--cli", cli]);
+    }
+    let mut cmd = fleet.command(&args);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn phoenix hook");
+    let mut stdin = child.stdin.take().unwrap();
+    let payload = payload.to_vec();
+    // Written from a thread: a huge payload must not deadlock against the hook's stdout.
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&payload);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    HookRun {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn hook(fleet: &Fleet, event: &str, agent: &str, cli: Option<&str>, payload: &str) -> HookRun {
+    hook_with_env(fleet, event, agent, cli, payload.as_bytes(), &[])
+}
+
+fn state(fleet: &Fleet, agent: &str) -> Value {
+    let text = std::fs::read_to_string(fleet.agent_dir(agent).join("state.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The phoenix event each captured CLI hook is wired to (see `hooks show`).
+fn phoenix_event(cli: &str, hook: &str) -> Option<&'static str> {
+    Some(match (cli, hook) {
+        (_, "SessionStart") => "session-start",
+        (_, "UserPromptSubmit" | "BeforeAgent") => "prompt",
+        (_, "PostToolUse" | "AfterTool") => "heartbeat",
+        ("claude", "PostToolUseFailure") => "tool-error",
+        (_, "PreToolUse" | "BeforeTool") => "pre-tool",
+        (_, "PreCompact" | "PreCompress") => "pre-compact",
+        (_, "Stop" | "AfterAgent") => "stop",
+        (_, "SessionEnd") => "session-end",
+        _ => return None,
+    })
+}
+
+fn fixtures(cli: &str) -> Vec<(String, Value)> {
+    let path = format!(
+        "{}/tests/fixtures/payloads/{cli}.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (
+                v["hook"].as_str().unwrap().to_string(),
+                v["payload"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn captured_payloads_of_all_three_clis_update_state_and_answer_validly() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    for (cli, agent) in [("claude", "c"), ("codex", "x"), ("gemini", "g")] {
+        let mut tool_calls = 0;
+        let mut last_session = String::new();
+        for (name, payload) in fixtures(cli) {
+            let Some(event) = phoenix_event(cli, &name) else {
+                continue;
+            };
+            if matches!(event, "heartbeat" | "tool-error") {
+                tool_calls += 1;
+            }
+            last_session = payload["session_id"].as_str().unwrap().to_string();
+            hook(&fleet, event, agent, Some(cli), &payload.to_string()).valid_for(cli);
+        }
+        let s = state(&fleet, agent);
+        assert_eq!(s["agent"], agent);
+        assert_eq!(s["session_id"], last_session.as_str(), "{cli}");
+        let tools = read_jsonl(&fleet.agent_dir(agent).join("tool_use.jsonl"));
+        assert_eq!(tools.len(), tool_calls, "{cli}: {tools:?}");
+        let ops = fleet.ops(agent);
+        assert!(ops.iter().any(|o| o["event"] == "session_start"), "{cli}");
+        assert!(ops.iter().any(|o| o["event"] == "session_end"), "{cli}");
+        assert!(
+            !fleet.agent_dir(agent).join("hook_errors.jsonl").exists(),
+            "{cli}: {:?}",
+            std::fs::read_to_string(fleet.agent_dir(agent).join("hook_errors.jsonl"))
+        );
+    }
+    // Claude's captured failing Bash call is counted as an error.
+    let tools = read_jsonl(&fleet.agent_dir("c").join("tool_use.jsonl"));
+    let failed: Vec<&Value> = tools.iter().filter(|t| t["ok"] == false).collect();
+    assert_eq!(failed.len(), 1, "{tools:?}");
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Exit code 2")
+    );
+    // Gemini's PreCompress and Claude's PreCompact left snapshots with the transcript path.
+    for agent in ["c", "g"] {
+        let snaps: Vec<_> = std::fs::read_dir(fleet.agent_dir(agent).join("pre-compact"))
+            .unwrap()
+            .flatten()
+            .collect();
+        assert!(!snaps.is_empty(), "{agent}");
+        let snap: Value = serde_json::from_slice(&std::fs::read(snaps[0].path()).unwrap()).unwrap();
+        assert!(
+            snap["transcript_path"]
+                .as_str()
+                .unwrap()
+                .ends_with(".jsonl")
+        );
+        assert_eq!(snap["state"]["agent"], agent);
+    }
+}
+
+#[test]
+fn garbage_empty_and_huge_payloads_never_break_the_agent() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let huge = json!({
+        "session_id": "s-huge", "hook_event_name": "PostToolUse", "tool_name": "Read",
+        "tool_response": {"content": "x".repeat(20 << 20)},
+    })
+    .to_string();
+    let mut garbage = vec![0xff, 0xfe, b'{', 0];
+    garbage.extend(std::iter::repeat_n(b'z', 100_000));
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", Vec::new()),
+        ("garbage", garbage),
+        ("not an object", b"[1, 2, 3]".to_vec()),
+        ("truncated", br#"{"session_id": "s1", "tool_na"#.to_vec()),
+        (
+            "wrong types",
+            br#"{"session_id": 5, "tool_name": [], "source": {}}"#.to_vec(),
+        ),
+        ("huge", huge.into_bytes()),
+    ];
+    for (cli, agent) in [("claude", "c"), ("codex", "x"), ("gemini", "g")] {
+        for event in [
+            "session-start",
+            "heartbeat",
+            "tool-error",
+            "pre-compact",
+            "stop",
+            "session-end",
+        ] {
+            for (what, payload) in &cases {
+                let run = hook_with_env(&fleet, event, agent, Some(cli), payload, &[]);
+                run.valid_for(cli);
+                assert!(run.code == Some(0), "{cli} {event} {what}: {}", run.stderr);
+            }
+        }
+    }
+    let errors = read_jsonl(&fleet.agent_dir("g").join("hook_errors.jsonl"));
+    assert!(
+        errors
+            .iter()
+            .any(|e| e["error"].as_str().unwrap().contains("not JSON")),
+        "{errors:?}"
+    );
+    let tools = read_jsonl(&fleet.agent_dir("c").join("tool_use.jsonl"));
+    assert!(
+        tools.iter().any(|t| t["session_id"] == "s-huge"),
+        "huge payloads are read whole"
+    );
+}
+
+#[test]
+fn broken_config_unknown_agent_and_unknown_event_still_answer_validly() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let payload = r#"{"session_id":"s1","source":"startup"}"#;
+    hook(&fleet, "session-start", "nobody", Some("gemini"), payload).valid_for("gemini");
+    let run = hook(&fleet, "no-such-event", "g", Some("gemini"), payload);
+    run.valid_for("gemini");
+    assert!(
+        run.stderr.contains("unknown hook event `no-such-event`"),
+        "{}",
+        run.stderr
+    );
+
+    fleet.raw_toml("[fleet\nthis is not toml");
+    for cli in ["claude", "codex", "gemini"] {
+        let run = hook(&fleet, "heartbeat", "g", Some(cli), payload);
+        run.valid_for(cli);
+        assert!(
+            run.stderr.contains("phoenix hook heartbeat"),
+            "{}",
+            run.stderr
+        );
+    }
+    // Without --cli and without a readable config, a Gemini payload still gets JSON.
+    let run = hook(
+        &fleet,
+        "heartbeat",
+        "g",
+        None,
+        r#"{"hook_event_name":"AfterTool","tool_name":"x"}"#,
+    );
+    run.valid_for("gemini");
+}
+
+#[test]
+fn missing_state_dir_is_created_and_unwritable_one_is_survived() {
+    use std::os::unix::fs::PermissionsExt;
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    assert!(!fleet.state_dir().exists());
+    hook(&fleet, "heartbeat", "c", Some("claude"), "{}").valid_for("claude");
+    assert!(fleet.agent_dir("c").join("tool_use.jsonl").exists());
+
+    // A state dir the hook cannot write to (root ignores modes, so replace it by a file).
+    if unsafe { libc::geteuid() } == 0 {
+        std::fs::remove_dir_all(fleet.agent_dir("g")).ok();
+        std::fs::write(fleet.agent_dir("g"), b"not a dir").unwrap();
+    } else {
+        std::fs::create_dir_all(fleet.agent_dir("g")).unwrap();
+        std::fs::set_permissions(fleet.agent_dir("g"), std::fs::Permissions::from_mode(0o500))
+            .unwrap();
+    }
+    for event in [
+        "session-start",
+        "heartbeat",
+        "tool-error",
+        "stop",
+        "session-end",
+        "pre-compact",
+    ] {
+        let run = hook(&fleet, event, "g", Some("gemini"), r#"{"session_id":"s"}"#);
+        run.valid_for("gemini");
+        assert!(!run.stderr.is_empty(), "{event}: the problem is logged");
+    }
+}
+
+#[test]
+fn corrupt_state_is_rolled_back_by_a_hook_and_recorded() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    fleet
+        .run(&["loop", "add", "c", "keep-me", "a loop that must survive"])
+        .status(0);
+    let good = std::fs::read(fleet.agent_dir("c").join("state.json")).unwrap();
+    std::fs::write(
+        fleet.agent_dir("c").join("state.json"),
+        &good[..good.len() - 20],
+    )
+    .unwrap();
+
+    let run = hook(
+        &fleet,
+        "session-start",
+        "c",
+        Some("claude"),
+        r#"{"session_id":"s2","source":"startup"}"#,
+    );
+    run.valid_for("claude");
+    assert!(
+        run.context().unwrap().contains("[keep-me]"),
+        "{}",
+        run.stdout
+    );
+    let s = state(&fleet, "c");
+    assert_eq!(s["open_loops"][0]["id"], "keep-me");
+    assert_eq!(s["session_id"], "s2");
+
+    let critical = read_jsonl(&fleet.state_dir().join("critical_events.jsonl"));
+    assert_eq!(critical.len(), 1, "{critical:?}");
+    for field in ["ts", "event", "agent", "reason", "action_taken", "details"] {
+        assert!(critical[0].get(field).is_some(), "{field}: {critical:?}");
+    }
+    assert_eq!(critical[0]["agent"], "c");
+    assert!(
+        fleet
+            .ops("c")
+            .iter()
+            .any(|o| o["event"] == "state_rollback"),
+        "{:?}",
+        fleet.ops("c")
+    );
+    // `state show` on a garbage file rolls back too.
+    std::fs::write(fleet.agent_dir("c").join("state.json"), b"\0\0garbage").unwrap();
+    fleet
+        .run(&["state", "show", "c"])
+        .status(0)
+        .stdout_has("[keep-me]");
+}
+
+#[test]
+fn recovery_block_after_an_interrupted_turn_then_brief() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    std::fs::create_dir_all(fleet.agent_dir("c")).unwrap();
+    std::fs::write(
+        fleet.agent_dir("c").join("brief.md"),
+        "c — 2026-02-16\n\n**Next:** ship the parser.\n",
+    )
+    .unwrap();
+    fleet
+        .run(&["loop", "add", "c", "parser", "finish the parser"])
+        .status(0);
+
+    let start = r#"{"session_id":"s1","source":"startup","hook_event_name":"SessionStart"}"#;
+    let first = hook(&fleet, "session-start", "c", Some("claude"), start);
+    let text = first.valid_for("claude").context().unwrap();
+    assert!(!text.contains("RECOVERY"), "{text}");
+    assert!(text.contains("[parser] finish the parser"), "{text}");
+    assert!(text.contains("ship the parser"), "{text}");
+
+    hook(
+        &fleet,
+        "prompt",
+        "c",
+        Some("claude"),
+        r#"{"session_id":"s1","prompt":"refactor the lexer\nthoroughly"}"#,
+    );
+    hook(
+        &fleet,
+        "heartbeat",
+        "c",
+        Some("claude"),
+        r#"{"session_id":"s1","tool_name":"Edit"}"#,
+    );
+    assert_eq!(state(&fleet, "c")["status"], "working");
+    // The CLI dies here: no Stop, no SessionEnd.
+    let again = hook(
+        &fleet,
+        "session-start",
+        "c",
+        Some("claude"),
+        r#"{"session_id":"s2","source":"startup"}"#,
+    );
+    let text = again.valid_for("claude").context().unwrap();
+    assert!(
+        text.starts_with("=== PHOENIX: RECOVERY DETECTED ==="),
+        "{text}"
+    );
+    assert!(text.contains("Task: refactor the lexer"), "{text}");
+    assert!(text.contains("Edit (ok)"), "{text}");
+    assert!(text.contains("[parser]"), "{text}");
+    assert!(text.find("RECOVERY").unwrap() < text.find("ship the parser").unwrap());
+    // Still `working` until a turn ends: a second crash right away recovers again.
+    let third = hook(
+        &fleet,
+        "session-start",
+        "c",
+        Some("claude"),
+        r#"{"session_id":"s3","source":"resume"}"#,
+    );
+    assert!(third.context().unwrap().contains("RECOVERY"));
+
+    hook(
+        &fleet,
+        "stop",
+        "c",
+        Some("claude"),
+        r#"{"session_id":"s3"}"#,
+    );
+    assert_eq!(state(&fleet, "c")["status"], "idle");
+    let resumed = hook(
+        &fleet,
+        "session-start",
+        "c",
+        Some("claude"),
+        r#"{"session_id":"s3","source":"resume"}"#,
+    );
+    assert_eq!(
+        resumed.valid_for("claude").stdout,
+        "",
+        "a clean resume has its transcript"
+    );
+    let compacted = hook(
+        &fleet,
+        "session-start",
+        "c",
+        Some("claude"),
+        r#"{"session_id":"s3","source":"compact"}"#,
+    );
+    let text = compacted.context().unwrap();
+    assert!(
+        text.contains("CONTEXT COMPACTED") && text.contains("[parser]"),
+        "{text}"
+    );
+
+    let ops = fleet.ops("c");
+    let starts: Vec<bool> = ops
+        .iter()
+        .filter(|o| o["event"] == "session_start")
+        .map(|o| o["interrupted"].as_bool().unwrap())
+        .collect();
+    assert_eq!(starts, [false, true, true, false, false]);
+}
+
+#[test]
+fn codex_and_gemini_get_recovery_through_their_own_channel() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    for (cli, agent, tool) in [
+        (
+            "codex",
+            "x",
+            json!({"tool_name": "Bash", "tool_response": "Chunk ID: a\nProcess exited with code 0\nOutput:\nok\n"}),
+        ),
+        (
+            "gemini",
+            "g",
+            json!({"tool_name": "run_shell_command", "tool_response": {"llmContent": "Output: ok", "returnDisplay": ""}}),
+        ),
+    ] {
+        hook(
+            &fleet,
+            "prompt",
+            agent,
+            Some(cli),
+            r#"{"session_id":"s1","prompt":"migrate the db"}"#,
+        )
+        .valid_for(cli);
+        hook(&fleet, "heartbeat", agent, Some(cli), &tool.to_string()).valid_for(cli);
+        let run = hook(
+            &fleet,
+            "session-start",
+            agent,
+            Some(cli),
+            r#"{"session_id":"s2","source":"startup"}"#,
+        );
+        run.valid_for(cli);
+        let v: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+        assert_eq!(v["hookSpecificOutput"]["hookEventName"], "SessionStart");
+        assert!(
+            run.context().unwrap().contains("Task: migrate the db"),
+            "{cli}"
+        );
+    }
+}
+
+#[test]
+fn user_exit_is_clean_and_mid_turn_end_is_an_interruption() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    hook(
+        &fleet,
+        "prompt",
+        "c",
+        Some("claude"),
+        r#"{"prompt":"task one"}"#,
+    );
+    hook(
+        &fleet,
+        "session-end",
+        "c",
+        Some("claude"),
+        r#"{"reason":"prompt_input_exit"}"#,
+    );
+    let s = state(&fleet, "c");
+    assert_eq!(s["status"], "stopped");
+    assert_eq!(s["last_session_end"]["clean"], true);
+    assert!(fleet.agent_dir("c").join(".clean-exit").exists());
+    let run = hook(
+        &fleet,
+        "session-start",
+        "c",
+        Some("claude"),
+        r#"{"source":"startup"}"#,
+    );
+    assert!(!run.stdout.contains("RECOVERY"), "{}", run.stdout);
+
+    // Codex always says `other`; ending in the middle of a turn is an interruption.
+    hook(
+        &fleet,
+        "prompt",
+        "x",
+        Some("codex"),
+        r#"{"prompt":"task two"}"#,
+    );
+    hook(
+        &fleet,
+        "session-end",
+        "x",
+        Some("codex"),
+        r#"{"reason":"other"}"#,
+    );
+    assert_eq!(state(&fleet, "x")["status"], "working");
+    let run = hook(
+        &fleet,
+        "session-start",
+        "x",
+        Some("codex"),
+        r#"{"source":"startup"}"#,
+    );
+    assert!(
+        run.context().unwrap().contains("RECOVERY"),
+        "{}",
+        run.stdout
+    );
+    // …but after a finished turn it is just the end.
+    hook(&fleet, "stop", "x", Some("codex"), "{}");
+    hook(
+        &fleet,
+        "session-end",
+        "x",
+        Some("codex"),
+        r#"{"reason":"other"}"#,
+    );
+    assert_eq!(state(&fleet, "x")["status"], "stopped");
+}
+
+#[test]
+fn consecutive_errors_count_up_and_reset_interrupts_are_ignored() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let fail = r#"{"hook_event_name":"PostToolUseFailure","tool_name":"Bash","error":"Exit code 1\nboom","is_interrupt":false}"#;
+    for _ in 0..3 {
+        hook(&fleet, "tool-error", "c", Some("claude"), fail).valid_for("claude");
+    }
+    hook(
+        &fleet,
+        "tool-error",
+        "c",
+        Some("claude"),
+        r#"{"tool_name":"Bash","error":"stopped","is_interrupt":true}"#,
+    );
+    let s = state(&fleet, "c");
+    assert_eq!(s["consecutive_errors"], 3);
+    assert_eq!(s["last_error"], "Exit code 1: boom");
+    let tools = read_jsonl(&fleet.agent_dir("c").join("tool_use.jsonl"));
+    assert_eq!(tools[2]["consecutive_errors"], 3);
+    assert_eq!(tools[3]["interrupted"], true);
+    hook(
+        &fleet,
+        "heartbeat",
+        "c",
+        Some("claude"),
+        r#"{"tool_name":"Read"}"#,
+    );
+    assert!(state(&fleet, "c").get("consecutive_errors").is_none());
+
+    // Codex and Gemini failures are read from the tool response.
+    hook(
+        &fleet,
+        "heartbeat",
+        "x",
+        Some("codex"),
+        r#"{"tool_name":"Bash","tool_response":"Process exited with code 7\nOutput:\nno"}"#,
+    );
+    hook(
+        &fleet,
+        "heartbeat",
+        "g",
+        Some("gemini"),
+        r#"{"tool_name":"run_shell_command","tool_response":{"llmContent":"Output: x\nExit Code: 101"}}"#,
+    );
+    assert_eq!(state(&fleet, "x")["consecutive_errors"], 1);
+    assert_eq!(state(&fleet, "g")["consecutive_errors"], 1);
+}
+
+#[test]
+fn another_agents_hook_in_a_shared_workdir_stands_aside() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let run = hook_with_env(
+        &fleet,
+        "heartbeat",
+        "c",
+        Some("claude"),
+        b"{}",
+        &[("PHOENIX_AGENT", "x")],
+    );
+    run.valid_for("claude");
+    assert!(!fleet.agent_dir("c").join("tool_use.jsonl").exists());
+}
+
+#[test]
+fn loop_resolve_and_state_commands() {
+    let fleet = Fleet::new();
+    three_clis_after(&fleet, "[thresholds]\nstale_after = \"1d\"\n", "");
+
+    fleet
+        .run(&["loop", "add", "c", "new-one", "fresh", "work"])
+        .status(0)
+        .stdout_has("added loop `new-one`");
+    fleet.run(&["loop", "add", "c", "bad id", "x"]).status(1);
+    fleet
+        .run(&["loop", "add", "nobody", "x", "y"])
+        .status(1)
+        .stderr_has("no agent `nobody`");
+    // An old loop, as a brief generator or the seed's scripts would have written it.
+    let mut s = state(&fleet, "c");
+    s["open_loops"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "old-one", "text": "ancient", "added": "2020-01-01", "stale": false}));
+    std::fs::write(fleet.agent_dir("c").join("state.json"), s.to_string()).unwrap();
+
+    fleet
+        .run(&["loop", "list", "c"])
+        .status(0)
+        .stdout_has("old-one")
+        .stdout_has("stale");
+    let listed = fleet.run(&["loop", "list", "c", "--json"]);
+    let loops = listed.status(0).json();
+    assert_eq!(loops.as_array().unwrap().len(), 2);
+    assert_eq!(loops[0]["id"], "new-one");
+    assert_eq!(loops[0]["text"], "fresh work");
+    assert_eq!(loops[0]["stale"], false);
+    assert_eq!(loops[1]["stale"], true);
+
+    fleet
+        .run(&["resolve", "c", "nope", "why"])
+        .status(1)
+        .stderr_has("agent `c` has no open loop `nope`; open loops: `new-one`, `old-one`");
+    fleet
+        .run(&["resolve", "c", "old-one", "done", "long", "ago"])
+        .status(0);
+    let s = state(&fleet, "c");
+    assert_eq!(s["open_loops"].as_array().unwrap().len(), 1);
+    assert_eq!(s["resolved"][0]["id"], "old-one");
+    assert_eq!(s["resolved"][0]["reason"], "done long ago");
+    let log = read_jsonl(&fleet.agent_dir("c").join("resolved.jsonl"));
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0]["id"], "old-one");
+    assert_eq!(log[0]["reason"], "done long ago");
+    assert!(log[0]["ts"].is_string());
+
+    fleet
+        .run(&["state", "show", "c"])
+        .status(0)
+        .stdout_has("open loops   1 (0 stale)")
+        .stdout_has("[old-one] done long ago");
+    let shown = fleet
+        .run(&["state", "show", "c", "--json"])
+        .status(0)
+        .json();
+    assert_eq!(shown["agent"], "c");
+    assert_eq!(
+        std::fs::read(fleet.agent_dir("c").join("state.json")).unwrap(),
+        std::fs::read(fleet.agent_dir("c").join("state.json.last-good")).unwrap()
+    );
+}
+
+#[test]
+fn concurrent_heartbeats_resolves_and_loop_adds_lose_nothing() {
+    const WORKERS: usize = 4;
+    const CALLS: usize = 1000;
+    const LOOPS: usize = 40;
+    let fleet = Arc::new(Fleet::new());
+    three_clis(&fleet, "");
+    let done = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicUsize::new(0));
+
+    let checker = {
+        let (fleet, done, reads) = (fleet.clone(), done.clone(), reads.clone());
+        std::thread::spawn(move || {
+            let path = fleet.agent_dir("c").join("state.json");
+            while !done.load(Ordering::SeqCst) {
+                if let Ok(bytes) = std::fs::read(&path) {
+                    let v: Value = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                        panic!(
+                            "state.json invalid mid-run: {e}: {}",
+                            String::from_utf8_lossy(&bytes)
+                        )
+                    });
+                    assert!(v["open_loops"].is_array());
+                    reads.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let fleet = fleet.clone();
+            std::thread::spawn(move || {
+                for i in 0..CALLS {
+                    // Every tenth call fails (a locked write); new sessions force writes too.
+                    let (event, payload) = if i % 10 == 9 {
+                        ("tool-error", json!({"session_id": format!("w{w}"), "tool_name": "Bash", "error": "Exit code 1"}))
+                    } else {
+                        ("heartbeat", json!({"session_id": format!("w{w}-{}", i / 100), "tool_name": "Read", "n": i}))
+                    };
+                    let run = hook(&fleet, event, "c", Some("claude"), &payload.to_string());
+                    assert_eq!(run.code, Some(0), "{}", run.stderr);
+                }
+            })
+        })
+        .collect();
+    let editor = {
+        let fleet = fleet.clone();
+        std::thread::spawn(move || {
+            for n in 0..LOOPS {
+                fleet
+                    .run(&[
+                        "loop",
+                        "add",
+                        "c",
+                        &format!("loop-{n}"),
+                        "text",
+                        &n.to_string(),
+                    ])
+                    .status(0);
+                if n % 2 == 1 {
+                    fleet
+                        .run(&["resolve", "c", &format!("loop-{}", n - 1), "done"])
+                        .status(0);
+                }
+            }
+        })
+    };
+    editor.join().unwrap();
+    for w in workers {
+        w.join().unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    checker.join().unwrap();
+    assert!(reads.load(Ordering::SeqCst) > 10);
+
+    let s = state(&fleet, "c");
+    let open: Vec<&str> = s["open_loops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = (0..LOOPS)
+        .filter(|n| n % 2 == 1)
+        .map(|n| format!("loop-{n}"))
+        .collect();
+    assert_eq!(open, expected);
+    let resolved: Vec<&str> = s["resolved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = (0..LOOPS)
+        .filter(|n| n % 2 == 0)
+        .map(|n| format!("loop-{n}"))
+        .collect();
+    assert_eq!(resolved, expected);
+    assert_eq!(
+        read_jsonl(&fleet.agent_dir("c").join("resolved.jsonl")).len(),
+        LOOPS / 2
+    );
+    let tools = read_jsonl(&fleet.agent_dir("c").join("tool_use.jsonl"));
+    assert_eq!(tools.len(), WORKERS * CALLS);
+    assert_eq!(
+        tools.iter().filter(|t| t["ok"] == false).count(),
+        WORKERS * CALLS / 10
+    );
+    assert!(!fleet.agent_dir("c").join("hook_errors.jsonl").exists());
+    assert!(!fleet.state_dir().join("critical_events.jsonl").exists());
+}
+
+fn settings(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn phoenix_commands(v: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for groups in v["hooks"].as_object().unwrap().values() {
+        for g in groups.as_array().unwrap() {
+            for h in g["hooks"].as_array().unwrap() {
+                let c = h["command"].as_str().unwrap();
+                if c.contains(" hook ") {
+                    out.push(c.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn apply_merges_hook_files_keeping_user_settings_and_a_second_apply_changes_nothing() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let claude = fleet.path().join("wc/.claude/settings.json");
+    std::fs::create_dir_all(claude.parent().unwrap()).unwrap();
+    let user = json!({
+        "model": "opus",
+        "hooks": {"PostToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "echo user-hook"}]}]},
+        "permissions": {"allow": ["Bash(ls:*)"]},
+    });
+    std::fs::write(&claude, serde_json::to_string_pretty(&user).unwrap()).unwrap();
+
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has("~ agent `c`: install hooks in")
+        .stdout_has("+ agent `g`: install hooks in")
+        .stdout_has("+ agent `x`: install hooks in")
+        .stdout_has("+        \"matcher\": \"startup|resume|clear|compact\"")
+        .stdout_has("3 hook files to update");
+    let plan = fleet.run(&["plan", "--json"]).json();
+    let install = plan["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["agent"] == "c" && c["action"]["type"] == "install_hooks")
+        .unwrap();
+    assert_eq!(install["symbol"], "~");
+    assert!(install["action"]["diff"].as_str().unwrap().contains("@@"));
+    assert!(
+        !fleet.path().join("wd/.claude").exists(),
+        "custom gets no hook file"
+    );
+
+    fleet.run(&["apply", "--yes"]).status(0);
+    let merged = settings(&claude);
+    assert_eq!(merged["model"], "opus");
+    assert_eq!(merged["permissions"], user["permissions"]);
+    assert_eq!(
+        merged["hooks"]["PostToolUse"][0],
+        user["hooks"]["PostToolUse"][0]
+    );
+    assert_eq!(merged["hooks"]["PostToolUse"].as_array().unwrap().len(), 2);
+    let gemini = settings(&fleet.path().join("wg/.gemini/settings.json"));
+    assert_eq!(gemini["hooks"]["AfterTool"][0]["hooks"][0]["timeout"], 5000);
+    assert_eq!(
+        gemini["hooks"]["AfterTool"][0]["hooks"][0]["name"],
+        "phoenix-heartbeat"
+    );
+    let codex = settings(&fleet.path().join("wx/.codex/hooks.json"));
+    assert!(
+        codex["hooks"]["SessionEnd"][0]["hooks"][0]["timeout"]
+            .as_u64()
+            .unwrap()
+            <= 3
+    );
+    for command in phoenix_commands(&merged) {
+        let argv = shlex::split(&command).unwrap();
+        assert_eq!(argv[0], support::PHOENIX);
+        assert_eq!(Path::new(&argv[2]), fleet.config());
+    }
+    let before = std::fs::read(&claude).unwrap();
+
+    fleet.run(&["plan"]).status(0).stdout_has("No changes");
+    fleet.run(&["apply", "--yes"]).status(0);
+    assert_eq!(
+        std::fs::read(&claude).unwrap(),
+        before,
+        "second apply changes nothing"
+    );
+
+    // The installed command really runs through a shell.
+    let command = phoenix_commands(&merged)
+        .into_iter()
+        .find(|c| c.contains("hook heartbeat"))
+        .unwrap();
+    let mut child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .env_remove("PHOENIX_AGENT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"session_id":"via-sh","tool_name":"Bash"}"#)
+        .unwrap();
+    assert!(child.wait_with_output().unwrap().status.success());
+    assert_eq!(state(&fleet, "c")["session_id"], "via-sh");
+
+    // Dropping agent `c` from the spec: only --prune takes its entries out, and only them.
+    let body = std::fs::read_to_string(fleet.config()).unwrap();
+    let start = body.find("[[agent]]\nname = \"c\"").unwrap();
+    let end = body[start + 1..].find("[[agent]]").unwrap() + start + 1;
+    std::fs::write(
+        fleet.config(),
+        format!("{}{}", &body[..start], &body[end..]),
+    )
+    .unwrap();
+    fleet.run(&["plan"]).status(0);
+    fleet
+        .run(&["plan", "--prune"])
+        .status(2)
+        .stdout_has("- agent `c`: remove phoenix hooks from")
+        .stdout_has("not declared in phoenix.toml");
+    fleet.run(&["apply", "--yes", "--prune"]).status(0);
+    assert_eq!(settings(&claude), user);
+    fleet.run(&["plan", "--prune"]).status(0);
+}
+
+#[test]
+fn changing_an_agents_cli_moves_its_hooks() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    fleet.run(&["apply", "--yes"]).status(0);
+    let claude = fleet.path().join("wc/.claude/settings.json");
+    assert!(claude.exists());
+    let body = std::fs::read_to_string(fleet.config()).unwrap().replacen(
+        "cli = \"claude\"",
+        "cli = \"gemini\"",
+        1,
+    );
+    std::fs::write(fleet.config(), body).unwrap();
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has("- agent `c`: remove phoenix hooks from")
+        .stdout_has("+ agent `c`: install hooks in");
+    fleet.run(&["apply", "--yes"]).status(0);
+    assert!(
+        !claude.exists(),
+        "a file holding only phoenix's entries goes away"
+    );
+    assert!(fleet.path().join("wc/.gemini/settings.json").exists());
+    fleet.run(&["plan"]).status(0);
+}
+
+#[test]
+fn unmergeable_hook_file_is_reported_and_left_alone() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let claude = fleet.path().join("wc/.claude/settings.json");
+    std::fs::create_dir_all(claude.parent().unwrap()).unwrap();
+    std::fs::write(&claude, "{ \"model\": \"opus\", oops }").unwrap();
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has("cannot merge into `.claude/settings.json`: it is not valid JSON");
+    fleet.run(&["apply", "--yes"]).status(1);
+    assert_eq!(
+        std::fs::read_to_string(&claude).unwrap(),
+        "{ \"model\": \"opus\", oops }"
+    );
+}
+
+#[test]
+fn hooks_show_prints_what_apply_installs() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "guard_structured_files = true");
+    let shown = fleet
+        .run(&["hooks", "show", "--agent", "g", "--json"])
+        .status(0)
+        .json();
+    let content = &shown["files"][0]["content"];
+    assert!(
+        shown["files"][0]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("wg/.gemini/settings.json")
+    );
+    assert_eq!(
+        content["hooks"]["BeforeTool"][0]["hooks"][0]["name"],
+        "phoenix-guard"
+    );
+    assert_eq!(
+        content["hooks"]["SessionStart"][0]["hooks"][0]["timeout"],
+        10000
+    );
+
+    fleet
+        .run(&["hooks", "show", "--agent", "x"])
+        .status(0)
+        .stdout_has(".codex/hooks.json")
+        .stdout_has("notify = [")
+        .stdout_has("\"turn-complete\"");
+    fleet
+        .run(&["hooks", "show", "--agent", "d"])
+        .status(0)
+        .stdout_has("installs no hook file");
+
+    fleet.run(&["apply", "--yes"]).status(0);
+    let installed = settings(&fleet.path().join("wg/.gemini/settings.json"));
+    assert_eq!(&installed, content);
+}
+
+#[test]
+fn codex_notify_payload_as_argument_ends_the_turn() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    hook(&fleet, "prompt", "x", Some("codex"), r#"{"prompt":"go"}"#);
+    let payload = r#"{"type":"agent-turn-complete","thread-id":"t-1","turn-id":"1","cwd":"/r","input-messages":["go"],"last-assistant-message":"done"}"#;
+    let out = fleet
+        .command(&[
+            "hook",
+            "turn-complete",
+            "--agent",
+            "x",
+            "--cli",
+            "codex",
+            payload,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let s = state(&fleet, "x");
+    assert_eq!(s["status"], "idle");
+    assert_eq!(s["session_id"], "t-1");
+}
+
+#[test]
+fn structured_file_guard_restores_a_broken_edit_and_tells_the_agent() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "guard_structured_files = true");
+    let file = fleet.path().join("wc/config.toml");
+    std::fs::write(&file, "name = \"ok\"\n").unwrap();
+    let cwd = fleet.path().join("wc").display().to_string();
+    let edit = json!({"session_id": "s", "cwd": cwd, "hook_event_name": "PreToolUse", "tool_name": "Edit",
+                      "tool_input": {"file_path": file, "old_string": "\"ok\"", "new_string": "\"ok"}});
+    hook(&fleet, "pre-tool", "c", Some("claude"), &edit.to_string()).valid_for("claude");
+    std::fs::write(&file, "name = \"ok\n").unwrap();
+    let mut post = edit.clone();
+    post["hook_event_name"] = json!("PostToolUse");
+    let run = hook(&fleet, "heartbeat", "c", Some("claude"), &post.to_string());
+    run.valid_for("claude");
+    let v: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(v["decision"], "block");
+    assert!(
+        v["reason"].as_str().unwrap().contains("invalid TOML"),
+        "{v}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "name = \"ok\"\n");
+    assert!(
+        fleet
+            .ops("c")
+            .iter()
+            .any(|o| o["event"] == "guard_restored")
+    );
+
+    // Gemini: relative path from the payload's cwd, feedback as appended context.
+    let gfile = fleet.path().join("wg/data.json");
+    std::fs::write(&gfile, "{\"a\": 1}").unwrap();
+    let gcwd = fleet.path().join("wg").display().to_string();
+    let write = json!({"cwd": gcwd, "hook_event_name": "BeforeTool", "tool_name": "write_file",
+                       "tool_input": {"file_path": "data.json", "content": "{\"a\": "}});
+    hook(&fleet, "pre-tool", "g", Some("gemini"), &write.to_string()).valid_for("gemini");
+    std::fs::write(&gfile, "{\"a\": ").unwrap();
+    let mut after = write.clone();
+    after["hook_event_name"] = json!("AfterTool");
+    after["tool_response"] = json!({"llmContent": "ok", "returnDisplay": ""});
+    let run = hook(&fleet, "heartbeat", "g", Some("gemini"), &after.to_string());
+    let v: Value = serde_json::from_str(run.valid_for("gemini").stdout.trim()).unwrap();
+    assert!(
+        v["hookSpecificOutput"]["additionalContext"]
+            .as_str()
+            .unwrap()
+            .contains("restored")
+    );
+    assert_eq!(std::fs::read_to_string(&gfile).unwrap(), "{\"a\": 1}");
+}
+
+#[test]
+fn demo_agent_gets_the_recovery_block_injected() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("demo", ""));
+    hook(
+        &fleet,
+        "prompt",
+        "demo",
+        None,
+        r#"{"prompt":"count the stars"}"#,
+    );
+    let mut child = fleet
+        .command(&["demo-agent", "--interval", "100ms", "--agent", "demo"])
+        .env("PHOENIX_CONFIG", fleet.config())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    child.stdin.take().unwrap().write_all(b"exit\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("[context injected by phoenix]"), "{stdout}");
+    assert!(stdout.contains("Task: count the stars"), "{stdout}");
+    let s = state(&fleet, "demo");
+    assert_eq!(s["status"], "stopped", "demo's `exit` is a user exit");
+    assert!(!read_jsonl(&fleet.agent_dir("demo").join("tool_use.jsonl")).is_empty());
+}
