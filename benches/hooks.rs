@@ -80,30 +80,42 @@ struct Case {
     reset: Option<Box<dyn Fn()>>,
 }
 
-fn measure(case: &Case) -> Vec<Duration> {
-    let mut times = Vec::with_capacity(RUNS);
-    for i in 0..WARMUP + RUNS {
-        if let Some(reset) = &case.reset {
-            reset();
-        }
-        let started = Instant::now();
-        let mut child = Command::new(&case.program)
-            .args(&case.args)
-            .envs(case.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", case.program));
-        let _ = child.stdin.take().unwrap().write_all(&case.stdin);
-        let status = child.wait().unwrap();
-        let elapsed = started.elapsed();
-        assert!(status.success(), "{} failed: {status}", case.name);
-        if i >= WARMUP {
-            times.push(elapsed);
+/// One timed run: spawn, hand over the payload, wait for the exit.
+fn run_once(case: &Case) -> Duration {
+    if let Some(reset) = &case.reset {
+        reset();
+    }
+    let started = Instant::now();
+    let mut child = Command::new(&case.program)
+        .args(&case.args)
+        .envs(case.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", case.program));
+    let _ = child.stdin.take().unwrap().write_all(&case.stdin);
+    let status = child.wait().unwrap();
+    let elapsed = started.elapsed();
+    assert!(status.success(), "{} failed: {status}", case.name);
+    elapsed
+}
+
+/// Round-robin over the cases, so that every case sees the same background load (this
+/// machine is shared); returns each case's sorted times.
+fn measure(cases: &[Case]) -> Vec<Vec<Duration>> {
+    let mut times = vec![Vec::with_capacity(RUNS); cases.len()];
+    for round in 0..WARMUP + RUNS {
+        for (case, t) in cases.iter().zip(times.iter_mut()) {
+            let elapsed = run_once(case);
+            if round >= WARMUP {
+                t.push(elapsed);
+            }
         }
     }
-    times.sort();
+    for t in &mut times {
+        t.sort();
+    }
     times
 }
 
@@ -184,6 +196,14 @@ fn main() {
 
     let mut cases = vec![
         Case {
+            name: "process start floor: /bin/true",
+            program: "/bin/true".into(),
+            args: vec![],
+            stdin: vec![],
+            env: vec![],
+            reset: None,
+        },
+        Case {
             name: "process start floor: phoenix --version",
             program: exe.clone(),
             args: vec!["--version".into()],
@@ -251,14 +271,15 @@ fn main() {
         );
     }
 
-    println!("{RUNS} runs each after {WARMUP} warm-up runs; wall time of spawn + payload + exit\n");
+    println!(
+        "{RUNS} runs each after {WARMUP} warm-up rounds, cases interleaved; wall time of spawn + payload + exit\n"
+    );
     println!(
         "{:<52} {:>10} {:>10} {:>10}",
         "hook", "median", "p90", "min"
     );
     let mut medians = std::collections::HashMap::new();
-    for case in &cases {
-        let t = measure(case);
+    for (case, t) in cases.iter().zip(measure(&cases)) {
         let median = t[t.len() / 2];
         medians.insert(case.name, median);
         println!(

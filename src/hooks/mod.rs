@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::spec::{self, AgentSpec, Cli, LoadOptions, Spec};
+use crate::spec::{self, AgentSpec, Cli, Spec};
 use crate::state::{self, AgentDir, AgentState, FleetDir, Retention, StateError, Status};
 use output::Reply;
 use payload::{Outcome, Payload};
@@ -175,13 +175,7 @@ impl Hook<'_> {
                 return Ok(Reply::Nothing);
             }
         }
-        let spec = spec::load_with(
-            config,
-            LoadOptions {
-                check_filesystem: false,
-            },
-        )
-        .map_err(|e| {
+        let spec = spec::load_for_hook(config).map_err(|e| {
             format!(
                 "{} (run `phoenix validate` for details)",
                 first_line(&e.to_string())
@@ -196,8 +190,11 @@ impl Hook<'_> {
         })?;
         self.cli = self.cli.or(Some(agent.cli));
         let dir = FleetDir::new(&spec.fleet.state_dir).agent(&agent.name);
-        dir.ensure()
-            .map_err(|e| format!("cannot create state dir `{}`: {e}", dir.path.display()))?;
+        // One stat on the hot path; creating it (0700, parents too) only when missing.
+        if !dir.exists() {
+            dir.ensure()
+                .map_err(|e| format!("cannot create state dir `{}`: {e}", dir.path.display()))?;
+        }
         self.dir = Some(dir.clone());
         if let Some(problem) = &self.payload.problem {
             self.problem(problem);
@@ -336,8 +333,14 @@ impl Hook<'_> {
         let mut result = Ok(());
         match &outcome {
             Outcome::Ok => {
-                let current = dir.read_state()?;
-                if heartbeat_needs_write(&current, session_id.as_deref(), ctx.now) {
+                let needs_write = match dir.read_state() {
+                    Ok(current) => heartbeat_needs_write(&current, session_id.as_deref(), ctx.now),
+                    Err(e) => {
+                        result = Err(e);
+                        false
+                    }
+                };
+                if needs_write {
                     result = dir.update_state(ctx.retention, |s| {
                         s.status = Status::Working;
                         s.consecutive_errors = 0;

@@ -101,6 +101,8 @@ impl Payload {
             | "BeforeModel"
             | "AfterModel"
             | "BeforeToolSelection" => Some(Cli::Gemini),
+            // Only Gemini stamps every payload with `timestamp`.
+            _ if self.get("timestamp").is_some() => Some(Cli::Gemini),
             _ if self.get("turn_id").is_some() => Some(Cli::Codex),
             _ => None,
         }
@@ -371,11 +373,9 @@ mod tests {
 
     #[test]
     fn gemini_events_identify_the_cli() {
-        let guessed: Vec<Option<Cli>> = fixtures("gemini")
-            .iter()
-            .map(|(_, p)| p.guess_cli())
-            .collect();
-        assert!(guessed.contains(&Some(Cli::Gemini)));
+        for (hook, p) in fixtures("gemini") {
+            assert_eq!(p.guess_cli(), Some(Cli::Gemini), "{hook}");
+        }
         for (_, p) in fixtures("claude") {
             assert_eq!(p.guess_cli(), None);
         }

@@ -321,12 +321,29 @@ pub fn load(path: &Path) -> Result<Spec, LoadError> {
 }
 
 pub fn load_with(path: &Path, options: LoadOptions) -> Result<Spec, LoadError> {
+    load_inner(path, options, true)
+}
+
+/// The spec as `phoenix hook` needs it, on every tool call: no filesystem checks, and
+/// `[schedules]` left unparsed (`Spec::schedules` is empty). Hooks never schedule anything,
+/// and a typo in a cron expression must not stop every agent's state tracking.
+pub fn load_for_hook(path: &Path) -> Result<Spec, LoadError> {
+    load_inner(
+        path,
+        LoadOptions {
+            check_filesystem: false,
+        },
+        false,
+    )
+}
+
+fn load_inner(path: &Path, options: LoadOptions, schedules: bool) -> Result<Spec, LoadError> {
     let source = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.to_path_buf(),
         source,
     })?;
     let file = absolute(path);
-    parse(&source, &file, options).map_err(LoadError::Invalid)
+    parse_inner(&source, &file, options, schedules).map_err(LoadError::Invalid)
 }
 
 fn absolute(path: &Path) -> PathBuf {
@@ -335,6 +352,15 @@ fn absolute(path: &Path) -> PathBuf {
 
 /// Parse and validate a phoenix.toml. `file` is used for messages and for relative paths.
 pub fn parse(source: &str, file: &Path, options: LoadOptions) -> Result<Spec, FileDiagnostics> {
+    parse_inner(source, file, options, true)
+}
+
+fn parse_inner(
+    source: &str,
+    file: &Path,
+    options: LoadOptions,
+    schedules: bool,
+) -> Result<Spec, FileDiagnostics> {
     let fail = |mut diagnostics: Vec<Diagnostic>| {
         diagnostics.sort_by_key(|d| d.span.as_ref().map(|s| s.start));
         FileDiagnostics {
@@ -364,6 +390,7 @@ pub fn parse(source: &str, file: &Path, options: LoadOptions) -> Result<Spec, Fi
         source,
         dir: &dir,
         options,
+        schedules,
     }
     .spec(raw, file);
     if diags.is_empty() {
@@ -476,6 +503,8 @@ struct Validator<'a> {
     source: &'a str,
     dir: &'a Path,
     options: LoadOptions,
+    /// Parse `[schedules]` (everything but hooks).
+    schedules: bool,
 }
 
 fn is_name(s: &str) -> bool {
@@ -549,9 +578,16 @@ impl Validator<'_> {
     fn spec(mut self, raw: RawSpec, file: &Path) -> Spec {
         let fleet = self.fleet(&raw.fleet);
         let thresholds = self.thresholds(&raw.thresholds);
-        let schedules = Schedules {
-            watchdog: self.schedule(&raw.schedules.watchdog, "watchdog", "*/5 * * * *"),
-            brief: self.schedule(&raw.schedules.brief, "brief", "0 6 * * *"),
+        let schedules = if self.schedules {
+            Schedules {
+                watchdog: self.schedule(&raw.schedules.watchdog, "watchdog", "*/5 * * * *"),
+                brief: self.schedule(&raw.schedules.brief, "brief", "0 6 * * *"),
+            }
+        } else {
+            Schedules {
+                watchdog: None,
+                brief: None,
+            }
         };
         if let Some(name) = &raw.defaults.name {
             self.error(

@@ -217,3 +217,18 @@ fn unknown_keys_and_bad_values_are_reported_together() {
     assert!(errs[0].message.contains("unknown key `silense`"));
     assert!(errs[1].message.contains("unknown unit `x`"));
 }
+
+#[test]
+fn hooks_load_a_spec_whose_schedule_is_broken() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("phoenix.toml");
+    std::fs::write(
+        &path,
+        "[schedules]\nwatchdog = \"every minute\"\n\n[[agent]]\nname = \"a\"\ncommand = \"x\"\nworkdir = \"/nonexistent\"\n",
+    )
+    .unwrap();
+    assert!(load(&path).is_err());
+    let spec = load_for_hook(&path).unwrap();
+    assert_eq!(spec.agents[0].name, "a");
+    assert!(spec.schedules.watchdog.is_none());
+}
