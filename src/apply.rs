@@ -110,14 +110,16 @@ impl Applier<'_> {
             Action::InstallHooks { path, .. } => {
                 let agent = agent()?;
                 let desired = hook_config::Target::new(&self.exe, &self.spec.file, agent).desired();
-                let detail = hook_config::write_file(path, &agent.name, desired.as_ref())?;
                 ensure_dir(dir)?;
+                let detail =
+                    hook_config::write_file(path, &agent.name, desired.as_ref(), Some(&dir.path))?;
                 dir.record_installed_hook(path, true)
                     .map_err(|e| format!("{detail}, but {e}"))?;
                 Ok(detail)
             }
             Action::RemoveHooks { path, .. } => {
-                let detail = hook_config::write_file(path, &change.agent, None)?;
+                let backup = dir.exists().then_some(dir.path.as_path());
+                let detail = hook_config::write_file(path, &change.agent, None, backup)?;
                 if dir.exists() {
                     dir.record_installed_hook(path, false)
                         .map_err(|e| format!("{detail}, but {e}"))?;

@@ -434,8 +434,15 @@ pub fn plan_file(
 }
 
 /// Merge phoenix's entries for `agent` into the file at `path` (or remove them when `desired`
-/// is `None`) and write it atomically, keeping its mode. Follows a symlinked file to its target.
-pub fn write_file(path: &Path, agent: &str, desired: Option<&Value>) -> Result<String, String> {
+/// is `None`) and write it atomically, keeping its mode; the result is read back and parsed,
+/// and the previous content is restored if it does not match. The previous content is kept in
+/// `backup_dir` (the agent's state dir) first. Follows a symlinked file to its target.
+pub fn write_file(
+    path: &Path,
+    agent: &str,
+    desired: Option<&Value>,
+    backup_dir: Option<&Path>,
+) -> Result<String, String> {
     let target = match fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => fs::canonicalize(path).unwrap_or(path.into()),
         _ => path.to_path_buf(),
@@ -447,6 +454,19 @@ pub fn write_file(path: &Path, agent: &str, desired: Option<&Value>) -> Result<S
     };
     let merged = merge(existing.as_deref(), agent, desired)
         .map_err(|p| format!("`{}` {p}", target.display()))?;
+    if let (Some(dir), Some(old)) = (backup_dir, &existing) {
+        let name = format!(
+            "{}.last-good",
+            target
+                .to_string_lossy()
+                .trim_start_matches('/')
+                .replace('/', "%")
+        );
+        let backups = dir.join("hook-backups");
+        crate::state::create_private_dir(&backups)
+            .and_then(|_| crate::state::atomic_write(&backups.join(name), old.as_bytes()))
+            .map_err(|e| format!("cannot back up `{}`: {e}", target.display()))?;
+    }
     let Some(merged) = merged else {
         if existing.is_some() {
             fs::remove_file(&target)
@@ -462,8 +482,24 @@ pub fn write_file(path: &Path, agent: &str, desired: Option<&Value>) -> Result<S
     let mode = fs::metadata(&target)
         .map(|m| m.permissions().mode() & 0o7777)
         .unwrap_or(0o644);
-    crate::state::atomic_write_mode(&target, pretty(&merged).as_bytes(), mode)
+    let text = pretty(&merged);
+    crate::state::atomic_write_mode(&target, text.as_bytes(), mode)
         .map_err(|e| format!("cannot write `{}`: {e}", target.display()))?;
+    let back = fs::read_to_string(&target).unwrap_or_default();
+    if back != text || serde_json::from_str::<Value>(&back).is_err() {
+        let restored = match &existing {
+            Some(old) => crate::state::atomic_write_mode(&target, old.as_bytes(), mode),
+            None => fs::remove_file(&target),
+        };
+        return Err(format!(
+            "`{}` did not read back as written; {}",
+            target.display(),
+            match restored {
+                Ok(()) => "its previous content is back".to_string(),
+                Err(e) => format!("restoring its previous content failed too: {e}"),
+            }
+        ));
+    }
     Ok(format!("wrote {}", target.display()))
 }
 
