@@ -295,6 +295,47 @@ fn broken_config_unknown_agent_and_unknown_event_still_answer_validly() {
 }
 
 #[test]
+fn a_malformed_hook_command_line_never_exits_2() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    for (args, expected) in [
+        (
+            vec![
+                "hook",
+                "heartbeat",
+                "--agent",
+                "g",
+                "--cli",
+                "gemini",
+                "extra",
+                "args",
+            ],
+            "{}",
+        ),
+        (vec!["hook", "heartbeat", "--cli", "gemini"], "{}"),
+        (vec!["hook", "heartbeat", "--agent", "c", "--bogus"], ""),
+    ] {
+        let out = fleet.command(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            expected,
+            "{args:?}"
+        );
+    }
+    // Other commands keep clap's usage errors.
+    assert_eq!(
+        fleet
+            .command(&["plan", "--bogus"])
+            .output()
+            .unwrap()
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+#[test]
 fn missing_state_dir_is_created_and_unwritable_one_is_survived() {
     use std::os::unix::fs::PermissionsExt;
     let fleet = Fleet::new();

@@ -114,7 +114,20 @@ pub enum Command {
 
 /// Parse the command line, run, and return the process exit code.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            if crate::hooks::is_hook_invocation(&args) && e.use_stderr() {
+                // Exit 2 from a hook blocks the agent (its tool call, its compaction): a
+                // malformed hook command is a logged problem, never that.
+                let _ = writeln!(std::io::stderr(), "phoenix hook: {e}");
+                out(crate::hooks::fallback_output(&args));
+                return 0;
+            }
+            e.exit()
+        }
+    };
     match run(cli) {
         Ok(code) => code,
         Err(err) => {

@@ -97,10 +97,21 @@ pub fn run(
         payload,
         dir: None,
     };
-    let reply = match hook.handle(config) {
-        Ok(reply) => reply,
-        Err(e) => {
+    // Even a bug in phoenix must not show up as a failed hook: a panic is a logged problem.
+    let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.handle(config)));
+    let reply = match handled {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(e)) => {
             hook.problem(&e);
+            Reply::Nothing
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            hook.problem(&format!("internal error (a bug in phoenix): {what}"));
             Reply::Nothing
         }
     };
@@ -111,6 +122,29 @@ pub fn run(
         .write_all(text.as_bytes())
         .and_then(|_| stdout.flush());
     0
+}
+
+/// Is this command line (without the program name) a `phoenix hook …` call?
+pub fn is_hook_invocation(args: &[String]) -> bool {
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "-c" | "--config" => {
+                rest.next();
+            }
+            a if a.starts_with("--config=") || a.starts_with('-') => {}
+            a => return a == "hook",
+        }
+    }
+    false
+}
+
+/// What a hook prints when even its command line could not be understood: nothing, or `{}`
+/// for Gemini, which parses stderr when stdout is empty.
+pub fn fallback_output(args: &[String]) -> &'static str {
+    let gemini = args.windows(2).any(|w| w[0] == "--cli" && w[1] == "gemini")
+        || args.iter().any(|a| a == "--cli=gemini");
+    if gemini { "{}\n" } else { "" }
 }
 
 fn read_stdin() -> String {
@@ -611,6 +645,17 @@ mod tests {
     fn task_is_the_first_line_of_the_prompt() {
         assert_eq!(task_line("\n fix the build \nthen more"), "fix the build");
         assert_eq!(task_line(&"x".repeat(300)).chars().count(), 200);
+    }
+
+    #[test]
+    fn hook_invocations_are_recognised() {
+        let args = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert!(is_hook_invocation(&args("--config /x hook heartbeat")));
+        assert!(is_hook_invocation(&args("hook")));
+        assert!(!is_hook_invocation(&args("-c hook plan")));
+        assert!(!is_hook_invocation(&args("hooks show")));
+        assert_eq!(fallback_output(&args("hook x --cli gemini")), "{}\n");
+        assert_eq!(fallback_output(&args("hook x --cli codex")), "");
     }
 
     #[test]
