@@ -164,3 +164,64 @@ fn real_claude_runs_interactively_in_a_phoenix_pane() {
             .is_some_and(|s| s.contains("Wrote it."))
     });
 }
+
+/// phoenix's own hooks, installed by `apply`, running inside the real Claude Code: the open loop
+/// reaches the model at session start, and the prompt, the tool call and the end of the turn
+/// land in the agent's state.
+#[test]
+fn real_claude_runs_the_hooks_apply_installed() {
+    let bin = claude_bin();
+    let fleet = support::Fleet::new();
+    let work = fleet.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let key = "sk-ant-test-0123456789abcdefghijklmnop";
+    let home = prepared_home(fleet.path(), &work, key);
+    let server = ModelServer::start(vec![
+        Turn::bash("echo hooked > out.txt"),
+        Turn::text("Hooked."),
+    ]);
+    fleet.toml(&claude_agent("cc", &bin, &home, &server, key));
+    fleet
+        .run(&["loop", "add", "cc", "ship-parser", "ship the parser"])
+        .status(0);
+    fleet.run(&["apply", "--yes"]).status(0);
+    let settings = std::fs::read_to_string(work.join(".claude/settings.json")).unwrap();
+    assert!(
+        settings.contains("hook session-start --agent cc"),
+        "{settings}"
+    );
+    fleet.wait_running(&["cc"]);
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    type_prompt(&fleet, &pane, "write the hooked file");
+    let dir = fleet.agent_dir("cc");
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "tool call recorded",
+        || {
+            support::read_jsonl(&dir.join("tool_use.jsonl"))
+                .iter()
+                .any(|t| t["tool"] == "Bash" && t["ok"] == true)
+        },
+    );
+    let state = || -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap()
+    };
+    support::wait_until(std::time::Duration::from_secs(30), "turn finished", || {
+        state()["status"] == "idle"
+    });
+    let s = state();
+    assert_eq!(s["current_task"], "write the hooked file");
+    assert!(s["session_id"].as_str().is_some_and(|id| !id.is_empty()));
+    assert!(
+        server
+            .message_requests()
+            .iter()
+            .any(|r| r.text().contains("[ship-parser] ship the parser")),
+        "the open loop was injected at session start"
+    );
+    assert!(!dir.join("hook_errors.jsonl").exists());
+}
