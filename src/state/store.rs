@@ -321,19 +321,59 @@ impl AgentDir {
         Ok(state)
     }
 
-    /// Atomic write, read back and compare, then refresh the last good copy.
+    /// Write the new state atomically and keep the previous one as the last good copy, with two
+    /// syncs instead of four: the new content goes to a synced temp file; the current
+    /// `state.json` (valid: it was loaded or repaired under this lock) is hard-linked to
+    /// `state.json.last-good`; the temp file is renamed over `state.json`; one directory sync
+    /// makes both renames durable. Files here are only ever replaced by rename, never rewritten
+    /// in place, so the linked inode cannot change under the copy. Then the new file is read
+    /// back and compared; a mismatch rolls back to the last good copy.
     fn write_locked(&self, state: &AgentState) -> Result<(), StateError> {
         let path = self.file(STATE);
+        let good = self.file(LAST_GOOD);
         let bytes = state.to_pretty_json();
-        atomic_write(&path, &bytes).map_err(io_err("write", &path))?;
+        let pid = std::process::id();
+        let tmp = self.file(&format!(".{STATE}.tmp.{pid}"));
+        write_synced(&tmp, &bytes).map_err(io_err("write", &tmp))?;
+        let previous_valid = matches!(read_state_file(&path), Ok(Loaded::Valid(_)));
+        let kept_previous = previous_valid && {
+            let link = self.file(&format!(".{LAST_GOOD}.tmp.{pid}"));
+            let _ = fs::remove_file(&link);
+            fs::hard_link(&path, &link)
+                .and_then(|_| fs::rename(&link, &good))
+                .is_ok()
+        };
+        if let Err(e) = fs::rename(&tmp, &path) {
+            let _ = fs::remove_file(&tmp);
+            return Err(io_err("replace", &path)(e));
+        }
+        fs::File::open(&self.path)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err("sync", &self.path))?;
         let back = fs::read(&path).map_err(io_err("read back", &path))?;
         if back != bytes || !matches!(parse_state(&back), Loaded::Valid(_)) {
             self.roll_back("what was read back differs from what was written")?;
             return Err(StateError::ReadBack { path });
         }
-        let good = self.file(LAST_GOOD);
-        atomic_write(&good, &bytes).map_err(io_err("write", &good))
+        if !kept_previous {
+            // The first write (nothing to keep yet), or a filesystem without hard links.
+            atomic_write(&good, &bytes).map_err(io_err("write", &good))?;
+        }
+        Ok(())
     }
+}
+
+/// Create (or truncate) `path`, write `bytes` and sync them to disk.
+fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 impl FleetDir {
@@ -378,6 +418,26 @@ mod tests {
             fs::read(dir.file(STATE)).unwrap(),
             fs::read(dir.file(LAST_GOOD)).unwrap()
         );
+    }
+
+    #[test]
+    fn last_good_is_the_previous_version_and_never_shares_an_inode_with_state() {
+        use std::os::unix::fs::MetadataExt;
+        let (_tmp, dir) = agent();
+        dir.add_loop(Retention::default(), "one", "1").unwrap();
+        dir.add_loop(Retention::default(), "two", "2").unwrap();
+        let good: AgentState =
+            serde_json::from_slice(&fs::read(dir.file(LAST_GOOD)).unwrap()).unwrap();
+        assert_eq!(good.open_ids(), ["one"]);
+        assert_eq!(dir.read_state().unwrap().open_ids(), ["one", "two"]);
+        let ino = |f: &str| fs::metadata(dir.file(f)).unwrap().ino();
+        assert_ne!(ino(STATE), ino(LAST_GOOD));
+        let leftovers = fs::read_dir(&dir.path)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+            .count();
+        assert_eq!(leftovers, 0);
     }
 
     #[test]
