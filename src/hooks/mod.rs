@@ -48,7 +48,39 @@ fn handle(config: &Path, event: &str, agent: &str, payload: &str) -> anyhow::Res
                 &json!({"ts": state::now_rfc3339(), "tool": tool, "ok": event == "heartbeat"}),
             )?;
         }
+        "session-start" => {
+            record_session(&dir, &payload)?;
+            dir.record_op(
+                "hook_session_start",
+                json!({"session_id": payload.get("session_id"), "source": payload.get("source")}),
+            )?;
+        }
         other => dir.record_op(&format!("hook_{}", other.replace('-', "_")), Value::Null)?,
     }
+    Ok(())
+}
+
+/// Minimal session bookkeeping so the wrapper can resume: the id goes to a plain `session_id`
+/// file and into `state.json` (`session_id`, `session_cwd`, `session_source`), both written
+/// atomically. The state.json issue replaces this with its locked store.
+fn record_session(dir: &state::AgentDir, payload: &Value) -> anyhow::Result<()> {
+    let Some(id) = payload.get("session_id").and_then(Value::as_str) else {
+        return Ok(());
+    };
+    if id.is_empty() {
+        return Ok(());
+    }
+    state::atomic_write(&dir.file("session_id"), id.as_bytes())?;
+    let path = dir.file("state.json");
+    let mut doc: Value = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({"agent": dir.name}));
+    doc["session_id"] = json!(id);
+    doc["session_cwd"] = payload.get("cwd").cloned().unwrap_or(Value::Null);
+    doc["session_source"] = payload.get("source").cloned().unwrap_or(Value::Null);
+    doc["last_active"] = json!(state::now_rfc3339());
+    state::atomic_write(&path, &serde_json::to_vec_pretty(&doc)?)?;
     Ok(())
 }
