@@ -53,8 +53,9 @@ pub fn restart(config: &Path, name: &str, fresh: bool) -> anyhow::Result<Restart
         .with_context(|| format!("cannot observe tmux server `{}`", spec.fleet.tmux_socket))?;
 
     // The intent goes to disk before anything is killed: whoever starts the agent next sees it.
+    // `.clean-exit` is left to the new wrapper, which clears it as it starts the agent: cleared
+    // any earlier, a reconciler could see a dead pane without it and start a second wrapper.
     record::update(&dir, |r| r.reset()).context("cannot reset the crash history")?;
-    dir.clear_marker(state::CLEAN_EXIT)?;
     if fresh {
         dir.set_marker(state::FRESH)?;
         if let Some(s) = record::recorded_session(&dir) {
