@@ -634,3 +634,57 @@ fn service_unit_is_printed_and_written_without_systemd() {
             .contains("WantedBy=default.target")
     );
 }
+
+#[test]
+fn dead_tmux_server_is_rebuilt_resuming_recorded_sessions() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    let id = wait_session_id(&fleet, "alpha");
+
+    fleet.tmux(&["kill-server"]);
+    wait_until(Duration::from_secs(5), "server gone", || {
+        !fleet.server_running()
+    });
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
+    assert_eq!(starts[1]["mode"], "resume");
+    assert_eq!(starts[1]["session_id"], id.as_str());
+}
+
+#[test]
+fn spec_change_is_recorded_as_a_drift_replacement() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    wait_session_id(&fleet, "alpha");
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "--exit-code 4")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let ends = wait_ops(&fleet, "alpha", "session_end", 1);
+    assert_eq!(ends[0]["reason"], "drift_replacement", "{ends:?}");
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
+    assert_eq!(
+        starts[1]["mode"], "resume",
+        "a replacement keeps the session"
+    );
+    assert!(
+        ops_named(&fleet, "alpha", "session_end")
+            .iter()
+            .all(|e| e["counts_as_crash"] != true)
+    );
+}

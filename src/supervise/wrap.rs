@@ -275,8 +275,11 @@ impl Wrapper {
             }
         };
         term::set_child(None);
-        // While deciding, nothing runs here on purpose: say so before anything else.
-        self.set_phase("cooldown");
+        // While deciding, nothing runs here on purpose: say so before anything else. A wrapper
+        // told to stop stays quiet: its pane may already belong to its replacement.
+        if term::stop_signal().is_none() {
+            self.set_phase("cooldown");
+        }
         if let Some(t) = &self.terminal {
             t.take_back();
         }
