@@ -209,7 +209,7 @@ fn killed_agent_is_resumed_by_its_wrapper_with_the_recorded_session_id() {
     assert_ne!(new_pid, pid);
     assert_eq!(pane_of(&fleet, "alpha"), pane, "same pane");
 
-    let end = &ops_named(&fleet, "alpha", "session_end")[0];
+    let end = &ops_named(&fleet, "alpha", "agent_exit")[0];
     assert_eq!(end["reason"], "crash");
     assert_eq!(end["signal"], 9);
     assert_eq!(end["action"], "resume");
@@ -270,7 +270,7 @@ fn crash_of_resumed_run_starts_fresh_and_clears_the_id() {
     type_into(&fleet, &pane, "crash");
     let starts = wait_ops(&fleet, "alpha", "agent_start", 3);
     assert_eq!(starts[2]["mode"], "fresh", "{starts:?}");
-    let ends = ops_named(&fleet, "alpha", "session_end");
+    let ends = ops_named(&fleet, "alpha", "agent_exit");
     assert_eq!(ends[1]["code"], 3);
     assert_eq!(ends[1]["action"], "fresh");
     let record: Value = serde_json::from_str(
@@ -342,7 +342,7 @@ fn max_crashes_enter_safe_mode_with_a_critical_event_that_survives_a_new_wrapper
     fleet.run(&["apply", "--yes"]).status(0);
     wait_ops(&fleet, "alpha", "safe_mode", 1);
     assert_eq!(ops_named(&fleet, "alpha", "agent_start").len(), 3);
-    let ends = ops_named(&fleet, "alpha", "session_end");
+    let ends = ops_named(&fleet, "alpha", "agent_exit");
     assert_eq!(ends.len(), 3);
     assert!(ends.iter().all(|e| e["reason"] == "crash"), "{ends:?}");
     assert_eq!(ends[2]["action"], "safe_mode");
@@ -403,7 +403,7 @@ fn agent_that_never_shows_life_counts_as_a_failed_start() {
     );
     fleet.run(&["apply", "--yes"]).status(0);
     wait_ops(&fleet, "mute", "safe_mode", 1);
-    let ends = ops_named(&fleet, "mute", "session_end");
+    let ends = ops_named(&fleet, "mute", "agent_exit");
     assert_eq!(ends.len(), 2, "{ends:?}");
     assert!(ends.iter().all(|e| e["reason"] == "no_life"), "{ends:?}");
     assert!(ends.iter().all(|e| e["showed_life"] == false));
@@ -427,7 +427,7 @@ fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back()
     let marker = fleet.agent_dir("alpha").join(".clean-exit");
     wait_until(Duration::from_secs(10), ".clean-exit", || exists(&marker));
     wait_ops(&fleet, "alpha", "safe_mode", 1);
-    let end = &ops_named(&fleet, "alpha", "session_end")[0];
+    let end = &ops_named(&fleet, "alpha", "agent_exit")[0];
     assert_eq!(end["reason"], "clean_exit");
     assert_eq!(end["code"], 0);
 
@@ -481,7 +481,7 @@ fn operator_restart_of_a_running_agent_is_recorded_and_fresh_is_not_undone_by_th
         .stdout_has("with a fresh session");
     let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
     assert_eq!(starts[1]["mode"], "fresh");
-    let end = &ops_named(&fleet, "alpha", "session_end")[0];
+    let end = &ops_named(&fleet, "alpha", "agent_exit")[0];
     assert_eq!(end["reason"], "operator_restart");
     assert_eq!(end["counts_as_crash"], false);
     let new_pid = fleet.wait_running(&["alpha"])[0];
@@ -675,7 +675,7 @@ fn spec_change_is_recorded_as_a_drift_replacement() {
         resumable_agent("alpha", "--exit-code 4")
     ));
     fleet.run(&["apply", "--yes"]).status(0);
-    let ends = wait_ops(&fleet, "alpha", "session_end", 1);
+    let ends = wait_ops(&fleet, "alpha", "agent_exit", 1);
     assert_eq!(ends[0]["reason"], "drift_replacement", "{ends:?}");
     let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
     assert_eq!(
@@ -683,7 +683,7 @@ fn spec_change_is_recorded_as_a_drift_replacement() {
         "a replacement keeps the session"
     );
     assert!(
-        ops_named(&fleet, "alpha", "session_end")
+        ops_named(&fleet, "alpha", "agent_exit")
             .iter()
             .all(|e| e["counts_as_crash"] != true)
     );

@@ -278,13 +278,14 @@ pub fn record_critical(
     )
 }
 
-/// The last `session_end` in ops.jsonl: why the agent last stopped.
-pub fn last_session_end(dir: &AgentDir) -> Option<Value> {
+/// The last `agent_exit` in ops.jsonl (the wrapper's record, one per run): why the agent
+/// last stopped.
+pub fn last_exit(dir: &AgentDir) -> Option<Value> {
     let text = fs::read_to_string(dir.file(state::OPS_LOG)).ok()?;
     text.lines()
         .rev()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["event"] == "session_end")
+        .find(|v| v["event"] == "agent_exit")
 }
 
 /// What `phoenix status AGENT` shows about supervision: why it last stopped, the crash count
@@ -305,7 +306,7 @@ pub fn summary(dir: &AgentDir, restart: Option<&crate::spec::RestartSettings>) -
         .map(|r| r.crash_window.as_secs() as i64)
         .unwrap_or(i64::MAX);
     Summary {
-        last_end: last_session_end(dir),
+        last_end: last_exit(dir),
         crashes_in_window: record
             .crashes
             .iter()

@@ -460,7 +460,8 @@ impl Wrapper {
         decision
     }
 
-    /// The one `session_end` line for this run.
+    /// The one `agent_exit` line for this run: the supervisor's single reason for the end of
+    /// the session (the CLI's own SessionEnd hook may log its view separately).
     fn record_end(&self, run: &Run, reason: EndReason, extra: serde_json::Value) {
         let (code, signal) = status_parts(run.status);
         let mut fields = json!({
@@ -471,7 +472,7 @@ impl Wrapper {
         if let (Some(f), serde_json::Value::Object(x)) = (fields.as_object_mut(), extra) {
             f.extend(x);
         }
-        let _ = self.dir.record_op("session_end", fields);
+        let _ = self.dir.record_op("agent_exit", fields);
     }
 
     /// Wait before the next start; false if the wrapper was told to stop meanwhile.
