@@ -275,6 +275,10 @@ impl Wrapper {
             }
         };
         term::set_child(None);
+        // Whatever the agent left behind in its process group (tool processes, a hook still
+        // writing) ends with it: orphans would fight the next run for the terminal, and a
+        // late hook would look like the next run showing life.
+        term::signal_group(pid, Signal::SIGTERM);
         // While deciding, nothing runs here on purpose: say so before anything else. A wrapper
         // told to stop stays quiet: its pane may already belong to its replacement.
         if term::stop_signal().is_none() {
@@ -652,8 +656,8 @@ pub fn resume_argv(agent: &AgentSpec, id: &str) -> Option<Vec<String>> {
 }
 
 /// Watches for the first sign of life of a started agent: its hooks write `state.json`,
-/// `tool_use.jsonl`, `session_id` or hook lines in `ops.jsonl`; custom CLIs (and Codex, whose
-/// SessionStart hook only fires with the first prompt) may instead just print in their pane.
+/// `tool_use.jsonl`, `session_id` or hook lines in `ops.jsonl`; custom CLIs, Codex and Gemini
+/// may instead just print in their pane.
 struct LifeProbe {
     files: Vec<(PathBuf, Option<(u64, SystemTime)>)>,
     ops: PathBuf,
@@ -680,7 +684,10 @@ impl LifeProbe {
             .collect();
         let ops = dir.file(state::OPS_LOG);
         let ops_len = std::fs::metadata(&ops).map(|m| m.len()).unwrap_or(0);
-        let watch_pane = matches!(cli, Cli::Custom | Cli::Codex);
+        // Claude fires SessionStart at startup. Codex only with the first prompt, some Gemini
+        // builds not at all (gemini-cli#28160), and custom CLIs may have no hooks: for those a
+        // change in the pane counts too.
+        let watch_pane = matches!(cli, Cli::Custom | Cli::Codex | Cli::Gemini);
         let pane = pane.as_ref().filter(|_| watch_pane).and_then(|p| {
             let snapshot = runtime.capture(p, 200).ok()?;
             Some((runtime.clone(), p.clone(), without_our_lines(&snapshot)))
