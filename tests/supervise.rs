@@ -209,9 +209,11 @@ fn killed_agent_is_resumed_by_its_wrapper_with_the_recorded_session_id() {
     assert_ne!(new_pid, pid);
     assert_eq!(pane_of(&fleet, "alpha"), pane, "same pane");
     // The wrapper took the terminal back (without being stopped by SIGTTOU) and handed it on.
-    wait_until(Duration::from_secs(5), "replacement in the foreground", || {
-        pgrp_and_tpgid(new_pid) == (i64::from(new_pid), i64::from(new_pid))
-    });
+    wait_until(
+        Duration::from_secs(5),
+        "replacement in the foreground",
+        || pgrp_and_tpgid(new_pid) == (i64::from(new_pid), i64::from(new_pid)),
+    );
 
     let end = &ops_named(&fleet, "alpha", "agent_exit")[0];
     assert_eq!(end["reason"], "crash");

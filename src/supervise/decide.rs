@@ -228,13 +228,9 @@ pub fn decide_on_exit(agent: &AgentFacts, exit: &ExitFacts) -> ExitDecision {
         .saturating_mul(1u64 << shift)
         .min(agent.backoff_max_ms.max(agent.cooldown_ms));
     let (action, clear_session, next) = if resume_failed {
-        (
-            ExitAction::Fresh,
-            true,
-            "the resume failed quickly: starting fresh",
-        )
+        (ExitAction::Fresh, true, "; the resume failed quickly")
     } else {
-        (ExitAction::Resume, false, "resuming")
+        (ExitAction::Resume, false, "")
     };
     ExitDecision {
         action,
@@ -245,7 +241,7 @@ pub fn decide_on_exit(agent: &AgentFacts, exit: &ExitFacts) -> ExitDecision {
         clean_exit_marker: false,
         critical: None,
         explain: format!(
-            "{what}; crash {crashes} of {} within {window}; {next}",
+            "{what}; crash {crashes} of {} within {window}{next}",
             agent.max_crashes
         ),
     }
