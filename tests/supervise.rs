@@ -694,3 +694,33 @@ fn spec_change_is_recorded_as_a_drift_replacement() {
             .all(|e| e["counts_as_crash"] != true)
     );
 }
+
+#[test]
+fn resumed_session_that_comes_back_with_another_id_is_treated_as_fresh() {
+    let fleet = Fleet::new();
+    // This "resume" form drops the id: the CLI starts a new session every time.
+    fleet.toml(&format!(
+        "{}[[agent]]\nname = \"alpha\"\ncli = \"custom\"\n\
+         command = \"phoenix demo-agent --interval 200ms\"\n\
+         resume_command = \"phoenix demo-agent --interval 200ms\"\n",
+        fast_restarts(5)
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["alpha"])[0];
+    let first = wait_session_id(&fleet, "alpha");
+    kill9(pid);
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
+    assert_eq!(starts[1]["mode"], "resume");
+    wait_until(Duration::from_secs(20), "another session id", || {
+        session_id(&fleet, "alpha").is_some_and(|s| s != first)
+    });
+
+    // It crashes within seconds, but it was not a resume: the new session is resumed.
+    let pid = fleet.wait_running(&["alpha"])[0];
+    assert_ne!(pid, 0);
+    kill9(pid);
+    let exits = wait_ops(&fleet, "alpha", "agent_exit", 2);
+    assert_eq!(exits[1]["mode"], "fresh", "{exits:?}");
+    assert_eq!(exits[1]["action"], "resume");
+    assert_eq!(ops_named(&fleet, "alpha", "resume_mismatch").len(), 1);
+}
