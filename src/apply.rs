@@ -12,6 +12,7 @@ use crate::hooks::config as hook_config;
 use crate::plan::{Action, Change, Plan};
 use crate::spec::{AgentSpec, Spec};
 use crate::state::{self, AgentDir, FleetDir};
+use crate::supervise::{EndReason, record};
 use crate::world::{Launch, Runtime, RuntimeError, tmux};
 
 #[derive(Debug, Clone, Serialize)]
@@ -95,11 +96,18 @@ impl Applier<'_> {
             Action::Restart { pane } | Action::Replace { pane, .. } => {
                 let agent = agent()?;
                 ensure_dir(dir)?;
+                if matches!(change.action, Action::Replace { .. }) {
+                    // The wrapper being replaced records this as the session's end reason.
+                    let _ = record::request_stop(dir, EndReason::DriftReplacement, false);
+                }
                 let launch = self.launch(agent, dir)?;
                 self.tiered(agent, || self.runtime.respawn(pane, &launch))?;
                 Ok(format!("restarted in pane {pane}"))
             }
             Action::Stop { pane } | Action::Prune { pane } => {
+                if dir.exists() {
+                    let _ = record::request_stop(dir, EndReason::OperatorStop, false);
+                }
                 self.runtime
                     .stop(pane)
                     .map_err(|e| format!("could not stop pane {pane}: {e}"))?;

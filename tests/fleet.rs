@@ -97,8 +97,13 @@ fn killed_agent_is_planned_as_restart_and_apply_brings_it_back() {
     // The whole pane goes: the wrapper and the agent under it.
     kill9(wrapper);
     kill9(pids[0]);
-    wait_until(Duration::from_secs(5), "pane dead", || {
+    // tmux may see the terminal close before it has reaped the pane's process: wait for the
+    // exit signal too, which the plan's reason quotes.
+    wait_until(Duration::from_secs(5), "pane dead with its signal", || {
         fleet.agent_status("alpha")["state"] == "dead"
+            && fleet
+                .tmux(&["display-message", "-p", "-t", &pane, "#{pane_dead_signal}"])
+                .is_some_and(|s| s.trim() == "9")
     });
 
     let plan = fleet.run(&["plan"]);

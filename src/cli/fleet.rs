@@ -214,6 +214,9 @@ struct AgentStatus {
     uptime_secs: Option<i64>,
     last_activity: Option<String>,
     cli: Option<String>,
+    /// Crash history and the last stop reason; only when one agent is asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    supervision: Option<crate::supervise::record::Summary>,
 }
 
 fn agent_states(spec: &Spec, world: &World) -> Vec<AgentStatus> {
@@ -251,6 +254,7 @@ fn agent_states(spec: &Spec, world: &World) -> Vec<AgentStatus> {
             uptime_secs: process.map(|p| (world.observed_at - p.started).max(0)),
             last_activity: obs.and_then(|o| o.last_activity).map(|t| t.to_string()),
             cli: declared.map(|a| a.cli.to_string()),
+            supervision: None,
             agent: name,
         });
     }
@@ -269,6 +273,9 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
                 spec.agent_names().join(", ")
             );
         }
+        let dir = FleetDir::new(&spec.fleet.state_dir).agent(name);
+        let restart = spec.agent(name).map(|a| &a.restart);
+        rows[0].supervision = Some(crate::supervise::record::summary(&dir, restart));
     }
     if json {
         out(&format!("{}\n", serde_json::to_string_pretty(&rows)?));
@@ -295,6 +302,10 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
             r.pane.as_deref().unwrap_or("-"),
             ago
         ));
+        if let Some(summary) = &r.supervision {
+            text.push('\n');
+            text.push_str(&summary.to_string());
+        }
     }
     if !world.server_running {
         text.push_str(&format!(
@@ -476,6 +487,47 @@ fn find_program(program: &str, workdir: &Path) -> bool {
     }
     std::env::var_os("PATH")
         .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
+}
+
+pub fn restart(config: &Path, agent: &str, fresh: bool, json: bool) -> anyhow::Result<i32> {
+    let report = crate::supervise::restart::restart(config, agent, fresh)?;
+    if json {
+        out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
+        return Ok(0);
+    }
+    let how = if fresh {
+        "with a fresh session"
+    } else {
+        "resuming its session"
+    };
+    let text = match (&report.pane, report.pid) {
+        (Some(pane), Some(pid)) => {
+            format!("agent `{agent}` restarted {how} in pane {pane} (pid {pid})\n")
+        }
+        _ => format!(
+            "agent `{agent}`: restart requested {how}; not running yet — check `phoenix status {agent}`\n"
+        ),
+    };
+    out(&text);
+    Ok(0)
+}
+
+pub fn service_install(config: &Path, print: bool) -> anyhow::Result<i32> {
+    use crate::supervise::service;
+    let spec = load(config)?;
+    let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
+    if print {
+        let path = std::env::var("PATH").ok();
+        out(&service::render_unit(&spec, &exe, path.as_deref()));
+        return Ok(0);
+    }
+    let path = service::install(&spec, &exe)?;
+    let name = service::unit_name(&spec);
+    out(&format!(
+        "wrote {}\nenable and start it with:\n  systemctl --user daemon-reload\n  systemctl --user enable --now {name}\n(to keep it running after you log out: `loginctl enable-linger $USER`)\n",
+        path.display()
+    ));
+    Ok(0)
 }
 
 #[cfg(test)]

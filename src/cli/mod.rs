@@ -70,6 +70,32 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The controller daemon: reconcile on an interval and on events, run the schedules.
+    Run {
+        /// Log format on stderr.
+        #[arg(long, value_enum, default_value = "human")]
+        log_format: crate::supervise::daemon::LogFormat,
+        /// More log detail (-v debug, -vv trace).
+        #[arg(short, long, action = clap::ArgAction::Count)]
+        verbose: u8,
+        /// Less log detail (-q warnings only, -qq errors only).
+        #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "verbose")]
+        quiet: u8,
+    },
+    /// Restart an agent on purpose: clears `.clean-exit` and its crash quarantine.
+    Restart {
+        agent: String,
+        /// Start a fresh session instead of resuming the recorded one.
+        #[arg(long)]
+        fresh: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Install phoenix as a service.
+    Service {
+        #[command(subcommand)]
+        command: ServiceCommand,
+    },
     /// Run an agent inside its pane (started by `apply`; not for interactive use).
     Wrap {
         #[arg(long)]
@@ -112,6 +138,16 @@ pub enum Command {
     DemoAgent(crate::demo::DemoArgs),
 }
 
+#[derive(Debug, Subcommand)]
+pub enum ServiceCommand {
+    /// Write a systemd user unit running `phoenix run` for this fleet.
+    Install {
+        /// Print the unit instead of writing it.
+        #[arg(long)]
+        print: bool,
+    },
+}
+
 /// Parse the command line, run, and return the process exit code.
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
@@ -146,6 +182,22 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Apply { yes, prune, json } => fleet::apply(&config, yes, prune, json),
         Command::Status { agent, json } => fleet::status(&config, agent.as_deref(), json),
         Command::Doctor { json } => fleet::doctor(&config, json),
+        Command::Run {
+            log_format,
+            verbose,
+            quiet,
+        } => crate::supervise::daemon::run(
+            &config,
+            crate::supervise::daemon::RunOptions {
+                log_format,
+                verbose,
+                quiet,
+            },
+        ),
+        Command::Restart { agent, fresh, json } => fleet::restart(&config, &agent, fresh, json),
+        Command::Service {
+            command: ServiceCommand::Install { print },
+        } => fleet::service_install(&config, print),
         Command::Wrap { agent } => crate::supervise::wrap(&config, &agent),
         Command::Hook {
             event,

@@ -293,10 +293,14 @@ impl Hook<'_> {
         );
 
         let session_id = self.payload.session_id().map(str::to_string);
+        let session_cwd = self.payload.str("cwd").map(str::to_string);
+        let transcript = self.payload.transcript_path().map(str::to_string);
         let now = state::rfc3339(ctx.now);
         let update = dir.update_state(ctx.retention, |s| {
             if session_id.is_some() {
                 s.session_id = session_id.clone();
+                s.session_cwd = session_cwd.clone();
+                s.transcript_path = transcript.clone();
             }
             s.session_source = Some(source.clone());
             s.last_active = Some(now.clone());

@@ -162,6 +162,10 @@ pub struct RestartSettings {
     pub max_crashes: u32,
     #[serde(with = "human")]
     pub crash_window: Duration,
+    /// How long a started agent has to show life (a session-start or heartbeat hook; for
+    /// custom CLIs also output in its pane) before the start counts as failed.
+    #[serde(with = "human")]
+    pub life_deadline: Duration,
 }
 
 impl Default for RestartSettings {
@@ -171,6 +175,7 @@ impl Default for RestartSettings {
             backoff_max: Duration::from_secs(300),
             max_crashes: 5,
             crash_window: Duration::from_secs(3600),
+            life_deadline: Duration::from_secs(60),
         }
     }
 }
@@ -183,6 +188,9 @@ pub struct AgentSpec {
     /// The base command as written; the wrapper rebuilds its argv from this every start.
     pub command: String,
     pub argv: Vec<String>,
+    /// `resume_command` as written, and split; `{session_id}` is substituted per argument.
+    pub resume_command: Option<String>,
+    pub resume_argv: Option<Vec<String>>,
     pub workdir: PathBuf,
     pub env: BTreeMap<String, String>,
     pub session: String,
@@ -199,6 +207,9 @@ pub struct AgentSpec {
 pub struct LaunchSpec {
     pub cli: Cli,
     pub command: String,
+    /// Left out when unset so fingerprints of agents without it do not change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_command: Option<String>,
     pub workdir: PathBuf,
     pub env: BTreeMap<String, String>,
     pub session: String,
@@ -245,6 +256,7 @@ impl AgentSpec {
         LaunchSpec {
             cli: self.cli,
             command: self.command.clone(),
+            resume_command: self.resume_command.clone(),
             workdir: self.workdir.clone(),
             env: self.env.clone(),
             session: self.session.clone(),
@@ -748,6 +760,7 @@ impl Validator<'_> {
             backoff_max: self.duration(&raw.backoff_max, "backoff_max", base.backoff_max),
             max_crashes,
             crash_window: self.duration(&raw.crash_window, "crash_window", base.crash_window),
+            life_deadline: self.duration(&raw.life_deadline, "life_deadline", base.life_deadline),
         }
     }
 
@@ -821,6 +834,33 @@ impl Validator<'_> {
                         "a `custom` agent needs `command = \"…\"`",
                     );
                     (String::new(), Vec::new())
+                }
+            },
+        };
+
+        let resume_value = raw
+            .resume_command
+            .as_ref()
+            .or(defaults.resume_command.as_ref());
+        let (resume_command, resume_argv) = match resume_value {
+            None => (None, None),
+            Some(c) => match shlex::split(c.get_ref()) {
+                Some(argv) if !argv.is_empty() => (Some(c.get_ref().clone()), Some(argv)),
+                Some(_) => {
+                    self.error(
+                        format!("agent `{name}`: `resume_command` is empty"),
+                        Some(c.span()),
+                        "leave it out, or give the resume form, e.g. \"my-cli --resume {session_id}\"",
+                    );
+                    (None, None)
+                }
+                None => {
+                    self.error(
+                        format!("agent `{name}`: `resume_command` has unbalanced quotes"),
+                        Some(c.span()),
+                        "the command is split like a shell would, but never run by one; close every quote",
+                    );
+                    (None, None)
                 }
             },
         };
@@ -908,6 +948,8 @@ impl Validator<'_> {
             cli,
             command,
             argv,
+            resume_command,
+            resume_argv,
             workdir,
             env,
             session,

@@ -35,6 +35,9 @@ pub struct RawAgent {
     pub name: Option<Spanned<String>>,
     pub cli: Option<Spanned<String>>,
     pub command: Option<Spanned<String>>,
+    /// How to resume a session (for `custom` CLIs, or to override the built-in form);
+    /// `{session_id}` is replaced by the recorded id.
+    pub resume_command: Option<Spanned<String>>,
     pub workdir: Option<Spanned<String>>,
     pub env: Option<BTreeMap<Spanned<String>, Spanned<String>>>,
     pub tmux: Option<RawTmux>,
@@ -55,6 +58,7 @@ pub struct RawRestart {
     pub backoff_max: Option<Spanned<String>>,
     pub max_crashes: Option<Spanned<u32>>,
     pub crash_window: Option<Spanned<String>>,
+    pub life_deadline: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -109,6 +109,12 @@ pub struct AgentState {
     /// `source` of the last SessionStart (`startup`, `resume`, `clear`, `compact`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_source: Option<String>,
+    /// Working directory the session reported, so the wrapper resumes only its own session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_cwd: Option<String>,
+    /// The CLI's transcript of the current session (brief generation and triage read it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript_path: Option<String>,
     /// Consecutive failed tool calls; reset by a successful one.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub consecutive_errors: u32,

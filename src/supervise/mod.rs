@@ -1,87 +1,47 @@
-//! Supervision: `phoenix wrap` runs inside each agent's pane and starts the agent CLI.
+//! Supervision: `phoenix wrap` keeps one agent alive inside its pane (hybrid resume, crash
+//! limits, safe mode); `phoenix run` is the controller daemon that reconciles the fleet;
+//! `phoenix restart` and `phoenix service install` are the operator's levers.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Instant;
+pub mod daemon;
+pub mod decide;
+pub mod record;
+pub mod restart;
+pub mod service;
+pub mod term;
+pub mod wrap;
 
-use anyhow::Context;
-use serde_json::json;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
 
-use crate::spec::{self, AgentSpec, Spec};
 use crate::state::FleetDir;
 
-/// Run the agent in the foreground of this pane and report how it ended.
-pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
-    let spec = spec::load(config)?;
-    let agent = spec.agent(agent_name).with_context(|| {
-        format!(
-            "agent `{agent_name}` is not declared in {} (declared: {})",
-            spec.file.display(),
-            spec.agent_names().join(", ")
-        )
-    })?;
-    let dir = FleetDir::new(&spec.fleet.state_dir).agent(&agent.name);
-    dir.ensure()
-        .with_context(|| format!("cannot create state dir {}", dir.path.display()))?;
+pub use decide::{EndReason, ExitAction, ExitDecision, ExitFacts, StartMode, decide_on_exit};
+pub use wrap::wrap;
 
-    let argv = command_argv(agent);
-    let mut cmd = agent_command(&spec, agent, &argv, &dir.path)?;
-    let started = Instant::now();
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            let _ = dir.record_op(
-                "spawn_failed",
-                json!({"argv": argv, "error": e.to_string()}),
-            );
-            anyhow::bail!("cannot start `{}` for agent `{}`: {e}", argv[0], agent.name);
-        }
-    };
-    let _ = dir.record_op("agent_start", json!({"argv": argv, "pid": child.id()}));
-    let status = child.wait().context("waiting for the agent")?;
-    let runtime_ms = started.elapsed().as_millis() as u64;
-    use std::os::unix::process::ExitStatusExt;
-    let (code, signal) = (status.code(), status.signal());
-    let reason = match (code, signal) {
-        (Some(0), _) => "clean_exit".to_string(),
-        (Some(c), _) => format!("crash (exit code {c})"),
-        (_, Some(s)) => format!("crash (signal {s})"),
-        _ => "unknown".to_string(),
-    };
-    let _ = dir.record_op(
-        "agent_exit",
-        json!({"code": code, "signal": signal, "runtime_ms": runtime_ms, "reason": reason}),
-    );
-    Ok(code.unwrap_or_else(|| 128 + signal.unwrap_or(0)))
+/// The daemon's wake-up channel: a FIFO in the state dir (no socket path length limit, and
+/// nothing to connect to when no daemon runs).
+pub const DAEMON_FIFO: &str = "daemon.fifo";
+pub const DAEMON_LOCK: &str = "daemon.lock";
+
+pub fn fifo_path(fleet: &FleetDir) -> PathBuf {
+    fleet.root.join(DAEMON_FIFO)
 }
 
-/// The agent's argv, rebuilt from its base command every time. A leading `phoenix` means
-/// this very binary, so bundled examples work without phoenix on PATH.
-pub fn command_argv(agent: &AgentSpec) -> Vec<String> {
-    let mut argv = agent.argv.clone();
-    if argv.first().map(String::as_str) == Some("phoenix") {
-        if let Ok(exe) = std::env::current_exe() {
-            argv[0] = exe.to_string_lossy().into_owned();
-        }
-    }
-    argv
-}
-
-fn agent_command(
-    spec: &Spec,
-    agent: &AgentSpec,
-    argv: &[String],
-    state_dir: &PathBuf,
-) -> anyhow::Result<Command> {
-    let (program, args) = argv
-        .split_first()
-        .with_context(|| format!("agent `{}` has an empty command", agent.name))?;
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .current_dir(&agent.workdir)
-        .envs(&agent.env)
-        .env("PHOENIX_AGENT", &agent.name)
-        .env("PHOENIX_CONFIG", &spec.file)
-        .env("PHOENIX_STATE_DIR", state_dir);
-    Ok(cmd)
+/// Tell a running daemon that something happened to `agent`, so it reconciles now rather than
+/// at its next interval. Never blocks and never fails: without a daemon there is no reader and
+/// the open fails with ENXIO, which is fine.
+pub fn poke(fleet: &FleetDir, agent: &str) {
+    let Ok(mut fifo) = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(fifo_path(fleet))
+    else {
+        return;
+    };
+    // One short write is atomic on a pipe (< PIPE_BUF), so lines from many wrappers never mix.
+    let mut line = agent.as_bytes().to_vec();
+    line.truncate(200);
+    line.push(b'\n');
+    let _ = fifo.write_all(&line);
 }

@@ -1,0 +1,251 @@
+//! Supervision numbers. Run with `cargo bench --bench supervise`.
+//!
+//! 1. Restart latency: `kill -9` of an agent's process (cooldown 0) → its replacement running
+//!    in the same pane (exec'd, under the same wrapper), and → the replacement's session-start
+//!    hook (it shows life). Median and max over `KILLS` kills; the goal is ≤ 1 s.
+//! 2. Daemon idle cost: `phoenix run` with 10 agents for 60 s: CPU % and RSS.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const KILLS: usize = 25;
+const IDLE_AGENTS: usize = 10;
+const IDLE_SECS: u64 = 60;
+
+fn main() {
+    let exe = env!("CARGO_BIN_EXE_phoenix");
+    restart_latency(exe);
+    daemon_idle(exe);
+}
+
+fn restart_latency(exe: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = format!("phx-bench-restart-{}", std::process::id());
+    let _server = KillServer(socket.clone());
+    let config = dir.path().join("phoenix.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[fleet]\nname = \"bench\"\ntmux_socket = \"{socket}\"\n\n\
+             [defaults.restart]\ncooldown = \"0s\"\nmax_crashes = 1000\n\n\
+             [[agent]]\nname = \"a\"\ncli = \"custom\"\n\
+             command = \"phoenix demo-agent --interval 1s\"\n\
+             resume_command = \"phoenix demo-agent --interval 1s --resume {{session_id}}\"\n"
+        ),
+    )
+    .unwrap();
+    phoenix(exe, &config, &["apply", "--yes"]);
+    let wrapper: u32 = tmux(&socket, &["list-panes", "-a", "-F", "#{pane_pid}"])
+        .trim()
+        .parse()
+        .expect("pane pid");
+    let ops = dir.path().join(".phoenix/agents/a/ops.jsonl");
+    let mut agent = wait_for_agent(wrapper, None, Duration::from_secs(10)).expect("agent up");
+    wait_for(Duration::from_secs(10), || {
+        count(&ops, "hook_session_start") >= 1
+    });
+
+    let mut to_running = Vec::new();
+    let mut to_life = Vec::new();
+    for _ in 0..KILLS {
+        // Let the run settle so it counts as a long one and resumes.
+        std::thread::sleep(Duration::from_millis(300));
+        let hooks_before = count(&ops, "hook_session_start");
+        let t0 = Instant::now();
+        kill9(agent);
+        let next = wait_for_agent(wrapper, Some(agent), Duration::from_secs(10))
+            .expect("replacement process");
+        to_running.push(t0.elapsed());
+        wait_for(Duration::from_secs(10), || {
+            count(&ops, "hook_session_start") > hooks_before
+        });
+        to_life.push(t0.elapsed());
+        agent = next;
+    }
+    let resumed = std::fs::read_to_string(&ops)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"agent_start\"") && l.contains("\"mode\":\"resume\""))
+        .count();
+    println!("restart latency over {KILLS} kills of the agent (cooldown 0, same pane):");
+    report("  kill -9 → replacement running", &mut to_running);
+    report("  kill -9 → replacement shows life", &mut to_life);
+    println!("  resumed runs: {resumed} of {KILLS}");
+}
+
+fn daemon_idle(exe: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = format!("phx-bench-idle-{}", std::process::id());
+    let _server = KillServer(socket.clone());
+    let config = dir.path().join("phoenix.toml");
+    let mut toml = format!("[fleet]\nname = \"bench\"\ntmux_socket = \"{socket}\"\n\n");
+    for i in 0..IDLE_AGENTS {
+        toml.push_str(&format!(
+            "[[agent]]\nname = \"agent-{i}\"\ncommand = \"phoenix demo-agent --interval 2s\"\n\n"
+        ));
+    }
+    std::fs::write(&config, toml).unwrap();
+    let mut daemon = Command::new(exe)
+        .arg("--config")
+        .arg(&config)
+        .args(["run", "-q"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("phoenix run");
+    let pid = daemon.id();
+    // Wait until the daemon has started all agents, then measure a quiet minute.
+    wait_for(Duration::from_secs(30), || {
+        tmux(&socket, &["list-panes", "-a", "-F", "#{pane_pid}"])
+            .lines()
+            .count()
+            == IDLE_AGENTS
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let (cpu0, t0) = (cpu_ticks(pid), Instant::now());
+    let mut rss_max = 0;
+    while t0.elapsed() < Duration::from_secs(IDLE_SECS) {
+        std::thread::sleep(Duration::from_secs(1));
+        rss_max = rss_max.max(status_kb(pid, "VmRSS:"));
+    }
+    let cpu1 = cpu_ticks(pid);
+    let wall = t0.elapsed().as_secs_f64();
+    let ticks = clock_ticks() as f64;
+    let cpu_pct = (cpu1 - cpu0) as f64 / ticks / wall * 100.0;
+    println!(
+        "daemon idle with {IDLE_AGENTS} agents over {IDLE_SECS} s: CPU {cpu_pct:.3}% ({} ticks), RSS max {:.1} MB (peak {:.1} MB)",
+        cpu1 - cpu0,
+        rss_max as f64 / 1024.0,
+        status_kb(pid, "VmHWM:") as f64 / 1024.0
+    );
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let _ = daemon.wait();
+}
+
+fn report(label: &str, samples: &mut [Duration]) {
+    samples.sort();
+    let median = samples[samples.len() / 2];
+    let max = samples[samples.len() - 1];
+    let min = samples[0];
+    println!("{label}: median {median:.2?}, max {max:.2?}, min {min:.2?}");
+}
+
+/// The wrapper's child once it has exec'd the agent (not the fork before exec).
+fn wait_for_agent(wrapper: u32, not: Option<u32>, timeout: Duration) -> Option<u32> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        for pid in children(wrapper) {
+            if Some(pid) == not {
+                continue;
+            }
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains("demo-agent") {
+                return Some(pid);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    None
+}
+
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+fn count(path: &Path, event: &str) -> usize {
+    let needle = format!("\"event\":\"{event}\"");
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .count()
+}
+
+fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    // utime and stime are fields 14 and 15; rest[0] is field 3.
+    rest[11].parse::<u64>().unwrap() + rest[12].parse::<u64>().unwrap()
+}
+
+fn status_kb(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn clock_ticks() -> i64 {
+    let out = Command::new("getconf").arg("CLK_TCK").output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(100)
+}
+
+fn phoenix(exe: &str, config: &Path, args: &[&str]) {
+    let status = Command::new(exe)
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "phoenix {args:?} failed");
+}
+
+fn tmux(socket: &str, args: &[&str]) -> String {
+    let out = Command::new("tmux")
+        .arg("-L")
+        .arg(socket)
+        .args(args)
+        .env_remove("TMUX")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn kill9(pid: u32) {
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+}
+
+struct KillServer(String);
+
+impl Drop for KillServer {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.0, "kill-server"])
+            .stderr(Stdio::null())
+            .status();
+    }
+}

@@ -1,0 +1,646 @@
+//! `phoenix run`: the controller daemon. It reconciles the fleet on `reconcile_interval` and
+//! at once when something happens — a wrapper pokes the FIFO, a pane's process exits (pidfd),
+//! phoenix.toml changes (inotify) — and runs the `[schedules]` jobs. One daemon per state dir
+//! (flock); SIGTERM/SIGINT finish the current step and exit 0; after `kill -9` the next start
+//! simply converges again, because all state lives in tmux and the state dir.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::{IsTerminal, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tracing::{debug, error, info, warn};
+
+use crate::apply::Applier;
+use crate::plan::{self, Action, PlanOptions};
+use crate::spec::{self, Schedule, Spec};
+use crate::state::FleetDir;
+use crate::world::{self, RuntimeError, tmux::Tmux};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    pub log_format: LogFormat,
+    pub verbose: u8,
+    pub quiet: u8,
+}
+
+/// What the loop does after a reconcile: come back after a while, or only when woken.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requeue {
+    After(Duration),
+    OnChange,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("cannot observe the runtime: {0}")]
+    Observe(#[from] RuntimeError),
+    #[error("{failed} of {total} steps failed")]
+    Steps { failed: usize, total: usize },
+}
+
+/// Longest wait after failures; the regular interval still applies when it is shorter.
+const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(60);
+/// The daemon starts one agent at most this often within `START_WINDOW` before holding off:
+/// a pane whose wrapper dies at once must not turn pidfd wake-ups into a hot loop.
+const MAX_STARTS: usize = 5;
+const START_WINDOW: Duration = Duration::from_secs(60);
+/// Events arriving together (many wrappers, an editor's several writes) make one reconcile.
+const DEBOUNCE: Duration = Duration::from_millis(50);
+
+/// Pure: how long to wait after a failed reconcile. Doubles from one second; a missing tmux
+/// will not appear within seconds, so that waits longest.
+pub fn error_policy(err: &ReconcileError, attempt: u32) -> Requeue {
+    match err {
+        ReconcileError::Observe(RuntimeError::NotInstalled) => Requeue::After(MAX_ERROR_BACKOFF),
+        _ => {
+            let secs = 1u64 << attempt.min(6);
+            Requeue::After(Duration::from_secs(secs).min(MAX_ERROR_BACKOFF))
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Event {
+    /// A wrapper or a phoenix command wrote to the FIFO.
+    Poke(String),
+    /// The process of a watched pane exited.
+    PaneExited(u32),
+    ConfigChanged,
+}
+
+pub fn run(config: &Path, options: RunOptions) -> anyhow::Result<i32> {
+    init_tracing(options);
+    let spec = spec::load(config)?;
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    fleet.ensure().with_context(|| {
+        format!(
+            "cannot create state dir `{}`",
+            spec.fleet.state_dir.display()
+        )
+    })?;
+    let _lock = acquire_lock(&fleet)?;
+    let fifo = super::fifo_path(&fleet);
+    ensure_fifo(&fifo)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let daemon = Daemon {
+        config: config.to_path_buf(),
+        runtime: Tmux::new(&spec.fleet.tmux_socket),
+        spec,
+        exe: std::env::current_exe().context("cannot find the phoenix binary")?,
+        starts: HashMap::new(),
+        held: Vec::new(),
+    };
+    runtime.block_on(daemon.serve(fifo))
+}
+
+struct Daemon {
+    config: PathBuf,
+    spec: Spec,
+    runtime: Tmux,
+    exe: PathBuf,
+    /// When the daemon last started each agent (for the start-rate guard).
+    starts: HashMap<String, VecDeque<Instant>>,
+    /// Agents currently held back by that guard (to warn once).
+    held: Vec<String>,
+}
+
+impl Daemon {
+    async fn serve(mut self, fifo: PathBuf) -> anyhow::Result<i32> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let (tx, mut rx) = unbounded_channel();
+        tokio::spawn(read_fifo(fifo, tx.clone()));
+        let _watcher = match watch_config(&self.spec.file, tx.clone()) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                warn!(error = %e, "cannot watch the config file; edits apply at the next interval");
+                None
+            }
+        };
+        let mut panes = PaneWatch::default();
+        let mut jobs = Jobs::new(&self.spec);
+        info!(
+            config = %self.spec.file.display(),
+            state_dir = %self.spec.fleet.state_dir.display(),
+            socket = %self.spec.fleet.tmux_socket,
+            interval = %spec::duration::format(self.spec.fleet.reconcile_interval),
+            agents = self.spec.agents.len(),
+            "phoenix run: supervising the fleet"
+        );
+        let mut requeue = Requeue::After(Duration::ZERO);
+        let mut attempt = 0u32;
+        loop {
+            let wake = match requeue {
+                Requeue::After(d) => tokio::time::Instant::now() + d,
+                Requeue::OnChange => tokio::time::Instant::now() + Duration::from_secs(86_400),
+            };
+            let job_at = jobs.next_instant();
+            tokio::select! {
+                biased;
+                _ = sigterm.recv() => { info!("SIGTERM received: stopping"); break; }
+                _ = sigint.recv() => { info!("SIGINT received: stopping"); break; }
+                Some(event) = rx.recv() => {
+                    self.on_event(event);
+                    // Let a burst settle, then reconcile once for all of it.
+                    tokio::time::sleep(DEBOUNCE).await;
+                    while let Ok(event) = rx.try_recv() {
+                        self.on_event(event);
+                    }
+                    if jobs.reschedule_if_changed(&self.spec) {
+                        info!("schedules changed");
+                    }
+                }
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = tokio::time::sleep_until(job_at) => {
+                    jobs.run_due();
+                    continue;
+                }
+            }
+            let (next, pids) = match self.reconcile() {
+                Ok(result) => {
+                    attempt = 0;
+                    result
+                }
+                Err(e) => {
+                    attempt = attempt.saturating_add(1);
+                    error!(error = %e, attempt, "reconcile failed");
+                    let next = match error_policy(&e, attempt) {
+                        Requeue::After(d) => {
+                            Requeue::After(d.min(self.spec.fleet.reconcile_interval))
+                        }
+                        other => other,
+                    };
+                    (next, None)
+                }
+            };
+            requeue = next;
+            if let Some(pids) = pids {
+                panes.refresh(&pids, &tx);
+            }
+        }
+        info!("phoenix run: stopped");
+        Ok(0)
+    }
+
+    fn on_event(&mut self, event: Event) {
+        match event {
+            Event::Poke(agent) => debug!(agent = %agent, "woken by a wrapper or command"),
+            Event::PaneExited(pid) => info!(pid, "a pane's process exited"),
+            Event::ConfigChanged => self.reload(),
+        }
+    }
+
+    fn reload(&mut self) {
+        match spec::load(&self.config) {
+            Ok(mut spec) => {
+                if spec.fleet.state_dir != self.spec.fleet.state_dir
+                    || spec.fleet.tmux_socket != self.spec.fleet.tmux_socket
+                {
+                    warn!(
+                        "`state_dir` and `tmux_socket` changes take effect when the daemon restarts"
+                    );
+                    spec.fleet.state_dir = self.spec.fleet.state_dir.clone();
+                    spec.fleet.tmux_socket = self.spec.fleet.tmux_socket.clone();
+                }
+                info!(agents = spec.agents.len(), "config reloaded");
+                self.spec = spec;
+            }
+            Err(e) => {
+                let text = match &e {
+                    spec::LoadError::Invalid(d) => d
+                        .located()
+                        .iter()
+                        .map(|l| format!("{}:{}:{}: {}", l.file, l.line, l.column, l.message))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    other => other.to_string(),
+                };
+                warn!(error = %text, "config is invalid; keeping the last good one");
+            }
+        }
+    }
+
+    /// Observe, diff, apply. Returns when to come back and the pane processes to watch.
+    fn reconcile(&mut self) -> Result<(Requeue, Option<Vec<u32>>), ReconcileError> {
+        let interval = Requeue::After(self.spec.fleet.reconcile_interval);
+        let world = world::observe(&self.spec, &self.runtime)?;
+        let mut plan = plan::diff(&self.spec, &world, &PlanOptions::default());
+        if plan.is_empty() {
+            debug!("reconciled: nothing to do");
+            self.held.clear();
+            return Ok((interval, Some(watched_pids(&world))));
+        }
+        self.hold_back_restart_loops(&mut plan);
+        if plan.is_empty() {
+            return Ok((interval, Some(watched_pids(&world))));
+        }
+        for c in &plan.changes {
+            info!(agent = %c.agent, action = c.symbol, reason = %c.reason, "planned");
+        }
+        let report = Applier {
+            spec: &self.spec,
+            runtime: &self.runtime,
+            exe: self.exe.clone(),
+        }
+        .apply(&plan);
+        for s in &report.steps {
+            if s.ok {
+                info!(agent = %s.agent, action = %s.action, detail = %s.detail, "applied");
+            } else {
+                warn!(agent = %s.agent, action = %s.action, detail = %s.detail, "step failed");
+            }
+        }
+        let pids = world::observe(&self.spec, &self.runtime)
+            .ok()
+            .map(|w| watched_pids(&w));
+        match report.failed() {
+            0 => Ok((interval, pids)),
+            failed => Err(ReconcileError::Steps {
+                failed,
+                total: report.steps.len(),
+            }),
+        }
+    }
+
+    fn hold_back_restart_loops(&mut self, plan: &mut plan::Plan) {
+        let now = Instant::now();
+        let mut held = Vec::new();
+        plan.changes.retain(|c| {
+            if !matches!(c.action, Action::Start | Action::Restart { .. }) {
+                return true;
+            }
+            let starts = self.starts.entry(c.agent.clone()).or_default();
+            while starts
+                .front()
+                .is_some_and(|t| now.duration_since(*t) > START_WINDOW)
+            {
+                starts.pop_front();
+            }
+            if starts.len() >= MAX_STARTS {
+                held.push(c.agent.clone());
+                return false;
+            }
+            starts.push_back(now);
+            true
+        });
+        for agent in &held {
+            if !self.held.contains(agent) {
+                warn!(
+                    agent = %agent,
+                    "started {MAX_STARTS} times within {}s and its pane keeps dying: holding off (see `phoenix status {agent}` and the pane)",
+                    START_WINDOW.as_secs()
+                );
+            }
+        }
+        self.held = held;
+    }
+}
+
+fn watched_pids(world: &world::World) -> Vec<u32> {
+    world
+        .panes
+        .iter()
+        .filter(|p| !p.dead && p.agent.is_some())
+        .map(|p| p.pid)
+        .collect()
+}
+
+fn init_tracing(options: RunOptions) {
+    use tracing::Level;
+    let level = match i16::from(options.verbose) - i16::from(options.quiet) {
+        i16::MIN..=-2 => Level::ERROR,
+        -1 => Level::WARN,
+        0 => Level::INFO,
+        1 => Level::DEBUG,
+        _ => Level::TRACE,
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .with_target(false);
+    let _ = match options.log_format {
+        LogFormat::Human => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// One daemon per state dir: an exclusive flock, released by the kernel even after `kill -9`.
+fn acquire_lock(fleet: &FleetDir) -> anyhow::Result<nix::fcntl::Flock<File>> {
+    let path = fleet.root.join(super::DAEMON_LOCK);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot open lock file `{}`", path.display()))?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => {
+            let _ = lock.set_len(0);
+            let _ = (&*lock).write_all(format!("{}\n", std::process::id()).as_bytes());
+            Ok(lock)
+        }
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+            let pid = std::fs::read_to_string(&path).unwrap_or_default();
+            bail!(
+                "another `phoenix run` (pid {}) already supervises state dir `{}`",
+                pid.trim(),
+                fleet.root.display()
+            )
+        }
+        Err((_, e)) => bail!("cannot lock `{}`: {e}", path.display()),
+    }
+}
+
+fn ensure_fifo(path: &Path) -> anyhow::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_fifo() => return Ok(()),
+        Ok(_) => std::fs::remove_file(path)
+            .with_context(|| format!("cannot replace `{}`", path.display()))?,
+        Err(_) => {}
+    }
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .with_context(|| format!("cannot create FIFO `{}`", path.display()))
+}
+
+/// Read agent names poked into the FIFO. Opened read-write so it never sees end-of-file when
+/// the last writer goes.
+async fn read_fifo(path: PathBuf, tx: UnboundedSender<Event>) {
+    let receiver = match tokio::net::unix::pipe::OpenOptions::new()
+        .read_write(true)
+        .open_receiver(&path)
+    {
+        Ok(r) => r,
+        Err(e) => {
+            warn!(error = %e, fifo = %path.display(), "cannot read the wake-up FIFO; relying on the interval");
+            return;
+        }
+    };
+    let mut pending = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if receiver.readable().await.is_err() {
+            return;
+        }
+        match receiver.try_read(&mut buf) {
+            Ok(0) => {}
+            Ok(n) => {
+                pending.extend_from_slice(&buf[..n]);
+                while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=end).collect();
+                    let agent = String::from_utf8_lossy(&line).trim().to_string();
+                    if tx.send(Event::Poke(agent)).is_err() {
+                        return;
+                    }
+                }
+                if pending.len() > 64 * 1024 {
+                    pending.clear();
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Watch the config file's directory: editors replace files by renaming, which a watch on the
+/// file itself would lose.
+fn watch_config(
+    file: &Path,
+    tx: UnboundedSender<Event>,
+) -> notify::Result<notify::RecommendedWatcher> {
+    use notify::{EventKind, RecursiveMode, Watcher};
+    let name = file.file_name().map(|n| n.to_owned());
+    let dir = file.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        let Ok(event) = res else { return };
+        if matches!(event.kind, EventKind::Access(_)) {
+            return;
+        }
+        if event
+            .paths
+            .iter()
+            .any(|p| p.file_name().map(|n| n.to_owned()) == name)
+        {
+            let _ = tx.send(Event::ConfigChanged);
+        }
+    })?;
+    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
+    Ok(watcher)
+}
+
+/// A task per live pane process, woken by its pidfd when it exits: even a wrapper killed with
+/// SIGKILL is noticed at once, without polling and without tmux hooks running shell strings.
+#[derive(Default)]
+struct PaneWatch {
+    tasks: HashMap<u32, tokio::task::JoinHandle<()>>,
+}
+
+impl PaneWatch {
+    fn refresh(&mut self, pids: &[u32], tx: &UnboundedSender<Event>) {
+        self.tasks.retain(|pid, task| {
+            let keep = pids.contains(pid) && !task.is_finished();
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for &pid in pids {
+            if self.tasks.contains_key(&pid) {
+                continue;
+            }
+            let Some(fd) = pidfd_open(pid) else {
+                continue;
+            };
+            let tx = tx.clone();
+            let task = tokio::spawn(async move {
+                // SAFETY: the AsyncFd owns the OwnedFd, which stays open until it is dropped.
+                let registered = unsafe {
+                    tokio::io::unix::AsyncFd::register_with_interest(
+                        fd,
+                        tokio::io::Interest::READABLE,
+                    )
+                };
+                if let Ok(fd) = registered {
+                    let _ = fd.readable().await;
+                    let _ = tx.send(Event::PaneExited(pid));
+                }
+            });
+            self.tasks.insert(pid, task);
+        }
+    }
+}
+
+fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the kernel just handed us this fd and nothing else owns it.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// The `[schedules]` jobs. The watchdog pass and brief generation arrive with later issues;
+/// until then each run is a visible log line.
+struct Jobs {
+    jobs: Vec<Job>,
+    exprs: Vec<Option<String>>,
+}
+
+struct Job {
+    name: &'static str,
+    schedule: Schedule,
+    next: Option<jiff::Timestamp>,
+}
+
+impl Jobs {
+    fn new(spec: &Spec) -> Jobs {
+        let mut jobs = Vec::new();
+        for (name, schedule) in [
+            ("watchdog", &spec.schedules.watchdog),
+            ("brief", &spec.schedules.brief),
+        ] {
+            if let Some(s) = schedule {
+                let next = next_occurrence(s);
+                if let Some(at) = next {
+                    info!(job = name, schedule = %s.expr, next = %at, "scheduled");
+                }
+                jobs.push(Job {
+                    name,
+                    schedule: s.clone(),
+                    next,
+                });
+            }
+        }
+        Jobs {
+            jobs,
+            exprs: schedule_exprs(spec),
+        }
+    }
+
+    fn reschedule_if_changed(&mut self, spec: &Spec) -> bool {
+        if schedule_exprs(spec) == self.exprs {
+            return false;
+        }
+        *self = Jobs::new(spec);
+        true
+    }
+
+    fn next_instant(&self) -> tokio::time::Instant {
+        let now = jiff::Timestamp::now();
+        let soonest = self.jobs.iter().filter_map(|j| j.next).min();
+        let wait = soonest
+            .map(|t| {
+                let ms = t.as_millisecond() - now.as_millisecond();
+                Duration::from_millis(ms.max(0) as u64)
+            })
+            .unwrap_or(Duration::from_secs(86_400));
+        tokio::time::Instant::now() + wait
+    }
+
+    fn run_due(&mut self) {
+        let now = jiff::Timestamp::now();
+        for job in &mut self.jobs {
+            if job.next.is_some_and(|t| t <= now) {
+                let what = match job.name {
+                    "watchdog" => "watchdog pass (stub: the checks arrive with the watchdog issue)",
+                    _ => "brief generation (stub: arrives with the brief issue)",
+                };
+                info!(job = job.name, schedule = %job.schedule.expr, "scheduled run: {what}");
+                job.next = next_occurrence(&job.schedule);
+            }
+        }
+    }
+}
+
+fn schedule_exprs(spec: &Spec) -> Vec<Option<String>> {
+    [&spec.schedules.watchdog, &spec.schedules.brief]
+        .iter()
+        .map(|s| s.as_ref().map(|s| s.expr.clone()))
+        .collect()
+}
+
+fn next_occurrence(schedule: &Schedule) -> Option<jiff::Timestamp> {
+    let now = jiff::Zoned::now();
+    schedule
+        .cron
+        .find_next_occurrence(&now, false)
+        .ok()
+        .map(|z| z.timestamp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_back_off_exponentially_up_to_a_minute() {
+        let err = ReconcileError::Steps {
+            failed: 1,
+            total: 1,
+        };
+        let waits: Vec<Requeue> = (1..=8).map(|a| error_policy(&err, a)).collect();
+        assert_eq!(waits[0], Requeue::After(Duration::from_secs(2)));
+        assert_eq!(waits[1], Requeue::After(Duration::from_secs(4)));
+        assert_eq!(waits[7], Requeue::After(MAX_ERROR_BACKOFF));
+        assert_eq!(
+            error_policy(&ReconcileError::Observe(RuntimeError::NotInstalled), 1),
+            Requeue::After(MAX_ERROR_BACKOFF)
+        );
+    }
+
+    #[test]
+    fn every_minute_schedule_is_within_a_minute() {
+        let s = Schedule::parse("* * * * *").unwrap();
+        let next = next_occurrence(&s).unwrap();
+        let wait = next.as_second() - jiff::Timestamp::now().as_second();
+        assert!((0..=60).contains(&wait), "{wait}");
+    }
+
+    #[test]
+    fn pidfd_fires_when_the_process_exits() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.1")
+            .spawn()
+            .unwrap();
+        let fd = pidfd_open(child.id()).expect("pidfd_open");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // SAFETY: the AsyncFd owns the OwnedFd.
+            let fd = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+            }
+            .unwrap();
+            let _ready = tokio::time::timeout(Duration::from_secs(5), fd.readable())
+                .await
+                .expect("pidfd readable")
+                .unwrap();
+        });
+        child.wait().unwrap();
+    }
+}

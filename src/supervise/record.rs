@@ -1,0 +1,490 @@
+//! The supervisor's durable memory in the agent's state dir: crash history and quarantine
+//! (`crashes.json`), crash records with evidence (`crashes/`), the recorded session id, stop
+//! requests, and fleet-wide critical events. Kept on disk so a daemon or wrapper restart does
+//! not forget a crash loop.
+
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::decide::{EndReason, StartMode, StopRequest};
+use crate::state::{self, AgentDir, FleetDir};
+
+pub const CRASHES: &str = "crashes.json";
+pub const CRASH_DIR: &str = "crashes";
+pub const STOP_REQUEST: &str = "stop_request.json";
+pub const SESSION_ID: &str = "session_id";
+/// Crash records kept per agent; older ones are removed.
+const KEEP_CRASH_RECORDS: usize = 20;
+/// Entries kept in `crashes.json`, whatever the window.
+const KEEP_CRASHES: usize = 100;
+/// Discarded session ids remembered, so a stale id in state.json is never resumed again.
+const KEEP_DISCARDED: usize = 20;
+/// A stop request older than this was not for the run that is ending now.
+const STOP_REQUEST_TTL_SECS: i64 = 120;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SuperviseRecord {
+    #[serde(default)]
+    pub crashes: Vec<CrashEntry>,
+    /// Set while the agent is quarantined in safe mode after too many crashes.
+    #[serde(default)]
+    pub safe_mode: Option<Quarantine>,
+    /// Session ids that must not be resumed (failed resumes, fresh restarts).
+    #[serde(default)]
+    pub discarded_sessions: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CrashEntry {
+    /// Seconds since the epoch.
+    pub ts: i64,
+    pub reason: EndReason,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub mode: StartMode,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Quarantine {
+    pub since: String,
+    pub reason: String,
+}
+
+/// The evidence kept before any restart: how it ended and what the pane showed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CrashRecord {
+    pub ts: String,
+    pub agent: String,
+    pub reason: EndReason,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub runtime_ms: u64,
+    pub mode: StartMode,
+    pub session_id: Option<String>,
+    pub argv: Vec<String>,
+    pub decision: String,
+    /// The last lines of the pane (tmux capture-pane), if there was a pane to capture.
+    pub pane_tail: Option<String>,
+}
+
+impl SuperviseRecord {
+    pub fn recent_crash_times(&self) -> Vec<i64> {
+        self.crashes.iter().map(|c| c.ts).collect()
+    }
+
+    pub fn is_discarded(&self, id: &str) -> bool {
+        self.discarded_sessions.iter().any(|d| d == id)
+    }
+
+    pub fn discard_session(&mut self, id: &str) {
+        if !self.is_discarded(id) {
+            self.discarded_sessions.push(id.to_string());
+        }
+        let excess = self.discarded_sessions.len().saturating_sub(KEEP_DISCARDED);
+        self.discarded_sessions.drain(..excess);
+    }
+
+    /// Forget the crash history and leave quarantine (an operator's restart).
+    pub fn reset(&mut self) {
+        self.crashes.clear();
+        self.safe_mode = None;
+    }
+
+    pub fn push_crash(&mut self, entry: CrashEntry, window_secs: i64) {
+        let cutoff = entry.ts - window_secs;
+        self.crashes.retain(|c| c.ts > cutoff);
+        self.crashes.push(entry);
+        let excess = self.crashes.len().saturating_sub(KEEP_CRASHES);
+        self.crashes.drain(..excess);
+    }
+}
+
+/// Read `crashes.json`. A missing file is an empty history; a corrupt one is kept aside as
+/// `crashes.json.corrupt` and replaced by an empty history (recorded in ops.jsonl).
+pub fn load(dir: &AgentDir) -> SuperviseRecord {
+    let path = dir.file(CRASHES);
+    match fs::read(&path) {
+        Err(_) => SuperviseRecord::default(),
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(record) => record,
+            Err(e) => {
+                let aside = dir.file("crashes.json.corrupt");
+                let _ = fs::rename(&path, &aside);
+                let _ = dir.record_op(
+                    "crashes_corrupt",
+                    json!({"error": e.to_string(), "kept_as": aside}),
+                );
+                SuperviseRecord::default()
+            }
+        },
+    }
+}
+
+/// Read, change and write `crashes.json` under an exclusive lock, atomically.
+pub fn update<T>(dir: &AgentDir, f: impl FnOnce(&mut SuperviseRecord) -> T) -> io::Result<T> {
+    let lock_file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.file(".crashes.lock"))?;
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| io::Error::from(e))?;
+    let mut record = load(dir);
+    let out = f(&mut record);
+    let bytes = serde_json::to_vec_pretty(&record).map_err(io::Error::other)?;
+    state::atomic_write(&dir.file(CRASHES), &bytes)?;
+    Ok(out)
+}
+
+/// Write a crash record to `crashes/<timestamp>.json` and drop the oldest beyond the limit.
+pub fn write_crash_record(dir: &AgentDir, record: &CrashRecord) -> io::Result<PathBuf> {
+    let crash_dir = dir.file(CRASH_DIR);
+    state::create_private_dir(&crash_dir)?;
+    let name = format!("{}.json", record.ts.replace(':', "-"));
+    let path = crash_dir.join(name);
+    let bytes = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
+    state::atomic_write(&path, &bytes)?;
+    let mut files = crash_files(&crash_dir);
+    let excess = files.len().saturating_sub(KEEP_CRASH_RECORDS);
+    for old in files.drain(..excess) {
+        let _ = fs::remove_file(old);
+    }
+    Ok(path)
+}
+
+fn crash_files(crash_dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(crash_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    // Names are RFC 3339 timestamps, so the name order is the time order.
+    files.sort();
+    files
+}
+
+/// The newest crash record, for `phoenix status AGENT`.
+pub fn latest_crash(dir: &AgentDir) -> Option<CrashRecord> {
+    let path = crash_files(&dir.file(CRASH_DIR)).pop()?;
+    serde_json::from_slice(&fs::read(path).ok()?).ok()
+}
+
+/// A session the agent's hooks recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedSession {
+    pub id: String,
+    /// The working directory the session started in, when the hook said.
+    pub cwd: Option<PathBuf>,
+}
+
+/// The recorded session: `state.json` `session_id` (with `session_cwd` when present), else the
+/// plain `session_id` file.
+pub fn recorded_session(dir: &AgentDir) -> Option<RecordedSession> {
+    let from_state = fs::read(dir.file("state.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| {
+            let id = v.get("session_id")?.as_str()?.trim().to_string();
+            let cwd = v
+                .get("session_cwd")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from);
+            (!id.is_empty()).then_some(RecordedSession { id, cwd })
+        });
+    from_state.or_else(|| {
+        let id = fs::read_to_string(dir.file(SESSION_ID)).ok()?;
+        let id = id.trim().to_string();
+        (!id.is_empty()).then_some(RecordedSession { id, cwd: None })
+    })
+}
+
+/// Whether a recorded session may be resumed by this agent in `workdir`.
+pub fn resumable(session: &RecordedSession, record: &SuperviseRecord, workdir: &Path) -> bool {
+    if record.is_discarded(&session.id) || !is_plain_id(&session.id) {
+        return false;
+    }
+    match &session.cwd {
+        None => true,
+        Some(cwd) => same_dir(cwd, workdir),
+    }
+}
+
+pub fn same_dir(a: &Path, b: &Path) -> bool {
+    let canon = |p: &Path| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    canon(a) == canon(b)
+}
+
+/// Session ids end up as one argument; refuse anything that could be read as an option.
+fn is_plain_id(id: &str) -> bool {
+    !id.starts_with('-')
+        && id.len() <= 200
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+}
+
+/// Forget the recorded session: remove the plain file and remember the id as discarded.
+pub fn clear_session(dir: &AgentDir, id: &str) -> io::Result<()> {
+    if fs::read_to_string(dir.file(SESSION_ID)).is_ok_and(|s| s.trim() == id) {
+        let _ = fs::remove_file(dir.file(SESSION_ID));
+    }
+    update(dir, |r| r.discard_session(id))
+}
+
+/// Announce an intentional stop before killing the agent, so its wrapper records the right
+/// reason and does not count a crash.
+pub fn request_stop(dir: &AgentDir, reason: EndReason, fresh: bool) -> io::Result<()> {
+    let req = StopRequest {
+        reason,
+        fresh,
+        ts: jiff::Timestamp::now().as_second(),
+    };
+    let bytes = serde_json::to_vec(&req).map_err(io::Error::other)?;
+    state::atomic_write(&dir.file(STOP_REQUEST), &bytes)
+}
+
+/// Take the pending stop request, if one was made recently.
+pub fn take_stop_request(dir: &AgentDir) -> Option<StopRequest> {
+    let path = dir.file(STOP_REQUEST);
+    let bytes = fs::read(&path).ok()?;
+    let _ = fs::remove_file(&path);
+    let req: StopRequest = serde_json::from_slice(&bytes).ok()?;
+    let age = jiff::Timestamp::now().as_second() - req.ts;
+    (age <= STOP_REQUEST_TTL_SECS).then_some(req)
+}
+
+/// Append to the fleet's `critical_events.jsonl` (same shape as the state store's events).
+pub fn record_critical(
+    fleet: &FleetDir,
+    event: &str,
+    agent: &str,
+    reason: &str,
+    action_taken: &str,
+    details: Value,
+) -> io::Result<()> {
+    state::append_jsonl(
+        &fleet.critical_events_path(),
+        &json!({
+            "ts": state::now_rfc3339(), "event": event, "agent": agent, "reason": reason,
+            "action_taken": action_taken, "details": details,
+        }),
+    )
+}
+
+/// The last `agent_exit` in ops.jsonl (the wrapper's record, one per run): why the agent
+/// last stopped.
+pub fn last_exit(dir: &AgentDir) -> Option<Value> {
+    let text = fs::read_to_string(dir.file(state::OPS_LOG)).ok()?;
+    text.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["event"] == "agent_exit")
+}
+
+/// What `phoenix status AGENT` shows about supervision: why it last stopped, the crash count
+/// in the window, quarantine, and the latest crash record with the pane's last lines.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub last_end: Option<Value>,
+    pub crashes_in_window: usize,
+    pub max_crashes: Option<u32>,
+    pub safe_mode: Option<Quarantine>,
+    pub latest_crash: Option<CrashRecord>,
+}
+
+pub fn summary(dir: &AgentDir, restart: Option<&crate::spec::RestartSettings>) -> Summary {
+    let record = load(dir);
+    let now = jiff::Timestamp::now().as_second();
+    let window = restart
+        .map(|r| r.crash_window.as_secs() as i64)
+        .unwrap_or(i64::MAX);
+    Summary {
+        last_end: last_exit(dir),
+        crashes_in_window: record
+            .crashes
+            .iter()
+            .filter(|c| now.saturating_sub(c.ts) < window)
+            .count(),
+        max_crashes: restart.map(|r| r.max_crashes),
+        safe_mode: record.safe_mode,
+        latest_crash: latest_crash(dir),
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(end) = &self.last_end {
+            let code = match (end["code"].as_i64(), end["signal"].as_i64()) {
+                (_, Some(sig)) => format!(", signal {sig}"),
+                (Some(code), None) => format!(", exit code {code}"),
+                _ => String::new(),
+            };
+            writeln!(
+                f,
+                "last stop:    {}{code} at {} ({} run)",
+                end["reason"].as_str().unwrap_or("?"),
+                end["ts"].as_str().unwrap_or("?"),
+                end["mode"].as_str().unwrap_or("?"),
+            )?;
+        }
+        match self.max_crashes {
+            Some(max) => writeln!(
+                f,
+                "crashes:      {} in the window (max {max})",
+                self.crashes_in_window
+            )?,
+            None => writeln!(f, "crashes:      {}", self.crashes_in_window)?,
+        }
+        if let Some(q) = &self.safe_mode {
+            writeln!(f, "safe mode:    since {}: {}", q.since, q.reason)?;
+        }
+        if let Some(c) = &self.latest_crash {
+            let how = match (c.code, c.signal) {
+                (_, Some(sig)) => format!("signal {sig}"),
+                (Some(code), None) => format!("exit code {code}"),
+                _ => "unknown exit".into(),
+            };
+            writeln!(
+                f,
+                "latest crash: {} {how} after {}ms ({}) — {}",
+                c.ts,
+                c.runtime_ms,
+                c.mode.as_str(),
+                c.decision
+            )?;
+            if let Some(tail) = &c.pane_tail {
+                let lines: Vec<&str> = tail.lines().collect();
+                for line in &lines[lines.len().saturating_sub(10)..] {
+                    writeln!(f, "  | {line}")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> (tempfile::TempDir, AgentDir) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = FleetDir::new(tmp.path()).agent("a");
+        dir.ensure().unwrap();
+        (tmp, dir)
+    }
+
+    #[test]
+    fn crash_history_survives_on_disk_and_drops_old_entries() {
+        let (_t, d) = dir();
+        for ts in [100, 200, 5000] {
+            update(&d, |r| {
+                r.push_crash(
+                    CrashEntry {
+                        ts,
+                        reason: EndReason::Crash,
+                        code: Some(1),
+                        signal: None,
+                        mode: StartMode::Fresh,
+                    },
+                    3600,
+                )
+            })
+            .unwrap();
+        }
+        assert_eq!(load(&d).recent_crash_times(), [5000]);
+    }
+
+    #[test]
+    fn corrupt_crashes_json_is_kept_aside_and_reset() {
+        let (_t, d) = dir();
+        fs::write(d.file(CRASHES), b"{not json").unwrap();
+        assert_eq!(load(&d), SuperviseRecord::default());
+        assert!(d.file("crashes.json.corrupt").exists());
+    }
+
+    #[test]
+    fn session_comes_from_state_json_then_the_plain_file() {
+        let (_t, d) = dir();
+        assert_eq!(recorded_session(&d), None);
+        fs::write(d.file(SESSION_ID), "abc\n").unwrap();
+        assert_eq!(recorded_session(&d).unwrap().id, "abc");
+        fs::write(
+            d.file("state.json"),
+            r#"{"session_id": "xyz", "session_cwd": "/w"}"#,
+        )
+        .unwrap();
+        let s = recorded_session(&d).unwrap();
+        assert_eq!(s.id, "xyz");
+        assert_eq!(s.cwd.as_deref(), Some(Path::new("/w")));
+    }
+
+    #[test]
+    fn discarded_or_foreign_sessions_are_not_resumed() {
+        let (_t, d) = dir();
+        let mut record = SuperviseRecord::default();
+        let s = RecordedSession {
+            id: "abc".into(),
+            cwd: Some("/elsewhere".into()),
+        };
+        assert!(!resumable(&s, &record, Path::new("/work")));
+        let s = RecordedSession {
+            id: "abc".into(),
+            cwd: None,
+        };
+        assert!(resumable(&s, &record, Path::new("/work")));
+        record.discard_session("abc");
+        assert!(!resumable(&s, &record, Path::new("/work")));
+        let s = RecordedSession {
+            id: "--dangerous".into(),
+            cwd: None,
+        };
+        assert!(!resumable(&s, &SuperviseRecord::default(), Path::new("/")));
+        clear_session(&d, "abc").unwrap();
+        assert!(load(&d).is_discarded("abc"));
+    }
+
+    #[test]
+    fn stop_requests_are_taken_once() {
+        let (_t, d) = dir();
+        request_stop(&d, EndReason::OperatorRestart, true).unwrap();
+        let req = take_stop_request(&d).unwrap();
+        assert_eq!(req.reason, EndReason::OperatorRestart);
+        assert!(req.fresh);
+        assert_eq!(take_stop_request(&d), None);
+    }
+
+    #[test]
+    fn only_the_newest_crash_records_are_kept() {
+        let (_t, d) = dir();
+        for i in 0..(KEEP_CRASH_RECORDS + 3) {
+            let rec = CrashRecord {
+                ts: format!("2026-01-01T00:00:{i:02}Z"),
+                agent: "a".into(),
+                reason: EndReason::Crash,
+                code: Some(1),
+                signal: None,
+                runtime_ms: 1,
+                mode: StartMode::Fresh,
+                session_id: None,
+                argv: vec![],
+                decision: String::new(),
+                pane_tail: None,
+            };
+            write_crash_record(&d, &rec).unwrap();
+        }
+        assert_eq!(crash_files(&d.file(CRASH_DIR)).len(), KEEP_CRASH_RECORDS);
+        let latest = latest_crash(&d).unwrap();
+        assert_eq!(
+            latest.ts,
+            format!("2026-01-01T00:00:{:02}Z", KEEP_CRASH_RECORDS + 2)
+        );
+    }
+}

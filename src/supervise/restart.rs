@@ -1,0 +1,146 @@
+//! `phoenix restart AGENT [--fresh]`: an intentional restart. It clears `.clean-exit` and the
+//! crash quarantine first (the seed's coordination table: "cleared by restart script"), records
+//! the intent durably (`.fresh`, a discarded session id) so no reconciler can resume the old
+//! session, and then lets the live wrapper restart the agent, or respawns the pane.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+use super::decide::EndReason;
+use super::{record, term};
+use crate::apply::Applier;
+use crate::plan::{Action, Change, FORMAT_VERSION, Plan};
+use crate::spec;
+use crate::state::{self, FleetDir};
+use crate::world::{self, tmux::Tmux};
+
+/// How long to wait for the replacement process before reporting anyway.
+const WAIT_FOR_NEW: Duration = Duration::from_secs(10);
+/// How long the old agent gets to exit on SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RestartReport {
+    pub agent: String,
+    pub fresh: bool,
+    /// `wrapper` (the live wrapper restarted it), `respawn` or `start`.
+    pub via: &'static str,
+    pub pane: Option<String>,
+    pub pid: Option<u32>,
+}
+
+pub fn restart(config: &Path, name: &str, fresh: bool) -> anyhow::Result<RestartReport> {
+    let spec = spec::load(config)?;
+    let Some(agent) = spec.agent(name) else {
+        bail!(
+            "no agent `{name}` (declared: {})",
+            spec.agent_names().join(", ")
+        );
+    };
+    if !agent.enabled {
+        bail!("agent `{name}` is disabled in phoenix.toml: set `enabled = true` first");
+    }
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    let dir = fleet.agent(name);
+    dir.ensure()
+        .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
+    let runtime = Tmux::new(&spec.fleet.tmux_socket);
+    let world = world::observe(&spec, &runtime)
+        .with_context(|| format!("cannot observe tmux server `{}`", spec.fleet.tmux_socket))?;
+
+    // The intent goes to disk before anything is killed: whoever starts the agent next sees it.
+    // `.clean-exit` is left to the new wrapper, which clears it as it starts the agent: cleared
+    // any earlier, a reconciler could see a dead pane without it and start a second wrapper.
+    record::update(&dir, |r| r.reset()).context("cannot reset the crash history")?;
+    if fresh {
+        dir.set_marker(state::FRESH)?;
+        if let Some(s) = record::recorded_session(&dir) {
+            record::clear_session(&dir, &s.id)?;
+        }
+    }
+    dir.record_op("operator_restart", json!({"fresh": fresh}))?;
+
+    let pane = world.pane_of(name);
+    let old_pid = pane.and_then(|p| p.agent_process()).map(|p| p.pid);
+    let wrapper_running_agent = pane.is_some_and(|p| {
+        !p.dead && p.agent_process().is_some() && p.phase.as_deref() == Some("running")
+    });
+    let via = if wrapper_running_agent {
+        let pid = old_pid.expect("checked above");
+        record::request_stop(&dir, EndReason::OperatorRestart, fresh)?;
+        // The agent leads its own process group (the wrapper made it so).
+        term::signal_group(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + STOP_GRACE;
+        while process_alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if process_alive(pid) {
+            term::signal_group(pid, Signal::SIGKILL);
+        }
+        "wrapper"
+    } else {
+        let action = match pane {
+            Some(p) => Action::Restart { pane: p.id.clone() },
+            None => Action::Start,
+        };
+        let via = if pane.is_some() { "respawn" } else { "start" };
+        let plan = Plan {
+            format_version: FORMAT_VERSION,
+            changes: vec![Change {
+                agent: name.to_string(),
+                symbol: action.symbol(),
+                action,
+                reason: "operator restart".into(),
+            }],
+            unmanaged: Vec::new(),
+        };
+        let report = Applier {
+            spec: &spec,
+            runtime: &runtime,
+            exe: std::env::current_exe().context("cannot find the phoenix binary")?,
+        }
+        .apply(&plan);
+        if let Some(step) = report.steps.iter().find(|s| !s.ok) {
+            bail!("cannot restart agent `{name}`: {}", step.detail);
+        }
+        via
+    };
+    super::poke(&fleet, name);
+
+    let deadline = Instant::now() + WAIT_FOR_NEW;
+    let mut found = (None, None);
+    while Instant::now() < deadline {
+        if let Ok(w) = world::observe(&spec, &runtime) {
+            if let Some(p) = w.pane_of(name) {
+                let pid = p.agent_process().map(|a| a.pid);
+                found = (Some(p.id.clone()), pid);
+                if pid.is_some() && pid != old_pid {
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(RestartReport {
+        agent: name.to_string(),
+        fresh,
+        via,
+        pane: found.0,
+        pid: found.1.filter(|p| Some(*p) != old_pid),
+    })
+}
+
+fn process_alive(pid: u32) -> bool {
+    // Zombies count as gone: /proc/<pid>/stat state `Z`.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().to_string())
+        })
+        .is_some_and(|rest| !rest.starts_with('Z'))
+}

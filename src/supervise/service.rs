@@ -1,0 +1,123 @@
+//! `phoenix service install [--print]`: a systemd user unit that runs `phoenix run`. Writing
+//! (or printing) the unit needs no systemd; enabling it is left to `systemctl --user`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::spec::Spec;
+
+pub fn unit_name(spec: &Spec) -> String {
+    format!("phoenix-{}.service", spec.fleet.name)
+}
+
+/// The unit text. `KillMode=process` is the important line: the daemon may have started the
+/// fleet's tmux server, which then lives in the service's cgroup, and systemd's default
+/// (`control-group`) would kill it — and every agent — on `systemctl stop` or `restart`.
+pub fn render_unit(spec: &Spec, exe: &Path, path_env: Option<&str>) -> String {
+    let exec = [
+        exe.to_string_lossy().into_owned(),
+        "--config".into(),
+        spec.file.to_string_lossy().into_owned(),
+        "run".into(),
+    ]
+    .iter()
+    .map(|a| quote(a))
+    .collect::<Vec<_>>()
+    .join(" ");
+    let mut unit = format!(
+        "# Written by `phoenix service install`; re-run it after moving phoenix or the config.\n\
+         [Unit]\n\
+         Description=phoenix fleet {name}: reconcile loop and schedules\n\
+         \n\
+         [Service]\n\
+         Type=simple\n\
+         ExecStart={exec}\n\
+         WorkingDirectory={dir}\n",
+        name = spec.fleet.name,
+        dir = quote(&spec.dir.to_string_lossy()),
+    );
+    if let Some(path) = path_env {
+        // Agent CLIs are found through the PATH of whoever installed the unit.
+        unit.push_str(&format!("Environment={}\n", quote(&format!("PATH={path}"))));
+    }
+    unit.push_str(
+        "Restart=on-failure\n\
+         RestartSec=5\n\
+         # Stop only the daemon: the tmux server and the agents in it keep running.\n\
+         KillMode=process\n\
+         KillSignal=SIGTERM\n\
+         TimeoutStopSec=30\n\
+         \n\
+         [Install]\n\
+         WantedBy=default.target\n",
+    );
+    unit
+}
+
+/// systemd's quoting: double quotes, backslash escapes, `%` specifiers and `$` expansion
+/// neutralised.
+fn quote(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '%' => out.push_str("%%"),
+            '$' => out.push_str("$$"),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `$XDG_CONFIG_HOME/systemd/user`, or `~/.config/systemd/user`.
+pub fn unit_dir() -> anyhow::Result<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .context("neither `XDG_CONFIG_HOME` nor `HOME` is set")?;
+    Ok(base.join("systemd").join("user"))
+}
+
+/// Write the unit; returns its path.
+pub fn install(spec: &Spec, exe: &Path) -> anyhow::Result<PathBuf> {
+    let dir = unit_dir()?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
+    let path = dir.join(unit_name(spec));
+    let path_env = std::env::var("PATH").ok();
+    let unit = render_unit(spec, exe, path_env.as_deref());
+    crate::state::atomic_write(&path, unit.as_bytes())
+        .with_context(|| format!("cannot write `{}`", path.display()))?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{LoadOptions, parse};
+
+    #[test]
+    fn unit_keeps_agents_alive_and_quotes_paths() {
+        let spec = parse(
+            "[fleet]\nname = \"lab\"\n",
+            Path::new("/srv/my fleet/phoenix.toml"),
+            LoadOptions::default(),
+        )
+        .unwrap();
+        let unit = render_unit(&spec, Path::new("/opt/phoenix"), Some("/usr/bin:/bin"));
+        assert!(unit.contains("KillMode=process"), "{unit}");
+        assert!(
+            unit.contains(
+                "ExecStart=\"/opt/phoenix\" \"--config\" \"/srv/my fleet/phoenix.toml\" \"run\""
+            ),
+            "{unit}"
+        );
+        assert!(unit.contains("Environment=\"PATH=/usr/bin:/bin\""));
+        assert_eq!(unit_name(&spec), "phoenix-lab.service");
+        assert_eq!(quote("50%$x"), "\"50%%$$x\"");
+    }
+}

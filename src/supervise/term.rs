@@ -1,0 +1,130 @@
+//! Job control for the wrapper: the agent CLI runs in its own process group as the terminal's
+//! foreground group (so Ctrl-C, window size and raw mode reach it as if started by a shell),
+//! the wrapper takes the terminal back afterwards, and SIGTERM/SIGHUP/SIGINT sent to the
+//! wrapper are forwarded to the agent's group.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+use nix::sys::termios::{self, SetArg, Termios};
+use nix::unistd::{self, Pid};
+
+/// Process group of the running agent (0: none). Read by the signal handler.
+static CHILD_PGID: AtomicI32 = AtomicI32::new(0);
+/// The last SIGTERM/SIGHUP the wrapper itself received (0: none): it must stop.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    let pgid = CHILD_PGID.load(Ordering::SeqCst);
+    if pgid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe {
+            libc::kill(-pgid, sig);
+        }
+    }
+    // SIGINT is only passed on: the agent decides what Ctrl-C means.
+    if sig != libc::SIGINT {
+        STOP_SIGNAL.store(sig, Ordering::SeqCst);
+    }
+}
+
+/// Install the forwarding handlers and ignore the job-control stops that would otherwise
+/// suspend the wrapper when it takes the terminal back from a background group.
+pub fn install_handlers() {
+    let forward = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
+    for sig in [Signal::SIGTERM, Signal::SIGHUP, Signal::SIGINT] {
+        // SAFETY: the handler only touches atomics and calls kill.
+        let _ = unsafe { sigaction(sig, &forward) };
+    }
+    for sig in [Signal::SIGTTOU, Signal::SIGTTIN, Signal::SIGTSTP] {
+        // SAFETY: ignoring a signal has no preconditions.
+        let _ = unsafe { sigaction(sig, &ignore) };
+    }
+}
+
+/// The signal that asked the wrapper itself to stop, if any.
+pub fn stop_signal() -> Option<i32> {
+    match STOP_SIGNAL.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+pub fn set_child(pgid: Option<u32>) {
+    let v = pgid.and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+    CHILD_PGID.store(v, Ordering::SeqCst);
+}
+
+/// Signal the agent's whole process group.
+pub fn signal_group(pgid: u32, sig: Signal) {
+    if let Ok(p) = i32::try_from(pgid) {
+        let _ = nix::sys::signal::killpg(Pid::from_raw(p), sig);
+    }
+}
+
+fn stdin_fd() -> BorrowedFd<'static> {
+    // SAFETY: fd 0 stays open for the life of the process.
+    unsafe { BorrowedFd::borrow_raw(0) }
+}
+
+/// The pane's terminal, when stdin is one.
+pub struct Terminal {
+    saved: Option<Termios>,
+}
+
+impl Terminal {
+    pub fn open() -> Option<Terminal> {
+        let fd = stdin_fd();
+        if !unistd::isatty(fd).unwrap_or(false) {
+            return None;
+        }
+        Some(Terminal {
+            saved: termios::tcgetattr(fd).ok(),
+        })
+    }
+
+    /// Make `pgid` the foreground process group.
+    pub fn give_to(&self, pgid: u32) {
+        if let Ok(p) = i32::try_from(pgid) {
+            let _ = unistd::tcsetpgrp(stdin_fd(), Pid::from_raw(p));
+        }
+    }
+
+    /// Become the foreground group again and restore the modes the agent may have changed
+    /// (a crashed CLI can leave the terminal raw, which safe mode cannot read from).
+    pub fn take_back(&self) {
+        let fd = stdin_fd();
+        let _ = unistd::tcsetpgrp(fd, unistd::getpgrp());
+        if let Some(saved) = &self.saved {
+            let _ = termios::tcsetattr(fd.as_fd(), SetArg::TCSANOW, saved);
+        }
+    }
+}
+
+/// Prepare `cmd` to run in its own process group that takes the terminal (if any) itself:
+/// both sides call tcsetpgrp, as shells do, so there is no window in which the agent reads
+/// from a terminal it does not own.
+pub fn foreground(cmd: &mut Command, tty: bool) {
+    cmd.process_group(0);
+    // SAFETY: only async-signal-safe calls (getpid, tcsetpgrp, signal) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if tty {
+                libc::tcsetpgrp(0, libc::getpid());
+            }
+            // Ignored signals stay ignored across exec; the agent gets the defaults back.
+            for sig in [libc::SIGTTOU, libc::SIGTTIN, libc::SIGTSTP] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,824 @@
+//! `phoenix wrap --agent NAME`: the supervisor inside the agent's pane. It starts the CLI
+//! (resuming the recorded session when it can), waits for it in the terminal's foreground,
+//! checks that it shows life, and after every exit asks `decide_on_exit` what to do next:
+//! resume, start fresh, or stop in safe mode.
+
+use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+use super::decide::{self, AgentFacts, EndReason, ExitAction, ExitDecision, ExitFacts, StartMode};
+use super::record::{self, CrashEntry, CrashRecord, Quarantine};
+use super::term::{self, Terminal};
+use crate::spec::{self, AgentSpec, Cli, Spec};
+use crate::state::{self, AgentDir, FleetDir};
+use crate::world::Runtime;
+use crate::world::tmux::Tmux;
+
+/// Lines of the pane kept in a crash record.
+const EVIDENCE_LINES: usize = 50;
+/// How long an agent gets to exit after SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+/// Everything the wrapper prints starts with this, so pane-output checks can ignore it.
+const SAY: &str = "[phoenix]";
+
+/// Run the agent in the foreground of this pane and keep it alive.
+pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
+    term::install_handlers();
+    let spec = spec::load(config)?;
+    let agent = find_agent(&spec, agent_name)?.clone();
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    let dir = fleet.agent(&agent.name);
+    dir.ensure()
+        .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
+    let mut wrapper = Wrapper {
+        config: config.to_path_buf(),
+        runtime: Tmux::new(&spec.fleet.tmux_socket),
+        spec,
+        agent,
+        fleet,
+        dir,
+        pane: std::env::var("TMUX_PANE")
+            .ok()
+            .filter(|p| p.starts_with('%')),
+        terminal: Terminal::open(),
+    };
+    wrapper.run()
+}
+
+fn find_agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a AgentSpec> {
+    spec.agent(name).with_context(|| {
+        format!(
+            "agent `{name}` is not declared in {} (declared: {})",
+            spec.file.display(),
+            spec.agent_names().join(", ")
+        )
+    })
+}
+
+struct Wrapper {
+    config: PathBuf,
+    spec: Spec,
+    agent: AgentSpec,
+    fleet: FleetDir,
+    dir: AgentDir,
+    runtime: Tmux,
+    pane: Option<String>,
+    terminal: Option<Terminal>,
+}
+
+/// One finished run of the agent CLI.
+struct Run {
+    argv: Vec<String>,
+    mode: StartMode,
+    session_id: Option<String>,
+    status: Option<ExitStatus>,
+    runtime: Duration,
+    showed_life: bool,
+}
+
+enum SafeOutcome {
+    Start(StartMode),
+    Quit,
+    Stopped(i32),
+}
+
+impl Wrapper {
+    fn run(&mut self) -> anyhow::Result<i32> {
+        let mut intent = StartMode::Resume;
+        loop {
+            if let Some(sig) = term::stop_signal() {
+                return Ok(128 + sig);
+            }
+            self.reload();
+            if let Some(q) = record::load(&self.dir).safe_mode {
+                match self.safe_mode(&format!("quarantined since {}: {}", q.since, q.reason))? {
+                    SafeOutcome::Start(mode) => intent = mode,
+                    SafeOutcome::Quit => return Ok(0),
+                    SafeOutcome::Stopped(code) => return Ok(code),
+                }
+                continue;
+            }
+            let run = self.run_once(intent);
+            let requested = record::take_stop_request(&self.dir);
+            if let Some(sig) = term::stop_signal() {
+                // The wrapper itself is going away (pane killed, replaced, SIGTERM).
+                let reason = requested
+                    .map(|r| r.reason)
+                    .unwrap_or(EndReason::RuntimeStop);
+                self.record_end(&run, reason, json!({"wrapper_signal": sig}));
+                super::poke(&self.fleet, &self.agent.name);
+                return Ok(128 + sig);
+            }
+            let decision = self.decide(&run, requested);
+            match decision.action {
+                ExitAction::SafeMode => {
+                    let why = match decision.reason {
+                        EndReason::CleanExit => "the agent exited cleanly (code 0)".to_string(),
+                        _ => decision.explain.clone(),
+                    };
+                    match self.safe_mode(&why)? {
+                        SafeOutcome::Start(mode) => intent = mode,
+                        SafeOutcome::Quit => return Ok(0),
+                        SafeOutcome::Stopped(code) => return Ok(code),
+                    }
+                }
+                ExitAction::Resume | ExitAction::Fresh => {
+                    intent = if decision.action == ExitAction::Fresh {
+                        StartMode::Fresh
+                    } else {
+                        StartMode::Resume
+                    };
+                    if !self.cooldown(Duration::from_millis(decision.delay_ms)) {
+                        return Ok(128 + term::stop_signal().unwrap_or(0));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pick up config edits between runs; a broken config keeps the last good one.
+    fn reload(&mut self) {
+        match spec::load(&self.config) {
+            Ok(spec) => match spec.agent(&self.agent.name) {
+                Some(agent) => {
+                    self.agent = agent.clone();
+                    self.spec = spec;
+                }
+                None => say(&format!(
+                    "agent `{}` is no longer declared in {}; keeping its last spec",
+                    self.agent.name,
+                    self.spec.file.display()
+                )),
+            },
+            Err(e) => say(&format!(
+                "cannot reload {} ({}); keeping the last good spec",
+                self.config.display(),
+                e.to_string().lines().next().unwrap_or("")
+            )),
+        }
+    }
+
+    fn set_phase(&self, phase: &str) {
+        if let Some(pane) = &self.pane {
+            let _ = self.runtime.set_phase(pane, phase);
+        }
+    }
+
+    /// Choose resume or fresh, start the CLI in the foreground, and wait for it.
+    fn run_once(&mut self, intent: StartMode) -> Run {
+        let saved = record::load(&self.dir);
+        let fresh_marker = self.dir.has_marker(state::FRESH);
+        let recorded = record::recorded_session(&self.dir);
+        let resume = recorded
+            .as_ref()
+            .filter(|s| record::resumable(s, &saved, &self.agent.workdir))
+            .filter(|_| intent == StartMode::Resume && !fresh_marker)
+            .and_then(|s| resume_argv(&self.agent, &s.id).map(|argv| (s.id.clone(), argv)));
+        let (mode, session_id, argv) = match resume {
+            Some((id, argv)) => (StartMode::Resume, Some(id), argv),
+            None => (StartMode::Fresh, None, base_argv(&self.agent)),
+        };
+        if mode == StartMode::Fresh {
+            if fresh_marker {
+                // Consumed when honoured, so it forces exactly one clean slate.
+                let _ = self.dir.clear_marker(state::FRESH);
+                let _ = self.dir.record_op("fresh_marker_honoured", json!({}));
+            }
+            // A session abandoned for a fresh one is never resumed later, whoever starts next.
+            if let Some(old) = &recorded {
+                let _ = record::clear_session(&self.dir, &old.id);
+            }
+        }
+        let _ = self.dir.clear_marker(state::CLEAN_EXIT);
+        match &session_id {
+            Some(id) => say(&format!(
+                "starting `{}`, resuming session {id}",
+                self.agent.name
+            )),
+            None => say(&format!("starting `{}` (fresh session)", self.agent.name)),
+        }
+
+        let mut probe = LifeProbe::new(&self.dir, self.agent.cli, &self.runtime, &self.pane);
+        let started = Instant::now();
+        let mut cmd = match self.command(&argv) {
+            Ok(cmd) => cmd,
+            Err(e) => return self.spawn_failed(argv, mode, session_id, &e.to_string()),
+        };
+        term::foreground(&mut cmd, self.terminal.is_some());
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                let msg = format!("cannot start `{}`: {e}", argv[0]);
+                return self.spawn_failed(argv, mode, session_id, &msg);
+            }
+        };
+        let pid = child.id();
+        term::set_child(Some(pid));
+        if let Some(t) = &self.terminal {
+            t.give_to(pid);
+        }
+        // Set only now that the child exists: a reconciler must never see `running` without it.
+        self.set_phase("running");
+        let _ = self.dir.record_op(
+            "agent_start",
+            json!({"argv": argv, "pid": pid, "mode": mode.as_str(), "session_id": session_id}),
+        );
+
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        let deadline = started + self.agent.restart.life_deadline;
+        let mut showed_life = false;
+        let mut stop_sent: Option<Instant> = None;
+        let status = loop {
+            let tick = if showed_life && stop_sent.is_none() {
+                Duration::from_secs(1)
+            } else {
+                Duration::from_millis(100)
+            };
+            match rx.recv_timeout(tick) {
+                Ok(status) => break status.ok(),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+            }
+            if !showed_life && probe.shown() {
+                showed_life = true;
+                let _ = self.dir.record_op(
+                    "agent_alive",
+                    json!({"pid": pid, "after_ms": started.elapsed().as_millis() as u64}),
+                );
+            }
+            if !showed_life && stop_sent.is_none() && Instant::now() >= deadline {
+                say(&format!(
+                    "`{}` showed no life within {}: replacing it",
+                    self.agent.name,
+                    spec::duration::format(self.agent.restart.life_deadline)
+                ));
+                term::signal_group(pid, Signal::SIGTERM);
+                stop_sent = Some(Instant::now());
+            }
+            if term::stop_signal().is_some() && stop_sent.is_none() {
+                // The handler already passed the signal on; escalate if it is ignored.
+                stop_sent = Some(Instant::now());
+            }
+            if stop_sent.is_some_and(|t| t.elapsed() >= STOP_GRACE) {
+                term::signal_group(pid, Signal::SIGKILL);
+            }
+        };
+        term::set_child(None);
+        // Whatever the agent left behind in its process group (tool processes, a hook still
+        // writing) ends with it: orphans would fight the next run for the terminal, and a
+        // late hook would look like the next run showing life.
+        term::signal_group(pid, Signal::SIGTERM);
+        // While deciding, nothing runs here on purpose: say so before anything else. A wrapper
+        // told to stop stays quiet: its pane may already belong to its replacement.
+        if term::stop_signal().is_none() {
+            self.set_phase("cooldown");
+        }
+        if let Some(t) = &self.terminal {
+            t.take_back();
+        }
+        if !showed_life {
+            showed_life = probe.shown();
+        }
+        let mut mode = mode;
+        if mode == StartMode::Resume && showed_life {
+            let now = record::recorded_session(&self.dir);
+            let same_id = now.as_ref().map(|s| s.id.as_str()) == session_id.as_deref();
+            let same_dir = now
+                .as_ref()
+                .and_then(|s| s.cwd.as_deref())
+                .is_none_or(|cwd| record::same_dir(cwd, &self.agent.workdir));
+            if !same_id || !same_dir {
+                // It came back as another session: that is a fresh start, not a resume.
+                mode = StartMode::Fresh;
+                let _ = self.dir.record_op(
+                    "resume_mismatch",
+                    json!({"resumed": session_id, "recorded": now.map(|s| s.id)}),
+                );
+                if let Some(id) = &session_id {
+                    let _ = record::clear_session(&self.dir, id);
+                }
+            }
+        }
+        Run {
+            argv,
+            mode,
+            session_id,
+            status,
+            runtime: started.elapsed(),
+            showed_life,
+        }
+    }
+
+    fn spawn_failed(
+        &self,
+        argv: Vec<String>,
+        mode: StartMode,
+        session_id: Option<String>,
+        error: &str,
+    ) -> Run {
+        say(error);
+        let _ = self
+            .dir
+            .record_op("spawn_failed", json!({"argv": argv, "error": error}));
+        self.set_phase("cooldown");
+        Run {
+            argv,
+            mode,
+            session_id,
+            // What a shell reports for a command it cannot run.
+            status: Some(ExitStatus::from_raw(127 << 8)),
+            runtime: Duration::ZERO,
+            showed_life: false,
+        }
+    }
+
+    fn command(&self, argv: &[String]) -> anyhow::Result<Command> {
+        let (program, args) = argv
+            .split_first()
+            .with_context(|| format!("agent `{}` has an empty command", self.agent.name))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .current_dir(&self.agent.workdir)
+            .envs(&self.agent.env)
+            .env("PHOENIX_AGENT", &self.agent.name)
+            .env("PHOENIX_CONFIG", &self.spec.file)
+            .env("PHOENIX_STATE_DIR", &self.dir.path);
+        Ok(cmd)
+    }
+
+    /// Run the policy, keep the evidence, record the one reason, and apply the bookkeeping.
+    fn decide(&mut self, run: &Run, requested: Option<decide::StopRequest>) -> ExitDecision {
+        let saved = record::load(&self.dir);
+        let facts = AgentFacts::new(&self.agent, saved.recent_crash_times());
+        let (code, signal) = status_parts(run.status);
+        let exit = ExitFacts {
+            code,
+            signal,
+            runtime_ms: run.runtime.as_millis() as u64,
+            mode: run.mode,
+            session_id: run.session_id.clone(),
+            showed_life: run.showed_life,
+            requested,
+            now: jiff::Timestamp::now().as_second(),
+        };
+        let decision = decide::decide_on_exit(&facts, &exit);
+
+        if decision.counts_as_crash {
+            let pane_tail = self
+                .pane
+                .as_ref()
+                .and_then(|p| self.runtime.capture(p, EVIDENCE_LINES).ok())
+                .map(|t| t.trim_end().to_string());
+            let crash = CrashRecord {
+                ts: state::now_rfc3339(),
+                agent: self.agent.name.clone(),
+                reason: decision.reason,
+                code,
+                signal,
+                runtime_ms: exit.runtime_ms,
+                mode: run.mode,
+                session_id: run.session_id.clone(),
+                argv: run.argv.clone(),
+                decision: decision.explain.clone(),
+                pane_tail,
+            };
+            let _ = record::write_crash_record(&self.dir, &crash);
+            let window = self.agent.restart.crash_window.as_secs() as i64;
+            let entry = CrashEntry {
+                ts: exit.now,
+                reason: decision.reason,
+                code,
+                signal,
+                mode: run.mode,
+            };
+            let _ = record::update(&self.dir, |r| r.push_crash(entry, window));
+        }
+        if decision.clear_session {
+            let current = record::recorded_session(&self.dir).map(|s| s.id);
+            for id in run.session_id.iter().chain(current.iter()) {
+                let _ = record::clear_session(&self.dir, id);
+            }
+        }
+        self.record_end(
+            run,
+            decision.reason,
+            json!({
+                "action": decision.action, "delay_ms": decision.delay_ms,
+                "explain": decision.explain, "counts_as_crash": decision.counts_as_crash,
+            }),
+        );
+        if decision.clean_exit_marker {
+            let _ = self.dir.set_marker(state::CLEAN_EXIT);
+        }
+        if let Some(message) = &decision.critical {
+            let since = state::now_rfc3339();
+            let _ = record::update(&self.dir, |r| {
+                r.safe_mode = Some(Quarantine {
+                    since: since.clone(),
+                    reason: message.clone(),
+                })
+            });
+            let _ = record::record_critical(
+                &self.fleet,
+                "crash_loop",
+                &self.agent.name,
+                message,
+                "safe_mode",
+                json!({
+                    "max_crashes": self.agent.restart.max_crashes,
+                    "crash_window": spec::duration::format(self.agent.restart.crash_window),
+                    "last_exit": {"code": code, "signal": signal},
+                }),
+            );
+            let _ = self.dir.record_op(
+                "critical",
+                json!({"event": "crash_loop", "reason": message}),
+            );
+        }
+        let delay = Duration::from_millis(decision.delay_ms);
+        let next = match decision.action {
+            ExitAction::SafeMode => "safe mode".to_string(),
+            ExitAction::Resume if delay.is_zero() => "resuming now".to_string(),
+            ExitAction::Fresh if delay.is_zero() => "starting fresh now".to_string(),
+            ExitAction::Resume => format!("resuming in {}", spec::duration::format(delay)),
+            ExitAction::Fresh => format!("starting fresh in {}", spec::duration::format(delay)),
+        };
+        say(&format!(
+            "`{}` ended ({}): {} → {next}",
+            self.agent.name,
+            decision.reason.as_str(),
+            decision.explain
+        ));
+        super::poke(&self.fleet, &self.agent.name);
+        decision
+    }
+
+    /// The one `agent_exit` line for this run: the supervisor's single reason for the end of
+    /// the session (the CLI's own SessionEnd hook may log its view separately).
+    fn record_end(&self, run: &Run, reason: EndReason, extra: serde_json::Value) {
+        let (code, signal) = status_parts(run.status);
+        let mut fields = json!({
+            "reason": reason, "code": code, "signal": signal,
+            "runtime_ms": run.runtime.as_millis() as u64, "mode": run.mode,
+            "session_id": run.session_id, "showed_life": run.showed_life,
+        });
+        if let (Some(f), serde_json::Value::Object(x)) = (fields.as_object_mut(), extra) {
+            f.extend(x);
+        }
+        let _ = self.dir.record_op("agent_exit", fields);
+    }
+
+    /// Wait before the next start; false if the wrapper was told to stop meanwhile.
+    fn cooldown(&self, delay: Duration) -> bool {
+        let until = Instant::now() + delay;
+        while Instant::now() < until {
+            if term::stop_signal().is_some() {
+                return false;
+            }
+            std::thread::sleep((until - Instant::now()).min(Duration::from_millis(100)));
+        }
+        term::stop_signal().is_none()
+    }
+
+    /// A plain read loop: explains the situation and accepts `restart`, `fresh`, `quit`. It
+    /// never runs a shell or any other program.
+    fn safe_mode(&self, why: &str) -> anyhow::Result<SafeOutcome> {
+        self.set_phase("safe");
+        let _ = self.dir.record_op("safe_mode", json!({"why": why}));
+        super::poke(&self.fleet, &self.agent.name);
+        let name = &self.agent.name;
+        println!();
+        say(&format!("agent `{name}` is in safe mode: {why}"));
+        say("nothing runs in this pane until you type one of these words and press Enter:");
+        say("  restart   start the agent again, resuming its session");
+        say("  fresh     start the agent with a fresh session");
+        say("  quit      leave it stopped and close this pane");
+        say(&format!(
+            "or from anywhere: phoenix restart {name} [--fresh]"
+        ));
+        let mut input = LineReader::default();
+        loop {
+            prompt();
+            let word = loop {
+                if let Some(sig) = term::stop_signal() {
+                    return Ok(SafeOutcome::Stopped(128 + sig));
+                }
+                match input.next(Duration::from_millis(200)) {
+                    Some(line) => break line,
+                    None => continue,
+                }
+            };
+            match word.trim() {
+                "" => {}
+                w @ ("restart" | "fresh") => {
+                    let _ = record::update(&self.dir, |r| r.reset());
+                    let _ = self.dir.clear_marker(state::CLEAN_EXIT);
+                    let fresh = w == "fresh";
+                    let _ = self.dir.record_op(
+                        "operator_restart",
+                        json!({"from": "safe_mode", "fresh": fresh}),
+                    );
+                    return Ok(SafeOutcome::Start(if fresh {
+                        StartMode::Fresh
+                    } else {
+                        StartMode::Resume
+                    }));
+                }
+                "quit" => {
+                    let _ = self.dir.set_marker(state::CLEAN_EXIT);
+                    let _ = self
+                        .dir
+                        .record_op("operator_stop", json!({"from": "safe_mode"}));
+                    say(&format!(
+                        "`{name}` stays stopped; `phoenix restart {name}` brings it back"
+                    ));
+                    return Ok(SafeOutcome::Quit);
+                }
+                other => say(&format!(
+                    "unknown word `{}`: type restart, fresh or quit",
+                    other.chars().take(40).collect::<String>()
+                )),
+            }
+        }
+    }
+}
+
+fn say(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{SAY} {text}");
+    let _ = out.flush();
+}
+
+fn prompt() {
+    let mut out = std::io::stdout().lock();
+    let _ = write!(out, "{SAY} safe mode> ");
+    let _ = out.flush();
+}
+
+/// Lines from stdin without a reader thread: a thread blocked in `read` would keep stealing
+/// the agent's input after a restart. Polls fd 0 with a timeout instead.
+#[derive(Default)]
+struct LineReader {
+    buf: Vec<u8>,
+    closed: bool,
+}
+
+impl LineReader {
+    fn next(&mut self, timeout: Duration) -> Option<String> {
+        if let Some(line) = self.take_line() {
+            return Some(line);
+        }
+        if self.closed {
+            std::thread::sleep(timeout);
+            return None;
+        }
+        let mut fds = libc::pollfd {
+            fd: 0,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd for the duration of the call.
+        let ready = unsafe { libc::poll(&mut fds, 1, ms) };
+        if ready > 0 {
+            let mut chunk = [0u8; 1024];
+            match std::io::stdin().lock().read(&mut chunk) {
+                Ok(0) | Err(_) => self.closed = true,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        self.take_line()
+    }
+
+    fn take_line(&mut self) -> Option<String> {
+        let end = self.buf.iter().position(|&b| b == b'\n')?;
+        let line: Vec<u8> = self.buf.drain(..=end).collect();
+        Some(String::from_utf8_lossy(&line).trim().to_string())
+    }
+}
+
+fn status_parts(status: Option<ExitStatus>) -> (Option<i32>, Option<i32>) {
+    match status {
+        Some(s) => (s.code(), s.signal()),
+        None => (None, None),
+    }
+}
+
+/// The agent's base argv, rebuilt from its command every time. A leading `phoenix` means
+/// this very binary, so bundled examples work without phoenix on PATH.
+pub fn base_argv(agent: &AgentSpec) -> Vec<String> {
+    with_exe(agent.argv.clone())
+}
+
+fn with_exe(mut argv: Vec<String>) -> Vec<String> {
+    if argv.first().map(String::as_str) == Some("phoenix") {
+        if let Ok(exe) = std::env::current_exe() {
+            argv[0] = exe.to_string_lossy().into_owned();
+        }
+    }
+    argv
+}
+
+/// The CLI's resume form for session `id`, built from the base command (never from the
+/// previous argv, so flags cannot pile up). `None` when the CLI has no known resume form.
+pub fn resume_argv(agent: &AgentSpec, id: &str) -> Option<Vec<String>> {
+    if let Some(template) = &agent.resume_argv {
+        // Substituted per argument after splitting: an id can never become two arguments.
+        let argv = template
+            .iter()
+            .map(|a| a.replace("{session_id}", id))
+            .collect();
+        return Some(with_exe(argv));
+    }
+    let mut argv = base_argv(agent);
+    match agent.cli {
+        Cli::Claude | Cli::Gemini => {
+            argv.extend(["--resume".to_string(), id.to_string()]);
+            Some(argv)
+        }
+        Cli::Codex => {
+            argv.splice(1..1, ["resume".to_string(), id.to_string()]);
+            Some(argv)
+        }
+        Cli::Custom => None,
+    }
+}
+
+/// Watches for the first sign of life of a started agent: its hooks write `state.json`,
+/// `tool_use.jsonl`, `session_id` or hook lines in `ops.jsonl`; custom CLIs, Codex and Gemini
+/// may instead just print in their pane.
+struct LifeProbe {
+    files: Vec<(PathBuf, Option<(u64, SystemTime)>)>,
+    ops: PathBuf,
+    ops_len: u64,
+    pane: Option<(Tmux, String, String)>,
+    /// No hook is guaranteed and no pane can be read: being alive has to do.
+    blind: bool,
+}
+
+impl LifeProbe {
+    fn new(dir: &AgentDir, cli: Cli, runtime: &Tmux, pane: &Option<String>) -> LifeProbe {
+        let stamp = |p: &Path| {
+            std::fs::metadata(p)
+                .ok()
+                .map(|m| (m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH)))
+        };
+        let files = ["state.json", "tool_use.jsonl", record::SESSION_ID]
+            .iter()
+            .map(|f| {
+                let p = dir.file(f);
+                let s = stamp(&p);
+                (p, s)
+            })
+            .collect();
+        let ops = dir.file(state::OPS_LOG);
+        let ops_len = std::fs::metadata(&ops).map(|m| m.len()).unwrap_or(0);
+        // Claude fires SessionStart at startup. Codex only with the first prompt, some Gemini
+        // builds not at all (gemini-cli#28160), and custom CLIs may have no hooks: for those a
+        // change in the pane counts too.
+        let watch_pane = matches!(cli, Cli::Custom | Cli::Codex | Cli::Gemini);
+        let pane = pane.as_ref().filter(|_| watch_pane).and_then(|p| {
+            let snapshot = runtime.capture(p, 200).ok()?;
+            Some((runtime.clone(), p.clone(), without_our_lines(&snapshot)))
+        });
+        LifeProbe {
+            files,
+            ops,
+            ops_len,
+            blind: watch_pane && pane.is_none(),
+            pane,
+        }
+    }
+
+    fn shown(&mut self) -> bool {
+        if self.blind {
+            return true;
+        }
+        for (path, before) in &self.files {
+            let now = std::fs::metadata(path)
+                .ok()
+                .map(|m| (m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
+            if now.is_some() && now != *before {
+                return true;
+            }
+        }
+        if self.hook_in_ops() {
+            return true;
+        }
+        if let Some((runtime, pane, snapshot)) = &self.pane {
+            if let Ok(now) = runtime.capture(pane, 200) {
+                if without_our_lines(&now) != *snapshot {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    fn hook_in_ops(&mut self) -> bool {
+        use std::io::{Seek, SeekFrom};
+        let Ok(mut f) = std::fs::File::open(&self.ops) else {
+            return false;
+        };
+        if f.seek(SeekFrom::Start(self.ops_len)).is_err() {
+            return false;
+        }
+        let mut text = String::new();
+        let _ = f.read_to_string(&mut text);
+        self.ops_len += text.len() as u64;
+        text.lines().any(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .and_then(|v| v["event"].as_str().map(str::to_string))
+                .is_some_and(|e| e.starts_with("hook") || e.contains("session_start"))
+        })
+    }
+}
+
+fn without_our_lines(screen: &str) -> String {
+    screen
+        .lines()
+        .filter(|l| !l.trim_start().starts_with(SAY))
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{LoadOptions, parse};
+
+    fn agent(body: &str) -> AgentSpec {
+        let spec = parse(
+            &format!("[[agent]]\nname = \"a\"\n{body}"),
+            Path::new("/fleet/phoenix.toml"),
+            LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .unwrap();
+        spec.agents[0].clone()
+    }
+
+    #[test]
+    fn resume_forms_follow_each_cli() {
+        let claude = agent("cli = \"claude\"\ncommand = \"claude --model opus\"\n");
+        assert_eq!(
+            resume_argv(&claude, "s1").unwrap(),
+            ["claude", "--model", "opus", "--resume", "s1"]
+        );
+        let codex = agent("cli = \"codex\"\ncommand = \"codex -m o3\"\n");
+        assert_eq!(
+            resume_argv(&codex, "s1").unwrap(),
+            ["codex", "resume", "s1", "-m", "o3"]
+        );
+        let gemini = agent("cli = \"gemini\"\n");
+        assert_eq!(
+            resume_argv(&gemini, "s1").unwrap(),
+            ["gemini", "--resume", "s1"]
+        );
+        let custom = agent("command = \"my-cli\"\n");
+        assert_eq!(resume_argv(&custom, "s1"), None);
+    }
+
+    #[test]
+    fn resume_command_template_substitutes_one_argument() {
+        let a =
+            agent("command = \"my-cli\"\nresume_command = \"my-cli --resume {session_id} --x\"\n");
+        assert_eq!(
+            resume_argv(&a, "a b;c").unwrap(),
+            ["my-cli", "--resume", "a b;c", "--x"]
+        );
+    }
+
+    #[test]
+    fn base_command_never_accumulates_flags() {
+        let a = agent("cli = \"claude\"\ncommand = \"claude\"\n");
+        let _ = resume_argv(&a, "s1");
+        let _ = resume_argv(&a, "s2");
+        assert_eq!(base_argv(&a), ["claude"]);
+        assert_eq!(resume_argv(&a, "s3").unwrap(), ["claude", "--resume", "s3"]);
+    }
+
+    #[test]
+    fn pane_comparison_ignores_the_wrappers_own_lines() {
+        assert_eq!(
+            without_our_lines("$ x\n[phoenix] starting\n\n"),
+            without_our_lines("$ x\n")
+        );
+    }
+}

@@ -1,0 +1,726 @@
+//! Supervision end to end with the demo agent on a real private tmux server: the wrapper's
+//! hybrid resume, crash limits and safe mode, `phoenix restart`, and the `phoenix run` daemon.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{Fleet, kill9, read_jsonl, wait_until};
+
+/// A demo agent that can be resumed: `cli = "custom"` with a `resume_command` template.
+fn resumable_agent(name: &str, extra: &str) -> String {
+    format!(
+        "[[agent]]\nname = \"{name}\"\ncli = \"custom\"\n\
+         command = \"phoenix demo-agent --interval 200ms {extra}\"\n\
+         resume_command = \"phoenix demo-agent --interval 200ms {extra} --resume {{session_id}}\"\n"
+    )
+}
+
+/// Restart settings for tests: no cooldown, a short life deadline.
+fn fast_restarts(max_crashes: u32) -> String {
+    format!(
+        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"5s\"\nmax_crashes = {max_crashes}\ncrash_window = \"1h\"\n\n"
+    )
+}
+
+fn pane_of(fleet: &Fleet, agent: &str) -> String {
+    fleet.agent_status(agent)["pane"]
+        .as_str()
+        .expect("agent has a pane")
+        .to_string()
+}
+
+fn type_into(fleet: &Fleet, pane: &str, text: &str) {
+    fleet
+        .tmux(&["send-keys", "-t", pane, "-l", text])
+        .expect("send-keys");
+    fleet
+        .tmux(&["send-keys", "-t", pane, "Enter"])
+        .expect("send-keys Enter");
+}
+
+fn pane_phase(fleet: &Fleet, pane: &str) -> String {
+    fleet
+        .tmux(&["display-message", "-p", "-t", pane, "#{@phoenix_phase}"])
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn ops_named(fleet: &Fleet, agent: &str, event: &str) -> Vec<Value> {
+    fleet
+        .ops(agent)
+        .into_iter()
+        .filter(|o| o["event"] == event)
+        .collect()
+}
+
+/// Wait until there are at least `n` ops named `event`; returns them.
+fn wait_ops(fleet: &Fleet, agent: &str, event: &str, n: usize) -> Vec<Value> {
+    let mut found = Vec::new();
+    wait_until(
+        Duration::from_secs(20),
+        &format!("{n} `{event}` ops of `{agent}`"),
+        || {
+            found = ops_named(fleet, agent, event);
+            found.len() >= n
+        },
+    );
+    found
+}
+
+fn session_id(fleet: &Fleet, agent: &str) -> Option<String> {
+    let text = std::fs::read_to_string(fleet.agent_dir(agent).join("state.json")).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v["session_id"].as_str().map(str::to_string)
+}
+
+fn wait_session_id(fleet: &Fleet, agent: &str) -> String {
+    let mut id = None;
+    wait_until(Duration::from_secs(15), "a recorded session id", || {
+        id = session_id(fleet, agent);
+        id.is_some()
+    });
+    id.unwrap()
+}
+
+fn exists(path: &Path) -> bool {
+    path.exists()
+}
+
+/// `phoenix run` in the background, its log in a file; stopped (SIGTERM, then SIGKILL) on drop.
+struct Daemon {
+    child: Option<Child>,
+    log: std::path::PathBuf,
+}
+
+impl Daemon {
+    fn start(fleet: &Fleet, args: &[&str]) -> Daemon {
+        let n = std::fs::read_dir(fleet.path()).unwrap().count();
+        let log = fleet.path().join(format!("daemon-{n}.log"));
+        let mut all = vec!["run"];
+        all.extend_from_slice(args);
+        let child = fleet
+            .command(&all)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn phoenix run");
+        let d = Daemon {
+            child: Some(child),
+            log,
+        };
+        wait_until(Duration::from_secs(10), "daemon up", || {
+            d.log().contains("supervising the fleet")
+        });
+        d
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// SIGTERM and wait; returns the exit code.
+    fn stop(mut self) -> Option<i32> {
+        let mut child = self.child.take().unwrap();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("daemon did not stop on SIGTERM:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// /proc/<pid>/stat fields 5 (pgrp) and 8 (tpgid: the terminal's foreground group).
+fn pgrp_and_tpgid(pid: u32) -> (i64, i64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    (rest[2].parse().unwrap(), rest[5].parse().unwrap())
+}
+
+#[test]
+fn killed_agent_is_resumed_by_its_wrapper_with_the_recorded_session_id() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["alpha"])[0];
+    let pane = pane_of(&fleet, "alpha");
+    let id = wait_session_id(&fleet, "alpha");
+
+    // The agent owns the pane's terminal: its own process group, in the foreground.
+    let (pgrp, tpgid) = pgrp_and_tpgid(pid);
+    assert_eq!(pgrp, i64::from(pid), "agent leads its own process group");
+    assert_eq!(
+        tpgid,
+        i64::from(pid),
+        "agent's group is the terminal's foreground"
+    );
+
+    kill9(pid);
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
+    assert_eq!(starts[1]["mode"], "resume", "{starts:?}");
+    assert_eq!(starts[1]["session_id"], id.as_str());
+    assert!(
+        starts[1]["argv"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| *a == "--resume")
+            .count()
+            == 1,
+        "resume flag once: {:?}",
+        starts[1]["argv"]
+    );
+    let new_pid = fleet.wait_running(&["alpha"])[0];
+    assert_ne!(new_pid, pid);
+    assert_eq!(pane_of(&fleet, "alpha"), pane, "same pane");
+    // The wrapper took the terminal back (without being stopped by SIGTTOU) and handed it on.
+    wait_until(
+        Duration::from_secs(5),
+        "replacement in the foreground",
+        || pgrp_and_tpgid(new_pid) == (i64::from(new_pid), i64::from(new_pid)),
+    );
+
+    let end = &ops_named(&fleet, "alpha", "agent_exit")[0];
+    assert_eq!(end["reason"], "crash");
+    assert_eq!(end["signal"], 9);
+    assert_eq!(end["action"], "resume");
+    // Evidence was kept and `status AGENT` shows it.
+    let crashes = std::fs::read_dir(fleet.agent_dir("alpha").join("crashes"))
+        .unwrap()
+        .count();
+    assert_eq!(crashes, 1);
+    fleet
+        .run(&["status", "alpha"])
+        .status(0)
+        .stdout_has("latest crash:")
+        .stdout_has("signal 9")
+        .stdout_has("demo-agent `alpha` session");
+    let json = fleet.run(&["status", "alpha", "--json"]).json();
+    assert_eq!(json[0]["supervision"]["crashes_in_window"], 1);
+    // The resumed run came back as the same session.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ops_named(&fleet, "alpha", "agent_alive")
+        .iter()
+        .any(|o| o["pid"] == new_pid)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "resumed run shows life: {:#?}",
+            fleet.ops("alpha")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(session_id(&fleet, "alpha").as_deref(), Some(id.as_str()));
+}
+
+#[test]
+fn crash_of_resumed_run_starts_fresh_and_clears_the_id() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["alpha"])[0];
+    let pane = pane_of(&fleet, "alpha");
+    let first = wait_session_id(&fleet, "alpha");
+
+    // A crash of a fresh run: resumed.
+    kill9(pid);
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
+    assert_eq!(starts[1]["mode"], "resume");
+    wait_until(Duration::from_secs(10), "resumed run shows life", || {
+        ops_named(&fleet, "alpha", "agent_alive")
+            .iter()
+            .any(|o| o["pid"] == starts[1]["pid"])
+    });
+
+    // The resumed run crashes within seconds (typed into its terminal): the resume did not
+    // work, so the next start is fresh and the old id is gone for good.
+    type_into(&fleet, &pane, "crash");
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 3);
+    assert_eq!(starts[2]["mode"], "fresh", "{starts:?}");
+    let ends = ops_named(&fleet, "alpha", "agent_exit");
+    assert_eq!(ends[1]["code"], 3);
+    assert_eq!(ends[1]["action"], "fresh");
+    let record: Value = serde_json::from_str(
+        &std::fs::read_to_string(fleet.agent_dir("alpha").join("crashes.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        record["discarded_sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| *d == first.as_str()),
+        "{record}"
+    );
+    let mut second = None;
+    wait_until(Duration::from_secs(20), "a new session id", || {
+        second = session_id(&fleet, "alpha").filter(|s| *s != first);
+        second.is_some()
+    });
+
+    // The fresh run's crash resumes the new session, never the old one.
+    let pid = fleet.wait_running(&["alpha"])[0];
+    kill9(pid);
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 4);
+    assert_eq!(starts[3]["mode"], "resume");
+    assert_eq!(starts[3]["session_id"], second.unwrap().as_str());
+}
+
+#[test]
+fn fresh_marker_is_honoured_once() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["alpha"])[0];
+    let first = wait_session_id(&fleet, "alpha");
+    let marker = fleet.agent_dir("alpha").join(".fresh");
+    std::fs::write(&marker, "").unwrap();
+
+    kill9(pid);
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
+    assert_eq!(starts[1]["mode"], "fresh");
+    assert!(!exists(&marker), "consumed when honoured");
+    assert_eq!(ops_named(&fleet, "alpha", "fresh_marker_honoured").len(), 1);
+    let mut second = None;
+    wait_until(Duration::from_secs(20), "a new session id", || {
+        second = session_id(&fleet, "alpha").filter(|s| *s != first);
+        second.is_some()
+    });
+
+    let pid = fleet.wait_running(&["alpha"])[0];
+    kill9(pid);
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 3);
+    assert_eq!(starts[2]["mode"], "resume", "only once");
+    assert_eq!(starts[2]["session_id"], second.unwrap().as_str());
+}
+
+#[test]
+fn max_crashes_enter_safe_mode_with_a_critical_event_that_survives_a_new_wrapper() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(3),
+        resumable_agent("alpha", "--crash-after 300ms")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_ops(&fleet, "alpha", "safe_mode", 1);
+    assert_eq!(ops_named(&fleet, "alpha", "agent_start").len(), 3);
+    let ends = ops_named(&fleet, "alpha", "agent_exit");
+    assert_eq!(ends.len(), 3);
+    assert!(ends.iter().all(|e| e["reason"] == "crash"), "{ends:?}");
+    assert_eq!(ends[2]["action"], "safe_mode");
+
+    let events = read_jsonl(&fleet.state_dir().join("critical_events.jsonl"));
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["event"], "crash_loop");
+    assert_eq!(events[0]["agent"], "alpha");
+    assert_eq!(events[0]["action_taken"], "safe_mode");
+
+    let pane = pane_of(&fleet, "alpha");
+    wait_until(Duration::from_secs(5), "safe phase", || {
+        pane_phase(&fleet, &pane) == "safe"
+    });
+    assert_eq!(fleet.agent_status("alpha")["state"], "safe-mode");
+    let screen = fleet.tmux(&["capture-pane", "-p", "-t", &pane]).unwrap();
+    assert!(screen.contains("safe mode"), "{screen}");
+    // Nothing to do for a reconciler: the quarantine is intentional.
+    fleet.run(&["plan"]).status(0);
+
+    // A new wrapper (the pane died and was restarted) still knows: straight to safe mode.
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill9(wrapper);
+    wait_until(Duration::from_secs(5), "pane dead", || {
+        fleet.agent_status("alpha")["state"] == "dead"
+    });
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_ops(&fleet, "alpha", "safe_mode", 2);
+    assert_eq!(
+        ops_named(&fleet, "alpha", "agent_start").len(),
+        3,
+        "no new start while quarantined"
+    );
+
+    // Safe mode never runs what is typed.
+    type_into(&fleet, &pane, "touch pwned");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!fleet.path().join("pwned").exists());
+    let screen = fleet.tmux(&["capture-pane", "-p", "-t", &pane]).unwrap();
+    assert!(screen.contains("unknown word `touch pwned`"), "{screen}");
+
+    // `restart` typed in the pane lifts the quarantine.
+    type_into(&fleet, &pane, "restart");
+    wait_ops(&fleet, "alpha", "agent_start", 4);
+}
+
+#[test]
+fn agent_that_never_shows_life_counts_as_a_failed_start() {
+    let fleet = Fleet::new();
+    fleet.toml(
+        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"1s\"\nmax_crashes = 2\n\n\
+         [[agent]]\nname = \"mute\"\ncli = \"custom\"\ncommand = \"sleep 1000\"\n",
+    );
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_ops(&fleet, "mute", "safe_mode", 1);
+    let ends = ops_named(&fleet, "mute", "agent_exit");
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert!(ends.iter().all(|e| e["reason"] == "no_life"), "{ends:?}");
+    assert!(ends.iter().all(|e| e["showed_life"] == false));
+}
+
+#[test]
+fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back() {
+    let fleet = Fleet::new();
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"300ms\"\n\n{}{}",
+        fleet.socket,
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    let daemon = Daemon::start(&fleet, &[]);
+    fleet.wait_running(&["alpha"]);
+    let pane = pane_of(&fleet, "alpha");
+    let id = wait_session_id(&fleet, "alpha");
+
+    type_into(&fleet, &pane, "exit");
+    let marker = fleet.agent_dir("alpha").join(".clean-exit");
+    wait_until(Duration::from_secs(10), ".clean-exit", || exists(&marker));
+    wait_ops(&fleet, "alpha", "safe_mode", 1);
+    let end = &ops_named(&fleet, "alpha", "agent_exit")[0];
+    assert_eq!(end["reason"], "clean_exit");
+    assert_eq!(end["code"], 0);
+
+    // Several reconcile intervals later the daemon has not restarted it.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(ops_named(&fleet, "alpha", "agent_start").len(), 1);
+    assert_eq!(fleet.agent_status("alpha")["state"], "stopped");
+
+    // `quit` closes the pane; dead with the marker is still intentional.
+    type_into(&fleet, &pane, "quit");
+    wait_until(Duration::from_secs(5), "pane dead", || {
+        fleet
+            .tmux(&["display-message", "-p", "-t", &pane, "#{pane_dead}"])
+            .is_some_and(|s| s.trim() == "1")
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(ops_named(&fleet, "alpha", "agent_start").len(), 1);
+
+    let run = fleet.run(&["restart", "alpha"]);
+    run.status(0).stdout_has("restarted resuming its session");
+    assert!(!exists(&marker), "restart clears the marker");
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
+    assert_eq!(starts[1]["mode"], "resume");
+    assert_eq!(starts[1]["session_id"], id.as_str());
+    fleet.wait_running(&["alpha"]);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(
+        ops_named(&fleet, "alpha", "agent_start").len(),
+        2,
+        "no duplicate"
+    );
+    assert_eq!(daemon.stop(), Some(0));
+}
+
+#[test]
+fn operator_restart_of_a_running_agent_is_recorded_and_fresh_is_not_undone_by_the_daemon() {
+    let fleet = Fleet::new();
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"300ms\"\n\n{}{}",
+        fleet.socket,
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    let daemon = Daemon::start(&fleet, &[]);
+    let pid = fleet.wait_running(&["alpha"])[0];
+    let first = wait_session_id(&fleet, "alpha");
+
+    fleet
+        .run(&["restart", "alpha", "--fresh"])
+        .status(0)
+        .stdout_has("with a fresh session");
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
+    assert_eq!(starts[1]["mode"], "fresh");
+    let end = &ops_named(&fleet, "alpha", "agent_exit")[0];
+    assert_eq!(end["reason"], "operator_restart");
+    assert_eq!(end["counts_as_crash"], false);
+    let new_pid = fleet.wait_running(&["alpha"])[0];
+    assert_ne!(new_pid, pid);
+
+    // Whatever restarts it next resumes the new session, never the one left on purpose.
+    let mut second = None;
+    wait_until(Duration::from_secs(20), "a new session id", || {
+        second = session_id(&fleet, "alpha").filter(|s| *s != first);
+        second.is_some()
+    });
+    kill9(new_pid);
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 3);
+    assert_eq!(starts[2]["mode"], "resume");
+    assert_eq!(starts[2]["session_id"], second.unwrap().as_str());
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(
+        ops_named(&fleet, "alpha", "agent_start").len(),
+        3,
+        "no duplicate start"
+    );
+    drop(daemon);
+}
+
+#[test]
+fn daemon_restarts_a_dead_pane_at_once_and_a_restarted_daemon_does_not_duplicate_agents() {
+    let fleet = Fleet::new();
+    // A long interval: only events can explain a quick reaction.
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1h\"\n\n{}{}\n{}",
+        fleet.socket,
+        fast_restarts(5),
+        resumable_agent("alpha", ""),
+        resumable_agent("beta", "")
+    ));
+    let daemon = Daemon::start(&fleet, &[]);
+    let pids = fleet.wait_running(&["alpha", "beta"]);
+
+    // A second daemon for the same state dir refuses to start.
+    let second = fleet.run(&["run"]);
+    second.status(1).stderr_has("already supervises state dir");
+
+    // The whole pane dies (wrapper and agent): the daemon sees it through the pidfd.
+    let pane = pane_of(&fleet, "alpha");
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill9(wrapper);
+    kill9(pids[0]);
+    let started = Instant::now();
+    wait_until(Duration::from_secs(10), "alpha back", || {
+        let s = fleet.agent_status("alpha");
+        s["state"] == "running" && s["pid"].as_u64() != Some(u64::from(pids[0]))
+    });
+    assert!(started.elapsed() < Duration::from_secs(8));
+
+    // SIGTERM: clean exit 0, agents keep running.
+    assert_eq!(daemon.stop(), Some(0));
+    let pids = fleet.wait_running(&["alpha", "beta"]);
+    // A new daemon (even after kill -9 of the old one) converges without duplicates.
+    let daemon = Daemon::start(&fleet, &[]);
+    let pid = daemon.pid();
+    kill9(pid);
+    drop(daemon);
+    let daemon = Daemon::start(&fleet, &["-v"]);
+    wait_until(Duration::from_secs(5), "a reconcile", || {
+        daemon.log().contains("nothing to do")
+    });
+    assert_eq!(fleet.wait_running(&["alpha", "beta"]), pids);
+    let windows = fleet.tmux(&["list-windows", "-a"]).unwrap();
+    assert_eq!(windows.lines().count(), 2, "{windows}");
+    assert_eq!(daemon.stop(), Some(0));
+}
+
+#[test]
+fn config_edit_is_picked_up_by_the_daemon() {
+    let fleet = Fleet::new();
+    let header = format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1h\"\n\n{}",
+        fleet.socket,
+        fast_restarts(5)
+    );
+    fleet.raw_toml(&format!("{header}{}", resumable_agent("alpha", "")));
+    let daemon = Daemon::start(&fleet, &["--log-format", "json"]);
+    fleet.wait_running(&["alpha"]);
+
+    // A broken edit is reported and the last good config kept.
+    fleet.raw_toml(&format!("{header}[[agent]]\nname = \"x y\"\n"));
+    wait_until(Duration::from_secs(10), "invalid config logged", || {
+        daemon.log().contains("keeping the last good one")
+    });
+    fleet.raw_toml(&format!(
+        "{header}{}\n{}",
+        resumable_agent("alpha", ""),
+        resumable_agent("beta", "")
+    ));
+    fleet.wait_running(&["alpha", "beta"]);
+    let log = daemon.log();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not json `{l}`: {e}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "config reloaded"),
+        "{log}"
+    );
+    assert_eq!(daemon.stop(), Some(0));
+}
+
+#[test]
+fn schedules_run_with_a_log_line() {
+    let fleet = Fleet::new();
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\n\n[schedules]\nwatchdog = \"* * * * *\"\nbrief = \"off\"\n",
+        fleet.socket
+    ));
+    let daemon = Daemon::start(&fleet, &[]);
+    let log = daemon.log();
+    assert!(log.contains("job=\"watchdog\""), "{log}");
+    assert!(log.contains("scheduled"), "{log}");
+    assert!(!log.contains("job=\"brief\""), "{log}");
+    assert_eq!(daemon.stop(), Some(0));
+}
+
+#[test]
+fn service_unit_is_printed_and_written_without_systemd() {
+    let fleet = Fleet::new();
+    fleet.toml("");
+    fleet
+        .run(&["service", "install", "--print"])
+        .status(0)
+        .stdout_has("KillMode=process")
+        .stdout_has("run\"")
+        .stdout_has(&fleet.config().display().to_string());
+    fleet
+        .run(&["service", "install"])
+        .status(0)
+        .stdout_has("systemctl --user enable --now phoenix-test.service");
+    let unit = fleet
+        .path()
+        .join("home/.config/systemd/user/phoenix-test.service");
+    assert!(
+        std::fs::read_to_string(unit)
+            .unwrap()
+            .contains("WantedBy=default.target")
+    );
+}
+
+#[test]
+fn dead_tmux_server_is_rebuilt_resuming_recorded_sessions() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    let id = wait_session_id(&fleet, "alpha");
+
+    fleet.tmux(&["kill-server"]);
+    wait_until(Duration::from_secs(5), "server gone", || {
+        !fleet.server_running()
+    });
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
+    assert_eq!(starts[1]["mode"], "resume");
+    assert_eq!(starts[1]["session_id"], id.as_str());
+}
+
+#[test]
+fn spec_change_is_recorded_as_a_drift_replacement() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    wait_session_id(&fleet, "alpha");
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "--exit-code 4")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let ends = wait_ops(&fleet, "alpha", "agent_exit", 1);
+    assert_eq!(ends[0]["reason"], "drift_replacement", "{ends:?}");
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
+    assert_eq!(
+        starts[1]["mode"], "resume",
+        "a replacement keeps the session"
+    );
+    assert!(
+        ops_named(&fleet, "alpha", "agent_exit")
+            .iter()
+            .all(|e| e["counts_as_crash"] != true)
+    );
+}
+
+#[test]
+fn resumed_session_that_comes_back_with_another_id_is_treated_as_fresh() {
+    let fleet = Fleet::new();
+    // This "resume" form drops the id: the CLI starts a new session every time.
+    fleet.toml(&format!(
+        "{}[[agent]]\nname = \"alpha\"\ncli = \"custom\"\n\
+         command = \"phoenix demo-agent --interval 200ms\"\n\
+         resume_command = \"phoenix demo-agent --interval 200ms\"\n",
+        fast_restarts(5)
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["alpha"])[0];
+    let first = wait_session_id(&fleet, "alpha");
+    kill9(pid);
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
+    assert_eq!(starts[1]["mode"], "resume");
+    wait_until(Duration::from_secs(20), "another session id", || {
+        session_id(&fleet, "alpha").is_some_and(|s| s != first)
+    });
+
+    // It crashes within seconds, but it was not a resume: the new session is resumed.
+    let pid = fleet.wait_running(&["alpha"])[0];
+    assert_ne!(pid, 0);
+    kill9(pid);
+    let exits = wait_ops(&fleet, "alpha", "agent_exit", 2);
+    assert_eq!(exits[1]["mode"], "fresh", "{exits:?}");
+    assert_eq!(exits[1]["action"], "resume");
+    assert_eq!(ops_named(&fleet, "alpha", "resume_mismatch").len(), 1);
+}
