@@ -20,6 +20,13 @@ pub struct DemoArgs {
     /// Exit code used for crashes.
     #[arg(long, default_value_t = 3)]
     pub exit_code: i32,
+    /// On a crash, fail like a CLI whose API call failed: print this error and record it in
+    /// the transcript (e.g. "prompt is too long: 215439 tokens > 200000 maximum").
+    #[arg(long)]
+    pub fail_with: Option<String>,
+    /// The task the agent works on (the first prompt of its transcript).
+    #[arg(long)]
+    pub task: Option<String>,
     /// Stop printing and calling hooks after this long, but stay alive.
     #[arg(long, value_parser = parse_duration)]
     pub silent_after: Option<Duration>,
@@ -51,12 +58,19 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         None => (new_session_id(), "startup"),
     };
     println!("demo-agent `{agent}` session {session_id} ({source})");
+    let transcript = Transcript::open(&session_id);
+    if source == "startup" {
+        if let Some(task) = &args.task {
+            transcript
+                .record(json!({"type": "user", "message": {"role": "user", "content": task}}));
+        }
+    }
     let context = hook(
         &agent,
         "session-start",
         json!({
             "hook_event_name": "SessionStart", "session_id": session_id, "source": source,
-            "cwd": cwd(), "transcript_path": "",
+            "cwd": cwd(), "transcript_path": transcript.path_str(),
         }),
     );
     if let Some(text) = context.as_deref().and_then(additional_context) {
@@ -83,6 +97,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
     loop {
         if args.crash_after.is_some_and(|d| started.elapsed() >= d) {
             println!("\ndemo-agent: simulated crash");
+            fail(&transcript, args.fail_with.as_deref());
             return Ok(args.exit_code);
         }
         if args.silent_after.is_some_and(|d| started.elapsed() >= d) {
@@ -92,6 +107,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
             Ok(word) => match word.as_str() {
                 "crash" => {
                     println!("demo-agent: crashing as asked");
+                    fail(&transcript, args.fail_with.as_deref());
                     return Ok(args.exit_code);
                 }
                 "exit" | "quit" => {
@@ -122,6 +138,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         }
         step += 1;
         let command = format!("demo step {step}");
+        transcript.tool_call(step, &command, failing);
         if failing {
             println!("working: step {step} (tool failed)");
             hook(
@@ -146,6 +163,64 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
             );
         }
     }
+}
+
+/// A Claude Code-shaped transcript, written under `$PHOENIX_STATE_DIR/transcripts/` when
+/// phoenix runs the demo agent (nowhere otherwise), so triage has one to read.
+struct Transcript {
+    path: Option<std::path::PathBuf>,
+}
+
+impl Transcript {
+    fn open(session_id: &str) -> Transcript {
+        let path = std::env::var_os("PHOENIX_STATE_DIR").map(|dir| {
+            let dir = std::path::PathBuf::from(dir).join("transcripts");
+            let _ = std::fs::create_dir_all(&dir);
+            dir.join(format!("{session_id}.jsonl"))
+        });
+        Transcript { path }
+    }
+
+    fn path_str(&self) -> String {
+        self.path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    }
+
+    fn record(&self, mut record: serde_json::Value) {
+        let Some(path) = &self.path else { return };
+        record["timestamp"] = json!(crate::state::now_rfc3339());
+        let _ = crate::state::append_jsonl(path, &record);
+    }
+
+    fn tool_call(&self, step: u64, command: &str, failing: bool) {
+        let id = format!("toolu_demo_{step}");
+        self.record(
+            json!({"type": "assistant", "message": {"role": "assistant", "content": [
+                {"type": "text", "text": format!("Step {step}: running `{command}`.")},
+                {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": command}},
+            ]}}),
+        );
+        let result = if failing {
+            "Exit code 1\ndemo failure"
+        } else {
+            "ok"
+        };
+        self.record(
+            json!({"type": "user", "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": id, "is_error": failing, "content": result},
+            ]}}),
+        );
+    }
+}
+
+/// What a CLI does when its API call fails for good: show the error, record it, exit.
+fn fail(transcript: &Transcript, error: Option<&str>) {
+    let Some(error) = error else { return };
+    println!("API Error: {error}");
+    transcript.record(json!({"type": "assistant", "isApiErrorMessage": true,
+        "message": {"role": "assistant", "content": [{"type": "text", "text": format!("API Error: {error}")}]}}));
 }
 
 fn cwd() -> String {

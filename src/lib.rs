@@ -4,10 +4,13 @@
 
 pub mod apply;
 pub mod cli;
+pub mod clinic;
 pub mod demo;
 pub mod diag;
 pub mod hooks;
 pub mod plan;
+pub mod policy;
+pub mod render;
 pub mod spec;
 pub mod state;
 pub mod supervise;

@@ -42,6 +42,9 @@ fn plan_options(prune: bool) -> anyhow::Result<PlanOptions> {
 pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
     match spec::load(config) {
         Ok(spec) => {
+            if let Some(code) = super::policy::validate_extras(&spec, json) {
+                return Ok(code);
+            }
             if json {
                 out(&format!(
                     "{}\n",

@@ -1,7 +1,9 @@
 //! Command-line definitions (clap) and dispatch. Each subcommand calls into the modules.
 
 mod agent_state;
+mod events;
 mod fleet;
+mod policy;
 mod scaffold;
 
 use std::io::Write;
@@ -34,7 +36,8 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Check phoenix.toml and report every problem with file:line:column.
+    /// Check phoenix.toml, the policies and the templates; report every problem with
+    /// file:line:column.
     Validate {
         #[arg(long)]
         json: bool,
@@ -133,6 +136,44 @@ pub enum Command {
     /// An agent's externalized state (state.json).
     #[command(subcommand)]
     State(agent_state::StateCommand),
+    /// Lua policies: test one against a fixture, show the built-in ones.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
+    /// Run the recovery pipeline (triage, diagnosis, prescription, rehabilitation) on an
+    /// agent's latest exit, record every step and print the decision.
+    Clinic {
+        agent: String,
+        #[arg(long)]
+        json: bool,
+        /// The tail of the agent CLI's output (`-` for stdin), to find the error in.
+        #[arg(long)]
+        output: Option<PathBuf>,
+        /// The CLI's transcript (default: the latest one its hooks reported).
+        #[arg(long)]
+        transcript: Option<PathBuf>,
+        /// Decide and print only: record nothing, write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// The fleet's critical events, oldest first: crash loops, policy fallbacks, each step
+    /// of a Clinic recovery, state rolled back.
+    Events {
+        /// Only this agent's events.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only events whose name starts with this (e.g. `clinic`, `policy_error`).
+        #[arg(long)]
+        event: Option<String>,
+        /// Only the last N events.
+        #[arg(long, short = 'n')]
+        limit: Option<usize>,
+        /// A JSON array (with --follow: one JSON object per line).
+        #[arg(long)]
+        json: bool,
+        /// Keep printing events as they are recorded.
+        #[arg(long, short = 'f')]
+        follow: bool,
+    },
     /// A stand-in agent CLI for demos and tests.
     #[command(hide = true)]
     DemoAgent(crate::demo::DemoArgs),
@@ -217,6 +258,39 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             agent_state::resolve(&config, &agent, &id, &reason.join(" "))
         }
         Command::State(cmd) => agent_state::state(&config, cmd),
+        Command::Policy(cmd) => policy::policy(cmd),
+        Command::Clinic {
+            agent,
+            json,
+            output,
+            transcript,
+            dry_run,
+        } => policy::clinic(
+            &config,
+            policy::ClinicArgs {
+                agent: &agent,
+                json,
+                output: output.as_deref(),
+                transcript: transcript.as_deref(),
+                dry_run,
+            },
+        ),
+        Command::Events {
+            agent,
+            event,
+            limit,
+            json,
+            follow,
+        } => events::events(
+            &config,
+            events::EventsArgs {
+                agent: agent.as_deref(),
+                event: event.as_deref(),
+                limit,
+                json,
+                follow,
+            },
+        ),
         Command::DemoAgent(args) => crate::demo::run(args),
     }
 }

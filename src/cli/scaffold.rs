@@ -8,12 +8,7 @@ use super::out;
 
 const EXAMPLE: &str = include_str!("../../phoenix.toml.example");
 
-const POLICIES_README: &str = "\
-# policies/
-
-Recovery decisions as Lua. phoenix ships default policies inside its binary; a file here
-with the same name overrides the default. See `phoenix policy --help`.
-";
+const POLICIES_README: &str = include_str!("../../policies/README.md");
 
 const TEMPLATES_README: &str = "\
 # templates/
@@ -24,11 +19,18 @@ with the same name overrides the default.
 ";
 
 pub fn init(dir: &Path, force: bool) -> anyhow::Result<i32> {
-    let files = [
+    // The default policies stay in the binary (a copy here would pin them forever); the
+    // fixtures are examples to run them with.
+    let fixtures: Vec<(String, &str)> = crate::policy::fixture::EMBEDDED
+        .iter()
+        .map(|(name, text)| (format!("policies/fixtures/{name}"), *text))
+        .collect();
+    let mut files: Vec<(&str, &str)> = vec![
         ("phoenix.toml", EXAMPLE),
         ("policies/README.md", POLICIES_README),
         ("templates/README.md", TEMPLATES_README),
     ];
+    files.extend(fixtures.iter().map(|(n, t)| (n.as_str(), *t)));
     let existing: Vec<&str> = files
         .iter()
         .map(|(name, _)| *name)
@@ -42,7 +44,7 @@ pub fn init(dir: &Path, force: bool) -> anyhow::Result<i32> {
             dir.display()
         );
     }
-    for (name, content) in files {
+    for &(name, content) in &files {
         let path = dir.join(name);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)

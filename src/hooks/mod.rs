@@ -291,6 +291,18 @@ impl Hook<'_> {
                 resolve_command: &resolve_command,
             },
         );
+        // Context the Clinic left for this session (a reminder, or what a session that ran out
+        // of context knew) comes first: it says why this session exists.
+        let text = match (crate::clinic::take_pending_context(dir), text) {
+            (Some(pending), rest) => {
+                let _ = dir.record_op("clinic_context_injected", json!({"chars": pending.len()}));
+                Some(match rest {
+                    Some(rest) => format!("{pending}\n\n{rest}"),
+                    None => pending,
+                })
+            }
+            (None, rest) => rest,
+        };
 
         let session_id = self.payload.session_id().map(str::to_string);
         let session_cwd = self.payload.str("cwd").map(str::to_string);

@@ -47,7 +47,11 @@ pub fn format(d: Duration) -> String {
     let mut secs = d.as_secs();
     let millis = d.subsec_millis();
     if secs == 0 {
-        return format!("{millis}ms").replace("0ms", "0s");
+        return if millis == 0 {
+            "0s".to_string()
+        } else {
+            format!("{millis}ms")
+        };
     }
     let mut out = String::new();
     for (unit, size) in [("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)] {
@@ -86,5 +90,8 @@ mod tests {
         for s in ["10m", "2h", "14d", "1m30s", "0s"] {
             assert_eq!(format(parse(s).unwrap()), s);
         }
+        // Sub-second values once came out as "500s".
+        assert_eq!(format(Duration::from_millis(500)), "500ms");
+        assert_eq!(format(Duration::from_millis(250)), "250ms");
     }
 }

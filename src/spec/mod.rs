@@ -14,7 +14,8 @@ use toml::de::{DeTable, DeValue};
 
 use crate::diag::{Diagnostic, FileDiagnostics, did_you_mean};
 use raw::{
-    RawAgent, RawFleet, RawRestart, RawSchedules, RawSpec, RawThresholds, RawTmux, fields_of,
+    RawAgent, RawClinic, RawFleet, RawRestart, RawSchedules, RawSpec, RawThresholds, RawTmux,
+    fields_of,
 };
 
 pub const DEFAULT_CONFIG: &str = "phoenix.toml";
@@ -29,7 +30,28 @@ pub struct Spec {
     pub fleet: Fleet,
     pub thresholds: Thresholds,
     pub schedules: Schedules,
+    pub clinic: ClinicSettings,
     pub agents: Vec<AgentSpec>,
+}
+
+/// `[clinic]`: the recovery pipeline's limits and its optional external diagnostician.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClinicSettings {
+    /// Recoveries per task before the Clinic aborts (safe mode + notification).
+    pub max_recoveries: u32,
+    /// Given the rendered TraumaContext on stdin, answers with a JSON diagnosis.
+    pub diagnose_command: Option<Vec<String>>,
+    pub diagnose_timeout: Duration,
+}
+
+impl Default for ClinicSettings {
+    fn default() -> Self {
+        ClinicSettings {
+            max_recoveries: 2,
+            diagnose_command: None,
+            diagnose_timeout: Duration::from_secs(120),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -200,6 +222,9 @@ pub struct AgentSpec {
     /// Snapshot .json/.toml/.yaml files before the agent edits them and restore them if the
     /// edit leaves them unparsable (installs a pre-tool hook).
     pub guard_structured_files: bool,
+    /// `[[agent]] policy`: a Lua policy file of its own (entry points it lacks come from
+    /// policies/recovery.lua).
+    pub policy: Option<PathBuf>,
 }
 
 /// The part of an agent's spec that, when changed, means the running agent must be replaced.
@@ -435,6 +460,7 @@ enum Section {
     Restart,
     Thresholds,
     Schedules,
+    Clinic,
 }
 
 impl Section {
@@ -447,6 +473,7 @@ impl Section {
             Section::Restart => fields_of::<RawRestart>(),
             Section::Thresholds => fields_of::<RawThresholds>(),
             Section::Schedules => fields_of::<RawSchedules>(),
+            Section::Clinic => fields_of::<RawClinic>(),
         }
     }
 
@@ -460,6 +487,7 @@ impl Section {
             Section::Restart => "the `restart` table",
             Section::Thresholds => "[thresholds]",
             Section::Schedules => "[schedules]",
+            Section::Clinic => "[clinic]",
         }
     }
 
@@ -470,6 +498,7 @@ impl Section {
             (Section::Root, "agent") => Some(Section::Agent),
             (Section::Root, "thresholds") => Some(Section::Thresholds),
             (Section::Root, "schedules") => Some(Section::Schedules),
+            (Section::Root, "clinic") => Some(Section::Clinic),
             (Section::Defaults | Section::Agent, "tmux") => Some(Section::Tmux),
             (Section::Defaults | Section::Agent, "restart") => Some(Section::Restart),
             _ => None,
@@ -601,6 +630,7 @@ impl Validator<'_> {
                 brief: None,
             }
         };
+        let clinic = self.clinic(&raw.clinic);
         if let Some(name) = &raw.defaults.name {
             self.error(
                 "`name` is not allowed in [defaults]".into(),
@@ -667,7 +697,37 @@ impl Validator<'_> {
             fleet,
             thresholds,
             schedules,
+            clinic,
             agents,
+        }
+    }
+
+    fn clinic(&mut self, raw: &RawClinic) -> ClinicSettings {
+        let d = ClinicSettings::default();
+        let diagnose_command = match &raw.diagnose_command {
+            Some(c) if c.get_ref().is_empty() || c.get_ref()[0].trim().is_empty() => {
+                self.error(
+                    "`diagnose_command` is empty".into(),
+                    Some(c.span()),
+                    "the program and its arguments, e.g. [\"claude\", \"-p\"]; leave it out to diagnose by patterns",
+                );
+                None
+            }
+            Some(c) => Some(c.get_ref().clone()),
+            None => None,
+        };
+        ClinicSettings {
+            max_recoveries: raw
+                .max_recoveries
+                .as_ref()
+                .map(|v| *v.get_ref())
+                .unwrap_or(d.max_recoveries),
+            diagnose_command,
+            diagnose_timeout: self.duration(
+                &raw.diagnose_timeout,
+                "diagnose_timeout",
+                d.diagnose_timeout,
+            ),
         }
     }
 
@@ -939,6 +999,31 @@ impl Validator<'_> {
             .guard_structured_files
             .or(defaults.guard_structured_files)
             .unwrap_or(false);
+        let policy = match raw.policy.as_ref().or(defaults.policy.as_ref()) {
+            Some(p) if p.get_ref().trim().is_empty() => {
+                self.error(
+                    format!("agent `{name}`: `policy` is empty"),
+                    Some(p.span()),
+                    "a Lua file, e.g. \"policies/careful.lua\"; leave it out for policies/recovery.lua",
+                );
+                None
+            }
+            Some(p) => {
+                let path = self.path(p.get_ref());
+                if self.options.check_filesystem && !path.is_file() {
+                    self.error(
+                        format!(
+                            "agent `{name}`: policy `{}` does not exist",
+                            path.display()
+                        ),
+                        Some(p.span()),
+                        "create the file or fix the path (relative paths are relative to phoenix.toml)",
+                    );
+                }
+                Some(path)
+            }
+            None => None,
+        };
 
         if self.diags.len() > errors_before {
             return None;
@@ -957,6 +1042,7 @@ impl Validator<'_> {
             enabled,
             restart,
             guard_structured_files,
+            policy,
         })
     }
 }

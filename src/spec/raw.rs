@@ -17,6 +17,8 @@ pub struct RawSpec {
     pub thresholds: RawThresholds,
     #[serde(default)]
     pub schedules: RawSchedules,
+    #[serde(default)]
+    pub clinic: RawClinic,
     #[serde(default, rename = "agent")]
     pub agents: Vec<Spanned<RawAgent>>,
 }
@@ -44,6 +46,7 @@ pub struct RawAgent {
     pub enabled: Option<bool>,
     pub restart: Option<RawRestart>,
     pub guard_structured_files: Option<bool>,
+    pub policy: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -74,6 +77,14 @@ pub struct RawThresholds {
 pub struct RawSchedules {
     pub watchdog: Option<Spanned<String>>,
     pub brief: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClinic {
+    pub max_recoveries: Option<Spanned<u32>>,
+    pub diagnose_command: Option<Spanned<Vec<String>>>,
+    pub diagnose_timeout: Option<Spanned<String>>,
 }
 
 /// The field names serde knows for a struct, read from its `Deserialize` impl so that the

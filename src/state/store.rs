@@ -386,6 +386,9 @@ impl FleetDir {
         action_taken: &str,
         details: Value,
     ) -> io::Result<()> {
+        if !self.root.is_dir() {
+            self.ensure()?;
+        }
         append_jsonl(
             &self.critical_events_path(),
             &json!({

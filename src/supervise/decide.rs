@@ -1,13 +1,12 @@
-//! What the wrapper does after an agent exits: one pure function over plain serde structs, so
-//! the Lua policy issue can offer it as `on_exit(agent, exit)` and keep these rules as the
-//! default.
+//! What the wrapper does after an agent exits. The choice itself (resume, fresh, safe mode,
+//! how long to wait) is the `on_exit` policy's, Lua or the built-in default
+//! (`policy::builtin::on_exit`); this module classifies the exit, builds what the policy is
+//! shown, and derives the bookkeeping from its answer. Pure: no files, no clock.
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{AgentSpec, Cli};
-
-/// A resumed run that dies within this long did not really resume: start fresh next time.
-pub const QUICK_FAILURE_MS: u64 = 30_000;
+use crate::policy::{self, AgentInfo, ExitInfo};
+pub use crate::policy::{ExitAction, builtin::QUICK_FAILURE_MS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -74,32 +73,13 @@ pub struct StopRequest {
     pub ts: i64,
 }
 
-/// What the policy knows about the agent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// What the decision knows about the agent.
+#[derive(Debug, Clone, PartialEq)]
 pub struct AgentFacts {
-    pub name: String,
-    pub cli: Cli,
-    pub cooldown_ms: u64,
-    pub backoff_max_ms: u64,
-    pub max_crashes: u32,
-    pub crash_window_ms: u64,
+    /// As a policy sees it (restart settings, thresholds, its policy file).
+    pub info: AgentInfo,
     /// Earlier crashes (seconds since the epoch), from crashes.json; older ones are ignored.
     pub recent_crashes: Vec<i64>,
-}
-
-impl AgentFacts {
-    pub fn new(agent: &AgentSpec, recent_crashes: Vec<i64>) -> AgentFacts {
-        let ms = |d: std::time::Duration| d.as_millis().min(u128::from(u64::MAX)) as u64;
-        AgentFacts {
-            name: agent.name.clone(),
-            cli: agent.cli,
-            cooldown_ms: ms(agent.restart.cooldown),
-            backoff_max_ms: ms(agent.restart.backoff_max),
-            max_crashes: agent.restart.max_crashes,
-            crash_window_ms: ms(agent.restart.crash_window),
-            recent_crashes,
-        }
-    }
 }
 
 /// How the run ended.
@@ -114,18 +94,10 @@ pub struct ExitFacts {
     /// The run showed life (a hook, or pane output for custom CLIs) before it ended.
     pub showed_life: bool,
     pub requested: Option<StopRequest>,
+    /// A `.fresh` marker asks for a clean slate.
+    pub fresh_requested: bool,
     /// Seconds since the epoch.
     pub now: i64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ExitAction {
-    /// Start again, resuming the recorded session if there is one.
-    Resume,
-    Fresh,
-    /// Stop starting it; the pane shows a read loop that accepts `restart`, `fresh`, `quit`.
-    SafeMode,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,8 +117,21 @@ pub struct ExitDecision {
     pub explain: String,
 }
 
-/// The built-in rules (Phoenix Protocol v2.0 wrapper, hybrid resume).
+/// The decision with the built-in `on_exit` (what a broken or absent policy falls back to).
 pub fn decide_on_exit(agent: &AgentFacts, exit: &ExitFacts) -> ExitDecision {
+    decide_with(agent, exit, |info| {
+        policy::builtin::on_exit(&agent.info, info)
+    })
+}
+
+/// Classify the exit, ask `on_exit` what next, and derive the bookkeeping from its answer.
+/// Stops announced on purpose (operator restart, drift replacement) are not the policy's to
+/// judge: they are carried out as requested.
+pub fn decide_with(
+    agent: &AgentFacts,
+    exit: &ExitFacts,
+    on_exit: impl FnOnce(&ExitInfo) -> policy::ExitDecision,
+) -> ExitDecision {
     if let Some(req) = &exit.requested {
         return ExitDecision {
             action: if req.fresh {
@@ -163,102 +148,99 @@ pub fn decide_on_exit(agent: &AgentFacts, exit: &ExitFacts) -> ExitDecision {
             explain: format!("stopped on purpose ({})", req.reason.as_str()),
         };
     }
-    if exit.code == Some(0) && exit.signal.is_none() {
-        return ExitDecision {
-            action: ExitAction::SafeMode,
-            delay_ms: 0,
-            reason: EndReason::CleanExit,
-            counts_as_crash: false,
-            clear_session: false,
-            clean_exit_marker: true,
-            critical: None,
-            explain: "exited cleanly: left stopped until `phoenix restart`".into(),
-        };
-    }
-
-    let reason = if exit.showed_life {
-        EndReason::Crash
-    } else {
-        EndReason::NoLife
+    let clean = exit.code == Some(0) && exit.signal.is_none();
+    let reason = match (clean, exit.showed_life) {
+        (true, _) => EndReason::CleanExit,
+        (false, true) => EndReason::Crash,
+        (false, false) => EndReason::NoLife,
     };
-    let window_start_ms = i128::from(exit.now) * 1000 - i128::from(agent.crash_window_ms);
+    let restart = &agent.info.restart;
+    let window_start_ms = i128::from(exit.now) * 1000 - restart.crash_window.as_millis() as i128;
     let earlier = agent
         .recent_crashes
         .iter()
         .filter(|&&t| i128::from(t) * 1000 > window_start_ms)
         .count();
-    let crashes = u32::try_from(earlier + 1).unwrap_or(u32::MAX);
+    let crashes = if clean {
+        0
+    } else {
+        u32::try_from(earlier + 1).unwrap_or(u32::MAX)
+    };
+    let info = ExitInfo {
+        code: exit.code,
+        signal: exit.signal,
+        runtime_ms: exit.runtime_ms,
+        resumed: exit.mode == StartMode::Resume,
+        showed_life: exit.showed_life,
+        crashes_in_window: crashes,
+        fresh_requested: exit.fresh_requested,
+        session_id: exit.session_id.clone(),
+    };
+    let answer = on_exit(&info);
+    let why = answer
+        .reason
+        .clone()
+        .unwrap_or_else(|| format!("the policy chose {}", action_name(answer.action)));
     let what = match (exit.code, exit.signal) {
+        _ if clean => String::new(),
         (_, Some(sig)) => format!("killed by signal {sig}"),
         (Some(code), None) => format!("exit code {code}"),
         (None, None) => "unknown exit".to_string(),
     };
-    let what = if exit.showed_life {
-        what
-    } else {
-        format!("{what}, never showed life")
+    let what = match (clean, exit.showed_life) {
+        (true, _) => what,
+        (false, true) => format!("{what}; "),
+        (false, false) => format!("{what}, never showed life; "),
     };
-    let window =
-        crate::spec::duration::format(std::time::Duration::from_millis(agent.crash_window_ms));
-    if crashes >= agent.max_crashes {
-        let message = format!(
-            "agent `{}` crashed {crashes} times within {window} (max_crashes = {}): safe mode",
-            agent.name, agent.max_crashes
-        );
-        return ExitDecision {
-            action: ExitAction::SafeMode,
-            delay_ms: 0,
-            reason,
-            counts_as_crash: true,
-            clear_session: false,
-            clean_exit_marker: false,
-            critical: Some(message),
-            explain: format!(
-                "{what}; crash {crashes} of {} within {window}",
-                agent.max_crashes
-            ),
-        };
-    }
-
-    let resume_failed =
-        exit.mode == StartMode::Resume && (!exit.showed_life || exit.runtime_ms < QUICK_FAILURE_MS);
-    let shift = (crashes - 1).min(32);
-    let delay_ms = agent
-        .cooldown_ms
-        .saturating_mul(1u64 << shift)
-        .min(agent.backoff_max_ms.max(agent.cooldown_ms));
-    let (action, clear_session, next) = if resume_failed {
-        (ExitAction::Fresh, true, "; the resume failed quickly")
-    } else {
-        (ExitAction::Resume, false, "")
-    };
+    let safe = answer.action == ExitAction::SafeMode;
+    let critical = (safe && !clean).then(|| {
+        if crashes >= restart.max_crashes {
+            let window = crate::spec::duration::format(restart.crash_window);
+            format!(
+                "agent `{}` crashed {crashes} times within {window} (max_crashes = {}): safe mode",
+                agent.info.name, restart.max_crashes
+            )
+        } else {
+            format!("agent `{}`: {why}: safe mode", agent.info.name)
+        }
+    });
     ExitDecision {
-        action,
-        delay_ms,
+        action: answer.action,
+        delay_ms: answer.delay.as_millis().min(u128::from(u64::MAX)) as u64,
         reason,
-        counts_as_crash: true,
-        clear_session,
-        clean_exit_marker: false,
-        critical: None,
-        explain: format!(
-            "{what}; crash {crashes} of {} within {window}{next}",
-            agent.max_crashes
-        ),
+        counts_as_crash: !clean,
+        clear_session: answer.action == ExitAction::Fresh,
+        clean_exit_marker: clean && safe,
+        critical,
+        explain: format!("{what}{why}"),
+    }
+}
+
+fn action_name(action: ExitAction) -> &'static str {
+    match action {
+        ExitAction::Resume => "resume",
+        ExitAction::Fresh => "fresh",
+        ExitAction::SafeMode => "safe_mode",
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn agent(max: u32, recent: Vec<i64>) -> AgentFacts {
-        AgentFacts {
+        let mut info = AgentInfo {
             name: "a".into(),
-            cli: Cli::Claude,
-            cooldown_ms: 10_000,
-            backoff_max_ms: 300_000,
-            max_crashes: max,
-            crash_window_ms: 3_600_000,
+            ..AgentInfo::default()
+        };
+        info.restart.cooldown = Duration::from_secs(10);
+        info.restart.backoff_max = Duration::from_secs(300);
+        info.restart.max_crashes = max;
+        info.restart.crash_window = Duration::from_secs(3600);
+        AgentFacts {
+            info,
             recent_crashes: recent,
         }
     }
@@ -272,6 +254,7 @@ mod tests {
             session_id: Some("s1".into()),
             showed_life: true,
             requested: None,
+            fresh_requested: false,
             now: 1_000_000,
         }
     }
@@ -361,9 +344,62 @@ mod tests {
     #[test]
     fn zero_cooldown_restarts_at_once() {
         let mut a = agent(5, vec![]);
-        a.cooldown_ms = 0;
+        a.info.restart.cooldown = Duration::ZERO;
         let d = decide_on_exit(&a, &exit(1, StartMode::Fresh, 600_000));
         assert_eq!(d.delay_ms, 0);
+    }
+
+    #[test]
+    fn the_policy_decides_and_the_bookkeeping_follows() {
+        let policy_says = |action| {
+            move |_: &ExitInfo| policy::ExitDecision {
+                action,
+                delay: Duration::from_secs(7),
+                reason: Some("my policy".into()),
+            }
+        };
+        let d = decide_with(
+            &agent(5, vec![]),
+            &exit(1, StartMode::Fresh, 600_000),
+            policy_says(ExitAction::Fresh),
+        );
+        assert_eq!((d.action, d.delay_ms), (ExitAction::Fresh, 7_000));
+        assert!(d.clear_session && d.counts_as_crash);
+        assert_eq!(d.explain, "exit code 1; my policy");
+        // A policy that stops a crashing agent early raises a critical event saying why.
+        let d = decide_with(
+            &agent(5, vec![]),
+            &exit(1, StartMode::Fresh, 600_000),
+            policy_says(ExitAction::SafeMode),
+        );
+        assert_eq!(
+            d.critical.as_deref(),
+            Some("agent `a`: my policy: safe mode")
+        );
+        // A policy that restarts after a clean exit leaves no `.clean-exit` behind.
+        let d = decide_with(
+            &agent(5, vec![]),
+            &exit(0, StartMode::Fresh, 600_000),
+            policy_says(ExitAction::Resume),
+        );
+        assert!(!d.clean_exit_marker && !d.counts_as_crash && d.critical.is_none());
+    }
+
+    #[test]
+    fn the_policy_is_shown_the_crash_count_with_this_crash() {
+        let now = 1_000_000;
+        let mut seen = None;
+        decide_with(
+            &agent(5, vec![now - 100, now - 7200]),
+            &exit(1, StartMode::Resume, 600_000),
+            |info| {
+                seen = Some(info.clone());
+                policy::builtin::on_exit(&AgentInfo::default(), info)
+            },
+        );
+        let seen = seen.unwrap();
+        assert_eq!(seen.crashes_in_window, 2);
+        assert!(seen.resumed && seen.showed_life);
     }
 
     #[test]

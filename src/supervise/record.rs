@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::decide::{EndReason, StartMode, StopRequest};
-use crate::state::{self, AgentDir, FleetDir};
+use crate::state::{self, AgentDir};
 
 pub const CRASHES: &str = "crashes.json";
 pub const CRASH_DIR: &str = "crashes";
@@ -260,24 +260,6 @@ pub fn take_stop_request(dir: &AgentDir) -> Option<StopRequest> {
     (age <= STOP_REQUEST_TTL_SECS).then_some(req)
 }
 
-/// Append to the fleet's `critical_events.jsonl` (same shape as the state store's events).
-pub fn record_critical(
-    fleet: &FleetDir,
-    event: &str,
-    agent: &str,
-    reason: &str,
-    action_taken: &str,
-    details: Value,
-) -> io::Result<()> {
-    state::append_jsonl(
-        &fleet.critical_events_path(),
-        &json!({
-            "ts": state::now_rfc3339(), "event": event, "agent": agent, "reason": reason,
-            "action_taken": action_taken, "details": details,
-        }),
-    )
-}
-
 /// The last `agent_exit` in ops.jsonl (the wrapper's record, one per run): why the agent
 /// last stopped.
 pub fn last_exit(dir: &AgentDir) -> Option<Value> {
@@ -373,6 +355,7 @@ impl std::fmt::Display for Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::FleetDir;
 
     fn dir() -> (tempfile::TempDir, AgentDir) {
         let tmp = tempfile::tempdir().unwrap();

@@ -56,6 +56,7 @@ pub fn restart(config: &Path, name: &str, fresh: bool) -> anyhow::Result<Restart
     // `.clean-exit` is left to the new wrapper, which clears it as it starts the agent: cleared
     // any earlier, a reconciler could see a dead pane without it and start a second wrapper.
     record::update(&dir, |r| r.reset()).context("cannot reset the crash history")?;
+    crate::clinic::reset_recoveries(&dir).context("cannot reset the Clinic's recovery count")?;
     if fresh {
         dir.set_marker(state::FRESH)?;
         if let Some(s) = record::recorded_session(&dir) {

@@ -1,7 +1,8 @@
 //! `phoenix wrap --agent NAME`: the supervisor inside the agent's pane. It starts the CLI
 //! (resuming the recorded session when it can), waits for it in the terminal's foreground,
-//! checks that it shows life, and after every exit asks `decide_on_exit` what to do next:
-//! resume, start fresh, or stop in safe mode.
+//! checks that it shows life, and after every exit asks the `on_exit` policy what to do next
+//! (resume, start fresh, or stop in safe mode) and, after a crash it can diagnose, the Clinic
+//! how to treat it.
 
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -17,6 +18,9 @@ use serde_json::json;
 use super::decide::{self, AgentFacts, EndReason, ExitAction, ExitDecision, ExitFacts, StartMode};
 use super::record::{self, CrashEntry, CrashRecord, Quarantine};
 use super::term::{self, Terminal};
+use crate::clinic::{Clinic, Start, TriageInput};
+use crate::policy::{AgentInfo, Policies};
+use crate::render::Templates;
 use crate::spec::{self, AgentSpec, Cli, Spec};
 use crate::state::{self, AgentDir, FleetDir};
 use crate::world::Runtime;
@@ -357,10 +361,14 @@ impl Wrapper {
         Ok(cmd)
     }
 
-    /// Run the policy, keep the evidence, record the one reason, and apply the bookkeeping.
+    /// Ask the policy, keep the evidence, let the Clinic treat a diagnosable crash, record the
+    /// one reason, and apply the bookkeeping.
     fn decide(&mut self, run: &Run, requested: Option<decide::StopRequest>) -> ExitDecision {
         let saved = record::load(&self.dir);
-        let facts = AgentFacts::new(&self.agent, saved.recent_crash_times());
+        let facts = AgentFacts {
+            info: AgentInfo::from_spec(&self.spec, &self.agent),
+            recent_crashes: saved.recent_crash_times(),
+        };
         let (code, signal) = status_parts(run.status);
         let exit = ExitFacts {
             code,
@@ -369,13 +377,33 @@ impl Wrapper {
             mode: run.mode,
             session_id: run.session_id.clone(),
             showed_life: run.showed_life,
+            fresh_requested: self.dir.has_marker(state::FRESH),
             requested,
             now: jiff::Timestamp::now().as_second(),
         };
-        let decision = decide::decide_on_exit(&facts, &exit);
+        // Lua is loaded here, after an exit, never on a hook's path; a new state each time
+        // picks up edited policies. Stops requested on purpose need no policy.
+        let policies = exit
+            .requested
+            .is_none()
+            .then(|| Policies::for_spec(&self.spec));
+        let mut shown = None;
+        let mut decided_by = "requested".to_string();
+        let mut decision = decide::decide_with(&facts, &exit, |info| {
+            shown = Some(info.clone());
+            match &policies {
+                Some(p) => {
+                    let d = p.on_exit(&facts.info, info);
+                    decided_by = d.by.clone();
+                    d.value
+                }
+                None => crate::policy::builtin::on_exit(&facts.info, info),
+            }
+        });
 
+        let mut pane_tail = None;
         if decision.counts_as_crash {
-            let pane_tail = self
+            pane_tail = self
                 .pane
                 .as_ref()
                 .and_then(|p| self.runtime.capture(p, EVIDENCE_LINES).ok())
@@ -391,7 +419,7 @@ impl Wrapper {
                 session_id: run.session_id.clone(),
                 argv: run.argv.clone(),
                 decision: decision.explain.clone(),
-                pane_tail,
+                pane_tail: pane_tail.clone(),
             };
             let _ = record::write_crash_record(&self.dir, &crash);
             let window = self.agent.restart.crash_window.as_secs() as i64;
@@ -403,6 +431,15 @@ impl Wrapper {
                 mode: run.mode,
             };
             let _ = record::update(&self.dir, |r| r.push_crash(entry, window));
+        }
+        let mut clinic_abort = None;
+        if let (true, false, Some(policies), Some(shown)) = (
+            decision.counts_as_crash,
+            decision.action == ExitAction::SafeMode,
+            &policies,
+            shown,
+        ) {
+            clinic_abort = self.clinic(policies, shown, pane_tail, &mut decision);
         }
         if decision.clear_session {
             let current = record::recorded_session(&self.dir).map(|s| s.id);
@@ -416,12 +453,15 @@ impl Wrapper {
             json!({
                 "action": decision.action, "delay_ms": decision.delay_ms,
                 "explain": decision.explain, "counts_as_crash": decision.counts_as_crash,
+                "decided_by": decided_by,
             }),
         );
         if decision.clean_exit_marker {
             let _ = self.dir.set_marker(state::CLEAN_EXIT);
         }
-        if let Some(message) = &decision.critical {
+        // Quarantined on disk, so a new wrapper, a daemon restart or a reboot keeps it stopped
+        // until `phoenix restart`.
+        if let Some(message) = decision.critical.as_ref().or(clinic_abort.as_ref()) {
             let since = state::now_rfc3339();
             let _ = record::update(&self.dir, |r| {
                 r.safe_mode = Some(Quarantine {
@@ -429,8 +469,9 @@ impl Wrapper {
                     reason: message.clone(),
                 })
             });
-            let _ = record::record_critical(
-                &self.fleet,
+        }
+        if let Some(message) = &decision.critical {
+            let _ = self.fleet.record_critical(
                 "crash_loop",
                 &self.agent.name,
                 message,
@@ -462,6 +503,62 @@ impl Wrapper {
         ));
         super::poke(&self.fleet, &self.agent.name);
         decision
+    }
+
+    /// The Clinic on a crash: triage from the exit, the pane and the logs; a diagnosable
+    /// failure gets its prescription, which may start the next session fresh with context
+    /// injected, or stop the loop (returned: the reason for the quarantine).
+    fn clinic(
+        &self,
+        policies: &Policies,
+        exit: crate::policy::ExitInfo,
+        pane_tail: Option<String>,
+        decision: &mut ExitDecision,
+    ) -> Option<String> {
+        let templates = Templates::for_spec(&self.spec);
+        let clinic = Clinic {
+            policies,
+            templates: &templates,
+            settings: &self.spec.clinic,
+            fleet: self.fleet.clone(),
+        };
+        let recovery = clinic.after_crash(&TriageInput {
+            agent: AgentInfo::from_spec(&self.spec, &self.agent),
+            dir: &self.dir,
+            exit: Some(exit),
+            transcript: None,
+            output: pane_tail.map(|t| without_our_lines(&t)),
+        })?;
+        let rehab = &recovery.rehab;
+        decision.delay_ms = decision
+            .delay_ms
+            .max(rehab.delay.as_millis().min(u128::from(u64::MAX)) as u64);
+        decision.explain = format!(
+            "{}; clinic: {} → {}",
+            decision.explain,
+            recovery.diagnosis.root_cause,
+            recovery.prescription.action.as_str()
+        );
+        match rehab.start {
+            Start::Resume => None,
+            Start::Fresh => {
+                decision.action = ExitAction::Fresh;
+                decision.clear_session = true;
+                None
+            }
+            Start::SafeMode => {
+                decision.action = ExitAction::SafeMode;
+                Some(format!(
+                    "clinic: {}: {}",
+                    recovery.diagnosis.root_cause,
+                    recovery
+                        .prescription
+                        .reason
+                        .as_deref()
+                        .unwrap_or("the recovery was aborted")
+                ))
+            }
+        }
     }
 
     /// The one `agent_exit` line for this run: the supervisor's single reason for the end of
@@ -523,6 +620,7 @@ impl Wrapper {
                 "" => {}
                 w @ ("restart" | "fresh") => {
                     let _ = record::update(&self.dir, |r| r.reset());
+                    let _ = crate::clinic::reset_recoveries(&self.dir);
                     let _ = self.dir.clear_marker(state::CLEAN_EXIT);
                     let fresh = w == "fresh";
                     let _ = self.dir.record_op(

@@ -1,0 +1,149 @@
+//! `phoenix events`: the fleet's critical events (crash loops, policy fallbacks, every step of a
+//! Clinic recovery, corrupt state rolled back), oldest first, optionally followed.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::out;
+use crate::spec::{self, LoadOptions};
+use crate::state::FleetDir;
+
+pub struct EventsArgs<'a> {
+    pub agent: Option<&'a str>,
+    pub event: Option<&'a str>,
+    pub limit: Option<usize>,
+    pub json: bool,
+    pub follow: bool,
+}
+
+pub fn events(config: &Path, args: EventsArgs<'_>) -> anyhow::Result<i32> {
+    let spec = spec::load_with(
+        config,
+        LoadOptions {
+            check_filesystem: false,
+        },
+    )?;
+    if let Some(agent) = args.agent {
+        // An agent that was pruned from the spec may still have events: warn, do not refuse.
+        if spec.agent(agent).is_none() {
+            eprintln!(
+                "warning: agent `{agent}` is not declared in {}; showing its recorded events anyway",
+                spec.file.display()
+            );
+        }
+    }
+    let path = FleetDir::new(&spec.fleet.state_dir).critical_events_path();
+    let text = std::fs::read(&path).unwrap_or_default();
+    let mut offset = text.len() as u64;
+    let (mut events, skipped) = parse(&String::from_utf8_lossy(&text), &args);
+    if let Some(limit) = args.limit {
+        events.drain(..events.len().saturating_sub(limit));
+    }
+    if skipped > 0 {
+        eprintln!(
+            "warning: {skipped} line(s) of {} are not valid JSON and were skipped",
+            path.display()
+        );
+    }
+    if args.json && !args.follow {
+        out(&format!("{}\n", serde_json::to_string_pretty(&events)?));
+        return Ok(0);
+    }
+    if events.is_empty() && !args.follow && !args.json {
+        let whose = args
+            .agent
+            .map(|a| format!(" for agent `{a}`"))
+            .unwrap_or_default();
+        out(&format!(
+            "no critical events{whose} in {}\n",
+            path.display()
+        ));
+        return Ok(0);
+    }
+    for e in &events {
+        out(&line(e, args.json));
+    }
+    if !args.follow {
+        return Ok(0);
+    }
+    // Follow: poll for appended lines (a rotated or truncated file is read from its start).
+    let mut partial = String::new();
+    loop {
+        std::thread::sleep(Duration::from_millis(250));
+        let Ok(mut file) = std::fs::File::open(&path) else {
+            continue;
+        };
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if len < offset {
+            offset = 0;
+            partial.clear();
+        }
+        if len == offset || file.seek(SeekFrom::Start(offset)).is_err() {
+            continue;
+        }
+        let mut chunk = Vec::new();
+        if file.read_to_end(&mut chunk).is_err() {
+            continue;
+        }
+        offset += chunk.len() as u64;
+        partial.push_str(&String::from_utf8_lossy(&chunk));
+        let Some(end) = partial.rfind('\n') else {
+            continue;
+        };
+        let complete: String = partial.drain(..=end).collect();
+        for e in parse(&complete, &args).0 {
+            out(&line(&e, args.json));
+        }
+    }
+}
+
+/// The events of `text` that pass the filters, and how many lines did not parse.
+fn parse(text: &str, args: &EventsArgs<'_>) -> (Vec<Value>, usize) {
+    let mut skipped = 0;
+    let events = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| match serde_json::from_str::<Value>(l) {
+            Ok(v) if v.is_object() => Some(v),
+            _ => {
+                skipped += 1;
+                None
+            }
+        })
+        .filter(|e| args.agent.is_none_or(|a| e["agent"].as_str() == Some(a)))
+        .filter(|e| {
+            args.event
+                .is_none_or(|want| e["event"].as_str().is_some_and(|ev| ev.starts_with(want)))
+        })
+        .collect();
+    (events, skipped)
+}
+
+/// One event for a person (`ts  agent  event  reason → action`) or as a JSON line.
+fn line(e: &Value, json: bool) -> String {
+    if json {
+        return format!("{e}\n");
+    }
+    let field = |k: &str| e[k].as_str().unwrap_or("-").to_string();
+    let action = field("action_taken");
+    format!(
+        "{}  {:<12} {:<22} {}{}\n",
+        field("ts"),
+        field("agent"),
+        field("event"),
+        one_line(&field("reason")),
+        if action == "-" {
+            String::new()
+        } else {
+            format!(" → {action}")
+        }
+    )
+}
+
+fn one_line(text: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    crate::clinic::triage::shorten(&flat, 200)
+}

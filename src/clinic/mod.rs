@@ -1,0 +1,437 @@
+//! The Clinic: failures treated as clinical cases. Triage (build the TraumaContext) →
+//! Diagnosis (an external command if configured, else the `diagnose` policy, else the
+//! built-in patterns) → Prescription (the `prescribe` policy, at most `max_recoveries` per
+//! task) → Rehabilitation (what the next start looks like: resume, fresh with injected
+//! context, or safe mode with a notification). Every step is written to ops.jsonl and
+//! critical_events.jsonl so a person can see why phoenix did what it did.
+//!
+//! How the wrapper uses it: `on_exit` decides the crash-loop question first; when it does not
+//! say `safe_mode` and the exit was a crash, [`Clinic::after_crash`] refines *how* to start
+//! again: `fresh` and `safe_mode` override `on_exit`'s action, `resume` keeps it (so a failed
+//! resume still starts fresh), and the longer of the two delays wins.
+
+pub mod command;
+pub mod triage;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::policy::{
+    Diagnosis, Policies, Prescription, PrescriptionAction, RootCause, Trauma, builtin,
+};
+use crate::render::Templates;
+use crate::spec::ClinicSettings;
+use crate::state::{self, AgentDir, FleetDir};
+pub use triage::{TriageInput, triage};
+
+/// Text waiting to be given to the agent's next session (read once by the session-start
+/// hook, then removed).
+pub const PENDING_CONTEXT: &str = "clinic_context.md";
+/// The recovery counter: how many recoveries the current task has used.
+pub const RECOVERIES: &str = "clinic.json";
+
+/// How the agent starts again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Start {
+    /// Resume the same session.
+    Resume,
+    /// A new session (the `.fresh` marker is set).
+    Fresh,
+    /// Do not start; wait for a person.
+    SafeMode,
+}
+
+/// Rehabilitation: what the next start looks like.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rehab {
+    pub start: Start,
+    #[serde(with = "crate::policy::types::seconds")]
+    pub delay: Duration,
+    /// Given to the next session (rendered from a template).
+    pub inject: Option<String>,
+    /// Sent to a person (rendered from a template).
+    pub notify: Option<String>,
+}
+
+/// One whole recovery, for printing and for the caller to act on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recovery {
+    pub agent: String,
+    pub trauma: Trauma,
+    pub diagnosis: Diagnosis,
+    /// `diagnose_command`, a policy file, or the built-in default.
+    pub diagnosed_by: String,
+    pub prescription: Prescription,
+    pub prescribed_by: String,
+    pub rehab: Rehab,
+    /// This recovery's number for the task (1-based).
+    pub attempt: u32,
+    pub max_recoveries: u32,
+    /// What went wrong on the way (broken policy, bad command answer, broken template).
+    pub problems: Vec<String>,
+}
+
+/// The recovery counter of one agent, persisted in its state dir.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counter {
+    /// The task the recoveries were spent on.
+    #[serde(default)]
+    pub task: Option<String>,
+    #[serde(default)]
+    pub recoveries: u32,
+    #[serde(default)]
+    pub updated: Option<String>,
+    #[serde(default)]
+    pub history: Vec<Value>,
+}
+
+impl Counter {
+    pub fn load(dir: &AgentDir) -> Counter {
+        std::fs::read_to_string(dir.file(RECOVERIES))
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default()
+    }
+
+    pub fn save(&self, dir: &AgentDir) -> std::io::Result<()> {
+        dir.ensure()?;
+        let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        state::atomic_write(&dir.file(RECOVERIES), &bytes)
+    }
+
+    /// Recoveries already spent on `task`. A new task, or a turn finished since the last
+    /// recovery (the treatment worked), starts from zero.
+    pub fn spent_on(&self, task: Option<&str>, ops: &[Value]) -> u32 {
+        if self.task.as_deref() != task {
+            return 0;
+        }
+        let Some(updated) = self
+            .updated
+            .as_deref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        else {
+            return self.recoveries;
+        };
+        let healed = ops.iter().any(|o| {
+            let event = o.get("event").and_then(Value::as_str).unwrap_or("");
+            matches!(
+                event,
+                "stop" | "hook_stop" | "turn_complete" | "hook_turn_complete"
+            ) && o
+                .get("ts")
+                .and_then(Value::as_str)
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_some_and(|t| t > updated)
+        });
+        if healed { 0 } else { self.recoveries }
+    }
+}
+
+/// Forget the recoveries spent (an operator's restart gives the task a new budget).
+pub fn reset_recoveries(dir: &AgentDir) -> std::io::Result<()> {
+    match std::fs::remove_file(dir.file(RECOVERIES)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Take the text waiting for the next session, if any (the session-start hook calls this).
+pub fn take_pending_context(dir: &AgentDir) -> Option<String> {
+    let path = dir.file(PENDING_CONTEXT);
+    let text = std::fs::read_to_string(&path).ok()?;
+    let _ = std::fs::remove_file(&path);
+    (!text.trim().is_empty()).then_some(text)
+}
+
+/// The Clinic of one fleet.
+pub struct Clinic<'a> {
+    pub policies: &'a Policies,
+    pub templates: &'a Templates,
+    pub settings: &'a ClinicSettings,
+    pub fleet: FleetDir,
+}
+
+impl Clinic<'_> {
+    /// The external command first (if configured), then the policy chain.
+    pub fn diagnose(&self, trauma: &Trauma, problems: &mut Vec<String>) -> (Diagnosis, String) {
+        if let Some(argv) = &self.settings.diagnose_command {
+            let ctx = json!({
+                "trauma": trauma,
+                "root_causes": RootCause::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+            });
+            let (text, broken) = self.templates.render_or_builtin("trauma.md.j2", &ctx);
+            if let Some(e) = broken {
+                problems.push(e.to_string());
+            }
+            match text {
+                Ok(text) => match command::diagnose(argv, &text, self.settings.diagnose_timeout) {
+                    Ok(d) => return (d, format!("diagnose_command `{}`", argv.join(" "))),
+                    Err(e) => problems.push(format!("{e}; diagnosing by patterns instead")),
+                },
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+        let d = self.policies.diagnose(trauma);
+        if let Some(e) = &d.error {
+            problems.push(e.to_string());
+        }
+        (d.value, d.by)
+    }
+
+    /// The policy's prescription, unless the task has used up its recoveries.
+    pub fn prescribe(
+        &self,
+        diagnosis: &Diagnosis,
+        trauma: &Trauma,
+        problems: &mut Vec<String>,
+    ) -> (Prescription, String) {
+        if trauma.recoveries >= self.settings.max_recoveries {
+            return (
+                Prescription::abort(format!(
+                    "{} recoveries already spent on this task (max_recoveries = {})",
+                    trauma.recoveries, self.settings.max_recoveries
+                )),
+                "clinic (max_recoveries)".into(),
+            );
+        }
+        let p = self.policies.prescribe(diagnosis, trauma);
+        if let Some(e) = &p.error {
+            problems.push(e.to_string());
+        }
+        (p.value, p.by)
+    }
+
+    /// Render what the next start gets.
+    pub fn rehabilitation(
+        &self,
+        diagnosis: &Diagnosis,
+        prescription: &Prescription,
+        trauma: &Trauma,
+        attempt: u32,
+        problems: &mut Vec<String>,
+    ) -> Rehab {
+        let ctx = json!({
+            "agent": trauma.agent.name, "diagnosis": diagnosis, "prescription": prescription,
+            "trauma": trauma, "attempt": attempt, "max_recoveries": self.settings.max_recoveries,
+            "reason": prescription.reason.clone().unwrap_or_else(|| diagnosis.root_cause.to_string()),
+        });
+        let mut render = |name: &str| {
+            let (text, broken) = self.templates.render_or_builtin(name, &ctx);
+            if let Some(e) = broken {
+                problems.push(e.to_string());
+            }
+            text.map_err(|e| problems.push(e.to_string())).ok()
+        };
+        let delay = prescription.delay.unwrap_or_default();
+        match prescription.action {
+            PrescriptionAction::Retry => Rehab {
+                start: Start::Resume,
+                delay: prescription
+                    .delay
+                    .unwrap_or_else(|| builtin::backoff(&trauma.agent.restart, attempt)),
+                inject: (prescription.reminder.is_some() || prescription.modified_prompt.is_some())
+                    .then(|| render("clinic_reminder.md.j2"))
+                    .flatten(),
+                notify: None,
+            },
+            PrescriptionAction::ModifyPrompt => Rehab {
+                start: Start::Resume,
+                delay,
+                inject: render("clinic_reminder.md.j2"),
+                notify: None,
+            },
+            PrescriptionAction::SummarizeHistory => Rehab {
+                start: Start::Fresh,
+                delay,
+                inject: render("recovery_context.md.j2"),
+                notify: None,
+            },
+            PrescriptionAction::Abort => Rehab {
+                start: Start::SafeMode,
+                delay: Duration::ZERO,
+                inject: None,
+                notify: render("clinic_abort.md.j2"),
+            },
+        }
+    }
+
+    /// Triage → Diagnosis → Prescription → Rehabilitation, recorded step by step. With
+    /// `apply`, the rehabilitation's files are written (`.fresh`, the pending context, the
+    /// counter); without, nothing is written at all (a dry run).
+    pub fn recover(&self, input: &TriageInput<'_>, apply: bool) -> Recovery {
+        self.run(input, apply, false)
+            .expect("a recovery that treats every diagnosis always returns one")
+    }
+
+    /// What the wrapper calls after a crash. A failure the Clinic cannot name (a `kill -9`, a
+    /// segfault without an error anywhere) is not treated: it is noted in ops.jsonl and left
+    /// to `on_exit`'s hybrid resume and crash limits, so it spends no recovery. `None` then.
+    pub fn after_crash(&self, input: &TriageInput<'_>) -> Option<Recovery> {
+        self.run(input, true, true)
+    }
+
+    fn run(&self, input: &TriageInput<'_>, apply: bool, leave_unknown: bool) -> Option<Recovery> {
+        let dir = input.dir;
+        let agent = input.agent.name.clone();
+        let mut problems = Vec::new();
+        let mut trauma = triage(input);
+        let ops = triage::tail_jsonl(&dir.file(state::OPS_LOG));
+        let counter = Counter::load(dir);
+        trauma.recoveries = counter.spent_on(trauma.original_prompt.as_deref(), &ops);
+        let attempt = trauma.recoveries + 1;
+        let (diagnosis, diagnosed_by) = self.diagnose(&trauma, &mut problems);
+        if leave_unknown && diagnosis.root_cause == RootCause::Unknown {
+            if apply {
+                let _ = dir.record_op(
+                    "clinic_undiagnosed",
+                    json!({
+                        "error_type": trauma.error_type, "error_message": trauma.error_message,
+                        "by": diagnosed_by, "problems": problems,
+                        "left_to": "on_exit",
+                    }),
+                );
+            }
+            return None;
+        }
+        let record = |step: &str, reason: &str, action: &str, details: Value| {
+            if !apply {
+                return;
+            }
+            let _ = dir.ensure();
+            let _ = dir.record_op(step, details.clone());
+            let _ = self
+                .fleet
+                .record_critical(step, &agent, reason, action, details);
+        };
+        record(
+            "clinic_triage",
+            &format!(
+                "{}: {}",
+                trauma.error_type,
+                triage::shorten(&trauma.error_message, 200)
+            ),
+            "diagnosing",
+            json!({
+                "error_type": trauma.error_type, "error_message": trauma.error_message,
+                "original_prompt": trauma.original_prompt, "exit": trauma.exit,
+                "tool_calls": trauma.tool_calls.len(), "recoveries": trauma.recoveries,
+            }),
+        );
+
+        record(
+            "clinic_diagnosis",
+            &format!("{}: {}", diagnosis.root_cause, diagnosis.explanation),
+            "prescribing",
+            json!({"diagnosis": diagnosis, "by": diagnosed_by, "problems": problems}),
+        );
+
+        let (prescription, prescribed_by) = self.prescribe(&diagnosis, &trauma, &mut problems);
+        record(
+            "clinic_prescription",
+            prescription
+                .reason
+                .as_deref()
+                .unwrap_or(prescription.action.as_str()),
+            prescription.action.as_str(),
+            json!({"prescription": prescription, "by": prescribed_by, "attempt": attempt,
+                   "max_recoveries": self.settings.max_recoveries}),
+        );
+
+        let rehab = self.rehabilitation(&diagnosis, &prescription, &trauma, attempt, &mut problems);
+        let action_taken = match rehab.start {
+            Start::Resume if rehab.inject.is_some() => "resume with injected reminder",
+            Start::Resume => "resume after backoff",
+            Start::Fresh if rehab.inject.is_some() => "fresh session with injected context",
+            Start::Fresh => "fresh session",
+            Start::SafeMode => "safe_mode",
+        };
+        if apply {
+            if let Err(e) = self.apply(dir, &trauma, &diagnosis, &prescription, &rehab, &counter) {
+                problems.push(format!("cannot write the rehabilitation: {e}"));
+            }
+        }
+        record(
+            if rehab.start == Start::SafeMode {
+                "clinic_abort"
+            } else {
+                "clinic_rehabilitation"
+            },
+            &format!("{}: {}", diagnosis.root_cause, prescription.action.as_str()),
+            action_taken,
+            json!({"rehab": rehab, "problems": problems}),
+        );
+        Some(Recovery {
+            agent,
+            trauma,
+            diagnosis,
+            diagnosed_by,
+            prescription,
+            prescribed_by,
+            rehab,
+            attempt,
+            max_recoveries: self.settings.max_recoveries,
+            problems,
+        })
+    }
+
+    fn apply(
+        &self,
+        dir: &AgentDir,
+        trauma: &Trauma,
+        diagnosis: &Diagnosis,
+        prescription: &Prescription,
+        rehab: &Rehab,
+        counter: &Counter,
+    ) -> std::io::Result<()> {
+        dir.ensure()?;
+        if rehab.start == Start::Fresh {
+            dir.set_marker(state::FRESH)?;
+        }
+        if let Some(text) = &rehab.inject {
+            state::atomic_write(&dir.file(PENDING_CONTEXT), text.as_bytes())?;
+        }
+        if rehab.start != Start::SafeMode {
+            let mut history = if counter.task.as_deref() == trauma.original_prompt.as_deref() {
+                counter.history.clone()
+            } else {
+                Vec::new()
+            };
+            history.push(json!({
+                "ts": state::now_rfc3339(), "root_cause": diagnosis.root_cause,
+                "action": prescription.action,
+            }));
+            Counter {
+                task: trauma.original_prompt.clone(),
+                recoveries: trauma.recoveries + 1,
+                updated: Some(state::now_rfc3339()),
+                history,
+            }
+            .save(dir)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finished_turn_or_a_new_task_resets_the_counter() {
+        let counter = Counter {
+            task: Some("t".into()),
+            recoveries: 2,
+            updated: Some("2026-01-01T00:00:00Z".into()),
+            history: Vec::new(),
+        };
+        assert_eq!(counter.spent_on(Some("t"), &[]), 2);
+        assert_eq!(counter.spent_on(Some("other"), &[]), 0);
+        let ops = [json!({"event": "hook_stop", "ts": "2026-01-01T00:01:00Z"})];
+        assert_eq!(counter.spent_on(Some("t"), &ops), 0);
+        let old = [json!({"event": "stop", "ts": "2025-12-31T00:00:00Z"})];
+        assert_eq!(counter.spent_on(Some("t"), &old), 2);
+    }
+}

@@ -1,0 +1,554 @@
+//! Triage: build the TraumaContext from what phoenix has — the wrapper's exit, tool_use.jsonl,
+//! ops.jsonl, state.json, brief.md and the tail of the CLI's transcript (Claude Code, Codex
+//! and Gemini JSONL). Every source may be missing or corrupt: triage takes what it can read.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::policy::{AgentInfo, ExitInfo, ToolCall, Trauma};
+use crate::state::{AgentDir, OPS_LOG};
+
+/// How much of the end of a log or transcript is read.
+const TAIL_BYTES: u64 = 512 * 1024;
+/// Tool calls kept in the TraumaContext.
+const TOOL_CALLS: usize = 12;
+/// Length limits: the context goes into a Lua state with a memory limit and into a prompt.
+const TEXT_CHARS: usize = 2000;
+const TRACE_CHARS: usize = 4000;
+const SUMMARY_CHARS: usize = 4000;
+
+/// What triage starts from.
+#[derive(Debug, Clone)]
+pub struct TriageInput<'a> {
+    pub agent: AgentInfo,
+    pub dir: &'a AgentDir,
+    /// The exit as the wrapper saw it; read from ops.jsonl (`agent_exit`) when `None`.
+    pub exit: Option<ExitInfo>,
+    /// The CLI's transcript; found through ops.jsonl (`transcript_path`) when `None`.
+    pub transcript: Option<PathBuf>,
+    /// The tail of what the CLI printed, if the caller has it.
+    pub output: Option<String>,
+}
+
+/// The end of a file, from the first complete line on.
+pub fn tail(path: &Path, bytes: u64) -> Option<String> {
+    let mut file = File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let start = len.saturating_sub(bytes);
+    file.seek(SeekFrom::Start(start)).ok()?;
+    let mut buf = Vec::new();
+    file.take(bytes).read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    Some(if start > 0 {
+        text.split_once('\n')
+            .map(|(_, rest)| rest.to_string())
+            .unwrap_or_default()
+    } else {
+        text
+    })
+}
+
+/// The JSON lines at the end of a file; lines that do not parse are skipped.
+pub fn tail_jsonl(path: &Path) -> Vec<Value> {
+    tail(path, TAIL_BYTES)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(Value::is_object)
+        .collect()
+}
+
+/// `text` cut to `max` characters, keeping the start.
+pub fn shorten(text: &str, max: usize) -> String {
+    let text = text.trim();
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut s: String = text.chars().take(max.saturating_sub(1)).collect();
+    s.push('…');
+    s
+}
+
+/// `text` cut to `max` characters, keeping the end (where an error usually is).
+fn keep_end(text: &str, max: usize) -> String {
+    let text = text.trim();
+    let n = text.chars().count();
+    if n <= max {
+        return text.to_string();
+    }
+    let mut s = String::from("…");
+    s.extend(text.chars().skip(n - max + 1));
+    s
+}
+
+fn flag(v: &Value, key: &str) -> bool {
+    v.get(key).and_then(Value::as_bool) == Some(true)
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+/// The latest `agent_exit` in ops.jsonl, with the crashes counted within the crash window.
+pub fn exit_from_ops(ops: &[Value], agent: &AgentInfo) -> Option<ExitInfo> {
+    let exits: Vec<&Value> = ops
+        .iter()
+        .filter(|o| str_of(o, "event") == Some("agent_exit"))
+        .collect();
+    let last = exits.last()?;
+    let code = last
+        .get("code")
+        .and_then(Value::as_i64)
+        .and_then(|c| i32::try_from(c).ok());
+    let signal = last
+        .get("signal")
+        .and_then(Value::as_i64)
+        .and_then(|c| i32::try_from(c).ok());
+    let window_start = jiff::Timestamp::now()
+        .as_second()
+        .saturating_sub(agent.restart.crash_window.as_secs() as i64);
+    let crashes = exits
+        .iter()
+        .filter(|e| e.get("code").and_then(Value::as_i64) != Some(0))
+        .filter(|e| {
+            str_of(e, "ts")
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_none_or(|t| t.as_second() >= window_start)
+        })
+        .count() as u32;
+    Some(ExitInfo {
+        code,
+        signal,
+        runtime_ms: last.get("runtime_ms").and_then(Value::as_u64).unwrap_or(0),
+        resumed: last
+            .get("resumed")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+            || str_of(last, "mode") == Some("resume"),
+        showed_life: last
+            .get("showed_life")
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
+        crashes_in_window: crashes.max(u32::from(code != Some(0))),
+        fresh_requested: false,
+        session_id: str_of(last, "session_id").map(str::to_string),
+    })
+}
+
+/// What a transcript says, whatever the CLI.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct TranscriptFacts {
+    /// The last prompt a person (or phoenix) gave.
+    pub last_prompt: Option<String>,
+    /// API errors and failed tool results, oldest first.
+    pub errors: Vec<(String, String)>,
+    pub tool_calls: Vec<ToolCall>,
+    /// The assistant's last words, oldest first.
+    pub assistant: Vec<String>,
+}
+
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| match p {
+                Value::String(s) => Some(s.clone()),
+                _ => str_of(p, "text").map(str::to_string),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// Read the facts out of Claude Code, Codex or Gemini transcript records.
+pub fn transcript_facts(records: &[Value]) -> TranscriptFacts {
+    let mut facts = TranscriptFacts::default();
+    let mut pending: Vec<(String, String)> = Vec::new();
+    for r in records {
+        let kind = str_of(r, "type").unwrap_or("");
+        match kind {
+            // Claude Code: {type, message: {role, content: string | [blocks]}}.
+            "user" | "assistant" if r.get("message").is_some() => {
+                let message = &r["message"];
+                let api_error = r.get("isApiErrorMessage").and_then(Value::as_bool) == Some(true);
+                match &message["content"] {
+                    // Meta records and compaction summaries are not prompts.
+                    Value::String(s)
+                        if kind == "user" && !flag(r, "isMeta") && !flag(r, "isCompactSummary") =>
+                    {
+                        facts.last_prompt = Some(s.clone());
+                    }
+                    Value::String(_) if kind == "user" => {}
+                    Value::String(s) => facts.assistant.push(s.clone()),
+                    Value::Array(blocks) => {
+                        for b in blocks {
+                            match str_of(b, "type").unwrap_or("") {
+                                "text" if kind == "assistant" => {
+                                    let text = str_of(b, "text").unwrap_or("").to_string();
+                                    if api_error {
+                                        facts.errors.push(("api_error".into(), text));
+                                    } else {
+                                        facts.assistant.push(text);
+                                    }
+                                }
+                                "text" if !flag(r, "isMeta") => {
+                                    facts.last_prompt =
+                                        Some(str_of(b, "text").unwrap_or("").to_string());
+                                }
+                                "tool_use" => pending.push((
+                                    str_of(b, "id").unwrap_or("").to_string(),
+                                    str_of(b, "name").unwrap_or("?").to_string(),
+                                )),
+                                "tool_result" => {
+                                    let id = str_of(b, "tool_use_id").unwrap_or("");
+                                    let ok =
+                                        b.get("is_error").and_then(Value::as_bool) != Some(true);
+                                    let text = content_text(&b["content"]);
+                                    let tool = pending
+                                        .iter()
+                                        .position(|(pid, _)| pid == id)
+                                        .map(|i| pending.remove(i).1)
+                                        .unwrap_or_else(|| "?".into());
+                                    if !ok {
+                                        facts.errors.push(("tool_error".into(), text.clone()));
+                                    }
+                                    facts.tool_calls.push(ToolCall {
+                                        tool,
+                                        ok,
+                                        ts: str_of(r, "timestamp").map(str::to_string),
+                                        input: None,
+                                        error: (!ok).then(|| shorten(&text, 300)),
+                                    });
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            // Gemini: {type: user|gemini|error|…, content, toolCalls: [{name, status}]}.
+            "user" => {
+                if let Some(s) = r.get("content").map(content_text).filter(|s| !s.is_empty()) {
+                    facts.last_prompt = Some(s);
+                }
+            }
+            "gemini" => {
+                let text = r.get("content").map(content_text).unwrap_or_default();
+                if !text.is_empty() {
+                    facts.assistant.push(text);
+                }
+                for call in r
+                    .get("toolCalls")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let ok = str_of(call, "status") != Some("error");
+                    let result = call
+                        .get("result")
+                        .map(|v| v.to_string())
+                        .unwrap_or_default();
+                    if !ok {
+                        facts.errors.push(("tool_error".into(), result.clone()));
+                    }
+                    facts.tool_calls.push(ToolCall {
+                        tool: str_of(call, "name").unwrap_or("?").to_string(),
+                        ok,
+                        ts: str_of(r, "timestamp").map(str::to_string),
+                        input: None,
+                        error: (!ok).then(|| shorten(&result, 300)),
+                    });
+                }
+            }
+            "error" => {
+                let text = r.get("content").map(content_text).unwrap_or_default();
+                facts.errors.push(("api_error".into(), text));
+            }
+            // Codex: {type: response_item | event_msg, payload: {type, …}}.
+            "response_item" | "event_msg" => {
+                let p = &r["payload"];
+                match str_of(p, "type").unwrap_or("") {
+                    "message" => {
+                        let text = content_text(&p["content"]);
+                        match str_of(p, "role") {
+                            Some("user") => facts.last_prompt = Some(text),
+                            Some("assistant") => facts.assistant.push(text),
+                            _ => {}
+                        }
+                    }
+                    "user_message" => {
+                        facts.last_prompt = str_of(p, "message").map(str::to_string);
+                    }
+                    "function_call" | "custom_tool_call" => pending.push((
+                        str_of(p, "call_id").unwrap_or("").to_string(),
+                        str_of(p, "name").unwrap_or("?").to_string(),
+                    )),
+                    "function_call_output" | "custom_tool_call_output" => {
+                        let id = str_of(p, "call_id").unwrap_or("");
+                        let tool = pending
+                            .iter()
+                            .position(|(pid, _)| pid == id)
+                            .map(|i| pending.remove(i).1)
+                            .unwrap_or_else(|| "?".into());
+                        facts.tool_calls.push(ToolCall {
+                            tool,
+                            ok: true,
+                            ts: str_of(r, "timestamp").map(str::to_string),
+                            input: None,
+                            error: None,
+                        });
+                    }
+                    "error" | "stream_error" => facts.errors.push((
+                        "api_error".into(),
+                        str_of(p, "message").unwrap_or("").to_string(),
+                    )),
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    facts
+}
+
+/// The last lines of the CLI's output that look like an error.
+fn error_in_output(output: &str) -> Option<String> {
+    let lines: Vec<&str> = output.lines().map(str::trim).collect();
+    lines
+        .iter()
+        .rev()
+        .find(|l| {
+            let lower = l.to_lowercase();
+            [
+                "error",
+                "too long",
+                "failed",
+                "exception",
+                "panicked",
+                "denied",
+            ]
+            .iter()
+            .any(|w| lower.contains(w))
+        })
+        .map(|l| l.to_string())
+}
+
+/// Build the TraumaContext.
+pub fn triage(input: &TriageInput<'_>) -> Trauma {
+    let dir = input.dir;
+    let ops = tail_jsonl(&dir.file(OPS_LOG));
+    let exit = input
+        .exit
+        .clone()
+        .or_else(|| exit_from_ops(&ops, &input.agent));
+
+    let transcript = input.transcript.clone().or_else(|| {
+        ops.iter()
+            .rev()
+            .find_map(|o| str_of(o, "transcript_path").map(PathBuf::from))
+    });
+    let facts = transcript
+        .as_deref()
+        .map(|p| transcript_facts(&tail_jsonl(p)))
+        .unwrap_or_default();
+
+    // tool_use.jsonl is phoenix's own record; the transcript fills in when it is missing.
+    let logged: Vec<ToolCall> = tail_jsonl(&dir.file("tool_use.jsonl"))
+        .iter()
+        .map(|t| ToolCall {
+            tool: str_of(t, "tool").unwrap_or("?").to_string(),
+            ok: t.get("ok").and_then(Value::as_bool).unwrap_or(true),
+            ts: str_of(t, "ts").map(str::to_string),
+            input: str_of(t, "input").map(|s| shorten(s, 200)),
+            error: str_of(t, "error").map(|s| shorten(s, 300)),
+        })
+        .collect();
+    let all_calls = if logged.is_empty() {
+        facts.tool_calls.clone()
+    } else {
+        logged
+    };
+    let mut available_tools: Vec<String> = Vec::new();
+    for c in all_calls.iter().filter(|c| c.ok && c.tool != "?") {
+        if !available_tools.contains(&c.tool) {
+            available_tools.push(c.tool.clone());
+        }
+    }
+    let tool_calls: Vec<ToolCall> = all_calls
+        .iter()
+        .skip(all_calls.len().saturating_sub(TOOL_CALLS))
+        .cloned()
+        .collect();
+
+    let state: Value = std::fs::read_to_string(dir.file("state.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null);
+    let original_prompt = str_of(&state, "current_task")
+        .map(str::to_string)
+        .or(facts.last_prompt.clone())
+        .map(|p| shorten(&p, TEXT_CHARS));
+
+    let output_error = input.output.as_deref().and_then(error_in_output);
+    let failed_call = tool_calls.iter().rev().find(|c| !c.ok);
+    let (error_type, error_message) = if let Some((kind, text)) = facts.errors.last() {
+        (kind.clone(), text.clone())
+    } else if let Some(line) = output_error {
+        ("output".to_string(), line)
+    } else if let Some(call) = failed_call {
+        (
+            "tool_error".to_string(),
+            format!(
+                "`{}` failed: {}",
+                call.tool,
+                call.error.as_deref().unwrap_or("no error text")
+            ),
+        )
+    } else if let Some(e) = str_of(&state, "last_error") {
+        ("tool_error".to_string(), e.to_string())
+    } else {
+        match &exit {
+            Some(e) if e.signal.is_some() => ("signal".to_string(), e.describe()),
+            Some(e) => ("crash".to_string(), e.describe()),
+            None => ("unknown".to_string(), "no exit recorded".to_string()),
+        }
+    };
+
+    let stack_trace = match &input.output {
+        Some(out) if !out.trim().is_empty() => keep_end(out, TRACE_CHARS),
+        _ => keep_end(
+            &facts
+                .errors
+                .iter()
+                .rev()
+                .take(3)
+                .rev()
+                .map(|(kind, text)| format!("[{kind}] {}", shorten(text, 1000)))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            TRACE_CHARS,
+        ),
+    };
+
+    let mut summary = String::new();
+    if let Ok(brief) = std::fs::read_to_string(dir.file("brief.md")) {
+        if !brief.trim().is_empty() {
+            summary.push_str("Brief:\n");
+            summary.push_str(&shorten(&brief, SUMMARY_CHARS / 2));
+            summary.push_str("\n\n");
+        }
+    }
+    let said: Vec<&String> = facts
+        .assistant
+        .iter()
+        .filter(|t| !t.trim().is_empty())
+        .collect();
+    let said: Vec<String> = said[said.len().saturating_sub(8)..]
+        .iter()
+        .map(|t| format!("- {}", shorten(t.lines().next().unwrap_or(""), 240)))
+        .collect();
+    if !said.is_empty() {
+        summary.push_str("The agent's last messages (oldest first):\n");
+        summary.push_str(&said.join("\n"));
+    }
+    let history_summary = (!summary.trim().is_empty()).then(|| shorten(&summary, SUMMARY_CHARS));
+
+    Trauma {
+        agent: input.agent.clone(),
+        original_prompt,
+        error_type,
+        error_message: shorten(&error_message, TEXT_CHARS),
+        stack_trace,
+        tool_calls,
+        history_summary,
+        available_tools,
+        exit,
+        recoveries: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn claude_transcript_gives_prompt_errors_and_tools() {
+        let records = vec![
+            json!({"type": "user", "message": {"role": "user", "content": "Refactor the parser"}}),
+            json!({"type": "assistant", "message": {"role": "assistant", "content": [
+                {"type": "text", "text": "Reading the parser first."},
+                {"type": "tool_use", "id": "t1", "name": "Read", "input": {}},
+            ]}}),
+            json!({"type": "user", "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "fn parse() {}"},
+            ]}}),
+            json!({"type": "assistant", "message": {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t2", "name": "WebBrowse", "input": {}},
+            ]}}),
+            json!({"type": "user", "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t2", "is_error": true,
+                 "content": "<tool_use_error>Error: No such tool available: WebBrowse</tool_use_error>"},
+            ]}}),
+            json!({"type": "assistant", "isApiErrorMessage": true, "message": {"role": "assistant",
+                "content": [{"type": "text", "text": "Prompt is too long"}]}}),
+        ];
+        let facts = transcript_facts(&records);
+        assert_eq!(facts.last_prompt.as_deref(), Some("Refactor the parser"));
+        assert_eq!(facts.tool_calls.len(), 2);
+        assert_eq!(facts.tool_calls[1].tool, "WebBrowse");
+        assert!(!facts.tool_calls[1].ok);
+        assert_eq!(
+            facts.errors.last().unwrap(),
+            &("api_error".to_string(), "Prompt is too long".to_string())
+        );
+    }
+
+    #[test]
+    fn codex_and_gemini_errors_are_found() {
+        let codex = vec![
+            json!({"type": "event_msg", "payload": {"type": "user_message", "message": "fix it"}}),
+            json!({"type": "event_msg", "payload": {"type": "error", "message": "stream disconnected: 503"}}),
+        ];
+        let facts = transcript_facts(&codex);
+        assert_eq!(facts.last_prompt.as_deref(), Some("fix it"));
+        assert_eq!(facts.errors[0].1, "stream disconnected: 503");
+        let gemini = vec![json!({"type": "error", "content": "[API Error: 429 quota]"})];
+        assert_eq!(transcript_facts(&gemini).errors.len(), 1);
+    }
+
+    #[test]
+    fn triage_without_any_file_still_says_something() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = crate::state::FleetDir::new(tmp.path()).agent("a");
+        let trauma = triage(&TriageInput {
+            agent: AgentInfo::default(),
+            dir: &dir,
+            exit: None,
+            transcript: Some(tmp.path().join("missing.jsonl")),
+            output: None,
+        });
+        assert_eq!(trauma.error_type, "unknown");
+        assert!(trauma.tool_calls.is_empty());
+    }
+
+    #[test]
+    fn exits_are_read_from_ops_and_crashes_counted() {
+        let now = crate::state::now_rfc3339();
+        let ops = vec![
+            json!({"event": "agent_exit", "ts": now, "code": 1, "runtime_ms": 5}),
+            json!({"event": "agent_start", "ts": now}),
+            json!({"event": "agent_exit", "ts": now, "code": 2, "runtime_ms": 7}),
+        ];
+        let exit = exit_from_ops(&ops, &AgentInfo::default()).unwrap();
+        assert_eq!(exit.code, Some(2));
+        assert_eq!(exit.crashes_in_window, 2);
+        assert_eq!(exit.runtime_ms, 7);
+    }
+}

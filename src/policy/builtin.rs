@@ -1,0 +1,559 @@
+//! The built-in defaults: what every entry point decides when no policy answers (or a policy
+//! breaks). `policies/recovery.lua` says the same in Lua; a test keeps the two in step.
+
+use std::time::Duration;
+
+use super::types::*;
+
+/// Wait `cooldown · 2^(n-1)`, capped at `backoff_max`.
+pub fn backoff(restart: &RestartInfo, attempt: u32) -> Duration {
+    let factor = 2f64.powi(attempt.saturating_sub(1).min(30) as i32);
+    let secs = (restart.cooldown.as_secs_f64() * factor).min(restart.backoff_max.as_secs_f64());
+    Duration::from_secs_f64(secs.max(0.0))
+}
+
+/// A resumed run that dies within this long did not really resume: start fresh next time.
+pub const QUICK_FAILURE_MS: u64 = 30_000;
+
+/// Hybrid resume (Phoenix Protocol v2.0): a clean exit waits for a person; a crash resumes
+/// the session after a backoff, unless the resume itself failed quickly (then fresh); too
+/// many crashes within the window stop the loop.
+pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
+    let decide = |action, delay, reason: String| ExitDecision {
+        action,
+        delay,
+        reason: Some(reason),
+    };
+    if exit.is_clean() {
+        return decide(
+            ExitAction::SafeMode,
+            Duration::ZERO,
+            "exited cleanly: left stopped until `phoenix restart`".into(),
+        );
+    }
+    let restart = &agent.restart;
+    let crashes = exit.crashes_in_window.max(1);
+    let count = format!(
+        "crash {crashes} of {} within {}",
+        restart.max_crashes,
+        crate::spec::duration::format(restart.crash_window)
+    );
+    if crashes >= restart.max_crashes {
+        return decide(
+            ExitAction::SafeMode,
+            Duration::ZERO,
+            format!("{count}: crash loop stopped"),
+        );
+    }
+    let delay = backoff(restart, crashes);
+    if exit.fresh_requested {
+        return decide(
+            ExitAction::Fresh,
+            delay,
+            format!("{count}; a fresh start was requested"),
+        );
+    }
+    if exit.resumed && (!exit.showed_life || exit.runtime_ms < QUICK_FAILURE_MS) {
+        return decide(
+            ExitAction::Fresh,
+            delay,
+            format!("{count}; the resume failed quickly: starting fresh"),
+        );
+    }
+    decide(ExitAction::Resume, delay, format!("{count}: resuming"))
+}
+
+/// Revive once per task; runaway work and repeated failures go to a person.
+pub fn on_unhealthy(_agent: &AgentInfo, health: &Health) -> UnhealthyDecision {
+    let decide = |action, reason: &str| UnhealthyDecision {
+        action,
+        reason: Some(reason.to_string()),
+    };
+    if health.findings.is_empty() {
+        return decide(UnhealthyAction::Ignore, "nothing found");
+    }
+    let only_runaway = health.findings.iter().all(|f| f.check == "runaway");
+    if only_runaway {
+        return decide(
+            UnhealthyAction::Notify,
+            "long-running work is reported, not interrupted",
+        );
+    }
+    if health.revivals_for_task >= health.max_revivals {
+        return decide(
+            UnhealthyAction::SafeMode,
+            "already revived for this task: unrecoverable",
+        );
+    }
+    decide(
+        UnhealthyAction::Revive,
+        "first failure of this task: revive",
+    )
+}
+
+/// One root cause and the phrases that give it away (lowercase, matched as plain text).
+pub struct Pattern {
+    pub cause: RootCause,
+    pub statuses: &'static [u16],
+    pub phrases: &'static [&'static str],
+}
+
+/// Checked in order: the causes a restart cannot fix come first, so that "429 quota
+/// exceeded" is quota and not a transient rate limit.
+pub const PATTERNS: &[Pattern] = &[
+    Pattern {
+        cause: RootCause::InvalidCredentials,
+        statuses: &[401, 403],
+        phrases: &[
+            "invalid api key",
+            "invalid x-api-key",
+            "invalid_api_key",
+            "api key not valid",
+            "authentication_error",
+            "authentication failed",
+            "unauthorized",
+            "token has expired",
+            "token expired",
+            "please run /login",
+            "not logged in",
+            "invalid credentials",
+            "permission_error",
+        ],
+    },
+    Pattern {
+        cause: RootCause::QuotaExhausted,
+        statuses: &[],
+        phrases: &[
+            "insufficient_quota",
+            "exceeded your current quota",
+            "quota exceeded",
+            "quota has been exhausted",
+            "credit balance is too low",
+            "usage limit reached",
+            "billing",
+        ],
+    },
+    Pattern {
+        cause: RootCause::ModelUnavailable,
+        statuses: &[],
+        phrases: &[
+            "model_not_found",
+            "model not found",
+            "unknown model",
+            "invalid model",
+            "model is not available",
+            "model does not exist",
+            "does not have access to model",
+            "no such model",
+        ],
+    },
+    Pattern {
+        cause: RootCause::ContextLengthExceeded,
+        statuses: &[413],
+        phrases: &[
+            "prompt is too long",
+            "context_length_exceeded",
+            "context length",
+            "context window",
+            "maximum context",
+            "too many tokens",
+            "input is too long",
+            "request_too_large",
+            "token limit",
+        ],
+    },
+    Pattern {
+        cause: RootCause::HallucinatedTool,
+        statuses: &[],
+        phrases: &[
+            "unknown tool",
+            "no such tool",
+            "tool not found",
+            "not a valid tool",
+            "invalid tool name",
+            "unrecognized tool",
+            "no tool named",
+            "tool does not exist",
+        ],
+    },
+    Pattern {
+        cause: RootCause::InvalidToolArguments,
+        statuses: &[],
+        phrases: &[
+            "inputvalidationerror",
+            "invalid input",
+            "invalid arguments",
+            "invalid parameters",
+            "validation error",
+            "missing required",
+            "required parameter",
+            "unexpected parameter",
+            "does not match schema",
+            "schema validation",
+        ],
+    },
+    Pattern {
+        cause: RootCause::TransientError,
+        statuses: &[408, 429, 500, 502, 503, 504, 529],
+        phrases: &[
+            "rate limit",
+            "rate_limit",
+            "overloaded",
+            "timed out",
+            "timeout",
+            "connection reset",
+            "econnreset",
+            "econnrefused",
+            "connection refused",
+            "socket hang up",
+            "network error",
+            "service unavailable",
+            "bad gateway",
+            "internal server error",
+            "temporarily unavailable",
+        ],
+    },
+    Pattern {
+        cause: RootCause::AmbiguousInstruction,
+        statuses: &[],
+        phrases: &[
+            "ambiguous",
+            "unclear what",
+            "could you clarify",
+            "please clarify",
+            "which one do you mean",
+            "need more information",
+        ],
+    },
+    Pattern {
+        cause: RootCause::LogicError,
+        statuses: &[],
+        phrases: &[
+            "panicked at",
+            "traceback (most recent call last)",
+            "assertion failed",
+            "assertionerror",
+            "typeerror",
+            "referenceerror",
+            "segmentation fault",
+            "tests failed",
+            "test failed",
+            "exception",
+        ],
+    },
+];
+
+/// The first of `phrases` found in `text`, ignoring case.
+pub fn match_text<'a>(text: &str, phrases: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let lower = text.to_lowercase();
+    phrases
+        .into_iter()
+        .find(|p| !p.is_empty() && lower.contains(&p.to_lowercase()))
+}
+
+/// HTTP status codes mentioned in error text: a standalone 4xx/5xx number on a line that
+/// talks about an error, a status, HTTP or an API (so `line 404` in a stack trace is not one).
+pub fn statuses(text: &str) -> Vec<u16> {
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let lower = line.to_lowercase();
+        if !["error", "status", "http", "api", "request"]
+            .iter()
+            .any(|w| lower.contains(w))
+        {
+            continue;
+        }
+        let bytes = line.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i].is_ascii_digit() {
+                let start = i;
+                while i < bytes.len() && bytes[i].is_ascii_digit() {
+                    i += 1;
+                }
+                let standalone = (start == 0 || !bytes[start - 1].is_ascii_alphanumeric())
+                    && (i == bytes.len() || !bytes[i].is_ascii_alphanumeric())
+                    && (start == 0 || !b".:".contains(&bytes[start - 1]));
+                if i - start == 3 && standalone {
+                    if let Ok(n) = line[start..i].parse::<u16>() {
+                        if (400..600).contains(&n) && !found.contains(&n) {
+                            found.push(n);
+                        }
+                    }
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+    found
+}
+
+/// Classify a failure by the patterns above.
+pub fn diagnose(trauma: &Trauma) -> Diagnosis {
+    let text = trauma.error_text();
+    let codes = statuses(&text);
+    for p in PATTERNS {
+        if let Some(phrase) = match_text(&text, p.phrases.iter().copied()) {
+            return Diagnosis {
+                root_cause: p.cause,
+                explanation: format!("the error mentions \"{phrase}\""),
+                confidence: 0.9,
+            };
+        }
+        if let Some(code) = codes.iter().find(|c| p.statuses.contains(c)) {
+            return Diagnosis {
+                root_cause: p.cause,
+                explanation: format!("the error carries HTTP status {code}"),
+                confidence: 0.8,
+            };
+        }
+    }
+    // A failed call to a tool the agent never used successfully is most likely made up.
+    if let Some(call) = trauma.tool_calls.iter().rev().find(|c| !c.ok) {
+        if !trauma.available_tools.is_empty() && !trauma.available_tools.contains(&call.tool) {
+            return Diagnosis {
+                root_cause: RootCause::HallucinatedTool,
+                explanation: format!(
+                    "the last failed call used `{}`, which is not among the tools that worked",
+                    call.tool
+                ),
+                confidence: 0.6,
+            };
+        }
+    }
+    Diagnosis {
+        root_cause: RootCause::Unknown,
+        explanation: "no known pattern in the error text".into(),
+        confidence: 0.2,
+    }
+}
+
+/// Map a root cause to a treatment.
+pub fn prescribe(diagnosis: &Diagnosis, trauma: &Trauma) -> Prescription {
+    let p = |action, reminder: Option<String>, delay, reason: &str| Prescription {
+        action,
+        modified_prompt: None,
+        reminder,
+        delay,
+        reason: Some(reason.to_string()),
+    };
+    let attempt = trauma.recoveries + 1;
+    match diagnosis.root_cause {
+        cause if cause.needs_a_person() => Prescription::abort(format!(
+            "{cause}: a restart cannot fix this; a person has to"
+        )),
+        RootCause::ContextLengthExceeded => p(
+            PrescriptionAction::SummarizeHistory,
+            None,
+            None,
+            "the context is full: clear, don't compact",
+        ),
+        RootCause::HallucinatedTool => p(
+            PrescriptionAction::ModifyPrompt,
+            Some(if trauma.available_tools.is_empty() {
+                "Use only the tools you have been given; do not invent tool names.".to_string()
+            } else {
+                format!(
+                    "Use only these tools: {}. Do not invent tool names.",
+                    trauma.available_tools.join(", ")
+                )
+            }),
+            None,
+            "a tool that does not exist was called",
+        ),
+        RootCause::InvalidToolArguments => p(
+            PrescriptionAction::ModifyPrompt,
+            Some(
+                "A tool call was rejected for its arguments. Check each tool's required parameters and their types before calling it.".into(),
+            ),
+            None,
+            "a tool was called with invalid arguments",
+        ),
+        RootCause::AmbiguousInstruction => p(
+            PrescriptionAction::ModifyPrompt,
+            Some(
+                "The instruction was ambiguous. Pick the most reasonable interpretation, state it, and record the open question instead of stopping.".into(),
+            ),
+            None,
+            "the instruction was ambiguous",
+        ),
+        RootCause::LogicError => p(
+            PrescriptionAction::ModifyPrompt,
+            Some(
+                "The previous attempt failed with the error below. Find its cause before trying the same thing again.".into(),
+            ),
+            None,
+            "the previous attempt failed with an error",
+        ),
+        RootCause::TransientError | RootCause::Unknown => p(
+            PrescriptionAction::Retry,
+            None,
+            Some(backoff(&trauma.agent.restart, attempt)),
+            "retry after a backoff",
+        ),
+        _ => Prescription::abort("unhandled root cause"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trauma(error: &str) -> Trauma {
+        Trauma {
+            error_type: "api_error".into(),
+            error_message: error.into(),
+            ..Trauma::default()
+        }
+    }
+
+    #[test]
+    fn realistic_errors_get_their_root_cause() {
+        let cases = [
+            (
+                r#"400 {"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 215439 tokens > 200000 maximum"}}"#,
+                RootCause::ContextLengthExceeded,
+            ),
+            (
+                r#"API Error: 401 {"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#,
+                RootCause::InvalidCredentials,
+            ),
+            (
+                "OAuth token has expired. Please obtain a new token or refresh your existing token.",
+                RootCause::InvalidCredentials,
+            ),
+            (
+                r#"Error: 429 {"error":{"code":"insufficient_quota","message":"You exceeded your current quota"}}"#,
+                RootCause::QuotaExhausted,
+            ),
+            (
+                r#"API Error: 404 {"type":"error","error":{"type":"not_found_error","message":"model: claude-opus-9"}} model not found"#,
+                RootCause::ModelUnavailable,
+            ),
+            (
+                r#"API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                RootCause::TransientError,
+            ),
+            (
+                "API Error: 503 upstream connect error",
+                RootCause::TransientError,
+            ),
+            ("read ECONNRESET", RootCause::TransientError),
+            (
+                "<tool_use_error>Error: No such tool available: WebBrowse</tool_use_error>",
+                RootCause::HallucinatedTool,
+            ),
+            (
+                "InputValidationError: Edit failed due to the following issue: The required parameter `old_string` is missing",
+                RootCause::InvalidToolArguments,
+            ),
+            (
+                "thread 'main' panicked at src/lib.rs:10:5: index out of bounds",
+                RootCause::LogicError,
+            ),
+            (
+                "The request is ambiguous: there are two `config.toml` files",
+                RootCause::AmbiguousInstruction,
+            ),
+            ("something odd happened", RootCause::Unknown),
+        ];
+        for (text, cause) in cases {
+            assert_eq!(diagnose(&trauma(text)).root_cause, cause, "{text}");
+        }
+    }
+
+    #[test]
+    fn status_codes_need_an_error_context() {
+        assert_eq!(statuses("API Error: 401 unauthorized"), [401]);
+        assert_eq!(statuses("at foo.py line 404"), Vec::<u16>::new());
+        assert_eq!(statuses("error at src/x.rs:429:5"), Vec::<u16>::new());
+    }
+
+    #[test]
+    fn each_root_cause_gets_its_prescription() {
+        let t = Trauma {
+            available_tools: vec!["Bash".into(), "Read".into()],
+            ..trauma("")
+        };
+        let rx = |cause| {
+            prescribe(
+                &Diagnosis {
+                    root_cause: cause,
+                    explanation: String::new(),
+                    confidence: 1.0,
+                },
+                &t,
+            )
+        };
+        use PrescriptionAction::*;
+        assert_eq!(
+            rx(RootCause::ContextLengthExceeded).action,
+            SummarizeHistory
+        );
+        let hallucinated = rx(RootCause::HallucinatedTool);
+        assert_eq!(hallucinated.action, ModifyPrompt);
+        assert!(hallucinated.reminder.unwrap().contains("Bash, Read"));
+        assert_eq!(rx(RootCause::InvalidToolArguments).action, ModifyPrompt);
+        assert_eq!(rx(RootCause::TransientError).action, Retry);
+        assert_eq!(
+            rx(RootCause::TransientError).delay,
+            Some(Duration::from_secs(10))
+        );
+        for cause in [
+            RootCause::InvalidCredentials,
+            RootCause::ModelUnavailable,
+            RootCause::QuotaExhausted,
+        ] {
+            assert_eq!(rx(cause).action, Abort, "{cause}");
+        }
+    }
+
+    #[test]
+    fn hybrid_resume_defaults() {
+        let agent = AgentInfo::default();
+        let exit = |code, crashes, resumed, runtime_ms| ExitInfo {
+            code,
+            crashes_in_window: crashes,
+            resumed,
+            runtime_ms,
+            ..ExitInfo::default()
+        };
+        let clean = on_exit(&agent, &exit(Some(0), 0, true, 1));
+        assert_eq!(clean.action, ExitAction::SafeMode);
+        // A crash of a long run resumes after the doubled cooldown.
+        let crash = on_exit(&agent, &exit(Some(1), 2, true, 600_000));
+        assert_eq!(crash.action, ExitAction::Resume);
+        assert_eq!(crash.delay, Duration::from_secs(20));
+        assert_eq!(
+            crash.reason.as_deref(),
+            Some("crash 2 of 5 within 1h: resuming")
+        );
+        // A resume that died within seconds, or never showed life, starts fresh.
+        let quick = on_exit(&agent, &exit(Some(1), 1, true, 2_000));
+        assert_eq!(quick.action, ExitAction::Fresh);
+        let mut lifeless = exit(Some(1), 1, true, 600_000);
+        lifeless.showed_life = false;
+        assert_eq!(on_exit(&agent, &lifeless).action, ExitAction::Fresh);
+        // A quick crash of a fresh start is resumed: there is nothing to give up on yet.
+        assert_eq!(
+            on_exit(&agent, &exit(Some(1), 1, false, 2_000)).action,
+            ExitAction::Resume
+        );
+        let mut fresh = exit(Some(1), 1, false, 600_000);
+        fresh.fresh_requested = true;
+        assert_eq!(on_exit(&agent, &fresh).action, ExitAction::Fresh);
+        assert_eq!(
+            on_exit(&agent, &exit(Some(1), 5, false, 600_000)).action,
+            ExitAction::SafeMode
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let r = RestartInfo::default();
+        assert_eq!(backoff(&r, 1), Duration::from_secs(10));
+        assert_eq!(backoff(&r, 3), Duration::from_secs(40));
+        assert_eq!(backoff(&r, 20), Duration::from_secs(300));
+    }
+}

@@ -1,0 +1,385 @@
+//! The Lua sandbox: a restricted Lua 5.4 state (string, table, math, utf8 and `os.time`,
+//! `os.date`, `os.clock`), text-only `load`, `require` limited to policies/, a memory limit,
+//! an instruction and time budget, and the `phoenix` helper table.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mlua::chunk::ChunkMode;
+use mlua::{HookTriggers, Lua, LuaOptions, StdLib, Table, Value, VmState};
+
+use super::Limits;
+
+/// The hook runs every this many VM instructions: rare enough to cost nothing measurable,
+/// often enough that a `while true do end` is stopped within a millisecond of its budget.
+const HOOK_EVERY: u32 = 1000;
+
+/// Log lines kept per call, and their length: `phoenix.log` in a loop must not eat memory.
+const MAX_LOG_LINES: usize = 100;
+const MAX_LOG_CHARS: usize = 2000;
+
+/// Where `require` and the entry scripts come from: files in policies/ first, then the
+/// defaults built into the binary.
+#[derive(Debug, Clone)]
+pub struct Sources {
+    /// `<dir of phoenix.toml>/policies`, if there is one.
+    pub dir: Option<PathBuf>,
+    pub embedded: BTreeMap<&'static str, &'static str>,
+}
+
+/// One script's text and the name it is loaded under (tracebacks show this name).
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub name: String,
+    pub text: String,
+}
+
+impl Sources {
+    /// `module` is a `require` name: `patterns` or `lib.util` (→ `lib/util.lua`).
+    pub fn module(&self, module: &str) -> Result<Source, String> {
+        let valid = !module.is_empty()
+            && module.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            });
+        if !valid {
+            return Err(format!(
+                "module `{module}` is not a valid name (letters, digits, `_`, `-`, dots for subdirectories of policies/)"
+            ));
+        }
+        let rel = format!("{}.lua", module.replace('.', "/"));
+        self.file(&rel)
+            .ok_or_else(|| format!("module `{module}` not found: no `policies/{rel}`"))
+    }
+
+    /// A file relative to policies/: the one on disk, else the built-in one.
+    pub fn file(&self, rel: &str) -> Option<Source> {
+        if let Some(dir) = &self.dir {
+            let path = dir.join(rel);
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                return Some(Source {
+                    name: format!("policies/{rel}"),
+                    text,
+                });
+            }
+        }
+        self.embedded.get(rel).map(|text| Source {
+            name: format!("builtin:policies/{rel}"),
+            text: text.to_string(),
+        })
+    }
+}
+
+/// Why the budget stopped a script.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Exceeded {
+    #[error("instruction budget of {limit} exceeded (a loop that never ends?)")]
+    Instructions { limit: u64, at: String },
+    #[error("time budget of {}ms exceeded", limit.as_millis())]
+    Time { limit: Duration, at: String },
+}
+
+impl Exceeded {
+    /// Where the script was when the budget ran out: `policies/x.lua:3`.
+    pub fn at(&self) -> &str {
+        match self {
+            Exceeded::Instructions { at, .. } | Exceeded::Time { at, .. } => at,
+        }
+    }
+}
+
+/// Shared between the hook and the caller: armed before each call, checked by the hook.
+#[derive(Debug)]
+pub struct Budget {
+    armed: AtomicBool,
+    /// Set once the budget ran out, until the next call: `pcall` cannot swallow that.
+    exceeded: AtomicBool,
+    used: AtomicU64,
+    max: AtomicU64,
+    started: Mutex<Instant>,
+    time: Mutex<Duration>,
+}
+
+impl Budget {
+    fn new() -> Budget {
+        Budget {
+            armed: AtomicBool::new(false),
+            exceeded: AtomicBool::new(false),
+            used: AtomicU64::new(0),
+            max: AtomicU64::new(u64::MAX),
+            started: Mutex::new(Instant::now()),
+            time: Mutex::new(Duration::MAX),
+        }
+    }
+
+    pub fn arm(&self, limits: &Limits) {
+        self.used.store(0, Ordering::Relaxed);
+        self.exceeded.store(false, Ordering::Relaxed);
+        self.max.store(limits.instructions, Ordering::Relaxed);
+        *self.started.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        *self.time.lock().unwrap_or_else(|e| e.into_inner()) = limits.time;
+        self.armed.store(true, Ordering::Release);
+    }
+
+    pub fn disarm(&self) {
+        self.armed.store(false, Ordering::Release);
+    }
+
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn check(&self, at: impl FnOnce() -> String) -> Result<(), Exceeded> {
+        if !self.armed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let step = u64::from(HOOK_EVERY);
+        let used = self.used.fetch_add(step, Ordering::Relaxed) + step;
+        let max = self.max.load(Ordering::Relaxed);
+        if used > max {
+            self.exceeded.store(true, Ordering::Relaxed);
+            return Err(Exceeded::Instructions {
+                limit: max,
+                at: at(),
+            });
+        }
+        let limit = *self.time.lock().unwrap_or_else(|e| e.into_inner());
+        let started = *self.started.lock().unwrap_or_else(|e| e.into_inner());
+        if started.elapsed() > limit {
+            self.exceeded.store(true, Ordering::Relaxed);
+            return Err(Exceeded::Time { limit, at: at() });
+        }
+        Ok(())
+    }
+}
+
+/// A fresh sandboxed state and its budget. `logs` collects `phoenix.log` lines.
+pub fn new_state(
+    limits: &Limits,
+    sources: Arc<Sources>,
+    logs: Arc<Mutex<Vec<String>>>,
+) -> mlua::Result<(Lua, Arc<Budget>)> {
+    // No io, no package (so no C modules), no debug, no coroutine; os is cut down below.
+    let lua = Lua::new_with(
+        StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::UTF8 | StdLib::OS,
+        LuaOptions::new(),
+    )?;
+    lua.set_memory_limit(limits.memory)?;
+    let globals = lua.globals();
+
+    let os: Table = globals.get("os")?;
+    let safe_os = lua.create_table()?;
+    for name in ["time", "date", "clock"] {
+        safe_os.set(name, os.get::<Value>(name)?)?;
+    }
+    globals.set("os", safe_os)?;
+    // `dofile`/`loadfile` read files; `collectgarbage` could stop the collector.
+    for name in ["dofile", "loadfile", "collectgarbage", "print"] {
+        globals.set(name, Value::Nil)?;
+    }
+    // Bytecode is how sandboxes are escaped: nothing may produce or load it.
+    let string: Table = globals.get("string")?;
+    string.set("dump", Value::Nil)?;
+    let budget = Arc::new(Budget::new());
+    let spent = budget.clone();
+    let exceeded = lua.create_function(move |_, ()| Ok(spent.exceeded.load(Ordering::Relaxed)))?;
+    // A loop around `pcall` would otherwise catch the budget error forever: the hook fires
+    // every N instructions, and an inner loop of exactly N keeps it firing inside the pcall.
+    lua.load(
+        r##"
+        local exceeded, raw_pcall, raw_xpcall, pack, unpack = ...
+        local function rethrow(r)
+          if not r[1] and exceeded() then error(r[2], 0) end
+          return unpack(r, 1, r.n)
+        end
+        pcall = function(...) return rethrow(pack(raw_pcall(...))) end
+        xpcall = function(...) return rethrow(pack(raw_xpcall(...))) end
+        "##,
+    )
+    .set_name("=phoenix:sandbox")
+    .call::<()>((
+        exceeded,
+        globals.get::<Value>("pcall")?,
+        globals.get::<Value>("xpcall")?,
+        lua.globals().get::<Table>("table")?.get::<Value>("pack")?,
+        lua.globals()
+            .get::<Table>("table")?
+            .get::<Value>("unpack")?,
+    ))?;
+    lua.load(
+        r##"
+        local raw_load = load
+        load = function(chunk, name, _mode, ...)
+          -- Keep the argument count: an explicit nil `env` means "no environment" in Lua.
+          if select("#", ...) > 0 then return raw_load(chunk, name, "t", ...) end
+          return raw_load(chunk, name, "t")
+        end
+        "##,
+    )
+    .set_name("=phoenix:sandbox")
+    .exec()?;
+
+    install_helpers(&lua, &globals, logs)?;
+    install_require(&lua, &globals, sources)?;
+
+    let hook_budget = budget.clone();
+    lua.set_hook(
+        HookTriggers::new().every_nth_instruction(HOOK_EVERY),
+        move |_lua, debug| {
+            hook_budget
+                .check(|| {
+                    let src = debug.source();
+                    match (src.short_src, debug.current_line()) {
+                        (Some(file), Some(line)) => format!("{file}:{line}:"),
+                        _ => String::new(),
+                    }
+                })
+                .map_err(mlua::Error::external)?;
+            Ok(VmState::Continue)
+        },
+    )?;
+    Ok((lua, budget))
+}
+
+/// The `phoenix` table: `log`, `now`, `match`, `status`, `duration`, `format_duration`.
+fn install_helpers(lua: &Lua, globals: &Table, logs: Arc<Mutex<Vec<String>>>) -> mlua::Result<()> {
+    let phoenix = lua.create_table()?;
+    let log = move |_: &Lua, args: mlua::Variadic<Value>| {
+        let text = args
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => s.to_string_lossy(),
+                other => other.to_string().unwrap_or_else(|_| format!("{other:?}")),
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut logs = logs.lock().unwrap_or_else(|e| e.into_inner());
+        if logs.len() < MAX_LOG_LINES {
+            logs.push(text.chars().take(MAX_LOG_CHARS).collect());
+        }
+        Ok(())
+    };
+    let log = lua.create_function(log)?;
+    phoenix.set("log", log.clone())?;
+    // `print` goes to the same place as `phoenix.log`: stdout belongs to phoenix.
+    globals.set("print", log)?;
+    phoenix.set(
+        "now",
+        lua.create_function(|_, ()| {
+            Ok(std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0))
+        })?,
+    )?;
+    phoenix.set(
+        "match",
+        lua.create_function(|lua, (text, patterns): (Option<String>, Value)| {
+            let text = text.unwrap_or_default();
+            let list: Vec<String> = match patterns {
+                Value::String(s) => vec![s.to_string_lossy()],
+                Value::Table(t) => t.sequence_values::<String>().collect::<mlua::Result<_>>()?,
+                Value::Nil => Vec::new(),
+                other => {
+                    return Err(mlua::Error::runtime(format!(
+                        "phoenix.match: patterns must be a string or a list of strings, got {}",
+                        other.type_name()
+                    )));
+                }
+            };
+            match super::builtin::match_text(&text, list.iter().map(String::as_str)) {
+                Some(found) => Ok(Value::String(lua.create_string(found)?)),
+                None => Ok(Value::Nil),
+            }
+        })?,
+    )?;
+    phoenix.set(
+        "status",
+        lua.create_function(|_, text: Option<String>| {
+            Ok(super::builtin::statuses(&text.unwrap_or_default())
+                .first()
+                .copied())
+        })?,
+    )?;
+    phoenix.set(
+        "statuses",
+        lua.create_function(|_, text: Option<String>| {
+            Ok(super::builtin::statuses(&text.unwrap_or_default()))
+        })?,
+    )?;
+    phoenix.set(
+        "duration",
+        lua.create_function(|_, text: String| {
+            crate::spec::duration::parse(&text)
+                .map(|d| d.as_secs_f64())
+                .map_err(mlua::Error::runtime)
+        })?,
+    )?;
+    phoenix.set(
+        "format_duration",
+        lua.create_function(|_, secs: f64| {
+            if !(secs.is_finite() && secs >= 0.0) {
+                return Err(mlua::Error::runtime(format!(
+                    "phoenix.format_duration: `{secs}` is not a number of seconds"
+                )));
+            }
+            Ok(crate::spec::duration::format(Duration::from_secs_f64(
+                secs.min(1e12),
+            )))
+        })?,
+    )?;
+    globals.set("phoenix", phoenix)?;
+    Ok(())
+}
+
+/// `require(name)`: only modules from policies/ (or the built-in ones), each loaded once,
+/// as text, in an environment of its own.
+fn install_require(lua: &Lua, globals: &Table, sources: Arc<Sources>) -> mlua::Result<()> {
+    let loaded = lua.create_table()?;
+    let require = lua.create_function(move |lua, name: String| {
+        match loaded.raw_get::<Value>(name.as_str())? {
+            Value::Boolean(false) => {
+                return Err(mlua::Error::runtime(format!(
+                    "module `{name}` requires itself (circular `require`)"
+                )));
+            }
+            Value::Nil => {}
+            found => return Ok(found),
+        }
+        let source = sources.module(&name).map_err(mlua::Error::runtime)?;
+        loaded.raw_set(name.as_str(), false)?;
+        let result = load_chunk(lua, &source).and_then(|(f, _env)| f.call::<Value>(()));
+        let value = match result {
+            Ok(Value::Nil) => Value::Boolean(true),
+            Ok(v) => v,
+            Err(e) => {
+                loaded.raw_set(name.as_str(), Value::Nil)?;
+                return Err(e);
+            }
+        };
+        loaded.raw_set(name.as_str(), value.clone())?;
+        Ok(value)
+    })?;
+    globals.set("require", require)
+}
+
+/// Compile a script as text under its real name, in a fresh environment that reads globals
+/// but keeps its own definitions (two policies can both define `on_exit`).
+pub fn load_chunk(lua: &Lua, source: &Source) -> mlua::Result<(mlua::Function, Table)> {
+    let env = lua.create_table()?;
+    let meta = lua.create_table()?;
+    meta.set("__index", lua.globals())?;
+    env.set_metatable(Some(meta))?;
+    let function = lua
+        .load(source.text.as_str())
+        .set_name(format!("@{}", source.name))
+        .set_mode(ChunkMode::Text)
+        .set_environment(env.clone())
+        .into_function()?;
+    Ok((function, env))
+}

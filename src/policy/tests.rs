@@ -1,0 +1,503 @@
+//! Policy layer tests: the sandbox refuses every escape, broken policies fall back, the Lua
+//! default agrees with the built-in one.
+
+use super::*;
+
+/// A policies/ dir holding one `custom.lua`, and the policies loaded from it.
+fn with_policy(source: &str) -> (tempfile::TempDir, Policies, AgentInfo) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("policies");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("custom.lua"), source).unwrap();
+    let policies = Policies::new(Some(&dir));
+    let agent = AgentInfo {
+        name: "a".into(),
+        policy: Some("policies/custom.lua".into()),
+        ..AgentInfo::default()
+    };
+    (tmp, policies, agent)
+}
+
+fn crash() -> ExitInfo {
+    ExitInfo {
+        code: Some(1),
+        crashes_in_window: 1,
+        ..ExitInfo::default()
+    }
+}
+
+/// Run `body` as the body of `on_exit` and return the error it produced.
+fn escape(body: &str) -> Error {
+    let (_tmp, policies, agent) = with_policy(&format!(
+        "function on_exit(agent, exit)\n{body}\nreturn {{ action = \"resume\" }}\nend\n"
+    ));
+    let d = policies.on_exit(&agent, &crash());
+    assert_eq!(d.by, BUILTIN, "the policy's answer must not be used");
+    assert_eq!(d.value, builtin::on_exit(&agent, &crash()));
+    d.error.expect("an error")
+}
+
+#[test]
+fn io_is_not_there() {
+    let e = escape("local f = io.open('/etc/passwd')");
+    assert_eq!(e.failure().kind(), "runtime");
+    assert_eq!(e.line(), Some(2), "{e}");
+    assert!(e.to_string().contains("policies/custom.lua:2"), "{e}");
+    assert!(e.to_string().contains("io"), "{e}");
+}
+
+#[test]
+fn os_execute_exit_getenv_are_not_there() {
+    for call in [
+        "os.execute('true')",
+        "os.exit(1)",
+        "os.getenv('HOME')",
+        "os.remove('x')",
+    ] {
+        let e = escape(call);
+        assert_eq!(e.failure().kind(), "runtime", "{call}: {e}");
+    }
+}
+
+#[test]
+fn file_loaders_and_package_are_not_there() {
+    for call in [
+        "dofile('/etc/passwd')",
+        "loadfile('/etc/passwd')",
+        "package.loadlib('x', 'y')",
+        "debug.getinfo(1)",
+        "collectgarbage('stop')",
+    ] {
+        let e = escape(call);
+        assert_eq!(e.failure().kind(), "runtime", "{call}: {e}");
+    }
+}
+
+#[test]
+fn bytecode_cannot_be_loaded_or_made() {
+    // A Lua 5.4 binary chunk header: `load` in text mode refuses it.
+    let e = escape("assert(load('\\27LuaT\\0\\25\\147\\r\\n\\26\\n'))");
+    assert!(e.to_string().contains("binary chunk"), "{e}");
+    let e = escape("local b = string.dump(function() end)");
+    assert_eq!(e.failure().kind(), "runtime", "{e}");
+    // Text still loads, with mode and env arguments kept.
+    let (_tmp, policies, agent) = with_policy(
+        "function on_exit() local f = load('return ...', 'x', 'b', {}) return { action = f('fresh') } end",
+    );
+    let d = policies.on_exit(&agent, &crash());
+    assert_eq!(d.value.action, ExitAction::Fresh, "{:?}", d.error);
+}
+
+#[test]
+fn a_memory_bomb_is_stopped() {
+    let e = escape("local s = string.rep('x', 1024 * 1024 * 1024)");
+    assert!(
+        matches!(e.failure(), Failure::Memory { .. })
+            || e.to_string().contains("too large")
+            || e.to_string().contains("memory"),
+        "{e}"
+    );
+    let e = escape("local t = {} for i = 1, 1e9 do t[i] = string.rep('y', 64) .. i end");
+    assert!(matches!(
+        e.failure(),
+        Failure::Memory { .. } | Failure::Budget(_)
+    ));
+}
+
+#[test]
+fn an_infinite_loop_is_stopped_within_milliseconds() {
+    let started = std::time::Instant::now();
+    let e = escape("while true do end");
+    let took = started.elapsed();
+    assert_eq!(e.failure().kind(), "budget", "{e}");
+    assert_eq!(e.line(), Some(2), "{e}");
+    // The budget is 5M instructions or 250ms; a debug build under load stays well below 1s.
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    // A loop that catches the budget error cannot keep going either.
+    let e = escape("while true do pcall(function() while true do end end) end");
+    assert_eq!(e.failure().kind(), "budget", "{e}");
+}
+
+#[test]
+fn deep_recursion_is_refused() {
+    let e = escape("local function f(n) return 1 + f(n + 1) end f(1)");
+    assert!(
+        e.to_string().contains("stack overflow") || e.failure().kind() != "runtime",
+        "{e}"
+    );
+    let e = escape("local function g() return string.gsub('a', 'a', g) end g()");
+    assert!(e.to_string().contains("overflow"), "{e}");
+}
+
+#[test]
+fn require_only_reaches_policies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("policies");
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    std::fs::write(dir.join("lib/extra.lua"), "return { action = 'fresh' }").unwrap();
+    std::fs::write(
+        dir.join("custom.lua"),
+        "local extra = require('lib.extra')\nfunction on_exit() return extra end",
+    )
+    .unwrap();
+    let policies = Policies::new(Some(&dir));
+    let agent = AgentInfo {
+        policy: Some("policies/custom.lua".into()),
+        ..AgentInfo::default()
+    };
+    let d = policies.on_exit(&agent, &crash());
+    assert_eq!(d.value.action, ExitAction::Fresh, "{:?}", d.error);
+    for name in ["../secret", "/etc/passwd", "os", "lib..extra"] {
+        let e = escape(&format!("require('{name}')"));
+        assert!(
+            e.to_string().contains("not a valid name") || e.to_string().contains("not found"),
+            "{name}: {e}"
+        );
+    }
+}
+
+#[test]
+fn every_kind_of_broken_policy_falls_back_with_its_location() {
+    let cases: [(&str, &str, Option<u32>); 5] = [
+        (
+            "syntax",
+            "function on_exit(agent, exit)\n  return {\nend\n",
+            Some(3),
+        ),
+        (
+            "runtime",
+            "function on_exit(agent, exit)\n  return agent.nope.deeper\nend\n",
+            Some(2),
+        ),
+        (
+            "bad_return",
+            "function on_exit(agent, exit)\n  return { action = 'restart' }\nend\n",
+            Some(1),
+        ),
+        (
+            "bad_return",
+            "function on_exit(agent, exit)\n  return { action = 'fresh', delay = 'soon' }\nend\n",
+            Some(1),
+        ),
+        ("not_a_function", "on_exit = 42\n", None),
+    ];
+    for (kind, source, line) in cases {
+        let (_tmp, policies, agent) = with_policy(source);
+        let d = policies.on_exit(&agent, &crash());
+        let e = d.error.unwrap_or_else(|| panic!("{kind}: no error"));
+        assert_eq!(e.failure().kind(), kind, "{e}");
+        assert_eq!(e.line(), line, "{e}");
+        assert_eq!(e.script(), "policies/custom.lua");
+        assert_eq!(d.value, builtin::on_exit(&agent, &crash()));
+    }
+}
+
+#[test]
+fn bad_returns_name_the_function_and_field() {
+    let (_tmp, policies, agent) =
+        with_policy("function on_exit(agent, exit)\n  return { action = 'restart' }\nend\n");
+    let e = policies.on_exit(&agent, &crash()).error.unwrap();
+    let text = e.to_string();
+    assert!(text.contains("policies/custom.lua:1"), "{text}");
+    assert!(text.contains("`on_exit`"), "{text}");
+    assert!(text.contains("field `action`"), "{text}");
+    assert!(text.contains("unknown action `restart`"), "{text}");
+}
+
+#[test]
+fn a_fallback_is_a_critical_event() {
+    let (tmp, mut policies, agent) =
+        with_policy("function on_exit(agent, exit)\n  error('boom')\nend\n");
+    let fleet = crate::state::FleetDir::new(tmp.path().join(".phoenix"));
+    policies.record_events_in(fleet.clone());
+    let d = policies.on_exit(&agent, &crash());
+    assert!(d.fell_back());
+    let text = std::fs::read_to_string(fleet.critical_events_path()).unwrap();
+    let event: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(event["event"], "policy_error");
+    assert_eq!(event["agent"], "a");
+    assert_eq!(event["details"]["line"], 2);
+    assert!(
+        event["reason"]
+            .as_str()
+            .unwrap()
+            .contains("policies/custom.lua:2"),
+        "{event}"
+    );
+}
+
+#[test]
+fn missing_entry_points_come_from_the_default_policy() {
+    let (_tmp, policies, agent) = with_policy("function on_exit() return 'resume' end");
+    assert_eq!(
+        policies.on_exit(&agent, &crash()).value.action,
+        ExitAction::Resume
+    );
+    let d = policies.diagnose(&Trauma {
+        agent: agent.clone(),
+        error_message: "prompt is too long".into(),
+        ..Trauma::default()
+    });
+    assert_eq!(d.by, "builtin:policies/recovery.lua");
+    assert_eq!(d.value.root_cause, RootCause::ContextLengthExceeded);
+}
+
+#[test]
+fn a_file_of_the_same_name_overrides_the_default() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("policies");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Only the patterns: the default recovery.lua requires them.
+    std::fs::write(
+        dir.join("patterns.lua"),
+        "return { { cause = 'quota_exhausted', statuses = {}, phrases = { 'prompt is too long' } } }",
+    )
+    .unwrap();
+    let policies = Policies::new(Some(&dir));
+    let d = policies.diagnose(&Trauma {
+        error_message: "Prompt is too long".into(),
+        ..Trauma::default()
+    });
+    assert_eq!(d.value.root_cause, RootCause::QuotaExhausted);
+}
+
+#[test]
+fn one_state_serves_many_calls_and_keeps_policies_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("policies");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.lua"), "function on_exit() return 'resume' end").unwrap();
+    std::fs::write(dir.join("b.lua"), "function on_exit() return 'fresh' end").unwrap();
+    let policies = Policies::new(Some(&dir));
+    let agent = |p: &str| AgentInfo {
+        policy: Some(format!("policies/{p}")),
+        ..AgentInfo::default()
+    };
+    for _ in 0..100 {
+        assert_eq!(
+            policies.on_exit(&agent("a.lua"), &crash()).value.action,
+            ExitAction::Resume
+        );
+        assert_eq!(
+            policies.on_exit(&agent("b.lua"), &crash()).value.action,
+            ExitAction::Fresh
+        );
+    }
+    // After a memory bomb the state still works.
+    std::fs::write(
+        dir.join("c.lua"),
+        "function on_exit() local s = string.rep('x', 1 << 30) end",
+    )
+    .unwrap();
+    assert!(policies.on_exit(&agent("c.lua"), &crash()).fell_back());
+    assert_eq!(
+        policies.on_exit(&agent("a.lua"), &crash()).value.action,
+        ExitAction::Resume
+    );
+}
+
+#[test]
+fn helpers_log_match_and_thresholds() {
+    let (_tmp, policies, agent) = with_policy(
+        r#"
+        function on_exit(agent, exit)
+          phoenix.log("silence is", agent.thresholds.silence)
+          print("via print")
+          local hit = phoenix.match("API Error: 529 Overloaded", { "nope", "overloaded" })
+          local code = phoenix.status("API Error: 529 Overloaded")
+          assert(phoenix.now() > 1.7e9)
+          assert(os.time() > 0 and os.clock() >= 0 and os.date("%Y") ~= nil)
+          assert(phoenix.duration("2m") == 120)
+          return { action = "resume", reason = hit .. " " .. code }
+        end
+        "#,
+    );
+    let d = policies.on_exit(&agent, &crash());
+    assert!(d.error.is_none(), "{:?}", d.error);
+    assert_eq!(d.value.reason.as_deref(), Some("overloaded 529"));
+    assert_eq!(d.logs, ["silence is 600", "via print"]);
+}
+
+#[test]
+fn reload_keeps_the_last_good_policy() {
+    let (tmp, mut policies, agent) = with_policy("function on_exit() return 'resume' end");
+    assert_eq!(
+        policies.on_exit(&agent, &crash()).value.action,
+        ExitAction::Resume
+    );
+    std::fs::write(tmp.path().join("policies/custom.lua"), "function on_exit(").unwrap();
+    let errors = policies.reload();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(
+        policies.on_exit(&agent, &crash()).value.action,
+        ExitAction::Resume
+    );
+    std::fs::write(
+        tmp.path().join("policies/custom.lua"),
+        "function on_exit() return 'fresh' end",
+    )
+    .unwrap();
+    assert!(policies.reload().is_empty());
+    assert_eq!(
+        policies.on_exit(&agent, &crash()).value.action,
+        ExitAction::Fresh
+    );
+}
+
+#[test]
+fn check_reports_broken_policies_up_front() {
+    let (_tmp, policies, _) =
+        with_policy("function diagnose(t)\n  return { root_cause = 7 }\nend\n");
+    let errors = policies.check(Some("policies/custom.lua"));
+    assert!(!errors.is_empty());
+    assert!(
+        errors.iter().all(|e| e.function() == "diagnose"),
+        "{errors:?}"
+    );
+    assert!(Policies::new(None).check(None).is_empty());
+}
+
+/// The Lua default and the Rust built-in must decide alike: the built-in is what a broken
+/// policy falls back to, and people read the Lua one.
+#[test]
+fn the_lua_default_agrees_with_the_builtin() {
+    let policies = Policies::new(None);
+    let agent = AgentInfo::default();
+    for (code, signal, crashes, fresh, resumed, runtime_ms, showed_life) in [
+        (Some(0), None, 0, false, true, 1, true),
+        (Some(1), None, 1, false, false, 600_000, true),
+        (Some(1), None, 3, false, true, 600_000, true),
+        (Some(1), None, 5, false, false, 600_000, true),
+        (None, Some(15), 1, false, true, 2_000, true),
+        (None, Some(9), 2, false, true, 600_000, false),
+        (Some(2), None, 1, true, false, 600_000, true),
+    ] {
+        let exit = ExitInfo {
+            code,
+            signal,
+            crashes_in_window: crashes,
+            fresh_requested: fresh,
+            resumed,
+            runtime_ms,
+            showed_life,
+            ..ExitInfo::default()
+        };
+        let d = policies.on_exit(&agent, &exit);
+        assert!(d.error.is_none(), "{:?}", d.error);
+        assert_eq!(d.value, builtin::on_exit(&agent, &exit), "{exit:?}");
+    }
+    for (checks, revivals) in [
+        (vec![], 0),
+        (vec!["runaway"], 0),
+        (vec!["silence"], 0),
+        (vec!["silence", "runaway"], 1),
+        (vec!["process"], 0),
+    ] {
+        let health = Health {
+            findings: checks
+                .iter()
+                .map(|c| Finding {
+                    check: c.to_string(),
+                    ..Finding::default()
+                })
+                .collect(),
+            revivals_for_task: revivals,
+            ..Health::default()
+        };
+        let d = policies.on_unhealthy(&agent, &health);
+        assert!(d.error.is_none(), "{:?}", d.error);
+        assert_eq!(
+            d.value,
+            builtin::on_unhealthy(&agent, &health),
+            "{health:?}"
+        );
+    }
+    let errors = [
+        "prompt is too long: 215439 tokens > 200000 maximum",
+        "API Error: 401 invalid x-api-key",
+        "Error: 403 Forbidden request",
+        "You exceeded your current quota",
+        "model not found: claude-opus-9",
+        "API Error: 529 Overloaded",
+        "HTTP 503 from upstream: request failed",
+        "read ECONNRESET",
+        "No such tool available: WebBrowse",
+        "InputValidationError: missing required parameter",
+        "thread 'main' panicked at src/main.rs:3:5",
+        "the task is ambiguous",
+        "a perfectly ordinary sentence",
+    ];
+    for (i, text) in errors.iter().enumerate() {
+        let trauma = Trauma {
+            error_type: "api_error".into(),
+            error_message: text.to_string(),
+            available_tools: vec!["Bash".into(), "Read".into()],
+            tool_calls: vec![ToolCall {
+                tool: if i % 2 == 0 { "Bash" } else { "Made" }.into(),
+                ok: false,
+                ..ToolCall::default()
+            }],
+            recoveries: (i % 3) as u32,
+            ..Trauma::default()
+        };
+        let d = policies.diagnose(&trauma);
+        assert!(d.error.is_none(), "{:?}", d.error);
+        assert_eq!(d.value, builtin::diagnose(&trauma), "{text}");
+        let p = policies.prescribe(&d.value, &trauma);
+        assert!(p.error.is_none(), "{:?}", p.error);
+        assert_eq!(p.value, builtin::prescribe(&d.value, &trauma), "{text}");
+    }
+}
+
+#[test]
+fn policies_can_move_to_another_thread() {
+    fn send<T: Send>(_: &T) {}
+    let policies = Policies::new(None);
+    send(&policies);
+    let handle = std::thread::spawn(move || {
+        policies
+            .on_exit(&AgentInfo::default(), &crash())
+            .value
+            .action
+    });
+    assert_eq!(handle.join().unwrap(), ExitAction::Resume);
+}
+
+#[test]
+fn a_pattern_stuck_in_c_is_abandoned_and_the_next_call_gets_a_fresh_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("policies");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The hook cannot stop this: it is one call into C (about 0.4s in a release build).
+    std::fs::write(
+        dir.join("custom.lua"),
+        "function on_exit(agent, exit)\n  if exit.code == 1 then string.find(string.rep('a', 200), '.-.-.-b') end\n  return 'resume'\nend\n",
+    )
+    .unwrap();
+    let limits = Limits {
+        time: Duration::from_millis(25),
+        ..Limits::default()
+    };
+    let policies = Policies::with_limits(Some(&dir), limits);
+    let agent = AgentInfo {
+        policy: Some("policies/custom.lua".into()),
+        ..AgentInfo::default()
+    };
+    let started = std::time::Instant::now();
+    let d = policies.on_exit(&agent, &crash());
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    let e = d.error.expect("abandoned");
+    assert_eq!(e.failure().kind(), "budget", "{e}");
+    assert!(e.to_string().contains("no answer within"), "{e}");
+    assert_eq!(d.value, builtin::on_exit(&agent, &crash()));
+    let other = ExitInfo {
+        code: Some(2),
+        ..crash()
+    };
+    let d = policies.on_exit(&agent, &other);
+    assert_eq!(d.value.action, ExitAction::Resume, "{:?}", d.error);
+}
