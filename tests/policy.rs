@@ -769,3 +769,45 @@ fn the_wrapper_follows_the_on_exit_policy_and_survives_a_broken_one() {
     assert_eq!(exit["decided_by"], "built-in default", "{exit}");
     assert_eq!(exit["action"], "resume", "{exit}");
 }
+
+/// `phoenix events` filters by agent, event and age, keeps going over a corrupt line, and
+/// prints JSON for scripts.
+#[test]
+fn events_filter_by_agent_event_and_age() {
+    let p = Project::new(BASE);
+    let line = |ts: &str, agent: &str, event: &str| {
+        serde_json::json!({"ts": ts, "event": event, "agent": agent, "reason": "r",
+                           "action_taken": "x", "details": {}})
+        .to_string()
+    };
+    let now = jiff::Timestamp::now();
+    let recent = now.to_string();
+    let old = (now - jiff::SignedDuration::from_hours(3)).to_string();
+    p.write(
+        ".phoenix/critical_events.jsonl",
+        &format!(
+            "{}\n{{not json\n{}\n{}\n",
+            line(&old, "a", "crash_loop"),
+            line(&recent, "a", "clinic_triage"),
+            line(&recent, "b", "policy_error"),
+        ),
+    );
+    let all = p.run(&["events", "--json"]);
+    assert_eq!(all.status(0).json().as_array().unwrap().len(), 3);
+    assert!(all.stderr().contains("1 line(s)"), "{}", all.stderr());
+    let a = p.run(&["events", "--agent", "a", "--json"]).json();
+    assert_eq!(a.as_array().unwrap().len(), 2);
+    let recent_a = p
+        .run(&["events", "--agent", "a", "--since", "1h", "--json"])
+        .json();
+    assert_eq!(recent_a.as_array().unwrap().len(), 1);
+    assert_eq!(recent_a[0]["event"], "clinic_triage");
+    let clinic = p.run(&["events", "--event", "clinic"]);
+    assert!(clinic.stdout().contains("clinic_triage"));
+    assert!(!clinic.stdout().contains("policy_error"));
+    let last = p.run(&["events", "-n", "1", "--json"]).json();
+    assert_eq!(last[0]["agent"], "b");
+    let bad = p.run(&["events", "--since", "soon"]);
+    bad.status(2);
+    assert!(bad.stderr().contains("30s"), "{}", bad.stderr());
+}

@@ -15,6 +15,8 @@ pub struct EventsArgs<'a> {
     pub agent: Option<&'a str>,
     pub event: Option<&'a str>,
     pub limit: Option<usize>,
+    /// Only events recorded within this long before now.
+    pub since: Option<Duration>,
     pub json: bool,
     pub follow: bool,
 }
@@ -117,6 +119,17 @@ fn parse(text: &str, args: &EventsArgs<'_>) -> (Vec<Value>, usize) {
         .filter(|e| {
             args.event
                 .is_none_or(|want| e["event"].as_str().is_some_and(|ev| ev.starts_with(want)))
+        })
+        .filter(|e| {
+            let Some(since) = args.since else {
+                return true;
+            };
+            let cutoff = jiff::Timestamp::now().as_second() - since.as_secs() as i64;
+            // An event without a readable time is shown: better too much than a lost one.
+            e["ts"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_none_or(|t| t.as_second() >= cutoff)
         })
         .collect();
     (events, skipped)

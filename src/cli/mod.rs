@@ -167,6 +167,9 @@ pub enum Command {
         /// Only the last N events.
         #[arg(long, short = 'n')]
         limit: Option<usize>,
+        /// Only events of the last DURATION (e.g. `1h`, `30m`, `7d`).
+        #[arg(long, value_parser = parse_duration_arg)]
+        since: Option<std::time::Duration>,
         /// A JSON array (with --follow: one JSON object per line).
         #[arg(long)]
         json: bool,
@@ -279,6 +282,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             agent,
             event,
             limit,
+            since,
             json,
             follow,
         } => events::events(
@@ -287,12 +291,17 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 agent: agent.as_deref(),
                 event: event.as_deref(),
                 limit,
+                since,
                 json,
                 follow,
             },
         ),
         Command::DemoAgent(args) => crate::demo::run(args),
     }
+}
+
+fn parse_duration_arg(text: &str) -> Result<std::time::Duration, String> {
+    crate::spec::duration::parse(text).map_err(|e| format!("{e}; {}", crate::spec::duration::HINT))
 }
 
 /// Print an error chain and, where we know one, a hint.
