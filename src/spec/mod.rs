@@ -14,8 +14,8 @@ use toml::de::{DeTable, DeValue};
 
 use crate::diag::{Diagnostic, FileDiagnostics, did_you_mean};
 use raw::{
-    RawAgent, RawClinic, RawFleet, RawRestart, RawSchedules, RawSpec, RawThresholds, RawTmux,
-    fields_of,
+    RawAgent, RawClinic, RawFleet, RawGithub, RawNotify, RawRestart, RawSchedules, RawSpec,
+    RawThresholds, RawTmux, RawWatchdog, RawWebhook, fields_of,
 };
 
 pub const DEFAULT_CONFIG: &str = "phoenix.toml";
@@ -31,7 +31,84 @@ pub struct Spec {
     pub thresholds: Thresholds,
     pub schedules: Schedules,
     pub clinic: ClinicSettings,
+    pub notify: NotifySettings,
+    pub watchdog: WatchdogSettings,
     pub agents: Vec<AgentSpec>,
+}
+
+/// `[notify]`: where investigation reports and failure messages go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifySettings {
+    pub github: Option<GithubNotify>,
+    pub webhook: Option<WebhookNotify>,
+    /// Any program; the message arrives on its stdin.
+    pub command: Option<Vec<String>>,
+    /// At most one new GitHub issue per fleet (project) within this long.
+    pub issue_cooldown: Duration,
+}
+
+impl Default for NotifySettings {
+    fn default() -> Self {
+        NotifySettings {
+            github: None,
+            webhook: None,
+            command: None,
+            issue_cooldown: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl NotifySettings {
+    pub fn is_empty(&self) -> bool {
+        self.github.is_none() && self.webhook.is_none() && self.command.is_none()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GithubNotify {
+    /// `owner/name`.
+    pub repo: String,
+    pub labels: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookFormat {
+    /// `{"title", "text", "agent", "fleet", "kind", "url"}`.
+    Json,
+    /// `{"text": …}` (Slack incoming webhooks and compatible).
+    Slack,
+    /// `{"chat_id": …, "text": …}` (Telegram's sendMessage).
+    Telegram,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookNotify {
+    /// The environment variable holding the URL (a secret: never written to config or logs).
+    pub url_env: String,
+    pub format: WebhookFormat,
+    pub chat_id: Option<String>,
+    pub timeout: Duration,
+    /// Extra attempts after a failed one.
+    pub retries: u32,
+}
+
+/// `[watchdog]`: how the watchdog heals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchdogSettings {
+    /// Revivals per task; a failure after that is unrecoverable.
+    pub max_revivals: u32,
+    /// Extra "stuck on screen" phrases per CLI (`claude`, `codex`, `gemini`, `custom`, or `all`),
+    /// on top of the built-in ones.
+    pub screen_patterns: BTreeMap<String, Vec<String>>,
+}
+
+impl Default for WatchdogSettings {
+    fn default() -> Self {
+        WatchdogSettings {
+            max_revivals: 1,
+            screen_patterns: BTreeMap::new(),
+        }
+    }
 }
 
 /// `[clinic]`: the recovery pipeline's limits and its optional external diagnostician.
@@ -73,6 +150,13 @@ pub struct Thresholds {
     pub stale_after: Duration,
     #[serde(with = "human")]
     pub resolved_retention: Duration,
+    /// The same tool call this many times in a row is a repetition loop.
+    pub repeat: u32,
+    /// Tokens per session before the watchdog stops the agent (off when `None`).
+    pub max_tokens: Option<u64>,
+    /// critical_events.jsonl keeps this long.
+    #[serde(with = "human")]
+    pub events_retention: Duration,
 }
 
 impl Default for Thresholds {
@@ -83,6 +167,9 @@ impl Default for Thresholds {
             runaway: Duration::from_secs(2 * 3600),
             stale_after: Duration::from_secs(14 * 86_400),
             resolved_retention: Duration::from_secs(7 * 86_400),
+            repeat: 5,
+            max_tokens: None,
+            events_retention: Duration::from_secs(30 * 86_400),
         }
     }
 }
@@ -461,6 +548,10 @@ enum Section {
     Thresholds,
     Schedules,
     Clinic,
+    Notify,
+    Github,
+    Webhook,
+    Watchdog,
 }
 
 impl Section {
@@ -474,6 +565,10 @@ impl Section {
             Section::Thresholds => fields_of::<RawThresholds>(),
             Section::Schedules => fields_of::<RawSchedules>(),
             Section::Clinic => fields_of::<RawClinic>(),
+            Section::Notify => fields_of::<RawNotify>(),
+            Section::Github => fields_of::<RawGithub>(),
+            Section::Webhook => fields_of::<RawWebhook>(),
+            Section::Watchdog => fields_of::<RawWatchdog>(),
         }
     }
 
@@ -488,6 +583,10 @@ impl Section {
             Section::Thresholds => "[thresholds]",
             Section::Schedules => "[schedules]",
             Section::Clinic => "[clinic]",
+            Section::Notify => "[notify]",
+            Section::Github => "[notify.github]",
+            Section::Webhook => "[notify.webhook]",
+            Section::Watchdog => "[watchdog]",
         }
     }
 
@@ -499,6 +598,10 @@ impl Section {
             (Section::Root, "thresholds") => Some(Section::Thresholds),
             (Section::Root, "schedules") => Some(Section::Schedules),
             (Section::Root, "clinic") => Some(Section::Clinic),
+            (Section::Root, "notify") => Some(Section::Notify),
+            (Section::Root, "watchdog") => Some(Section::Watchdog),
+            (Section::Notify, "github") => Some(Section::Github),
+            (Section::Notify, "webhook") => Some(Section::Webhook),
             (Section::Defaults | Section::Agent, "tmux") => Some(Section::Tmux),
             (Section::Defaults | Section::Agent, "restart") => Some(Section::Restart),
             _ => None,
@@ -546,6 +649,12 @@ struct Validator<'a> {
     options: LoadOptions,
     /// Parse `[schedules]` (everything but hooks).
     schedules: bool,
+}
+
+fn is_env_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 fn is_name(s: &str) -> bool {
@@ -631,6 +740,8 @@ impl Validator<'_> {
             }
         };
         let clinic = self.clinic(&raw.clinic);
+        let notify = self.notify(&raw.notify);
+        let watchdog = self.watchdog(&raw.watchdog);
         if let Some(name) = &raw.defaults.name {
             self.error(
                 "`name` is not allowed in [defaults]".into(),
@@ -698,7 +809,135 @@ impl Validator<'_> {
             thresholds,
             schedules,
             clinic,
+            notify,
+            watchdog,
             agents,
+        }
+    }
+
+    fn notify(&mut self, raw: &RawNotify) -> NotifySettings {
+        let d = NotifySettings::default();
+        let github = raw.github.as_ref().and_then(|g| {
+            let repo = g.get_ref().repo.as_ref();
+            let valid = repo.is_some_and(|r| {
+                let parts: Vec<&str> = r.get_ref().split('/').collect();
+                parts.len() == 2
+                    && parts.iter().all(|p| {
+                        !p.is_empty()
+                            && p.chars()
+                                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                    })
+            });
+            if !valid {
+                self.error(
+                    "[notify.github]: `repo` must be `owner/name`".into(),
+                    Some(repo.map(|r| r.span()).unwrap_or(g.span())),
+                    "e.g. github = { repo = \"acme/fleet\" }; issues are created with the gh CLI",
+                );
+                return None;
+            }
+            Some(GithubNotify {
+                repo: repo?.get_ref().clone(),
+                labels: g.get_ref().labels.clone().unwrap_or_default(),
+            })
+        });
+        let webhook = raw.webhook.as_ref().and_then(|w| self.webhook(w));
+        let command = match &raw.command {
+            Some(c) if c.get_ref().is_empty() || c.get_ref()[0].trim().is_empty() => {
+                self.error(
+                    "[notify]: `command` is empty".into(),
+                    Some(c.span()),
+                    "the program and its arguments, e.g. [\"notify-send\", \"phoenix\"]; it gets the message on stdin",
+                );
+                None
+            }
+            Some(c) => Some(c.get_ref().clone()),
+            None => None,
+        };
+        NotifySettings {
+            github,
+            webhook,
+            command,
+            issue_cooldown: self.duration(&raw.issue_cooldown, "issue_cooldown", d.issue_cooldown),
+        }
+    }
+
+    fn webhook(&mut self, raw: &toml::Spanned<RawWebhook>) -> Option<WebhookNotify> {
+        let w = raw.get_ref();
+        let url_env = match &w.url_env {
+            Some(v) if is_env_name(v.get_ref()) => v.get_ref().clone(),
+            other => {
+                self.error(
+                    "[notify.webhook]: `url_env` must name an environment variable".into(),
+                    Some(other.as_ref().map(|v| v.span()).unwrap_or(raw.span())),
+                    "the URL is a secret: put it in the environment, e.g. url_env = \"PHOENIX_WEBHOOK_URL\"",
+                );
+                return None;
+            }
+        };
+        let format = match w.format.as_ref().map(|f| (f.get_ref().as_str(), f.span())) {
+            None | Some(("json", _)) => WebhookFormat::Json,
+            Some(("slack", _)) => WebhookFormat::Slack,
+            Some(("telegram", _)) => WebhookFormat::Telegram,
+            Some((other, span)) => {
+                self.error(
+                    format!("[notify.webhook]: unknown format `{other}`"),
+                    Some(span),
+                    "one of: json, slack, telegram",
+                );
+                return None;
+            }
+        };
+        if format == WebhookFormat::Telegram && w.chat_id.is_none() {
+            self.error(
+                "[notify.webhook]: format `telegram` needs `chat_id`".into(),
+                Some(raw.span()),
+                "the chat the bot writes to, e.g. chat_id = \"-1001234567\"",
+            );
+            return None;
+        }
+        Some(WebhookNotify {
+            url_env,
+            format,
+            chat_id: w.chat_id.as_ref().map(|c| c.get_ref().clone()),
+            timeout: self.duration(&w.timeout, "timeout", Duration::from_secs(10)),
+            retries: w.retries.as_ref().map(|r| *r.get_ref()).unwrap_or(1),
+        })
+    }
+
+    fn watchdog(&mut self, raw: &RawWatchdog) -> WatchdogSettings {
+        let d = WatchdogSettings::default();
+        let mut screen_patterns = BTreeMap::new();
+        if let Some(p) = &raw.screen_patterns {
+            for (cli, phrases) in p.get_ref() {
+                if !["claude", "codex", "gemini", "custom", "all"].contains(&cli.as_str()) {
+                    self.error(
+                        format!("[watchdog] screen_patterns: unknown CLI `{cli}`"),
+                        Some(p.span()),
+                        "keys are claude, codex, gemini, custom or all",
+                    );
+                    continue;
+                }
+                if phrases.iter().any(|s| s.trim().is_empty()) {
+                    self.error(
+                        format!(
+                            "[watchdog] screen_patterns.{cli}: an empty phrase matches every screen"
+                        ),
+                        Some(p.span()),
+                        "remove the empty string",
+                    );
+                    continue;
+                }
+                screen_patterns.insert(cli.clone(), phrases.clone());
+            }
+        }
+        WatchdogSettings {
+            max_revivals: raw
+                .max_revivals
+                .as_ref()
+                .map(|v| *v.get_ref())
+                .unwrap_or(d.max_revivals),
+            screen_patterns,
         }
     }
 
@@ -795,6 +1034,24 @@ impl Validator<'_> {
                 &raw.resolved_retention,
                 "resolved_retention",
                 d.resolved_retention,
+            ),
+            repeat: match &raw.repeat {
+                Some(v) if *v.get_ref() < 2 => {
+                    self.error(
+                        "`repeat` must be at least 2".into(),
+                        Some(v.span()),
+                        "how many identical tool calls in a row make a loop (default 5)",
+                    );
+                    d.repeat
+                }
+                Some(v) => *v.get_ref(),
+                None => d.repeat,
+            },
+            max_tokens: raw.max_tokens.as_ref().map(|v| *v.get_ref()),
+            events_retention: self.duration(
+                &raw.events_retention,
+                "events_retention",
+                d.events_retention,
             ),
         }
     }

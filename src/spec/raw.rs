@@ -19,6 +19,10 @@ pub struct RawSpec {
     pub schedules: RawSchedules,
     #[serde(default)]
     pub clinic: RawClinic,
+    #[serde(default)]
+    pub notify: RawNotify,
+    #[serde(default)]
+    pub watchdog: RawWatchdog,
     #[serde(default, rename = "agent")]
     pub agents: Vec<Spanned<RawAgent>>,
 }
@@ -71,6 +75,9 @@ pub struct RawThresholds {
     pub runaway: Option<Spanned<String>>,
     pub stale_after: Option<Spanned<String>>,
     pub resolved_retention: Option<Spanned<String>>,
+    pub repeat: Option<Spanned<u32>>,
+    pub max_tokens: Option<Spanned<u64>>,
+    pub events_retention: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -85,6 +92,35 @@ pub struct RawClinic {
     pub max_recoveries: Option<Spanned<u32>>,
     pub diagnose_command: Option<Spanned<Vec<String>>>,
     pub diagnose_timeout: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawNotify {
+    pub github: Option<Spanned<RawGithub>>,
+    pub webhook: Option<Spanned<RawWebhook>>,
+    pub command: Option<Spanned<Vec<String>>>,
+    pub issue_cooldown: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawGithub {
+    pub repo: Option<Spanned<String>>,
+    pub labels: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawWebhook {
+    pub url_env: Option<Spanned<String>>,
+    pub format: Option<Spanned<String>>,
+    pub chat_id: Option<Spanned<String>>,
+    pub timeout: Option<Spanned<String>>,
+    pub retries: Option<Spanned<u32>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawWatchdog {
+    pub max_revivals: Option<Spanned<u32>>,
+    pub screen_patterns: Option<Spanned<BTreeMap<String, Vec<String>>>>,
 }
 
 /// The field names serde knows for a struct, read from its `Deserialize` impl so that the

@@ -232,3 +232,67 @@ fn hooks_load_a_spec_whose_schedule_is_broken() {
     assert_eq!(spec.agents[0].name, "a");
     assert!(spec.schedules.watchdog.is_none());
 }
+
+#[test]
+fn notify_watchdog_and_new_thresholds() {
+    let spec = parse_str(
+        r#"
+[thresholds]
+repeat = 3
+max_tokens = 1000
+events_retention = "7d"
+[notify]
+github = { repo = "acme/fleet", labels = ["watchdog"] }
+webhook = { url_env = "HOOK_URL", format = "telegram", chat_id = "-100", timeout = "2s", retries = 2 }
+command = ["notify-send", "phoenix"]
+issue_cooldown = "30m"
+[watchdog]
+max_revivals = 2
+screen_patterns = { claude = ["Please run /login"] }
+[[agent]]
+name = "a"
+command = "x"
+"#,
+    )
+    .unwrap();
+    assert_eq!(spec.thresholds.repeat, 3);
+    assert_eq!(spec.thresholds.max_tokens, Some(1000));
+    assert_eq!(
+        spec.thresholds.events_retention,
+        Duration::from_secs(7 * 86_400)
+    );
+    let github = spec.notify.github.as_ref().unwrap();
+    assert_eq!(
+        (github.repo.as_str(), github.labels.len()),
+        ("acme/fleet", 1)
+    );
+    let hook = spec.notify.webhook.as_ref().unwrap();
+    assert_eq!(hook.format, WebhookFormat::Telegram);
+    assert_eq!((hook.timeout, hook.retries), (Duration::from_secs(2), 2));
+    assert_eq!(spec.notify.issue_cooldown, Duration::from_secs(1800));
+    assert_eq!(spec.watchdog.max_revivals, 2);
+    assert_eq!(
+        spec.watchdog.screen_patterns["claude"],
+        ["Please run /login"]
+    );
+
+    let defaults = parse_str("[[agent]]\nname = \"a\"\ncommand = \"x\"\n").unwrap();
+    assert!(defaults.notify.is_empty());
+    assert_eq!(defaults.thresholds.repeat, 5);
+    assert_eq!(defaults.watchdog.max_revivals, 1);
+
+    let errs = errors(
+        "[notify]\ngithub = { repo = \"nope\" }\nwebhook = { url_env = \"URL\", format = \"teams\" }\n\
+         [watchdog]\nscreen_patterns = { claud = [\"x\"] }\n[[agent]]\nname = \"a\"\ncommand = \"x\"\n",
+    );
+    let text: Vec<String> = errs.iter().map(|e| e.message.clone()).collect();
+    assert!(text.iter().any(|m| m.contains("owner/name")), "{text:?}");
+    assert!(
+        text.iter().any(|m| m.contains("unknown format `teams`")),
+        "{text:?}"
+    );
+    assert!(
+        text.iter().any(|m| m.contains("unknown CLI `claud`")),
+        "{text:?}"
+    );
+}
