@@ -8,6 +8,7 @@ pub mod clinic;
 pub mod demo;
 pub mod diag;
 pub mod hooks;
+pub mod notify;
 pub mod plan;
 pub mod policy;
 pub mod render;
