@@ -634,11 +634,24 @@ fn service_unit_is_printed_and_written_without_systemd() {
     let unit = fleet
         .path()
         .join("home/.config/systemd/user/phoenix-test.service");
+    let text = std::fs::read_to_string(&unit).unwrap();
+    assert!(text.contains("WantedBy=default.target"));
     assert!(
-        std::fs::read_to_string(unit)
-            .unwrap()
-            .contains("WantedBy=default.target")
+        text.contains(&format!("WorkingDirectory={}\n", fleet.path().display())),
+        "{text}"
     );
+    // systemd itself must accept it (a quoted WorkingDirectory once made it refuse the unit).
+    if let Ok(out) = std::process::Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&unit)
+        .output()
+    {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !err.contains("fatal") && !err.contains("not absolute"),
+            "systemd-analyze verify:\n{err}"
+        );
+    }
 }
 
 #[test]

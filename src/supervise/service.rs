@@ -35,7 +35,7 @@ pub fn render_unit(spec: &Spec, exe: &Path, path_env: Option<&str>) -> String {
          ExecStart={exec}\n\
          WorkingDirectory={dir}\n",
         name = spec.fleet.name,
-        dir = quote(&spec.dir.to_string_lossy()),
+        dir = path_value(&spec.dir.to_string_lossy()),
     );
     if let Some(path) = path_env {
         // Agent CLIs are found through the PATH of whoever installed the unit.
@@ -71,6 +71,12 @@ fn quote(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// A path-valued setting (`WorkingDirectory=`): systemd takes the rest of the line as the path
+/// and refuses quotes ("path is not absolute"); only `%` specifiers need escaping.
+fn path_value(s: &str) -> String {
+    s.replace('%', "%%").replace('\n', " ")
 }
 
 /// `$XDG_CONFIG_HOME/systemd/user`, or `~/.config/systemd/user`.
@@ -117,6 +123,7 @@ mod tests {
             "{unit}"
         );
         assert!(unit.contains("Environment=\"PATH=/usr/bin:/bin\""));
+        assert!(unit.contains("WorkingDirectory=/srv/my fleet\n"), "{unit}");
         assert_eq!(unit_name(&spec), "phoenix-lab.service");
         assert_eq!(quote("50%$x"), "\"50%%$$x\"");
     }
