@@ -1,2 +1,282 @@
 //! Notifications: investigation reports and failure messages through the GitHub CLI, an HTTP
 //! webhook or any command, with de-duplication and a cooldown.
+//!
+//! `Notifier::send` tries every configured channel and reports each one as a `Sent`: a channel
+//! that fails (or is slow, up to its timeout) never stops the others, and nothing here panics
+//! or returns an error to the caller. Only investigations open GitHub issues.
+
+mod command;
+mod github;
+mod process;
+mod webhook;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{self, LoadOptions, NotifySettings};
+use crate::state::FleetDir;
+
+/// How long one `gh` call may take before it is killed.
+pub const GH_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `[notify] command` may take before it is killed.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a message is about (also `phoenix notify test --kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// The Clinic investigated an agent: worth an issue.
+    Investigation,
+    /// Something failed (an unrecoverable agent, a failed recovery): a message, never an issue.
+    Failure,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Investigation => "investigation",
+            Kind::Failure => "failure",
+        }
+    }
+}
+
+/// One notification, the same for every channel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Message {
+    pub kind: Kind,
+    pub agent: String,
+    pub fleet: String,
+    /// One line; GitHub issues get `[Watchdog] agent `<agent>`: <title>`.
+    pub title: String,
+    /// Markdown.
+    pub body: String,
+}
+
+/// What one channel did with a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Sent {
+    /// `github`, `webhook` or `command`.
+    pub channel: String,
+    pub ok: bool,
+    /// The GitHub issue (created or already open). Never a webhook URL: those are secrets.
+    pub url: Option<String>,
+    /// For people: what happened or what went wrong.
+    pub detail: String,
+}
+
+impl Sent {
+    fn new(channel: &str, ok: bool, detail: impl Into<String>) -> Self {
+        Sent {
+            channel: channel.to_string(),
+            ok,
+            url: None,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Sends messages through the channels of `[notify]`.
+pub struct Notifier<'a> {
+    settings: &'a NotifySettings,
+    fleet: &'a FleetDir,
+    gh: PathBuf,
+    gh_timeout: Duration,
+    command_timeout: Duration,
+    /// Variables looked up before the process environment (tests: `set_var` is unsafe while
+    /// other test threads run).
+    vars: Vec<(String, String)>,
+}
+
+impl<'a> Notifier<'a> {
+    pub fn new(settings: &'a NotifySettings, fleet: &'a FleetDir) -> Self {
+        Notifier {
+            settings,
+            fleet,
+            gh: PathBuf::from("gh"),
+            gh_timeout: GH_TIMEOUT,
+            command_timeout: COMMAND_TIMEOUT,
+            vars: Vec::new(),
+        }
+    }
+
+    /// The GitHub CLI to run instead of `gh` from PATH.
+    pub fn with_gh(mut self, program: impl Into<PathBuf>) -> Self {
+        self.gh = program.into();
+        self
+    }
+
+    /// How long one `gh` call may take (default `GH_TIMEOUT`).
+    pub fn with_gh_timeout(mut self, timeout: Duration) -> Self {
+        self.gh_timeout = timeout;
+        self
+    }
+
+    /// How long `[notify] command` may take (default `COMMAND_TIMEOUT`).
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    #[cfg(test)]
+    fn with_var(mut self, name: &str, value: &str) -> Self {
+        self.vars.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    fn var(&self, name: &str) -> Option<String> {
+        self.vars
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(name).ok())
+    }
+
+    /// Send `msg` through every configured channel: GitHub first (investigations only), so the
+    /// webhook and the command can point to the issue, then the webhook, then the command.
+    pub fn send(&self, msg: &Message) -> Vec<Sent> {
+        let mut sent = Vec::new();
+        let mut issue_url = None;
+        if let (Kind::Investigation, Some(gh)) = (msg.kind, &self.settings.github) {
+            let github = github::Github {
+                settings: gh,
+                cooldown: self.settings.issue_cooldown,
+                fleet: self.fleet,
+                program: &self.gh,
+                timeout: self.gh_timeout,
+            };
+            let s = guarded("github", || github.send(msg));
+            if s.ok {
+                issue_url = s.url.clone();
+            }
+            sent.push(s);
+        }
+        if let Some(w) = &self.settings.webhook {
+            let url = self.var(&w.url_env);
+            sent.push(guarded("webhook", || {
+                webhook::send(w, url.as_deref(), msg, issue_url.as_deref())
+            }));
+        }
+        if let Some(argv) = &self.settings.command {
+            sent.push(guarded("command", || {
+                command::send(argv, msg, issue_url.as_deref(), self.command_timeout)
+            }));
+        }
+        for s in &sent {
+            let (channel, agent, kind) = (&s.channel, &msg.agent, msg.kind.as_str());
+            if s.ok {
+                let url = s.url.as_deref().unwrap_or("");
+                tracing::info!(channel, agent, kind, url, "notified: {}", s.detail);
+            } else {
+                tracing::warn!(channel, agent, kind, "notification failed: {}", s.detail);
+            }
+        }
+        sent
+    }
+}
+
+/// Run one channel; a panic in it (a bug) becomes a failed `Sent` instead of stopping the rest.
+fn guarded(channel: &str, f: impl FnOnce() -> Sent) -> Sent {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Sent::new(
+            channel,
+            false,
+            format!("internal error in the {channel} channel (see stderr)"),
+        )
+    })
+}
+
+/// The agent a test message names when none is given: not a real agent, so a test issue never
+/// keeps a real agent's investigation from opening its own.
+pub const TEST_AGENT: &str = "phoenix-test";
+pub const TEST_TITLE: &str = "test notification from phoenix";
+
+/// `phoenix notify test`: send a clearly labelled test message through every channel and
+/// report each. Exit code 0 when all delivered, 1 when one failed or none is configured.
+pub fn cli_test(config: &Path, agent: Option<&str>, kind: Kind, json: bool) -> anyhow::Result<i32> {
+    let spec = spec::load_with(
+        config,
+        LoadOptions {
+            check_filesystem: false,
+        },
+    )?;
+    let notify = &spec.notify;
+    if notify.is_empty() {
+        eprintln!(
+            "error: [notify] in {} has no channel: nothing to test",
+            spec.file.display()
+        );
+        eprintln!(
+            "  = hint: add one, e.g. command = [\"notify-send\", \"phoenix\"], \
+             webhook = {{ url_env = \"PHOENIX_WEBHOOK_URL\" }} or github = {{ repo = \"owner/name\" }}"
+        );
+        return Ok(1);
+    }
+    let agent = agent.unwrap_or(TEST_AGENT);
+    if agent != TEST_AGENT && spec.agent(agent).is_none() {
+        eprintln!(
+            "warning: agent `{agent}` is not declared in {}; sending anyway",
+            spec.file.display()
+        );
+    }
+    let msg = Message {
+        kind,
+        agent: agent.to_string(),
+        fleet: spec.fleet.name.clone(),
+        title: TEST_TITLE.to_string(),
+        body: format!(
+            "This is a test notification ({}) sent by `phoenix notify test` for fleet `{}` at {}.\n\n\
+             Nothing is wrong: you can ignore it (or close it, if it opened an issue).",
+            kind.as_str(),
+            spec.fleet.name,
+            crate::state::now_rfc3339(),
+        ),
+    };
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    let sent = Notifier::new(notify, &fleet).send(&msg);
+    let skipped_github = kind == Kind::Failure && notify.github.is_some();
+    let failed = sent.is_empty() || sent.iter().any(|s| !s.ok);
+    if json {
+        let report = serde_json::json!({
+            "kind": kind,
+            "agent": agent,
+            "fleet": spec.fleet.name,
+            "channels": sent,
+        });
+        crate::cli::out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
+    } else {
+        let mut text = String::new();
+        for s in &sent {
+            text.push_str(&render_line(s));
+            text.push('\n');
+        }
+        if skipped_github {
+            text.push_str(
+                "skip github   failure messages do not open issues (try --kind investigation)\n",
+            );
+        }
+        crate::cli::out(&text);
+    }
+    if sent.is_empty() {
+        eprintln!(
+            "error: no channel takes `{}` messages: [notify.github] only opens issues for investigations",
+            kind.as_str()
+        );
+    }
+    Ok(if failed { 1 } else { 0 })
+}
+
+/// `ok   github   https://github.com/acme/fleet/issues/7  issue created` or
+/// `FAIL webhook  PHOENIX_WEBHOOK_URL is not set`.
+fn render_line(s: &Sent) -> String {
+    let status = if s.ok { "ok" } else { "FAIL" };
+    let what = match &s.url {
+        Some(url) => format!("{url}  {}", s.detail),
+        None => s.detail.clone(),
+    };
+    format!("{status:<4} {:<8} {what}", s.channel)
+}

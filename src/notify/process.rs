@@ -1,0 +1,156 @@
+//! Running a notifier program (`gh`, `[notify] command`): argv without a shell, input on stdin,
+//! output captured, and the whole process group killed when it takes too long.
+
+use std::io::{self, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Largest stdout or stderr kept; a chatty program is cut off, not buffered forever.
+const MAX_OUTPUT: u64 = 1 << 20;
+
+/// A program that ran to its end (successfully or not).
+#[derive(Debug)]
+pub(crate) struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Finished {
+    /// `exit 3` or `killed by signal 9`.
+    pub fn describe_status(&self) -> String {
+        match (self.status.code(), self.status.signal()) {
+            (Some(code), _) => format!("exit {code}"),
+            (None, Some(signal)) => format!("killed by signal {signal}"),
+            (None, None) => self.status.to_string(),
+        }
+    }
+
+    /// The first non-empty line of stderr, shortened; empty if there is none.
+    pub fn stderr_line(&self) -> String {
+        first_line(&self.stderr)
+    }
+}
+
+#[derive(Debug)]
+pub(crate) enum RunError {
+    /// The program could not be started (`NotFound` when it is not on PATH).
+    Spawn(io::Error),
+    /// It ran longer than the timeout and was killed.
+    Timeout,
+}
+
+/// The first non-empty line of `text`, shortened to 200 characters.
+pub(crate) fn first_line(text: &str) -> String {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty());
+    crate::clinic::triage::shorten(line.unwrap_or(""), 200)
+}
+
+/// Run `command` with `input` on stdin, killing its process group after `timeout`. Never waits
+/// longer than `timeout` (plus a few milliseconds), even if the program left something behind
+/// that holds its output open.
+pub(crate) fn run(
+    mut command: Command,
+    input: &[u8],
+    timeout: Duration,
+) -> Result<Finished, RunError> {
+    let started = Instant::now();
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so a timeout kills whatever it started too.
+        .process_group(0);
+    let mut child = spawn(&mut command)?;
+    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+
+    // Write and read on threads: a program that answers before reading all of its input (or
+    // never reads it) must not deadlock with us. A failed write (it closed stdin) is fine.
+    if let Some(mut stdin) = child.stdin.take() {
+        let input = input.to_vec();
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+    }
+    let (tx, rx) = mpsc::channel::<(bool, String)>();
+    for (is_stdout, pipe) in [
+        (
+            true,
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ),
+        (
+            false,
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = (&mut pipe).take(MAX_OUTPUT).read_to_end(&mut bytes);
+                // Drain the rest, or a program that writes more would block and time out.
+                let _ = io::copy(&mut pipe, &mut io::sink());
+            }
+            let _ = tx.send((is_stdout, String::from_utf8_lossy(&bytes).into_owned()));
+        });
+    }
+    drop(tx);
+
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < timeout => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            _ => {
+                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(RunError::Timeout);
+            }
+        }
+    };
+
+    // The program exited; its output is complete unless something it started in the
+    // background still holds the pipes. Wait for that only until the deadline.
+    let mut finished = Finished {
+        status,
+        stdout: String::new(),
+        stderr: String::new(),
+    };
+    for _ in 0..2 {
+        let left = timeout.saturating_sub(started.elapsed());
+        match rx.recv_timeout(left.max(Duration::from_millis(50))) {
+            Ok((true, text)) => finished.stdout = text,
+            Ok((false, text)) => finished.stderr = text,
+            Err(_) => {
+                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+                break;
+            }
+        }
+    }
+    Ok(finished)
+}
+
+/// Start `command`, retrying briefly on ETXTBSY: a script that was just written may still be
+/// open for writing in a child another thread is forking, until that child execs.
+fn spawn(command: &mut Command) -> Result<std::process::Child, RunError> {
+    let mut tries = 0;
+    loop {
+        match command.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            result => return result.map_err(RunError::Spawn),
+        }
+    }
+}
