@@ -15,4 +15,5 @@ pub mod render;
 pub mod spec;
 pub mod state;
 pub mod supervise;
+pub mod watchdog;
 pub mod world;

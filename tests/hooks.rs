@@ -765,18 +765,20 @@ fn loop_resolve_and_state_commands() {
         .status(0)
         .json();
     assert_eq!(shown["agent"], "c");
-    // The last good copy is the version before the last write: `old-one` still open.
+    // The last good copy is the latest write: `old-one` resolved there too, so a rollback
+    // never undoes a resolve that resolved.jsonl already records.
     let good: Value = serde_json::from_slice(
         &std::fs::read(fleet.agent_dir("c").join("state.json.last-good")).unwrap(),
     )
     .unwrap();
     assert!(
-        good["open_loops"]
+        !good["open_loops"]
             .as_array()
             .unwrap()
             .iter()
             .any(|l| l["id"] == "old-one")
     );
+    assert_eq!(good["resolved"][0]["id"], "old-one");
 }
 
 #[test]

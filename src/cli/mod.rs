@@ -155,6 +155,19 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Check every agent's health (process, silence, error cascade, runaway, repetition,
+    /// spend, wedged screen) and heal the unhealthy ones through the `on_unhealthy` policy.
+    /// Exit code with --once: 0 all healthy (or only suspect), 1 something was unhealthy.
+    Watchdog {
+        /// One pass, then exit (default: a pass on every `[schedules] watchdog` tick).
+        #[arg(long)]
+        once: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Notifications: send a test message through every channel of `[notify]`.
+    #[command(subcommand)]
+    Notify(NotifyCommand),
     /// The fleet's critical events, oldest first: crash loops, policy fallbacks, each step
     /// of a Clinic recovery, state rolled back.
     Events {
@@ -180,6 +193,22 @@ pub enum Command {
     /// A stand-in agent CLI for demos and tests.
     #[command(hide = true)]
     DemoAgent(crate::demo::DemoArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NotifyCommand {
+    /// Send a test message through every configured channel and say how each one did.
+    Test {
+        /// The agent the message is about (default: the first one declared).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Send it as a failure message (webhook and command only) instead of an
+        /// investigation report (also opens a GitHub issue).
+        #[arg(long)]
+        failure: bool,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -277,6 +306,21 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 transcript: transcript.as_deref(),
                 dry_run,
             },
+        ),
+        Command::Watchdog { once, json } => crate::watchdog::cli(&config, once, json),
+        Command::Notify(NotifyCommand::Test {
+            agent,
+            failure,
+            json,
+        }) => crate::notify::cli_test(
+            &config,
+            agent.as_deref(),
+            if failure {
+                crate::notify::Kind::Failure
+            } else {
+                crate::notify::Kind::Investigation
+            },
+            json,
         ),
         Command::Events {
             agent,

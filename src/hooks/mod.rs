@@ -377,6 +377,9 @@ impl Hook<'_> {
         let session_id = self.payload.session_id().map(str::to_string);
         let now = state::rfc3339(ctx.now);
         let mut line = json!({"ts": state::now_rfc3339(), "tool": self.payload.tool_name(), "ok": outcome == Outcome::Ok});
+        if let Some(digest) = self.payload.tool_input_digest() {
+            line["input_digest"] = json!(digest);
+        }
         if let Some(id) = &session_id {
             line["session_id"] = json!(id);
         }

@@ -21,6 +21,18 @@ pub const EMBEDDED: &[(&str, &str)] = &[
         "clinic_abort.md.j2",
         include_str!("../../templates/clinic_abort.md.j2"),
     ),
+    (
+        "investigation.md.j2",
+        include_str!("../../templates/investigation.md.j2"),
+    ),
+    (
+        "revival_context.md.j2",
+        include_str!("../../templates/revival_context.md.j2"),
+    ),
+    (
+        "failure_message.md.j2",
+        include_str!("../../templates/failure_message.md.j2"),
+    ),
 ];
 
 #[derive(Debug, thiserror::Error)]

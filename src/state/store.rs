@@ -321,13 +321,13 @@ impl AgentDir {
         Ok(state)
     }
 
-    /// Write the new state atomically and keep the previous one as the last good copy, with two
-    /// syncs instead of four: the new content goes to a synced temp file; the current
-    /// `state.json` (valid: it was loaded or repaired under this lock) is hard-linked to
-    /// `state.json.last-good`; the temp file is renamed over `state.json`; one directory sync
-    /// makes both renames durable. Files here are only ever replaced by rename, never rewritten
-    /// in place, so the linked inode cannot change under the copy. Then the new file is read
-    /// back and compared; a mismatch rolls back to the last good copy.
+    /// Write the new state atomically (synced temp file, rename, directory sync), read it back
+    /// and compare; a mismatch rolls back to the last good copy. Then the new content becomes
+    /// the last good copy: a file of its own (never a hard link: a tool that rewrites
+    /// `state.json` in place would corrupt both), written through a temp file and a rename but
+    /// not synced. After a power cut it may be stale or empty, which a rollback detects; the
+    /// synced `state.json` is what survives, and a rollback after any later corruption restores
+    /// the latest good write, not the one before it.
     fn write_locked(&self, state: &AgentState) -> Result<(), StateError> {
         let path = self.file(STATE);
         let good = self.file(LAST_GOOD);
@@ -335,14 +335,6 @@ impl AgentDir {
         let pid = std::process::id();
         let tmp = self.file(&format!(".{STATE}.tmp.{pid}"));
         write_synced(&tmp, &bytes).map_err(io_err("write", &tmp))?;
-        let previous_valid = matches!(read_state_file(&path), Ok(Loaded::Valid(_)));
-        let kept_previous = previous_valid && {
-            let link = self.file(&format!(".{LAST_GOOD}.tmp.{pid}"));
-            let _ = fs::remove_file(&link);
-            fs::hard_link(&path, &link)
-                .and_then(|_| fs::rename(&link, &good))
-                .is_ok()
-        };
         if let Err(e) = fs::rename(&tmp, &path) {
             let _ = fs::remove_file(&tmp);
             return Err(io_err("replace", &path)(e));
@@ -355,10 +347,13 @@ impl AgentDir {
             self.roll_back("what was read back differs from what was written")?;
             return Err(StateError::ReadBack { path });
         }
-        if !kept_previous {
-            // The first write (nothing to keep yet), or a filesystem without hard links.
-            atomic_write(&good, &bytes).map_err(io_err("write", &good))?;
-        }
+        let copy = self.file(&format!(".{LAST_GOOD}.tmp.{pid}"));
+        fs::write(&copy, &bytes)
+            .and_then(|_| fs::rename(&copy, &good))
+            .map_err(|e| {
+                let _ = fs::remove_file(&copy);
+                io_err("write", &good)(e)
+            })?;
         Ok(())
     }
 }
@@ -386,16 +381,31 @@ impl FleetDir {
         action_taken: &str,
         details: Value,
     ) -> io::Result<()> {
+        self.append_event(&json!({
+            "ts": now_rfc3339(), "event": event, "agent": agent, "reason": reason,
+            "action_taken": action_taken, "details": details,
+        }))
+    }
+
+    /// Append any event object to `critical_events.jsonl`, under the events lock so that
+    /// pruning old events (which rewrites the file) never loses one.
+    pub fn append_event(&self, event: &Value) -> io::Result<()> {
         if !self.root.is_dir() {
             self.ensure()?;
         }
-        append_jsonl(
-            &self.critical_events_path(),
-            &json!({
-                "ts": now_rfc3339(), "event": event, "agent": agent, "reason": reason,
-                "action_taken": action_taken, "details": details,
-            }),
-        )
+        let _lock = self.events_lock()?;
+        append_jsonl(&self.critical_events_path(), event)
+    }
+
+    /// The lock that serialises writers of `critical_events.jsonl`.
+    pub fn events_lock(&self) -> io::Result<Flock<fs::File>> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(self.root.join("critical_events.lock"))?;
+        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| io::Error::from(errno))
     }
 }
 
@@ -424,14 +434,16 @@ mod tests {
     }
 
     #[test]
-    fn last_good_is_the_previous_version_and_never_shares_an_inode_with_state() {
+    fn last_good_is_the_latest_write_and_never_shares_an_inode_with_state() {
         use std::os::unix::fs::MetadataExt;
         let (_tmp, dir) = agent();
         dir.add_loop(Retention::default(), "one", "1").unwrap();
         dir.add_loop(Retention::default(), "two", "2").unwrap();
         let good: AgentState =
             serde_json::from_slice(&fs::read(dir.file(LAST_GOOD)).unwrap()).unwrap();
-        assert_eq!(good.open_ids(), ["one"]);
+        assert_eq!(good.open_ids(), ["one", "two"]);
+        // Corrupted in place (as `echo > state.json` would): the latest write comes back.
+        fs::write(dir.file(STATE), b"{\"open_loops\": [").unwrap();
         assert_eq!(dir.read_state().unwrap().open_ids(), ["one", "two"]);
         let ino = |f: &str| fs::metadata(dir.file(f)).unwrap().ino();
         assert_ne!(ino(STATE), ino(LAST_GOOD));

@@ -10,6 +10,8 @@ use std::io::{IsTerminal, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -137,6 +139,7 @@ impl Daemon {
         };
         let mut panes = PaneWatch::default();
         let mut jobs = Jobs::new(&self.spec);
+        let watchdog_busy = Arc::new(AtomicBool::new(false));
         info!(
             config = %self.spec.file.display(),
             state_dir = %self.spec.fleet.state_dir.display(),
@@ -170,7 +173,12 @@ impl Daemon {
                 }
                 _ = tokio::time::sleep_until(wake) => {}
                 _ = tokio::time::sleep_until(job_at) => {
-                    jobs.run_due();
+                    for job in jobs.take_due() {
+                        match job {
+                            "watchdog" => self.start_watchdog(&watchdog_busy),
+                            _ => info!(job, "brief generation arrives with the continuity work; nothing to do yet"),
+                        }
+                    }
                     continue;
                 }
             }
@@ -198,6 +206,33 @@ impl Daemon {
         }
         info!("phoenix run: stopped");
         Ok(0)
+    }
+
+    /// A watchdog pass off the reconcile loop (it may wait on `gh`, a webhook, or an agent
+    /// that takes its time to stop); one at a time.
+    fn start_watchdog(&self, busy: &Arc<AtomicBool>) {
+        if busy.swap(true, Ordering::SeqCst) {
+            warn!("the previous watchdog pass is still running; skipping this one");
+            return;
+        }
+        let (spec, config, busy) = (self.spec.clone(), self.config.clone(), busy.clone());
+        tokio::task::spawn_blocking(move || {
+            let runtime = Tmux::new(&spec.fleet.tmux_socket);
+            let report = crate::watchdog::Watchdog::new(&spec, &config, &runtime).pass();
+            for a in report.agents.iter().filter(|a| a.verdict != "healthy") {
+                let findings: Vec<&str> = a.findings.iter().map(|f| f.reason.as_str()).collect();
+                info!(
+                    agent = %a.agent, verdict = a.verdict, findings = %findings.join(","),
+                    action = ?a.action, skipped = ?a.skipped, "watchdog"
+                );
+            }
+            info!(
+                agents = report.agents.len(),
+                unhealthy = report.unhealthy(),
+                "watchdog pass done"
+            );
+            busy.store(false, Ordering::SeqCst);
+        });
     }
 
     fn on_event(&mut self, event: Event) {
@@ -560,18 +595,18 @@ impl Jobs {
         tokio::time::Instant::now() + wait
     }
 
-    fn run_due(&mut self) {
+    /// The jobs due now, rescheduled for their next time.
+    fn take_due(&mut self) -> Vec<&'static str> {
         let now = jiff::Timestamp::now();
+        let mut due = Vec::new();
         for job in &mut self.jobs {
             if job.next.is_some_and(|t| t <= now) {
-                let what = match job.name {
-                    "watchdog" => "watchdog pass (stub: the checks arrive with the watchdog issue)",
-                    _ => "brief generation (stub: arrives with the brief issue)",
-                };
-                info!(job = job.name, schedule = %job.schedule.expr, "scheduled run: {what}");
+                info!(job = job.name, schedule = %job.schedule.expr, "scheduled run");
+                due.push(job.name);
                 job.next = next_occurrence(&job.schedule);
             }
         }
+        due
     }
 }
 

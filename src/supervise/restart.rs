@@ -72,16 +72,7 @@ pub fn restart(config: &Path, name: &str, fresh: bool) -> anyhow::Result<Restart
     });
     let via = if wrapper_running_agent {
         let pid = old_pid.expect("checked above");
-        record::request_stop(&dir, EndReason::OperatorRestart, fresh)?;
-        // The agent leads its own process group (the wrapper made it so).
-        term::signal_group(pid, Signal::SIGTERM);
-        let deadline = Instant::now() + STOP_GRACE;
-        while process_alive(pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if process_alive(pid) {
-            term::signal_group(pid, Signal::SIGKILL);
-        }
+        stop_under_wrapper(&dir, pid, EndReason::OperatorRestart, fresh)?;
         "wrapper"
     } else {
         let action = match pane {
@@ -133,6 +124,28 @@ pub fn restart(config: &Path, name: &str, fresh: bool) -> anyhow::Result<Restart
         pane: found.0,
         pid: found.1.filter(|p| Some(*p) != old_pid),
     })
+}
+
+/// Stop the agent process `pid` that a live wrapper runs, announcing why first, so the wrapper
+/// starts it again at once (resuming unless `fresh`) instead of counting a crash. SIGTERM to
+/// its process group, SIGKILL after a grace period.
+pub fn stop_under_wrapper(
+    dir: &state::AgentDir,
+    pid: u32,
+    reason: EndReason,
+    fresh: bool,
+) -> anyhow::Result<()> {
+    record::request_stop(dir, reason, fresh)?;
+    // The agent leads its own process group (the wrapper made it so).
+    term::signal_group(pid, Signal::SIGTERM);
+    let deadline = Instant::now() + STOP_GRACE;
+    while process_alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if process_alive(pid) {
+        term::signal_group(pid, Signal::SIGKILL);
+    }
+    Ok(())
 }
 
 fn process_alive(pid: u32) -> bool {

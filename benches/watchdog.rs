@@ -1,0 +1,139 @@
+//! The watchdog: one `phoenix watchdog --once` pass over 200 live agents (median, p90, max),
+//! and, with `phoenix run` supervising one agent that goes silent, the time from crossing the
+//! silence threshold to the `session_unhealthy` event. Run with `cargo bench --bench watchdog`
+//! (about three minutes: the daemon's schedule is a one-minute cron).
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const AGENTS: usize = 200;
+const RUNS: usize = 20;
+
+fn main() {
+    let exe = env!("CARGO_BIN_EXE_phoenix");
+    pass_over_a_fleet(exe);
+    silence_detection_latency(exe);
+}
+
+fn pass_over_a_fleet(exe: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = format!("phx-bench-wd-{}", std::process::id());
+    let mut toml = format!("[fleet]\nname = \"bench\"\ntmux_socket = \"{socket}\"\n\n");
+    for i in 0..AGENTS {
+        toml.push_str(&format!(
+            "[[agent]]\nname = \"agent-{i:03}\"\ncommand = \"sleep 100000\"\n\n"
+        ));
+    }
+    let config = dir.path().join("phoenix.toml");
+    std::fs::write(&config, toml).unwrap();
+    let _server = KillServer(socket);
+    let ok = Command::new(exe)
+        .arg("--config")
+        .arg(&config)
+        .args(["apply", "--yes"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "apply failed");
+    std::thread::sleep(Duration::from_secs(1));
+    let pass = || {
+        let t = Instant::now();
+        let out = Command::new(exe)
+            .arg("--config")
+            .arg(&config)
+            .args(["watchdog", "--once"])
+            .output()
+            .unwrap();
+        let elapsed = t.elapsed();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        elapsed
+    };
+    // The first pass has no baseline; from the second on, quiet agents' screens are read.
+    pass();
+    pass();
+    let mut times: Vec<Duration> = (0..RUNS).map(|_| pass()).collect();
+    times.sort();
+    let pct = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
+    println!(
+        "watchdog pass, {AGENTS} quiet agents (every screen read), {RUNS} runs: median {:.1?}  p90 {:.1?}  max {:.1?}",
+        pct(0.5),
+        pct(0.9),
+        times[times.len() - 1]
+    );
+}
+
+fn silence_detection_latency(exe: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = format!("phx-bench-wd2-{}", std::process::id());
+    let silence = 5;
+    let toml = format!(
+        "[fleet]\nname = \"bench\"\ntmux_socket = \"{socket}\"\n\n\
+         [thresholds]\nsilence = \"{silence}s\"\n\n[schedules]\nwatchdog = \"* * * * *\"\n\n\
+         [[agent]]\nname = \"quiet\"\ncommand = \"phoenix demo-agent --interval 100ms --silent-after 2s\"\n"
+    );
+    let config = dir.path().join("phoenix.toml");
+    std::fs::write(&config, toml).unwrap();
+    let _server = KillServer(socket);
+    let daemon = Daemon(
+        Command::new(exe)
+            .arg("--config")
+            .arg(&config)
+            .args(["run", "-q"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let tool_log = dir.path().join(".phoenix/agents/quiet/tool_use.jsonl");
+    let events = dir.path().join(".phoenix/critical_events.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut last_call = None;
+    while Instant::now() < deadline {
+        if let Ok(m) = std::fs::metadata(&tool_log).and_then(|m| m.modified()) {
+            last_call = Some(m);
+        }
+        if std::fs::read_to_string(&events).is_ok_and(|t| t.contains("\"session_unhealthy\"")) {
+            let crossed =
+                last_call.expect("tool calls before silence") + Duration::from_secs(silence);
+            let latency = std::time::SystemTime::now()
+                .duration_since(crossed)
+                .unwrap_or_default();
+            println!(
+                "silence detection with `phoenix run` (schedule \"* * * * *\", two passes to confirm): {:.1?} after the threshold",
+                latency
+            );
+            drop(daemon);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!("silence detection: no event within 4 minutes");
+}
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+struct KillServer(String);
+
+impl Drop for KillServer {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.0, "kill-server"])
+            .stderr(Stdio::null())
+            .status();
+    }
+}

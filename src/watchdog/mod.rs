@@ -1,0 +1,626 @@
+//! The watchdog: every pass checks every declared, enabled agent whatever its tool activity
+//! (process, silence, error cascade, runaway, repetition, spend, wedged screen), confirms a
+//! finding over two passes unless the evidence is unambiguous, asks the `on_unhealthy` policy
+//! what to do, and heals: revive (at most `max_revivals` per task, with a revival context),
+//! notify (an investigation report), or stop for a person (safe mode and a failure message).
+//! Each unhealthy agent becomes a `session_unhealthy` critical event.
+
+pub mod health;
+pub mod observe;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::clinic::PENDING_CONTEXT;
+use crate::notify::{Kind, Message, Notifier, Sent};
+use crate::policy::{AgentInfo, Policies, UnhealthyAction};
+use crate::render::Templates;
+use crate::spec::{AgentSpec, Spec};
+use crate::state::{self, AgentDir, FleetDir};
+use crate::supervise::decide::EndReason;
+use crate::supervise::record;
+use crate::world::{self, Runtime, tmux::Tmux};
+pub use health::{Check, Finding};
+
+/// The watchdog's memory of one agent between passes (`watchdog.json` in its state dir).
+pub const MEMORY: &str = "watchdog.json";
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
+    #[serde(default)]
+    pub last_pass: Option<i64>,
+    /// What the previous pass found (confirmed or not).
+    #[serde(default)]
+    pub pending: Vec<Check>,
+    #[serde(default)]
+    pub screen_hash: Option<String>,
+    /// Tool calls in the log and the latest one's time at the previous pass (progress).
+    #[serde(default)]
+    pub tool_count: Option<u64>,
+    #[serde(default)]
+    pub last_tool_call: Option<i64>,
+    /// Revivals spent on `task`.
+    #[serde(default)]
+    pub revival_task: Option<String>,
+    #[serde(default)]
+    pub revivals: u32,
+    /// The last notification: what it was about and when, so a long-running problem is not
+    /// reported on every pass.
+    #[serde(default)]
+    pub notified_key: Option<String>,
+    #[serde(default)]
+    pub notified_at: Option<i64>,
+}
+
+impl Memory {
+    pub fn load(dir: &AgentDir) -> Memory {
+        std::fs::read_to_string(dir.file(MEMORY))
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default()
+    }
+
+    fn save(&self, dir: &AgentDir) -> std::io::Result<()> {
+        dir.ensure()?;
+        let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        state::atomic_write(&dir.file(MEMORY), &bytes)
+    }
+
+    fn revivals_for(&self, task: Option<&str>) -> u32 {
+        if self.revival_task.as_deref() == task {
+            self.revivals
+        } else {
+            0
+        }
+    }
+}
+
+/// What one pass did for one agent.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentReport {
+    pub agent: String,
+    /// `healthy`, `suspect` (found once, to be confirmed), `unhealthy`, or `skipped`.
+    pub verdict: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    /// Confirmed findings (all of them while `suspect`).
+    pub findings: Vec<Finding>,
+    /// Found for the first time along with confirmed ones: acted on if the next pass agrees.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unconfirmed: Vec<Finding>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<UnhealthyAction>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub issue_url: Option<String>,
+    pub notifications: Vec<Sent>,
+    pub notes: Vec<String>,
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub ts: String,
+    pub fleet: String,
+    pub agents: Vec<AgentReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events_pruned: Option<usize>,
+}
+
+impl Report {
+    pub fn unhealthy(&self) -> usize {
+        self.agents
+            .iter()
+            .filter(|a| a.verdict == "unhealthy")
+            .count()
+    }
+}
+
+/// One watchdog pass over the fleet of `config`.
+pub fn pass(config: &Path) -> anyhow::Result<Report> {
+    let spec = crate::spec::load(config)?;
+    let runtime = Tmux::new(&spec.fleet.tmux_socket);
+    Ok(Watchdog::new(&spec, config, &runtime).pass())
+}
+
+pub struct Watchdog<'a> {
+    spec: &'a Spec,
+    config: PathBuf,
+    runtime: &'a dyn Runtime,
+    fleet: FleetDir,
+    templates: Templates,
+}
+
+impl<'a> Watchdog<'a> {
+    pub fn new(spec: &'a Spec, config: &Path, runtime: &'a dyn Runtime) -> Watchdog<'a> {
+        Watchdog {
+            spec,
+            config: config.to_path_buf(),
+            runtime,
+            fleet: FleetDir::new(&spec.fleet.state_dir),
+            templates: Templates::for_spec(spec),
+        }
+    }
+
+    pub fn pass(&self) -> Report {
+        let now = jiff::Timestamp::now().as_second();
+        let world = world::observe(self.spec, self.runtime).unwrap_or_else(|e| {
+            tracing::warn!("watchdog: cannot observe the runtime ({e}); every agent looks gone");
+            world::World::default()
+        });
+        // Lua only when something is unhealthy.
+        let mut policies: Option<Policies> = None;
+        let mut agents = Vec::new();
+        for agent in &self.spec.agents {
+            agents.push(self.check(agent, &world, now, &mut policies));
+        }
+        let events_pruned = prune_events(&self.fleet, self.spec.thresholds.events_retention)
+            .ok()
+            .filter(|n| *n > 0);
+        Report {
+            ts: state::now_rfc3339(),
+            fleet: self.spec.fleet.name.clone(),
+            agents,
+            events_pruned,
+        }
+    }
+
+    fn limits(&self, agent: &AgentSpec) -> health::Limits {
+        let t = &self.spec.thresholds;
+        let mut screen_patterns: Vec<String> = health::SCREEN_PATTERNS
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        for key in ["all", agent.cli.to_string().as_str()] {
+            if let Some(extra) = self.spec.watchdog.screen_patterns.get(key) {
+                screen_patterns.extend(extra.iter().map(|s| s.to_lowercase()));
+            }
+        }
+        health::Limits {
+            silence: t.silence,
+            error_cascade: t.error_cascade,
+            runaway: t.runaway,
+            repeat: t.repeat,
+            max_tokens: t.max_tokens,
+            screen_patterns,
+        }
+    }
+
+    fn check(
+        &self,
+        agent: &AgentSpec,
+        world: &world::World,
+        now: i64,
+        policies: &mut Option<Policies>,
+    ) -> AgentReport {
+        let dir = self.fleet.agent(&agent.name);
+        let mut memory = Memory::load(&dir);
+        let seen = observe::observe(
+            agent,
+            world,
+            self.runtime,
+            &dir,
+            &memory,
+            self.spec.thresholds.max_tokens.is_some(),
+            now,
+        );
+        let mut report = AgentReport {
+            agent: agent.name.clone(),
+            verdict: "healthy",
+            skipped: seen.skip.clone(),
+            findings: Vec::new(),
+            unconfirmed: Vec::new(),
+            action: None,
+            reason: None,
+            decided_by: None,
+            issue_url: None,
+            notifications: Vec::new(),
+            notes: seen.inputs.notes.clone(),
+            problems: Vec::new(),
+        };
+        if seen.skip.is_some() {
+            report.verdict = "skipped";
+            // A stop for a person or a restart ends the episode: start counting afresh.
+            memory.pending.clear();
+            memory.last_pass = Some(now);
+            let _ = dir.path.is_dir().then(|| memory.save(&dir));
+            return report;
+        }
+        let found = health::assess(&seen.inputs, &self.limits(agent));
+        // Confirm before acting: the same check in the previous pass, or evidence that needs
+        // no second look. A session in the middle of a clean turn is never acted on at once.
+        let confirmed: Vec<Finding> = found
+            .iter()
+            .filter(|f| f.unambiguous || memory.pending.contains(&f.check))
+            .cloned()
+            .collect();
+        memory.pending = found.iter().map(|f| f.check).collect();
+        memory.screen_hash = seen.screen_hash.clone();
+        memory.tool_count = Some(seen.inputs.tool_count);
+        memory.last_tool_call = seen.inputs.last_tool_call;
+        memory.last_pass = Some(now);
+        report.findings = found.clone();
+        if confirmed.is_empty() {
+            report.verdict = if found.is_empty() {
+                "healthy"
+            } else {
+                "suspect"
+            };
+            if let Err(e) = memory.save(&dir) {
+                report.problems.push(format!("cannot save {MEMORY}: {e}"));
+            }
+            return report;
+        }
+        report.verdict = "unhealthy";
+        report.findings = confirmed.clone();
+        report.unconfirmed = found
+            .iter()
+            .filter(|f| !confirmed.contains(f))
+            .cloned()
+            .collect();
+        let policies = policies.get_or_insert_with(|| Policies::for_spec(self.spec));
+        self.heal(
+            agent,
+            &dir,
+            &seen,
+            &confirmed,
+            &mut memory,
+            policies,
+            &mut report,
+            now,
+        );
+        if matches!(
+            report.action,
+            Some(UnhealthyAction::Revive | UnhealthyAction::SafeMode)
+        ) {
+            // A new session is a new episode: its problems are confirmed afresh.
+            memory.pending.clear();
+            memory.screen_hash = None;
+        }
+        if let Err(e) = memory.save(&dir) {
+            report.problems.push(format!("cannot save {MEMORY}: {e}"));
+        }
+        report
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn heal(
+        &self,
+        agent: &AgentSpec,
+        dir: &AgentDir,
+        seen: &observe::Observed,
+        findings: &[Finding],
+        memory: &mut Memory,
+        policies: &Policies,
+        report: &mut AgentReport,
+        now: i64,
+    ) {
+        let task = seen.task.clone();
+        let revivals = memory.revivals_for(task.as_deref());
+        let max_revivals = self.spec.watchdog.max_revivals;
+        let info = AgentInfo::from_spec(self.spec, agent);
+        let health = crate::policy::Health {
+            findings: findings
+                .iter()
+                .map(|f| crate::policy::Finding {
+                    check: f.check.as_str().to_string(),
+                    reason: f.reason.clone(),
+                    summary: f.summary.clone(),
+                })
+                .collect(),
+            task: task.clone(),
+            revivals_for_task: revivals,
+            max_revivals,
+        };
+        let decided = policies.on_unhealthy(&info, &health);
+        if let Some(e) = &decided.error {
+            report.problems.push(e.to_string());
+        }
+        let decision = decided.value;
+        report.action = Some(decision.action);
+        report.reason = decision.reason.clone();
+        report.decided_by = Some(decided.by.clone());
+
+        let inputs = &seen.inputs;
+        let last_tool_call = inputs.last_tool_call.map(|t| {
+            jiff::Timestamp::from_second(t)
+                .map(|t| t.to_string())
+                .unwrap_or_default()
+        });
+        let mut ctx = json!({
+            "agent": agent.name, "fleet": self.spec.fleet.name, "cli": agent.cli.to_string(),
+            "findings": findings, "decision": decision, "decided_by": decided.by,
+            "task": task, "revivals": revivals, "max_revivals": max_revivals,
+            "last_tool_call": last_tool_call, "tool_count": inputs.tool_count,
+            "recent_calls": inputs.recent_calls.iter().rev().take(10).rev().collect::<Vec<_>>(),
+            "notes": inputs.notes, "ts": state::now_rfc3339(), "issue_url": Value::Null,
+        });
+        let reason = findings
+            .iter()
+            .map(|f| f.reason.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let title = findings
+            .iter()
+            .map(|f| f.check.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+
+        // The investigation report, unless this very problem was reported recently.
+        let key = format!("{}|{}", reason_key(findings), task.as_deref().unwrap_or(""));
+        let cooldown = self.spec.notify.issue_cooldown.as_secs() as i64;
+        let reported_recently = memory.notified_key.as_deref() == Some(key.as_str())
+            && memory.notified_at.is_some_and(|t| now - t < cooldown);
+        if decision.action != UnhealthyAction::Ignore && !reported_recently {
+            let body = self.render("investigation.md.j2", &ctx, report);
+            report.notifications = self.notify(Kind::Investigation, agent, &title, &body);
+            report.issue_url = report
+                .notifications
+                .iter()
+                .find_map(|s| s.url.clone().filter(|_| s.channel == "github"));
+            ctx["issue_url"] = json!(report.issue_url);
+            memory.notified_key = Some(key);
+            memory.notified_at = Some(now);
+        }
+
+        let action_taken = match decision.action {
+            UnhealthyAction::Ignore => "ignored".to_string(),
+            UnhealthyAction::Notify if reported_recently => "already reported".to_string(),
+            UnhealthyAction::Notify => "notified".to_string(),
+            UnhealthyAction::Revive => {
+                let text = self.render("revival_context.md.j2", &ctx, report);
+                if let Err(e) = state::atomic_write(&dir.file(PENDING_CONTEXT), text.as_bytes()) {
+                    report
+                        .problems
+                        .push(format!("cannot save the revival context: {e}"));
+                }
+                memory.revival_task = task.clone();
+                memory.revivals = revivals + 1;
+                match self.revive(agent, dir, &inputs.process) {
+                    Ok(how) => format!("revival_attempted ({how})"),
+                    Err(e) => {
+                        report.problems.push(format!("revival failed: {e:#}"));
+                        "revival_failed".to_string()
+                    }
+                }
+            }
+            UnhealthyAction::SafeMode => {
+                let text = self.render("failure_message.md.j2", &ctx, report);
+                let sent = self.notify(Kind::Failure, agent, "couldn't recover", &text);
+                report.notifications.extend(sent);
+                let why = format!(
+                    "watchdog: {}",
+                    decision.reason.as_deref().unwrap_or("unrecoverable")
+                );
+                match self.stop_for_a_person(dir, &why, &inputs.process) {
+                    Ok(()) => "safe_mode (unrecoverable)".to_string(),
+                    Err(e) => {
+                        report
+                            .problems
+                            .push(format!("cannot stop the agent: {e:#}"));
+                        "safe_mode_failed".to_string()
+                    }
+                }
+            }
+        };
+        let _ = dir.record_op(
+            "watchdog",
+            json!({"findings": findings, "action": decision.action, "reason": decision.reason,
+                   "action_taken": action_taken, "issue_url": report.issue_url}),
+        );
+        let event = json!({
+            "ts": state::now_rfc3339(), "event": "session_unhealthy", "agent": agent.name,
+            "project": self.spec.fleet.name, "reason": reason, "action_taken": action_taken,
+            "github_issue": report.issue_url,
+            "details": {
+                "findings": findings, "decided_by": decided.by, "policy_reason": decision.reason,
+                "last_tool_call": ctx["last_tool_call"], "tool_count": inputs.tool_count,
+                "task": task, "revivals_for_task": revivals, "notifications": report.notifications,
+                "problems": report.problems,
+            },
+        });
+        if let Err(e) = self.fleet.append_event(&event) {
+            report
+                .problems
+                .push(format!("cannot record the critical event: {e}"));
+        }
+    }
+
+    fn render(&self, template: &str, ctx: &Value, report: &mut AgentReport) -> String {
+        let (text, broken) = self.templates.render_or_builtin(template, ctx);
+        if let Some(e) = broken {
+            report.problems.push(e.to_string());
+        }
+        text.unwrap_or_else(|e| {
+            report.problems.push(e.to_string());
+            format!("agent `{}`: see `phoenix events`", ctx["agent"])
+        })
+    }
+
+    fn notify(&self, kind: Kind, agent: &AgentSpec, title: &str, body: &str) -> Vec<Sent> {
+        if self.spec.notify.is_empty() {
+            return Vec::new();
+        }
+        Notifier::new(&self.spec.notify, &self.fleet).send(&Message {
+            kind,
+            agent: agent.name.clone(),
+            fleet: self.spec.fleet.name.clone(),
+            title: title.to_string(),
+            body: body.to_string(),
+        })
+    }
+
+    /// Restart the agent: through its live wrapper (resuming the session) when the CLI is
+    /// there, else by restarting the pane.
+    fn revive(
+        &self,
+        agent: &AgentSpec,
+        dir: &AgentDir,
+        process: &Option<health::Process>,
+    ) -> anyhow::Result<&'static str> {
+        match process {
+            Some(health::Process::Alive { pid }) => {
+                crate::supervise::restart::stop_under_wrapper(
+                    dir,
+                    *pid,
+                    EndReason::WatchdogKill,
+                    false,
+                )?;
+                crate::supervise::poke(&self.fleet, &agent.name);
+                Ok("resumed by its wrapper")
+            }
+            _ => {
+                crate::supervise::restart::restart(&self.config, &agent.name, false)?;
+                Ok("pane restarted")
+            }
+        }
+    }
+
+    /// Quarantine the agent and stop its CLI: its wrapper shows safe mode until a person runs
+    /// `phoenix restart`.
+    fn stop_for_a_person(
+        &self,
+        dir: &AgentDir,
+        why: &str,
+        process: &Option<health::Process>,
+    ) -> anyhow::Result<()> {
+        let since = state::now_rfc3339();
+        record::update(dir, |r| {
+            r.safe_mode = Some(record::Quarantine {
+                since: since.clone(),
+                reason: why.to_string(),
+            })
+        })?;
+        if let Some(health::Process::Alive { pid }) = process {
+            crate::supervise::restart::stop_under_wrapper(
+                dir,
+                *pid,
+                EndReason::WatchdogKill,
+                false,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn reason_key(findings: &[Finding]) -> String {
+    let mut checks: Vec<&str> = findings.iter().map(|f| f.check.as_str()).collect();
+    checks.sort_unstable();
+    checks.join(",")
+}
+
+/// Drop events older than `retention` from critical_events.jsonl (atomically, keeping lines
+/// that do not parse: a person may want to see them). Returns how many were dropped.
+pub fn prune_events(fleet: &FleetDir, retention: Duration) -> std::io::Result<usize> {
+    let path = fleet.critical_events_path();
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(0);
+    };
+    let cutoff = jiff::Timestamp::now().as_second() - retention.as_secs() as i64;
+    let old = |line: &str| {
+        serde_json::from_str::<Value>(line)
+            .ok()
+            .and_then(|v| {
+                v["ts"]
+                    .as_str()
+                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            })
+            .is_some_and(|t| t.as_second() < cutoff)
+    };
+    // Cheap check first: events are appended in time order.
+    if !text.lines().next().is_some_and(old) {
+        return Ok(0);
+    }
+    let _lock = fleet.events_lock()?;
+    // Read again under the lock: an event appended meanwhile must not be lost.
+    let text = std::fs::read_to_string(&path)?;
+    let mut dropped = 0;
+    let mut kept = String::with_capacity(text.len());
+    for line in text.lines() {
+        if old(line) {
+            dropped += 1;
+        } else {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    state::atomic_write(&path, kept.as_bytes())?;
+    Ok(dropped)
+}
+
+/// `phoenix watchdog [--once] [--json]`.
+pub fn cli(config: &Path, once: bool, json: bool) -> anyhow::Result<i32> {
+    loop {
+        let report = pass(config)?;
+        print_report(&report, json);
+        if once {
+            return Ok(if report.unhealthy() > 0 { 1 } else { 0 });
+        }
+        let spec = crate::spec::load(config)?;
+        let Some(schedule) = spec.schedules.watchdog.clone() else {
+            anyhow::bail!(
+                "[schedules] watchdog is off in {}: run `phoenix watchdog --once` from your own scheduler, or set a cron expression",
+                config.display()
+            );
+        };
+        let now = jiff::Zoned::now();
+        let next = schedule
+            .cron
+            .find_next_occurrence(&now, false)
+            .map_err(|e| anyhow::anyhow!("schedule `{}`: {e}", schedule.expr))?;
+        let wait = next.timestamp().as_millisecond() - now.timestamp().as_millisecond();
+        std::thread::sleep(Duration::from_millis(wait.max(0) as u64));
+    }
+}
+
+fn print_report(report: &Report, json: bool) {
+    if json {
+        crate::cli::out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(report).unwrap_or_default()
+        ));
+        return;
+    }
+    let mut text = String::new();
+    for a in &report.agents {
+        let detail = match a.verdict {
+            "skipped" => a.skipped.clone().unwrap_or_default(),
+            "healthy" => String::new(),
+            _ => a
+                .findings
+                .iter()
+                .map(|f| f.summary.clone())
+                .collect::<Vec<_>>()
+                .join("; "),
+        };
+        text.push_str(&format!("{:<10} {:<12} {detail}", a.verdict, a.agent));
+        if let Some(action) = a.action {
+            text.push_str(&format!(
+                " → {}",
+                serde_json::to_value(action)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            ));
+        }
+        if let Some(url) = &a.issue_url {
+            text.push_str(&format!(" ({url})"));
+        }
+        text.push('\n');
+        for p in &a.problems {
+            text.push_str(&format!("           warning: {p}\n"));
+        }
+    }
+    text.push_str(&format!(
+        "{} agent(s) checked, {} unhealthy\n",
+        report.agents.len(),
+        report.unhealthy()
+    ));
+    crate::cli::out(&text);
+}

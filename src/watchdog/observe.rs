@@ -1,0 +1,263 @@
+//! What the watchdog reads about one agent: the process tree from the world observation, and
+//! state.json, tool_use.jsonl, ops.jsonl, the transcript and the pane's screen. Read-only: it
+//! never writes to these files, and a missing or corrupt one only narrows what can be checked.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::health::{Call, Inputs, Process};
+use crate::clinic::triage::tail_jsonl;
+use crate::spec::AgentSpec;
+use crate::state::{self, AgentDir};
+use crate::world::{Runtime, World};
+
+/// Tool calls kept for the repetition and cascade checks.
+const RECENT_CALLS: usize = 64;
+/// Lines of the pane read for the screen check.
+const SCREEN_LINES: usize = 40;
+/// A transcript larger than this is not read for token use.
+const MAX_TRANSCRIPT_BYTES: u64 = 256 * 1024 * 1024;
+
+/// One agent as observed, or why it was not checked.
+pub struct Observed {
+    pub inputs: Inputs,
+    /// Not checked at all (disabled, stopped on purpose, in safe mode, being restarted).
+    pub skip: Option<String>,
+    pub task: Option<String>,
+    pub pane: Option<String>,
+    pub screen_hash: Option<String>,
+}
+
+fn seconds(ts: &str) -> Option<i64> {
+    ts.parse::<jiff::Timestamp>().ok().map(|t| t.as_second())
+}
+
+pub fn observe(
+    agent: &AgentSpec,
+    world: &World,
+    runtime: &dyn Runtime,
+    dir: &AgentDir,
+    previous: &super::Memory,
+    count_tokens: bool,
+    now: i64,
+) -> Observed {
+    let mut inputs = Inputs {
+        now,
+        ..Inputs::default()
+    };
+    let pane = world.pane_of(&agent.name);
+    let mut observed = Observed {
+        inputs: Inputs::default(),
+        skip: None,
+        task: None,
+        pane: pane.map(|p| p.id.clone()),
+        screen_hash: None,
+    };
+    let quarantined = crate::supervise::record::load(dir).safe_mode.is_some();
+    observed.skip = if !agent.enabled {
+        Some("disabled in phoenix.toml".into())
+    } else if dir.has_marker(state::CLEAN_EXIT) {
+        Some("stopped on purpose (.clean-exit)".into())
+    } else if quarantined || pane.and_then(|p| p.phase.as_deref()) == Some("safe") {
+        Some("in safe mode, waiting for a person".into())
+    } else if pane.and_then(|p| p.phase.as_deref()) == Some("cooldown") {
+        Some("its wrapper is restarting it".into())
+    } else {
+        None
+    };
+    if observed.skip.is_some() {
+        observed.inputs = inputs;
+        return observed;
+    }
+
+    inputs.process = Some(match pane {
+        None if !world.server_running => Process::Gone {
+            why: "the fleet's tmux server is not running".into(),
+        },
+        None => Process::Gone {
+            why: "no pane in the tmux server".into(),
+        },
+        Some(p) if p.dead => Process::Gone {
+            why: format!("pane {} is dead", p.id),
+        },
+        Some(p) => match p.agent_process() {
+            Some(proc) => Process::Alive { pid: proc.pid },
+            None => Process::Gone {
+                why: format!("no CLI process under the wrapper in pane {}", p.id),
+            },
+        },
+    });
+
+    // state.json, read as plain JSON: the watchdog must not trigger a rollback write.
+    let state: Option<Value> = match std::fs::read_to_string(dir.file("state.json")) {
+        Ok(text) => match serde_json::from_str(&text) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                inputs.notes.push(format!(
+                    "state.json is not valid JSON ({e}): status unknown"
+                ));
+                None
+            }
+        },
+        Err(_) => {
+            inputs
+                .notes
+                .push("no state.json: status unknown, silence and runaway not checked".into());
+            None
+        }
+    };
+    let field = |k: &str| {
+        state
+            .as_ref()
+            .and_then(|s| s.get(k))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    inputs.status = field("status");
+    inputs.last_active = field("last_active").as_deref().and_then(seconds);
+    observed.task = field("current_task");
+
+    let tool_log = dir.file(state::TOOL_USE);
+    if tool_log.exists() {
+        let lines = tail_jsonl(&tool_log);
+        inputs.tool_count = lines.len() as u64;
+        inputs.last_tool_call = lines
+            .iter()
+            .rev()
+            .find_map(|l| l.get("ts").and_then(Value::as_str).and_then(seconds));
+        inputs.recent_calls = lines
+            .iter()
+            .skip(lines.len().saturating_sub(RECENT_CALLS))
+            .map(|l| Call {
+                tool: l["tool"].as_str().unwrap_or("?").to_string(),
+                ok: l["ok"].as_bool().unwrap_or(true),
+                input: l["input_digest"].as_str().map(str::to_string),
+            })
+            .collect();
+        if lines.is_empty() {
+            inputs
+                .notes
+                .push("tool_use.jsonl has no readable line: silence uses last_active".into());
+        }
+    } else {
+        inputs
+            .notes
+            .push("no tool_use.jsonl yet: silence uses state.json's last_active".into());
+    }
+
+    let ops = tail_jsonl(&dir.file(state::OPS_LOG));
+    inputs.working_since = ops
+        .iter()
+        .rev()
+        .find(|o| {
+            matches!(
+                o["event"].as_str(),
+                Some("turn_complete" | "session_start" | "agent_start")
+            )
+        })
+        .and_then(|o| o["ts"].as_str())
+        .and_then(seconds);
+
+    if count_tokens {
+        match field("transcript_path") {
+            Some(path) => inputs.tokens = tokens_used(Path::new(&path)),
+            None => inputs
+                .notes
+                .push("no transcript recorded: token use not checked".into()),
+        }
+    }
+
+    // The screen is read only when no tool call happened since the previous pass: a wedged
+    // screen makes no progress, and a busy fleet costs no tmux call per agent.
+    let progressed = previous.tool_count != Some(inputs.tool_count)
+        || previous.last_tool_call != inputs.last_tool_call;
+    if let Some(pane) = pane.filter(|p| !p.dead && !progressed) {
+        if let Ok(text) = runtime.capture(&pane.id, SCREEN_LINES) {
+            let hash = digest(&text);
+            inputs.screen_unchanged = previous.screen_hash.as_deref() == Some(hash.as_str());
+            inputs.screen = Some(text);
+            observed.screen_hash = Some(hash);
+        }
+    }
+    observed.inputs = inputs;
+    observed
+}
+
+fn digest(text: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.trim_end().bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// Tokens a session used, from its transcript: Claude Code's `message.usage` per assistant
+/// message, Codex's cumulative `token_count` events, Gemini's `tokens.total`.
+pub fn tokens_used(path: &Path) -> Option<u64> {
+    let file = std::fs::File::open(path).ok()?;
+    if file.metadata().ok()?.len() > MAX_TRANSCRIPT_BYTES {
+        return None;
+    }
+    let mut summed: u64 = 0;
+    let mut cumulative: Option<u64> = None;
+    let mut seen = false;
+    for line in BufReader::new(file).lines().map_while(Result::ok) {
+        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if let Some(usage) = v.get("message").and_then(|m| m.get("usage")) {
+            seen = true;
+            for key in [
+                "input_tokens",
+                "cache_creation_input_tokens",
+                "cache_read_input_tokens",
+                "output_tokens",
+            ] {
+                summed += usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+            }
+        } else if let Some(total) = v
+            .pointer("/payload/info/total_token_usage/total_tokens")
+            .and_then(Value::as_u64)
+        {
+            cumulative = Some(total);
+        } else if let Some(total) = v.pointer("/tokens/total").and_then(Value::as_u64) {
+            seen = true;
+            summed += total;
+        }
+    }
+    cumulative.or(seen.then_some(summed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_from_each_transcript_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let claude = dir.path().join("c.jsonl");
+        std::fs::write(
+            &claude,
+            "{\"type\":\"assistant\",\"message\":{\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":100,\"output_tokens\":5}}}\n\
+             not json\n\
+             {\"type\":\"assistant\",\"message\":{\"usage\":{\"input_tokens\":20,\"output_tokens\":5}}}\n",
+        )
+        .unwrap();
+        assert_eq!(tokens_used(&claude), Some(140));
+        let codex = dir.path().join("x.jsonl");
+        std::fs::write(
+            &codex,
+            "{\"type\":\"event_msg\",\"payload\":{\"type\":\"token_count\",\"info\":{\"total_token_usage\":{\"total_tokens\":500}}}}\n\
+             {\"type\":\"event_msg\",\"payload\":{\"type\":\"token_count\",\"info\":{\"total_token_usage\":{\"total_tokens\":900}}}}\n",
+        )
+        .unwrap();
+        assert_eq!(tokens_used(&codex), Some(900));
+        let none = dir.path().join("n.jsonl");
+        std::fs::write(&none, "{\"type\":\"user\"}\n").unwrap();
+        assert_eq!(tokens_used(&none), None);
+        assert_eq!(tokens_used(&dir.path().join("missing")), None);
+    }
+}

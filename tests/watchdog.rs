@@ -1,0 +1,406 @@
+//! The watchdog end to end with demo agents on a real private tmux server: silence confirmed
+//! over two passes, revived once with a revival context, unrecoverable the second time (safe
+//! mode, failure message); error cascades reported through a recording `gh` (de-duplicated);
+//! runaway work reported, not interrupted; a dead process revived at once; missing and corrupt
+//! logs never break a pass.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{Fleet, kill9, read_jsonl, wait_until};
+
+/// A resumable demo agent with fast restarts.
+fn agent(name: &str, flags: &str) -> String {
+    format!(
+        "[[agent]]\nname = \"{name}\"\ncli = \"custom\"\n\
+         command = \"phoenix demo-agent --interval 100ms {flags}\"\n\
+         resume_command = \"phoenix demo-agent --interval 100ms {flags} --resume {{session_id}}\"\n"
+    )
+}
+
+const FAST: &str = "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"5s\"\n\n";
+
+/// A notify command that appends what it is sent to `notified.log`.
+fn recorder(fleet: &Fleet) -> PathBuf {
+    let script = fleet.path().join("record-notify.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n{{ echo \"== $PHOENIX_NOTIFY_KIND $PHOENIX_AGENT\"; cat; echo; }} >> '{}'\n",
+            fleet.path().join("notified.log").display()
+        ),
+    )
+    .unwrap();
+    make_executable(&script);
+    script
+}
+
+fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn watchdog(fleet: &Fleet) -> Value {
+    let run = fleet.run(&["watchdog", "--once", "--json"]);
+    assert!(
+        matches!(run.code(), Some(0 | 1)),
+        "watchdog failed:\n{}\n{}",
+        run.stdout(),
+        run.stderr()
+    );
+    run.json()
+}
+
+fn verdict<'a>(report: &'a Value, agent: &str) -> &'a Value {
+    report["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["agent"] == agent)
+        .unwrap_or_else(|| panic!("no {agent} in {report}"))
+}
+
+fn unhealthy_events(fleet: &Fleet) -> Vec<Value> {
+    read_jsonl(&fleet.state_dir().join("critical_events.jsonl"))
+        .into_iter()
+        .filter(|e| e["event"] == "session_unhealthy")
+        .collect()
+}
+
+fn wait_silent(fleet: &Fleet, agent: &str, quiet: Duration) {
+    wait_until(Duration::from_secs(20), "tool calls, then silence", || {
+        let log = fleet.agent_dir(agent).join("tool_use.jsonl");
+        std::fs::metadata(&log)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().unwrap_or_default() > quiet)
+    });
+}
+
+#[test]
+fn silence_is_confirmed_revived_once_then_unrecoverable() {
+    let fleet = Fleet::new();
+    let notify = recorder(&fleet);
+    fleet.toml(&format!(
+        "[thresholds]\nsilence = \"2s\"\n\n[notify]\ncommand = [\"{}\"]\n\n{FAST}{}",
+        notify.display(),
+        agent("quiet", "--silent-after 1s"),
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["quiet"]);
+    wait_silent(&fleet, "quiet", Duration::from_secs(3));
+
+    // One observation is not enough to act on.
+    let first = watchdog(&fleet);
+    let a = verdict(&first, "quiet");
+    assert_eq!(a["verdict"], "suspect", "{a}");
+    assert!(unhealthy_events(&fleet).is_empty());
+
+    // The second agrees: revive, with an investigation report and a critical event.
+    let second = watchdog(&fleet);
+    let a = verdict(&second, "quiet");
+    assert_eq!(a["verdict"], "unhealthy", "{a}");
+    assert_eq!(a["action"], "revive", "{a}");
+    let checks: Vec<&str> = a["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["check"].as_str().unwrap())
+        .collect();
+    assert_eq!(checks, ["silence"]);
+    let events = unhealthy_events(&fleet);
+    assert_eq!(events.len(), 1);
+    let e = &events[0];
+    assert!(e["reason"].as_str().unwrap().contains("silent_for_"), "{e}");
+    assert!(
+        e["action_taken"]
+            .as_str()
+            .unwrap()
+            .starts_with("revival_attempted"),
+        "{e}"
+    );
+    assert_eq!(e["project"], "test");
+    assert!(e["details"]["tool_count"].as_u64().unwrap() > 0, "{e}");
+    let log = std::fs::read_to_string(fleet.path().join("notified.log")).unwrap();
+    assert!(log.contains("== investigation quiet"), "{log}");
+    assert!(log.contains("no tool call for"), "{log}");
+
+    // The wrapper resumed the session, and the revived agent was told why.
+    wait_until(Duration::from_secs(15), "the revived session", || {
+        fleet
+            .ops("quiet")
+            .iter()
+            .any(|o| o["event"] == "clinic_context_injected")
+    });
+    let ops = fleet.ops("quiet");
+    let exit = ops.iter().rfind(|o| o["event"] == "agent_exit").unwrap();
+    assert_eq!(exit["reason"], "watchdog_kill", "{exit}");
+    assert_eq!(exit["counts_as_crash"], false, "{exit}");
+    let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
+    assert_eq!(start["mode"], "resume", "{start}");
+    let pane = fleet.agent_status("quiet")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let screen = fleet
+        .tmux(&["capture-pane", "-p", "-J", "-S", "-200", "-t", &pane])
+        .unwrap();
+    assert!(screen.contains("YOU WERE REVIVED"), "{screen}");
+
+    // Silent again, the same task: the one revival is spent, so it stops for a person.
+    wait_silent(&fleet, "quiet", Duration::from_secs(3));
+    watchdog(&fleet);
+    let third = watchdog(&fleet);
+    let a = verdict(&third, "quiet");
+    assert_eq!(a["action"], "safe_mode", "{a}");
+    let last = unhealthy_events(&fleet).pop().unwrap();
+    assert_eq!(last["action_taken"], "safe_mode (unrecoverable)", "{last}");
+    let log = std::fs::read_to_string(fleet.path().join("notified.log")).unwrap();
+    assert!(log.contains("== failure quiet"), "{log}");
+    assert!(log.contains("couldn't recover"), "{log}");
+    wait_until(Duration::from_secs(10), "safe mode in the pane", || {
+        fleet.ops("quiet").iter().any(|o| o["event"] == "safe_mode")
+    });
+    // A quarantined agent is left alone by later passes.
+    let after = watchdog(&fleet);
+    assert_eq!(verdict(&after, "quiet")["verdict"], "skipped");
+}
+
+/// A fake `gh` that records its calls; `issue create` makes the issue show up in `issue list`.
+fn fake_gh(fleet: &Fleet) -> PathBuf {
+    let bin = fleet.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let dir = fleet.path().display().to_string();
+    let script = format!(
+        r#"#!/bin/bash
+echo "gh $*" >> '{dir}/gh.log'
+if [ "$1 $2" = "issue list" ]; then
+  cat '{dir}/open.json' 2>/dev/null || echo '[]'
+elif [ "$1 $2" = "issue create" ]; then
+  title=""
+  while [ $# -gt 0 ]; do [ "$1" = "--title" ] && title="$2"; shift; done
+  cat > /dev/null
+  n=$(( $(grep -c 'issue create' '{dir}/gh.log') ))
+  printf '[{{"number":%d,"title":"%s","url":"https://github.com/acme/fleet/issues/%d"}}]\n' "$n" "$title" "$n" > '{dir}/open.json'
+  echo "https://github.com/acme/fleet/issues/$n"
+fi
+"#
+    );
+    let gh = bin.join("gh");
+    std::fs::write(&gh, script).unwrap();
+    make_executable(&gh);
+    bin
+}
+
+fn watchdog_with_gh(fleet: &Fleet, bin: &Path) -> Value {
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = fleet
+        .command(&["watchdog", "--once", "--json"])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn an_error_cascade_opens_one_watchdog_issue() {
+    let fleet = Fleet::new();
+    let bin = fake_gh(&fleet);
+    // The policy only reports, so the agent keeps failing and the report repeats.
+    std::fs::create_dir_all(fleet.path().join("policies")).unwrap();
+    std::fs::write(
+        fleet.path().join("policies/recovery.lua"),
+        "function on_unhealthy(agent, health) return { action = 'notify', reason = 'report only' } end\n",
+    )
+    .unwrap();
+    fleet.toml(&format!(
+        "[thresholds]\nerror_cascade = 3\n\n[notify]\ngithub = {{ repo = \"acme/fleet\", labels = [\"watchdog\"] }}\nissue_cooldown = \"1s\"\n\n{FAST}{}",
+        agent("flaky", "--fail-tools"),
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["flaky"]);
+    wait_until(Duration::from_secs(15), "failing tool calls", || {
+        read_jsonl(&fleet.agent_dir("flaky").join("tool_use.jsonl"))
+            .iter()
+            .filter(|l| l["ok"] == false)
+            .count()
+            > 4
+    });
+    assert_eq!(
+        verdict(&watchdog_with_gh(&fleet, &bin), "flaky")["verdict"],
+        "suspect"
+    );
+    let report = watchdog_with_gh(&fleet, &bin);
+    let a = verdict(&report, "flaky");
+    assert_eq!(a["action"], "notify", "{a}");
+    assert_eq!(a["decided_by"], "policies/recovery.lua");
+    assert_eq!(
+        a["issue_url"], "https://github.com/acme/fleet/issues/1",
+        "{a}"
+    );
+    let event = unhealthy_events(&fleet).pop().unwrap();
+    assert_eq!(
+        event["github_issue"],
+        "https://github.com/acme/fleet/issues/1"
+    );
+    assert!(
+        event["reason"]
+            .as_str()
+            .unwrap()
+            .contains("consecutive_tool_errors"),
+        "{event}"
+    );
+    let log = std::fs::read_to_string(fleet.path().join("gh.log")).unwrap();
+    assert!(log.contains("--title [Watchdog] agent `flaky`"), "{log}");
+    assert!(log.contains("--label watchdog"), "{log}");
+
+    // Past the notification cooldown the problem is reported again: the open issue is
+    // reused, not duplicated.
+    std::thread::sleep(Duration::from_millis(1100));
+    let report = watchdog_with_gh(&fleet, &bin);
+    assert_eq!(
+        verdict(&report, "flaky")["issue_url"],
+        "https://github.com/acme/fleet/issues/1"
+    );
+    let log = std::fs::read_to_string(fleet.path().join("gh.log")).unwrap();
+    assert_eq!(log.matches("issue create").count(), 1, "{log}");
+    assert!(log.matches("issue list").count() >= 2, "{log}");
+}
+
+#[test]
+fn runaway_work_is_reported_not_interrupted() {
+    let fleet = Fleet::new();
+    let notify = recorder(&fleet);
+    fleet.toml(&format!(
+        "[thresholds]\nrunaway = \"2s\"\n\n[notify]\ncommand = [\"{}\"]\n\n{FAST}{}",
+        notify.display(),
+        agent("busy", ""),
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pids = fleet.wait_running(&["busy"]);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(verdict(&watchdog(&fleet), "busy")["verdict"], "suspect");
+    let a = verdict(&watchdog(&fleet), "busy").clone();
+    assert_eq!(a["action"], "notify", "{a}");
+    assert_eq!(a["findings"][0]["check"], "runaway");
+    // Reported once; the next pass does not repeat it.
+    let again = watchdog(&fleet);
+    assert_eq!(verdict(&again, "busy")["verdict"], "unhealthy");
+    let events = unhealthy_events(&fleet);
+    assert_eq!(events.last().unwrap()["action_taken"], "already reported");
+    let log = std::fs::read_to_string(fleet.path().join("notified.log")).unwrap();
+    assert_eq!(log.matches("== investigation busy").count(), 1, "{log}");
+    // And the agent was never touched.
+    assert_eq!(fleet.wait_running(&["busy"]), pids);
+}
+
+#[test]
+fn a_dead_process_is_revived_at_once() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!("{FAST}{}", agent("gone", "")));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pids = fleet.wait_running(&["gone"]);
+    let pane = fleet.agent_status("gone")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill9(wrapper);
+    kill9(pids[0]);
+    wait_until(Duration::from_secs(5), "a dead pane", || {
+        fleet.agent_status("gone")["state"] == "dead"
+    });
+    let report = watchdog(&fleet);
+    let a = verdict(&report, "gone");
+    assert_eq!(a["verdict"], "unhealthy", "{a}");
+    assert_eq!(a["findings"][0]["reason"], "process_dead");
+    assert_eq!(a["action"], "revive");
+    let new = fleet.wait_running(&["gone"]);
+    assert_ne!(new, pids);
+}
+
+#[test]
+fn missing_and_corrupt_logs_never_break_a_pass() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "[thresholds]\nsilence = \"1s\"\n\n{FAST}{}{}",
+        agent("ok", ""),
+        "[[agent]]\nname = \"idle\"\ncommand = \"sleep 1000\"\n",
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["ok", "idle"]);
+    let dir = fleet.agent_dir("idle");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("state.json"), "{\"status\": \"work").unwrap();
+    std::fs::write(dir.join("tool_use.jsonl"), "garbage\n{\"ts\": 3\n").unwrap();
+    std::fs::write(dir.join("ops.jsonl"), "\0\0\0").unwrap();
+    std::fs::write(dir.join("watchdog.json"), "not json").unwrap();
+    for _ in 0..2 {
+        let report = watchdog(&fleet);
+        let idle = verdict(&report, "idle");
+        assert_eq!(idle["verdict"], "healthy", "{idle}");
+        let notes = idle["notes"].to_string();
+        assert!(notes.contains("state.json is not valid JSON"), "{notes}");
+        assert_eq!(verdict(&report, "ok")["verdict"], "healthy");
+    }
+    // Read-only: the corrupt file is left for the state store (and a person) to handle.
+    assert_eq!(
+        std::fs::read_to_string(dir.join("state.json")).unwrap(),
+        "{\"status\": \"work"
+    );
+    // The human report reads as one line per agent.
+    let text = fleet.run(&["watchdog", "--once"]);
+    text.status(0).stdout_has("2 agent(s) checked, 0 unhealthy");
+}
+
+/// A screen that shows a known wedge (an API error banner) and does not change is stuck,
+/// once the passes agree; extra phrases come from `[watchdog] screen_patterns`.
+#[test]
+fn a_wedged_screen_is_found_when_nothing_moves() {
+    let fleet = Fleet::new();
+    fleet.toml(
+        "[watchdog]\nscreen_patterns = { custom = [\"press any key to reconnect\"] }\n\n\
+         [[agent]]\nname = \"banner\"\n\
+         command = \"sh -c 'echo API Error: 529 overloaded_error; sleep 1000'\"\n\
+         [[agent]]\nname = \"custom\"\n\
+         command = \"sh -c 'echo Press any key to reconnect; sleep 1000'\"\n",
+    );
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["banner", "custom"]);
+    // First pass: no baseline; second: the screen is read; third: it has not changed.
+    watchdog(&fleet);
+    watchdog(&fleet);
+    let third = watchdog(&fleet);
+    for agent in ["banner", "custom"] {
+        let a = verdict(&third, agent);
+        assert_eq!(a["verdict"], "suspect", "{a}");
+        assert_eq!(a["findings"][0]["check"], "screen", "{a}");
+    }
+    let fourth = watchdog(&fleet);
+    let a = verdict(&fourth, "banner");
+    assert_eq!(a["verdict"], "unhealthy", "{a}");
+    assert!(
+        a["findings"][0]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("api error: 5"),
+        "{a}"
+    );
+}
