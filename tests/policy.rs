@@ -802,6 +802,12 @@ fn events_filter_by_agent_event_and_age() {
         .json();
     assert_eq!(recent_a.as_array().unwrap().len(), 1);
     assert_eq!(recent_a[0]["event"], "clinic_triage");
+
+    // For one agent, each session's end is there too.
+    p.exited("a", 3);
+    let a = p.run(&["events", "--agent", "a", "--json"]).json();
+    assert_eq!(a.as_array().unwrap().len(), 3, "{a}");
+    assert_eq!(a[2]["event"], "agent_exit");
     let clinic = p.run(&["events", "--event", "clinic"]);
     assert!(clinic.stdout().contains("clinic_triage"));
     assert!(!clinic.stdout().contains("policy_error"));

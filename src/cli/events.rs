@@ -37,10 +37,27 @@ pub fn events(config: &Path, args: EventsArgs<'_>) -> anyhow::Result<i32> {
             );
         }
     }
-    let path = FleetDir::new(&spec.fleet.state_dir).critical_events_path();
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    let path = fleet.critical_events_path();
     let text = std::fs::read(&path).unwrap_or_default();
     let mut offset = text.len() as u64;
     let (mut events, skipped) = parse(&String::from_utf8_lossy(&text), &args);
+    if let Some(agent) = args.agent {
+        // For one agent, "why did it stop?" belongs here too: each session's end.
+        let ops = fleet.agent(agent).file(crate::state::OPS_LOG);
+        let ends: Vec<Value> = crate::clinic::triage::tail_jsonl(&ops)
+            .into_iter()
+            .filter(|o| o["event"] == "agent_exit")
+            .map(|o| session_end(agent, o))
+            .collect();
+        let text: String = ends.iter().map(|e| format!("{e}\n")).collect();
+        events.extend(parse(&text, &args).0);
+        events.sort_by_key(|e| {
+            e["ts"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        });
+    }
     if let Some(limit) = args.limit {
         events.drain(..events.len().saturating_sub(limit));
     }
@@ -100,6 +117,18 @@ pub fn events(config: &Path, args: EventsArgs<'_>) -> anyhow::Result<i32> {
             out(&line(&e, args.json));
         }
     }
+}
+
+/// An `agent_exit` line of ops.jsonl as an event: the one recorded reason a session ended.
+fn session_end(agent: &str, op: Value) -> Value {
+    let reason = op["reason"].as_str().unwrap_or("unknown").to_string();
+    let explain = op["explain"].as_str().map(str::to_string);
+    let action = op["action"].as_str().map(str::to_string);
+    serde_json::json!({
+        "ts": op["ts"], "event": "agent_exit", "agent": agent,
+        "reason": match explain { Some(x) => format!("{reason}: {x}"), None => reason },
+        "action_taken": action, "details": op,
+    })
 }
 
 /// The events of `text` that pass the filters, and how many lines did not parse.

@@ -115,6 +115,7 @@ pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Resul
     }
     let runtime = Tmux::new(&spec.fleet.tmux_socket);
     let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
+    let applied_at = jiff::Timestamp::now();
     let report = Applier {
         spec: &spec,
         runtime: &runtime,
@@ -122,7 +123,7 @@ pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Resul
     }
     .apply(&plan);
     let mut report = report;
-    confirm_started(&spec, &runtime, &mut report);
+    confirm_started(&spec, &runtime, &mut report, applied_at);
     let failed = report.failed();
     if json {
         out(&format!(
@@ -157,7 +158,12 @@ const START_CONFIRM: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Wait briefly until every agent started by this apply has its process, and say so: a step
 /// that "worked" but left an empty pane is worth knowing about right away.
-fn confirm_started(spec: &Spec, runtime: &Tmux, report: &mut crate::apply::ApplyReport) {
+fn confirm_started(
+    spec: &Spec,
+    runtime: &Tmux,
+    report: &mut crate::apply::ApplyReport,
+    since: jiff::Timestamp,
+) {
     let started: Vec<usize> = report
         .steps
         .iter()
@@ -170,6 +176,8 @@ fn confirm_started(spec: &Spec, runtime: &Tmux, report: &mut crate::apply::Apply
     }
     let deadline = std::time::Instant::now() + START_CONFIRM;
     let mut pids = vec![None; started.len()];
+    let mut spawn_errors: Vec<Option<String>> = vec![None; started.len()];
+    let fleet = crate::state::FleetDir::new(&spec.fleet.state_dir);
     loop {
         if let Ok(world) = world::observe(spec, runtime) {
             for (slot, &i) in pids.iter_mut().zip(&started) {
@@ -179,18 +187,61 @@ fn confirm_started(spec: &Spec, runtime: &Tmux, report: &mut crate::apply::Apply
                     .map(|p| p.pid);
             }
         }
-        if pids.iter().all(Option::is_some) || std::time::Instant::now() >= deadline {
+        for ((error, pid), &i) in spawn_errors.iter_mut().zip(&pids).zip(&started) {
+            if pid.is_none() {
+                *error = spawn_failure(&fleet.agent(&report.steps[i].agent), since);
+            }
+        }
+        let settled = pids
+            .iter()
+            .zip(&spawn_errors)
+            .all(|(pid, error)| pid.is_some() || error.is_some());
+        if settled || std::time::Instant::now() >= deadline {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    for (pid, &i) in pids.iter().zip(&started) {
-        let note = match pid {
-            Some(pid) => format!(" (running, pid {pid})"),
-            None => " (no agent process yet: check `phoenix status` and the pane)".to_string(),
-        };
-        report.steps[i].detail.push_str(&note);
+    // A command that cannot run still forks for an instant: a process seen under the wrapper
+    // is believed only if no spawn failure follows it.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for (error, &i) in spawn_errors.iter_mut().zip(&started) {
+        if error.is_none() {
+            *error = spawn_failure(&fleet.agent(&report.steps[i].agent), since);
+        }
     }
+    for ((pid, error), &i) in pids.iter().zip(&spawn_errors).zip(&started) {
+        let step = &mut report.steps[i];
+        match (pid, error) {
+            (Some(pid), None) => step.detail.push_str(&format!(" (running, pid {pid})")),
+            (_, Some(error)) => {
+                // The pane is there but the agent's command cannot run: that is a failed start.
+                step.ok = false;
+                step.detail = format!(
+                    "{}; the agent's command cannot start: {error} (fix `command` in {}, then apply again)",
+                    step.detail,
+                    spec.file.display()
+                );
+            }
+            (None, None) => step
+                .detail
+                .push_str(" (no agent process yet: check `phoenix status` and the pane)"),
+        }
+    }
+}
+
+/// The wrapper's `spawn_failed` record since `since`, if the agent's command could not run.
+fn spawn_failure(dir: &crate::state::AgentDir, since: jiff::Timestamp) -> Option<String> {
+    crate::clinic::triage::tail_jsonl(&dir.file(crate::state::OPS_LOG))
+        .into_iter()
+        .rev()
+        .take_while(|o| {
+            o["ts"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_none_or(|t| t >= since)
+        })
+        .find(|o| o["event"] == "spawn_failed")
+        .map(|o| o["error"].as_str().unwrap_or("unknown error").to_string())
 }
 
 fn confirm() -> anyhow::Result<bool> {

@@ -103,8 +103,12 @@ impl SuperviseRecord {
     }
 }
 
-/// Read `crashes.json`. A missing file is an empty history; a corrupt one is kept aside as
-/// `crashes.json.corrupt` and replaced by an empty history (recorded in ops.jsonl).
+/// The copy of the latest good `crashes.json`, for a rollback.
+const CRASHES_LAST_GOOD: &str = "crashes.json.last-good";
+
+/// Read `crashes.json`. A missing file is an empty history. A corrupt one is kept aside as
+/// `crashes.json.corrupt` and rolled back to the last good copy (else an empty history), and
+/// that is a critical event: losing the history could let a quarantined crash loop restart.
 pub fn load(dir: &AgentDir) -> SuperviseRecord {
     let path = dir.file(CRASHES);
     match fs::read(&path) {
@@ -114,11 +118,31 @@ pub fn load(dir: &AgentDir) -> SuperviseRecord {
             Err(e) => {
                 let aside = dir.file("crashes.json.corrupt");
                 let _ = fs::rename(&path, &aside);
+                let good = fs::read(dir.file(CRASHES_LAST_GOOD))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<SuperviseRecord>(&b).ok());
+                let action = match &good {
+                    Some(_) => "rolled back to crashes.json.last-good",
+                    None => "no usable last good copy: crash history and quarantine reset",
+                };
+                if let Some(g) = &good {
+                    if let Ok(bytes) = serde_json::to_vec_pretty(g) {
+                        let _ = state::atomic_write(&path, &bytes);
+                    }
+                }
+                let details = json!({"error": e.to_string(), "kept_as": aside});
                 let _ = dir.record_op(
                     "crashes_corrupt",
-                    json!({"error": e.to_string(), "kept_as": aside}),
+                    json!({"error": e.to_string(), "kept_as": aside, "action_taken": action}),
                 );
-                SuperviseRecord::default()
+                let _ = crate::state::FleetDir::new(dir.fleet_root()).record_critical(
+                    "crashes_corrupt",
+                    &dir.name,
+                    &format!("`{CRASHES}` is corrupt: {e}"),
+                    action,
+                    details,
+                );
+                good.unwrap_or_default()
             }
         },
     }
@@ -137,6 +161,9 @@ pub fn update<T>(dir: &AgentDir, f: impl FnOnce(&mut SuperviseRecord) -> T) -> i
     let out = f(&mut record);
     let bytes = serde_json::to_vec_pretty(&record).map_err(io::Error::other)?;
     state::atomic_write(&dir.file(CRASHES), &bytes)?;
+    // Unsynced like state.json's copy: the synced file is what survives a power cut.
+    let copy = dir.file(".crashes.json.last-good.tmp");
+    fs::write(&copy, &bytes).and_then(|_| fs::rename(&copy, dir.file(CRASHES_LAST_GOOD)))?;
     Ok(out)
 }
 
@@ -391,6 +418,27 @@ mod tests {
         fs::write(d.file(CRASHES), b"{not json").unwrap();
         assert_eq!(load(&d), SuperviseRecord::default());
         assert!(d.file("crashes.json.corrupt").exists());
+    }
+
+    #[test]
+    fn corrupt_crashes_json_keeps_its_quarantine_from_the_last_good_copy() {
+        let (_t, d) = dir();
+        update(&d, |r| {
+            r.safe_mode = Some(Quarantine {
+                since: "now".into(),
+                reason: "crash loop".into(),
+            })
+        })
+        .unwrap();
+        fs::write(d.file(CRASHES), b"{\"crashes\": [").unwrap();
+        assert_eq!(load(&d).safe_mode.unwrap().reason, "crash loop");
+        // Repaired on disk, and a person is told.
+        assert_eq!(load(&d).safe_mode.unwrap().reason, "crash loop");
+        let events =
+            fs::read_to_string(crate::state::FleetDir::new(d.fleet_root()).critical_events_path())
+                .unwrap();
+        assert!(events.contains("crashes_corrupt"), "{events}");
+        assert!(events.contains("rolled back"), "{events}");
     }
 
     #[test]

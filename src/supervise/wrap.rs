@@ -42,6 +42,7 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
     let dir = fleet.agent(&agent.name);
     dir.ensure()
         .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
+    record_a_lost_end(&dir);
     let mut wrapper = Wrapper {
         config: config.to_path_buf(),
         runtime: Tmux::new(&spec.fleet.tmux_socket),
@@ -55,6 +56,27 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
         terminal: Terminal::open(),
     };
     wrapper.run()
+}
+
+/// Every session end gets one recorded reason. A wrapper killed with its pane (or a host
+/// that went down) could not write its `agent_exit`: the next wrapper writes it for it.
+fn record_a_lost_end(dir: &AgentDir) {
+    let ops = crate::clinic::triage::tail_jsonl(&dir.file(state::OPS_LOG));
+    let last = ops
+        .iter()
+        .rev()
+        .find(|o| matches!(o["event"].as_str(), Some("agent_start" | "agent_exit")));
+    if let Some(start) = last.filter(|o| o["event"] == "agent_start") {
+        let _ = dir.record_op(
+            "agent_exit",
+            json!({
+                "reason": EndReason::RuntimeStop, "code": null, "signal": null,
+                "mode": start["mode"], "session_id": start["session_id"],
+                "started": start["ts"], "lost": true,
+                "explain": "the previous wrapper ended without recording why (killed with its pane, or the host went down)",
+            }),
+        );
+    }
 }
 
 fn find_agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a AgentSpec> {

@@ -523,18 +523,20 @@ pub fn prune_events(fleet: &FleetDir, retention: Duration) -> std::io::Result<us
         return Ok(0);
     };
     let cutoff = jiff::Timestamp::now().as_second() - retention.as_secs() as i64;
-    let old = |line: &str| {
-        serde_json::from_str::<Value>(line)
-            .ok()
-            .and_then(|v| {
-                v["ts"]
-                    .as_str()
-                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-            })
-            .is_some_and(|t| t.as_second() < cutoff)
+    let time = |line: &str| {
+        serde_json::from_str::<Value>(line).ok().and_then(|v| {
+            v["ts"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        })
     };
-    // Cheap check first: events are appended in time order.
-    if !text.lines().next().is_some_and(old) {
+    let old = |line: &str| time(line).is_some_and(|t| t.as_second() < cutoff);
+    // Cheap check first: events are appended in time order, so look at the oldest one.
+    if text
+        .lines()
+        .find_map(time)
+        .is_none_or(|t| t.as_second() >= cutoff)
+    {
         return Ok(0);
     }
     let _lock = fleet.events_lock()?;
@@ -623,4 +625,32 @@ fn print_report(report: &Report, json: bool) {
         report.unhealthy()
     ));
     crate::cli::out(&text);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn old_events_are_pruned_and_new_and_unreadable_ones_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fleet = FleetDir::new(tmp.path());
+        fleet.ensure().unwrap();
+        let now = jiff::Timestamp::now();
+        let old = (now - jiff::SignedDuration::from_hours(24 * 40)).to_string();
+        let text = format!(
+            "not json\n{{\"ts\":\"{old}\",\"event\":\"a\"}}\n{{\"ts\":\"{old}\",\"event\":\"b\"}}\n{{\"ts\":\"{now}\",\"event\":\"c\"}}\n"
+        );
+        std::fs::write(fleet.critical_events_path(), text).unwrap();
+        let dropped = prune_events(&fleet, Duration::from_secs(30 * 86_400)).unwrap();
+        assert_eq!(dropped, 2);
+        let kept = std::fs::read_to_string(fleet.critical_events_path()).unwrap();
+        assert_eq!(kept.lines().count(), 2, "{kept}");
+        assert!(kept.contains("not json") && kept.contains("\"c\""));
+        // Nothing old left: the file is not rewritten.
+        assert_eq!(
+            prune_events(&fleet, Duration::from_secs(30 * 86_400)).unwrap(),
+            0
+        );
+    }
 }
