@@ -15,7 +15,7 @@ fn main() {
     let mut toml = format!("[fleet]\nname = \"bench\"\ntmux_socket = \"{socket}\"\n\n");
     for i in 0..AGENTS {
         toml.push_str(&format!(
-            "[[agent]]\nname = \"agent-{i:03}\"\ncommand = \"sleep 100000\"\n\n"
+            "[[agent]]\nname = \"agent-{i:03}\"\ncommand = \"phoenix demo-agent --interval 1h\"\n\n"
         ));
     }
     let config = dir.path().join("phoenix.toml");

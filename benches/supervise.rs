@@ -43,7 +43,7 @@ fn restart_latency(exe: &str) {
     let ops = dir.path().join(".phoenix/agents/a/ops.jsonl");
     let mut agent = wait_for_agent(wrapper, None, Duration::from_secs(10)).expect("agent up");
     wait_for(Duration::from_secs(10), || {
-        count(&ops, "hook_session_start") >= 1
+        count(&ops, "session_start") >= 1
     });
 
     let mut to_running = Vec::new();
@@ -51,14 +51,14 @@ fn restart_latency(exe: &str) {
     for _ in 0..KILLS {
         // Let the run settle so it counts as a long one and resumes.
         std::thread::sleep(Duration::from_millis(300));
-        let hooks_before = count(&ops, "hook_session_start");
+        let hooks_before = count(&ops, "session_start");
         let t0 = Instant::now();
         kill9(agent);
         let next = wait_for_agent(wrapper, Some(agent), Duration::from_secs(10))
             .expect("replacement process");
         to_running.push(t0.elapsed());
         wait_for(Duration::from_secs(10), || {
-            count(&ops, "hook_session_start") > hooks_before
+            count(&ops, "session_start") > hooks_before
         });
         to_life.push(t0.elapsed());
         agent = next;

@@ -21,7 +21,7 @@ fn pass_over_a_fleet(exe: &str) {
     let mut toml = format!("[fleet]\nname = \"bench\"\ntmux_socket = \"{socket}\"\n\n");
     for i in 0..AGENTS {
         toml.push_str(&format!(
-            "[[agent]]\nname = \"agent-{i:03}\"\ncommand = \"sleep 100000\"\n\n"
+            "[[agent]]\nname = \"agent-{i:03}\"\ncommand = \"phoenix demo-agent --interval 1h\"\n\n"
         ));
     }
     let config = dir.path().join("phoenix.toml");
@@ -90,23 +90,27 @@ fn silence_detection_latency(exe: &str) {
             .spawn()
             .unwrap(),
     );
-    let tool_log = dir.path().join(".phoenix/agents/quiet/tool_use.jsonl");
     let events = dir.path().join(".phoenix/critical_events.jsonl");
     let deadline = Instant::now() + Duration::from_secs(240);
-    let mut last_call = None;
     while Instant::now() < deadline {
-        if let Ok(m) = std::fs::metadata(&tool_log).and_then(|m| m.modified()) {
-            last_call = Some(m);
-        }
-        if std::fs::read_to_string(&events).is_ok_and(|t| t.contains("\"session_unhealthy\"")) {
-            let crossed =
-                last_call.expect("tool calls before silence") + Duration::from_secs(silence);
-            let latency = std::time::SystemTime::now()
-                .duration_since(crossed)
-                .unwrap_or_default();
+        let event = std::fs::read_to_string(&events).ok().and_then(|t| {
+            t.lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .find(|e| e["event"] == "session_unhealthy")
+        });
+        if let Some(e) = event {
+            // From the event itself: when the last tool call was, and when it was recorded.
+            let ts = |v: &serde_json::Value| {
+                v.as_str()
+                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                    .expect("a timestamp")
+            };
+            let last_call = ts(&e["details"]["last_tool_call"]);
+            let crossed = last_call.as_millisecond() + silence as i64 * 1000;
+            let latency = ts(&e["ts"]).as_millisecond() - crossed;
             println!(
-                "silence detection with `phoenix run` (schedule \"* * * * *\", two passes to confirm): {:.1?} after the threshold",
-                latency
+                "silence detection with `phoenix run` (schedule \"* * * * *\", two passes to confirm): {:.1}s after the threshold",
+                latency as f64 / 1000.0
             );
             drop(daemon);
             return;

@@ -314,6 +314,8 @@ impl Wrapper {
             t.take_back();
         }
         if !showed_life {
+            // The last look reads the pane whatever the throttle says.
+            probe.next_capture = Instant::now();
             showed_life = probe.shown();
         }
         let mut mode = mode;
@@ -783,6 +785,10 @@ struct LifeProbe {
     ops: PathBuf,
     ops_len: u64,
     pane: Option<(Tmux, String, String)>,
+    /// When the pane may be read next, and the wait after that: a tmux call per agent every
+    /// 100 ms would swamp the server of a large fleet of quiet agents.
+    next_capture: Instant,
+    capture_every: Duration,
     /// No hook is guaranteed and no pane can be read: being alive has to do.
     blind: bool,
 }
@@ -818,6 +824,8 @@ impl LifeProbe {
             ops_len,
             blind: watch_pane && pane.is_none(),
             pane,
+            next_capture: Instant::now() + Duration::from_millis(200),
+            capture_every: Duration::from_millis(250),
         }
     }
 
@@ -837,9 +845,13 @@ impl LifeProbe {
             return true;
         }
         if let Some((runtime, pane, snapshot)) = &self.pane {
-            if let Ok(now) = runtime.capture(pane, 200) {
-                if without_our_lines(&now) != *snapshot {
-                    return true;
+            if Instant::now() >= self.next_capture {
+                self.next_capture = Instant::now() + self.capture_every;
+                self.capture_every = (self.capture_every * 2).min(Duration::from_secs(2));
+                if let Ok(now) = runtime.capture(pane, 200) {
+                    if without_our_lines(&now) != *snapshot {
+                        return true;
+                    }
                 }
             }
         }
