@@ -404,3 +404,32 @@ fn a_wedged_screen_is_found_when_nothing_moves() {
         "{a}"
     );
 }
+
+/// All screens in one tmux call, each pane's text under its own id; a pane that went away
+/// does not cost the others theirs.
+#[test]
+fn screens_are_read_in_one_call_and_a_missing_pane_is_left_out() {
+    use phoenix::world::Runtime;
+    let fleet = Fleet::new();
+    fleet.toml(
+        "[[agent]]\nname = \"one\"\ncommand = \"sh -c 'echo first-screen; sleep 1000'\"\n\
+         [[agent]]\nname = \"two\"\ncommand = \"sh -c 'echo second-screen; sleep 1000'\"\n",
+    );
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["one", "two"]);
+    let pane = |a: &str| fleet.agent_status(a)["pane"].as_str().unwrap().to_string();
+    let (one, two) = (pane("one"), pane("two"));
+    let tmux = phoenix::world::tmux::Tmux::new(&fleet.socket);
+    wait_until(Duration::from_secs(5), "both screens", || {
+        let screens = tmux.capture_many(&[one.clone(), two.clone()], 20);
+        screens
+            .get(&one)
+            .is_some_and(|t| t.contains("first-screen") && !t.contains("second"))
+            && screens
+                .get(&two)
+                .is_some_and(|t| t.contains("second-screen") && !t.contains("first"))
+    });
+    let screens = tmux.capture_many(&[one.clone(), "%999".to_string(), two.clone()], 20);
+    assert_eq!(screens.len(), 2, "{screens:?}");
+    assert!(screens[&two].contains("second-screen"));
+}

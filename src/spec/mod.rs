@@ -498,13 +498,13 @@ fn parse_inner(
     let mut diags = Vec::new();
     check_keys(document.get_ref(), Section::Root, &mut diags);
 
-    let raw: RawSpec = match toml::from_str(source) {
-        Ok(raw) => raw,
-        Err(e) => {
-            diags.push(toml_error(&e));
-            return Err(fail(diags));
-        }
+    let (raw, type_errors) = deserialize_all(source);
+    let Some(raw) = raw else {
+        diags.extend(type_errors);
+        return Err(fail(diags));
     };
+    let had_type_errors = !type_errors.is_empty();
+    diags.extend(type_errors);
     let dir = file
         .parent()
         .map(Path::to_path_buf)
@@ -517,10 +517,54 @@ fn parse_inner(
         schedules,
     }
     .spec(raw, file);
-    if diags.is_empty() {
+    if diags.is_empty() && !had_type_errors {
         Ok(spec)
     } else {
         Err(fail(diags))
+    }
+}
+
+/// Deserialize the document, reporting every value of the wrong type rather than the first:
+/// after each type error the offending line is blanked (offsets kept) and the rest is read
+/// again. The spec read without those lines still goes through validation, so one run of
+/// `phoenix validate` shows every problem. `None` when the document cannot be read at all.
+fn deserialize_all(source: &str) -> (Option<RawSpec>, Vec<Diagnostic>) {
+    const MAX_TYPE_ERRORS: usize = 50;
+    let mut text = source.to_string();
+    let mut errors = Vec::new();
+    loop {
+        match toml::from_str::<RawSpec>(&text) {
+            Ok(raw) => return (Some(raw), errors),
+            Err(e) => {
+                let Some(span) = e.span().filter(|_| errors.len() < MAX_TYPE_ERRORS) else {
+                    errors.push(toml_error(&e));
+                    return (None, errors);
+                };
+                let start = text[..span.start].rfind('\n').map_or(0, |i| i + 1);
+                let end = text[span.start..]
+                    .find('\n')
+                    .map_or(text.len(), |i| span.start + i);
+                // Byte for byte, so that every later span still points at the original text.
+                let blanked: String = text.as_bytes()[start..end]
+                    .iter()
+                    .map(|&b| {
+                        if b.is_ascii_whitespace() {
+                            b as char
+                        } else {
+                            ' '
+                        }
+                    })
+                    .collect();
+                let before = text.clone();
+                text.replace_range(start..end, &blanked);
+                // A value spanning lines cannot be cut out this way: report what we have.
+                if text == before || toml::de::DeTable::parse(&text).is_err() {
+                    errors.push(toml_error(&e));
+                    return (None, errors);
+                }
+                errors.push(toml_error(&e));
+            }
+        }
     }
 }
 

@@ -296,3 +296,19 @@ command = "x"
         "{text:?}"
     );
 }
+
+#[test]
+fn every_type_error_is_reported_with_the_other_problems() {
+    let errs = errors(
+        "[thresholds]\nerror_cascade = \"5\"\nsilence = \"10 q\"\nrepeat = \"x\"\n\
+         [[agent]]\nname = \"a b\"\ncommand = \"x\"\nenabled = \"yes\"\n",
+    );
+    let lines: Vec<(usize, &str)> = errs.iter().map(|e| (e.line, e.message.as_str())).collect();
+    assert_eq!(errs.len(), 5, "{lines:?}");
+    for line in [2, 3, 4, 6, 8] {
+        assert!(
+            errs.iter().any(|e| e.line == line),
+            "line {line}: {lines:?}"
+        );
+    }
+}

@@ -156,9 +156,42 @@ impl<'a> Watchdog<'a> {
         });
         // Lua only when something is unhealthy.
         let mut policies: Option<Policies> = None;
+        let mut seen: Vec<(Memory, observe::Observed)> = self
+            .spec
+            .agents
+            .iter()
+            .map(|agent| {
+                let dir = self.fleet.agent(&agent.name);
+                let memory = Memory::load(&dir);
+                let observed = observe::observe(
+                    agent,
+                    &world,
+                    &dir,
+                    &memory,
+                    self.spec.thresholds.max_tokens.is_some(),
+                    now,
+                );
+                (memory, observed)
+            })
+            .collect();
+        // Every screen the checks need, in one runtime call.
+        let wanted: Vec<String> = seen
+            .iter()
+            .filter_map(|(_, o)| o.wants_screen.clone())
+            .collect();
+        let mut screens = self.runtime.capture_many(&wanted, observe::SCREEN_LINES);
+        for (memory, observed) in &mut seen {
+            if let Some(text) = observed
+                .wants_screen
+                .as_ref()
+                .and_then(|p| screens.remove(p))
+            {
+                observed.with_screen(text, memory.screen_hash.as_deref());
+            }
+        }
         let mut agents = Vec::new();
-        for agent in &self.spec.agents {
-            agents.push(self.check(agent, &world, now, &mut policies));
+        for (agent, (memory, observed)) in self.spec.agents.iter().zip(seen) {
+            agents.push(self.check(agent, memory, observed, now, &mut policies));
         }
         let events_pruned = prune_events(&self.fleet, self.spec.thresholds.events_retention)
             .ok()
@@ -195,21 +228,12 @@ impl<'a> Watchdog<'a> {
     fn check(
         &self,
         agent: &AgentSpec,
-        world: &world::World,
+        mut memory: Memory,
+        seen: observe::Observed,
         now: i64,
         policies: &mut Option<Policies>,
     ) -> AgentReport {
         let dir = self.fleet.agent(&agent.name);
-        let mut memory = Memory::load(&dir);
-        let seen = observe::observe(
-            agent,
-            world,
-            self.runtime,
-            &dir,
-            &memory,
-            self.spec.thresholds.max_tokens.is_some(),
-            now,
-        );
         let mut report = AgentReport {
             agent: agent.name.clone(),
             verdict: "healthy",

@@ -11,12 +11,12 @@ use super::health::{Call, Inputs, Process};
 use crate::clinic::triage::tail_jsonl;
 use crate::spec::AgentSpec;
 use crate::state::{self, AgentDir};
-use crate::world::{Runtime, World};
+use crate::world::World;
 
 /// Tool calls kept for the repetition and cascade checks.
 const RECENT_CALLS: usize = 64;
 /// Lines of the pane read for the screen check.
-const SCREEN_LINES: usize = 40;
+pub const SCREEN_LINES: usize = 40;
 /// A transcript larger than this is not read for token use.
 const MAX_TRANSCRIPT_BYTES: u64 = 256 * 1024 * 1024;
 
@@ -27,7 +27,19 @@ pub struct Observed {
     pub skip: Option<String>,
     pub task: Option<String>,
     pub pane: Option<String>,
+    /// The pane whose screen the screen check needs.
+    pub wants_screen: Option<String>,
     pub screen_hash: Option<String>,
+}
+
+impl Observed {
+    /// Add the pane's screen, compared with the one of the previous pass.
+    pub fn with_screen(&mut self, text: String, previous_hash: Option<&str>) {
+        let hash = digest(&text);
+        self.inputs.screen_unchanged = previous_hash == Some(hash.as_str());
+        self.inputs.screen = Some(text);
+        self.screen_hash = Some(hash);
+    }
 }
 
 fn seconds(ts: &str) -> Option<i64> {
@@ -37,7 +49,6 @@ fn seconds(ts: &str) -> Option<i64> {
 pub fn observe(
     agent: &AgentSpec,
     world: &World,
-    runtime: &dyn Runtime,
     dir: &AgentDir,
     previous: &super::Memory,
     count_tokens: bool,
@@ -53,6 +64,7 @@ pub fn observe(
         skip: None,
         task: None,
         pane: pane.map(|p| p.id.clone()),
+        wants_screen: None,
         screen_hash: None,
     };
     let quarantined = crate::supervise::record::load(dir).safe_mode.is_some();
@@ -170,17 +182,13 @@ pub fn observe(
     }
 
     // The screen is read only when no tool call happened since the previous pass: a wedged
-    // screen makes no progress, and a busy fleet costs no tmux call per agent.
+    // screen makes no progress, and a busy fleet costs no screen reads. The caller reads
+    // every wanted screen in one runtime call and passes it to `with_screen`.
     let progressed = previous.tool_count != Some(inputs.tool_count)
         || previous.last_tool_call != inputs.last_tool_call;
-    if let Some(pane) = pane.filter(|p| !p.dead && !progressed) {
-        if let Ok(text) = runtime.capture(&pane.id, SCREEN_LINES) {
-            let hash = digest(&text);
-            inputs.screen_unchanged = previous.screen_hash.as_deref() == Some(hash.as_str());
-            inputs.screen = Some(text);
-            observed.screen_hash = Some(hash);
-        }
-    }
+    observed.wants_screen = pane
+        .filter(|p| !p.dead && !progressed)
+        .map(|p| p.id.clone());
     observed.inputs = inputs;
     observed
 }

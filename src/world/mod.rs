@@ -81,6 +81,13 @@ pub trait Runtime {
     fn stop(&self, pane: &str) -> Result<(), RuntimeError>;
     fn send_input(&self, pane: &str, text: &str) -> Result<(), RuntimeError>;
     fn capture(&self, pane: &str, lines: usize) -> Result<String, RuntimeError>;
+    /// The screens of several panes; a pane that cannot be read is left out.
+    fn capture_many(&self, panes: &[String], lines: usize) -> BTreeMap<String, String> {
+        panes
+            .iter()
+            .filter_map(|p| self.capture(p, lines).ok().map(|t| (p.clone(), t)))
+            .collect()
+    }
     /// Publish what the wrapper in `pane` is doing, for observers.
     fn set_phase(&self, pane: &str, phase: &str) -> Result<(), RuntimeError>;
 }

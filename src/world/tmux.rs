@@ -1,6 +1,7 @@
 //! The tmux runtime: every call goes to a private server (`tmux -L <socket>`), arguments are
 //! passed as a vector (never through a shell), and output is read through explicit formats.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -199,6 +200,68 @@ impl Runtime for Tmux {
     fn capture(&self, pane: &str, lines: usize) -> Result<String, RuntimeError> {
         let start = format!("-{lines}");
         self.run(["capture-pane", "-p", "-J", "-t", pane, "-S", &start])
+    }
+
+    /// One tmux call for all of them: `capture-pane` per pane, each preceded by a marker line
+    /// with a per-call nonce (so no pane's text can pass for a marker). If the call fails (a
+    /// pane went away meanwhile), each pane is read on its own.
+    fn capture_many(&self, panes: &[String], lines: usize) -> BTreeMap<String, String> {
+        if panes.is_empty() {
+            return BTreeMap::new();
+        }
+        let nonce = format!(
+            "{:x}{:x}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0)
+        );
+        let marker = |pane: &str| format!("phoenix-capture-{nonce}:{pane}");
+        let start = format!("-{lines}");
+        let mut args: Vec<String> = Vec::new();
+        for pane in panes {
+            if !args.is_empty() {
+                args.push(";".into());
+            }
+            args.extend(["display-message".into(), "-p".into(), marker(pane)]);
+            args.push(";".into());
+            args.extend(
+                [
+                    "capture-pane",
+                    "-p",
+                    "-J",
+                    "-t",
+                    pane.as_str(),
+                    "-S",
+                    start.as_str(),
+                ]
+                .map(String::from),
+            );
+        }
+        let Ok(out) = self.run(&args) else {
+            return panes
+                .iter()
+                .filter_map(|p| self.capture(p, lines).ok().map(|t| (p.clone(), t)))
+                .collect();
+        };
+        let mut screens = BTreeMap::new();
+        let mut current: Option<(String, String)> = None;
+        for line in out.split_inclusive('\n') {
+            let bare = line.trim_end_matches('\n');
+            if let Some(pane) = bare.strip_prefix(&format!("phoenix-capture-{nonce}:")) {
+                if let Some((p, text)) = current.take() {
+                    screens.insert(p, text);
+                }
+                current = Some((pane.to_string(), String::new()));
+            } else if let Some((_, text)) = current.as_mut() {
+                text.push_str(line);
+            }
+        }
+        if let Some((p, text)) = current {
+            screens.insert(p, text);
+        }
+        screens
     }
 
     fn set_phase(&self, pane: &str, phase: &str) -> Result<(), RuntimeError> {
