@@ -1,4 +1,5 @@
-//! `phoenix hook heartbeat` and `phoenix hook session-start`: wall time per call (median over
+//! `phoenix-hook heartbeat` and `phoenix-hook session-start` (what installed hook files call;
+//! `phoenix hook` of the full binary for comparison): wall time per call (median over
 //! ≥ 200 runs), next to the Phoenix Protocol v2.0 seed's own hooks run on the same machine — the
 //! Python one-liner heartbeat (system `/usr/bin/python3`, never a version-manager shim) and the
 //! bash+jq start hook. Run with `cargo bench --bench hooks`.
@@ -136,6 +137,8 @@ fn which(program: &str) -> Option<String> {
 
 fn main() {
     let exe = env!("CARGO_BIN_EXE_phoenix").to_string();
+    // What the installed hook files call.
+    let hook_exe = env!("CARGO_BIN_EXE_phoenix-hook").to_string();
     let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path();
     let config = root.join("phoenix.toml");
@@ -212,7 +215,15 @@ fn main() {
             reset: None,
         },
         Case {
-            name: "phoenix hook heartbeat",
+            name: "phoenix-hook heartbeat",
+            program: hook_exe.clone(),
+            args: phoenix_args("heartbeat"),
+            stdin: post_tool.clone(),
+            env: vec![],
+            reset: None,
+        },
+        Case {
+            name: "phoenix hook heartbeat (the full binary)",
             program: exe.clone(),
             args: phoenix_args("heartbeat"),
             stdin: post_tool.clone(),
@@ -220,16 +231,16 @@ fn main() {
             reset: None,
         },
         Case {
-            name: "phoenix hook tool-error (always writes state.json)",
-            program: exe.clone(),
+            name: "phoenix-hook tool-error (always writes state.json)",
+            program: hook_exe.clone(),
             args: phoenix_args("tool-error"),
             stdin: post_tool.clone(),
             env: vec![],
             reset: None,
         },
         Case {
-            name: "phoenix hook session-start (recovery + brief)",
-            program: exe.clone(),
+            name: "phoenix-hook session-start (recovery + brief)",
+            program: hook_exe.clone(),
             args: phoenix_args("session-start"),
             stdin: session_start.clone(),
             env: vec![],
@@ -303,10 +314,10 @@ fn main() {
     };
     ratio(
         "seed heartbeat: /usr/bin/python3 one-liner",
-        "phoenix hook heartbeat",
+        "phoenix-hook heartbeat",
     );
     ratio(
         "seed start hook: bash + jq",
-        "phoenix hook session-start (recovery + brief)",
+        "phoenix-hook session-start (recovery + brief)",
     );
 }

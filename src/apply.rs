@@ -117,7 +117,8 @@ impl Applier<'_> {
             // edit between plan and apply is kept.
             Action::InstallHooks { path, .. } => {
                 let agent = agent()?;
-                let desired = hook_config::Target::new(&self.exe, &self.spec.file, agent).desired();
+                let hook_exe = hook_config::hook_binary(&self.exe);
+                let desired = hook_config::Target::new(&hook_exe, &self.spec.file, agent).desired();
                 ensure_dir(dir)?;
                 let detail =
                     hook_config::write_file(path, &agent.name, desired.as_ref(), Some(&dir.path))?;

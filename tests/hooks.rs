@@ -969,9 +969,11 @@ fn apply_merges_hook_files_keeping_user_settings_and_a_second_apply_changes_noth
             .unwrap()
             <= 3
     );
+    // The hook files call phoenix-hook, built next to phoenix, with phoenix's arguments.
+    let hook_exe = Path::new(support::PHOENIX).with_file_name("phoenix-hook");
     for command in phoenix_commands(&merged) {
         let argv = shlex::split(&command).unwrap();
-        assert_eq!(argv[0], support::PHOENIX);
+        assert_eq!(Path::new(&argv[0]), hook_exe);
         assert_eq!(Path::new(&argv[2]), fleet.config());
     }
     let before = std::fs::read(&claude).unwrap();
@@ -1223,4 +1225,55 @@ fn demo_agent_gets_the_recovery_block_injected() {
     let s = state(&fleet, "demo");
     assert_eq!(s["status"], "stopped", "demo's `exit` is a user exit");
     assert!(!read_jsonl(&fleet.agent_dir("demo").join("tool_use.jsonl")).is_empty());
+}
+
+/// `phoenix-hook`, what hook files call: the same arguments as `phoenix hook`, with or without
+/// the `hook` word, and garbage on its command line still exits 0 with valid output.
+#[test]
+fn phoenix_hook_binary_takes_the_same_arguments_and_never_fails() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let hook_exe = Path::new(support::PHOENIX).with_file_name("phoenix-hook");
+    let run = |args: &[&str], stdin: &str| {
+        let mut child = std::process::Command::new(&hook_exe)
+            .args(args)
+            .current_dir(fleet.path())
+            .env_remove("PHOENIX_CONFIG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let config = fleet.config().display().to_string();
+    let payload = r#"{"session_id":"s1","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"ls"}}"#;
+    for args in [
+        vec![
+            "--config",
+            config.as_str(),
+            "hook",
+            "heartbeat",
+            "--agent",
+            "c",
+            "--cli",
+            "claude",
+        ],
+        vec!["--config", config.as_str(), "heartbeat", "--agent", "c"],
+    ] {
+        let out = run(&args, payload);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+    }
+    let calls = read_jsonl(&fleet.agent_dir("c").join("tool_use.jsonl"));
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(calls[0]["input_digest"].is_string());
+    let out = run(&["--bogus", "x", "--agent"], "garbage");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot understand"));
 }

@@ -266,6 +266,7 @@ pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {
     let spec = load(config)?;
     let agent = agent(&spec, &name)?;
     let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
+    let exe = crate::hooks::config::hook_binary(&exe);
     let target = Target::new(&exe, &spec.file, agent);
     let (Some(path), Some(content)) =
         (config::path_in(agent.cli, &agent.workdir), target.desired())

@@ -35,7 +35,9 @@ fn observe(spec: &Spec) -> anyhow::Result<World> {
 fn plan_options(prune: bool) -> anyhow::Result<PlanOptions> {
     Ok(PlanOptions {
         prune,
-        hooks_exe: Some(std::env::current_exe().context("cannot find the phoenix binary")?),
+        hooks_exe: Some(crate::hooks::config::hook_binary(
+            &std::env::current_exe().context("cannot find the phoenix binary")?,
+        )),
     })
 }
 

@@ -223,6 +223,21 @@ pub enum ServiceCommand {
 
 /// Parse the command line, run, and return the process exit code.
 pub fn main() -> i32 {
+    // The hook fast path: the shape phoenix writes into hook files, without clap.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(hook) = crate::hooks::HookArgs::parse(&args) {
+        let config = hook
+            .config
+            .or_else(|| std::env::var_os("PHOENIX_CONFIG").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from(crate::spec::DEFAULT_CONFIG));
+        return crate::hooks::run(
+            &config,
+            &hook.event,
+            &hook.agent,
+            hook.cli.as_deref(),
+            hook.payload,
+        );
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

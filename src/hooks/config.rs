@@ -257,6 +257,17 @@ impl<'a> Target<'a> {
     }
 }
 
+/// The program hook files call: `phoenix-hook` next to `exe` when it is there (it starts
+/// faster: no Lua, no HTTP client, no command-line parser), else `exe` itself. Both take the
+/// same `--config … hook <event> --agent …` arguments.
+pub fn hook_binary(exe: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let sibling = exe.with_file_name("phoenix-hook");
+    let runnable = std::fs::metadata(&sibling)
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if runnable { sibling } else { exe.to_path_buf() }
+}
+
 /// Is this hook handler one phoenix installed for `agent`? Recognised by its command:
 /// a program named `phoenix…` called with `hook … --agent AGENT`, wherever the binary lives.
 pub fn is_phoenix_handler(handler: &Value, agent: &str) -> bool {
