@@ -57,36 +57,12 @@ pub fn validate(kind: Kind, bytes: &[u8]) -> Result<(), String> {
     }
 }
 
-/// phoenix has no YAML parser among its dependencies, so YAML gets the checks that cannot
-/// reject a valid file: UTF-8, and no tab used as indentation outside block scalars.
+/// A YAML stream parses (every document in it).
 fn yaml_sanity(bytes: &[u8]) -> Result<(), String> {
     let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
-    let mut block_parent: Option<usize> = None;
-    for (n, line) in text.lines().enumerate() {
-        let content = line.trim_start_matches(' ');
-        let indent = line.len() - content.len();
-        if content.trim().is_empty() {
-            continue;
-        }
-        if let Some(parent) = block_parent {
-            if indent > parent {
-                continue;
-            }
-            block_parent = None;
-        }
-        if content.starts_with('\t') {
-            return Err(format!(
-                "line {}: a tab is used for indentation (YAML allows only spaces)",
-                n + 1
-            ));
-        }
-        let code = content.split(" #").next().unwrap_or("").trim_end();
-        let opener = code.trim_end_matches(|c: char| c == '-' || c == '+' || c.is_ascii_digit());
-        if opener.ends_with('|') || opener.ends_with('>') {
-            block_parent = Some(indent);
-        }
-    }
-    Ok(())
+    yaml_rust2::YamlLoader::load_from_str(text)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 fn key(path: &Path) -> String {
@@ -240,6 +216,10 @@ mod tests {
         );
         assert!(validate(Kind::Yaml, b"a:\n  b: 1\nrun: |\n  echo [\n  \tx\n").is_ok());
         assert!(validate(Kind::Yaml, b"a:\n\tb: 1\n").is_err());
+        // What the old light check let through: an unclosed flow sequence, a bad indent.
+        assert!(validate(Kind::Yaml, b"a: [1\n").is_err());
+        assert!(validate(Kind::Yaml, b"a:\n  b: 1\n c: 2\n").is_err());
+        assert!(validate(Kind::Yaml, b"---\na: 1\n---\nb: [1, 2]\n").is_ok());
     }
 
     #[test]
