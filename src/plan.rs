@@ -649,6 +649,18 @@ mod tests {
     }
 
     #[test]
+    fn drift_in_env_shows_which_variable_changed_but_not_its_value() {
+        let s = two_agents();
+        let mut old = s.agents[0].launch();
+        old.env.insert("API_TOKEN".into(), "sk-old-secret".into());
+        let mut w = world_with(&s, vec![pane("a", &old.fingerprint(), true)]);
+        w.agents.get_mut("a").unwrap().started = Some(old);
+        let text = diff(&s, &w, &PlanOptions::default()).to_string();
+        assert!(text.contains("env: {\"API_TOKEN\":\"(hidden #"), "{text}");
+        assert!(!text.contains("sk-old-secret"), "{text}");
+    }
+
+    #[test]
     fn undeclared_agents_are_only_removed_with_prune() {
         let s = two_agents();
         let w = world_with(&s, vec![pane("old", "x", true)]);

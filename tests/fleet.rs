@@ -458,6 +458,9 @@ fn doctor_says_what_to_fix() {
         .stdout_has("install `no-such-agent-cli`");
     let json = fleet.run(&["doctor", "--json"]).json();
     assert_eq!(json["ok"], false);
+    // Doctor only looks: it does not create the state dir it checks.
+    assert!(!fleet.state_dir().exists());
+    assert!(fleet.run(&["doctor"]).stdout().contains("ok   state dir"));
 }
 
 #[test]

@@ -450,12 +450,25 @@ pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
                 format!("{} ({} agents)", spec.file.display(), spec.agents.len()),
                 None,
             );
+            // Checked without creating anything: the nearest existing directory must take a
+            // new file (doctor only looks).
             let state = &spec.fleet.state_dir;
-            let probe = FleetDir::new(state).ensure().and_then(|_| {
-                let p = state.join(".doctor-probe");
-                std::fs::write(&p, b"ok")?;
-                std::fs::remove_file(&p)
-            });
+            let existing = state
+                .ancestors()
+                .find(|p| p.exists())
+                .unwrap_or(Path::new("/"));
+            let probe = if existing.is_dir() {
+                nix::unistd::access(
+                    existing,
+                    nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+                )
+                .map_err(std::io::Error::from)
+            } else {
+                Err(std::io::Error::other(format!(
+                    "`{}` is not a directory",
+                    existing.display()
+                )))
+            };
             check(
                 "state dir".into(),
                 probe.is_ok(),

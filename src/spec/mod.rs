@@ -345,14 +345,40 @@ impl LaunchSpec {
         let a = serde_json::to_value(self).expect("serialises");
         let b = serde_json::to_value(other).expect("serialises");
         let (a, b) = (a.as_object().unwrap(), b.as_object().unwrap());
+        // Environment values are often secrets: a plan shows which changed, never what to.
+        let shown = |k: &str, v: serde_json::Value| {
+            if k == "env" { hide_values(v) } else { v }
+        };
         a.iter()
             .filter(|(k, v)| b.get(*k) != Some(v))
             .map(|(k, v)| FieldChange {
                 field: k.clone(),
-                before: v.clone(),
-                after: b.get(k).cloned().unwrap_or(serde_json::Value::Null),
+                before: shown(k, v.clone()),
+                after: shown(k, b.get(k).cloned().unwrap_or(serde_json::Value::Null)),
             })
             .collect()
+    }
+}
+
+/// `{"TOKEN": "abc"}` → `{"TOKEN": "(hidden #3f2a)"}`: a short digest tells a changed value
+/// from an unchanged one without showing either.
+fn hide_values(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(map) => map
+            .into_iter()
+            .map(|(k, v)| {
+                let mut hash: u32 = 0x811c_9dc5;
+                for b in v.as_str().unwrap_or_default().bytes() {
+                    hash ^= u32::from(b);
+                    hash = hash.wrapping_mul(0x0100_0193);
+                }
+                (
+                    k,
+                    serde_json::Value::String(format!("(hidden #{:04x})", hash >> 16)),
+                )
+            })
+            .collect(),
+        other => other,
     }
 }
 
