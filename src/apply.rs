@@ -108,9 +108,19 @@ impl Applier<'_> {
                 if dir.exists() {
                     let _ = record::request_stop(dir, EndReason::OperatorStop, false);
                 }
+                // Retry once, like every tmux step; then say how to look closer.
                 self.runtime
                     .stop(pane)
-                    .map_err(|e| format!("could not stop pane {pane}: {e}"))?;
+                    .or_else(|_| {
+                        std::thread::sleep(Duration::from_millis(200));
+                        self.runtime.stop(pane)
+                    })
+                    .map_err(|e| {
+                        format!(
+                            "could not stop pane {pane}: {e} (retried once); inspect it with `tmux -L {} list-panes -a` and run `phoenix doctor`",
+                            self.spec.fleet.tmux_socket
+                        )
+                    })?;
                 Ok(format!("stopped pane {pane}"))
             }
             // Merged again from the file as it is now, not written from the plan: a user's
@@ -210,18 +220,8 @@ fn action_name(action: &Action) -> &'static str {
 
 /// Self-diagnosis after a failed retry: the likely cause and a concrete next step.
 fn diagnose(err: &RuntimeError, agent: &AgentSpec, socket: &str) -> String {
-    if tmux::on_path().is_none() || matches!(err, RuntimeError::NotInstalled) {
-        return format!(
-            "{err}; tmux is not installed or not on PATH — install it (e.g. `apt install tmux`) and run `phoenix doctor`"
-        );
-    }
-    let sockets = tmux::socket_dir();
-    let base = sockets.parent().unwrap_or(Path::new("/tmp"));
-    if !writable(if sockets.exists() { &sockets } else { base }) {
-        return format!(
-            "{err}; the tmux socket directory `{}` is not writable — fix its permissions or set TMUX_TMPDIR to a writable directory",
-            sockets.display()
-        );
+    if let Some(why) = diagnose_tmux(err) {
+        return why;
     }
     if !agent.workdir.is_dir() {
         return format!(
@@ -233,6 +233,31 @@ fn diagnose(err: &RuntimeError, agent: &AgentSpec, socket: &str) -> String {
     format!(
         "{err} (retried once); inspect the server with `tmux -L {socket} list-panes -a` and run `phoenix doctor`"
     )
+}
+
+/// Why tmux itself cannot work here, with what to do about it: not installed, or no socket
+/// directory it can use. `None` when neither explains `err`.
+pub fn diagnose_tmux(err: &RuntimeError) -> Option<String> {
+    if tmux::on_path().is_none() || matches!(err, RuntimeError::NotInstalled) {
+        return Some(format!(
+            "{err}; tmux is not installed or not on PATH — install it (e.g. `apt install tmux`) and run `phoenix doctor`"
+        ));
+    }
+    let sockets = tmux::socket_dir();
+    let base = sockets.parent().unwrap_or(Path::new("/tmp"));
+    if !base.is_dir() {
+        return Some(format!(
+            "{err}; the tmux socket directory's parent `{}` is not a directory — point TMUX_TMPDIR at a writable directory (or unset it for /tmp)",
+            base.display()
+        ));
+    }
+    if !writable(if sockets.exists() { &sockets } else { base }) {
+        return Some(format!(
+            "{err}; the tmux socket directory `{}` is not writable — fix its permissions or set TMUX_TMPDIR to a writable directory",
+            sockets.display()
+        ));
+    }
+    None
 }
 
 fn writable(path: &Path) -> bool {

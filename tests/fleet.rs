@@ -541,3 +541,27 @@ fn missing_tmux_is_diagnosed_with_a_next_step() {
         .unwrap();
     assert!(String::from_utf8_lossy(&doctor.stdout).contains("FAIL tmux"));
 }
+
+/// A tmux step that keeps failing is retried once, then diagnosed with a next step: here the
+/// socket directory cannot exist because TMUX_TMPDIR names a file.
+#[test]
+fn a_tmux_failure_is_retried_then_diagnosed() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("alpha", ""));
+    let not_a_dir = fleet.path().join("not-a-dir");
+    std::fs::write(&not_a_dir, "x").unwrap();
+    let out = fleet
+        .command(&["apply", "--yes"])
+        .env("TMUX_TMPDIR", &not_a_dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is not a directory"), "{stderr}");
+    assert!(
+        stderr.contains("point TMUX_TMPDIR at a writable directory"),
+        "{stderr}"
+    );
+    // Nothing was touched.
+    assert!(!fleet.state_dir().exists());
+}

@@ -1277,3 +1277,27 @@ fn phoenix_hook_binary_takes_the_same_arguments_and_never_fails() {
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot understand"));
 }
+
+/// Someone's edit leaves phoenix.toml invalid while agents run: their hooks keep recording
+/// (from the last valid copy the wrapper kept) and say why in hook_errors.jsonl.
+#[test]
+fn hooks_keep_recording_while_the_config_is_broken() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("d", ""));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["d"]);
+    let log = fleet.agent_dir("d").join("tool_use.jsonl");
+    support::wait_until(std::time::Duration::from_secs(10), "tool calls", || {
+        read_jsonl(&log).len() >= 2
+    });
+    assert!(fleet.state_dir().join("phoenix.toml.last-good").exists());
+    std::fs::write(fleet.config(), "[fleet\nthis is not toml").unwrap();
+    let before = read_jsonl(&log).len();
+    support::wait_until(
+        std::time::Duration::from_secs(10),
+        "tool calls after the bad edit",
+        || read_jsonl(&log).len() >= before + 3,
+    );
+    let errors = std::fs::read_to_string(fleet.agent_dir("d").join("hook_errors.jsonl")).unwrap();
+    assert!(errors.contains("used the last valid copy"), "{errors}");
+}

@@ -128,10 +128,15 @@ impl Daemon {
     }
 
     /// SIGTERM and wait; returns the exit code.
-    fn stop(mut self) -> Option<i32> {
+    fn stop(self) -> Option<i32> {
+        self.stop_with("-TERM")
+    }
+
+    /// Send `signal` (`-TERM`, `-INT`) and wait; returns the exit code.
+    fn stop_with(mut self, signal: &str) -> Option<i32> {
         let mut child = self.child.take().unwrap();
         let _ = std::process::Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
+            .args([signal, &child.id().to_string()])
             .status();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -140,7 +145,7 @@ impl Daemon {
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                panic!("daemon did not stop on SIGTERM:\n{}", self.log());
+                panic!("daemon did not stop on {signal}:\n{}", self.log());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -562,7 +567,15 @@ fn daemon_restarts_a_dead_pane_at_once_and_a_restarted_daemon_does_not_duplicate
     assert_eq!(fleet.wait_running(&["alpha", "beta"]), pids);
     let windows = fleet.tmux(&["list-windows", "-a"]).unwrap();
     assert_eq!(windows.lines().count(), 2, "{windows}");
-    assert_eq!(daemon.stop(), Some(0));
+    // SIGINT (Ctrl-C in a terminal) is as clean as SIGTERM, and leaves the agents too.
+    let log = daemon.log.clone();
+    assert_eq!(daemon.stop_with("-INT"), Some(0));
+    assert!(
+        std::fs::read_to_string(log)
+            .unwrap()
+            .contains("SIGINT received: stopping")
+    );
+    assert_eq!(fleet.wait_running(&["alpha", "beta"]), pids);
 }
 
 #[test]

@@ -20,15 +20,27 @@ fn load(config: &Path) -> anyhow::Result<Spec> {
 
 fn observe(spec: &Spec) -> anyhow::Result<World> {
     let runtime = Tmux::new(&spec.fleet.tmux_socket);
-    world::observe(spec, &runtime).map_err(|e| match e {
-        world::RuntimeError::NotInstalled => anyhow::anyhow!(
-            "`tmux` was not found on PATH: install it (e.g. `apt install tmux`) and run `phoenix doctor`"
-        ),
-        other => anyhow::Error::new(other).context(format!(
-            "cannot observe tmux server `{}` (run `phoenix doctor`)",
-            spec.fleet.tmux_socket
-        )),
-    })
+    // Tiered like every tmux step: retry once, then find out why and say what to do.
+    world::observe(spec, &runtime)
+        .or_else(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            world::observe(spec, &runtime)
+        })
+        .map_err(|e| match e {
+            world::RuntimeError::NotInstalled => anyhow::anyhow!(
+                "`tmux` was not found on PATH: install it (e.g. `apt install tmux`) and run `phoenix doctor`"
+            ),
+            other => match crate::apply::diagnose_tmux(&other) {
+                Some(why) => anyhow::anyhow!(
+                    "cannot observe tmux server `{}`: {why}",
+                    spec.fleet.tmux_socket
+                ),
+                None => anyhow::Error::new(other).context(format!(
+                    "cannot observe tmux server `{}` (retried once; run `phoenix doctor`)",
+                    spec.fleet.tmux_socket
+                )),
+            },
+        })
 }
 
 /// Hook commands call the binary that planned them.

@@ -96,6 +96,7 @@ pub fn run(
         cli: cli.and_then(Cli::parse).or_else(|| payload.guess_cli()),
         payload,
         dir: None,
+        pending_problem: None,
     };
     // Even a bug in phoenix must not show up as a failed hook: a panic is a logged problem.
     let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.handle(config)));
@@ -211,6 +212,8 @@ struct Hook<'a> {
     cli: Option<Cli>,
     payload: Payload,
     dir: Option<AgentDir>,
+    /// A problem found before the state dir was known, logged once it is.
+    pending_problem: Option<String>,
 }
 
 /// What the event handlers need once the spec is loaded.
@@ -259,12 +262,28 @@ impl Hook<'_> {
                 return Ok(Reply::Nothing);
             }
         }
-        let spec = spec::load_for_hook(config).map_err(|e| {
-            format!(
-                "{} (run `phoenix validate` for details)",
-                first_line(&e.to_string())
-            )
-        })?;
+        let spec = match spec::load_for_hook(config) {
+            Ok(spec) => spec,
+            Err(e) => {
+                let why = format!(
+                    "{} (run `phoenix validate` for details)",
+                    first_line(&e.to_string())
+                );
+                // Under a wrapper, the last valid config keeps the state current meanwhile.
+                let fallback = std::env::var_os("PHOENIX_STATE_DIR")
+                    .map(std::path::PathBuf::from)
+                    .and_then(|d| d.parent()?.parent().map(Path::to_path_buf))
+                    .and_then(|root| spec::load_last_good_for_hook(config, &root));
+                match fallback {
+                    Some(spec) => {
+                        self.pending_problem =
+                            Some(format!("{why}; used the last valid copy of the config"));
+                        spec
+                    }
+                    None => return Err(why),
+                }
+            }
+        };
         let agent = spec.agent(self.agent).ok_or_else(|| {
             format!(
                 "agent `{}` is not declared in `{}`",
@@ -282,6 +301,9 @@ impl Hook<'_> {
         self.dir = Some(dir.clone());
         if let Some(problem) = &self.payload.problem {
             self.problem(problem);
+        }
+        if let Some(problem) = self.pending_problem.take() {
+            self.problem(&problem);
         }
         let ctx = Ctx {
             spec: &spec,

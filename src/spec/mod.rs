@@ -487,6 +487,51 @@ pub fn load_for_hook(path: &Path) -> Result<Spec, LoadError> {
     )
 }
 
+/// The copy of the last valid phoenix.toml that wrappers keep in the fleet's state dir.
+pub const LAST_GOOD_CONFIG: &str = "phoenix.toml.last-good";
+
+/// Keep a copy of `spec`'s file in its state dir (when it changed): hooks fall back to it
+/// while someone's edit leaves phoenix.toml invalid, so agents' state keeps being recorded.
+pub fn remember_good(spec: &Spec) -> std::io::Result<()> {
+    let copy = spec.fleet.state_dir.join(LAST_GOOD_CONFIG);
+    let text = std::fs::read(&spec.file)?;
+    if std::fs::read(&copy).ok().as_deref() == Some(text.as_slice()) {
+        return Ok(());
+    }
+    // Only if it still is the file that was validated (it may have changed since).
+    match std::str::from_utf8(&text) {
+        Ok(source)
+            if parse_inner(
+                source,
+                &spec.file,
+                LoadOptions {
+                    check_filesystem: false,
+                },
+                false,
+            )
+            .is_ok() =>
+        {
+            crate::state::atomic_write(&copy, &text)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The last good copy of `path` kept in `fleet_root` (see [`remember_good`]), read as the
+/// hook reads its config, with relative paths still relative to `path`.
+pub fn load_last_good_for_hook(path: &Path, fleet_root: &Path) -> Option<Spec> {
+    let source = std::fs::read_to_string(fleet_root.join(LAST_GOOD_CONFIG)).ok()?;
+    parse_inner(
+        &source,
+        &absolute(path),
+        LoadOptions {
+            check_filesystem: false,
+        },
+        false,
+    )
+    .ok()
+}
+
 fn load_inner(path: &Path, options: LoadOptions, schedules: bool) -> Result<Spec, LoadError> {
     let source = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.to_path_buf(),

@@ -42,6 +42,7 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
     let dir = fleet.agent(&agent.name);
     dir.ensure()
         .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
+    let _ = spec::remember_good(&spec);
     record_a_lost_end(&dir);
     let mut wrapper = Wrapper {
         config: config.to_path_buf(),
@@ -175,6 +176,7 @@ impl Wrapper {
         match spec::load(&self.config) {
             Ok(spec) => match spec.agent(&self.agent.name) {
                 Some(agent) => {
+                    let _ = spec::remember_good(&spec);
                     self.agent = agent.clone();
                     self.spec = spec;
                 }
