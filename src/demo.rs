@@ -39,6 +39,9 @@ pub struct DemoArgs {
     /// Agent name for hooks (default: $PHOENIX_AGENT).
     #[arg(long, env = "PHOENIX_AGENT")]
     pub agent: Option<String>,
+    /// Behave like a CLI without hooks: continuity then goes through the pane only.
+    #[arg(long)]
+    pub no_hooks: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -53,17 +56,19 @@ enum Mode {
 
 pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
     let agent = args.agent.clone().unwrap_or_else(|| "demo".into());
+    if args.no_hooks {
+        NO_HOOKS.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     let (session_id, source) = match &args.resume {
         Some(id) => (id.clone(), "resume"),
         None => (new_session_id(), "startup"),
     };
     println!("demo-agent `{agent}` session {session_id} ({source})");
     let transcript = Transcript::open(&session_id);
-    if source == "startup" {
-        if let Some(task) = &args.task {
-            transcript
-                .record(json!({"type": "user", "message": {"role": "user", "content": task}}));
-        }
+    if source == "startup"
+        && let Some(task) = &args.task
+    {
+        transcript.record(json!({"type": "user", "message": {"role": "user", "content": task}}));
     }
     let context = hook(
         &agent,
@@ -127,6 +132,24 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
                 "fail" => failing = true,
                 "ok" => failing = false,
                 "" => {}
+                // `say TEXT` prints TEXT (`\n` for a new line, `{}` for nothing): how a test
+                // makes the agent write `->continuity:` commands that its typed, echoed input
+                // does not contain (`->conti{}nuity:load`).
+                say if say.starts_with("say ") => {
+                    println!("{}", say[4..].replace("\\n", "\n").replace("{}", ""))
+                }
+                // Several words are a prompt, as a person (or phoenix) would type it.
+                prompt if prompt.contains(' ') => {
+                    println!("demo-agent: prompt received: {prompt}");
+                    hook(
+                        &agent,
+                        "prompt",
+                        json!({
+                            "hook_event_name": "UserPromptSubmit", "session_id": session_id,
+                            "cwd": cwd(), "prompt": prompt,
+                        }),
+                    );
+                }
                 other => println!("demo-agent: unknown word `{other}`"),
             },
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -238,7 +261,12 @@ fn additional_context(stdout: &str) -> Option<String> {
 
 /// Call `phoenix hook EVENT --agent NAME` with the payload on stdin, like a CLI does.
 /// Returns the hook's stdout. Without PHOENIX_CONFIG (run by hand) there is nothing to call.
+static NO_HOOKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn hook(agent: &str, event: &str, payload: serde_json::Value) -> Option<String> {
+    if NO_HOOKS.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
     std::env::var_os("PHOENIX_CONFIG")?;
     let exe = std::env::current_exe().ok()?;
     let mut child = Command::new(exe)

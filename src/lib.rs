@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod cli;
 pub mod clinic;
+pub mod continuity;
 pub mod demo;
 pub mod diag;
 pub mod hooks;
@@ -14,6 +15,7 @@ pub mod policy;
 pub mod render;
 pub mod spec;
 pub mod state;
+pub mod store;
 pub mod supervise;
 pub mod watchdog;
 pub mod world;

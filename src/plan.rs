@@ -544,6 +544,7 @@ mod tests {
                     ppid: 100,
                     comm: "claude".into(),
                     started: 0,
+                    pgid: 101,
                 }]
             } else {
                 vec![]

@@ -1,6 +1,7 @@
 //! Command-line definitions (clap) and dispatch. Each subcommand calls into the modules.
 
 mod agent_state;
+mod continuity;
 mod events;
 mod fleet;
 mod policy;
@@ -168,6 +169,28 @@ pub enum Command {
     /// Notifications: send a test message through every channel of `[notify]`.
     #[command(subcommand)]
     Notify(NotifyCommand),
+    /// An agent's ledger: current task, completed, in progress, blocked, key decisions,
+    /// uncertain items, files.
+    Ledger {
+        agent: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Handoffs: what a session knew, saved for the next one.
+    #[command(subcommand)]
+    Handoff(continuity::HandoffCommand),
+    /// Rebuild the search index (index.db) from the files.
+    Reindex {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read an agent's pane output on stdin and act on its `->continuity:` commands (started
+    /// by the wrapper through `tmux pipe-pane`).
+    #[command(hide = true)]
+    Tap {
+        #[arg(long)]
+        agent: String,
+    },
     /// The fleet's critical events, oldest first: crash loops, policy fallbacks, each step
     /// of a Clinic recovery, state rolled back.
     Events {
@@ -322,6 +345,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 dry_run,
             },
         ),
+        Command::Ledger { agent, json } => continuity::ledger(&config, &agent, json),
+        Command::Handoff(cmd) => continuity::handoff(&config, cmd),
+        Command::Reindex { json } => continuity::reindex(&config, json),
+        Command::Tap { agent } => crate::continuity::tap::run(&config, &agent),
         Command::Watchdog { once, json } => crate::watchdog::cli(&config, once, json),
         Command::Notify(NotifyCommand::Test {
             agent,
@@ -389,9 +416,8 @@ pub(crate) fn out(text: &str) {
     if let Err(e) = stdout
         .write_all(text.as_bytes())
         .and_then(|_| stdout.flush())
+        && e.kind() == std::io::ErrorKind::BrokenPipe
     {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
-        }
+        std::process::exit(0);
     }
 }

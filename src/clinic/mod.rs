@@ -348,10 +348,10 @@ impl Clinic<'_> {
             Start::Fresh => "fresh session",
             Start::SafeMode => "safe_mode",
         };
-        if apply {
-            if let Err(e) = self.apply(dir, &trauma, &diagnosis, &prescription, &rehab, &counter) {
-                problems.push(format!("cannot write the rehabilitation: {e}"));
-            }
+        if apply
+            && let Err(e) = self.apply(dir, &trauma, &diagnosis, &prescription, &rehab, &counter)
+        {
+            problems.push(format!("cannot write the rehabilitation: {e}"));
         }
         record(
             if rehab.start == Start::SafeMode {

@@ -437,12 +437,12 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
     };
 
     let mut summary = String::new();
-    if let Ok(brief) = std::fs::read_to_string(dir.file("brief.md")) {
-        if !brief.trim().is_empty() {
-            summary.push_str("Brief:\n");
-            summary.push_str(&shorten(&brief, SUMMARY_CHARS / 2));
-            summary.push_str("\n\n");
-        }
+    if let Ok(brief) = std::fs::read_to_string(dir.file("brief.md"))
+        && !brief.trim().is_empty()
+    {
+        summary.push_str("Brief:\n");
+        summary.push_str(&shorten(&brief, SUMMARY_CHARS / 2));
+        summary.push_str("\n\n");
     }
     let said: Vec<&String> = facts
         .assistant

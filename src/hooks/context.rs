@@ -30,7 +30,12 @@ pub struct Inputs<'a> {
     pub recent_tools: &'a [Value],
     /// How the agent resolves a loop, e.g. `'/usr/bin/phoenix' --config … resolve NAME`.
     pub resolve_command: &'a str,
+    /// The latest handoff: `(id, trigger, body)`.
+    pub handoff: Option<(&'a str, &'a str, &'a str)>,
 }
+
+/// Room for the handoff, so the brief still fits after it.
+const MAX_HANDOFF_CHARS: usize = 4_000;
 
 /// The context for `start`, or `None` when there is nothing worth injecting.
 pub fn render(start: Start, inputs: &Inputs<'_>) -> Option<String> {
@@ -87,7 +92,11 @@ pub fn render(start: Start, inputs: &Inputs<'_>) -> Option<String> {
             out.push_str("==================================\n");
         }
         Start::Fresh => {
-            if state.open_loops.is_empty() && state.numbers.is_empty() && brief.is_none() {
+            if state.open_loops.is_empty()
+                && state.numbers.is_empty()
+                && brief.is_none()
+                && inputs.handoff.is_none()
+            {
                 return None;
             }
             let _ = writeln!(out, "=== PHOENIX: STATE OF AGENT `{}` ===", state.agent);
@@ -103,6 +112,20 @@ pub fn render(start: Start, inputs: &Inputs<'_>) -> Option<String> {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         let _ = writeln!(out, "Numbers: {}", numbers.join(" | "));
+    }
+    if let Some((id, trigger, body)) = inputs.handoff {
+        let _ = writeln!(out, "\n--- latest handoff ({id}, {trigger}) ---");
+        let body = body.trim();
+        if body.chars().count() > MAX_HANDOFF_CHARS {
+            out.extend(body.chars().take(MAX_HANDOFF_CHARS));
+            let _ = writeln!(
+                out,
+                "\n… (handoff truncated; `phoenix handoff show {id}` has the rest)"
+            );
+        } else {
+            out.push_str(body);
+            out.push('\n');
+        }
     }
     if let Some(brief) = brief {
         out.push_str("\n--- brief.md ---\n");
@@ -171,6 +194,7 @@ mod tests {
                 brief: Some("trades — 2026-02-16\n**Next:** snapshot"),
                 recent_tools: &tools,
                 resolve_command: "phoenix resolve trades",
+                handoff: None,
             },
         )
         .unwrap();
@@ -195,6 +219,7 @@ mod tests {
             brief: Some("  \n"),
             recent_tools: &[],
             resolve_command: "x",
+            handoff: None,
         };
         assert_eq!(render(Start::Fresh, &inputs), None);
         assert_eq!(render(Start::Resumed, &inputs), None);
@@ -212,10 +237,48 @@ mod tests {
                 brief: Some(&brief),
                 recent_tools: &[],
                 resolve_command: "x",
+                handoff: None,
             },
         )
         .unwrap();
         assert!(text.chars().count() <= MAX_CONTEXT_CHARS, "{}", text.len());
         assert!(text.contains("brief truncated"));
+    }
+}
+
+#[cfg(test)]
+mod handoff_tests {
+    use super::*;
+
+    #[test]
+    fn a_fresh_session_gets_the_latest_handoff_even_without_state() {
+        let state = AgentState::new("a");
+        let text = render(
+            Start::Fresh,
+            &Inputs {
+                state: &state,
+                brief: None,
+                recent_tools: &[],
+                resolve_command: "x",
+                handoff: Some(("20261123T-auth", "crash", "# Handoff: auth\n- login next")),
+            },
+        )
+        .expect("something to inject");
+        assert!(
+            text.contains("--- latest handoff (20261123T-auth, crash) ---"),
+            "{text}"
+        );
+        assert!(text.contains("- login next"));
+        let resumed = render(
+            Start::Resumed,
+            &Inputs {
+                state: &state,
+                brief: None,
+                recent_tools: &[],
+                resolve_command: "x",
+                handoff: Some(("x", "crash", "y")),
+            },
+        );
+        assert_eq!(resumed, None);
     }
 }

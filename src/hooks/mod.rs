@@ -257,10 +257,11 @@ impl Hook<'_> {
         };
         // Two agents sharing a workdir both have hooks there; each agent's CLI runs with
         // PHOENIX_AGENT set by its wrapper, so the other agent's hooks stand aside.
-        if let Ok(running) = std::env::var("PHOENIX_AGENT") {
-            if !running.is_empty() && running != self.agent {
-                return Ok(Reply::Nothing);
-            }
+        if let Ok(running) = std::env::var("PHOENIX_AGENT")
+            && !running.is_empty()
+            && running != self.agent
+        {
+            return Ok(Reply::Nothing);
         }
         let spec = match spec::load_for_hook(config) {
             Ok(spec) => spec,
@@ -354,6 +355,10 @@ impl Hook<'_> {
         let resolve_command = self.resolve_command(ctx);
         let mut shown = state.clone();
         shown.normalize(ctx.now, ctx.retention);
+        // A resumed transcript has it all already; a new context gets the latest handoff.
+        let handoff = (start != context::Start::Resumed)
+            .then(|| crate::continuity::latest_for_startup(dir))
+            .flatten();
         let text = context::render(
             start,
             &context::Inputs {
@@ -361,6 +366,9 @@ impl Hook<'_> {
                 brief: brief.as_deref(),
                 recent_tools: &recent,
                 resolve_command: &resolve_command,
+                handoff: handoff
+                    .as_ref()
+                    .map(|h| (h.id.as_str(), h.trigger.as_str(), h.body.as_str())),
             },
         );
         // Context the Clinic left for this session (a reminder, or what a session that ran out
@@ -440,6 +448,11 @@ impl Hook<'_> {
             s.last_active = Some(now);
             Ok(())
         })?;
+        // Once per prompt: confirms that text phoenix injected was submitted.
+        let _ = ctx.dir.record_op(
+            "prompt",
+            json!({"chars": self.payload.prompt().map_or(0, str::len)}),
+        );
         Ok(Reply::Nothing)
     }
 

@@ -151,21 +151,21 @@ impl Payload {
             return Outcome::Interrupted;
         }
         for key in ["exit_code", "exitCode"] {
-            if let Some(code) = response.get(key).and_then(Value::as_i64) {
-                if code != 0 {
-                    return Outcome::Failed(format!("exit code {code}"));
-                }
-            }
-        }
-        if let Some(text) = response.as_str() {
-            if let Some(code) = codex_exit_code(text) {
-                return Outcome::Failed(format!("exit code {code}{}", first_output_line(text)));
-            }
-        }
-        if let Some(content) = response.get("llmContent") {
-            if let Some(code) = gemini_exit_code(&parts_text(content)) {
+            if let Some(code) = response.get(key).and_then(Value::as_i64)
+                && code != 0
+            {
                 return Outcome::Failed(format!("exit code {code}"));
             }
+        }
+        if let Some(text) = response.as_str()
+            && let Some(code) = codex_exit_code(text)
+        {
+            return Outcome::Failed(format!("exit code {code}{}", first_output_line(text)));
+        }
+        if let Some(content) = response.get("llmContent")
+            && let Some(code) = gemini_exit_code(&parts_text(content))
+        {
+            return Outcome::Failed(format!("exit code {code}"));
         }
         Outcome::Ok
     }

@@ -140,14 +140,14 @@ impl Github<'_> {
         let path = state_path(self.fleet);
         let mut state = read_state(&path);
         let now = jiff::Timestamp::now();
-        if let Some(last) = &state.last_issue {
-            if in_cooldown(last.created_at, now, self.cooldown) {
-                return Err(format!(
-                    "cooldown: last issue created at {} (issue_cooldown = {})",
-                    crate::state::rfc3339(last.created_at),
-                    crate::spec::duration::format(self.cooldown)
-                ));
-            }
+        if let Some(last) = &state.last_issue
+            && in_cooldown(last.created_at, now, self.cooldown)
+        {
+            return Err(format!(
+                "cooldown: last issue created at {} (issue_cooldown = {})",
+                crate::state::rfc3339(last.created_at),
+                crate::spec::duration::format(self.cooldown)
+            ));
         }
 
         let title = issue_title(&msg.agent, &msg.title);

@@ -170,10 +170,10 @@ pub(crate) fn redact(text: &str, url: &str, var: &str) -> String {
         }
     }
     // The path and query hold the token (Slack, Telegram); a host alone is not a secret.
-    if let Some((_, path)) = bare.split_once('/') {
-        if path.len() >= 8 {
-            out = out.replace(path, "…");
-        }
+    if let Some((_, path)) = bare.split_once('/')
+        && path.len() >= 8
+    {
+        out = out.replace(path, "…");
     }
     out
 }

@@ -274,12 +274,13 @@ pub fn statuses(text: &str) -> Vec<u16> {
                 let standalone = (start == 0 || !bytes[start - 1].is_ascii_alphanumeric())
                     && (i == bytes.len() || !bytes[i].is_ascii_alphanumeric())
                     && (start == 0 || !b".:".contains(&bytes[start - 1]));
-                if i - start == 3 && standalone {
-                    if let Ok(n) = line[start..i].parse::<u16>() {
-                        if (400..600).contains(&n) && !found.contains(&n) {
-                            found.push(n);
-                        }
-                    }
+                if i - start == 3
+                    && standalone
+                    && let Ok(n) = line[start..i].parse::<u16>()
+                    && (400..600).contains(&n)
+                    && !found.contains(&n)
+                {
+                    found.push(n);
                 }
             } else {
                 i += 1;
@@ -310,17 +311,18 @@ pub fn diagnose(trauma: &Trauma) -> Diagnosis {
         }
     }
     // A failed call to a tool the agent never used successfully is most likely made up.
-    if let Some(call) = trauma.tool_calls.iter().rev().find(|c| !c.ok) {
-        if !trauma.available_tools.is_empty() && !trauma.available_tools.contains(&call.tool) {
-            return Diagnosis {
-                root_cause: RootCause::HallucinatedTool,
-                explanation: format!(
-                    "the last failed call used `{}`, which is not among the tools that worked",
-                    call.tool
-                ),
-                confidence: 0.6,
-            };
-        }
+    if let Some(call) = trauma.tool_calls.iter().rev().find(|c| !c.ok)
+        && !trauma.available_tools.is_empty()
+        && !trauma.available_tools.contains(&call.tool)
+    {
+        return Diagnosis {
+            root_cause: RootCause::HallucinatedTool,
+            explanation: format!(
+                "the last failed call used `{}`, which is not among the tools that worked",
+                call.tool
+            ),
+            confidence: 0.6,
+        };
     }
     Diagnosis {
         root_cause: RootCause::Unknown,

@@ -853,10 +853,10 @@ impl Policies {
                 Ok(f) => f,
                 Err(e) => panic!("built-in fixture `{name}` is invalid: {e}"),
             };
-            if let Some(e) = fixture::run_quiet(self, policy, &fixture).error {
-                if !errors.contains(&e) {
-                    errors.push(e);
-                }
+            if let Some(e) = fixture::run_quiet(self, policy, &fixture).error
+                && !errors.contains(&e)
+            {
+                errors.push(e);
             }
         }
         errors
@@ -921,12 +921,11 @@ fn strip_location<'a>(message: &'a str, script: &str) -> &'a str {
     if let Some(rest) = message
         .strip_prefix(script)
         .and_then(|r| r.strip_prefix(':'))
+        && let Some((digits, tail)) = rest.split_once(':')
+        && !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
     {
-        if let Some((digits, tail)) = rest.split_once(':') {
-            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-                return tail.trim_start();
-            }
-        }
+        return tail.trim_start();
     }
     message
 }

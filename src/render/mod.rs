@@ -33,6 +33,10 @@ pub const EMBEDDED: &[(&str, &str)] = &[
         "failure_message.md.j2",
         include_str!("../../templates/failure_message.md.j2"),
     ),
+    (
+        "handoff.md.j2",
+        include_str!("../../templates/handoff.md.j2"),
+    ),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -108,10 +112,10 @@ impl Templates {
 
     /// The override's text if there is one, else the built-in one.
     fn source(&self, name: &str) -> Result<(String, String), Error> {
-        if let Some(dir) = &self.dir {
-            if let Ok(text) = std::fs::read_to_string(dir.join(name)) {
-                return Ok((format!("templates/{name}"), text));
-            }
+        if let Some(dir) = &self.dir
+            && let Ok(text) = std::fs::read_to_string(dir.join(name))
+        {
+            return Ok((format!("templates/{name}"), text));
         }
         Self::builtin(name).ok_or_else(|| Error::NotFound {
             name: name.to_string(),

@@ -309,6 +309,8 @@ pub struct AgentSpec {
     /// Snapshot .json/.toml/.yaml files before the agent edits them and restore them if the
     /// edit leaves them unparsable (installs a pre-tool hook).
     pub guard_structured_files: bool,
+    /// Read the pane's output for `->continuity:` commands (`tmux pipe-pane` → `phoenix tap`).
+    pub tap: bool,
     /// `[[agent]] policy`: a Lua policy file of its own (entry points it lacks come from
     /// policies/recovery.lua).
     pub policy: Option<PathBuf>,
@@ -1367,6 +1369,7 @@ impl Validator<'_> {
         };
         let enabled = raw.enabled.or(defaults.enabled).unwrap_or(true);
         let restart = self.restart(raw.restart.as_ref(), default_restart);
+        let tap = raw.tap.or(defaults.tap).unwrap_or(true);
         let guard_structured_files = raw
             .guard_structured_files
             .or(defaults.guard_structured_files)
@@ -1414,6 +1417,7 @@ impl Validator<'_> {
             enabled,
             restart,
             guard_structured_files,
+            tap,
             policy,
         })
     }
@@ -1426,10 +1430,10 @@ pub fn expand_path(text: &str, base: &Path) -> PathBuf {
         if let Some(h) = home() {
             return h;
         }
-    } else if let Some(rest) = text.strip_prefix("~/") {
-        if let Some(h) = home() {
-            return h.join(rest);
-        }
+    } else if let Some(rest) = text.strip_prefix("~/")
+        && let Some(h) = home()
+    {
+        return h.join(rest);
     }
     let p = PathBuf::from(text);
     if p.is_absolute() { p } else { base.join(p) }

@@ -50,6 +50,7 @@ pub struct RawAgent {
     pub enabled: Option<bool>,
     pub restart: Option<RawRestart>,
     pub guard_structured_files: Option<bool>,
+    pub tap: Option<bool>,
     pub policy: Option<Spanned<String>>,
 }
 

@@ -80,10 +80,10 @@ impl AgentDir {
 
     /// Create the directory (and parents) with mode 0700.
     pub fn ensure(&self) -> io::Result<()> {
-        if let Some(agents) = self.path.parent() {
-            if let Some(root) = agents.parent() {
-                FleetDir::new(root).ensure()?;
-            }
+        if let Some(agents) = self.path.parent()
+            && let Some(root) = agents.parent()
+        {
+            FleetDir::new(root).ensure()?;
         }
         create_private_dir(&self.path)
     }

@@ -125,10 +125,10 @@ pub fn load(dir: &AgentDir) -> SuperviseRecord {
                     Some(_) => "rolled back to crashes.json.last-good",
                     None => "no usable last good copy: crash history and quarantine reset",
                 };
-                if let Some(g) = &good {
-                    if let Ok(bytes) = serde_json::to_vec_pretty(g) {
-                        let _ = state::atomic_write(&path, &bytes);
-                    }
+                if let Some(g) = &good
+                    && let Ok(bytes) = serde_json::to_vec_pretty(g)
+                {
+                    let _ = state::atomic_write(&path, &bytes);
                 }
                 let details = json!({"error": e.to_string(), "kept_as": aside});
                 let _ = dir.record_op(

@@ -106,13 +106,13 @@ pub fn restart(config: &Path, name: &str, fresh: bool) -> anyhow::Result<Restart
     let deadline = Instant::now() + WAIT_FOR_NEW;
     let mut found = (None, None);
     while Instant::now() < deadline {
-        if let Ok(w) = world::observe(&spec, &runtime) {
-            if let Some(p) = w.pane_of(name) {
-                let pid = p.agent_process().map(|a| a.pid);
-                found = (Some(p.id.clone()), pid);
-                if pid.is_some() && pid != old_pid {
-                    break;
-                }
+        if let Ok(w) = world::observe(&spec, &runtime)
+            && let Some(p) = w.pane_of(name)
+        {
+            let pid = p.agent_process().map(|a| a.pid);
+            found = (Some(p.id.clone()), pid);
+            if pid.is_some() && pid != old_pid {
+                break;
             }
         }
         std::thread::sleep(Duration::from_millis(100));

@@ -118,7 +118,40 @@ enum SafeOutcome {
 }
 
 impl Wrapper {
+    /// Stream the pane's output to `phoenix tap` for its `->continuity:` commands. tmux runs
+    /// the pipe command through `sh -c`, so every word is quoted; `-o` keeps an existing pipe.
+    fn start_tap(&self) {
+        let (Some(pane), true) = (&self.pane, self.agent.tap) else {
+            return;
+        };
+        let Ok(exe) = std::env::current_exe() else {
+            return;
+        };
+        use crate::hooks::config::sh_quote;
+        let command = [
+            exe.to_string_lossy().as_ref(),
+            "--config",
+            self.spec.file.to_string_lossy().as_ref(),
+            "tap",
+            "--agent",
+            self.agent.name.as_str(),
+        ]
+        .map(sh_quote)
+        .join(" ");
+        match self.runtime.run(["pipe-pane", "-o", "-t", pane, &command]) {
+            Ok(_) => {
+                let _ = self.dir.record_op("tap_started", json!({"pane": pane}));
+            }
+            Err(e) => {
+                let _ = self
+                    .dir
+                    .record_op("tap_failed", json!({"error": e.to_string()}));
+            }
+        }
+    }
+
     fn run(&mut self) -> anyhow::Result<i32> {
+        self.start_tap();
         let mut intent = StartMode::Resume;
         loop {
             if let Some(sig) = term::stop_signal() {
@@ -141,6 +174,15 @@ impl Wrapper {
                     .map(|r| r.reason)
                     .unwrap_or(EndReason::RuntimeStop);
                 self.record_end(&run, reason, json!({"wrapper_signal": sig}));
+                // The pane is being replaced or closed: save what this session knew first.
+                if let Err(e) = crate::continuity::auto_handoff(
+                    &self.spec,
+                    &self.agent,
+                    crate::continuity::Trigger::AutoRestart,
+                    None,
+                ) {
+                    let _ = self.dir.record_op("handoff_failed", json!({"error": e}));
+                }
                 super::poke(&self.fleet, &self.agent.name);
                 return Ok(128 + sig);
             }
@@ -459,13 +501,30 @@ impl Wrapper {
             let _ = record::update(&self.dir, |r| r.push_crash(entry, window));
         }
         let mut clinic_abort = None;
+        let mut cleared_context = false;
         if let (true, false, Some(policies), Some(shown)) = (
             decision.counts_as_crash,
             decision.action == ExitAction::SafeMode,
             &policies,
             shown,
         ) {
-            clinic_abort = self.clinic(policies, shown, pane_tail, &mut decision);
+            (clinic_abort, cleared_context) =
+                self.clinic(policies, shown, pane_tail, &mut decision);
+        }
+        // Clear, don't compact: what this session knew is saved before the next one starts.
+        // A clean exit was a person's choice; anything else gets a handoff.
+        if decision.reason != EndReason::CleanExit {
+            let trigger = if cleared_context {
+                crate::continuity::Trigger::ContextLimit
+            } else if decision.counts_as_crash {
+                crate::continuity::Trigger::Crash
+            } else {
+                crate::continuity::Trigger::AutoRestart
+            };
+            if let Err(e) = crate::continuity::auto_handoff(&self.spec, &self.agent, trigger, None)
+            {
+                let _ = self.dir.record_op("handoff_failed", json!({"error": e}));
+            }
         }
         if decision.clear_session {
             let current = record::recorded_session(&self.dir).map(|s| s.id);
@@ -540,7 +599,7 @@ impl Wrapper {
         exit: crate::policy::ExitInfo,
         pane_tail: Option<String>,
         decision: &mut ExitDecision,
-    ) -> Option<String> {
+    ) -> (Option<String>, bool) {
         let templates = Templates::for_spec(&self.spec);
         let clinic = Clinic {
             policies,
@@ -554,7 +613,12 @@ impl Wrapper {
             exit: Some(exit),
             transcript: None,
             output: pane_tail.map(|t| without_our_lines(&t)),
-        })?;
+        });
+        let Some(recovery) = recovery else {
+            return (None, false);
+        };
+        let cleared =
+            recovery.prescription.action == crate::policy::PrescriptionAction::SummarizeHistory;
         let rehab = &recovery.rehab;
         decision.delay_ms = decision
             .delay_ms
@@ -565,7 +629,7 @@ impl Wrapper {
             recovery.diagnosis.root_cause,
             recovery.prescription.action.as_str()
         );
-        match rehab.start {
+        let abort = match rehab.start {
             Start::Resume => None,
             Start::Fresh => {
                 decision.action = ExitAction::Fresh;
@@ -584,7 +648,8 @@ impl Wrapper {
                         .unwrap_or("the recovery was aborted")
                 ))
             }
-        }
+        };
+        (abort, cleared)
     }
 
     /// The one `agent_exit` line for this run: the supervisor's single reason for the end of
@@ -746,10 +811,10 @@ pub fn base_argv(agent: &AgentSpec) -> Vec<String> {
 }
 
 fn with_exe(mut argv: Vec<String>) -> Vec<String> {
-    if argv.first().map(String::as_str) == Some("phoenix") {
-        if let Ok(exe) = std::env::current_exe() {
-            argv[0] = exe.to_string_lossy().into_owned();
-        }
+    if argv.first().map(String::as_str) == Some("phoenix")
+        && let Ok(exe) = std::env::current_exe()
+    {
+        argv[0] = exe.to_string_lossy().into_owned();
     }
     argv
 }
@@ -846,15 +911,15 @@ impl LifeProbe {
         if self.hook_in_ops() {
             return true;
         }
-        if let Some((runtime, pane, snapshot)) = &self.pane {
-            if Instant::now() >= self.next_capture {
-                self.next_capture = Instant::now() + self.capture_every;
-                self.capture_every = (self.capture_every * 2).min(Duration::from_secs(2));
-                if let Ok(now) = runtime.capture(pane, 200) {
-                    if without_our_lines(&now) != *snapshot {
-                        return true;
-                    }
-                }
+        if let Some((runtime, pane, snapshot)) = &self.pane
+            && Instant::now() >= self.next_capture
+        {
+            self.next_capture = Instant::now() + self.capture_every;
+            self.capture_every = (self.capture_every * 2).min(Duration::from_secs(2));
+            if let Ok(now) = runtime.capture(pane, 200)
+                && without_our_lines(&now) != *snapshot
+            {
+                return true;
             }
         }
         false

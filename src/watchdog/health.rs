@@ -205,21 +205,20 @@ pub fn assess(i: &Inputs, limits: &Limits) -> Vec<Finding> {
         );
     }
 
-    if alive {
-        if let Some(summary) = repetition(&i.recent_calls, limits.repeat as usize) {
-            add(Check::Repetition, "repetition_loop".into(), summary, false);
-        }
+    if alive && let Some(summary) = repetition(&i.recent_calls, limits.repeat as usize) {
+        add(Check::Repetition, "repetition_loop".into(), summary, false);
     }
 
-    if let (Some(tokens), Some(max)) = (i.tokens, limits.max_tokens) {
-        if alive && tokens > max {
-            add(
-                Check::Spend,
-                "token_limit_exceeded".into(),
-                format!("the session used {tokens} tokens (max_tokens = {max})"),
-                true,
-            );
-        }
+    if let (Some(tokens), Some(max)) = (i.tokens, limits.max_tokens)
+        && alive
+        && tokens > max
+    {
+        add(
+            Check::Spend,
+            "token_limit_exceeded".into(),
+            format!("the session used {tokens} tokens (max_tokens = {max})"),
+            true,
+        );
     }
 
     if let (true, true, Some(screen)) = (alive, i.screen_unchanged, &i.screen) {

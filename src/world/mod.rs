@@ -38,16 +38,65 @@ pub struct PaneObs {
 }
 
 impl PaneObs {
-    /// The agent CLI process: the first child of the pane's wrapper process.
+    /// The agent CLI process: the child of the pane's wrapper that leads a process group of
+    /// its own (the wrapper always starts it so). A helper the wrapper runs for a moment (a
+    /// `tmux capture-pane`), or an orphan of a killed agent, is never taken for the agent.
     pub fn agent_process(&self) -> Option<&ProcInfo> {
         if self.dead {
             return None;
         }
-        self.processes.iter().find(|p| p.ppid == self.pid)
+        self.processes
+            .iter()
+            .find(|p| p.ppid == self.pid && p.pgid == p.pid)
     }
 }
 
 /// Everything a runtime needs to start an agent.
+#[cfg(test)]
+mod agent_process_tests {
+    use super::*;
+
+    fn proc(pid: u32, ppid: u32, pgid: u32, comm: &str) -> ProcInfo {
+        ProcInfo {
+            pid,
+            ppid,
+            comm: comm.into(),
+            started: 0,
+            pgid,
+        }
+    }
+
+    #[test]
+    fn a_helper_of_the_wrapper_is_not_the_agent() {
+        let pane = |processes| PaneObs {
+            id: "%1".into(),
+            session: "s".into(),
+            window: "w".into(),
+            pid: 100,
+            dead: false,
+            dead_status: None,
+            dead_signal: None,
+            agent: Some("a".into()),
+            fingerprint: None,
+            phase: None,
+            started: None,
+            processes,
+        };
+        // The capture started before the agent (a lower pid after wraparound, say).
+        let p = pane(vec![
+            proc(90, 100, 100, "tmux"),
+            proc(120, 100, 120, "claude"),
+        ]);
+        assert_eq!(p.agent_process().unwrap().pid, 120);
+        // Only the helper: no agent.
+        let p = pane(vec![proc(90, 100, 100, "tmux")]);
+        assert!(p.agent_process().is_none());
+        // Nor is a leftover in another process group.
+        let p = pane(vec![proc(130, 100, 120, "phoenix")]);
+        assert!(p.agent_process().is_none());
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Launch {
     pub agent: String,

@@ -13,6 +13,9 @@ pub struct ProcInfo {
     pub comm: String,
     /// Start time as seconds since the Unix epoch.
     pub started: i64,
+    /// Process group. The wrapper starts the agent CLI as a group of its own; its helpers
+    /// (a `tmux capture-pane`, say) stay in the wrapper's.
+    pub pgid: u32,
 }
 
 /// A snapshot of every process on the host, indexed by parent.
@@ -81,12 +84,14 @@ fn parse_stat(pid: u32, stat: &str, boot: i64, ticks: i64) -> Option<ProcInfo> {
     let rest: Vec<&str> = stat.get(close + 2..)?.split(' ').collect();
     // Fields after the name: state(3) ppid(4) … starttime(22); rest[0] is field 3.
     let ppid = rest.get(1)?.parse().ok()?;
+    let pgid = rest.get(2)?.parse().ok()?;
     let start_ticks: i64 = rest.get(19)?.parse().ok()?;
     Some(ProcInfo {
         pid,
         ppid,
         comm,
         started: boot + start_ticks / ticks.max(1),
+        pgid,
     })
 }
 

@@ -32,6 +32,33 @@ impl Tmux {
         cmd
     }
 
+    /// Put `text` into the paste buffer `name`, through stdin: no shell, no argument limits.
+    pub fn load_buffer(&self, name: &str, text: &str) -> Result<(), RuntimeError> {
+        use std::io::Write;
+        use std::process::Stdio;
+        let args: Vec<std::ffi::OsString> =
+            vec!["load-buffer".into(), "-b".into(), name.into(), "-".into()];
+        let mut child = self
+            .command()
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| RuntimeError::Failed {
+                command: describe(&args),
+                stderr: e.to_string(),
+            })?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(text.as_bytes());
+        }
+        let output = child.wait_with_output().map_err(|e| RuntimeError::Failed {
+            command: describe(&args),
+            stderr: e.to_string(),
+        })?;
+        check(output, &args).map(drop)
+    }
+
     /// Run one tmux invocation (possibly several commands separated by `;` arguments).
     pub fn run<I, S>(&self, args: I) -> Result<String, RuntimeError>
     where

@@ -163,10 +163,10 @@ fn serve(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             if line.is_empty() {
                 break;
             }
-            if let Some((k, v)) = line.split_once(':') {
-                if k.eq_ignore_ascii_case("content-length") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
+            if let Some((k, v)) = line.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                length = v.trim().parse().unwrap_or(0);
             }
         }
         let mut body = vec![0; length];

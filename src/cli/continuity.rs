@@ -1,0 +1,355 @@
+//! `phoenix ledger`, `phoenix handoff save|list|show|search|inject|clear`, `phoenix reindex`:
+//! an agent's continuity from the command line.
+
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use serde_json::json;
+
+use super::out;
+use crate::continuity::{self, Trigger, handoff, ledger};
+use crate::spec::{self, LoadOptions, Spec};
+use crate::state::FleetDir;
+use crate::store::Store;
+
+#[derive(Debug, Subcommand)]
+pub enum HandoffCommand {
+    /// Save a handoff now. The body comes from stdin or --file: the same `Current task: … /
+    /// Completed: … / Next: …` text an agent writes inside `->continuity:save <<< … >>>`.
+    Save {
+        agent: String,
+        /// Why: manual, auto_restart, context_limit, crash, pre_compact.
+        #[arg(long, default_value = "manual")]
+        reason: String,
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Save from what phoenix knows only; do not read stdin.
+        #[arg(long)]
+        no_input: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The agent's handoffs, oldest first (every agent's without AGENT).
+    List {
+        agent: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One handoff, whole.
+    Show {
+        id: String,
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ranked full-text search over handoffs, briefs, ledger decisions and critical events.
+    Search {
+        query: String,
+        #[arg(long)]
+        agent: Option<String>,
+        /// handoff, brief, decision or event.
+        #[arg(long)]
+        kind: Option<String>,
+        #[arg(long, short = 'n', default_value_t = 10)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a running agent a handoff (the latest by default): pasted into its pane when it
+    /// is ready for input, delivery confirmed.
+    Inject {
+        agent: String,
+        #[arg(long)]
+        id: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete the agent's ledger and handoffs (they are archived under handoffs/archive).
+    Clear {
+        agent: String,
+        /// Required: this forgets what the agent knew.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+fn load(config: &Path) -> anyhow::Result<Spec> {
+    Ok(spec::load_with(
+        config,
+        LoadOptions {
+            check_filesystem: false,
+        },
+    )?)
+}
+
+fn agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a spec::AgentSpec> {
+    spec.agent(name).with_context(|| {
+        format!(
+            "no agent `{name}` in `{}` (declared: {})",
+            spec.file.display(),
+            spec.agent_names().join(", ")
+        )
+    })
+}
+
+pub fn ledger(config: &Path, name: &str, json: bool) -> anyhow::Result<i32> {
+    let spec = load(config)?;
+    agent(&spec, name)?;
+    let ledger = ledger::load(&FleetDir::new(&spec.fleet.state_dir).agent(name));
+    if json {
+        out(&format!("{}\n", serde_json::to_string_pretty(&ledger)?));
+        return Ok(0);
+    }
+    let mut text = format!(
+        "agent `{name}`, updated {}\ncurrent task: {}\n",
+        ledger.updated_at.as_deref().unwrap_or("never"),
+        ledger.current_task.as_deref().unwrap_or("-")
+    );
+    let list = |text: &mut String, title: &str, items: &[String]| {
+        if !items.is_empty() {
+            text.push_str(&format!("{title}:\n"));
+            for i in items {
+                text.push_str(&format!("  - {i}\n"));
+            }
+        }
+    };
+    list(&mut text, "completed", &ledger.completed);
+    list(&mut text, "in progress", &ledger.in_progress);
+    list(&mut text, "blocked", &ledger.blocked);
+    let decisions: Vec<String> = ledger.decisions.iter().map(|d| d.text.clone()).collect();
+    list(&mut text, "key decisions", &decisions);
+    list(&mut text, "uncertain", &ledger.uncertain);
+    list(&mut text, "files", &ledger.files);
+    out(&text);
+    Ok(0)
+}
+
+fn read_body(file: Option<&Path>, no_input: bool) -> anyhow::Result<Option<String>> {
+    if let Some(f) = file {
+        return Ok(Some(
+            std::fs::read_to_string(f).with_context(|| format!("cannot read `{}`", f.display()))?,
+        ));
+    }
+    if no_input {
+        return Ok(None);
+    }
+    let mut stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprintln!("type the handoff (Current task: … / Completed: … / Next: …), end with Ctrl-D");
+    }
+    let mut text = String::new();
+    stdin.read_to_string(&mut text)?;
+    Ok((!text.trim().is_empty()).then_some(text))
+}
+
+pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
+    let spec = load(config)?;
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    match cmd {
+        HandoffCommand::Save {
+            agent: name,
+            reason,
+            file,
+            no_input,
+            json,
+        } => {
+            let a = agent(&spec, &name)?;
+            let Some(trigger) = Trigger::parse(&reason) else {
+                bail!(
+                    "unknown reason `{reason}` (one of: {})",
+                    Trigger::NAMES.join(", ")
+                );
+            };
+            let body = read_body(file.as_deref(), no_input)?;
+            let h = continuity::auto_handoff(&spec, a, trigger, body.as_deref())
+                .map_err(anyhow::Error::msg)?;
+            // Indexed now, so a search right after finds it.
+            if let Ok(store) = Store::open(&fleet) {
+                let _ = store.catch_up();
+            }
+            if json {
+                out(&format!("{}\n", continuity::summary_json(&h)));
+            } else {
+                out(&format!(
+                    "saved handoff {} for agent `{name}` ({})\n",
+                    h.id,
+                    handoff::path(&fleet.agent(&name), &h.id).display()
+                ));
+            }
+            Ok(0)
+        }
+        HandoffCommand::List { agent: name, json } => {
+            let names: Vec<String> = match &name {
+                Some(n) => {
+                    agent(&spec, n)?;
+                    vec![n.clone()]
+                }
+                None => spec.agent_names().iter().map(|s| s.to_string()).collect(),
+            };
+            let all: Vec<handoff::Handoff> = names
+                .iter()
+                .flat_map(|n| handoff::list(&fleet.agent(n)))
+                .collect();
+            if json {
+                let list: Vec<_> = all.iter().map(continuity::summary_json).collect();
+                out(&format!("{}\n", serde_json::to_string_pretty(&list)?));
+                return Ok(0);
+            }
+            if all.is_empty() {
+                out("no handoffs yet\n");
+            }
+            let mut text = String::new();
+            for h in &all {
+                text.push_str(&format!(
+                    "{}  {:<12} {:<14} {}\n",
+                    h.id,
+                    h.agent,
+                    h.trigger.as_str(),
+                    h.summary
+                ));
+            }
+            out(&text);
+            Ok(0)
+        }
+        HandoffCommand::Show {
+            id,
+            agent: name,
+            json,
+        } => {
+            let names: Vec<String> = match &name {
+                Some(n) => vec![n.clone()],
+                None => spec.agent_names().iter().map(|s| s.to_string()).collect(),
+            };
+            let found = names
+                .iter()
+                .find_map(|n| handoff::load(&fleet.agent(n), &id))
+                .with_context(|| format!("no handoff `{id}` (see `phoenix handoff list`)"))?;
+            if json {
+                out(&format!("{}\n", serde_json::to_string_pretty(&found)?));
+            } else {
+                out(&handoff::to_text(&found));
+            }
+            Ok(0)
+        }
+        HandoffCommand::Search {
+            query,
+            agent: name,
+            kind,
+            limit,
+            json,
+        } => {
+            let store = Store::open(&fleet)?;
+            let started = std::time::Instant::now();
+            let hits = store.search(&query, name.as_deref(), kind.as_deref(), limit)?;
+            let took = started.elapsed();
+            if json {
+                out(&format!("{}\n", serde_json::to_string_pretty(&hits)?));
+                return Ok(0);
+            }
+            if hits.is_empty() {
+                out(&format!("nothing found for `{query}`\n"));
+                return Ok(0);
+            }
+            let mut text = String::new();
+            for h in &hits {
+                text.push_str(&format!(
+                    "{:<9} {:<12} {}  {}\n          {}\n",
+                    h.kind,
+                    h.agent,
+                    h.reference,
+                    h.title,
+                    h.snippet.replace('\n', " ")
+                ));
+            }
+            text.push_str(&format!("{} result(s) in {took:.1?}\n", hits.len()));
+            out(&text);
+            Ok(0)
+        }
+        HandoffCommand::Inject {
+            agent: name,
+            id,
+            json,
+        } => {
+            let a = agent(&spec, &name)?;
+            let dir = fleet.agent(&name);
+            let h = match id {
+                Some(id) => handoff::load(&dir, &id)
+                    .with_context(|| format!("agent `{name}` has no handoff `{id}`"))?,
+                None => continuity::latest_for_startup(&dir).with_context(|| {
+                    format!("agent `{name}` has no handoff yet (save one with `phoenix handoff save {name}`)")
+                })?,
+            };
+            let text = format!(
+                "[phoenix] handoff {} ({}), for your context:\n{}",
+                h.id,
+                h.trigger.as_str(),
+                h.body.trim()
+            );
+            let report = continuity::inject::to_agent(&spec, a, &text)?;
+            if json {
+                out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
+            } else {
+                out(&format!(
+                    "handoff {} injected into agent `{name}` in {} ({})\n",
+                    h.id, report.pane, report.confirmed_by
+                ));
+            }
+            Ok(0)
+        }
+        HandoffCommand::Clear { agent: name, yes } => {
+            agent(&spec, &name)?;
+            if !yes {
+                bail!("this forgets agent `{name}`'s ledger and handoffs; pass --yes to go ahead");
+            }
+            let dir = fleet.agent(&name);
+            let archive = dir.file(handoff::DIR).join("archive").join(
+                jiff::Timestamp::now()
+                    .strftime("%Y%m%dT%H%M%SZ")
+                    .to_string(),
+            );
+            let ids = handoff::list_ids(&dir);
+            if !ids.is_empty() {
+                std::fs::create_dir_all(&archive)?;
+            }
+            for id in &ids {
+                std::fs::rename(handoff::path(&dir, id), archive.join(format!("{id}.md")))?;
+            }
+            let _ = std::fs::remove_file(dir.file(ledger::LEDGER));
+            let _ = dir.record_op(
+                "continuity_cleared",
+                json!({"handoffs": ids.len(), "archive": archive}),
+            );
+            Store::open(&fleet)?.rebuild()?;
+            out(&format!(
+                "cleared agent `{name}`: {} handoff(s) archived in {}, ledger removed\n",
+                ids.len(),
+                archive.display()
+            ));
+            Ok(0)
+        }
+    }
+}
+
+pub fn reindex(config: &Path, json: bool) -> anyhow::Result<i32> {
+    let spec = load(config)?;
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    let started = std::time::Instant::now();
+    let store = Store::open(&fleet)?;
+    let n = store.rebuild()?;
+    let took = started.elapsed();
+    if json {
+        out(&format!(
+            "{}\n",
+            json!({"documents": n, "ms": took.as_secs_f64() * 1000.0})
+        ));
+    } else {
+        out(&format!(
+            "reindexed {n} document(s) in {took:.1?} ({})\n",
+            fleet.root.join(crate::store::INDEX).display()
+        ));
+    }
+    Ok(0)
+}

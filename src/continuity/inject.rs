@@ -1,0 +1,177 @@
+//! Injection into a running agent: the text goes into a tmux paste buffer (through stdin),
+//! is pasted into the pane as a bracketed paste when the agent is ready for input, and Enter
+//! submits it. Delivery is confirmed — the CLI's prompt-submit hook fires, or the text leaves
+//! the input line — and Enter is sent again a bounded number of times if it was swallowed.
+//! Nothing goes through a shell.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::spec::{AgentSpec, Spec};
+use crate::state::{self, AgentDir, FleetDir};
+use crate::world::{self, Runtime, tmux::Tmux};
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How long to wait for the agent to be ready (its screen still).
+    pub ready_timeout: Duration,
+    /// How long the screen must not change to count as ready.
+    pub quiet: Duration,
+    /// How long to wait for each confirmation.
+    pub confirm_timeout: Duration,
+    /// Enter presses at most (the first one included).
+    pub attempts: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            ready_timeout: Duration::from_secs(15),
+            quiet: Duration::from_millis(600),
+            confirm_timeout: Duration::from_secs(3),
+            attempts: 3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub pane: String,
+    /// Enter presses it took.
+    pub attempts: u32,
+    /// `prompt hook` or `input line cleared`.
+    pub confirmed_by: &'static str,
+    pub waited_ms: u64,
+}
+
+/// Inject `text` into `agent`'s pane.
+pub fn to_agent(spec: &Spec, agent: &AgentSpec, text: &str) -> anyhow::Result<Report> {
+    let runtime = Tmux::new(&spec.fleet.tmux_socket);
+    let world = world::observe(spec, &runtime)
+        .with_context(|| format!("cannot observe tmux server `{}`", spec.fleet.tmux_socket))?;
+    let pane = world
+        .pane_of(&agent.name)
+        .filter(|p| !p.dead && p.agent_process().is_some())
+        .with_context(|| {
+            format!(
+                "agent `{}` is not running: nothing to inject into (start it with `phoenix apply`; a new session gets its latest handoff anyway)",
+                agent.name
+            )
+        })?;
+    let dir = FleetDir::new(&spec.fleet.state_dir).agent(&agent.name);
+    let report =
+        deliver(&runtime, &pane.id, &dir, text, &Options::default()).map_err(anyhow::Error::msg)?;
+    let _ = dir.record_op(
+        "context_injected",
+        serde_json::json!({"chars": text.len(), "pane": report.pane, "attempts": report.attempts,
+                           "confirmed_by": report.confirmed_by}),
+    );
+    Ok(report)
+}
+
+fn screen(runtime: &Tmux, pane: &str) -> Result<String, String> {
+    runtime
+        .capture(pane, 30)
+        .map(|s| s.trim_end().to_string())
+        .map_err(|e| format!("cannot read pane {pane}: {e}"))
+}
+
+fn last_line(screen: &str) -> &str {
+    screen
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+}
+
+fn prompt_hook_since(dir: &AgentDir, offset: u64) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(dir.file(state::OPS_LOG)) else {
+        return false;
+    };
+    let mut text = String::new();
+    if f.seek(SeekFrom::Start(offset)).is_err() || f.read_to_string(&mut text).is_err() {
+        return false;
+    }
+    text.lines()
+        .any(|l| l.contains("\"event\":\"prompt\"") || l.contains("\"event\":\"user_prompt\""))
+}
+
+/// Wait until ready, paste, press Enter, confirm; retry Enter if it was swallowed.
+pub fn deliver(
+    runtime: &Tmux,
+    pane: &str,
+    dir: &AgentDir,
+    text: &str,
+    opts: &Options,
+) -> Result<Report, String> {
+    let started = Instant::now();
+    // Ready: the screen has stopped changing (the agent is waiting, not printing).
+    let mut last = screen(runtime, pane)?;
+    let mut still_since = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(150));
+        let now = screen(runtime, pane)?;
+        if now != last {
+            last = now;
+            still_since = Instant::now();
+        } else if still_since.elapsed() >= opts.quiet {
+            break;
+        }
+        if started.elapsed() > opts.ready_timeout {
+            return Err(format!(
+                "pane {pane} kept changing for {}s: the agent is busy; try again when it waits for input",
+                opts.ready_timeout.as_secs()
+            ));
+        }
+    }
+    let ops_offset = std::fs::metadata(dir.file(state::OPS_LOG))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let buffer = format!("phoenix-inject-{}", std::process::id());
+    let text = text.trim_end();
+    runtime
+        .load_buffer(&buffer, text)
+        .map_err(|e| format!("cannot load the paste buffer: {e}"))?;
+    runtime
+        .run(["paste-buffer", "-p", "-d", "-b", &buffer, "-t", pane])
+        .map_err(|e| format!("cannot paste into pane {pane}: {e}"))?;
+    for attempt in 1..=opts.attempts {
+        // Give the paste a moment to land before Enter, or a fast Enter is part of it.
+        std::thread::sleep(Duration::from_millis(150));
+        let before = screen(runtime, pane)?;
+        runtime
+            .run(["send-keys", "-t", pane, "Enter"])
+            .map_err(|e| format!("cannot press Enter in pane {pane}: {e}"))?;
+        let deadline = Instant::now() + opts.confirm_timeout;
+        while Instant::now() < deadline {
+            if prompt_hook_since(dir, ops_offset) {
+                return Ok(Report {
+                    pane: pane.to_string(),
+                    attempts: attempt,
+                    confirmed_by: "prompt hook",
+                    waited_ms: started.elapsed().as_millis() as u64,
+                });
+            }
+            // Submitted text leaves the input line: the line the cursor was on changes. A
+            // swallowed Enter changes nothing, and is pressed again.
+            let now = screen(runtime, pane)?;
+            if now != before && last_line(&now) != last_line(&before) {
+                return Ok(Report {
+                    pane: pane.to_string(),
+                    attempts: attempt,
+                    confirmed_by: "input line cleared",
+                    waited_ms: started.elapsed().as_millis() as u64,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Err(format!(
+        "the text was pasted into pane {pane} but not submitted after {} Enter presses",
+        opts.attempts
+    ))
+}

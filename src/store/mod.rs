@@ -1,0 +1,511 @@
+//! The artifact index: SQLite with FTS5 over handoffs, briefs, ledger decisions and critical
+//! events, for ranked search with snippets. A cache: the files are the truth. A missing or
+//! corrupt `index.db` is rebuilt from them; new handoffs are noted in `index.pending` by
+//! whoever writes them (hooks included, with no SQLite on their path) and indexed at the next
+//! open; briefs, ledgers and the event log are re-read when they changed.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::continuity::{handoff, ledger};
+use crate::state::{AgentDir, FleetDir};
+
+pub const INDEX: &str = "index.db";
+pub const PENDING: &str = "index.pending";
+/// Bumped when the schema changes: an index of another version is rebuilt.
+const SCHEMA_VERSION: i64 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("index `{path}`: {source}")]
+    Sqlite {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot read `{path}`: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// One search result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    /// `handoff`, `brief`, `decision` or `event`.
+    pub kind: String,
+    pub agent: String,
+    /// The handoff id, `brief`, the decision's text start, or the event's time.
+    pub reference: String,
+    pub ts: Option<String>,
+    pub title: String,
+    /// The matching passage, with the matched words in `[` `]`.
+    pub snippet: String,
+    /// bm25: lower is better.
+    pub rank: f64,
+}
+
+/// Remember that `agent`'s handoff `id` needs indexing (cheap: one appended line).
+pub fn note_pending(fleet: &FleetDir, dir: &AgentDir, id: &str) {
+    let line = format!("{}\t{id}\n", dir.name);
+    let _ = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(fleet.root.join(PENDING))
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+}
+
+pub struct Store {
+    conn: Connection,
+    fleet: FleetDir,
+    path: PathBuf,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS docs(
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    ref TEXT NOT NULL,
+    ts TEXT,
+    title TEXT NOT NULL,
+    body TEXT NOT NULL,
+    UNIQUE(kind, agent, ref)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS docs_fts USING fts5(
+    title, body, content='docs', content_rowid='id', tokenize='porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS docs_ai AFTER INSERT ON docs BEGIN
+    INSERT INTO docs_fts(rowid, title, body) VALUES (new.id, new.title, new.body);
+END;
+CREATE TRIGGER IF NOT EXISTS docs_ad AFTER DELETE ON docs BEGIN
+    INSERT INTO docs_fts(docs_fts, rowid, title, body) VALUES ('delete', old.id, old.title, old.body);
+END;
+CREATE TABLE IF NOT EXISTS sources(path TEXT PRIMARY KEY, mtime INTEGER NOT NULL, size INTEGER NOT NULL);
+";
+
+fn mtime_and_size(path: &Path) -> Option<(i64, i64)> {
+    let m = std::fs::metadata(path).ok()?;
+    let mtime = m
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos() as i64;
+    Some((mtime, m.len() as i64))
+}
+
+impl Store {
+    /// Open the fleet's index, rebuilding it if it is missing, corrupt or of another schema,
+    /// and bring it up to date with the files.
+    pub fn open(fleet: &FleetDir) -> Result<Store, StoreError> {
+        let path = fleet.root.join(INDEX);
+        std::fs::create_dir_all(&fleet.root).map_err(|source| StoreError::Io {
+            path: fleet.root.clone(),
+            source,
+        })?;
+        let existed = path.exists();
+        let store = match Store::open_existing(fleet, &path) {
+            // A new index starts from the files.
+            Ok(store) if !existed => {
+                store.rebuild()?;
+                store
+            }
+            Ok(store) => store,
+            Err(_) => {
+                // A cache that cannot be read is thrown away, never repaired in place.
+                for suffix in ["", "-wal", "-shm", "-journal"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                }
+                let store = Store::open_existing(fleet, &path)?;
+                store.rebuild()?;
+                store
+            }
+        };
+        store.catch_up()?;
+        Ok(store)
+    }
+
+    fn open_existing(fleet: &FleetDir, path: &Path) -> Result<Store, StoreError> {
+        let err = |source| StoreError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        };
+        let fresh = !path.exists();
+        let conn = Connection::open(path).map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(err)?;
+        if !fresh && version != SCHEMA_VERSION {
+            return Err(err(rusqlite::Error::InvalidQuery));
+        }
+        let ok: String = conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .map_err(err)?;
+        if ok != "ok" {
+            return Err(err(rusqlite::Error::InvalidQuery));
+        }
+        conn.execute_batch(SCHEMA).map_err(err)?;
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(err)?;
+        Ok(Store {
+            conn,
+            fleet: fleet.clone(),
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        move |source| StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Empty the index and read every file again (`phoenix reindex`). Returns the number of
+    /// documents indexed.
+    pub fn rebuild(&self) -> Result<usize, StoreError> {
+        self.conn
+            .execute_batch("DELETE FROM docs; DELETE FROM sources; INSERT INTO docs_fts(docs_fts) VALUES ('rebuild');")
+            .map_err(self.err())?;
+        let _ = std::fs::remove_file(self.fleet.root.join(PENDING));
+        let tx = self.conn.unchecked_transaction().map_err(self.err())?;
+        let mut n = 0;
+        for dir in self.agent_dirs() {
+            for h in handoff::list(&dir) {
+                self.put_handoff(&h)?;
+                n += 1;
+            }
+        }
+        tx.commit().map_err(self.err())?;
+        n += self.catch_up()?;
+        Ok(n)
+    }
+
+    fn agent_dirs(&self) -> Vec<AgentDir> {
+        let mut names: Vec<String> = std::fs::read_dir(self.fleet.root.join("agents"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| e.file_name().to_str().map(String::from))
+            .collect();
+        names.sort();
+        names.iter().map(|n| self.fleet.agent(n)).collect()
+    }
+
+    fn put(
+        &self,
+        kind: &str,
+        agent: &str,
+        reference: &str,
+        ts: Option<&str>,
+        title: &str,
+        body: &str,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "DELETE FROM docs WHERE kind = ?1 AND agent = ?2 AND ref = ?3",
+                params![kind, agent, reference],
+            )
+            .map_err(self.err())?;
+        self.conn
+            .execute(
+                "INSERT INTO docs(kind, agent, ref, ts, title, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![kind, agent, reference, ts, title, body],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    pub fn put_handoff(&self, h: &handoff::Handoff) -> Result<(), StoreError> {
+        self.put(
+            "handoff",
+            &h.agent,
+            &h.id,
+            Some(&h.created_at),
+            &h.summary,
+            &h.body,
+        )
+    }
+
+    /// Has `path` changed since it was last indexed? Records the new stamp if so.
+    fn changed(&self, path: &Path) -> Result<bool, StoreError> {
+        let key = path.to_string_lossy().to_string();
+        let now = mtime_and_size(path);
+        let before: Option<(i64, i64)> = self
+            .conn
+            .query_row(
+                "SELECT mtime, size FROM sources WHERE path = ?1",
+                params![key],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(self.err())?;
+        if now == before {
+            return Ok(false);
+        }
+        match now {
+            Some((m, s)) => self
+                .conn
+                .execute(
+                    "INSERT OR REPLACE INTO sources(path, mtime, size) VALUES (?1, ?2, ?3)",
+                    params![key, m, s],
+                )
+                .map_err(self.err())?,
+            None => self
+                .conn
+                .execute("DELETE FROM sources WHERE path = ?1", params![key])
+                .map_err(self.err())?,
+        };
+        Ok(true)
+    }
+
+    /// Index what changed since the last open: pending handoffs, changed briefs and ledgers,
+    /// new critical events. Returns how many documents were (re)indexed.
+    pub fn catch_up(&self) -> Result<usize, StoreError> {
+        let tx = self.conn.unchecked_transaction().map_err(self.err())?;
+        let mut n = 0;
+        let pending_path = self.fleet.root.join(PENDING);
+        if let Ok(text) = std::fs::read_to_string(&pending_path) {
+            for line in text.lines() {
+                let Some((agent, id)) = line.split_once('\t') else {
+                    continue;
+                };
+                if let Some(h) = handoff::load(&self.fleet.agent(agent), id) {
+                    self.put_handoff(&h)?;
+                    n += 1;
+                }
+            }
+        }
+        for dir in self.agent_dirs() {
+            let brief = dir.file("brief.md");
+            if self.changed(&brief)? {
+                match std::fs::read_to_string(&brief) {
+                    Ok(text) => {
+                        let title = text
+                            .lines()
+                            .find(|l| !l.trim().is_empty())
+                            .unwrap_or("brief");
+                        self.put("brief", &dir.name, "brief", None, title, &text)?;
+                    }
+                    Err(_) => self.remove("brief", &dir.name)?,
+                }
+                n += 1;
+            }
+            let ledger_path = dir.file(ledger::LEDGER);
+            if self.changed(&ledger_path)? {
+                self.remove("decision", &dir.name)?;
+                for d in ledger::load(&dir).decisions {
+                    let reference: String = d.text.chars().take(80).collect();
+                    self.put(
+                        "decision",
+                        &dir.name,
+                        &reference,
+                        d.ts.as_deref(),
+                        "decision",
+                        &d.text,
+                    )?;
+                    n += 1;
+                }
+            }
+        }
+        n += self.catch_up_events()?;
+        tx.commit().map_err(self.err())?;
+        if n > 0 || pending_path.exists() {
+            let _ = std::fs::remove_file(&pending_path);
+        }
+        Ok(n)
+    }
+
+    fn remove(&self, kind: &str, agent: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "DELETE FROM docs WHERE kind = ?1 AND agent = ?2",
+                params![kind, agent],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Critical events are appended; only the new ones are read (all again if the file was
+    /// rewritten, e.g. pruned).
+    fn catch_up_events(&self) -> Result<usize, StoreError> {
+        let path = self.fleet.critical_events_path();
+        let key = "events-offset";
+        let size = std::fs::metadata(&path)
+            .map(|m| m.len() as i64)
+            .unwrap_or(0);
+        let offset: i64 = self
+            .conn
+            .query_row(
+                "SELECT size FROM sources WHERE path = ?1",
+                params![key],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())?
+            .unwrap_or(0);
+        if size == offset {
+            return Ok(0);
+        }
+        let start = if size < offset {
+            self.conn
+                .execute("DELETE FROM docs WHERE kind = 'event'", [])
+                .map_err(self.err())?;
+            0
+        } else {
+            offset
+        };
+        let bytes = {
+            use std::io::{Read, Seek, SeekFrom};
+            let mut bytes = Vec::new();
+            let read = std::fs::File::open(&path).and_then(|mut f| {
+                f.seek(SeekFrom::Start(start as u64))?;
+                f.take((size - start) as u64).read_to_end(&mut bytes)
+            });
+            if read.is_err() {
+                return Ok(0);
+            }
+            // A line still being written is read next time.
+            let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            bytes.truncate(complete);
+            bytes
+        };
+        let size = start + bytes.len() as i64;
+        let text = String::from_utf8_lossy(&bytes);
+        let mut n = 0;
+        for line in text.lines() {
+            let Ok(e) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
+            let reference = format!("{}|{}", s("ts"), s("event"));
+            let body = format!("{} {} {}", s("reason"), s("action_taken"), e["details"]);
+            self.put(
+                "event",
+                &s("agent"),
+                &reference,
+                Some(&s("ts")),
+                &s("event"),
+                &body,
+            )?;
+            n += 1;
+        }
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO sources(path, mtime, size) VALUES (?1, 0, ?2)",
+                params![key, size],
+            )
+            .map_err(self.err())?;
+        Ok(n)
+    }
+
+    /// Ranked search: every word must appear (prefix match on the last one), best first.
+    pub fn search(
+        &self,
+        query: &str,
+        agent: Option<&str>,
+        kind: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        let Some(expr) = fts_query(query) else {
+            return Ok(Vec::new());
+        };
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT d.kind, d.agent, d.ref, d.ts, d.title,
+                        snippet(docs_fts, 1, '[', ']', '…', 16),
+                        bm25(docs_fts, 4.0, 1.0) AS rank
+                 FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid
+                 WHERE docs_fts MATCH ?1
+                   AND (?2 IS NULL OR d.agent = ?2)
+                   AND (?3 IS NULL OR d.kind = ?3)
+                 ORDER BY rank LIMIT ?4",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map(params![expr, agent, kind, limit as i64], |r| {
+                Ok(Hit {
+                    kind: r.get(0)?,
+                    agent: r.get(1)?,
+                    reference: r.get(2)?,
+                    ts: r.get(3)?,
+                    title: r.get(4)?,
+                    snippet: r.get(5)?,
+                    rank: r.get(6)?,
+                })
+            })
+            .map_err(self.err())?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(self.err())
+    }
+
+    pub fn count(&self) -> Result<i64, StoreError> {
+        self.conn
+            .query_row("SELECT count(*) FROM docs", [], |r| r.get(0))
+            .map_err(self.err())
+    }
+
+    /// Insert many handoffs in one transaction (the benchmark's bulk load).
+    pub fn put_handoffs(&self, handoffs: &[handoff::Handoff]) -> Result<(), StoreError> {
+        let tx = self.conn.unchecked_transaction().map_err(self.err())?;
+        for h in handoffs {
+            self.put_handoff(h)?;
+        }
+        tx.commit().map_err(self.err())
+    }
+}
+
+/// A user's words as an FTS5 expression: each word quoted (no operator can sneak in), all
+/// required, the last one a prefix. `None` when there is no word at all.
+pub fn fts_query(query: &str) -> Option<String> {
+    let words: Vec<String> = query
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .filter(|w| !w.is_empty())
+        .map(|w| format!("\"{}\"", w.replace('"', "")))
+        .collect();
+    let last = words.len().checked_sub(1)?;
+    Some(
+        words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                if i == last {
+                    format!("{w}*")
+                } else {
+                    w.clone()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_cannot_inject_fts_syntax() {
+        assert_eq!(
+            fts_query("auth patterns").as_deref(),
+            Some("\"auth\" \"patterns\"*")
+        );
+        assert_eq!(
+            fts_query("NEAR(a b) OR \"x").as_deref(),
+            Some("\"NEAR\" \"a\" \"b\" \"OR\" \"x\"*")
+        );
+        assert_eq!(fts_query("  ***  "), None);
+    }
+}

@@ -1,0 +1,314 @@
+//! Continuity end to end: handoffs saved and given back to the next session (through the
+//! session-start hook for a hooked CLI, through the pane for a CLI without hooks), the
+//! `->continuity:` tap, ranked search over a rebuilt-on-demand index, and many restart cycles
+//! losing nothing. Real tmux, real SQLite, the demo agent standing in for a CLI.
+
+mod support;
+
+use std::io::Write;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{Fleet, read_jsonl, wait_until};
+
+fn agent(name: &str, flags: &str) -> String {
+    format!(
+        "[[agent]]\nname = \"{name}\"\ncli = \"custom\"\n\
+         command = \"phoenix demo-agent --interval 300ms {flags}\"\n\
+         resume_command = \"phoenix demo-agent --interval 300ms {flags} --resume {{session_id}}\"\n"
+    )
+}
+
+const FAST: &str =
+    "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"5s\"\nmax_crashes = 100\n\n";
+
+fn save(fleet: &Fleet, agent: &str, text: &str) -> Value {
+    let mut child = fleet
+        .command(&["handoff", "save", agent, "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn screen(fleet: &Fleet, agent: &str) -> String {
+    let pane = fleet.agent_status(agent)["pane"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    fleet
+        .tmux(&["capture-pane", "-p", "-J", "-S", "-500", "-t", &pane])
+        .unwrap_or_default()
+}
+
+fn type_into(fleet: &Fleet, agent: &str, text: &str) {
+    let pane = fleet.agent_status(agent)["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    fleet.tmux(&["send-keys", "-t", &pane, "-l", text]).unwrap();
+    fleet.tmux(&["send-keys", "-t", &pane, "Enter"]).unwrap();
+}
+
+/// A hooked CLI: a handoff saved in one session comes back in the next through its
+/// session-start hook, and the ledger has the fields.
+#[test]
+fn a_handoff_comes_back_through_the_session_start_hook() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!("{FAST}{}", agent("hooked", "")));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["hooked"]);
+    let h = save(
+        &fleet,
+        "hooked",
+        "Current task: Refactor the parser module\nCompleted: lexer, tokens\nNext: error recovery\nKey decision: keep the recursive descent\n",
+    );
+    assert_eq!(h["trigger_reason"], "manual");
+    let ledger = fleet.run(&["ledger", "hooked", "--json"]).status(0).json();
+    assert_eq!(ledger["current_task"], "Refactor the parser module");
+    assert_eq!(ledger["completed"][1], "tokens");
+    assert_eq!(ledger["decisions"][0]["text"], "keep the recursive descent");
+
+    fleet.run(&["restart", "hooked", "--fresh"]).status(0);
+    wait_until(Duration::from_secs(15), "the handoff injected", || {
+        screen(&fleet, "hooked").contains("--- latest handoff")
+    });
+    let text = screen(&fleet, "hooked");
+    assert!(text.contains("Refactor the parser module"), "{text}");
+    assert!(text.contains("error recovery"), "{text}");
+    // Injected into the running session on request; this CLI's prompt hook confirms it.
+    fleet.tmux(&[
+        "send-keys",
+        "-t",
+        fleet.agent_status("hooked")["pane"].as_str().unwrap(),
+        "-l",
+        "silent",
+    ]);
+    fleet.tmux(&[
+        "send-keys",
+        "-t",
+        fleet.agent_status("hooked")["pane"].as_str().unwrap(),
+        "Enter",
+    ]);
+    let report = fleet.run(&[
+        "handoff",
+        "inject",
+        "hooked",
+        "--id",
+        h["id"].as_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(report.status(0).json()["confirmed_by"], "prompt hook");
+    assert!(screen(&fleet, "hooked").contains("prompt received: [phoenix] handoff"));
+    // The restart itself saved one more, linked to the manual one.
+    let list = fleet.run(&["handoff", "list", "hooked", "--json"]).json();
+    let list = list.as_array().unwrap();
+    assert!(list.len() >= 2, "{list:?}");
+    let last = list.last().unwrap();
+    assert_eq!(last["trigger_reason"], "auto_restart");
+    assert_eq!(last["related"][0], h["id"]);
+}
+
+/// A CLI without hooks: `->continuity:` lines in its output are the whole interface. Save
+/// reaches the ledger and a handoff, load pastes the handoff into the pane, search answers
+/// in the pane, uncertain lands in the ledger.
+#[test]
+fn a_cli_without_hooks_talks_through_its_pane() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!("{FAST}{}", agent("plain", "--no-hooks")));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["plain"]);
+    wait_until(Duration::from_secs(10), "the tap", || {
+        fleet
+            .ops("plain")
+            .iter()
+            .any(|o| o["event"] == "tap_started")
+    });
+    type_into(
+        &fleet,
+        "plain",
+        "say ->conti{}nuity:save <<<\\nCurrent task: Port the billing service\\nCompleted: invoices\\nKey decision: idempotent webhooks\\n>>>",
+    );
+    wait_until(Duration::from_secs(10), "the saved handoff", || {
+        fleet.ops("plain").iter().any(|o| o["event"] == "tap_save")
+    });
+    let ledger = fleet.run(&["ledger", "plain", "--json"]).json();
+    assert_eq!(ledger["current_task"], "Port the billing service");
+
+    type_into(
+        &fleet,
+        "plain",
+        "say ->conti{}nuity:uncertain \"retry policy for 429s\"",
+    );
+    // Injection waits for a quiet pane: the agent stops printing its steps.
+    type_into(&fleet, "plain", "silent");
+    type_into(&fleet, "plain", "say ->conti{}nuity:load");
+    wait_until(
+        Duration::from_secs(20),
+        "the handoff pasted into the pane",
+        || screen(&fleet, "plain").contains("prompt received: [phoenix] continuity:load"),
+    );
+    let text = screen(&fleet, "plain");
+    assert!(text.contains("Port the billing service"), "{text}");
+    wait_until(Duration::from_secs(10), "the load confirmed", || {
+        fleet.ops("plain").iter().any(|o| o["event"] == "tap_load")
+    });
+    let ops = fleet.ops("plain");
+    let load = ops.iter().find(|o| o["event"] == "tap_load").unwrap();
+    assert_eq!(load["confirmed_by"], "input line cleared", "{load}");
+    let ledger = fleet.run(&["ledger", "plain", "--json"]).json();
+    assert_eq!(
+        ledger["uncertain"],
+        serde_json::json!(["retry policy for 429s"])
+    );
+    // One save: the agent's; nothing triggered twice.
+    let saves = ops.iter().filter(|o| o["event"] == "tap_save").count();
+    assert_eq!(saves, 1, "{ops:?}");
+
+    type_into(&fleet, "plain", "say ->conti{}nuity:search \"idempotent\"");
+    wait_until(
+        Duration::from_secs(20),
+        "search results in the pane",
+        || {
+            screen(&fleet, "plain").contains("continuity:search \"idempotent\": 1 result(s)")
+                || screen(&fleet, "plain").contains("continuity:search \"idempotent\": 2 result(s)")
+        },
+    );
+}
+
+/// Search ranks the handoff that is about the query first, filters by agent, and survives
+/// the index being deleted or corrupted (it is rebuilt from the files).
+#[test]
+fn search_ranks_and_the_index_is_rebuilt_from_the_files() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!("{}{}", agent("a", ""), agent("b", "")));
+    save(
+        &fleet,
+        "a",
+        "Current task: OAuth login\nNotes: authentication with refresh tokens; authentication tested\n",
+    );
+    save(
+        &fleet,
+        "a",
+        "Current task: CSS cleanup\nNotes: mentions authentication once\n",
+    );
+    save(
+        &fleet,
+        "b",
+        "Current task: Billing\nNotes: nothing about that\n",
+    );
+    let hits = fleet
+        .run(&["handoff", "search", "authentication", "--json"])
+        .status(0)
+        .json();
+    let hits = hits.as_array().unwrap();
+    assert_eq!(hits.len(), 2, "{hits:?}");
+    assert_eq!(hits[0]["title"], "OAuth login", "{hits:?}");
+    assert!(
+        hits[0]["snippet"]
+            .as_str()
+            .unwrap()
+            .contains("[authentication]")
+    );
+    let only_b = fleet
+        .run(&["handoff", "search", "billing", "--agent", "b", "--json"])
+        .json();
+    assert_eq!(only_b.as_array().unwrap().len(), 1);
+    // Operators in the query are words, not syntax.
+    fleet
+        .run(&["handoff", "search", "NEAR(\"oauth", "--json"])
+        .status(0);
+
+    let index = fleet.state_dir().join("index.db");
+    std::fs::remove_file(&index).unwrap();
+    let again = fleet
+        .run(&["handoff", "search", "authentication", "--json"])
+        .json();
+    assert_eq!(again.as_array().unwrap().len(), 2);
+    std::fs::write(
+        &index,
+        b"this is not a database, just garbage bytes ........",
+    )
+    .unwrap();
+    let _ = std::fs::remove_file(fleet.state_dir().join("index.db-wal"));
+    let again = fleet
+        .run(&["handoff", "search", "authentication", "--json"])
+        .json();
+    assert_eq!(again.as_array().unwrap().len(), 2);
+    let reindex = fleet.run(&["reindex", "--json"]).status(0).json();
+    assert!(reindex["documents"].as_u64().unwrap() >= 3, "{reindex}");
+}
+
+/// Twenty crash-and-restart cycles: every session leaves a handoff, each linked to the one
+/// before, all searchable, and the ledger the agent wrote at the start is intact.
+#[test]
+fn twenty_restart_cycles_lose_nothing() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!("{FAST}{}", agent("cycle", "")));
+    fleet.run(&["apply", "--yes"]).status(0);
+    save(
+        &fleet,
+        "cycle",
+        "Current task: Migrate the database\nKey decision: online migration with triggers\n",
+    );
+    let mut pid = fleet.wait_running(&["cycle"])[0];
+    for _ in 0..20 {
+        support::kill9(pid);
+        let mut next = None;
+        wait_until(Duration::from_secs(15), "the next run", || {
+            let now = fleet.agent_status("cycle");
+            next = now["pid"]
+                .as_u64()
+                .filter(|&p| now["state"] == "running" && p != u64::from(pid));
+            next.is_some()
+        });
+        pid = next.unwrap() as u32;
+    }
+    let list = fleet.run(&["handoff", "list", "cycle", "--json"]).json();
+    let list = list.as_array().unwrap();
+    assert!(list.len() >= 21, "{}", list.len());
+    for pair in list.windows(2) {
+        assert_eq!(pair[1]["related"][0], pair[0]["id"], "{pair:?}");
+    }
+    let crashes = list
+        .iter()
+        .filter(|h| h["trigger_reason"] == "crash")
+        .count();
+    assert!(crashes >= 20, "{crashes}");
+    let ledger = fleet.run(&["ledger", "cycle", "--json"]).json();
+    assert_eq!(ledger["current_task"], "Migrate the database");
+    let hits = fleet
+        .run(&[
+            "handoff",
+            "search",
+            "migrate database",
+            "--kind",
+            "handoff",
+            "-n",
+            "100",
+            "--json",
+        ])
+        .json();
+    assert_eq!(hits.as_array().unwrap().len(), list.len());
+    let ops = read_jsonl(&fleet.agent_dir("cycle").join("ops.jsonl"));
+    assert!(
+        !ops.iter().any(|o| o["event"] == "handoff_failed"),
+        "{ops:?}"
+    );
+}
