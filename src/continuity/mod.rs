@@ -50,6 +50,30 @@ pub fn auto_handoff(
     Ok(handoff)
 }
 
+/// The startup context for a CLI without a session-start hook (`templates/startup.md.j2`), or
+/// `None` when there is nothing to give (no handoff, no ledger task, no open loop).
+pub fn startup_text(spec: &Spec, dir: &AgentDir) -> Option<String> {
+    let handoff = latest_for_startup(dir);
+    let ledger = ledger::load(dir);
+    let state: Value = std::fs::read_to_string(dir.file("state.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null);
+    let open_loops = state["open_loops"].as_array().cloned().unwrap_or_default();
+    if handoff.is_none() && ledger.current_task.is_none() && open_loops.is_empty() {
+        return None;
+    }
+    let brief = std::fs::read_to_string(dir.file("brief.md"))
+        .ok()
+        .filter(|b| !b.trim().is_empty());
+    let ctx = json!({
+        "agent": dir.name, "handoff": handoff, "ledger": ledger, "open_loops": open_loops,
+        "brief": brief,
+    });
+    let (text, _) = Templates::for_spec(spec).render_or_builtin("startup.md.j2", &ctx);
+    text.ok()
+}
+
 /// The latest handoff's text for a new session, if the agent has one.
 pub fn latest_for_startup(dir: &AgentDir) -> Option<Handoff> {
     handoff::list(dir).into_iter().last()

@@ -578,7 +578,38 @@ impl Hook<'_> {
             "pre_compact",
             json!({"trigger": trigger, "transcript_path": self.payload.transcript_path(), "snapshot": path}),
         );
+        self.spawn_handoff(ctx);
         Ok(Reply::Nothing)
+    }
+
+    /// A handoff of what the session knew before its compaction, written by a detached
+    /// `phoenix handoff save`: the hook returns at once (it must never hold the compaction
+    /// up), and the hook binary stays free of the template engine.
+    fn spawn_handoff(&self, ctx: &Ctx<'_>) {
+        use std::os::unix::process::CommandExt;
+        let Ok(exe) = std::env::current_exe() else {
+            return;
+        };
+        let phoenix = exe.with_file_name("phoenix");
+        let program = if phoenix.is_file() { phoenix } else { exe };
+        let mut cmd = std::process::Command::new(program);
+        cmd.arg("--config")
+            .arg(&ctx.spec.file)
+            .args([
+                "handoff",
+                "save",
+                &ctx.agent.name,
+                "--reason",
+                "pre_compact",
+                "--no-input",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0);
+        if let Err(e) = cmd.spawn() {
+            self.problem(&format!("cannot start the pre-compact handoff: {e}"));
+        }
     }
 
     fn stop(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {

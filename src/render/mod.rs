@@ -37,6 +37,10 @@ pub const EMBEDDED: &[(&str, &str)] = &[
         "handoff.md.j2",
         include_str!("../../templates/handoff.md.j2"),
     ),
+    (
+        "startup.md.j2",
+        include_str!("../../templates/startup.md.j2"),
+    ),
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -80,6 +80,18 @@ fn record_a_lost_end(dir: &AgentDir) {
     }
 }
 
+/// What ops.jsonl gained after byte `offset`.
+fn ops_since(dir: &AgentDir, offset: u64) -> String {
+    use std::io::{Seek, SeekFrom};
+    let mut text = String::new();
+    if let Ok(mut f) = std::fs::File::open(dir.file(state::OPS_LOG))
+        && f.seek(SeekFrom::Start(offset)).is_ok()
+    {
+        let _ = f.read_to_string(&mut text);
+    }
+    text
+}
+
 fn find_agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a AgentSpec> {
     spec.agent(name).with_context(|| {
         format!(
@@ -326,6 +338,7 @@ impl Wrapper {
                     "agent_alive",
                     json!({"pid": pid, "after_ms": started.elapsed().as_millis() as u64}),
                 );
+                self.startup_context_without_hooks();
             }
             if !showed_life && stop_sent.is_none() && Instant::now() >= deadline {
                 say(&format!(
@@ -650,6 +663,54 @@ impl Wrapper {
             }
         };
         (abort, cleared)
+    }
+
+    /// A CLI without a session-start hook gets its startup context (latest handoff, ledger,
+    /// open loops) pasted into its pane once it is up and quiet. A custom CLI that does call
+    /// the hook (its session_start op appears) is left to the hook. On a thread of its own:
+    /// the wrapper keeps supervising meanwhile.
+    fn startup_context_without_hooks(&self) {
+        let Some(pane) = self.pane.clone() else {
+            return;
+        };
+        if self.agent.cli != Cli::Custom {
+            return;
+        }
+        let (spec, dir) = (self.spec.clone(), self.dir.clone());
+        let since = std::fs::metadata(dir.file(state::OPS_LOG))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        std::thread::spawn(move || {
+            let hooked = || ops_since(&dir, since).contains("\"event\":\"session_start\"");
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                if hooked() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let Some(text) = crate::continuity::startup_text(&spec, &dir) else {
+                return;
+            };
+            let runtime = Tmux::new(&spec.fleet.tmux_socket);
+            match crate::continuity::inject::deliver(
+                &runtime,
+                &pane,
+                &dir,
+                &text,
+                &crate::continuity::inject::Options::default(),
+            ) {
+                Ok(r) => {
+                    let _ = dir.record_op(
+                        "startup_context_injected",
+                        json!({"chars": text.len(), "confirmed_by": r.confirmed_by}),
+                    );
+                }
+                Err(e) => {
+                    let _ = dir.record_op("startup_context_failed", json!({"error": e}));
+                }
+            }
+        });
     }
 
     /// The one `agent_exit` line for this run: the supervisor's single reason for the end of
