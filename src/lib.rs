@@ -12,6 +12,7 @@ pub mod hooks;
 pub mod notify;
 pub mod plan;
 pub mod policy;
+pub mod process;
 pub mod render;
 pub mod spec;
 pub mod state;

@@ -2,17 +2,13 @@
 //! mode). It gets the rendered TraumaContext on stdin and answers with a JSON diagnosis.
 //! It is run from an argv, never through a shell, and killed when it takes too long.
 
-use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 
 use crate::policy::{Diagnosis, FromPolicy};
-
-/// Largest answer read; an LLM that rambles on is cut off, not buffered forever.
-const MAX_ANSWER: u64 = 1 << 20;
+use crate::process::RunError;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CommandError {
@@ -72,64 +68,26 @@ pub fn diagnose(
     timeout: Duration,
 ) -> Result<Diagnosis, CommandError> {
     let program = argv.first().cloned().unwrap_or_default();
-    let mut child = Command::new(&program)
-        .args(&argv[1..])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        // Its own process group, so a timeout kills whatever it started too.
-        .process_group(0)
-        .spawn()
-        .map_err(|e| CommandError::Spawn {
-            program: program.clone(),
-            error: e.to_string(),
-        })?;
-    let mut stdin = child.stdin.take();
-    let input = input.to_string();
-    // Writing and reading on threads: a command that answers before reading all of its input
-    // must not deadlock with us.
-    let writer = std::thread::spawn(move || {
-        if let Some(stdin) = stdin.as_mut() {
-            let _ = stdin.write_all(input.as_bytes());
-        }
-    });
-    let mut stdout = child.stdout.take();
-    let reader = std::thread::spawn(move || {
-        let mut out = String::new();
-        if let Some(stdout) = stdout.as_mut() {
-            let _ = stdout.take(MAX_ANSWER).read_to_string(&mut out);
-        }
-        out
-    });
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() < timeout => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            _ => {
-                let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(CommandError::Timeout { program, timeout });
-            }
-        }
-    };
-    let _ = writer.join();
-    let answer = reader.join().unwrap_or_default();
-    if !status.success() {
-        return Err(CommandError::Failed {
+    let mut command = Command::new(&program);
+    command.args(&argv[1..]);
+    match crate::process::run(command, input.as_bytes(), timeout) {
+        Ok(done) if done.status.success() => parse_answer(&program, &done.stdout),
+        Ok(done) => Err(CommandError::Failed {
             program,
-            status: status.to_string(),
-        });
+            status: done.describe_status(),
+        }),
+        Err(RunError::Timeout) => Err(CommandError::Timeout { program, timeout }),
+        Err(RunError::Spawn(e)) => Err(CommandError::Spawn {
+            program,
+            error: e.to_string(),
+        }),
     }
-    parse_answer(&program, &answer)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
     use crate::policy::RootCause;
 

@@ -5,8 +5,8 @@ use std::io;
 use std::process::Command;
 use std::time::Duration;
 
-use super::process::{self, RunError};
 use super::{Message, Sent};
+use crate::process::{self, RunError};
 
 const CHANNEL: &str = "command";
 

@@ -14,8 +14,8 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::process::{self, RunError};
 use super::{Message, Sent};
+use crate::process::{self, RunError};
 use crate::spec::GithubNotify;
 use crate::state::{FleetDir, atomic_write, create_private_dir};
 

@@ -7,7 +7,7 @@
 
 mod command;
 mod github;
-mod process;
+
 mod webhook;
 
 #[cfg(test)]

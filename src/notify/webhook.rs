@@ -125,7 +125,7 @@ fn post(agent: &ureq::Agent, url: &str, body: &str, timeout: Duration) -> Result
         .lossy_utf8(true)
         .read_to_string()
         .unwrap_or_default();
-    let answer = super::process::first_line(&answer);
+    let answer = crate::process::first_line(&answer);
     let reason = if answer.is_empty() {
         format!("HTTP {status}")
     } else {

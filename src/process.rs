@@ -1,5 +1,6 @@
-//! Running a notifier program (`gh`, `[notify] command`): argv without a shell, input on stdin,
-//! output captured, and the whole process group killed when it takes too long.
+//! Running a helper program (`gh`, a notify command, `diagnose_command`, a brief generator):
+//! argv without a shell, input on stdin, output captured, and the whole process group killed
+//! when it takes too long.
 
 use std::io::{self, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -12,7 +13,7 @@ const MAX_OUTPUT: u64 = 1 << 20;
 
 /// A program that ran to its end (successfully or not).
 #[derive(Debug)]
-pub(crate) struct Finished {
+pub struct Finished {
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
@@ -35,7 +36,7 @@ impl Finished {
 }
 
 #[derive(Debug)]
-pub(crate) enum RunError {
+pub enum RunError {
     /// The program could not be started (`NotFound` when it is not on PATH).
     Spawn(io::Error),
     /// It ran longer than the timeout and was killed.
@@ -43,7 +44,7 @@ pub(crate) enum RunError {
 }
 
 /// The first non-empty line of `text`, shortened to 200 characters.
-pub(crate) fn first_line(text: &str) -> String {
+pub fn first_line(text: &str) -> String {
     let line = text.lines().map(str::trim).find(|l| !l.is_empty());
     crate::clinic::triage::shorten(line.unwrap_or(""), 200)
 }
@@ -51,11 +52,7 @@ pub(crate) fn first_line(text: &str) -> String {
 /// Run `command` with `input` on stdin, killing its process group after `timeout`. Never waits
 /// longer than `timeout` (plus a few milliseconds), even if the program left something behind
 /// that holds its output open.
-pub(crate) fn run(
-    mut command: Command,
-    input: &[u8],
-    timeout: Duration,
-) -> Result<Finished, RunError> {
+pub fn run(mut command: Command, input: &[u8], timeout: Duration) -> Result<Finished, RunError> {
     let started = Instant::now();
     command
         .stdin(Stdio::piped())
