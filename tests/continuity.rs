@@ -312,3 +312,143 @@ fn twenty_restart_cycles_lose_nothing() {
         "{ops:?}"
     );
 }
+
+fn script(fleet: &Fleet, name: &str, body: &str) -> String {
+    let path = fleet.path().join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+/// The built-in brief: changed (resolved since the last brief, completed), open loops with
+/// staleness, next, risk, numbers. The resolved entries it took in are archived.
+#[test]
+fn the_built_in_brief_has_every_section_and_archives_what_it_took_in() {
+    let fleet = Fleet::new();
+    fleet.toml(&agent("b", ""));
+    fleet
+        .run(&["loop", "add", "b", "oauth", "Schwab OAuth not set up"])
+        .status(0);
+    fleet
+        .run(&["loop", "add", "b", "docs", "Write the API docs"])
+        .status(0);
+    fleet
+        .run(&["resolve", "b", "docs", "published on the wiki"])
+        .status(0);
+    save(
+        &fleet,
+        "b",
+        "Current task: Ship v2\nCompleted: migrations\nNext: tag the release\nBlocked: review\n",
+    );
+    let json = fleet
+        .run(&["brief", "b", "--generate", "--json"])
+        .status(0)
+        .json();
+    assert_eq!(json["by"], "built-in");
+    assert_eq!(json["archived"], 1);
+    let brief = fleet.run(&["brief", "b"]).status(0).stdout();
+    for needle in [
+        "## Changed",
+        "resolved [docs] Write the API docs: published on the wiki",
+        "## Open loops",
+        "[oauth] Schwab OAuth not set up",
+        "## Next",
+        "tag the release",
+        "## Risk",
+        "blocked: review",
+        "## Numbers",
+    ] {
+        assert!(brief.contains(needle), "{needle}:\n{brief}");
+    }
+    let resolved = std::fs::read_to_string(fleet.agent_dir("b").join("resolved.jsonl")).unwrap();
+    assert!(resolved.trim().is_empty(), "{resolved}");
+    let archive = read_jsonl(&fleet.agent_dir("b").join("resolved.archive.jsonl"));
+    assert_eq!(archive[0]["id"], "docs");
+    // The next brief has nothing new to report as changed.
+    fleet.run(&["brief", "b", "--generate"]).status(0);
+    let again = fleet.run(&["brief", "b"]).stdout();
+    assert!(!again.contains("resolved [docs]"), "{again}");
+}
+
+/// `[brief] command`: a good answer writes the brief and merges the state (last_active kept);
+/// malformed JSON, a missing marker and a timeout change nothing and are recorded.
+#[test]
+fn a_brief_command_is_trusted_only_with_a_well_formed_answer() {
+    let fleet = Fleet::new();
+    let good = script(
+        &fleet,
+        "good.sh",
+        "cat > /dev/null\nprintf '# Brief from the model\\n\\nAll fine.\\n===STATE_JSON===\\n{\"current_task\": \"Ship v3\", \"numbers\": {\"tests\": \"812\"}, \"last_active\": \"1999-01-01T00:00:00Z\"}\\n'",
+    );
+    fleet.toml(&format!(
+        "[brief]\ncommand = [\"{good}\"]\ntimeout = \"2s\"\n\n{}",
+        agent("m", "")
+    ));
+    fleet
+        .run(&["loop", "add", "m", "x", "something open"])
+        .status(0);
+    let before = fleet.run(&["state", "show", "m", "--json"]).json();
+    let done = fleet
+        .run(&["brief", "m", "--generate", "--json"])
+        .status(0)
+        .json();
+    assert!(done["by"].as_str().unwrap().contains("good.sh"));
+    assert_eq!(
+        done["state_fields"],
+        serde_json::json!(["current_task", "numbers"])
+    );
+    let state = fleet.run(&["state", "show", "m", "--json"]).json();
+    assert_eq!(state["current_task"], "Ship v3");
+    assert_eq!(state["numbers"]["tests"], "812");
+    assert_eq!(state["last_active"], before["last_active"]);
+    assert_eq!(
+        state["open_loops"][0]["id"], "x",
+        "loops the model left out stay"
+    );
+    let brief = std::fs::read_to_string(fleet.agent_dir("m").join("brief.md")).unwrap();
+    assert_eq!(brief, "# Brief from the model\n\nAll fine.\n");
+
+    for (name, body, why) in [
+        (
+            "bad-json.sh",
+            "cat >/dev/null; printf 'brief\\n===STATE_JSON===\\n{\"numbers\": [1,2'",
+            "no JSON object",
+        ),
+        (
+            "no-marker.sh",
+            "cat >/dev/null; echo 'just a brief, no state'",
+            "has no `===STATE_JSON===` line",
+        ),
+        ("slow.sh", "sleep 10", "took longer than 2s"),
+    ] {
+        let path = script(&fleet, name, body);
+        fleet.toml(&format!(
+            "[brief]\ncommand = [\"{path}\"]\ntimeout = \"2s\"\n\n{}",
+            agent("m", "")
+        ));
+        let started = std::time::Instant::now();
+        let run = fleet.run(&["brief", "m", "--generate"]);
+        run.status(1)
+            .stderr_has(why)
+            .stderr_has("nothing was changed");
+        assert!(started.elapsed() < Duration::from_secs(6), "{name}");
+        assert_eq!(
+            std::fs::read_to_string(fleet.agent_dir("m").join("brief.md")).unwrap(),
+            brief,
+            "{name} changed the brief"
+        );
+        assert_eq!(
+            fleet.run(&["state", "show", "m", "--json"]).json()["current_task"],
+            "Ship v3"
+        );
+    }
+    let events = read_jsonl(&fleet.state_dir().join("critical_events.jsonl"));
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["event"] == "brief_failed")
+            .count(),
+        3
+    );
+}

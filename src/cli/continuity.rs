@@ -353,3 +353,48 @@ pub fn reindex(config: &Path, json: bool) -> anyhow::Result<i32> {
     }
     Ok(0)
 }
+
+pub fn brief(config: &Path, name: &str, generate: bool, json: bool) -> anyhow::Result<i32> {
+    let spec = load(config)?;
+    let a = agent(&spec, name)?;
+    let dir = FleetDir::new(&spec.fleet.state_dir).agent(name);
+    if generate {
+        let done = continuity::brief::generate(&spec, a).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot generate the brief of agent `{name}`: {e} (nothing was changed)"
+            )
+        })?;
+        if json {
+            out(&format!("{}\n", serde_json::to_string_pretty(&done)?));
+        } else {
+            out(&format!(
+                "wrote {} ({} characters, by {}){}{}\n",
+                dir.file("brief.md").display(),
+                done.chars,
+                done.by,
+                if done.state_fields.is_empty() {
+                    String::new()
+                } else {
+                    format!("; state.json: {} updated", done.state_fields.join(", "))
+                },
+                if done.archived == 0 {
+                    String::new()
+                } else {
+                    format!("; {} resolved item(s) archived", done.archived)
+                }
+            ));
+        }
+        return Ok(0);
+    }
+    let text = std::fs::read_to_string(dir.file("brief.md")).unwrap_or_default();
+    if json {
+        out(&format!("{}\n", json!({"agent": name, "brief": text})));
+    } else if text.trim().is_empty() {
+        out(&format!(
+            "agent `{name}` has no brief yet: `phoenix brief {name} --generate` writes one\n"
+        ));
+    } else {
+        out(&text);
+    }
+    Ok(0)
+}

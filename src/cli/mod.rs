@@ -179,6 +179,15 @@ pub enum Command {
     /// Handoffs: what a session knew, saved for the next one.
     #[command(subcommand)]
     Handoff(continuity::HandoffCommand),
+    /// Show an agent's brief (brief.md), or write a new one with --generate: the built-in
+    /// generator, or `[brief] command`.
+    Brief {
+        agent: String,
+        #[arg(long)]
+        generate: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Rebuild the search index (index.db) from the files.
     Reindex {
         #[arg(long)]
@@ -348,6 +357,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Ledger { agent, json } => continuity::ledger(&config, &agent, json),
         Command::Handoff(cmd) => continuity::handoff(&config, cmd),
         Command::Reindex { json } => continuity::reindex(&config, json),
+        Command::Brief {
+            agent,
+            generate,
+            json,
+        } => continuity::brief(&config, &agent, generate, json),
         Command::Tap { agent } => crate::continuity::tap::run(&config, &agent),
         Command::Watchdog { once, json } => crate::watchdog::cli(&config, once, json),
         Command::Notify(NotifyCommand::Test {

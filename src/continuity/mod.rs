@@ -4,6 +4,7 @@
 //!
 //! Files are the truth; the SQLite index (`store`) is a cache over them.
 
+pub mod brief;
 pub mod handoff;
 pub mod inject;
 pub mod ledger;

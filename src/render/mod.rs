@@ -41,6 +41,11 @@ pub const EMBEDDED: &[(&str, &str)] = &[
         "startup.md.j2",
         include_str!("../../templates/startup.md.j2"),
     ),
+    ("brief.md.j2", include_str!("../../templates/brief.md.j2")),
+    (
+        "brief_prompt.md.j2",
+        include_str!("../../templates/brief_prompt.md.j2"),
+    ),
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -14,8 +14,8 @@ use toml::de::{DeTable, DeValue};
 
 use crate::diag::{Diagnostic, FileDiagnostics, did_you_mean};
 use raw::{
-    RawAgent, RawClinic, RawFleet, RawGithub, RawNotify, RawRestart, RawSchedules, RawSpec,
-    RawThresholds, RawTmux, RawWatchdog, RawWebhook, fields_of,
+    RawAgent, RawBrief, RawClinic, RawFleet, RawGithub, RawNotify, RawRestart, RawSchedules,
+    RawSpec, RawThresholds, RawTmux, RawWatchdog, RawWebhook, fields_of,
 };
 
 pub const DEFAULT_CONFIG: &str = "phoenix.toml";
@@ -33,7 +33,26 @@ pub struct Spec {
     pub clinic: ClinicSettings,
     pub notify: NotifySettings,
     pub watchdog: WatchdogSettings,
+    pub brief: BriefSettings,
     pub agents: Vec<AgentSpec>,
+}
+
+/// `[brief]`: how briefs are generated (the `brief` schedule, `phoenix brief --generate`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BriefSettings {
+    /// Gets the rendered prompt on stdin; answers with the brief, a line `===STATE_JSON===`
+    /// and a JSON object. The built-in generator when absent.
+    pub command: Option<Vec<String>>,
+    pub timeout: Duration,
+}
+
+impl Default for BriefSettings {
+    fn default() -> Self {
+        BriefSettings {
+            command: None,
+            timeout: Duration::from_secs(300),
+        }
+    }
 }
 
 /// `[notify]`: where investigation reports and failure messages go.
@@ -669,6 +688,7 @@ enum Section {
     Github,
     Webhook,
     Watchdog,
+    Brief,
 }
 
 impl Section {
@@ -686,6 +706,7 @@ impl Section {
             Section::Github => fields_of::<RawGithub>(),
             Section::Webhook => fields_of::<RawWebhook>(),
             Section::Watchdog => fields_of::<RawWatchdog>(),
+            Section::Brief => fields_of::<RawBrief>(),
         }
     }
 
@@ -704,6 +725,7 @@ impl Section {
             Section::Github => "[notify.github]",
             Section::Webhook => "[notify.webhook]",
             Section::Watchdog => "[watchdog]",
+            Section::Brief => "[brief]",
         }
     }
 
@@ -717,6 +739,7 @@ impl Section {
             (Section::Root, "clinic") => Some(Section::Clinic),
             (Section::Root, "notify") => Some(Section::Notify),
             (Section::Root, "watchdog") => Some(Section::Watchdog),
+            (Section::Root, "brief") => Some(Section::Brief),
             (Section::Notify, "github") => Some(Section::Github),
             (Section::Notify, "webhook") => Some(Section::Webhook),
             (Section::Defaults | Section::Agent, "tmux") => Some(Section::Tmux),
@@ -859,6 +882,7 @@ impl Validator<'_> {
         let clinic = self.clinic(&raw.clinic);
         let notify = self.notify(&raw.notify);
         let watchdog = self.watchdog(&raw.watchdog);
+        let brief = self.brief(&raw.brief);
         if let Some(name) = &raw.defaults.name {
             self.error(
                 "`name` is not allowed in [defaults]".into(),
@@ -928,7 +952,28 @@ impl Validator<'_> {
             clinic,
             notify,
             watchdog,
+            brief,
             agents,
+        }
+    }
+
+    fn brief(&mut self, raw: &RawBrief) -> BriefSettings {
+        let d = BriefSettings::default();
+        let command = match &raw.command {
+            Some(c) if c.get_ref().is_empty() || c.get_ref()[0].trim().is_empty() => {
+                self.error(
+                    "[brief]: `command` is empty".into(),
+                    Some(c.span()),
+                    "the program and its arguments, e.g. [\"claude\", \"-p\"]; leave it out for the built-in generator",
+                );
+                None
+            }
+            Some(c) => Some(c.get_ref().clone()),
+            None => None,
+        };
+        BriefSettings {
+            command,
+            timeout: self.duration(&raw.timeout, "timeout", d.timeout),
         }
     }
 

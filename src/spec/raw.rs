@@ -23,6 +23,8 @@ pub struct RawSpec {
     pub notify: RawNotify,
     #[serde(default)]
     pub watchdog: RawWatchdog,
+    #[serde(default)]
+    pub brief: RawBrief,
     #[serde(default, rename = "agent")]
     pub agents: Vec<Spanned<RawAgent>>,
 }
@@ -116,6 +118,12 @@ pub struct RawWebhook {
     pub chat_id: Option<Spanned<String>>,
     pub timeout: Option<Spanned<String>>,
     pub retries: Option<Spanned<u32>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RawBrief {
+    pub command: Option<Spanned<Vec<String>>>,
+    pub timeout: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

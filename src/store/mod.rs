@@ -17,7 +17,7 @@ use crate::state::{AgentDir, FleetDir};
 pub const INDEX: &str = "index.db";
 pub const PENDING: &str = "index.pending";
 /// Bumped when the schema changes: an index of another version is rebuilt.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -79,7 +79,7 @@ CREATE TABLE IF NOT EXISTS docs(
     UNIQUE(kind, agent, ref)
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS docs_fts USING fts5(
-    title, body, content='docs', content_rowid='id', tokenize='porter unicode61'
+    title, body, content='docs', content_rowid='id', tokenize='porter unicode61', prefix='3 4'
 );
 CREATE TRIGGER IF NOT EXISTS docs_ai AFTER INSERT ON docs BEGIN
     INSERT INTO docs_fts(rowid, title, body) VALUES (new.id, new.title, new.body);
@@ -149,13 +149,18 @@ impl Store {
         if !fresh && version != SCHEMA_VERSION {
             return Err(err(rusqlite::Error::InvalidQuery));
         }
-        let ok: String = conn
-            .query_row("PRAGMA quick_check", [], |r| r.get(0))
-            .map_err(err)?;
-        if ok != "ok" {
-            return Err(err(rusqlite::Error::InvalidQuery));
-        }
+        // No integrity scan here (it reads the whole file, 100s of ms for a big index): a file
+        // that is not a database fails just above, and a query that meets corruption makes
+        // `search` rebuild the index.
         conn.execute_batch(SCHEMA).map_err(err)?;
+        if fresh {
+            // `ORDER BY rank` then means bm25 with titles weighing four times the body.
+            conn.execute(
+                "INSERT INTO docs_fts(docs_fts, rank) VALUES ('rank', 'bm25(4.0, 1.0)')",
+                [],
+            )
+            .map_err(err)?;
+        }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(err)?;
         Ok(Store {
@@ -412,6 +417,8 @@ impl Store {
     }
 
     /// Ranked search: every word must appear (prefix match on the last one), best first.
+    /// The ranking reads only the full-text index; documents and snippets are fetched for the
+    /// top `limit` alone.
     pub fn search(
         &self,
         query: &str,
@@ -422,33 +429,63 @@ impl Store {
         let Some(expr) = fts_query(query) else {
             return Ok(Vec::new());
         };
-        let mut stmt = self
+        let top: Vec<(i64, f64)> = if agent.is_none() && kind.is_none() {
+            let mut stmt = self
+                .conn
+                .prepare(
+                    "SELECT rowid, rank FROM docs_fts WHERE docs_fts MATCH ?1 ORDER BY rank LIMIT ?2",
+                )
+                .map_err(self.err())?;
+            let rows = stmt
+                .query_map(params![expr, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(self.err())?;
+            rows.collect::<Result<_, _>>().map_err(self.err())?
+        } else {
+            let mut stmt = self
+                .conn
+                .prepare(
+                    "SELECT f.rowid, f.rank FROM docs_fts f JOIN docs d ON d.id = f.rowid
+                     WHERE docs_fts MATCH ?1
+                       AND (?2 IS NULL OR d.agent = ?2)
+                       AND (?3 IS NULL OR d.kind = ?3)
+                     ORDER BY f.rank LIMIT ?4",
+                )
+                .map_err(self.err())?;
+            let rows = stmt
+                .query_map(params![expr, agent, kind, limit as i64], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .map_err(self.err())?;
+            rows.collect::<Result<_, _>>().map_err(self.err())?
+        };
+        let mut doc = self
             .conn
             .prepare(
                 "SELECT d.kind, d.agent, d.ref, d.ts, d.title,
-                        snippet(docs_fts, 1, '[', ']', '…', 16),
-                        bm25(docs_fts, 4.0, 1.0) AS rank
+                        snippet(docs_fts, 1, '[', ']', '…', 16)
                  FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid
-                 WHERE docs_fts MATCH ?1
-                   AND (?2 IS NULL OR d.agent = ?2)
-                   AND (?3 IS NULL OR d.kind = ?3)
-                 ORDER BY rank LIMIT ?4",
+                 WHERE docs_fts MATCH ?1 AND docs_fts.rowid = ?2",
             )
             .map_err(self.err())?;
-        let rows = stmt
-            .query_map(params![expr, agent, kind, limit as i64], |r| {
-                Ok(Hit {
-                    kind: r.get(0)?,
-                    agent: r.get(1)?,
-                    reference: r.get(2)?,
-                    ts: r.get(3)?,
-                    title: r.get(4)?,
-                    snippet: r.get(5)?,
-                    rank: r.get(6)?,
+        let mut hits = Vec::with_capacity(top.len());
+        for (rowid, rank) in top {
+            let hit = doc
+                .query_row(params![expr, rowid], |r| {
+                    Ok(Hit {
+                        kind: r.get(0)?,
+                        agent: r.get(1)?,
+                        reference: r.get(2)?,
+                        ts: r.get(3)?,
+                        title: r.get(4)?,
+                        snippet: r.get(5)?,
+                        rank,
+                    })
                 })
-            })
-            .map_err(self.err())?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(self.err())
+                .optional()
+                .map_err(self.err())?;
+            hits.extend(hit);
+        }
+        Ok(hits)
     }
 
     pub fn count(&self) -> Result<i64, StoreError> {
@@ -467,26 +504,41 @@ impl Store {
     }
 }
 
+/// Words too common to narrow anything down: searching for them costs a scan of most of
+/// the index and ranks nothing.
+const STOP_WORDS: &[&str] = &[
+    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "is", "it", "of", "on",
+    "or", "the", "to", "was", "with",
+];
+
 /// A user's words as an FTS5 expression: each word quoted (no operator can sneak in), all
-/// required, the last one a prefix. `None` when there is no word at all.
+/// required; a word ending in `*` (3 letters or more) is a prefix. Common English words are
+/// dropped unless they are all there is. `None` when there is no word at all.
 pub fn fts_query(query: &str) -> Option<String> {
-    let words: Vec<String> = query
-        .split(|c: char| !c.is_alphanumeric() && c != '_')
-        .filter(|w| !w.is_empty())
-        .map(|w| format!("\"{}\"", w.replace('"', "")))
+    let words: Vec<(String, bool)> = query
+        .split(|c: char| !c.is_alphanumeric() && c != '_' && c != '*')
+        .filter_map(|w| {
+            let prefix = w.ends_with('*');
+            let w: String = w.chars().filter(|c| *c != '*').collect();
+            (!w.is_empty()).then(|| (w.clone(), prefix && w.chars().count() >= 3))
+        })
         .collect();
-    let last = words.len().checked_sub(1)?;
+    let content: Vec<&(String, bool)> = words
+        .iter()
+        .filter(|(w, _)| !STOP_WORDS.contains(&w.to_lowercase().as_str()))
+        .collect();
+    let chosen: Vec<&(String, bool)> = if content.is_empty() {
+        words.iter().collect()
+    } else {
+        content
+    };
+    if chosen.is_empty() {
+        return None;
+    }
     Some(
-        words
+        chosen
             .iter()
-            .enumerate()
-            .map(|(i, w)| {
-                if i == last {
-                    format!("{w}*")
-                } else {
-                    w.clone()
-                }
-            })
+            .map(|(w, prefix)| format!("\"{w}\"{}", if *prefix { "*" } else { "" }))
             .collect::<Vec<_>>()
             .join(" "),
     )
@@ -500,12 +552,16 @@ mod tests {
     fn queries_cannot_inject_fts_syntax() {
         assert_eq!(
             fts_query("auth patterns").as_deref(),
-            Some("\"auth\" \"patterns\"*")
+            Some("\"auth\" \"patterns\"")
         );
+        // Operators are words (`OR` and `a` are also stop words).
         assert_eq!(
             fts_query("NEAR(a b) OR \"x").as_deref(),
-            Some("\"NEAR\" \"a\" \"b\" \"OR\" \"x\"*")
+            Some("\"NEAR\" \"b\" \"x\"")
         );
         assert_eq!(fts_query("  ***  "), None);
+        assert_eq!(fts_query("the auth* of it").as_deref(), Some("\"auth\"*"));
+        // Only stop words: searched as they are; a short prefix is a word.
+        assert_eq!(fts_query("a* the").as_deref(), Some("\"a\" \"the\""));
     }
 }

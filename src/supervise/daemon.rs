@@ -140,6 +140,7 @@ impl Daemon {
         let mut panes = PaneWatch::default();
         let mut jobs = Jobs::new(&self.spec);
         let watchdog_busy = Arc::new(AtomicBool::new(false));
+        let brief_busy = Arc::new(AtomicBool::new(false));
         info!(
             config = %self.spec.file.display(),
             state_dir = %self.spec.fleet.state_dir.display(),
@@ -176,7 +177,7 @@ impl Daemon {
                     for job in jobs.take_due() {
                         match job {
                             "watchdog" => self.start_watchdog(&watchdog_busy),
-                            _ => info!(job, "brief generation arrives with the continuity work; nothing to do yet"),
+                            _ => self.start_briefs(&brief_busy),
                         }
                     }
                     continue;
@@ -231,6 +232,27 @@ impl Daemon {
                 unhealthy = report.unhealthy(),
                 "watchdog pass done"
             );
+            busy.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Every enabled agent's brief, off the reconcile loop (a command generator may take
+    /// minutes); one round at a time.
+    fn start_briefs(&self, busy: &Arc<AtomicBool>) {
+        if busy.swap(true, Ordering::SeqCst) {
+            warn!("the previous brief round is still running; skipping this one");
+            return;
+        }
+        let (spec, busy) = (self.spec.clone(), busy.clone());
+        tokio::task::spawn_blocking(move || {
+            for agent in spec.agents.iter().filter(|a| a.enabled) {
+                match crate::continuity::brief::generate(&spec, agent) {
+                    Ok(done) => {
+                        info!(agent = %agent.name, by = %done.by, chars = done.chars, "brief written")
+                    }
+                    Err(e) => warn!(agent = %agent.name, error = %e, "brief not written"),
+                }
+            }
             busy.store(false, Ordering::SeqCst);
         });
     }
