@@ -12,7 +12,10 @@ const RUNS: usize = 20;
 fn main() {
     let exe = env!("CARGO_BIN_EXE_phoenix");
     pass_over_a_fleet(exe);
-    silence_detection_latency(exe);
+    // The latency part waits for a one-minute cron twice: `PASS_ONLY=1` skips it.
+    if std::env::var_os("PASS_ONLY").is_none() {
+        silence_detection_latency(exe);
+    }
 }
 
 fn pass_over_a_fleet(exe: &str) {

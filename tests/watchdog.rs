@@ -433,3 +433,46 @@ fn screens_are_read_in_one_call_and_a_missing_pane_is_left_out() {
     assert_eq!(screens.len(), 2, "{screens:?}");
     assert!(screens[&two].contains("second-screen"));
 }
+
+/// More panes than fit in one tmux command line: read in batches, every screen under its own
+/// pane.
+#[test]
+fn screens_of_a_large_fleet_are_read_in_batches() {
+    use phoenix::world::Runtime;
+    let fleet = Fleet::new();
+    fleet
+        .tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            "big",
+            "sh -c 'echo screen-0; sleep 1000'",
+        ])
+        .unwrap();
+    for i in 1..95 {
+        fleet
+            .tmux(&[
+                "new-window",
+                "-t",
+                "big",
+                &format!("sh -c 'echo screen-{i}; sleep 1000'"),
+            ])
+            .unwrap();
+    }
+    let panes: Vec<String> = fleet
+        .tmux(&["list-panes", "-a", "-F", "#{pane_id}"])
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(panes.len(), 95);
+    let tmux = phoenix::world::tmux::Tmux::new(&fleet.socket);
+    wait_until(Duration::from_secs(10), "every screen", || {
+        let screens = tmux.capture_many(&panes, 5);
+        screens.len() == 95
+            && panes.iter().enumerate().all(|(i, p)| {
+                screens[p].contains(&format!("screen-{i}\n"))
+                    || screens[p].trim_end().ends_with(&format!("screen-{i}"))
+            })
+    });
+}

@@ -63,10 +63,22 @@ impl Memory {
             .unwrap_or_default()
     }
 
-    fn save(&self, dir: &AgentDir) -> std::io::Result<()> {
+    /// Write it if it changed since `before` (the time of the pass alone is no change): a
+    /// pass over a large quiet fleet then writes nothing. Through a temp file and a rename,
+    /// not synced: losing it to a power cut only means confirming a finding once more.
+    fn save_if_changed(&self, before: &Memory, dir: &AgentDir) -> std::io::Result<()> {
+        let unchanged = Memory {
+            last_pass: self.last_pass,
+            ..before.clone()
+        } == *self;
+        if unchanged && dir.file(MEMORY).exists() {
+            return Ok(());
+        }
         dir.ensure()?;
         let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        state::atomic_write(&dir.file(MEMORY), &bytes)
+        let tmp = dir.file(&format!(".{MEMORY}.tmp.{}", std::process::id()));
+        std::fs::write(&tmp, &bytes)?;
+        std::fs::rename(&tmp, dir.file(MEMORY))
     }
 
     fn revivals_for(&self, task: Option<&str>) -> u32 {
@@ -234,6 +246,7 @@ impl<'a> Watchdog<'a> {
         policies: &mut Option<Policies>,
     ) -> AgentReport {
         let dir = self.fleet.agent(&agent.name);
+        let before = memory.clone();
         let mut report = AgentReport {
             agent: agent.name.clone(),
             verdict: "healthy",
@@ -253,7 +266,10 @@ impl<'a> Watchdog<'a> {
             // A stop for a person or a restart ends the episode: start counting afresh.
             memory.pending.clear();
             memory.last_pass = Some(now);
-            let _ = dir.path.is_dir().then(|| memory.save(&dir));
+            let _ = dir
+                .path
+                .is_dir()
+                .then(|| memory.save_if_changed(&before, &dir));
             return report;
         }
         let found = health::assess(&seen.inputs, &self.limits(agent));
@@ -276,7 +292,7 @@ impl<'a> Watchdog<'a> {
             } else {
                 "suspect"
             };
-            if let Err(e) = memory.save(&dir) {
+            if let Err(e) = memory.save_if_changed(&before, &dir) {
                 report.problems.push(format!("cannot save {MEMORY}: {e}"));
             }
             return report;
@@ -307,7 +323,7 @@ impl<'a> Watchdog<'a> {
             memory.pending.clear();
             memory.screen_hash = None;
         }
-        if let Err(e) = memory.save(&dir) {
+        if let Err(e) = memory.save_if_changed(&before, &dir) {
             report.problems.push(format!("cannot save {MEMORY}: {e}"));
         }
         report

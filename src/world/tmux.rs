@@ -229,13 +229,12 @@ impl Runtime for Tmux {
         self.run(["capture-pane", "-p", "-J", "-t", pane, "-S", &start])
     }
 
-    /// One tmux call for all of them: `capture-pane` per pane, each preceded by a marker line
-    /// with a per-call nonce (so no pane's text can pass for a marker). If the call fails (a
-    /// pane went away meanwhile), each pane is read on its own.
+    /// One tmux call per 40 panes (a tmux command line is limited to about 16 KB):
+    /// `capture-pane` per pane, each preceded by a marker line with a per-call nonce (so no
+    /// pane's text can pass for a marker). If a call fails (a pane went away meanwhile), its
+    /// panes are read one by one.
     fn capture_many(&self, panes: &[String], lines: usize) -> BTreeMap<String, String> {
-        if panes.is_empty() {
-            return BTreeMap::new();
-        }
+        const PER_CALL: usize = 40;
         let nonce = format!(
             "{:x}{:x}",
             std::process::id(),
@@ -244,49 +243,63 @@ impl Runtime for Tmux {
                 .map(|d| d.subsec_nanos())
                 .unwrap_or(0)
         );
-        let marker = |pane: &str| format!("phoenix-capture-{nonce}:{pane}");
+        let prefix = format!("phoenix-capture-{nonce}:");
         let start = format!("-{lines}");
-        let mut args: Vec<String> = Vec::new();
-        for pane in panes {
-            if !args.is_empty() {
-                args.push(";".into());
-            }
-            args.extend(["display-message".into(), "-p".into(), marker(pane)]);
-            args.push(";".into());
-            args.extend(
-                [
-                    "capture-pane",
-                    "-p",
-                    "-J",
-                    "-t",
-                    pane.as_str(),
-                    "-S",
-                    start.as_str(),
-                ]
-                .map(String::from),
-            );
-        }
-        let Ok(out) = self.run(&args) else {
-            return panes
-                .iter()
-                .filter_map(|p| self.capture(p, lines).ok().map(|t| (p.clone(), t)))
-                .collect();
-        };
         let mut screens = BTreeMap::new();
-        let mut current: Option<(String, String)> = None;
-        for line in out.split_inclusive('\n') {
-            let bare = line.trim_end_matches('\n');
-            if let Some(pane) = bare.strip_prefix(&format!("phoenix-capture-{nonce}:")) {
-                if let Some((p, text)) = current.take() {
-                    screens.insert(p, text);
+        for chunk in panes.chunks(PER_CALL) {
+            let mut args: Vec<String> = Vec::new();
+            // The marker carries the pane's index, not its id: display-message runs its text
+            // through strftime, and `%94` comes out as 94 columns of padding.
+            for (i, pane) in chunk.iter().enumerate() {
+                if !args.is_empty() {
+                    args.push(";".into());
                 }
-                current = Some((pane.to_string(), String::new()));
-            } else if let Some((_, text)) = current.as_mut() {
-                text.push_str(line);
+                args.extend([
+                    "display-message".into(),
+                    "-p".into(),
+                    format!("{prefix}{i}"),
+                ]);
+                args.push(";".into());
+                args.extend(
+                    [
+                        "capture-pane",
+                        "-p",
+                        "-J",
+                        "-t",
+                        pane.as_str(),
+                        "-S",
+                        start.as_str(),
+                    ]
+                    .map(String::from),
+                );
             }
-        }
-        if let Some((p, text)) = current {
-            screens.insert(p, text);
+            let Ok(out) = self.run(&args) else {
+                for p in chunk {
+                    if let Ok(t) = self.capture(p, lines) {
+                        screens.insert(p.clone(), t);
+                    }
+                }
+                continue;
+            };
+            let mut current: Option<(String, String)> = None;
+            for line in out.split_inclusive('\n') {
+                let bare = line.trim_end_matches('\n');
+                if let Some(pane) = bare
+                    .strip_prefix(&prefix)
+                    .and_then(|i| i.trim().parse::<usize>().ok())
+                    .and_then(|i| chunk.get(i))
+                {
+                    if let Some((p, text)) = current.take() {
+                        screens.insert(p, text);
+                    }
+                    current = Some((pane.clone(), String::new()));
+                } else if let Some((_, text)) = current.as_mut() {
+                    text.push_str(line);
+                }
+            }
+            if let Some((p, text)) = current {
+                screens.insert(p, text);
+            }
         }
         screens
     }
