@@ -83,7 +83,9 @@ end
 -- Classify a failure by the phrases and HTTP statuses in policies/patterns.lua, first
 -- match wins.
 function M.diagnose(trauma)
-  local text = table.concat({ trauma.error_type or "", trauma.error_message or "", trauma.stack_trace or "" }, "\n")
+  -- The error itself, not the stack trace: that is often the pane's tail, whose banners and
+  -- menus ("billing", "login") would be taken for the error.
+  local text = table.concat({ trauma.error_type or "", trauma.error_message or "" }, "\n")
   local codes = phoenix.statuses(text)
   for _, p in ipairs(patterns) do
     local phrase = phoenix.match(text, p.phrases)

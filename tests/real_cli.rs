@@ -225,3 +225,97 @@ fn real_claude_runs_the_hooks_apply_installed() {
     );
     assert!(!dir.join("hook_errors.jsonl").exists());
 }
+
+/// `kill -9` of the real Claude Code mid-turn: the wrapper starts it again with `--resume` and
+/// the recorded session id, Claude Code's SessionStart says `resume`, and phoenix's recovery
+/// block (and the handoff saved on the crash) reach the model with the next request.
+#[test]
+fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
+    let bin = claude_bin();
+    let fleet = support::Fleet::new();
+    let work = fleet.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let key = "sk-ant-test-0123456789abcdefghijklmnop";
+    let home = prepared_home(fleet.path(), &work, key);
+    let server = ModelServer::start(vec![
+        Turn::bash("sleep 60"),
+        Turn::text("Picked up where I stopped."),
+    ]);
+    fleet.toml(&format!(
+        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"30s\"\n\n{}",
+        claude_agent("cc", &bin, &home, &server, key)
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pids = fleet.wait_running(&["cc"]);
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_prompt(&fleet, &pane, "refactor the parser module");
+    let dir = fleet.agent_dir("cc");
+    // The turn is under way: the prompt hook fired and the model asked for the long Bash call.
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the turn started",
+        || {
+            fleet.ops("cc").iter().any(|o| o["event"] == "prompt")
+                && !server.message_requests().is_empty()
+        },
+    );
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let session: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
+    let id = session["session_id"].as_str().unwrap().to_string();
+    assert_eq!(session["status"], "working");
+
+    support::kill9(pids[0]);
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the resumed run",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .any(|o| o["event"] == "agent_start" && o["mode"] == "resume")
+        },
+    );
+    let ops = fleet.ops("cc");
+    let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
+    let argv: Vec<&str> = start["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(
+        argv.windows(2).any(|w| w == ["--resume", id.as_str()]),
+        "{argv:?}"
+    );
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "SessionStart resume",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .any(|o| o["event"] == "session_start" && o["source"] == "resume")
+        },
+    );
+    let before = server.message_requests().len();
+    type_prompt(&fleet, &pane, "go on");
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the next request",
+        || server.message_requests().len() > before,
+    );
+    let sent = server.message_requests()[before..]
+        .iter()
+        .map(|r| r.text())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(sent.contains("PHOENIX: RECOVERY DETECTED"), "{sent}");
+    assert!(sent.contains("refactor the parser module"), "{sent}");
+    assert!(sent.contains("latest handoff"), "{sent}");
+    let handoffs = fleet.run(&["handoff", "list", "cc", "--json"]).json();
+    assert_eq!(handoffs[0]["trigger_reason"], "crash");
+}

@@ -552,6 +552,18 @@ mod tests {
     }
 
     #[test]
+    fn a_banner_in_the_pane_is_not_the_error() {
+        // Claude Code's screen mentions billing; a kill -9 is still undiagnosed, not a quota.
+        let trauma = Trauma {
+            error_type: "signal".into(),
+            error_message: "signal 9".into(),
+            stack_trace: "Claude Code v2 · API Usage Billing\n> refactor the parser".into(),
+            ..Trauma::default()
+        };
+        assert_eq!(diagnose(&trauma).root_cause, RootCause::Unknown);
+    }
+
+    #[test]
     fn backoff_doubles_up_to_the_cap() {
         let r = RestartInfo::default();
         assert_eq!(backoff(&r, 1), Duration::from_secs(10));

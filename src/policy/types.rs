@@ -334,14 +334,11 @@ pub struct Trauma {
 }
 
 impl Trauma {
-    /// All error text in one string, for pattern matching.
+    /// The error itself, for pattern matching: its type and message. Not the stack trace:
+    /// that is often the pane's tail, whose banners and menus ("billing", "login") would be
+    /// taken for the error (a `kill -9` of Claude Code once read as an exhausted quota).
     pub fn error_text(&self) -> String {
-        let mut text = format!("{}\n{}", self.error_type, self.error_message);
-        if !self.stack_trace.is_empty() {
-            text.push('\n');
-            text.push_str(&self.stack_trace);
-        }
-        text
+        format!("{}\n{}", self.error_type, self.error_message)
     }
 }
 
