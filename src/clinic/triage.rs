@@ -165,6 +165,27 @@ fn content_text(content: &Value) -> String {
     }
 }
 
+impl TranscriptFacts {
+    /// The facts of the transcript at `path` (its tail), whatever the CLI.
+    pub fn read(path: &Path) -> TranscriptFacts {
+        transcript_facts(&tail_jsonl(path))
+    }
+
+    /// The assistant's last `n` non-empty messages, oldest first, each cut to `max` chars.
+    pub fn last_words(&self, n: usize, max: usize) -> Vec<String> {
+        let mut words: Vec<String> = self
+            .assistant
+            .iter()
+            .rev()
+            .filter(|t| !t.trim().is_empty())
+            .take(n)
+            .map(|t| shorten(t, max))
+            .collect();
+        words.reverse();
+        words
+    }
+}
+
 /// Read the facts out of Claude Code, Codex or Gemini transcript records.
 pub fn transcript_facts(records: &[Value]) -> TranscriptFacts {
     let mut facts = TranscriptFacts::default();

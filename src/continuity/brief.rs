@@ -43,19 +43,9 @@ fn context(spec: &Spec, agent: &AgentSpec, dir: &AgentDir, resolved: &[Value]) -
     let facts = state
         .transcript_path
         .as_deref()
-        .map(|p| triage::transcript_facts(&tail_jsonl(std::path::Path::new(p))))
+        .map(|p| triage::TranscriptFacts::read(std::path::Path::new(p)))
         .unwrap_or_default();
-    let last_words: Vec<String> = facts
-        .assistant
-        .iter()
-        .rev()
-        .filter(|t| !t.trim().is_empty())
-        .take(5)
-        .map(|t| triage::shorten(t, 800))
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
+    let last_words = facts.last_words(5, 800);
     let day_ago = jiff::Timestamp::now().as_second() - 86_400;
     let events: Vec<Value> =
         tail_jsonl(&FleetDir::new(&spec.fleet.state_dir).critical_events_path())

@@ -115,19 +115,9 @@ pub fn build(
         .collect();
     let facts = state["transcript_path"]
         .as_str()
-        .map(|p| triage::transcript_facts(&tail_jsonl(std::path::Path::new(p))))
+        .map(|p| triage::TranscriptFacts::read(std::path::Path::new(p)))
         .unwrap_or_default();
-    let last_words: Vec<String> = facts
-        .assistant
-        .iter()
-        .rev()
-        .filter(|t| !t.trim().is_empty())
-        .take(3)
-        .map(|t| triage::shorten(t, 600))
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
+    let last_words = facts.last_words(3, 600);
     let previous = list_ids(dir).pop();
     let now = jiff::Timestamp::now();
     let created_at = now.to_string();
