@@ -75,9 +75,13 @@ pub fn startup_text(spec: &Spec, dir: &AgentDir) -> Option<String> {
     text.ok()
 }
 
-/// The latest handoff's text for a new session, if the agent has one.
+/// The latest readable handoff, for a new session. Names sort by time, so only the newest
+/// file is read (the session-start hook runs this; an agent may have thousands).
 pub fn latest_for_startup(dir: &AgentDir) -> Option<Handoff> {
-    handoff::list(dir).into_iter().last()
+    handoff::list_ids(dir)
+        .iter()
+        .rev()
+        .find_map(|id| handoff::load(dir, id))
 }
 
 /// What `phoenix handoff list --json` prints for one handoff.
