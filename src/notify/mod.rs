@@ -90,6 +90,8 @@ pub struct Notifier<'a> {
     /// Variables looked up before the process environment (tests: `set_var` is unsafe while
     /// other test threads run).
     vars: Vec<(String, String)>,
+    /// The channels this message may use (an agent's `notify`); all when `None`.
+    channels: Option<Vec<String>>,
 }
 
 impl<'a> Notifier<'a> {
@@ -101,7 +103,20 @@ impl<'a> Notifier<'a> {
             gh_timeout: GH_TIMEOUT,
             command_timeout: COMMAND_TIMEOUT,
             vars: Vec::new(),
+            channels: None,
         }
+    }
+
+    /// Use only these of the configured channels (`github`, `webhook`, `command`).
+    pub fn only(mut self, channels: Option<&[String]>) -> Self {
+        self.channels = channels.map(<[String]>::to_vec);
+        self
+    }
+
+    fn allowed(&self, channel: &str) -> bool {
+        self.channels
+            .as_ref()
+            .is_none_or(|c| c.iter().any(|x| x == channel))
     }
 
     /// The GitHub CLI to run instead of `gh` from PATH.
@@ -141,7 +156,9 @@ impl<'a> Notifier<'a> {
     pub fn send(&self, msg: &Message) -> Vec<Sent> {
         let mut sent = Vec::new();
         let mut issue_url = None;
-        if let (Kind::Investigation, Some(gh)) = (msg.kind, &self.settings.github) {
+        if let (Kind::Investigation, Some(gh), true) =
+            (msg.kind, &self.settings.github, self.allowed("github"))
+        {
             let github = github::Github {
                 settings: gh,
                 cooldown: self.settings.issue_cooldown,
@@ -155,13 +172,23 @@ impl<'a> Notifier<'a> {
             }
             sent.push(s);
         }
-        if let Some(w) = &self.settings.webhook {
+        if let Some(w) = self
+            .settings
+            .webhook
+            .as_ref()
+            .filter(|_| self.allowed("webhook"))
+        {
             let url = self.var(&w.url_env);
             sent.push(guarded("webhook", || {
                 webhook::send(w, url.as_deref(), msg, issue_url.as_deref())
             }));
         }
-        if let Some(argv) = &self.settings.command {
+        if let Some(argv) = self
+            .settings
+            .command
+            .as_ref()
+            .filter(|_| self.allowed("command"))
+        {
             sent.push(guarded("command", || {
                 command::send(argv, msg, issue_url.as_deref(), self.command_timeout)
             }));

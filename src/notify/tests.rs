@@ -899,3 +899,31 @@ fn report_lines_show_status_channel_and_what_happened() {
         json!({"channel": "webhook", "ok": false, "url": null, "detail": "PHOENIX_WEBHOOK_URL is not set"})
     );
 }
+
+#[test]
+fn an_agent_s_channels_limit_where_its_messages_go() {
+    let gh = FakeGh::new();
+    let out = gh.dir.path().join("command-ran");
+    let settings = NotifySettings {
+        command: Some(strings(&[
+            "sh",
+            "-c",
+            "cat > \"$1\"",
+            "sh",
+            out.to_str().unwrap(),
+        ])),
+        ..gh.settings.clone()
+    };
+    let only_command = vec!["command".to_string()];
+    let sent = Notifier::new(&settings, &gh.fleet)
+        .with_gh(gh.dir.path().join("gh"))
+        .only(Some(&only_command))
+        .send(&message(Kind::Investigation, "alpha", "stuck"));
+    let channels: Vec<&str> = sent.iter().map(|s| s.channel.as_str()).collect();
+    assert_eq!(channels, ["command"]);
+    assert!(out.exists());
+    assert!(
+        gh.calls().is_empty(),
+        "github was not one of the agent's channels"
+    );
+}

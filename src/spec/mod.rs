@@ -330,6 +330,9 @@ pub struct AgentSpec {
     pub guard_structured_files: bool,
     /// Read the pane's output for `->continuity:` commands (`tmux pipe-pane` → `phoenix tap`).
     pub tap: bool,
+    /// The `[notify]` channels this agent's reports and failure messages go to (all when
+    /// `None`): `github`, `webhook`, `command`.
+    pub notify: Option<Vec<String>>,
     /// `[[agent]] policy`: a Lua policy file of its own (entry points it lacks come from
     /// policies/recovery.lua).
     pub policy: Option<PathBuf>,
@@ -1415,6 +1418,24 @@ impl Validator<'_> {
         let enabled = raw.enabled.or(defaults.enabled).unwrap_or(true);
         let restart = self.restart(raw.restart.as_ref(), default_restart);
         let tap = raw.tap.or(defaults.tap).unwrap_or(true);
+        let notify = match raw.notify.as_ref().or(defaults.notify.as_ref()) {
+            Some(list) => {
+                let unknown: Vec<&String> = list
+                    .get_ref()
+                    .iter()
+                    .filter(|c| !["github", "webhook", "command"].contains(&c.as_str()))
+                    .collect();
+                if let Some(bad) = unknown.first() {
+                    self.error(
+                        format!("agent `{name}`: unknown notify channel `{bad}`"),
+                        Some(list.span()),
+                        "channels are github, webhook and command (configured in [notify])",
+                    );
+                }
+                Some(list.get_ref().clone())
+            }
+            None => None,
+        };
         let guard_structured_files = raw
             .guard_structured_files
             .or(defaults.guard_structured_files)
@@ -1463,6 +1484,7 @@ impl Validator<'_> {
             restart,
             guard_structured_files,
             tap,
+            notify,
             policy,
         })
     }

@@ -53,6 +53,7 @@ pub struct RawAgent {
     pub restart: Option<RawRestart>,
     pub guard_structured_files: Option<bool>,
     pub tap: Option<bool>,
+    pub notify: Option<Spanned<Vec<String>>>,
     pub policy: Option<Spanned<String>>,
 }
 

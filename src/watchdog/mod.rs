@@ -487,13 +487,15 @@ impl<'a> Watchdog<'a> {
         if self.spec.notify.is_empty() {
             return Vec::new();
         }
-        Notifier::new(&self.spec.notify, &self.fleet).send(&Message {
-            kind,
-            agent: agent.name.clone(),
-            fleet: self.spec.fleet.name.clone(),
-            title: title.to_string(),
-            body: body.to_string(),
-        })
+        Notifier::new(&self.spec.notify, &self.fleet)
+            .only(agent.notify.as_deref())
+            .send(&Message {
+                kind,
+                agent: agent.name.clone(),
+                fleet: self.spec.fleet.name.clone(),
+                title: title.to_string(),
+                body: body.to_string(),
+            })
     }
 
     /// Restart the agent: through its live wrapper (resuming the session) when the CLI is
