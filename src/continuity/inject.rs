@@ -88,16 +88,7 @@ fn last_line(screen: &str) -> &str {
 }
 
 fn prompt_hook_since(dir: &AgentDir, offset: u64) -> bool {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(dir.file(state::OPS_LOG)) else {
-        return false;
-    };
-    let mut text = String::new();
-    if f.seek(SeekFrom::Start(offset)).is_err() || f.read_to_string(&mut text).is_err() {
-        return false;
-    }
-    text.lines()
-        .any(|l| l.contains("\"event\":\"prompt\"") || l.contains("\"event\":\"user_prompt\""))
+    state::read_since(&dir.file(state::OPS_LOG), offset).contains("\"event\":\"prompt\"")
 }
 
 /// Wait until ready, paste, press Enter, confirm; retry Enter if it was swallowed.

@@ -66,12 +66,7 @@ fn yaml_sanity(bytes: &[u8]) -> Result<(), String> {
 }
 
 fn key(path: &Path) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in path.as_os_str().as_encoded_bytes() {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    crate::state::digest(path.as_os_str().as_encoded_bytes())
 }
 
 fn resolve(cwd: &Path, file: &str) -> PathBuf {

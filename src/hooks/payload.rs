@@ -77,13 +77,7 @@ impl Payload {
     /// can see the same call repeated without phoenix storing what the agent typed.
     pub fn tool_input_digest(&self) -> Option<String> {
         let input = self.get("tool_input").or_else(|| self.get("tool_args"))?;
-        let text = input.to_string();
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in text.bytes() {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-        Some(format!("{hash:016x}"))
+        Some(crate::state::digest(input.to_string().as_bytes()))
     }
 
     pub fn transcript_path(&self) -> Option<&str> {

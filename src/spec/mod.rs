@@ -355,13 +355,7 @@ pub struct LaunchSpec {
 impl LaunchSpec {
     /// A stable 64-bit FNV-1a hash of the canonical JSON form, as 16 hex digits.
     pub fn fingerprint(&self) -> String {
-        let json = serde_json::to_vec(self).expect("launch spec serialises");
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in json {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-        format!("{hash:016x}")
+        crate::state::digest(&serde_json::to_vec(self).expect("launch spec serialises"))
     }
 
     /// Names and values of fields that differ, for showing drift.
@@ -391,14 +385,10 @@ fn hide_values(v: serde_json::Value) -> serde_json::Value {
         serde_json::Value::Object(map) => map
             .into_iter()
             .map(|(k, v)| {
-                let mut hash: u32 = 0x811c_9dc5;
-                for b in v.as_str().unwrap_or_default().bytes() {
-                    hash ^= u32::from(b);
-                    hash = hash.wrapping_mul(0x0100_0193);
-                }
+                let digest = crate::state::digest(v.as_str().unwrap_or_default().as_bytes());
                 (
                     k,
-                    serde_json::Value::String(format!("(hidden #{:04x})", hash >> 16)),
+                    serde_json::Value::String(format!("(hidden #{})", &digest[..4])),
                 )
             })
             .collect(),

@@ -171,6 +171,29 @@ pub fn append_jsonl<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
     file.write_all(&line)
 }
 
+/// A stable 64-bit FNV-1a digest of `bytes`, as 16 hex digits: fingerprints, snapshot keys,
+/// tool-call and screen digests. Stable across builds and Rust versions (std's hasher is not).
+pub fn digest(bytes: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in bytes {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// What an append-only file gained after byte `offset` (empty if it cannot be read).
+pub fn read_since(path: &Path, offset: u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut text = String::new();
+    if let Ok(mut f) = fs::File::open(path)
+        && f.seek(SeekFrom::Start(offset)).is_ok()
+    {
+        let _ = f.read_to_string(&mut text);
+    }
+    text
+}
+
 /// Write a file atomically: temp file in the same dir, fsync, rename, fsync the dir.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     atomic_write_mode(path, bytes, 0o600)

@@ -80,18 +80,6 @@ fn record_a_lost_end(dir: &AgentDir) {
     }
 }
 
-/// What ops.jsonl gained after byte `offset`.
-fn ops_since(dir: &AgentDir, offset: u64) -> String {
-    use std::io::{Seek, SeekFrom};
-    let mut text = String::new();
-    if let Ok(mut f) = std::fs::File::open(dir.file(state::OPS_LOG))
-        && f.seek(SeekFrom::Start(offset)).is_ok()
-    {
-        let _ = f.read_to_string(&mut text);
-    }
-    text
-}
-
 fn find_agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a AgentSpec> {
     spec.agent(name).with_context(|| {
         format!(
@@ -681,7 +669,10 @@ impl Wrapper {
             .map(|m| m.len())
             .unwrap_or(0);
         std::thread::spawn(move || {
-            let hooked = || ops_since(&dir, since).contains("\"event\":\"session_start\"");
+            let hooked = || {
+                state::read_since(&dir.file(state::OPS_LOG), since)
+                    .contains("\"event\":\"session_start\"")
+            };
             let deadline = Instant::now() + Duration::from_secs(3);
             while Instant::now() < deadline {
                 if hooked() {
@@ -987,15 +978,7 @@ impl LifeProbe {
     }
 
     fn hook_in_ops(&mut self) -> bool {
-        use std::io::{Seek, SeekFrom};
-        let Ok(mut f) = std::fs::File::open(&self.ops) else {
-            return false;
-        };
-        if f.seek(SeekFrom::Start(self.ops_len)).is_err() {
-            return false;
-        }
-        let mut text = String::new();
-        let _ = f.read_to_string(&mut text);
+        let text = state::read_since(&self.ops, self.ops_len);
         self.ops_len += text.len() as u64;
         text.lines().any(|l| {
             serde_json::from_str::<serde_json::Value>(l)

@@ -194,12 +194,7 @@ pub fn observe(
 }
 
 fn digest(text: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.trim_end().bytes() {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    state::digest(text.trim_end().as_bytes())
 }
 
 /// Tokens a session used, from its transcript: Claude Code's `message.usage` per assistant
