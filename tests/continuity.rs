@@ -77,13 +77,16 @@ fn a_handoff_comes_back_through_the_session_start_hook() {
     let h = save(
         &fleet,
         "hooked",
-        "Current task: Refactor the parser module\nCompleted: lexer, tokens\nNext: error recovery\nKey decision: keep the recursive descent\n",
+        "Current task: Refactor the parser module\nCompleted: lexer, tokens\nNext: error recovery\nKey decision: the parser stays recursive descent\n",
     );
     assert_eq!(h["trigger_reason"], "manual");
     let ledger = fleet.run(&["ledger", "hooked", "--json"]).status(0).json();
     assert_eq!(ledger["current_task"], "Refactor the parser module");
     assert_eq!(ledger["completed"][1], "tokens");
-    assert_eq!(ledger["decisions"][0]["text"], "keep the recursive descent");
+    assert_eq!(
+        ledger["decisions"][0]["text"],
+        "the parser stays recursive descent"
+    );
 
     fleet.run(&["restart", "hooked", "--fresh"]).status(0);
     wait_until(Duration::from_secs(15), "the handoff injected", || {
@@ -92,6 +95,9 @@ fn a_handoff_comes_back_through_the_session_start_hook() {
     let text = screen(&fleet, "hooked");
     assert!(text.contains("Refactor the parser module"), "{text}");
     assert!(text.contains("error recovery"), "{text}");
+    // The earlier decision that matches the task, found by searching the index.
+    assert!(text.contains("--- relevant earlier decisions"), "{text}");
+    assert!(text.contains("stays recursive descent"), "{text}");
     // Injected into the running session on request; this CLI's prompt hook confirms it.
     fleet.tmux(&[
         "send-keys",

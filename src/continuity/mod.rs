@@ -8,6 +8,7 @@ pub mod brief;
 pub mod handoff;
 pub mod inject;
 pub mod ledger;
+pub mod startup;
 pub mod tap;
 
 pub use handoff::{Handoff, Trigger};
@@ -51,28 +52,50 @@ pub fn auto_handoff(
     Ok(handoff)
 }
 
-/// The startup context for a CLI without a session-start hook (`templates/startup.md.j2`), or
-/// `None` when there is nothing to give (no handoff, no ledger task, no open loop).
+/// The startup context for a CLI without a session-start hook (`templates/startup.md.j2`,
+/// the same text the hook gives), or `None` when there is nothing to give.
 pub fn startup_text(spec: &Spec, dir: &AgentDir) -> Option<String> {
-    let handoff = latest_for_startup(dir);
-    let ledger = ledger::load(dir);
-    let state: Value = std::fs::read_to_string(dir.file("state.json"))
-        .ok()
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or(Value::Null);
-    let open_loops = state["open_loops"].as_array().cloned().unwrap_or_default();
-    if handoff.is_none() && ledger.current_task.is_none() && open_loops.is_empty() {
-        return None;
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    let state = dir
+        .read_state()
+        .unwrap_or_else(|_| crate::state::AgentState::new(&dir.name));
+    let start = if startup::was_interrupted(dir, &state) {
+        startup::Start::Recovery
+    } else {
+        startup::Start::Fresh
+    };
+    let gathered = startup::Gathered::read(&fleet, dir, state, start);
+    let resolve = resolve_command(spec, &dir.name);
+    let (text, problem) = startup::render(
+        &Templates::for_spec(spec),
+        start,
+        &gathered.inputs(&[], &resolve),
+    );
+    if let Some(problem) = problem {
+        let _ = dir.record_op(
+            "template_error",
+            json!({"template": "startup.md.j2", "error": problem}),
+        );
     }
-    let brief = std::fs::read_to_string(dir.file("brief.md"))
-        .ok()
-        .filter(|b| !b.trim().is_empty());
-    let ctx = json!({
-        "agent": dir.name, "handoff": handoff, "ledger": ledger, "open_loops": open_loops,
-        "brief": brief,
-    });
-    let (text, _) = Templates::for_spec(spec).render_or_builtin("startup.md.j2", &ctx);
-    text.ok()
+    text
+}
+
+/// How an agent resolves an open loop from its shell: phoenix's own path (not the hook-only
+/// `phoenix-hook`, which cannot resolve) and config, quoted.
+pub fn resolve_command(spec: &Spec, agent: &str) -> String {
+    let mut exe = std::env::current_exe().unwrap_or_else(|_| std::path::PathBuf::from("phoenix"));
+    if exe.file_name().is_some_and(|n| n == "phoenix-hook") {
+        exe = exe.with_file_name("phoenix");
+    }
+    [
+        exe.to_string_lossy().as_ref(),
+        "--config",
+        spec.file.to_string_lossy().as_ref(),
+        "resolve",
+        agent,
+    ]
+    .map(crate::hooks::config::sh_quote)
+    .join(" ")
 }
 
 /// The latest readable handoff, for a new session. Names sort by time, so only the newest

@@ -7,7 +7,6 @@
 //! when something changed or `last_active` is older than `HEARTBEAT_WRITE_INTERVAL`.
 
 pub mod config;
-pub mod context;
 pub mod guard;
 pub mod output;
 pub mod payload;
@@ -333,44 +332,40 @@ impl Hook<'_> {
     }
 
     fn session_start(&self, ctx: &Ctx<'_>) -> Reply {
+        use crate::continuity::startup::{self, Start};
         let dir = ctx.dir;
         let source = self.payload.str("source").unwrap_or("startup").to_string();
         let state = dir.read_state().unwrap_or_else(|e| {
             self.problem(&e.to_string());
             AgentState::new(&ctx.agent.name)
         });
-        let interrupted = source != "compact" && was_interrupted(dir, &state);
+        let interrupted = source != "compact" && startup::was_interrupted(dir, &state);
         let start = match (interrupted, source.as_str()) {
-            (true, _) => context::Start::Recovery,
-            (false, "compact") => context::Start::Compacted,
-            (false, "resume") => context::Start::Resumed,
-            (false, _) => context::Start::Fresh,
+            (true, _) => Start::Recovery,
+            (false, "compact") => Start::Compacted,
+            (false, "resume") => Start::Resumed,
+            (false, _) => Start::Fresh,
         };
-        let brief = std::fs::read_to_string(dir.file(state::BRIEF)).ok();
         let recent = if interrupted {
             tail_jsonl(&dir.file(state::TOOL_USE), RECENT_TOOLS)
         } else {
             Vec::new()
         };
-        let resolve_command = self.resolve_command(ctx);
+        let resolve_command = crate::continuity::resolve_command(ctx.spec, &ctx.agent.name);
         let mut shown = state.clone();
         shown.normalize(ctx.now, ctx.retention);
-        // A resumed transcript has it all already; a new context gets the latest handoff.
-        let handoff = (start != context::Start::Resumed)
-            .then(|| crate::continuity::latest_for_startup(dir))
-            .flatten();
-        let text = context::render(
+        let fleet = crate::state::FleetDir::new(&ctx.spec.fleet.state_dir);
+        // A resumed transcript has it all already; a new context gets the latest handoff and
+        // the earlier decisions that match its task.
+        let gathered = startup::Gathered::read(&fleet, dir, shown, start);
+        let (text, template_problem) = startup::render(
+            &crate::render::Templates::for_spec(ctx.spec),
             start,
-            &context::Inputs {
-                state: &shown,
-                brief: brief.as_deref(),
-                recent_tools: &recent,
-                resolve_command: &resolve_command,
-                handoff: handoff
-                    .as_ref()
-                    .map(|h| (h.id.as_str(), h.trigger.as_str(), h.body.as_str())),
-            },
+            &gathered.inputs(&recent, &resolve_command),
         );
+        if let Some(problem) = template_problem {
+            self.problem(&problem);
+        }
         // Context the Clinic left for this session (a reminder, or what a session that ran out
         // of context knew) comes first: it says why this session exists.
         let text = match (crate::clinic::take_pending_context(dir), text) {
@@ -418,19 +413,6 @@ impl Hook<'_> {
             },
             None => Reply::Nothing,
         }
-    }
-
-    fn resolve_command(&self, ctx: &Ctx<'_>) -> String {
-        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("phoenix"));
-        [
-            exe.to_string_lossy().as_ref(),
-            "--config",
-            ctx.spec.file.to_string_lossy().as_ref(),
-            "resolve",
-            ctx.agent.name.as_str(),
-        ]
-        .map(config::sh_quote)
-        .join(" ")
     }
 
     fn prompt(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
@@ -666,27 +648,6 @@ impl Hook<'_> {
 
 /// Recovery detection: the last status was `working` and no clean exit was recorded after the
 /// agent was last active.
-fn was_interrupted(dir: &AgentDir, state: &AgentState) -> bool {
-    if state.status != Status::Working {
-        return false;
-    }
-    let last_active = state.last_active_at();
-    let clean_after = |ts: Option<jiff::Timestamp>| match (ts, last_active) {
-        (Some(t), Some(active)) => t >= active,
-        (Some(_), None) => true,
-        (None, _) => false,
-    };
-    let marker = std::fs::read_to_string(dir.file(state::CLEAN_EXIT))
-        .ok()
-        .and_then(|t| t.trim().parse::<jiff::Timestamp>().ok());
-    let ended_clean = state
-        .last_session_end
-        .as_ref()
-        .filter(|e| e.clean)
-        .and_then(|e| state::agent::parse_timestamp(&e.ts));
-    !(clean_after(marker) || clean_after(ended_clean))
-}
-
 fn heartbeat_needs_write(
     state: &AgentState,
     session_id: Option<&str>,
@@ -767,13 +728,16 @@ mod tests {
         let mut s = AgentState::new("a");
         s.status = Status::Working;
         s.last_active = Some("2026-02-17T02:12:50Z".into());
-        assert!(was_interrupted(&dir, &s));
+        assert!(crate::continuity::startup::was_interrupted(&dir, &s));
         std::fs::write(dir.file(state::CLEAN_EXIT), "2026-02-17T02:13:00Z").unwrap();
-        assert!(!was_interrupted(&dir, &s));
+        assert!(!crate::continuity::startup::was_interrupted(&dir, &s));
         std::fs::write(dir.file(state::CLEAN_EXIT), "2026-02-16T00:00:00Z").unwrap();
-        assert!(was_interrupted(&dir, &s), "an old marker does not count");
+        assert!(
+            crate::continuity::startup::was_interrupted(&dir, &s),
+            "an old marker does not count"
+        );
         s.status = Status::Idle;
-        assert!(!was_interrupted(&dir, &s));
+        assert!(!crate::continuity::startup::was_interrupted(&dir, &s));
     }
 
     #[test]

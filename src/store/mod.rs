@@ -488,6 +488,72 @@ impl Store {
         Ok(hits)
     }
 
+    /// An existing index opened for one quick read (the session-start hook): no rebuild, no
+    /// catch-up, read-only, a short busy timeout. `None` when there is no usable index: the
+    /// caller does without, it never waits for one to be built.
+    pub fn open_for_read(fleet: &FleetDir) -> Option<Store> {
+        let path = fleet.root.join(INDEX);
+        let conn = Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .ok()?;
+        conn.busy_timeout(std::time::Duration::from_millis(200))
+            .ok()?;
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .ok()?;
+        (version == SCHEMA_VERSION).then(|| Store {
+            conn,
+            fleet: fleet.clone(),
+            path,
+        })
+    }
+
+    /// `agent`'s earlier decisions and handoffs that share words with `text` (a task), best
+    /// first: any word may match, so a long task still finds something. Documents whose
+    /// reference is in `exclude` (the handoff already shown) are skipped.
+    pub fn related(
+        &self,
+        agent: &str,
+        text: &str,
+        exclude: &[&str],
+        limit: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        let Some(expr) = fts_any_query(text, 8) else {
+            return Ok(Vec::new());
+        };
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT d.kind, d.agent, d.ref, d.ts, d.title,
+                        snippet(docs_fts, 1, '[', ']', '…', 12), f.rank
+                 FROM docs_fts f JOIN docs d ON d.id = f.rowid
+                 WHERE docs_fts MATCH ?1 AND d.agent = ?2 AND d.kind IN ('decision', 'handoff')
+                 ORDER BY f.rank LIMIT ?3",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map(params![expr, agent, (limit + exclude.len()) as i64], |r| {
+                Ok(Hit {
+                    kind: r.get(0)?,
+                    agent: r.get(1)?,
+                    reference: r.get(2)?,
+                    ts: r.get(3)?,
+                    title: r.get(4)?,
+                    snippet: r.get(5)?,
+                    rank: r.get(6)?,
+                })
+            })
+            .map_err(self.err())?;
+        let hits: Vec<Hit> = rows.collect::<Result<_, _>>().map_err(self.err())?;
+        Ok(hits
+            .into_iter()
+            .filter(|h| !exclude.contains(&h.reference.as_str()))
+            .take(limit)
+            .collect())
+    }
+
     pub fn count(&self) -> Result<i64, StoreError> {
         self.conn
             .query_row("SELECT count(*) FROM docs", [], |r| r.get(0))
@@ -510,6 +576,28 @@ const STOP_WORDS: &[&str] = &[
     "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "is", "it", "of", "on",
     "or", "the", "to", "was", "with",
 ];
+
+/// Up to `max` distinct content words of `text` (3 letters or more, no stop words), any of
+/// which may match: the "what else is this about" query behind the startup context's
+/// relevant earlier decisions. Longer words first: they narrow more.
+pub fn fts_any_query(text: &str, max: usize) -> Option<String> {
+    let mut words: Vec<String> = Vec::new();
+    for w in text.split(|c: char| !c.is_alphanumeric() && c != '_') {
+        let w = w.to_lowercase();
+        if w.chars().count() >= 3 && !STOP_WORDS.contains(&w.as_str()) && !words.contains(&w) {
+            words.push(w);
+        }
+    }
+    words.sort_by_key(|w| std::cmp::Reverse(w.chars().count()));
+    words.truncate(max);
+    (!words.is_empty()).then(|| {
+        words
+            .iter()
+            .map(|w| format!("\"{w}\""))
+            .collect::<Vec<_>>()
+            .join(" OR ")
+    })
+}
 
 /// A user's words as an FTS5 expression: each word quoted (no operator can sneak in), all
 /// required; a word ending in `*` (3 letters or more) is a prefix. Common English words are
@@ -563,5 +651,14 @@ mod tests {
         assert_eq!(fts_query("the auth* of it").as_deref(), Some("\"auth\"*"));
         // Only stop words: searched as they are; a short prefix is a word.
         assert_eq!(fts_query("a* the").as_deref(), Some("\"a\" \"the\""));
+    }
+
+    #[test]
+    fn any_word_queries_keep_the_longest_content_words() {
+        assert_eq!(
+            fts_any_query("Fix the OAuth login (oauth) for \"users\" OR x", 2).as_deref(),
+            Some("\"oauth\" OR \"login\"")
+        );
+        assert_eq!(fts_any_query("a to of", 8), None);
     }
 }

@@ -232,6 +232,12 @@ impl Daemon {
                 unhealthy = report.unhealthy(),
                 "watchdog pass done"
             );
+            // Keep the search index warm, so a session start (which never builds it) finds
+            // the earlier decisions that match its task.
+            let fleet = crate::state::FleetDir::new(&spec.fleet.state_dir);
+            if let Err(e) = crate::store::Store::open(&fleet) {
+                warn!(error = %e, "cannot bring the search index up to date");
+            }
             busy.store(false, Ordering::SeqCst);
         });
     }
