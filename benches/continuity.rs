@@ -128,11 +128,14 @@ fn main() {
         .collect();
     let mut times = Vec::with_capacity(QUERIES);
     let mut hits = 0;
+    let mut slowest: Vec<(Duration, &str)> = Vec::new();
     for q in &queries {
         let t = Instant::now();
         hits += store.search(q, None, None, 10).unwrap().len();
         times.push(t.elapsed());
+        slowest.push((t.elapsed(), q));
     }
+    slowest.sort_by_key(|s| std::cmp::Reverse(s.0));
     println!(
         "search over {HANDOFFS} handoffs, {QUERIES} queries (top 10): p50 {:.2?}  p99 {:.2?}  max {:.2?}  ({} hits; goal p99 ≤ 10 ms)",
         pct(&mut times, 0.5),
@@ -140,6 +143,12 @@ fn main() {
         pct(&mut times, 1.0),
         hits
     );
+    let slow: Vec<String> = slowest
+        .iter()
+        .take(5)
+        .map(|(t, q)| format!("`{q}` {t:.1?}"))
+        .collect();
+    println!("  slowest: {}", slow.join(", "));
     let mut times = Vec::new();
     for q in queries.iter().take(200) {
         let t = Instant::now();
@@ -165,6 +174,24 @@ fn main() {
         pct(&mut times, 1.0)
     );
     drop(store);
+
+    // What a session start adds: open the index read-only and find the earlier decisions
+    // that share any word with a task of a dozen words.
+    let mut times = Vec::new();
+    for i in 0..200 {
+        let task = rng.sentence(12);
+        let t = Instant::now();
+        let store = Store::open_for_read(&fleet).unwrap();
+        store
+            .related(&format!("agent-{}", i % 20), &task, &[], 3)
+            .unwrap();
+        times.push(t.elapsed());
+    }
+    println!(
+        "session start's related decisions (open + any of 4 task words, one agent): p50 {:.2?}  p99 {:.2?}",
+        pct(&mut times, 0.5),
+        pct(&mut times, 0.99)
+    );
 
     // End to end through the CLI (process start, index open and catch-up included).
     let config = dir.path().join("phoenix.toml");

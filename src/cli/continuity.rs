@@ -46,6 +46,9 @@ pub enum HandoffCommand {
         json: bool,
     },
     /// Ranked full-text search over handoffs, briefs, ledger decisions and critical events.
+    ///
+    /// Every word must appear; `word*` is a prefix. A search matching more than 2,000
+    /// documents ranks the newest 2,000 of them: add a word to narrow it.
     Search {
         query: String,
         #[arg(long)]

@@ -16,8 +16,15 @@ use crate::state::{AgentDir, FleetDir};
 
 pub const INDEX: &str = "index.db";
 pub const PENDING: &str = "index.pending";
+/// Matches ranked at most per search: the newest ones (see `Store::search`).
+pub const RANK_AT_MOST: usize = 2_000;
+/// The same for the startup context's related decisions: a session start waits for them.
+const RELATED_AT_MOST: usize = 300;
+/// Words of a task searched for related decisions: the longest (rarest) few; each more word
+/// is another document list to merge.
+const RELATED_WORDS: usize = 4;
 /// Bumped when the schema changes: an index of another version is rebuilt.
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 6;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -76,16 +83,18 @@ CREATE TABLE IF NOT EXISTS docs(
     ts TEXT,
     title TEXT NOT NULL,
     body TEXT NOT NULL,
+    -- The agent as one token, so a search can be narrowed to one agent inside the index.
+    agent_key TEXT GENERATED ALWAYS AS ('a' || lower(hex(agent))) VIRTUAL,
     UNIQUE(kind, agent, ref)
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS docs_fts USING fts5(
-    title, body, content='docs', content_rowid='id', tokenize='porter unicode61', prefix='3 4'
+    title, body, agent_key, content='docs', content_rowid='id', tokenize='porter unicode61', prefix='3 4 5'
 );
 CREATE TRIGGER IF NOT EXISTS docs_ai AFTER INSERT ON docs BEGIN
-    INSERT INTO docs_fts(rowid, title, body) VALUES (new.id, new.title, new.body);
+    INSERT INTO docs_fts(rowid, title, body, agent_key) VALUES (new.id, new.title, new.body, new.agent_key);
 END;
 CREATE TRIGGER IF NOT EXISTS docs_ad AFTER DELETE ON docs BEGIN
-    INSERT INTO docs_fts(docs_fts, rowid, title, body) VALUES ('delete', old.id, old.title, old.body);
+    INSERT INTO docs_fts(docs_fts, rowid, title, body, agent_key) VALUES ('delete', old.id, old.title, old.body, old.agent_key);
 END;
 CREATE TABLE IF NOT EXISTS sources(path TEXT PRIMARY KEY, mtime INTEGER NOT NULL, size INTEGER NOT NULL);
 ";
@@ -154,9 +163,10 @@ impl Store {
         // `search` rebuild the index.
         conn.execute_batch(SCHEMA).map_err(err)?;
         if fresh {
-            // `ORDER BY rank` then means bm25 with titles weighing four times the body.
+            // `ORDER BY rank` then means bm25 with titles weighing four times the body; the
+            // agent column is there to narrow a search, not to score it.
             conn.execute(
-                "INSERT INTO docs_fts(docs_fts, rank) VALUES ('rank', 'bm25(4.0, 1.0)')",
+                "INSERT INTO docs_fts(docs_fts, rank) VALUES ('rank', 'bm25(4.0, 1.0, 0.0)')",
                 [],
             )
             .map_err(err)?;
@@ -185,9 +195,21 @@ impl Store {
             .map_err(self.err())?;
         let _ = std::fs::remove_file(self.fleet.root.join(PENDING));
         let tx = self.conn.unchecked_transaction().map_err(self.err())?;
+        // Oldest first across the fleet (ids start with their time), so that row order is
+        // time order: `search` relies on it to rank the newest matches of a common word.
+        let mut all: Vec<(String, AgentDir)> = self
+            .agent_dirs()
+            .into_iter()
+            .flat_map(|dir| {
+                handoff::list_ids(&dir)
+                    .into_iter()
+                    .map(move |id| (id, dir.clone()))
+            })
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
         let mut n = 0;
-        for dir in self.agent_dirs() {
-            for h in handoff::list(&dir) {
+        for (id, dir) in &all {
+            if let Some(h) = handoff::load(dir, id) {
                 self.put_handoff(&h)?;
                 n += 1;
             }
@@ -429,35 +451,13 @@ impl Store {
         let Some(expr) = fts_query(query) else {
             return Ok(Vec::new());
         };
-        let top: Vec<(i64, f64)> = if agent.is_none() && kind.is_none() {
-            let mut stmt = self
-                .conn
-                .prepare(
-                    "SELECT rowid, rank FROM docs_fts WHERE docs_fts MATCH ?1 ORDER BY rank LIMIT ?2",
-                )
-                .map_err(self.err())?;
-            let rows = stmt
-                .query_map(params![expr, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))
-                .map_err(self.err())?;
-            rows.collect::<Result<_, _>>().map_err(self.err())?
-        } else {
-            let mut stmt = self
-                .conn
-                .prepare(
-                    "SELECT f.rowid, f.rank FROM docs_fts f JOIN docs d ON d.id = f.rowid
-                     WHERE docs_fts MATCH ?1
-                       AND (?2 IS NULL OR d.agent = ?2)
-                       AND (?3 IS NULL OR d.kind = ?3)
-                     ORDER BY f.rank LIMIT ?4",
-                )
-                .map_err(self.err())?;
-            let rows = stmt
-                .query_map(params![expr, agent, kind, limit as i64], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .map_err(self.err())?;
-            rows.collect::<Result<_, _>>().map_err(self.err())?
-        };
+        let expr = for_agent(&expr, agent);
+        let top = self.ranked(&expr, agent, kind.map(|k| vec![k]), limit, RANK_AT_MOST)?;
+        self.hits(&expr, top)
+    }
+
+    /// The documents and snippets of ranked rowids.
+    fn hits(&self, expr: &str, top: Vec<(i64, f64)>) -> Result<Vec<Hit>, StoreError> {
         let mut doc = self
             .conn
             .prepare(
@@ -486,6 +486,67 @@ impl Store {
             hits.extend(hit);
         }
         Ok(hits)
+    }
+
+    /// The rowids and bm25 ranks of the best `limit` matches of `expr`, filtered exactly by
+    /// agent and kinds. Ranking scores every match, so for a word in thousands of documents
+    /// only the newest `at_most` matches are ranked (rows are in time order): a search
+    /// stays in single-digit milliseconds and favours what is recent.
+    fn ranked(
+        &self,
+        expr: &str,
+        agent: Option<&str>,
+        kinds: Option<Vec<&str>>,
+        limit: usize,
+        at_most: usize,
+    ) -> Result<Vec<(i64, f64)>, StoreError> {
+        let kinds = kinds.map(|k| serde_json::to_string(&k).unwrap_or_default());
+        let filtered = agent.is_some() || kinds.is_some();
+        // Without a filter the full-text index answers alone (a join would cost a lookup per
+        // match).
+        let (newest, best) = if filtered {
+            let filter = "(?2 IS NULL OR d.agent = ?2)
+                 AND (?3 IS NULL OR d.kind IN (SELECT value FROM json_each(?3)))";
+            (
+                format!(
+                    "SELECT f.rowid FROM docs_fts f JOIN docs d ON d.id = f.rowid
+                     WHERE docs_fts MATCH ?1 AND {filter}
+                     ORDER BY f.rowid DESC LIMIT 1 OFFSET ?4"
+                ),
+                format!(
+                    "SELECT f.rowid, f.rank FROM docs_fts f JOIN docs d ON d.id = f.rowid
+                     WHERE docs_fts MATCH ?1 AND f.rowid >= ?5 AND {filter}
+                     ORDER BY f.rank LIMIT ?4"
+                ),
+            )
+        } else {
+            (
+                "SELECT rowid FROM docs_fts WHERE docs_fts MATCH ?1 AND ?2 IS NULL AND ?3 IS NULL
+                 ORDER BY rowid DESC LIMIT 1 OFFSET ?4"
+                    .to_string(),
+                "SELECT rowid, rank FROM docs_fts WHERE docs_fts MATCH ?1 AND rowid >= ?5
+                   AND ?2 IS NULL AND ?3 IS NULL
+                 ORDER BY rank LIMIT ?4"
+                    .to_string(),
+            )
+        };
+        let since: i64 = self
+            .conn
+            .query_row(
+                &newest,
+                params![expr, agent, kinds, at_most as i64 - 1],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())?
+            .unwrap_or(i64::MIN);
+        let mut stmt = self.conn.prepare(&best).map_err(self.err())?;
+        let rows = stmt
+            .query_map(params![expr, agent, kinds, limit as i64, since], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .map_err(self.err())?;
+        rows.collect::<Result<_, _>>().map_err(self.err())
     }
 
     /// An existing index opened for one quick read (the session-start hook): no rebuild, no
@@ -520,33 +581,18 @@ impl Store {
         exclude: &[&str],
         limit: usize,
     ) -> Result<Vec<Hit>, StoreError> {
-        let Some(expr) = fts_any_query(text, 8) else {
+        let Some(expr) = fts_any_query(text, RELATED_WORDS) else {
             return Ok(Vec::new());
         };
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT d.kind, d.agent, d.ref, d.ts, d.title,
-                        snippet(docs_fts, 1, '[', ']', '…', 12), f.rank
-                 FROM docs_fts f JOIN docs d ON d.id = f.rowid
-                 WHERE docs_fts MATCH ?1 AND d.agent = ?2 AND d.kind IN ('decision', 'handoff')
-                 ORDER BY f.rank LIMIT ?3",
-            )
-            .map_err(self.err())?;
-        let rows = stmt
-            .query_map(params![expr, agent, (limit + exclude.len()) as i64], |r| {
-                Ok(Hit {
-                    kind: r.get(0)?,
-                    agent: r.get(1)?,
-                    reference: r.get(2)?,
-                    ts: r.get(3)?,
-                    title: r.get(4)?,
-                    snippet: r.get(5)?,
-                    rank: r.get(6)?,
-                })
-            })
-            .map_err(self.err())?;
-        let hits: Vec<Hit> = rows.collect::<Result<_, _>>().map_err(self.err())?;
+        let expr = for_agent(&format!("({expr})"), Some(agent));
+        let top = self.ranked(
+            &expr,
+            Some(agent),
+            Some(vec!["decision", "handoff"]),
+            limit + exclude.len(),
+            RELATED_AT_MOST,
+        )?;
+        let hits = self.hits(&expr, top)?;
         Ok(hits
             .into_iter()
             .filter(|h| !exclude.contains(&h.reference.as_str()))
@@ -576,6 +622,19 @@ const STOP_WORDS: &[&str] = &[
     "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "is", "it", "of", "on",
     "or", "the", "to", "was", "with",
 ];
+
+/// `expr` narrowed to one agent's documents inside the full-text index (the `agent_key`
+/// column: the name as one hex token), so ranking never scores the rest of the fleet; the
+/// exact match is checked in SQL too.
+fn for_agent(expr: &str, agent: Option<&str>) -> String {
+    match agent {
+        Some(agent) => {
+            let key: String = agent.bytes().map(|b| format!("{b:02x}")).collect();
+            format!("{expr} AND agent_key : \"a{key}\"")
+        }
+        None => expr.to_string(),
+    }
+}
 
 /// Up to `max` distinct content words of `text` (3 letters or more, no stop words), any of
 /// which may match: the "what else is this about" query behind the startup context's
@@ -651,6 +710,66 @@ mod tests {
         assert_eq!(fts_query("the auth* of it").as_deref(), Some("\"auth\"*"));
         // Only stop words: searched as they are; a short prefix is a word.
         assert_eq!(fts_query("a* the").as_deref(), Some("\"a\" \"the\""));
+    }
+
+    fn handoff(agent: &str, i: usize, summary: &str, body: &str) -> handoff::Handoff {
+        handoff::Handoff {
+            id: format!("20260101T{i:06}Z-x"),
+            agent: agent.into(),
+            cli: "claude".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            trigger: handoff::Trigger::Manual,
+            related: vec![],
+            summary: summary.into(),
+            body: body.into(),
+        }
+    }
+
+    #[test]
+    fn a_common_word_ranks_the_newest_matches_and_an_agent_is_searched_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = FleetDir::new(dir.path().join(".phoenix"));
+        let store = Store::open(&fleet).unwrap();
+        // The oldest handoff is the best match for "deploy" (in its title), but 2,100 newer
+        // ones mention it too.
+        let mut all = vec![handoff("a", 0, "deploy deploy rollback", "deploy")];
+        all.extend((1..=RANK_AT_MOST + 100).map(|i| handoff("a", i, "routine", "deploy done")));
+        all.push(handoff(
+            "b",
+            9_999,
+            "other agent",
+            "deploy from b, rollback plan",
+        ));
+        store.put_handoffs(&all).unwrap();
+
+        let newest = store.search("deploy", None, None, 10).unwrap();
+        assert_eq!(newest.len(), 10);
+        assert!(newest.iter().all(|h| h.reference != "20260101T000000Z-x"));
+        // A second word narrows the matches below the cap: the old one is found again.
+        let narrowed = store.search("deploy rollback", None, None, 10).unwrap();
+        assert_eq!(narrowed[0].reference, "20260101T000000Z-x", "{narrowed:?}");
+
+        let only_b = store.search("deploy", Some("b"), None, 10).unwrap();
+        assert_eq!(only_b.len(), 1);
+        assert_eq!(only_b[0].agent, "b");
+        assert!(only_b[0].snippet.contains("[deploy]"), "{:?}", only_b[0]);
+        assert!(
+            store
+                .search("deploy", Some("a"), None, 50)
+                .unwrap()
+                .iter()
+                .all(|h| h.agent == "a")
+        );
+        // The startup context's query: any word, this agent, the shown handoff left out.
+        let related = store.related("b", "prepare the rollback", &[], 3).unwrap();
+        assert_eq!(related.len(), 1);
+        assert_eq!(related[0].reference, "20260101T009999Z-x");
+        assert!(
+            store
+                .related("b", "prepare the rollback", &["20260101T009999Z-x"], 3)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
