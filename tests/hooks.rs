@@ -119,6 +119,7 @@ fn phoenix_event(cli: &str, hook: &str) -> Option<&'static str> {
         (_, "UserPromptSubmit" | "BeforeAgent") => "prompt",
         (_, "PostToolUse" | "AfterTool") => "heartbeat",
         ("claude", "PostToolUseFailure") => "tool-error",
+        ("claude", "StopFailure") => "turn-failed",
         (_, "PreToolUse" | "BeforeTool") => "pre-tool",
         (_, "PreCompact" | "PreCompress") => "pre-compact",
         (_, "Stop" | "AfterAgent") => "stop",
@@ -185,6 +186,19 @@ fn captured_payloads_of_all_three_clis_update_state_and_answer_validly() {
             .as_str()
             .unwrap()
             .starts_with("Exit code 2")
+    );
+    // Claude's StopFailure (the API said the prompt is too long) is a failed turn.
+    let failed_turn = fleet
+        .ops("c")
+        .into_iter()
+        .find(|o| o["event"] == "turn_failed")
+        .expect("turn_failed op");
+    assert_eq!(failed_turn["error"], "invalid_request");
+    assert!(
+        failed_turn["details"]
+            .as_str()
+            .unwrap()
+            .contains("prompt is too long")
     );
     // Gemini's PreCompress and Claude's PreCompact left snapshots with the transcript path.
     for agent in ["c", "g"] {

@@ -301,21 +301,139 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
                 .any(|o| o["event"] == "session_start" && o["source"] == "resume")
         },
     );
-    let before = server.message_requests().len();
-    type_prompt(&fleet, &pane, "go on");
+    // Nobody types: phoenix's continuation prompt sends the resumed session on its way.
     support::wait_until(
         std::time::Duration::from_secs(30),
-        "the next request",
-        || server.message_requests().len() > before,
+        "the resumed session's request",
+        || {
+            server
+                .message_requests()
+                .iter()
+                .any(|r| r.text().contains("This session was restarted"))
+        },
     );
-    let sent = server.message_requests()[before..]
+    let sent = server
+        .message_requests()
         .iter()
-        .map(|r| r.text())
-        .collect::<Vec<_>>()
-        .join("\n");
+        .rfind(|r| r.text().contains("This session was restarted"))
+        .unwrap()
+        .text();
     assert!(sent.contains("PHOENIX: RECOVERY DETECTED"), "{sent}");
     assert!(sent.contains("refactor the parser module"), "{sent}");
     assert!(sent.contains("latest handoff"), "{sent}");
     let handoffs = fleet.run(&["handoff", "list", "cc", "--json"]).json();
     assert_eq!(handoffs[0]["trigger_reason"], "crash");
+}
+
+/// Scenario 3: the model server says the prompt is too long. Claude Code stays at its prompt
+/// (StopFailure) → the watchdog finds the failed turn, the Clinic diagnoses a full context and
+/// prescribes a fresh session → the wrapper saves a context-limit handoff and starts fresh →
+/// the Clinic's context, the handoff and the continuation prompt reach the model, with nobody
+/// typing.
+#[test]
+fn real_claude_out_of_context_starts_fresh_with_the_handoff() {
+    let bin = claude_bin();
+    let fleet = support::Fleet::new();
+    let work = fleet.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let key = "sk-ant-test-0123456789abcdefghijklmnop";
+    let home = prepared_home(fleet.path(), &work, key);
+    let server = ModelServer::start(vec![
+        Turn::prompt_too_long(),
+        Turn::text("Continuing the migration from the handoff."),
+    ]);
+    fleet.toml(&format!(
+        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"30s\"\n\n{}",
+        claude_agent("cc", &bin, &home, &server, key)
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["cc"]);
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_prompt(&fleet, &pane, "migrate the billing tables");
+    let dir = fleet.agent_dir("cc");
+    let state = || -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap()
+    };
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the failed turn recorded by the StopFailure hook",
+        || state()["status"] == "failed",
+    );
+    let old_session = state()["session_id"].as_str().unwrap().to_string();
+    assert!(
+        state()["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("prompt is too long"),
+        "{}",
+        state()
+    );
+
+    let report = fleet
+        .run(&["watchdog", "--once", "--json"])
+        .status(1)
+        .json();
+    let cc = &report["agents"][0];
+    assert_eq!(cc["findings"][0]["check"], "turn_failed", "{report}");
+    assert!(
+        cc["action_taken"]
+            .as_str()
+            .unwrap_or("")
+            .contains("started fresh"),
+        "{report}"
+    );
+    let events = fleet
+        .run(&["events", "--agent", "cc", "--json"])
+        .status(0)
+        .stdout();
+    assert!(events.contains("context_length_exceeded"), "{events}");
+
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "a fresh session with the continuation prompt",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .any(|o| o["event"] == "continue_prompt_sent")
+        },
+    );
+    let ops = fleet.ops("cc");
+    let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
+    assert_eq!(start["mode"], "fresh", "{start}");
+    let handoffs = fleet.run(&["handoff", "list", "cc", "--json"]).json();
+    assert_eq!(handoffs[0]["trigger_reason"], "context_limit", "{handoffs}");
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the fresh session's request",
+        || {
+            server
+                .message_requests()
+                .iter()
+                .any(|r| r.text().contains("This session was restarted"))
+        },
+    );
+    let sent = server
+        .message_requests()
+        .iter()
+        .rfind(|r| r.text().contains("This session was restarted"))
+        .unwrap()
+        .text();
+    assert!(
+        sent.contains("FRESH SESSION, CONTEXT CARRIED OVER"),
+        "{sent}"
+    );
+    assert!(sent.contains("migrate the billing tables"), "{sent}");
+    assert!(sent.contains("latest handoff"), "{sent}");
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the new session's turn finished",
+        || state()["status"] == "idle",
+    );
+    assert_ne!(state()["session_id"].as_str().unwrap(), old_session);
+    // The prompt phoenix typed did not replace the task.
+    assert_eq!(state()["current_task"], "migrate the billing tables");
 }

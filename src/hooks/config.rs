@@ -95,6 +95,8 @@ fn entries(cli: Cli, guard: bool) -> Vec<Entry> {
             e("PostToolUseFailure", Some("*"), "tool-error", 5, ""),
             e("PreCompact", Some("manual|auto"), "pre-compact", 30, ""),
             e("Stop", None, "stop", 5, ""),
+            // An API error ends the turn with StopFailure instead of Stop.
+            e("StopFailure", None, "turn-failed", 5, ""),
             e("SessionEnd", None, "session-end", 5, ""),
         ],
         Cli::Codex => vec![

@@ -45,13 +45,16 @@ pub enum Event {
     PreTool,
     PreCompact,
     Stop,
+    /// The turn ended in an API error (Claude Code's `StopFailure`: prompt too long, overloaded,
+    /// rate limited after its own retries); the CLI waits at its prompt.
+    TurnFailed,
     /// Codex's legacy `notify` (`agent-turn-complete`), payload as the last argument.
     TurnComplete,
     SessionEnd,
 }
 
 impl Event {
-    pub const NAMES: [&'static str; 9] = [
+    pub const NAMES: [&'static str; 10] = [
         "session-start",
         "prompt",
         "heartbeat",
@@ -59,6 +62,7 @@ impl Event {
         "pre-tool",
         "pre-compact",
         "stop",
+        "turn-failed",
         "turn-complete",
         "session-end",
     ];
@@ -72,6 +76,7 @@ impl Event {
             "pre-tool" => Event::PreTool,
             "pre-compact" => Event::PreCompact,
             "stop" => Event::Stop,
+            "turn-failed" => Event::TurnFailed,
             "turn-complete" => Event::TurnComplete,
             "session-end" => Event::SessionEnd,
             _ => return None,
@@ -326,6 +331,7 @@ impl Hook<'_> {
             Event::PreTool => self.pre_tool(&ctx),
             Event::PreCompact => self.pre_compact(&ctx),
             Event::Stop | Event::TurnComplete => self.stop(&ctx),
+            Event::TurnFailed => self.turn_failed(&ctx),
             Event::SessionEnd => self.session_end(&ctx),
         }
         .map_err(|e| e.to_string())
@@ -416,7 +422,12 @@ impl Hook<'_> {
     }
 
     fn prompt(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
-        let task = self.payload.prompt().map(task_line);
+        // Text phoenix typed (a continuation nudge, an injected handoff) is not a new task.
+        let task = self
+            .payload
+            .prompt()
+            .filter(|p| !is_phoenix_text(p) && p.trim() != ctx.agent.restart.continue_prompt)
+            .map(task_line);
         let session_id = self.payload.session_id().map(str::to_string);
         let now = state::rfc3339(ctx.now);
         ctx.dir.update_state(ctx.retention, |s| {
@@ -612,6 +623,36 @@ impl Hook<'_> {
         Ok(Reply::Nothing)
     }
 
+    /// The turn ended in an API error and the CLI sits at its prompt: nobody will type the
+    /// next one. Recorded as status `failed` with the error, which the watchdog heals (the
+    /// Clinic decides how: a full context starts fresh with a handoff, an overload resumes).
+    fn turn_failed(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
+        let session_id = self.payload.session_id().map(str::to_string);
+        let kind = self.payload.str("error").unwrap_or("unknown").to_string();
+        let details = self
+            .payload
+            .str("error_details")
+            .or(self.payload.str("last_assistant_message"))
+            .unwrap_or("")
+            .to_string();
+        let error: String = format!("{kind}: {details}").chars().take(500).collect();
+        let now = state::rfc3339(ctx.now);
+        ctx.dir.update_state(ctx.retention, |s| {
+            s.status = Status::Other("failed".into());
+            s.last_error = Some(error.clone());
+            s.last_active = Some(now);
+            if session_id.is_some() {
+                s.session_id = session_id.clone();
+            }
+            Ok(())
+        })?;
+        let _ = ctx.dir.record_op(
+            "turn_failed",
+            json!({"session_id": session_id, "error": kind, "details": error}),
+        );
+        Ok(Reply::Nothing)
+    }
+
     fn session_end(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
         let dir = ctx.dir;
         let reason = self.payload.str("reason").unwrap_or("other").to_string();
@@ -664,6 +705,13 @@ fn heartbeat_needs_write(
 }
 
 /// The first line of a prompt, bounded, as the current task.
+/// Does a prompt come from phoenix itself? Its texts start with `[phoenix]` or a
+/// `=== PHOENIX` banner.
+pub fn is_phoenix_text(prompt: &str) -> bool {
+    let p = prompt.trim_start();
+    p.starts_with("[phoenix]") || p.starts_with("=== PHOENIX")
+}
+
 fn task_line(prompt: &str) -> String {
     let line = prompt.trim().lines().next().unwrap_or("").trim();
     if line.chars().count() > 200 {

@@ -294,7 +294,16 @@ pub struct RestartSettings {
     /// custom CLIs also output in its pane) before the start counts as failed.
     #[serde(with = "human")]
     pub life_deadline: Duration,
+    /// Typed into a hooked CLI once it is up again after an interruption (crash, watchdog
+    /// revival, a fresh start for a full context), so that the work goes on without a person.
+    /// Empty: wait for a person instead.
+    pub continue_prompt: String,
 }
+
+/// What a revived session is told, after the context its session-start hook gave it.
+pub const DEFAULT_CONTINUE_PROMPT: &str = "[phoenix] This session was restarted after an interruption. \
+Continue the task where it stopped: the context phoenix gave you at session start says where. \
+Check what the interrupted work left behind and do not redo finished steps.";
 
 impl Default for RestartSettings {
     fn default() -> Self {
@@ -304,6 +313,7 @@ impl Default for RestartSettings {
             max_crashes: 5,
             crash_window: Duration::from_secs(3600),
             life_deadline: Duration::from_secs(60),
+            continue_prompt: DEFAULT_CONTINUE_PROMPT.to_string(),
         }
     }
 }
@@ -1233,6 +1243,11 @@ impl Validator<'_> {
             max_crashes,
             crash_window: self.duration(&raw.crash_window, "crash_window", base.crash_window),
             life_deadline: self.duration(&raw.life_deadline, "life_deadline", base.life_deadline),
+            continue_prompt: raw
+                .continue_prompt
+                .as_ref()
+                .map(|p| p.get_ref().trim().to_string())
+                .unwrap_or_else(|| base.continue_prompt.clone()),
         }
     }
 

@@ -70,6 +70,7 @@ pub struct RawRestart {
     pub max_crashes: Option<Spanned<u32>>,
     pub crash_window: Option<Spanned<String>>,
     pub life_deadline: Option<Spanned<String>>,
+    pub continue_prompt: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

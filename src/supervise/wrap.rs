@@ -55,7 +55,16 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
             .ok()
             .filter(|p| p.starts_with('%')),
         terminal: Terminal::open(),
+        interrupted_by: None,
     };
+    // A session that died with its pane or its host, mid-task, is owed the nudge as well.
+    let state = wrapper.dir.read_state().ok();
+    if state.is_some_and(|s| {
+        crate::continuity::startup::was_interrupted(&wrapper.dir, &s)
+            || s.status == crate::state::Status::Other("failed".into())
+    }) {
+        wrapper.interrupted_by = Some("an interrupted session");
+    }
     wrapper.run()
 }
 
@@ -99,6 +108,9 @@ struct Wrapper {
     runtime: Tmux,
     pane: Option<String>,
     terminal: Option<Terminal>,
+    /// Why the next session must be told to go on (the last one was interrupted mid-task):
+    /// kept until a run shows life and the continuation prompt is sent.
+    interrupted_by: Option<&'static str>,
 }
 
 /// One finished run of the agent CLI.
@@ -187,6 +199,15 @@ impl Wrapper {
                 return Ok(128 + sig);
             }
             let decision = self.decide(&run, requested);
+            match decision.reason {
+                EndReason::Crash | EndReason::WatchdogKill | EndReason::PlannedCycle => {
+                    self.interrupted_by = Some(decision.reason.as_str());
+                }
+                EndReason::CleanExit | EndReason::OperatorRestart | EndReason::OperatorStop => {
+                    self.interrupted_by = None;
+                }
+                _ => {}
+            }
             match decision.action {
                 ExitAction::SafeMode => {
                     let why = match decision.reason {
@@ -327,6 +348,7 @@ impl Wrapper {
                     json!({"pid": pid, "after_ms": started.elapsed().as_millis() as u64}),
                 );
                 self.startup_context_without_hooks();
+                self.continue_after_interruption();
             }
             if !showed_life && stop_sent.is_none() && Instant::now() >= deadline {
                 say(&format!(
@@ -515,7 +537,7 @@ impl Wrapper {
         // Clear, don't compact: what this session knew is saved before the next one starts.
         // A clean exit was a person's choice; anything else gets a handoff.
         if decision.reason != EndReason::CleanExit {
-            let trigger = if cleared_context {
+            let trigger = if cleared_context || decision.reason == EndReason::PlannedCycle {
                 crate::continuity::Trigger::ContextLimit
             } else if decision.counts_as_crash {
                 crate::continuity::Trigger::Crash
@@ -699,6 +721,55 @@ impl Wrapper {
                 }
                 Err(e) => {
                     let _ = dir.record_op("startup_context_failed", json!({"error": e}));
+                }
+            }
+        });
+    }
+
+    /// A hooked CLI started again after an interruption has its context (from the
+    /// session-start hook) but nobody to type the next prompt: phoenix types the agent's
+    /// `continue_prompt` once the CLI waits for input, and confirms it was submitted. On a
+    /// thread of its own: the wrapper keeps supervising meanwhile.
+    fn continue_after_interruption(&mut self) {
+        let Some(why) = self.interrupted_by.take() else {
+            return;
+        };
+        let prompt = self.agent.restart.continue_prompt.clone();
+        let (Some(pane), false, false) = (
+            self.pane.clone(),
+            prompt.is_empty(),
+            self.agent.cli == Cli::Custom,
+        ) else {
+            return;
+        };
+        let (spec, dir) = (self.spec.clone(), self.dir.clone());
+        let since = std::fs::metadata(dir.file(state::OPS_LOG))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        std::thread::spawn(move || {
+            // After the session-start hook, so the context is in before the prompt.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline
+                && !state::read_since(&dir.file(state::OPS_LOG), since)
+                    .contains("\"event\":\"session_start\"")
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let runtime = Tmux::new(&spec.fleet.tmux_socket);
+            let opts = crate::continuity::inject::Options {
+                quiet: Duration::from_millis(1500),
+                ..Default::default()
+            };
+            match crate::continuity::inject::deliver(&runtime, &pane, &dir, &prompt, &opts) {
+                Ok(r) => {
+                    let _ = dir.record_op(
+                        "continue_prompt_sent",
+                        json!({"after": why, "confirmed_by": r.confirmed_by, "attempts": r.attempts}),
+                    );
+                }
+                Err(e) => {
+                    let _ =
+                        dir.record_op("continue_prompt_failed", json!({"after": why, "error": e}));
                 }
             }
         });

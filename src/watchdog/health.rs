@@ -16,6 +16,8 @@ pub enum Check {
     Repetition,
     Spend,
     Screen,
+    /// The CLI said the last turn failed (an API error it gave up on) and waits for input.
+    TurnFailed,
 }
 
 impl Check {
@@ -28,6 +30,7 @@ impl Check {
             Check::Repetition => "repetition",
             Check::Spend => "spend",
             Check::Screen => "screen",
+            Check::TurnFailed => "turn_failed",
         }
     }
 }
@@ -72,6 +75,8 @@ pub struct Inputs {
     pub working_since: Option<i64>,
     /// Tokens the current session has used, from its transcript.
     pub tokens: Option<u64>,
+    /// The error of the last turn, when the CLI reported it failed (status `failed`).
+    pub turn_error: Option<String>,
     /// The pane's visible text.
     pub screen: Option<String>,
     /// The screen did not change since the previous pass.
@@ -156,6 +161,20 @@ pub fn assess(i: &Inputs, limits: &Limits) -> Vec<Finding> {
         );
     }
     let working = i.status.as_deref() == Some("working");
+
+    // Nothing will happen after a failed turn unless someone types: unambiguous.
+    if alive && i.status.as_deref() == Some("failed") {
+        let error = i.turn_error.as_deref().unwrap_or("no error text");
+        add(
+            Check::TurnFailed,
+            "turn_failed".into(),
+            format!(
+                "the last turn ended in an API error and the CLI waits for input: {}",
+                error.chars().take(200).collect::<String>()
+            ),
+            true,
+        );
+    }
 
     // A finished turn waiting for input is idle, not silent.
     if alive && working {
@@ -311,6 +330,20 @@ mod tests {
 
     fn checks(i: &Inputs) -> Vec<Check> {
         assess(i, &limits()).iter().map(|f| f.check).collect()
+    }
+
+    #[test]
+    fn a_failed_turn_is_found_at_once_while_the_cli_waits() {
+        let mut i = working(10_000);
+        i.status = Some("failed".into());
+        i.turn_error = Some("invalid_request: prompt is too long".into());
+        let found = assess(&i, &limits());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].check, Check::TurnFailed);
+        assert!(found[0].unambiguous);
+        assert!(found[0].summary.contains("prompt is too long"));
+        i.process = None;
+        assert!(!checks(&i).contains(&Check::TurnFailed));
     }
 
     #[test]

@@ -109,6 +109,9 @@ pub struct AgentReport {
     pub reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<String>,
+    /// What was done, e.g. `revival_attempted (started fresh by its wrapper)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action_taken: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub issue_url: Option<String>,
     pub notifications: Vec<Sent>,
@@ -256,6 +259,7 @@ impl<'a> Watchdog<'a> {
             action: None,
             reason: None,
             decided_by: None,
+            action_taken: None,
             issue_url: None,
             notifications: Vec::new(),
             notes: seen.inputs.notes.clone(),
@@ -414,19 +418,46 @@ impl<'a> Watchdog<'a> {
             UnhealthyAction::Notify if reported_recently => "already reported".to_string(),
             UnhealthyAction::Notify => "notified".to_string(),
             UnhealthyAction::Revive => {
-                let text = self.render("revival_context.md.j2", &ctx, report);
-                if let Err(e) = state::atomic_write(&dir.file(PENDING_CONTEXT), text.as_bytes()) {
-                    report
-                        .problems
-                        .push(format!("cannot save the revival context: {e}"));
+                // An error the CLI showed or reported is the Clinic's to treat: it knows that
+                // a full context needs a fresh session with a handoff, not a resume.
+                let treated = self.treat(agent, dir, seen, findings, policies, report);
+                let start = treated.as_ref().map(|r| r.rehab.start);
+                if start.is_none() || treated.as_ref().is_some_and(|r| r.rehab.inject.is_none()) {
+                    let text = self.render("revival_context.md.j2", &ctx, report);
+                    if let Err(e) = state::atomic_write(&dir.file(PENDING_CONTEXT), text.as_bytes())
+                    {
+                        report
+                            .problems
+                            .push(format!("cannot save the revival context: {e}"));
+                    }
                 }
                 memory.revival_task = task.clone();
                 memory.revivals = revivals + 1;
-                match self.revive(agent, dir, &inputs.process) {
-                    Ok(how) => format!("revival_attempted ({how})"),
-                    Err(e) => {
-                        report.problems.push(format!("revival failed: {e:#}"));
-                        "revival_failed".to_string()
+                let fresh = start == Some(crate::clinic::Start::Fresh);
+                if start == Some(crate::clinic::Start::SafeMode) {
+                    let why = format!(
+                        "clinic: {}",
+                        treated
+                            .as_ref()
+                            .map(|r| r.diagnosis.root_cause.to_string())
+                            .unwrap_or_default()
+                    );
+                    match self.stop_for_a_person(dir, &why, &inputs.process) {
+                        Ok(()) => "safe_mode (clinic)".to_string(),
+                        Err(e) => {
+                            report
+                                .problems
+                                .push(format!("cannot stop the agent: {e:#}"));
+                            "safe_mode_failed".to_string()
+                        }
+                    }
+                } else {
+                    match self.revive(agent, dir, &inputs.process, fresh) {
+                        Ok(how) => format!("revival_attempted ({how})"),
+                        Err(e) => {
+                            report.problems.push(format!("revival failed: {e:#}"));
+                            "revival_failed".to_string()
+                        }
                     }
                 }
             }
@@ -449,6 +480,7 @@ impl<'a> Watchdog<'a> {
                 }
             }
         };
+        report.action_taken = Some(action_taken.clone());
         let _ = dir.record_op(
             "watchdog",
             json!({"findings": findings, "action": decision.action, "reason": decision.reason,
@@ -505,8 +537,20 @@ impl<'a> Watchdog<'a> {
         agent: &AgentSpec,
         dir: &AgentDir,
         process: &Option<health::Process>,
+        fresh: bool,
     ) -> anyhow::Result<&'static str> {
         match process {
+            // A fresh start is a planned cycle: the wrapper saves a context-limit handoff.
+            Some(health::Process::Alive { pid }) if fresh => {
+                crate::supervise::restart::stop_under_wrapper(
+                    dir,
+                    *pid,
+                    EndReason::PlannedCycle,
+                    true,
+                )?;
+                crate::supervise::poke(&self.fleet, &agent.name);
+                Ok("started fresh by its wrapper")
+            }
             Some(health::Process::Alive { pid }) => {
                 crate::supervise::restart::stop_under_wrapper(
                     dir,
@@ -522,6 +566,46 @@ impl<'a> Watchdog<'a> {
                 Ok("pane restarted")
             }
         }
+    }
+
+    /// The Clinic on an error the CLI reported (a failed turn) or shows (a wedged screen):
+    /// triage from the screen, the transcript and the logs. `None` when there is no such
+    /// finding or the Clinic cannot name the cause (the revival then goes as usual).
+    fn treat(
+        &self,
+        agent: &AgentSpec,
+        dir: &AgentDir,
+        seen: &observe::Observed,
+        findings: &[Finding],
+        policies: &Policies,
+        report: &mut AgentReport,
+    ) -> Option<crate::clinic::Recovery> {
+        let erred = findings
+            .iter()
+            .any(|f| matches!(f.check, health::Check::TurnFailed | health::Check::Screen));
+        if !erred {
+            return None;
+        }
+        let clinic = crate::clinic::Clinic {
+            policies,
+            templates: &self.templates,
+            settings: &self.spec.clinic,
+            fleet: self.fleet.clone(),
+        };
+        let output = [seen.inputs.turn_error.clone(), seen.inputs.screen.clone()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join("\n");
+        let recovery = clinic.after_crash(&crate::clinic::TriageInput {
+            agent: AgentInfo::from_spec(self.spec, agent),
+            dir,
+            exit: None,
+            transcript: None,
+            output: (!output.trim().is_empty()).then_some(output),
+        })?;
+        report.problems.extend(recovery.problems.iter().cloned());
+        Some(recovery)
     }
 
     /// Quarantine the agent and stop its CLI: its wrapper shows safe mode until a person runs

@@ -128,6 +128,9 @@ pub fn observe(
             .map(str::to_string)
     };
     inputs.status = field("status");
+    if inputs.status.as_deref() == Some("failed") {
+        inputs.turn_error = field("last_error");
+    }
     inputs.last_active = field("last_active").as_deref().and_then(seconds);
     observed.task = field("current_task");
 
