@@ -437,3 +437,238 @@ fn real_claude_out_of_context_starts_fresh_with_the_handoff() {
     // The prompt phoenix typed did not replace the task.
     assert_eq!(state()["current_task"], "migrate the billing tables");
 }
+
+/// Start a real Claude Code agent with `extra` phoenix.toml text before its declaration, and
+/// type `prompt` into it.
+fn start_claude(
+    fleet: &support::Fleet,
+    server: &ModelServer,
+    extra: &str,
+    prompt: &str,
+) -> std::path::PathBuf {
+    let bin = claude_bin();
+    let work = fleet.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let key = "sk-ant-test-0123456789abcdefghijklmnop";
+    let home = prepared_home(fleet.path(), &work, key);
+    fleet.toml(&format!(
+        "{extra}\n[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"30s\"\n\n{}",
+        claude_agent("cc", &bin, &home, server, key)
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["cc"]);
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_prompt(fleet, &pane, prompt);
+    fleet.agent_dir("cc")
+}
+
+/// Two watchdog passes a moment apart (a finding that is not unambiguous needs both); the
+/// second pass's report of the agent.
+fn two_watchdog_passes(fleet: &support::Fleet) -> serde_json::Value {
+    fleet.run(&["watchdog", "--once", "--json"]);
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+    report["agents"][0].clone()
+}
+
+/// Scenario 4, first half: the model server hangs mid-turn. Claude Code waits on the stream,
+/// no tool call comes → the watchdog reports silence, records it, and revives the session,
+/// which is told why and sent on its way.
+#[test]
+fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
+    let fleet = support::Fleet::new();
+    let server = ModelServer::start(vec![Turn::Hang, Turn::text("Back after the hang.")]);
+    let dir = start_claude(
+        &fleet,
+        &server,
+        "[thresholds]\nsilence = \"2s\"\n",
+        "index the archive",
+    );
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the request that hangs",
+        || !server.message_requests().is_empty(),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let cc = two_watchdog_passes(&fleet);
+    assert_eq!(cc["verdict"], "unhealthy", "{cc}");
+    assert_eq!(cc["findings"][0]["check"], "silence", "{cc}");
+    assert_eq!(cc["action"], "revive", "{cc}");
+    let events = fleet
+        .run(&[
+            "events",
+            "--agent",
+            "cc",
+            "--event",
+            "session_unhealthy",
+            "--json",
+        ])
+        .status(0)
+        .stdout();
+    assert!(events.contains("silent_for_"), "{events}");
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the revived session's request",
+        || {
+            server
+                .message_requests()
+                .iter()
+                .any(|r| r.text().contains("This session was restarted"))
+        },
+    );
+    let sent = server
+        .message_requests()
+        .iter()
+        .rfind(|r| r.text().contains("This session was restarted"))
+        .unwrap()
+        .text();
+    assert!(sent.contains("YOU WERE REVIVED"), "{sent}");
+    assert!(sent.contains("index the archive"), "{sent}");
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["current_task"], "index the archive");
+}
+
+/// Scenario 4, second half: six Bash calls fail in a row (real PostToolUseFailure hooks) →
+/// the watchdog finds an error cascade and records it as a critical event.
+#[test]
+fn real_claude_six_failing_tools_are_an_error_cascade() {
+    let fleet = support::Fleet::new();
+    let mut script: Vec<Turn> = (0..6)
+        .map(|i| Turn::bash(&format!("ls /nonexistent-phoenix-{i}")))
+        .collect();
+    script.push(Turn::text("Giving up on the listing."));
+    let server = ModelServer::start(script);
+    let dir = start_claude(
+        &fleet,
+        &server,
+        "[thresholds]\nerror_cascade = 5\n",
+        "list the missing dirs",
+    );
+    support::wait_until(
+        std::time::Duration::from_secs(60),
+        "six failed tool calls",
+        || {
+            support::read_jsonl(&dir.join("tool_use.jsonl"))
+                .iter()
+                .filter(|t| t["ok"] == false)
+                .count()
+                == 6
+        },
+    );
+    let cc = two_watchdog_passes(&fleet);
+    assert_eq!(cc["verdict"], "unhealthy", "{cc}");
+    let checks: Vec<&str> = cc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["check"].as_str())
+        .collect();
+    assert!(checks.contains(&"error_cascade"), "{cc}");
+    let events = fleet
+        .run(&[
+            "events",
+            "--agent",
+            "cc",
+            "--event",
+            "session_unhealthy",
+            "--json",
+        ])
+        .status(0)
+        .stdout();
+    assert!(events.contains("6_consecutive_tool_errors"), "{events}");
+    let failed = support::read_jsonl(&dir.join("tool_use.jsonl"));
+    assert!(
+        failed
+            .iter()
+            .all(|t| t["tool"] == "Bash" && t["error"].as_str().is_some()),
+        "{failed:?}"
+    );
+}
+
+/// Scenario 5: `/compact` typed into the real Claude Code → its PreCompact hook has phoenix
+/// save a handoff, SessionStart says `compact`, and the next request carries phoenix's
+/// compaction block with that handoff.
+#[test]
+fn real_claude_compaction_saves_a_handoff_that_comes_back() {
+    let fleet = support::Fleet::new();
+    let server = ModelServer::start(vec![
+        Turn::bash("echo 'release notes drafted' > notes.txt"),
+        Turn::text("Drafted the notes."),
+        Turn::text("Carrying on after the compaction."),
+    ]);
+    let dir = start_claude(&fleet, &server, "", "tidy the changelog");
+    let state = || -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap()
+    };
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the first turn finished",
+        || state()["status"] == "idle" && dir.join("tool_use.jsonl").exists(),
+    );
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_prompt(&fleet, &pane, "/compact");
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the pre-compact handoff",
+        || {
+            fleet
+                .run(&["handoff", "list", "cc", "--json"])
+                .json()
+                .as_array()
+                .is_some_and(|h| h.iter().any(|h| h["trigger_reason"] == "pre_compact"))
+        },
+    );
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "SessionStart compact",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .any(|o| o["event"] == "session_start" && o["source"] == "compact")
+        },
+    );
+    let handoffs = fleet.run(&["handoff", "list", "cc", "--json"]).json();
+    let saved = handoffs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["trigger_reason"] == "pre_compact")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let shown = fleet
+        .run(&["handoff", "show", &saved, "--agent", "cc"])
+        .status(0)
+        .stdout();
+    assert!(shown.contains("tidy the changelog"), "{shown}");
+
+    let before = server.message_requests().len();
+    type_prompt(&fleet, &pane, "go on with the changelog");
+    // The turn's own request (with tools), not a side request such as the session title.
+    let turn_request = || {
+        server.message_requests()[before..]
+            .iter()
+            .find(|r| {
+                r.body["tools"].as_array().is_some_and(|t| !t.is_empty())
+                    && r.text().contains("go on with the changelog")
+            })
+            .map(|r| r.text())
+    };
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the request after the compaction",
+        || turn_request().is_some(),
+    );
+    let sent = turn_request().unwrap();
+    assert!(sent.contains("CONTEXT COMPACTED"), "{sent}");
+    assert!(sent.contains(&saved), "the handoff id in {sent}");
+}
