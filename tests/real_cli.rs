@@ -302,22 +302,7 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
         },
     );
     // Nobody types: phoenix's continuation prompt sends the resumed session on its way.
-    support::wait_until(
-        std::time::Duration::from_secs(30),
-        "the resumed session's request",
-        || {
-            server
-                .message_requests()
-                .iter()
-                .any(|r| r.text().contains("This session was restarted"))
-        },
-    );
-    let sent = server
-        .message_requests()
-        .iter()
-        .rfind(|r| r.text().contains("This session was restarted"))
-        .unwrap()
-        .text();
+    let sent = sent_with_the_continue_prompt(&server);
     assert!(sent.contains("PHOENIX: RECOVERY DETECTED"), "{sent}");
     assert!(sent.contains("refactor the parser module"), "{sent}");
     assert!(sent.contains("latest handoff"), "{sent}");
@@ -332,28 +317,12 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
 /// typing.
 #[test]
 fn real_claude_out_of_context_starts_fresh_with_the_handoff() {
-    let bin = claude_bin();
     let fleet = support::Fleet::new();
-    let work = fleet.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let key = "sk-ant-test-0123456789abcdefghijklmnop";
-    let home = prepared_home(fleet.path(), &work, key);
     let server = ModelServer::start(vec![
         Turn::prompt_too_long(),
         Turn::text("Continuing the migration from the handoff."),
     ]);
-    fleet.toml(&format!(
-        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"30s\"\n\n{}",
-        claude_agent("cc", &bin, &home, &server, key)
-    ));
-    fleet.run(&["apply", "--yes"]).status(0);
-    fleet.wait_running(&["cc"]);
-    let pane = fleet.agent_status("cc")["pane"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    type_prompt(&fleet, &pane, "migrate the billing tables");
-    let dir = fleet.agent_dir("cc");
+    let dir = start_claude(&fleet, &server, "", "migrate the billing tables");
     let state = || -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap()
     };
@@ -406,22 +375,7 @@ fn real_claude_out_of_context_starts_fresh_with_the_handoff() {
     assert_eq!(start["mode"], "fresh", "{start}");
     let handoffs = fleet.run(&["handoff", "list", "cc", "--json"]).json();
     assert_eq!(handoffs[0]["trigger_reason"], "context_limit", "{handoffs}");
-    support::wait_until(
-        std::time::Duration::from_secs(30),
-        "the fresh session's request",
-        || {
-            server
-                .message_requests()
-                .iter()
-                .any(|r| r.text().contains("This session was restarted"))
-        },
-    );
-    let sent = server
-        .message_requests()
-        .iter()
-        .rfind(|r| r.text().contains("This session was restarted"))
-        .unwrap()
-        .text();
+    let sent = sent_with_the_continue_prompt(&server);
     assert!(
         sent.contains("FRESH SESSION, CONTEXT CARRIED OVER"),
         "{sent}"
@@ -436,6 +390,28 @@ fn real_claude_out_of_context_starts_fresh_with_the_handoff() {
     assert_ne!(state()["session_id"].as_str().unwrap(), old_session);
     // The prompt phoenix typed did not replace the task.
     assert_eq!(state()["current_task"], "migrate the billing tables");
+}
+
+/// The first request phoenix's continuation prompt made (it says the session was restarted),
+/// once it came: what a revived session sent to the model without anybody typing.
+fn sent_with_the_continue_prompt(server: &ModelServer) -> String {
+    let find = || {
+        server
+            .message_requests()
+            .into_iter()
+            // The turn's own request (with tools), not a side request such as the title.
+            .find(|r| {
+                r.body["tools"].as_array().is_some_and(|t| !t.is_empty())
+                    && r.text().contains("This session was restarted")
+            })
+            .map(|r| r.text())
+    };
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the request of phoenix's continuation prompt",
+        || find().is_some(),
+    );
+    find().unwrap()
 }
 
 /// Start a real Claude Code agent with `extra` phoenix.toml text before its declaration, and
@@ -474,6 +450,21 @@ fn two_watchdog_passes(fleet: &support::Fleet) -> serde_json::Value {
     report["agents"][0].clone()
 }
 
+/// The `session_unhealthy` critical events of agent `cc`, as `phoenix events --json` prints them.
+fn unhealthy_events(fleet: &support::Fleet) -> String {
+    fleet
+        .run(&[
+            "events",
+            "--agent",
+            "cc",
+            "--event",
+            "session_unhealthy",
+            "--json",
+        ])
+        .status(0)
+        .stdout()
+}
+
 /// Scenario 4, first half: the model server hangs mid-turn. Claude Code waits on the stream,
 /// no tool call comes → the watchdog reports silence, records it, and revives the session,
 /// which is told why and sent on its way.
@@ -497,34 +488,9 @@ fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
     assert_eq!(cc["verdict"], "unhealthy", "{cc}");
     assert_eq!(cc["findings"][0]["check"], "silence", "{cc}");
     assert_eq!(cc["action"], "revive", "{cc}");
-    let events = fleet
-        .run(&[
-            "events",
-            "--agent",
-            "cc",
-            "--event",
-            "session_unhealthy",
-            "--json",
-        ])
-        .status(0)
-        .stdout();
+    let events = unhealthy_events(&fleet);
     assert!(events.contains("silent_for_"), "{events}");
-    support::wait_until(
-        std::time::Duration::from_secs(30),
-        "the revived session's request",
-        || {
-            server
-                .message_requests()
-                .iter()
-                .any(|r| r.text().contains("This session was restarted"))
-        },
-    );
-    let sent = server
-        .message_requests()
-        .iter()
-        .rfind(|r| r.text().contains("This session was restarted"))
-        .unwrap()
-        .text();
+    let sent = sent_with_the_continue_prompt(&server);
     assert!(sent.contains("YOU WERE REVIVED"), "{sent}");
     assert!(sent.contains("index the archive"), "{sent}");
     let state: serde_json::Value =
@@ -568,17 +534,7 @@ fn real_claude_six_failing_tools_are_an_error_cascade() {
         .filter_map(|f| f["check"].as_str())
         .collect();
     assert!(checks.contains(&"error_cascade"), "{cc}");
-    let events = fleet
-        .run(&[
-            "events",
-            "--agent",
-            "cc",
-            "--event",
-            "session_unhealthy",
-            "--json",
-        ])
-        .status(0)
-        .stdout();
+    let events = unhealthy_events(&fleet);
     assert!(events.contains("6_consecutive_tool_errors"), "{events}");
     let failed = support::read_jsonl(&dir.join("tool_use.jsonl"));
     assert!(

@@ -606,20 +606,40 @@ impl Hook<'_> {
     }
 
     fn stop(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
+        let hook = self.payload.event_name().or(self.payload.str("type"));
+        self.end_turn(
+            ctx,
+            Status::Idle,
+            None,
+            "turn_complete",
+            json!({"hook": hook}),
+        )
+    }
+
+    /// The end of a turn: the status it leaves, the error if it failed, and one op.
+    fn end_turn(
+        &self,
+        ctx: &Ctx<'_>,
+        status: Status,
+        error: Option<String>,
+        op: &str,
+        mut fields: Value,
+    ) -> Result<Reply, StateError> {
         let session_id = self.payload.session_id().map(str::to_string);
         let now = state::rfc3339(ctx.now);
         ctx.dir.update_state(ctx.retention, |s| {
-            s.status = Status::Idle;
+            s.status = status.clone();
+            if error.is_some() {
+                s.last_error = error.clone();
+            }
             s.last_active = Some(now);
             if session_id.is_some() {
                 s.session_id = session_id.clone();
             }
             Ok(())
         })?;
-        let _ = ctx.dir.record_op(
-            "turn_complete",
-            json!({"session_id": session_id, "hook": self.payload.event_name().or(self.payload.str("type"))}),
-        );
+        fields["session_id"] = json!(session_id);
+        let _ = ctx.dir.record_op(op, fields);
         Ok(Reply::Nothing)
     }
 
@@ -627,7 +647,6 @@ impl Hook<'_> {
     /// next one. Recorded as status `failed` with the error, which the watchdog heals (the
     /// Clinic decides how: a full context starts fresh with a handoff, an overload resumes).
     fn turn_failed(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
-        let session_id = self.payload.session_id().map(str::to_string);
         let kind = self.payload.str("error").unwrap_or("unknown").to_string();
         let details = self
             .payload
@@ -636,21 +655,13 @@ impl Hook<'_> {
             .unwrap_or("")
             .to_string();
         let error: String = format!("{kind}: {details}").chars().take(500).collect();
-        let now = state::rfc3339(ctx.now);
-        ctx.dir.update_state(ctx.retention, |s| {
-            s.status = Status::Other("failed".into());
-            s.last_error = Some(error.clone());
-            s.last_active = Some(now);
-            if session_id.is_some() {
-                s.session_id = session_id.clone();
-            }
-            Ok(())
-        })?;
-        let _ = ctx.dir.record_op(
+        self.end_turn(
+            ctx,
+            Status::Other("failed".into()),
+            Some(error.clone()),
             "turn_failed",
-            json!({"session_id": session_id, "error": kind, "details": error}),
-        );
-        Ok(Reply::Nothing)
+            json!({"error": kind, "details": error}),
+        )
     }
 
     fn session_end(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {

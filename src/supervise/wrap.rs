@@ -68,6 +68,13 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
     wrapper.run()
 }
 
+/// How long ops.jsonl is now: what is appended after it is what happened since.
+fn ops_len(dir: &AgentDir) -> u64 {
+    std::fs::metadata(dir.file(state::OPS_LOG))
+        .map(|m| m.len())
+        .unwrap_or(0)
+}
+
 /// Every session end gets one recorded reason. A wrapper killed with its pane (or a host
 /// that went down) could not write its `agent_exit`: the next wrapper writes it for it.
 fn record_a_lost_end(dir: &AgentDir) {
@@ -687,9 +694,7 @@ impl Wrapper {
             return;
         }
         let (spec, dir) = (self.spec.clone(), self.dir.clone());
-        let since = std::fs::metadata(dir.file(state::OPS_LOG))
-            .map(|m| m.len())
-            .unwrap_or(0);
+        let since = ops_len(&dir);
         std::thread::spawn(move || {
             let hooked = || {
                 state::read_since(&dir.file(state::OPS_LOG), since)
@@ -743,9 +748,7 @@ impl Wrapper {
             return;
         };
         let (spec, dir) = (self.spec.clone(), self.dir.clone());
-        let since = std::fs::metadata(dir.file(state::OPS_LOG))
-            .map(|m| m.len())
-            .unwrap_or(0);
+        let since = ops_len(&dir);
         std::thread::spawn(move || {
             // After the session-start hook, so the context is in before the prompt.
             let deadline = Instant::now() + Duration::from_secs(10);
