@@ -10,6 +10,7 @@ pub mod config;
 pub mod guard;
 pub mod output;
 pub mod payload;
+pub mod trust;
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};

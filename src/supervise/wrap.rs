@@ -304,6 +304,7 @@ impl Wrapper {
             None => say(&format!("starting `{}` (fresh session)", self.agent.name)),
         }
 
+        self.trust_hooks();
         let mut probe = LifeProbe::new(&self.dir, self.agent.cli, &self.runtime, &self.pane);
         let started = Instant::now();
         let mut cmd = match self.command(&argv) {
@@ -419,6 +420,34 @@ impl Wrapper {
             status,
             runtime: started.elapsed(),
             showed_life,
+        }
+    }
+
+    /// Codex and Gemini CLI run the hooks in a workdir only once they trust it (and Codex each
+    /// hook too); otherwise they stop at a dialog. Recorded before every start, so a reset CLI
+    /// config or a changed hook command is trusted again.
+    fn trust_hooks(&self) {
+        match crate::hooks::trust::ensure(&self.agent) {
+            Ok(None) => {}
+            Ok(Some(t)) => {
+                say(&format!(
+                    "{} now trusts `{}` and phoenix's hooks for `{}` ({} entries)",
+                    t.file.display(),
+                    self.agent.workdir.display(),
+                    self.agent.name,
+                    t.entries.len()
+                ));
+                let _ = self.dir.record_op(
+                    "hooks_trusted",
+                    json!({"file": t.file, "entries": t.entries}),
+                );
+            }
+            Err(e) => {
+                say(&format!("phoenix's hooks may not run: {e}"));
+                let _ = self
+                    .dir
+                    .record_op("hooks_trust_failed", json!({"error": e}));
+            }
         }
     }
 
