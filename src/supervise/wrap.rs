@@ -961,8 +961,24 @@ fn status_parts(status: Option<ExitStatus>) -> (Option<i32>, Option<i32>) {
 
 /// The agent's base argv, rebuilt from its command every time. A leading `phoenix` means
 /// this very binary, so bundled examples work without phoenix on PATH.
+///
+/// Codex's TUI hands its session to a shared background server (one per `CODEX_HOME`, in a
+/// session of its own) unless told `--no-daemon`: the turn would then go on after the process
+/// phoenix supervises was stopped or killed, and a resumed TUI would attach to the old turn
+/// still running. phoenix adds the flag unless the command has it or connects to a `--remote`
+/// server on purpose.
 pub fn base_argv(agent: &AgentSpec) -> Vec<String> {
-    with_exe(agent.argv.clone())
+    let mut argv = with_exe(agent.argv.clone());
+    let codex = argv
+        .first()
+        .is_some_and(|p| Path::new(p).file_name().is_some_and(|n| n == "codex"));
+    let chosen = argv
+        .iter()
+        .any(|a| a == "--no-daemon" || a == "--remote" || a.starts_with("--remote="));
+    if agent.cli == Cli::Codex && codex && !chosen {
+        argv.insert(1, "--no-daemon".to_string());
+    }
+    argv
 }
 
 fn with_exe(mut argv: Vec<String>) -> Vec<String> {
@@ -1130,7 +1146,7 @@ mod tests {
         let codex = agent("cli = \"codex\"\ncommand = \"codex -m o3\"\n");
         assert_eq!(
             resume_argv(&codex, "s1").unwrap(),
-            ["codex", "resume", "s1", "-m", "o3"]
+            ["codex", "resume", "s1", "--no-daemon", "-m", "o3"]
         );
         let gemini = agent("cli = \"gemini\"\n");
         assert_eq!(
@@ -1139,6 +1155,24 @@ mod tests {
         );
         let custom = agent("command = \"my-cli\"\n");
         assert_eq!(resume_argv(&custom, "s1"), None);
+    }
+
+    #[test]
+    fn codex_runs_its_session_in_the_supervised_process() {
+        let codex = agent("cli = \"codex\"\ncommand = \"/opt/bin/codex --search\"\n");
+        assert_eq!(
+            base_argv(&codex),
+            ["/opt/bin/codex", "--no-daemon", "--search"]
+        );
+        let chosen = agent("cli = \"codex\"\ncommand = \"codex --no-daemon\"\n");
+        assert_eq!(base_argv(&chosen), ["codex", "--no-daemon"]);
+        let remote = agent("cli = \"codex\"\ncommand = \"codex --remote ws://h:1\"\n");
+        assert_eq!(base_argv(&remote), ["codex", "--remote", "ws://h:1"]);
+        // Some other program that starts Codex its own way is left as written.
+        let wrapped = agent("cli = \"codex\"\ncommand = \"npx @openai/codex\"\n");
+        assert_eq!(base_argv(&wrapped), ["npx", "@openai/codex"]);
+        let claude = agent("cli = \"claude\"\ncommand = \"codex\"\n");
+        assert_eq!(base_argv(&claude), ["codex"]);
     }
 
     #[test]
