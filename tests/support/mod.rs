@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod model_server;
+pub mod openai_server;
+pub mod scripted;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -157,6 +159,12 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
+        // What runs in the panes (wrappers, the CLIs, their tools), found while the server is
+        // still there: the hangup ends most of it, and what outlives it is killed.
+        let pids = self
+            .tmux(&["list-panes", "-a", "-F", "#{pane_pid}"])
+            .map(|out| descendants(out.lines().filter_map(|l| l.trim().parse().ok())))
+            .unwrap_or_default();
         let _ = Command::new("tmux")
             .arg("-L")
             .arg(&self.socket)
@@ -164,7 +172,49 @@ impl Drop for Fleet {
             .env_remove("TMUX")
             .stderr(Stdio::null())
             .status();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for pid in pids.into_iter().filter(|p| alive(*p)) {
+            kill9(pid);
+        }
     }
+}
+
+/// `roots` and every process below them (by parent pid, from /proc).
+fn descendants(roots: impl Iterator<Item = u32>) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut found: Vec<u32> = roots.collect();
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        for (pid, ppid) in &parents {
+            if *ppid == parent && !found.contains(pid) {
+                found.push(*pid);
+            }
+        }
+        i += 1;
+    }
+    found
+}
+
+/// Running (a zombie has ended; it only waits for its parent to notice).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().to_string()))
+        .is_some_and(|rest| !rest.starts_with('Z'))
 }
 
 pub fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
@@ -249,4 +299,96 @@ impl Run {
 /// Kill a process with SIGKILL.
 pub fn kill9(pid: u32) {
     let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+}
+
+/// The binary `bin` of the npm package `package` (pinned: `name@version`), installed into
+/// `target/<dir>` on first use. Fails loudly when npm cannot install it: a real-CLI suite
+/// that passes without having run would prove nothing.
+pub fn npm_cli(dir: &str, package: &str, bin: &str) -> PathBuf {
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    let prefix = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join(dir);
+    let path = prefix.join("node_modules/.bin").join(bin);
+    let version = package.rsplit_once('@').map(|(_, v)| v).unwrap_or("");
+    // `--save-exact` records the exact version: another version installed there is replaced.
+    let pinned = std::fs::read_to_string(prefix.join("package.json"))
+        .is_ok_and(|m| m.contains(&format!("\"{version}\"")));
+    if !path.exists() || !pinned {
+        let status = Command::new("npm")
+            .args([
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--save-exact",
+                "--prefix",
+            ])
+            .arg(&prefix)
+            .arg(package)
+            .status()
+            .unwrap_or_else(|e| panic!("npm must be installed to run the real-CLI suite: {e}"));
+        assert!(status.success(), "npm install {package} failed");
+    }
+    assert!(path.exists(), "`{bin}` missing after npm install {package}");
+    path
+}
+
+/// Wait until the pane shows `needle`; on timeout the panic shows the screen.
+pub fn wait_for_screen(fleet: &Fleet, pane: &str, needle: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    let mut screen = String::new();
+    while Instant::now() < deadline {
+        screen = fleet
+            .tmux(&["capture-pane", "-p", "-t", pane])
+            .unwrap_or_default();
+        if screen.contains(needle) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("timed out after {timeout:?} waiting for {needle:?} in pane {pane}:\n{screen}");
+}
+
+/// Type `text` into the pane, pause (TUIs treat a burst followed at once by Enter as a paste),
+/// then press Enter.
+pub fn type_line(fleet: &Fleet, pane: &str, text: &str) {
+    fleet.tmux(&["send-keys", "-t", pane, "-l", text]).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    fleet.tmux(&["send-keys", "-t", pane, "Enter"]).unwrap();
+}
+
+/// `wait_until`, and on timeout the panic also shows `explain()` (the pane, the ops…).
+pub fn wait_until_explained(
+    timeout: Duration,
+    what: &str,
+    mut f: impl FnMut() -> bool,
+    explain: impl FnOnce() -> String,
+) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!(
+        "timed out after {timeout:?} waiting for {what}\n{}",
+        explain()
+    );
+}
+
+impl Fleet {
+    /// The agent's ops log and its pane, for a failure message.
+    pub fn explain(&self, agent: &str, pane: &str) -> String {
+        let ops: Vec<String> = self.ops(agent).iter().map(|o| o.to_string()).collect();
+        format!(
+            "--- ops.jsonl of `{agent}`\n{}\n--- hook_errors.jsonl\n{}\n--- pane {pane}\n{}",
+            ops.join("\n"),
+            std::fs::read_to_string(self.agent_dir(agent).join("hook_errors.jsonl"))
+                .unwrap_or_default(),
+            self.tmux(&["capture-pane", "-p", "-t", pane])
+                .unwrap_or_default()
+        )
+    }
 }

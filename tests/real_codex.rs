@@ -1,0 +1,406 @@
+//! The real Codex CLI, driven by a scripted Responses API server on loopback (no network),
+//! running the hooks phoenix generates. The CLI is installed with npm into
+//! `target/real-cli-codex/` on first use; if that fails the suite fails loudly rather than
+//! passing without having run.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::Fleet;
+use support::openai_server::{self, OpenAiServer, exec};
+use support::scripted::Turn;
+
+/// The Codex CLI version the suite is pinned to.
+const CODEX: &str = "@openai/codex@0.169.0";
+const KEY: &str = "sk-scripted-0123456789";
+const WAIT: Duration = Duration::from_secs(30);
+
+fn codex_bin() -> PathBuf {
+    support::npm_cli("real-cli-codex", CODEX, "codex")
+}
+
+/// `$CODEX_HOME` with a model provider that points at `server`, and nothing trusted.
+fn codex_home(root: &Path, server: &OpenAiServer) -> PathBuf {
+    let home = root.join("home/.codex");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "model = \"gpt-5\"\nmodel_provider = \"scripted\"\ncheck_for_update_on_startup = false\n\n\
+             [model_providers.scripted]\nname = \"scripted\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\n\
+             env_key = \"SCRIPTED_API_KEY\"\nrequest_max_retries = 0\nstream_max_retries = 0\n",
+            server.base_url()
+        ),
+    )
+    .unwrap();
+    home
+}
+
+/// Processes whose command line mentions `needle`: a background app server Codex started from
+/// this test's `CODEX_HOME` lives outside the pane and its tmux server.
+fn processes_mentioning(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+        .collect()
+}
+
+/// Kills, on drop, whatever Codex left running from this `CODEX_HOME` (even when the test
+/// failed), so no test leaves a server behind.
+struct CodexLeftovers(PathBuf);
+
+impl Drop for CodexLeftovers {
+    fn drop(&mut self) {
+        for pid in processes_mentioning(&self.0.to_string_lossy()) {
+            support::kill9(pid);
+        }
+    }
+}
+
+/// An agent that runs the real Codex CLI interactively in `work/`.
+fn codex_agent(fleet: &Fleet, bin: &Path, codex_home: &Path) -> String {
+    format!(
+        "[[agent]]\nname = \"cx\"\ncli = \"codex\"\ncommand = \"'{}' --dangerously-bypass-approvals-and-sandbox\"\n\
+         workdir = \"work\"\nenv = {{ HOME = \"{}\", CODEX_HOME = \"{}\", SCRIPTED_API_KEY = \"{KEY}\" }}\n",
+        bin.display(),
+        fleet.path().join("home").display(),
+        codex_home.display()
+    )
+}
+
+fn workdir(fleet: &Fleet) -> PathBuf {
+    let work = fleet.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::canonicalize(work).unwrap()
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// The rollout file Codex wrote for session `id`.
+fn rollout(codex_home: &Path, id: &str) -> Option<PathBuf> {
+    let mut dirs = vec![codex_home.join("sessions")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.to_string_lossy().ends_with(&format!("-{id}.jsonl")) {
+                return Some(path);
+            }
+        }
+    }
+    None
+}
+
+/// The output Codex sent back to the model for the tool call it made.
+fn tool_output(request: &support::scripted::Request) -> String {
+    request.body["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["type"] == "function_call_output")
+        .map(|i| i["output"].to_string())
+        .collect()
+}
+
+#[test]
+fn scripted_server_drives_a_real_exec_command_and_phoenix_hooks_fire() {
+    let bin = codex_bin();
+    let fleet = Fleet::new();
+    let work = workdir(&fleet);
+    let server = openai_server::start(vec![
+        exec("echo phoenix-smoke > smoke.txt"),
+        Turn::text("All done."),
+    ]);
+    let home = codex_home(fleet.path(), &server);
+    let _leftovers = CodexLeftovers(home.clone());
+    fleet.toml(&codex_agent(&fleet, &bin, &home));
+    // phoenix's hooks for the agent, exactly as `apply` installs them.
+    let shown = fleet
+        .run(&["hooks", "show", "--agent", "cx", "--json"])
+        .json();
+    let file = &shown["files"][0];
+    assert!(
+        file["path"]
+            .as_str()
+            .unwrap()
+            .ends_with(".codex/hooks.json")
+    );
+    std::fs::create_dir_all(work.join(".codex")).unwrap();
+    std::fs::write(work.join(".codex/hooks.json"), file["content"].to_string()).unwrap();
+    // Print mode has no wrapper to record trust: trust the project here and let the flag stand
+    // in for hook trust (the interactive tests run without it).
+    let mut config = std::fs::read_to_string(home.join("config.toml")).unwrap();
+    config.push_str(&format!(
+        "\n[projects.\"{}\"]\ntrust_level = \"trusted\"\n",
+        work.display()
+    ));
+    std::fs::write(home.join("config.toml"), config).unwrap();
+
+    let out = Command::new(&bin)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", fleet.path().join("home"))
+        .env("CODEX_HOME", &home)
+        .env("SCRIPTED_API_KEY", KEY)
+        .current_dir(&work)
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--dangerously-bypass-hook-trust",
+            "write the smoke file",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "codex exec failed:\n{said}");
+    assert!(said.contains("All done."), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(work.join("smoke.txt"))
+            .unwrap()
+            .trim(),
+        "phoenix-smoke"
+    );
+    let turns = server.turn_requests();
+    assert_eq!(turns.len(), 2, "a tool call, then its result");
+    assert!(turns[0].text().contains("write the smoke file"));
+    assert!(
+        tool_output(&turns[1]).contains("Process exited with code 0"),
+        "{}",
+        turns[1].text()
+    );
+
+    // phoenix's hooks ran: session start, the shell call, the end of the turn.
+    let dir = fleet.agent_dir("cx");
+    let state = read_json(&dir.join("state.json"));
+    let id = state["session_id"].as_str().unwrap().to_string();
+    assert!(said.contains(&format!("session id: {id}")), "{said}");
+    assert!(rollout(&home, &id).is_some(), "rollout for {id}");
+    let tools = support::read_jsonl(&dir.join("tool_use.jsonl"));
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    assert_eq!(tools[0]["tool"], "Bash");
+    assert_eq!(tools[0]["ok"], true);
+    assert_eq!(tools[0]["session_id"], id.as_str());
+    let ops = fleet.ops("cx");
+    assert!(
+        ops.iter()
+            .any(|o| o["event"] == "session_start" && o["source"] == "startup"),
+        "{ops:?}"
+    );
+    assert!(ops.iter().any(|o| o["event"] == "turn_complete"), "{ops:?}");
+    assert!(!dir.join("hook_errors.jsonl").exists());
+}
+
+/// `phoenix apply` with a `cli = "codex"` agent: the hooks are installed, the wrapper has Codex
+/// trust the project and phoenix's hooks (no dialog stops it), the real Codex runs
+/// interactively, its session id is recorded at session start, its shell call lands in
+/// tool_use.jsonl, and the open loop reaches the model.
+#[test]
+fn real_codex_in_a_phoenix_pane_runs_the_hooks_apply_installed() {
+    let bin = codex_bin();
+    let fleet = Fleet::new();
+    let work = workdir(&fleet);
+    let server = openai_server::start(vec![
+        exec("echo interactive-ok > out.txt"),
+        Turn::text("Wrote it."),
+    ]);
+    let home = codex_home(fleet.path(), &server);
+    let _leftovers = CodexLeftovers(home.clone());
+    fleet.toml(&codex_agent(&fleet, &bin, &home));
+    fleet
+        .run(&["loop", "add", "cx", "ship-parser", "ship the parser"])
+        .status(0);
+    fleet.run(&["apply", "--yes"]).status(0);
+    let hooks = std::fs::read_to_string(work.join(".codex/hooks.json")).unwrap();
+    assert!(hooks.contains("hook session-start --agent cx"), "{hooks}");
+    fleet.wait_running(&["cx"]);
+    let pane = fleet.agent_status("cx")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Straight to the prompt: no folder-trust or hook-review dialog.
+    support::wait_for_screen(&fleet, &pane, "for shortcuts", WAIT);
+    let config: toml::Table =
+        toml::from_str(&std::fs::read_to_string(home.join("config.toml")).unwrap()).unwrap();
+    let project = work.to_string_lossy();
+    assert_eq!(
+        config["projects"][project.as_ref()]["trust_level"].as_str(),
+        Some("trusted")
+    );
+    let trusted = config["hooks"]["state"].as_table().unwrap();
+    assert_eq!(trusted.len(), 6, "one per phoenix hook: {trusted:?}");
+    assert!(
+        trusted
+            .keys()
+            .all(|k| k.starts_with(&format!("{project}/.codex/hooks.json:")))
+    );
+
+    support::type_line(&fleet, &pane, "write the file");
+    let dir = fleet.agent_dir("cx");
+    support::wait_until(WAIT, "tool call recorded", || {
+        support::read_jsonl(&dir.join("tool_use.jsonl"))
+            .iter()
+            .any(|t| t["tool"] == "Bash" && t["ok"] == true)
+    });
+    assert_eq!(
+        std::fs::read_to_string(work.join("out.txt"))
+            .unwrap()
+            .trim(),
+        "interactive-ok"
+    );
+    support::wait_until(WAIT, "turn finished", || {
+        read_json(&dir.join("state.json"))["status"] == "idle"
+    });
+    let state = read_json(&dir.join("state.json"));
+    assert_eq!(state["current_task"], "write the file");
+    let id = state["session_id"].as_str().unwrap();
+    assert!(rollout(&home, id).is_some(), "rollout for {id}");
+    let ops = fleet.ops("cx");
+    assert!(
+        ops.iter().any(|o| o["event"] == "session_start"
+            && o["source"] == "startup"
+            && o["session_id"] == id),
+        "{ops:?}"
+    );
+    let tools = support::read_jsonl(&dir.join("tool_use.jsonl"));
+    assert!(tools.iter().all(|t| t["session_id"] == id), "{tools:?}");
+    let turns = server.turn_requests();
+    assert!(
+        turns[0].text().contains("[ship-parser] ship the parser"),
+        "the open loop was injected at session start: {}",
+        turns[0].text()
+    );
+    assert!(tool_output(&turns[1]).contains("Process exited with code 0"));
+    support::wait_for_screen(&fleet, &pane, "Wrote it.", WAIT);
+    assert!(!dir.join("hook_errors.jsonl").exists());
+    // The session ran in the process phoenix supervises, not in a background server.
+    assert_eq!(
+        processes_mentioning(&home.to_string_lossy()),
+        Vec::<u32>::new()
+    );
+}
+
+/// `kill -9` of the real Codex mid-turn (its model call after a finished shell call is hanging):
+/// the wrapper starts `codex resume <id>` with the recorded session, Codex's SessionStart says
+/// `resume`, and phoenix's recovery block reaches the model with the next request.
+#[test]
+fn real_codex_killed_mid_turn_is_resumed_with_the_recovery_block() {
+    let bin = codex_bin();
+    let fleet = Fleet::new();
+    let work = workdir(&fleet);
+    let server = openai_server::start(vec![exec("echo step-one > one.txt"), Turn::Hang]);
+    let home = codex_home(fleet.path(), &server);
+    let _leftovers = CodexLeftovers(home.clone());
+    fleet.toml(&format!(
+        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"30s\"\n\n{}",
+        codex_agent(&fleet, &bin, &home)
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pids = fleet.wait_running(&["cx"]);
+    let pane = fleet.agent_status("cx")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    support::wait_for_screen(&fleet, &pane, "for shortcuts", WAIT);
+    support::type_line(&fleet, &pane, "refactor the parser module");
+    let dir = fleet.agent_dir("cx");
+    // Mid-turn: the shell call ran and the model call after it hangs.
+    support::wait_until(WAIT, "the turn under way", || {
+        work.join("one.txt").exists()
+            && server.turn_requests().len() == 2
+            && support::read_jsonl(&dir.join("tool_use.jsonl")).len() == 1
+    });
+    let state = read_json(&dir.join("state.json"));
+    assert_eq!(state["status"], "working");
+    let id = state["session_id"].as_str().unwrap().to_string();
+    let rollout_before = rollout(&home, &id).expect("rollout of the first run");
+
+    server.push([Turn::text("Picked up where I stopped.")]);
+    support::kill9(pids[0]);
+    support::wait_until(WAIT, "the resumed run", || {
+        fleet
+            .ops("cx")
+            .iter()
+            .any(|o| o["event"] == "agent_start" && o["mode"] == "resume")
+    });
+    let ops = fleet.ops("cx");
+    let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
+    let argv: Vec<&str> = start["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        argv,
+        [
+            bin.to_str().unwrap(),
+            "resume",
+            id.as_str(),
+            "--no-daemon",
+            "--dangerously-bypass-approvals-and-sandbox"
+        ]
+    );
+    // The resumed TUI shows the earlier conversation and a prompt below the wrapper's line.
+    support::wait_until(WAIT, "the resumed prompt", || {
+        let screen = fleet
+            .tmux(&["capture-pane", "-p", "-t", &pane])
+            .unwrap_or_default();
+        screen
+            .rsplit_once("resuming session")
+            .is_some_and(|(_, after)| after.contains("for shortcuts"))
+    });
+
+    // Codex runs SessionStart lazily, with the first prompt of the session.
+    let before = server.turn_requests().len();
+    support::type_line(&fleet, &pane, "go on");
+    support::wait_until_explained(
+        WAIT,
+        "SessionStart resume",
+        || {
+            fleet.ops("cx").iter().any(|o| {
+                o["event"] == "session_start" && o["source"] == "resume" && o["session_id"] == id
+            })
+        },
+        || fleet.explain("cx", &pane),
+    );
+    support::wait_until(WAIT, "the next request", || {
+        server.turn_requests().len() > before
+    });
+    let sent = server.turn_requests()[before..]
+        .iter()
+        .map(|r| r.text())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(sent.contains("PHOENIX: RECOVERY DETECTED"), "{sent}");
+    assert!(sent.contains("refactor the parser module"), "{sent}");
+    assert!(sent.contains("latest handoff"), "{sent}");
+    support::wait_for_screen(&fleet, &pane, "Picked up where I stopped.", WAIT);
+    assert_eq!(
+        rollout(&home, &id),
+        Some(rollout_before),
+        "same session file"
+    );
+    let handoffs = fleet.run(&["handoff", "list", "cx", "--json"]).json();
+    assert_eq!(handoffs[0]["trigger_reason"], "crash");
+    assert!(!dir.join("hook_errors.jsonl").exists());
+}

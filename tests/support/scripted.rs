@@ -1,0 +1,204 @@
+//! The protocol-independent part of the scripted model servers: a loopback HTTP/1.1 server on
+//! a free port that records every request, keeps a queue of scripted turns (the `Turn` and
+//! `Request` of `model_server`) and hangs on request; the wire format of each model API is a
+//! `Protocol` (openai_server.rs: Responses API, gemini_server.rs: Gemini API).
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use super::model_server::{Request, Turn};
+
+/// What to send back for one request.
+pub enum Answer {
+    /// A JSON body with this status.
+    Json(u16, Value),
+    /// A `text/event-stream` body: each item is one event, already framed (`data: …\n\n`).
+    Sse(Vec<String>),
+    /// Accept the request and never answer (until the server is dropped).
+    Hang,
+}
+
+/// One model API's wire format.
+pub trait Protocol: Send + Sync + 'static {
+    /// Answer `request`; `script.next()` takes the next scripted turn.
+    fn answer(&self, request: &Request, script: &Script) -> Answer;
+}
+
+/// The turns still to play, and a counter for ids.
+pub struct Script {
+    turns: Mutex<VecDeque<Turn>>,
+    ids: AtomicUsize,
+}
+
+impl Script {
+    /// The next scripted turn, or a closing text once the script is exhausted.
+    pub fn next(&self) -> Turn {
+        self.turns
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_else(|| Turn::text("Done."))
+    }
+
+    /// A fresh number for response and call ids.
+    pub fn id(&self) -> usize {
+        self.ids.fetch_add(1, Ordering::SeqCst)
+    }
+}
+
+struct Shared<P> {
+    protocol: P,
+    script: Script,
+    requests: Mutex<Vec<Request>>,
+    stop: AtomicBool,
+}
+
+/// A scripted server speaking `P`; stops accepting (and ends hung requests) when dropped.
+pub struct ScriptedServer<P: Protocol> {
+    pub port: u16,
+    shared: Arc<Shared<P>>,
+}
+
+impl<P: Protocol> ScriptedServer<P> {
+    pub fn start(protocol: P, script: Vec<Turn>) -> ScriptedServer<P> {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let port = listener.local_addr().unwrap().port();
+        let shared = Arc::new(Shared {
+            protocol,
+            script: Script {
+                turns: Mutex::new(script.into()),
+                ids: AtomicUsize::new(1),
+            },
+            requests: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+        });
+        let accept_shared = shared.clone();
+        listener.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            while !accept_shared.stop.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let s = accept_shared.clone();
+                        std::thread::spawn(move || {
+                            let _ = serve(stream, &s);
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        ScriptedServer { port, shared }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Append turns to the script.
+    pub fn push(&self, turns: impl IntoIterator<Item = Turn>) {
+        self.shared.script.turns.lock().unwrap().extend(turns);
+    }
+
+    /// Turns not played yet.
+    pub fn remaining(&self) -> usize {
+        self.shared.script.turns.lock().unwrap().len()
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<Request> {
+        self.shared.requests.lock().unwrap().clone()
+    }
+}
+
+impl<P: Protocol> Drop for ScriptedServer<P> {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Read one request: method, path, JSON body (Null when there is none or it is not JSON).
+/// `None` at the end of the connection.
+fn read_request(reader: &mut BufReader<TcpStream>) -> std::io::Result<Option<Request>> {
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line)? == 0 {
+        return Ok(None);
+    }
+    let mut parts = request_line.split_whitespace();
+    let method = parts.next().unwrap_or("").to_string();
+    let path = parts.next().unwrap_or("").to_string();
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    Ok(Some(Request {
+        method,
+        path,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    }))
+}
+
+fn serve<P: Protocol>(stream: TcpStream, shared: &Shared<P>) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut writer = stream;
+    while let Some(request) = read_request(&mut reader)? {
+        shared.requests.lock().unwrap().push(request.clone());
+        match shared.protocol.answer(&request, &shared.script) {
+            Answer::Hang => {
+                while !shared.stop.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                return Ok(());
+            }
+            Answer::Json(status, body) => write_response(
+                &mut writer,
+                status,
+                "application/json",
+                body.to_string().as_bytes(),
+            )?,
+            Answer::Sse(events) => write_response(
+                &mut writer,
+                200,
+                "text/event-stream",
+                events.concat().as_bytes(),
+            )?,
+        }
+    }
+    Ok(())
+}
+
+pub fn write_response(
+    w: &mut TcpStream,
+    status: u16,
+    kind: &str,
+    body: &[u8],
+) -> std::io::Result<()> {
+    write!(
+        w,
+        "HTTP/1.1 {status} X\r\ncontent-type: {kind}\r\ncache-control: no-cache\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )?;
+    w.write_all(body)?;
+    w.flush()
+}
