@@ -668,6 +668,55 @@ fn user_exit_is_clean_and_mid_turn_end_is_an_interruption() {
     assert_eq!(state(&fleet, "x")["status"], "stopped");
 }
 
+/// Gemini CLI 0.61 says `exit` from its exit cleanup whatever ended it: a Gemini killed
+/// mid-turn (its relaunched process SIGTERMed after the parent's `kill -9`) is interrupted,
+/// not cleanly gone, and leaves no clean-exit marker (which would also keep it stopped).
+#[test]
+fn gemini_exit_reason_mid_turn_is_an_interruption() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    hook(
+        &fleet,
+        "prompt",
+        "g",
+        Some("gemini"),
+        r#"{"prompt":"task three"}"#,
+    );
+    hook(
+        &fleet,
+        "session-end",
+        "g",
+        Some("gemini"),
+        r#"{"hook_event_name":"SessionEnd","reason":"exit"}"#,
+    );
+    let s = state(&fleet, "g");
+    assert_eq!(s["status"], "working");
+    assert_eq!(s["last_session_end"]["clean"], false);
+    assert!(!fleet.agent_dir("g").join(".clean-exit").exists());
+    let run = hook(
+        &fleet,
+        "session-start",
+        "g",
+        Some("gemini"),
+        r#"{"source":"startup"}"#,
+    );
+    assert!(
+        run.context().unwrap().contains("RECOVERY"),
+        "{}",
+        run.stdout
+    );
+    // After a finished turn it is just the end.
+    hook(&fleet, "stop", "g", Some("gemini"), "{}");
+    hook(
+        &fleet,
+        "session-end",
+        "g",
+        Some("gemini"),
+        r#"{"reason":"exit"}"#,
+    );
+    assert_eq!(state(&fleet, "g")["status"], "stopped");
+}
+
 #[test]
 fn consecutive_errors_count_up_and_reset_interrupts_are_ignored() {
     let fleet = Fleet::new();

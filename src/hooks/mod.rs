@@ -34,8 +34,11 @@ pub const HEARTBEAT_WRITE_INTERVAL: Duration = Duration::from_secs(10);
 /// How many recent tool calls a recovery block lists.
 const RECENT_TOOLS: usize = 5;
 
-/// Session-end reasons that mean the user chose to leave: a clean exit, not a crash.
-const USER_EXITS: [&str; 3] = ["prompt_input_exit", "logout", "exit"];
+/// Session-end reasons that mean the user chose to leave: a clean exit, not a crash. Gemini
+/// CLI's `exit` is not one: it fires it from its exit cleanup whatever ended it (`/quit`, but
+/// also SIGTERM or a hangup, as when its relaunched process outlives a killed parent). A
+/// Gemini `/quit` still ends in safe mode: the wrapper sees its exit code 0.
+const USER_EXITS: [&str; 2] = ["prompt_input_exit", "logout"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
