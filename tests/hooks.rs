@@ -717,6 +717,77 @@ fn gemini_exit_reason_mid_turn_is_an_interruption() {
     assert_eq!(state(&fleet, "g")["status"], "stopped");
 }
 
+/// Gemini CLI 0.61 drops SessionStart context on `--resume` (the resumed history replaces the
+/// chat the hook's context was added to): for a resumed Gemini session phoenix holds the
+/// context back and gives it with the first prompt (BeforeAgent), once, for that session only.
+#[test]
+fn gemini_resume_context_goes_with_the_first_prompt() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let sid = r#""session_id":"g-1""#;
+    hook(
+        &fleet,
+        "prompt",
+        "g",
+        Some("gemini"),
+        &format!(r#"{{"hook_event_name":"BeforeAgent",{sid},"prompt":"port the parser"}}"#),
+    );
+    let start = hook(
+        &fleet,
+        "session-start",
+        "g",
+        Some("gemini"),
+        &format!(r#"{{"hook_event_name":"SessionStart",{sid},"source":"resume"}}"#),
+    );
+    assert_eq!(start.stdout.trim(), "{}");
+    let first = hook(
+        &fleet,
+        "prompt",
+        "g",
+        Some("gemini"),
+        &format!(r#"{{"hook_event_name":"BeforeAgent",{sid},"prompt":"go on"}}"#),
+    );
+    let v: Value = serde_json::from_str(first.stdout.trim()).unwrap();
+    assert_eq!(v["hookSpecificOutput"]["hookEventName"], "BeforeAgent");
+    let context = first.context().unwrap();
+    assert!(context.contains("RECOVERY"), "{context}");
+    assert!(context.contains("port the parser"), "{context}");
+    let second = hook(
+        &fleet,
+        "prompt",
+        "g",
+        Some("gemini"),
+        &format!(r#"{{"hook_event_name":"BeforeAgent",{sid},"prompt":"more"}}"#),
+    );
+    assert_eq!(second.stdout.trim(), "{}");
+
+    // Held back for a session that never got a prompt: not given to the next one.
+    hook(
+        &fleet,
+        "session-start",
+        "g",
+        Some("gemini"),
+        &format!(r#"{{"hook_event_name":"SessionStart",{sid},"source":"resume"}}"#),
+    );
+    let other = hook(
+        &fleet,
+        "prompt",
+        "g",
+        Some("gemini"),
+        r#"{"hook_event_name":"BeforeAgent","session_id":"g-2","prompt":"hi"}"#,
+    );
+    assert_eq!(other.stdout.trim(), "{}");
+    // A fresh start is not affected: its context comes with SessionStart.
+    let fresh = hook(
+        &fleet,
+        "session-start",
+        "g",
+        Some("gemini"),
+        r#"{"hook_event_name":"SessionStart","session_id":"g-3","source":"startup"}"#,
+    );
+    assert!(fresh.context().is_some(), "{}", fresh.stdout);
+}
+
 #[test]
 fn consecutive_errors_count_up_and_reset_interrupts_are_ignored() {
     let fleet = Fleet::new();

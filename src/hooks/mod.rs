@@ -34,6 +34,13 @@ pub const HEARTBEAT_WRITE_INTERVAL: Duration = Duration::from_secs(10);
 /// How many recent tool calls a recovery block lists.
 const RECENT_TOOLS: usize = 5;
 
+/// Startup context held back for the first prompt of a resumed Gemini CLI session:
+/// `{"session_id": …, "text": …}`. Gemini CLI 0.61 adds SessionStart context to its chat and
+/// then, on `--resume`, replaces the chat with the resumed history (its resume effect runs
+/// `resumeChat` after the hook), so the context never reaches the model. Context a BeforeAgent
+/// hook returns is appended to the prompt itself.
+const PROMPT_CONTEXT: &str = "prompt_context.json";
+
 /// Session-end reasons that mean the user chose to leave: a clean exit, not a crash. Gemini
 /// CLI's `exit` is not one: it fires it from its exit cleanup whatever ended it (`/quit`, but
 /// also SIGTERM or a hangup, as when its relaunched process outlives a killed parent). A
@@ -345,6 +352,8 @@ impl Hook<'_> {
         use crate::continuity::startup::{self, Start};
         let dir = ctx.dir;
         let source = self.payload.str("source").unwrap_or("startup").to_string();
+        // Whatever an earlier session held back for its first prompt is not for this one.
+        let _ = std::fs::remove_file(dir.file(PROMPT_CONTEXT));
         let state = dir.read_state().unwrap_or_else(|e| {
             self.problem(&e.to_string());
             AgentState::new(&ctx.agent.name)
@@ -411,18 +420,42 @@ impl Hook<'_> {
         if let Err(e) = update {
             self.problem(&e.to_string());
         }
+        let deferred = self.cli == Some(Cli::Gemini)
+            && source == "resume"
+            && text.as_ref().is_some_and(|t| {
+                let held = json!({"session_id": session_id, "text": t});
+                state::atomic_write(&dir.file(PROMPT_CONTEXT), held.to_string().as_bytes())
+                    .map_err(|e| self.problem(&format!("cannot hold the context back: {e}")))
+                    .is_ok()
+            });
         let _ = dir.record_op(
             "session_start",
             json!({"source": source, "session_id": session_id, "interrupted": interrupted,
-                   "transcript_path": self.payload.transcript_path(), "injected": text.is_some()}),
+                   "transcript_path": self.payload.transcript_path(), "injected": text.is_some(),
+                   "deferred_to_prompt": deferred}),
         );
         match text {
-            Some(text) => Reply::Context {
+            Some(text) if !deferred => Reply::Context {
                 event: "SessionStart".into(),
                 text,
             },
-            None => Reply::Nothing,
+            _ => Reply::Nothing,
         }
+    }
+
+    /// The context a session start held back for this session's first prompt, taken once.
+    fn take_prompt_context(&self, dir: &AgentDir) -> Option<String> {
+        let path = dir.file(PROMPT_CONTEXT);
+        let held: Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+        let _ = std::fs::remove_file(&path);
+        let same_session = match (held["session_id"].as_str(), self.payload.session_id()) {
+            (Some(held), Some(now)) => held == now,
+            _ => true,
+        };
+        held["text"]
+            .as_str()
+            .filter(|t| same_session && !t.is_empty())
+            .map(str::to_string)
     }
 
     fn prompt(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
@@ -445,12 +478,24 @@ impl Hook<'_> {
             s.last_active = Some(now);
             Ok(())
         })?;
+        let held = self.take_prompt_context(ctx.dir);
         // Once per prompt: confirms that text phoenix injected was submitted.
         let _ = ctx.dir.record_op(
             "prompt",
-            json!({"chars": self.payload.prompt().map_or(0, str::len)}),
+            json!({"chars": self.payload.prompt().map_or(0, str::len),
+                   "context_chars": held.as_ref().map(String::len)}),
         );
-        Ok(Reply::Nothing)
+        Ok(match held {
+            Some(text) => Reply::Context {
+                event: self
+                    .payload
+                    .event_name()
+                    .unwrap_or("BeforeAgent")
+                    .to_string(),
+                text,
+            },
+            None => Reply::Nothing,
+        })
     }
 
     /// After a tool call: one line in tool_use.jsonl, and state.json only when it changes.
