@@ -788,6 +788,48 @@ fn gemini_resume_context_goes_with_the_first_prompt() {
     assert!(fresh.context().is_some(), "{}", fresh.stdout);
 }
 
+/// Gemini CLI fires PreCompress (`auto`) before every model call and compresses only past its
+/// threshold: a small session leaves no compaction, snapshot or handoff per turn; one past the
+/// threshold (from its chat file) does.
+#[test]
+fn gemini_pre_compress_counts_only_when_gemini_will_compress() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let chat = fleet.path().join("chat.jsonl");
+    let said = |input: u64| {
+        format!(
+            "{{\"sessionId\":\"s\",\"kind\":\"main\"}}\n\
+             {{\"id\":\"1\",\"type\":\"gemini\",\"content\":\"ok\",\"tokens\":{{\"input\":{input}}},\"model\":\"gemini-3.1-pro-preview\"}}\n"
+        )
+    };
+    let payload = serde_json::json!({"hook_event_name": "PreCompress", "session_id": "s",
+        "transcript_path": chat, "trigger": "auto"})
+    .to_string();
+    std::fs::write(&chat, said(1200)).unwrap();
+    hook(
+        &fleet,
+        "prompt",
+        "g",
+        Some("gemini"),
+        r#"{"session_id":"s","prompt":"go"}"#,
+    );
+    for _ in 0..3 {
+        hook(&fleet, "pre-compact", "g", Some("gemini"), &payload).valid_for("gemini");
+    }
+    let dir = fleet.agent_dir("g");
+    assert!(!dir.join("pre-compact").exists());
+    assert_eq!(state(&fleet, "g")["compactions"].as_u64().unwrap_or(0), 0);
+    assert!(!fleet.ops("g").iter().any(|o| o["event"] == "pre_compact"));
+
+    std::fs::write(&chat, said(600_000)).unwrap();
+    hook(&fleet, "pre-compact", "g", Some("gemini"), &payload).valid_for("gemini");
+    assert_eq!(state(&fleet, "g")["compactions"], 1);
+    assert_eq!(
+        std::fs::read_dir(dir.join("pre-compact")).unwrap().count(),
+        1
+    );
+}
+
 #[test]
 fn consecutive_errors_count_up_and_reset_interrupts_are_ignored() {
     let fleet = Fleet::new();

@@ -7,6 +7,7 @@
 //! when something changed or `last_active` is older than `HEARTBEAT_WRITE_INTERVAL`.
 
 pub mod config;
+pub mod gemini;
 pub mod guard;
 pub mod output;
 pub mod payload;
@@ -589,6 +590,18 @@ impl Hook<'_> {
     fn pre_compact(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
         let dir = ctx.dir;
         let trigger = self.payload.str("trigger").unwrap_or("auto").to_string();
+        // Gemini CLI asks before every model call; most of the time nothing is compressed.
+        if self.cli == Some(Cli::Gemini) && trigger == "auto" {
+            let home = std::env::var_os("GEMINI_CLI_HOME").or_else(|| std::env::var_os("HOME"));
+            let settings: Vec<PathBuf> = home
+                .map(|h| Path::new(&h).join(".gemini/settings.json"))
+                .into_iter()
+                .chain([self.cwd(ctx).join(".gemini/settings.json")])
+                .collect();
+            if !gemini::will_compress(self.payload.transcript_path().map(Path::new), &settings) {
+                return Ok(Reply::Nothing);
+            }
+        }
         let now = state::rfc3339(ctx.now);
         let snapshot_state = dir.update_state(ctx.retention, |s| {
             s.compactions += 1;

@@ -1,0 +1,142 @@
+//! Gemini CLI fires PreCompress (`auto`) before every model call and only then decides whether
+//! to compress: the history is compressed once the last prompt reached `compressionThreshold`
+//! (setting `model.compressionThreshold`, default 0.5) of the model's context window (256k
+//! tokens for Gemma 4 models, 1,048,576 for the others; Gemini CLI 0.61). Taken at its word,
+//! every turn would count as a compaction and leave a snapshot and a handoff behind. The last
+//! prompt's size is in the session's chat file, so phoenix applies the same rule.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// Gemini CLI's default share of the context window at which it compresses.
+const DEFAULT_THRESHOLD: f64 = 0.5;
+
+/// What a chat file says about the last prompt.
+#[derive(Debug, PartialEq, Eq)]
+enum LastPrompt {
+    /// `tokens.input` and the model of the last response.
+    Sized(u64, String),
+    /// The whole file was read and no response is in it yet: nothing to compress.
+    NoResponseYet,
+    /// No file, or its end says nothing.
+    Unknown,
+}
+
+/// Will Gemini CLI compress before this model call? `transcript` is the payload's chat file,
+/// `settings` the settings files in increasing precedence (user, then project). When the chat
+/// file cannot tell, the answer is yes: better a handoff too many than a compaction without one.
+pub fn will_compress(transcript: Option<&Path>, settings: &[PathBuf]) -> bool {
+    let (tokens, model) = match transcript.map_or(LastPrompt::Unknown, last_prompt) {
+        LastPrompt::Sized(tokens, model) => (tokens, model),
+        LastPrompt::NoResponseYet => return false,
+        LastPrompt::Unknown => return true,
+    };
+    let threshold = settings
+        .iter()
+        .rev()
+        .filter_map(|p| std::fs::read(p).ok())
+        .filter_map(|b| serde_json::from_slice::<Value>(&b).ok())
+        .filter_map(|v| v.pointer("/model/compressionThreshold")?.as_f64())
+        .find(|t| *t > 0.0)
+        .unwrap_or(DEFAULT_THRESHOLD);
+    tokens as f64 >= threshold * context_window(&model) as f64
+}
+
+fn context_window(model: &str) -> u64 {
+    if model.starts_with("gemma-4") {
+        256_000
+    } else {
+        1_048_576
+    }
+}
+
+/// The prompt size (`tokens.input`) and model of the last model response in a chat file,
+/// reading only its end.
+fn last_prompt(path: &Path) -> LastPrompt {
+    const TAIL: u64 = 64 * 1024;
+    let read = || -> Option<(String, bool)> {
+        let mut file = std::fs::File::open(path).ok()?;
+        let len = file.metadata().ok()?.len();
+        file.seek(SeekFrom::Start(len.saturating_sub(TAIL))).ok()?;
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf).ok()?;
+        Some((String::from_utf8_lossy(&buf).into_owned(), len <= TAIL))
+    };
+    match read() {
+        None => LastPrompt::Unknown,
+        Some((text, whole)) => match last_prompt_in(&text) {
+            Some((tokens, model)) => LastPrompt::Sized(tokens, model),
+            None if whole => LastPrompt::NoResponseYet,
+            None => LastPrompt::Unknown,
+        },
+    }
+}
+
+fn last_prompt_in(text: &str) -> Option<(u64, String)> {
+    text.lines().rev().find_map(|line| {
+        let v: Value = serde_json::from_str(line).ok()?;
+        let tokens = v.pointer("/tokens/input")?.as_u64()?;
+        Some((tokens, v["model"].as_str().unwrap_or("").to_string()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHAT: &str = r#"{"sessionId":"s","kind":"main"}
+{"id":"1","type":"user","content":[{"text":"hi"}]}
+{"id":"2","type":"gemini","content":"","tokens":{"input":600000,"output":5,"total":600005},"model":"gemini-3.1-pro-preview"}
+{"id":"3","type":"user","content":[{"text":"more"}]}
+{"id":"4","type":"gemini","content":"ok","tokens":{"input":1200,"output":5,"total":1205},"model":"gemini-3.1-pro-preview"}
+"#;
+
+    #[test]
+    fn the_last_response_gives_the_prompt_size() {
+        assert_eq!(
+            last_prompt_in(CHAT),
+            Some((1200, "gemini-3.1-pro-preview".to_string()))
+        );
+        assert_eq!(last_prompt_in("{\"kind\":\"main\"}\nnot json\n"), None);
+    }
+
+    #[test]
+    fn compresses_past_the_threshold_of_the_context_window() {
+        let tmp = tempfile::tempdir().unwrap();
+        let chat = tmp.path().join("chat.jsonl");
+        let small = tmp.path().join("small.jsonl");
+        std::fs::write(&small, CHAT).unwrap();
+        assert!(!will_compress(Some(&small), &[]));
+        let big = CHAT.replace("\"input\":1200", "\"input\":530000");
+        std::fs::write(&chat, &big).unwrap();
+        assert!(will_compress(Some(&chat), &[]));
+        let gemma = CHAT
+            .replace("\"input\":1200", "\"input\":130000")
+            .replace("gemini-3.1-pro-preview", "gemma-4-31b-it");
+        std::fs::write(&chat, gemma).unwrap();
+        assert!(will_compress(Some(&chat), &[]));
+        // A lower threshold from the settings (the project's wins over the user's).
+        let user = tmp.path().join("user.json");
+        let project = tmp.path().join("project.json");
+        std::fs::write(&user, r#"{"model": {"compressionThreshold": 0.9}}"#).unwrap();
+        std::fs::write(&project, r#"{"model": {"compressionThreshold": 0.001}}"#).unwrap();
+        assert!(will_compress(Some(&small), &[user.clone(), project]));
+        assert!(!will_compress(Some(&small), &[user]));
+        // Nothing known: assume it compresses.
+        assert!(will_compress(None, &[]));
+        assert!(will_compress(Some(&tmp.path().join("missing")), &[]));
+        // The first call of a session: no response yet, nothing to compress.
+        std::fs::write(&chat, "{\"kind\":\"main\"}\n{\"type\":\"user\"}\n").unwrap();
+        assert!(!will_compress(Some(&chat), &[]));
+        // A long file whose end says nothing: unknown.
+        let long = format!(
+            "{}\n{{\"type\":\"user\",\"text\":\"{}\"}}\n",
+            CHAT,
+            "x".repeat(70_000)
+        );
+        std::fs::write(&chat, long).unwrap();
+        assert!(will_compress(Some(&chat), &[]));
+    }
+}
