@@ -254,7 +254,7 @@ fn real_codex_in_a_phoenix_pane_runs_the_hooks_apply_installed() {
             .all(|k| k.starts_with(&format!("{project}/.codex/hooks.json:")))
     );
 
-    support::type_line(&fleet, &pane, "write the file");
+    support::submit(&fleet, &pane, "write the file", WAIT);
     let dir = fleet.agent_dir("cx");
     support::wait_until(WAIT, "tool call recorded", || {
         support::read_jsonl(&dir.join("tool_use.jsonl"))
@@ -321,7 +321,7 @@ fn real_codex_killed_mid_turn_is_resumed_with_the_recovery_block() {
         .unwrap()
         .to_string();
     support::wait_for_screen(&fleet, &pane, "for shortcuts", WAIT);
-    support::type_line(&fleet, &pane, "refactor the parser module");
+    support::submit(&fleet, &pane, "refactor the parser module", WAIT);
     let dir = fleet.agent_dir("cx");
     // Mid-turn: the shell call ran and the model call after it hangs.
     support::wait_until(WAIT, "the turn under way", || {
@@ -372,7 +372,7 @@ fn real_codex_killed_mid_turn_is_resumed_with_the_recovery_block() {
 
     // Codex runs SessionStart lazily, with the first prompt of the session.
     let before = server.turn_requests().len();
-    support::type_line(&fleet, &pane, "go on");
+    support::submit(&fleet, &pane, "go on", WAIT);
     support::wait_until_explained(
         WAIT,
         "SessionStart resume",
@@ -400,7 +400,16 @@ fn real_codex_killed_mid_turn_is_resumed_with_the_recovery_block() {
         Some(rollout_before),
         "same session file"
     );
+    // The handoff saved on the crash is the one that came with the recovery block; no turn
+    // left one of its own.
+    assert!(sent.contains(", crash) ---"), "{sent}");
     let handoffs = fleet.run(&["handoff", "list", "cx", "--json"]).json();
-    assert_eq!(handoffs[0]["trigger_reason"], "crash");
+    let triggers: Vec<&str> = handoffs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h["trigger_reason"].as_str())
+        .collect();
+    assert_eq!(triggers, ["crash"]);
     assert!(!dir.join("hook_errors.jsonl").exists());
 }

@@ -2,6 +2,7 @@
 //! builder that runs the real phoenix binary with a scrubbed environment.
 #![allow(dead_code)]
 
+pub mod gemini_server;
 pub mod model_server;
 pub mod openai_server;
 pub mod scripted;
@@ -191,7 +192,13 @@ fn descendants(roots: impl Iterator<Item = u32>) -> Vec<u32> {
         .filter_map(|e| {
             let pid: u32 = e.file_name().to_str()?.parse().ok()?;
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
             Some((pid, ppid))
         })
         .collect();
@@ -213,7 +220,10 @@ fn descendants(roots: impl Iterator<Item = u32>) -> Vec<u32> {
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().to_string()))
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().to_string())
+        })
         .is_some_and(|rest| !rest.starts_with('Z'))
 }
 
@@ -350,10 +360,35 @@ pub fn wait_for_screen(fleet: &Fleet, pane: &str, needle: &str, timeout: Duratio
     panic!("timed out after {timeout:?} waiting for {needle:?} in pane {pane}:\n{screen}");
 }
 
-/// Type `text` into the pane, pause (TUIs treat a burst followed at once by Enter as a paste),
-/// then press Enter.
-pub fn type_line(fleet: &Fleet, pane: &str, text: &str) {
-    fleet.tmux(&["send-keys", "-t", pane, "-l", text]).unwrap();
+/// Type `text` into a TUI's prompt and press Enter once the pane shows it. A TUI still starting
+/// up (or redrawing after loading a resumed session) may drop keys, so until the text shows
+/// the line is cleared (Ctrl-U) and typed again. The pause before Enter keeps TUIs from taking
+/// the burst for a paste.
+pub fn submit(fleet: &Fleet, pane: &str, text: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    let shows = || {
+        fleet
+            .tmux(&["capture-pane", "-p", "-t", pane])
+            .is_some_and(|s| s.contains(text))
+    };
+    loop {
+        fleet.tmux(&["send-keys", "-t", pane, "-l", text]).unwrap();
+        let typed = Instant::now() + Duration::from_millis(1500);
+        while Instant::now() < typed && !shows() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if shows() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pane never showed {text:?}:\n{}",
+            fleet
+                .tmux(&["capture-pane", "-p", "-t", pane])
+                .unwrap_or_default()
+        );
+        fleet.tmux(&["send-keys", "-t", pane, "C-u"]).unwrap();
+    }
     std::thread::sleep(Duration::from_millis(500));
     fleet.tmux(&["send-keys", "-t", pane, "Enter"]).unwrap();
 }

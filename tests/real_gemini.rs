@@ -1,0 +1,397 @@
+//! The real Gemini CLI, driven by a scripted Gemini API server on loopback (no network),
+//! running the hooks phoenix generates. The CLI is installed with npm into
+//! `target/real-cli-gemini/` on first use; if that fails the suite fails loudly rather than
+//! passing without having run.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::Fleet;
+use support::gemini_server::{self, GeminiServer, shell};
+use support::scripted::Turn;
+
+/// The Gemini CLI version the suite is pinned to.
+const GEMINI: &str = "@google/gemini-cli@0.61.0";
+const KEY: &str = "scripted-gemini-key-0123456789";
+const WAIT: Duration = Duration::from_secs(30);
+
+fn gemini_bin() -> PathBuf {
+    support::npm_cli("real-cli-gemini", GEMINI, "gemini")
+}
+
+/// A HOME where Gemini CLI uses an API key, checks for no updates and reports nothing.
+/// Nothing is trusted yet.
+fn gemini_home(fleet: &Fleet) -> PathBuf {
+    let home = fleet.path().join("home");
+    std::fs::create_dir_all(home.join(".gemini")).unwrap();
+    let settings = json!({
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "general": {"enableAutoUpdate": false, "enableAutoUpdateNotification": false},
+        "privacy": {"usageStatisticsEnabled": false},
+    });
+    std::fs::write(home.join(".gemini/settings.json"), settings.to_string()).unwrap();
+    home
+}
+
+/// An agent that runs the real Gemini CLI interactively in `work/`.
+fn gemini_agent(bin: &Path, home: &Path, server: &GeminiServer) -> String {
+    format!(
+        "[[agent]]\nname = \"gm\"\ncli = \"gemini\"\ncommand = \"'{}' --yolo\"\nworkdir = \"work\"\n\
+         env = {{ HOME = \"{}\", GOOGLE_GEMINI_BASE_URL = \"{}\", GEMINI_API_KEY = \"{KEY}\" }}\n",
+        bin.display(),
+        home.display(),
+        server.base_url()
+    )
+}
+
+fn workdir(fleet: &Fleet) -> PathBuf {
+    let work = fleet.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::canonicalize(work).unwrap()
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// The chat file Gemini CLI keeps for session `id` (named after its first 8 characters).
+fn chat_file(home: &Path, id: &str) -> Option<PathBuf> {
+    let mut dirs = vec![home.join(".gemini/tmp")];
+    let suffix = format!("-{}.jsonl", &id[..8]);
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.to_string_lossy().ends_with(&suffix) {
+                return Some(path);
+            }
+        }
+    }
+    None
+}
+
+/// What the CLI sent back to the model for the shell call it made.
+fn tool_result(request: &support::scripted::Request) -> String {
+    request.body["contents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c["parts"].as_array().into_iter().flatten())
+        .filter(|p| p.get("functionResponse").is_some())
+        .map(|p| p["functionResponse"].to_string())
+        .collect()
+}
+
+#[test]
+fn scripted_server_drives_a_real_shell_call_and_phoenix_hooks_fire() {
+    let bin = gemini_bin();
+    let fleet = Fleet::new();
+    let work = workdir(&fleet);
+    let home = gemini_home(&fleet);
+    let server = gemini_server::start(vec![
+        shell("echo phoenix-smoke > smoke.txt"),
+        Turn::text("All done."),
+    ]);
+    fleet.toml(&gemini_agent(&bin, &home, &server));
+    // phoenix's hooks for the agent, exactly as `apply` installs them.
+    let shown = fleet
+        .run(&["hooks", "show", "--agent", "gm", "--json"])
+        .json();
+    let file = &shown["files"][0];
+    assert!(
+        file["path"]
+            .as_str()
+            .unwrap()
+            .ends_with(".gemini/settings.json")
+    );
+    std::fs::create_dir_all(work.join(".gemini")).unwrap();
+    std::fs::write(
+        work.join(".gemini/settings.json"),
+        file["content"].to_string(),
+    )
+    .unwrap();
+    // Print mode has no wrapper to record the folder trust.
+    std::fs::write(
+        home.join(".gemini/trustedFolders.json"),
+        json!({ work.to_string_lossy(): "TRUST_FOLDER" }).to_string(),
+    )
+    .unwrap();
+
+    let out = Command::new(&bin)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("GOOGLE_GEMINI_BASE_URL", server.base_url())
+        .env("GEMINI_API_KEY", KEY)
+        .current_dir(&work)
+        .args(["-p", "write the smoke file", "--yolo"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "gemini -p failed:\n{said}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("All done."),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("smoke.txt"))
+            .unwrap()
+            .trim(),
+        "phoenix-smoke"
+    );
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|r| r.path.contains(":generateContent") && r.text().contains("complexity")),
+        "the routing call was answered"
+    );
+    let turns = server.turn_requests();
+    assert_eq!(turns.len(), 2, "a tool call, then its result");
+    assert!(turns[0].text().contains("write the smoke file"));
+    assert!(
+        tool_result(&turns[1]).contains("run_shell_command"),
+        "{}",
+        turns[1].text()
+    );
+
+    // phoenix's hooks ran: session start, the shell call, the end of the turn and session.
+    let dir = fleet.agent_dir("gm");
+    let state = read_json(&dir.join("state.json"));
+    let id = state["session_id"].as_str().unwrap().to_string();
+    assert!(chat_file(&home, &id).is_some(), "chat file for {id}");
+    let tools = support::read_jsonl(&dir.join("tool_use.jsonl"));
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    assert_eq!(tools[0]["tool"], "run_shell_command");
+    assert_eq!(tools[0]["ok"], true);
+    assert_eq!(tools[0]["session_id"], id.as_str());
+    let ops = fleet.ops("gm");
+    assert!(
+        ops.iter()
+            .any(|o| o["event"] == "session_start" && o["source"] == "startup"),
+        "{ops:?}"
+    );
+    assert!(ops.iter().any(|o| o["event"] == "turn_complete"), "{ops:?}");
+    assert!(ops.iter().any(|o| o["event"] == "session_end"), "{ops:?}");
+    assert!(!dir.join("hook_errors.jsonl").exists());
+}
+
+/// `phoenix apply` with a `cli = "gemini"` agent: the hooks are installed, the wrapper has
+/// Gemini CLI trust the workdir (no dialog stops it), the real Gemini CLI runs interactively,
+/// its session id is recorded at session start, its shell call lands in tool_use.jsonl, and
+/// the open loop reaches the model.
+#[test]
+fn real_gemini_in_a_phoenix_pane_runs_the_hooks_apply_installed() {
+    let bin = gemini_bin();
+    let fleet = Fleet::new();
+    let work = workdir(&fleet);
+    let home = gemini_home(&fleet);
+    let server = gemini_server::start(vec![
+        shell("echo interactive-ok > out.txt"),
+        Turn::text("Wrote it."),
+    ]);
+    fleet.toml(&gemini_agent(&bin, &home, &server));
+    fleet
+        .run(&["loop", "add", "gm", "ship-parser", "ship the parser"])
+        .status(0);
+    fleet.run(&["apply", "--yes"]).status(0);
+    let hooks = std::fs::read_to_string(work.join(".gemini/settings.json")).unwrap();
+    assert!(hooks.contains("hook session-start --agent gm"), "{hooks}");
+    fleet.wait_running(&["gm"]);
+    let pane = fleet.agent_status("gm")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dir = fleet.agent_dir("gm");
+
+    // Straight to the prompt: no folder-trust dialog; Gemini fires SessionStart at startup.
+    support::wait_for_screen(&fleet, &pane, "Type your message", WAIT);
+    let folders = read_json(&home.join(".gemini/trustedFolders.json"));
+    assert_eq!(folders[work.to_string_lossy().as_ref()], "TRUST_FOLDER");
+    support::wait_until_explained(
+        WAIT,
+        "SessionStart",
+        || {
+            fleet
+                .ops("gm")
+                .iter()
+                .any(|o| o["event"] == "session_start" && o["source"] == "startup")
+        },
+        || fleet.explain("gm", &pane),
+    );
+
+    support::submit(&fleet, &pane, "write the file", WAIT);
+    support::wait_until_explained(
+        WAIT,
+        "tool call recorded",
+        || {
+            support::read_jsonl(&dir.join("tool_use.jsonl"))
+                .iter()
+                .any(|t| t["tool"] == "run_shell_command" && t["ok"] == true)
+        },
+        || fleet.explain("gm", &pane),
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("out.txt"))
+            .unwrap()
+            .trim(),
+        "interactive-ok"
+    );
+    support::wait_until(WAIT, "turn finished", || {
+        read_json(&dir.join("state.json"))["status"] == "idle"
+    });
+    let state = read_json(&dir.join("state.json"));
+    assert_eq!(state["current_task"], "write the file");
+    let id = state["session_id"].as_str().unwrap();
+    assert!(chat_file(&home, id).is_some(), "chat file for {id}");
+    let ops = fleet.ops("gm");
+    assert!(
+        ops.iter().any(|o| o["event"] == "session_start"
+            && o["source"] == "startup"
+            && o["session_id"] == id),
+        "{ops:?}"
+    );
+    let tools = support::read_jsonl(&dir.join("tool_use.jsonl"));
+    assert!(tools.iter().all(|t| t["session_id"] == id), "{tools:?}");
+    let turns = server.turn_requests();
+    assert!(
+        turns[0].text().contains("[ship-parser] ship the parser"),
+        "the open loop was injected at session start: {}",
+        turns[0].text()
+    );
+    assert!(tool_result(&turns[1]).contains("run_shell_command"));
+    support::wait_for_screen(&fleet, &pane, "Wrote it.", WAIT);
+    assert!(!dir.join("hook_errors.jsonl").exists());
+}
+
+/// `kill -9` of the real Gemini CLI mid-turn (its model call after a finished shell call is
+/// hanging): the wrapper starts it with `--resume <id>`, SessionStart says `resume`, and
+/// phoenix's recovery block reaches the model with the next request.
+#[test]
+fn real_gemini_killed_mid_turn_is_resumed_with_the_recovery_block() {
+    let bin = gemini_bin();
+    let fleet = Fleet::new();
+    let work = workdir(&fleet);
+    let home = gemini_home(&fleet);
+    let server = gemini_server::start(vec![shell("echo step-one > one.txt"), Turn::Hang]);
+    fleet.toml(&format!(
+        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"30s\"\n\n{}",
+        gemini_agent(&bin, &home, &server)
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pids = fleet.wait_running(&["gm"]);
+    let pane = fleet.agent_status("gm")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    support::wait_for_screen(&fleet, &pane, "Type your message", WAIT);
+    support::submit(&fleet, &pane, "refactor the parser module", WAIT);
+    let dir = fleet.agent_dir("gm");
+    // Mid-turn: the shell call ran and the model call after it hangs.
+    support::wait_until_explained(
+        WAIT,
+        "the turn under way",
+        || {
+            work.join("one.txt").exists()
+                && server.turn_requests().len() == 2
+                && support::read_jsonl(&dir.join("tool_use.jsonl")).len() == 1
+        },
+        || fleet.explain("gm", &pane),
+    );
+    let state = read_json(&dir.join("state.json"));
+    assert_eq!(state["status"], "working");
+    let id = state["session_id"].as_str().unwrap().to_string();
+    let chat_before = chat_file(&home, &id).expect("chat file of the first run");
+
+    server.push([Turn::text("Picked up where I stopped.")]);
+    support::kill9(pids[0]);
+    support::wait_until_explained(
+        WAIT,
+        "SessionStart resume",
+        || {
+            fleet.ops("gm").iter().any(|o| {
+                o["event"] == "session_start" && o["source"] == "resume" && o["session_id"] == id
+            })
+        },
+        || fleet.explain("gm", &pane),
+    );
+    let ops = fleet.ops("gm");
+    let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
+    assert_eq!(start["mode"], "resume");
+    let argv: Vec<&str> = start["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        argv,
+        [bin.to_str().unwrap(), "--yolo", "--resume", id.as_str()]
+    );
+    support::wait_until_explained(
+        WAIT,
+        "the resumed prompt",
+        || {
+            let screen = fleet
+                .tmux(&["capture-pane", "-p", "-t", &pane])
+                .unwrap_or_default();
+            // Gemini CLI clears the screen (the wrapper's lines too) when it draws, and redraws
+            // it once the resumed conversation is loaded (typed keys are lost until then).
+            screen.contains("Type your message")
+                && !screen.contains("resuming session")
+                && screen.contains("refactor the parser module")
+        },
+        || fleet.explain("gm", &pane),
+    );
+
+    let before = server.turn_requests().len();
+    support::submit(&fleet, &pane, "go on", WAIT);
+    support::wait_until_explained(
+        WAIT,
+        "the next request",
+        || server.turn_requests().len() > before,
+        || fleet.explain("gm", &pane),
+    );
+    let sent = server.turn_requests()[before..]
+        .iter()
+        .map(|r| r.text())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(sent.contains("PHOENIX: RECOVERY DETECTED"), "{sent}");
+    assert!(sent.contains("refactor the parser module"), "{sent}");
+    assert!(sent.contains("latest handoff"), "{sent}");
+    support::wait_for_screen(&fleet, &pane, "Picked up where I stopped.", WAIT);
+    assert_eq!(
+        chat_file(&home, &id),
+        Some(chat_before),
+        "same session file"
+    );
+    // The handoff saved on the crash is the one that came with the recovery block; no turn
+    // left one of its own.
+    assert!(sent.contains(", crash) ---"), "{sent}");
+    let handoffs = fleet.run(&["handoff", "list", "gm", "--json"]).json();
+    let triggers: Vec<&str> = handoffs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h["trigger_reason"].as_str())
+        .collect();
+    assert_eq!(
+        triggers,
+        ["crash"],
+        "{:?}\n{}",
+        fleet.ops("gm"),
+        std::fs::read_to_string(chat_file(&home, &id).unwrap()).unwrap()
+    );
+    assert!(!dir.join("hook_errors.jsonl").exists());
+}
