@@ -830,6 +830,56 @@ fn gemini_pre_compress_counts_only_when_gemini_will_compress() {
     );
 }
 
+/// Codex 0.169's PostToolUse payload for a shell call is the command's output alone; the exit
+/// code is in the rollout Codex wrote before running the hook.
+#[test]
+fn codex_shell_failures_are_read_from_the_rollout() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let rollout = fleet.path().join("rollout.jsonl");
+    std::fs::write(
+        &rollout,
+        concat!(
+            r#"{"type":"event_msg","payload":{"type":"item_completed","item":{"type":"CommandExecution","id":"call_1","status":"failed","exit_code":2}}}"#,
+            "\n",
+            r#"{"type":"event_msg","payload":{"type":"item_completed","item":{"type":"CommandExecution","id":"call_2","status":"completed","exit_code":0}}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let call = |id: &str, output: &str| {
+        serde_json::json!({"hook_event_name": "PostToolUse", "session_id": "s", "turn_id": "t",
+            "transcript_path": rollout, "tool_name": "Bash", "tool_input": {"command": "ls /nope"},
+            "tool_response": output, "tool_use_id": id})
+        .to_string()
+    };
+    hook(
+        &fleet,
+        "heartbeat",
+        "x",
+        Some("codex"),
+        &call(
+            "call_1",
+            "ls: cannot access '/nope': No such file or directory\n",
+        ),
+    )
+    .valid_for("codex");
+    hook(&fleet, "heartbeat", "x", Some("codex"), &call("call_2", "")).valid_for("codex");
+    let tools = read_jsonl(&fleet.agent_dir("x").join("tool_use.jsonl"));
+    assert_eq!(tools[0]["ok"], false);
+    assert_eq!(
+        tools[0]["error"],
+        "exit code 2: ls: cannot access '/nope': No such file or directory"
+    );
+    assert_eq!(tools[1]["ok"], true);
+    assert_eq!(
+        state(&fleet, "x")["consecutive_errors"]
+            .as_u64()
+            .unwrap_or(0),
+        0
+    );
+}
+
 #[test]
 fn consecutive_errors_count_up_and_reset_interrupts_are_ignored() {
     let fleet = Fleet::new();

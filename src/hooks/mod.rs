@@ -6,6 +6,7 @@
 //! This is the fast path: no async runtime, no Lua, and a heartbeat rewrites state.json only
 //! when something changed or `last_active` is older than `HEARTBEAT_WRITE_INTERVAL`.
 
+pub mod codex;
 pub mod config;
 pub mod gemini;
 pub mod guard;
@@ -332,7 +333,7 @@ impl Hook<'_> {
         match event {
             Event::SessionStart => Ok(self.session_start(&ctx)),
             Event::Prompt => self.prompt(&ctx),
-            Event::Heartbeat => self.tool_done(&ctx, self.payload.outcome()),
+            Event::Heartbeat => self.tool_done(&ctx, self.tool_outcome()),
             Event::ToolError => {
                 let outcome = match self.payload.outcome() {
                     Outcome::Ok => Outcome::Failed("tool failed".into()),
@@ -497,6 +498,36 @@ impl Hook<'_> {
             },
             None => Reply::Nothing,
         })
+    }
+
+    /// How the tool call ended. A Codex payload has no failure flag: for a Codex call that looks
+    /// fine, the exit code comes from the rollout Codex wrote before running the hook.
+    fn tool_outcome(&self) -> Outcome {
+        let outcome = self.payload.outcome();
+        if outcome != Outcome::Ok || self.cli != Some(Cli::Codex) {
+            return outcome;
+        }
+        let (Some(rollout), Some(call)) = (
+            self.payload.transcript_path(),
+            self.payload.str("tool_use_id"),
+        ) else {
+            return outcome;
+        };
+        match codex::exit_code(Path::new(rollout), call) {
+            Some(code) if code != 0 => {
+                let output = self
+                    .payload
+                    .get("tool_response")
+                    .and_then(Value::as_str)
+                    .map(payload::short)
+                    .filter(|l| !l.is_empty());
+                Outcome::Failed(match output {
+                    Some(line) => format!("exit code {code}: {line}"),
+                    None => format!("exit code {code}"),
+                })
+            }
+            _ => outcome,
+        }
     }
 
     /// After a tool call: one line in tool_use.jsonl, and state.json only when it changes.

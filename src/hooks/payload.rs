@@ -119,8 +119,9 @@ impl Payload {
     ///
     /// Claude reports failures as `PostToolUseFailure` with an `error` string. Gemini sets
     /// `tool_response.error` when the tool itself failed but not for a failing shell command,
-    /// whose `llmContent` ends with `Exit Code: N`. Codex has no failure flag: its Bash
-    /// `tool_response` text says `Process exited with code N`.
+    /// whose `llmContent` ends with `Exit Code: N`. Codex has no failure flag: some builds'
+    /// Bash `tool_response` text says `Process exited with code N`; 0.169 sends the output
+    /// alone, and the hook reads the exit code from the rollout (`hooks::codex`).
     pub fn outcome(&self) -> Outcome {
         if self.get("is_interrupt").and_then(Value::as_bool) == Some(true) {
             return Outcome::Interrupted;
