@@ -122,6 +122,7 @@ fn scripted_server_drives_a_real_exec_command_and_phoenix_hooks_fire() {
     let work = workdir(&fleet);
     let server = openai_server::start(vec![
         exec("echo phoenix-smoke > smoke.txt"),
+        exec("ls /nonexistent-phoenix-dir"),
         Turn::text("All done."),
     ]);
     let home = codex_home(fleet.path(), &server);
@@ -180,12 +181,17 @@ fn scripted_server_drives_a_real_exec_command_and_phoenix_hooks_fire() {
         "phoenix-smoke"
     );
     let turns = server.turn_requests();
-    assert_eq!(turns.len(), 2, "a tool call, then its result");
+    assert_eq!(turns.len(), 3, "two tool calls, then the answer");
     assert!(turns[0].text().contains("write the smoke file"));
     assert!(
         tool_output(&turns[1]).contains("Process exited with code 0"),
         "{}",
         turns[1].text()
+    );
+    assert!(
+        tool_output(&turns[2]).contains("Process exited with code 2"),
+        "{}",
+        turns[2].text()
     );
 
     // phoenix's hooks ran: session start, the shell call, the end of the turn.
@@ -195,10 +201,19 @@ fn scripted_server_drives_a_real_exec_command_and_phoenix_hooks_fire() {
     assert!(said.contains(&format!("session id: {id}")), "{said}");
     assert!(rollout(&home, &id).is_some(), "rollout for {id}");
     let tools = support::read_jsonl(&dir.join("tool_use.jsonl"));
-    assert_eq!(tools.len(), 1, "{tools:?}");
-    assert_eq!(tools[0]["tool"], "Bash");
+    assert_eq!(tools.len(), 2, "{tools:?}");
+    assert!(tools.iter().all(|t| t["tool"] == "Bash"), "{tools:?}");
+    assert!(tools.iter().all(|t| t["session_id"] == id.as_str()));
     assert_eq!(tools[0]["ok"], true);
-    assert_eq!(tools[0]["session_id"], id.as_str());
+    // Codex's payload has no failure flag: the exit code is read from the tool's output.
+    assert_eq!(tools[1]["ok"], false);
+    assert!(
+        tools[1]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("exit code 2"),
+        "{tools:?}"
+    );
     let ops = fleet.ops("cx");
     assert!(
         ops.iter()

@@ -95,6 +95,7 @@ fn scripted_server_drives_a_real_shell_call_and_phoenix_hooks_fire() {
     let home = gemini_home(&fleet);
     let server = gemini_server::start(vec![
         shell("echo phoenix-smoke > smoke.txt"),
+        shell("ls /nonexistent-phoenix-dir"),
         Turn::text("All done."),
     ]);
     fleet.toml(&gemini_agent(&bin, &home, &server));
@@ -157,12 +158,17 @@ fn scripted_server_drives_a_real_shell_call_and_phoenix_hooks_fire() {
         "the routing call was answered"
     );
     let turns = server.turn_requests();
-    assert_eq!(turns.len(), 2, "a tool call, then its result");
+    assert_eq!(turns.len(), 3, "two tool calls, then the answer");
     assert!(turns[0].text().contains("write the smoke file"));
     assert!(
         tool_result(&turns[1]).contains("run_shell_command"),
         "{}",
         turns[1].text()
+    );
+    assert!(
+        tool_result(&turns[2]).contains("Exit Code: 2"),
+        "{}",
+        turns[2].text()
     );
 
     // phoenix's hooks ran: session start, the shell call, the end of the turn and session.
@@ -171,10 +177,13 @@ fn scripted_server_drives_a_real_shell_call_and_phoenix_hooks_fire() {
     let id = state["session_id"].as_str().unwrap().to_string();
     assert!(chat_file(&home, &id).is_some(), "chat file for {id}");
     let tools = support::read_jsonl(&dir.join("tool_use.jsonl"));
-    assert_eq!(tools.len(), 1, "{tools:?}");
-    assert_eq!(tools[0]["tool"], "run_shell_command");
+    assert_eq!(tools.len(), 2, "{tools:?}");
+    assert!(tools.iter().all(|t| t["tool"] == "run_shell_command"));
+    assert!(tools.iter().all(|t| t["session_id"] == id.as_str()));
     assert_eq!(tools[0]["ok"], true);
-    assert_eq!(tools[0]["session_id"], id.as_str());
+    // A failing shell command sets no `error`: the exit code is read from `llmContent`.
+    assert_eq!(tools[1]["ok"], false);
+    assert_eq!(tools[1]["error"], "exit code 2", "{tools:?}");
     let ops = fleet.ops("gm");
     assert!(
         ops.iter()
