@@ -778,9 +778,15 @@ impl Wrapper {
         };
         let (spec, dir) = (self.spec.clone(), self.dir.clone());
         let since = ops_len(&dir);
+        // Codex runs its SessionStart hook with the first prompt of a session, not at launch:
+        // waiting for it would only hold the prompt that triggers it.
+        let wait = match self.agent.cli {
+            Cli::Codex => Duration::ZERO,
+            _ => Duration::from_secs(10),
+        };
         std::thread::spawn(move || {
             // After the session-start hook, so the context is in before the prompt.
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let deadline = Instant::now() + wait;
             while Instant::now() < deadline
                 && !state::read_since(&dir.file(state::OPS_LOG), since)
                     .contains("\"event\":\"session_start\"")
