@@ -315,8 +315,9 @@ fn real_codex_in_a_phoenix_pane_runs_the_hooks_apply_installed() {
 }
 
 /// `kill -9` of the real Codex mid-turn (its model call after a finished shell call is hanging):
-/// the wrapper starts `codex resume <id>` with the recorded session, Codex's SessionStart says
-/// `resume`, and phoenix's recovery block reaches the model with the next request.
+/// the wrapper starts `codex resume <id> --no-daemon` with the recorded session, types its
+/// continuation prompt, Codex's SessionStart says `resume`, and phoenix's recovery block reaches
+/// the model with that request; nobody types.
 #[test]
 fn real_codex_killed_mid_turn_is_resumed_with_the_recovery_block() {
     let bin = codex_bin();
@@ -375,37 +376,32 @@ fn real_codex_killed_mid_turn_is_resumed_with_the_recovery_block() {
             "--dangerously-bypass-approvals-and-sandbox"
         ]
     );
-    // The resumed TUI shows the earlier conversation and a prompt below the wrapper's line.
-    support::wait_until(WAIT, "the resumed prompt", || {
-        let screen = fleet
-            .tmux(&["capture-pane", "-p", "-t", &pane])
-            .unwrap_or_default();
-        screen
-            .rsplit_once("resuming session")
-            .is_some_and(|(_, after)| after.contains("for shortcuts"))
-    });
-
-    // Codex runs SessionStart lazily, with the first prompt of the session.
-    let before = server.turn_requests().len();
-    support::submit(&fleet, &pane, "go on", WAIT);
+    // Nobody types: phoenix's continuation prompt sends the resumed session on its way, and
+    // Codex runs SessionStart (lazily, with that first prompt of the session) before it.
     support::wait_until_explained(
         WAIT,
-        "SessionStart resume",
+        "the resumed session's request",
         || {
-            fleet.ops("cx").iter().any(|o| {
-                o["event"] == "session_start" && o["source"] == "resume" && o["session_id"] == id
-            })
+            server
+                .turn_requests()
+                .iter()
+                .any(|r| r.text().contains("This session was restarted"))
         },
         || fleet.explain("cx", &pane),
     );
-    support::wait_until(WAIT, "the next request", || {
-        server.turn_requests().len() > before
-    });
-    let sent = server.turn_requests()[before..]
+    assert!(
+        fleet.ops("cx").iter().any(|o| o["event"] == "session_start"
+            && o["source"] == "resume"
+            && o["session_id"] == id),
+        "SessionStart resume: {:?}",
+        fleet.ops("cx")
+    );
+    let sent = server
+        .turn_requests()
         .iter()
-        .map(|r| r.text())
-        .collect::<Vec<_>>()
-        .join("\n");
+        .rfind(|r| r.text().contains("This session was restarted"))
+        .unwrap()
+        .text();
     assert!(sent.contains("PHOENIX: RECOVERY DETECTED"), "{sent}");
     assert!(sent.contains("refactor the parser module"), "{sent}");
     assert!(sent.contains("latest handoff"), "{sent}");
