@@ -1354,7 +1354,8 @@ fn hooks_show_prints_what_apply_installs() {
         .status(0)
         .stdout_has(".codex/hooks.json")
         .stdout_has("notify = [")
-        .stdout_has("\"turn-complete\"");
+        .stdout_has("\"turn-complete\"")
+        .stdout_has("trust hashes in $CODEX_HOME/config.toml");
     fleet
         .run(&["hooks", "show", "--agent", "d"])
         .status(0)

@@ -303,6 +303,17 @@ pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {
         path.display()
     );
     text.push_str(&config::pretty(&content));
+    match agent.cli {
+        Cli::Codex => text.push_str(
+            "\n# Before each start the wrapper has Codex trust this workdir and these hooks (and only\n\
+             # these): [projects] and [hooks.state] trust hashes in $CODEX_HOME/config.toml.\n",
+        ),
+        Cli::Gemini => text.push_str(
+            "\n# Before each start the wrapper has Gemini CLI trust this workdir\n\
+             # (~/.gemini/trustedFolders.json): it runs project hooks only in trusted folders.\n",
+        ),
+        Cli::Claude | Cli::Custom => {}
+    }
     if let Some(notify) = notify {
         let array = toml::Value::Array(notify.into_iter().map(toml::Value::String).collect());
         let _ = write!(
