@@ -14,7 +14,7 @@ pub struct Gemini;
 pub type GeminiServer = ScriptedServer<Gemini>;
 
 pub fn start(script: Vec<Turn>) -> GeminiServer {
-    ScriptedServer::start(Gemini, script)
+    ScriptedServer::serve(Gemini, script)
 }
 
 /// Ask Gemini CLI to run a shell command with its `run_shell_command` tool.

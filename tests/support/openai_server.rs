@@ -14,7 +14,7 @@ pub struct Responses;
 pub type OpenAiServer = ScriptedServer<Responses>;
 
 pub fn start(script: Vec<Turn>) -> OpenAiServer {
-    ScriptedServer::start(Responses, script)
+    ScriptedServer::serve(Responses, script)
 }
 
 /// Ask Codex to run a shell command with its `exec_command` tool.

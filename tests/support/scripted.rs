@@ -1,7 +1,7 @@
 //! The protocol-independent part of the scripted model servers: a loopback HTTP/1.1 server on
-//! a free port that records every request, keeps a queue of scripted turns (the `Turn` and
-//! `Request` of `model_server`) and hangs on request; the wire format of each model API is a
-//! `Protocol` (openai_server.rs: Responses API, gemini_server.rs: Gemini API).
+//! a free port that records every request, plays a queue of scripted turns (tool calls, text,
+//! errors, a hang) and leaves the wire format to a `Protocol` (model_server.rs: Anthropic
+//! Messages API, openai_server.rs: OpenAI Responses API, gemini_server.rs: Gemini API).
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
@@ -13,7 +13,43 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-pub use super::model_server::{Request, Turn};
+/// One scripted answer to a model call.
+#[derive(Debug, Clone)]
+pub enum Turn {
+    /// Ask the CLI to run a tool, e.g. Claude's `Bash` with `{"command": "echo hi"}`.
+    ToolUse { name: String, input: Value },
+    /// A plain text answer that ends the turn.
+    Text(String),
+    /// An HTTP error with the API's error body.
+    Error {
+        status: u16,
+        kind: String,
+        message: String,
+    },
+    /// Accept the request and never answer.
+    Hang,
+}
+
+impl Turn {
+    pub fn text(text: &str) -> Turn {
+        Turn::Text(text.into())
+    }
+}
+
+/// A recorded request: method, path and the JSON body (Null when there was none).
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub body: Value,
+}
+
+impl Request {
+    /// All text the request carries (system prompt and messages), for "did X reach the model".
+    pub fn text(&self) -> String {
+        self.body.to_string()
+    }
+}
 
 /// What to send back for one request.
 pub enum Answer {
@@ -67,7 +103,7 @@ pub struct ScriptedServer<P: Protocol> {
 }
 
 impl<P: Protocol> ScriptedServer<P> {
-    pub fn start(protocol: P, script: Vec<Turn>) -> ScriptedServer<P> {
+    pub fn serve(protocol: P, script: Vec<Turn>) -> ScriptedServer<P> {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
         let port = listener.local_addr().unwrap().port();
         let shared = Arc::new(Shared {
@@ -87,7 +123,7 @@ impl<P: Protocol> ScriptedServer<P> {
                     Ok((stream, _)) => {
                         let s = accept_shared.clone();
                         std::thread::spawn(move || {
-                            let _ = serve(stream, &s);
+                            let _ = serve_connection(stream, &s);
                         });
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
@@ -158,7 +194,7 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> std::io::Result<Option<Req
     }))
 }
 
-fn serve<P: Protocol>(stream: TcpStream, shared: &Shared<P>) -> std::io::Result<()> {
+fn serve_connection<P: Protocol>(stream: TcpStream, shared: &Shared<P>) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut writer = stream;
@@ -196,7 +232,12 @@ pub fn write_response(
 ) -> std::io::Result<()> {
     write!(
         w,
-        "HTTP/1.1 {status} X\r\ncontent-type: {kind}\r\ncache-control: no-cache\r\ncontent-length: {}\r\n\r\n",
+        "HTTP/1.1 {status} X\r\ncontent-type: {kind}\r\n{}content-length: {}\r\nrequest-id: req_1\r\n\r\n",
+        if kind == "text/event-stream" {
+            "cache-control: no-cache\r\n"
+        } else {
+            ""
+        },
         body.len()
     )?;
     w.write_all(body)?;
