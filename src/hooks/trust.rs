@@ -32,7 +32,25 @@ pub struct Trusted {
 /// Record the trust the agent's CLI needs to run phoenix's hooks in its workdir. `Ok(None)`:
 /// nothing to do (another CLI, no phoenix hooks installed, or already trusted). `Err`: why the
 /// trust could not be recorded (the hooks will not run; the message says what to do).
-pub fn ensure(agent: &AgentSpec) -> Result<Option<Trusted>, String> {
+///
+/// Agents started together share the CLI's file: the read-change-write runs under an exclusive
+/// lock on `lock` (a file in the fleet's state dir), so no agent's entries are lost.
+pub fn ensure(agent: &AgentSpec, lock: &Path) -> Result<Option<Trusted>, String> {
+    if !matches!(agent.cli, Cli::Codex | Cli::Gemini) {
+        return Ok(None);
+    }
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock)
+        .map_err(|e| format!("cannot open `{}`: {e}", lock.display()))?;
+    let _held = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| format!("cannot lock `{}`: {e}", lock.display()))?;
+    ensure_locked(agent)
+}
+
+fn ensure_locked(agent: &AgentSpec) -> Result<Option<Trusted>, String> {
     let lookup = |key: &str| {
         agent
             .env
@@ -555,6 +573,49 @@ mod tests {
             e.contains("[projects.\"/w\"]\ntrust_level = \"trusted\""),
             "{e}"
         );
+    }
+
+    #[test]
+    fn agents_starting_together_all_keep_their_trust() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let home = root.join("codex-home");
+        let mut toml_text = String::new();
+        for i in 0..6 {
+            let work = root.join(format!("w{i}"));
+            fs::create_dir_all(work.join(".codex")).unwrap();
+            toml_text.push_str(&format!(
+                "[[agent]]\nname = \"a{i}\"\ncli = \"codex\"\nworkdir = \"{}\"\nenv = {{ CODEX_HOME = \"{}\" }}\n",
+                work.display(),
+                home.display()
+            ));
+        }
+        let spec = crate::spec::parse(
+            &toml_text,
+            &root.join("phoenix.toml"),
+            crate::spec::LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .unwrap();
+        for agent in &spec.agents {
+            let target = config::Target::new(Path::new("/opt/phoenix"), &spec.file, agent);
+            let hooks = config::pretty(&target.desired().unwrap());
+            fs::write(agent.workdir.join(".codex/hooks.json"), hooks).unwrap();
+        }
+        let lock = root.join(".hooks-trust.lock");
+        std::thread::scope(|s| {
+            for agent in &spec.agents {
+                let lock = &lock;
+                s.spawn(move || ensure(agent, lock).unwrap().unwrap());
+            }
+        });
+        let config: toml::Table =
+            toml::from_str(&fs::read_to_string(home.join("config.toml")).unwrap()).unwrap();
+        assert_eq!(config["projects"].as_table().unwrap().len(), 6);
+        assert_eq!(config["hooks"]["state"].as_table().unwrap().len(), 36);
+        // Trusted already: nothing to do.
+        assert_eq!(ensure(&spec.agents[0], &lock).unwrap(), None);
     }
 
     #[test]

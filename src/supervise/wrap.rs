@@ -427,7 +427,8 @@ impl Wrapper {
     /// hook too); otherwise they stop at a dialog. Recorded before every start, so a reset CLI
     /// config or a changed hook command is trusted again.
     fn trust_hooks(&self) {
-        match crate::hooks::trust::ensure(&self.agent) {
+        let lock = self.fleet.root.join(".hooks-trust.lock");
+        match crate::hooks::trust::ensure(&self.agent, &lock) {
             Ok(None) => {}
             Ok(Some(t)) => {
                 say(&format!(
