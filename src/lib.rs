@@ -16,6 +16,7 @@ pub mod process;
 pub mod render;
 pub mod spec;
 pub mod state;
+pub mod status;
 pub mod store;
 pub mod supervise;
 pub mod watchdog;

@@ -20,6 +20,17 @@ pub struct PlanOptions {
     pub hooks_exe: Option<PathBuf>,
 }
 
+impl PlanOptions {
+    /// Options for a plan made by this phoenix binary: the hook commands it plans call the
+    /// hook binary next to it.
+    pub fn for_this_binary(prune: bool) -> std::io::Result<PlanOptions> {
+        Ok(PlanOptions {
+            prune,
+            hooks_exe: Some(crate::hooks::config::hook_binary(&std::env::current_exe()?)),
+        })
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
     pub format_version: u32,

@@ -79,9 +79,7 @@ fn agent_dir(spec: &Spec, name: &str) -> anyhow::Result<AgentDir> {
 }
 
 fn shown_state(spec: &Spec, dir: &AgentDir) -> anyhow::Result<AgentState> {
-    let mut state = dir.read_state()?;
-    state.normalize(jiff::Timestamp::now(), Retention::from(&spec.thresholds));
-    Ok(state)
+    Ok(dir.shown_state(Retention::from(&spec.thresholds))?)
 }
 
 pub fn loops(config: &Path, cmd: LoopCommand) -> anyhow::Result<i32> {

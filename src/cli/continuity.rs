@@ -167,12 +167,8 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
                 );
             };
             let body = read_body(file.as_deref(), no_input)?;
-            let h = continuity::auto_handoff(&spec, a, trigger, body.as_deref())
-                .map_err(anyhow::Error::msg)?;
-            // Indexed now, so a search right after finds it.
-            if let Ok(store) = Store::open(&fleet) {
-                let _ = store.catch_up();
-            }
+            let h =
+                continuity::save(&spec, a, trigger, body.as_deref()).map_err(anyhow::Error::msg)?;
             if json {
                 out(&format!("{}\n", continuity::summary_json(&h)));
             } else {
@@ -192,10 +188,7 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
                 }
                 None => spec.agent_names().iter().map(|s| s.to_string()).collect(),
             };
-            let all: Vec<handoff::Handoff> = names
-                .iter()
-                .flat_map(|n| handoff::list(&fleet.agent(n)))
-                .collect();
+            let all = continuity::handoffs(&spec, names.iter().map(String::as_str));
             if json {
                 let list: Vec<_> = all.iter().map(continuity::summary_json).collect();
                 out(&format!("{}\n", serde_json::to_string_pretty(&list)?));
@@ -222,13 +215,7 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
             agent: name,
             json,
         } => {
-            let names: Vec<String> = match &name {
-                Some(n) => vec![n.clone()],
-                None => spec.agent_names().iter().map(|s| s.to_string()).collect(),
-            };
-            let found = names
-                .iter()
-                .find_map(|n| handoff::load(&fleet.agent(n), &id))
+            let found = continuity::find_handoff(&spec, &id, name.as_deref())
                 .with_context(|| format!("no handoff `{id}` (see `phoenix handoff list`)"))?;
             if json {
                 out(&format!("{}\n", serde_json::to_string_pretty(&found)?));
@@ -279,19 +266,14 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
             let a = agent(&spec, &name)?;
             let dir = fleet.agent(&name);
             let h = match id {
-                Some(id) => handoff::load(&dir, &id)
+                Some(id) => continuity::find_handoff(&spec, &id, Some(&name))
                     .with_context(|| format!("agent `{name}` has no handoff `{id}`"))?,
                 None => continuity::latest_for_startup(&dir).with_context(|| {
                     format!("agent `{name}` has no handoff yet (save one with `phoenix handoff save {name}`)")
                 })?,
             };
-            let text = format!(
-                "[phoenix] handoff {} ({}), for your context:\n{}",
-                h.id,
-                h.trigger.as_str(),
-                h.body.trim()
-            );
-            let report = continuity::inject::to_agent(&spec, a, &text)?;
+            let report =
+                continuity::inject::to_agent(&spec, a, &continuity::inject::handoff_text(&h))?;
             if json {
                 out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
             } else {
@@ -389,7 +371,7 @@ pub fn brief(config: &Path, name: &str, generate: bool, json: bool) -> anyhow::R
         }
         return Ok(0);
     }
-    let text = std::fs::read_to_string(dir.file("brief.md")).unwrap_or_default();
+    let text = continuity::brief::read(&dir);
     if json {
         out(&format!("{}\n", json!({"agent": name, "brief": text})));
     } else if text.trim().is_empty() {

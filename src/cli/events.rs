@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::out;
 use crate::spec::{self, LoadOptions};
-use crate::state::FleetDir;
+use crate::state::{FleetDir, events as critical};
 
 pub struct EventsArgs<'a> {
     pub agent: Option<&'a str>,
@@ -39,28 +39,15 @@ pub fn events(config: &Path, args: EventsArgs<'_>) -> anyhow::Result<i32> {
     }
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let path = fleet.critical_events_path();
-    let text = std::fs::read(&path).unwrap_or_default();
-    let mut offset = text.len() as u64;
-    let (mut events, skipped) = parse(&String::from_utf8_lossy(&text), &args);
-    if let Some(agent) = args.agent {
-        // For one agent, "why did it stop?" belongs here too: each session's end.
-        let ops = fleet.agent(agent).file(crate::state::OPS_LOG);
-        let ends: Vec<Value> = crate::clinic::triage::tail_jsonl(&ops)
-            .into_iter()
-            .filter(|o| o["event"] == "agent_exit")
-            .map(|o| session_end(agent, o))
-            .collect();
-        let text: String = ends.iter().map(|e| format!("{e}\n")).collect();
-        events.extend(parse(&text, &args).0);
-        events.sort_by_key(|e| {
-            e["ts"]
-                .as_str()
-                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-        });
-    }
-    if let Some(limit) = args.limit {
-        events.drain(..events.len().saturating_sub(limit));
-    }
+    let offset_before = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let filter = critical::Filter {
+        agent: args.agent,
+        event: args.event,
+        limit: args.limit,
+        since: args.since.and_then(critical::Filter::since_age),
+    };
+    let (events, skipped) = critical::read(&fleet, &filter);
+    let mut offset = offset_before;
     if skipped > 0 {
         eprintln!(
             "warning: {skipped} line(s) of {} are not valid JSON and were skipped",
@@ -113,55 +100,10 @@ pub fn events(config: &Path, args: EventsArgs<'_>) -> anyhow::Result<i32> {
             continue;
         };
         let complete: String = partial.drain(..=end).collect();
-        for e in parse(&complete, &args).0 {
+        for e in critical::parse(&complete, &filter).0 {
             out(&line(&e, args.json));
         }
     }
-}
-
-/// An `agent_exit` line of ops.jsonl as an event: the one recorded reason a session ended.
-fn session_end(agent: &str, op: Value) -> Value {
-    let reason = op["reason"].as_str().unwrap_or("unknown").to_string();
-    let explain = op["explain"].as_str().map(str::to_string);
-    let action = op["action"].as_str().map(str::to_string);
-    serde_json::json!({
-        "ts": op["ts"], "event": "agent_exit", "agent": agent,
-        "reason": match explain { Some(x) => format!("{reason}: {x}"), None => reason },
-        "action_taken": action, "details": op,
-    })
-}
-
-/// The events of `text` that pass the filters, and how many lines did not parse.
-fn parse(text: &str, args: &EventsArgs<'_>) -> (Vec<Value>, usize) {
-    let mut skipped = 0;
-    let events = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .filter_map(|l| match serde_json::from_str::<Value>(l) {
-            Ok(v) if v.is_object() => Some(v),
-            _ => {
-                skipped += 1;
-                None
-            }
-        })
-        .filter(|e| args.agent.is_none_or(|a| e["agent"].as_str() == Some(a)))
-        .filter(|e| {
-            args.event
-                .is_none_or(|want| e["event"].as_str().is_some_and(|ev| ev.starts_with(want)))
-        })
-        .filter(|e| {
-            let Some(since) = args.since else {
-                return true;
-            };
-            let cutoff = jiff::Timestamp::now().as_second() - since.as_secs() as i64;
-            // An event without a readable time is shown: better too much than a lost one.
-            e["ts"]
-                .as_str()
-                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-                .is_none_or(|t| t.as_second() >= cutoff)
-        })
-        .collect();
-    (events, skipped)
 }
 
 /// One event for a person (`ts  agent  event  reason → action`) or as a JSON line.

@@ -12,45 +12,11 @@ use crate::apply::Applier;
 use crate::plan::{self, PlanOptions};
 use crate::spec::{self, LoadError, Spec};
 use crate::state::FleetDir;
-use crate::world::{self, World, tmux::Tmux};
+use crate::status::observe;
+use crate::world::{self, tmux::Tmux};
 
 fn load(config: &Path) -> anyhow::Result<Spec> {
     Ok(spec::load(config)?)
-}
-
-fn observe(spec: &Spec) -> anyhow::Result<World> {
-    let runtime = Tmux::new(&spec.fleet.tmux_socket);
-    // Tiered like every tmux step: retry once, then find out why and say what to do.
-    world::observe(spec, &runtime)
-        .or_else(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(200));
-            world::observe(spec, &runtime)
-        })
-        .map_err(|e| match e {
-            world::RuntimeError::NotInstalled => anyhow::anyhow!(
-                "`tmux` was not found on PATH: install it (e.g. `apt install tmux`) and run `phoenix doctor`"
-            ),
-            other => match crate::apply::diagnose_tmux(&other) {
-                Some(why) => anyhow::anyhow!(
-                    "cannot observe tmux server `{}`: {why}",
-                    spec.fleet.tmux_socket
-                ),
-                None => anyhow::Error::new(other).context(format!(
-                    "cannot observe tmux server `{}` (retried once; run `phoenix doctor`)",
-                    spec.fleet.tmux_socket
-                )),
-            },
-        })
-}
-
-/// Hook commands call the binary that planned them.
-fn plan_options(prune: bool) -> anyhow::Result<PlanOptions> {
-    Ok(PlanOptions {
-        prune,
-        hooks_exe: Some(crate::hooks::config::hook_binary(
-            &std::env::current_exe().context("cannot find the phoenix binary")?,
-        )),
-    })
 }
 
 pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
@@ -88,7 +54,11 @@ pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
 pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
     let spec = load(config)?;
     let world = observe(&spec)?;
-    let plan = plan::diff(&spec, &world, &plan_options(prune)?);
+    let plan = plan::diff(
+        &spec,
+        &world,
+        &PlanOptions::for_this_binary(prune).context("cannot find the phoenix binary")?,
+    );
     if json {
         out(&format!(
             "{}\n",
@@ -103,7 +73,11 @@ pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
 pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Result<i32> {
     let spec = load(config)?;
     let world = observe(&spec)?;
-    let plan = plan::diff(&spec, &world, &plan_options(prune)?);
+    let plan = plan::diff(
+        &spec,
+        &world,
+        &PlanOptions::for_this_binary(prune).context("cannot find the phoenix binary")?,
+    );
     FleetDir::new(&spec.fleet.state_dir)
         .ensure()
         .with_context(|| {
@@ -269,82 +243,18 @@ fn confirm() -> anyhow::Result<bool> {
     Ok(line.trim() == "yes")
 }
 
-#[derive(Debug, Serialize)]
-struct AgentStatus {
-    agent: String,
-    declared: bool,
-    enabled: bool,
-    /// declared (not started), running, starting, cooldown, safe-mode, dead, stopped (clean exit),
-    /// disabled, pruned-pending (running but no longer declared)
-    state: &'static str,
-    pane: Option<String>,
-    pid: Option<u32>,
-    uptime_secs: Option<i64>,
-    last_activity: Option<String>,
-    cli: Option<String>,
-    /// Crash history and the last stop reason; only when one agent is asked for.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    supervision: Option<crate::supervise::record::Summary>,
-}
-
-fn agent_states(spec: &Spec, world: &World) -> Vec<AgentStatus> {
-    let mut rows = Vec::new();
-    let mut names: Vec<String> = spec.agent_names().into_iter().map(String::from).collect();
-    for (name, _) in world.running_agents() {
-        if !names.iter().any(|n| n == name) {
-            names.push(name.to_string());
-        }
-    }
-    for name in names {
-        let declared = spec.agent(&name);
-        let pane = world.pane_of(&name);
-        let obs = world.agents.get(&name);
-        let process = pane.and_then(|p| p.agent_process());
-        let state = match (declared, pane) {
-            (None, _) => "pruned-pending",
-            (Some(a), _) if !a.enabled => "disabled",
-            (Some(_), _) if obs.is_some_and(|o| o.clean_exit) && process.is_none() => "stopped",
-            (Some(_), None) => "declared",
-            (Some(_), Some(p)) if p.dead => "dead",
-            (Some(_), Some(p)) => match (process, p.phase.as_deref()) {
-                (Some(_), _) => "running",
-                (None, Some("safe")) => "safe-mode",
-                (None, Some("cooldown")) => "cooldown",
-                (None, _) => "starting",
-            },
-        };
-        rows.push(AgentStatus {
-            declared: declared.is_some(),
-            enabled: declared.is_some_and(|a| a.enabled),
-            state,
-            pane: pane.map(|p| p.id.clone()),
-            pid: process.map(|p| p.pid),
-            uptime_secs: process.map(|p| (world.observed_at - p.started).max(0)),
-            last_activity: obs.and_then(|o| o.last_activity).map(|t| t.to_string()),
-            cli: declared.map(|a| a.cli.to_string()),
-            supervision: None,
-            agent: name,
-        });
-    }
-    rows
-}
-
 pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<i32> {
     let spec = load(config)?;
     let world = observe(&spec)?;
-    let mut rows = agent_states(&spec, &world);
-    if let Some(name) = agent {
-        rows.retain(|r| r.agent == name);
-        if rows.is_empty() {
-            bail!(
+    let rows = match agent {
+        Some(name) => vec![crate::status::agent(&spec, &world, name).with_context(|| {
+            format!(
                 "no agent `{name}` (declared: {})",
                 spec.agent_names().join(", ")
-            );
-        }
-        let dir = FleetDir::new(&spec.fleet.state_dir).agent(name);
-        let restart = spec.agent(name).map(|a| &a.restart);
-        rows[0].supervision = Some(crate::supervise::record::summary(&dir, restart));
-    }
+            )
+        })?],
+        None => crate::status::rows(&spec, &world),
+    };
     if json {
         out(&format!("{}\n", serde_json::to_string_pretty(&rows)?));
         return Ok(0);

@@ -68,6 +68,11 @@ fn context(spec: &Spec, agent: &AgentSpec, dir: &AgentDir, resolved: &[Value]) -
     })
 }
 
+/// The agent's current brief (`brief.md`); empty when it has none.
+pub fn read(dir: &AgentDir) -> String {
+    std::fs::read_to_string(dir.file(state::BRIEF)).unwrap_or_default()
+}
+
 /// Generate `agent`'s brief now.
 pub fn generate(spec: &Spec, agent: &AgentSpec) -> Result<Generated, String> {
     let dir = FleetDir::new(&spec.fleet.state_dir).agent(&agent.name);

@@ -6,7 +6,6 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use serde::Serialize;
 
 use crate::spec::{AgentSpec, Spec};
@@ -46,29 +45,54 @@ pub struct Report {
     pub waited_ms: u64,
 }
 
+/// Why an injection did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum InjectError {
+    #[error("cannot observe tmux server `{socket}`: {source}")]
+    Observe {
+        socket: String,
+        #[source]
+        source: world::RuntimeError,
+    },
+    #[error(
+        "agent `{0}` is not running: nothing to inject into (start it with `phoenix apply`; a new session gets its latest handoff anyway)"
+    )]
+    NotRunning(String),
+    /// The pane was there but the text did not get through (busy agent, unconfirmed Enter).
+    #[error("{0}")]
+    Delivery(String),
+}
+
 /// Inject `text` into `agent`'s pane.
-pub fn to_agent(spec: &Spec, agent: &AgentSpec, text: &str) -> anyhow::Result<Report> {
+pub fn to_agent(spec: &Spec, agent: &AgentSpec, text: &str) -> Result<Report, InjectError> {
     let runtime = Tmux::new(&spec.fleet.tmux_socket);
-    let world = world::observe(spec, &runtime)
-        .with_context(|| format!("cannot observe tmux server `{}`", spec.fleet.tmux_socket))?;
+    let world = world::observe(spec, &runtime).map_err(|source| InjectError::Observe {
+        socket: spec.fleet.tmux_socket.clone(),
+        source,
+    })?;
     let pane = world
         .pane_of(&agent.name)
         .filter(|p| !p.dead && p.agent_process().is_some())
-        .with_context(|| {
-            format!(
-                "agent `{}` is not running: nothing to inject into (start it with `phoenix apply`; a new session gets its latest handoff anyway)",
-                agent.name
-            )
-        })?;
+        .ok_or_else(|| InjectError::NotRunning(agent.name.clone()))?;
     let dir = FleetDir::new(&spec.fleet.state_dir).agent(&agent.name);
-    let report =
-        deliver(&runtime, &pane.id, &dir, text, &Options::default()).map_err(anyhow::Error::msg)?;
+    let report = deliver(&runtime, &pane.id, &dir, text, &Options::default())
+        .map_err(InjectError::Delivery)?;
     let _ = dir.record_op(
         "context_injected",
         serde_json::json!({"chars": text.len(), "pane": report.pane, "attempts": report.attempts,
                            "confirmed_by": report.confirmed_by}),
     );
     Ok(report)
+}
+
+/// The text a handoff is given to a running agent as.
+pub fn handoff_text(h: &super::Handoff) -> String {
+    format!(
+        "[phoenix] handoff {} ({}), for your context:\n{}",
+        h.id,
+        h.trigger.as_str(),
+        h.body.trim()
+    )
 }
 
 fn screen(runtime: &Tmux, pane: &str) -> Result<String, String> {

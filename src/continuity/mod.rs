@@ -52,6 +52,57 @@ pub fn auto_handoff(
     Ok(handoff)
 }
 
+/// Save a handoff on an operator's request (`phoenix handoff save`, the HTTP API): like
+/// `auto_handoff`, then indexed at once so that a search right after finds it.
+pub fn save(
+    spec: &Spec,
+    agent: &AgentSpec,
+    trigger: Trigger,
+    body: Option<&str>,
+) -> Result<Handoff, String> {
+    let h = auto_handoff(spec, agent, trigger, body)?;
+    if let Ok(store) = crate::store::Store::open(&FleetDir::new(&spec.fleet.state_dir)) {
+        let _ = store.catch_up();
+    }
+    Ok(h)
+}
+
+/// Every readable handoff of `agents`, each agent's oldest first.
+pub fn handoffs<'a>(spec: &Spec, agents: impl IntoIterator<Item = &'a str>) -> Vec<Handoff> {
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    agents
+        .into_iter()
+        .flat_map(|n| handoff::list(&fleet.agent(n)))
+        .collect()
+}
+
+/// The handoff `id` of `agent`, or of any declared agent. `id` must be a plain file stem
+/// (`valid_handoff_id`): it becomes a path.
+pub fn find_handoff(spec: &Spec, id: &str, agent: Option<&str>) -> Option<Handoff> {
+    if !valid_handoff_id(id) {
+        return None;
+    }
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    match agent {
+        Some(a) => handoff::load(&fleet.agent(a), id),
+        None => spec
+            .agent_names()
+            .iter()
+            .find_map(|n| handoff::load(&fleet.agent(n), id)),
+    }
+}
+
+/// A handoff id as phoenix writes them: letters, digits, `-`, `_`, `.` (not first), at most
+/// 200 characters; never a path.
+pub fn valid_handoff_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 200
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 /// The startup context for a CLI without a session-start hook (`templates/startup.md.j2`,
 /// the same text the hook gives), or `None` when there is nothing to give.
 pub fn startup_text(spec: &Spec, dir: &AgentDir) -> Option<String> {

@@ -2,6 +2,7 @@
 //! `agent` models state.json; `store` reads and writes it safely.
 
 pub mod agent;
+pub mod events;
 pub mod store;
 
 pub use agent::{AgentState, OpenLoop, ResolvedItem, Retention, Status};

@@ -124,6 +124,15 @@ impl AgentDir {
         }
     }
 
+    /// The state as shown to people (`phoenix state show`, the HTTP API): open loops flagged
+    /// stale and old resolved items left out, as of now. Nothing is written (a corrupt file
+    /// is repaired, as by `read_state`).
+    pub fn shown_state(&self, retention: Retention) -> Result<AgentState, StateError> {
+        let mut state = self.read_state()?;
+        state.normalize(jiff::Timestamp::now(), retention);
+        Ok(state)
+    }
+
     /// Read-modify-write under the lock. `change` sees the current state; the result is
     /// normalised (staleness, retention) and written only if it differs.
     pub fn update_state<T>(

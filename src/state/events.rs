@@ -1,0 +1,129 @@
+//! Reading the fleet's critical events (`critical_events.jsonl`), filtered: by agent, by event
+//! name, by age, the last N. For one agent each session's end (`agent_exit` in its ops.jsonl)
+//! is merged in: "why did it stop?" belongs with its events. `phoenix events` and the HTTP
+//! API read them through here.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{FleetDir, OPS_LOG};
+
+#[derive(Debug, Clone, Default)]
+pub struct Filter<'a> {
+    pub agent: Option<&'a str>,
+    /// Events whose name starts with this.
+    pub event: Option<&'a str>,
+    /// Only the last N (after the other filters).
+    pub limit: Option<usize>,
+    /// Only events recorded at or after this time.
+    pub since: Option<jiff::Timestamp>,
+}
+
+impl Filter<'_> {
+    /// `since` from an age: events of the last `age`.
+    pub fn since_age(age: Duration) -> Option<jiff::Timestamp> {
+        jiff::Timestamp::now()
+            .checked_sub(jiff::SignedDuration::from_secs(age.as_secs() as i64))
+            .ok()
+    }
+}
+
+/// The events that pass `filter`, oldest first, and how many lines did not parse.
+pub fn read(fleet: &FleetDir, filter: &Filter<'_>) -> (Vec<Value>, usize) {
+    let text = std::fs::read(fleet.critical_events_path()).unwrap_or_default();
+    let (mut events, skipped) = parse(&String::from_utf8_lossy(&text), filter);
+    if let Some(agent) = filter.agent {
+        let ops = fleet.agent(agent).file(OPS_LOG);
+        let ends: String = crate::clinic::triage::tail_jsonl(&ops)
+            .into_iter()
+            .filter(|o| o["event"] == "agent_exit")
+            .map(|o| format!("{}\n", session_end(agent, o)))
+            .collect();
+        events.extend(parse(&ends, filter).0);
+        events.sort_by_key(|e| {
+            e["ts"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        });
+    }
+    if let Some(limit) = filter.limit {
+        events.drain(..events.len().saturating_sub(limit));
+    }
+    (events, skipped)
+}
+
+/// An `agent_exit` line of ops.jsonl as an event: the one recorded reason a session ended.
+fn session_end(agent: &str, op: Value) -> Value {
+    let reason = op["reason"].as_str().unwrap_or("unknown").to_string();
+    let explain = op["explain"].as_str().map(str::to_string);
+    let action = op["action"].as_str().map(str::to_string);
+    serde_json::json!({
+        "ts": op["ts"], "event": "agent_exit", "agent": agent,
+        "reason": match explain { Some(x) => format!("{reason}: {x}"), None => reason },
+        "action_taken": action, "details": op,
+    })
+}
+
+/// The events of `text` (JSON lines) that pass the filters — `limit` aside — and how many
+/// lines did not parse.
+pub fn parse(text: &str, filter: &Filter<'_>) -> (Vec<Value>, usize) {
+    let mut skipped = 0;
+    let events = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| match serde_json::from_str::<Value>(l) {
+            Ok(v) if v.is_object() => Some(v),
+            _ => {
+                skipped += 1;
+                None
+            }
+        })
+        .filter(|e| filter.agent.is_none_or(|a| e["agent"].as_str() == Some(a)))
+        .filter(|e| {
+            filter
+                .event
+                .is_none_or(|want| e["event"].as_str().is_some_and(|ev| ev.starts_with(want)))
+        })
+        .filter(|e| {
+            let Some(since) = filter.since else {
+                return true;
+            };
+            // An event without a readable time is shown: better too much than a lost one.
+            e["ts"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_none_or(|t| t >= since)
+        })
+        .collect();
+    (events, skipped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_apply_and_bad_lines_are_counted() {
+        let now = jiff::Timestamp::now();
+        let old = now - jiff::SignedDuration::from_hours(5);
+        let text = format!(
+            "{{\"ts\":\"{old}\",\"event\":\"crash_loop\",\"agent\":\"a\"}}\nnot json\n\
+             {{\"ts\":\"{now}\",\"event\":\"clinic_diagnosis\",\"agent\":\"b\"}}\n\
+             {{\"event\":\"clinic_undated\",\"agent\":\"b\"}}\n"
+        );
+        let all = parse(&text, &Filter::default());
+        assert_eq!((all.0.len(), all.1), (3, 1));
+        let recent = Filter {
+            since: Filter::since_age(Duration::from_secs(3600)),
+            ..Filter::default()
+        };
+        assert_eq!(parse(&text, &recent).0.len(), 2, "the undated one is kept");
+        let clinic_b = Filter {
+            agent: Some("b"),
+            event: Some("clinic"),
+            ..Filter::default()
+        };
+        assert_eq!(parse(&text, &clinic_b).0.len(), 2);
+    }
+}

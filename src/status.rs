@@ -1,0 +1,323 @@
+//! The fleet as an operator sees it: one row per agent — state, health, pid, uptime, last
+//! activity, open loops, crashes and how fresh its saved context is. `phoenix status`, the
+//! HTTP API and the dashboard all print these rows. Read-only: nothing here writes a file.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::continuity::handoff;
+use crate::spec::Spec;
+use crate::state::{
+    self, AgentDir, FleetDir,
+    store::{Loaded, read_state_file},
+};
+use crate::world::{self, World, tmux::Tmux};
+
+/// Observe the fleet's world, tiered like every tmux step: retry once, then find out why
+/// and say what to do.
+pub fn observe(spec: &Spec) -> anyhow::Result<World> {
+    let runtime = Tmux::new(&spec.fleet.tmux_socket);
+    world::observe(spec, &runtime)
+        .or_else(|_| {
+            std::thread::sleep(Duration::from_millis(200));
+            world::observe(spec, &runtime)
+        })
+        .map_err(|e| match e {
+            world::RuntimeError::NotInstalled => anyhow::anyhow!(
+                "`tmux` was not found on PATH: install it (e.g. `apt install tmux`) and run `phoenix doctor`"
+            ),
+            other => match crate::apply::diagnose_tmux(&other) {
+                Some(why) => anyhow::anyhow!(
+                    "cannot observe tmux server `{}`: {why}",
+                    spec.fleet.tmux_socket
+                ),
+                None => anyhow::Error::new(other).context(format!(
+                    "cannot observe tmux server `{}` (retried once; run `phoenix doctor`)",
+                    spec.fleet.tmux_socket
+                )),
+            },
+        })
+}
+
+/// One agent's row.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentStatus {
+    pub agent: String,
+    pub declared: bool,
+    pub enabled: bool,
+    /// declared (not started), running, starting, cooldown, safe-mode, dead, stopped (clean
+    /// exit), disabled, pruned-pending (running but no longer declared)
+    pub state: &'static str,
+    /// healthy, warning (the watchdog's last pass found something), recovering (being
+    /// restarted), down (dead, in safe mode, not started), stopped (on purpose), disabled,
+    /// unmanaged (no longer declared)
+    pub health: &'static str,
+    /// What the watchdog's last pass found (`silence`, `error_cascade`, …), confirmed or not.
+    pub watchdog: Vec<&'static str>,
+    pub pane: Option<String>,
+    pub pid: Option<u32>,
+    pub uptime_secs: Option<i64>,
+    pub last_activity: Option<String>,
+    pub cli: Option<String>,
+    /// state.json's status: working, idle, stopped.
+    pub status: Option<String>,
+    pub current_task: Option<String>,
+    pub open_loops: usize,
+    pub stale_loops: usize,
+    /// Crashes within the agent's `crash_window`.
+    pub crashes: usize,
+    pub max_crashes: Option<u32>,
+    pub context: Context,
+    /// Crash history and the last stop reason; only when one agent is asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub supervision: Option<crate::supervise::record::Summary>,
+}
+
+/// How fresh an agent's saved context is: what a new session would get back, and how much
+/// happened since it was written.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Context {
+    pub handoffs: usize,
+    pub last_handoff: Option<String>,
+    pub last_handoff_id: Option<String>,
+    /// brief.md's modification time.
+    pub last_brief: Option<String>,
+    pub has_ledger: bool,
+    /// Tool calls since the newer of the last handoff and the last brief (all of them when
+    /// there is neither).
+    pub tool_calls_since: u64,
+    /// True when tool_use.jsonl is larger than what is read: `tool_calls_since` is at least
+    /// that many.
+    pub tool_calls_capped: bool,
+    /// Compactions of the current session (state.json).
+    pub compactions: u32,
+    /// 0–100: 100 is a context saved just now with nothing done since.
+    pub score: u8,
+    /// fresh (score ≥ 70), aging (≥ 40), stale, or none (nothing saved at all).
+    pub level: &'static str,
+}
+
+/// How much of tool_use.jsonl is read to count the calls since a checkpoint.
+const TOOL_TAIL_BYTES: u64 = 256 * 1024;
+
+impl Context {
+    /// Score and level from the facts: a day without a checkpoint, 200 tool calls since one or
+    /// two compactions each take a large part of the meter.
+    fn rate(&mut self, now: jiff::Timestamp) {
+        let checkpoint = [self.last_handoff.as_deref(), self.last_brief.as_deref()]
+            .into_iter()
+            .flatten()
+            .filter_map(state::agent::parse_timestamp)
+            .max();
+        let Some(checkpoint) = checkpoint else {
+            self.score = 0;
+            self.level = if self.has_ledger { "stale" } else { "none" };
+            return;
+        };
+        let hours = (now.as_second() - checkpoint.as_second()).max(0) as f64 / 3600.0;
+        let age = (hours * 40.0 / 24.0).min(40.0);
+        let calls = (self.tool_calls_since as f64 * 40.0 / 200.0).min(40.0);
+        let compactions = (f64::from(self.compactions) * 10.0).min(20.0);
+        self.score = (100.0 - age - calls - compactions)
+            .round()
+            .clamp(0.0, 100.0) as u8;
+        self.level = match self.score {
+            70.. => "fresh",
+            40.. => "aging",
+            _ => "stale",
+        };
+    }
+}
+
+/// The facts about one agent from its state dir, read without repairing anything.
+fn context(dir: &AgentDir, state: Option<&state::AgentState>, now: jiff::Timestamp) -> Context {
+    let ids = handoff::list_ids(dir);
+    let last = ids.last().and_then(|id| handoff::load(dir, id));
+    let mtime = |name: &str| {
+        std::fs::metadata(dir.file(name))
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| jiff::Timestamp::try_from(t).ok())
+    };
+    let last_brief = mtime(state::BRIEF);
+    let last_handoff = last
+        .as_ref()
+        .and_then(|h| state::agent::parse_timestamp(&h.created_at));
+    let since = last_brief.into_iter().chain(last_handoff).max();
+    let (tool_calls_since, tool_calls_capped) = tool_calls_after(dir, since);
+    let mut context = Context {
+        handoffs: ids.len(),
+        last_handoff: last_handoff.map(state::rfc3339),
+        last_handoff_id: last.map(|h| h.id),
+        last_brief: last_brief.map(state::rfc3339),
+        has_ledger: dir.file(crate::continuity::ledger::LEDGER).exists(),
+        tool_calls_since,
+        tool_calls_capped,
+        compactions: state.map(|s| s.compactions).unwrap_or(0),
+        score: 0,
+        level: "none",
+    };
+    context.rate(now);
+    context
+}
+
+/// Tool calls recorded after `since` (every readable one when `None`), from the end of
+/// tool_use.jsonl, and whether the count stopped at the part read.
+fn tool_calls_after(dir: &AgentDir, since: Option<jiff::Timestamp>) -> (u64, bool) {
+    let path = dir.file(state::TOOL_USE);
+    let Ok(meta) = std::fs::metadata(&path) else {
+        return (0, false);
+    };
+    let text = crate::clinic::triage::tail(&path, TOOL_TAIL_BYTES).unwrap_or_default();
+    let mut n = 0;
+    for line in text.lines().rev() {
+        let ts = serde_json::from_str::<Value>(line).ok().and_then(|v| {
+            v.get("ts")
+                .and_then(Value::as_str)
+                .and_then(state::agent::parse_timestamp)
+        });
+        match (ts, since) {
+            (Some(ts), Some(since)) if ts <= since => return (n, false),
+            (None, _) => continue,
+            _ => n += 1,
+        }
+    }
+    (n, meta.len() > TOOL_TAIL_BYTES)
+}
+
+/// One row per declared agent, then one per agent that runs but is no longer declared.
+pub fn rows(spec: &Spec, world: &World) -> Vec<AgentStatus> {
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    let now = jiff::Timestamp::now();
+    let mut names: Vec<String> = spec.agent_names().into_iter().map(String::from).collect();
+    for (name, _) in world.running_agents() {
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_string());
+        }
+    }
+    let mut rows = Vec::with_capacity(names.len());
+    for name in names {
+        let declared = spec.agent(&name);
+        let pane = world.pane_of(&name);
+        let obs = world.agents.get(&name);
+        let process = pane.and_then(|p| p.agent_process());
+        let dir = fleet.agent(&name);
+        let record = dir
+            .file(crate::supervise::record::CRASHES)
+            .exists()
+            .then(|| crate::supervise::record::load(&dir))
+            .unwrap_or_default();
+        let state = match (declared, pane) {
+            (None, _) => "pruned-pending",
+            (Some(a), _) if !a.enabled => "disabled",
+            (Some(_), _) if obs.is_some_and(|o| o.clean_exit) && process.is_none() => "stopped",
+            (Some(_), None) => "declared",
+            (Some(_), Some(p)) if p.dead => "dead",
+            (Some(_), Some(p)) => match (process, p.phase.as_deref()) {
+                (Some(_), _) => "running",
+                (None, Some("safe")) => "safe-mode",
+                (None, Some("cooldown")) => "cooldown",
+                (None, _) => "starting",
+            },
+        };
+        let watchdog: Vec<&'static str> = if state == "running" {
+            crate::watchdog::Memory::load(&dir)
+                .pending
+                .iter()
+                .map(|c| c.as_str())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let health = match state {
+            "running" if record.safe_mode.is_some() => "down",
+            "running" if watchdog.is_empty() => "healthy",
+            "running" => "warning",
+            "starting" | "cooldown" => "recovering",
+            "stopped" => "stopped",
+            "disabled" => "disabled",
+            "pruned-pending" => "unmanaged",
+            _ => "down",
+        };
+        let agent_state = match read_state_file(&dir.file(state::STATE)) {
+            Ok(Loaded::Valid(s)) => {
+                let mut s = *s;
+                s.normalize(now, state::Retention::from(&spec.thresholds));
+                Some(s)
+            }
+            _ => None,
+        };
+        let window = declared.map(|a| a.restart.crash_window.as_secs() as i64);
+        let crashes = record
+            .crashes
+            .iter()
+            .filter(|c| window.is_none_or(|w| now.as_second().saturating_sub(c.ts) < w))
+            .count();
+        rows.push(AgentStatus {
+            declared: declared.is_some(),
+            enabled: declared.is_some_and(|a| a.enabled),
+            state,
+            health,
+            watchdog,
+            pane: pane.map(|p| p.id.clone()),
+            pid: process.map(|p| p.pid),
+            uptime_secs: process.map(|p| (world.observed_at - p.started).max(0)),
+            last_activity: obs.and_then(|o| o.last_activity).map(|t| t.to_string()),
+            cli: declared.map(|a| a.cli.to_string()),
+            status: agent_state.as_ref().map(|s| s.status.to_string()),
+            current_task: agent_state.as_ref().and_then(|s| s.current_task.clone()),
+            open_loops: agent_state.as_ref().map_or(0, |s| s.open_loops.len()),
+            stale_loops: agent_state
+                .as_ref()
+                .map_or(0, |s| s.open_loops.iter().filter(|l| l.stale).count()),
+            crashes,
+            max_crashes: declared.map(|a| a.restart.max_crashes),
+            context: context(&dir, agent_state.as_ref(), now),
+            supervision: None,
+            agent: name,
+        });
+    }
+    rows
+}
+
+/// One agent's row with its supervision summary (crash history, last stop), or `None` when
+/// the agent is neither declared nor running.
+pub fn agent(spec: &Spec, world: &World, name: &str) -> Option<AgentStatus> {
+    let mut row = rows(spec, world).into_iter().find(|r| r.agent == name)?;
+    let dir = FleetDir::new(&spec.fleet.state_dir).agent(name);
+    let restart = spec.agent(name).map(|a| &a.restart);
+    row.supervision = Some(crate::supervise::record::summary(&dir, restart));
+    Some(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rated(hours_ago: i64, calls: u64, compactions: u32) -> Context {
+        let now = jiff::Timestamp::now();
+        let mut c = Context {
+            last_handoff: Some((now - jiff::SignedDuration::from_hours(hours_ago)).to_string()),
+            tool_calls_since: calls,
+            compactions,
+            ..Context::default()
+        };
+        c.rate(now);
+        c
+    }
+
+    #[test]
+    fn the_context_meter_falls_with_age_calls_and_compactions() {
+        assert_eq!(rated(0, 0, 0).score, 100);
+        assert_eq!(rated(0, 0, 0).level, "fresh");
+        assert_eq!(rated(24, 0, 0).score, 60);
+        assert_eq!(rated(0, 200, 0).level, "aging");
+        assert_eq!(rated(48, 400, 2).score, 0);
+        assert_eq!(rated(48, 400, 2).level, "stale");
+        let mut nothing = Context::default();
+        nothing.rate(jiff::Timestamp::now());
+        assert_eq!((nothing.score, nothing.level), (0, "none"));
+    }
+}
