@@ -14,6 +14,7 @@ pub mod plan;
 pub mod policy;
 pub mod process;
 pub mod render;
+pub mod serve;
 pub mod spec;
 pub mod state;
 pub mod status;

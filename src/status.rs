@@ -204,11 +204,7 @@ pub fn rows(spec: &Spec, world: &World) -> Vec<AgentStatus> {
         let obs = world.agents.get(&name);
         let process = pane.and_then(|p| p.agent_process());
         let dir = fleet.agent(&name);
-        let record = dir
-            .file(crate::supervise::record::CRASHES)
-            .exists()
-            .then(|| crate::supervise::record::load(&dir))
-            .unwrap_or_default();
+        let record = crate::supervise::record::load(&dir);
         let state = match (declared, pane) {
             (None, _) => "pruned-pending",
             (Some(a), _) if !a.enabled => "disabled",

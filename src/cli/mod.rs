@@ -222,6 +222,17 @@ pub enum Command {
         #[arg(long, short = 'f')]
         follow: bool,
     },
+    /// Serve the HTTP API and the web dashboard: fleet status, state, ledgers, handoffs,
+    /// briefs, critical events and the plan; save/inject handoffs, restart, resolve loops, run
+    /// the watchdog. Loopback only unless `PHOENIX_TOKEN` is set; with a token, every action
+    /// needs `Authorization: Bearer <token>` (and, off loopback, every API call does).
+    /// Runs until SIGTERM or SIGINT.
+    Serve {
+        /// Address to listen on (`127.0.0.1:0` picks a free port; the first line on stdout
+        /// says which).
+        #[arg(long, default_value = crate::serve::DEFAULT_LISTEN)]
+        listen: String,
+    },
     /// A stand-in agent CLI for demos and tests.
     #[command(hide = true)]
     DemoAgent(crate::demo::DemoArgs),
@@ -395,6 +406,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 json,
                 follow,
             },
+        ),
+        Command::Serve { listen } => crate::serve::run(
+            &config,
+            &listen,
+            std::env::var(crate::serve::auth::TOKEN_ENV).ok(),
         ),
         Command::DemoAgent(args) => crate::demo::run(args),
     }

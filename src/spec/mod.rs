@@ -800,14 +800,16 @@ fn is_env_name(s: &str) -> bool {
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn is_name(s: &str) -> bool {
+/// A valid agent (or session, window) name: letters, digits, `_` and `-`, at most 64. Names
+/// end up in tmux targets, paths and hook commands, so anything else is refused.
+pub fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-const NAME_HINT: &str = "use only letters, digits, `_` and `-` (at most 64 characters): names end up in tmux targets, paths and hook commands";
+pub const NAME_HINT: &str = "use only letters, digits, `_` and `-` (at most 64 characters): names end up in tmux targets, paths and hook commands";
 
 impl Validator<'_> {
     fn error(&mut self, message: String, span: Option<std::ops::Range<usize>>, hint: &str) {
@@ -834,7 +836,7 @@ impl Validator<'_> {
     }
 
     fn name(&mut self, value: &Spanned<String>, what: &str) -> String {
-        if !is_name(value.get_ref()) {
+        if !valid_name(value.get_ref()) {
             self.error(
                 format!("{what} `{}` is not a valid name", value.get_ref()),
                 Some(value.span()),

@@ -386,7 +386,7 @@ fn watched_pids(world: &world::World) -> Vec<u32> {
         .collect()
 }
 
-fn init_tracing(options: RunOptions) {
+pub(crate) fn init_tracing(options: RunOptions) {
     use tracing::Level;
     let level = match i16::from(options.verbose) - i16::from(options.quiet) {
         i16::MIN..=-2 => Level::ERROR,

@@ -1,0 +1,587 @@
+// phoenix dashboard: plain JavaScript, no build step. Every value from the server is put into
+// the page as text (textContent), never as HTML.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+
+const state = {
+  fleet: null,          // the last /api/status document
+  selected: null,       // selected agent name
+  tab: "ledger",
+  handoff: null,        // id of the handoff shown
+  pids: new Map(),      // agent -> pid, to flash rows that changed
+  rendered: false,
+};
+
+// ---- helpers ----
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(node.dataset, v);
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function token() { return sessionStorage.getItem("phoenix-token") || ""; }
+
+function headers(extra) {
+  const h = Object.assign({ "Accept": "application/json" }, extra || {});
+  if (token()) h["Authorization"] = "Bearer " + token();
+  return h;
+}
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super(body && body.error ? body.error : "HTTP " + status);
+    this.status = status;
+    this.hint = body && body.hint ? body.hint : "";
+  }
+}
+
+async function api(path, options) {
+  const opts = Object.assign({}, options || {});
+  const init = { method: opts.method || "GET", headers: headers() };
+  if (opts.body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(opts.body);
+  }
+  const res = await fetch(path, init);
+  let body = null;
+  try { body = await res.json(); } catch (_) { body = null; }
+  if (!res.ok) {
+    const err = new ApiError(res.status, body);
+    if (res.status === 401) askToken(err.message);
+    throw err;
+  }
+  return body;
+}
+
+function ago(iso) {
+  if (!iso) return "–";
+  const secs = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+  return human(secs) + " ago";
+}
+
+function human(secs) {
+  if (secs === null || secs === undefined) return "–";
+  if (secs < 60) return secs + "s";
+  if (secs < 3600) return Math.floor(secs / 60) + "m";
+  if (secs < 86400) return Math.floor(secs / 3600) + "h" + Math.floor((secs % 3600) / 60) + "m";
+  return Math.floor(secs / 86400) + "d" + Math.floor((secs % 86400) / 3600) + "h";
+}
+
+function when(iso) {
+  if (!iso) return "–";
+  const d = new Date(iso);
+  if (isNaN(d)) return iso;
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+
+function toast(message, hint, isError) {
+  const t = el("div", { class: "toast" + (isError ? " error" : "") },
+    el("div", { text: message }), hint ? el("div", { class: "hint", text: hint }) : null);
+  $("#toasts").append(t);
+  setTimeout(() => t.remove(), isError ? 9000 : 5000);
+}
+
+function fail(err) {
+  toast(err.message || String(err), err.hint || "", true);
+}
+
+// ---- dialogs ----
+
+function confirmAction(title, text, extra) {
+  const dialog = $("#confirm");
+  $("#confirm-title").textContent = title;
+  $("#confirm-text").textContent = text;
+  const box = $("#confirm-extra");
+  box.replaceChildren(...(extra || []));
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.returnValue = "";
+    dialog.showModal();
+    const first = box.querySelector("input, textarea");
+    (first || $("#confirm-ok")).focus();
+  });
+}
+
+function askToken(why) {
+  const dialog = $("#token-dialog");
+  if (dialog.open) return;
+  $("#token-why").textContent = why
+    ? why + ": enter the server's PHOENIX_TOKEN. It is kept in this tab only."
+    : "Actions need the server's PHOENIX_TOKEN. It is kept in this tab only.";
+  $("#token-input").value = token();
+  dialog.returnValue = "";
+  dialog.showModal();
+}
+
+$("#token-dialog").addEventListener("close", () => {
+  if ($("#token-dialog").returnValue !== "ok") return;
+  const value = $("#token-input").value.trim();
+  if (value) sessionStorage.setItem("phoenix-token", value);
+  else sessionStorage.removeItem("phoenix-token");
+  startLive();
+  refreshAll();
+});
+$("#token-button").addEventListener("click", () => askToken(""));
+
+// ---- fleet table ----
+
+const HEALTH_TITLE = {
+  healthy: "running, nothing found by the watchdog",
+  warning: "running, but the watchdog's last pass found something",
+  recovering: "being restarted",
+  down: "not running",
+  stopped: "stopped on purpose (clean exit)",
+  disabled: "disabled in phoenix.toml",
+  unmanaged: "running but no longer declared",
+};
+
+function meter(ctx) {
+  const c = ctx || { score: 0, level: "none" };
+  const parts = [];
+  if (c.last_handoff) parts.push("last handoff " + ago(c.last_handoff));
+  if (c.last_brief) parts.push("brief " + ago(c.last_brief));
+  if (!c.last_handoff && !c.last_brief) parts.push("nothing saved yet");
+  parts.push(c.tool_calls_since + (c.tool_calls_capped ? "+" : "") + " tool calls since");
+  parts.push(c.compactions + " compaction(s)");
+  parts.push(c.handoffs + " handoff(s)" + (c.has_ledger ? ", ledger" : ", no ledger"));
+  const fill = el("div", { class: "fill" });
+  fill.style.width = Math.max(3, c.score) + "%";
+  const label = c.level === "none" ? "no context" : `${c.level} · ${c.score}`;
+  return el("span", { class: "meter " + c.level, title: parts.join("\n") },
+    el("span", { class: "bar" }, fill), el("span", { class: "label", text: label }));
+}
+
+function actionButton(label, action, agent, title) {
+  return el("button", {
+    type: "button", class: "small", text: label, title,
+    dataset: { action, agent },
+    onclick: (e) => { e.stopPropagation(); act(action, agent, e.currentTarget); },
+  });
+}
+
+function renderFleet(doc) {
+  state.fleet = doc;
+  $("#fleet-name").textContent = "· fleet " + doc.fleet;
+  const agents = doc.agents || [];
+  const counts = {};
+  for (const a of agents) counts[a.health] = (counts[a.health] || 0) + 1;
+  $("#fleet-summary").textContent = `${agents.length} agent(s)` +
+    Object.entries(counts).map(([k, v]) => ` · ${v} ${k}`).join("") +
+    (doc.server_running ? "" : " · tmux server not running");
+  const rows = agents.map((a) => {
+    const previous = state.pids.get(a.agent);
+    const changed = previous !== undefined && previous !== a.pid;
+    state.pids.set(a.agent, a.pid);
+    const tr = el("tr", {
+      dataset: { agent: a.agent, state: a.state, health: a.health },
+      class: [a.agent === state.selected ? "selected" : "", changed ? "changed" : ""].join(" ").trim() || null,
+      onclick: () => selectAgent(a.agent),
+    },
+      el("td", {}, el("span", { class: "agent-name", text: a.agent }),
+        a.current_task ? el("span", { class: "task", text: a.current_task, title: a.current_task }) : null),
+      el("td", { class: "health" },
+        el("span", { class: "badge " + a.health, title: HEALTH_TITLE[a.health] || "" },
+          a.health, el("span", { class: "state", text: a.state }),
+          a.watchdog && a.watchdog.length ? el("span", { class: "state", text: "(" + a.watchdog.join(", ") + ")" }) : null)),
+      el("td", { class: "num pid", text: a.pid === null ? "–" : a.pid }),
+      el("td", { class: "num", text: human(a.uptime_secs) }),
+      el("td", { text: ago(a.last_activity), title: a.last_activity || "" }),
+      el("td", { class: "num", text: a.open_loops + (a.stale_loops ? ` (${a.stale_loops} stale)` : "") }),
+      el("td", { class: "num", text: a.max_crashes ? `${a.crashes}/${a.max_crashes}` : a.crashes }),
+      el("td", {}, meter(a.context)),
+      el("td", {}, a.declared ? el("span", { class: "actions" },
+        actionButton("Restart", "restart", a.agent, "Restart, resuming its session"),
+        actionButton("Fresh", "fresh", a.agent, "Restart with a fresh session"),
+        actionButton("Save handoff", "save", a.agent, "Save a handoff now"),
+        actionButton("Inject", "inject", a.agent, "Give it its latest handoff, or text")) : null),
+    );
+    return tr;
+  });
+  $("#fleet-body").replaceChildren(...(rows.length ? rows
+    : [el("tr", {}, el("td", { colspan: 9, class: "empty", text: "No agents declared." }))]));
+  if (!state.rendered) {
+    state.rendered = true;
+    performance.mark("fleet-rendered");
+    document.body.dataset.ready = "true";
+    if (!state.selected && agents.length) selectAgent(agents[0].agent);
+  }
+}
+
+async function loadStatus() {
+  try {
+    renderFleet(await api("/api/status"));
+  } catch (e) {
+    if (e.status !== 401) $("#fleet-summary").textContent = "cannot load the status: " + e.message;
+  }
+}
+
+async function loadPlan() {
+  try {
+    const plan = await api("/api/plan");
+    const n = (plan.changes || []).length;
+    $("#plan-summary").textContent = n === 0 ? "plan: nothing to do" : `plan: ${n} change(s) pending`;
+    $("#plan-summary").title = plan.text || "";
+  } catch (e) {
+    $("#plan-summary").textContent = "";
+  }
+}
+
+// ---- live updates: server-sent events over fetch (so the token header goes along) ----
+
+let liveAbort = null;
+let pollTimer = null;
+
+function setLive(mode, text) {
+  const node = $("#live");
+  node.className = "live " + mode;
+  node.textContent = text;
+}
+
+function startPolling() {
+  if (pollTimer) return;
+  setLive("poll", "polling");
+  pollTimer = setInterval(() => { loadStatus(); }, 3000);
+}
+
+function stopPolling() {
+  if (pollTimer) clearInterval(pollTimer);
+  pollTimer = null;
+}
+
+async function startLive() {
+  if (liveAbort) liveAbort.abort();
+  const abort = new AbortController();
+  liveAbort = abort;
+  try {
+    const res = await fetch("/api/stream", { headers: headers({ "Accept": "text/event-stream" }), signal: abort.signal });
+    if (!res.ok || !res.body) throw new Error("HTTP " + res.status);
+    stopPolling();
+    setLive("on", "live");
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const frame = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 2);
+        handleFrame(frame);
+      }
+    }
+    throw new Error("stream ended");
+  } catch (e) {
+    if (abort.signal.aborted) return;
+    startPolling();
+    setTimeout(() => { if (liveAbort === abort) startLive(); }, 5000);
+  }
+}
+
+function handleFrame(frame) {
+  let event = "message";
+  const data = [];
+  for (const line of frame.split("\n")) {
+    if (line.startsWith("event:")) event = line.slice(6).trim();
+    else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+  }
+  if (!data.length) return;
+  if (event === "status") {
+    try { renderFleet(JSON.parse(data.join("\n"))); } catch (_) { /* a partial frame: the next one comes */ }
+  } else if (event === "events") {
+    loadEvents();
+  }
+}
+
+// ---- the selected agent: ledger, open loops, brief ----
+
+function selectAgent(name) {
+  state.selected = name;
+  for (const tr of document.querySelectorAll("#fleet-body tr")) {
+    tr.classList.toggle("selected", tr.dataset.agent === name);
+  }
+  $("#agent-name").textContent = name;
+  loadAgentTab();
+}
+
+for (const b of document.querySelectorAll("#agent-tabs button")) {
+  b.addEventListener("click", () => {
+    state.tab = b.dataset.tab;
+    for (const o of document.querySelectorAll("#agent-tabs button")) o.classList.toggle("active", o === b);
+    loadAgentTab();
+  });
+}
+
+function items(title, list) {
+  if (!list || !list.length) return null;
+  return [el("div", { class: "section-title", text: title }),
+    el("ul", { class: "items" }, list.map((i) => el("li", { text: typeof i === "string" ? i : i.text })))];
+}
+
+async function loadAgentTab() {
+  const name = state.selected;
+  if (!name) return;
+  const body = $("#agent-body");
+  body.classList.remove("muted");
+  try {
+    if (state.tab === "ledger") {
+      const l = await api(`/api/agents/${encodeURIComponent(name)}/ledger`);
+      if (state.selected !== name) return;
+      const parts = [
+        el("div", { class: "section-title", text: "Current task" }),
+        el("div", { text: l.current_task || "–" }),
+        items("Completed", l.completed), items("In progress", l.in_progress), items("Next", l.next),
+        items("Blocked", l.blocked), items("Key decisions", l.decisions), items("Uncertain", l.uncertain),
+        items("Files", l.files),
+        el("div", { class: "section-title", text: "Updated" }), el("div", { class: "muted", text: l.updated_at ? when(l.updated_at) : "never" }),
+      ];
+      body.replaceChildren(...parts.flat().filter(Boolean));
+      body.dataset.view = "ledger";
+    } else if (state.tab === "loops") {
+      const s = await api(`/api/agents/${encodeURIComponent(name)}/state`);
+      if (state.selected !== name) return;
+      const loops = (s.open_loops || []).map((lp) => el("div", { class: "loop", dataset: { loop: lp.id } },
+        el("span", { class: "id", text: lp.id }),
+        el("span", { text: lp.text }),
+        el("span", { class: "muted", text: lp.added }),
+        lp.stale ? el("span", { class: "stale", text: "stale" }) : null,
+        el("button", { type: "button", class: "small", text: "Resolve", dataset: { action: "resolve", loop: lp.id },
+          onclick: () => resolveLoop(name, lp.id, lp.text) })));
+      const resolved = (s.resolved || []).map((r) => el("li", {}, el("span", { class: "mono", text: r.id }), " — ", r.reason, " ", el("span", { class: "muted", text: "(" + r.resolved_date + ")" })));
+      body.replaceChildren(
+        el("div", { class: "section-title", text: `Open loops (${loops.length})` }),
+        loops.length ? el("div", {}, loops) : el("div", { class: "empty", text: "No open loops." }),
+        resolved.length ? el("div", { class: "section-title", text: "Recently resolved" }) : null,
+        resolved.length ? el("ul", { class: "items" }, resolved) : null,
+        el("div", { class: "section-title", text: "Status" }),
+        el("div", { text: `${s.status || "–"} · last active ${ago(s.last_active)}` + (s.session_id ? ` · session ${s.session_id}` : "") }),
+      );
+      body.dataset.view = "loops";
+    } else {
+      const b = await api(`/api/agents/${encodeURIComponent(name)}/brief`);
+      if (state.selected !== name) return;
+      body.replaceChildren(b.brief && b.brief.trim()
+        ? el("div", {}, el("div", { class: "muted", text: "updated " + when(b.updated_at) }), el("pre", { text: b.brief }))
+        : el("div", { class: "empty", text: "No brief yet: `phoenix brief " + name + " --generate` writes one." }));
+      body.dataset.view = "brief";
+    }
+  } catch (e) {
+    body.replaceChildren(el("div", { class: "empty", text: e.message + (e.hint ? " — " + e.hint : "") }));
+  }
+}
+
+// ---- handoffs: list, search, view ----
+
+async function loadHandoffs() {
+  const q = $("#search").value.trim();
+  const list = $("#handoff-list");
+  try {
+    if (q) {
+      const r = await api("/api/search?limit=50&q=" + encodeURIComponent(q));
+      if ($("#search").value.trim() !== q) return;
+      list.replaceChildren(...(r.results.length ? r.results.map(hitItem)
+        : [el("li", { class: "empty", text: `Nothing found for “${q}”.` })]));
+      list.dataset.query = q;
+    } else {
+      const r = await api("/api/handoffs");
+      const all = r.handoffs.slice().sort((a, b) => (a.created_at < b.created_at ? 1 : -1)).slice(0, 200);
+      list.replaceChildren(...(all.length ? all.map(handoffItem)
+        : [el("li", { class: "empty", text: "No handoffs yet." })]));
+      list.dataset.query = "";
+    }
+  } catch (e) {
+    list.replaceChildren(el("li", { class: "empty", text: e.message }));
+  }
+}
+
+function handoffItem(h) {
+  return el("li", { dataset: { handoff: h.id, agent: h.agent }, class: h.id === state.handoff ? "selected" : null,
+    onclick: () => showHandoff(h.id, h.agent) },
+    el("div", { text: h.summary }),
+    el("div", { class: "meta" }, el("span", { class: "accent", text: h.agent }), el("span", { text: h.trigger_reason }), el("span", { text: when(h.created_at) })));
+}
+
+function snippet(text) {
+  // The index marks matches with [ ]: shown as <mark>, everything as text.
+  const out = [];
+  const re = /\[([^\]]*)\]/g;
+  let last = 0, m;
+  while ((m = re.exec(text))) {
+    out.push(text.slice(last, m.index), el("mark", { text: m[1] }));
+    last = re.lastIndex;
+  }
+  out.push(text.slice(last));
+  return out;
+}
+
+function hitItem(h) {
+  const open = h.kind === "handoff" ? () => showHandoff(h.reference, h.agent) : null;
+  return el("li", { dataset: { kind: h.kind, handoff: h.kind === "handoff" ? h.reference : null, agent: h.agent }, onclick: open },
+    el("div", {}, el("span", { class: "kind", text: h.kind }), " ", h.title),
+    el("div", { class: "snippet" }, snippet(h.snippet.replace(/\n/g, " "))),
+    el("div", { class: "meta" }, el("span", { class: "accent", text: h.agent }), el("span", { text: when(h.ts) })));
+}
+
+async function showHandoff(id, agent) {
+  state.handoff = id;
+  for (const li of document.querySelectorAll("#handoff-list li")) li.classList.toggle("selected", li.dataset.handoff === id);
+  const view = $("#handoff-view");
+  try {
+    const h = await api(`/api/handoffs/${encodeURIComponent(id)}?agent=${encodeURIComponent(agent)}`);
+    view.classList.remove("muted");
+    view.replaceChildren(
+      el("div", { class: "view-head" },
+        el("strong", { text: h.summary }),
+        el("span", { class: "kind", text: h.trigger }),
+        el("span", { class: "muted", text: `${h.agent} · ${when(h.created_at)}` }),
+        el("button", { type: "button", class: "small right", text: "Inject into " + h.agent, dataset: { action: "inject-handoff" },
+          onclick: () => injectHandoff(h.agent, h.id) })),
+      el("pre", { id: "handoff-body", text: h.body }));
+    view.dataset.handoff = h.id;
+  } catch (e) {
+    view.replaceChildren(el("div", { class: "empty", text: e.message }));
+  }
+}
+
+let searchTimer = null;
+$("#search").addEventListener("input", () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(loadHandoffs, 250);
+});
+
+// ---- critical events ----
+
+function eventClass(name) {
+  if (/crash|unhealthy|corrupt|failed|error|quarantine|safe/.test(name)) return "bad";
+  if (/clinic|policy|fallback|revive|stale/.test(name)) return "warn";
+  return "";
+}
+
+async function loadEvents() {
+  const since = $("#events-since").value;
+  const list = $("#events");
+  try {
+    const r = await api(`/api/events?limit=300&since=${encodeURIComponent(since)}`);
+    const events = r.events.slice().reverse();
+    list.replaceChildren(...(events.length ? events.map((e) => el("li", { dataset: { event: e.event } },
+      el("span", { class: "ts", text: when(e.ts) }),
+      el("span", { class: "accent", text: e.agent || "–" }),
+      el("span", { class: "ev " + eventClass(e.event || ""), text: e.event }),
+      el("span", { class: "reason", title: e.reason || "", text: (e.reason || "") + (e.action_taken ? " → " + e.action_taken : "") })))
+      : [el("li", { class: "empty", text: "No critical events in this period." })]));
+  } catch (e) {
+    list.replaceChildren(el("li", { class: "empty", text: e.message }));
+  }
+}
+$("#events-since").addEventListener("change", loadEvents);
+
+// ---- actions (each confirmed first) ----
+
+function busy(button, on) {
+  if (button) button.disabled = on;
+}
+
+async function act(action, agent, button) {
+  const path = `/api/agents/${encodeURIComponent(agent)}`;
+  if (action === "restart" || action === "fresh") {
+    const fresh = action === "fresh";
+    const ok = await confirmAction(fresh ? "Restart with a fresh session?" : "Restart?",
+      fresh ? `Agent ${agent} is stopped and started with a clean session; its latest handoff is given back to it.`
+        : `Agent ${agent} is stopped and started again, resuming its session.`);
+    if (!ok) return;
+    busy(button, true);
+    try {
+      const r = await api(path + "/restart", { method: "POST", body: { fresh } });
+      toast(`Restarted ${agent}` + (r.pid ? ` (pid ${r.pid})` : " — not running yet"), r.pid ? "" : "check its row in a moment");
+      loadStatus();
+    } catch (e) { fail(e); } finally { busy(button, false); }
+  } else if (action === "save") {
+    const area = el("textarea", { id: "save-body", placeholder: "Current task: …\nCompleted: …\nNext: …\nKey decision: …" });
+    const ok = await confirmAction(`Save a handoff for ${agent}?`, "phoenix adds what it knows (state, ledger, last tool calls). Your notes are optional.",
+      [el("label", { for: "save-body", text: "Notes (optional)" }), area]);
+    if (!ok) return;
+    busy(button, true);
+    try {
+      const h = await api(path + "/handoffs", { method: "POST", body: { reason: "manual", body: area.value } });
+      toast(`Saved handoff ${h.id}`, "");
+      loadHandoffs();
+      loadStatus();
+    } catch (e) { fail(e); } finally { busy(button, false); }
+  } else if (action === "inject") {
+    const area = el("textarea", { id: "inject-text", placeholder: "Leave empty to give it its latest handoff" });
+    const ok = await confirmAction(`Inject into ${agent}?`, "The text is pasted into the agent's session when it waits for input.",
+      [el("label", { for: "inject-text", text: "Text (optional)" }), area]);
+    if (!ok) return;
+    busy(button, true);
+    try {
+      const text = area.value.trim();
+      const r = await api(path + "/inject", { method: "POST", body: text ? { text } : {} });
+      toast(`Injected into ${agent} (${r.confirmed_by})`, r.handoff_id ? "handoff " + r.handoff_id : "");
+    } catch (e) { fail(e); } finally { busy(button, false); }
+  }
+}
+
+async function injectHandoff(agent, id) {
+  const ok = await confirmAction(`Inject this handoff into ${agent}?`, `Handoff ${id} is pasted into the agent's session when it waits for input.`);
+  if (!ok) return;
+  try {
+    const r = await api(`/api/agents/${encodeURIComponent(agent)}/inject`, { method: "POST", body: { handoff_id: id } });
+    toast(`Injected handoff into ${agent} (${r.confirmed_by})`, "");
+  } catch (e) { fail(e); }
+}
+
+async function resolveLoop(agent, id, text) {
+  const input = el("input", { type: "text", id: "resolve-reason", placeholder: "why it is resolved" });
+  const ok = await confirmAction(`Resolve loop ${id}?`, text, [el("label", { for: "resolve-reason", text: "Reason" }), input]);
+  if (!ok) return;
+  try {
+    await api(`/api/agents/${encodeURIComponent(agent)}/resolve`, { method: "POST", body: { id, reason: input.value.trim() || "resolved from the dashboard" } });
+    toast(`Resolved ${id} for ${agent}`, "");
+    loadAgentTab();
+    loadStatus();
+  } catch (e) { fail(e); }
+}
+
+$("#run-watchdog").addEventListener("click", async (e) => {
+  const ok = await confirmAction("Run a watchdog pass?", "Every agent is checked now; unhealthy ones are healed by the on_unhealthy policy (revive, notify or safe mode).");
+  if (!ok) return;
+  const button = e.currentTarget;
+  busy(button, true);
+  try {
+    const r = await api("/api/watchdog", { method: "POST", body: {} });
+    const unhealthy = r.agents.filter((a) => a.verdict === "unhealthy").length;
+    const suspect = r.agents.filter((a) => a.verdict === "suspect").length;
+    toast(`Watchdog: ${r.agents.length} checked, ${unhealthy} unhealthy, ${suspect} suspect`, "");
+    loadStatus();
+    loadEvents();
+  } catch (err) { fail(err); } finally { busy(button, false); }
+});
+
+// ---- start ----
+
+function refreshAll() {
+  loadStatus();
+  loadHandoffs();
+  loadEvents();
+  loadPlan();
+}
+
+refreshAll();
+startLive();
+setInterval(loadPlan, 30000);
+setInterval(() => { if (state.fleet) renderFleet(state.fleet); }, 10000); // "x ago" stays true

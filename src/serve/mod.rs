@@ -1,0 +1,174 @@
+//! `phoenix serve`: the HTTP API (JSON in and out, `/openapi.json`) and the web dashboard,
+//! in one process on the tokio runtime (axum). Loopback only unless a token is set
+//! (`auth`); blocking work — tmux, SQLite, files — runs on the blocking pool through the
+//! library functions the CLI uses (`routes`); the dashboard is embedded (`assets`) and kept
+//! live by server-sent events (`live`).
+
+pub mod assets;
+pub mod auth;
+pub mod error;
+pub mod live;
+pub mod openapi;
+pub mod routes;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, header};
+use tokio::sync::watch;
+
+use crate::spec::{self, LoadOptions, Spec};
+use error::ApiError;
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+/// Request bodies larger than this are refused (413).
+pub const BODY_LIMIT: usize = 64 * 1024;
+
+/// What one server knows; cheap to clone into handlers.
+#[derive(Clone)]
+pub struct App(Arc<Inner>);
+
+pub struct Inner {
+    /// phoenix.toml: read again on every request, so edits are seen without a restart.
+    pub config: PathBuf,
+    pub policy: auth::Policy,
+    pub live: live::Hub,
+    /// Flips to true on SIGTERM/SIGINT: live streams end so the server can stop.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl std::ops::Deref for App {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl App {
+    pub fn new(config: &Path, policy: auth::Policy, shutdown: watch::Receiver<bool>) -> App {
+        App(Arc::new(Inner {
+            config: config.to_path_buf(),
+            policy,
+            live: live::Hub::default(),
+            shutdown,
+        }))
+    }
+
+    /// The spec as it is now (without filesystem checks: a moved workdir must not hide the
+    /// fleet from its operator).
+    pub fn spec(&self) -> Result<Spec, ApiError> {
+        spec::load_with(
+            &self.config,
+            LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .map_err(|e| ApiError::config(&e))
+    }
+}
+
+/// The whole application: routes, the auth guard, the body limit, security headers.
+pub fn app(app: App) -> axum::Router {
+    routes::router(app.clone())
+        .layer(axum::middleware::from_fn_with_state(app, auth::guard))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::map_response(security_headers))
+}
+
+async fn security_headers(mut response: axum::response::Response) -> axum::response::Response {
+    let h = response.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+/// `--listen`: `HOST:PORT` with an IP address, or `localhost:PORT`.
+pub fn parse_listen(text: &str) -> anyhow::Result<SocketAddr> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    if let Some(port) = text.strip_prefix("localhost:")
+        && let Ok(port) = port.parse::<u16>()
+    {
+        return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+    }
+    anyhow::bail!(
+        "`--listen {text}` is not an address: use IP:PORT, e.g. `127.0.0.1:7878` or `[::1]:7878` (port 0 picks a free one)"
+    )
+}
+
+/// `phoenix serve`: listen until SIGTERM or SIGINT.
+pub fn run(config: &Path, listen: &str, token: Option<String>) -> anyhow::Result<i32> {
+    let addr = parse_listen(listen)?;
+    let policy = auth::Policy::for_bind(addr, token)
+        .map_err(|e| anyhow::anyhow!("{e}\n  = hint: {}", e.hint()))?;
+    // A server for a fleet that cannot be read helps no one: say so now.
+    let spec = spec::load_with(
+        config,
+        LoadOptions {
+            check_filesystem: false,
+        },
+    )?;
+    crate::supervise::daemon::init_tracing(crate::supervise::daemon::RunOptions::default());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| {
+                format!("cannot listen on {addr} (another server there? pick another port with --listen)")
+            })?;
+        let local = listener.local_addr()?;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let state = App::new(config, policy, stop_rx.clone());
+        tokio::spawn(live::Hub::run(state.clone(), stop_rx));
+        crate::cli::out(&format!(
+            "phoenix serve: fleet `{}` on http://{local}/ (API under /api, description at /openapi.json){}\n",
+            spec.fleet.name,
+            if state.policy.token.is_some() {
+                "; token required for actions"
+            } else {
+                ""
+            }
+        ));
+        tracing::info!("listening on http://{local}/");
+        axum::serve(listener, app(state))
+            .with_graceful_shutdown(async move {
+                shutdown_signal().await;
+                tracing::info!("stopping: finishing the requests in flight");
+                let _ = stop_tx.send(true);
+            })
+            .await
+            .context("the HTTP server failed")?;
+        Ok(0)
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

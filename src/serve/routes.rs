@@ -1,0 +1,738 @@
+//! The HTTP API's routes and handlers. Each handler validates what it was given (names, ids,
+//! bodies), then does its work on the blocking pool (tmux, SQLite, files) through the same
+//! library functions the CLI calls, and answers JSON. Field names are stable; `/openapi.json`
+//! describes them.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::App;
+use super::error::ApiError;
+use crate::continuity::{self, Trigger, ledger};
+use crate::spec::{AgentSpec, Spec};
+use crate::state::{FleetDir, Retention, events};
+
+/// Every API route: (method, path) as in the router and in `/openapi.json`.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/api/status"),
+    ("get", "/api/agents/{agent}"),
+    ("get", "/api/agents/{agent}/state"),
+    ("get", "/api/agents/{agent}/ledger"),
+    ("get", "/api/agents/{agent}/handoffs"),
+    ("post", "/api/agents/{agent}/handoffs"),
+    ("get", "/api/agents/{agent}/brief"),
+    ("post", "/api/agents/{agent}/inject"),
+    ("post", "/api/agents/{agent}/restart"),
+    ("post", "/api/agents/{agent}/resolve"),
+    ("get", "/api/handoffs"),
+    ("get", "/api/handoffs/{id}"),
+    ("get", "/api/search"),
+    ("get", "/api/events"),
+    ("get", "/api/plan"),
+    ("post", "/api/watchdog"),
+    ("get", "/api/stream"),
+];
+
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/api/status", get(status))
+        .route("/api/agents/{agent}", get(agent))
+        .route("/api/agents/{agent}/state", get(agent_state))
+        .route("/api/agents/{agent}/ledger", get(agent_ledger))
+        .route(
+            "/api/agents/{agent}/handoffs",
+            get(agent_handoffs).post(save_handoff),
+        )
+        .route("/api/agents/{agent}/brief", get(brief))
+        .route("/api/agents/{agent}/inject", post(inject))
+        .route("/api/agents/{agent}/restart", post(restart))
+        .route("/api/agents/{agent}/resolve", post(resolve))
+        .route("/api/handoffs", get(handoffs))
+        .route("/api/handoffs/{id}", get(show_handoff))
+        .route("/api/search", get(search))
+        .route("/api/events", get(critical_events))
+        .route("/api/plan", get(plan))
+        .route("/api/watchdog", post(watchdog))
+        .route("/api/stream", get(stream))
+        .route("/openapi.json", get(openapi))
+        .merge(super::assets::router())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(app)
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+/// Run blocking work (tmux, SQLite, files) on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(&anyhow::anyhow!("the request's worker failed: {e}")))?
+}
+
+fn ok(value: impl serde::Serialize) -> ApiResult {
+    Ok(Json(value).into_response())
+}
+
+/// A path parameter: its rejection (bad percent-encoding) is an `ApiError` too.
+fn param(p: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    Ok(p?.0)
+}
+
+/// An agent name from a path or a query: validated before it is used anywhere.
+fn valid_agent(name: &str) -> Result<(), ApiError> {
+    if crate::spec::valid_name(name) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            format!("`{}` is not a valid agent name", shown(name)),
+            crate::spec::NAME_HINT,
+        ))
+    }
+}
+
+/// A name as it may appear in a message: short, one line.
+fn shown(text: &str) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    crate::clinic::triage::shorten(&flat, 80)
+}
+
+/// The declared agent `name`, or 404 naming the declared ones.
+fn declared<'a>(spec: &'a Spec, name: &str) -> Result<&'a AgentSpec, ApiError> {
+    spec.agent(name).ok_or_else(|| {
+        let names = spec.agent_names();
+        let mut list = names
+            .iter()
+            .take(20)
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if names.len() > 20 {
+            list.push_str(&format!(" and {} more", names.len() - 20));
+        }
+        ApiError::not_found(
+            format!("no agent `{name}` in {}", spec.file.display()),
+            if names.is_empty() {
+                "the fleet declares no agents".to_string()
+            } else {
+                format!("declared agents: {list}")
+            },
+        )
+    })
+}
+
+/// The spec and the declared agent `name`.
+fn spec_and_agent(app: &App, name: &str) -> Result<(Spec, AgentSpec), ApiError> {
+    let spec = app.spec()?;
+    let agent = declared(&spec, name)?.clone();
+    Ok((spec, agent))
+}
+
+fn fleet(spec: &Spec) -> FleetDir {
+    FleetDir::new(&spec.fleet.state_dir)
+}
+
+// ---- reads ----
+
+/// The fleet status document (`GET /api/status`, the live stream).
+pub fn status_json(app: &App) -> Result<Value, ApiError> {
+    let spec = app.spec()?;
+    let world = crate::status::observe(&spec).map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{e:#}"),
+            "run `phoenix doctor` on the server",
+        )
+    })?;
+    let rows = crate::status::rows(&spec, &world);
+    Ok(json!({
+        "fleet": spec.fleet.name,
+        "observed_at": jiff::Timestamp::from_second(world.observed_at).ok().map(|t| t.to_string()),
+        "server_running": world.server_running,
+        "tmux_socket": spec.fleet.tmux_socket,
+        "agents": rows,
+    }))
+}
+
+async fn status(State(app): State<App>) -> ApiResult {
+    ok(blocking(move || status_json(&app)).await?)
+}
+
+async fn agent(State(app): State<App>, name: Result<Path<String>, PathRejection>) -> ApiResult {
+    let name = param(name)?;
+    valid_agent(&name)?;
+    ok(blocking(move || {
+        let spec = app.spec()?;
+        let world = crate::status::observe(&spec).map_err(|e| ApiError::internal(&e))?;
+        crate::status::agent(&spec, &world, &name).ok_or_else(|| {
+            declared(&spec, &name)
+                .err()
+                .unwrap_or_else(|| ApiError::not_found(format!("no agent `{name}`"), ""))
+        })
+    })
+    .await?)
+}
+
+async fn agent_state(
+    State(app): State<App>,
+    name: Result<Path<String>, PathRejection>,
+) -> ApiResult {
+    let name = param(name)?;
+    valid_agent(&name)?;
+    ok(blocking(move || {
+        let (spec, _) = spec_and_agent(&app, &name)?;
+        fleet(&spec)
+            .agent(&name)
+            .shown_state(Retention::from(&spec.thresholds))
+            .map_err(|e| ApiError::internal(&e.into()))
+    })
+    .await?)
+}
+
+async fn agent_ledger(
+    State(app): State<App>,
+    name: Result<Path<String>, PathRejection>,
+) -> ApiResult {
+    let name = param(name)?;
+    valid_agent(&name)?;
+    ok(blocking(move || {
+        let (spec, _) = spec_and_agent(&app, &name)?;
+        let dir = fleet(&spec).agent(&name);
+        let mut ledger = ledger::load(&dir);
+        if ledger.agent.is_empty() {
+            ledger.agent = name;
+        }
+        Ok(ledger)
+    })
+    .await?)
+}
+
+async fn agent_handoffs(
+    State(app): State<App>,
+    name: Result<Path<String>, PathRejection>,
+) -> ApiResult {
+    let name = param(name)?;
+    valid_agent(&name)?;
+    ok(blocking(move || {
+        let (spec, _) = spec_and_agent(&app, &name)?;
+        let list: Vec<Value> = continuity::handoffs(&spec, [name.as_str()])
+            .iter()
+            .map(continuity::summary_json)
+            .collect();
+        Ok(json!({"agent": name, "handoffs": list}))
+    })
+    .await?)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HandoffsQuery {
+    agent: Option<String>,
+}
+
+async fn handoffs(
+    State(app): State<App>,
+    query: Result<Query<HandoffsQuery>, QueryRejection>,
+) -> ApiResult {
+    let Query(q) = query?;
+    if let Some(a) = &q.agent {
+        valid_agent(a)?;
+    }
+    ok(blocking(move || {
+        let spec = app.spec()?;
+        let names: Vec<String> = match &q.agent {
+            Some(a) => vec![declared(&spec, a)?.name.clone()],
+            None => spec.agent_names().iter().map(|s| s.to_string()).collect(),
+        };
+        let list: Vec<Value> = continuity::handoffs(&spec, names.iter().map(String::as_str))
+            .iter()
+            .map(continuity::summary_json)
+            .collect();
+        Ok(json!({"handoffs": list}))
+    })
+    .await?)
+}
+
+async fn show_handoff(
+    State(app): State<App>,
+    id: Result<Path<String>, PathRejection>,
+    query: Result<Query<HandoffsQuery>, QueryRejection>,
+) -> ApiResult {
+    let id = param(id)?;
+    let Query(q) = query?;
+    if !continuity::valid_handoff_id(&id) {
+        return Err(ApiError::bad_request(
+            format!("`{}` is not a valid handoff id", shown(&id)),
+            "handoff ids are letters, digits, `-`, `_` and `.` as `GET /api/handoffs` lists them",
+        ));
+    }
+    if let Some(a) = &q.agent {
+        valid_agent(a)?;
+    }
+    ok(blocking(move || {
+        let spec = app.spec()?;
+        if let Some(a) = &q.agent {
+            declared(&spec, a)?;
+        }
+        continuity::find_handoff(&spec, &id, q.agent.as_deref()).ok_or_else(|| {
+            ApiError::not_found(
+                format!("no handoff `{id}`"),
+                "`GET /api/handoffs` lists them",
+            )
+        })
+    })
+    .await?)
+}
+
+async fn brief(State(app): State<App>, name: Result<Path<String>, PathRejection>) -> ApiResult {
+    let name = param(name)?;
+    valid_agent(&name)?;
+    ok(blocking(move || {
+        let (spec, _) = spec_and_agent(&app, &name)?;
+        let dir = fleet(&spec).agent(&name);
+        let updated_at = std::fs::metadata(dir.file(crate::state::BRIEF))
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| jiff::Timestamp::try_from(t).ok())
+            .map(crate::state::rfc3339);
+        Ok(json!({"agent": name, "brief": continuity::brief::read(&dir), "updated_at": updated_at}))
+    })
+    .await?)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchQuery {
+    q: Option<String>,
+    agent: Option<String>,
+    kind: Option<String>,
+    limit: Option<usize>,
+}
+
+const KINDS: [&str; 4] = ["handoff", "brief", "decision", "event"];
+
+async fn search(
+    State(app): State<App>,
+    query: Result<Query<SearchQuery>, QueryRejection>,
+) -> ApiResult {
+    let Query(q) = query?;
+    let text = q.q.unwrap_or_default();
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "nothing to search for",
+            "pass the words as `q`, e.g. /api/search?q=refresh+tokens",
+        ));
+    }
+    if text.len() > 1000 {
+        return Err(ApiError::bad_request(
+            "the query is longer than 1000 bytes",
+            "search for a few words",
+        ));
+    }
+    if let Some(a) = &q.agent {
+        valid_agent(a)?;
+    }
+    if let Some(k) = &q.kind
+        && !KINDS.contains(&k.as_str())
+    {
+        return Err(ApiError::bad_request(
+            format!("unknown kind `{}`", shown(k)),
+            format!("one of: {}", KINDS.join(", ")),
+        ));
+    }
+    let limit = q.limit.unwrap_or(20).clamp(1, 100);
+    ok(blocking(move || {
+        let spec = app.spec()?;
+        let started = std::time::Instant::now();
+        let store =
+            crate::store::Store::open(&fleet(&spec)).map_err(|e| ApiError::internal(&e.into()))?;
+        let hits = store
+            .search(&text, q.agent.as_deref(), q.kind.as_deref(), limit)
+            .map_err(|e| ApiError::internal(&e.into()))?;
+        Ok(json!({
+            "query": text, "results": hits,
+            "ms": started.elapsed().as_secs_f64() * 1000.0,
+        }))
+    })
+    .await?)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    since: Option<String>,
+    agent: Option<String>,
+    event: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn critical_events(
+    State(app): State<App>,
+    query: Result<Query<EventsQuery>, QueryRejection>,
+) -> ApiResult {
+    let Query(q) = query?;
+    let since = match q.since.as_deref() {
+        None | Some("") => None,
+        Some(s) => Some(parse_since(s)?),
+    };
+    if let Some(a) = &q.agent {
+        valid_agent(a)?;
+    }
+    let limit = q.limit.unwrap_or(500).clamp(1, 10_000);
+    ok(blocking(move || {
+        let spec = app.spec()?;
+        let filter = events::Filter {
+            agent: q.agent.as_deref(),
+            event: q.event.as_deref(),
+            limit: Some(limit),
+            since,
+        };
+        let (list, skipped) = events::read(&fleet(&spec), &filter);
+        Ok(json!({"events": list, "skipped_lines": skipped}))
+    })
+    .await?)
+}
+
+/// `since`: an age (`90s`, `30m`, `1h`, `7d`) or an RFC 3339 time.
+fn parse_since(text: &str) -> Result<jiff::Timestamp, ApiError> {
+    if let Ok(t) = text.parse::<jiff::Timestamp>() {
+        return Ok(t);
+    }
+    crate::spec::duration::parse(text)
+        .ok()
+        .and_then(events::Filter::since_age)
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                format!("`since` = `{}` is neither a duration nor a time", shown(text)),
+                "use an age like `30m`, `1h`, `7d`, or an RFC 3339 time like `2026-11-23T17:00:00Z`",
+            )
+        })
+}
+
+async fn plan(State(app): State<App>) -> ApiResult {
+    ok(blocking(move || {
+        let spec = crate::spec::load(&app.config).map_err(|e| ApiError::config(&e))?;
+        let world = crate::status::observe(&spec).map_err(|e| ApiError::internal(&e))?;
+        let options = crate::plan::PlanOptions::for_this_binary(false)
+            .map_err(|e| ApiError::internal(&e.into()))?;
+        let plan = crate::plan::diff(&spec, &world, &options);
+        let mut doc = plan.to_json();
+        doc["text"] = Value::String(plan.to_string());
+        Ok(doc)
+    })
+    .await?)
+}
+
+async fn stream(State(app): State<App>) -> ApiResult {
+    let probe = app.clone();
+    let first = blocking(move || status_json(&probe)).await?.to_string();
+    Ok(super::live::stream(&app, first).into_response())
+}
+
+async fn openapi() -> Response {
+    let mut r = Json(super::openapi::document()).into_response();
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found(
+        "no such endpoint",
+        "the API is under /api (see /openapi.json); the dashboard is at /",
+    )
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "this endpoint does not take that method",
+        "see /openapi.json: reads are GET, actions are POST with a JSON body",
+    )
+}
+
+// ---- actions ----
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SaveBody {
+    /// manual (default), auto_restart, context_limit, crash, pre_compact
+    reason: Option<String>,
+    /// `Current task: … / Completed: … / Next: …`, as `phoenix handoff save` reads on stdin.
+    body: Option<String>,
+}
+
+async fn save_handoff(
+    State(app): State<App>,
+    name: Result<Path<String>, PathRejection>,
+    body: Result<Json<SaveBody>, JsonRejection>,
+) -> ApiResult {
+    let name = param(name)?;
+    valid_agent(&name)?;
+    let Json(body) = body?;
+    let reason = body.reason.as_deref().unwrap_or("manual");
+    let trigger = Trigger::parse(reason).ok_or_else(|| {
+        ApiError::bad_request(
+            format!("unknown reason `{}`", shown(reason)),
+            format!("one of: {}", Trigger::NAMES.join(", ")),
+        )
+    })?;
+    let text = body.body.filter(|b| !b.trim().is_empty());
+    let h = blocking(move || {
+        let (spec, agent) = spec_and_agent(&app, &name)?;
+        let h = continuity::save(&spec, &agent, trigger, text.as_deref())
+            .map_err(|e| ApiError::internal(&anyhow::anyhow!("cannot save the handoff: {e}")))?;
+        tracing::info!("saved handoff {} for agent `{name}`", h.id);
+        Ok(h)
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(continuity::summary_json(&h))).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InjectBody {
+    /// A handoff of this agent; the latest when neither this nor `text` is given.
+    handoff_id: Option<String>,
+    /// Text to give the agent instead of a handoff.
+    text: Option<String>,
+}
+
+async fn inject(
+    State(app): State<App>,
+    name: Result<Path<String>, PathRejection>,
+    body: Result<Json<InjectBody>, JsonRejection>,
+) -> ApiResult {
+    let name = param(name)?;
+    valid_agent(&name)?;
+    let Json(body) = body?;
+    if body.handoff_id.is_some() && body.text.is_some() {
+        return Err(ApiError::bad_request(
+            "give either `handoff_id` or `text`, not both",
+            "`{}` injects the latest handoff",
+        ));
+    }
+    if let Some(id) = &body.handoff_id
+        && !continuity::valid_handoff_id(id)
+    {
+        return Err(ApiError::bad_request(
+            format!("`{}` is not a valid handoff id", shown(id)),
+            "`GET /api/agents/AGENT/handoffs` lists the agent's handoffs",
+        ));
+    }
+    if let Some(text) = &body.text {
+        if text.trim().is_empty() {
+            return Err(ApiError::bad_request(
+                "`text` is empty",
+                "send the words to give the agent",
+            ));
+        }
+        // Escape sequences could end the bracketed paste and type keys into the agent's pane.
+        if text
+            .chars()
+            .any(|c| c.is_control() && c != '\n' && c != '\t')
+        {
+            return Err(ApiError::bad_request(
+                "`text` contains control characters",
+                "send plain text: lines and tabs only, no escape sequences",
+            ));
+        }
+    }
+    ok(blocking(move || {
+        let (spec, agent) = spec_and_agent(&app, &name)?;
+        let (text, handoff_id) = match body.text {
+            Some(text) => (text, None),
+            None => {
+                let dir = fleet(&spec).agent(&name);
+                let h = match &body.handoff_id {
+                    Some(id) => {
+                        continuity::find_handoff(&spec, id, Some(&name)).ok_or_else(|| {
+                            ApiError::not_found(
+                                format!("agent `{name}` has no handoff `{id}`"),
+                                format!("`GET /api/agents/{name}/handoffs` lists them"),
+                            )
+                        })?
+                    }
+                    None => continuity::latest_for_startup(&dir).ok_or_else(|| {
+                        ApiError::not_found(
+                            format!("agent `{name}` has no handoff yet"),
+                            format!("save one first: `POST /api/agents/{name}/handoffs`"),
+                        )
+                    })?,
+                };
+                (continuity::inject::handoff_text(&h), Some(h.id))
+            }
+        };
+        let report = continuity::inject::to_agent(&spec, &agent, &text).map_err(|e| match e {
+            continuity::inject::InjectError::NotRunning(_) => ApiError::conflict(
+                e.to_string(),
+                format!("restart it (`POST /api/agents/{name}/restart`), then inject again"),
+            ),
+            continuity::inject::InjectError::Delivery(_) => {
+                ApiError::conflict(e.to_string(), "try again when the agent waits for input")
+            }
+            other => ApiError::internal(&other.into()),
+        })?;
+        tracing::info!("injected {} characters into agent `{name}`", text.len());
+        Ok(json!({
+            "agent": name, "handoff_id": handoff_id, "chars": text.len(),
+            "pane": report.pane, "attempts": report.attempts,
+            "confirmed_by": report.confirmed_by, "waited_ms": report.waited_ms,
+        }))
+    })
+    .await?)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RestartBody {
+    /// Start a fresh session instead of resuming the recorded one.
+    #[serde(default)]
+    fresh: bool,
+}
+
+async fn restart(
+    State(app): State<App>,
+    name: Result<Path<String>, PathRejection>,
+    body: Result<Json<RestartBody>, JsonRejection>,
+) -> ApiResult {
+    let name = param(name)?;
+    valid_agent(&name)?;
+    let Json(body) = body?;
+    ok(blocking(move || {
+        let (_, agent) = spec_and_agent(&app, &name)?;
+        if !agent.enabled {
+            return Err(ApiError::conflict(
+                format!("agent `{name}` is disabled in phoenix.toml"),
+                "set `enabled = true` for it first",
+            ));
+        }
+        let report = crate::supervise::restart::restart(&app.config, &name, body.fresh)
+            .map_err(|e| ApiError::internal(&e))?;
+        tracing::info!(
+            "restarted agent `{name}` ({}, via {})",
+            if body.fresh { "fresh" } else { "resume" },
+            report.via
+        );
+        Ok(report)
+    })
+    .await?)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResolveBody {
+    /// The open loop's id.
+    id: String,
+    /// Why it is resolved.
+    reason: String,
+}
+
+async fn resolve(
+    State(app): State<App>,
+    name: Result<Path<String>, PathRejection>,
+    body: Result<Json<ResolveBody>, JsonRejection>,
+) -> ApiResult {
+    let name = param(name)?;
+    valid_agent(&name)?;
+    let Json(body) = body?;
+    if body.reason.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "`reason` is empty",
+            "say why the loop is resolved; it is kept in resolved.jsonl",
+        ));
+    }
+    if !crate::state::agent::valid_loop_id(&body.id) {
+        return Err(ApiError::bad_request(
+            format!("`{}` is not a valid loop id", shown(&body.id)),
+            "loop ids are letters, digits and `-_.:/` (see `GET /api/agents/AGENT/state`)",
+        ));
+    }
+    ok(blocking(move || {
+        let (spec, _) = spec_and_agent(&app, &name)?;
+        let dir = fleet(&spec).agent(&name);
+        if !dir.exists() {
+            return Err(ApiError::not_found(
+                format!("agent `{name}` has no open loop `{}`", body.id),
+                "it has no state yet",
+            ));
+        }
+        let item = dir
+            .resolve(
+                Retention::from(&spec.thresholds),
+                &body.id,
+                body.reason.trim(),
+            )
+            .map_err(|e| match e {
+                crate::state::StateError::Rejected(msg) => ApiError::not_found(
+                    msg,
+                    format!("`GET /api/agents/{name}/state` lists the open loops"),
+                ),
+                other => ApiError::internal(&other.into()),
+            })?;
+        tracing::info!("resolved loop `{}` of agent `{name}`", item.id);
+        Ok(json!({"agent": name, "resolved": item}))
+    })
+    .await?)
+}
+
+async fn watchdog(State(app): State<App>) -> ApiResult {
+    ok(blocking(move || {
+        let report = crate::watchdog::pass(&app.config).map_err(|e| ApiError::internal(&e))?;
+        tracing::info!(
+            "watchdog pass: {} agent(s), {} unhealthy",
+            report.agents.len(),
+            report.unhealthy()
+        );
+        Ok(report)
+    })
+    .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_takes_ages_and_times() {
+        let t = parse_since("2026-11-23T17:00:00Z").unwrap();
+        assert_eq!(t.to_string(), "2026-11-23T17:00:00Z");
+        let hour_ago = parse_since("1h").unwrap();
+        let delta = jiff::Timestamp::now().as_second() - hour_ago.as_second();
+        assert!((3599..=3601).contains(&delta), "{delta}");
+        assert_eq!(parse_since("soon").unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn every_route_is_in_the_openapi_document() {
+        let doc = super::super::openapi::document();
+        for (method, path) in ROUTES {
+            assert!(
+                doc["paths"][path][method].is_object(),
+                "{method} {path} is not described in /openapi.json"
+            );
+        }
+        let described: usize = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|p| p.as_object().unwrap().len())
+            .sum();
+        assert_eq!(
+            described,
+            ROUTES.len(),
+            "described routes that do not exist"
+        );
+    }
+}
