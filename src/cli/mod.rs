@@ -62,7 +62,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// One line per agent: state, pid, uptime, pane, last activity.
+    /// One line per agent: state, pid, uptime, pane, last activity (--json adds health, open
+    /// loops, crashes and how fresh the agent's saved context is).
     Status {
         /// Show one agent in detail.
         agent: Option<String>,

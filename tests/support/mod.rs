@@ -2,10 +2,12 @@
 //! builder that runs the real phoenix binary with a scrubbed environment.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod gemini_server;
 pub mod model_server;
 pub mod openai_server;
 pub mod scripted;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -173,6 +173,31 @@ function actionButton(label, action, agent, title) {
   });
 }
 
+// Rows are kept and updated in place (keyed by agent), so that a click or a focused button
+// survives the live updates.
+const rows = new Map();
+
+function fleetRow(agent) {
+  let row = rows.get(agent);
+  if (row) return row;
+  const cells = {};
+  const tr = el("tr", { dataset: { agent }, onclick: () => selectAgent(agent) });
+  for (const [name, cls] of [["agent", ""], ["health", "health"], ["pid", "num pid"], ["uptime", "num uptime"],
+    ["activity", "activity"], ["loops", "num loops"], ["crashes", "num crashes"], ["context", "context"], ["actions", "actions-cell"]]) {
+    cells[name] = el("td", { class: cls || null });
+    tr.append(cells[name]);
+  }
+  row = { tr, cells, declared: null };
+  rows.set(agent, row);
+  return row;
+}
+
+function setText(node, text, title) {
+  const value = String(text);
+  if (node.textContent !== value) node.textContent = value;
+  if (title !== undefined) node.title = title;
+}
+
 function renderFleet(doc) {
   state.fleet = doc;
   $("#fleet-name").textContent = "· fleet " + doc.fleet;
@@ -182,37 +207,49 @@ function renderFleet(doc) {
   $("#fleet-summary").textContent = `${agents.length} agent(s)` +
     Object.entries(counts).map(([k, v]) => ` · ${v} ${k}`).join("") +
     (doc.server_running ? "" : " · tmux server not running");
-  const rows = agents.map((a) => {
+  const body = $("#fleet-body");
+  const seen = new Set();
+  for (const a of agents) {
+    seen.add(a.agent);
+    const row = fleetRow(a.agent);
+    const { tr, cells } = row;
     const previous = state.pids.get(a.agent);
-    const changed = previous !== undefined && previous !== a.pid;
     state.pids.set(a.agent, a.pid);
-    const tr = el("tr", {
-      dataset: { agent: a.agent, state: a.state, health: a.health },
-      class: [a.agent === state.selected ? "selected" : "", changed ? "changed" : ""].join(" ").trim() || null,
-      onclick: () => selectAgent(a.agent),
-    },
-      el("td", {}, el("span", { class: "agent-name", text: a.agent }),
-        a.current_task ? el("span", { class: "task", text: a.current_task, title: a.current_task }) : null),
-      el("td", { class: "health" },
-        el("span", { class: "badge " + a.health, title: HEALTH_TITLE[a.health] || "" },
-          a.health, el("span", { class: "state", text: a.state }),
-          a.watchdog && a.watchdog.length ? el("span", { class: "state", text: "(" + a.watchdog.join(", ") + ")" }) : null)),
-      el("td", { class: "num pid", text: a.pid === null ? "–" : a.pid }),
-      el("td", { class: "num", text: human(a.uptime_secs) }),
-      el("td", { text: ago(a.last_activity), title: a.last_activity || "" }),
-      el("td", { class: "num", text: a.open_loops + (a.stale_loops ? ` (${a.stale_loops} stale)` : "") }),
-      el("td", { class: "num", text: a.max_crashes ? `${a.crashes}/${a.max_crashes}` : a.crashes }),
-      el("td", {}, meter(a.context)),
-      el("td", {}, a.declared ? el("span", { class: "actions" },
+    Object.assign(tr.dataset, { state: a.state, health: a.health });
+    tr.classList.toggle("selected", a.agent === state.selected);
+    if (previous !== undefined && previous !== a.pid) {
+      tr.classList.remove("changed");
+      void tr.offsetWidth; // restart the highlight
+      tr.classList.add("changed");
+    }
+    cells.agent.replaceChildren(el("span", { class: "agent-name", text: a.agent }),
+      a.current_task ? el("span", { class: "task", text: a.current_task, title: a.current_task }) : "");
+    cells.health.replaceChildren(el("span", { class: "badge " + a.health, title: HEALTH_TITLE[a.health] || "" },
+      a.health, el("span", { class: "state", text: a.state }),
+      a.watchdog && a.watchdog.length ? el("span", { class: "state", text: "(" + a.watchdog.join(", ") + ")" }) : ""));
+    setText(cells.pid, a.pid === null ? "–" : a.pid);
+    setText(cells.uptime, human(a.uptime_secs));
+    setText(cells.activity, ago(a.last_activity), a.last_activity || "");
+    setText(cells.loops, a.open_loops + (a.stale_loops ? ` (${a.stale_loops} stale)` : ""));
+    setText(cells.crashes, a.max_crashes ? `${a.crashes}/${a.max_crashes}` : a.crashes);
+    cells.context.replaceChildren(meter(a.context));
+    if (row.declared !== a.declared) {
+      row.declared = a.declared;
+      cells.actions.replaceChildren(a.declared ? el("span", { class: "actions" },
         actionButton("Restart", "restart", a.agent, "Restart, resuming its session"),
         actionButton("Fresh", "fresh", a.agent, "Restart with a fresh session"),
         actionButton("Save handoff", "save", a.agent, "Save a handoff now"),
-        actionButton("Inject", "inject", a.agent, "Give it its latest handoff, or text")) : null),
-    );
-    return tr;
-  });
-  $("#fleet-body").replaceChildren(...(rows.length ? rows
-    : [el("tr", {}, el("td", { colspan: 9, class: "empty", text: "No agents declared." }))]));
+        actionButton("Inject", "inject", a.agent, "Give it its latest handoff, or text")) : "");
+    }
+    body.append(tr); // keeps the server's order; moving a node keeps it alive
+  }
+  for (const [agent, row] of rows) {
+    if (!seen.has(agent)) { row.tr.remove(); rows.delete(agent); }
+  }
+  for (const stray of [...body.children]) {
+    if (!stray.dataset.agent) stray.remove();
+  }
+  if (!agents.length) body.replaceChildren(el("tr", {}, el("td", { colspan: 9, class: "empty", text: "No agents declared." })));
   if (!state.rendered) {
     state.rendered = true;
     performance.mark("fleet-rendered");
@@ -363,14 +400,14 @@ async function loadAgentTab() {
         el("button", { type: "button", class: "small", text: "Resolve", dataset: { action: "resolve", loop: lp.id },
           onclick: () => resolveLoop(name, lp.id, lp.text) })));
       const resolved = (s.resolved || []).map((r) => el("li", {}, el("span", { class: "mono", text: r.id }), " — ", r.reason, " ", el("span", { class: "muted", text: "(" + r.resolved_date + ")" })));
-      body.replaceChildren(
+      body.replaceChildren(...[
         el("div", { class: "section-title", text: `Open loops (${loops.length})` }),
         loops.length ? el("div", {}, loops) : el("div", { class: "empty", text: "No open loops." }),
         resolved.length ? el("div", { class: "section-title", text: "Recently resolved" }) : null,
         resolved.length ? el("ul", { class: "items" }, resolved) : null,
         el("div", { class: "section-title", text: "Status" }),
         el("div", { text: `${s.status || "–"} · last active ${ago(s.last_active)}` + (s.session_id ? ` · session ${s.session_id}` : "") }),
-      );
+      ].filter(Boolean));
       body.dataset.view = "loops";
     } else {
       const b = await api(`/api/agents/${encodeURIComponent(name)}/brief`);

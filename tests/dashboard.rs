@@ -1,0 +1,228 @@
+//! The web dashboard in a real headless Chromium (WebDriver through chromedriver): the page
+//! loads and shows the demo fleet, handoffs are searched and read, a restart is confirmed and
+//! the row's process changes. A screenshot is written to target/dashboard.png.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::browser::{self, Browser};
+use support::serve::Server;
+use support::{Fleet, read_jsonl, wait_until};
+
+const FLEET: &str = r#"
+[defaults]
+cli = "custom"
+[defaults.restart]
+cooldown = "0s"
+life_deadline = "5s"
+max_crashes = 2
+crash_window = "10m"
+
+[[agent]]
+name = "scout"
+command = "phoenix demo-agent --interval 2s"
+resume_command = "phoenix demo-agent --interval 2s --resume {session_id}"
+
+[[agent]]
+name = "builder"
+command = "phoenix demo-agent --interval 3s"
+
+[[agent]]
+name = "flaky"
+command = "phoenix demo-agent --interval 500ms --crash-after 1s"
+"#;
+
+fn target_dir() -> std::path::PathBuf {
+    // CARGO_TARGET_TMPDIR is target/tmp.
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target dir")
+        .to_path_buf()
+}
+
+#[test]
+fn the_dashboard_shows_the_fleet_searches_handoffs_and_restarts_an_agent() {
+    let (chromium, chromedriver) = match browser::find_or_install() {
+        Ok(found) => found,
+        Err(why) => {
+            eprintln!(
+                "SKIPPED the_dashboard_…: no headless Chromium ({why}); install Debian's \
+                 `chromium` and `chromium-driver` to run it"
+            );
+            return;
+        }
+    };
+    let fleet = Fleet::new();
+    fleet.toml(FLEET);
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["scout", "builder"]);
+    let mut save = fleet.command(&["handoff", "save", "builder"]);
+    save.stdin(std::process::Stdio::piped());
+    let mut child = save.spawn().unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"Current task: Migrate the zebra tables\nCompleted: schema draft\nNext: backfill, then drop the old columns\nKey decision: online migration, no downtime\n")
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    fleet
+        .run(&[
+            "loop",
+            "add",
+            "scout",
+            "api-quota",
+            "Ask for a higher API quota",
+        ])
+        .status(0);
+    // `flaky` crashes twice and is put in safe mode: a crash_loop critical event.
+    wait_until(Duration::from_secs(30), "flaky's crash loop", || {
+        read_jsonl(&fleet.state_dir().join("critical_events.jsonl"))
+            .iter()
+            .any(|e| e["event"] == "crash_loop")
+    });
+
+    let server = Server::start(&fleet, &[]);
+    let browser = Browser::start(&chromium, &chromedriver, 1400, 1000);
+    browser.goto(&format!("{}/", server.url));
+
+    // The fleet table: every agent, with its health.
+    browser.wait_js(
+        "the fleet table",
+        Duration::from_secs(15),
+        "return document.body.dataset.ready === 'true' && \
+         document.querySelectorAll('#fleet-body tr[data-agent]').length === 3",
+    );
+    let health = |agent: &str| {
+        browser.js(
+            "const r = document.querySelector(`#fleet-body tr[data-agent='${arguments[0]}']`); \
+             return r ? r.dataset.health + ' ' + r.dataset.state : null;",
+            json!([agent]),
+        )
+    };
+    assert_eq!(health("scout"), "healthy running");
+    assert_eq!(health("builder"), "healthy running");
+    assert!(
+        health("flaky").as_str().unwrap().starts_with("down"),
+        "{}",
+        health("flaky")
+    );
+    // The context meter: builder has a fresh handoff, scout nothing saved yet.
+    let meter = |agent: &str| {
+        browser.js(
+            "return document.querySelector(`#fleet-body tr[data-agent='${arguments[0]}'] .meter .label`).textContent;",
+            json!([agent]),
+        )
+    };
+    assert!(
+        meter("builder").as_str().unwrap().starts_with("fresh"),
+        "{}",
+        meter("builder")
+    );
+    assert_eq!(meter("scout"), "no context");
+    // The live stream is connected.
+    browser.wait_js(
+        "live updates",
+        Duration::from_secs(10),
+        "return document.querySelector('#live').textContent === 'live';",
+    );
+    // The critical events timeline has the crash loop.
+    browser.wait_js(
+        "the crash loop in the timeline",
+        Duration::from_secs(10),
+        "return !!document.querySelector('#events li[data-event=\"crash_loop\"]');",
+    );
+    // The selected agent's ledger, and its open loop on the next tab.
+    browser.click("#fleet-body tr[data-agent='scout'] td");
+    browser.click("#agent-tabs button[data-tab='loops']");
+    browser.wait_js(
+        "scout's open loop",
+        Duration::from_secs(10),
+        "return !!document.querySelector('#agent-body .loop[data-loop=\"api-quota\"]');",
+    );
+
+    // Search the handoffs and open the one found.
+    browser.type_into("#search", "zebra");
+    browser.wait_js(
+        "a search result",
+        Duration::from_secs(10),
+        "return document.querySelector('#handoff-list').dataset.query === 'zebra' && \
+         !!document.querySelector('#handoff-list li[data-kind=\"handoff\"]');",
+    );
+    browser.click("#handoff-list li[data-kind='handoff']");
+    let body = browser.wait_js(
+        "the handoff's text",
+        Duration::from_secs(10),
+        "const b = document.querySelector('#handoff-body'); return b ? b.textContent : null;",
+    );
+    assert!(
+        body.as_str().unwrap().contains("online migration"),
+        "{body}"
+    );
+
+    // Restart scout: confirm, then watch its row get a new process.
+    let pid = browser.js(
+        "return document.querySelector(\"#fleet-body tr[data-agent='scout'] td.pid\").textContent;",
+        json!([]),
+    );
+    let pid = pid.as_str().unwrap().to_string();
+    assert!(pid.parse::<u32>().is_ok(), "pid cell: {pid}");
+    browser.click("button[data-action='restart'][data-agent='scout']");
+    browser.wait_js(
+        "the confirmation",
+        Duration::from_secs(5),
+        "return document.querySelector('#confirm').open;",
+    );
+    // Nothing happens before it is confirmed.
+    assert!(
+        !fleet
+            .ops("scout")
+            .iter()
+            .any(|o| o["event"] == "operator_restart")
+    );
+    browser.click("#confirm-ok");
+    let new_pid = browser.wait_js(
+        "scout's new process in the table",
+        Duration::from_secs(20),
+        &format!(
+            "const r = document.querySelector(\"#fleet-body tr[data-agent='scout']\"); \
+             const p = r.querySelector('td.pid').textContent; \
+             return (r.dataset.state === 'running' && /^[0-9]+$/.test(p) && p !== '{pid}') ? p : null;"
+        ),
+    );
+    assert_ne!(new_pid.as_str().unwrap(), pid);
+    browser.wait_js(
+        "the restart toast",
+        Duration::from_secs(10),
+        "return [...document.querySelectorAll('.toast')].some(t => t.textContent.includes('Restarted scout'));",
+    );
+    assert!(
+        fleet
+            .ops("scout")
+            .iter()
+            .any(|o| o["event"] == "operator_restart")
+    );
+
+    // How long the page took: navigation to load, and to the first fleet table.
+    let timing = browser.js(
+        "const n = performance.getEntriesByType('navigation')[0]; \
+         const m = performance.getEntriesByName('fleet-rendered')[0]; \
+         return {load: n.loadEventEnd, dcl: n.domContentLoadedEventEnd, fleet: m ? m.startTime : null};",
+        json!([]),
+    );
+    println!(
+        "dashboard: DOMContentLoaded {:.0} ms, load {:.0} ms, fleet table rendered {:.0} ms",
+        timing["dcl"].as_f64().unwrap_or(-1.0),
+        timing["load"].as_f64().unwrap_or(-1.0),
+        timing["fleet"].as_f64().unwrap_or(-1.0)
+    );
+
+    let png = browser.screenshot();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+    let path = target_dir().join("dashboard.png");
+    std::fs::write(&path, &png).unwrap();
+    println!("screenshot: {}", path.display());
+}
