@@ -226,3 +226,37 @@ fn the_dashboard_shows_the_fleet_searches_handoffs_and_restarts_an_agent() {
     std::fs::write(&path, &png).unwrap();
     println!("screenshot: {}", path.display());
 }
+
+/// Regression: every page kept its event stream's connection after it was left (Chromium
+/// drains an abandoned response for about a minute), so the seventh load within a minute
+/// waited ~58 s for one of the six connections a browser keeps per server.
+#[test]
+fn reloading_the_dashboard_again_and_again_never_stalls() {
+    let Ok((chromium, chromedriver)) = browser::find_or_install() else {
+        eprintln!("SKIPPED reloading_…: no headless Chromium");
+        return;
+    };
+    let fleet = Fleet::new();
+    fleet.toml(
+        "[defaults]\ncli = \"custom\"\n[[agent]]\nname = \"solo\"\ncommand = \"phoenix demo-agent --interval 1s\"\n",
+    );
+    fleet.run(&["apply", "--yes"]).status(0);
+    let server = Server::start(&fleet, &[]);
+    let browser = Browser::start(&chromium, &chromedriver, 1200, 800);
+    for i in 0..10 {
+        browser.goto("about:blank");
+        let started = std::time::Instant::now();
+        browser.goto(&format!("{}/", server.url));
+        browser.wait_js(
+            "the fleet table",
+            Duration::from_secs(30),
+            "return document.body.dataset.ready === 'true' && \
+             document.querySelector('#live').textContent === 'live';",
+        );
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(10),
+            "load {i} took {took:?}: a connection was held"
+        );
+    }
+}

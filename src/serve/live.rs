@@ -36,6 +36,7 @@ impl Hub {
     /// The observer: runs until `shutdown`, observing only while clients listen.
     pub async fn run(app: App, mut shutdown: watch::Receiver<bool>) {
         let hub = app.live.clone();
+        let mut last_error = String::new();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(INTERVAL) => {}
@@ -62,6 +63,7 @@ impl Hub {
             let (status, events) = result;
             match status {
                 Ok(text) => {
+                    last_error.clear();
                     hub.status.send_if_modified(|current| {
                         let changed = current.as_deref() != Some(text.as_str());
                         if changed {
@@ -70,7 +72,12 @@ impl Hub {
                         changed
                     });
                 }
-                Err(e) => tracing::warn!("live status: {}", e.error),
+                // Said once, not every second.
+                Err(e) if e.error != last_error => {
+                    tracing::warn!("live status: {}", e.error);
+                    last_error = e.error;
+                }
+                Err(_) => {}
             }
             hub.events.send_if_modified(|current| {
                 let changed = *current != events;

@@ -82,7 +82,7 @@ pub fn document() -> Value {
             "/api/status": {"get": op("Every agent: state, health, pid, uptime, last activity, open loops, crashes, context freshness.",
                 vec![], ok("The fleet.", r("FleetStatus")), &[401, 403, 500, 503])},
             "/api/agents/{agent}": {"get": op("One agent's status, with its supervision summary (crash history, last stop).",
-                vec![agent_param()], ok("The agent.", r("AgentStatus")), &reads)},
+                vec![agent_param()], ok("The agent.", r("AgentStatus")), &[400, 401, 403, 404, 500, 503])},
             "/api/agents/{agent}/state": {"get": op("The agent's state.json, open loops flagged stale.",
                 vec![agent_param()], ok("state.json.", r("AgentState")), &reads)},
             "/api/agents/{agent}/ledger": {"get": op("The agent's ledger.",
@@ -144,7 +144,7 @@ pub fn document() -> Value {
                     "events": {"type": "array", "items": r("Event")},
                     "skipped_lines": {"type": "integer"}}})), &reads)},
             "/api/plan": {"get": op("What `phoenix apply` would change now.", vec![],
-                ok("The plan, as `phoenix plan --json` prints it, with `text` as people read it.", r("Plan")), &[401, 403, 500])},
+                ok("The plan, as `phoenix plan --json` prints it, with `text` as people read it.", r("Plan")), &[401, 403, 500, 503])},
             "/api/watchdog": {"post": {
                 "summary": "Run one watchdog pass now (checks every agent, heals the unhealthy ones).",
                 "security": [{"bearer": []}, {}],

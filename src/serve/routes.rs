@@ -69,13 +69,31 @@ pub fn router(app: App) -> Router {
 
 type ApiResult = Result<Response, ApiError>;
 
+/// Blocking work running at once at most: a burst of requests queues here instead of
+/// starting hundreds of threads that each call tmux.
+static WORKERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
+
 /// Run blocking work (tmux, SQLite, files) on the blocking pool.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
+    let _permit = WORKERS.acquire().await.map_err(|e| {
+        ApiError::internal(&anyhow::anyhow!("the request's worker pool is closed: {e}"))
+    })?;
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ApiError::internal(&anyhow::anyhow!("the request's worker failed: {e}")))?
+}
+
+/// The fleet's world; a tmux that cannot be observed is 503 (the server itself is fine).
+fn observe(spec: &Spec) -> Result<crate::world::World, ApiError> {
+    crate::status::observe(spec).map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{e:#}"),
+            "run `phoenix doctor` on the server",
+        )
+    })
 }
 
 fn ok(value: impl serde::Serialize) -> ApiResult {
@@ -148,13 +166,7 @@ fn fleet(spec: &Spec) -> FleetDir {
 /// The fleet status document (`GET /api/status`, the live stream).
 pub fn status_json(app: &App) -> Result<Value, ApiError> {
     let spec = app.spec()?;
-    let world = crate::status::observe(&spec).map_err(|e| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{e:#}"),
-            "run `phoenix doctor` on the server",
-        )
-    })?;
+    let world = observe(&spec)?;
     let rows = crate::status::rows(&spec, &world);
     Ok(json!({
         "fleet": spec.fleet.name,
@@ -174,7 +186,7 @@ async fn agent(State(app): State<App>, name: Result<Path<String>, PathRejection>
     valid_agent(&name)?;
     ok(blocking(move || {
         let spec = app.spec()?;
-        let world = crate::status::observe(&spec).map_err(|e| ApiError::internal(&e))?;
+        let world = observe(&spec)?;
         crate::status::agent(&spec, &world, &name).ok_or_else(|| {
             declared(&spec, &name)
                 .err()
@@ -423,7 +435,7 @@ fn parse_since(text: &str) -> Result<jiff::Timestamp, ApiError> {
 async fn plan(State(app): State<App>) -> ApiResult {
     ok(blocking(move || {
         let spec = crate::spec::load(&app.config).map_err(|e| ApiError::config(&e))?;
-        let world = crate::status::observe(&spec).map_err(|e| ApiError::internal(&e))?;
+        let world = observe(&spec)?;
         let options = crate::plan::PlanOptions::for_this_binary(false)
             .map_err(|e| ApiError::internal(&e.into()))?;
         let plan = crate::plan::diff(&spec, &world, &options);
@@ -437,7 +449,13 @@ async fn plan(State(app): State<App>) -> ApiResult {
 async fn stream(State(app): State<App>) -> ApiResult {
     let probe = app.clone();
     let first = blocking(move || status_json(&probe)).await?.to_string();
-    Ok(super::live::stream(&app, first).into_response())
+    let mut response = super::live::stream(&app, first).into_response();
+    // A stream never ends by itself: a browser must not keep its connection for reuse (Chromium
+    // drains an abandoned response for a minute, holding one of its six connections per host).
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    Ok(response)
 }
 
 async fn openapi() -> Response {

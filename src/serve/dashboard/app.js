@@ -255,6 +255,7 @@ function renderFleet(doc) {
     performance.mark("fleet-rendered");
     document.body.dataset.ready = "true";
     if (!state.selected && agents.length) selectAgent(agents[0].agent);
+    setTimeout(loadPlan, 0); // the plan observes the fleet again: after the table is up
   }
 }
 
@@ -291,6 +292,7 @@ function setLive(mode, text) {
 function startPolling() {
   if (pollTimer) return;
   setLive("poll", "polling");
+  loadStatus();
   pollTimer = setInterval(() => { loadStatus(); }, 3000);
 }
 
@@ -618,7 +620,23 @@ function refreshAll() {
   loadPlan();
 }
 
-refreshAll();
+// A browser keeps at most six connections to one server: a tab out of sight (or being left)
+// gives its stream's back, and gets a fresh one when it is looked at again.
+function stopLive() {
+  if (liveAbort) liveAbort.abort();
+  liveAbort = null;
+  stopPolling();
+  setLive("off", "paused");
+}
+window.addEventListener("pagehide", stopLive);
+document.addEventListener("visibilitychange", () => {
+  if (document.visibilityState === "hidden") stopLive();
+  else if (!liveAbort) startLive();
+});
+
+// The stream's first event is the status: the table needs no request of its own.
 startLive();
+loadHandoffs();
+loadEvents();
 setInterval(loadPlan, 30000);
 setInterval(() => { if (state.fleet) renderFleet(state.fleet); }, 10000); // "x ago" stays true
