@@ -20,5 +20,6 @@ pub mod state;
 pub mod status;
 pub mod store;
 pub mod supervise;
+pub mod top;
 pub mod watchdog;
 pub mod world;

@@ -70,6 +70,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The fleet live in the terminal: agents, events, and keys to restart, inject into or
+    /// open an agent's pane (works over ssh in 80×24).
+    Top {
+        /// How often the fleet is read again.
+        #[arg(long, default_value = "2s", value_parser = crate::spec::duration::parse)]
+        interval: std::time::Duration,
+    },
     /// Check the environment: tmux, agent CLIs, workdirs, state dir.
     Doctor {
         #[arg(long)]
@@ -314,6 +321,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Apply { yes, prune, json } => fleet::apply(&config, yes, prune, json),
         Command::Status { agent, json } => fleet::status(&config, agent.as_deref(), json),
         Command::Doctor { json } => fleet::doctor(&config, json),
+        Command::Top { interval } => crate::top::run(&config, interval),
         Command::Run {
             log_format,
             verbose,

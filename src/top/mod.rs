@@ -1,0 +1,457 @@
+//! `phoenix top`: the fleet live in a terminal — the agents table (state, health, pid, uptime,
+//! last activity, loops, crashes, a context meter), the critical events as they come, and keys
+//! to restart, inject into, or open an agent's pane. Fits an 80×24 terminal over ssh.
+//!
+//! The data flows one way: [`Snapshot`] (read from the world and the files) → [`App`] (what
+//! is selected, what is being asked) → a frame. Keys become [`Command`]s; only the loop in
+//! [`run`] carries them out, restarts and injections on a worker thread so the view stays live.
+
+mod view;
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use serde_json::Value;
+
+use crate::spec::Spec;
+use crate::state::FleetDir;
+use crate::state::events::{self, Filter};
+use crate::status::{self, AgentStatus};
+
+/// Events kept for the view.
+const EVENTS: usize = 100;
+
+/// What the view shows, read fresh on every tick.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub fleet: String,
+    pub rows: Vec<AgentStatus>,
+    pub events: Vec<Value>,
+    /// Why the world could not be read, if it could not.
+    pub problem: Option<String>,
+    pub at: Option<jiff::Timestamp>,
+}
+
+impl Snapshot {
+    pub fn read(spec: &Spec) -> Snapshot {
+        let fleet = FleetDir::new(&spec.fleet.state_dir);
+        let (rows, problem) = match status::observe(spec) {
+            Ok(world) => (status::rows(spec, &world), None),
+            Err(e) => (Vec::new(), Some(format!("{e:#}"))),
+        };
+        let (events, _) = events::read(
+            &fleet,
+            &Filter {
+                limit: Some(EVENTS),
+                ..Filter::default()
+            },
+        );
+        Snapshot {
+            fleet: spec.fleet.name.clone(),
+            rows,
+            events,
+            problem,
+            at: Some(jiff::Timestamp::now()),
+        }
+    }
+}
+
+/// What a key asks for; carried out by the loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Restart {
+        agent: String,
+        fresh: bool,
+    },
+    /// Empty text: the agent's latest handoff.
+    Inject {
+        agent: String,
+        text: String,
+    },
+    Attach {
+        agent: String,
+        pane: String,
+    },
+    Quit,
+}
+
+/// What the bottom line is doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    Browse,
+    /// `y` carries the command out, anything else drops it.
+    Confirm(Command),
+    /// Typing the text to inject into `agent`.
+    Input {
+        agent: String,
+        text: String,
+    },
+}
+
+/// The view's state: the latest snapshot, the selection, the mode and the last message.
+#[derive(Debug, Clone)]
+pub struct App {
+    pub snapshot: Snapshot,
+    pub selected: usize,
+    pub mode: Mode,
+    pub message: Option<String>,
+}
+
+impl App {
+    pub fn new(snapshot: Snapshot) -> App {
+        App {
+            snapshot,
+            selected: 0,
+            mode: Mode::Browse,
+            message: None,
+        }
+    }
+
+    /// A new snapshot; the selection follows the agent it was on.
+    pub fn refresh(&mut self, snapshot: Snapshot) {
+        let name = self.selected_row().map(|r| r.agent.clone());
+        self.snapshot = snapshot;
+        self.selected = name
+            .and_then(|n| self.snapshot.rows.iter().position(|r| r.agent == n))
+            .unwrap_or(self.selected)
+            .min(self.snapshot.rows.len().saturating_sub(1));
+    }
+
+    pub fn selected_row(&self) -> Option<&AgentStatus> {
+        self.snapshot.rows.get(self.selected)
+    }
+
+    /// One key press: a new mode, a message, or a command for the loop.
+    pub fn on_key(&mut self, key: KeyEvent) -> Option<Command> {
+        if key.kind == KeyEventKind::Release {
+            return None;
+        }
+        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+            return Some(Command::Quit);
+        }
+        match std::mem::replace(&mut self.mode, Mode::Browse) {
+            Mode::Confirm(command) => {
+                if matches!(key.code, KeyCode::Char('y') | KeyCode::Char('Y')) {
+                    return Some(command);
+                }
+                self.message = Some("cancelled".into());
+                None
+            }
+            Mode::Input { agent, mut text } => {
+                match key.code {
+                    KeyCode::Enter => return Some(Command::Inject { agent, text }),
+                    KeyCode::Esc => self.message = Some("cancelled".into()),
+                    KeyCode::Backspace => {
+                        text.pop();
+                        self.mode = Mode::Input { agent, text };
+                    }
+                    KeyCode::Char(c) if text.chars().count() < 2_000 => {
+                        text.push(c);
+                        self.mode = Mode::Input { agent, text };
+                    }
+                    _ => self.mode = Mode::Input { agent, text },
+                }
+                None
+            }
+            Mode::Browse => self.browse(key),
+        }
+    }
+
+    fn browse(&mut self, key: KeyEvent) -> Option<Command> {
+        // A message stays until the next key.
+        self.message = None;
+        let count = self.snapshot.rows.len();
+        match key.code {
+            KeyCode::Char('q') | KeyCode::Esc => return Some(Command::Quit),
+            KeyCode::Down | KeyCode::Char('j') if count > 0 => {
+                self.selected = (self.selected + 1).min(count - 1);
+            }
+            KeyCode::Up | KeyCode::Char('k') => self.selected = self.selected.saturating_sub(1),
+            KeyCode::Home | KeyCode::Char('g') => self.selected = 0,
+            KeyCode::End | KeyCode::Char('G') => self.selected = count.saturating_sub(1),
+            KeyCode::Char(c @ ('r' | 'R')) => {
+                let agent = self.selected_row()?.agent.clone();
+                self.mode = Mode::Confirm(Command::Restart {
+                    agent,
+                    fresh: c == 'R',
+                });
+            }
+            KeyCode::Char('i') => {
+                let agent = self.selected_row()?.agent.clone();
+                self.mode = Mode::Input {
+                    agent,
+                    text: String::new(),
+                };
+            }
+            KeyCode::Enter | KeyCode::Char('a') => {
+                let row = self.selected_row()?;
+                match &row.pane {
+                    Some(pane) => {
+                        return Some(Command::Attach {
+                            agent: row.agent.clone(),
+                            pane: pane.clone(),
+                        });
+                    }
+                    None => self.message = Some(format!("`{}` has no pane", row.agent)),
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+}
+
+/// Run the view until `q`. `interval`: how often the fleet is read again.
+pub fn run(config: &Path, interval: Duration) -> anyhow::Result<i32> {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        anyhow::bail!(
+            "`phoenix top` needs a terminal; for scripts use `phoenix status --json` and `phoenix events --follow`"
+        );
+    }
+    let mut spec = crate::spec::load(config)?;
+    let mut app = App::new(Snapshot::read(&spec));
+    let mut terminal = ratatui::try_init().context("cannot set up the terminal")?;
+    let (done_tx, done_rx) = mpsc::channel::<String>();
+    let mut next_read = Instant::now() + interval;
+    let result = (|| -> anyhow::Result<()> {
+        loop {
+            terminal.draw(|frame| view::draw(frame, &app))?;
+            let wait = next_read.saturating_duration_since(Instant::now());
+            if event::poll(wait.min(Duration::from_millis(250)))? {
+                let command = match event::read()? {
+                    Event::Key(key) => app.on_key(key),
+                    _ => None,
+                };
+                match command {
+                    None => {}
+                    Some(Command::Quit) => return Ok(()),
+                    Some(Command::Attach { agent, pane }) => {
+                        ratatui::restore();
+                        let outcome = attach(&spec, &pane);
+                        terminal = ratatui::try_init().context("cannot set up the terminal")?;
+                        terminal.clear()?;
+                        app.message = Some(match outcome {
+                            Ok(()) => format!("back from `{agent}`"),
+                            Err(e) => format!("cannot open `{agent}`'s pane: {e:#}"),
+                        });
+                    }
+                    Some(command) => {
+                        app.message = Some(working_on(&command));
+                        let (config, tx) = (config.to_path_buf(), done_tx.clone());
+                        std::thread::spawn(move || {
+                            let _ = tx.send(carry_out(&config, &command));
+                        });
+                    }
+                }
+            }
+            while let Ok(message) = done_rx.try_recv() {
+                app.message = Some(message);
+                next_read = Instant::now();
+            }
+            if Instant::now() >= next_read {
+                if let Ok(newer) = crate::spec::load(config) {
+                    spec = newer;
+                }
+                app.refresh(Snapshot::read(&spec));
+                next_read = Instant::now() + interval;
+            }
+        }
+    })();
+    ratatui::restore();
+    result.map(|()| 0)
+}
+
+fn working_on(command: &Command) -> String {
+    match command {
+        Command::Restart { agent, fresh: true } => format!("restarting `{agent}` fresh…"),
+        Command::Restart { agent, .. } => format!("restarting `{agent}`…"),
+        Command::Inject { agent, .. } => format!("injecting into `{agent}`…"),
+        Command::Attach { agent, .. } => format!("opening `{agent}`…"),
+        Command::Quit => String::new(),
+    }
+}
+
+/// A restart or an injection, as `phoenix restart` / `phoenix handoff inject` do them; the
+/// outcome as one line for the view.
+fn carry_out(config: &Path, command: &Command) -> String {
+    match command {
+        Command::Restart { agent, fresh } => {
+            match crate::supervise::restart::restart(config, agent, *fresh) {
+                Ok(r) => format!(
+                    "restarted `{agent}`{} (via {}{})",
+                    if r.fresh { " fresh" } else { "" },
+                    r.via,
+                    r.pid.map(|p| format!(", pid {p}")).unwrap_or_default()
+                ),
+                Err(e) => format!("restart of `{agent}` failed: {e:#}"),
+            }
+        }
+        Command::Inject { agent, text } => match inject(config, agent, text) {
+            Ok(how) => format!("injected into `{agent}` ({how})"),
+            Err(e) => format!("injection into `{agent}` failed: {e:#}"),
+        },
+        Command::Attach { .. } | Command::Quit => String::new(),
+    }
+}
+
+fn inject(config: &Path, agent: &str, text: &str) -> anyhow::Result<String> {
+    let spec = crate::spec::load(config)?;
+    let a = spec
+        .agent(agent)
+        .with_context(|| format!("`{agent}` is no longer declared"))?;
+    let text = if text.trim().is_empty() {
+        let dir = FleetDir::new(&spec.fleet.state_dir).agent(agent);
+        let h = crate::continuity::latest_for_startup(&dir)
+            .with_context(|| format!("`{agent}` has no handoff yet: type the text to inject"))?;
+        crate::continuity::inject::handoff_text(&h)
+    } else {
+        text.to_string()
+    };
+    let report = crate::continuity::inject::to_agent(&spec, a, &text)?;
+    Ok(format!("confirmed by {}", report.confirmed_by))
+}
+
+/// Show the agent's pane: switch to it when top runs inside the fleet's own tmux server,
+/// else attach to that server until the person detaches.
+fn attach(spec: &Spec, pane: &str) -> anyhow::Result<()> {
+    let socket = &spec.fleet.tmux_socket;
+    let tmux = |args: &[&str]| -> anyhow::Result<std::process::ExitStatus> {
+        std::process::Command::new("tmux")
+            .arg("-L")
+            .arg(socket)
+            .args(args)
+            .env_remove("TMUX")
+            .status()
+            .context("cannot run tmux")
+    };
+    tmux(&["select-window", "-t", pane])?;
+    tmux(&["select-pane", "-t", pane])?;
+    let inside_fleet_server = std::env::var("TMUX").ok().is_some_and(|t| {
+        let path = t.split(',').next().unwrap_or("");
+        Path::new(path).file_name() == Some(std::ffi::OsStr::new(socket.as_str()))
+    });
+    let status = if inside_fleet_server {
+        tmux(&["switch-client", "-t", pane])?
+    } else {
+        tmux(&["attach-session", "-t", pane])?
+    };
+    anyhow::ensure!(status.success(), "tmux said no ({status})");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratatui::crossterm::event::KeyEventState;
+
+    fn key(code: KeyCode) -> KeyEvent {
+        KeyEvent {
+            code,
+            modifiers: KeyModifiers::NONE,
+            kind: KeyEventKind::Press,
+            state: KeyEventState::NONE,
+        }
+    }
+
+    fn row(agent: &str, pane: Option<&str>) -> AgentStatus {
+        AgentStatus {
+            agent: agent.into(),
+            declared: true,
+            enabled: true,
+            state: "running",
+            health: "healthy",
+            watchdog: vec![],
+            pane: pane.map(str::to_string),
+            pid: Some(42),
+            uptime_secs: Some(90),
+            last_activity: None,
+            cli: Some("claude".into()),
+            status: Some("idle".into()),
+            current_task: None,
+            open_loops: 0,
+            stale_loops: 0,
+            crashes: 0,
+            max_crashes: Some(5),
+            context: Default::default(),
+            supervision: None,
+        }
+    }
+
+    fn app() -> App {
+        App::new(Snapshot {
+            fleet: "f".into(),
+            rows: vec![row("alpha", Some("%1")), row("beta", None)],
+            ..Snapshot::default()
+        })
+    }
+
+    #[test]
+    fn restart_asks_first_and_anything_but_y_cancels() {
+        let mut a = app();
+        assert_eq!(a.on_key(key(KeyCode::Char('j'))), None);
+        assert_eq!(a.on_key(key(KeyCode::Char('R'))), None);
+        assert_eq!(
+            a.mode,
+            Mode::Confirm(Command::Restart {
+                agent: "beta".into(),
+                fresh: true
+            })
+        );
+        assert_eq!(a.on_key(key(KeyCode::Char('n'))), None);
+        assert_eq!(a.mode, Mode::Browse);
+        a.on_key(key(KeyCode::Char('r')));
+        assert_eq!(
+            a.on_key(key(KeyCode::Char('y'))),
+            Some(Command::Restart {
+                agent: "beta".into(),
+                fresh: false
+            })
+        );
+    }
+
+    #[test]
+    fn inject_collects_text_until_enter() {
+        let mut a = app();
+        a.on_key(key(KeyCode::Char('i')));
+        for c in "say hi!".chars() {
+            assert_eq!(a.on_key(key(KeyCode::Char(c))), None);
+        }
+        a.on_key(key(KeyCode::Backspace));
+        assert_eq!(
+            a.on_key(key(KeyCode::Enter)),
+            Some(Command::Inject {
+                agent: "alpha".into(),
+                text: "say hi".into()
+            })
+        );
+        // `q` while typing is text, not quit.
+        a.on_key(key(KeyCode::Char('i')));
+        assert_eq!(a.on_key(key(KeyCode::Char('q'))), None);
+        assert_eq!(a.on_key(key(KeyCode::Esc)), None);
+        assert_eq!(a.on_key(key(KeyCode::Char('q'))), Some(Command::Quit));
+    }
+
+    #[test]
+    fn the_selection_follows_its_agent_and_attach_needs_a_pane() {
+        let mut a = app();
+        a.on_key(key(KeyCode::Down));
+        assert_eq!(a.on_key(key(KeyCode::Enter)), None);
+        assert!(a.message.as_deref().unwrap().contains("no pane"));
+        let mut snapshot = a.snapshot.clone();
+        snapshot.rows.reverse();
+        a.refresh(snapshot);
+        assert_eq!(a.selected_row().unwrap().agent, "beta");
+        a.on_key(key(KeyCode::Down));
+        assert_eq!(
+            a.on_key(key(KeyCode::Char('a'))),
+            Some(Command::Attach {
+                agent: "alpha".into(),
+                pane: "%1".into()
+            })
+        );
+    }
+}

@@ -1,0 +1,225 @@
+//! One frame of `phoenix top`: a title line, the agents table, the events, the key line.
+//! Column widths add up to 78 so that 80 columns show everything.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
+use serde_json::Value;
+
+use super::{App, Mode};
+use crate::status::AgentStatus;
+
+pub fn draw(frame: &mut Frame, app: &App) {
+    let snapshot = &app.snapshot;
+    let table_height = (snapshot.rows.len() as u16 + 3).min(frame.area().height / 2 + 2);
+    let [title, table, events, keys] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(table_height.max(4)),
+        Constraint::Min(3),
+        Constraint::Length(1),
+    ])
+    .areas(frame.area());
+
+    frame.render_widget(Paragraph::new(title_line(app)), title);
+
+    let header = Row::new(
+        [
+            "AGENT", "STATE", "HEALTH", "PID", "UP", "LAST", "LOOPS", "CRASH", "CONTEXT",
+        ]
+        .map(Cell::from),
+    )
+    .style(Style::new().add_modifier(Modifier::BOLD));
+    let now = jiff::Timestamp::now();
+    let rows: Vec<Row> = snapshot.rows.iter().map(|r| agent_row(r, now)).collect();
+    let widths = [
+        Constraint::Length(12),
+        Constraint::Length(9),
+        Constraint::Length(10),
+        Constraint::Length(7),
+        Constraint::Length(5),
+        Constraint::Length(5),
+        Constraint::Length(5),
+        Constraint::Length(5),
+        Constraint::Length(11),
+    ];
+    let mut state = TableState::default().with_selected(Some(app.selected));
+    frame.render_stateful_widget(
+        Table::new(rows, widths)
+            .header(header)
+            .column_spacing(1)
+            .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
+            .block(Block::new().borders(Borders::TOP | Borders::BOTTOM)),
+        table,
+        &mut state,
+    );
+
+    let room = events.height.saturating_sub(1) as usize;
+    let lines: Vec<Line> = snapshot
+        .events
+        .iter()
+        .rev()
+        .take(room)
+        .map(event_line)
+        .collect();
+    let events_title = match &snapshot.problem {
+        Some(p) => format!(" events · {p} "),
+        None => " critical events (newest first) ".to_string(),
+    };
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::new().borders(Borders::TOP).title(events_title)),
+        events,
+    );
+
+    frame.render_widget(Paragraph::new(key_line(app, keys.width as usize)), keys);
+}
+
+fn title_line(app: &App) -> Line<'static> {
+    let rows = &app.snapshot.rows;
+    let count = |h: &str| rows.iter().filter(|r| r.health == h).count();
+    let at = app
+        .snapshot
+        .at
+        .map(|t| {
+            t.to_zoned(jiff::tz::TimeZone::system())
+                .strftime("%H:%M:%S")
+                .to_string()
+        })
+        .unwrap_or_default();
+    Line::from(vec![
+        Span::styled(
+            format!(" phoenix top · {} ", app.snapshot.fleet),
+            Style::new().add_modifier(Modifier::BOLD),
+        ),
+        Span::raw(format!(
+            "· {} agents: {} healthy, {} warning, {} down ",
+            rows.len(),
+            count("healthy"),
+            count("warning"),
+            count("down") + count("recovering"),
+        )),
+        Span::styled(format!("· {at}"), Style::new().fg(Color::DarkGray)),
+    ])
+}
+
+fn agent_row(r: &AgentStatus, now: jiff::Timestamp) -> Row<'static> {
+    let health_color = match r.health {
+        "healthy" => Color::Green,
+        "warning" | "recovering" => Color::Yellow,
+        "down" => Color::Red,
+        _ => Color::DarkGray,
+    };
+    let ago = r
+        .last_activity
+        .as_deref()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .map(|t| short_secs(now.as_second() - t.as_second()))
+        .unwrap_or_else(|| "-".into());
+    let loops = if r.stale_loops > 0 {
+        format!("{}!{}", r.open_loops, r.stale_loops)
+    } else {
+        r.open_loops.to_string()
+    };
+    let crashes = match r.max_crashes {
+        Some(max) => format!("{}/{max}", r.crashes),
+        None => r.crashes.to_string(),
+    };
+    Row::new(vec![
+        Cell::from(r.agent.clone()),
+        Cell::from(r.state),
+        Cell::from(r.health).style(Style::new().fg(health_color)),
+        Cell::from(r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())),
+        Cell::from(r.uptime_secs.map(short_secs).unwrap_or_else(|| "-".into())),
+        Cell::from(ago),
+        Cell::from(loops),
+        Cell::from(crashes),
+        Cell::from(meter(r)),
+    ])
+}
+
+/// `▮▮▮▮▯ 72` — how fresh the agent's saved context is (`-` when nothing was saved).
+fn meter(r: &AgentStatus) -> Line<'static> {
+    let c = &r.context;
+    if c.level == "none" {
+        return Line::from(Span::styled("- none", Style::new().fg(Color::DarkGray)));
+    }
+    let filled = (usize::from(c.score) + 10) / 20;
+    let color = match c.level {
+        "fresh" => Color::Green,
+        "aging" => Color::Yellow,
+        _ => Color::Red,
+    };
+    Line::from(vec![
+        Span::styled("▮".repeat(filled), Style::new().fg(color)),
+        Span::styled(
+            "▯".repeat(5 - filled.min(5)),
+            Style::new().fg(Color::DarkGray),
+        ),
+        Span::raw(format!(" {:>3}", c.score)),
+    ])
+}
+
+fn event_line(e: &Value) -> Line<'static> {
+    let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
+    let time = e["ts"]
+        .as_str()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .map(|t| {
+            t.to_zoned(jiff::tz::TimeZone::system())
+                .strftime("%H:%M:%S")
+                .to_string()
+        })
+        .unwrap_or_else(|| "--:--:--".into());
+    let reason: String = s("reason").chars().take(120).collect();
+    Line::from(vec![
+        Span::styled(format!("{time} "), Style::new().fg(Color::DarkGray)),
+        Span::styled(
+            format!("{:<10} ", s("agent")),
+            Style::new().add_modifier(Modifier::BOLD),
+        ),
+        Span::styled(format!("{} ", s("event")), Style::new().fg(Color::Cyan)),
+        Span::raw(reason),
+    ])
+}
+
+fn key_line(app: &App, width: usize) -> Line<'static> {
+    match &app.mode {
+        Mode::Confirm(super::Command::Restart { agent, fresh }) => Line::from(Span::styled(
+            format!(
+                " Restart `{agent}`{}? y = yes, any other key = no",
+                if *fresh { " with a fresh session" } else { "" }
+            ),
+            Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+        )),
+        Mode::Confirm(_) => Line::from(" y = yes, any other key = no"),
+        Mode::Input { agent, text } => {
+            let prompt = format!(" inject into `{agent}` (Enter sends, empty = latest handoff): ");
+            // The end of a long text stays in view, where the typing happens.
+            let room = width.saturating_sub(prompt.chars().count() + 2).max(10);
+            let skip = text.chars().count().saturating_sub(room);
+            Line::from(vec![
+                Span::styled(prompt, Style::new().fg(Color::Yellow)),
+                Span::raw(text.chars().skip(skip).collect::<String>()),
+                Span::styled("▏", Style::new().add_modifier(Modifier::SLOW_BLINK)),
+            ])
+        }
+        Mode::Browse => match &app.message {
+            Some(m) => Line::from(format!(" {m}")),
+            None => Line::from(Span::styled(
+                " ↑↓ select · r restart · R fresh · i inject · a open pane · q quit",
+                Style::new().fg(Color::DarkGray),
+            )),
+        },
+    }
+}
+
+fn short_secs(secs: i64) -> String {
+    let secs = secs.max(0);
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m", secs / 60),
+        3600..86_400 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86_400),
+    }
+}

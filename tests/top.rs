@@ -1,0 +1,167 @@
+//! `phoenix top` in a real 80×24 terminal: a second private tmux server runs it, the test
+//! presses keys with send-keys and reads the screen with capture-pane, against a real fleet.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use support::{Fleet, wait_until};
+
+/// The terminal `top` runs in: its own tmux server, killed on drop.
+struct Screen {
+    socket: String,
+}
+
+impl Screen {
+    fn start(fleet: &Fleet) -> Screen {
+        let screen = Screen {
+            socket: format!("{}-ui", fleet.socket),
+        };
+        let command = format!(
+            "'{}' --config '{}' top --interval 500ms; echo top-exited-$?; sleep 60",
+            support::PHOENIX,
+            fleet.config().display()
+        );
+        let ok = Command::new("tmux")
+            .args(["-L", &screen.socket, "-f", "/dev/null", "new-session", "-d"])
+            .args(["-x", "80", "-y", "24", "-e", "TERM=xterm-256color"])
+            .arg(command)
+            .env_remove("TMUX")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "cannot start the terminal for top");
+        screen
+    }
+
+    fn text(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket, "capture-pane", "-p", "-t", "0"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            Command::new("tmux")
+                .args(["-L", &self.socket, "send-keys", "-t", "0", k])
+                .status()
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    }
+
+    fn type_text(&self, text: &str) {
+        Command::new("tmux")
+            .args(["-L", &self.socket, "send-keys", "-t", "0", "-l", text])
+            .status()
+            .unwrap();
+    }
+
+    fn wait_for(&self, what: &str) -> String {
+        wait_until(Duration::from_secs(15), what, || self.text().contains(what));
+        self.text()
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+#[test]
+fn top_shows_the_fleet_and_restarts_injects_and_opens_panes_by_key() {
+    let fleet = Fleet::new();
+    // Agents that print rarely: an injection waits for a quiet pane.
+    fleet.toml(&format!(
+        "[defaults.restart]\ncooldown = \"0s\"\n\n{}{}",
+        "[[agent]]\nname = \"alpha\"\ncommand = \"phoenix demo-agent --interval 5s\"\n",
+        "[[agent]]\nname = \"bravo\"\ncommand = \"phoenix demo-agent --interval 5s\"\n"
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pids = fleet.wait_running(&["alpha", "bravo"]);
+    std::fs::write(
+        fleet.state_dir().join("critical_events.jsonl"),
+        format!(
+            "{}\n",
+            serde_json::json!({"ts": jiff::Timestamp::now().to_string(), "event": "session_unhealthy",
+                               "agent": "bravo", "reason": "silent_for_12_minutes", "action_taken": "notified"})
+        ),
+    )
+    .unwrap();
+
+    let screen = Screen::start(&fleet);
+    let text = screen.wait_for("2 agents: 2 healthy");
+    for needle in [
+        "AGENT",
+        "CONTEXT",
+        "alpha",
+        "bravo",
+        &pids[0].to_string(),
+        "silent_for_12_minutes",
+        "r restart",
+    ] {
+        assert!(text.contains(needle), "{needle} in\n{text}");
+    }
+    // Everything fits 80 columns: no line of the table is cut.
+    assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+
+    // Restart bravo: asked first, then done, and the new pid shows.
+    screen.keys(&["j", "r"]);
+    screen.wait_for("Restart `bravo`? y = yes");
+    screen.keys(&["y"]);
+    screen.wait_for("restarted `bravo` (via wrapper");
+    wait_until(Duration::from_secs(15), "a new bravo", || {
+        fleet.agent_status("bravo")["pid"].as_u64() != Some(u64::from(pids[1]))
+    });
+    let new_pid = fleet.agent_status("bravo")["pid"].as_u64().unwrap();
+    screen.wait_for(&new_pid.to_string());
+    assert_eq!(
+        fleet.agent_status("alpha")["pid"].as_u64(),
+        Some(u64::from(pids[0]))
+    );
+
+    // Inject a line into bravo: the demo agent prints what `say` tells it.
+    screen.keys(&["i"]);
+    screen.type_text("say hello-from-top");
+    screen.wait_for("inject into `bravo`");
+    screen.keys(&["Enter"]);
+    screen.wait_for("injected into `bravo`");
+    let pane = fleet.agent_status("bravo")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_until(Duration::from_secs(10), "the injected line", || {
+        fleet
+            .tmux(&["capture-pane", "-p", "-t", &pane])
+            .is_some_and(|s| s.lines().any(|l| l.trim() == "hello-from-top"))
+    });
+
+    // Open bravo's pane (attach to the fleet's server), detach, and be back in top.
+    screen.keys(&["a"]);
+    wait_until(Duration::from_secs(10), "bravo's pane", || {
+        let t = screen.text();
+        !t.contains("phoenix top") && t.contains("hello-from-top")
+    });
+    screen.keys(&["C-b", "d"]);
+    screen.wait_for("back from `bravo`");
+
+    screen.keys(&["q"]);
+    screen.wait_for("top-exited-0");
+}
+
+#[test]
+fn top_without_a_terminal_says_what_to_use_instead() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("alpha", ""));
+    fleet
+        .run(&["top"])
+        .status(1)
+        .stderr_has("needs a terminal")
+        .stderr_has("phoenix status --json");
+}
