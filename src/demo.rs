@@ -82,14 +82,37 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         println!("[context injected by phoenix]\n{text}\n[end of context]");
     }
     println!("type: crash | exit | silent | work | fail | ok");
-    print!("> ");
+    // Bracketed paste on, as real agent CLIs have it: a pasted block (phoenix's injections)
+    // arrives between ESC[200~ and ESC[201~ and is one prompt, not one per line.
+    print!("\x1b[?2004h> ");
     let _ = std::io::stdout().flush();
 
     let (tx, rx) = mpsc::channel::<String>();
     std::thread::spawn(move || {
+        let mut pasted: Option<String> = None;
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { break };
-            if tx.send(line.trim().to_string()).is_err() {
+            let (start, end) = (line.contains("\x1b[200~"), line.contains("\x1b[201~"));
+            let text = line.replace("\x1b[200~", "").replace("\x1b[201~", "");
+            let whole = match (pasted.take(), start, end) {
+                (None, true, false) => {
+                    pasted = Some(text);
+                    continue;
+                }
+                (Some(mut block), _, false) => {
+                    block.push('\n');
+                    block.push_str(&text);
+                    pasted = Some(block);
+                    continue;
+                }
+                (Some(mut block), _, true) => {
+                    block.push('\n');
+                    block.push_str(&text);
+                    block
+                }
+                (None, _, _) => text,
+            };
+            if tx.send(whole.trim().to_string()).is_err() {
                 break;
             }
         }

@@ -122,6 +122,22 @@ fn a_handoff_comes_back_through_the_session_start_hook() {
     ]);
     assert_eq!(report.status(0).json()["confirmed_by"], "prompt hook");
     assert!(screen(&fleet, "hooked").contains("prompt received: [phoenix] handoff"));
+    // The pasted handoff is one prompt (bracketed paste), and phoenix's own text is no task.
+    let prompts = fleet
+        .ops("hooked")
+        .into_iter()
+        .filter(|o| o["event"] == "prompt")
+        .count();
+    assert_eq!(prompts, 1, "the whole handoff, once");
+    let state: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(fleet.agent_dir("hooked").join("state.json")).unwrap(),
+    )
+    .unwrap();
+    let task = state["current_task"].as_str().unwrap_or("");
+    assert!(
+        !task.starts_with("[phoenix]") && !task.contains("Handoff"),
+        "{task}"
+    );
     // The restart itself saved one more, linked to the manual one.
     let list = fleet.run(&["handoff", "list", "hooked", "--json"]).json();
     let list = list.as_array().unwrap();

@@ -115,6 +115,9 @@ fn prompt_hook_since(dir: &AgentDir, offset: u64) -> bool {
     state::read_since(&dir.file(state::OPS_LOG), offset).contains("\"event\":\"prompt\"")
 }
 
+/// How long a cleared input line waits for the prompt hook before it counts as the proof.
+const HOOK_GRACE: Duration = Duration::from_millis(500);
+
 /// Wait until ready, paste, press Enter, confirm; retry Enter if it was swallowed.
 pub fn deliver(
     runtime: &Tmux,
@@ -162,6 +165,7 @@ pub fn deliver(
             .run(["send-keys", "-t", pane, "Enter"])
             .map_err(|e| format!("cannot press Enter in pane {pane}: {e}"))?;
         let deadline = Instant::now() + opts.confirm_timeout;
+        let mut cleared_at: Option<Instant> = None;
         while Instant::now() < deadline {
             if prompt_hook_since(dir, ops_offset) {
                 return Ok(Report {
@@ -174,7 +178,11 @@ pub fn deliver(
             // Submitted text leaves the input line: the line the cursor was on changes. A
             // swallowed Enter changes nothing, and is pressed again.
             let now = screen(runtime, pane)?;
-            if now != before && last_line(&now) != last_line(&before) {
+            if cleared_at.is_none() && now != before && last_line(&now) != last_line(&before) {
+                cleared_at = Some(Instant::now());
+            }
+            // The prompt hook is the stronger proof: give it a moment to come first.
+            if cleared_at.is_some_and(|t| t.elapsed() >= HOOK_GRACE) {
                 return Ok(Report {
                     pane: pane.to_string(),
                     attempts: attempt,
