@@ -37,9 +37,10 @@ return {
     cause = "context_length_exceeded",
     statuses = { 413 },
     phrases = {
-      "prompt is too long", "context_length_exceeded", "context length", "context window",
-      "maximum context", "too many tokens", "input is too long", "request_too_large",
-      "token limit",
+      "prompt is too long", "context_length_exceeded", "context_window_exceeded",
+      "context length", "context window", "maximum context", "too many tokens",
+      "input is too long", "request_too_large", "token limit",
+      "exceeds the maximum number of tokens",
     },
   },
   {

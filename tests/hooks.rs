@@ -830,6 +830,58 @@ fn gemini_pre_compress_counts_only_when_gemini_will_compress() {
     );
 }
 
+/// Gemini CLI 0.61 ends a turn that failed on an API error with AfterAgent like any other; its
+/// chat file ends with the `error` message. phoenix's stop hook reads it: status `failed` with
+/// the error, for the watchdog to treat. A turn that ended well stays a finished turn.
+#[test]
+fn gemini_turn_that_ended_in_an_api_error_is_a_failed_turn() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let chat = fleet.path().join("chat.jsonl");
+    let user = r#"{"id":"u1","timestamp":"2026-11-23T19:04:54.833Z","type":"user","content":[{"text":"migrate the billing tables"}]}"#;
+    let error = r#"{"id":"e1","timestamp":"2026-11-23T19:04:54.933Z","type":"error","content":"[API Error: {\"error\":{\"code\":400,\"status\":\"INVALID_ARGUMENT\",\"message\":\"The input token count (1300000) exceeds the maximum number of tokens allowed (1048576).\"}}]"}"#;
+    let info = r#"{"id":"i1","timestamp":"2026-11-23T19:04:54.934Z","type":"info","content":"This request failed."}"#;
+    let stop = json!({"hook_event_name": "AfterAgent", "session_id": "g-1",
+        "transcript_path": chat, "prompt": "migrate the billing tables",
+        "prompt_response": "[no response text]", "stop_hook_active": false})
+    .to_string();
+    hook(
+        &fleet,
+        "prompt",
+        "g",
+        Some("gemini"),
+        r#"{"hook_event_name":"BeforeAgent","session_id":"g-1","prompt":"migrate the billing tables"}"#,
+    );
+    std::fs::write(
+        &chat,
+        format!("{user}\n{error}\n{{\"$set\":{{}}}}\n{info}\n"),
+    )
+    .unwrap();
+    hook(&fleet, "stop", "g", Some("gemini"), &stop).valid_for("gemini");
+    let s = state(&fleet, "g");
+    assert_eq!(s["status"], "failed");
+    assert!(
+        s["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds the maximum number of tokens"),
+        "{s}"
+    );
+    let op = fleet
+        .ops("g")
+        .into_iter()
+        .rfind(|o| o["event"] == "turn_failed")
+        .expect("turn_failed op");
+    assert_eq!(op["hook"], "AfterAgent");
+
+    // The next turn ends with an answer: an ordinary finished turn.
+    let answered = r#"{"id":"g1","type":"gemini","content":"done","tokens":{"input":10}}"#;
+    std::fs::write(&chat, format!("{user}\n{error}\n{user}\n{answered}\n")).unwrap();
+    hook(&fleet, "stop", "g", Some("gemini"), &stop).valid_for("gemini");
+    assert_eq!(state(&fleet, "g")["status"], "idle");
+    assert!(!fleet.agent_dir("g").join("hook_errors.jsonl").exists());
+}
+
 /// Codex 0.169's PostToolUse payload for a shell call is the command's output alone; the exit
 /// code is in the rollout Codex wrote before running the hook.
 #[test]

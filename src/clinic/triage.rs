@@ -329,6 +329,14 @@ pub fn transcript_facts(records: &[Value]) -> TranscriptFacts {
                         "api_error".into(),
                         str_of(p, "message").unwrap_or("").to_string(),
                     )),
+                    // Codex 0.169 ends a failed turn with the error, e.g. a full context.
+                    "task_complete" | "turn_complete" => {
+                        if let Some((kind, message)) = crate::hooks::failed_turn::codex_error(p) {
+                            facts
+                                .errors
+                                .push(("api_error".into(), format!("{kind}: {message}")));
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -540,6 +548,20 @@ mod tests {
         let facts = transcript_facts(&codex);
         assert_eq!(facts.last_prompt.as_deref(), Some("fix it"));
         assert_eq!(facts.errors[0].1, "stream disconnected: 503");
+        let full = vec![
+            json!({"type": "event_msg", "payload": {"type": "task_complete", "error": {
+                "message": "Codex ran out of room in the model's context window.",
+                "codex_error_info": "context_window_exceeded"}}}),
+            json!({"type": "event_msg", "payload": {"type": "task_complete", "error": null}}),
+        ];
+        assert_eq!(
+            transcript_facts(&full).errors,
+            [(
+                "api_error".to_string(),
+                "context_window_exceeded: Codex ran out of room in the model's context window."
+                    .to_string()
+            )]
+        );
         let gemini = vec![json!({"type": "error", "content": "[API Error: 429 quota]"})];
         assert_eq!(transcript_facts(&gemini).errors.len(), 1);
     }

@@ -8,6 +8,7 @@
 
 pub mod codex;
 pub mod config;
+pub mod failed_turn;
 pub mod gemini;
 pub mod guard;
 pub mod output;
@@ -700,6 +701,15 @@ impl Hook<'_> {
 
     fn stop(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
         let hook = self.payload.event_name().or(self.payload.str("type"));
+        // Gemini CLI ends a turn that failed on an API error like any other (AfterAgent); only
+        // its chat file says it failed. Codex fires no Stop for one, but the same check costs
+        // nothing should a build do.
+        if matches!(self.cli, Some(Cli::Gemini | Cli::Codex))
+            && let Some(path) = self.payload.transcript_path()
+            && let Some(error) = failed_turn::last_turn_error(Path::new(path))
+        {
+            return self.record_failed_turn(ctx, &error.kind, &error.message, hook);
+        }
         self.end_turn(
             ctx,
             Status::Idle,
@@ -740,20 +750,31 @@ impl Hook<'_> {
     /// next one. Recorded as status `failed` with the error, which the watchdog heals (the
     /// Clinic decides how: a full context starts fresh with a handoff, an overload resumes).
     fn turn_failed(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
-        let kind = self.payload.str("error").unwrap_or("unknown").to_string();
+        let kind = self.payload.str("error").unwrap_or("unknown");
         let details = self
             .payload
             .str("error_details")
             .or(self.payload.str("last_assistant_message"))
-            .unwrap_or("")
-            .to_string();
+            .unwrap_or("");
+        let hook = self.payload.event_name();
+        self.record_failed_turn(ctx, kind, details, hook)
+    }
+
+    /// Status `failed` with the error (bounded), and one `turn_failed` op.
+    fn record_failed_turn(
+        &self,
+        ctx: &Ctx<'_>,
+        kind: &str,
+        details: &str,
+        hook: Option<&str>,
+    ) -> Result<Reply, StateError> {
         let error: String = format!("{kind}: {details}").chars().take(500).collect();
         self.end_turn(
             ctx,
             Status::Other("failed".into()),
             Some(error.clone()),
             "turn_failed",
-            json!({"error": kind, "details": error}),
+            json!({"error": kind, "details": error, "hook": hook}),
         )
     }
 

@@ -153,6 +153,7 @@ pub const PATTERNS: &[Pattern] = &[
         phrases: &[
             "prompt is too long",
             "context_length_exceeded",
+            "context_window_exceeded",
             "context length",
             "context window",
             "maximum context",
@@ -160,6 +161,7 @@ pub const PATTERNS: &[Pattern] = &[
             "input is too long",
             "request_too_large",
             "token limit",
+            "exceeds the maximum number of tokens",
         ],
     },
     Pattern {
@@ -415,6 +417,14 @@ mod tests {
         let cases = [
             (
                 r#"400 {"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 215439 tokens > 200000 maximum"}}"#,
+                RootCause::ContextLengthExceeded,
+            ),
+            (
+                "context_window_exceeded: Codex ran out of room in the model's context window. Start a new thread or clear earlier history before retrying.",
+                RootCause::ContextLengthExceeded,
+            ),
+            (
+                r#"[API Error: {"error":{"code":400,"status":"INVALID_ARGUMENT","message":"The input token count (1300000) exceeds the maximum number of tokens allowed (1048576)."}}]"#,
                 RootCause::ContextLengthExceeded,
             ),
             (

@@ -414,6 +414,8 @@ fn the_lua_default_agrees_with_the_builtin() {
     }
     let errors = [
         "prompt is too long: 215439 tokens > 200000 maximum",
+        "context_window_exceeded: Codex ran out of room in the model's context window.",
+        "The input token count (1300000) exceeds the maximum number of tokens allowed (1048576).",
         "API Error: 401 invalid x-api-key",
         "Error: 403 Forbidden request",
         "You exceeded your current quota",

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::health::{Call, Inputs, Process};
 use crate::clinic::triage::tail_jsonl;
-use crate::spec::AgentSpec;
+use crate::hooks::failed_turn;
+use crate::spec::{AgentSpec, Cli};
 use crate::state::{self, AgentDir};
 use crate::world::World;
 
@@ -163,6 +164,31 @@ pub fn observe(
     }
 
     let ops = tail_jsonl(&dir.file(state::OPS_LOG));
+    // Codex CLI ends a turn that failed on an API error without any hook: its rollout says
+    // so, and the CLI waits at its prompt (Gemini's AfterAgent hook records it; read here too
+    // should that hook have missed it). Only an error of the current run counts: a Codex
+    // started afresh runs its SessionStart hook, and records its new rollout, only with its
+    // first prompt.
+    if matches!(agent.cli, Cli::Codex | Cli::Gemini)
+        && matches!(inputs.status.as_deref(), Some("working" | "idle"))
+        && let Some(path) = field("transcript_path")
+        && let Some(error) = failed_turn::last_turn_error(Path::new(&path))
+    {
+        let started = ops
+            .iter()
+            .rev()
+            .find(|o| o["event"] == "agent_start")
+            .and_then(|o| o["ts"].as_str())
+            .and_then(seconds);
+        let when = error.ts.as_deref().and_then(seconds);
+        if started.is_none_or(|s| when.is_some_and(|w| w >= s)) {
+            inputs.status = Some("failed".into());
+            inputs.turn_error = Some(error.to_string());
+            inputs
+                .notes
+                .push("the session file says the last turn ended in an API error".into());
+        }
+    }
     inputs.working_since = ops
         .iter()
         .rev()
