@@ -88,6 +88,15 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
+/// The agent's state.json, or Null while it is not there yet (Codex runs its SessionStart
+/// hook only with the first prompt).
+fn state_of(dir: &Path) -> Value {
+    std::fs::read(dir.join("state.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null)
+}
+
 /// The rollout file Codex wrote for session `id`.
 fn rollout(codex_home: &Path, id: &str) -> Option<PathBuf> {
     let mut dirs = vec![codex_home.join("sessions")];
@@ -423,4 +432,321 @@ fn real_codex_killed_mid_turn_is_resumed_with_the_recovery_block() {
         .collect();
     assert_eq!(triggers, ["crash"]);
     assert!(!dir.join("hook_errors.jsonl").exists());
+}
+
+/// A real Codex agent started by `phoenix apply` (with `extra` phoenix.toml text before its
+/// declaration and fast restarts), `prompt` typed into it once it waits for input.
+struct Started {
+    dir: PathBuf,
+    pane: String,
+    home: PathBuf,
+    _leftovers: CodexLeftovers,
+}
+
+fn start_codex(fleet: &Fleet, server: &OpenAiServer, extra: &str, prompt: &str) -> Started {
+    let bin = codex_bin();
+    workdir(fleet);
+    let home = codex_home(fleet.path(), server);
+    let leftovers = CodexLeftovers(home.clone());
+    fleet.toml(&format!(
+        "{extra}\n[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"30s\"\n\n{}",
+        codex_agent(fleet, &bin, &home)
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["cx"]);
+    let pane = fleet.agent_status("cx")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    support::wait_for_screen(fleet, &pane, "for shortcuts", WAIT);
+    support::submit(fleet, &pane, prompt, WAIT);
+    Started {
+        dir: fleet.agent_dir("cx"),
+        pane,
+        home,
+        _leftovers: leftovers,
+    }
+}
+
+/// The request phoenix's continuation prompt made (it says the session was restarted), once it
+/// came: what a restarted session sent to the model without anybody typing.
+fn sent_with_the_continue_prompt(fleet: &Fleet, server: &OpenAiServer, pane: &str) -> String {
+    let find = || {
+        server
+            .turn_requests()
+            .into_iter()
+            .rfind(|r| r.text().contains("This session was restarted"))
+            .map(|r| r.text())
+    };
+    support::wait_until_explained(
+        WAIT,
+        "the request of phoenix's continuation prompt",
+        || find().is_some(),
+        || fleet.explain("cx", pane),
+    );
+    find().unwrap()
+}
+
+/// Two watchdog passes a moment apart (a finding that is not unambiguous needs both); the
+/// second pass's report of the agent.
+fn two_watchdog_passes(fleet: &Fleet) -> Value {
+    fleet.run(&["watchdog", "--once", "--json"]);
+    std::thread::sleep(Duration::from_millis(1200));
+    let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+    report["agents"][0].clone()
+}
+
+/// The `session_unhealthy` critical events of agent `cx`, as `phoenix events --json` prints them.
+fn unhealthy_events(fleet: &Fleet) -> String {
+    fleet
+        .run(&[
+            "events",
+            "--agent",
+            "cx",
+            "--event",
+            "session_unhealthy",
+            "--json",
+        ])
+        .status(0)
+        .stdout()
+}
+
+/// Scenario 3: the Responses API answers `context_length_exceeded`. Codex shows "ran out of room
+/// in the model's context window" and waits at its prompt without running any hook (no Stop);
+/// its rollout ends the turn with the error → the watchdog reads it there, the Clinic diagnoses
+/// a full context → the wrapper saves a context-limit handoff and starts a fresh session → the
+/// Clinic's context, the handoff and the continuation prompt reach the model, nobody typing.
+#[test]
+fn real_codex_out_of_context_starts_fresh_with_the_handoff() {
+    let fleet = Fleet::new();
+    let server = openai_server::start(vec![
+        openai_server::context_length_exceeded(),
+        Turn::text("Continuing the migration from the handoff."),
+    ]);
+    let run = start_codex(&fleet, &server, "", "migrate the billing tables");
+    support::wait_for_screen(&fleet, &run.pane, "ran out of room", WAIT);
+    let state = || state_of(&run.dir);
+    // No hook said the turn ended: only the rollout knows.
+    assert_eq!(state()["status"], "working");
+    let old_session = state()["session_id"].as_str().unwrap().to_string();
+    let rollout_text = std::fs::read_to_string(rollout(&run.home, &old_session).unwrap()).unwrap();
+    assert!(
+        rollout_text.contains("\"codex_error_info\":\"context_window_exceeded\""),
+        "{rollout_text}"
+    );
+
+    let report = fleet
+        .run(&["watchdog", "--once", "--json"])
+        .status(1)
+        .json();
+    let cx = &report["agents"][0];
+    assert_eq!(cx["findings"][0]["check"], "turn_failed", "{report}");
+    assert!(
+        cx["findings"][0]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("context_window_exceeded"),
+        "{report}"
+    );
+    assert!(
+        cx["action_taken"]
+            .as_str()
+            .unwrap_or("")
+            .contains("started fresh"),
+        "{report}"
+    );
+    let events = fleet
+        .run(&["events", "--agent", "cx", "--json"])
+        .status(0)
+        .stdout();
+    assert!(events.contains("context_length_exceeded"), "{events}");
+
+    let sent = sent_with_the_continue_prompt(&fleet, &server, &run.pane);
+    let ops = fleet.ops("cx");
+    let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
+    assert_eq!(start["mode"], "fresh", "{start}");
+    let handoffs = fleet.run(&["handoff", "list", "cx", "--json"]).json();
+    assert_eq!(handoffs[0]["trigger_reason"], "context_limit", "{handoffs}");
+    assert!(
+        sent.contains("FRESH SESSION, CONTEXT CARRIED OVER"),
+        "{sent}"
+    );
+    assert!(sent.contains("migrate the billing tables"), "{sent}");
+    assert!(sent.contains("latest handoff"), "{sent}");
+    support::wait_for_screen(
+        &fleet,
+        &run.pane,
+        "Continuing the migration from the handoff.",
+        WAIT,
+    );
+    support::wait_until(WAIT, "the new session's turn finished", || {
+        state()["status"] == "idle"
+    });
+    assert_ne!(state()["session_id"].as_str().unwrap(), old_session);
+    // The prompt phoenix typed did not replace the task.
+    assert_eq!(state()["current_task"], "migrate the billing tables");
+    assert!(!run.dir.join("hook_errors.jsonl").exists());
+}
+
+/// Scenario 4, first half: the model hangs mid-turn. Codex waits on the stream, no tool call
+/// comes → the watchdog reports silence, records it, and revives the session (`codex resume`),
+/// which is told why and sent on its way.
+#[test]
+fn real_codex_hanging_on_the_model_is_found_silent_and_revived() {
+    let fleet = Fleet::new();
+    let server = openai_server::start(vec![Turn::Hang, Turn::text("Back after the hang.")]);
+    let run = start_codex(
+        &fleet,
+        &server,
+        "[thresholds]\nsilence = \"2s\"\n",
+        "index the archive",
+    );
+    support::wait_until(WAIT, "the request that hangs", || {
+        !server.turn_requests().is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let cx = two_watchdog_passes(&fleet);
+    assert_eq!(cx["verdict"], "unhealthy", "{cx}");
+    assert_eq!(cx["findings"][0]["check"], "silence", "{cx}");
+    assert_eq!(cx["action"], "revive", "{cx}");
+    let events = unhealthy_events(&fleet);
+    assert!(events.contains("silent_for_"), "{events}");
+    let sent = sent_with_the_continue_prompt(&fleet, &server, &run.pane);
+    assert!(sent.contains("YOU WERE REVIVED"), "{sent}");
+    assert!(sent.contains("index the archive"), "{sent}");
+    let ops = fleet.ops("cx");
+    let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
+    assert_eq!(start["mode"], "resume", "{start}");
+    support::wait_for_screen(&fleet, &run.pane, "Back after the hang.", WAIT);
+    assert_eq!(state_of(&run.dir)["current_task"], "index the archive");
+}
+
+/// Scenario 4, second half: six shell calls fail in a row (Codex's PostToolUse says nothing of
+/// it; phoenix reads each exit code from the rollout) → the watchdog finds an error cascade and
+/// records it as a critical event.
+#[test]
+fn real_codex_six_failing_shell_calls_are_an_error_cascade() {
+    let fleet = Fleet::new();
+    let mut script: Vec<Turn> = (0..6)
+        .map(|i| exec(&format!("ls /nonexistent-phoenix-{i}")))
+        .collect();
+    script.push(Turn::text("Giving up on the listing."));
+    let server = openai_server::start(script);
+    let run = start_codex(
+        &fleet,
+        &server,
+        "[thresholds]\nerror_cascade = 5\n",
+        "list the missing dirs",
+    );
+    support::wait_until_explained(
+        WAIT,
+        "six failed tool calls",
+        || {
+            support::read_jsonl(&run.dir.join("tool_use.jsonl"))
+                .iter()
+                .filter(|t| t["ok"] == false)
+                .count()
+                == 6
+        },
+        || fleet.explain("cx", &run.pane),
+    );
+    let cx = two_watchdog_passes(&fleet);
+    assert_eq!(cx["verdict"], "unhealthy", "{cx}");
+    let checks: Vec<&str> = cx["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["check"].as_str())
+        .collect();
+    assert!(checks.contains(&"error_cascade"), "{cx}");
+    let events = unhealthy_events(&fleet);
+    assert!(events.contains("6_consecutive_tool_errors"), "{events}");
+    let failed = support::read_jsonl(&run.dir.join("tool_use.jsonl"));
+    assert!(
+        failed.iter().all(|t| t["tool"] == "Bash"
+            && t["error"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("exit code 2"))),
+        "{failed:?}"
+    );
+}
+
+/// Scenario 5: `/compact` typed into the real Codex → its PreCompact hook has phoenix save a
+/// handoff; with the next prompt Codex runs SessionStart `compact`, and that request carries
+/// Codex's own summary and phoenix's compaction block with the handoff.
+#[test]
+fn real_codex_compaction_saves_a_handoff_that_comes_back() {
+    let fleet = Fleet::new();
+    let server = openai_server::start(vec![
+        exec("echo 'release notes drafted' > notes.txt"),
+        Turn::text("Drafted the notes."),
+        Turn::text("Carrying on after the compaction."),
+    ]);
+    let run = start_codex(&fleet, &server, "", "tidy the changelog");
+    let state = || state_of(&run.dir);
+    support::wait_until(WAIT, "the first turn finished", || {
+        state()["status"] == "idle" && run.dir.join("tool_use.jsonl").exists()
+    });
+    support::submit(&fleet, &run.pane, "/compact", WAIT);
+    support::wait_until_explained(
+        WAIT,
+        "the pre-compact handoff",
+        || {
+            fleet
+                .run(&["handoff", "list", "cx", "--json"])
+                .json()
+                .as_array()
+                .is_some_and(|h| h.iter().any(|h| h["trigger_reason"] == "pre_compact"))
+        },
+        || fleet.explain("cx", &run.pane),
+    );
+    support::wait_for_screen(&fleet, &run.pane, "Context compacted", WAIT);
+    let handoffs = fleet.run(&["handoff", "list", "cx", "--json"]).json();
+    let saved = handoffs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["trigger_reason"] == "pre_compact")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let shown = fleet
+        .run(&["handoff", "show", &saved, "--agent", "cx"])
+        .status(0)
+        .stdout();
+    assert!(shown.contains("tidy the changelog"), "{shown}");
+
+    let before = server.turn_requests().len();
+    support::submit(&fleet, &run.pane, "go on with the changelog", WAIT);
+    let turn_request = || {
+        server.turn_requests()[before..]
+            .iter()
+            .find(|r| r.text().contains("go on with the changelog"))
+            .map(|r| r.text())
+    };
+    support::wait_until_explained(
+        WAIT,
+        "the request after the compaction",
+        || turn_request().is_some(),
+        || fleet.explain("cx", &run.pane),
+    );
+    // SessionStart `compact` runs lazily, with the first prompt after the compaction.
+    assert!(
+        fleet
+            .ops("cx")
+            .iter()
+            .any(|o| o["event"] == "session_start" && o["source"] == "compact"),
+        "{:?}",
+        fleet.ops("cx")
+    );
+    let sent = turn_request().unwrap();
+    assert!(
+        sent.contains("Another language model started to solve this problem"),
+        "Codex's compacted history: {sent}"
+    );
+    assert!(sent.contains("CONTEXT COMPACTED"), "{sent}");
+    assert!(sent.contains(&saved), "the handoff id in {sent}");
+    support::wait_for_screen(&fleet, &run.pane, "Carrying on after the compaction.", WAIT);
+    assert!(!run.dir.join("hook_errors.jsonl").exists());
 }

@@ -25,6 +25,16 @@ pub fn exec(cmd: &str) -> Turn {
     }
 }
 
+/// The Responses API's answer to an input larger than the model's context window: HTTP 400,
+/// `code: context_length_exceeded`.
+pub fn context_length_exceeded() -> Turn {
+    Turn::Error {
+        status: 400,
+        kind: "context_length_exceeded".into(),
+        message: "Your input exceeds the context window of this model. Please adjust your input and try again.".into(),
+    }
+}
+
 impl OpenAiServer {
     /// The requests that played (or would have played) a scripted turn: model calls that
     /// offer tools. Side requests (the TUI's task title) are left out.
