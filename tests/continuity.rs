@@ -474,3 +474,43 @@ fn a_brief_command_is_trusted_only_with_a_well_formed_answer() {
         3
     );
 }
+
+/// A custom CLI that calls the session-start hook gets its context from the hook, never pasted
+/// into its pane as well. The hook fires before the run shows life; the wrapper used to look
+/// for it only in what came after, found nothing, and pasted the context 3 s later.
+#[test]
+fn a_hooked_custom_cli_whose_session_start_comes_first_gets_nothing_pasted() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{FAST}{}",
+        agent("hooked", "--silent-after 500ms")
+    ));
+    fleet
+        .run(&["loop", "add", "hooked", "ship-parser", "ship the parser"])
+        .status(0);
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_until(
+        Duration::from_secs(10),
+        "alive after its session start",
+        || {
+            let ops = fleet.ops("hooked");
+            let at = |e: &str| ops.iter().position(|o| o["event"] == e);
+            matches!((at("session_start"), at("agent_alive")), (Some(s), Some(a)) if s < a)
+        },
+    );
+    let start = fleet
+        .ops("hooked")
+        .into_iter()
+        .find(|o| o["event"] == "session_start")
+        .unwrap();
+    assert_eq!(start["injected"], true, "{start}");
+    // Past the wrapper's 3 s look for the hook, a quiet pane and a paste.
+    std::thread::sleep(Duration::from_secs(5));
+    let ops = fleet.ops("hooked");
+    assert!(
+        !ops.iter().any(|o| o["event"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("startup_context"))),
+        "{ops:?}"
+    );
+}

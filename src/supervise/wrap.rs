@@ -312,6 +312,8 @@ impl Wrapper {
             Err(e) => return self.spawn_failed(argv, mode, session_id, &e.to_string()),
         };
         term::foreground(&mut cmd, self.terminal.is_some());
+        // Where this run's ops begin: its session-start hook may well come before it shows life.
+        let ops_at_start = ops_len(&self.dir);
         let mut child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
@@ -355,8 +357,8 @@ impl Wrapper {
                     "agent_alive",
                     json!({"pid": pid, "after_ms": started.elapsed().as_millis() as u64}),
                 );
-                self.startup_context_without_hooks();
-                self.continue_after_interruption();
+                self.startup_context_without_hooks(ops_at_start);
+                self.continue_after_interruption(ops_at_start);
             }
             if !showed_life && stop_sent.is_none() && Instant::now() >= deadline {
                 say(&format!(
@@ -715,8 +717,9 @@ impl Wrapper {
     /// A CLI without a session-start hook gets its startup context (latest handoff, ledger,
     /// open loops) pasted into its pane once it is up and quiet. A custom CLI that does call
     /// the hook (its session_start op appears) is left to the hook. On a thread of its own:
-    /// the wrapper keeps supervising meanwhile.
-    fn startup_context_without_hooks(&self) {
+    /// the wrapper keeps supervising meanwhile. `since`: the length of ops.jsonl when the run
+    /// started.
+    fn startup_context_without_hooks(&self, since: u64) {
         let Some(pane) = self.pane.clone() else {
             return;
         };
@@ -724,7 +727,6 @@ impl Wrapper {
             return;
         }
         let (spec, dir) = (self.spec.clone(), self.dir.clone());
-        let since = ops_len(&dir);
         std::thread::spawn(move || {
             let hooked = || {
                 state::read_since(&dir.file(state::OPS_LOG), since)
@@ -764,8 +766,9 @@ impl Wrapper {
     /// A hooked CLI started again after an interruption has its context (from the
     /// session-start hook) but nobody to type the next prompt: phoenix types the agent's
     /// `continue_prompt` once the CLI waits for input, and confirms it was submitted. On a
-    /// thread of its own: the wrapper keeps supervising meanwhile.
-    fn continue_after_interruption(&mut self) {
+    /// thread of its own: the wrapper keeps supervising meanwhile. `since`: the length of
+    /// ops.jsonl when the run started.
+    fn continue_after_interruption(&mut self, since: u64) {
         let Some(why) = self.interrupted_by.take() else {
             return;
         };
@@ -778,7 +781,6 @@ impl Wrapper {
             return;
         };
         let (spec, dir) = (self.spec.clone(), self.dir.clone());
-        let since = ops_len(&dir);
         // Codex runs its SessionStart hook with the first prompt of a session, not at launch:
         // waiting for it would only hold the prompt that triggers it.
         let wait = match self.agent.cli {
