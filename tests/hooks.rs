@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
-use support::{Fleet, read_jsonl};
+use support::{Fleet, read_jsonl, wait_until};
 
 /// One agent per CLI (and a custom one), each in its own workdir; `extra` goes into each.
 fn three_clis(fleet: &Fleet, extra: &str) {
@@ -880,6 +880,81 @@ fn gemini_turn_that_ended_in_an_api_error_is_a_failed_turn() {
     hook(&fleet, "stop", "g", Some("gemini"), &stop).valid_for("gemini");
     assert_eq!(state(&fleet, "g")["status"], "idle");
     assert!(!fleet.agent_dir("g").join("hook_errors.jsonl").exists());
+}
+
+/// Gemini CLI has no SessionStart after it compresses its history: what phoenix gave at session
+/// start went into the summary. The compaction block and the handoff saved before it come with
+/// the next prompt of that session (BeforeAgent), once.
+#[test]
+fn gemini_compression_context_comes_back_with_the_next_prompt() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let sid = r#""session_id":"g-1""#;
+    hook(
+        &fleet,
+        "prompt",
+        "g",
+        Some("gemini"),
+        &format!(r#"{{"hook_event_name":"BeforeAgent",{sid},"prompt":"tidy the changelog"}}"#),
+    );
+    hook(
+        &fleet,
+        "pre-compact",
+        "g",
+        Some("gemini"),
+        &format!(r#"{{"hook_event_name":"PreCompress",{sid},"trigger":"manual"}}"#),
+    )
+    .valid_for("gemini");
+    let op = fleet
+        .ops("g")
+        .into_iter()
+        .rfind(|o| o["event"] == "pre_compact")
+        .unwrap();
+    assert_eq!(op["context_for_next_prompt"], true);
+    // The detached handoff of the pre-compact hook.
+    wait_until(
+        std::time::Duration::from_secs(10),
+        "the pre-compact handoff",
+        || fleet.ops("g").iter().any(|o| o["event"] == "handoff_saved"),
+    );
+    let first = hook(
+        &fleet,
+        "prompt",
+        "g",
+        Some("gemini"),
+        &format!(r#"{{"hook_event_name":"BeforeAgent",{sid},"prompt":"go on"}}"#),
+    );
+    first.valid_for("gemini");
+    let context = first.context().expect("context with the next prompt");
+    assert!(context.contains("CONTEXT COMPACTED"), "{context}");
+    assert!(context.contains("tidy the changelog"), "{context}");
+    let handoff = fleet.run(&["handoff", "list", "g", "--json"]).json()[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(context.contains(&handoff), "{context}");
+    let second = hook(
+        &fleet,
+        "prompt",
+        "g",
+        Some("gemini"),
+        &format!(r#"{{"hook_event_name":"BeforeAgent",{sid},"prompt":"more"}}"#),
+    );
+    assert_eq!(second.stdout.trim(), "{}");
+    // Claude and Codex get it with SessionStart `compact` instead: nothing is held back.
+    hook(
+        &fleet,
+        "pre-compact",
+        "x",
+        Some("codex"),
+        r#"{"hook_event_name":"PreCompact","session_id":"x-1","turn_id":"t","trigger":"manual"}"#,
+    );
+    let op = fleet
+        .ops("x")
+        .into_iter()
+        .rfind(|o| o["event"] == "pre_compact")
+        .unwrap();
+    assert_eq!(op["context_for_next_prompt"], false);
 }
 
 /// Codex 0.169's PostToolUse payload for a shell call is the command's output alone; the exit

@@ -368,26 +368,7 @@ impl Hook<'_> {
             (false, "resume") => Start::Resumed,
             (false, _) => Start::Fresh,
         };
-        let recent = if interrupted {
-            tail_jsonl(&dir.file(state::TOOL_USE), RECENT_TOOLS)
-        } else {
-            Vec::new()
-        };
-        let resolve_command = crate::continuity::resolve_command(ctx.spec, &ctx.agent.name);
-        let mut shown = state.clone();
-        shown.normalize(ctx.now, ctx.retention);
-        let fleet = crate::state::FleetDir::new(&ctx.spec.fleet.state_dir);
-        // A resumed transcript has it all already; a new context gets the latest handoff and
-        // the earlier decisions that match its task.
-        let gathered = startup::Gathered::read(&fleet, dir, shown, start);
-        let (text, template_problem) = startup::render(
-            &crate::render::Templates::for_spec(ctx.spec),
-            start,
-            &gathered.inputs(&recent, &resolve_command),
-        );
-        if let Some(problem) = template_problem {
-            self.problem(&problem);
-        }
+        let text = self.startup_context(ctx, start, &state);
         // Context the Clinic left for this session (a reminder, or what a session that ran out
         // of context knew) comes first: it says why this session exists.
         let text = match (crate::clinic::take_pending_context(dir), text) {
@@ -446,18 +427,63 @@ impl Hook<'_> {
         }
     }
 
-    /// The context a session start held back for this session's first prompt, taken once.
-    fn take_prompt_context(&self, dir: &AgentDir) -> Option<String> {
-        let path = dir.file(PROMPT_CONTEXT);
+    /// The startup context for `start`, from the agent's state, ledger, latest handoff, related
+    /// decisions and brief (`None` when there is nothing worth giving).
+    fn startup_context(
+        &self,
+        ctx: &Ctx<'_>,
+        start: crate::continuity::startup::Start,
+        state: &AgentState,
+    ) -> Option<String> {
+        use crate::continuity::startup::{self, Start};
+        let dir = ctx.dir;
+        let recent = if start == Start::Recovery {
+            tail_jsonl(&dir.file(state::TOOL_USE), RECENT_TOOLS)
+        } else {
+            Vec::new()
+        };
+        let resolve_command = crate::continuity::resolve_command(ctx.spec, &ctx.agent.name);
+        let mut shown = state.clone();
+        shown.normalize(ctx.now, ctx.retention);
+        let fleet = crate::state::FleetDir::new(&ctx.spec.fleet.state_dir);
+        // A resumed transcript has it all already; a new context gets the latest handoff and
+        // the earlier decisions that match its task.
+        let gathered = startup::Gathered::read(&fleet, dir, shown, start);
+        let (text, template_problem) = startup::render(
+            &crate::render::Templates::for_spec(ctx.spec),
+            start,
+            &gathered.inputs(&recent, &resolve_command),
+        );
+        if let Some(problem) = template_problem {
+            self.problem(&problem);
+        }
+        text
+    }
+
+    /// The context held back for this session's first prompt, taken once: text a session start
+    /// held back, or, after a Gemini compression, the compacted context rendered now (the
+    /// handoff saved before the compression is there by then).
+    fn take_prompt_context(&self, ctx: &Ctx<'_>) -> Option<String> {
+        let path = ctx.dir.file(PROMPT_CONTEXT);
         let held: Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
         let _ = std::fs::remove_file(&path);
         let same_session = match (held["session_id"].as_str(), self.payload.session_id()) {
             (Some(held), Some(now)) => held == now,
             _ => true,
         };
+        if !same_session {
+            return None;
+        }
+        if held["start"] == "compacted" {
+            let state = ctx.dir.read_state().unwrap_or_else(|e| {
+                self.problem(&e.to_string());
+                AgentState::new(&ctx.agent.name)
+            });
+            return self.startup_context(ctx, crate::continuity::startup::Start::Compacted, &state);
+        }
         held["text"]
             .as_str()
-            .filter(|t| same_session && !t.is_empty())
+            .filter(|t| !t.is_empty())
             .map(str::to_string)
     }
 
@@ -481,7 +507,7 @@ impl Hook<'_> {
             s.last_active = Some(now);
             Ok(())
         })?;
-        let held = self.take_prompt_context(ctx.dir);
+        let held = self.take_prompt_context(ctx);
         // Once per prompt: confirms that text phoenix injected was submitted.
         let _ = ctx.dir.record_op(
             "prompt",
@@ -661,9 +687,19 @@ impl Hook<'_> {
             path: path.clone(),
             source,
         })?;
+        // Gemini CLI has no SessionStart after a compression (Claude and Codex say `compact`):
+        // the context phoenix gave at session start went into the summary with the rest. It is
+        // given again with the next prompt (BeforeAgent), rendered then, with this handoff.
+        let held_for_prompt = self.cli == Some(Cli::Gemini) && {
+            let held = json!({"session_id": self.payload.session_id(), "start": "compacted"});
+            state::atomic_write(&dir.file(PROMPT_CONTEXT), held.to_string().as_bytes())
+                .map_err(|e| self.problem(&format!("cannot hold the context back: {e}")))
+                .is_ok()
+        };
         let _ = dir.record_op(
             "pre_compact",
-            json!({"trigger": trigger, "transcript_path": self.payload.transcript_path(), "snapshot": path}),
+            json!({"trigger": trigger, "transcript_path": self.payload.transcript_path(),
+                   "snapshot": path, "context_for_next_prompt": held_for_prompt}),
         );
         self.spawn_handoff(ctx);
         Ok(Reply::Nothing)
