@@ -395,3 +395,325 @@ fn real_gemini_killed_mid_turn_is_resumed_with_the_recovery_block() {
     );
     assert!(!dir.join("hook_errors.jsonl").exists());
 }
+
+/// The agent's state.json, or Null while it is not there yet.
+fn state_of(dir: &Path) -> Value {
+    std::fs::read(dir.join("state.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// A real Gemini CLI agent started by `phoenix apply` (with `extra` phoenix.toml text before its
+/// declaration and fast restarts), `prompt` typed into it once it waits for input. Returns the
+/// agent's state dir and its pane.
+fn start_gemini(
+    fleet: &Fleet,
+    server: &GeminiServer,
+    extra: &str,
+    prompt: &str,
+) -> (PathBuf, String) {
+    let bin = gemini_bin();
+    workdir(fleet);
+    let home = gemini_home(fleet);
+    fleet.toml(&format!(
+        "{extra}\n[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"30s\"\n\n{}",
+        gemini_agent(&bin, &home, server)
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["gm"]);
+    let pane = fleet.agent_status("gm")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    support::wait_for_screen(fleet, &pane, "Type your message", WAIT);
+    support::submit(fleet, &pane, prompt, WAIT);
+    (fleet.agent_dir("gm"), pane)
+}
+
+/// The request phoenix's continuation prompt made (it says the session was restarted), once it
+/// came: what a restarted session sent to the model without anybody typing.
+fn sent_with_the_continue_prompt(fleet: &Fleet, server: &GeminiServer, pane: &str) -> String {
+    let find = || {
+        server
+            .turn_requests()
+            .into_iter()
+            .rfind(|r| r.text().contains("This session was restarted"))
+            .map(|r| r.text())
+    };
+    support::wait_until_explained(
+        WAIT,
+        "the request of phoenix's continuation prompt",
+        || find().is_some(),
+        || fleet.explain("gm", pane),
+    );
+    find().unwrap()
+}
+
+/// Two watchdog passes a moment apart (a finding that is not unambiguous needs both); the
+/// second pass's report of the agent.
+fn two_watchdog_passes(fleet: &Fleet) -> Value {
+    fleet.run(&["watchdog", "--once", "--json"]);
+    std::thread::sleep(Duration::from_millis(1200));
+    let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+    report["agents"][0].clone()
+}
+
+/// The `session_unhealthy` critical events of agent `gm`, as `phoenix events --json` prints them.
+fn unhealthy_events(fleet: &Fleet) -> String {
+    fleet
+        .run(&[
+            "events",
+            "--agent",
+            "gm",
+            "--event",
+            "session_unhealthy",
+            "--json",
+        ])
+        .status(0)
+        .stdout()
+}
+
+/// Scenario 3: the Gemini API answers that the input has more tokens than the model allows.
+/// Gemini CLI shows the API error, records it in its chat file and ends the turn with AfterAgent
+/// as usual → phoenix's stop hook reads the error there (status `failed`) → the watchdog finds
+/// the failed turn, the Clinic diagnoses a full context → the wrapper saves a context-limit
+/// handoff and starts a fresh session → the Clinic's context, the handoff and the continuation
+/// prompt reach the model, nobody typing.
+#[test]
+fn real_gemini_out_of_context_starts_fresh_with_the_handoff() {
+    let fleet = Fleet::new();
+    let server = gemini_server::start(vec![
+        gemini_server::token_limit_exceeded(),
+        Turn::text("Continuing the migration from the handoff."),
+    ]);
+    let (dir, pane) = start_gemini(&fleet, &server, "", "migrate the billing tables");
+    let state = || state_of(&dir);
+    support::wait_until_explained(
+        WAIT,
+        "the failed turn recorded by the AfterAgent hook",
+        || state()["status"] == "failed",
+        || fleet.explain("gm", &pane),
+    );
+    support::wait_for_screen(&fleet, &pane, "exceeds the maximum number of tokens", WAIT);
+    let old_session = state()["session_id"].as_str().unwrap().to_string();
+    assert!(
+        state()["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds the maximum number of tokens"),
+        "{}",
+        state()
+    );
+    let failed = fleet
+        .ops("gm")
+        .into_iter()
+        .rfind(|o| o["event"] == "turn_failed")
+        .unwrap();
+    assert_eq!(failed["hook"], "AfterAgent", "{failed}");
+
+    let report = fleet
+        .run(&["watchdog", "--once", "--json"])
+        .status(1)
+        .json();
+    let gm = &report["agents"][0];
+    assert_eq!(gm["findings"][0]["check"], "turn_failed", "{report}");
+    assert!(
+        gm["action_taken"]
+            .as_str()
+            .unwrap_or("")
+            .contains("started fresh"),
+        "{report}"
+    );
+    let events = fleet
+        .run(&["events", "--agent", "gm", "--json"])
+        .status(0)
+        .stdout();
+    assert!(events.contains("context_length_exceeded"), "{events}");
+
+    let sent = sent_with_the_continue_prompt(&fleet, &server, &pane);
+    let ops = fleet.ops("gm");
+    let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
+    assert_eq!(start["mode"], "fresh", "{start}");
+    let handoffs = fleet.run(&["handoff", "list", "gm", "--json"]).json();
+    assert_eq!(handoffs[0]["trigger_reason"], "context_limit", "{handoffs}");
+    assert!(
+        sent.contains("FRESH SESSION, CONTEXT CARRIED OVER"),
+        "{sent}"
+    );
+    assert!(sent.contains("migrate the billing tables"), "{sent}");
+    assert!(sent.contains("latest handoff"), "{sent}");
+    support::wait_for_screen(
+        &fleet,
+        &pane,
+        "Continuing the migration from the handoff.",
+        WAIT,
+    );
+    support::wait_until(WAIT, "the new session's turn finished", || {
+        state()["status"] == "idle"
+    });
+    assert_ne!(state()["session_id"].as_str().unwrap(), old_session);
+    // The prompt phoenix typed did not replace the task.
+    assert_eq!(state()["current_task"], "migrate the billing tables");
+    assert!(!dir.join("hook_errors.jsonl").exists());
+}
+
+/// Scenario 4, first half: the model hangs mid-turn. Gemini CLI waits on the stream, no tool
+/// call comes → the watchdog reports silence, records it, and revives the session (`--resume`),
+/// which is told why (with the first prompt) and sent on its way.
+#[test]
+fn real_gemini_hanging_on_the_model_is_found_silent_and_revived() {
+    let fleet = Fleet::new();
+    let server = gemini_server::start(vec![Turn::Hang, Turn::text("Back after the hang.")]);
+    let (dir, pane) = start_gemini(
+        &fleet,
+        &server,
+        "[thresholds]\nsilence = \"2s\"\n",
+        "index the archive",
+    );
+    support::wait_until(WAIT, "the request that hangs", || {
+        !server.turn_requests().is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let gm = two_watchdog_passes(&fleet);
+    assert_eq!(gm["verdict"], "unhealthy", "{gm}");
+    assert_eq!(gm["findings"][0]["check"], "silence", "{gm}");
+    assert_eq!(gm["action"], "revive", "{gm}");
+    let events = unhealthy_events(&fleet);
+    assert!(events.contains("silent_for_"), "{events}");
+    let sent = sent_with_the_continue_prompt(&fleet, &server, &pane);
+    assert!(sent.contains("YOU WERE REVIVED"), "{sent}");
+    assert!(sent.contains("index the archive"), "{sent}");
+    let ops = fleet.ops("gm");
+    let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
+    assert_eq!(start["mode"], "resume", "{start}");
+    support::wait_for_screen(&fleet, &pane, "Back after the hang.", WAIT);
+    assert_eq!(state_of(&dir)["current_task"], "index the archive");
+}
+
+/// Scenario 4, second half: six shell calls fail in a row (Gemini's AfterTool sets no error for
+/// them; phoenix reads `Exit Code: N`) → the watchdog finds an error cascade and records it as a
+/// critical event.
+#[test]
+fn real_gemini_six_failing_shell_calls_are_an_error_cascade() {
+    let fleet = Fleet::new();
+    let mut script: Vec<Turn> = (0..6)
+        .map(|i| shell(&format!("ls /nonexistent-phoenix-{i}")))
+        .collect();
+    script.push(Turn::text("Giving up on the listing."));
+    let server = gemini_server::start(script);
+    let (dir, pane) = start_gemini(
+        &fleet,
+        &server,
+        "[thresholds]\nerror_cascade = 5\n",
+        "list the missing dirs",
+    );
+    support::wait_until_explained(
+        WAIT,
+        "six failed tool calls",
+        || {
+            support::read_jsonl(&dir.join("tool_use.jsonl"))
+                .iter()
+                .filter(|t| t["ok"] == false)
+                .count()
+                == 6
+        },
+        || fleet.explain("gm", &pane),
+    );
+    let gm = two_watchdog_passes(&fleet);
+    assert_eq!(gm["verdict"], "unhealthy", "{gm}");
+    let checks: Vec<&str> = gm["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["check"].as_str())
+        .collect();
+    assert!(checks.contains(&"error_cascade"), "{gm}");
+    let events = unhealthy_events(&fleet);
+    assert!(events.contains("6_consecutive_tool_errors"), "{events}");
+    let failed = support::read_jsonl(&dir.join("tool_use.jsonl"));
+    assert!(
+        failed
+            .iter()
+            .all(|t| t["tool"] == "run_shell_command" && t["error"] == "exit code 2"),
+        "{failed:?}"
+    );
+}
+
+/// Scenario 5: `/compress` typed into the real Gemini CLI → its PreCompress hook (`manual`) has
+/// phoenix save a handoff; Gemini replaces the history with the model's summary and has no
+/// SessionStart after it, so phoenix gives its compaction block with that handoff with the next
+/// prompt (BeforeAgent), and that request carries both.
+#[test]
+fn real_gemini_compression_saves_a_handoff_that_comes_back() {
+    let fleet = Fleet::new();
+    let server = gemini_server::start(vec![
+        shell("echo 'release notes drafted' > notes.txt"),
+        Turn::text("Drafted the notes."),
+        Turn::text("Carrying on after the compression."),
+    ]);
+    let (dir, pane) = start_gemini(&fleet, &server, "", "tidy the changelog");
+    support::wait_until_explained(
+        WAIT,
+        "the first turn finished",
+        || state_of(&dir)["status"] == "idle" && dir.join("tool_use.jsonl").exists(),
+        || fleet.explain("gm", &pane),
+    );
+    support::submit(&fleet, &pane, "/compress", WAIT);
+    support::wait_for_screen(&fleet, &pane, "Chat history compressed", WAIT);
+    let pre_compact = fleet
+        .ops("gm")
+        .into_iter()
+        .find(|o| o["event"] == "pre_compact")
+        .expect("pre_compact op");
+    assert_eq!(pre_compact["trigger"], "manual");
+    assert_eq!(pre_compact["context_for_next_prompt"], true);
+    support::wait_until(WAIT, "the pre-compact handoff", || {
+        fleet
+            .run(&["handoff", "list", "gm", "--json"])
+            .json()
+            .as_array()
+            .is_some_and(|h| h.iter().any(|h| h["trigger_reason"] == "pre_compact"))
+    });
+    let handoffs = fleet.run(&["handoff", "list", "gm", "--json"]).json();
+    let saved = handoffs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["trigger_reason"] == "pre_compact")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let shown = fleet
+        .run(&["handoff", "show", &saved, "--agent", "gm"])
+        .status(0)
+        .stdout();
+    assert!(shown.contains("tidy the changelog"), "{shown}");
+
+    let before = server.turn_requests().len();
+    support::submit(&fleet, &pane, "go on with the changelog", WAIT);
+    let turn_request = || {
+        server.turn_requests()[before..]
+            .iter()
+            .find(|r| r.text().contains("go on with the changelog"))
+            .map(|r| r.text())
+    };
+    support::wait_until_explained(
+        WAIT,
+        "the request after the compression",
+        || turn_request().is_some(),
+        || fleet.explain("gm", &pane),
+    );
+    let sent = turn_request().unwrap();
+    assert!(
+        sent.contains(gemini_server::SUMMARY),
+        "the compressed history: {sent}"
+    );
+    assert!(sent.contains("CONTEXT COMPACTED"), "{sent}");
+    assert!(sent.contains(&saved), "the handoff id in {sent}");
+    support::wait_for_screen(&fleet, &pane, "Carrying on after the compression.", WAIT);
+    // Given once: the compaction counted once, and no later prompt carries the block again.
+    assert_eq!(state_of(&dir)["compactions"], 1);
+    assert!(!dir.join("hook_errors.jsonl").exists());
+}

@@ -25,6 +25,16 @@ pub fn shell(command: &str) -> Turn {
     }
 }
 
+/// The Gemini API's answer to a prompt past the model's token limit: HTTP 400,
+/// `INVALID_ARGUMENT`.
+pub fn token_limit_exceeded() -> Turn {
+    Turn::Error {
+        status: 400,
+        kind: "INVALID_ARGUMENT".into(),
+        message: "The input token count (1300000) exceeds the maximum number of tokens allowed (1048576).".into(),
+    }
+}
+
 impl GeminiServer {
     /// The streamed model calls that offer tools: the ones that play the script.
     pub fn turn_requests(&self) -> Vec<Request> {
@@ -51,7 +61,7 @@ impl Protocol for Gemini {
             return Answer::Json(200, json!({"totalTokens": 100}));
         }
         if path.contains(":generateContent") {
-            return Answer::Json(200, candidate(side_answer(&request.body)));
+            return Answer::Json(200, candidate(side_answer(&request.body), &request.body));
         }
         if !path.contains(":streamGenerateContent") {
             return Answer::Json(
@@ -76,30 +86,39 @@ impl Protocol for Gemini {
             ),
             Turn::ToolUse { name, input } => sse(candidate(
                 json!({"functionCall": {"name": name, "args": input}}),
+                &request.body,
             )),
-            Turn::Text(text) => sse(candidate(json!({"text": text}))),
+            Turn::Text(text) => sse(candidate(json!({"text": text}), &request.body)),
         }
     }
 }
 
+/// What the scripted model says when the CLI compresses its history (`/compress`).
+pub const SUMMARY: &str = "<state_snapshot>scripted summary of the session</state_snapshot>";
+
 /// The CLI's own JSON side calls: model routing wants a complexity score (≥ 1 picks the main
-/// model), the next-speaker check wants `user` (the turn is over).
+/// model), the next-speaker check wants `user` (the turn is over), a compression a snapshot.
 fn side_answer(body: &Value) -> Value {
     let asked = body.to_string();
     let text = if asked.contains("complexity_score") {
         json!({"complexity_reasoning": "scripted", "complexity_score": 10}).to_string()
     } else if asked.contains("next_speaker") {
         json!({"reasoning": "scripted", "next_speaker": "user"}).to_string()
+    } else if asked.contains("<state_snapshot>") {
+        SUMMARY.to_string()
     } else {
         "Scripted".to_string()
     };
     json!({ "text": text })
 }
 
-fn candidate(part: Value) -> Value {
+/// One candidate with `part`. The prompt's size is reported as a real API would, about a
+/// token per four bytes of the request: Gemini CLI compresses only a history that shrinks.
+fn candidate(part: Value, request: &Value) -> Value {
+    let prompt = request.to_string().len() / 4;
     json!({
         "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
-        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15}
+        "usageMetadata": {"promptTokenCount": prompt, "candidatesTokenCount": 5, "totalTokenCount": prompt + 5}
     })
 }
 
