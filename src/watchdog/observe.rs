@@ -164,13 +164,13 @@ pub fn observe(
     }
 
     let ops = tail_jsonl(&dir.file(state::OPS_LOG));
-    // Codex CLI ends a turn that failed on an API error without any hook: its rollout says
-    // so, and the CLI waits at its prompt (Gemini's AfterAgent hook records it; read here too
-    // should that hook have missed it). Only an error of the current run counts: a Codex
-    // started afresh runs its SessionStart hook, and records its new rollout, only with its
-    // first prompt.
+    // Codex CLI ends a turn that failed on an API error without any hook, so the status stays
+    // `working`: its rollout says the turn failed, and the CLI waits at its prompt. (Gemini's
+    // AfterAgent hook records such a turn itself.) Only an error of the current run counts: a
+    // Codex started afresh runs its SessionStart hook, and records its new rollout, only with
+    // its first prompt.
     if matches!(agent.cli, Cli::Codex | Cli::Gemini)
-        && matches!(inputs.status.as_deref(), Some("working" | "idle"))
+        && inputs.status.as_deref() == Some("working")
         && let Some(path) = field("transcript_path")
         && let Some(error) = failed_turn::last_turn_error(Path::new(&path))
     {
@@ -180,8 +180,7 @@ pub fn observe(
             .find(|o| o["event"] == "agent_start")
             .and_then(|o| o["ts"].as_str())
             .and_then(seconds);
-        let when = error.ts.as_deref().and_then(seconds);
-        if started.is_none_or(|s| when.is_some_and(|w| w >= s)) {
+        if of_this_run(error.ts.as_deref().and_then(seconds), started) {
             inputs.status = Some("failed".into());
             inputs.turn_error = Some(error.to_string());
             inputs
@@ -220,6 +219,12 @@ pub fn observe(
         .map(|p| p.id.clone());
     observed.inputs = inputs;
     observed
+}
+
+/// Was something recorded at `when` part of the run that started at `started` (both seconds
+/// since the epoch)? Without a start on record, yes; without a time of its own, no.
+fn of_this_run(when: Option<i64>, started: Option<i64>) -> bool {
+    started.is_none_or(|s| when.is_some_and(|w| w >= s))
 }
 
 fn digest(text: &str) -> String {
@@ -266,6 +271,19 @@ pub fn tokens_used(path: &Path) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_before_the_last_start_is_not_this_runs() {
+        assert!(of_this_run(Some(10), Some(5)));
+        assert!(of_this_run(Some(5), Some(5)));
+        assert!(
+            !of_this_run(Some(4), Some(5)),
+            "the session before a fresh start"
+        );
+        assert!(!of_this_run(None, Some(5)));
+        assert!(of_this_run(Some(1), None));
+        assert!(of_this_run(None, None));
+    }
 
     #[test]
     fn tokens_from_each_transcript_shape() {
