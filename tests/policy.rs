@@ -592,6 +592,10 @@ fn prompt_too_long_gives_a_fresh_session_with_injected_context() {
         .filter(|o| o["event"] == "clinic_context_injected")
         .count();
     assert_eq!(injected, 2);
+    // The wrapper saves a handoff after the Clinic's stop and only then says so in the pane.
+    wait_until(Duration::from_secs(10), "the safe-mode banner", || {
+        pane_text(&fleet).contains("in safe mode: ")
+    });
     let text = pane_text(&fleet);
     assert!(text.contains("[context injected by phoenix]"), "{text}");
     assert!(
