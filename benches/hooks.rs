@@ -197,6 +197,25 @@ fn main() {
         Box::new(move || std::fs::write(&path, &text).unwrap()) as Box<dyn Fn()>
     };
 
+    // The same agent in a fleet with a search index: phoenix-hook hands its session start to
+    // `phoenix`, which looks for related decisions.
+    let indexed = tempfile::tempdir().expect("temp dir");
+    let indexed_config = indexed.path().join("phoenix.toml");
+    std::fs::copy(&config, &indexed_config).unwrap();
+    let indexed_agent = indexed.path().join(".phoenix/agents/bench");
+    std::fs::create_dir_all(&indexed_agent).unwrap();
+    std::fs::write(indexed_agent.join("brief.md"), BRIEF).unwrap();
+    std::fs::write(indexed_agent.join("state.json"), state_json("bench")).unwrap();
+    phoenix::store::Store::open(&phoenix::state::FleetDir::new(indexed.path().join(".phoenix")))
+        .expect("index");
+    let reset_indexed = {
+        let path = indexed_agent.join("state.json");
+        let text = state_json("bench");
+        Box::new(move || std::fs::write(&path, &text).unwrap()) as Box<dyn Fn()>
+    };
+    let mut indexed_args = phoenix_args("session-start");
+    indexed_args[1] = indexed_config.to_str().unwrap().to_string();
+
     let mut cases = vec![
         Case {
             name: "process start floor: /bin/true",
@@ -245,6 +264,14 @@ fn main() {
             stdin: session_start.clone(),
             env: vec![],
             reset: Some(reset_state),
+        },
+        Case {
+            name: "phoenix-hook session-start, fleet with an index",
+            program: hook_exe.clone(),
+            args: indexed_args,
+            stdin: session_start.clone(),
+            env: vec![],
+            reset: Some(reset_indexed),
         },
     ];
     let python = Path::new("/usr/bin/python3");

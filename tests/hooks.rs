@@ -1642,6 +1642,39 @@ fn phoenix_hook_binary_takes_the_same_arguments_and_never_fails() {
     let out = run(&["--bogus", "x", "--agent"], "garbage");
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot understand"));
+
+    // A session start with a search index: handed to `phoenix` (SQLite is not in this
+    // binary), it finds the earlier decision that matches the task.
+    let mut save = fleet
+        .command(&["handoff", "save", "c", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    save.stdin
+        .take()
+        .unwrap()
+        .write_all(b"Current task: tune the ingest pipeline\nKey decision: the ingest queue stays on Redis\n")
+        .unwrap();
+    assert!(save.wait_with_output().unwrap().status.success());
+    assert!(fleet.state_dir().join("index.db").exists());
+    let start = r#"{"session_id":"s2","hook_event_name":"SessionStart","source":"startup"}"#;
+    let out = run(
+        &[
+            "--config",
+            config.as_str(),
+            "session-start",
+            "--agent",
+            "c",
+            "--cli",
+            "claude",
+        ],
+        start,
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("relevant earlier decisions"), "{text}");
+    assert!(text.contains("stays on Redis"), "{text}");
 }
 
 /// Someone's edit leaves phoenix.toml invalid while agents run: their hooks keep recording

@@ -25,19 +25,20 @@ fn main() {
         args.insert(at, "hook".into());
     }
     let code = match phoenix::hooks::HookArgs::parse(&args) {
-        Some(hook) => {
-            let config = hook
-                .config
-                .or_else(|| std::env::var_os("PHOENIX_CONFIG").map(Into::into))
-                .unwrap_or_else(|| phoenix::spec::DEFAULT_CONFIG.into());
-            phoenix::hooks::run(
-                &config,
-                &hook.event,
-                &hook.agent,
-                hook.cli.as_deref(),
-                hook.payload,
-            )
+        // A session start searches the index for related decisions when there is one:
+        // `phoenix` has SQLite, this binary (on every tool call's path) does not. If it cannot
+        // be run, the session start goes on here without them.
+        Some(hook) if hook.event == "session-start" && has_index(&hook) => {
+            use std::os::unix::process::CommandExt;
+            if let Ok(exe) = std::env::current_exe() {
+                let err = std::process::Command::new(exe.with_file_name("phoenix"))
+                    .args(&args)
+                    .exec();
+                eprintln!("phoenix-hook: cannot hand the session start to phoenix: {err}");
+            }
+            run(hook)
         }
+        Some(hook) => run(hook),
         None => {
             // A hook must never fail its CLI: say what was wrong and exit 0.
             eprintln!(
@@ -48,4 +49,28 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+fn config(hook: &phoenix::hooks::HookArgs) -> std::path::PathBuf {
+    hook.config
+        .clone()
+        .or_else(|| std::env::var_os("PHOENIX_CONFIG").map(Into::into))
+        .unwrap_or_else(|| phoenix::spec::DEFAULT_CONFIG.into())
+}
+
+/// Does the fleet have a search index to find related decisions in?
+fn has_index(hook: &phoenix::hooks::HookArgs) -> bool {
+    phoenix::spec::load(&config(hook))
+        .is_ok_and(|spec| spec.fleet.state_dir.join(phoenix::store::INDEX).exists())
+}
+
+fn run(hook: phoenix::hooks::HookArgs) -> i32 {
+    let config = config(&hook);
+    phoenix::hooks::run(
+        &config,
+        &hook.event,
+        &hook.agent,
+        hook.cli.as_deref(),
+        hook.payload,
+    )
 }

@@ -274,6 +274,7 @@ pub enum ServiceCommand {
 
 /// Parse the command line, run, and return the process exit code.
 pub fn main() -> i32 {
+    crate::continuity::startup::search_the_index();
     // The hook fast path: the shape phoenix writes into hook files, without clap.
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(hook) = crate::hooks::HookArgs::parse(&args) {

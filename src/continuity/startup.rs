@@ -228,6 +228,17 @@ pub fn related(fleet: &FleetDir, agent: &str, task: &str, shown: Option<&str>) -
         .unwrap_or_default()
 }
 
+/// How the startup context finds related decisions: `related`, once a binary opts in with
+/// [`search_the_index`]. `phoenix-hook`, which runs on every tool call, does not: SQLite then
+/// stays out of it (2 MB less to map per call), and it hands session starts to `phoenix`.
+type Finder = fn(&FleetDir, &str, &str, Option<&str>) -> Vec<Hit>;
+static FINDER: std::sync::OnceLock<Finder> = std::sync::OnceLock::new();
+
+/// Let startup contexts built by this process search the index for related decisions.
+pub fn search_the_index() {
+    let _ = FINDER.set(related);
+}
+
 /// Did the last session stop mid-task, with neither a clean-exit marker nor a clean session
 /// end after its last activity?
 pub fn was_interrupted(dir: &AgentDir, state: &AgentState) -> bool {
@@ -276,12 +287,14 @@ impl Gathered {
                 .or_else(|| ledger.current_task.clone())
                 .or_else(|| handoff.as_ref().map(|h| h.summary.clone()));
             let related = match task {
-                Some(task) => related(
-                    fleet,
-                    &dir.name,
-                    &task,
-                    handoff.as_ref().map(|h| h.id.as_str()),
-                ),
+                Some(task) => FINDER.get().map_or_else(Vec::new, |find| {
+                    find(
+                        fleet,
+                        &dir.name,
+                        &task,
+                        handoff.as_ref().map(|h| h.id.as_str()),
+                    )
+                }),
                 None => Vec::new(),
             };
             (handoff, related)
