@@ -206,8 +206,10 @@ fn main() {
     std::fs::create_dir_all(&indexed_agent).unwrap();
     std::fs::write(indexed_agent.join("brief.md"), BRIEF).unwrap();
     std::fs::write(indexed_agent.join("state.json"), state_json("bench")).unwrap();
-    phoenix::store::Store::open(&phoenix::state::FleetDir::new(indexed.path().join(".phoenix")))
-        .expect("index");
+    phoenix::store::Store::open(&phoenix::state::FleetDir::new(
+        indexed.path().join(".phoenix"),
+    ))
+    .expect("index");
     let reset_indexed = {
         let path = indexed_agent.join("state.json");
         let text = state_json("bench");
