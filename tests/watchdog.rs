@@ -476,3 +476,75 @@ fn screens_of_a_large_fleet_are_read_in_batches() {
             })
     });
 }
+
+/// Fire the `turn-failed` hook as Claude Code's StopFailure does when the model says the prompt
+/// is too long.
+fn prompt_too_long(fleet: &Fleet, agent: &str) {
+    use std::io::Write;
+    let mut child = fleet
+        .command(&["hook", "turn-failed", "--agent", agent, "--cli", "claude"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            br#"{"hook_event_name":"StopFailure","session_id":"s1","error":"invalid_request","error_details":"400 {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 210000 tokens > 200000 maximum\"}}"}"#,
+        )
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+/// A failed turn (full context) goes to the Clinic: a fresh session with a context-limit
+/// handoff the first time; once the task has used its recoveries, safe mode and a failure
+/// message.
+#[test]
+fn a_full_context_is_cleared_then_given_up_on_after_the_clinic_limit() {
+    let fleet = Fleet::new();
+    let notify = recorder(&fleet);
+    fleet.toml(&format!(
+        "[watchdog]\nmax_revivals = 5\n\n[clinic]\nmax_recoveries = 1\n\n[notify]\ncommand = [\"{}\"]\n\n{FAST}{}",
+        notify.display(),
+        agent("full", "--silent-after 300ms"),
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let first_pid = fleet.wait_running(&["full"])[0];
+    wait_silent(&fleet, "full", Duration::from_millis(500));
+    prompt_too_long(&fleet, "full");
+
+    let report = watchdog(&fleet);
+    let a = verdict(&report, "full");
+    assert_eq!(a["findings"][0]["check"], "turn_failed", "{a}");
+    assert!(
+        a["action_taken"]
+            .as_str()
+            .unwrap()
+            .contains("started fresh"),
+        "{a}"
+    );
+    wait_until(Duration::from_secs(15), "a fresh session", || {
+        fleet
+            .ops("full")
+            .iter()
+            .any(|o| o["event"] == "agent_start" && o["mode"] == "fresh" && o["pid"] != first_pid)
+    });
+    let handoffs = fleet.run(&["handoff", "list", "full", "--json"]).json();
+    assert_eq!(handoffs[0]["trigger_reason"], "context_limit", "{handoffs}");
+    let events = fleet.run(&["events", "--agent", "full", "--json"]).stdout();
+    assert!(events.contains("context_length_exceeded"), "{events}");
+
+    // The same task fails the same way again: its one recovery is spent.
+    fleet.wait_running(&["full"]);
+    wait_silent(&fleet, "full", Duration::from_millis(500));
+    prompt_too_long(&fleet, "full");
+    let report = watchdog(&fleet);
+    let a = verdict(&report, "full");
+    assert_eq!(a["action_taken"], "safe_mode (clinic)", "{a}");
+    let log = std::fs::read_to_string(fleet.path().join("notified.log")).unwrap_or_default();
+    assert!(log.contains("== failure full"), "{log}");
+    wait_until(Duration::from_secs(15), "safe mode", || {
+        fleet.agent_status("full")["state"] == "safe-mode"
+    });
+}

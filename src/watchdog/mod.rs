@@ -442,6 +442,13 @@ impl<'a> Watchdog<'a> {
                             .map(|r| r.diagnosis.root_cause.to_string())
                             .unwrap_or_default()
                     );
+                    // The Clinic gave up on this task: a person hears it, as for safe_mode.
+                    let text = match treated.as_ref().and_then(|r| r.rehab.notify.clone()) {
+                        Some(text) => text,
+                        None => self.render("failure_message.md.j2", &ctx, report),
+                    };
+                    let sent = self.notify(Kind::Failure, agent, "couldn't recover", &text);
+                    report.notifications.extend(sent);
                     match self.stop_for_a_person(dir, &why, &inputs.process) {
                         Ok(()) => "safe_mode (clinic)".to_string(),
                         Err(e) => {
