@@ -441,30 +441,6 @@ fn start_claude(
     fleet.agent_dir("cc")
 }
 
-/// Two watchdog passes a moment apart (a finding that is not unambiguous needs both); the
-/// second pass's report of the agent.
-fn two_watchdog_passes(fleet: &support::Fleet) -> serde_json::Value {
-    fleet.run(&["watchdog", "--once", "--json"]);
-    std::thread::sleep(std::time::Duration::from_millis(1200));
-    let report = fleet.run(&["watchdog", "--once", "--json"]).json();
-    report["agents"][0].clone()
-}
-
-/// The `session_unhealthy` critical events of agent `cc`, as `phoenix events --json` prints them.
-fn unhealthy_events(fleet: &support::Fleet) -> String {
-    fleet
-        .run(&[
-            "events",
-            "--agent",
-            "cc",
-            "--event",
-            "session_unhealthy",
-            "--json",
-        ])
-        .status(0)
-        .stdout()
-}
-
 /// Scenario 4, first half: the model server hangs mid-turn. Claude Code waits on the stream,
 /// no tool call comes → the watchdog reports silence, records it, and revives the session,
 /// which is told why and sent on its way.
@@ -484,11 +460,11 @@ fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
         || !server.message_requests().is_empty(),
     );
     std::thread::sleep(std::time::Duration::from_secs(3));
-    let cc = two_watchdog_passes(&fleet);
+    let cc = fleet.two_watchdog_passes();
     assert_eq!(cc["verdict"], "unhealthy", "{cc}");
     assert_eq!(cc["findings"][0]["check"], "silence", "{cc}");
     assert_eq!(cc["action"], "revive", "{cc}");
-    let events = unhealthy_events(&fleet);
+    let events = fleet.unhealthy_events("cc");
     assert!(events.contains("silent_for_"), "{events}");
     let sent = sent_with_the_continue_prompt(&server);
     assert!(sent.contains("YOU WERE REVIVED"), "{sent}");
@@ -525,7 +501,7 @@ fn real_claude_six_failing_tools_are_an_error_cascade() {
                 == 6
         },
     );
-    let cc = two_watchdog_passes(&fleet);
+    let cc = fleet.two_watchdog_passes();
     assert_eq!(cc["verdict"], "unhealthy", "{cc}");
     let checks: Vec<&str> = cc["findings"]
         .as_array()
@@ -534,7 +510,7 @@ fn real_claude_six_failing_tools_are_an_error_cascade() {
         .filter_map(|f| f["check"].as_str())
         .collect();
     assert!(checks.contains(&"error_cascade"), "{cc}");
-    let events = unhealthy_events(&fleet);
+    let events = fleet.unhealthy_events("cc");
     assert!(events.contains("6_consecutive_tool_errors"), "{events}");
     let failed = support::read_jsonl(&dir.join("tool_use.jsonl"));
     assert!(

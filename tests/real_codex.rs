@@ -487,30 +487,6 @@ fn sent_with_the_continue_prompt(fleet: &Fleet, server: &OpenAiServer, pane: &st
     find().unwrap()
 }
 
-/// Two watchdog passes a moment apart (a finding that is not unambiguous needs both); the
-/// second pass's report of the agent.
-fn two_watchdog_passes(fleet: &Fleet) -> Value {
-    fleet.run(&["watchdog", "--once", "--json"]);
-    std::thread::sleep(Duration::from_millis(1200));
-    let report = fleet.run(&["watchdog", "--once", "--json"]).json();
-    report["agents"][0].clone()
-}
-
-/// The `session_unhealthy` critical events of agent `cx`, as `phoenix events --json` prints them.
-fn unhealthy_events(fleet: &Fleet) -> String {
-    fleet
-        .run(&[
-            "events",
-            "--agent",
-            "cx",
-            "--event",
-            "session_unhealthy",
-            "--json",
-        ])
-        .status(0)
-        .stdout()
-}
-
 /// Scenario 3: the Responses API answers `context_length_exceeded`. Codex shows "ran out of room
 /// in the model's context window" and waits at its prompt without running any hook (no Stop);
 /// its rollout ends the turn with the error → the watchdog reads it there, the Clinic diagnoses
@@ -605,11 +581,11 @@ fn real_codex_hanging_on_the_model_is_found_silent_and_revived() {
         !server.turn_requests().is_empty()
     });
     std::thread::sleep(Duration::from_secs(3));
-    let cx = two_watchdog_passes(&fleet);
+    let cx = fleet.two_watchdog_passes();
     assert_eq!(cx["verdict"], "unhealthy", "{cx}");
     assert_eq!(cx["findings"][0]["check"], "silence", "{cx}");
     assert_eq!(cx["action"], "revive", "{cx}");
-    let events = unhealthy_events(&fleet);
+    let events = fleet.unhealthy_events("cx");
     assert!(events.contains("silent_for_"), "{events}");
     let sent = sent_with_the_continue_prompt(&fleet, &server, &run.pane);
     assert!(sent.contains("YOU WERE REVIVED"), "{sent}");
@@ -650,7 +626,7 @@ fn real_codex_six_failing_shell_calls_are_an_error_cascade() {
         },
         || fleet.explain("cx", &run.pane),
     );
-    let cx = two_watchdog_passes(&fleet);
+    let cx = fleet.two_watchdog_passes();
     assert_eq!(cx["verdict"], "unhealthy", "{cx}");
     let checks: Vec<&str> = cx["findings"]
         .as_array()
@@ -659,7 +635,7 @@ fn real_codex_six_failing_shell_calls_are_an_error_cascade() {
         .filter_map(|f| f["check"].as_str())
         .collect();
     assert!(checks.contains(&"error_cascade"), "{cx}");
-    let events = unhealthy_events(&fleet);
+    let events = fleet.unhealthy_events("cx");
     assert!(events.contains("6_consecutive_tool_errors"), "{events}");
     let failed = support::read_jsonl(&run.dir.join("tool_use.jsonl"));
     assert!(

@@ -450,30 +450,6 @@ fn sent_with_the_continue_prompt(fleet: &Fleet, server: &GeminiServer, pane: &st
     find().unwrap()
 }
 
-/// Two watchdog passes a moment apart (a finding that is not unambiguous needs both); the
-/// second pass's report of the agent.
-fn two_watchdog_passes(fleet: &Fleet) -> Value {
-    fleet.run(&["watchdog", "--once", "--json"]);
-    std::thread::sleep(Duration::from_millis(1200));
-    let report = fleet.run(&["watchdog", "--once", "--json"]).json();
-    report["agents"][0].clone()
-}
-
-/// The `session_unhealthy` critical events of agent `gm`, as `phoenix events --json` prints them.
-fn unhealthy_events(fleet: &Fleet) -> String {
-    fleet
-        .run(&[
-            "events",
-            "--agent",
-            "gm",
-            "--event",
-            "session_unhealthy",
-            "--json",
-        ])
-        .status(0)
-        .stdout()
-}
-
 /// Scenario 3: the Gemini API answers that the input has more tokens than the model allows.
 /// Gemini CLI shows the API error, records it in its chat file and ends the turn with AfterAgent
 /// as usual → phoenix's stop hook reads the error there (status `failed`) → the watchdog finds
@@ -575,11 +551,11 @@ fn real_gemini_hanging_on_the_model_is_found_silent_and_revived() {
         !server.turn_requests().is_empty()
     });
     std::thread::sleep(Duration::from_secs(3));
-    let gm = two_watchdog_passes(&fleet);
+    let gm = fleet.two_watchdog_passes();
     assert_eq!(gm["verdict"], "unhealthy", "{gm}");
     assert_eq!(gm["findings"][0]["check"], "silence", "{gm}");
     assert_eq!(gm["action"], "revive", "{gm}");
-    let events = unhealthy_events(&fleet);
+    let events = fleet.unhealthy_events("gm");
     assert!(events.contains("silent_for_"), "{events}");
     let sent = sent_with_the_continue_prompt(&fleet, &server, &pane);
     assert!(sent.contains("YOU WERE REVIVED"), "{sent}");
@@ -620,7 +596,7 @@ fn real_gemini_six_failing_shell_calls_are_an_error_cascade() {
         },
         || fleet.explain("gm", &pane),
     );
-    let gm = two_watchdog_passes(&fleet);
+    let gm = fleet.two_watchdog_passes();
     assert_eq!(gm["verdict"], "unhealthy", "{gm}");
     let checks: Vec<&str> = gm["findings"]
         .as_array()
@@ -629,7 +605,7 @@ fn real_gemini_six_failing_shell_calls_are_an_error_cascade() {
         .filter_map(|f| f["check"].as_str())
         .collect();
     assert!(checks.contains(&"error_cascade"), "{gm}");
-    let events = unhealthy_events(&fleet);
+    let events = fleet.unhealthy_events("gm");
     assert!(events.contains("6_consecutive_tool_errors"), "{events}");
     let failed = support::read_jsonl(&dir.join("tool_use.jsonl"));
     assert!(

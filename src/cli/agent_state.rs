@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::out;
 use crate::hooks::config::{self, Target};
-use crate::spec::{self, AgentSpec, Cli, LoadOptions, Spec};
+use crate::spec::{AgentSpec, Cli, Spec};
 use crate::state::{self, AgentDir, AgentState, FleetDir, Retention};
 
 #[derive(Debug, Subcommand)]
@@ -51,16 +51,6 @@ pub enum HooksCommand {
     },
 }
 
-/// The spec without filesystem checks: state commands work even if a workdir moved.
-fn load(config: &Path) -> anyhow::Result<Spec> {
-    Ok(spec::load_with(
-        config,
-        LoadOptions {
-            check_filesystem: false,
-        },
-    )?)
-}
-
 fn agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a AgentSpec> {
     spec.agent(name).with_context(|| {
         format!(
@@ -83,7 +73,7 @@ fn shown_state(spec: &Spec, dir: &AgentDir) -> anyhow::Result<AgentState> {
 }
 
 pub fn loops(config: &Path, cmd: LoopCommand) -> anyhow::Result<i32> {
-    let spec = load(config)?;
+    let spec = super::load_without_fs_checks(config)?;
     match cmd {
         LoopCommand::Add {
             agent: name,
@@ -145,7 +135,7 @@ pub fn loops(config: &Path, cmd: LoopCommand) -> anyhow::Result<i32> {
 }
 
 pub fn resolve(config: &Path, name: &str, id: &str, reason: &str) -> anyhow::Result<i32> {
-    let spec = load(config)?;
+    let spec = super::load_without_fs_checks(config)?;
     agent(&spec, name)?;
     let dir = agent_dir(&spec, name)?;
     let item = dir.resolve(Retention::from(&spec.thresholds), id, reason)?;
@@ -158,7 +148,7 @@ pub fn resolve(config: &Path, name: &str, id: &str, reason: &str) -> anyhow::Res
 
 pub fn state(config: &Path, cmd: StateCommand) -> anyhow::Result<i32> {
     let StateCommand::Show { agent: name, json } = cmd;
-    let spec = load(config)?;
+    let spec = super::load_without_fs_checks(config)?;
     agent(&spec, &name)?;
     let dir = agent_dir(&spec, &name)?;
     let state = shown_state(&spec, &dir)?;
@@ -261,7 +251,7 @@ pub fn state(config: &Path, cmd: StateCommand) -> anyhow::Result<i32> {
 
 pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {
     let HooksCommand::Show { agent: name, json } = cmd;
-    let spec = load(config)?;
+    let spec = super::load_without_fs_checks(config)?;
     let agent = agent(&spec, &name)?;
     let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
     let exe = crate::hooks::config::hook_binary(&exe);

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::out;
 use crate::continuity::{self, Trigger, handoff, ledger};
-use crate::spec::{self, LoadOptions, Spec};
+use crate::spec::{self, Spec};
 use crate::state::FleetDir;
 use crate::store::Store;
 
@@ -79,15 +79,6 @@ pub enum HandoffCommand {
     },
 }
 
-fn load(config: &Path) -> anyhow::Result<Spec> {
-    Ok(spec::load_with(
-        config,
-        LoadOptions {
-            check_filesystem: false,
-        },
-    )?)
-}
-
 fn agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a spec::AgentSpec> {
     spec.agent(name).with_context(|| {
         format!(
@@ -99,7 +90,7 @@ fn agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a spec::AgentSpec> 
 }
 
 pub fn ledger(config: &Path, name: &str, json: bool) -> anyhow::Result<i32> {
-    let spec = load(config)?;
+    let spec = super::load_without_fs_checks(config)?;
     agent(&spec, name)?;
     let ledger = ledger::load(&FleetDir::new(&spec.fleet.state_dir).agent(name));
     if json {
@@ -149,7 +140,7 @@ fn read_body(file: Option<&Path>, no_input: bool) -> anyhow::Result<Option<Strin
 }
 
 pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
-    let spec = load(config)?;
+    let spec = super::load_without_fs_checks(config)?;
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     match cmd {
         HandoffCommand::Save {
@@ -319,7 +310,7 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
 }
 
 pub fn reindex(config: &Path, json: bool) -> anyhow::Result<i32> {
-    let spec = load(config)?;
+    let spec = super::load_without_fs_checks(config)?;
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let started = std::time::Instant::now();
     let store = Store::open(&fleet)?;
@@ -340,7 +331,7 @@ pub fn reindex(config: &Path, json: bool) -> anyhow::Result<i32> {
 }
 
 pub fn brief(config: &Path, name: &str, generate: bool, json: bool) -> anyhow::Result<i32> {
-    let spec = load(config)?;
+    let spec = super::load_without_fs_checks(config)?;
     let a = agent(&spec, name)?;
     let dir = FleetDir::new(&spec.fleet.state_dir).agent(name);
     if generate {

@@ -272,6 +272,17 @@ pub enum ServiceCommand {
     },
 }
 
+/// The spec without filesystem checks: state and continuity commands work even if a workdir
+/// moved.
+fn load_without_fs_checks(config: &std::path::Path) -> anyhow::Result<crate::spec::Spec> {
+    Ok(crate::spec::load_with(
+        config,
+        crate::spec::LoadOptions {
+            check_filesystem: false,
+        },
+    )?)
+}
+
 /// Parse the command line, run, and return the process exit code.
 pub fn main() -> i32 {
     crate::continuity::startup::search_the_index();

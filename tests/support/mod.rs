@@ -155,6 +155,29 @@ impl Fleet {
         pids
     }
 
+    /// Two watchdog passes a moment apart (a finding that is not unambiguous needs both); the
+    /// second pass's report of the first agent.
+    pub fn two_watchdog_passes(&self) -> serde_json::Value {
+        self.run(&["watchdog", "--once", "--json"]);
+        std::thread::sleep(Duration::from_millis(1200));
+        let report = self.run(&["watchdog", "--once", "--json"]).json();
+        report["agents"][0].clone()
+    }
+
+    /// `agent`'s `session_unhealthy` critical events, as `phoenix events --json` prints them.
+    pub fn unhealthy_events(&self, agent: &str) -> String {
+        self.run(&[
+            "events",
+            "--agent",
+            agent,
+            "--event",
+            "session_unhealthy",
+            "--json",
+        ])
+        .status(0)
+        .stdout()
+    }
+
     pub fn ops(&self, agent: &str) -> Vec<serde_json::Value> {
         read_jsonl(&self.agent_dir(agent).join("ops.jsonl"))
     }
