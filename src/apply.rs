@@ -108,20 +108,13 @@ impl Applier<'_> {
                 if dir.exists() {
                     let _ = record::request_stop(dir, EndReason::OperatorStop, false);
                 }
-                // Retry once, like every tmux step; then say how to look closer.
-                self.runtime
-                    .stop(pane)
-                    .or_else(|_| {
-                        std::thread::sleep(Duration::from_millis(200));
-                        self.runtime.stop(pane)
-                    })
-                    .map_err(|e| {
-                        format!(
-                            "could not stop pane {pane}: {e} (retried once); inspect it with `tmux -L {} list-panes -a` and run `phoenix doctor`",
-                            self.spec.fleet.tmux_socket
-                        )
-                    })?;
+                self.stop_pane(pane)?;
                 Ok(format!("stopped pane {pane}"))
+            }
+            // No stop request: the agent's state dir belongs to the pane that stays.
+            Action::RemoveExtra { pane, keep } => {
+                self.stop_pane(pane)?;
+                Ok(format!("removed pane {pane} (the agent runs in {keep})"))
             }
             // Merged again from the file as it is now, not written from the plan: a user's
             // edit between plan and apply is kept.
@@ -148,6 +141,22 @@ impl Applier<'_> {
         }
     }
 
+    /// Retry once, like every tmux step; then say how to look closer.
+    fn stop_pane(&self, pane: &str) -> Result<(), String> {
+        self.runtime
+            .stop(pane)
+            .or_else(|_| {
+                std::thread::sleep(Duration::from_millis(200));
+                self.runtime.stop(pane)
+            })
+            .map_err(|e| {
+                format!(
+                    "could not stop pane {pane}: {e} (retried once); inspect it with `tmux -L {} list-panes -a` and run `phoenix doctor`",
+                    self.spec.fleet.tmux_socket
+                )
+            })
+    }
+
     /// Record the launch spec (for drift details) and build the runtime's launch.
     fn launch(&self, agent: &AgentSpec, dir: &AgentDir) -> Result<Launch, String> {
         let spec = agent.launch();
@@ -159,6 +168,7 @@ impl Applier<'_> {
             )
         })?;
         Ok(Launch {
+            fleet: self.spec.fleet.id.clone(),
             agent: agent.name.clone(),
             session: agent.session.clone(),
             window: agent.window.clone(),
@@ -213,6 +223,7 @@ fn action_name(action: &Action) -> &'static str {
         Action::Replace { .. } => "replace",
         Action::Stop { .. } => "stop",
         Action::Prune { .. } => "prune",
+        Action::RemoveExtra { .. } => "remove_extra",
         Action::InstallHooks { .. } => "install_hooks",
         Action::RemoveHooks { .. } => "remove_hooks",
     }

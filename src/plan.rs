@@ -71,6 +71,12 @@ pub enum Action {
     Prune {
         pane: String,
     },
+    /// A second pane for an agent that already runs in `keep`: kill it, leaving the agent's
+    /// state (shared with the pane that stays) alone.
+    RemoveExtra {
+        pane: String,
+        keep: String,
+    },
     /// Merge phoenix's hook entries into the CLI's hook file in the agent's workdir.
     InstallHooks {
         path: PathBuf,
@@ -94,7 +100,10 @@ impl Action {
             Action::InstallHooks { create: true, .. } => "+",
             Action::Restart { .. } | Action::InstallHooks { .. } => "~",
             Action::Replace { .. } => "-/+",
-            Action::Stop { .. } | Action::Prune { .. } | Action::RemoveHooks { .. } => "-",
+            Action::Stop { .. }
+            | Action::Prune { .. }
+            | Action::RemoveExtra { .. }
+            | Action::RemoveHooks { .. } => "-",
         }
     }
 
@@ -108,6 +117,7 @@ impl Action {
             Action::Replace { .. } => 4,
             Action::Stop { .. } => 5,
             Action::Prune { .. } => 6,
+            Action::RemoveExtra { .. } => 7,
         }
     }
 }
@@ -142,7 +152,9 @@ impl Plan {
                 Action::Start => s.start += 1,
                 Action::Restart { .. } => s.restart += 1,
                 Action::Replace { .. } => s.replace += 1,
-                Action::Stop { .. } | Action::Prune { .. } => s.remove += 1,
+                Action::Stop { .. } | Action::Prune { .. } | Action::RemoveExtra { .. } => {
+                    s.remove += 1
+                }
                 Action::InstallHooks { .. } | Action::RemoveHooks { .. } => s.hooks += 1,
             }
         }
@@ -169,6 +181,7 @@ fn change(agent: &str, action: Action, reason: String) -> Change {
 pub fn diff(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
     let mut changes = Vec::new();
     for agent in &spec.agents {
+        changes.extend(extra_panes(&agent.name, world));
         if let Some(c) = diff_agent(agent, world) {
             changes.push(c);
         } else if !world.agents.get(&agent.name).is_some_and(|a| a.state_dir) {
@@ -348,6 +361,34 @@ fn hook_changes(
     changes
 }
 
+/// One agent, one pane: any other pane tagged for it goes (the oldest live one stays).
+fn extra_panes(name: &str, world: &World) -> Vec<Change> {
+    let Some(keep) = world.pane_of(name) else {
+        return Vec::new();
+    };
+    world
+        .extra_panes(name)
+        .map(|extra| {
+            change(
+                name,
+                Action::RemoveExtra {
+                    pane: extra.id.clone(),
+                    keep: keep.id.clone(),
+                },
+                format!(
+                    "a second pane for the agent, which runs in {}{}",
+                    keep.id,
+                    if extra.dead {
+                        " (this one is dead)"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        })
+        .collect()
+}
+
 fn diff_agent(agent: &AgentSpec, world: &World) -> Option<Change> {
     let name = agent.name.as_str();
     let pane = world.pane_of(name);
@@ -489,7 +530,7 @@ fn render_change(c: &Change) -> String {
         Action::Restart { pane } => format!("restart in {pane}"),
         Action::Replace { pane, .. } => format!("replace in {pane}"),
         Action::Stop { pane } => format!("stop {pane}"),
-        Action::Prune { pane } => format!("remove {pane}"),
+        Action::Prune { pane } | Action::RemoveExtra { pane, .. } => format!("remove {pane}"),
         Action::InstallHooks { path, .. } => format!("install hooks in {}", path.display()),
         Action::RemoveHooks { path, .. } => {
             format!("remove phoenix hooks from {}", path.display())
@@ -546,6 +587,7 @@ mod tests {
             dead_status: None,
             dead_signal: None,
             agent: Some(agent.into()),
+            fleet: None,
             fingerprint: Some(fp.into()),
             phase: None,
             started: Some(0),
@@ -620,6 +662,42 @@ mod tests {
             c.reason.contains("no `claude` process under it"),
             "{}",
             c.reason
+        );
+    }
+
+    #[test]
+    fn a_second_pane_for_an_agent_is_removed_and_the_oldest_live_one_stays() {
+        let s = two_agents();
+        let fp = |i: usize| s.agents[i].launch().fingerprint();
+        let with_id = |mut p: PaneObs, id: &str| {
+            p.id = id.into();
+            p
+        };
+        let mut dead_first = with_id(pane("a", &fp(0), true), "%1");
+        dead_first.dead = true;
+        let panes = vec![
+            with_id(pane("a", &fp(0), true), "%9"),
+            dead_first,
+            with_id(pane("a", &fp(0), true), "%4"),
+            with_id(pane("b", &fp(1), true), "%2"),
+        ];
+        let world = world_with(&s, panes);
+        assert_eq!(world.pane_of("a").unwrap().id, "%4");
+        let plan = diff(&s, &world, &PlanOptions::default());
+        let removed: Vec<(&str, &str)> = plan
+            .changes
+            .iter()
+            .map(|c| match &c.action {
+                Action::RemoveExtra { pane, keep } => (pane.as_str(), keep.as_str()),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(removed, [("%9", "%4"), ("%1", "%4")]);
+        assert_eq!(plan.summary().remove, 2);
+        let text = plan.to_string();
+        assert!(
+            text.contains("- agent `a`: remove %9 — a second pane for the agent, which runs in %4"),
+            "{text}"
         );
     }
 

@@ -565,3 +565,217 @@ fn a_tmux_failure_is_retried_then_diagnosed() {
     // Nothing was touched.
     assert!(!fleet.state_dir().exists());
 }
+
+/// The pids of the agent processes of `agents`, by `phoenix status`.
+fn running_pids(fleet: &Fleet, agents: &[&str]) -> Vec<u32> {
+    fleet.wait_running(agents)
+}
+
+#[test]
+fn prune_in_one_project_leaves_another_projects_agents_alone() {
+    // Two projects with the defaults: no fleet name, no socket, the same agent names.
+    let mut other = Fleet::new();
+    other.derived_socket_toml(&format!(
+        "{}{}",
+        Fleet::demo_agent("x", ""),
+        Fleet::demo_agent("y", "")
+    ));
+    let mut mine = Fleet::new();
+    mine.derived_socket_toml(&Fleet::demo_agent("x", ""));
+
+    other.run(&["apply", "--yes"]).status(0);
+    let before = running_pids(&other, &["x", "y"]);
+    mine.run(&["apply", "--yes", "--prune"]).status(0);
+    let own = running_pids(&mine, &["x"]);
+    assert!(!before.contains(&own[0]), "{own:?} is the other project's");
+    mine.run(&["apply", "--yes", "--prune"]).status(0);
+    mine.run(&["plan", "--prune"])
+        .status(0)
+        .stdout_has("No changes");
+
+    assert_eq!(running_pids(&other, &["x", "y"]), before);
+    assert_eq!(other.tagged_panes().len(), 2);
+    assert_ne!(
+        mine.socket, other.socket,
+        "each project gets its own server"
+    );
+}
+
+#[test]
+fn fleets_sharing_a_named_socket_see_and_prune_only_their_own_panes() {
+    let other = Fleet::new();
+    other.toml(&format!(
+        "{}{}",
+        Fleet::demo_agent("x", ""),
+        Fleet::demo_agent("y", "")
+    ));
+    // Same socket, same fleet name, same agent names: only the directory differs.
+    let mut mine = Fleet::new();
+    mine.socket = other.socket.clone();
+    mine.toml(&Fleet::demo_agent("x", ""));
+    other.run(&["apply", "--yes"]).status(0);
+    let before = running_pids(&other, &["x", "y"]);
+    // Panes phoenix did not start: a plain shell, and one that merely claims an agent's tag.
+    let plain = other
+        .tmux(&["new-window", "-d", "-P", "-F", "#{pane_id}", "sleep", "600"])
+        .unwrap();
+    let claimed = other
+        .tmux(&["new-window", "-d", "-P", "-F", "#{pane_id}", "sleep", "600"])
+        .unwrap();
+    other
+        .tmux(&[
+            "set-option",
+            "-p",
+            "-t",
+            claimed.trim(),
+            "@phoenix_agent",
+            "y",
+        ])
+        .unwrap();
+
+    mine.run(&["plan", "--prune"])
+        .status(2)
+        .stdout_has("+ agent `x`: start")
+        .stdout_has("Plan: 1 to start, 0 to restart, 0 to replace, 0 to remove.");
+    mine.run(&["apply", "--yes", "--prune"]).status(0);
+    let own = running_pids(&mine, &["x"]);
+    assert!(!before.contains(&own[0]));
+    mine.run(&["plan", "--prune"])
+        .status(0)
+        .stdout_has("No changes");
+
+    assert_eq!(running_pids(&other, &["x", "y"]), before);
+    let panes = other
+        .tmux(&["list-panes", "-a", "-F", "#{pane_id}"])
+        .unwrap();
+    for pane in [plain.trim(), claimed.trim()] {
+        assert!(panes.lines().any(|p| p == pane), "{pane} was removed");
+    }
+    // Each fleet's panes carry its own identity.
+    let tags: Vec<String> = other.tagged_panes().into_iter().map(|p| p.1).collect();
+    let (mine_id, other_id) = (mine.spec().fleet.id, other.spec().fleet.id);
+    assert_ne!(mine_id, other_id);
+    assert_eq!(tags.iter().filter(|t| **t == mine_id).count(), 1);
+    assert_eq!(tags.iter().filter(|t| **t == other_id).count(), 2);
+}
+
+#[test]
+fn concurrent_applies_start_each_agent_once() {
+    let fleet = Fleet::new();
+    let agents = ["a", "b", "c", "d", "e"];
+    fleet.toml(&agents.map(|a| Fleet::demo_agent(a, "")).concat());
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            fleet
+                .command(&["apply", "--yes"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    fleet.wait_running(&agents);
+    let mut tagged: Vec<String> = fleet.tagged_panes().into_iter().map(|p| p.0).collect();
+    tagged.sort();
+    assert_eq!(tagged, agents, "one pane per agent");
+    fleet.run(&["plan"]).status(0).stdout_has("No changes");
+}
+
+#[test]
+fn a_second_pane_for_an_agent_is_planned_away_and_the_first_keeps_running() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("x", ""));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["x"])[0];
+    let (_, id, original, _) = fleet.tagged_panes().remove(0);
+    let fp = fleet
+        .tmux(&["display-message", "-p", "-t", &original, "#{@phoenix_fp}"])
+        .unwrap();
+    // A copy with every tag of the real one, made by hand.
+    let extra = fleet
+        .tmux(&["new-window", "-d", "-P", "-F", "#{pane_id}", "sleep", "600"])
+        .unwrap();
+    let extra = extra.trim();
+    for (option, value) in [
+        ("@phoenix_fleet", id.as_str()),
+        ("@phoenix_agent", "x"),
+        ("@phoenix_fp", fp.trim()),
+    ] {
+        fleet
+            .tmux(&["set-option", "-p", "-t", extra, option, value])
+            .unwrap();
+    }
+
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has(&format!(
+            "- agent `x`: remove {extra} — a second pane for the agent, which runs in {original}"
+        ))
+        .stdout_has("0 to restart, 0 to replace, 1 to remove.");
+    fleet
+        .run(&["apply", "--yes"])
+        .status(0)
+        .stdout_has(&format!("removed pane {extra}"));
+    let panes: Vec<String> = fleet.tagged_panes().into_iter().map(|p| p.2).collect();
+    assert_eq!(panes, [original]);
+    assert_eq!(
+        fleet.agent_status("x")["pid"].as_u64(),
+        Some(u64::from(pid))
+    );
+    fleet.run(&["plan"]).status(0).stdout_has("No changes");
+}
+
+#[test]
+fn a_pane_an_older_phoenix_started_is_still_this_fleets_and_a_look_alike_is_not() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        Fleet::demo_agent("x", ""),
+        Fleet::demo_agent("y", "")
+    ));
+    // Panes as phoenix started them before panes carried the fleet's identity: x's wrapper
+    // for this very phoenix.toml; y's tag on a pane that runs something else.
+    let config = fleet.config();
+    let x = fleet
+        .tmux(&[
+            "new-session",
+            "-d",
+            "-P",
+            "-F",
+            "#{pane_id}",
+            "-s",
+            "test",
+            "-n",
+            "x",
+            support::PHOENIX,
+            "--config",
+            config.to_str().unwrap(),
+            "wrap",
+            "--agent",
+            "x",
+        ])
+        .unwrap();
+    let y = fleet
+        .tmux(&["new-window", "-d", "-P", "-F", "#{pane_id}", "sleep", "600"])
+        .unwrap();
+    let fp = fleet.spec().agent("x").unwrap().launch().fingerprint();
+    for (option, value) in [("@phoenix_agent", "x"), ("@phoenix_fp", fp.as_str())] {
+        fleet
+            .tmux(&["set-option", "-p", "-t", x.trim(), option, value])
+            .unwrap();
+    }
+    fleet
+        .tmux(&["set-option", "-p", "-t", y.trim(), "@phoenix_agent", "y"])
+        .unwrap();
+    let status = fleet.agent_status("x");
+    assert_eq!(status["pane"], x.trim(), "{status}");
+    let plan = fleet.run(&["plan", "--prune"]);
+    assert!(!plan.stdout().contains("agent `x`"), "{}", plan.stdout());
+    plan.stdout_has("+ agent `y`: start")
+        .stdout_has("0 to remove");
+}

@@ -750,3 +750,38 @@ fn resumed_session_that_comes_back_with_another_id_is_treated_as_fresh() {
     assert_eq!(exits[1]["action"], "resume");
     assert_eq!(ops_named(&fleet, "alpha", "resume_mismatch").len(), 1);
 }
+
+#[test]
+fn apply_racing_a_starting_daemon_starts_each_agent_once() {
+    let fleet = Fleet::new();
+    let agents = ["a", "b", "c"];
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1s\"\n\n{}",
+        fleet.socket,
+        agents.map(|a| Fleet::demo_agent(a, "")).concat()
+    ));
+    // Both at once: the daemon's first reconcile and the apply.
+    let log = fleet.path().join("daemon.log");
+    let daemon = fleet
+        .command(&["run", "-v"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let daemon = Daemon {
+        child: Some(daemon),
+        log,
+    };
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&agents);
+    // A reconcile that found nothing to do, after everything runs: the daemon has seen the
+    // fleet as the apply left it.
+    let seen = daemon.log().matches("nothing to do").count();
+    wait_until(Duration::from_secs(10), "a converged reconcile", || {
+        daemon.log().matches("nothing to do").count() > seen
+    });
+    let mut tagged: Vec<String> = fleet.tagged_panes().into_iter().map(|p| p.0).collect();
+    tagged.sort();
+    assert_eq!(tagged, agents, "one pane per agent\n{}", daemon.log());
+    daemon.stop();
+}

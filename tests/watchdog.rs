@@ -548,3 +548,22 @@ fn a_full_context_is_cleared_then_given_up_on_after_the_clinic_limit() {
         fleet.agent_status("full")["state"] == "safe-mode"
     });
 }
+
+#[test]
+fn a_pass_over_a_fleet_never_applied_starts_nothing() {
+    let fleet = Fleet::new();
+    fleet.toml(&agent("a", ""));
+    let report = watchdog(&fleet);
+    let a = verdict(&report, "a");
+    assert_eq!(
+        a["skipped"], "never started (`phoenix apply` starts it)",
+        "{a}"
+    );
+    assert!(a["action_taken"].is_null(), "{a}");
+    assert!(!fleet.server_running(), "the watchdog started the fleet");
+    // Once applied, the same pass does watch it.
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["a"]);
+    let report = watchdog(&fleet);
+    assert!(verdict(&report, "a")["skipped"].is_null(), "{report}");
+}

@@ -12,6 +12,7 @@ use crate::apply::Applier;
 use crate::plan::{self, PlanOptions};
 use crate::spec::{self, LoadError, Spec};
 use crate::state::FleetDir;
+use crate::state::lock::{FleetLock, LOCK_WAIT};
 use crate::status::observe;
 use crate::world::{self, tmux::Tmux};
 
@@ -72,20 +73,26 @@ pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
 
 pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Result<i32> {
     let spec = load(config)?;
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    if !fleet.root.exists() {
+        // A first apply where tmux cannot work leaves nothing behind, not even a state dir.
+        observe(&spec)?;
+    }
+    fleet.ensure().with_context(|| {
+        format!(
+            "cannot create state dir `{}`",
+            spec.fleet.state_dir.display()
+        )
+    })?;
+    // Held from the observation to the last step (and through the confirmation prompt), so
+    // that what was planned is still true when it is applied.
+    let lock = lock_fleet(&fleet, "apply")?;
     let world = observe(&spec)?;
     let plan = plan::diff(
         &spec,
         &world,
         &PlanOptions::for_this_binary(prune).context("cannot find the phoenix binary")?,
     );
-    FleetDir::new(&spec.fleet.state_dir)
-        .ensure()
-        .with_context(|| {
-            format!(
-                "cannot create state dir `{}`",
-                spec.fleet.state_dir.display()
-            )
-        })?;
     if plan.is_empty() {
         if json {
             out(&format!("{}\n", json!({"steps": [], "failed": 0})));
@@ -110,6 +117,7 @@ pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Resul
         exe,
     }
     .apply(&plan);
+    drop(lock);
     let mut report = report;
     confirm_started(&spec, &runtime, &mut report, applied_at);
     let failed = report.failed();
@@ -139,6 +147,18 @@ pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Resul
         out(&text);
     }
     Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// Take the fleet lock, saying on stderr whom we wait for if another phoenix holds it.
+fn lock_fleet(fleet: &FleetDir, what: &str) -> anyhow::Result<FleetLock> {
+    Ok(FleetLock::acquire(fleet, what, LOCK_WAIT, tell_waiting)?)
+}
+
+fn tell_waiting(holder: &str) {
+    eprintln!(
+        "waiting for another phoenix ({holder}) to finish changing the fleet (up to {}s)…",
+        LOCK_WAIT.as_secs()
+    )
 }
 
 /// How long apply waits for started agents to show a process before reporting.
@@ -481,7 +501,7 @@ fn find_program(program: &str, workdir: &Path) -> bool {
 }
 
 pub fn restart(config: &Path, agent: &str, fresh: bool, json: bool) -> anyhow::Result<i32> {
-    let report = crate::supervise::restart::restart(config, agent, fresh)?;
+    let report = crate::supervise::restart::restart_with(config, agent, fresh, &tell_waiting)?;
     if json {
         out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
         return Ok(0);

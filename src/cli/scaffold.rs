@@ -8,6 +8,17 @@ use super::out;
 
 const EXAMPLE: &str = include_str!("../../phoenix.toml.example");
 
+/// The example's socket line shows a placeholder; `init` fills in the fleet's own default.
+const SOCKET_PLACEHOLDER: &str = "phoenix-research-<hash>";
+
+/// The example, with the tmux socket this file will get by default spelled out: a unique
+/// server per project, not one shared name.
+fn example_for(dir: &Path) -> String {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let id = crate::spec::fleet_id("research", &dir.join("phoenix.toml"));
+    EXAMPLE.replace(SOCKET_PLACEHOLDER, &format!("phoenix-{id}"))
+}
+
 const POLICIES_README: &str = include_str!("../../policies/README.md");
 
 const TEMPLATES_README: &str = "\
@@ -25,8 +36,9 @@ pub fn init(dir: &Path, force: bool) -> anyhow::Result<i32> {
         .iter()
         .map(|(name, text)| (format!("policies/fixtures/{name}"), *text))
         .collect();
+    let example = example_for(dir);
     let mut files: Vec<(&str, &str)> = vec![
-        ("phoenix.toml", EXAMPLE),
+        ("phoenix.toml", &example),
         ("policies/README.md", POLICIES_README),
         ("templates/README.md", TEMPLATES_README),
     ];
@@ -56,4 +68,28 @@ pub fn init(dir: &Path, force: bool) -> anyhow::Result<i32> {
     }
     out("\nNext: edit phoenix.toml, then `phoenix validate` and `phoenix plan`.\n");
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scaffold_names_its_own_derived_socket() {
+        assert!(EXAMPLE.contains(SOCKET_PLACEHOLDER));
+        assert!(EXAMPLE.contains("name = \"research\""));
+        let one = example_for(Path::new("/srv/one"));
+        let two = example_for(Path::new("/srv/two"));
+        assert!(!one.contains(SOCKET_PLACEHOLDER));
+        assert_ne!(one, two);
+        let spec = crate::spec::parse(
+            &one,
+            Path::new("/srv/one/phoenix.toml"),
+            crate::spec::LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .unwrap();
+        assert!(one.contains(&format!("\"{}\"", spec.fleet.tmux_socket)));
+    }
 }

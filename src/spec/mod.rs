@@ -153,7 +153,12 @@ impl Default for ClinicSettings {
 #[derive(Debug, Clone)]
 pub struct Fleet {
     pub name: String,
+    /// Who owns a pane: the fleet name plus a short hash of phoenix.toml's canonical path, so
+    /// two projects with the same fleet (and agent) names never take each other's panes, even
+    /// on one tmux server. Every pane phoenix starts carries it (`@phoenix_fleet`).
+    pub id: String,
     pub state_dir: PathBuf,
+    /// Defaults to `phoenix-<id>`: a server of this fleet's own.
     pub tmux_socket: String,
     pub reconcile_interval: Duration,
 }
@@ -565,6 +570,16 @@ fn load_inner(path: &Path, options: LoadOptions, schedules: bool) -> Result<Spec
     parse_inner(&source, &file, options, schedules).map_err(LoadError::Invalid)
 }
 
+/// A fleet's identity: `<name>-<8 hex digits>` from the config file's canonical path (so a
+/// symlinked or relative spelling of the same file is the same fleet). A file that cannot be
+/// resolved (a test's made-up path) hashes as given.
+pub fn fleet_id(name: &str, file: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::fs::canonicalize(file).unwrap_or_else(|_| absolute(file));
+    let hash = crate::state::digest(path.as_os_str().as_bytes());
+    format!("{name}-{}", &hash[..8])
+}
+
 fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
@@ -871,7 +886,7 @@ impl Validator<'_> {
     }
 
     fn spec(mut self, raw: RawSpec, file: &Path) -> Spec {
-        let fleet = self.fleet(&raw.fleet);
+        let fleet = self.fleet(&raw.fleet, file);
         let thresholds = self.thresholds(&raw.thresholds);
         let schedules = if self.schedules {
             Schedules {
@@ -1137,11 +1152,12 @@ impl Validator<'_> {
         }
     }
 
-    fn fleet(&mut self, raw: &RawFleet) -> Fleet {
+    fn fleet(&mut self, raw: &RawFleet, file: &Path) -> Fleet {
         let name = match &raw.name {
             Some(n) => self.name(n, "fleet name"),
             None => "phoenix".to_string(),
         };
+        let id = fleet_id(&name, file);
         let state_dir = match &raw.state_dir {
             Some(d) if d.get_ref().trim().is_empty() => {
                 self.error(
@@ -1171,7 +1187,7 @@ impl Validator<'_> {
                 }
                 s.get_ref().clone()
             }
-            None => format!("phoenix-{name}"),
+            None => format!("phoenix-{id}"),
         };
         let reconcile_interval = self.duration(
             &raw.reconcile_interval,
@@ -1180,6 +1196,7 @@ impl Validator<'_> {
         );
         Fleet {
             name,
+            id,
             state_dir,
             tmux_socket,
             reconcile_interval,

@@ -22,7 +22,12 @@ fn errors(src: &str) -> Vec<crate::diag::Located> {
 fn minimal_spec_gets_defaults() {
     let spec = parse_str("[[agent]]\nname = \"a\"\ncommand = \"sleep 100\"\n").unwrap();
     assert_eq!(spec.fleet.name, "phoenix");
-    assert_eq!(spec.fleet.tmux_socket, "phoenix-phoenix");
+    assert!(
+        spec.fleet.tmux_socket.starts_with("phoenix-phoenix-"),
+        "{}",
+        spec.fleet.tmux_socket
+    );
+    assert_eq!(spec.fleet.tmux_socket, format!("phoenix-{}", spec.fleet.id));
     assert!(spec.fleet.state_dir.ends_with(".phoenix"));
     let a = &spec.agents[0];
     assert_eq!(a.cli, Cli::Custom);
@@ -30,6 +35,30 @@ fn minimal_spec_gets_defaults() {
     assert_eq!((a.session.as_str(), a.window.as_str()), ("phoenix", "a"));
     assert_eq!(spec.thresholds.silence, Duration::from_secs(600));
     assert_eq!(a.restart.max_crashes, 5);
+}
+
+#[test]
+fn two_config_files_get_their_own_fleet_id_and_socket() {
+    let src = "[fleet]\nname = \"same\"\n[[agent]]\nname = \"a\"\ncommand = \"sleep 100\"\n";
+    let opts = || LoadOptions {
+        check_filesystem: false,
+    };
+    let one = parse(src, Path::new("/srv/one/phoenix.toml"), opts()).unwrap();
+    let two = parse(src, Path::new("/srv/two/phoenix.toml"), opts()).unwrap();
+    let again = parse(src, Path::new("/srv/one/phoenix.toml"), opts()).unwrap();
+    assert_ne!(one.fleet.id, two.fleet.id);
+    assert_ne!(one.fleet.tmux_socket, two.fleet.tmux_socket);
+    assert_eq!(one.fleet.id, again.fleet.id);
+    assert!(one.fleet.id.starts_with("same-"));
+    // An explicit socket is shared if two files say so; the identity still is not.
+    let src = src.replace(
+        "name = \"same\"",
+        "name = \"same\"\ntmux_socket = \"shared\"",
+    );
+    let one = parse(&src, Path::new("/srv/one/phoenix.toml"), opts()).unwrap();
+    let two = parse(&src, Path::new("/srv/two/phoenix.toml"), opts()).unwrap();
+    assert_eq!(one.fleet.tmux_socket, two.fleet.tmux_socket);
+    assert_ne!(one.fleet.id, two.fleet.id);
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod events;
+pub mod lock;
 pub mod store;
 
 pub use agent::{AgentState, OpenLoop, ResolvedItem, Retention, Status};

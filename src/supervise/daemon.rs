@@ -22,6 +22,7 @@ use crate::apply::Applier;
 use crate::plan::{self, Action, PlanOptions};
 use crate::spec::{self, Schedule, Spec};
 use crate::state::FleetDir;
+use crate::state::lock::{FleetLock, LockError};
 use crate::world::{self, RuntimeError, tmux::Tmux};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -50,10 +51,14 @@ pub enum Requeue {
 pub enum ReconcileError {
     #[error("cannot observe the runtime: {0}")]
     Observe(#[from] RuntimeError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
     #[error("{failed} of {total} steps failed")]
     Steps { failed: usize, total: usize },
 }
 
+/// How soon to try again when another phoenix holds the fleet lock.
+const LOCK_RETRY: Duration = Duration::from_millis(500);
 /// Longest wait after failures; the regular interval still applies when it is shorter.
 const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(60);
 /// The daemon starts one agent at most this often within `START_WINDOW` before holding off:
@@ -276,12 +281,14 @@ impl Daemon {
             Ok(mut spec) => {
                 if spec.fleet.state_dir != self.spec.fleet.state_dir
                     || spec.fleet.tmux_socket != self.spec.fleet.tmux_socket
+                    || spec.fleet.id != self.spec.fleet.id
                 {
                     warn!(
-                        "`state_dir` and `tmux_socket` changes take effect when the daemon restarts"
+                        "`name`, `state_dir` and `tmux_socket` changes take effect when the daemon restarts"
                     );
                     spec.fleet.state_dir = self.spec.fleet.state_dir.clone();
                     spec.fleet.tmux_socket = self.spec.fleet.tmux_socket.clone();
+                    spec.fleet.id = self.spec.fleet.id.clone();
                 }
                 info!(agents = spec.agents.len(), "config reloaded");
                 self.spec = spec;
@@ -301,8 +308,25 @@ impl Daemon {
         }
     }
 
-    /// Observe, diff, apply. Returns when to come back and the pane processes to watch.
+    /// Observe, diff, apply, holding the fleet lock. Returns when to come back and the pane
+    /// processes to watch.
     fn reconcile(&mut self) -> Result<(Requeue, Option<Vec<u32>>), ReconcileError> {
+        let fleet = FleetDir::new(&self.spec.fleet.state_dir);
+        // Another phoenix (an apply, a restart) is changing the fleet: look again when it is
+        // done rather than wait here, deaf to signals and wake-ups.
+        let _lock = match FleetLock::acquire(
+            &fleet,
+            "phoenix run: reconcile",
+            Duration::ZERO,
+            |_| {},
+        ) {
+            Ok(lock) => lock,
+            Err(LockError::Timeout { holder, .. }) => {
+                debug!(%holder, "the fleet is being changed by another phoenix; reconciling after it");
+                return Ok((Requeue::After(LOCK_RETRY), None));
+            }
+            Err(e) => return Err(ReconcileError::Lock(e)),
+        };
         let interval = Requeue::After(self.spec.fleet.reconcile_interval);
         let world = world::observe(&self.spec, &self.runtime)?;
         let mut plan = plan::diff(&self.spec, &world, &PlanOptions::default());

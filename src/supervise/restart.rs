@@ -15,6 +15,7 @@ use super::{record, term};
 use crate::apply::Applier;
 use crate::plan::{Action, Change, FORMAT_VERSION, Plan};
 use crate::spec;
+use crate::state::lock::{FleetLock, LOCK_WAIT};
 use crate::state::{self, FleetDir};
 use crate::world::{self, tmux::Tmux};
 
@@ -34,6 +35,21 @@ pub struct RestartReport {
 }
 
 pub fn restart(config: &Path, name: &str, fresh: bool) -> anyhow::Result<RestartReport> {
+    restart_with(
+        config,
+        name,
+        fresh,
+        &|holder| tracing::info!(%holder, "waiting for the fleet lock"),
+    )
+}
+
+/// [`restart`], telling `on_wait` whom it waits for when another phoenix is changing the fleet.
+pub fn restart_with(
+    config: &Path,
+    name: &str,
+    fresh: bool,
+    on_wait: &dyn Fn(&str),
+) -> anyhow::Result<RestartReport> {
     let spec = spec::load(config)?;
     let Some(agent) = spec.agent(name) else {
         bail!(
@@ -48,6 +64,9 @@ pub fn restart(config: &Path, name: &str, fresh: bool) -> anyhow::Result<Restart
     let dir = fleet.agent(name);
     dir.ensure()
         .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
+    // One change of the fleet at a time: a reconcile or an apply racing this restart would
+    // otherwise see the pane dead or missing and start the agent a second time.
+    let lock = FleetLock::acquire(&fleet, "restart", LOCK_WAIT, on_wait)?;
     let runtime = Tmux::new(&spec.fleet.tmux_socket);
     let world = world::observe(&spec, &runtime)
         .with_context(|| format!("cannot observe tmux server `{}`", spec.fleet.tmux_socket))?;
@@ -101,6 +120,7 @@ pub fn restart(config: &Path, name: &str, fresh: bool) -> anyhow::Result<Restart
         }
         via
     };
+    drop(lock);
     super::poke(&fleet, name);
 
     let deadline = Instant::now() + WAIT_FOR_NEW;

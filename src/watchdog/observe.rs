@@ -69,8 +69,16 @@ pub fn observe(
         screen_hash: None,
     };
     let quarantined = crate::supervise::record::load(dir).safe_mode.is_some();
+    // Starting a fleet is `apply`'s decision (or `phoenix run`'s), never a watchdog pass's:
+    // an agent phoenix never started has nothing to revive.
+    let never_started = world
+        .agents
+        .get(&agent.name)
+        .is_none_or(|o| o.started.is_none());
     observed.skip = if !agent.enabled {
         Some("disabled in phoenix.toml".into())
+    } else if never_started && pane.is_none() {
+        Some("never started (`phoenix apply` starts it)".into())
     } else if dir.has_marker(state::CLEAN_EXIT) {
         Some("stopped on purpose (.clean-exit)".into())
     } else if quarantined || pane.and_then(|p| p.phase.as_deref()) == Some("safe") {

@@ -27,6 +27,8 @@ pub struct PaneObs {
     pub dead_signal: Option<i32>,
     /// The agent phoenix started here, from the pane's `@phoenix_agent` option.
     pub agent: Option<String>,
+    /// The fleet that started it (`Fleet::id`, the pane's `@phoenix_fleet` option).
+    pub fleet: Option<String>,
     /// Fingerprint of the launch spec it was started with.
     pub fingerprint: Option<String>,
     /// What the wrapper says it is doing (`running`, `cooldown`, `safe`), if it says.
@@ -77,6 +79,7 @@ mod agent_process_tests {
             dead_status: None,
             dead_signal: None,
             agent: Some("a".into()),
+            fleet: None,
             fingerprint: None,
             phase: None,
             started: None,
@@ -99,6 +102,8 @@ mod agent_process_tests {
 
 #[derive(Debug, Clone)]
 pub struct Launch {
+    /// The owning fleet's identity, tagged on the pane.
+    pub fleet: String,
     pub agent: String,
     pub session: String,
     pub window: String,
@@ -189,18 +194,22 @@ pub struct World {
 }
 
 impl World {
-    /// The pane phoenix started for `agent`, if any. If several claim it, the live one wins.
+    /// The pane phoenix started for `agent`, if any. If several claim it, the one that stays
+    /// is the oldest live one (tmux numbers panes in creation order), else the oldest.
     pub fn pane_of(&self, agent: &str) -> Option<&PaneObs> {
-        let mut panes = self
-            .panes
+        self.panes
             .iter()
-            .filter(|p| p.agent.as_deref() == Some(agent));
-        let first = panes.next()?;
-        if first.dead {
-            Some(panes.find(|p| !p.dead).unwrap_or(first))
-        } else {
-            Some(first)
-        }
+            .filter(|p| p.agent.as_deref() == Some(agent))
+            .min_by_key(|p| (p.dead, pane_number(&p.id)))
+    }
+
+    /// Every other pane tagged for `agent`: a second start that should not have happened
+    /// (two phoenix processes raced, or a copy made by hand). Plans remove them.
+    pub fn extra_panes<'a>(&'a self, agent: &'a str) -> impl Iterator<Item = &'a PaneObs> {
+        let keep = self.pane_of(agent).map(|p| p.id.as_str());
+        self.panes
+            .iter()
+            .filter(move |p| p.agent.as_deref() == Some(agent) && Some(p.id.as_str()) != keep)
     }
 
     /// Agents present in the runtime, whatever the spec says.
@@ -211,11 +220,49 @@ impl World {
     }
 }
 
-/// Observe everything relevant to `spec` with one runtime call and one /proc pass.
+/// `%12` → 12; anything else sorts last.
+fn pane_number(id: &str) -> u64 {
+    id.strip_prefix('%')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// Whether `pane` belongs to this fleet: tagged with its identity, or (a pane an older phoenix
+/// started, before panes carried the tag) running a wrapper of this very config file. Panes
+/// of other fleets sharing the server, and panes phoenix did not start, are not ours to see.
+fn is_ours(pane: &PaneObs, spec: &Spec) -> bool {
+    match (&pane.fleet, &pane.agent) {
+        (Some(fleet), _) => *fleet == spec.fleet.id,
+        (None, Some(agent)) if !pane.dead => {
+            procs::cmdline(pane.pid).is_some_and(|argv| wraps(&argv, spec, agent))
+        }
+        (None, _) => false,
+    }
+}
+
+/// `argv` is `<phoenix> --config <file> wrap --agent <agent>` for this fleet's file.
+fn wraps(argv: &[String], spec: &Spec, agent: &str) -> bool {
+    let after = |flag: &str| {
+        argv.iter()
+            .position(|a| a == flag)
+            .and_then(|i| argv.get(i + 1))
+    };
+    argv.iter().any(|a| a == "wrap")
+        && after("--agent").is_some_and(|a| a == agent)
+        && after("--config")
+            .is_some_and(|c| crate::spec::fleet_id(&spec.fleet.name, Path::new(c)) == spec.fleet.id)
+}
+
+/// Observe everything relevant to `spec` with one runtime call and one /proc pass. Only this
+/// fleet's panes are in the result (see [`is_ours`]).
 pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError> {
     let listed = runtime.list()?;
     let server_running = listed.is_some();
-    let mut panes = listed.unwrap_or_default();
+    let mut panes: Vec<PaneObs> = listed
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| is_ours(p, spec))
+        .collect();
     if panes.iter().any(|p| !p.dead) {
         let table = ProcTable::read();
         for pane in panes.iter_mut().filter(|p| !p.dead) {

@@ -75,6 +75,24 @@ impl ProcTable {
     }
 }
 
+/// The arguments `pid` was started with (`/proc/<pid>/cmdline`), read up to 64 KiB.
+pub fn cmdline(pid: u32) -> Option<Vec<String>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    fs::File::open(format!("/proc/{pid}/cmdline"))
+        .ok()?
+        .take(64 * 1024)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(
+        bytes
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect(),
+    )
+}
+
 /// Parse `/proc/<pid>/stat`. The command name is in parentheses and may itself contain
 /// spaces and parentheses, so split at the last `)`.
 fn parse_stat(pid: u32, stat: &str, boot: i64, ticks: i64) -> Option<ProcInfo> {

@@ -10,7 +10,8 @@ use super::{Launch, PaneObs, Runtime, RuntimeError};
 /// `list-panes` format. tmux escapes control characters when no UTF-8 locale is set, so the
 /// separator is printable: every field before the last is ours or numeric and cannot contain
 /// `|`, and the last is `session:window` (session names cannot contain `:`).
-const LIST_FORMAT: &str = "#{pane_id}|#{pane_pid}|#{pane_dead}|#{pane_dead_status}|#{pane_dead_signal}|#{@phoenix_agent}|#{@phoenix_fp}|#{@phoenix_phase}|#{session_name}:#{window_name}";
+const LIST_FORMAT: &str = "#{pane_id}|#{pane_pid}|#{pane_dead}|#{pane_dead_status}|#{pane_dead_signal}|#{@phoenix_agent}|#{@phoenix_fp}|#{@phoenix_phase}|#{@phoenix_fleet}|#{session_name}:#{window_name}";
+const LIST_FIELDS: usize = 10;
 
 #[derive(Debug, Clone)]
 pub struct Tmux {
@@ -89,7 +90,10 @@ impl Tmux {
 
     fn label_args(launch: &Launch, target: Option<&str>) -> Vec<String> {
         let mut args = Vec::new();
+        // The fleet tag goes on in the same tmux call that creates the pane: no other phoenix
+        // ever sees the pane untagged.
         for (option, value) in [
+            ("@phoenix_fleet", launch.fleet.as_str()),
             ("@phoenix_agent", launch.agent.as_str()),
             ("@phoenix_fp", launch.fingerprint.as_str()),
         ] {
@@ -317,11 +321,11 @@ fn is_gone(err: &RuntimeError) -> bool {
 
 fn parse_pane(line: &str) -> Result<PaneObs, RuntimeError> {
     let bad = || RuntimeError::Parse(format!("unexpected list-panes line `{line}`"));
-    let f: Vec<&str> = line.splitn(9, '|').collect();
-    if f.len() != 9 {
+    let f: Vec<&str> = line.splitn(LIST_FIELDS, '|').collect();
+    if f.len() != LIST_FIELDS {
         return Err(bad());
     }
-    let (session, window) = f[8].split_once(':').ok_or_else(bad)?;
+    let (session, window) = f[LIST_FIELDS - 1].split_once(':').ok_or_else(bad)?;
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
     Ok(PaneObs {
         id: f[0].to_string(),
@@ -332,6 +336,7 @@ fn parse_pane(line: &str) -> Result<PaneObs, RuntimeError> {
         agent: non_empty(f[5]),
         fingerprint: non_empty(f[6]),
         phase: non_empty(f[7]),
+        fleet: non_empty(f[8]),
         session: session.to_string(),
         window: window.to_string(),
         started: None,
@@ -377,7 +382,7 @@ mod tests {
 
     #[test]
     fn parses_a_list_panes_line() {
-        let line = "%3|1234|1|137||trades|abc||fleet:my window: with | bars";
+        let line = "%3|1234|1|137||trades|abc||research-0123abcd|fleet:my window: with | bars";
         let p = parse_pane(line).unwrap();
         assert_eq!(p.id, "%3");
         assert_eq!(p.session, "fleet");
@@ -387,6 +392,7 @@ mod tests {
         assert_eq!(p.dead_status, Some(137));
         assert_eq!(p.agent.as_deref(), Some("trades"));
         assert_eq!(p.phase, None);
+        assert_eq!(p.fleet.as_deref(), Some("research-0123abcd"));
     }
 
     #[test]

@@ -68,6 +68,46 @@ impl Fleet {
         self
     }
 
+    /// Write phoenix.toml exactly as given, without a `tmux_socket`: phoenix derives one from
+    /// the fleet name and this file's path, and the harness follows it (so drop still kills
+    /// that server).
+    pub fn derived_socket_toml(&mut self, text: &str) -> &Self {
+        assert!(!text.contains("tmux_socket"), "{text}");
+        std::fs::write(self.config(), text).unwrap();
+        self.socket = self.spec().fleet.tmux_socket;
+        self
+    }
+
+    /// phoenix.toml as phoenix reads it.
+    pub fn spec(&self) -> phoenix::spec::Spec {
+        phoenix::spec::load(&self.config()).expect("phoenix.toml loads")
+    }
+
+    /// Every pane on this fleet's server that carries an agent tag: (agent, fleet tag, pane id,
+    /// pane pid), in pane order.
+    pub fn tagged_panes(&self) -> Vec<(String, String, String, u32)> {
+        self.tmux(&[
+            "list-panes",
+            "-a",
+            "-F",
+            "#{@phoenix_agent}|#{@phoenix_fleet}|#{pane_id}|#{pane_pid}",
+        ])
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            (f.len() == 4 && !f[0].is_empty()).then(|| {
+                (
+                    f[0].to_string(),
+                    f[1].to_string(),
+                    f[2].to_string(),
+                    f[3].parse().unwrap_or(0),
+                )
+            })
+        })
+        .collect()
+    }
+
     /// Write phoenix.toml exactly as given (for config error tests).
     pub fn raw_toml(&self, text: &str) -> &Self {
         std::fs::write(self.config(), text).unwrap();
