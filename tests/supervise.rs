@@ -785,3 +785,39 @@ fn apply_racing_a_starting_daemon_starts_each_agent_once() {
     assert_eq!(tagged, agents, "one pane per agent\n{}", daemon.log());
     daemon.stop();
 }
+
+#[test]
+fn a_wrapper_run_in_another_tmux_server_never_touches_the_fleets_pane_of_that_id() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}[[agent]]\nname = \"b\"\ncommand = \"no-such-program-phoenix-test\"\nenabled = false\n",
+        fast_restarts(5),
+        Fleet::demo_agent("a", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["a"]);
+    let pane = pane_of(&fleet, "a");
+    assert_eq!(pane_phase(&fleet, &pane), "running");
+    // Someone runs b's wrapper by hand in their own tmux, where it is in a pane of that id.
+    let mine = Fleet::new();
+    let config = fleet.config();
+    let out = mine
+        .tmux(&[
+            "new-session",
+            "-d",
+            "-P",
+            "-F",
+            "#{pane_id}",
+            support::PHOENIX,
+            "--config",
+            config.to_str().unwrap(),
+            "wrap",
+            "--agent",
+            "b",
+        ])
+        .unwrap();
+    assert_eq!(out.trim(), pane, "the same pane id on both servers");
+    // Its command cannot start: it goes through cooldown again and again.
+    wait_ops(&fleet, "b", "spawn_failed", 2);
+    assert_eq!(pane_phase(&fleet, &pane), "running");
+}

@@ -44,16 +44,16 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
         .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
     let _ = spec::remember_good(&spec);
     record_a_lost_end(&dir);
+    let runtime = Tmux::new(&spec.fleet.tmux_socket);
+    let pane = own_pane(&runtime);
     let mut wrapper = Wrapper {
         config: config.to_path_buf(),
-        runtime: Tmux::new(&spec.fleet.tmux_socket),
+        runtime,
         spec,
         agent,
         fleet,
         dir,
-        pane: std::env::var("TMUX_PANE")
-            .ok()
-            .filter(|p| p.starts_with('%')),
+        pane,
         terminal: Terminal::open(),
         interrupted_by: None,
     };
@@ -66,6 +66,19 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
         wrapper.interrupted_by = Some("an interrupted session");
     }
     wrapper.run()
+}
+
+/// The fleet pane this wrapper runs in. `TMUX_PANE` names a pane of whichever server started
+/// the wrapper (a `phoenix wrap` run by hand in one's own tmux, say), and `%3` on the fleet's
+/// server may be another agent's pane: it counts only if that pane's process is this one.
+fn own_pane(runtime: &Tmux) -> Option<String> {
+    let pane = std::env::var("TMUX_PANE")
+        .ok()
+        .filter(|p| p.starts_with('%'))?;
+    let pid = runtime
+        .run(["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .ok()?;
+    (pid.trim() == std::process::id().to_string()).then_some(pane)
 }
 
 /// How long ops.jsonl is now: what is appended after it is what happened since.
