@@ -567,3 +567,31 @@ fn a_pass_over_a_fleet_never_applied_starts_nothing() {
     let report = watchdog(&fleet);
     assert!(verdict(&report, "a")["skipped"].is_null(), "{report}");
 }
+
+#[test]
+fn a_pass_while_another_runs_does_nothing_and_says_so() {
+    let fleet = Fleet::new();
+    fleet.toml(&agent("a", ""));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["a"]);
+    // Another pass holds the watchdog's lock (as the daemon's pass would while it acts).
+    let other = phoenix::state::lock::FleetLock::acquire_file(
+        &phoenix::state::FleetDir::new(fleet.state_dir()),
+        phoenix::state::lock::WATCHDOG_LOCK,
+        "watchdog pass",
+        Duration::ZERO,
+        |_| {},
+    )
+    .unwrap();
+    let report = watchdog(&fleet);
+    let holder = format!("pid {}, `watchdog pass`", std::process::id());
+    assert_eq!(
+        report["skipped"],
+        format!("another watchdog pass ({holder}) is running")
+    );
+    assert_eq!(report["agents"], serde_json::json!([]));
+    drop(other);
+    let report = watchdog(&fleet);
+    assert!(report["skipped"].is_null(), "{report}");
+    assert_eq!(verdict(&report, "a")["agent"], "a");
+}

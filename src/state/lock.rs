@@ -14,6 +14,9 @@ use nix::fcntl::{Flock, FlockArg};
 use super::FleetDir;
 
 pub const FLEET_LOCK: &str = "fleet.lock";
+/// One watchdog pass at a time (a second one would revive, notify and count the same
+/// failure again).
+pub const WATCHDOG_LOCK: &str = "watchdog.lock";
 
 /// How long a mutating command waits for another one to finish before giving up.
 pub const LOCK_WAIT: Duration = Duration::from_secs(60);
@@ -54,7 +57,18 @@ impl FleetLock {
         wait: Duration,
         on_wait: impl FnOnce(&str),
     ) -> Result<FleetLock, LockError> {
-        let path = fleet.root.join(FLEET_LOCK);
+        Self::acquire_file(fleet, FLEET_LOCK, what, wait, on_wait)
+    }
+
+    /// [`FleetLock::acquire`] on another lock file of the state dir (`WATCHDOG_LOCK`).
+    pub fn acquire_file(
+        fleet: &FleetDir,
+        file: &str,
+        what: &str,
+        wait: Duration,
+        on_wait: impl FnOnce(&str),
+    ) -> Result<FleetLock, LockError> {
+        let path = fleet.root.join(file);
         let mut on_wait = Some(on_wait);
         let started = Instant::now();
         let mut pause = Duration::from_millis(10);

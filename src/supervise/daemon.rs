@@ -225,6 +225,9 @@ impl Daemon {
         tokio::task::spawn_blocking(move || {
             let runtime = Tmux::new(&spec.fleet.tmux_socket);
             let report = crate::watchdog::Watchdog::new(&spec, &config, &runtime).pass();
+            if let Some(why) = &report.skipped {
+                warn!("watchdog pass skipped: {why}");
+            }
             for a in report.agents.iter().filter(|a| a.verdict != "healthy") {
                 let findings: Vec<&str> = a.findings.iter().map(|f| f.reason.as_str()).collect();
                 info!(

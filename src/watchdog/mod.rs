@@ -19,6 +19,7 @@ use crate::notify::{Kind, Message, Notifier, Sent};
 use crate::policy::{AgentInfo, Policies, UnhealthyAction};
 use crate::render::Templates;
 use crate::spec::{AgentSpec, Spec};
+use crate::state::lock::{FleetLock, LockError, WATCHDOG_LOCK};
 use crate::state::{self, AgentDir, FleetDir};
 use crate::supervise::decide::EndReason;
 use crate::supervise::record;
@@ -126,6 +127,9 @@ pub struct Report {
     pub agents: Vec<AgentReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events_pruned: Option<usize>,
+    /// Why this pass did nothing: another pass (named) was running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 impl Report {
@@ -164,6 +168,27 @@ impl<'a> Watchdog<'a> {
     }
 
     pub fn pass(&self) -> Report {
+        // A pass running in another process (the daemon's, a cron `watchdog --once`) is doing
+        // this very work. Without a state dir yet there is nothing to share: go on unlocked.
+        let _pass = match FleetLock::acquire_file(
+            &self.fleet,
+            WATCHDOG_LOCK,
+            "watchdog pass",
+            Duration::ZERO,
+            |_| {},
+        ) {
+            Ok(lock) => Some(lock),
+            Err(LockError::Timeout { holder, .. }) => {
+                return Report {
+                    ts: state::now_rfc3339(),
+                    fleet: self.spec.fleet.name.clone(),
+                    agents: Vec::new(),
+                    events_pruned: None,
+                    skipped: Some(format!("another watchdog pass ({holder}) is running")),
+                };
+            }
+            Err(_) => None,
+        };
         let now = jiff::Timestamp::now().as_second();
         let world = world::observe(self.spec, self.runtime).unwrap_or_else(|e| {
             tracing::warn!("watchdog: cannot observe the runtime ({e}); every agent looks gone");
@@ -216,6 +241,7 @@ impl<'a> Watchdog<'a> {
             fleet: self.spec.fleet.name.clone(),
             agents,
             events_pruned,
+            skipped: None,
         }
     }
 
@@ -720,6 +746,10 @@ fn print_report(report: &Report, json: bool) {
             "{}\n",
             serde_json::to_string_pretty(report).unwrap_or_default()
         ));
+        return;
+    }
+    if let Some(why) = &report.skipped {
+        crate::cli::out(&format!("watchdog pass skipped: {why}\n"));
         return;
     }
     let mut text = String::new();
