@@ -246,6 +246,27 @@ fn diagnose(err: &RuntimeError, agent: &AgentSpec, socket: &str) -> String {
     )
 }
 
+/// Agents of this fleet left running on the server earlier versions used by default: starting
+/// the fleet on its own server now would run each of them twice. What to do, if so.
+pub fn legacy_socket_problem(spec: &Spec) -> Option<String> {
+    let agents = crate::world::on_legacy_socket(spec);
+    let legacy = spec.fleet.legacy_socket.as_deref()?;
+    (!agents.is_empty()).then(|| {
+        format!(
+            "agent{} {} of this fleet still run{} on tmux server `{legacy}` (the default socket of earlier phoenix versions); this fleet's default is now `{}`. Keep the old server: set `tmux_socket = \"{legacy}\"` under [fleet] in {}; or stop it: `tmux -L {legacy} kill-server`. Then run the command again",
+            if agents.len() == 1 { "" } else { "s" },
+            agents
+                .iter()
+                .map(|a| format!("`{a}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if agents.len() == 1 { "s" } else { "" },
+            spec.fleet.tmux_socket,
+            spec.file.display()
+        )
+    })
+}
+
 /// Why tmux itself cannot work here, with what to do about it: not installed, or no socket
 /// directory it can use. `None` when neither explains `err`.
 pub fn diagnose_tmux(err: &RuntimeError) -> Option<String> {

@@ -779,3 +779,50 @@ fn a_pane_an_older_phoenix_started_is_still_this_fleets_and_a_look_alike_is_not(
     plan.stdout_has("+ agent `y`: start")
         .stdout_has("0 to remove");
 }
+
+#[test]
+fn agents_left_on_the_old_default_socket_stop_an_apply_with_what_to_do() {
+    // A fleet without `tmux_socket`, upgraded: its agent still runs on `phoenix-<name>`.
+    let mut fleet = Fleet::new();
+    let name = format!("legacy-{}", std::process::id());
+    fleet.derived_socket_toml(&format!(
+        "[fleet]\nname = \"{name}\"\n\n{}",
+        Fleet::demo_agent("x", "")
+    ));
+    let mut old = Fleet::new();
+    old.socket = format!("phoenix-{name}");
+    let config = fleet.config();
+    old.tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &name,
+        support::PHOENIX,
+        "--config",
+        config.to_str().unwrap(),
+        "wrap",
+        "--agent",
+        "x",
+    ])
+    .unwrap();
+    old.tmux(&["set-option", "-p", "@phoenix_agent", "x"])
+        .unwrap();
+
+    fleet
+        .run(&["apply", "--yes"])
+        .status(1)
+        .stderr_has(&format!(
+            "agent `x` of this fleet still runs on tmux server `phoenix-{name}`"
+        ))
+        .stderr_has(&format!("set `tmux_socket = \"phoenix-{name}\"`"))
+        .stderr_has(&format!("`tmux -L phoenix-{name} kill-server`"));
+    assert!(!fleet.server_running(), "a second copy was started");
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stderr_has("warning: agent `x` of this fleet still runs");
+
+    old.tmux(&["kill-server"]);
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["x"]);
+}

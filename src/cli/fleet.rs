@@ -54,6 +54,9 @@ pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
 
 pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
     let spec = load(config)?;
+    if let Some(problem) = crate::apply::legacy_socket_problem(&spec) {
+        eprintln!("warning: {problem}");
+    }
     let world = observe(&spec)?;
     let plan = plan::diff(
         &spec,
@@ -73,6 +76,9 @@ pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
 
 pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Result<i32> {
     let spec = load(config)?;
+    if let Some(problem) = crate::apply::legacy_socket_problem(&spec) {
+        bail!("{problem}");
+    }
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     if !fleet.root.exists() {
         // A first apply where tmux cannot work leaves nothing behind, not even a state dir.

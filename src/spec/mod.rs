@@ -160,6 +160,9 @@ pub struct Fleet {
     pub state_dir: PathBuf,
     /// Defaults to `phoenix-<id>`: a server of this fleet's own.
     pub tmux_socket: String,
+    /// When no `tmux_socket` is set: the one earlier versions defaulted to (`phoenix-<name>`),
+    /// where this fleet's agents may still run after an upgrade.
+    pub legacy_socket: Option<String>,
     pub reconcile_interval: Duration,
 }
 
@@ -1189,6 +1192,7 @@ impl Validator<'_> {
             }
             None => format!("phoenix-{id}"),
         };
+        let legacy_socket = raw.tmux_socket.is_none().then(|| format!("phoenix-{name}"));
         let reconcile_interval = self.duration(
             &raw.reconcile_interval,
             "reconcile_interval",
@@ -1199,6 +1203,7 @@ impl Validator<'_> {
             id,
             state_dir,
             tmux_socket,
+            legacy_socket,
             reconcile_interval,
         }
     }

@@ -92,6 +92,9 @@ enum Event {
 pub fn run(config: &Path, options: RunOptions) -> anyhow::Result<i32> {
     init_tracing(options);
     let spec = spec::load(config)?;
+    if let Some(problem) = crate::apply::legacy_socket_problem(&spec) {
+        bail!("{problem}");
+    }
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     fleet.ensure().with_context(|| {
         format!(

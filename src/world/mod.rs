@@ -253,6 +253,25 @@ fn wraps(argv: &[String], spec: &Spec, agent: &str) -> bool {
             .is_some_and(|c| crate::spec::fleet_id(&spec.fleet.name, Path::new(c)) == spec.fleet.id)
 }
 
+/// Agents of this fleet that still run on the tmux server earlier versions used by default
+/// (see `Fleet::legacy_socket`), by name; empty when there is none or it cannot be read.
+pub fn on_legacy_socket(spec: &Spec) -> Vec<String> {
+    let Some(socket) = spec.fleet.legacy_socket.as_deref() else {
+        return Vec::new();
+    };
+    let Ok(Some(panes)) = tmux::Tmux::new(socket).list() else {
+        return Vec::new();
+    };
+    let mut agents: Vec<String> = panes
+        .into_iter()
+        .filter(|p| !p.dead && is_ours(p, spec))
+        .filter_map(|p| p.agent)
+        .collect();
+    agents.sort();
+    agents.dedup();
+    agents
+}
+
 /// Observe everything relevant to `spec` with one runtime call and one /proc pass. Only this
 /// fleet's panes are in the result (see [`is_ours`]).
 pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError> {
