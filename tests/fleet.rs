@@ -821,8 +821,15 @@ fn agents_left_on_the_old_default_socket_stop_an_apply_with_what_to_do() {
         .run(&["plan"])
         .status(2)
         .stderr_has("warning: agent `x` of this fleet still runs");
+    let doctor = fleet.run(&["doctor"]).stdout();
+    assert!(doctor.contains("FAIL tmux server"), "{doctor}");
 
     old.tmux(&["kill-server"]);
     fleet.run(&["apply", "--yes"]).status(0);
     fleet.wait_running(&["x"]);
+    let doctor = fleet.run(&["doctor"]).stdout();
+    assert!(
+        doctor.contains("ok   tmux server") && doctor.contains(&fleet.socket),
+        "{doctor}"
+    );
 }

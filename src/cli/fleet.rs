@@ -425,6 +425,17 @@ pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
                     format!("cannot write there ({e}); fix permissions or set `state_dir`")
                 }),
             );
+            // The server's name is derived by default: say it, so `tmux -L` can find it.
+            let legacy = crate::apply::legacy_socket_problem(&spec);
+            check(
+                "tmux server".into(),
+                legacy.is_none(),
+                format!(
+                    "`tmux -L {}` (fleet `{}`)",
+                    spec.fleet.tmux_socket, spec.fleet.id
+                ),
+                legacy,
+            );
             for agent in &spec.agents {
                 let program = agent.argv.first().map(String::as_str).unwrap_or("");
                 let found = program == "phoenix" || find_program(program, &agent.workdir);
