@@ -833,3 +833,37 @@ fn agents_left_on_the_old_default_socket_stop_an_apply_with_what_to_do() {
         "{doctor}"
     );
 }
+
+#[test]
+fn an_apply_waits_for_the_fleet_lock_and_says_for_whom() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("x", ""));
+    std::fs::create_dir_all(fleet.state_dir()).unwrap();
+    let held = phoenix::state::lock::FleetLock::acquire(
+        &phoenix::state::FleetDir::new(fleet.state_dir()),
+        "a test",
+        Duration::ZERO,
+        |_| {},
+    )
+    .unwrap();
+    let log = fleet.path().join("apply.err");
+    let mut apply = fleet
+        .command(&["apply", "--yes"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let waiting = format!(
+        "waiting for another phoenix (pid {}, `a test`) to finish changing the fleet (up to 60s)",
+        std::process::id()
+    );
+    wait_until(Duration::from_secs(10), "the waiting message", || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(&waiting)
+    });
+    assert!(!fleet.server_running(), "started while the lock was held");
+    drop(held);
+    assert!(apply.wait().unwrap().success());
+    fleet.wait_running(&["x"]);
+}

@@ -52,6 +52,11 @@ pub enum Command {
         prune: bool,
     },
     /// Converge the fleet on phoenix.toml.
+    ///
+    /// One change of a fleet at a time: apply holds the fleet lock (`<state_dir>/fleet.lock`)
+    /// from its observation to its last step, confirmation included. Another apply or restart
+    /// says whom it waits for and gives up after 60 s; `phoenix run` reconciles after it.
+    /// Only panes this fleet started are planned for; `--prune` never touches others.
     Apply {
         /// Do not ask for confirmation.
         #[arg(long, short = 'y')]
@@ -94,7 +99,8 @@ pub enum Command {
         #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "verbose")]
         quiet: u8,
     },
-    /// Restart an agent on purpose: clears `.clean-exit` and its crash quarantine.
+    /// Restart an agent on purpose: clears `.clean-exit` and its crash quarantine. Waits (up to
+    /// 60 s) while another phoenix holds the fleet lock.
     Restart {
         agent: String,
         /// Start a fresh session instead of resuming the recorded one.
