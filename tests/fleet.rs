@@ -867,3 +867,26 @@ fn an_apply_waits_for_the_fleet_lock_and_says_for_whom() {
     assert!(apply.wait().unwrap().success());
     fleet.wait_running(&["x"]);
 }
+
+#[test]
+fn a_renamed_fleet_replaces_its_agents_instead_of_starting_them_twice() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("x", ""));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["x"]);
+    let text = std::fs::read_to_string(fleet.config())
+        .unwrap()
+        .replace("name = \"test\"", "name = \"renamed\"");
+    std::fs::write(fleet.config(), text).unwrap();
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has("-/+ agent `x`: replace in %0")
+        .stdout_has("Plan: 0 to start");
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["x"]);
+    let panes = fleet.tagged_panes();
+    assert_eq!(panes.len(), 1, "{panes:?}");
+    assert_eq!(panes[0].1, fleet.spec().fleet.id);
+    fleet.run(&["plan"]).status(0).stdout_has("No changes");
+}

@@ -227,30 +227,34 @@ fn pane_number(id: &str) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// Whether `pane` belongs to this fleet: tagged with its identity, or (a pane an older phoenix
-/// started, before panes carried the tag) running a wrapper of this very config file. Panes
-/// of other fleets sharing the server, and panes phoenix did not start, are not ours to see.
+/// Whether `pane` belongs to this fleet: tagged with its identity, or running a wrapper of
+/// this very config file (a pane an older phoenix started before panes carried the tag, or
+/// one started before the fleet was renamed: plan then replaces it, tagged anew). Panes of
+/// other fleets sharing the server, and panes phoenix did not start, are not ours to see.
 fn is_ours(pane: &PaneObs, spec: &Spec) -> bool {
-    match (&pane.fleet, &pane.agent) {
-        (Some(fleet), _) => *fleet == spec.fleet.id,
-        (None, Some(agent)) if !pane.dead => {
-            procs::cmdline(pane.pid).is_some_and(|argv| wraps(&argv, spec, agent))
+    if pane.fleet.as_deref() == Some(spec.fleet.id.as_str()) {
+        return true;
+    }
+    match &pane.agent {
+        Some(agent) if !pane.dead => {
+            procs::cmdline(pane.pid).is_some_and(|argv| wraps(&argv, &spec.file, agent))
         }
-        (None, _) => false,
+        _ => false,
     }
 }
 
-/// `argv` is `<phoenix> --config <file> wrap --agent <agent>` for this fleet's file.
-fn wraps(argv: &[String], spec: &Spec, agent: &str) -> bool {
+/// `argv` is `<phoenix> --config <file> wrap --agent <agent>` for this config file.
+fn wraps(argv: &[String], file: &Path, agent: &str) -> bool {
     let after = |flag: &str| {
         argv.iter()
             .position(|a| a == flag)
             .and_then(|i| argv.get(i + 1))
     };
+    let canonical = |p: &Path| std::fs::canonicalize(p).ok();
     argv.iter().any(|a| a == "wrap")
         && after("--agent").is_some_and(|a| a == agent)
         && after("--config")
-            .is_some_and(|c| crate::spec::fleet_id(&spec.fleet.name, Path::new(c)) == spec.fleet.id)
+            .is_some_and(|c| canonical(Path::new(c)).is_some_and(|c| Some(c) == canonical(file)))
 }
 
 /// Agents of this fleet that still run on the tmux server earlier versions used by default
