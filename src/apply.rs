@@ -246,25 +246,27 @@ fn diagnose(err: &RuntimeError, agent: &AgentSpec, socket: &str) -> String {
     )
 }
 
-/// Agents of this fleet left running on the server earlier versions used by default: starting
-/// the fleet on its own server now would run each of them twice. What to do, if so.
+/// Agents of this fleet left running on another server (see [`crate::world::elsewhere`]):
+/// what to do about them, if there are any.
 pub fn legacy_socket_problem(spec: &Spec) -> Option<String> {
-    let agents = crate::world::on_legacy_socket(spec);
-    let legacy = spec.fleet.legacy_socket.as_deref()?;
-    (!agents.is_empty()).then(|| {
-        format!(
-            "agent{} {} of this fleet still run{} on tmux server `{legacy}` (the default socket of earlier phoenix versions); this fleet's default is now `{}`. Keep the old server: set `tmux_socket = \"{legacy}\"` under [fleet] in {}; or stop it: `tmux -L {legacy} kill-server`. Then run the command again",
-            if agents.len() == 1 { "" } else { "s" },
-            agents
-                .iter()
-                .map(|a| format!("`{a}`"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            if agents.len() == 1 { "s" } else { "" },
-            spec.fleet.tmux_socket,
-            spec.file.display()
-        )
-    })
+    let (socket, agents) = crate::world::elsewhere(spec)?;
+    let why = if spec.fleet.legacy_socket.as_deref() == Some(socket.as_str()) {
+        "the default socket of earlier phoenix versions"
+    } else {
+        "this file's default socket under an earlier fleet name"
+    };
+    Some(format!(
+        "agent{} {} of this fleet still run{} on tmux server `{socket}` ({why}); this fleet's server is now `{}`. Keep the old server: set `tmux_socket = \"{socket}\"` under [fleet] in {}; or stop it: `tmux -L {socket} kill-server`. Then run the command again",
+        if agents.len() == 1 { "" } else { "s" },
+        agents
+            .iter()
+            .map(|a| format!("`{a}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if agents.len() == 1 { "s" } else { "" },
+        spec.fleet.tmux_socket,
+        spec.file.display()
+    ))
 }
 
 /// Why tmux itself cannot work here, with what to do about it: not installed, or no socket

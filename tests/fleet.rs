@@ -890,3 +890,34 @@ fn a_renamed_fleet_replaces_its_agents_instead_of_starting_them_twice() {
     assert_eq!(panes[0].1, fleet.spec().fleet.id);
     fleet.run(&["plan"]).status(0).stdout_has("No changes");
 }
+
+#[test]
+fn renaming_a_fleet_on_its_default_socket_stops_apply_until_the_old_server_is_dealt_with() {
+    let mut fleet = Fleet::new();
+    let toml = |name: &str| {
+        format!(
+            "[fleet]\nname = \"{name}-{}\"\n\n{}",
+            std::process::id(),
+            Fleet::demo_agent("x", "")
+        )
+    };
+    fleet.derived_socket_toml(&toml("first"));
+    let mut old = Fleet::new();
+    old.socket = fleet.socket.clone();
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["x"]);
+
+    fleet.derived_socket_toml(&toml("second"));
+    assert_ne!(fleet.socket, old.socket);
+    fleet
+        .run(&["apply", "--yes"])
+        .status(1)
+        .stderr_has(&format!(
+            "agent `x` of this fleet still runs on tmux server `{}` (this file's default socket under an earlier fleet name)",
+            old.socket
+        ));
+    assert!(!fleet.server_running(), "a second copy was started");
+    old.tmux(&["kill-server"]);
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["x"]);
+}

@@ -257,23 +257,46 @@ fn wraps(argv: &[String], file: &Path, agent: &str) -> bool {
             .is_some_and(|c| canonical(Path::new(c)).is_some_and(|c| Some(c) == canonical(file)))
 }
 
-/// Agents of this fleet that still run on the tmux server earlier versions used by default
-/// (see `Fleet::legacy_socket`), by name; empty when there is none or it cannot be read.
-pub fn on_legacy_socket(spec: &Spec) -> Vec<String> {
-    let Some(socket) = spec.fleet.legacy_socket.as_deref() else {
-        return Vec::new();
-    };
-    let Ok(Some(panes)) = tmux::Tmux::new(socket).list() else {
-        return Vec::new();
-    };
-    let mut agents: Vec<String> = panes
-        .into_iter()
-        .filter(|p| !p.dead && is_ours(p, spec))
-        .filter_map(|p| p.agent)
-        .collect();
-    agents.sort();
-    agents.dedup();
-    agents
+/// Another tmux server where agents of this fleet still run: after an upgrade (the default
+/// socket of earlier versions, `phoenix-<name>`, when none is configured) or a rename (the
+/// default socket this config file had under its earlier name, `phoenix-<old>-<hash>`).
+/// Starting the fleet on its own server would run each of them twice. The first such server
+/// and its agents, by name.
+pub fn elsewhere(spec: &Spec) -> Option<(String, Vec<String>)> {
+    let mut sockets: Vec<String> = spec.fleet.legacy_socket.iter().cloned().collect();
+    // The hash part of the id is this file's: only its own earlier names end with it.
+    let suffix = spec
+        .fleet
+        .id
+        .rsplit_once('-')
+        .map(|(_, hash)| format!("-{hash}"))
+        .unwrap_or_default();
+    if let Ok(entries) = std::fs::read_dir(tmux::socket_dir()) {
+        for entry in entries.flatten() {
+            if let Some(name) = entry.file_name().to_str()
+                && name.starts_with("phoenix-")
+                && name.ends_with(&suffix)
+            {
+                sockets.push(name.to_string());
+            }
+        }
+    }
+    sockets.retain(|s| *s != spec.fleet.tmux_socket);
+    sockets.sort();
+    sockets.dedup();
+    sockets.into_iter().find_map(|socket| {
+        let Ok(Some(panes)) = tmux::Tmux::new(&socket).list() else {
+            return None;
+        };
+        let mut agents: Vec<String> = panes
+            .into_iter()
+            .filter(|p| !p.dead && is_ours(p, spec))
+            .filter_map(|p| p.agent)
+            .collect();
+        agents.sort();
+        agents.dedup();
+        (!agents.is_empty()).then_some((socket, agents))
+    })
 }
 
 /// Observe everything relevant to `spec` with one runtime call and one /proc pass. Only this
