@@ -71,10 +71,7 @@ pub fn observe(
     let quarantined = crate::supervise::record::load(dir).safe_mode.is_some();
     // Starting a fleet is `apply`'s decision (or `phoenix run`'s), never a watchdog pass's:
     // an agent phoenix never started has nothing to revive.
-    let never_started = world
-        .agents
-        .get(&agent.name)
-        .is_none_or(|o| o.started.is_none());
+    let never_started = !dir.file(state::STARTED_SPEC).exists();
     observed.skip = if !agent.enabled {
         Some("disabled in phoenix.toml".into())
     } else if never_started && pane.is_none() {
