@@ -245,6 +245,8 @@ impl Drop for Fleet {
         for pid in pids.into_iter().filter(|p| alive(*p)) {
             kill9(pid);
         }
+        // The server is gone; its socket file may not be.
+        let _ = std::fs::remove_file(phoenix::world::tmux::socket_dir().join(&self.socket));
     }
 }
 
