@@ -1,6 +1,7 @@
 //! Observing the world: panes from the runtime (one call), process trees from /proc, and
 //! each agent's state dir and markers. Produces a `World` for the pure diff in `plan`.
 
+pub mod inert;
 pub mod procs;
 pub mod tmux;
 
