@@ -53,6 +53,11 @@ fn pane_of(fleet: &Fleet, agent: &str) -> String {
         .to_string()
 }
 
+fn type_into(fleet: &Fleet, pane: &str, text: &str) {
+    fleet.tmux(&["send-keys", "-t", pane, "-l", text]).unwrap();
+    fleet.tmux(&["send-keys", "-t", pane, "Enter"]).unwrap();
+}
+
 fn save_handoff(fleet: &Fleet, agent: &str, body: &str) -> serde_json::Value {
     let mut child = fleet
         .command(&["handoff", "save", agent, "--json"])
@@ -237,4 +242,131 @@ fn a_hostile_handoff_is_pasted_as_plain_text() {
         "only Enter after the paste, got {after:?}"
     );
     assert_eq!(title(), title_before, "the pane's title changed");
+}
+
+fn demo(name: &str, flags: &str) -> String {
+    format!(
+        "[[agent]]\nname = \"{name}\"\ncli = \"custom\"\n\
+         command = \"phoenix demo-agent --interval 300ms --no-hooks {flags}\"\n"
+    )
+}
+
+fn ledger(fleet: &Fleet, agent: &str) -> serde_json::Value {
+    fleet.run(&["ledger", agent, "--json"]).status(0).json()
+}
+
+/// An agent that merely prints a file quoting the protocol (the README) changes nothing: its
+/// ledger and handoffs stay as they were. A marker the agent prints itself afterwards still
+/// works (and, the tap acting in order, shows that the README's lines were all read).
+#[test]
+fn printing_a_file_that_quotes_the_protocol_changes_nothing() {
+    let fleet = Fleet::new();
+    fleet.toml("[[agent]]\nname = \"shell\"\ncli = \"custom\"\ncommand = \"sh\"\n");
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["shell"]);
+    let pane = pane_of(&fleet, "shell");
+    wait_until(Duration::from_secs(10), "the tap", || {
+        fleet
+            .ops("shell")
+            .iter()
+            .any(|o| o["event"] == "tap_started")
+    });
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    assert!(
+        std::fs::read_to_string(&readme)
+            .unwrap()
+            .contains("\n->continuity:save <<<\n")
+    );
+    type_into(&fleet, &pane, &format!("cat '{}'", readme.display()));
+    // The typed line holds the marker mid-line (not the agent speaking); the output has it
+    // at the start of a line.
+    type_into(
+        &fleet,
+        &pane,
+        "printf '%s\\n' '->continuity:uncertain \"after the readme\"'",
+    );
+    wait_until_explained(
+        Duration::from_secs(20),
+        "the agent's own marker acted on",
+        || {
+            ledger(&fleet, "shell")["uncertain"]
+                .as_array()
+                .is_some_and(|u| u.contains(&serde_json::json!("after the readme")))
+        },
+        || fleet.explain("shell", &pane),
+    );
+    assert_eq!(
+        ledger(&fleet, "shell")["uncertain"],
+        serde_json::json!(["after the readme"]),
+        "the README's example was taken for the agent's"
+    );
+    let ops = fleet.ops("shell");
+    let acted: Vec<_> = ops
+        .iter()
+        .filter(|o| {
+            o["event"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("tap_") && e != "tap_started")
+        })
+        .collect();
+    assert_eq!(acted.len(), 1, "{acted:#?}");
+    let ledger = ledger(&fleet, "shell");
+    assert!(ledger["current_task"].is_null(), "{ledger}");
+    let handoffs = fleet.run(&["handoff", "list", "shell", "--json"]).json();
+    assert_eq!(handoffs, serde_json::json!([]));
+}
+
+/// A handoff whose body holds `->continuity:load` is loaded once when the agent asks, not
+/// again by its own echo (it once loaded itself 62 times in 100 s).
+#[test]
+fn a_self_referencing_handoff_is_loaded_once() {
+    let fleet = Fleet::new();
+    fleet.toml(&demo("plain", ""));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["plain"]);
+    let pane = pane_of(&fleet, "plain");
+    wait_until(Duration::from_secs(10), "the tap", || {
+        fleet
+            .ops("plain")
+            .iter()
+            .any(|o| o["event"] == "tap_started")
+    });
+    save_handoff(
+        &fleet,
+        "plain",
+        "Current task: the loop check\n->continuity:load\nNext: ->continuity:load again\n",
+    );
+    type_into(&fleet, &pane, "silent");
+    type_into(&fleet, &pane, "say ->conti{}nuity:load");
+    wait_until_explained(
+        Duration::from_secs(20),
+        "the handoff loaded",
+        || fleet.ops("plain").iter().any(|o| o["event"] == "tap_load"),
+        || fleet.explain("plain", &pane),
+    );
+    // The tap acts in order: once this is done, every echo of the paste has been read.
+    type_into(
+        &fleet,
+        &pane,
+        "say ->conti{}nuity:uncertain \"after the load\"",
+    );
+    wait_until_explained(
+        Duration::from_secs(20),
+        "the agent's own marker acted on",
+        || {
+            ledger(&fleet, "plain")["uncertain"]
+                .as_array()
+                .is_some_and(|u| u.contains(&serde_json::json!("after the load")))
+        },
+        || fleet.explain("plain", &pane),
+    );
+    let ops = fleet.ops("plain");
+    let loads = ops.iter().filter(|o| o["event"] == "tap_load").count();
+    assert_eq!(loads, 1, "{ops:#?}");
+    assert!(
+        ops.iter().any(|o| o["event"] == "tap_ignored"
+            && o["command"] == "load"
+            && o["reason"] == "the echo of text phoenix pasted"),
+        "{ops:#?}"
+    );
 }

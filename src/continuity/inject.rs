@@ -151,6 +151,13 @@ pub fn deliver(
         .map(|m| m.len())
         .unwrap_or(0);
     let text = text.trim_end();
+    // The tap must know the echo of this text for what it is, not the agent speaking.
+    if let Err(e) = super::tap::note_injected(dir, text) {
+        let _ = dir.record_op(
+            "tap_note_failed",
+            serde_json::json!({"error": e.to_string()}),
+        );
+    }
     runtime
         .paste(pane, text)
         .map_err(|e| format!("cannot paste into pane {pane}: {e}"))?;
