@@ -129,6 +129,8 @@ pub trait Runtime {
     /// Replace whatever runs in `pane` with a fresh launch.
     fn respawn(&self, pane: &str, launch: &Launch) -> Result<(), RuntimeError>;
     fn stop(&self, pane: &str) -> Result<(), RuntimeError>;
+    /// Give `text` to the program in `pane` as one paste, then press Enter. The runtime makes
+    /// the text inert (`inert::keyboard_text`): no caller can skip that.
     fn send_input(&self, pane: &str, text: &str) -> Result<(), RuntimeError>;
     fn capture(&self, pane: &str, lines: usize) -> Result<String, RuntimeError>;
     /// The screens of several panes; a pane that cannot be read is left out.
