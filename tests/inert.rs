@@ -304,21 +304,25 @@ fn printing_a_file_that_quotes_the_protocol_changes_nothing() {
             .unwrap()
             .contains("\n->continuity:save <<<\n")
     );
-    type_into(&fleet, &pane, &format!("cat '{}'", readme.display()));
-    // The typed line holds the marker mid-line (not the agent speaking); the output has it
-    // at the start of a line.
+    // One command line, so that the marker comes right after the README (typed ahead, the
+    // shell's prompt would stand before it). The typed line holds the marker mid-line (not the
+    // agent speaking); printf's output has it at the start of a line.
     type_into(
         &fleet,
         &pane,
-        "printf '%s\\n' '->continuity:uncertain \"after the readme\"'",
+        &format!(
+            "cat '{}'; printf '%s\\n' '->continuity:uncertain \"after the readme\"'",
+            readme.display()
+        ),
     );
     wait_until_explained(
         Duration::from_secs(20),
         "the agent's own marker acted on",
         || {
-            ledger(&fleet, "shell")["uncertain"]
-                .as_array()
-                .is_some_and(|u| u.contains(&serde_json::json!("after the readme")))
+            fleet
+                .ops("shell")
+                .iter()
+                .any(|o| o["event"] == "tap_uncertain" && o["item"] == "after the readme")
         },
         || fleet.explain("shell", &pane),
     );
@@ -381,9 +385,10 @@ fn a_self_referencing_handoff_is_loaded_once() {
         Duration::from_secs(20),
         "the agent's own marker acted on",
         || {
-            ledger(&fleet, "plain")["uncertain"]
-                .as_array()
-                .is_some_and(|u| u.contains(&serde_json::json!("after the load")))
+            fleet
+                .ops("plain")
+                .iter()
+                .any(|o| o["event"] == "tap_uncertain" && o["item"] == "after the load")
         },
         || fleet.explain("plain", &pane),
     );
