@@ -42,6 +42,11 @@ pub struct DemoArgs {
     /// Behave like a CLI without hooks: continuity then goes through the pane only.
     #[arg(long)]
     pub no_hooks: bool,
+    /// Be a raw-mode terminal program instead: log every byte received to this file, echo it
+    /// back to the terminal as is (as a TUI renders what it is given), ask for bracketed
+    /// paste, and answer each Enter outside a paste with a `received N` line.
+    #[arg(long)]
+    pub raw_log: Option<std::path::PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -55,6 +60,9 @@ enum Mode {
 }
 
 pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
+    if let Some(log) = &args.raw_log {
+        return raw_log(log);
+    }
     let agent = args.agent.clone().unwrap_or_else(|| "demo".into());
     if args.no_hooks {
         NO_HOOKS.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -208,6 +216,50 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
                 }),
             );
         }
+    }
+}
+
+/// `--raw-log`: what a pane's program really receives, byte for byte.
+fn raw_log(path: &std::path::Path) -> anyhow::Result<i32> {
+    use nix::sys::termios::{SetArg, cfmakeraw, tcgetattr, tcsetattr};
+    use std::io::Read;
+    let stdin = std::io::stdin();
+    let mut attrs = tcgetattr(&stdin)?;
+    cfmakeraw(&mut attrs);
+    tcsetattr(&stdin, SetArg::TCSANOW, &attrs)?;
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let mut out = std::io::stdout();
+    write!(out, "\x1b[?2004hraw> ")?;
+    out.flush()?;
+    let (mut in_paste, mut tail, mut enters) = (false, Vec::<u8>::new(), 0u32);
+    let mut buf = [0u8; 4096];
+    let mut input = stdin.lock();
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(0) | Err(_) => return Ok(0),
+            Ok(n) => n,
+        };
+        log.write_all(&buf[..n])?;
+        log.flush()?;
+        out.write_all(&buf[..n])?;
+        for &b in &buf[..n] {
+            tail.push(b);
+            if tail.len() > 6 {
+                tail.remove(0);
+            }
+            if tail.ends_with(b"\x1b[200~") {
+                in_paste = true;
+            } else if tail.ends_with(b"\x1b[201~") {
+                in_paste = false;
+            } else if b == b'\r' && !in_paste {
+                enters += 1;
+                write!(out, "\r\nreceived {enters}\r\nraw> ")?;
+            }
+        }
+        out.flush()?;
     }
 }
 

@@ -102,6 +102,9 @@ pub fn generate(spec: &Spec, agent: &AgentSpec) -> Result<Generated, String> {
             return Err(e);
         }
     };
+    // The brief is part of what a session start pastes into a CLI without hooks: the paste
+    // rule, whatever the template or the brief command wrote.
+    let brief = crate::world::inert::keyboard_text(&brief);
     // The state first: if it cannot be merged, the brief is not written either.
     let retention = Retention::from(&spec.thresholds);
     let mut state_fields = Vec::new();

@@ -139,7 +139,9 @@ pub fn build(
         "previous": previous,
     });
     let (body, broken) = templates.render_or_builtin("handoff.md.j2", &ctx);
-    let body = body.map_err(|e| e.to_string())?;
+    // A handoff is pasted into panes later: it is saved under the paste rule, whatever the
+    // template, the agent's last words or the operator's text contained.
+    let body = crate::world::inert::keyboard_text(&body.map_err(|e| e.to_string())?);
     if let Some(e) = broken {
         let _ = dir.record_op(
             "template_error",
@@ -153,7 +155,7 @@ pub fn build(
         created_at,
         trigger,
         related: previous.into_iter().collect(),
-        summary: triage::shorten(&summary, 200),
+        summary: triage::shorten(&crate::world::inert::keyboard_text(&summary), 200),
         body,
     })
 }

@@ -2,7 +2,8 @@
 //! is pasted into the pane as a bracketed paste when the agent is ready for input, and Enter
 //! submits it. Delivery is confirmed — the CLI's prompt-submit hook fires, or the text leaves
 //! the input line — and Enter is sent again a bounded number of times if it was swallowed.
-//! Nothing goes through a shell.
+//! Nothing goes through a shell, and the text is sanitized by the runtime's paste
+//! (`world::inert::keyboard_text`): no escape sequence reaches the pane.
 
 use std::time::{Duration, Instant};
 
@@ -149,20 +150,23 @@ pub fn deliver(
     let ops_offset = std::fs::metadata(dir.file(state::OPS_LOG))
         .map(|m| m.len())
         .unwrap_or(0);
-    let buffer = format!("phoenix-inject-{}", std::process::id());
     let text = text.trim_end();
+    // The tap must know the echo of this text for what it is, not the agent speaking.
+    if let Err(e) = super::tap::note_injected(dir, text) {
+        let _ = dir.record_op(
+            "tap_note_failed",
+            serde_json::json!({"error": e.to_string()}),
+        );
+    }
     runtime
-        .load_buffer(&buffer, text)
-        .map_err(|e| format!("cannot load the paste buffer: {e}"))?;
-    runtime
-        .run(["paste-buffer", "-p", "-d", "-b", &buffer, "-t", pane])
+        .paste(pane, text)
         .map_err(|e| format!("cannot paste into pane {pane}: {e}"))?;
     for attempt in 1..=opts.attempts {
         // Give the paste a moment to land before Enter, or a fast Enter is part of it.
         std::thread::sleep(Duration::from_millis(150));
         let before = screen(runtime, pane)?;
         runtime
-            .run(["send-keys", "-t", pane, "Enter"])
+            .press_enter(pane)
             .map_err(|e| format!("cannot press Enter in pane {pane}: {e}"))?;
         let deadline = Instant::now() + opts.confirm_timeout;
         let mut cleared_at: Option<Instant> = None;

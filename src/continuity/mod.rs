@@ -35,8 +35,9 @@ pub fn auto_handoff(
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let dir = fleet.agent(&agent.name);
     let templates = Templates::for_spec(spec);
+    // Saved text is pasted into panes later (handoff bodies, ledger fields): the paste rule.
     let text = match extra {
-        Some(t) => SaveText::parse(t),
+        Some(t) => SaveText::parse(&crate::world::inert::keyboard_text(t)),
         None => SaveText::default(),
     };
     let handoff = handoff::build(&dir, agent, trigger, &text, &templates)?;

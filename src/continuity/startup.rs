@@ -180,7 +180,10 @@ pub fn render(
         if let Some(e) = override_error {
             problem = Some(e.to_string());
         }
-        text.map_err(|e| e.to_string())
+        // Pasted into the pane for a CLI without hooks: the paste rule, whatever the
+        // template (or what it quotes) contains.
+        text.map(|t| crate::world::inert::keyboard_text(&t))
+            .map_err(|e| e.to_string())
     };
     let mut text = match render(&ctx) {
         Ok(text) => text,

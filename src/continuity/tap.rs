@@ -11,6 +11,13 @@
 //! ->continuity:uncertain "API rate limit handling unclear"
 //! ->continuity:search "authentication patterns"
 //! ```
+//!
+//! Only what the agent itself says counts: a marker at the start of a line (after at most
+//! three spaces and one speaker bullet such as Claude Code's `⏺`), outside fenced code
+//! blocks, and not the echo of text phoenix pasted into the pane (`note_injected`). So an
+//! agent that `cat`s a file quoting the protocol, or shows tool output (indented under `⎿`,
+//! `└`, `│`), or is given a handoff that contains a marker, does not trigger anything. What
+//! does trigger is rate-limited, and the queue of actions is bounded.
 
 /// A command found in the output.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +35,13 @@ const MAX_BLOCK: usize = 64 * 1024;
 /// A line without a newline is kept up to this much while more output arrives.
 const MAX_LINE: usize = 16 * 1024;
 
+/// Lines a fenced code block is believed open for: a fence that never closes (a file cut
+/// short) must not deafen the tap for good.
+const MAX_FENCE_LINES: usize = 500;
+/// Bullets a CLI puts before what the agent says (Claude Code `⏺`/`●`, Codex `•`, Gemini
+/// `✦`). Tool output is shown under other glyphs (`⎿`, `└`, `│`) and never counts.
+const SPEAKER_BULLETS: &[char] = &['⏺', '●', '•', '✦', '◆'];
+
 /// Feed it chunks of output in order; it returns the commands completed by each chunk.
 #[derive(Debug, Default)]
 pub struct Tap {
@@ -37,6 +51,11 @@ pub struct Tap {
     block: Option<String>,
     /// An escape sequence left open at the end of the last chunk.
     in_escape: Escape,
+    /// Inside a fenced code block (quoted text, not the agent's own words): its lines so far.
+    fence: Option<usize>,
+    /// Find markers anywhere in a line, fences or not: what text *could* trigger, for
+    /// recognising the echo of injected text.
+    anywhere: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -55,6 +74,18 @@ enum Escape {
 impl Tap {
     pub fn new() -> Tap {
         Tap::default()
+    }
+
+    /// Every command `text` contains wherever it stands in a line: what its echo could
+    /// trigger.
+    pub fn commands_anywhere(text: &str) -> Vec<Command> {
+        let mut tap = Tap {
+            anywhere: true,
+            ..Tap::default()
+        };
+        let mut out = tap.feed(text.as_bytes());
+        out.extend(tap.feed(b"\n"));
+        out
     }
 
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<Command> {
@@ -136,7 +167,27 @@ impl Tap {
             }
             return;
         }
-        let Some(at) = line.find(MARKER) else {
+        let at = if self.anywhere {
+            line.find(MARKER)
+        } else {
+            let quoted = line.trim_start();
+            if quoted.starts_with("```") || quoted.starts_with("~~~") {
+                self.fence = match self.fence {
+                    Some(_) => None,
+                    None => Some(0),
+                };
+                return;
+            }
+            if let Some(n) = &mut self.fence {
+                *n += 1;
+                if *n >= MAX_FENCE_LINES {
+                    self.fence = None;
+                }
+                return;
+            }
+            said_at_line_start(line)
+        };
+        let Some(at) = at else {
             return;
         };
         let rest = line[at + MARKER.len()..].trim();
@@ -170,21 +221,187 @@ impl Tap {
     }
 }
 
+/// Where the marker starts if the line is the agent speaking: at most three spaces (four
+/// make a code block in Markdown, and CLIs indent tool output deeper), at most one speaker
+/// bullet and its space, then the marker.
+fn said_at_line_start(line: &str) -> Option<usize> {
+    let indent = line.len() - line.trim_start_matches(' ').len();
+    if indent > 3 {
+        return None;
+    }
+    let mut rest = &line[indent..];
+    if let Some(after) = rest.strip_prefix(SPEAKER_BULLETS) {
+        let trimmed = after.trim_start_matches(' ');
+        if trimmed.len() == after.len() {
+            return None;
+        }
+        rest = trimmed;
+    }
+    rest.starts_with(MARKER).then(|| line.len() - rest.len())
+}
+
+impl Command {
+    fn verb(&self) -> &'static str {
+        match self {
+            Command::Save(_) => "save",
+            Command::Load => "load",
+            Command::Uncertain(_) => "uncertain",
+            Command::Search(_) => "search",
+        }
+    }
+
+    /// What identifies the command for echo and repeat checks: its verb and its text with
+    /// whitespace collapsed (a pane may wrap or re-indent an echo), cut to a bounded length.
+    fn key(&self) -> String {
+        let text = match self {
+            Command::Save(t) | Command::Uncertain(t) | Command::Search(t) => t.as_str(),
+            Command::Load => "",
+        };
+        let mut key = self.verb().to_string();
+        for word in text.split_whitespace() {
+            if key.len() > 256 {
+                break;
+            }
+            key.push(' ');
+            key.push_str(word);
+        }
+        key
+    }
+}
+
+/// The per-agent record of commands contained in recently injected text.
+const INJECTED: &str = "injected.json";
+/// How long the echo of injected text is recognised: the paste's echo comes at once, a CLI
+/// that redraws its history may show it again a little later.
+const ECHO_WINDOW_MS: u64 = 10 * 60 * 1000;
+/// Injections remembered at most.
+const INJECTED_KEEP: usize = 32;
+/// The record is small; a larger file is not ours to read.
+const INJECTED_MAX_BYTES: u64 = 256 * 1024;
+
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Injected {
+    recent: Vec<InjectedText>,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct InjectedText {
+    at_ms: u64,
+    commands: Vec<String>,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn read_injected(dir: &crate::state::AgentDir) -> Injected {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let read = std::fs::File::open(dir.file(INJECTED))
+        .and_then(|f| f.take(INJECTED_MAX_BYTES).read_to_end(&mut bytes));
+    match read {
+        Ok(_) => serde_json::from_slice(&bytes).unwrap_or_default(),
+        Err(_) => Injected::default(),
+    }
+}
+
+/// Remember the commands `text` contains, before it is pasted into the agent's pane, so that
+/// the tap recognises their echo. Text without a marker (nearly all of it) costs nothing.
+pub fn note_injected(dir: &crate::state::AgentDir, text: &str) -> std::io::Result<()> {
+    let commands: Vec<String> = Tap::commands_anywhere(text)
+        .iter()
+        .map(Command::key)
+        .collect();
+    if commands.is_empty() {
+        return Ok(());
+    }
+    let now = now_ms();
+    let mut record = read_injected(dir);
+    record
+        .recent
+        .retain(|r| now.saturating_sub(r.at_ms) < ECHO_WINDOW_MS);
+    record.recent.push(InjectedText {
+        at_ms: now,
+        commands,
+    });
+    let over = record.recent.len().saturating_sub(INJECTED_KEEP);
+    record.recent.drain(..over);
+    let bytes = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
+    crate::state::atomic_write(&dir.file(INJECTED), &bytes)
+}
+
+/// Whether `command` is the echo of text phoenix injected lately.
+fn is_echo(dir: &crate::state::AgentDir, command: &Command) -> bool {
+    let key = command.key();
+    let now = now_ms();
+    read_injected(dir)
+        .recent
+        .iter()
+        .filter(|r| now.saturating_sub(r.at_ms) < ECHO_WINDOW_MS)
+        .any(|r| r.commands.contains(&key))
+}
+
+/// Commands acted on per minute at most, and how long the same command is not repeated.
+const RATE_PER_MINUTE: usize = 12;
+const REPEAT_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+/// Actions waiting for the worker at most; more are dropped, not queued without end.
+const QUEUE: usize = 4;
+/// `tap_ignored` records per minute at most (a flood of markers must not flood ops.jsonl).
+const NOTES_PER_MINUTE: usize = 10;
+
+/// A sliding one-minute window over what was let through.
+#[derive(Debug, Default)]
+struct Limiter {
+    recent: std::collections::VecDeque<(std::time::Instant, String)>,
+}
+
+impl Limiter {
+    fn admit(&mut self, key: &str, now: std::time::Instant) -> Result<(), &'static str> {
+        const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
+        while self
+            .recent
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) >= MINUTE)
+        {
+            self.recent.pop_front();
+        }
+        if self
+            .recent
+            .iter()
+            .any(|(t, k)| k == key && now.duration_since(*t) < REPEAT_WINDOW)
+        {
+            return Err("the same command again within 10 s");
+        }
+        if self.recent.len() >= RATE_PER_MINUTE {
+            return Err("more than 12 commands in a minute");
+        }
+        self.recent.push_back((now, key.to_string()));
+        Ok(())
+    }
+}
+
 /// `phoenix tap --agent NAME`: read the pane's output from stdin until it closes and act on
 /// every command: save a handoff, load the latest one into the agent, note an uncertain item,
 /// search and give the agent the results. Actions run on a worker thread, so the pane's output
 /// is always read promptly. A failing action is logged in ops.jsonl, never fatal.
 pub fn run(config: &std::path::Path, agent: &str) -> anyhow::Result<i32> {
     use std::io::Read;
-    let (tx, rx) = std::sync::mpsc::channel::<Command>();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Command>(QUEUE);
     let config = config.to_path_buf();
     let name = agent.to_string();
-    let worker = std::thread::spawn(move || {
-        for command in rx {
-            act(&config, &name, command);
-        }
-    });
+    let worker = {
+        let (config, name) = (config.clone(), name.clone());
+        std::thread::spawn(move || {
+            for command in rx {
+                act(&config, &name, command);
+            }
+        })
+    };
     let mut tap = Tap::new();
+    let mut gate = Gate::new(&config, &name);
     let mut stdin = std::io::stdin().lock();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -192,7 +409,11 @@ pub fn run(config: &std::path::Path, agent: &str) -> anyhow::Result<i32> {
             Ok(0) => break,
             Ok(n) => {
                 for c in tap.feed(&buf[..n]) {
-                    let _ = tx.send(c);
+                    if let Some(c) = gate.pass(c)
+                        && let Err(std::sync::mpsc::TrySendError::Full(c)) = tx.try_send(c)
+                    {
+                        gate.note(&c, "the tap is still busy with earlier commands");
+                    }
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -202,6 +423,75 @@ pub fn run(config: &std::path::Path, agent: &str) -> anyhow::Result<i32> {
     drop(tx);
     let _ = worker.join();
     Ok(0)
+}
+
+/// What stands between a command found in the output and the worker: the echo check and the
+/// rate limit. Ignored commands are recorded as `tap_ignored` (a bounded number a minute).
+struct Gate {
+    config: std::path::PathBuf,
+    name: String,
+    dir: Option<crate::state::AgentDir>,
+    limiter: Limiter,
+    /// When the `tap_ignored` records of the last minute were written.
+    notes: std::collections::VecDeque<std::time::Instant>,
+}
+
+impl Gate {
+    fn new(config: &std::path::Path, name: &str) -> Gate {
+        Gate {
+            config: config.to_path_buf(),
+            name: name.to_string(),
+            dir: None,
+            limiter: Limiter::default(),
+            notes: Default::default(),
+        }
+    }
+
+    /// The agent's state dir, from the config (read once, when the first command comes).
+    fn dir(&mut self) -> Option<&crate::state::AgentDir> {
+        if self.dir.is_none() {
+            let spec = crate::spec::load_with(
+                &self.config,
+                crate::spec::LoadOptions {
+                    check_filesystem: false,
+                },
+            )
+            .ok()?;
+            self.dir = Some(crate::state::FleetDir::new(&spec.fleet.state_dir).agent(&self.name));
+        }
+        self.dir.as_ref()
+    }
+
+    fn pass(&mut self, command: Command) -> Option<Command> {
+        if self.dir().is_some_and(|d| is_echo(d, &command)) {
+            self.note(&command, "the echo of text phoenix pasted");
+            return None;
+        }
+        if let Err(why) = self
+            .limiter
+            .admit(&command.key(), std::time::Instant::now())
+        {
+            self.note(&command, why);
+            return None;
+        }
+        Some(command)
+    }
+
+    fn note(&mut self, command: &Command, reason: &str) {
+        let now = std::time::Instant::now();
+        self.notes
+            .retain(|t| now.duration_since(*t) < std::time::Duration::from_secs(60));
+        if self.notes.len() >= NOTES_PER_MINUTE {
+            return;
+        }
+        self.notes.push_back(now);
+        if let Some(dir) = self.dir() {
+            let _ = dir.record_op(
+                "tap_ignored",
+                serde_json::json!({"command": command.verb(), "reason": reason}),
+            );
+        }
+    }
 }
 
 fn act(config: &std::path::Path, name: &str, command: Command) {
@@ -375,5 +665,75 @@ mod tests {
     fn a_redrawn_line_counts_as_what_is_left_on_screen() {
         let out = all(&[b"progress 10%\rprogress 100%\r->continuity:load\n"]);
         assert_eq!(out, [Command::Load]);
+    }
+
+    #[test]
+    fn a_marker_counts_only_where_the_agent_says_it() {
+        let out = all(&[concat!(
+            "you could write ->continuity:load here\n",
+            "> ->continuity:load\n",
+            "  ⎿  ->continuity:load\n",
+            "     ->continuity:load\n",
+            "\t->continuity:load\n",
+            "⏺->continuity:load\n",
+            "⏺ ->continuity:uncertain \"said\"\n",
+            "   ->continuity:search \"indented\"\n",
+        )
+        .as_bytes()]);
+        assert_eq!(
+            out,
+            [
+                Command::Uncertain("said".into()),
+                Command::Search("indented".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn the_protocol_quoted_in_a_fenced_block_does_nothing() {
+        let readme = include_str!("../../README.md");
+        assert!(
+            readme.contains("\n->continuity:save <<<\n"),
+            "the README quotes it"
+        );
+        assert_eq!(all(&[readme.as_bytes()]), []);
+        // A fence that never closes is forgotten after a while.
+        let mut tap = Tap::new();
+        let _ = tap.feed(b"```\n");
+        for _ in 0..MAX_FENCE_LINES {
+            let _ = tap.feed(b"->continuity:load\n");
+        }
+        assert_eq!(tap.feed(b"->continuity:load\n"), [Command::Load]);
+    }
+
+    #[test]
+    fn injected_text_is_recognised_wherever_its_markers_stand() {
+        let found = Tap::commands_anywhere(
+            "[phoenix] handoff x:\nNext: ->continuity:load\n```\n->continuity:save <<<\nTask:  a\n>>>\n```",
+        );
+        let keys: Vec<String> = found.iter().map(Command::key).collect();
+        assert_eq!(keys, ["load", "save Task: a"]);
+        // The echo, re-indented by the pane, has the same key.
+        assert_eq!(Command::Save("Task: a".into()).key(), keys[1]);
+    }
+
+    #[test]
+    fn the_limiter_drops_repeats_and_floods() {
+        let mut l = Limiter::default();
+        let t = std::time::Instant::now();
+        assert!(l.admit("load", t).is_ok());
+        assert!(
+            l.admit("load", t + std::time::Duration::from_secs(1))
+                .is_err()
+        );
+        assert!(l.admit("load", t + REPEAT_WINDOW).is_ok());
+        for i in 0..RATE_PER_MINUTE - 2 {
+            assert!(l.admit(&format!("search {i}"), t + REPEAT_WINDOW).is_ok());
+        }
+        assert!(l.admit("search more", t + REPEAT_WINDOW).is_err());
+        assert!(
+            l.admit("search more", t + std::time::Duration::from_secs(61))
+                .is_ok()
+        );
     }
 }

@@ -33,6 +33,14 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 /// Everything the wrapper prints starts with this, so pane-output checks can ignore it.
 const SAY: &str = "[phoenix]";
 
+/// The pane starts in a fixed directory (tmux would format-expand a workdir given to it), so
+/// the wrapper changes into the agent's workdir itself: the pane then shows it, and relative
+/// paths in the agent's command mean what they meant. A workdir that is gone is reported when
+/// the agent is started in it.
+fn enter_workdir(agent: &AgentSpec) {
+    let _ = std::env::set_current_dir(&agent.workdir);
+}
+
 /// Run the agent in the foreground of this pane and keep it alive.
 pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
     term::install_handlers();
@@ -44,6 +52,7 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
         .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
     let _ = spec::remember_good(&spec);
     record_a_lost_end(&dir);
+    enter_workdir(&agent);
     let runtime = Tmux::new(&spec.fleet.tmux_socket);
     let pane = own_pane(&runtime);
     let mut wrapper = Wrapper {
@@ -151,7 +160,8 @@ enum SafeOutcome {
 
 impl Wrapper {
     /// Stream the pane's output to `phoenix tap` for its `->continuity:` commands. tmux runs
-    /// the pipe command through `sh -c`, so every word is quoted; `-o` keeps an existing pipe.
+    /// the pipe command through `sh -c`, so every word is quoted (and `pipe_output` keeps tmux
+    /// from format-expanding it); `-o` keeps an existing pipe.
     fn start_tap(&self) {
         let (Some(pane), true) = (&self.pane, self.agent.tap) else {
             return;
@@ -170,8 +180,8 @@ impl Wrapper {
         ]
         .map(sh_quote)
         .join(" ");
-        match self.runtime.run(["pipe-pane", "-o", "-t", pane, &command]) {
-            Ok(_) => {
+        match self.runtime.pipe_output(pane, &command) {
+            Ok(()) => {
                 let _ = self.dir.record_op("tap_started", json!({"pane": pane}));
             }
             Err(e) => {
@@ -260,6 +270,7 @@ impl Wrapper {
             Ok(spec) => match spec.agent(&self.agent.name) {
                 Some(agent) => {
                     let _ = spec::remember_good(&spec);
+                    enter_workdir(agent);
                     self.agent = agent.clone();
                     self.spec = spec;
                 }
@@ -920,7 +931,10 @@ impl Wrapper {
     }
 }
 
+/// Print to the pane. What is said quotes configs, policies and agents' errors: no escape
+/// sequence in them reaches the terminal (the paste rule, for output).
 fn say(text: &str) {
+    let text = crate::world::inert::keyboard_text(text);
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{SAY} {text}");
     let _ = out.flush();

@@ -319,28 +319,13 @@ fn inject(config: &Path, agent: &str, text: &str) -> anyhow::Result<String> {
 /// else attach to that server until the person detaches.
 fn attach(spec: &Spec, pane: &str) -> anyhow::Result<()> {
     let socket = &spec.fleet.tmux_socket;
-    let tmux = |args: &[&str]| -> anyhow::Result<std::process::ExitStatus> {
-        std::process::Command::new("tmux")
-            .arg("-L")
-            .arg(socket)
-            .args(args)
-            .env_remove("TMUX")
-            .status()
-            .context("cannot run tmux")
-    };
-    tmux(&["select-window", "-t", pane])?;
-    tmux(&["select-pane", "-t", pane])?;
     let inside_fleet_server = std::env::var("TMUX").ok().is_some_and(|t| {
         let path = t.split(',').next().unwrap_or("");
         Path::new(path).file_name() == Some(std::ffi::OsStr::new(socket.as_str()))
     });
-    let status = if inside_fleet_server {
-        tmux(&["switch-client", "-t", pane])?
-    } else {
-        tmux(&["attach-session", "-t", pane])?
-    };
-    anyhow::ensure!(status.success(), "tmux said no ({status})");
-    Ok(())
+    crate::world::tmux::Tmux::new(socket)
+        .show_pane(pane, inside_fleet_server)
+        .context("cannot show the pane")
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Observing the world: panes from the runtime (one call), process trees from /proc, and
 //! each agent's state dir and markers. Produces a `World` for the pure diff in `plan`.
 
+pub mod inert;
 pub mod procs;
 pub mod tmux;
 
@@ -133,6 +134,8 @@ pub trait Runtime {
     /// Replace whatever runs in `pane` with a fresh launch.
     fn respawn(&self, pane: &str, launch: &Launch) -> Result<(), RuntimeError>;
     fn stop(&self, pane: &str) -> Result<(), RuntimeError>;
+    /// Give `text` to the program in `pane` as one paste, then press Enter. The runtime makes
+    /// the text inert (`inert::keyboard_text`): no caller can skip that.
     fn send_input(&self, pane: &str, text: &str) -> Result<(), RuntimeError>;
     fn capture(&self, pane: &str, lines: usize) -> Result<String, RuntimeError>;
     /// The screens of several panes; a pane that cannot be read is left out.

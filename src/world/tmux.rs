@@ -1,5 +1,6 @@
 //! The tmux runtime: every call goes to a private server (`tmux -L <socket>`), arguments are
-//! passed as a vector (never through a shell), and output is read through explicit formats.
+//! passed as a vector (never through a shell) and made inert (`super::inert`), and output is
+//! read through explicit formats.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,6 +13,11 @@ use super::{Launch, PaneObs, Runtime, RuntimeError};
 /// `|`, and the last is `session:window` (session names cannot contain `:`).
 const LIST_FORMAT: &str = "#{pane_id}|#{pane_pid}|#{pane_dead}|#{pane_dead_status}|#{pane_dead_signal}|#{@phoenix_agent}|#{@phoenix_fp}|#{@phoenix_phase}|#{@phoenix_fleet}|#{session_name}:#{window_name}";
 const LIST_FIELDS: usize = 10;
+
+/// The directory a pane starts in. tmux format-expands `-c` (`#(…)` would run, `#h` would
+/// become the host name), so the agent's workdir never goes there: the wrapper changes into
+/// it itself, and the agent is started in it.
+const PANE_START_DIR: &str = "/";
 
 #[derive(Debug, Clone)]
 pub struct Tmux {
@@ -34,14 +40,15 @@ impl Tmux {
     }
 
     /// Put `text` into the paste buffer `name`, through stdin: no shell, no argument limits.
-    pub fn load_buffer(&self, name: &str, text: &str) -> Result<(), RuntimeError> {
+    /// Private: text reaches a pane only through `paste`, which sanitizes it.
+    fn load_buffer(&self, name: &str, text: &str) -> Result<(), RuntimeError> {
         use std::io::Write;
         use std::process::Stdio;
         let args: Vec<std::ffi::OsString> =
             vec!["load-buffer".into(), "-b".into(), name.into(), "-".into()];
         let mut child = self
             .command()
-            .args(&args)
+            .args(args.iter().map(|a| super::inert::tmux_argument(a)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -60,7 +67,71 @@ impl Tmux {
         check(output, &args).map(drop)
     }
 
-    /// Run one tmux invocation (possibly several commands separated by `;` arguments).
+    /// Paste `text` into `pane` as one bracketed paste (when the program there asked for
+    /// bracketed paste). The text goes through `inert::keyboard_text` here, the one place every
+    /// paste passes: no escape sequence in it can end the paste early or reach the terminal.
+    pub fn paste(&self, pane: &str, text: &str) -> Result<(), RuntimeError> {
+        let text = super::inert::keyboard_text(text);
+        // One buffer per call: concurrent pastes (the tap, the API, the wrapper) must not
+        // take each other's text.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let buffer = format!(
+            "phoenix-paste-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        self.load_buffer(&buffer, &text)?;
+        self.run(["paste-buffer", "-p", "-d", "-b", &buffer, "-t", pane])
+            .map(drop)
+    }
+
+    /// Press Enter in `pane` (a key name, no text).
+    pub fn press_enter(&self, pane: &str) -> Result<(), RuntimeError> {
+        self.run(["send-keys", "-t", pane, "Enter"]).map(drop)
+    }
+
+    /// Stream `pane`'s output to `shell_command` (`-o`: keep a pipe already there). tmux
+    /// format-expands the command before `sh -c` runs it, so its `#` are escaped: a path with
+    /// `#(…)` in it is a path, not a command. The caller quotes the words for the shell.
+    pub fn pipe_output(&self, pane: &str, shell_command: &str) -> Result<(), RuntimeError> {
+        let command = super::inert::format_literal(shell_command);
+        self.run(["pipe-pane", "-o", "-t", pane, &command])
+            .map(drop)
+    }
+
+    /// Show `pane` to the person at this terminal: switch this client to it when running
+    /// inside the fleet's own server, else attach to the server until they detach. tmux gets
+    /// the terminal (inherited stdio).
+    pub fn show_pane(&self, pane: &str, inside_server: bool) -> Result<(), RuntimeError> {
+        self.run(["select-window", "-t", pane])?;
+        self.run(["select-pane", "-t", pane])?;
+        let verb = if inside_server {
+            "switch-client"
+        } else {
+            "attach-session"
+        };
+        let args: Vec<std::ffi::OsString> = vec![verb.into(), "-t".into(), pane.into()];
+        let status = self
+            .command()
+            .args(args.iter().map(|a| super::inert::tmux_argument(a)))
+            .status()
+            .map_err(|e| RuntimeError::Failed {
+                command: describe(&args),
+                stderr: e.to_string(),
+            })?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(RuntimeError::Failed {
+                command: describe(&args),
+                stderr: format!("tmux said no ({status})"),
+            })
+        }
+    }
+
+    /// Run one tmux invocation (possibly several commands separated by lone `;` arguments).
+    /// Any other argument ending in `;` has that `;` escaped, so no value can split the
+    /// command; values tmux format-expands must be passed through `inert::format_literal`.
     pub fn run<I, S>(&self, args: I) -> Result<String, RuntimeError>
     where
         I: IntoIterator<Item = S>,
@@ -69,7 +140,7 @@ impl Tmux {
         let mut cmd = self.command();
         let args: Vec<std::ffi::OsString> =
             args.into_iter().map(|a| a.as_ref().to_owned()).collect();
-        cmd.args(&args);
+        cmd.args(args.iter().map(|a| super::inert::tmux_argument(a)));
         let output = cmd.output().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 RuntimeError::NotInstalled
@@ -155,7 +226,7 @@ impl Runtime for Tmux {
     }
 
     fn start(&self, launch: &Launch) -> Result<String, RuntimeError> {
-        let workdir = launch.workdir.to_string_lossy().into_owned();
+        let workdir = PANE_START_DIR.to_string();
         let mut args: Vec<String> = if self.has_session(&launch.session) {
             vec![
                 "new-window".into(),
@@ -209,7 +280,7 @@ impl Runtime for Tmux {
             "-t".into(),
             pane.into(),
             "-c".into(),
-            launch.workdir.to_string_lossy().into_owned(),
+            PANE_START_DIR.into(),
         ];
         args.extend(launch.argv.iter().cloned());
         args.extend(Self::label_args(launch, Some(pane)));
@@ -224,8 +295,8 @@ impl Runtime for Tmux {
     }
 
     fn send_input(&self, pane: &str, text: &str) -> Result<(), RuntimeError> {
-        self.run(["send-keys", "-t", pane, "-l", "--", text])?;
-        self.run(["send-keys", "-t", pane, "Enter"]).map(drop)
+        self.paste(pane, text)?;
+        self.press_enter(pane)
     }
 
     fn capture(&self, pane: &str, lines: usize) -> Result<String, RuntimeError> {
