@@ -1700,3 +1700,103 @@ fn hooks_keep_recording_while_the_config_is_broken() {
     let errors = std::fs::read_to_string(fleet.agent_dir("d").join("hook_errors.jsonl")).unwrap();
     assert!(errors.contains("used the last valid copy"), "{errors}");
 }
+
+/// `hook`, failing the test unless the hook exits within `timeout` (it is killed then).
+/// Output goes through files: a handoff process the hook leaves behind cannot hold a pipe.
+#[track_caller]
+fn hook_within(
+    fleet: &Fleet,
+    event: &str,
+    agent: &str,
+    cli: &str,
+    payload: &str,
+    timeout: std::time::Duration,
+) -> HookRun {
+    let out_path = fleet.path().join("hook.out");
+    let err_path = fleet.path().join("hook.err");
+    let mut child = fleet
+        .command(&["hook", event, "--agent", agent, "--cli", cli])
+        .stdin(Stdio::piped())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(payload.as_bytes())
+        .unwrap();
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("hook {event} ({cli}) did not return within {timeout:?}: {payload}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    HookRun {
+        code: status.code(),
+        stdout: std::fs::read_to_string(&out_path).unwrap(),
+        stderr: std::fs::read_to_string(&err_path).unwrap(),
+    }
+}
+
+/// A payload naming a FIFO or `/dev/zero` as the transcript: every hook that reads it (Codex's
+/// exit code after a shell call, Gemini's compression check, the failed-turn check at a stop)
+/// returns at once, and the session start says why it did not record it.
+#[test]
+fn a_fifo_or_dev_zero_as_transcript_never_hangs_a_hook() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let fifo = fleet.path().join("transcript.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let quick = std::time::Duration::from_secs(3);
+    for path in [fifo.display().to_string(), "/dev/zero".to_string()] {
+        for (cli, agent) in [("claude", "c"), ("codex", "x"), ("gemini", "g")] {
+            let start = json!({"session_id": "s1", "hook_event_name": "SessionStart", "source": "startup",
+                               "transcript_path": path, "cwd": fleet.path()});
+            hook_within(
+                &fleet,
+                "session-start",
+                agent,
+                cli,
+                &start.to_string(),
+                quick,
+            )
+            .valid_for(cli);
+            assert_eq!(state(&fleet, agent)["transcript_path"], Value::Null);
+            let errors =
+                std::fs::read_to_string(fleet.agent_dir(agent).join("hook_errors.jsonl")).unwrap();
+            assert!(
+                errors.contains(&format!("transcript_path `{path}` is not a regular file")),
+                "{errors}"
+            );
+        }
+        let shell = json!({"session_id": "s1", "hook_event_name": "PostToolUse", "tool_name": "Bash",
+                           "tool_use_id": "call_1", "tool_input": {"command": "ls"}, "tool_response": "ok",
+                           "transcript_path": path, "cwd": fleet.path()});
+        hook_within(&fleet, "heartbeat", "x", "codex", &shell.to_string(), quick)
+            .valid_for("codex");
+        let compress = json!({"session_id": "s1", "hook_event_name": "PreCompress", "trigger": "auto",
+                              "transcript_path": path, "cwd": fleet.path()});
+        hook_within(
+            &fleet,
+            "pre-compact",
+            "g",
+            "gemini",
+            &compress.to_string(),
+            quick,
+        )
+        .valid_for("gemini");
+        for (cli, agent, name) in [("gemini", "g", "AfterAgent"), ("codex", "x", "Stop")] {
+            let stop = json!({"session_id": "s1", "hook_event_name": name, "transcript_path": path,
+                              "cwd": fleet.path()});
+            hook_within(&fleet, "stop", agent, cli, &stop.to_string(), quick).valid_for(cli);
+        }
+    }
+}
