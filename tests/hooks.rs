@@ -1800,3 +1800,85 @@ fn a_fifo_or_dev_zero_as_transcript_never_hangs_a_hook() {
         }
     }
 }
+
+/// Nine levels of nine aliases (583 bytes): expanded, 9^9 nodes.
+const ALIAS_BOMB: &str =
+    "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+";
+
+/// With the structured-file guard, an edit that writes a YAML alias bomb is checked without
+/// expanding it (the heartbeat exits 0 at once, nothing to restore: it is valid YAML), one
+/// nested too deep is restored, and a FIFO named `*.json` is neither snapshotted nor read.
+#[test]
+fn the_guard_survives_an_alias_bomb_deep_nesting_and_a_fifo() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "guard_structured_files = true");
+    let quick = std::time::Duration::from_secs(3);
+    let cwd = fleet.path().join("wc");
+    let file = cwd.join("conf.yaml");
+    let edit = |file: &Path| {
+        json!({"session_id": "s", "cwd": cwd, "hook_event_name": "PreToolUse", "tool_name": "Write",
+               "tool_input": {"file_path": file, "content": "…"}})
+    };
+    let post = |file: &Path| {
+        let mut post = edit(file);
+        post["hook_event_name"] = json!("PostToolUse");
+        post.to_string()
+    };
+    std::fs::write(&file, "name: ok\n").unwrap();
+    hook_within(
+        &fleet,
+        "pre-tool",
+        "c",
+        "claude",
+        &edit(&file).to_string(),
+        quick,
+    )
+    .valid_for("claude");
+    std::fs::write(&file, ALIAS_BOMB).unwrap();
+    let run = hook_within(&fleet, "heartbeat", "c", "claude", &post(&file), quick);
+    run.valid_for("claude");
+    assert_eq!(run.stdout.trim(), "", "nothing to report: {}", run.stdout);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), ALIAS_BOMB);
+
+    std::fs::write(&file, "name: ok\n").unwrap();
+    hook_within(
+        &fleet,
+        "pre-tool",
+        "c",
+        "claude",
+        &edit(&file).to_string(),
+        quick,
+    )
+    .valid_for("claude");
+    std::fs::write(&file, "- ".repeat(200_000) + "x\n").unwrap();
+    let run = hook_within(&fleet, "heartbeat", "c", "claude", &post(&file), quick);
+    run.valid_for("claude");
+    assert!(
+        run.stdout.contains("nested more than 128 levels"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "name: ok\n");
+
+    let fifo = cwd.join("pipe.json");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    hook_within(
+        &fleet,
+        "pre-tool",
+        "c",
+        "claude",
+        &edit(&fifo).to_string(),
+        quick,
+    )
+    .valid_for("claude");
+    hook_within(&fleet, "heartbeat", "c", "claude", &post(&fifo), quick).valid_for("claude");
+}
