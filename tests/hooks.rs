@@ -1882,3 +1882,52 @@ fn the_guard_survives_an_alias_bomb_deep_nesting_and_a_fifo() {
     .valid_for("claude");
     hook_within(&fleet, "heartbeat", "c", "claude", &post(&fifo), quick).valid_for("claude");
 }
+
+/// A startup template override with nested loops: the session start returns well within a
+/// second with the built-in context, hook_errors.jsonl says why, and `validate` names it.
+#[test]
+fn an_endless_template_override_falls_back_to_the_builtin_at_once() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    fleet
+        .run(&["loop", "add", "c", "oauth", "Schwab OAuth not set up"])
+        .status(0);
+    let start = json!({"session_id": "s1", "hook_event_name": "SessionStart", "source": "startup",
+                       "cwd": fleet.path()});
+    let builtin = hook(
+        &fleet,
+        "session-start",
+        "c",
+        Some("claude"),
+        &start.to_string(),
+    );
+    let expected = builtin.context().expect("a startup context");
+    assert!(expected.contains("Schwab OAuth"), "{expected}");
+    std::fs::create_dir_all(fleet.path().join("templates")).unwrap();
+    std::fs::write(
+        fleet.path().join("templates/startup.md.j2"),
+        "{% for a in range(100000) %}{% for b in range(100000) %}{{ a }}{{ b }}{% endfor %}{% endfor %}\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let run = hook_within(
+        &fleet,
+        "session-start",
+        "c",
+        "claude",
+        &start.to_string(),
+        std::time::Duration::from_secs(5),
+    );
+    let took = started.elapsed();
+    run.valid_for("claude");
+    assert!(took < std::time::Duration::from_secs(1), "took {took:?}");
+    assert_eq!(run.context().as_deref(), Some(expected.as_str()));
+    let errors = std::fs::read_to_string(fleet.agent_dir("c").join("hook_errors.jsonl")).unwrap();
+    assert!(errors.contains("templates/startup.md.j2"), "{errors}");
+    assert!(errors.contains("ran out of fuel"), "{errors}");
+    fleet
+        .run_within(&["validate"], std::time::Duration::from_secs(5))
+        .status(1)
+        .stderr_has("templates/startup.md.j2")
+        .stderr_has("ran out of fuel");
+}
