@@ -1757,26 +1757,6 @@ fn a_fifo_or_dev_zero_as_transcript_never_hangs_a_hook() {
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
     let quick = std::time::Duration::from_secs(3);
     for path in [fifo.display().to_string(), "/dev/zero".to_string()] {
-        for (cli, agent) in [("claude", "c"), ("codex", "x"), ("gemini", "g")] {
-            let start = json!({"session_id": "s1", "hook_event_name": "SessionStart", "source": "startup",
-                               "transcript_path": path, "cwd": fleet.path()});
-            hook_within(
-                &fleet,
-                "session-start",
-                agent,
-                cli,
-                &start.to_string(),
-                quick,
-            )
-            .valid_for(cli);
-            assert_eq!(state(&fleet, agent)["transcript_path"], Value::Null);
-            let errors =
-                std::fs::read_to_string(fleet.agent_dir(agent).join("hook_errors.jsonl")).unwrap();
-            assert!(
-                errors.contains(&format!("transcript_path `{path}` is not a regular file")),
-                "{errors}"
-            );
-        }
         let shell = json!({"session_id": "s1", "hook_event_name": "PostToolUse", "tool_name": "Bash",
                            "tool_use_id": "call_1", "tool_input": {"command": "ls"}, "tool_response": "ok",
                            "transcript_path": path, "cwd": fleet.path()});
@@ -1797,6 +1777,26 @@ fn a_fifo_or_dev_zero_as_transcript_never_hangs_a_hook() {
             let stop = json!({"session_id": "s1", "hook_event_name": name, "transcript_path": path,
                               "cwd": fleet.path()});
             hook_within(&fleet, "stop", agent, cli, &stop.to_string(), quick).valid_for(cli);
+        }
+        for (cli, agent) in [("claude", "c"), ("codex", "x"), ("gemini", "g")] {
+            let start = json!({"session_id": "s1", "hook_event_name": "SessionStart", "source": "startup",
+                               "transcript_path": path, "cwd": fleet.path()});
+            hook_within(
+                &fleet,
+                "session-start",
+                agent,
+                cli,
+                &start.to_string(),
+                quick,
+            )
+            .valid_for(cli);
+            assert_eq!(state(&fleet, agent)["transcript_path"], Value::Null);
+            let errors =
+                std::fs::read_to_string(fleet.agent_dir(agent).join("hook_errors.jsonl")).unwrap();
+            assert!(
+                errors.contains(&format!("transcript_path `{path}` is not a regular file")),
+                "{errors}"
+            );
         }
     }
 }
