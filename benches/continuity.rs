@@ -101,6 +101,7 @@ fn main() {
                 rng.sentence(10),
                 rng.sentence(12)
             ),
+            notes: Vec::new(),
         })
         .collect();
 

@@ -514,3 +514,71 @@ fn a_hooked_custom_cli_whose_session_start_comes_first_gets_nothing_pasted() {
         "{ops:?}"
     );
 }
+
+/// A transcript_path that names a FIFO or `/dev/zero`: `brief --generate` and `handoff save`
+/// (from stdin, and `--file` naming a FIFO or `/dev/zero`) return at once with a note saying
+/// why, and a huge regular transcript is read at its end only.
+#[test]
+fn a_fifo_or_dev_zero_as_transcript_or_input_is_refused_at_once() {
+    let fleet = Fleet::new();
+    fleet.toml(&agent("b", ""));
+    let fifo = fleet.path().join("transcript.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let quick = Duration::from_secs(5);
+    std::fs::create_dir_all(fleet.agent_dir("b")).unwrap();
+    for (transcript, kind) in [
+        (fifo.as_path(), "a FIFO"),
+        ("/dev/zero".as_ref(), "a character device"),
+    ] {
+        let state =
+            serde_json::json!({"agent": "b", "status": "idle", "transcript_path": transcript});
+        std::fs::write(fleet.agent_dir("b").join("state.json"), state.to_string()).unwrap();
+        let note = format!(
+            "note: transcript: `{}` is not a regular file ({kind}): not read",
+            transcript.display()
+        );
+        fleet
+            .run_within(&["brief", "b", "--generate"], quick)
+            .status(0)
+            .stderr_has(&note);
+        fleet
+            .run_within(&["handoff", "save", "b", "--no-input"], quick)
+            .status(0)
+            .stderr_has(&note);
+        fleet
+            .run_within(
+                &[
+                    "handoff",
+                    "save",
+                    "b",
+                    "--file",
+                    &transcript.display().to_string(),
+                ],
+                quick,
+            )
+            .status(1)
+            .stderr_has(&format!("is not a regular file ({kind}): not read"));
+    }
+
+    // 64 MiB of holes, then the last words: only the end is read.
+    let big = fleet.path().join("big.jsonl");
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(64 << 20).unwrap();
+    drop(file);
+    let mut f = std::fs::OpenOptions::new().append(true).open(&big).unwrap();
+    writeln!(
+        f,
+        "\n{}",
+        serde_json::json!({"type": "assistant", "message": {"role": "assistant",
+            "content": [{"type": "text", "text": "the migration is half done"}]}})
+    )
+    .unwrap();
+    let state = serde_json::json!({"agent": "b", "status": "idle", "transcript_path": big});
+    std::fs::write(fleet.agent_dir("b").join("state.json"), state.to_string()).unwrap();
+    let run = fleet.run_within(&["handoff", "save", "b", "--no-input", "--json"], quick);
+    run.status(0);
+    assert!(!run.stderr().contains("note:"), "{}", run.stderr());
+    let id = run.json()["id"].as_str().unwrap().to_string();
+    let shown = fleet.run(&["handoff", "show", &id]).status(0).stdout();
+    assert!(shown.contains("the migration is half done"), "{shown}");
+}

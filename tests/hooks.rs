@@ -1700,3 +1700,234 @@ fn hooks_keep_recording_while_the_config_is_broken() {
     let errors = std::fs::read_to_string(fleet.agent_dir("d").join("hook_errors.jsonl")).unwrap();
     assert!(errors.contains("used the last valid copy"), "{errors}");
 }
+
+/// `hook`, failing the test unless the hook exits within `timeout` (it is killed then).
+/// Output goes through files: a handoff process the hook leaves behind cannot hold a pipe.
+#[track_caller]
+fn hook_within(
+    fleet: &Fleet,
+    event: &str,
+    agent: &str,
+    cli: &str,
+    payload: &str,
+    timeout: std::time::Duration,
+) -> HookRun {
+    let out_path = fleet.path().join("hook.out");
+    let err_path = fleet.path().join("hook.err");
+    let mut child = fleet
+        .command(&["hook", event, "--agent", agent, "--cli", cli])
+        .stdin(Stdio::piped())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(payload.as_bytes())
+        .unwrap();
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("hook {event} ({cli}) did not return within {timeout:?}: {payload}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    HookRun {
+        code: status.code(),
+        stdout: std::fs::read_to_string(&out_path).unwrap(),
+        stderr: std::fs::read_to_string(&err_path).unwrap(),
+    }
+}
+
+/// A payload naming a FIFO or `/dev/zero` as the transcript: every hook that reads it (Codex's
+/// exit code after a shell call, Gemini's compression check, the failed-turn check at a stop)
+/// returns at once, and the session start says why it did not record it.
+#[test]
+fn a_fifo_or_dev_zero_as_transcript_never_hangs_a_hook() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let fifo = fleet.path().join("transcript.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let quick = std::time::Duration::from_secs(3);
+    for path in [fifo.display().to_string(), "/dev/zero".to_string()] {
+        let shell = json!({"session_id": "s1", "hook_event_name": "PostToolUse", "tool_name": "Bash",
+                           "tool_use_id": "call_1", "tool_input": {"command": "ls"}, "tool_response": "ok",
+                           "transcript_path": path, "cwd": fleet.path()});
+        hook_within(&fleet, "heartbeat", "x", "codex", &shell.to_string(), quick)
+            .valid_for("codex");
+        let compress = json!({"session_id": "s1", "hook_event_name": "PreCompress", "trigger": "auto",
+                              "transcript_path": path, "cwd": fleet.path()});
+        hook_within(
+            &fleet,
+            "pre-compact",
+            "g",
+            "gemini",
+            &compress.to_string(),
+            quick,
+        )
+        .valid_for("gemini");
+        for (cli, agent, name) in [("gemini", "g", "AfterAgent"), ("codex", "x", "Stop")] {
+            let stop = json!({"session_id": "s1", "hook_event_name": name, "transcript_path": path,
+                              "cwd": fleet.path()});
+            hook_within(&fleet, "stop", agent, cli, &stop.to_string(), quick).valid_for(cli);
+        }
+        for (cli, agent) in [("claude", "c"), ("codex", "x"), ("gemini", "g")] {
+            let start = json!({"session_id": "s1", "hook_event_name": "SessionStart", "source": "startup",
+                               "transcript_path": path, "cwd": fleet.path()});
+            hook_within(
+                &fleet,
+                "session-start",
+                agent,
+                cli,
+                &start.to_string(),
+                quick,
+            )
+            .valid_for(cli);
+            assert_eq!(state(&fleet, agent)["transcript_path"], Value::Null);
+            let errors =
+                std::fs::read_to_string(fleet.agent_dir(agent).join("hook_errors.jsonl")).unwrap();
+            assert!(
+                errors.contains(&format!("transcript_path `{path}` is not a regular file")),
+                "{errors}"
+            );
+        }
+    }
+}
+
+/// Nine levels of nine aliases (583 bytes): expanded, 9^9 nodes.
+const ALIAS_BOMB: &str =
+    "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+";
+
+/// With the structured-file guard, an edit that writes a YAML alias bomb is checked without
+/// expanding it (the heartbeat exits 0 at once, nothing to restore: it is valid YAML), one
+/// nested too deep is restored, and a FIFO named `*.json` is neither snapshotted nor read.
+#[test]
+fn the_guard_survives_an_alias_bomb_deep_nesting_and_a_fifo() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "guard_structured_files = true");
+    let quick = std::time::Duration::from_secs(3);
+    let cwd = fleet.path().join("wc");
+    let file = cwd.join("conf.yaml");
+    let edit = |file: &Path| {
+        json!({"session_id": "s", "cwd": cwd, "hook_event_name": "PreToolUse", "tool_name": "Write",
+               "tool_input": {"file_path": file, "content": "…"}})
+    };
+    let post = |file: &Path| {
+        let mut post = edit(file);
+        post["hook_event_name"] = json!("PostToolUse");
+        post.to_string()
+    };
+    std::fs::write(&file, "name: ok\n").unwrap();
+    hook_within(
+        &fleet,
+        "pre-tool",
+        "c",
+        "claude",
+        &edit(&file).to_string(),
+        quick,
+    )
+    .valid_for("claude");
+    std::fs::write(&file, ALIAS_BOMB).unwrap();
+    let run = hook_within(&fleet, "heartbeat", "c", "claude", &post(&file), quick);
+    run.valid_for("claude");
+    assert_eq!(run.stdout.trim(), "", "nothing to report: {}", run.stdout);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), ALIAS_BOMB);
+
+    std::fs::write(&file, "name: ok\n").unwrap();
+    hook_within(
+        &fleet,
+        "pre-tool",
+        "c",
+        "claude",
+        &edit(&file).to_string(),
+        quick,
+    )
+    .valid_for("claude");
+    std::fs::write(&file, "- ".repeat(200_000) + "x\n").unwrap();
+    let run = hook_within(&fleet, "heartbeat", "c", "claude", &post(&file), quick);
+    run.valid_for("claude");
+    assert!(
+        run.stdout.contains("nested more than 128 levels"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "name: ok\n");
+
+    let fifo = cwd.join("pipe.json");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    hook_within(
+        &fleet,
+        "pre-tool",
+        "c",
+        "claude",
+        &edit(&fifo).to_string(),
+        quick,
+    )
+    .valid_for("claude");
+    hook_within(&fleet, "heartbeat", "c", "claude", &post(&fifo), quick).valid_for("claude");
+}
+
+/// A startup template override with nested loops: the session start returns well within a
+/// second with the built-in context, hook_errors.jsonl says why, and `validate` names it.
+#[test]
+fn an_endless_template_override_falls_back_to_the_builtin_at_once() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    fleet
+        .run(&["loop", "add", "c", "oauth", "Schwab OAuth not set up"])
+        .status(0);
+    let start = json!({"session_id": "s1", "hook_event_name": "SessionStart", "source": "startup",
+                       "cwd": fleet.path()});
+    let builtin = hook(
+        &fleet,
+        "session-start",
+        "c",
+        Some("claude"),
+        &start.to_string(),
+    );
+    let expected = builtin.context().expect("a startup context");
+    assert!(expected.contains("Schwab OAuth"), "{expected}");
+    std::fs::create_dir_all(fleet.path().join("templates")).unwrap();
+    std::fs::write(
+        fleet.path().join("templates/startup.md.j2"),
+        "{% for a in range(100000) %}{% for b in range(100000) %}{{ a }}{{ b }}{% endfor %}{% endfor %}\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let run = hook_within(
+        &fleet,
+        "session-start",
+        "c",
+        "claude",
+        &start.to_string(),
+        std::time::Duration::from_secs(5),
+    );
+    let took = started.elapsed();
+    run.valid_for("claude");
+    assert!(took < std::time::Duration::from_secs(1), "took {took:?}");
+    assert_eq!(run.context().as_deref(), Some(expected.as_str()));
+    let errors = std::fs::read_to_string(fleet.agent_dir("c").join("hook_errors.jsonl")).unwrap();
+    assert!(errors.contains("templates/startup.md.j2"), "{errors}");
+    assert!(errors.contains("ran out of fuel"), "{errors}");
+    fleet
+        .run_within(&["validate"], std::time::Duration::from_secs(5))
+        .status(1)
+        .stderr_has("templates/startup.md.j2")
+        .stderr_has("ran out of fuel");
+}

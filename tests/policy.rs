@@ -821,3 +821,64 @@ fn events_filter_by_agent_event_and_age() {
     bad.status(2);
     assert!(bad.stderr().contains("30s"), "{}", bad.stderr());
 }
+
+/// CPU time (user + system, in clock ticks) of process `pid`, all its threads.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// A policy whose first decision backtracks in C (`string.find` with `.-.-.-.-b`) and leaves
+/// a looping `__gc` finalizer behind: the budget stops the match, the finalizer is refused,
+/// the decision falls back, and once the agent waits in safe mode the wrapper uses no CPU (a
+/// thread left spinning used a whole core for the wrapper's lifetime).
+#[test]
+fn a_runaway_policy_leaves_no_thread_spinning_in_the_wrapper() {
+    let fleet = Fleet::new();
+    std::fs::create_dir_all(fleet.path().join("policies")).unwrap();
+    std::fs::write(
+        fleet.path().join("policies/recovery.lua"),
+        "function on_exit(agent, exit)\n  \
+         if exit.crashes_in_window > 1 then return 'safe_mode' end\n  \
+         pcall(setmetatable, {}, {__gc = function() while true do end end})\n  \
+         string.find(string.rep('a', 400), '.-.-.-.-b')\n  return 'resume'\nend\n",
+    )
+    .unwrap();
+    crashing_demo(&fleet, "500ms", "", "");
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_until(Duration::from_secs(30), "safe mode", || {
+        fleet.ops("demo").iter().any(|o| o["event"] == "safe_mode")
+    });
+    let pane = fleet.agent_status("demo")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let before = cpu_ticks(wrapper);
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(wrapper) - before;
+    assert!(
+        used <= 10,
+        "the wrapper used {used} ticks of CPU in a second while idle"
+    );
+    let events = read_jsonl(&fleet.state_dir().join("critical_events.jsonl"));
+    let fallback = events
+        .iter()
+        .find(|e| e["event"] == "policy_error")
+        .expect("a policy_error event");
+    assert!(
+        fallback["reason"].as_str().unwrap().contains("budget of"),
+        "{fallback}"
+    );
+}

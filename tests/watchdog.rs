@@ -595,3 +595,37 @@ fn a_pass_while_another_runs_does_nothing_and_says_so() {
     assert!(report["skipped"].is_null(), "{report}");
     assert_eq!(verdict(&report, "a")["agent"], "a");
 }
+
+/// A transcript_path that names a FIFO or `/dev/zero` (recorded when it was a file, replaced
+/// since): the pass returns at once, says why it did not count tokens, and checks the rest.
+#[test]
+fn a_fifo_or_dev_zero_as_transcript_never_stalls_a_pass() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "[thresholds]\nmax_tokens = 1000000\n\n{FAST}{}{}{}",
+        "[[agent]]\nname = \"fifo\"\ncommand = \"sleep 1000\"\n",
+        "[[agent]]\nname = \"zero\"\ncommand = \"sleep 1000\"\n",
+        agent("ok", ""),
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["fifo", "zero", "ok"]);
+    let fifo = fleet.path().join("transcript.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for (agent, transcript) in [("fifo", fifo.as_path()), ("zero", Path::new("/dev/zero"))] {
+        let state = serde_json::json!({"agent": agent, "status": "idle",
+            "last_active": jiff::Timestamp::now().to_string(), "transcript_path": transcript});
+        std::fs::write(fleet.agent_dir(agent).join("state.json"), state.to_string()).unwrap();
+    }
+    let run = fleet.run_within(&["watchdog", "--once", "--json"], Duration::from_secs(5));
+    let report = run.json();
+    for (agent, kind) in [("fifo", "a FIFO"), ("zero", "a character device")] {
+        let a = verdict(&report, agent);
+        assert_eq!(a["verdict"], "healthy", "{a}");
+        let notes = a["notes"].to_string();
+        assert!(
+            notes.contains(&format!("is not a regular file ({kind}): not read")),
+            "{notes}"
+        );
+    }
+    assert_eq!(verdict(&report, "ok")["verdict"], "healthy");
+}

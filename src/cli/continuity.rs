@@ -12,6 +12,7 @@ use super::out;
 use crate::continuity::{self, Trigger, handoff, ledger};
 use crate::spec::{self, Spec};
 use crate::state::FleetDir;
+use crate::state::bounded::{self, Links};
 use crate::store::Store;
 
 #[derive(Debug, Subcommand)]
@@ -121,21 +122,30 @@ pub fn ledger(config: &Path, name: &str, json: bool) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// A handoff body larger than this is refused (a handoff is a page or two).
+const MAX_BODY_BYTES: u64 = 1024 * 1024;
+
 fn read_body(file: Option<&Path>, no_input: bool) -> anyhow::Result<Option<String>> {
     if let Some(f) = file {
-        return Ok(Some(
-            std::fs::read_to_string(f).with_context(|| format!("cannot read `{}`", f.display()))?,
-        ));
+        // A FIFO or `/dev/zero` given as the file is refused, not waited on or read forever.
+        return Ok(Some(bounded::read_string(
+            f,
+            MAX_BODY_BYTES,
+            Links::Follow,
+        )?));
     }
     if no_input {
         return Ok(None);
     }
-    let mut stdin = std::io::stdin();
+    let stdin = std::io::stdin();
     if stdin.is_terminal() {
         eprintln!("type the handoff (Current task: … / Completed: … / Next: …), end with Ctrl-D");
     }
     let mut text = String::new();
-    stdin.read_to_string(&mut text)?;
+    stdin.take(MAX_BODY_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_BODY_BYTES {
+        bail!("the handoff on stdin has more than {MAX_BODY_BYTES} bytes");
+    }
     Ok((!text.trim().is_empty()).then_some(text))
 }
 
@@ -160,6 +170,9 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
             let body = read_body(file.as_deref(), no_input)?;
             let h =
                 continuity::save(&spec, a, trigger, body.as_deref()).map_err(anyhow::Error::msg)?;
+            for note in &h.notes {
+                eprintln!("note: {note}");
+            }
             if json {
                 out(&format!("{}\n", continuity::summary_json(&h)));
             } else {
@@ -340,6 +353,9 @@ pub fn brief(config: &Path, name: &str, generate: bool, json: bool) -> anyhow::R
                 "cannot generate the brief of agent `{name}`: {e} (nothing was changed)"
             )
         })?;
+        for note in &done.notes {
+            eprintln!("note: {note}");
+        }
         if json {
             out(&format!("{}\n", serde_json::to_string_pretty(&done)?));
         } else {

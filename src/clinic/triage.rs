@@ -2,13 +2,12 @@
 //! ops.jsonl, state.json, brief.md and the tail of the CLI's transcript (Claude Code, Codex
 //! and Gemini JSONL). Every source may be missing or corrupt: triage takes what it can read.
 
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
 use crate::policy::{AgentInfo, ExitInfo, ToolCall, Trauma};
+use crate::state::bounded::{self, Links};
 use crate::state::{AgentDir, OPS_LOG};
 
 /// How much of the end of a log or transcript is read.
@@ -33,29 +32,21 @@ pub struct TriageInput<'a> {
     pub output: Option<String>,
 }
 
-/// The end of a file, from the first complete line on.
+/// The end of a file, from the first complete line on; `None` unless it is a regular file.
 pub fn tail(path: &Path, bytes: u64) -> Option<String> {
-    let mut file = File::open(path).ok()?;
-    let len = file.metadata().ok()?.len();
-    let start = len.saturating_sub(bytes);
-    file.seek(SeekFrom::Start(start)).ok()?;
-    let mut buf = Vec::new();
-    file.take(bytes).read_to_end(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    Some(if start > 0 {
-        text.split_once('\n')
-            .map(|(_, rest)| rest.to_string())
-            .unwrap_or_default()
-    } else {
-        text
-    })
+    bounded::read_tail(path, bytes, Links::Follow)
+        .ok()
+        .map(|t| t.lines_text())
 }
 
 /// The JSON lines at the end of a file; lines that do not parse are skipped.
 pub fn tail_jsonl(path: &Path) -> Vec<Value> {
-    tail(path, TAIL_BYTES)
-        .unwrap_or_default()
-        .lines()
+    jsonl(&tail(path, TAIL_BYTES).unwrap_or_default())
+}
+
+/// The JSON objects among `text`'s lines.
+fn jsonl(text: &str) -> Vec<Value> {
+    text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(Value::is_object)
         .collect()
@@ -148,6 +139,9 @@ pub struct TranscriptFacts {
     pub tool_calls: Vec<ToolCall>,
     /// The assistant's last words, oldest first.
     pub assistant: Vec<String>,
+    /// Why the transcript could not be read, when it exists but is refused (not a regular
+    /// file, unreadable): for the caller to pass on.
+    pub note: Option<String>,
 }
 
 fn content_text(content: &Value) -> String {
@@ -168,7 +162,14 @@ fn content_text(content: &Value) -> String {
 impl TranscriptFacts {
     /// The facts of the transcript at `path` (its tail), whatever the CLI.
     pub fn read(path: &Path) -> TranscriptFacts {
-        transcript_facts(&tail_jsonl(path))
+        match bounded::read_tail(path, TAIL_BYTES, Links::Follow) {
+            Ok(tail) => transcript_facts(&jsonl(&tail.lines_text())),
+            Err(e) if e.is_not_found() => TranscriptFacts::default(),
+            Err(e) => TranscriptFacts {
+                note: Some(format!("transcript: {e}")),
+                ..TranscriptFacts::default()
+            },
+        }
     }
 
     /// The assistant's last `n` non-empty messages, oldest first, each cut to `max` chars.
@@ -466,7 +467,7 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
     };
 
     let mut summary = String::new();
-    if let Ok(brief) = std::fs::read_to_string(dir.file("brief.md"))
+    if let Some(brief) = dir.brief()
         && !brief.trim().is_empty()
     {
         summary.push_str("Brief:\n");

@@ -31,10 +31,18 @@ pub struct Generated {
     pub state_fields: Vec<String>,
     /// resolved.jsonl entries moved to the archive.
     pub archived: usize,
+    /// What could not be read (e.g. a transcript that is not a regular file).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
-/// Everything a brief is written from.
-fn context(spec: &Spec, agent: &AgentSpec, dir: &AgentDir, resolved: &[Value]) -> Value {
+/// Everything a brief is written from, and notes on what could not be read.
+fn context(
+    spec: &Spec,
+    agent: &AgentSpec,
+    dir: &AgentDir,
+    resolved: &[Value],
+) -> (Value, Vec<String>) {
     let mut state = dir
         .read_state()
         .unwrap_or_else(|_| AgentState::new(&agent.name));
@@ -58,19 +66,20 @@ fn context(spec: &Spec, agent: &AgentSpec, dir: &AgentDir, resolved: &[Value]) -
                     .is_some_and(|t| t.as_second() >= day_ago)
             })
             .collect();
-    let previous = std::fs::read_to_string(dir.file("brief.md")).unwrap_or_default();
-    json!({
+    let previous = read(dir);
+    let ctx = json!({
         "agent": agent.name, "date": jiff::Timestamp::now().strftime("%Y-%m-%d").to_string(),
         "state": state, "ledger": ledger, "resolved": resolved, "last_words": last_words,
         "last_prompt": facts.last_prompt.map(|p| triage::shorten(&p, 1000)),
         "events": events, "previous_brief": triage::shorten(&previous, 6000),
         "marker": MARKER,
-    })
+    });
+    (ctx, facts.note.into_iter().collect())
 }
 
 /// The agent's current brief (`brief.md`); empty when it has none.
 pub fn read(dir: &AgentDir) -> String {
-    std::fs::read_to_string(dir.file(state::BRIEF)).unwrap_or_default()
+    dir.brief().unwrap_or_default()
 }
 
 /// Generate `agent`'s brief now.
@@ -78,7 +87,7 @@ pub fn generate(spec: &Spec, agent: &AgentSpec) -> Result<Generated, String> {
     let dir = FleetDir::new(&spec.fleet.state_dir).agent(&agent.name);
     dir.ensure().map_err(|e| e.to_string())?;
     let resolved = tail_jsonl(&dir.file(state::RESOLVED_LOG));
-    let ctx = context(spec, agent, &dir, &resolved);
+    let (ctx, notes) = context(spec, agent, &dir, &resolved);
     let templates = Templates::for_spec(spec);
     let result = match &spec.brief.command {
         None => templates
@@ -123,6 +132,7 @@ pub fn generate(spec: &Spec, agent: &AgentSpec) -> Result<Generated, String> {
         chars: brief.chars().count(),
         state_fields,
         archived,
+        notes,
     };
     let _ = dir.record_op("brief_generated", json!(generated));
     Ok(generated)

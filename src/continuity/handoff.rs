@@ -64,6 +64,9 @@ pub struct Handoff {
     pub summary: String,
     /// The markdown body.
     pub body: String,
+    /// What could not be read while it was built (not saved with it).
+    #[serde(skip)]
+    pub notes: Vec<String>,
 }
 
 pub fn path(dir: &AgentDir, id: &str) -> PathBuf {
@@ -118,6 +121,7 @@ pub fn build(
         .map(|p| triage::TranscriptFacts::read(std::path::Path::new(p)))
         .unwrap_or_default();
     let last_words = facts.last_words(3, 600);
+    let notes: Vec<String> = facts.note.clone().into_iter().collect();
     let previous = list_ids(dir).pop();
     let now = jiff::Timestamp::now();
     let created_at = now.to_string();
@@ -157,6 +161,7 @@ pub fn build(
         related: previous.into_iter().collect(),
         summary: triage::shorten(&crate::world::inert::keyboard_text(&summary), 200),
         body,
+        notes,
     })
 }
 
@@ -252,6 +257,7 @@ mod tests {
             related: vec!["20261122T100000000Z-x".into()],
             summary: "auth: \"quotes\" and\nnewlines".into(),
             body: "# Handoff\n\n---\nnot a header\n".into(),
+            notes: Vec::new(),
         };
         let back = parse(&to_text(&h)).unwrap();
         assert_eq!(back.summary, h.summary);

@@ -279,7 +279,7 @@ pub struct Gathered {
 impl Gathered {
     pub fn read(fleet: &FleetDir, dir: &AgentDir, state: AgentState, start: Start) -> Gathered {
         let ledger = ledger::load(dir);
-        let brief = std::fs::read_to_string(dir.file(state::BRIEF)).ok();
+        let brief = dir.brief();
         let (handoff, related) = if start == Start::Resumed {
             (None, Vec::new())
         } else {
@@ -409,6 +409,7 @@ mod tests {
             related: vec![],
             summary: "x".into(),
             body: "line\n".repeat(3_000),
+            notes: Vec::new(),
         };
         let mut i = inputs(&s, Some(&brief));
         i.handoff = Some(&h);
@@ -430,6 +431,7 @@ mod tests {
             related: vec![],
             summary: "auth".into(),
             body: "# Handoff: auth\n- login next".into(),
+            notes: Vec::new(),
         };
         let ledger = Ledger {
             current_task: Some("ship the login page".into()),

@@ -4,22 +4,19 @@
 //! time the hook runs has the exit code: an `item_completed` event for the call
 //! (`CommandExecution` with `exit_code`), or `exec_command_end` in older builds.
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use serde_json::Value;
+
+use crate::state::bounded::{self, Links};
 
 /// How much of the rollout's end is read: the call just finished, its events are the last ones.
 const TAIL: u64 = 256 * 1024;
 
 /// The exit code of shell call `call_id`, from the end of the rollout at `transcript`.
 pub fn exit_code(transcript: &Path, call_id: &str) -> Option<i64> {
-    let mut file = std::fs::File::open(transcript).ok()?;
-    let len = file.metadata().ok()?.len();
-    file.seek(SeekFrom::Start(len.saturating_sub(TAIL))).ok()?;
-    let mut buf = Vec::new();
-    file.read_to_end(&mut buf).ok()?;
-    exit_code_in(&String::from_utf8_lossy(&buf), call_id)
+    let tail = bounded::read_tail(transcript, TAIL, Links::Follow).ok()?;
+    exit_code_in(&tail.lines_text(), call_id)
 }
 
 fn exit_code_in(rollout: &str, call_id: &str) -> Option<i64> {

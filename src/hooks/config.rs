@@ -6,16 +6,18 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
 use crate::spec::{AgentSpec, Cli};
+use crate::state::bounded::{self, Links};
 
 /// The CLIs phoenix writes hook files for (`custom` has none).
 pub const HOOKED: [Cli; 3] = [Cli::Claude, Cli::Codex, Cli::Gemini];
+/// A CLI settings or hooks file larger than this is not read.
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Where a CLI reads project hooks from, relative to the agent's workdir.
 pub fn relative_path(cli: Cli) -> Option<&'static str> {
@@ -460,10 +462,11 @@ pub fn write_file(
         Ok(m) if m.file_type().is_symlink() => fs::canonicalize(path).unwrap_or(path.into()),
         _ => path.to_path_buf(),
     };
-    let existing = match fs::read_to_string(&target) {
+    // The agent can write its workdir: a FIFO or a huge file there is refused, not waited on.
+    let existing = match bounded::read_string(&target, MAX_CONFIG_BYTES, Links::Follow) {
         Ok(text) => Some(text),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(format!("cannot read `{}`: {e}", target.display())),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e.to_string()),
     };
     let merged = merge(existing.as_deref(), agent, desired)
         .map_err(|p| format!("`{}` {p}", target.display()))?;

@@ -9,10 +9,11 @@
 //!
 //! Only the end of the file is read: the record that decides is the last one of the turn.
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use serde_json::Value;
+
+use crate::state::bounded::{self, Links};
 
 /// How much of the session file's end is read.
 const TAIL: u64 = 64 * 1024;
@@ -35,19 +36,9 @@ impl std::fmt::Display for TurnError {
 
 /// The error the last turn in the session file at `path` ended in, if it ended in one.
 pub fn last_turn_error(path: &Path) -> Option<TurnError> {
-    let mut file = std::fs::File::open(path).ok()?;
-    let len = file.metadata().ok()?.len();
-    let start = len.saturating_sub(TAIL);
-    file.seek(SeekFrom::Start(start)).ok()?;
-    let mut buf = Vec::new();
-    file.read_to_end(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf);
-    // A read that starts mid-file starts mid-line: that line is not whole.
-    let text = match start {
-        0 => &text[..],
-        _ => text.split_once('\n').map_or("", |(_, rest)| rest),
-    };
-    last_turn_error_in(text)
+    // A tail that starts mid-file starts mid-line: `lines_text` drops that line.
+    let tail = bounded::read_tail(path, TAIL, Links::Follow).ok()?;
+    last_turn_error_in(&tail.lines_text())
 }
 
 /// `last_turn_error` on the text of a session file's end: the last record that says how a turn

@@ -5,13 +5,16 @@
 //! every turn would count as a compaction and leave a snapshot and a handoff behind. The last
 //! prompt's size is in the session's chat file, so phoenix applies the same rule.
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::state::bounded::{self, Links};
+
 /// Gemini CLI's default share of the context window at which it compresses.
 const DEFAULT_THRESHOLD: f64 = 0.5;
+/// A settings file larger than this is not read.
+const MAX_SETTINGS_BYTES: u64 = 1024 * 1024;
 
 /// What a chat file says about the last prompt.
 #[derive(Debug, PartialEq, Eq)]
@@ -36,7 +39,7 @@ pub fn will_compress(transcript: Option<&Path>, settings: &[PathBuf]) -> bool {
     let threshold = settings
         .iter()
         .rev()
-        .filter_map(|p| std::fs::read(p).ok())
+        .filter_map(|p| bounded::read_whole(p, MAX_SETTINGS_BYTES, Links::Follow).ok())
         .filter_map(|b| serde_json::from_slice::<Value>(&b).ok())
         .filter_map(|v| v.pointer("/model/compressionThreshold")?.as_f64())
         .find(|t| *t > 0.0)
@@ -56,19 +59,11 @@ fn context_window(model: &str) -> u64 {
 /// reading only its end.
 fn last_prompt(path: &Path) -> LastPrompt {
     const TAIL: u64 = 64 * 1024;
-    let read = || -> Option<(String, bool)> {
-        let mut file = std::fs::File::open(path).ok()?;
-        let len = file.metadata().ok()?.len();
-        file.seek(SeekFrom::Start(len.saturating_sub(TAIL))).ok()?;
-        let mut buf = Vec::new();
-        file.read_to_end(&mut buf).ok()?;
-        Some((String::from_utf8_lossy(&buf).into_owned(), len <= TAIL))
-    };
-    match read() {
-        None => LastPrompt::Unknown,
-        Some((text, whole)) => match last_prompt_in(&text) {
+    match bounded::read_tail(path, TAIL, Links::Follow) {
+        Err(_) => LastPrompt::Unknown,
+        Ok(tail) => match last_prompt_in(&String::from_utf8_lossy(&tail.bytes)) {
             Some((tokens, model)) => LastPrompt::Sized(tokens, model),
-            None if whole => LastPrompt::NoResponseYet,
+            None if !tail.truncated() => LastPrompt::NoResponseYet,
             None => LastPrompt::Unknown,
         },
     }

@@ -9,11 +9,14 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+use crate::state::bounded::{self, Links};
 use crate::state::{self, AgentDir, StateError};
 
 const GUARD_DIR: &str = "guard";
 /// Larger files are not snapshotted: copying them on every edit would slow the agent down.
 const MAX_GUARDED_BYTES: u64 = 8 << 20;
+/// Deeper YAML is refused as invalid (serde_json stops at 128 too).
+const MAX_YAML_DEPTH: usize = 128;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -57,12 +60,56 @@ pub fn validate(kind: Kind, bytes: &[u8]) -> Result<(), String> {
     }
 }
 
-/// A YAML stream parses (every document in it).
+/// A YAML stream parses (every document in it), no mapping repeats a key, and nothing is
+/// nested deeper than `MAX_YAML_DEPTH`. Read as a stream of parser events, never built into a
+/// tree: building one expands every alias, and a few hundred bytes of nested aliases expand
+/// to more memory than there is (an "alias bomb"). An alias here stays one event.
 fn yaml_sanity(bytes: &[u8]) -> Result<(), String> {
+    use yaml_rust2::parser::{Event, Parser};
     let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
-    yaml_rust2::YamlLoader::load_from_str(text)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    let mut parser = Parser::new_from_str(text);
+    // One entry per open collection: `None` for a sequence, a mapping's keys so far and
+    // whether its next node is a key.
+    let mut open: Vec<Option<(std::collections::HashSet<String>, bool)>> = Vec::new();
+    loop {
+        let (event, mark) = parser.next_token().map_err(|e| e.to_string())?;
+        let is_node = matches!(
+            event,
+            Event::Scalar(..)
+                | Event::Alias(_)
+                | Event::SequenceStart(..)
+                | Event::MappingStart(..)
+        );
+        if is_node && let Some(Some((keys, at_key))) = open.last_mut() {
+            if *at_key
+                && let Event::Scalar(key, ..) = &event
+                && !keys.insert(key.clone())
+            {
+                return Err(format!(
+                    "{key:?}: duplicated key in mapping at line {} column {}",
+                    mark.line(),
+                    mark.col() + 1
+                ));
+            }
+            *at_key = !*at_key;
+        }
+        match event {
+            Event::SequenceStart(..) => open.push(None),
+            Event::MappingStart(..) => open.push(Some((Default::default(), true))),
+            Event::SequenceEnd | Event::MappingEnd => {
+                open.pop();
+            }
+            Event::StreamEnd => return Ok(()),
+            _ => {}
+        }
+        if open.len() > MAX_YAML_DEPTH {
+            return Err(format!(
+                "nested more than {MAX_YAML_DEPTH} levels deep at line {} column {}",
+                mark.line(),
+                mark.col() + 1
+            ));
+        }
+    }
 }
 
 fn key(path: &Path) -> String {
@@ -97,7 +144,10 @@ pub fn snapshot(dir: &AgentDir, cwd: &Path, files: &[String]) -> Result<(), Stat
         let id = key(&path);
         let (existed, valid, mode) = match &meta {
             Some(m) => {
-                let bytes = fs::read(&path).unwrap_or_default();
+                // Not a regular file (any more), or grown past the limit: not guarded.
+                let Ok(bytes) = bounded::read_whole(&path, MAX_GUARDED_BYTES, Links::Follow) else {
+                    continue;
+                };
                 let orig = guard.join(format!("{id}.orig"));
                 state::atomic_write(&orig, &bytes).map_err(|source| StateError::Io {
                     action: "write",
@@ -144,7 +194,8 @@ pub fn check(dir: &AgentDir, cwd: &Path, files: &[String]) -> Vec<String> {
         else {
             continue;
         };
-        let current = fs::read(&path).ok();
+        // Bounded: the agent may have replaced the file with a FIFO or a huge one.
+        let current = bounded::read_whole(&path, MAX_GUARDED_BYTES, Links::Follow).ok();
         let problem = match &current {
             Some(bytes) => validate(kind, bytes).err(),
             None => None,
@@ -215,6 +266,49 @@ mod tests {
         assert!(validate(Kind::Yaml, b"a: [1\n").is_err());
         assert!(validate(Kind::Yaml, b"a:\n  b: 1\n c: 2\n").is_err());
         assert!(validate(Kind::Yaml, b"---\na: 1\n---\nb: [1, 2]\n").is_ok());
+    }
+
+    /// Nine levels of nine aliases: 9^9 nodes if the aliases were expanded.
+    pub(crate) const ALIAS_BOMB: &str =
+        "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+";
+
+    #[test]
+    fn yaml_aliases_are_not_expanded_and_depth_is_bounded() {
+        let started = std::time::Instant::now();
+        assert!(validate(Kind::Yaml, ALIAS_BOMB.as_bytes()).is_ok());
+        assert!(started.elapsed() < std::time::Duration::from_millis(500));
+        assert!(
+            validate(Kind::Yaml, b"a: *nowhere\n")
+                .unwrap_err()
+                .contains("unknown anchor")
+        );
+        let err = validate(Kind::Yaml, b"a: 1\nb: 2\na: 3\n").unwrap_err();
+        assert!(err.contains("\"a\": duplicated key"), "{err}");
+        assert!(validate(Kind::Yaml, b"- {a: 1}\n- {a: 1}\n").is_ok());
+        // Deep nesting is refused, not recursed into (flow and block style).
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        assert!(
+            validate(Kind::Yaml, deep.as_bytes())
+                .unwrap_err()
+                .contains("nested more than")
+        );
+        let deep = "- ".repeat(100_000) + "x\n";
+        assert!(
+            validate(Kind::Yaml, deep.as_bytes())
+                .unwrap_err()
+                .contains("nested more than")
+        );
+        let fine = format!("{}1{}", "[".repeat(100), "]".repeat(100));
+        assert!(validate(Kind::Yaml, fine.as_bytes()).is_ok());
     }
 
     #[test]

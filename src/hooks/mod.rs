@@ -15,13 +15,14 @@ pub mod output;
 pub mod payload;
 pub mod trust;
 
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::spec::{self, AgentSpec, Cli, Spec};
+use crate::state::bounded::{self, Links};
 use crate::state::{self, AgentDir, AgentState, FleetDir, Retention, StateError, Status};
 use output::Reply;
 use payload::{Outcome, Payload};
@@ -384,7 +385,19 @@ impl Hook<'_> {
 
         let session_id = self.payload.session_id().map(str::to_string);
         let session_cwd = self.payload.str("cwd").map(str::to_string);
-        let transcript = self.payload.transcript_path().map(str::to_string);
+        // A transcript that exists but is not a regular file (a FIFO, `/dev/zero`) is not
+        // recorded: brief generation, handoffs and the watchdog would refuse it anyway.
+        let transcript =
+            self.payload.transcript_path().filter(|path| {
+                match bounded::open_regular(Path::new(path), Links::Follow) {
+                    Err(e @ bounded::ReadError::NotRegular { .. }) => {
+                        self.problem(&format!("transcript_path {e}"));
+                        false
+                    }
+                    _ => true,
+                }
+            });
+        let transcript = transcript.map(str::to_string);
         let now = state::rfc3339(ctx.now);
         let update = dir.update_state(ctx.retention, |s| {
             if session_id.is_some() {
@@ -465,7 +478,8 @@ impl Hook<'_> {
     /// handoff saved before the compression is there by then).
     fn take_prompt_context(&self, ctx: &Ctx<'_>) -> Option<String> {
         let path = ctx.dir.file(PROMPT_CONTEXT);
-        let held: Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+        let held = bounded::read_whole(&path, 4 * 1024 * 1024, Links::Refuse).ok()?;
+        let held: Value = serde_json::from_slice(&held).ok()?;
         let _ = std::fs::remove_file(&path);
         let same_session = match (held["session_id"].as_str(), self.payload.session_id()) {
             (Some(held), Some(now)) => held == now,
@@ -884,17 +898,10 @@ fn task_line(prompt: &str) -> String {
 
 /// The last `n` parseable lines of a JSON-lines file, reading only its end.
 fn tail_jsonl(path: &Path, n: usize) -> Vec<Value> {
-    let Ok(mut file) = std::fs::File::open(path) else {
+    let Ok(tail) = bounded::read_tail(path, 16 * 1024, Links::Refuse) else {
         return Vec::new();
     };
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let start = len.saturating_sub(16 * 1024);
-    if file.seek(SeekFrom::Start(start)).is_err() {
-        return Vec::new();
-    }
-    let mut buf = Vec::new();
-    let _ = file.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf);
+    let text = String::from_utf8_lossy(&tail.bytes);
     let mut lines: Vec<Value> = text
         .lines()
         .rev()

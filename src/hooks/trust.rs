@@ -13,7 +13,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -21,6 +20,7 @@ use serde_json::{Map, Value, json};
 
 use super::config::{self, is_phoenix_handler};
 use crate::spec::{AgentSpec, Cli};
+use crate::state::bounded::{self, Links};
 
 /// What `ensure` changed: the file and one line per entry added or updated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +62,8 @@ fn ensure_locked(agent: &AgentSpec) -> Result<Option<Trusted>, String> {
     let Some(hooks_path) = config::path_in(agent.cli, &agent.workdir) else {
         return Ok(None);
     };
-    let Ok(hooks_text) = fs::read_to_string(&hooks_path) else {
+    let Ok(hooks_text) = bounded::read_string(&hooks_path, config::MAX_CONFIG_BYTES, Links::Follow)
+    else {
         return Ok(None);
     };
     if !config::has_agent_entries(&hooks_text, &agent.name) {
@@ -106,10 +107,10 @@ fn ensure_locked(agent: &AgentSpec) -> Result<Option<Trusted>, String> {
 }
 
 fn read_optional(path: &Path) -> Result<Option<String>, String> {
-    match fs::read_to_string(path) {
+    match bounded::read_string(path, config::MAX_CONFIG_BYTES, Links::Follow) {
         Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read `{}`: {e}", path.display())),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.to_string()),
     }
 }
 

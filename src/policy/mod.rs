@@ -9,6 +9,7 @@
 
 pub mod builtin;
 pub mod fixture;
+mod pattern;
 mod sandbox;
 pub mod types;
 
@@ -16,6 +17,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -430,10 +432,21 @@ impl Engine {
                 (s.name.clone(), s.entries.clone())
             };
             let entries = entries?;
+            // Armed from here: the lookup may run an `__index`, the conversion of the answer
+            // may run finalizers, and Lua never runs unbudgeted.
+            state.budget.arm(&self.limits);
+            let disarmed = |r| {
+                state.budget.disarm();
+                r
+            };
             let f = match entries.get::<Value>(function) {
-                Ok(Value::Nil) => continue,
+                Ok(Value::Nil) => {
+                    state.budget.disarm();
+                    continue;
+                }
                 Ok(Value::Function(f)) => f,
                 Ok(other) => {
+                    state.budget.disarm();
                     return Err(Error::Policy {
                         script: name,
                         function: function.into(),
@@ -444,7 +457,7 @@ impl Engine {
                         },
                     });
                 }
-                Err(e) => return Err(self.convert(&e, &name, function)),
+                Err(e) => return disarmed(Err(self.convert(&e, &name, function))),
             };
             // Only needed for an error: asking Lua for it costs more than the call itself.
             let defined_at = || {
@@ -453,30 +466,32 @@ impl Engine {
                     .filter(|l| *l > 0)
             };
             state.logs.lock().unwrap_or_else(|e| e.into_inner()).clear();
-            state.budget.arm(&self.limits);
             let result = args(&state.lua).and_then(|a| f.call::<Value>(a));
-            state.budget.disarm();
-            let used = state.budget.used();
             let logs = std::mem::take(&mut *state.logs.lock().unwrap_or_else(|e| e.into_inner()));
             let value = match result {
                 Ok(v) => v,
                 Err(e) => {
+                    state.budget.disarm();
+                    // Finalizers run here unbudgeted are stopped at once (see `Budget`).
                     let _ = state.lua.gc_collect();
                     return Err(self.convert(&e, &name, function));
                 }
             };
-            let json: serde_json::Value = match value {
-                Value::Nil => serde_json::Value::Null,
-                v => state.lua.from_value(v).map_err(|e| Error::Policy {
-                    script: name.clone(),
-                    function: function.into(),
-                    line: defined_at(),
-                    source: Failure::BadReturn(BadReturn {
-                        field: None,
-                        message: first_line(&e.to_string()).to_string(),
-                    }),
-                })?,
+            let json = match value {
+                Value::Nil => Ok(serde_json::Value::Null),
+                v => state.lua.from_value::<serde_json::Value>(v),
             };
+            state.budget.disarm();
+            let used = state.budget.used();
+            let json = json.map_err(|e| Error::Policy {
+                script: name.clone(),
+                function: function.into(),
+                line: defined_at(),
+                source: Failure::BadReturn(BadReturn {
+                    field: None,
+                    message: first_line(&e.to_string()).to_string(),
+                }),
+            })?;
             if json.is_null() {
                 return Err(Error::Policy {
                     script: name,
@@ -537,7 +552,8 @@ impl Engine {
         let scripts = self.scripts.borrow();
         chain.into_iter().find_map(|i| {
             let table = scripts[i].entries.as_ref().ok()?;
-            match table.get::<Value>(function).ok()? {
+            // Raw: no `__index` runs outside a call's budget.
+            match table.raw_get::<Value>(function).ok()? {
                 Value::Function(f) => u32::try_from(f.info().line_defined?).ok(),
                 _ => None,
             }
@@ -565,11 +581,21 @@ type Job = Box<dyn FnOnce(&Engine) + Send>;
 /// The thread that owns the Lua state.
 struct Worker {
     jobs: mpsc::Sender<Job>,
+    /// Set when a call on it missed its deadline and it was replaced.
+    abandoned: Arc<AtomicBool>,
 }
+
+/// Workers replaced after missing a deadline whose call still runs, in this process. The
+/// budget stops Lua and pattern matching, so none should; should one, calls fall back to the
+/// built-ins once `MAX_ABANDONED` are stuck instead of leaving one more thread behind each.
+static ABANDONED: AtomicUsize = AtomicUsize::new(0);
+const MAX_ABANDONED: usize = 2;
 
 impl Worker {
     fn spawn(dir: Option<PathBuf>, limits: Limits, base: PathBuf) -> Worker {
         let (jobs, queue) = mpsc::channel::<Job>();
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let given_up = abandoned.clone();
         // If the thread cannot start, every call finds the channel closed and falls back.
         let _ = std::thread::Builder::new()
             .name("phoenix-policy".into())
@@ -578,8 +604,19 @@ impl Worker {
                 for job in queue {
                     job(&engine);
                 }
+                // The queue ends when the worker is replaced: a stuck call has finished.
+                if given_up.load(Ordering::Acquire) {
+                    ABANDONED.fetch_sub(1, Ordering::AcqRel);
+                }
             });
-        Worker { jobs }
+        Worker { jobs, abandoned }
+    }
+
+    /// Give up on this worker (its call missed the deadline); it is replaced next.
+    fn abandon(&self) {
+        if !self.abandoned.swap(true, Ordering::AcqRel) {
+            ABANDONED.fetch_add(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -685,6 +722,17 @@ impl Policies {
         function: &str,
         job: impl FnOnce(&Engine) -> R + Send + 'static,
     ) -> Result<R, Error> {
+        let stuck = ABANDONED.load(Ordering::Acquire);
+        if stuck >= MAX_ABANDONED {
+            return Err(Error::Policy {
+                script: policy.unwrap_or(DEFAULT_POLICY).to_string(),
+                function: function.into(),
+                line: None,
+                source: Failure::State(format!(
+                    "{stuck} earlier policy calls are still stuck past their deadline: Lua policies are off until they end"
+                )),
+            });
+        }
         let (reply, answer) = mpsc::sync_channel(1);
         let sent = self.worker.borrow().jobs.send(Box::new(move |engine| {
             let _ = reply.send(job(engine));
@@ -694,6 +742,9 @@ impl Policies {
             Err(_) => Err(mpsc::RecvTimeoutError::Disconnected),
         };
         outcome.map_err(|why| {
+            if why == mpsc::RecvTimeoutError::Timeout {
+                self.worker.borrow().abandon();
+            }
             self.restart_worker();
             let source = match why {
                 mpsc::RecvTimeoutError::Timeout => Failure::Budget(format!(

@@ -1,6 +1,7 @@
 //! The Lua sandbox: a restricted Lua 5.4 state (string, table, math, utf8 and `os.time`,
 //! `os.date`, `os.clock`), text-only `load`, `require` limited to policies/, a memory limit,
-//! an instruction and time budget, and the `phoenix` helper table.
+//! an instruction and time budget that also covers pattern matching in C, no `__gc`
+//! finalizers, and the `phoenix` helper table.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -82,13 +83,19 @@ pub enum Exceeded {
     Instructions { limit: u64, at: String },
     #[error("time budget of {}ms exceeded", limit.as_millis())]
     Time { limit: Duration, at: String },
+    /// Lua ran while no call was being made: a `__gc` finalizer (run by the collector at any
+    /// time). It is stopped at once; only a call's budget pays for Lua work.
+    #[error("Lua ran outside a policy call (a `__gc` finalizer?) and was stopped")]
+    Outside { at: String },
 }
 
 impl Exceeded {
     /// Where the script was when the budget ran out: `policies/x.lua:3`.
     pub fn at(&self) -> &str {
         match self {
-            Exceeded::Instructions { at, .. } | Exceeded::Time { at, .. } => at,
+            Exceeded::Instructions { at, .. }
+            | Exceeded::Time { at, .. }
+            | Exceeded::Outside { at } => at,
         }
     }
 }
@@ -134,12 +141,14 @@ impl Budget {
         self.used.load(Ordering::Relaxed)
     }
 
-    fn check(&self, at: impl FnOnce() -> String) -> Result<(), Exceeded> {
+    /// Spend `steps` (VM instructions, or matching steps in `string.find` and friends).
+    fn spend(&self, steps: u64, at: impl FnOnce() -> String) -> Result<(), Exceeded> {
         if !self.armed.load(Ordering::Acquire) {
-            return Ok(());
+            // Stays set until the next call: a finalizer's `pcall` cannot swallow it either.
+            self.exceeded.store(true, Ordering::Relaxed);
+            return Err(Exceeded::Outside { at: at() });
         }
-        let step = u64::from(HOOK_EVERY);
-        let used = self.used.fetch_add(step, Ordering::Relaxed) + step;
+        let used = self.used.fetch_add(steps, Ordering::Relaxed) + steps;
         let max = self.max.load(Ordering::Relaxed);
         if used > max {
             self.exceeded.store(true, Ordering::Relaxed);
@@ -213,6 +222,16 @@ pub fn new_state(
     ))?;
     lua.load(
         r##"
+        -- Lua runs `__gc` finalizers with hooks off (lgc.c `GCTM`), so no budget could stop
+        -- one that loops: a metatable with `__gc` is refused. (A `__gc` field added later does
+        -- not mark the object: Lua only looks when the metatable is set.)
+        local raw_setmetatable, rawget, error, type = setmetatable, rawget, error, type
+        setmetatable = function(t, mt)
+          if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
+            error("policies may not use `__gc` finalizers: Lua runs them outside any budget", 2)
+          end
+          return raw_setmetatable(t, mt)
+        end
         local raw_load = load
         load = function(chunk, name, _mode, ...)
           -- Keep the argument count: an explicit nil `env` means "no environment" in Lua.
@@ -226,13 +245,14 @@ pub fn new_state(
 
     install_helpers(&lua, &globals, logs)?;
     install_require(&lua, &globals, sources)?;
+    bound_patterns(&lua, &string, &budget)?;
 
     let hook_budget = budget.clone();
     lua.set_hook(
         HookTriggers::new().every_nth_instruction(HOOK_EVERY),
         move |_lua, debug| {
             hook_budget
-                .check(|| {
+                .spend(u64::from(HOOK_EVERY), || {
                     let src = debug.source();
                     match (src.short_src, debug.current_line()) {
                         (Some(file), Some(line)) => format!("{file}:{line}:"),
@@ -244,6 +264,79 @@ pub fn new_state(
         },
     )?;
     Ok((lua, budget))
+}
+
+/// `string.find`, `match`, `gmatch` and `gsub` each run as one call into C, where the
+/// instruction hook never fires: a backtracking pattern would spin on after the call's
+/// deadline. Each is wrapped: a step-counting copy of the matcher does the search first,
+/// paying the call's budget, and only then does the real function run. Arguments of other
+/// types go to the real function as they are (it raises the error, or converts numbers).
+fn bound_patterns(lua: &Lua, string: &Table, budget: &Arc<Budget>) -> mlua::Result<()> {
+    use super::pattern;
+    use mlua::{Function, MultiValue};
+
+    /// The subject, pattern and the optional integer argument at `n`, converted as Lua's
+    /// `luaL_checklstring` and `luaL_optinteger` do (numbers are strings, `"3"` and `3.0`
+    /// are 3); `None` when Lua would refuse them (it raises the error).
+    fn args(
+        lua: &Lua,
+        args: &MultiValue,
+        n: usize,
+    ) -> Option<(mlua::LuaString, mlua::LuaString, Option<i64>)> {
+        let string = |i: usize| lua.coerce_string(args.get(i)?.clone()).ok().flatten();
+        let int = match args.get(n) {
+            None | Some(Value::Nil) => None,
+            Some(v) => Some(lua.coerce_integer(v.clone()).ok().flatten()?),
+        };
+        Some((string(0)?, string(1)?, int))
+    }
+
+    for name in ["find", "match", "gmatch", "gsub"] {
+        let raw: Function = string.get(name)?;
+        let budget = budget.clone();
+        let at = format!("string.{name}");
+        let wrapped = lua.create_function(move |lua, a: MultiValue| {
+            let mut stopped = None;
+            let mut charge = |steps: u64| match budget.spend(steps, || at.clone()) {
+                Ok(()) => true,
+                Err(e) => {
+                    stopped = Some(e);
+                    false
+                }
+            };
+            let dry = match name {
+                "find" | "match" => args(lua, &a, 2).map(|(s, p, init)| {
+                    let plain = name == "find"
+                        && a.get(3)
+                            .is_some_and(|v| !matches!(v, Value::Nil | Value::Boolean(false)));
+                    pattern::find(
+                        &s.as_bytes(),
+                        &p.as_bytes(),
+                        init.unwrap_or(1),
+                        plain,
+                        name == "find",
+                        &mut charge,
+                    )
+                    .map(|_| ())
+                }),
+                "gmatch" => args(lua, &a, 2).map(|(s, p, init)| {
+                    pattern::gmatch(&s.as_bytes(), &p.as_bytes(), init.unwrap_or(1), &mut charge)
+                        .map(|_| ())
+                }),
+                _ => args(lua, &a, 3).map(|(s, p, max)| {
+                    pattern::gsub(&s.as_bytes(), &p.as_bytes(), max, &mut charge).map(|_| ())
+                }),
+            };
+            if let Some(Err(pattern::Halt::Budget)) = dry
+                && let Some(e) = stopped
+            {
+                return Err(mlua::Error::external(e));
+            }
+            raw.call::<MultiValue>(a)
+        })?;
+        string.set(name, wrapped)?;
+    }
+    Ok(())
 }
 
 /// The `phoenix` table: `log`, `now`, `match`, `status`, `duration`, `format_duration`.

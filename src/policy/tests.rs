@@ -465,41 +465,100 @@ fn policies_can_move_to_another_thread() {
     assert_eq!(handle.join().unwrap(), ExitAction::Resume);
 }
 
+/// A backtracking pattern is one call into C, where the instruction hook never fires: the
+/// copy of the matcher runs first and stops it on the budget, so no thread is left spinning
+/// and the same state answers the next call.
 #[test]
-fn a_pattern_stuck_in_c_is_abandoned_and_the_next_call_gets_a_fresh_state() {
+fn a_catastrophic_pattern_is_stopped_by_the_budget() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("policies");
     std::fs::create_dir_all(&dir).unwrap();
-    // The hook cannot stop this: it is one call into C (about 0.4s in a release build).
     std::fs::write(
         dir.join("custom.lua"),
-        "function on_exit(agent, exit)\n  if exit.code == 1 then string.find(string.rep('a', 200), '.-.-.-b') end\n  return 'resume'\nend\n",
+        "function on_exit(agent, exit)\n  if exit.code == 1 then string.find(string.rep('a', 200), '.-.-.-b') end\n  \
+         if exit.code == 3 then for _ in ('a'):rep(300):gmatch('a-a-a-a-b') do end end\n  \
+         if exit.code == 4 then pcall(string.gsub, ('a'):rep(300), 'a*a*a*a*b', 'x') end\n  return 'resume'\nend\n",
     )
     .unwrap();
-    let limits = Limits {
-        time: Duration::from_millis(25),
-        ..Limits::default()
-    };
-    let policies = Policies::with_limits(Some(&dir), limits);
+    let policies = Policies::with_limits(Some(&dir), Limits::default());
     let agent = AgentInfo {
         policy: Some("policies/custom.lua".into()),
         ..AgentInfo::default()
     };
-    let started = std::time::Instant::now();
-    let d = policies.on_exit(&agent, &crash());
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        started.elapsed()
-    );
-    let e = d.error.expect("abandoned");
-    assert_eq!(e.failure().kind(), "budget", "{e}");
-    assert!(e.to_string().contains("no answer within"), "{e}");
-    assert_eq!(d.value, builtin::on_exit(&agent, &crash()));
+    for code in [1, 3, 4] {
+        let exit = ExitInfo {
+            code: Some(code),
+            ..crash()
+        };
+        let started = std::time::Instant::now();
+        let d = policies.on_exit(&agent, &exit);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        let e = d.error.expect("stopped");
+        assert_eq!(e.failure().kind(), "budget", "{e}");
+        assert!(e.to_string().contains("budget of"), "{e}");
+        assert!(e.to_string().contains("policies/custom.lua"), "{e}");
+        assert_eq!(d.value, builtin::on_exit(&agent, &exit));
+    }
+    assert_eq!(ABANDONED.load(Ordering::Acquire), 0, "no worker given up");
     let other = ExitInfo {
         code: Some(2),
         ..crash()
     };
     let d = policies.on_exit(&agent, &other);
     assert_eq!(d.value.action, ExitAction::Resume, "{:?}", d.error);
+}
+
+/// A `__gc` finalizer runs when the collector gets to it, with Lua's hooks off: one that
+/// never returned spun a thread forever. They are refused when the metatable is set; the call
+/// falls back with that reason, and the next calls answer.
+#[test]
+fn a_finalizer_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("policies");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("custom.lua"),
+        "function on_exit(agent, exit)\n  \
+         setmetatable({}, {__gc = function() while true do pcall(function() while true do end end) end end})\n  \
+         if exit.code == 1 then error('fails after making garbage') end\n  return 'resume'\nend\n",
+    )
+    .unwrap();
+    let policies = Policies::with_limits(Some(&dir), Limits::default());
+    let agent = AgentInfo {
+        policy: Some("policies/custom.lua".into()),
+        ..AgentInfo::default()
+    };
+    let started = std::time::Instant::now();
+    for code in [1, 2, 1, 2, 2] {
+        let exit = ExitInfo {
+            code: Some(code),
+            ..crash()
+        };
+        let e = policies.on_exit(&agent, &exit).error.expect("refused");
+        assert!(e.to_string().contains("may not use `__gc`"), "{e}");
+        assert!(e.to_string().contains("policies/custom.lua:2"), "{e}");
+    }
+    // Set on a metatable that has none, `__gc` marks nothing and never runs.
+    std::fs::write(
+        dir.join("custom.lua"),
+        "function on_exit(agent, exit)\n  local mt = {}\n  setmetatable({}, mt)\n  \
+         mt.__gc = function() while true do end end\n  return 'resume'\nend\n",
+    )
+    .unwrap();
+    let mut policies = policies;
+    policies.reload();
+    for _ in 0..3 {
+        let d = policies.on_exit(&agent, &crash());
+        assert_eq!(d.value.action, ExitAction::Resume, "{:?}", d.error);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(ABANDONED.load(Ordering::Acquire), 0, "no worker given up");
 }

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use minijinja::ErrorKind;
 use serde::Serialize;
 
 /// Templates built into the binary.
@@ -81,6 +82,10 @@ impl Error {
     pub fn message(&self) -> String {
         match self {
             Error::NotFound { .. } => self.to_string(),
+            Error::Template { source, .. } if source.kind() == ErrorKind::OutOfFuel => format!(
+                "{}: the template does more work than one render may ({FUEL} fuel); look for nested loops over large ranges",
+                source.kind()
+            ),
             Error::Template { source, .. } => match source.detail() {
                 Some(detail) => format!("{}: {detail}", source.kind()),
                 None => source.kind().to_string(),
@@ -122,7 +127,7 @@ impl Templates {
     /// The override's text if there is one, else the built-in one.
     fn source(&self, name: &str) -> Result<(String, String), Error> {
         if let Some(dir) = &self.dir
-            && let Ok(text) = std::fs::read_to_string(dir.join(name))
+            && let Ok(text) = read_override(&dir.join(name))
         {
             return Ok((format!("templates/{name}"), text));
         }
@@ -152,8 +157,9 @@ impl Templates {
         }
     }
 
-    /// Every override in templates/ that does not compile (unknown files are left alone:
-    /// other parts of phoenix own them).
+    /// Every override in templates/ that does not compile, or that runs out of fuel rendered
+    /// with an empty context (cheap: the fuel bounds it). Unknown files are left alone: other
+    /// parts of phoenix own them.
     pub fn check(&self) -> Vec<Error> {
         let Some(dir) = &self.dir else {
             return Vec::new();
@@ -169,12 +175,22 @@ impl Templates {
         names
             .into_iter()
             .filter_map(|name| {
-                let text = std::fs::read_to_string(dir.join(&name)).ok()?;
+                let text = read_override(&dir.join(&name)).ok()?;
                 let origin = format!("templates/{name}");
                 let env = environment();
-                env.template_from_named_str(&origin, &text)
-                    .err()
-                    .map(|source| Error::Template { origin, source })
+                let fail = |source| {
+                    Some(Error::Template {
+                        origin: origin.clone(),
+                        source,
+                    })
+                };
+                match env.template_from_named_str(&origin, &text) {
+                    Err(source) => fail(source),
+                    Ok(template) => match template.render(minijinja::context! {}) {
+                        Err(source) if source.kind() == ErrorKind::OutOfFuel => fail(source),
+                        _ => None,
+                    },
+                }
             })
             .collect()
     }
@@ -185,8 +201,24 @@ pub fn render<S: Serialize>(spec_dir: &Path, name: &str, ctx: &S) -> Result<Stri
     Templates::new(Some(&spec_dir.join("templates"))).render(name, ctx)
 }
 
+/// The work one render may do (minijinja's fuel: about one per instruction and per 64 bytes
+/// of data), so that a template override with nested loops cannot hang a hook or the
+/// watchdog: rendering fails with `OutOfFuel` and the built-in template is used. Far more
+/// than the built-in templates need (their output is capped well below 64 MiB).
+pub const FUEL: u64 = 1_000_000;
+
+/// A template override larger than this is not read.
+const MAX_TEMPLATE_BYTES: u64 = 1024 * 1024;
+
+/// An override's text, read through the bounded reader (a FIFO is refused, not waited on).
+fn read_override(path: &Path) -> Result<String, crate::state::bounded::ReadError> {
+    use crate::state::bounded::{self, Links};
+    bounded::read_string(path, MAX_TEMPLATE_BYTES, Links::Follow)
+}
+
 fn environment<'a>() -> minijinja::Environment<'a> {
     let mut env = minijinja::Environment::new();
+    env.set_fuel(Some(FUEL));
     // A field missing from a template's context renders as nothing, as Jinja users expect.
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
     let syntax = minijinja::syntax::SyntaxConfig::builder()
@@ -243,6 +275,42 @@ mod tests {
         for name in builtin_names() {
             t.render(name, &json!({}))
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    /// Nested loops (10^15 iterations), a 100 GB string, output that never ends.
+    const ENDLESS: &[&str] = &[
+        "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}x{% endfor %}{% endfor %}{% endfor %}",
+        "{{ 'x' * 100000000000 }}",
+        "{% for i in range(100000) %}{% for j in range(100000) %}{{ 'many bytes of output' }}{% endfor %}{% endfor %}",
+    ];
+
+    #[test]
+    fn an_endless_override_runs_out_of_fuel_and_the_builtin_is_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Templates::new(Some(dir.path()));
+        for endless in ENDLESS {
+            std::fs::write(dir.path().join("clinic_abort.md.j2"), endless).unwrap();
+            let started = std::time::Instant::now();
+            let (text, err) = t.render_or_builtin("clinic_abort.md.j2", &json!({"agent": "a"}));
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(1),
+                "{:?}",
+                started.elapsed()
+            );
+            let builtin = Templates::new(None)
+                .render("clinic_abort.md.j2", &json!({"agent": "a"}))
+                .unwrap();
+            assert_eq!(text.unwrap(), builtin);
+            let err = err.unwrap();
+            assert!(
+                err.message().contains("ran out of fuel"),
+                "{}",
+                err.message()
+            );
+            let found = t.check();
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert!(found[0].message().contains("nested loops"));
         }
     }
 

@@ -2,6 +2,7 @@
 //! `agent` models state.json; `store` reads and writes it safely.
 
 pub mod agent;
+pub mod bounded;
 pub mod events;
 pub mod lock;
 pub mod store;
@@ -25,6 +26,8 @@ pub const FRESH: &str = ".fresh";
 pub const STARTED_SPEC: &str = "started_spec.json";
 pub const OPS_LOG: &str = "ops.jsonl";
 pub const CRITICAL_EVENTS: &str = "critical_events.jsonl";
+/// A brief.md larger than this is not read (a brief is a page or two).
+const MAX_BRIEF_BYTES: u64 = 1024 * 1024;
 
 /// The fleet-wide state directory (`.phoenix/` by default).
 #[derive(Debug, Clone)]
@@ -92,6 +95,11 @@ impl AgentDir {
 
     pub fn file(&self, name: &str) -> PathBuf {
         self.path.join(name)
+    }
+
+    /// The agent's brief.md, if it has one that is a regular file of at most 1 MiB.
+    pub fn brief(&self) -> Option<String> {
+        bounded::read_string(&self.file(BRIEF), MAX_BRIEF_BYTES, bounded::Links::Refuse).ok()
     }
 
     pub fn has_marker(&self, marker: &str) -> bool {

@@ -722,6 +722,7 @@ mod tests {
             related: vec![],
             summary: summary.into(),
             body: body.into(),
+            notes: Vec::new(),
         }
     }
 

@@ -120,6 +120,116 @@ pub struct AgentReport {
     pub problems: Vec<String>,
 }
 
+impl AgentReport {
+    /// An agent whose files could not be read in time: nothing is decided, its memory is left
+    /// as it was, and the next pass tries again.
+    fn not_checked(agent: &AgentSpec, why: String) -> AgentReport {
+        AgentReport {
+            agent: agent.name.clone(),
+            verdict: "skipped",
+            skipped: Some(why),
+            findings: Vec::new(),
+            unconfirmed: Vec::new(),
+            action: None,
+            reason: None,
+            decided_by: None,
+            action_taken: None,
+            issue_url: None,
+            notifications: Vec::new(),
+            notes: Vec::new(),
+            problems: Vec::new(),
+        }
+    }
+}
+
+/// How long reading one agent's files may take before the pass goes on without it. Reads are
+/// bounded (regular files only, byte limits); this covers what bounds cannot (a hung network
+/// file system, a disk that stalls).
+const OBSERVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Agents (their state dirs) whose observation from an earlier pass is still running: no second one is started
+/// for them, so a file that hangs every read costs one thread, not one per pass.
+static STILL_OBSERVING: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Takes an agent off `STILL_OBSERVING` when dropped.
+struct Done(PathBuf);
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        STILL_OBSERVING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|n| *n != self.0);
+    }
+}
+
+/// Observe every agent of `spec`, each on its own thread, all within `OBSERVE_TIMEOUT`: one
+/// agent's files can never stall the pass for the others. An `Err` says why an agent was not
+/// observed.
+fn observe_all(
+    spec: &Spec,
+    fleet: &FleetDir,
+    world: world::World,
+    count_tokens: bool,
+    now: i64,
+) -> Vec<Result<(Memory, observe::Observed), String>> {
+    let world = std::sync::Arc::new(world);
+    let still = |dir: &Path| {
+        STILL_OBSERVING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|n| n == dir)
+    };
+    let started: Vec<Result<std::sync::mpsc::Receiver<_>, String>> = spec
+        .agents
+        .iter()
+        .map(|agent| {
+            let dir = fleet.agent(&agent.name);
+            if still(&dir.path) {
+                return Err(format!(
+                    "reading its files has not finished since an earlier pass (more than {}s): not checked",
+                    OBSERVE_TIMEOUT.as_secs()
+                ));
+            }
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let (agent, world) = (agent.clone(), world.clone());
+            STILL_OBSERVING
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(dir.path.clone());
+            let key = dir.path.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("observe {}", agent.name))
+                .spawn(move || {
+                    // Dropped at the end, even by a panic: the agent is observable again.
+                    let _done = Done(dir.path.clone());
+                    let memory = Memory::load(&dir);
+                    let observed =
+                        observe::observe(&agent, &world, &dir, &memory, count_tokens, now);
+                    let _ = tx.send((memory, observed));
+                });
+            spawned.map(|_| rx).map_err(|e| {
+                drop(Done(key));
+                format!("cannot start a thread to read its files ({e}): not checked")
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + OBSERVE_TIMEOUT;
+    started
+        .into_iter()
+        .map(|rx| {
+            rx?.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+                .map_err(|_| {
+                    format!(
+                        "reading its files took more than {}s: not checked this pass",
+                        OBSERVE_TIMEOUT.as_secs()
+                    )
+                })
+        })
+        .collect()
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub ts: String,
@@ -196,24 +306,21 @@ impl<'a> Watchdog<'a> {
         });
         // Lua only when something is unhealthy.
         let mut policies: Option<Policies> = None;
-        let mut seen: Vec<(Memory, observe::Observed)> = self
-            .spec
-            .agents
-            .iter()
-            .map(|agent| {
-                let dir = self.fleet.agent(&agent.name);
-                let memory = Memory::load(&dir);
-                let observed = observe::observe(
-                    agent,
-                    &world,
-                    &dir,
-                    &memory,
-                    self.spec.thresholds.max_tokens.is_some(),
-                    now,
-                );
-                (memory, observed)
-            })
-            .collect();
+        let observing = observe_all(
+            self.spec,
+            &self.fleet,
+            world,
+            self.spec.thresholds.max_tokens.is_some(),
+            now,
+        );
+        let mut late = Vec::new();
+        let mut seen: Vec<(Memory, observe::Observed)> = Vec::new();
+        for (agent, observed) in self.spec.agents.iter().zip(observing) {
+            match observed {
+                Ok(pair) => seen.push(pair),
+                Err(why) => late.push((agent.name.clone(), why)),
+            }
+        }
         // Every screen the checks need, in one runtime call.
         let wanted: Vec<String> = seen
             .iter()
@@ -230,8 +337,15 @@ impl<'a> Watchdog<'a> {
             }
         }
         let mut agents = Vec::new();
-        for (agent, (memory, observed)) in self.spec.agents.iter().zip(seen) {
-            agents.push(self.check(agent, memory, observed, now, &mut policies));
+        let mut seen = seen.into_iter();
+        for agent in &self.spec.agents {
+            match late.iter().position(|(name, _)| *name == agent.name) {
+                Some(i) => agents.push(AgentReport::not_checked(agent, late.remove(i).1)),
+                None => {
+                    let (memory, observed) = seen.next().expect("one observation per agent");
+                    agents.push(self.check(agent, memory, observed, now, &mut policies));
+                }
+            }
         }
         let events_pruned = prune_events(&self.fleet, self.spec.thresholds.events_retention)
             .ok()

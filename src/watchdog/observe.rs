@@ -2,7 +2,6 @@
 //! state.json, tool_use.jsonl, ops.jsonl, the transcript and the pane's screen. Read-only: it
 //! never writes to these files, and a missing or corrupt one only narrows what can be checked.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde_json::Value;
@@ -11,6 +10,7 @@ use super::health::{Call, Inputs, Process};
 use crate::clinic::triage::tail_jsonl;
 use crate::hooks::failed_turn;
 use crate::spec::{AgentSpec, Cli};
+use crate::state::bounded::{self, Links};
 use crate::state::{self, AgentDir};
 use crate::world::World;
 
@@ -18,8 +18,10 @@ use crate::world::World;
 const RECENT_CALLS: usize = 64;
 /// Lines of the pane read for the screen check.
 pub const SCREEN_LINES: usize = 40;
-/// A transcript larger than this is not read for token use.
-const MAX_TRANSCRIPT_BYTES: u64 = 256 * 1024 * 1024;
+/// A state.json larger than this is not read.
+const MAX_STATE_BYTES: u64 = 16 * 1024 * 1024;
+/// How much of a transcript's end is read for token use.
+const TRANSCRIPT_TAIL_BYTES: u64 = 32 * 1024 * 1024;
 
 /// One agent as observed, or why it was not checked.
 pub struct Observed {
@@ -109,23 +111,30 @@ pub fn observe(
     });
 
     // state.json, read as plain JSON: the watchdog must not trigger a rollback write.
-    let state: Option<Value> = match std::fs::read_to_string(dir.file("state.json")) {
-        Ok(text) => match serde_json::from_str(&text) {
-            Ok(v) => Some(v),
+    let state: Option<Value> =
+        match bounded::read_string(&dir.file("state.json"), MAX_STATE_BYTES, Links::Refuse) {
+            Ok(text) => match serde_json::from_str(&text) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    inputs.notes.push(format!(
+                        "state.json is not valid JSON ({e}): status unknown"
+                    ));
+                    None
+                }
+            },
+            Err(e) if e.is_not_found() => {
+                inputs
+                    .notes
+                    .push("no state.json: status unknown, silence and runaway not checked".into());
+                None
+            }
             Err(e) => {
                 inputs.notes.push(format!(
-                    "state.json is not valid JSON ({e}): status unknown"
+                    "{e}: status unknown, silence and runaway not checked"
                 ));
                 None
             }
-        },
-        Err(_) => {
-            inputs
-                .notes
-                .push("no state.json: status unknown, silence and runaway not checked".into());
-            None
-        }
-    };
+        };
     let field = |k: &str| {
         state
             .as_ref()
@@ -207,7 +216,13 @@ pub fn observe(
 
     if count_tokens {
         match field("transcript_path") {
-            Some(path) => inputs.tokens = tokens_used(Path::new(&path)),
+            Some(path) => match read_tokens(Path::new(&path)) {
+                Ok(tokens) => inputs.tokens = tokens,
+                Err(e) if e.is_not_found() => {}
+                Err(e) => inputs
+                    .notes
+                    .push(format!("transcript: {e}: token use not checked")),
+            },
             None => inputs
                 .notes
                 .push("no transcript recorded: token use not checked".into()),
@@ -239,15 +254,19 @@ fn digest(text: &str) -> String {
 /// Tokens a session used, from its transcript: Claude Code's `message.usage` per assistant
 /// message, Codex's cumulative `token_count` events, Gemini's `tokens.total`.
 pub fn tokens_used(path: &Path) -> Option<u64> {
-    let file = std::fs::File::open(path).ok()?;
-    if file.metadata().ok()?.len() > MAX_TRANSCRIPT_BYTES {
-        return None;
-    }
+    read_tokens(path).ok().flatten()
+}
+
+/// `tokens_used`, or why the transcript was not read. Only its last `TRANSCRIPT_TAIL_BYTES`
+/// are read: Codex's count is cumulative, and the sum of a longer Claude Code or Gemini
+/// transcript's tail is a lower bound, enough to tell it is over a limit.
+fn read_tokens(path: &Path) -> Result<Option<u64>, bounded::ReadError> {
+    let tail = bounded::read_tail(path, TRANSCRIPT_TAIL_BYTES, Links::Follow)?;
     let mut summed: u64 = 0;
     let mut cumulative: Option<u64> = None;
     let mut seen = false;
-    for line in BufReader::new(file).lines().map_while(Result::ok) {
-        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+    for line in tail.lines_text().lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
             continue;
         };
         if let Some(usage) = v.get("message").and_then(|m| m.get("usage")) {
@@ -270,7 +289,7 @@ pub fn tokens_used(path: &Path) -> Option<u64> {
             summed += total;
         }
     }
-    cumulative.or(seen.then_some(summed))
+    Ok(cumulative.or(seen.then_some(summed)))
 }
 
 #[cfg(test)]

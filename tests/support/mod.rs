@@ -143,6 +143,45 @@ impl Fleet {
         }
     }
 
+    /// `run`, failing the test if phoenix has not exited within `timeout` (it is killed):
+    /// for commands that must not hang. Output goes through files, so a child phoenix left
+    /// behind cannot hold the test on an open pipe.
+    #[track_caller]
+    pub fn run_within(&self, args: &[&str], timeout: Duration) -> Run {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let out_path = self.path().join(format!(".run-{n}.out"));
+        let err_path = self.path().join(format!(".run-{n}.err"));
+        let mut child = self
+            .command(args)
+            .stdout(std::fs::File::create(&out_path).unwrap())
+            .stderr(std::fs::File::create(&err_path).unwrap())
+            .spawn()
+            .expect("run phoenix");
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("phoenix {args:?} did not return within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let output = Output {
+            status,
+            stdout: std::fs::read(&out_path).unwrap(),
+            stderr: std::fs::read(&err_path).unwrap(),
+        };
+        let _ = std::fs::remove_file(out_path);
+        let _ = std::fs::remove_file(err_path);
+        Run {
+            args: args.iter().map(|s| s.to_string()).collect(),
+            output,
+        }
+    }
+
     /// Run a tmux command against this fleet's private server.
     pub fn tmux(&self, args: &[&str]) -> Option<String> {
         let out = Command::new("tmux")
