@@ -10,8 +10,7 @@ use serde_json::{Value, json};
 use support::serve::Server;
 use support::{Fleet, read_jsonl, wait_until};
 
-const FAST: &str =
-    "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"5s\"\nmax_crashes = 100\n\n";
+const FAST: &str = "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\nmax_crashes = 100\n\n";
 
 fn agent(name: &str) -> String {
     format!(

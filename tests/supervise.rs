@@ -22,7 +22,7 @@ fn resumable_agent(name: &str, extra: &str) -> String {
 /// Restart settings for tests: no cooldown, a short life deadline.
 fn fast_restarts(max_crashes: u32) -> String {
     format!(
-        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"5s\"\nmax_crashes = {max_crashes}\ncrash_window = \"1h\"\n\n"
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\nmax_crashes = {max_crashes}\ncrash_window = \"1h\"\n\n"
     )
 }
 
@@ -409,7 +409,7 @@ fn max_crashes_enter_safe_mode_with_a_critical_event_that_survives_a_new_wrapper
 fn agent_that_never_shows_life_counts_as_a_failed_start() {
     let fleet = Fleet::new();
     fleet.toml(
-        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"1s\"\nmax_crashes = 2\n\n\
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"1s\"\nmax_crashes = 2\n\n\
          [[agent]]\nname = \"mute\"\ncli = \"custom\"\ncommand = \"sleep 1000\"\n",
     );
     fleet.run(&["apply", "--yes"]).status(0);
@@ -424,7 +424,7 @@ fn agent_that_never_shows_life_counts_as_a_failed_start() {
 fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back() {
     let fleet = Fleet::new();
     fleet.raw_toml(&format!(
-        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"300ms\"\n\n{}{}",
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1s\"\n\n{}{}",
         fleet.socket,
         fast_restarts(5),
         resumable_agent("alpha", "")
@@ -443,7 +443,7 @@ fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back()
     assert_eq!(end["code"], 0);
 
     // Several reconcile intervals later the daemon has not restarted it.
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(ops_named(&fleet, "alpha", "agent_start").len(), 1);
     assert_eq!(fleet.agent_status("alpha")["state"], "stopped");
 
@@ -454,7 +454,7 @@ fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back()
             .tmux(&["display-message", "-p", "-t", &pane, "#{pane_dead}"])
             .is_some_and(|s| s.trim() == "1")
     });
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(ops_named(&fleet, "alpha", "agent_start").len(), 1);
 
     let run = fleet.run(&["restart", "alpha"]);
@@ -464,7 +464,7 @@ fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back()
     assert_eq!(starts[1]["mode"], "resume");
     assert_eq!(starts[1]["session_id"], id.as_str());
     fleet.wait_running(&["alpha"]);
-    std::thread::sleep(Duration::from_millis(1000));
+    std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(
         ops_named(&fleet, "alpha", "agent_start").len(),
         2,
@@ -477,7 +477,7 @@ fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back()
 fn operator_restart_of_a_running_agent_is_recorded_and_fresh_is_not_undone_by_the_daemon() {
     let fleet = Fleet::new();
     fleet.raw_toml(&format!(
-        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"300ms\"\n\n{}{}",
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1s\"\n\n{}{}",
         fleet.socket,
         fast_restarts(5),
         resumable_agent("alpha", "")
@@ -508,7 +508,7 @@ fn operator_restart_of_a_running_agent_is_recorded_and_fresh_is_not_undone_by_th
     let starts = wait_ops(&fleet, "alpha", "agent_start", 3);
     assert_eq!(starts[2]["mode"], "resume");
     assert_eq!(starts[2]["session_id"], second.unwrap().as_str());
-    std::thread::sleep(Duration::from_millis(1000));
+    std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(
         ops_named(&fleet, "alpha", "agent_start").len(),
         3,

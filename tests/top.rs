@@ -79,7 +79,7 @@ fn top_shows_the_fleet_and_restarts_injects_and_opens_panes_by_key() {
     let fleet = Fleet::new();
     // Agents that print rarely: an injection waits for a quiet pane.
     fleet.toml(&format!(
-        "[defaults.restart]\ncooldown = \"0s\"\n\n{}{}",
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\n\n{}{}",
         "[[agent]]\nname = \"alpha\"\ncommand = \"phoenix demo-agent --interval 5s\"\n",
         "[[agent]]\nname = \"bravo\"\ncommand = \"phoenix demo-agent --interval 5s\"\n"
     ));

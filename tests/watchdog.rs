@@ -21,7 +21,8 @@ fn agent(name: &str, flags: &str) -> String {
     )
 }
 
-const FAST: &str = "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"5s\"\n\n";
+const FAST: &str =
+    "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\n\n";
 
 /// A notify command that appends what it is sent to `notified.log`.
 fn recorder(fleet: &Fleet) -> PathBuf {
