@@ -19,7 +19,7 @@ fn resumable_agent(name: &str, extra: &str) -> String {
     )
 }
 
-/// Restart settings for tests: no cooldown, a short life deadline.
+/// Restart settings for tests: the shortest cooldown, a short life deadline.
 fn fast_restarts(max_crashes: u32) -> String {
     format!(
         "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\nmax_crashes = {max_crashes}\ncrash_window = \"1h\"\n\n"
@@ -749,4 +749,90 @@ fn resumed_session_that_comes_back_with_another_id_is_treated_as_fresh() {
     assert_eq!(exits[1]["mode"], "fresh", "{exits:?}");
     assert_eq!(exits[1]["action"], "resume");
     assert_eq!(ops_named(&fleet, "alpha", "resume_mismatch").len(), 1);
+}
+
+/// A pass that starts several agents once went on starting them after SIGTERM: the signal
+/// was only looked at between passes.
+#[test]
+fn sigterm_during_a_pass_starts_no_further_agent() {
+    use std::os::unix::fs::PermissionsExt;
+    let fleet = Fleet::new();
+    let agents: String = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| Fleet::demo_agent(n, ""))
+        .collect();
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1h\"\n\n{agents}",
+        fleet.socket
+    ));
+
+    // tmux as the daemon sees it: each start is logged, then takes a second.
+    let real = std::process::Command::new("sh")
+        .args(["-c", "command -v tmux"])
+        .output()
+        .unwrap();
+    let real = String::from_utf8(real.stdout).unwrap().trim().to_string();
+    let shim = fleet.path().join("shim");
+    let starts = fleet.path().join("starts");
+    std::fs::create_dir_all(&shim).unwrap();
+    std::fs::create_dir_all(&starts).unwrap();
+    let script = format!(
+        "#!/bin/sh\ncase \" $* \" in\n  *\" new-window \"*|*\" new-session \"*)\n    : > '{}/'$$\n    sleep 1 ;;\nesac\nexec '{real}' \"$@\"\n",
+        starts.display()
+    );
+    std::fs::write(shim.join("tmux"), script).unwrap();
+    std::fs::set_permissions(shim.join("tmux"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        shim.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let log = fleet.path().join("daemon.log");
+    let mut child = fleet
+        .command(&["run"])
+        .env("PATH", path)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn phoenix run");
+    let started = || std::fs::read_dir(&starts).unwrap().count();
+    wait_until(Duration::from_secs(15), "the pass's first start", || {
+        started() >= 1
+    });
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "daemon did not stop on SIGTERM:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert_eq!(started(), 1, "starts after SIGTERM:\n{log}");
+    assert!(log.contains("the rest of this pass is abandoned"), "{log}");
+
+    // The daemon is gone; nothing it left behind starts another pane either.
+    let panes = || {
+        fleet
+            .tmux(&["list-panes", "-a", "-F", "#{window_name}"])
+            .unwrap_or_default()
+            .lines()
+            .filter(|w| ["a", "b", "c", "d"].contains(w))
+            .count()
+    };
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        assert!(panes() <= 1, "a pane appeared after the daemon stopped");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
