@@ -165,3 +165,16 @@ fn top_without_a_terminal_says_what_to_use_instead() {
         .stderr_has("needs a terminal")
         .stderr_has("phoenix status --json");
 }
+
+/// `--interval 0s` read the fleet in a busy loop.
+#[test]
+fn a_refresh_interval_below_the_minimum_is_refused() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("alpha", ""));
+    for interval in ["0s", "50ms"] {
+        fleet
+            .run(&["top", "--interval", interval])
+            .status(2)
+            .stderr_has("is too short: the minimum is 200ms");
+    }
+}
