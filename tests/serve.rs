@@ -760,10 +760,10 @@ fn closed_within(s: &mut std::net::TcpStream, limit: Duration) -> Option<Duratio
 }
 
 #[test]
-fn connections_that_send_no_complete_request_are_closed_after_the_header_timeout() {
+fn connections_that_send_no_complete_request_are_closed_after_the_timeout() {
     use std::io::{Read, Write};
     let fleet = declared();
-    let server = Server::start(&fleet, &[("PHOENIX_SERVE_HEADER_TIMEOUT", "1s")]);
+    let server = Server::start(&fleet, &[("PHOENIX_SERVE_TIMEOUT", "1s")]);
     let connect = || std::net::TcpStream::connect(&server.addr).expect("connect");
 
     // Nothing at all.
@@ -812,6 +812,42 @@ fn connections_that_send_no_complete_request_are_closed_after_the_header_timeout
         closed_within(&mut kept, Duration::from_secs(6)).is_some(),
         "an idle kept-alive connection stayed open"
     );
+
+    // A body trickled a byte at a time: its request is in progress, but not for ever.
+    let mut body = connect();
+    write!(
+        body,
+        "POST /api/agents/alpha/inject HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{",
+        server.addr
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    body.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    while started.elapsed() < Duration::from_secs(6) {
+        if body.write_all(b" ").is_err() {
+            break;
+        }
+        let mut buf = [0u8; 4096];
+        match body.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 4"), "{answer}");
 
     // A normal client is not bothered.
     assert_eq!(server.get("/api/status").0, 200);

@@ -1,7 +1,8 @@
 //! The connections of `phoenix serve`: how many may be open, how long a request's headers may
 //! take, and who gives way when the server is full. `axum::serve` has none of these knobs, so
 //! connections are accepted here and each is served by hyper's HTTP/1 connection with a header
-//! read timeout (which also bounds the wait for the next request on a kept-alive connection).
+//! read timeout (which also bounds the wait for the next request on a kept-alive connection),
+//! a deadline for the request body, and a limit on how long a write may stall.
 //! At the cap, the connection that has been idle the longest (no request in progress) is closed
 //! for the new one: a thousand sockets that never send anything cannot lock out a real client.
 
@@ -23,7 +24,7 @@ use tokio::sync::{Notify, watch};
 use tower::ServiceExt;
 
 /// Tunable through the environment (tests use short values); see [`Limits::from_env`].
-pub const HEADER_TIMEOUT_ENV: &str = "PHOENIX_SERVE_HEADER_TIMEOUT";
+pub const TIMEOUT_ENV: &str = "PHOENIX_SERVE_TIMEOUT";
 pub const MAX_CONNECTIONS_ENV: &str = "PHOENIX_SERVE_MAX_CONNECTIONS";
 
 /// How long in-flight requests get to finish once the server is asked to stop.
@@ -34,21 +35,23 @@ pub struct Limits {
     /// Open connections at most (a browser uses about six).
     pub max_connections: usize,
     /// A request's headers must arrive within this long, counted from the moment the server
-    /// waits for them (a new connection, or the end of the previous response).
-    pub header_timeout: Duration,
+    /// waits for them (a new connection, or the end of the previous response); its body
+    /// within as long again; and a write the client does not take (it stopped reading) is
+    /// given up after as long.
+    pub timeout: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 256,
-            header_timeout: Duration::from_secs(10),
+            timeout: Duration::from_secs(10),
         }
     }
 }
 
 impl Limits {
-    /// The defaults, overridden by `PHOENIX_SERVE_HEADER_TIMEOUT` (a duration, at least
+    /// The defaults, overridden by `PHOENIX_SERVE_TIMEOUT` (a duration, at least
     /// 100ms) and `PHOENIX_SERVE_MAX_CONNECTIONS` (1 to 65536).
     pub fn from_env() -> anyhow::Result<Limits> {
         let mut limits = Limits::default();
@@ -57,15 +60,13 @@ impl Limits {
         if let Some(fds) = open_files_limit() {
             limits.max_connections = limits.max_connections.min((fds / 4).max(8));
         }
-        if let Ok(text) = std::env::var(HEADER_TIMEOUT_ENV) {
+        if let Ok(text) = std::env::var(TIMEOUT_ENV) {
             let d = crate::spec::duration::parse(&text)
-                .map_err(|e| anyhow::anyhow!("`{HEADER_TIMEOUT_ENV}`: {e}"))?;
+                .map_err(|e| anyhow::anyhow!("`{TIMEOUT_ENV}`: {e}"))?;
             if d < Duration::from_millis(100) {
-                anyhow::bail!(
-                    "`{HEADER_TIMEOUT_ENV}` = `{text}` is too short: the minimum is 100ms"
-                );
+                anyhow::bail!("`{TIMEOUT_ENV}` = `{text}` is too short: the minimum is 100ms");
             }
-            limits.header_timeout = d;
+            limits.timeout = d;
         }
         if let Ok(text) = std::env::var(MAX_CONNECTIONS_ENV) {
             limits.max_connections = text
@@ -180,6 +181,129 @@ impl http_body::Body for Tracked {
     }
 }
 
+/// A request body that must be complete by a deadline: a body trickled a byte at a time
+/// would otherwise keep its connection busy (and so never evicted) for as long as it likes.
+struct Deadline {
+    inner: Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    within: Duration,
+}
+
+impl http_body::Body for Deadline {
+    type Data = axum::body::Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(format!(
+                "the request body did not arrive within {}",
+                crate::spec::duration::format(self.within)
+            )
+            .into()))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A connection whose writes fail once one has made no progress for `within`: a client that
+/// stops reading its response (or a live stream) must not hold a connection for ever.
+struct Stall<T> {
+    io: T,
+    within: Duration,
+    since: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> Stall<T> {
+    fn new(io: T, within: Duration) -> Stall<T> {
+        Stall {
+            io,
+            within,
+            since: None,
+        }
+    }
+
+    /// After a write-side poll: clear the clock on progress, start or check it when stuck.
+    fn watch<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: Poll<std::io::Result<R>>,
+    ) -> Poll<std::io::Result<R>> {
+        if poll.is_ready() {
+            self.since = None;
+            return poll;
+        }
+        let within = self.within;
+        let clock = self
+            .since
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(within)));
+        match clock.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client took nothing for too long",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Stall<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Stall<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.watch(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.watch(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.io).poll_flush(cx);
+        self.watch(cx, poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.watch(cx, poll)
+    }
+}
+
 /// Serve `router` on `listener` within `limits` until `shutdown` resolves; then stop
 /// accepting, let the requests in flight finish (at most [`DRAIN`]) and return.
 pub async fn serve(
@@ -228,6 +352,14 @@ pub async fn serve(
                 move |request: Request<Incoming>| {
                     let busy = Busy::new(&slot);
                     let router = router.clone();
+                    let within = limits.timeout;
+                    let request = request.map(|inner| {
+                        Body::new(Deadline {
+                            inner,
+                            deadline: Box::pin(tokio::time::sleep(within)),
+                            within,
+                        })
+                    });
                     async move {
                         let response = router
                             .oneshot(request)
@@ -242,8 +374,9 @@ pub async fn serve(
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout);
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
+                .header_read_timeout(limits.timeout);
+            let connection =
+                builder.serve_connection(TokioIo::new(Stall::new(stream, limits.timeout)), service);
             let mut connection = std::pin::pin!(connection);
             let mut draining = false;
             loop {
@@ -282,6 +415,38 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_the_peer_does_not_take_fails_after_the_timeout() {
+        use tokio::io::AsyncWrite;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            // A real TCP connection whose other end never reads.
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let peer = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (ours, _) = listener.accept().await.unwrap();
+            let mut io = Stall::new(ours, Duration::from_millis(300));
+            let chunk = vec![0u8; 64 * 1024];
+            let started = Instant::now();
+            let error = loop {
+                let written =
+                    std::future::poll_fn(|cx| Pin::new(&mut io).poll_write(cx, &chunk)).await;
+                match written {
+                    Ok(_) => {}
+                    Err(e) => break e,
+                }
+                assert!(started.elapsed() < Duration::from_secs(10), "never gave up");
+            };
+            assert_eq!(error.kind(), std::io::ErrorKind::TimedOut);
+            assert!(started.elapsed() >= Duration::from_millis(300));
+            drop(peer);
+        });
+    }
 
     #[test]
     fn at_the_cap_the_longest_idle_connection_gives_way() {
