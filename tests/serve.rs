@@ -869,3 +869,27 @@ fn two_host_headers_are_a_bad_request() {
     );
     assert_eq!(status, 200, "{body}");
 }
+
+/// Live streams hold their connections for as long as the client likes: a limit keeps them
+/// from filling the server.
+#[test]
+fn live_streams_are_limited_and_the_api_still_answers() {
+    let fleet = declared();
+    let server = Server::start(&fleet, &[]);
+    let streams: Vec<_> = (0..32)
+        .map(|_| {
+            let mut s = server.stream();
+            assert!(
+                s.next_matching("status", Duration::from_secs(10), |_| true)
+                    .is_some(),
+                "{}",
+                server.stderr()
+            );
+            s
+        })
+        .collect();
+    let refused = server.get("/api/stream");
+    assert_error(&refused, 503, "32 live streams are open already");
+    assert_eq!(server.get("/api/status").0, 200);
+    drop(streams);
+}
