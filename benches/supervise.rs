@@ -28,7 +28,7 @@ fn restart_latency(exe: &str) {
         &config,
         format!(
             "[fleet]\nname = \"bench\"\ntmux_socket = \"{socket}\"\n\n\
-             [defaults.restart]\ncooldown = \"0s\"\nmax_crashes = 1000\n\n\
+             [defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nmax_crashes = 1000\n\n\
              [[agent]]\nname = \"a\"\ncli = \"custom\"\n\
              command = \"phoenix demo-agent --interval 1s\"\n\
              resume_command = \"phoenix demo-agent --interval 1s --resume {{session_id}}\"\n"

@@ -20,8 +20,7 @@ fn agent(name: &str, flags: &str) -> String {
     )
 }
 
-const FAST: &str =
-    "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"5s\"\nmax_crashes = 100\n\n";
+const FAST: &str = "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\nmax_crashes = 100\n\n";
 
 fn save(fleet: &Fleet, agent: &str, text: &str) -> Value {
     let mut child = fleet

@@ -15,7 +15,8 @@ const FLEET: &str = r#"
 [defaults]
 cli = "custom"
 [defaults.restart]
-cooldown = "0s"
+cooldown = "100ms"
+backoff_max = "100ms"
 life_deadline = "5s"
 max_crashes = 2
 crash_window = "10m"

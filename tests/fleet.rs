@@ -347,6 +347,30 @@ fn shift_line(location: &str, by: usize) -> String {
     parts.join(":")
 }
 
+/// `crash_window = "0s"` never counted a crash (1,282 restarts a minute); `0s` elsewhere
+/// switched other protections off or made the daemon spin.
+#[test]
+fn zero_durations_are_refused_at_their_line_and_column_with_the_minimum() {
+    let fleet = Fleet::new();
+    fleet.toml(
+        "[defaults.restart]\ncooldown = \"0s\"\ncrash_window = \"0s\"\n\n\
+         [thresholds]\nsilence = \"0s\"\n\n[[agent]]\nname = \"a\"\ncommand = \"true\"\n",
+    );
+    for args in [&["validate"][..], &["apply", "--yes"]] {
+        fleet
+            .run(args)
+            .status(1)
+            .stderr_has("phoenix.toml:6:12")
+            .stderr_has("`cooldown` = \"0s\" is too short: the minimum is 100ms")
+            .stderr_has("hint: use at least \"100ms\"")
+            .stderr_has("phoenix.toml:7:16")
+            .stderr_has("`crash_window` = \"0s\" is too short: the minimum is 1m")
+            .stderr_has("phoenix.toml:10:11")
+            .stderr_has("`silence` = \"0s\" is too short: the minimum is 1s");
+    }
+    assert!(!fleet.server_running(), "nothing started");
+}
+
 #[test]
 fn validate_reports_all_errors_at_once_and_as_json() {
     let fleet = Fleet::new();

@@ -501,7 +501,7 @@ fn diagnose_command_answers_and_falls_back_on_a_bad_answer() {
 /// cooldown, and the given `[clinic]` and extra spec lines.
 fn crashing_demo(fleet: &Fleet, crash_after: &str, flags: &str, more: &str) {
     fleet.toml(&format!(
-        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"5s\"\nmax_crashes = 10\ncrash_window = \"1h\"\n\n\
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\nmax_crashes = 10\ncrash_window = \"1h\"\n\n\
          {more}\n\
          [[agent]]\nname = \"demo\"\n\
          command = \"phoenix demo-agent --interval 50ms --crash-after {crash_after} --exit-code 1 {flags}\"\n"
@@ -656,7 +656,7 @@ fn prompt_too_long_gives_a_fresh_session_with_injected_context() {
 fn an_undiagnosed_crash_is_left_to_hybrid_resume() {
     let fleet = Fleet::new();
     fleet.toml(
-        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"5s\"\n\n\
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\n\n\
          [[agent]]\nname = \"demo\"\ncli = \"custom\"\n\
          command = \"phoenix demo-agent --interval 100ms\"\n\
          resume_command = \"phoenix demo-agent --interval 100ms --resume {session_id}\"\n",

@@ -242,7 +242,7 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
         Turn::text("Picked up where I stopped."),
     ]);
     fleet.toml(&format!(
-        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"30s\"\n\n{}",
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"30s\"\n\n{}",
         claude_agent("cc", &bin, &home, &server, key)
     ));
     fleet.run(&["apply", "--yes"]).status(0);
@@ -428,7 +428,7 @@ fn start_claude(
     let key = "sk-ant-test-0123456789abcdefghijklmnop";
     let home = prepared_home(fleet.path(), &work, key);
     fleet.toml(&format!(
-        "{extra}\n[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"30s\"\n\n{}",
+        "{extra}\n[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"30s\"\n\n{}",
         claude_agent("cc", &bin, &home, server, key)
     ));
     fleet.run(&["apply", "--yes"]).status(0);

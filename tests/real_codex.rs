@@ -336,7 +336,7 @@ fn real_codex_killed_mid_turn_is_resumed_with_the_recovery_block() {
     let home = codex_home(fleet.path(), &server);
     let _leftovers = CodexLeftovers(home.clone());
     fleet.toml(&format!(
-        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"30s\"\n\n{}",
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"30s\"\n\n{}",
         codex_agent(&fleet, &bin, &home)
     ));
     fleet.run(&["apply", "--yes"]).status(0);
@@ -449,7 +449,7 @@ fn start_codex(fleet: &Fleet, server: &OpenAiServer, extra: &str, prompt: &str) 
     let home = codex_home(fleet.path(), server);
     let leftovers = CodexLeftovers(home.clone());
     fleet.toml(&format!(
-        "{extra}\n[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"30s\"\n\n{}",
+        "{extra}\n[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"30s\"\n\n{}",
         codex_agent(fleet, &bin, &home)
     ));
     fleet.run(&["apply", "--yes"]).status(0);

@@ -295,7 +295,7 @@ fn real_gemini_killed_mid_turn_is_resumed_with_the_recovery_block() {
     let home = gemini_home(&fleet);
     let server = gemini_server::start(vec![shell("echo step-one > one.txt"), Turn::Hang]);
     fleet.toml(&format!(
-        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"30s\"\n\n{}",
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"30s\"\n\n{}",
         gemini_agent(&bin, &home, &server)
     ));
     fleet.run(&["apply", "--yes"]).status(0);
@@ -417,7 +417,7 @@ fn start_gemini(
     workdir(fleet);
     let home = gemini_home(fleet);
     fleet.toml(&format!(
-        "{extra}\n[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"30s\"\n\n{}",
+        "{extra}\n[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"30s\"\n\n{}",
         gemini_agent(&bin, &home, server)
     ));
     fleet.run(&["apply", "--yes"]).status(0);

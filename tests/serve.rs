@@ -10,8 +10,7 @@ use serde_json::{Value, json};
 use support::serve::Server;
 use support::{Fleet, read_jsonl, wait_until};
 
-const FAST: &str =
-    "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"5s\"\nmax_crashes = 100\n\n";
+const FAST: &str = "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\nmax_crashes = 100\n\n";
 
 fn agent(name: &str) -> String {
     format!(
@@ -702,4 +701,195 @@ fn the_live_stream_follows_the_fleet_and_sigterm_stops_the_server() {
         "SIGTERM with a client connected: exit 0; stderr:\n{}",
         server.stderr()
     );
+}
+
+/// A fleet that can be read (nothing needs to run for these).
+fn declared() -> Fleet {
+    let fleet = Fleet::new();
+    fleet.toml(&format!("{FAST}{}", agent("alpha")));
+    fleet
+}
+
+/// Idle sockets once took every file descriptor the server had: it accepted no one after
+/// that (and could not open its own files either).
+#[test]
+fn a_thousand_idle_sockets_do_not_lock_out_a_real_client() {
+    use std::io::Write;
+    let fleet = declared();
+    // 256 descriptors: a thousand connections would exhaust them four times over.
+    let server = Server::start_with(&fleet, "127.0.0.1:0", &[], Some(256));
+    let mut idle: Vec<std::net::TcpStream> = (0..1000)
+        .map(|_| std::net::TcpStream::connect(&server.addr).expect("connect"))
+        .collect();
+    // Some of them trickle a request line, a byte at a time (slowloris).
+    for s in idle.iter_mut().take(50) {
+        let _ = s.write_all(b"GET /api/status HTTP/1.1\r\nHo");
+    }
+    let started = std::time::Instant::now();
+    let (status, body) = server.get("/api/status");
+    assert_eq!(status, 200, "{body}\n{}", server.stderr());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered after {:?}",
+        started.elapsed()
+    );
+    assert!(body["agents"].is_array(), "{body}");
+    drop(idle);
+}
+
+/// Read from `s` until it is closed; how long that took (`None`: still open after `limit`).
+fn closed_within(s: &mut std::net::TcpStream, limit: Duration) -> Option<Duration> {
+    use std::io::Read;
+    let started = std::time::Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    while started.elapsed() < limit {
+        match s.read(&mut buf) {
+            Ok(0) => return Some(started.elapsed()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return Some(started.elapsed()),
+        }
+    }
+    None
+}
+
+#[test]
+fn connections_that_send_no_complete_request_are_closed_after_the_timeout() {
+    use std::io::{Read, Write};
+    let fleet = declared();
+    let server = Server::start(&fleet, &[("PHOENIX_SERVE_TIMEOUT", "1s")]);
+    let connect = || std::net::TcpStream::connect(&server.addr).expect("connect");
+
+    // Nothing at all.
+    let mut silent = connect();
+    let took = closed_within(&mut silent, Duration::from_secs(6)).expect("closed");
+    assert!(took >= Duration::from_millis(800), "closed after {took:?}");
+
+    // A header byte every 300ms: the deadline is for the whole head, not between bytes.
+    let mut trickle = connect();
+    let started = std::time::Instant::now();
+    trickle.write_all(b"GET /api/status HTTP/1.1\r\n").unwrap();
+    let mut closed = false;
+    while started.elapsed() < Duration::from_secs(6) {
+        if trickle.write_all(b"X").is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        trickle
+            .set_read_timeout(Some(Duration::from_millis(1)))
+            .unwrap();
+        if matches!(trickle.read(&mut [0u8; 64]), Ok(0)) {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "a trickled header kept the connection open");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Kept alive after an answer, then idle: closed too.
+    let mut kept = connect();
+    write!(
+        kept,
+        "GET /api/status HTTP/1.1\r\nHost: {}\r\n\r\n",
+        server.addr
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    kept.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    assert!(
+        closed_within(&mut kept, Duration::from_secs(6)).is_some(),
+        "an idle kept-alive connection stayed open"
+    );
+
+    // A body trickled a byte at a time: its request is in progress, but not for ever.
+    let mut body = connect();
+    write!(
+        body,
+        "POST /api/agents/alpha/inject HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{",
+        server.addr
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    body.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    while started.elapsed() < Duration::from_secs(6) {
+        if body.write_all(b" ").is_err() {
+            break;
+        }
+        let mut buf = [0u8; 4096];
+        match body.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 4"), "{answer}");
+
+    // A normal client is not bothered.
+    assert_eq!(server.get("/api/status").0, 200);
+}
+
+#[test]
+fn two_host_headers_are_a_bad_request() {
+    let fleet = declared();
+    let server = Server::start(&fleet, &[]);
+    let (status, body) = server.raw(
+        "GET /api/status HTTP/1.1\nHost: 127.0.0.1\nHost: evil.example\nConnection: close\n",
+        b"",
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("more than one `Host` header"), "{body}");
+    let (status, body) = server.raw(
+        "GET /api/status HTTP/1.1\nHost: 127.0.0.1\nConnection: close\n",
+        b"",
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Live streams hold their connections for as long as the client likes: a limit keeps them
+/// from filling the server.
+#[test]
+fn live_streams_are_limited_and_the_api_still_answers() {
+    let fleet = declared();
+    let server = Server::start(&fleet, &[]);
+    let streams: Vec<_> = (0..32)
+        .map(|_| {
+            let mut s = server.stream();
+            assert!(
+                s.next_matching("status", Duration::from_secs(10), |_| true)
+                    .is_some(),
+                "{}",
+                server.stderr()
+            );
+            s
+        })
+        .collect();
+    let refused = server.get("/api/stream");
+    assert_error(&refused, 503, "32 live streams are open already");
+    assert_eq!(server.get("/api/status").0, 200);
+    drop(streams);
 }

@@ -19,10 +19,10 @@ fn resumable_agent(name: &str, extra: &str) -> String {
     )
 }
 
-/// Restart settings for tests: no cooldown, a short life deadline.
+/// Restart settings for tests: the shortest cooldown, a short life deadline.
 fn fast_restarts(max_crashes: u32) -> String {
     format!(
-        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"5s\"\nmax_crashes = {max_crashes}\ncrash_window = \"1h\"\n\n"
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\nmax_crashes = {max_crashes}\ncrash_window = \"1h\"\n\n"
     )
 }
 
@@ -409,7 +409,7 @@ fn max_crashes_enter_safe_mode_with_a_critical_event_that_survives_a_new_wrapper
 fn agent_that_never_shows_life_counts_as_a_failed_start() {
     let fleet = Fleet::new();
     fleet.toml(
-        "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"1s\"\nmax_crashes = 2\n\n\
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"1s\"\nmax_crashes = 2\n\n\
          [[agent]]\nname = \"mute\"\ncli = \"custom\"\ncommand = \"sleep 1000\"\n",
     );
     fleet.run(&["apply", "--yes"]).status(0);
@@ -424,7 +424,7 @@ fn agent_that_never_shows_life_counts_as_a_failed_start() {
 fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back() {
     let fleet = Fleet::new();
     fleet.raw_toml(&format!(
-        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"300ms\"\n\n{}{}",
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1s\"\n\n{}{}",
         fleet.socket,
         fast_restarts(5),
         resumable_agent("alpha", "")
@@ -443,7 +443,7 @@ fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back()
     assert_eq!(end["code"], 0);
 
     // Several reconcile intervals later the daemon has not restarted it.
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(ops_named(&fleet, "alpha", "agent_start").len(), 1);
     assert_eq!(fleet.agent_status("alpha")["state"], "stopped");
 
@@ -454,7 +454,7 @@ fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back()
             .tmux(&["display-message", "-p", "-t", &pane, "#{pane_dead}"])
             .is_some_and(|s| s.trim() == "1")
     });
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(ops_named(&fleet, "alpha", "agent_start").len(), 1);
 
     let run = fleet.run(&["restart", "alpha"]);
@@ -464,7 +464,7 @@ fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back()
     assert_eq!(starts[1]["mode"], "resume");
     assert_eq!(starts[1]["session_id"], id.as_str());
     fleet.wait_running(&["alpha"]);
-    std::thread::sleep(Duration::from_millis(1000));
+    std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(
         ops_named(&fleet, "alpha", "agent_start").len(),
         2,
@@ -477,7 +477,7 @@ fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back()
 fn operator_restart_of_a_running_agent_is_recorded_and_fresh_is_not_undone_by_the_daemon() {
     let fleet = Fleet::new();
     fleet.raw_toml(&format!(
-        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"300ms\"\n\n{}{}",
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1s\"\n\n{}{}",
         fleet.socket,
         fast_restarts(5),
         resumable_agent("alpha", "")
@@ -508,7 +508,7 @@ fn operator_restart_of_a_running_agent_is_recorded_and_fresh_is_not_undone_by_th
     let starts = wait_ops(&fleet, "alpha", "agent_start", 3);
     assert_eq!(starts[2]["mode"], "resume");
     assert_eq!(starts[2]["session_id"], second.unwrap().as_str());
-    std::thread::sleep(Duration::from_millis(1000));
+    std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(
         ops_named(&fleet, "alpha", "agent_start").len(),
         3,
@@ -820,4 +820,90 @@ fn a_wrapper_run_in_another_tmux_server_never_touches_the_fleets_pane_of_that_id
     // Its command cannot start: it goes through cooldown again and again.
     wait_ops(&fleet, "b", "spawn_failed", 2);
     assert_eq!(pane_phase(&fleet, &pane), "running");
+}
+
+/// A pass that starts several agents once went on starting them after SIGTERM: the signal
+/// was only looked at between passes.
+#[test]
+fn sigterm_during_a_pass_starts_no_further_agent() {
+    use std::os::unix::fs::PermissionsExt;
+    let fleet = Fleet::new();
+    let agents: String = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| Fleet::demo_agent(n, ""))
+        .collect();
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1h\"\n\n{agents}",
+        fleet.socket
+    ));
+
+    // tmux as the daemon sees it: each start is logged, then takes a second.
+    let real = std::process::Command::new("sh")
+        .args(["-c", "command -v tmux"])
+        .output()
+        .unwrap();
+    let real = String::from_utf8(real.stdout).unwrap().trim().to_string();
+    let shim = fleet.path().join("shim");
+    let starts = fleet.path().join("starts");
+    std::fs::create_dir_all(&shim).unwrap();
+    std::fs::create_dir_all(&starts).unwrap();
+    let script = format!(
+        "#!/bin/sh\ncase \" $* \" in\n  *\" new-window \"*|*\" new-session \"*)\n    : > '{}/'$$\n    sleep 1 ;;\nesac\nexec '{real}' \"$@\"\n",
+        starts.display()
+    );
+    std::fs::write(shim.join("tmux"), script).unwrap();
+    std::fs::set_permissions(shim.join("tmux"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        shim.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let log = fleet.path().join("daemon.log");
+    let mut child = fleet
+        .command(&["run"])
+        .env("PATH", path)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn phoenix run");
+    let started = || std::fs::read_dir(&starts).unwrap().count();
+    wait_until(Duration::from_secs(15), "the pass's first start", || {
+        started() >= 1
+    });
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "daemon did not stop on SIGTERM:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert_eq!(started(), 1, "starts after SIGTERM:\n{log}");
+    assert!(log.contains("the rest of this pass is abandoned"), "{log}");
+
+    // The daemon is gone; nothing it left behind starts another pane either.
+    let panes = || {
+        fleet
+            .tmux(&["list-panes", "-a", "-F", "#{window_name}"])
+            .unwrap_or_default()
+            .lines()
+            .filter(|w| ["a", "b", "c", "d"].contains(w))
+            .count()
+    };
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        assert!(panes() <= 1, "a pane appeared after the daemon stopped");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

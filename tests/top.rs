@@ -79,7 +79,7 @@ fn top_shows_the_fleet_and_restarts_injects_and_opens_panes_by_key() {
     let fleet = Fleet::new();
     // Agents that print rarely: an injection waits for a quiet pane.
     fleet.toml(&format!(
-        "[defaults.restart]\ncooldown = \"0s\"\n\n{}{}",
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\n\n{}{}",
         "[[agent]]\nname = \"alpha\"\ncommand = \"phoenix demo-agent --interval 5s\"\n",
         "[[agent]]\nname = \"bravo\"\ncommand = \"phoenix demo-agent --interval 5s\"\n"
     ));
@@ -164,4 +164,17 @@ fn top_without_a_terminal_says_what_to_use_instead() {
         .status(1)
         .stderr_has("needs a terminal")
         .stderr_has("phoenix status --json");
+}
+
+/// `--interval 0s` read the fleet in a busy loop.
+#[test]
+fn a_refresh_interval_below_the_minimum_is_refused() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("alpha", ""));
+    for interval in ["0s", "50ms"] {
+        fleet
+            .run(&["top", "--interval", interval])
+            .status(2)
+            .stderr_has("is too short: the minimum is 200ms");
+    }
 }

@@ -21,7 +21,8 @@ fn agent(name: &str, flags: &str) -> String {
     )
 }
 
-const FAST: &str = "[defaults.restart]\ncooldown = \"0s\"\nlife_deadline = \"5s\"\n\n";
+const FAST: &str =
+    "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\n\n";
 
 /// A notify command that appends what it is sent to `notified.log`.
 fn recorder(fleet: &Fleet) -> PathBuf {
@@ -334,6 +335,49 @@ fn a_dead_process_is_revived_at_once() {
     assert_eq!(a["action"], "revive");
     let new = fleet.wait_running(&["gone"]);
     assert_ne!(new, pids);
+}
+
+/// A pass that `phoenix run` started goes on after SIGTERM: it must not revive anyone then.
+#[test]
+fn a_pass_of_a_stopping_daemon_revives_no_one() {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    let fleet = Fleet::new();
+    fleet.toml(&format!("{FAST}{}", agent("gone", "")));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pids = fleet.wait_running(&["gone"]);
+    let pane = fleet.agent_status("gone")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill9(wrapper);
+    kill9(pids[0]);
+    wait_until(Duration::from_secs(5), "a dead pane", || {
+        fleet.agent_status("gone")["state"] == "dead"
+    });
+    let spec = phoenix::spec::load(&fleet.config()).unwrap();
+    let runtime = phoenix::world::tmux::Tmux::new(&spec.fleet.tmux_socket);
+    let report = phoenix::watchdog::Watchdog::new(&spec, &fleet.config(), &runtime)
+        .stop_when(Arc::new(AtomicBool::new(true)))
+        .pass();
+    let a = report.agents.iter().find(|a| a.agent == "gone").unwrap();
+    assert_eq!(a.verdict, "unhealthy", "{a:?}");
+    assert_eq!(
+        a.action_taken.as_deref(),
+        Some("revival_skipped (stopping)"),
+        "{a:?}"
+    );
+    assert_eq!(fleet.agent_status("gone")["state"], "dead");
+    // Not spent: the next pass (no longer stopping) revives it.
+    let report = watchdog(&fleet);
+    assert_eq!(verdict(&report, "gone")["action"], "revive");
+    assert_ne!(fleet.wait_running(&["gone"]), pids);
 }
 
 #[test]

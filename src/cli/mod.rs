@@ -79,7 +79,7 @@ pub enum Command {
     /// open an agent's pane (works over ssh in 80×24).
     Top {
         /// How often the fleet is read again.
-        #[arg(long, default_value = "2s", value_parser = crate::spec::duration::parse)]
+        #[arg(long, default_value = "2s", value_parser = parse_refresh_arg)]
         interval: std::time::Duration,
     },
     /// Check the environment: tmux, agent CLIs, workdirs, state dir.
@@ -445,6 +445,19 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
 
 fn parse_duration_arg(text: &str) -> Result<std::time::Duration, String> {
     crate::spec::duration::parse(text).map_err(|e| format!("{e}; {}", crate::spec::duration::HINT))
+}
+
+/// A refresh interval: `0s` would read the fleet in a busy loop.
+fn parse_refresh_arg(text: &str) -> Result<std::time::Duration, String> {
+    const MIN: std::time::Duration = std::time::Duration::from_millis(200);
+    let d = parse_duration_arg(text)?;
+    if d < MIN {
+        return Err(format!(
+            "`{text}` is too short: the minimum is {}",
+            crate::spec::duration::format(MIN)
+        ));
+    }
+    Ok(d)
 }
 
 /// Print an error chain and, where we know one, a hint.

@@ -477,6 +477,17 @@ impl Engine {
                     return Err(self.convert(&e, &name, function));
                 }
             };
+            // Checked on the Lua side: JSON has no NaN or infinity, so the conversion below
+            // would quietly turn `delay = 0/0` into a missing field (no delay at all).
+            if let Some(bad) = non_finite(&value, 0) {
+                state.budget.disarm();
+                return Err(Error::Policy {
+                    script: name,
+                    function: function.into(),
+                    line: defined_at(),
+                    source: Failure::BadReturn(bad),
+                });
+            }
             let json = match value {
                 Value::Nil => Ok(serde_json::Value::Null),
                 v => state.lua.from_value::<serde_json::Value>(v),
@@ -945,6 +956,34 @@ pub(crate) fn args2<A: Serialize, B: Serialize + ?Sized>(
     b: &B,
 ) -> mlua::Result<MultiValue> {
     Ok(MultiValue::from_iter([to_lua(lua, a)?, to_lua(lua, b)?]))
+}
+
+/// The first NaN or infinite number in a returned value, named by its field. Tables are
+/// walked with raw iteration (no metamethods, so no policy code runs) and only a few levels
+/// deep: every decision field is a scalar, and a deeper table is refused by its field's type.
+fn non_finite(value: &Value, depth: usize) -> Option<BadReturn> {
+    const DEPTH: usize = 3;
+    match value {
+        Value::Number(n) if !n.is_finite() => Some(BadReturn {
+            field: None,
+            message: format!("`{n}` is not a finite number"),
+        }),
+        Value::Table(t) if depth < DEPTH => {
+            t.pairs::<Value, Value>().flatten().find_map(|(k, v)| {
+                let mut bad = non_finite(&v, depth + 1)?;
+                let key = match &k {
+                    Value::String(s) => s.to_string_lossy(),
+                    other => other.to_string().unwrap_or_else(|_| "?".into()),
+                };
+                bad.field = Some(match bad.field {
+                    Some(inner) => format!("{key}.{inner}"),
+                    None => key,
+                });
+                Some(bad)
+            })
+        }
+        _ => None,
+    }
 }
 
 fn first_line(s: &str) -> &str {

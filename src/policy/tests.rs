@@ -562,3 +562,42 @@ fn a_finalizer_is_refused() {
     );
     assert_eq!(ABANDONED.load(Ordering::Acquire), 0, "no worker given up");
 }
+
+#[test]
+fn a_delay_of_nan_or_infinity_falls_back_with_the_reason() {
+    for bad in ["0/0", "1/0", "-1/0", "-(0/0)"] {
+        let (_tmp, policies, agent) = with_policy(&format!(
+            "function on_exit(agent, exit) return {{ action = 'resume', delay = {bad} }} end"
+        ));
+        let d = policies.on_exit(&agent, &crash());
+        assert_eq!(d.by, BUILTIN, "{bad}: the policy's answer must not be used");
+        assert_eq!(d.value, builtin::on_exit(&agent, &crash()));
+        let error = d.error.expect("a recorded reason");
+        assert_eq!(error.failure().kind(), "bad_return", "{bad}");
+        let message = error.to_string();
+        assert!(message.contains("field `delay`"), "{bad}: {message}");
+        assert!(
+            message.contains("is not a finite number"),
+            "{bad}: {message}"
+        );
+    }
+    // Negative delays and a NaN confidence are refused the same way.
+    let (_tmp, policies, agent) =
+        with_policy("function on_exit() return { action = 'resume', delay = -5 } end");
+    let d = policies.on_exit(&agent, &crash());
+    assert!(d.fell_back(), "{:?}", d.value);
+    let (_tmp, policies, agent) = with_policy(
+        "function diagnose() return { root_cause = 'logic_error', confidence = 0/0 } end",
+    );
+    let d = policies.diagnose(&Trauma {
+        agent,
+        ..Trauma::default()
+    });
+    assert!(
+        d.error
+            .as_ref()
+            .is_some_and(|e| e.to_string().contains("field `confidence`")),
+        "{:?}",
+        d.error
+    );
+}

@@ -75,6 +75,21 @@ impl Policy {
 
     /// Check one request; `Err` is the response to send instead.
     pub fn check(&self, method: &Method, path: &str, headers: &HeaderMap) -> Result<(), ApiError> {
+        // The checks below read the first of each; a second one (which a proxy or another
+        // parser may take instead) must not get a request past them.
+        for (name, label) in [
+            (header::HOST, "Host"),
+            (header::ORIGIN, "Origin"),
+            (header::AUTHORIZATION, "Authorization"),
+        ] {
+            if headers.get_all(name).iter().nth(1).is_some() {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("more than one `{label}` header"),
+                    "send `Host`, `Origin` and `Authorization` at most once each",
+                ));
+            }
+        }
         if self.loopback
             && let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok())
             && !is_loopback_host(host)
@@ -220,6 +235,22 @@ mod tests {
         assert!(p.reads_need_token && !p.loopback);
         let p = Policy::for_bind(lo, None).unwrap();
         assert!(!p.reads_need_token && p.loopback && p.token.is_none());
+    }
+
+    #[test]
+    fn a_second_host_origin_or_token_header_is_a_bad_request() {
+        let p = Policy::for_bind("127.0.0.1:7878".parse().unwrap(), None).unwrap();
+        for (name, second) in [
+            ("host", "evil.example"),
+            ("origin", "http://evil.example"),
+            ("authorization", "Bearer x"),
+        ] {
+            let mut h = headers(&[("host", "127.0.0.1:7878"), (name, second)]);
+            h.append(name, second.parse().unwrap());
+            let e = p.check(&Method::GET, "/api/status", &h).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{name}");
+            assert!(e.error.contains("more than one"), "{name}: {}", e.error);
+        }
     }
 
     #[test]

@@ -16,6 +16,10 @@ use super::App;
 /// How often the fleet is observed while someone listens.
 pub const INTERVAL: Duration = Duration::from_secs(1);
 
+/// Live streams open at once at most: each holds a connection for as long as the client
+/// likes, so without a limit they alone could fill the server's connection cap.
+pub const MAX_STREAMS: usize = 32;
+
 /// What the observer publishes.
 #[derive(Clone)]
 pub struct Hub {
@@ -33,6 +37,11 @@ impl Default for Hub {
 }
 
 impl Hub {
+    /// Live streams open now.
+    pub fn listeners(&self) -> usize {
+        self.status.receiver_count()
+    }
+
     /// The observer: runs until `shutdown`, observing only while clients listen.
     pub async fn run(app: App, mut shutdown: watch::Receiver<bool>) {
         let hub = app.live.clone();

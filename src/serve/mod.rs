@@ -6,6 +6,7 @@
 
 pub mod assets;
 pub mod auth;
+pub mod conn;
 pub mod error;
 pub mod live;
 pub mod openapi;
@@ -113,6 +114,7 @@ pub fn parse_listen(text: &str) -> anyhow::Result<SocketAddr> {
 /// `phoenix serve`: listen until SIGTERM or SIGINT.
 pub fn run(config: &Path, listen: &str, token: Option<String>) -> anyhow::Result<i32> {
     let addr = parse_listen(listen)?;
+    let limits = conn::Limits::from_env()?;
     let policy = auth::Policy::for_bind(addr, token)
         .map_err(|e| anyhow::anyhow!("{e}\n  = hint: {}", e.hint()))?;
     // A server for a fleet that cannot be read helps no one: say so now.
@@ -147,14 +149,12 @@ pub fn run(config: &Path, listen: &str, token: Option<String>) -> anyhow::Result
             }
         ));
         tracing::info!("listening on http://{local}/");
-        axum::serve(listener, app(state))
-            .with_graceful_shutdown(async move {
-                shutdown_signal().await;
-                tracing::info!("stopping: finishing the requests in flight");
-                let _ = stop_tx.send(true);
-            })
-            .await
-            .context("the HTTP server failed")?;
+        conn::serve(listener, app(state), limits, async move {
+            shutdown_signal().await;
+            tracing::info!("stopping: finishing the requests in flight");
+            let _ = stop_tx.send(true);
+        })
+        .await;
         Ok(0)
     })
 }

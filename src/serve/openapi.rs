@@ -160,7 +160,8 @@ pub fn document() -> Value {
             "/api/stream": {"get": {
                 "summary": "Server-sent events: `status` (the FleetStatus document) whenever it changes, `events` (the size of critical_events.jsonl) whenever it does.",
                 "responses": {"200": {"description": "An event stream.", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-                              "401": ok("The token is missing or wrong.", r("Error"))}}},
+                              "401": ok("The token is missing or wrong.", r("Error")),
+                              "503": ok("32 live streams are open already.", r("Error"))}}},
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",

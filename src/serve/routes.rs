@@ -449,6 +449,14 @@ async fn plan(State(app): State<App>) -> ApiResult {
 async fn stream(State(app): State<App>) -> ApiResult {
     let probe = app.clone();
     let first = blocking(move || status_json(&probe)).await?.to_string();
+    // Checked after the last await, right before subscribing: no other stream slips between.
+    if app.live.listeners() >= super::live::MAX_STREAMS {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{} live streams are open already", super::live::MAX_STREAMS),
+            "close a dashboard tab; `GET /api/status` answers without a stream",
+        ));
+    }
     let mut response = super::live::stream(&app, first).into_response();
     // A stream never ends by itself: a browser must not keep its connection for reuse (Chromium
     // drains an abandoned response for a minute, holding one of its six connections per host).

@@ -20,6 +20,9 @@ use raw::{
 
 pub const DEFAULT_CONFIG: &str = "phoenix.toml";
 
+/// `[notify.webhook] retries` at most.
+pub const MAX_WEBHOOK_RETRIES: u32 = 10;
+
 /// The validated, effective fleet specification.
 #[derive(Debug, Clone)]
 pub struct Spec {
@@ -803,6 +806,70 @@ fn check_keys(table: &DeTable<'_>, section: Section, diags: &mut Vec<Diagnostic>
     }
 }
 
+/// The smallest value a duration key accepts, and what the key protects (for the hint).
+#[derive(Debug, Clone, Copy)]
+pub struct Floor {
+    pub min: Duration,
+    pub why: &'static str,
+}
+
+const fn floor(millis: u64, why: &'static str) -> Floor {
+    Floor {
+        min: Duration::from_millis(millis),
+        why,
+    }
+}
+
+/// Floors of the duration keys. None has an "off": a value of zero switched its protection
+/// off (`crash_window = "0s"` never counted a crash: 1,282 restarts a minute) or made phoenix
+/// spin (`reconcile_interval = "0s"`). Each floor is the least that still does the key's job.
+pub mod floors {
+    use super::{Floor, floor};
+
+    pub const RECONCILE_INTERVAL: Floor = floor(
+        1000,
+        "how often `phoenix run` reconciles the fleet; a shorter interval keeps the daemon busy",
+    );
+    pub const COOLDOWN: Floor = floor(
+        100,
+        "the wait before restarting a crashed agent (doubled per crash up to `backoff_max`)",
+    );
+    pub const BACKOFF_MAX: Floor = floor(100, "the longest wait between restarts");
+    pub const CRASH_WINDOW: Floor = floor(
+        60_000,
+        "crashes within this long count towards `max_crashes`; a shorter window never stops a crash loop",
+    );
+    pub const LIFE_DEADLINE: Floor = floor(
+        1000,
+        "how long a started agent has to show life before the start counts as failed",
+    );
+    pub const SILENCE: Floor = floor(
+        1000,
+        "no tool call for this long while working is unhealthy; for a very patient watchdog use a long value like \"1d\"",
+    );
+    pub const RUNAWAY: Floor = floor(
+        1000,
+        "working this long without finishing a turn is reported; for no report in practice use a long value like \"7d\"",
+    );
+    pub const STALE_AFTER: Floor = floor(60_000, "open loops older than this are flagged stale");
+    pub const RESOLVED_RETENTION: Floor = floor(
+        60_000,
+        "resolved items are kept this long; zero would drop them at once",
+    );
+    pub const EVENTS_RETENTION: Floor = floor(
+        3_600_000,
+        "critical_events.jsonl keeps this long; zero would delete the record of every failure",
+    );
+    pub const ISSUE_COOLDOWN: Floor = floor(
+        1000,
+        "at most one new GitHub issue per fleet within this long; zero would open one per report",
+    );
+    pub const TIMEOUT: Floor = floor(
+        1000,
+        "how long the command or request may take; zero would fail every time",
+    );
+}
+
 struct Validator<'a> {
     diags: &'a mut Vec<Diagnostic>,
     source: &'a str,
@@ -850,6 +917,61 @@ impl Validator<'_> {
                     default
                 }
             },
+        }
+    }
+
+    /// A duration with a floor: zero (or anything below `floor`) would switch a protection
+    /// off or make phoenix spin, so it is refused with the minimum and what the key does.
+    fn duration_min(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        what: &str,
+        default: Duration,
+        floor: Floor,
+    ) -> Duration {
+        let d = self.duration(value, what, default);
+        match value {
+            Some(v) if d < floor.min => {
+                self.error(
+                    format!(
+                        "`{what}` = \"{}\" is too short: the minimum is {}",
+                        v.get_ref(),
+                        duration::format(floor.min)
+                    ),
+                    Some(v.span()),
+                    &format!(
+                        "use at least \"{}\": {}",
+                        duration::format(floor.min),
+                        floor.why
+                    ),
+                );
+                default
+            }
+            _ => d,
+        }
+    }
+
+    /// A count with a floor (see [`Validator::duration_min`]) and a ceiling.
+    fn count_in(
+        &mut self,
+        value: &Option<Spanned<u32>>,
+        what: &str,
+        default: u32,
+        range: std::ops::RangeInclusive<u32>,
+        why: &str,
+    ) -> u32 {
+        match value {
+            None => default,
+            Some(v) if range.contains(v.get_ref()) => *v.get_ref(),
+            Some(v) => {
+                let bound = if v.get_ref() < range.start() {
+                    format!("at least {}", range.start())
+                } else {
+                    format!("at most {}", range.end())
+                };
+                self.error(format!("`{what}` must be {bound}"), Some(v.span()), why);
+                default
+            }
         }
     }
 
@@ -996,7 +1118,7 @@ impl Validator<'_> {
         };
         BriefSettings {
             command,
-            timeout: self.duration(&raw.timeout, "timeout", d.timeout),
+            timeout: self.duration_min(&raw.timeout, "timeout", d.timeout, floors::TIMEOUT),
         }
     }
 
@@ -1043,7 +1165,12 @@ impl Validator<'_> {
             github,
             webhook,
             command,
-            issue_cooldown: self.duration(&raw.issue_cooldown, "issue_cooldown", d.issue_cooldown),
+            issue_cooldown: self.duration_min(
+                &raw.issue_cooldown,
+                "issue_cooldown",
+                d.issue_cooldown,
+                floors::ISSUE_COOLDOWN,
+            ),
         }
     }
 
@@ -1085,8 +1212,20 @@ impl Validator<'_> {
             url_env,
             format,
             chat_id: w.chat_id.as_ref().map(|c| c.get_ref().clone()),
-            timeout: self.duration(&w.timeout, "timeout", Duration::from_secs(10)),
-            retries: w.retries.as_ref().map(|r| *r.get_ref()).unwrap_or(1),
+            timeout: self.duration_min(
+                &w.timeout,
+                "timeout",
+                Duration::from_secs(10),
+                floors::TIMEOUT,
+            ),
+            // Each retry waits longer and blocks the watchdog pass: a huge count would hang it.
+            retries: self.count_in(
+                &w.retries,
+                "retries",
+                1,
+                0..=MAX_WEBHOOK_RETRIES,
+                "extra attempts after a failed POST (default 1)",
+            ),
         })
     }
 
@@ -1147,10 +1286,11 @@ impl Validator<'_> {
                 .map(|v| *v.get_ref())
                 .unwrap_or(d.max_recoveries),
             diagnose_command,
-            diagnose_timeout: self.duration(
+            diagnose_timeout: self.duration_min(
                 &raw.diagnose_timeout,
                 "diagnose_timeout",
                 d.diagnose_timeout,
+                floors::TIMEOUT,
             ),
         }
     }
@@ -1193,10 +1333,11 @@ impl Validator<'_> {
             None => format!("phoenix-{id}"),
         };
         let legacy_socket = raw.tmux_socket.is_none().then(|| format!("phoenix-{name}"));
-        let reconcile_interval = self.duration(
+        let reconcile_interval = self.duration_min(
             &raw.reconcile_interval,
             "reconcile_interval",
             Duration::from_secs(30),
+            floors::RECONCILE_INTERVAL,
         );
         Fleet {
             name,
@@ -1211,18 +1352,26 @@ impl Validator<'_> {
     fn thresholds(&mut self, raw: &RawThresholds) -> Thresholds {
         let d = Thresholds::default();
         Thresholds {
-            silence: self.duration(&raw.silence, "silence", d.silence),
-            error_cascade: raw
-                .error_cascade
-                .as_ref()
-                .map(|v| *v.get_ref())
-                .unwrap_or(d.error_cascade),
-            runaway: self.duration(&raw.runaway, "runaway", d.runaway),
-            stale_after: self.duration(&raw.stale_after, "stale_after", d.stale_after),
-            resolved_retention: self.duration(
+            silence: self.duration_min(&raw.silence, "silence", d.silence, floors::SILENCE),
+            error_cascade: self.count_in(
+                &raw.error_cascade,
+                "error_cascade",
+                d.error_cascade,
+                1..=u32::MAX,
+                "failed tool calls in a row beyond this many are a cascade (default 5); 0 would revive an agent for a single failed call",
+            ),
+            runaway: self.duration_min(&raw.runaway, "runaway", d.runaway, floors::RUNAWAY),
+            stale_after: self.duration_min(
+                &raw.stale_after,
+                "stale_after",
+                d.stale_after,
+                floors::STALE_AFTER,
+            ),
+            resolved_retention: self.duration_min(
                 &raw.resolved_retention,
                 "resolved_retention",
                 d.resolved_retention,
+                floors::RESOLVED_RETENTION,
             ),
             repeat: match &raw.repeat {
                 Some(v) if *v.get_ref() < 2 => {
@@ -1236,11 +1385,22 @@ impl Validator<'_> {
                 Some(v) => *v.get_ref(),
                 None => d.repeat,
             },
-            max_tokens: raw.max_tokens.as_ref().map(|v| *v.get_ref()),
-            events_retention: self.duration(
+            max_tokens: match &raw.max_tokens {
+                Some(v) if *v.get_ref() == 0 => {
+                    self.error(
+                        "`max_tokens` must be at least 1".into(),
+                        Some(v.span()),
+                        "tokens per session before the watchdog stops the agent; leave it out for no limit",
+                    );
+                    d.max_tokens
+                }
+                other => other.as_ref().map(|v| *v.get_ref()),
+            },
+            events_retention: self.duration_min(
                 &raw.events_retention,
                 "events_retention",
                 d.events_retention,
+                floors::EVENTS_RETENTION,
             ),
         }
     }
@@ -1262,11 +1422,26 @@ impl Validator<'_> {
             None => base.max_crashes,
         };
         RestartSettings {
-            cooldown: self.duration(&raw.cooldown, "cooldown", base.cooldown),
-            backoff_max: self.duration(&raw.backoff_max, "backoff_max", base.backoff_max),
+            cooldown: self.duration_min(&raw.cooldown, "cooldown", base.cooldown, floors::COOLDOWN),
+            backoff_max: self.duration_min(
+                &raw.backoff_max,
+                "backoff_max",
+                base.backoff_max,
+                floors::BACKOFF_MAX,
+            ),
             max_crashes,
-            crash_window: self.duration(&raw.crash_window, "crash_window", base.crash_window),
-            life_deadline: self.duration(&raw.life_deadline, "life_deadline", base.life_deadline),
+            crash_window: self.duration_min(
+                &raw.crash_window,
+                "crash_window",
+                base.crash_window,
+                floors::CRASH_WINDOW,
+            ),
+            life_deadline: self.duration_min(
+                &raw.life_deadline,
+                "life_deadline",
+                base.life_deadline,
+                floors::LIFE_DEADLINE,
+            ),
             continue_prompt: raw
                 .continue_prompt
                 .as_ref()

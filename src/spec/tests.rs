@@ -82,7 +82,7 @@ cli = "codex"
 command = "codex --full-auto"
 tmux = { window = "w2" }
 [agent.restart]
-cooldown = "0s"
+cooldown = "100ms"
 "#,
     )
     .unwrap();
@@ -95,7 +95,7 @@ cooldown = "0s"
     assert_eq!(one.restart.max_crashes, 3);
     let two = spec.agent("two").unwrap();
     assert_eq!(two.window, "w2");
-    assert_eq!(two.restart.cooldown, Duration::ZERO);
+    assert_eq!(two.restart.cooldown, Duration::from_millis(100));
     assert_eq!(two.restart.max_crashes, 3);
 }
 
@@ -340,4 +340,102 @@ fn every_type_error_is_reported_with_the_other_problems() {
             "line {line}: {lines:?}"
         );
     }
+}
+
+/// Every duration key that switches a protection off (or makes phoenix spin) at zero: the
+/// section, the key, and the floor the error names.
+const FLOORED: &[(&str, &str, &str)] = &[
+    ("[fleet]", "reconcile_interval", "1s"),
+    ("[defaults.restart]", "cooldown", "100ms"),
+    ("[defaults.restart]", "backoff_max", "100ms"),
+    ("[defaults.restart]", "crash_window", "1m"),
+    ("[defaults.restart]", "life_deadline", "1s"),
+    ("[thresholds]", "silence", "1s"),
+    ("[thresholds]", "runaway", "1s"),
+    ("[thresholds]", "stale_after", "1m"),
+    ("[thresholds]", "resolved_retention", "1m"),
+    ("[thresholds]", "events_retention", "1h"),
+    ("[clinic]", "diagnose_timeout", "1s"),
+    ("[notify]", "issue_cooldown", "1s"),
+    ("[brief]", "timeout", "1s"),
+];
+
+#[test]
+fn zero_durations_are_refused_with_the_minimum_and_where() {
+    for (section, key, min) in FLOORED {
+        for zero in ["0s", "0ms", "0m"] {
+            let src = format!("# a comment\n{section}\n{key} = \"{zero}\"\n");
+            let errs = errors(&src);
+            assert_eq!(errs.len(), 1, "{key} = {zero}: {errs:?}");
+            let e = &errs[0];
+            assert_eq!((e.line, e.column), (3, key.len() + 4), "{key}: {e:?}");
+            assert_eq!(
+                e.message,
+                format!("`{key}` = \"{zero}\" is too short: the minimum is {min}")
+            );
+            assert!(
+                e.hint
+                    .as_deref()
+                    .is_some_and(|h| h.starts_with(&format!("use at least \"{min}\""))),
+                "{key}: {e:?}"
+            );
+        }
+        // The floor itself is fine; just below it is not.
+        parse_str(&format!("{section}\n{key} = \"{min}\"\n"))
+            .unwrap_or_else(|e| panic!("{key} = {min} is the minimum: {e}"));
+        let below = duration::parse(min).unwrap() - Duration::from_millis(1);
+        let below = format!("{}ms", below.as_millis());
+        assert!(
+            parse_str(&format!("{section}\n{key} = \"{below}\"\n")).is_err(),
+            "{key} = {below}"
+        );
+    }
+}
+
+#[test]
+fn an_agents_own_restart_table_has_the_same_floors() {
+    let errs = errors(
+        "[[agent]]\nname = \"a\"\ncommand = \"x\"\n[agent.restart]\ncrash_window = \"0s\"\ncooldown = \"0s\"\n",
+    );
+    let keys: Vec<_> = errs.iter().map(|e| (e.line, e.message.as_str())).collect();
+    assert_eq!(
+        keys,
+        [
+            (5, "`crash_window` = \"0s\" is too short: the minimum is 1m"),
+            (6, "`cooldown` = \"0s\" is too short: the minimum is 100ms"),
+        ]
+    );
+}
+
+#[test]
+fn counts_that_switch_a_protection_off_are_refused() {
+    for (src, message) in [
+        (
+            "[defaults.restart]\nmax_crashes = 0\n",
+            "`max_crashes` must be at least 1",
+        ),
+        (
+            "[thresholds]\nerror_cascade = 0\n",
+            "`error_cascade` must be at least 1",
+        ),
+        (
+            "[thresholds]\nmax_tokens = 0\n",
+            "`max_tokens` must be at least 1",
+        ),
+        ("[thresholds]\nrepeat = 1\n", "`repeat` must be at least 2"),
+        (
+            "[notify]\nwebhook = { url_env = \"U\", retries = 4000000000 }\n",
+            "`retries` must be at most 10",
+        ),
+    ] {
+        let errs = errors(src);
+        assert_eq!(errs.len(), 1, "{src}: {errs:?}");
+        assert_eq!(errs[0].message, message, "{src}");
+        assert_eq!(errs[0].line, 2, "{src}");
+        assert!(errs[0].hint.is_some(), "{src}");
+    }
+    // Zero revivals or recoveries is stricter, not off: allowed.
+    let spec = parse_str("[watchdog]\nmax_revivals = 0\n[clinic]\nmax_recoveries = 0\n").unwrap();
+    assert_eq!(spec.watchdog.max_revivals, 0);
+    assert_eq!(spec.clinic.max_recoveries, 0);
 }

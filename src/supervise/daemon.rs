@@ -116,6 +116,7 @@ pub fn run(config: &Path, options: RunOptions) -> anyhow::Result<i32> {
         exe: std::env::current_exe().context("cannot find the phoenix binary")?,
         starts: HashMap::new(),
         held: Vec::new(),
+        stopping: Arc::new(AtomicBool::new(false)),
     };
     runtime.block_on(daemon.serve(fifo))
 }
@@ -129,6 +130,9 @@ struct Daemon {
     starts: HashMap<String, VecDeque<Instant>>,
     /// Agents currently held back by that guard (to warn once).
     held: Vec<String>,
+    /// Set by SIGTERM/SIGINT the moment they arrive, even while a pass blocks the loop: no
+    /// agent is started after it (the rest of the pass is abandoned).
+    stopping: Arc<AtomicBool>,
 }
 
 impl Daemon {
@@ -136,6 +140,11 @@ impl Daemon {
         use tokio::signal::unix::{SignalKind, signal};
         let mut sigterm = signal(SignalKind::terminate())?;
         let mut sigint = signal(SignalKind::interrupt())?;
+        // tokio's streams above wake the loop; this flag is seen inside a pass as well.
+        for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            signal_hook::flag::register(sig, self.stopping.clone())
+                .context("cannot handle SIGTERM/SIGINT")?;
+        }
         let (tx, mut rx) = unbounded_channel();
         tokio::spawn(read_fifo(fifo, tx.clone()));
         let _watcher = match watch_config(&self.spec.file, tx.clone()) {
@@ -160,6 +169,10 @@ impl Daemon {
         let mut requeue = Requeue::After(Duration::ZERO);
         let mut attempt = 0u32;
         loop {
+            if self.stopping.load(Ordering::SeqCst) {
+                info!("asked to stop: stopping");
+                break;
+            }
             let wake = match requeue {
                 Requeue::After(d) => tokio::time::Instant::now() + d,
                 Requeue::OnChange => tokio::time::Instant::now() + Duration::from_secs(86_400),
@@ -182,6 +195,9 @@ impl Daemon {
                 }
                 _ = tokio::time::sleep_until(wake) => {}
                 _ = tokio::time::sleep_until(job_at) => {
+                    if self.stopping.load(Ordering::SeqCst) {
+                        continue;
+                    }
                     for job in jobs.take_due() {
                         match job {
                             "watchdog" => self.start_watchdog(&watchdog_busy),
@@ -190,6 +206,9 @@ impl Daemon {
                     }
                     continue;
                 }
+            }
+            if self.stopping.load(Ordering::SeqCst) {
+                continue;
             }
             let (next, pids) = match self.reconcile() {
                 Ok(result) => {
@@ -225,9 +244,12 @@ impl Daemon {
             return;
         }
         let (spec, config, busy) = (self.spec.clone(), self.config.clone(), busy.clone());
+        let stopping = self.stopping.clone();
         tokio::task::spawn_blocking(move || {
             let runtime = Tmux::new(&spec.fleet.tmux_socket);
-            let report = crate::watchdog::Watchdog::new(&spec, &config, &runtime).pass();
+            let report = crate::watchdog::Watchdog::new(&spec, &config, &runtime)
+                .stop_when(stopping)
+                .pass();
             if let Some(why) = &report.skipped {
                 warn!("watchdog pass skipped: {why}");
             }
@@ -348,12 +370,29 @@ impl Daemon {
         for c in &plan.changes {
             info!(agent = %c.agent, action = c.symbol, reason = %c.reason, "planned");
         }
-        let report = Applier {
+        let applier = Applier {
             spec: &self.spec,
             runtime: &self.runtime,
             exe: self.exe.clone(),
+        };
+        // One change at a time, each after a look at the stop flag: a SIGTERM in the middle
+        // of a pass that starts many agents must not be followed by more starts.
+        let mut report = crate::apply::ApplyReport { steps: Vec::new() };
+        for (done, change) in plan.changes.iter().enumerate() {
+            if self.stopping.load(Ordering::SeqCst) {
+                info!(
+                    abandoned = plan.changes.len() - done,
+                    "asked to stop: the rest of this pass is abandoned"
+                );
+                break;
+            }
+            let one = plan::Plan {
+                format_version: plan.format_version,
+                changes: vec![change.clone()],
+                unmanaged: Vec::new(),
+            };
+            report.steps.extend(applier.apply(&one).steps);
         }
-        .apply(&plan);
         for s in &report.steps {
             if s.ok {
                 info!(agent = %s.agent, action = %s.action, detail = %s.detail, "applied");

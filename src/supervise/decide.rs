@@ -206,7 +206,15 @@ pub fn decide_with(
     });
     ExitDecision {
         action: answer.action,
-        delay_ms: answer.delay.as_millis().min(u128::from(u64::MAX)) as u64,
+        // A restart never comes sooner than the shortest allowed cooldown, whatever the
+        // policy said: a policy answering `delay = 0` forever would otherwise busy-loop starts.
+        delay_ms: if safe {
+            answer.delay
+        } else {
+            answer.delay.max(crate::spec::floors::COOLDOWN.min)
+        }
+        .as_millis()
+        .min(u128::from(u64::MAX)) as u64,
         reason,
         counts_as_crash: !clean,
         clear_session: answer.action == ExitAction::Fresh,
@@ -342,11 +350,17 @@ mod tests {
     }
 
     #[test]
-    fn zero_cooldown_restarts_at_once() {
-        let mut a = agent(5, vec![]);
-        a.info.restart.cooldown = Duration::ZERO;
-        let d = decide_on_exit(&a, &exit(1, StartMode::Fresh, 600_000));
-        assert_eq!(d.delay_ms, 0);
+    fn a_policy_asking_for_no_delay_still_waits_the_shortest_cooldown() {
+        let d = decide_with(
+            &agent(5, vec![]),
+            &exit(1, StartMode::Fresh, 600_000),
+            |_: &ExitInfo| policy::ExitDecision {
+                action: ExitAction::Resume,
+                delay: Duration::ZERO,
+                reason: None,
+            },
+        );
+        assert_eq!(d.delay_ms, 100);
     }
 
     #[test]

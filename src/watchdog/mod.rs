@@ -9,6 +9,8 @@ pub mod health;
 pub mod observe;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -264,6 +266,9 @@ pub struct Watchdog<'a> {
     runtime: &'a dyn Runtime,
     fleet: FleetDir,
     templates: Templates,
+    /// Set when the daemon running this pass was asked to stop: no revival starts an agent
+    /// after that.
+    stopping: Option<Arc<AtomicBool>>,
 }
 
 impl<'a> Watchdog<'a> {
@@ -274,7 +279,20 @@ impl<'a> Watchdog<'a> {
             runtime,
             fleet: FleetDir::new(&spec.fleet.state_dir),
             templates: Templates::for_spec(spec),
+            stopping: None,
         }
+    }
+
+    /// Skip every revival once `flag` is set (`phoenix run` sets it on SIGTERM/SIGINT).
+    pub fn stop_when(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.stopping = Some(flag);
+        self
+    }
+
+    fn is_stopping(&self) -> bool {
+        self.stopping
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::SeqCst))
     }
 
     pub fn pass(&self) -> Report {
@@ -598,6 +616,13 @@ impl<'a> Watchdog<'a> {
                             "safe_mode_failed".to_string()
                         }
                     }
+                } else if self.is_stopping() {
+                    // Not spent: the next pass (of the next daemon) may still revive it.
+                    memory.revivals = revivals;
+                    report
+                        .problems
+                        .push("revival skipped: phoenix run is stopping".into());
+                    "revival_skipped (stopping)".to_string()
                 } else {
                     match self.revive(agent, dir, &inputs.process, fresh) {
                         Ok(how) => format!("revival_attempted ({how})"),

@@ -28,9 +28,36 @@ impl Server {
     }
 
     pub fn start_on(fleet: &Fleet, listen: &str, env: &[(&str, &str)]) -> Server {
+        Self::start_with(fleet, listen, env, None)
+    }
+
+    /// `start_on`, with the server's open-files limit lowered to `fd_limit`.
+    pub fn start_with(
+        fleet: &Fleet,
+        listen: &str,
+        env: &[(&str, &str)],
+        fd_limit: Option<u64>,
+    ) -> Server {
         let mut cmd = fleet.command(&["serve", "--listen", listen]);
         for (k, v) in env {
             cmd.env(k, v);
+        }
+        if let Some(n) = fd_limit {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child here.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let limit = libc::rlimit {
+                        rlim_cur: n as libc::rlim_t,
+                        rlim_max: n as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
         }
         let mut child = cmd
             .stdout(Stdio::piped())
