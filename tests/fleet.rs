@@ -845,6 +845,10 @@ fn agents_left_on_the_old_default_socket_stop_an_apply_with_what_to_do() {
         .run(&["plan"])
         .status(2)
         .stderr_has("warning: agent `x` of this fleet still runs");
+    fleet
+        .run(&["status"])
+        .status(0)
+        .stderr_has("warning: agent `x` of this fleet still runs");
     let doctor = fleet.run(&["doctor"]).stdout();
     assert!(doctor.contains("FAIL tmux server"), "{doctor}");
 

@@ -271,6 +271,9 @@ fn confirm() -> anyhow::Result<bool> {
 
 pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<i32> {
     let spec = load(config)?;
+    if let Some(problem) = crate::apply::legacy_socket_problem(&spec) {
+        eprintln!("warning: {problem}");
+    }
     let world = observe(&spec)?;
     let rows = match agent {
         Some(name) => vec![crate::status::agent(&spec, &world, name).with_context(|| {

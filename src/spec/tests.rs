@@ -62,6 +62,20 @@ fn two_config_files_get_their_own_fleet_id_and_socket() {
 }
 
 #[test]
+fn a_config_reached_through_a_symlink_or_a_relative_path_is_the_same_fleet() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("project");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::write(real.join("phoenix.toml"), "").unwrap();
+    std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+    let id = |p: &Path| fleet_id("same", p);
+    let direct = id(&real.join("phoenix.toml"));
+    assert_eq!(id(&dir.path().join("link/phoenix.toml")), direct);
+    assert_eq!(id(&real.join("../project/./phoenix.toml")), direct);
+    assert_ne!(id(&dir.path().join("other/phoenix.toml")), direct);
+}
+
+#[test]
 fn defaults_are_inherited_and_overridden() {
     let spec = parse_str(
         r#"
