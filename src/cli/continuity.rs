@@ -288,7 +288,7 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
             );
             let ids = handoff::list_ids(&dir);
             if !ids.is_empty() {
-                std::fs::create_dir_all(&archive)?;
+                crate::state::create_private_dir(&archive)?;
             }
             for id in &ids {
                 std::fs::rename(handoff::path(&dir, id), archive.join(format!("{id}.md")))?;

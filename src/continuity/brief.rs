@@ -58,7 +58,7 @@ fn context(spec: &Spec, agent: &AgentSpec, dir: &AgentDir, resolved: &[Value]) -
                     .is_some_and(|t| t.as_second() >= day_ago)
             })
             .collect();
-    let previous = std::fs::read_to_string(dir.file("brief.md")).unwrap_or_default();
+    let previous = read(dir);
     json!({
         "agent": agent.name, "date": jiff::Timestamp::now().strftime("%Y-%m-%d").to_string(),
         "state": state, "ledger": ledger, "resolved": resolved, "last_words": last_words,
@@ -70,7 +70,9 @@ fn context(spec: &Spec, agent: &AgentSpec, dir: &AgentDir, resolved: &[Value]) -
 
 /// The agent's current brief (`brief.md`); empty when it has none.
 pub fn read(dir: &AgentDir) -> String {
-    std::fs::read_to_string(dir.file(state::BRIEF)).unwrap_or_default()
+    state::file::read_bounded(&dir.file(state::BRIEF), state::file::STATE_FILE_LIMIT)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
 }
 
 /// Generate `agent`'s brief now.
@@ -226,11 +228,8 @@ fn archive(dir: &AgentDir, n: usize) -> usize {
     let moved: String = lines[..n].iter().map(|l| format!("{l}\n")).collect();
     let kept: String = lines[n..].iter().map(|l| format!("{l}\n")).collect();
     use std::io::Write;
-    let appended = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&archive)
-        .and_then(|mut f| f.write_all(moved.as_bytes()));
+    let appended =
+        state::file::open_append(&archive).and_then(|mut f| f.write_all(moved.as_bytes()));
     if appended.is_err() || state::atomic_write(&path, kept.as_bytes()).is_err() {
         return 0;
     }

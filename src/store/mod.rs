@@ -61,10 +61,7 @@ pub struct Hit {
 /// Remember that `agent`'s handoff `id` needs indexing (cheap: one appended line).
 pub fn note_pending(fleet: &FleetDir, dir: &AgentDir, id: &str) {
     let line = format!("{}\t{id}\n", dir.name);
-    let _ = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(fleet.root.join(PENDING))
+    let _ = crate::state::file::open_append(&fleet.root.join(PENDING))
         .and_then(|mut f| f.write_all(line.as_bytes()));
 }
 
@@ -115,7 +112,7 @@ impl Store {
     /// and bring it up to date with the files.
     pub fn open(fleet: &FleetDir) -> Result<Store, StoreError> {
         let path = fleet.root.join(INDEX);
-        std::fs::create_dir_all(&fleet.root).map_err(|source| StoreError::Io {
+        fleet.ensure().map_err(|source| StoreError::Io {
             path: fleet.root.clone(),
             source,
         })?;
