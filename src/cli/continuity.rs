@@ -222,9 +222,9 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
             limit,
             json,
         } => {
-            let store = Store::open(&fleet)?;
             let started = std::time::Instant::now();
-            let hits = store.search(&query, name.as_deref(), kind.as_deref(), limit)?;
+            let hits =
+                crate::store::search(&fleet, &query, name.as_deref(), kind.as_deref(), limit)?;
             let took = started.elapsed();
             if json {
                 out(&format!("{}\n", serde_json::to_string_pretty(&hits)?));
@@ -298,7 +298,7 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
                 "continuity_cleared",
                 json!({"handoffs": ids.len(), "archive": archive}),
             );
-            Store::open(&fleet)?.rebuild()?;
+            Store::rebuild_fresh(&fleet)?;
             out(&format!(
                 "cleared agent `{name}`: {} handoff(s) archived in {}, ledger removed\n",
                 ids.len(),
@@ -313,8 +313,8 @@ pub fn reindex(config: &Path, json: bool) -> anyhow::Result<i32> {
     let spec = super::load_without_fs_checks(config)?;
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let started = std::time::Instant::now();
-    let store = Store::open(&fleet)?;
-    let n = store.rebuild()?;
+    // Into a new file renamed into place: a malformed index cannot make this fail.
+    let (_, n) = Store::rebuild_fresh(&fleet)?;
     let took = started.elapsed();
     if json {
         out(&format!(

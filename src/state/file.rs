@@ -39,7 +39,7 @@ const SAFE_FLAGS: i32 = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
 
 /// The temp file a write of `path` goes through: hidden, in the same dir, named after this
 /// process (so a sweep can tell a dead writer's leftovers) and unique within it.
-fn temp_path(path: &Path) -> PathBuf {
+pub fn temp_path(path: &Path) -> PathBuf {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
