@@ -227,9 +227,7 @@ fn archive(dir: &AgentDir, n: usize) -> usize {
     let archive = dir.file(ARCHIVE);
     let moved: String = lines[..n].iter().map(|l| format!("{l}\n")).collect();
     let kept: String = lines[n..].iter().map(|l| format!("{l}\n")).collect();
-    use std::io::Write;
-    let appended =
-        state::file::open_append(&archive).and_then(|mut f| f.write_all(moved.as_bytes()));
+    let appended = state::file::append(&archive, moved.as_bytes());
     if appended.is_err() || state::atomic_write(&path, kept.as_bytes()).is_err() {
         return 0;
     }

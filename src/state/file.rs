@@ -81,8 +81,35 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> io::Res
 }
 
 /// Open `path` for appending (created 0600), never through a link and only if it is a
-/// regular file; a file left looser by an older version is made private.
-pub fn open_append(path: &Path) -> io::Result<File> {
+/// regular file; a file left looser by an older version is made private. A link or anything
+/// else planted where the file should be is moved aside (`<name>.refused-<time>`, the link
+/// itself, never its target) and a new file started; the path it was moved to is returned so
+/// that the caller records the refusal.
+pub fn open_append(path: &Path) -> io::Result<(File, Option<PathBuf>)> {
+    match open_append_regular(path) {
+        Ok(file) => Ok((file, None)),
+        Err(e) if is_refusal(&e) => {
+            let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%S%.3fZ");
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            let aside = path.with_file_name(format!("{name}.refused-{stamp}"));
+            fs::rename(path, &aside).map_err(|_| e)?;
+            Ok((open_append_regular(path)?, Some(aside)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Append `bytes` in one `write` (see `open_append`), recording a refusal if there was one.
+pub fn append(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let (mut file, refused) = open_append(path)?;
+    file.write_all(bytes)?;
+    if let Some(aside) = refused {
+        report_refused(path, &aside);
+    }
+    Ok(())
+}
+
+fn open_append_regular(path: &Path) -> io::Result<File> {
     let file = OpenOptions::new()
         .create(true)
         .append(true)
@@ -98,6 +125,32 @@ pub fn open_append(path: &Path) -> io::Result<File> {
         file.set_permissions(fs::Permissions::from_mode(0o600))?;
     }
     Ok(file)
+}
+
+/// Record that something planted at `path` (a link…) was moved aside to `aside`: a critical
+/// event of the fleet whose state dir holds it (`<root>/<file>` or `<root>/agents/<a>/<file>`).
+pub fn report_refused(path: &Path, aside: &Path) {
+    let Some(dir) = path.parent() else { return };
+    let (root, agent) = match dir.parent() {
+        Some(agents) if agents.file_name().is_some_and(|n| n == "agents") => (
+            agents.parent().unwrap_or(agents),
+            dir.file_name().map(|n| n.to_string_lossy().into_owned()),
+        ),
+        _ => (dir, None),
+    };
+    let _ = FleetDir::new(root).record_critical(
+        "state_file_refused",
+        agent.as_deref().unwrap_or(""),
+        &format!(
+            "`{}` was not a regular file of phoenix's own (a symbolic link?); it was not followed",
+            path.display()
+        ),
+        &format!(
+            "moved it aside to `{}` and started a new file",
+            aside.display()
+        ),
+        json!({"file": path, "moved_to": aside}),
+    );
 }
 
 /// Read a whole state file: never through a link, regular files only, at most `limit` bytes.
@@ -531,7 +584,13 @@ impl<T: Serialize + DeserializeOwned> JsonFile<T> {
             .strftime("%Y%m%dT%H%M%S%.3fZ")
             .to_string();
         let kept = self.file(&format!("{}.corrupt-{stamp}", self.name));
-        let kept = fs::rename(&path, &kept).ok().map(|_| kept);
+        let kept = fs::rename(&path, &kept).ok().map(|_| {
+            // Kept as private as the file it was (a link's target is not touched).
+            if fs::symlink_metadata(&kept).is_ok_and(|m| m.is_file()) {
+                let _ = fs::set_permissions(&kept, fs::Permissions::from_mode(0o600));
+            }
+            kept
+        });
         self.prune_corrupt_copies();
         let good = self.last_good_path();
         let restored = match read_bounded(&good, STATE_FILE_LIMIT) {
@@ -684,14 +743,17 @@ mod tests {
         // Appends refuse a link too.
         let log = dir.file("log.jsonl");
         symlink(&target, &log).unwrap();
-        let err = super::super::append_jsonl(&log, &"x").unwrap_err();
-        assert!(err.to_string().contains("symbolic link"), "{err}");
+        super::super::append_jsonl(&log, &"x").unwrap();
         assert_eq!(fs::read(&target).unwrap(), b"{\"items\": [\"theirs\"]}");
+        assert_eq!(fs::read(&log).unwrap(), b"\"x\"\n");
+        assert!(!fs::symlink_metadata(&log).unwrap().file_type().is_symlink());
+        let critical =
+            fs::read_to_string(FleetDir::new(dir.fleet_root()).critical_events_path()).unwrap();
+        assert!(critical.contains("state_file_refused"), "{critical}");
         // A FIFO is refused without hanging.
         fs::remove_file(file.path()).unwrap();
         nix::unistd::mkfifo(&file.path(), nix::sys::stat::Mode::S_IRWXU).unwrap();
         assert!(matches!(file.read().unwrap(), Loaded::Corrupt(_)));
-        assert!(super::super::append_jsonl(&file.path(), &"x").is_err());
     }
 
     #[test]

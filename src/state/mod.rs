@@ -11,7 +11,7 @@ pub use file::{JsonFile, Loaded};
 pub use store::{BRIEF, HOOK_ERRORS, LAST_GOOD, RESOLVED_LOG, STATE, StateError, TOOL_USE};
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -179,7 +179,7 @@ pub fn create_private_dir(path: &Path) -> io::Result<()> {
 pub fn append_jsonl<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
     let mut line = serde_json::to_vec(value).map_err(io::Error::other)?;
     line.push(b'\n');
-    file::open_append(path)?.write_all(&line)
+    file::append(path, &line)
 }
 
 /// A stable 64-bit FNV-1a digest of `bytes`, as 16 hex digits: fingerprints, snapshot keys,

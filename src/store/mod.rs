@@ -4,7 +4,6 @@
 //! whoever writes them (hooks included, with no SQLite on their path) and indexed at the next
 //! open; briefs, ledgers and the event log are re-read when they changed.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -61,8 +60,7 @@ pub struct Hit {
 /// Remember that `agent`'s handoff `id` needs indexing (cheap: one appended line).
 pub fn note_pending(fleet: &FleetDir, dir: &AgentDir, id: &str) {
     let line = format!("{}\t{id}\n", dir.name);
-    let _ = crate::state::file::open_append(&fleet.root.join(PENDING))
-        .and_then(|mut f| f.write_all(line.as_bytes()));
+    let _ = crate::state::file::append(&fleet.root.join(PENDING), line.as_bytes());
 }
 
 pub struct Store {
@@ -918,7 +916,7 @@ mod tests {
 
     /// Overwrite the middle of a file (several pages of a database) with garbage.
     fn corrupt_middle(path: &Path) {
-        use std::io::{Seek, SeekFrom};
+        use std::io::{Seek, SeekFrom, Write};
         let len = std::fs::metadata(path).unwrap().len();
         assert!(
             len > 64 * 1024,
