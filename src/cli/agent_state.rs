@@ -231,7 +231,7 @@ pub fn state(config: &Path, cmd: StateCommand) -> anyhow::Result<i32> {
             let _ = writeln!(text, "  {k}: {v}");
         }
     }
-    let brief = std::fs::read_to_string(dir.file(state::BRIEF)).ok();
+    let brief = state::file::read_text(&dir.file(state::BRIEF));
     let _ = writeln!(
         text,
         "{:<12} {}",

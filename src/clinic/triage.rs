@@ -415,8 +415,7 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
         .cloned()
         .collect();
 
-    let state: Value = std::fs::read_to_string(dir.file("state.json"))
-        .ok()
+    let state: Value = crate::state::file::read_text(&dir.file(crate::state::STATE))
         .and_then(|s| serde_json::from_str(&s).ok())
         .unwrap_or(Value::Null);
     let original_prompt = str_of(&state, "current_task")
@@ -466,7 +465,7 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
     };
 
     let mut summary = String::new();
-    if let Ok(brief) = std::fs::read_to_string(dir.file("brief.md"))
+    if let Some(brief) = crate::state::file::read_text(&dir.file(crate::state::BRIEF))
         && !brief.trim().is_empty()
     {
         summary.push_str("Brief:\n");

@@ -219,7 +219,7 @@ fn archive(dir: &AgentDir, n: usize) -> usize {
         return 0;
     }
     let path = dir.file(state::RESOLVED_LOG);
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    let Some(text) = state::file::read_text(&path) else {
         return 0;
     };
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();

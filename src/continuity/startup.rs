@@ -251,8 +251,7 @@ pub fn was_interrupted(dir: &AgentDir, state: &AgentState) -> bool {
         (Some(_), None) => true,
         (None, _) => false,
     };
-    let marker = std::fs::read_to_string(dir.file(state::CLEAN_EXIT))
-        .ok()
+    let marker = state::file::read_text(&dir.file(state::CLEAN_EXIT))
         .and_then(|t| t.trim().parse::<jiff::Timestamp>().ok());
     let ended_clean = state
         .last_session_end
@@ -276,7 +275,7 @@ pub struct Gathered {
 impl Gathered {
     pub fn read(fleet: &FleetDir, dir: &AgentDir, state: AgentState, start: Start) -> Gathered {
         let ledger = ledger::load(dir);
-        let brief = std::fs::read_to_string(dir.file(state::BRIEF)).ok();
+        let brief = state::file::read_text(&dir.file(state::BRIEF));
         let (handoff, related) = if start == Start::Resumed {
             (None, Vec::new())
         } else {

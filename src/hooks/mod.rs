@@ -892,7 +892,7 @@ fn task_line(prompt: &str) -> String {
 
 /// The last `n` parseable lines of a JSON-lines file, reading only its end.
 fn tail_jsonl(path: &Path, n: usize) -> Vec<Value> {
-    let Ok(mut file) = std::fs::File::open(path) else {
+    let Ok(mut file) = state::file::open_read(path) else {
         return Vec::new();
     };
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);

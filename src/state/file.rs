@@ -153,17 +153,24 @@ pub fn report_refused(path: &Path, aside: &Path) {
     );
 }
 
-/// Read a whole state file: never through a link, regular files only, at most `limit` bytes.
-pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+/// Open a state file for reading: never through a link, regular files only (a FIFO cannot
+/// make the open hang).
+pub fn open_read(path: &Path) -> io::Result<File> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(SAFE_FLAGS)
         .open(path)
         .map_err(|e| explain_link(e, path))?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
+    if !file.metadata()?.is_file() {
         return Err(not_regular(path));
     }
+    Ok(file)
+}
+
+/// Read a whole state file: never through a link, regular files only, at most `limit` bytes.
+pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    let file = open_read(path)?;
+    let meta = file.metadata()?;
     if meta.len() > limit {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -177,6 +184,13 @@ pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.take(limit).read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// A small text file of the state dir (brief, marker…): never through a link, regular files
+/// only, at most `STATE_FILE_LIMIT` bytes; `None` when it cannot be read.
+pub fn read_text(path: &Path) -> Option<String> {
+    let bytes = read_bounded(path, STATE_FILE_LIMIT).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Open (creating 0600) a lock file, never through a link.

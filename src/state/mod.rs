@@ -196,13 +196,8 @@ pub fn digest(bytes: &[u8]) -> String {
 /// What an append-only file gained after byte `offset` (empty if it cannot be read).
 pub fn read_since(path: &Path, offset: u64) -> String {
     use std::io::{Read, Seek, SeekFrom};
-    use std::os::unix::fs::OpenOptionsExt;
     let mut text = String::new();
-    if let Ok(mut f) = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        && f.metadata().is_ok_and(|m| m.is_file())
+    if let Ok(mut f) = file::open_read(path)
         && f.seek(SeekFrom::Start(offset)).is_ok()
     {
         let _ = f.read_to_string(&mut text);

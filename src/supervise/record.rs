@@ -260,7 +260,10 @@ pub fn take_stop_request(dir: &AgentDir) -> Option<StopRequest> {
 /// The last `agent_exit` in ops.jsonl (the wrapper's record, one per run): why the agent
 /// last stopped.
 pub fn last_exit(dir: &AgentDir) -> Option<Value> {
-    let text = fs::read_to_string(dir.file(state::OPS_LOG)).ok()?;
+    // Its end only (one `agent_exit` per run), never through a link.
+    let path = dir.file(state::OPS_LOG);
+    let size = fs::symlink_metadata(&path).ok()?.len();
+    let text = state::read_since(&path, size.saturating_sub(4 << 20));
     text.lines()
         .rev()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
