@@ -1887,3 +1887,53 @@ fn every_state_file_is_private_after_a_realistic_run() {
     assert!(seen > 20, "a realistic run writes many files: {seen}");
     assert!(loose.is_empty(), "not private:\n{}", loose.join("\n"));
 }
+
+/// A resolve retried (the operator saw no answer) logs the loop once; a resolve interrupted
+/// between its writes (journaled in `resolve.pending.json`) is finished by the next hook.
+#[test]
+fn a_retried_or_interrupted_resolve_logs_the_loop_once() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    fleet.run(&["loop", "add", "c", "l1", "first"]).status(0);
+    fleet.run(&["loop", "add", "c", "l2", "second"]).status(0);
+    fleet.run(&["resolve", "c", "l1", "done"]).status(0);
+    fleet.run(&["resolve", "c", "l1", "done"]).status(0);
+    let resolved = || read_jsonl(&fleet.agent_dir("c").join("resolved.jsonl"));
+    assert_eq!(resolved().len(), 1, "{:?}", resolved());
+
+    // Killed after its first write: the journal and the log line are there, state.json still
+    // has the loop open (what `kill -9` between the writes left, 43 times in the storm).
+    let dir = fleet.agent_dir("c");
+    let ts = "2026-11-25T12:00:00.000Z";
+    std::fs::write(
+        dir.join("resolve.pending.json"),
+        json!({"id": "l2", "reason": "shipped", "ts": ts, "text": "second"}).to_string(),
+    )
+    .unwrap();
+    let line = json!({"id": "l2", "reason": "shipped", "ts": ts, "agent": "c", "text": "second"});
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("resolved.jsonl"))
+        .unwrap();
+    writeln!(log, "{line}").unwrap();
+    assert_eq!(state(&fleet, "c")["open_loops"][0]["id"], "l2");
+
+    hook(&fleet, "heartbeat", "c", Some("claude"), "{}").valid_for("claude");
+    let s = state(&fleet, "c");
+    assert_eq!(s["open_loops"], json!([]), "{s}");
+    assert!(
+        s["resolved"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == "l2")
+    );
+    fleet.run(&["resolve", "c", "l2", "shipped"]).status(0);
+    let lines = resolved();
+    assert_eq!(
+        lines.iter().filter(|l| l["id"] == "l2").count(),
+        1,
+        "{lines:?}"
+    );
+    assert!(!dir.join("resolve.pending.json").exists());
+}
