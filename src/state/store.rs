@@ -249,7 +249,13 @@ impl AgentDir {
         let journal = self.resolve_journal();
         journal.save_locked(&pending)?;
         failpoint("resolve-journaled")?;
-        self.log_resolved(&pending)?;
+        if let Err(e) = self.log_resolved(&pending) {
+            // Nothing was logged: the resolve failed as a whole, nothing to finish later.
+            journal.remove_locked();
+            return Err(e);
+        }
+        // From here on the loop is logged as resolved: a failure (or a kill) leaves the
+        // journal, and the next reader finishes the resolve.
         failpoint("resolve-logged")?;
         let item = self.apply_resolve(&mut state, &pending);
         state.normalize(jiff::Timestamp::now(), retention);
@@ -294,22 +300,45 @@ impl AgentDir {
     }
 
     /// Finish a resolve that was cut short (see `PendingResolve`), with the lock held: the
-    /// log line if it is missing, the loop moved in `state.json` if it is still open.
-    fn finish_pending_resolve(&self, mut state: AgentState) -> Result<AgentState, StateError> {
+    /// log line if it is missing, the loop moved in `state.json` if it is still open. If that
+    /// fails too (a full disk), the journal stays for the next reader and the state is
+    /// returned as it is: a reader is never stopped by someone else's interrupted resolve.
+    fn finish_pending_resolve(&self, state: AgentState) -> Result<AgentState, StateError> {
         let journal = self.resolve_journal();
-        let Some(pending) = journal.load_locked()? else {
-            return Ok(state);
+        let pending = match journal.load_locked() {
+            Ok(Some(pending)) => pending,
+            Ok(None) | Err(_) => return Ok(state),
         };
-        let logged = self.resolved_logged(&pending);
+        let before = state.clone();
+        match self.complete_resolve(state, &pending) {
+            Ok(state) => {
+                journal.remove_locked();
+                Ok(state)
+            }
+            Err(e) => {
+                let _ = self.record_op(
+                    "resolve_completion_failed",
+                    json!({"id": pending.id, "error": e.to_string()}),
+                );
+                Ok(before)
+            }
+        }
+    }
+
+    fn complete_resolve(
+        &self,
+        mut state: AgentState,
+        pending: &PendingResolve,
+    ) -> Result<AgentState, StateError> {
+        let logged = self.resolved_logged(pending);
         if !logged {
-            self.log_resolved(&pending)?;
+            self.log_resolved(pending)?;
         }
         let was_open = state.open_loop(&pending.id).is_some();
         if was_open {
-            self.apply_resolve(&mut state, &pending);
+            self.apply_resolve(&mut state, pending);
             self.write_locked(&state)?;
         }
-        journal.remove_locked();
         let _ = self.record_op(
             "resolve_completed",
             json!({"id": pending.id, "logged_now": !logged, "state_updated_now": was_open,
