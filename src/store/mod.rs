@@ -101,13 +101,6 @@ fn index_lock(fleet: &FleetDir) -> Result<nix::fcntl::Flock<std::fs::File>, Stor
     crate::state::file::lock(&path).map_err(|source| StoreError::Io { path, source })
 }
 
-fn has_tables(conn: &Connection) -> bool {
-    conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
-        r.get::<_, i64>(0)
-    })
-    .map_or(true, |n| n > 0)
-}
-
 /// Search the fleet's index; an index found corrupt on the way is rebuilt from the files and
 /// the search made again (the CLI, the HTTP API and the tap search through this).
 pub fn search(
@@ -255,16 +248,13 @@ impl Store {
             path: path.to_path_buf(),
             source,
         };
-        if !path.exists() {
-            // Created private before SQLite sees it: SQLite keeps the mode it finds.
-            crate::state::file::write_atomic(path, b"", 0o600, false).map_err(|source| {
-                StoreError::Io {
-                    path: path.to_path_buf(),
-                    source,
-                }
-            })?;
-        }
-        let conn = Connection::open(path).map_err(err)?;
+        // Only a file `build_fresh` made: a missing file is not created here, and one without
+        // the schema (empty, of another version) is rebuilt, never filled in place.
+        let conn = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(err)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(err)?;
         Store::init(conn, fleet, path, false)
@@ -287,7 +277,7 @@ impl Store {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(err)?;
         // An empty file (just created) has no schema yet.
-        let fresh = new || version == 0 && !has_tables(&conn);
+        let fresh = new;
         if !fresh && version != SCHEMA_VERSION {
             return Err(err(rusqlite::Error::InvalidQuery));
         }
@@ -967,6 +957,13 @@ mod tests {
             assert_eq!(hits.len(), 1, "handoff {i}: {hits:?}");
         }
         every_handoff_is_found(&fleet, n);
+        // An empty file (a create that was cut short) is rebuilt, not taken as a new index.
+        std::fs::write(&index, b"").unwrap();
+        for suffix in ["-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", index.display()));
+        }
+        every_handoff_is_found(&fleet, n);
+
         let leftovers: Vec<String> = std::fs::read_dir(&fleet.root)
             .unwrap()
             .flatten()
