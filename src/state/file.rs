@@ -560,7 +560,9 @@ impl<T: Serialize + DeserializeOwned> JsonFile<T> {
             path: path.clone(),
             source,
         })?;
-        if self.sync {
+        // Never a last good copy that does not parse (checked once: on what was read back
+        // when it is, which equals `bytes`).
+        let parses = if self.sync {
             let back = read_bounded(&path, STATE_FILE_LIMIT).map_err(|source| StateError::Io {
                 action: "read back",
                 path: path.clone(),
@@ -570,9 +572,11 @@ impl<T: Serialize + DeserializeOwned> JsonFile<T> {
                 self.roll_back("what was read back differs from what was written");
                 return Err(StateError::ReadBack { path });
             }
-        }
-        // Never a last good copy that does not parse.
-        if matches!(parse::<T>(bytes), Loaded::Valid(_)) {
+            true
+        } else {
+            matches!(parse::<T>(bytes), Loaded::Valid(_))
+        };
+        if parses {
             let good = self.last_good_path();
             write_atomic(&good, bytes, 0o600, false).map_err(|source| StateError::Io {
                 action: "write",
