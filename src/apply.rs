@@ -160,13 +160,10 @@ impl Applier<'_> {
     /// Record the launch spec (for drift details) and build the runtime's launch.
     fn launch(&self, agent: &AgentSpec, dir: &AgentDir) -> Result<Launch, String> {
         let spec = agent.launch();
-        let bytes = serde_json::to_vec_pretty(&spec).map_err(|e| e.to_string())?;
-        state::atomic_write(&dir.file(state::STARTED_SPEC), &bytes).map_err(|e| {
-            format!(
-                "cannot write {}: {e}",
-                dir.file(state::STARTED_SPEC).display()
-            )
-        })?;
+        // One writer per agent at a time (the apply); the file is a `JsonFile` for its rollback.
+        state::JsonFile::new(dir, state::STARTED_SPEC, "started_spec")
+            .save_locked(&spec)
+            .map_err(|e| e.to_string())?;
         Ok(Launch {
             fleet: self.spec.fleet.id.clone(),
             agent: agent.name.clone(),

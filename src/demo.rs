@@ -273,7 +273,7 @@ impl Transcript {
     fn open(session_id: &str) -> Transcript {
         let path = std::env::var_os("PHOENIX_STATE_DIR").map(|dir| {
             let dir = std::path::PathBuf::from(dir).join("transcripts");
-            let _ = std::fs::create_dir_all(&dir);
+            let _ = crate::state::create_private_dir(&dir);
             dir.join(format!("{session_id}.jsonl"))
         });
         Transcript { path }

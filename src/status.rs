@@ -238,8 +238,7 @@ pub fn rows(spec: &Spec, world: &World) -> Vec<AgentStatus> {
             _ => "down",
         };
         let agent_state = match read_state_file(&dir.file(state::STATE)) {
-            Ok(Loaded::Valid(s)) => {
-                let mut s = *s;
+            Ok(Loaded::Valid(mut s)) => {
                 s.normalize(now, state::Retention::from(&spec.thresholds));
                 Some(s)
             }

@@ -276,6 +276,52 @@ fn search_ranks_and_the_index_is_rebuilt_from_the_files() {
     assert!(reindex["documents"].as_u64().unwrap() >= 3, "{reindex}");
 }
 
+/// A partly corrupt index (pages in the middle of `index.db` overwritten): `reindex` builds a
+/// new file instead of failing on the old one ("database disk image is malformed"), and every
+/// handoff is found again.
+#[test]
+fn reindex_replaces_a_partly_corrupt_index() {
+    use std::io::{Seek, SeekFrom};
+    let fleet = Fleet::new();
+    fleet.toml(&agent("a", ""));
+    let filler = "routine notes about the deploy pipeline and its many stages ".repeat(2000);
+    let words = ["alphaword", "bravoword", "charlieword", "deltaword"];
+    for w in words {
+        save(
+            &fleet,
+            "a",
+            &format!("Current task: {w}\nNotes: {w} {filler}\n"),
+        );
+    }
+    fleet
+        .run(&["handoff", "search", "alphaword", "--json"])
+        .status(0);
+    let index = fleet.state_dir().join("index.db");
+    let len = std::fs::metadata(&index).unwrap().len();
+    assert!(len > 256 * 1024, "{len}");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&index)
+        .unwrap();
+    f.seek(SeekFrom::Start(len / 2)).unwrap();
+    f.write_all(&vec![0xab; 64 * 1024]).unwrap();
+    drop(f);
+
+    fleet.run(&["reindex", "--json"]).status(0);
+    for w in words {
+        let hits = fleet
+            .run(&["handoff", "search", w, "--json"])
+            .status(0)
+            .json();
+        // (A handoff names the one it follows, so the next one matches too.)
+        assert!(
+            hits.as_array().unwrap().iter().any(|h| h["title"] == w),
+            "{w}: {hits}"
+        );
+    }
+    fleet.run(&["reindex"]).status(0);
+}
+
 /// Twenty crash-and-restart cycles: every session leaves a handoff, each linked to the one
 /// before, all searchable, and the ledger the agent wrote at the start is intact.
 #[test]

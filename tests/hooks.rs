@@ -1931,3 +1931,240 @@ fn an_endless_template_override_falls_back_to_the_builtin_at_once() {
         .stderr_has("templates/startup.md.j2")
         .stderr_has("ran out of fuel");
 }
+
+/// Save a handoff for `agent` through the CLI; returns its id.
+fn save_handoff(fleet: &Fleet, agent: &str, text: &str) -> String {
+    let mut save = fleet
+        .command(&["handoff", "save", agent, "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    save.stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = save.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["id"]
+        .as_str()
+        .or_else(|| v["handoff"]["id"].as_str())
+        .unwrap_or_else(|| panic!("no id in {v}"))
+        .to_string()
+}
+
+/// Links another user planted in the state dir (as ops.jsonl, state.json, a handoff) are
+/// never followed: their targets stay as they were, every hook still answers and exits 0, and
+/// the refusal is recorded.
+#[test]
+fn links_planted_in_the_state_dir_are_not_followed() {
+    use std::os::unix::fs::symlink;
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    fleet
+        .run(&["loop", "add", "c", "keep-me", "a loop that must survive"])
+        .status(0);
+    let id = save_handoff(&fleet, "c", "Current task: the real task\n");
+    let dir = fleet.agent_dir("c");
+    let victims = tempfile::tempdir().unwrap();
+    let target = |name: &str| {
+        let p = victims.path().join(name);
+        std::fs::write(&p, format!("root-only {name}\n")).unwrap();
+        p
+    };
+    let planted = [
+        (dir.join("ops.jsonl"), target("ops")),
+        (dir.join("state.json"), target("state")),
+        (dir.join("tool_use.jsonl"), target("tool_use")),
+        (
+            dir.join("handoffs").join(format!("{id}.md")),
+            target("handoff"),
+        ),
+    ];
+    for (link, to) in &planted {
+        let _ = std::fs::remove_file(link);
+        symlink(to, link).unwrap();
+    }
+    let start = r#"{"session_id":"s9","source":"startup"}"#;
+    for (event, payload) in [
+        ("session-start", start),
+        ("heartbeat", r#"{"session_id":"s9","tool_name":"Bash"}"#),
+        ("stop", r#"{"session_id":"s9"}"#),
+    ] {
+        let run = hook(&fleet, event, "c", Some("claude"), payload);
+        run.valid_for("claude");
+        assert!(
+            !run.stdout.contains("root-only"),
+            "{event}: a target's content reached the agent: {}",
+            run.stdout
+        );
+    }
+    for (_, to) in &planted {
+        let name = to.file_name().unwrap().to_string_lossy();
+        assert_eq!(
+            std::fs::read_to_string(to).unwrap(),
+            format!("root-only {name}\n"),
+            "{} was written through a link",
+            to.display()
+        );
+    }
+    // The state came back from its last good copy, in a regular file.
+    let s = state(&fleet, "c");
+    assert_eq!(s["open_loops"][0]["id"], "keep-me");
+    for f in ["state.json", "ops.jsonl", "tool_use.jsonl"] {
+        let meta = std::fs::symlink_metadata(dir.join(f)).unwrap();
+        assert!(meta.file_type().is_file(), "{f}");
+    }
+    let critical = read_jsonl(&fleet.state_dir().join("critical_events.jsonl"));
+    let events: Vec<&str> = critical
+        .iter()
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    assert!(events.contains(&"state_corrupt"), "{events:?}");
+    assert!(events.contains(&"state_file_refused"), "{events:?}");
+    assert!(
+        critical
+            .iter()
+            .any(|e| e["reason"].as_str().unwrap_or("").contains("symbolic link")),
+        "{critical:?}"
+    );
+}
+
+/// Every file phoenix writes under the state dir is 0600 and every directory 0700, after a
+/// realistic run: a demo fleet applied, hooks, handoffs saved, a search, a reindex, a
+/// watchdog pass, a stop.
+#[test]
+fn every_state_file_is_private_after_a_realistic_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        Fleet::demo_agent("a", ""),
+        Fleet::demo_agent("b", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pids = fleet.wait_running(&["a", "b"]);
+    // A crash: the wrapper records it (crashes.json, its lock, a crash record).
+    support::kill9(pids[1]);
+    wait_until(
+        std::time::Duration::from_secs(20),
+        "the crash is recorded",
+        || fleet.agent_dir("b").join("crashes.json").exists(),
+    );
+    // A corrupt ledger: rolled back, kept aside, a critical event.
+    save_handoff(&fleet, "b", "Current task: first\n");
+    std::fs::write(fleet.agent_dir("b").join("ledger.json"), b"{garbage").unwrap();
+    for (event, payload) in [
+        ("session-start", r#"{"session_id":"s1","source":"startup"}"#),
+        ("heartbeat", r#"{"session_id":"s1","tool_name":"Bash"}"#),
+        (
+            "tool-error",
+            r#"{"session_id":"s1","tool_name":"Bash","error":"x"}"#,
+        ),
+        ("pre-compact", r#"{"session_id":"s1"}"#),
+        ("stop", r#"{"session_id":"s1"}"#),
+    ] {
+        hook(&fleet, event, "a", Some("claude"), payload);
+    }
+    fleet.run(&["loop", "add", "a", "l1", "a loop"]).status(0);
+    fleet.run(&["resolve", "a", "l1", "done"]).status(0);
+    fleet.run(&["resolve", "a", "l1", "done"]).status(0);
+    save_handoff(
+        &fleet,
+        "a",
+        "Current task: modes\nKey decision: private files\n",
+    );
+    save_handoff(&fleet, "b", "Current task: more\n");
+    fleet
+        .run(&["handoff", "search", "modes", "--json"])
+        .status(0);
+    fleet.run(&["reindex"]).status(0);
+    fleet.run(&["watchdog", "--once"]);
+    fleet.run(&["restart", "b", "--yes"]);
+    fleet.run(&["stop", "a"]);
+
+    let mut loose = Vec::new();
+    let mut seen = 0;
+    let mut stack = vec![fleet.state_dir()];
+    while let Some(dir) = stack.pop() {
+        let mode = std::fs::symlink_metadata(&dir)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        if mode != 0o700 {
+            loose.push(format!("{:o} {}/", mode, dir.display()));
+        }
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(entry.path());
+                continue;
+            }
+            seen += 1;
+            let mode = meta.permissions().mode() & 0o777;
+            if mode != 0o600 {
+                loose.push(format!("{:o} {}", mode, entry.path().display()));
+            }
+        }
+    }
+    assert!(seen > 20, "a realistic run writes many files: {seen}");
+    assert!(loose.is_empty(), "not private:\n{}", loose.join("\n"));
+}
+
+/// A resolve retried (the operator saw no answer) logs the loop once; a resolve interrupted
+/// between its writes (journaled in `resolve.pending.json`) is finished by the next hook.
+#[test]
+fn a_retried_or_interrupted_resolve_logs_the_loop_once() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    fleet.run(&["loop", "add", "c", "l1", "first"]).status(0);
+    fleet.run(&["loop", "add", "c", "l2", "second"]).status(0);
+    fleet.run(&["resolve", "c", "l1", "done"]).status(0);
+    fleet.run(&["resolve", "c", "l1", "done"]).status(0);
+    let resolved = || read_jsonl(&fleet.agent_dir("c").join("resolved.jsonl"));
+    assert_eq!(resolved().len(), 1, "{:?}", resolved());
+
+    // Killed after its first write: the journal and the log line are there, state.json still
+    // has the loop open (what `kill -9` between the writes left, 43 times in the storm).
+    let dir = fleet.agent_dir("c");
+    let ts = "2026-11-25T12:00:00.000Z";
+    std::fs::write(
+        dir.join("resolve.pending.json"),
+        json!({"id": "l2", "reason": "shipped", "ts": ts, "text": "second"}).to_string(),
+    )
+    .unwrap();
+    let line = json!({"id": "l2", "reason": "shipped", "ts": ts, "agent": "c", "text": "second"});
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("resolved.jsonl"))
+        .unwrap();
+    writeln!(log, "{line}").unwrap();
+    assert_eq!(state(&fleet, "c")["open_loops"][0]["id"], "l2");
+
+    hook(&fleet, "heartbeat", "c", Some("claude"), "{}").valid_for("claude");
+    let s = state(&fleet, "c");
+    assert_eq!(s["open_loops"], json!([]), "{s}");
+    assert!(
+        s["resolved"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == "l2")
+    );
+    fleet.run(&["resolve", "c", "l2", "shipped"]).status(0);
+    let lines = resolved();
+    assert_eq!(
+        lines.iter().filter(|l| l["id"] == "l2").count(),
+        1,
+        "{lines:?}"
+    );
+    assert!(!dir.join("resolve.pending.json").exists());
+}

@@ -673,3 +673,45 @@ fn a_fifo_or_dev_zero_as_transcript_never_stalls_a_pass() {
     }
     assert_eq!(verdict(&report, "ok")["verdict"], "healthy");
 }
+
+/// Temp files left by writers killed mid-write (the kill -9 storm left 256) are removed by the
+/// next watchdog pass once stale and their writer is gone; a live writer's are kept.
+#[test]
+fn a_watchdog_pass_sweeps_stale_temp_files_of_dead_writers() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!("{FAST}{}", agent("a", "")));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["a"]);
+    let dead = {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    };
+    let dir = fleet.agent_dir("a");
+    let old = std::time::SystemTime::now() - Duration::from_secs(300);
+    let plant = |path: PathBuf| {
+        std::fs::write(&path, b"{\"half\": ").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        path
+    };
+    let stale: Vec<PathBuf> = (0..20)
+        .map(|i| plant(dir.join(format!(".state.json.tmp.{dead}.{i}"))))
+        .chain([plant(
+            fleet
+                .state_dir()
+                .join(format!(".critical_events.jsonl.tmp.{dead}.0")),
+        )])
+        .collect();
+    let live = plant(dir.join(format!(".ledger.json.tmp.{}.0", std::process::id())));
+    watchdog(&fleet);
+    for p in &stale {
+        assert!(!p.exists(), "{} was not swept", p.display());
+    }
+    assert!(live.exists(), "a live writer's temp file is kept");
+}

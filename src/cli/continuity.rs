@@ -235,9 +235,9 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
             limit,
             json,
         } => {
-            let store = Store::open(&fleet)?;
             let started = std::time::Instant::now();
-            let hits = store.search(&query, name.as_deref(), kind.as_deref(), limit)?;
+            let hits =
+                crate::store::search(&fleet, &query, name.as_deref(), kind.as_deref(), limit)?;
             let took = started.elapsed();
             if json {
                 out(&format!("{}\n", serde_json::to_string_pretty(&hits)?));
@@ -301,7 +301,7 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
             );
             let ids = handoff::list_ids(&dir);
             if !ids.is_empty() {
-                std::fs::create_dir_all(&archive)?;
+                crate::state::create_private_dir(&archive)?;
             }
             for id in &ids {
                 std::fs::rename(handoff::path(&dir, id), archive.join(format!("{id}.md")))?;
@@ -311,7 +311,7 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
                 "continuity_cleared",
                 json!({"handoffs": ids.len(), "archive": archive}),
             );
-            Store::open(&fleet)?.rebuild()?;
+            Store::rebuild_fresh(&fleet)?;
             out(&format!(
                 "cleared agent `{name}`: {} handoff(s) archived in {}, ledger removed\n",
                 ids.len(),
@@ -326,8 +326,8 @@ pub fn reindex(config: &Path, json: bool) -> anyhow::Result<i32> {
     let spec = super::load_without_fs_checks(config)?;
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let started = std::time::Instant::now();
-    let store = Store::open(&fleet)?;
-    let n = store.rebuild()?;
+    // Into a new file renamed into place: a malformed index cannot make this fail.
+    let (_, n) = Store::rebuild_fresh(&fleet)?;
     let took = started.elapsed();
     if json {
         out(&format!(

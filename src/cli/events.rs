@@ -79,7 +79,7 @@ pub fn events(config: &Path, args: EventsArgs<'_>) -> anyhow::Result<i32> {
     let mut partial = String::new();
     loop {
         std::thread::sleep(Duration::from_millis(250));
-        let Ok(mut file) = std::fs::File::open(&path) else {
+        let Ok(mut file) = crate::state::file::open_read(&path) else {
             continue;
         };
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);

@@ -29,6 +29,8 @@ pub use triage::{TriageInput, triage};
 /// Text waiting to be given to the agent's next session (read once by the session-start
 /// hook, then removed).
 pub const PENDING_CONTEXT: &str = "clinic_context.md";
+/// More than this in the pending context is not phoenix's: refused.
+const PENDING_CONTEXT_LIMIT: u64 = 1 << 20;
 /// The recovery counter: how many recoveries the current task has used.
 pub const RECOVERIES: &str = "clinic.json";
 
@@ -89,17 +91,20 @@ pub struct Counter {
 }
 
 impl Counter {
+    /// `clinic.json` as a `JsonFile` (rollback to its last good copy, recorded).
+    fn file(dir: &AgentDir) -> state::JsonFile<Counter> {
+        state::JsonFile::new(dir, RECOVERIES, "clinic")
+    }
+
     pub fn load(dir: &AgentDir) -> Counter {
-        std::fs::read_to_string(dir.file(RECOVERIES))
-            .ok()
-            .and_then(|s| serde_json::from_str(&s).ok())
-            .unwrap_or_default()
+        Counter::file(dir).load_or_default()
     }
 
     pub fn save(&self, dir: &AgentDir) -> std::io::Result<()> {
         dir.ensure()?;
-        let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        state::atomic_write(&dir.file(RECOVERIES), &bytes)
+        let file = Counter::file(dir);
+        let _lock = file.lock().map_err(std::io::Error::other)?;
+        file.save_locked(self).map_err(std::io::Error::other)
     }
 
     /// Recoveries already spent on `task`. A new task, or a turn finished since the last
@@ -132,17 +137,19 @@ impl Counter {
 
 /// Forget the recoveries spent (an operator's restart gives the task a new budget).
 pub fn reset_recoveries(dir: &AgentDir) -> std::io::Result<()> {
-    match std::fs::remove_file(dir.file(RECOVERIES)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
+    let file = Counter::file(dir);
+    let _lock = file.lock().map_err(std::io::Error::other)?;
+    file.remove_locked();
+    Ok(())
 }
 
 /// Take the text waiting for the next session, if any (the session-start hook calls this).
 pub fn take_pending_context(dir: &AgentDir) -> Option<String> {
     let path = dir.file(PENDING_CONTEXT);
-    let text = std::fs::read_to_string(&path).ok()?;
+    // Never through a link, never more than a context's worth.
+    let bytes = state::file::read_bounded(&path, PENDING_CONTEXT_LIMIT);
     let _ = std::fs::remove_file(&path);
+    let text = String::from_utf8_lossy(&bytes.ok()?).into_owned();
     (!text.trim().is_empty()).then_some(text)
 }
 

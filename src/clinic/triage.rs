@@ -416,8 +416,7 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
         .cloned()
         .collect();
 
-    let state: Value = std::fs::read_to_string(dir.file("state.json"))
-        .ok()
+    let state: Value = crate::state::file::read_text(&dir.file(crate::state::STATE))
         .and_then(|s| serde_json::from_str(&s).ok())
         .unwrap_or(Value::Null);
     let original_prompt = str_of(&state, "current_task")

@@ -230,7 +230,7 @@ fn archive(dir: &AgentDir, n: usize) -> usize {
         return 0;
     }
     let path = dir.file(state::RESOLVED_LOG);
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    let Some(text) = state::file::read_text(&path) else {
         return 0;
     };
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -238,12 +238,7 @@ fn archive(dir: &AgentDir, n: usize) -> usize {
     let archive = dir.file(ARCHIVE);
     let moved: String = lines[..n].iter().map(|l| format!("{l}\n")).collect();
     let kept: String = lines[n..].iter().map(|l| format!("{l}\n")).collect();
-    use std::io::Write;
-    let appended = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&archive)
-        .and_then(|mut f| f.write_all(moved.as_bytes()));
+    let appended = state::file::append(&archive, moved.as_bytes());
     if appended.is_err() || state::atomic_write(&path, kept.as_bytes()).is_err() {
         return 0;
     }

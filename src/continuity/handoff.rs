@@ -97,10 +97,11 @@ pub fn build(
     text: &SaveText,
     templates: &Templates,
 ) -> Result<Handoff, String> {
-    let state: Value = std::fs::read_to_string(dir.file("state.json"))
-        .ok()
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or(Value::Null);
+    let state: Value =
+        state::file::read_bounded(&dir.file(state::STATE), state::file::STATE_FILE_LIMIT)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(Value::Null);
     let ledger = ledger::load(dir);
     let task = text
         .task
@@ -209,7 +210,7 @@ pub fn parse(text: &str) -> Option<Handoff> {
 /// Write atomically (a handoff is never half there).
 pub fn write(dir: &AgentDir, h: &Handoff) -> io::Result<()> {
     let d = dir.file(DIR);
-    std::fs::create_dir_all(&d)?;
+    state::create_private_dir(&d)?;
     state::atomic_write(&path(dir, &h.id), to_text(h).as_bytes())
 }
 
@@ -231,7 +232,9 @@ pub fn list_ids(dir: &AgentDir) -> Vec<String> {
 }
 
 pub fn load(dir: &AgentDir, id: &str) -> Option<Handoff> {
-    parse(&std::fs::read_to_string(path(dir, id)).ok()?)
+    // Never through a link planted among the handoffs, never an endless file.
+    let bytes = state::file::read_bounded(&path(dir, id), state::file::STATE_FILE_LIMIT).ok()?;
+    parse(std::str::from_utf8(&bytes).ok()?)
 }
 
 /// Every readable handoff of the agent, oldest first.

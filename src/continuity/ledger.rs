@@ -6,7 +6,7 @@ use std::io;
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{self, AgentDir};
+use crate::state::{self, AgentDir, JsonFile};
 
 pub const LEDGER: &str = "ledger.json";
 /// Items kept per list: a ledger is a summary, not a log.
@@ -206,35 +206,30 @@ impl Ledger {
     }
 }
 
+/// `ledger.json` as a `JsonFile`: a corrupt ledger is rolled back to its last good copy and
+/// recorded, never read as empty and overwritten.
+pub fn file(dir: &AgentDir) -> JsonFile<Ledger> {
+    JsonFile::new(dir, LEDGER, "ledger")
+}
+
 pub fn load(dir: &AgentDir) -> Ledger {
-    let mut ledger: Ledger = std::fs::read_to_string(dir.file(LEDGER))
-        .ok()
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or_default();
+    let mut ledger = file(dir).load_or_default();
     ledger.agent = dir.name.clone();
     ledger
 }
 
-/// Change the ledger under the agent's lock, atomically, keeping the previous one.
+/// Change the ledger under its lock, atomically, keeping the last good one.
 pub fn update(dir: &AgentDir, f: impl FnOnce(&mut Ledger)) -> io::Result<Ledger> {
     dir.ensure()?;
-    let _lock = dir.lock().map_err(|e| io::Error::other(e.to_string()))?;
-    let mut ledger = load(dir);
-    f(&mut ledger);
-    ledger.updated_at = Some(state::now_rfc3339());
-    let bytes = serde_json::to_vec_pretty(&ledger).map_err(io::Error::other)?;
-    let path = dir.file(LEDGER);
-    if path.exists() {
-        let _ = std::fs::copy(&path, dir.file("ledger.json.last-good"));
-    }
-    state::atomic_write(&path, &bytes)?;
-    // Read back: a ledger that does not parse must not replace a good one.
-    let back = std::fs::read(&path)?;
-    if serde_json::from_slice::<Ledger>(&back).is_err() {
-        let _ = std::fs::copy(dir.file("ledger.json.last-good"), &path);
-        return Err(io::Error::other("ledger.json did not read back; restored"));
-    }
-    Ok(ledger)
+    file(dir)
+        .update(|slot| {
+            let ledger = slot.get_or_insert_with(Ledger::default);
+            ledger.agent = dir.name.clone();
+            f(ledger);
+            ledger.updated_at = Some(state::now_rfc3339());
+            ledger.clone()
+        })
+        .map_err(|e| io::Error::other(e.to_string()))
 }
 
 #[cfg(test)]
@@ -278,5 +273,47 @@ mod tests {
         assert_eq!(l.completed, ["x", "y"]);
         assert_eq!(l.decisions.len(), 1);
         assert_eq!(l.blocked, ["review"]);
+    }
+
+    #[test]
+    fn a_corrupt_ledger_keeps_its_decisions_and_never_reaches_last_good() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fleet = crate::state::FleetDir::new(tmp.path().join(".phoenix"));
+        let dir = fleet.agent("a");
+        update(&dir, |l| {
+            l.merge(&SaveText::parse("Key decision: Use refresh tokens"))
+        })
+        .unwrap();
+        let path = dir.file(LEDGER);
+        let good = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &good[..good.len() / 2]).unwrap();
+
+        // Read: the decisions come back (not an empty ledger), and the repair is recorded.
+        assert_eq!(load(&dir).decisions[0].text, "Use refresh tokens");
+        let critical = std::fs::read_to_string(fleet.critical_events_path()).unwrap();
+        assert!(critical.contains("ledger_corrupt"), "{critical}");
+
+        // Corrupt again, then update: the corrupt bytes never reach the last good copy.
+        std::fs::write(&path, b"\0garbage").unwrap();
+        let ledger = update(&dir, |l| {
+            l.merge(&SaveText::parse("Key decision: Keep JWT"))
+        })
+        .unwrap();
+        let texts: Vec<&str> = ledger.decisions.iter().map(|d| d.text.as_str()).collect();
+        assert_eq!(texts, ["Use refresh tokens", "Keep JWT"]);
+        let last_good: Ledger =
+            serde_json::from_slice(&std::fs::read(dir.file("ledger.json.last-good")).unwrap())
+                .unwrap();
+        assert_eq!(last_good.decisions.len(), 2);
+        let copies = std::fs::read_dir(&dir.path)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("ledger.json.corrupt-")
+            })
+            .count();
+        assert_eq!(copies, 2);
     }
 }

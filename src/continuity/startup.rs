@@ -254,8 +254,7 @@ pub fn was_interrupted(dir: &AgentDir, state: &AgentState) -> bool {
         (Some(_), None) => true,
         (None, _) => false,
     };
-    let marker = std::fs::read_to_string(dir.file(state::CLEAN_EXIT))
-        .ok()
+    let marker = state::file::read_text(&dir.file(state::CLEAN_EXIT))
         .and_then(|t| t.trim().parse::<jiff::Timestamp>().ok());
     let ended_clean = state
         .last_session_end

@@ -559,8 +559,7 @@ fn act(config: &std::path::Path, name: &str, command: Command) {
         ),
         Command::Search(query) => (
             "search",
-            crate::store::Store::open(&fleet)
-                .and_then(|s| s.search(&query, None, None, 5))
+            crate::store::search(&fleet, &query, None, None, 5)
                 .map_err(|e| e.to_string())
                 .and_then(|hits| {
                     let mut text = format!("[phoenix] continuity:search \"{query}\": {} result(s)", hits.len());

@@ -188,7 +188,7 @@ pub fn check(dir: &AgentDir, cwd: &Path, files: &[String]) -> Vec<String> {
         let id = key(&path);
         let meta_path = guard.join(format!("{id}.json"));
         let orig_path = guard.join(format!("{id}.orig"));
-        let Ok(info) = fs::read(&meta_path)
+        let Ok(info) = state::file::read_bounded(&meta_path, 1 << 20)
             .map_err(|_| ())
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).map_err(|_| ()))
         else {
@@ -206,7 +206,7 @@ pub fn check(dir: &AgentDir, cwd: &Path, files: &[String]) -> Vec<String> {
             let shown = path.display();
             if existed && valid_before {
                 let mode = info["mode"].as_u64().unwrap_or(0o644) as u32;
-                let restored = fs::read(&orig_path)
+                let restored = state::file::read_bounded(&orig_path, MAX_GUARDED_BYTES)
                     .and_then(|orig| state::atomic_write_mode(&path, &orig, mode));
                 match restored {
                     Ok(()) => {

@@ -45,6 +45,11 @@ const RECENT_TOOLS: usize = 5;
 /// hook returns is appended to the prompt itself.
 const PROMPT_CONTEXT: &str = "prompt_context.json";
 
+/// The context held back for the next prompt, as a `JsonFile` (never through a link).
+fn prompt_context(dir: &AgentDir) -> state::JsonFile<Value> {
+    state::JsonFile::new(dir, PROMPT_CONTEXT, "prompt_context")
+}
+
 /// Session-end reasons that mean the user chose to leave: a clean exit, not a crash. Gemini
 /// CLI's `exit` is not one: it fires it from its exit cleanup whatever ended it (`/quit`, but
 /// also SIGTERM or a hangup, as when its relaunched process outlives a killed parent). A
@@ -313,11 +318,10 @@ impl Hook<'_> {
         })?;
         self.cli = self.cli.or(Some(agent.cli));
         let dir = FleetDir::new(&spec.fleet.state_dir).agent(&agent.name);
-        // One stat on the hot path; creating it (0700, parents too) only when missing.
-        if !dir.exists() {
-            dir.ensure()
-                .map_err(|e| format!("cannot create state dir `{}`: {e}", dir.path.display()))?;
-        }
+        // Two stats on the hot path (a real dir, the user's own, in a state dir of theirs);
+        // creating it (0700, parents too) only when missing.
+        dir.ensure_usable()
+            .map_err(|e| format!("cannot use state dir `{}`: {e}", dir.path.display()))?;
         self.dir = Some(dir.clone());
         if let Some(problem) = &self.payload.problem {
             self.problem(problem);
@@ -357,7 +361,7 @@ impl Hook<'_> {
         let dir = ctx.dir;
         let source = self.payload.str("source").unwrap_or("startup").to_string();
         // Whatever an earlier session held back for its first prompt is not for this one.
-        let _ = std::fs::remove_file(dir.file(PROMPT_CONTEXT));
+        prompt_context(dir).remove_locked();
         let state = dir.read_state().unwrap_or_else(|e| {
             self.problem(&e.to_string());
             AgentState::new(&ctx.agent.name)
@@ -421,7 +425,8 @@ impl Hook<'_> {
             && source == "resume"
             && text.as_ref().is_some_and(|t| {
                 let held = json!({"session_id": session_id, "text": t});
-                state::atomic_write(&dir.file(PROMPT_CONTEXT), held.to_string().as_bytes())
+                prompt_context(dir)
+                    .save_locked(&held)
                     .map_err(|e| self.problem(&format!("cannot hold the context back: {e}")))
                     .is_ok()
             });
@@ -477,10 +482,11 @@ impl Hook<'_> {
     /// held back, or, after a Gemini compression, the compacted context rendered now (the
     /// handoff saved before the compression is there by then).
     fn take_prompt_context(&self, ctx: &Ctx<'_>) -> Option<String> {
-        let path = ctx.dir.file(PROMPT_CONTEXT);
-        let held = bounded::read_whole(&path, 4 * 1024 * 1024, Links::Refuse).ok()?;
-        let held: Value = serde_json::from_slice(&held).ok()?;
-        let _ = std::fs::remove_file(&path);
+        let file = prompt_context(ctx.dir);
+        if !file.exists() {
+            return None;
+        }
+        let held: Value = file.update(Option::take).ok()??;
         let same_session = match (held["session_id"].as_str(), self.payload.session_id()) {
             (Some(held), Some(now)) => held == now,
             _ => true,
@@ -706,7 +712,8 @@ impl Hook<'_> {
         // given again with the next prompt (BeforeAgent), rendered then, with this handoff.
         let held_for_prompt = self.cli == Some(Cli::Gemini) && {
             let held = json!({"session_id": self.payload.session_id(), "start": "compacted"});
-            state::atomic_write(&dir.file(PROMPT_CONTEXT), held.to_string().as_bytes())
+            prompt_context(dir)
+                .save_locked(&held)
                 .map_err(|e| self.problem(&format!("cannot hold the context back: {e}")))
                 .is_ok()
         };

@@ -2,9 +2,7 @@
 //! against open issues and limited to one new issue per fleet within `issue_cooldown`
 //! (remembered in `<state_dir>/notify.json` under a file lock, across restarts and processes).
 
-use std::fs::OpenOptions;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -17,7 +15,7 @@ use serde_json::{Map, Value};
 use super::{Message, Sent};
 use crate::process::{self, RunError};
 use crate::spec::GithubNotify;
-use crate::state::{FleetDir, atomic_write, create_private_dir};
+use crate::state::{FleetDir, JsonFile, create_private_dir};
 
 /// The fleet's notification state, next to `critical_events.jsonl`.
 pub(crate) const NOTIFY_STATE: &str = "notify.json";
@@ -191,12 +189,7 @@ impl Github<'_> {
     /// `gh` calls.
     fn lock(&self) -> Result<Flock<std::fs::File>, String> {
         let path = self.fleet.root.join(NOTIFY_LOCK);
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
+        let mut file = crate::state::file::open_lock(&path)
             .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         let deadline = Instant::now() + self.timeout * 2 + Duration::from_secs(5);
         loop {
@@ -288,21 +281,28 @@ fn issue_body(msg: &Message) -> String {
     )
 }
 
-/// `notify.json`; missing or unreadable means nothing was recorded.
+/// `notify.json` as a `JsonFile` of the fleet (under `notify.lock`, which callers hold).
+fn state_file(path: &Path) -> JsonFile<NotifyState> {
+    let fleet = FleetDir::new(path.parent().unwrap_or(Path::new(".")));
+    JsonFile::fleet(&fleet, NOTIFY_STATE, "notify").lock_file(NOTIFY_LOCK)
+}
+
+/// `notify.json`, read with `notify.lock` held: missing means nothing was recorded; a corrupt
+/// file is rolled back to its last good copy and recorded.
 pub(crate) fn read_state(path: &Path) -> NotifyState {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+    match state_file(path).load_locked() {
+        Ok(state) => state.unwrap_or_default(),
+        Err(e) => {
             tracing::warn!(path = %path.display(), "ignoring unreadable notify state: {e}");
             NotifyState::default()
-        }),
-        Err(_) => NotifyState::default(),
+        }
     }
 }
 
 fn write_state(path: &Path, state: &NotifyState) -> io::Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(state).map_err(io::Error::other)?;
-    bytes.push(b'\n');
-    atomic_write(path, &bytes)
+    state_file(path)
+        .save_locked(state)
+        .map_err(io::Error::other)
 }
 
 /// The path of a fleet's `notify.json`.

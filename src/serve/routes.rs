@@ -367,11 +367,14 @@ async fn search(
     ok(blocking(move || {
         let spec = app.spec()?;
         let started = std::time::Instant::now();
-        let store =
-            crate::store::Store::open(&fleet(&spec)).map_err(|e| ApiError::internal(&e.into()))?;
-        let hits = store
-            .search(&text, q.agent.as_deref(), q.kind.as_deref(), limit)
-            .map_err(|e| ApiError::internal(&e.into()))?;
+        let hits = crate::store::search(
+            &fleet(&spec),
+            &text,
+            q.agent.as_deref(),
+            q.kind.as_deref(),
+            limit,
+        )
+        .map_err(|e| ApiError::internal(&e.into()))?;
         Ok(json!({
             "query": text, "results": hits,
             "ms": started.elapsed().as_secs_f64() * 1000.0,

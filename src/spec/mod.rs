@@ -530,7 +530,12 @@ pub const LAST_GOOD_CONFIG: &str = "phoenix.toml.last-good";
 pub fn remember_good(spec: &Spec) -> std::io::Result<()> {
     let copy = spec.fleet.state_dir.join(LAST_GOOD_CONFIG);
     let text = std::fs::read(&spec.file)?;
-    if std::fs::read(&copy).ok().as_deref() == Some(text.as_slice()) {
+    let limit = crate::state::file::STATE_FILE_LIMIT;
+    if crate::state::file::read_bounded(&copy, limit)
+        .ok()
+        .as_deref()
+        == Some(text.as_slice())
+    {
         return Ok(());
     }
     // Only if it still is the file that was validated (it may have changed since).
@@ -555,7 +560,13 @@ pub fn remember_good(spec: &Spec) -> std::io::Result<()> {
 /// The last good copy of `path` kept in `fleet_root` (see [`remember_good`]), read as the
 /// hook reads its config, with relative paths still relative to `path`.
 pub fn load_last_good_for_hook(path: &Path, fleet_root: &Path) -> Option<Spec> {
-    let source = std::fs::read_to_string(fleet_root.join(LAST_GOOD_CONFIG)).ok()?;
+    // Never through a link planted in the state dir: this text decides what runs.
+    let bytes = crate::state::file::read_bounded(
+        &fleet_root.join(LAST_GOOD_CONFIG),
+        crate::state::file::STATE_FILE_LIMIT,
+    )
+    .ok()?;
+    let source = String::from_utf8(bytes).ok()?;
     parse_inner(
         &source,
         &absolute(path),

@@ -31,7 +31,10 @@ impl Filter<'_> {
 
 /// The events that pass `filter`, oldest first, and how many lines did not parse.
 pub fn read(fleet: &FleetDir, filter: &Filter<'_>) -> (Vec<Value>, usize) {
-    let text = std::fs::read(fleet.critical_events_path()).unwrap_or_default();
+    let mut text = Vec::new();
+    if let Ok(mut f) = super::file::open_read(&fleet.critical_events_path()) {
+        let _ = std::io::Read::read_to_end(&mut f, &mut text);
+    }
     let (mut events, skipped) = parse(&String::from_utf8_lossy(&text), filter);
     if let Some(agent) = filter.agent {
         let ops = fleet.agent(agent).file(OPS_LOG);

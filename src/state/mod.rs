@@ -5,14 +5,15 @@ pub mod agent;
 pub mod bounded;
 pub mod events;
 pub mod lock;
+pub mod file;
 pub mod store;
 
 pub use agent::{AgentState, OpenLoop, ResolvedItem, Retention, Status};
+pub use file::{JsonFile, Loaded};
 pub use store::{BRIEF, HOOK_ERRORS, LAST_GOOD, RESOLVED_LOG, STATE, StateError, TOOL_USE};
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -47,10 +48,11 @@ impl FleetDir {
         }
     }
 
-    /// Create the state dir and its `agents/` dir, private to the user.
+    /// Create the state dir and its `agents/` dir, private to the user; refuse a state dir
+    /// another user owns (it may be a link to one of the user's own dirs).
     pub fn ensure(&self) -> io::Result<()> {
-        create_private_dir(&self.root.join("agents"))?;
-        set_private(&self.root)
+        file::create_private_dir_checked(&self.root, true)?;
+        create_private_dir(&self.root.join("agents"))
     }
 
     pub fn critical_events_path(&self) -> PathBuf {
@@ -81,6 +83,30 @@ pub struct AgentDir {
 impl AgentDir {
     pub fn exists(&self) -> bool {
         self.path.is_dir()
+    }
+
+    /// Make sure the dir exists and may be used: created when missing, else a real directory
+    /// (not a link) owned by the running user in a state dir owned by them. Two stats when
+    /// it exists (the hooks call this on every event).
+    pub fn ensure_usable(&self) -> io::Result<()> {
+        match fs::symlink_metadata(&self.path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => self.ensure(),
+            Err(e) => Err(e),
+            Ok(meta) => {
+                if !meta.is_dir() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "`{}` is not a directory (a symbolic link?); phoenix does not follow links in its state dir",
+                            self.path.display()
+                        ),
+                    ));
+                }
+                file::check_owner(&self.path, &meta)?;
+                let root = self.fleet_root();
+                file::check_owner(&root, &fs::metadata(&root)?)
+            }
+        }
     }
 
     /// Create the directory (and parents) with mode 0700.
@@ -151,34 +177,18 @@ pub fn rfc3339(ts: jiff::Timestamp) -> String {
     ts.round(jiff::Unit::Millisecond).unwrap_or(ts).to_string()
 }
 
-/// Create a directory (and missing parents) and make sure it is mode 0700.
+/// Create a directory in the state dir (and missing parents) mode 0700: the one way phoenix
+/// creates one. A link or a dir of another user is refused.
 pub fn create_private_dir(path: &Path) -> io::Result<()> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)?;
-    set_private(path)
-}
-
-fn set_private(path: &Path) -> io::Result<()> {
-    let meta = fs::metadata(path)?;
-    if meta.permissions().mode() & 0o077 != 0 {
-        fs::set_permissions(path, fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
+    file::create_private_dir_checked(path, false)
 }
 
 /// Append one JSON value as a line. A single `write` on an `O_APPEND` file keeps
-/// concurrent writers from interleaving inside a line.
+/// concurrent writers from interleaving inside a line. Never through a link (see `file`).
 pub fn append_jsonl<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
     let mut line = serde_json::to_vec(value).map_err(io::Error::other)?;
     line.push(b'\n');
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(&line)
+    file::append(path, &line)
 }
 
 /// A stable 64-bit FNV-1a digest of `bytes`, as 16 hex digits: fingerprints, snapshot keys,
@@ -196,7 +206,7 @@ pub fn digest(bytes: &[u8]) -> String {
 pub fn read_since(path: &Path, offset: u64) -> String {
     use std::io::{Read, Seek, SeekFrom};
     let mut text = String::new();
-    if let Ok(mut f) = fs::File::open(path)
+    if let Ok(mut f) = file::open_read(path)
         && f.seek(SeekFrom::Start(offset)).is_ok()
     {
         let _ = f.read_to_string(&mut text);
@@ -204,42 +214,21 @@ pub fn read_since(path: &Path, offset: u64) -> String {
     text
 }
 
-/// Write a file atomically: temp file in the same dir, fsync, rename, fsync the dir.
+/// Write a file atomically and durably: temp file in the same dir, fsync, rename, fsync the
+/// dir (see `file::write_atomic`); mode 0600.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    atomic_write_mode(path, bytes, 0o600)
+    file::write_atomic(path, bytes, 0o600, true)
 }
 
 /// `atomic_write` with the mode the new file gets (files in a user's project are not private).
 pub fn atomic_write_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&tmp)?;
-        // The umask may have narrowed `mode`; a user's settings file keeps the mode it had.
-        file.set_permissions(fs::Permissions::from_mode(mode))?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    file::write_atomic(path, bytes, mode, true)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn agent_dirs_are_private() {

@@ -3,16 +3,16 @@
 //! A corrupt or truncated file is rolled back to that copy and recorded, never propagated
 //! (Enhanced Agent Resilience Protocol §2.3).
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
 use serde_json::{Value, json};
 
 use super::agent::{AgentState, OpenLoop, ResolvedItem, Retention, today};
-use super::{AgentDir, FleetDir, append_jsonl, atomic_write, now_rfc3339};
+use super::file::{self, JsonFile};
+use super::{AgentDir, FleetDir, append_jsonl, now_rfc3339};
 
 pub const STATE: &str = "state.json";
 pub const LAST_GOOD: &str = "state.json.last-good";
@@ -54,30 +54,56 @@ fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
 }
 
 /// What is on disk.
-#[derive(Debug)]
-pub enum Loaded {
-    Missing,
-    Valid(Box<AgentState>),
-    Corrupt(String),
-}
+pub type Loaded = super::file::Loaded<AgentState>;
 
-/// Read and parse a state file without locking (renames make every version whole).
+/// Read and parse a state file without locking (renames make every version whole); never
+/// through a link, regular files only, bounded.
 pub fn read_state_file(path: &Path) -> Result<Loaded, StateError> {
-    match fs::read(path) {
+    match file::read_bounded(path, file::STATE_FILE_LIMIT) {
+        Ok(bytes) => Ok(file::parse(&bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Loaded::Missing),
+        Err(e) if file::is_refusal(&e) => Ok(Loaded::Corrupt(e.to_string())),
         Err(e) => Err(io_err("read", path)(e)),
-        Ok(bytes) => Ok(parse_state(&bytes)),
     }
 }
 
-fn parse_state(bytes: &[u8]) -> Loaded {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Loaded::Corrupt("the file is empty (truncated write?)".into());
+/// A resolve in progress: written before its two writes (the `resolved.jsonl` line, then
+/// `state.json`) and removed after them, so that a resolve killed between them is finished by
+/// the next reader instead of leaving the loop logged as resolved but still open.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct PendingResolve {
+    id: String,
+    reason: String,
+    ts: String,
+    #[serde(default)]
+    text: String,
+}
+
+/// The resolve journal's file name.
+pub const RESOLVE_PENDING: &str = "resolve.pending.json";
+
+/// How much of the end of `resolved.jsonl` is searched for a pending resolve's line: it was
+/// appended moments before the crash, so it is among the last lines.
+const RESOLVED_TAIL_BYTES: u64 = 1 << 20;
+
+// Test-only failpoints: a resolve stops where a `kill -9` could have stopped it.
+#[cfg(test)]
+thread_local! {
+    static FAIL_AT: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+}
+
+#[cfg(test)]
+fn failpoint(name: &'static str) -> Result<(), StateError> {
+    if FAIL_AT.with(|f| f.get()) == Some(name) {
+        return Err(StateError::Rejected(format!("failpoint `{name}`")));
     }
-    match serde_json::from_slice::<AgentState>(bytes) {
-        Ok(state) => Loaded::Valid(Box::new(state)),
-        Err(e) => Loaded::Corrupt(format!("not a valid state document: {e}")),
-    }
+    Ok(())
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn failpoint(_: &'static str) -> Result<(), StateError> {
+    Ok(())
 }
 
 /// Holds the agent's state lock until dropped.
@@ -99,27 +125,34 @@ impl AgentDir {
     /// the process dies, so a killed writer never leaves it held.
     pub fn lock(&self) -> Result<StateLock, StateError> {
         let path = self.file(LOCK);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io_err("open lock file", &path))?;
-        let lock = Flock::lock(file, FlockArg::LockExclusive)
-            .map_err(|(_, errno)| io_err("lock", &path)(io::Error::from(errno)))?;
+        let lock = file::lock(&path).map_err(io_err("lock", &path))?;
         Ok(StateLock { _lock: lock })
+    }
+
+    /// `state.json` as a `JsonFile`: its last good copy, its rollback, under the agent lock.
+    fn state_file(&self) -> JsonFile<AgentState> {
+        JsonFile::new(self, STATE, "state").lock_file(LOCK)
+    }
+
+    fn resolve_journal(&self) -> JsonFile<PendingResolve> {
+        JsonFile::new(self, RESOLVE_PENDING, "resolve_journal").lock_file(LOCK)
     }
 
     /// The current state. A missing file is an empty state; a corrupt one is repaired (under
     /// the lock) before anything is returned.
     pub fn read_state(&self) -> Result<AgentState, StateError> {
-        match read_state_file(&self.file(STATE))? {
-            Loaded::Valid(state) => Ok(self.own(*state)),
-            Loaded::Missing => Ok(AgentState::new(&self.name)),
-            Loaded::Corrupt(_) => {
+        // A resolve that was cut short is finished first (one failed `open` when there is none).
+        let pending = self.resolve_journal().exists();
+        match self.state_file().read()? {
+            Loaded::Valid(state) if !pending => Ok(self.own(state)),
+            Loaded::Missing if !pending => Ok(AgentState::new(&self.name)),
+            _ => {
                 let _lock = self.lock()?;
-                self.load_locked()
+                let state = self.load_locked()?;
+                if !self.file(STATE).exists() {
+                    self.write_locked(&state)?;
+                }
+                Ok(state)
             }
         }
     }
@@ -175,50 +208,143 @@ impl AgentDir {
     }
 
     /// Resolve an open loop: one line in `resolved.jsonl` and the loop moved to `resolved` in
-    /// `state.json`, both under the lock so that readers never see one without the other.
+    /// `state.json`, under the lock and journaled (see `PendingResolve`): a resolve killed
+    /// between the two writes is finished by the next reader. Resolving a loop that is
+    /// already resolved returns its item and logs nothing (a retry logs it once).
     pub fn resolve(
         &self,
         retention: Retention,
         id: &str,
         reason: &str,
     ) -> Result<ResolvedItem, StateError> {
-        self.update_state(retention, |state| {
-            let Some(pos) = state.open_loops.iter().position(|l| l.id == id) else {
-                let open = state.open_ids();
-                let listed = if open.is_empty() {
-                    "there are no open loops".to_string()
-                } else {
-                    format!(
-                        "open loops: {}",
-                        open.iter()
-                            .map(|i| format!("`{i}`"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                };
-                return Err(StateError::Rejected(format!(
-                    "agent `{}` has no open loop `{id}`; {listed}",
-                    self.name
-                )));
+        let _lock = self.lock()?;
+        let mut state = self.load_locked()?;
+        let Some(lp) = state.open_loop(id) else {
+            if let Some(done) = state.resolved.iter().find(|r| r.id == id) {
+                return Ok(done.clone());
+            }
+            let open = state.open_ids();
+            let listed = if open.is_empty() {
+                "there are no open loops".to_string()
+            } else {
+                format!(
+                    "open loops: {}",
+                    open.iter()
+                        .map(|i| format!("`{i}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
             };
-            let now = jiff::Timestamp::now();
-            let lp = state.open_loops.remove(pos);
-            let path = self.file(RESOLVED_LOG);
-            append_jsonl(
-                &path,
-                &json!({"id": id, "reason": reason, "ts": now_rfc3339(), "agent": self.name, "text": lp.text}),
-            )
-            .map_err(io_err("append to", &path))?;
-            let item = ResolvedItem {
-                id: id.to_string(),
-                reason: reason.to_string(),
-                resolved_date: today(now),
-                extra: Default::default(),
-            };
-            state.resolved.retain(|r| r.id != id);
-            state.resolved.push(item.clone());
-            Ok(item)
-        })
+            return Err(StateError::Rejected(format!(
+                "agent `{}` has no open loop `{id}`; {listed}",
+                self.name
+            )));
+        };
+        let pending = PendingResolve {
+            id: id.to_string(),
+            reason: reason.to_string(),
+            ts: now_rfc3339(),
+            text: lp.text.clone(),
+        };
+        let journal = self.resolve_journal();
+        journal.save_locked(&pending)?;
+        failpoint("resolve-journaled")?;
+        if let Err(e) = self.log_resolved(&pending) {
+            // Nothing was logged: the resolve failed as a whole, nothing to finish later.
+            journal.remove_locked();
+            return Err(e);
+        }
+        // From here on the loop is logged as resolved: a failure (or a kill) leaves the
+        // journal, and the next reader finishes the resolve.
+        failpoint("resolve-logged")?;
+        let item = self.apply_resolve(&mut state, &pending);
+        state.normalize(jiff::Timestamp::now(), retention);
+        self.write_locked(&state)?;
+        journal.remove_locked();
+        Ok(item)
+    }
+
+    fn log_resolved(&self, p: &PendingResolve) -> Result<(), StateError> {
+        let path = self.file(RESOLVED_LOG);
+        append_jsonl(
+            &path,
+            &json!({"id": p.id, "reason": p.reason, "ts": p.ts, "agent": self.name, "text": p.text}),
+        )
+        .map_err(io_err("append to", &path))
+    }
+
+    /// Is the journaled resolve's line in `resolved.jsonl` already? (Its end is searched.)
+    fn resolved_logged(&self, p: &PendingResolve) -> bool {
+        let path = self.file(RESOLVED_LOG);
+        let size = fs::symlink_metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let text = super::read_since(&path, size.saturating_sub(RESOLVED_TAIL_BYTES));
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|v| v["id"] == p.id.as_str() && v["ts"] == p.ts.as_str())
+    }
+
+    fn apply_resolve(&self, state: &mut AgentState, p: &PendingResolve) -> ResolvedItem {
+        state.open_loops.retain(|l| l.id != p.id);
+        let day =
+            p.ts.parse::<jiff::Timestamp>()
+                .unwrap_or_else(|_| jiff::Timestamp::now());
+        let item = ResolvedItem {
+            id: p.id.clone(),
+            reason: p.reason.clone(),
+            resolved_date: today(day),
+            extra: Default::default(),
+        };
+        state.resolved.retain(|r| r.id != p.id);
+        state.resolved.push(item.clone());
+        item
+    }
+
+    /// Finish a resolve that was cut short (see `PendingResolve`), with the lock held: the
+    /// log line if it is missing, the loop moved in `state.json` if it is still open. If that
+    /// fails too (a full disk), the journal stays for the next reader and the state is
+    /// returned as it is: a reader is never stopped by someone else's interrupted resolve.
+    fn finish_pending_resolve(&self, state: AgentState) -> Result<AgentState, StateError> {
+        let journal = self.resolve_journal();
+        let pending = match journal.load_locked() {
+            Ok(Some(pending)) => pending,
+            Ok(None) | Err(_) => return Ok(state),
+        };
+        let before = state.clone();
+        match self.complete_resolve(state, &pending) {
+            Ok(state) => {
+                journal.remove_locked();
+                Ok(state)
+            }
+            Err(e) => {
+                let _ = self.record_op(
+                    "resolve_completion_failed",
+                    json!({"id": pending.id, "error": e.to_string()}),
+                );
+                Ok(before)
+            }
+        }
+    }
+
+    fn complete_resolve(
+        &self,
+        mut state: AgentState,
+        pending: &PendingResolve,
+    ) -> Result<AgentState, StateError> {
+        let logged = self.resolved_logged(pending);
+        if !logged {
+            self.log_resolved(pending)?;
+        }
+        let was_open = state.open_loop(&pending.id).is_some();
+        if was_open {
+            self.apply_resolve(&mut state, pending);
+            self.write_locked(&state)?;
+        }
+        let _ = self.record_op(
+            "resolve_completed",
+            json!({"id": pending.id, "logged_now": !logged, "state_updated_now": was_open,
+                   "reason": "a resolve was interrupted between its writes"}),
+        );
+        Ok(state)
     }
 
     /// Append one line to tool_use.jsonl, rotating it once it grows large.
@@ -231,26 +357,25 @@ impl AgentDir {
         append_jsonl(&path, line).map_err(io_err("append to", &path))
     }
 
+    fn hooks_file(&self) -> JsonFile<Vec<PathBuf>> {
+        JsonFile::new(self, INSTALLED_HOOKS, "hook_files").lock_file(LOCK)
+    }
+
     /// Hook files phoenix installed entries in for this agent.
     pub fn installed_hooks(&self) -> Vec<PathBuf> {
-        fs::read(self.file(INSTALLED_HOOKS))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Vec<PathBuf>>(&b).ok())
-            .unwrap_or_default()
+        self.hooks_file().load_or_default()
     }
 
     /// Add `path` to (or take it off) the list of installed hook files.
     pub fn record_installed_hook(&self, path: &Path, installed: bool) -> Result<(), StateError> {
-        let _lock = self.lock()?;
-        let mut paths = self.installed_hooks();
-        paths.retain(|p| p != path);
-        if installed {
-            paths.push(path.to_path_buf());
-        }
-        paths.sort();
-        let file = self.file(INSTALLED_HOOKS);
-        let bytes = serde_json::to_vec_pretty(&paths).expect("paths serialise");
-        atomic_write(&file, &bytes).map_err(io_err("write", &file))
+        self.hooks_file().update(|paths| {
+            let paths = paths.get_or_insert_with(Vec::new);
+            paths.retain(|p| p != path);
+            if installed {
+                paths.push(path.to_path_buf());
+            }
+            paths.sort();
+        })
     }
 
     /// Record a problem a hook ran into (best effort: the hook must go on regardless).
@@ -268,116 +393,22 @@ impl AgentDir {
         state
     }
 
-    /// Load with the lock held, repairing a corrupt file.
+    /// Load with the lock held, repairing a corrupt file (see `JsonFile::load_locked`) and
+    /// finishing a resolve that was cut short.
     fn load_locked(&self) -> Result<AgentState, StateError> {
-        let path = self.file(STATE);
-        match read_state_file(&path)? {
-            Loaded::Valid(state) => Ok(self.own(*state)),
-            Loaded::Missing => Ok(AgentState::new(&self.name)),
-            Loaded::Corrupt(reason) => self.roll_back(&reason),
-        }
+        let state = match self.state_file().load_locked()? {
+            Some(state) => self.own(state),
+            None => AgentState::new(&self.name),
+        };
+        self.finish_pending_resolve(state)
     }
 
-    /// Put the last good copy back (or an empty state if there is none), keep the corrupt file
-    /// for inspection, and record what happened in ops.jsonl and critical_events.jsonl.
-    fn roll_back(&self, reason: &str) -> Result<AgentState, StateError> {
-        let path = self.file(STATE);
-        let stamp = jiff::Timestamp::now()
-            .strftime("%Y%m%dT%H%M%S%.3fZ")
-            .to_string();
-        let kept = self.file(&format!("{STATE}.corrupt-{stamp}"));
-        let kept = fs::rename(&path, &kept).ok().map(|_| kept);
-        let last_good = match fs::read(self.file(LAST_GOOD)) {
-            Ok(bytes) => match parse_state(&bytes) {
-                Loaded::Valid(state) => Some((bytes, *state)),
-                _ => None,
-            },
-            Err(_) => None,
-        };
-        let (state, action) = match last_good {
-            Some((bytes, state)) => {
-                atomic_write(&path, &bytes).map_err(io_err("restore", &path))?;
-                (
-                    self.own(state),
-                    format!("rolled back to the last good copy `{LAST_GOOD}`"),
-                )
-            }
-            None => {
-                let state = AgentState::new(&self.name);
-                self.write_locked(&state)?;
-                (
-                    state,
-                    "no usable last good copy: started from an empty state".to_string(),
-                )
-            }
-        };
-        let details = json!({
-            "file": path,
-            "corrupt_copy": kept,
-            "last_good": self.file(LAST_GOOD),
-        });
-        let _ = self.record_op(
-            "state_rollback",
-            json!({"reason": reason, "action_taken": action, "details": details}),
-        );
-        let _ = FleetDir::new(self.fleet_root()).record_critical(
-            "state_corrupt",
-            &self.name,
-            &format!("`{STATE}` is corrupt: {reason}"),
-            &action,
-            details,
-        );
-        Ok(state)
-    }
-
-    /// Write the new state atomically (synced temp file, rename, directory sync), read it back
-    /// and compare; a mismatch rolls back to the last good copy. Then the new content becomes
-    /// the last good copy: a file of its own (never a hard link: a tool that rewrites
-    /// `state.json` in place would corrupt both), written through a temp file and a rename but
-    /// not synced. After a power cut it may be stale or empty, which a rollback detects; the
-    /// synced `state.json` is what survives, and a rollback after any later corruption restores
-    /// the latest good write, not the one before it.
+    /// Write the new state (see `JsonFile::write_bytes_locked`: synced, read back, last good
+    /// copy kept).
     fn write_locked(&self, state: &AgentState) -> Result<(), StateError> {
-        let path = self.file(STATE);
-        let good = self.file(LAST_GOOD);
-        let bytes = state.to_pretty_json();
-        let pid = std::process::id();
-        let tmp = self.file(&format!(".{STATE}.tmp.{pid}"));
-        write_synced(&tmp, &bytes).map_err(io_err("write", &tmp))?;
-        if let Err(e) = fs::rename(&tmp, &path) {
-            let _ = fs::remove_file(&tmp);
-            return Err(io_err("replace", &path)(e));
-        }
-        fs::File::open(&self.path)
-            .and_then(|d| d.sync_all())
-            .map_err(io_err("sync", &self.path))?;
-        let back = fs::read(&path).map_err(io_err("read back", &path))?;
-        if back != bytes || !matches!(parse_state(&back), Loaded::Valid(_)) {
-            self.roll_back("what was read back differs from what was written")?;
-            return Err(StateError::ReadBack { path });
-        }
-        let copy = self.file(&format!(".{LAST_GOOD}.tmp.{pid}"));
-        fs::write(&copy, &bytes)
-            .and_then(|_| fs::rename(&copy, &good))
-            .map_err(|e| {
-                let _ = fs::remove_file(&copy);
-                io_err("write", &good)(e)
-            })?;
-        Ok(())
+        self.state_file()
+            .write_bytes_locked(&state.to_pretty_json())
     }
-}
-
-/// Create (or truncate) `path`, write `bytes` and sync them to disk.
-fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::io::Write;
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
 }
 
 impl FleetDir {
@@ -408,13 +439,7 @@ impl FleetDir {
 
     /// The lock that serialises writers of `critical_events.jsonl`.
     pub fn events_lock(&self) -> io::Result<Flock<fs::File>> {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(self.root.join("critical_events.lock"))?;
-        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| io::Error::from(errno))
+        file::lock(&self.root.join("critical_events.lock"))
     }
 }
 
@@ -523,5 +548,93 @@ mod tests {
         assert_eq!(state.resolved[0].id, "a-1");
         let log = fs::read_to_string(dir.file(RESOLVED_LOG)).unwrap();
         assert!(log.contains("\"reason\":\"done\""), "{log}");
+    }
+
+    /// Stop the next resolve at a failpoint, as a `kill -9` between its writes would.
+    fn crash_resolve_at(dir: &AgentDir, point: &'static str, id: &str) {
+        FAIL_AT.with(|f| f.set(Some(point)));
+        let res = dir.resolve(Retention::default(), id, "done");
+        FAIL_AT.with(|f| f.set(None));
+        assert!(res.is_err(), "{point}: {res:?}");
+        let on_disk: AgentState =
+            serde_json::from_slice(&fs::read(dir.file(STATE)).unwrap()).unwrap();
+        assert!(
+            on_disk.open_ids().contains(&id),
+            "{point}: the crash left it open on disk"
+        );
+    }
+
+    fn resolved_lines(dir: &AgentDir) -> Vec<Value> {
+        fs::read_to_string(dir.file(RESOLVED_LOG))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_resolve_killed_between_its_writes_is_finished_by_the_next_reader() {
+        for point in ["resolve-journaled", "resolve-logged"] {
+            let (_tmp, dir) = agent();
+            dir.add_loop(Retention::default(), "x", "do x").unwrap();
+            dir.add_loop(Retention::default(), "y", "do y").unwrap();
+            crash_resolve_at(&dir, point, "x");
+
+            let state = dir.read_state().unwrap();
+            assert_eq!(state.open_ids(), ["y"], "{point}");
+            assert_eq!(state.resolved.len(), 1, "{point}");
+            assert_eq!(state.resolved[0].id, "x");
+            let on_disk: AgentState =
+                serde_json::from_slice(&fs::read(dir.file(STATE)).unwrap()).unwrap();
+            assert_eq!(on_disk.open_ids(), ["y"], "{point}: repaired on disk");
+            let lines = resolved_lines(&dir);
+            assert_eq!(lines.len(), 1, "{point}: {lines:?}");
+            assert_eq!(lines[0]["id"], "x");
+            assert_eq!(lines[0]["text"], "do x");
+            assert!(!dir.file(RESOLVE_PENDING).exists());
+
+            // The operator's retry logs nothing more.
+            let item = dir.resolve(Retention::default(), "x", "done").unwrap();
+            assert_eq!(item.id, "x");
+            assert_eq!(resolved_lines(&dir).len(), 1, "{point}");
+        }
+    }
+
+    #[test]
+    fn a_retry_right_after_a_killed_resolve_logs_it_once() {
+        let (_tmp, dir) = agent();
+        dir.add_loop(Retention::default(), "x", "do x").unwrap();
+        crash_resolve_at(&dir, "resolve-logged", "x");
+        // No reader came between: the retry itself finishes the first resolve.
+        dir.resolve(Retention::default(), "x", "done again")
+            .unwrap();
+        let lines = resolved_lines(&dir);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0]["reason"], "done");
+        assert!(dir.read_state().unwrap().open_ids().is_empty());
+        // A hook's write (update_state) also finishes one.
+        dir.add_loop(Retention::default(), "z", "do z").unwrap();
+        crash_resolve_at(&dir, "resolve-logged", "z");
+        dir.update_state(Retention::default(), |s| {
+            s.current_task = Some("t".into());
+            Ok(())
+        })
+        .unwrap();
+        assert!(dir.read_state().unwrap().open_ids().is_empty());
+        assert_eq!(resolved_lines(&dir).len(), 2);
+    }
+
+    #[test]
+    fn resolving_twice_logs_once() {
+        let (_tmp, dir) = agent();
+        dir.add_loop(Retention::default(), "x", "do x").unwrap();
+        let first = dir.resolve(Retention::default(), "x", "done").unwrap();
+        let second = dir.resolve(Retention::default(), "x", "done").unwrap();
+        assert_eq!(first, second);
+        assert_eq!(resolved_lines(&dir).len(), 1);
+        // The same id added again is a new loop: resolving it logs again.
+        dir.add_loop(Retention::default(), "x", "x again").unwrap();
+        dir.resolve(Retention::default(), "x", "done").unwrap();
+        assert_eq!(resolved_lines(&dir).len(), 2);
     }
 }

@@ -4,7 +4,6 @@
 //! whoever writes them (hooks included, with no SQLite on their path) and indexed at the next
 //! open; briefs, ledgers and the event log are re-read when they changed.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -61,11 +60,7 @@ pub struct Hit {
 /// Remember that `agent`'s handoff `id` needs indexing (cheap: one appended line).
 pub fn note_pending(fleet: &FleetDir, dir: &AgentDir, id: &str) {
     let line = format!("{}\t{id}\n", dir.name);
-    let _ = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(fleet.root.join(PENDING))
-        .and_then(|mut f| f.write_all(line.as_bytes()));
+    let _ = crate::state::file::append(&fleet.root.join(PENDING), line.as_bytes());
 }
 
 pub struct Store {
@@ -99,6 +94,50 @@ END;
 CREATE TABLE IF NOT EXISTS sources(path TEXT PRIMARY KEY, mtime INTEGER NOT NULL, size INTEGER NOT NULL);
 ";
 
+/// Serialises building and catching up the index between processes (a rebuild renames a new
+/// file into place; nothing may open the old one meanwhile).
+fn index_lock(fleet: &FleetDir) -> Result<nix::fcntl::Flock<std::fs::File>, StoreError> {
+    let path = fleet.root.join(".index.lock");
+    crate::state::file::lock(&path).map_err(|source| StoreError::Io { path, source })
+}
+
+/// Search the fleet's index; an index found corrupt on the way is rebuilt from the files and
+/// the search made again (the CLI, the HTTP API and the tap search through this).
+pub fn search(
+    fleet: &FleetDir,
+    query: &str,
+    agent: Option<&str>,
+    kind: Option<&str>,
+    limit: usize,
+) -> Result<Vec<Hit>, StoreError> {
+    match Store::open(fleet)?.search(query, agent, kind, limit) {
+        Err(e) if e.is_corruption() => Store::rebuild_fresh(fleet)?
+            .0
+            .search(query, agent, kind, limit),
+        other => other,
+    }
+}
+
+impl StoreError {
+    /// Is this SQLite saying the file is damaged (not an I/O or a query problem)?
+    pub fn is_corruption(&self) -> bool {
+        use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+        matches!(
+            self,
+            StoreError::Sqlite {
+                source: rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error {
+                        code: DatabaseCorrupt | NotADatabase,
+                        ..
+                    },
+                    _
+                ),
+                ..
+            }
+        )
+    }
+}
+
 fn mtime_and_size(path: &Path) -> Option<(i64, i64)> {
     let m = std::fs::metadata(path).ok()?;
     let mtime = m
@@ -112,33 +151,96 @@ fn mtime_and_size(path: &Path) -> Option<(i64, i64)> {
 
 impl Store {
     /// Open the fleet's index, rebuilding it if it is missing, corrupt or of another schema,
-    /// and bring it up to date with the files.
+    /// and bring it up to date with the files. A corrupt index is never repaired in place: a
+    /// new one is built beside it and renamed over it (`rebuild_fresh`).
     pub fn open(fleet: &FleetDir) -> Result<Store, StoreError> {
         let path = fleet.root.join(INDEX);
-        std::fs::create_dir_all(&fleet.root).map_err(|source| StoreError::Io {
+        fleet.ensure().map_err(|source| StoreError::Io {
             path: fleet.root.clone(),
             source,
         })?;
-        let existed = path.exists();
-        let store = match Store::open_existing(fleet, &path) {
-            // A new index starts from the files.
-            Ok(store) if !existed => {
-                store.rebuild()?;
-                store
-            }
-            Ok(store) => store,
-            Err(_) => {
-                // A cache that cannot be read is thrown away, never repaired in place.
-                for suffix in ["", "-wal", "-shm", "-journal"] {
-                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        let _lock = index_lock(fleet)?;
+        if !path.exists() {
+            return Ok(Store::build_fresh(fleet)?.0);
+        }
+        let opened = Store::open_existing(fleet, &path).and_then(|store| {
+            store.catch_up()?;
+            Ok(store)
+        });
+        match opened {
+            Ok(store) => Ok(store),
+            // A cache that cannot be read (or is of another schema) is rebuilt from the files.
+            Err(_) => Ok(Store::build_fresh(fleet)?.0),
+        }
+    }
+
+    /// `open`, then check the whole file (`PRAGMA quick_check`, every page): a partly corrupt
+    /// index can answer without an error, from what is left of it. Rebuilt if it fails. The
+    /// daemon calls this after each watchdog pass, off every command's path.
+    pub fn open_checked(fleet: &FleetDir) -> Result<Store, StoreError> {
+        let store = Store::open(fleet)?;
+        if store.intact() {
+            return Ok(store);
+        }
+        drop(store);
+        let _lock = index_lock(fleet)?;
+        Ok(Store::build_fresh(fleet)?.0)
+    }
+
+    /// Does the whole file pass SQLite's structural check?
+    fn intact(&self) -> bool {
+        let result: Result<String, _> = self.conn.query_row("PRAGMA quick_check", [], |r| r.get(0));
+        matches!(result.as_deref(), Ok("ok"))
+    }
+
+    /// Build a new index from the files and put it in place of the old one, whatever state
+    /// that one is in (`phoenix reindex`): the old file is never read, so a malformed one
+    /// cannot make this fail. Returns the new index and the number of documents.
+    pub fn rebuild_fresh(fleet: &FleetDir) -> Result<(Store, usize), StoreError> {
+        fleet.ensure().map_err(|source| StoreError::Io {
+            path: fleet.root.clone(),
+            source,
+        })?;
+        let _lock = index_lock(fleet)?;
+        Store::build_fresh(fleet)
+    }
+
+    /// With the index lock held: build into a private temp file (no WAL, so the file is
+    /// whole once closed), drop the old file's WAL and shared memory (they must never be
+    /// applied to the new file), rename the new file into place and open it.
+    fn build_fresh(fleet: &FleetDir) -> Result<(Store, usize), StoreError> {
+        let path = fleet.root.join(INDEX);
+        let tmp = crate::state::file::temp_path(&path);
+        let io = |p: &Path| {
+            let p = p.to_path_buf();
+            move |source| StoreError::Io { path: p, source }
+        };
+        // Created 0600 here, so SQLite keeps that mode (its journal files copy it).
+        crate::state::file::write_atomic(&tmp, b"", 0o600, false).map_err(io(&tmp))?;
+        let built = (|| {
+            let conn = Connection::open(&tmp).map_err(|source| StoreError::Sqlite {
+                path: tmp.clone(),
+                source,
+            })?;
+            let store = Store::init(conn, fleet, &tmp, true)?;
+            let n = store.rebuild()?;
+            drop(store);
+            Ok::<usize, StoreError>(n)
+        })();
+        let n = match built {
+            Ok(n) => n,
+            Err(e) => {
+                for suffix in ["", "-journal"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", tmp.display()));
                 }
-                let store = Store::open_existing(fleet, &path)?;
-                store.rebuild()?;
-                store
+                return Err(e);
             }
         };
-        store.catch_up()?;
-        Ok(store)
+        for suffix in ["-wal", "-shm", "-journal"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+        std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        Ok((Store::open_existing(fleet, &path)?, n))
     }
 
     fn open_existing(fleet: &FleetDir, path: &Path) -> Result<Store, StoreError> {
@@ -146,15 +248,36 @@ impl Store {
             path: path.to_path_buf(),
             source,
         };
-        let fresh = !path.exists();
-        let conn = Connection::open(path).map_err(err)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(err)?;
+        // Only a file `build_fresh` made: a missing file is not created here, and one without
+        // the schema (empty, of another version) is rebuilt, never filled in place.
+        let conn = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(err)?;
         conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
+        Store::init(conn, fleet, path, false)
+    }
+
+    /// Check or create the schema of a new connection.
+    fn init(
+        conn: Connection,
+        fleet: &FleetDir,
+        path: &Path,
+        new: bool,
+    ) -> Result<Store, StoreError> {
+        let err = |source| StoreError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        };
+        conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(err)?;
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(err)?;
+        // An empty file (just created) has no schema yet.
+        let fresh = new;
         if !fresh && version != SCHEMA_VERSION {
             return Err(err(rusqlite::Error::InvalidQuery));
         }
@@ -780,5 +903,74 @@ mod tests {
             Some("\"oauth\" OR \"login\"")
         );
         assert_eq!(fts_any_query("a to of", 8), None);
+    }
+
+    /// Overwrite the middle of a file (several pages of a database) with garbage.
+    fn corrupt_middle(path: &Path) {
+        use std::io::{Seek, SeekFrom, Write};
+        let len = std::fs::metadata(path).unwrap().len();
+        assert!(
+            len > 64 * 1024,
+            "the index is big enough to corrupt its middle: {len}"
+        );
+        let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        f.seek(SeekFrom::Start(len / 2 - 16 * 1024)).unwrap();
+        f.write_all(&[0xab; 32 * 1024]).unwrap();
+    }
+
+    fn every_handoff_is_found(fleet: &FleetDir, n: usize) {
+        let store = Store::open(fleet).unwrap();
+        for i in 0..n {
+            let hits = store.search(&format!("uniq{i}x"), None, None, 5).unwrap();
+            assert_eq!(hits.len(), 1, "handoff {i}: {hits:?}");
+        }
+    }
+
+    #[test]
+    fn a_partly_corrupt_index_is_rebuilt_into_a_new_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fleet = FleetDir::new(tmp.path().join(".phoenix"));
+        let dir = fleet.agent("a");
+        dir.ensure().unwrap();
+        let n = 400;
+        for i in 0..n {
+            let body = format!("uniq{i}x {}", "filler words about the deploy ".repeat(20));
+            handoff::write(&dir, &handoff("a", i, &format!("handoff {i}"), &body)).unwrap();
+        }
+        drop(Store::open(&fleet).unwrap());
+        let index = fleet.root.join(INDEX);
+
+        // `reindex` never reads the damaged file: it builds a new one and renames it in place.
+        corrupt_middle(&index);
+        let (_, documents) = Store::rebuild_fresh(&fleet).unwrap();
+        assert!(documents >= n, "{documents}");
+        every_handoff_is_found(&fleet, n);
+
+        // The whole-file check finds damage that no query of the moment may meet.
+        corrupt_middle(&index);
+        drop(Store::open_checked(&fleet).unwrap());
+        every_handoff_is_found(&fleet, n);
+
+        // A search that meets the damage rebuilds and answers in full.
+        corrupt_middle(&index);
+        for i in [0, n / 2, n - 1] {
+            let hits = search(&fleet, &format!("uniq{i}x"), None, None, 5).unwrap();
+            assert_eq!(hits.len(), 1, "handoff {i}: {hits:?}");
+        }
+        every_handoff_is_found(&fleet, n);
+        // An empty file (a create that was cut short) is rebuilt, not taken as a new index.
+        std::fs::write(&index, b"").unwrap();
+        for suffix in ["-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", index.display()));
+        }
+        every_handoff_is_found(&fleet, n);
+
+        let leftovers: Vec<String> = std::fs::read_dir(&fleet.root)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp."))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 }

@@ -266,9 +266,10 @@ impl Daemon {
                 "watchdog pass done"
             );
             // Keep the search index warm, so a session start (which never builds it) finds
-            // the earlier decisions that match its task.
+            // the earlier decisions that match its task; checked whole, so a partly corrupt
+            // one is rebuilt rather than answering from what is left of it.
             let fleet = crate::state::FleetDir::new(&spec.fleet.state_dir);
-            if let Err(e) = crate::store::Store::open(&fleet) {
+            if let Err(e) = crate::store::Store::open_checked(&fleet) {
                 warn!(error = %e, "cannot bring the search index up to date");
             }
             busy.store(false, Ordering::SeqCst);

@@ -3,12 +3,12 @@
 //! requests, and fleet-wide critical events. Kept on disk so a daemon or wrapper restart does
 //! not forget a crash loop.
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::decide::{EndReason, StartMode, StopRequest};
 use crate::state::{self, AgentDir};
@@ -103,68 +103,24 @@ impl SuperviseRecord {
     }
 }
 
-/// The copy of the latest good `crashes.json`, for a rollback.
-const CRASHES_LAST_GOOD: &str = "crashes.json.last-good";
+/// `crashes.json` as a `JsonFile`, under the lock it always had.
+fn crashes_file(dir: &AgentDir) -> state::JsonFile<SuperviseRecord> {
+    state::JsonFile::new(dir, CRASHES, "crashes").lock_file(".crashes.lock")
+}
 
 /// Read `crashes.json`. A missing file is an empty history. A corrupt one is kept aside as
-/// `crashes.json.corrupt` and rolled back to the last good copy (else an empty history), and
-/// that is a critical event: losing the history could let a quarantined crash loop restart.
+/// `crashes.json.corrupt-<time>` and rolled back to the last good copy (else an empty
+/// history), and that is a critical event: losing the history could let a quarantined crash
+/// loop restart.
 pub fn load(dir: &AgentDir) -> SuperviseRecord {
-    let path = dir.file(CRASHES);
-    match fs::read(&path) {
-        Err(_) => SuperviseRecord::default(),
-        Ok(bytes) => match serde_json::from_slice(&bytes) {
-            Ok(record) => record,
-            Err(e) => {
-                let aside = dir.file("crashes.json.corrupt");
-                let _ = fs::rename(&path, &aside);
-                let good = fs::read(dir.file(CRASHES_LAST_GOOD))
-                    .ok()
-                    .and_then(|b| serde_json::from_slice::<SuperviseRecord>(&b).ok());
-                let action = match &good {
-                    Some(_) => "rolled back to crashes.json.last-good",
-                    None => "no usable last good copy: crash history and quarantine reset",
-                };
-                if let Some(g) = &good
-                    && let Ok(bytes) = serde_json::to_vec_pretty(g)
-                {
-                    let _ = state::atomic_write(&path, &bytes);
-                }
-                let details = json!({"error": e.to_string(), "kept_as": aside});
-                let _ = dir.record_op(
-                    "crashes_corrupt",
-                    json!({"error": e.to_string(), "kept_as": aside, "action_taken": action}),
-                );
-                let _ = crate::state::FleetDir::new(dir.fleet_root()).record_critical(
-                    "crashes_corrupt",
-                    &dir.name,
-                    &format!("`{CRASHES}` is corrupt: {e}"),
-                    action,
-                    details,
-                );
-                good.unwrap_or_default()
-            }
-        },
-    }
+    crashes_file(dir).load_or_default()
 }
 
 /// Read, change and write `crashes.json` under an exclusive lock, atomically.
 pub fn update<T>(dir: &AgentDir, f: impl FnOnce(&mut SuperviseRecord) -> T) -> io::Result<T> {
-    let lock_file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.file(".crashes.lock"))?;
-    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| io::Error::from(e))?;
-    let mut record = load(dir);
-    let out = f(&mut record);
-    let bytes = serde_json::to_vec_pretty(&record).map_err(io::Error::other)?;
-    state::atomic_write(&dir.file(CRASHES), &bytes)?;
-    // Unsynced like state.json's copy: the synced file is what survives a power cut.
-    let copy = dir.file(".crashes.json.last-good.tmp");
-    fs::write(&copy, &bytes).and_then(|_| fs::rename(&copy, dir.file(CRASHES_LAST_GOOD)))?;
-    Ok(out)
+    crashes_file(dir)
+        .update(|slot| f(slot.get_or_insert_with(SuperviseRecord::default)))
+        .map_err(io::Error::other)
 }
 
 /// Write a crash record to `crashes/<timestamp>.json` and drop the oldest beyond the limit.
@@ -199,7 +155,8 @@ fn crash_files(crash_dir: &Path) -> Vec<PathBuf> {
 /// The newest crash record, for `phoenix status AGENT`.
 pub fn latest_crash(dir: &AgentDir) -> Option<CrashRecord> {
     let path = crash_files(&dir.file(CRASH_DIR)).pop()?;
-    serde_json::from_slice(&fs::read(path).ok()?).ok()
+    serde_json::from_slice(&state::file::read_bounded(&path, state::file::STATE_FILE_LIMIT).ok()?)
+        .ok()
 }
 
 /// A session the agent's hooks recorded.
@@ -213,23 +170,30 @@ pub struct RecordedSession {
 /// The recorded session: `state.json` `session_id` (with `session_cwd` when present), else the
 /// plain `session_id` file.
 pub fn recorded_session(dir: &AgentDir) -> Option<RecordedSession> {
-    let from_state = fs::read(dir.file("state.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        .and_then(|v| {
-            let id = v.get("session_id")?.as_str()?.trim().to_string();
-            let cwd = v
-                .get("session_cwd")
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from);
-            (!id.is_empty()).then_some(RecordedSession { id, cwd })
-        });
+    let from_state =
+        state::file::read_bounded(&dir.file(state::STATE), state::file::STATE_FILE_LIMIT)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|v| {
+                let id = v.get("session_id")?.as_str()?.trim().to_string();
+                let cwd = v
+                    .get("session_cwd")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .map(PathBuf::from);
+                (!id.is_empty()).then_some(RecordedSession { id, cwd })
+            });
     from_state.or_else(|| {
-        let id = fs::read_to_string(dir.file(SESSION_ID)).ok()?;
+        let id = read_session_file(dir).ok()?;
         let id = id.trim().to_string();
         (!id.is_empty()).then_some(RecordedSession { id, cwd: None })
     })
+}
+
+/// The plain `session_id` file: never through a link, a few bytes at most.
+fn read_session_file(dir: &AgentDir) -> io::Result<String> {
+    let bytes = state::file::read_bounded(&dir.file(SESSION_ID), 4096)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Whether a recorded session may be resumed by this agent in `workdir`.
@@ -259,7 +223,7 @@ fn is_plain_id(id: &str) -> bool {
 
 /// Forget the recorded session: remove the plain file and remember the id as discarded.
 pub fn clear_session(dir: &AgentDir, id: &str) -> io::Result<()> {
-    if fs::read_to_string(dir.file(SESSION_ID)).is_ok_and(|s| s.trim() == id) {
+    if read_session_file(dir).is_ok_and(|s| s.trim() == id) {
         let _ = fs::remove_file(dir.file(SESSION_ID));
     }
     update(dir, |r| r.discard_session(id))
@@ -273,16 +237,22 @@ pub fn request_stop(dir: &AgentDir, reason: EndReason, fresh: bool) -> io::Resul
         fresh,
         ts: jiff::Timestamp::now().as_second(),
     };
-    let bytes = serde_json::to_vec(&req).map_err(io::Error::other)?;
-    state::atomic_write(&dir.file(STOP_REQUEST), &bytes)
+    stop_file(dir)
+        .update(|slot| *slot = Some(req))
+        .map_err(io::Error::other)
+}
+
+fn stop_file(dir: &AgentDir) -> state::JsonFile<StopRequest> {
+    state::JsonFile::new(dir, STOP_REQUEST, "stop_request")
 }
 
 /// Take the pending stop request, if one was made recently.
 pub fn take_stop_request(dir: &AgentDir) -> Option<StopRequest> {
-    let path = dir.file(STOP_REQUEST);
-    let bytes = fs::read(&path).ok()?;
-    let _ = fs::remove_file(&path);
-    let req: StopRequest = serde_json::from_slice(&bytes).ok()?;
+    let file = stop_file(dir);
+    if !file.exists() {
+        return None;
+    }
+    let req = file.update(Option::take).ok()??;
     let age = jiff::Timestamp::now().as_second() - req.ts;
     (age <= STOP_REQUEST_TTL_SECS).then_some(req)
 }
@@ -290,7 +260,10 @@ pub fn take_stop_request(dir: &AgentDir) -> Option<StopRequest> {
 /// The last `agent_exit` in ops.jsonl (the wrapper's record, one per run): why the agent
 /// last stopped.
 pub fn last_exit(dir: &AgentDir) -> Option<Value> {
-    let text = fs::read_to_string(dir.file(state::OPS_LOG)).ok()?;
+    // Its end only (one `agent_exit` per run), never through a link.
+    let path = dir.file(state::OPS_LOG);
+    let size = fs::symlink_metadata(&path).ok()?.len();
+    let text = state::read_since(&path, size.saturating_sub(4 << 20));
     text.lines()
         .rev()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -417,7 +390,16 @@ mod tests {
         let (_t, d) = dir();
         fs::write(d.file(CRASHES), b"{not json").unwrap();
         assert_eq!(load(&d), SuperviseRecord::default());
-        assert!(d.file("crashes.json.corrupt").exists());
+        let kept = fs::read_dir(&d.path)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("crashes.json.corrupt-")
+            })
+            .count();
+        assert_eq!(kept, 1);
     }
 
     #[test]

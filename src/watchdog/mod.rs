@@ -59,16 +59,18 @@ pub struct Memory {
 }
 
 impl Memory {
+    /// `watchdog.json` as a `JsonFile`, not synced: losing a write to a power cut only means
+    /// confirming a finding once more.
+    fn file(dir: &AgentDir) -> state::JsonFile<Memory> {
+        state::JsonFile::new(dir, MEMORY, "watchdog").unsynced()
+    }
+
     pub fn load(dir: &AgentDir) -> Memory {
-        std::fs::read_to_string(dir.file(MEMORY))
-            .ok()
-            .and_then(|s| serde_json::from_str(&s).ok())
-            .unwrap_or_default()
+        Memory::file(dir).load_or_default()
     }
 
     /// Write it if it changed since `before` (the time of the pass alone is no change): a
-    /// pass over a large quiet fleet then writes nothing. Through a temp file and a rename,
-    /// not synced: losing it to a power cut only means confirming a finding once more.
+    /// pass over a large quiet fleet then writes nothing.
     fn save_if_changed(&self, before: &Memory, dir: &AgentDir) -> std::io::Result<()> {
         let unchanged = Memory {
             last_pass: self.last_pass,
@@ -78,10 +80,10 @@ impl Memory {
             return Ok(());
         }
         dir.ensure()?;
-        let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        let tmp = dir.file(&format!(".{MEMORY}.tmp.{}", std::process::id()));
-        std::fs::write(&tmp, &bytes)?;
-        std::fs::rename(&tmp, dir.file(MEMORY))
+        // Last write wins, as for a memory of findings: no lock.
+        Memory::file(dir)
+            .save_locked(self)
+            .map_err(std::io::Error::other)
     }
 
     fn revivals_for(&self, task: Option<&str>) -> u32 {
@@ -318,6 +320,12 @@ impl<'a> Watchdog<'a> {
             Err(_) => None,
         };
         let now = jiff::Timestamp::now().as_second();
+        // Temp files of writers killed mid-write (or of writes that failed where removing
+        // them failed too) would pile up forever: each pass removes the stale ones.
+        let swept = self.fleet.sweep_temp_files();
+        if swept > 0 {
+            tracing::info!("watchdog: removed {swept} stale temp file(s) from the state dir");
+        }
         let world = world::observe(self.spec, self.runtime).unwrap_or_else(|e| {
             tracing::warn!("watchdog: cannot observe the runtime ({e}); every agent looks gone");
             world::World::default()

@@ -333,9 +333,10 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError
             let obs = AgentObs {
                 state_dir: dir.exists(),
                 clean_exit: dir.has_marker(state::CLEAN_EXIT),
-                started: std::fs::read(dir.file(state::STARTED_SPEC))
+                started: state::JsonFile::new(&dir, state::STARTED_SPEC, "started_spec")
+                    .load()
                     .ok()
-                    .and_then(|b| serde_json::from_slice(&b).ok()),
+                    .flatten(),
                 last_activity: dir.last_activity(),
                 installed_hooks: dir.installed_hooks(),
             };
