@@ -55,12 +55,23 @@ pub fn temp_path(path: &Path) -> PathBuf {
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> io::Result<()> {
     let tmp = temp_path(path);
     let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(SAFE_FLAGS)
-            .open(&tmp)?;
+        let create = || {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .custom_flags(SAFE_FLAGS)
+                .open(&tmp)
+        };
+        let mut file = match create() {
+            // Named after this pid and a number this process has not used yet: left by a
+            // killed process that had the same pid (or planted). Never written through.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                fs::remove_file(&tmp)?;
+                create()?
+            }
+            other => other?,
+        };
         // The umask may have narrowed `mode`; a user's settings file keeps the mode it had.
         file.set_permissions(fs::Permissions::from_mode(mode))?;
         file.write_all(bytes)?;
@@ -772,6 +783,28 @@ mod tests {
         fs::remove_file(file.path()).unwrap();
         nix::unistd::mkfifo(&file.path(), nix::sys::stat::Mode::S_IRWXU).unwrap();
         assert!(matches!(file.read().unwrap(), Loaded::Corrupt(_)));
+    }
+
+    #[test]
+    fn a_dead_namesakes_temp_file_or_a_link_in_its_place_is_not_in_the_way() {
+        let (tmp, dir) = agent();
+        let path = dir.file("x.json");
+        let target = tmp.path().join("target");
+        fs::write(&target, b"theirs").unwrap();
+        // The next temp names this process will use: one left over, one a planted link.
+        let next = TEMP_SEQ.load(Ordering::Relaxed);
+        let me = std::process::id();
+        for (i, seq) in (next..next + 64).enumerate() {
+            let t = dir.file(&format!(".x.json{TMP_MARK}{me}.{seq}"));
+            if i % 2 == 0 {
+                fs::write(&t, b"stale").unwrap();
+            } else {
+                symlink(&target, &t).unwrap();
+            }
+        }
+        write_atomic(&path, b"mine", 0o600, true).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"mine");
+        assert_eq!(fs::read(&target).unwrap(), b"theirs");
     }
 
     #[test]
