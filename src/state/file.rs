@@ -356,10 +356,15 @@ pub fn sweep_temp_files(dir: &Path) -> usize {
 }
 
 impl FleetDir {
-    /// Sweep stale temp files from the whole state dir: the root, each agent's dir and the
-    /// dirs in it (handoffs, crash records).
+    /// Sweep stale temp files from the whole state dir: the root and the dirs in it (hook
+    /// backups…), each agent's dir and the dirs in it (handoffs, crash records, snapshots).
     pub fn sweep_temp_files(&self) -> usize {
         let mut n = sweep_temp_files(&self.root);
+        for sub in fs::read_dir(&self.root).into_iter().flatten().flatten() {
+            if sub.file_name() != "agents" && sub.file_type().is_ok_and(|t| t.is_dir()) {
+                n += sweep_temp_files(&sub.path());
+            }
+        }
         for name in self.agent_names() {
             let dir = self.agent(&name).path;
             n += sweep_temp_files(&dir);
