@@ -887,6 +887,13 @@ mod tests {
             .ensure_usable()
             .unwrap_err();
         assert!(err.to_string().contains("not a directory"), "{err}");
+        // The state dir itself may be a link to a dir of the user's own.
+        let real = tmp.path().join("real-state");
+        fs::create_dir(&real).unwrap();
+        let link = tmp.path().join("linked-state");
+        symlink(&real, &link).unwrap();
+        FleetDir::new(&link).agent("z").ensure_usable().unwrap();
+        assert!(real.join("agents/z").is_dir());
         // A state dir another user owns: as root, hand one to `nobody`; otherwise `/` is one.
         let foreign = if nix::unistd::geteuid().is_root() {
             let root = tmp.path().join("theirs");
