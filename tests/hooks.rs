@@ -2168,3 +2168,62 @@ fn a_retried_or_interrupted_resolve_logs_the_loop_once() {
     );
     assert!(!dir.join("resolve.pending.json").exists());
 }
+
+/// A state dir another user owns is refused, with its path and a hint: the hook answers and
+/// exits 0 without writing there, and commands fail with the same clear error. (Run as root:
+/// the dir is handed to `nobody`; otherwise there is no second user to hand it to.)
+#[test]
+fn a_state_dir_owned_by_another_user_is_refused() {
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    hook(&fleet, "heartbeat", "c", Some("claude"), "{}").valid_for("claude");
+    let root = fleet.state_dir();
+    let listing = |dir: &Path| -> Vec<String> {
+        let mut v: Vec<String> = walk(dir)
+            .into_iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = listing(&root);
+    std::os::unix::fs::chown(&root, Some(65534), Some(65534)).unwrap();
+    for event in ["session-start", "heartbeat", "stop"] {
+        let run = hook_with_env(
+            &fleet,
+            event,
+            "c",
+            Some("claude"),
+            br#"{"session_id":"s"}"#,
+            &[("PHOENIX_STATE_DIR", fleet.agent_dir("c").to_str().unwrap())],
+        );
+        run.valid_for("claude");
+        assert!(run.stderr.contains("owned by uid 65534"), "{}", run.stderr);
+        assert!(
+            run.stderr.contains(&root.display().to_string()),
+            "{}",
+            run.stderr
+        );
+        assert!(run.stderr.contains("hint:"), "{}", run.stderr);
+    }
+    assert_eq!(listing(&root), before, "nothing was written into it");
+    fleet
+        .run(&["loop", "add", "c", "x", "y"])
+        .status(1)
+        .stderr_has("owned by uid 65534");
+}
+
+/// Every path under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        out.push(e.path());
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk(&e.path()));
+        }
+    }
+    out
+}

@@ -263,7 +263,8 @@ impl Hook<'_> {
                         name: self.agent.to_string(),
                         path: PathBuf::from(path),
                     };
-                    if dir.exists() {
+                    // Not into a dir that is not the user's own (nor through a link).
+                    if dir.check_usable().is_ok() {
                         dir.record_hook_error(self.event_name, message);
                     }
                 }

@@ -39,11 +39,8 @@ pub fn ensure(agent: &AgentSpec, lock: &Path) -> Result<Option<Trusted>, String>
     if !matches!(agent.cli, Cli::Codex | Cli::Gemini) {
         return Ok(None);
     }
-    let file = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(lock)
+    // 0600 and never through a link, as every file of the state dir.
+    let file = crate::state::file::open_lock(lock)
         .map_err(|e| format!("cannot open `{}`: {e}", lock.display()))?;
     let _held = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| format!("cannot lock `{}`: {e}", lock.display()))?;

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use super::{Message, Sent};
 use crate::process::{self, RunError};
 use crate::spec::GithubNotify;
-use crate::state::{FleetDir, JsonFile, create_private_dir};
+use crate::state::{FleetDir, JsonFile};
 
 /// The fleet's notification state, next to `critical_events.jsonl`.
 pub(crate) const NOTIFY_STATE: &str = "notify.json";
@@ -101,7 +101,8 @@ impl Github<'_> {
     fn open_issue(&self, msg: &Message) -> Result<(Option<String>, String), String> {
         let repo = &self.settings.repo;
         let root = &self.fleet.root;
-        create_private_dir(root)
+        self.fleet
+            .ensure()
             .map_err(|e| format!("cannot create the state dir {}: {e}", root.display()))?;
         // Held until the issue is recorded: a second process waits, then sees the issue (as
         // open, or through the cooldown) instead of creating another.

@@ -55,12 +55,23 @@ pub fn temp_path(path: &Path) -> PathBuf {
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> io::Result<()> {
     let tmp = temp_path(path);
     let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(SAFE_FLAGS)
-            .open(&tmp)?;
+        let create = || {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .custom_flags(SAFE_FLAGS)
+                .open(&tmp)
+        };
+        let mut file = match create() {
+            // Named after this pid and a number this process has not used yet: left by a
+            // killed process that had the same pid (or planted). Never written through.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                fs::remove_file(&tmp)?;
+                create()?
+            }
+            other => other?,
+        };
         // The umask may have narrowed `mode`; a user's settings file keeps the mode it had.
         file.set_permissions(fs::Permissions::from_mode(mode))?;
         file.write_all(bytes)?;
@@ -345,10 +356,15 @@ pub fn sweep_temp_files(dir: &Path) -> usize {
 }
 
 impl FleetDir {
-    /// Sweep stale temp files from the whole state dir: the root, each agent's dir and the
-    /// dirs in it (handoffs, crash records).
+    /// Sweep stale temp files from the whole state dir: the root and the dirs in it (hook
+    /// backups…), each agent's dir and the dirs in it (handoffs, crash records, snapshots).
     pub fn sweep_temp_files(&self) -> usize {
         let mut n = sweep_temp_files(&self.root);
+        for sub in fs::read_dir(&self.root).into_iter().flatten().flatten() {
+            if sub.file_name() != "agents" && sub.file_type().is_ok_and(|t| t.is_dir()) {
+                n += sweep_temp_files(&sub.path());
+            }
+        }
         for name in self.agent_names() {
             let dir = self.agent(&name).path;
             n += sweep_temp_files(&dir);
@@ -775,6 +791,28 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_namesakes_temp_file_or_a_link_in_its_place_is_not_in_the_way() {
+        let (tmp, dir) = agent();
+        let path = dir.file("x.json");
+        let target = tmp.path().join("target");
+        fs::write(&target, b"theirs").unwrap();
+        // The next temp names this process will use: one left over, one a planted link.
+        let next = TEMP_SEQ.load(Ordering::Relaxed);
+        let me = std::process::id();
+        for (i, seq) in (next..next + 64).enumerate() {
+            let t = dir.file(&format!(".x.json{TMP_MARK}{me}.{seq}"));
+            if i % 2 == 0 {
+                fs::write(&t, b"stale").unwrap();
+            } else {
+                symlink(&target, &t).unwrap();
+            }
+        }
+        write_atomic(&path, b"mine", 0o600, true).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"mine");
+        assert_eq!(fs::read(&target).unwrap(), b"theirs");
+    }
+
+    #[test]
     fn a_failed_write_leaves_no_temp_file() {
         let (_tmp, dir) = agent();
         // A rename onto a non-empty directory fails after the temp file was written.
@@ -849,6 +887,13 @@ mod tests {
             .ensure_usable()
             .unwrap_err();
         assert!(err.to_string().contains("not a directory"), "{err}");
+        // The state dir itself may be a link to a dir of the user's own.
+        let real = tmp.path().join("real-state");
+        fs::create_dir(&real).unwrap();
+        let link = tmp.path().join("linked-state");
+        symlink(&real, &link).unwrap();
+        FleetDir::new(&link).agent("z").ensure_usable().unwrap();
+        assert!(real.join("agents/z").is_dir());
         // A state dir another user owns: as root, hand one to `nobody`; otherwise `/` is one.
         let foreign = if nix::unistd::geteuid().is_root() {
             let root = tmp.path().join("theirs");

@@ -89,8 +89,15 @@ impl AgentDir {
     /// (not a link) owned by the running user in a state dir owned by them. Two stats when
     /// it exists (the hooks call this on every event).
     pub fn ensure_usable(&self) -> io::Result<()> {
-        match fs::symlink_metadata(&self.path) {
+        match self.check_usable() {
             Err(e) if e.kind() == io::ErrorKind::NotFound => self.ensure(),
+            other => other,
+        }
+    }
+
+    /// `ensure_usable` without creating anything: the dir exists and may be written to.
+    pub fn check_usable(&self) -> io::Result<()> {
+        match fs::symlink_metadata(&self.path) {
             Err(e) => Err(e),
             Ok(meta) => {
                 if !meta.is_dir() {

@@ -427,7 +427,7 @@ impl Store {
         let tx = self.conn.unchecked_transaction().map_err(self.err())?;
         let mut n = 0;
         let pending_path = self.fleet.root.join(PENDING);
-        if let Ok(text) = std::fs::read_to_string(&pending_path) {
+        if let Some(text) = crate::state::file::read_text(&pending_path) {
             for line in text.lines() {
                 let Some((agent, id)) = line.split_once('\t') else {
                     continue;
@@ -441,15 +441,15 @@ impl Store {
         for dir in self.agent_dirs() {
             let brief = dir.file("brief.md");
             if self.changed(&brief)? {
-                match std::fs::read_to_string(&brief) {
-                    Ok(text) => {
+                match crate::state::file::read_text(&brief) {
+                    Some(text) => {
                         let title = text
                             .lines()
                             .find(|l| !l.trim().is_empty())
                             .unwrap_or("brief");
                         self.put("brief", &dir.name, "brief", None, title, &text)?;
                     }
-                    Err(_) => self.remove("brief", &dir.name)?,
+                    None => self.remove("brief", &dir.name)?,
                 }
                 n += 1;
             }
@@ -520,7 +520,7 @@ impl Store {
         let bytes = {
             use std::io::{Read, Seek, SeekFrom};
             let mut bytes = Vec::new();
-            let read = std::fs::File::open(&path).and_then(|mut f| {
+            let read = crate::state::file::open_read(&path).and_then(|mut f| {
                 f.seek(SeekFrom::Start(start as u64))?;
                 f.take((size - start) as u64).read_to_end(&mut bytes)
             });

@@ -486,6 +486,8 @@ fn acquire_lock(fleet: &FleetDir) -> anyhow::Result<nix::fcntl::Flock<File>> {
         .create(true)
         .truncate(false)
         .mode(0o600)
+        // Never through a link planted in the state dir (the pid is written into it).
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)
         .with_context(|| format!("cannot open lock file `{}`", path.display()))?;
     match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {

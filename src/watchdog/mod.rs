@@ -825,7 +825,13 @@ fn reason_key(findings: &[Finding]) -> String {
 /// that do not parse: a person may want to see them). Returns how many were dropped.
 pub fn prune_events(fleet: &FleetDir, retention: Duration) -> std::io::Result<usize> {
     let path = fleet.critical_events_path();
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    // Never through a link planted in its place.
+    let read = |path: &Path| -> std::io::Result<String> {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut state::file::open_read(path)?, &mut text)?;
+        Ok(text)
+    };
+    let Ok(text) = read(&path) else {
         return Ok(0);
     };
     let cutoff = jiff::Timestamp::now().as_second() - retention.as_secs() as i64;
@@ -847,7 +853,7 @@ pub fn prune_events(fleet: &FleetDir, retention: Duration) -> std::io::Result<us
     }
     let _lock = fleet.events_lock()?;
     // Read again under the lock: an event appended meanwhile must not be lost.
-    let text = std::fs::read_to_string(&path)?;
+    let text = read(&path)?;
     let mut dropped = 0;
     let mut kept = String::with_capacity(text.len());
     for line in text.lines() {
