@@ -7,7 +7,7 @@
 //! written from bytes that parse.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::marker::PhantomData;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -19,6 +19,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use super::bounded::{self, Links, ReadError};
 use super::{AgentDir, FleetDir, StateError};
 
 /// State files are small (crash history and ledgers are capped); anything larger was not
@@ -165,36 +166,28 @@ pub fn report_refused(path: &Path, aside: &Path) {
 }
 
 /// Open a state file for reading: never through a link, regular files only (a FIFO cannot
-/// make the open hang).
+/// make the open hang). The one bounded reader (`state::bounded`) does the opening.
 pub fn open_read(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(SAFE_FLAGS)
-        .open(path)
-        .map_err(|e| explain_link(e, path))?;
-    if !file.metadata()?.is_file() {
-        return Err(not_regular(path));
-    }
-    Ok(file)
+    bounded::open_regular(path, Links::Refuse)
+        .map(|(file, _)| file)
+        .map_err(|e| from_read_error(e, path))
 }
 
 /// Read a whole state file: never through a link, regular files only, at most `limit` bytes.
 pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
-    let file = open_read(path)?;
-    let meta = file.metadata()?;
-    if meta.len() > limit {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "`{}` is larger than {limit} bytes ({})",
-                path.display(),
-                meta.len()
-            ),
-        ));
+    bounded::read_whole(path, limit, Links::Refuse).map_err(|e| from_read_error(e, path))
+}
+
+/// The bounded reader's refusal as the `io::Error` state files speak, saying what to do.
+fn from_read_error(e: ReadError, path: &Path) -> io::Error {
+    match e {
+        ReadError::NotRegular {
+            kind: "a symlink", ..
+        } => is_a_link(path),
+        ReadError::NotRegular { .. } => not_regular(path),
+        ReadError::TooLarge { .. } => io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
+        ReadError::Io { source, .. } => explain_link(source, path),
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(limit).read_to_end(&mut bytes)?;
-    Ok(bytes)
 }
 
 /// A small text file of the state dir (brief, marker…): never through a link, regular files
