@@ -144,7 +144,7 @@ impl AgentReport {
 /// How long reading one agent's files may take before the pass goes on without it. Reads are
 /// bounded (regular files only, byte limits); this covers what bounds cannot (a hung network
 /// file system, a disk that stalls).
-const OBSERVE_TIMEOUT: Duration = Duration::from_secs(10);
+const OBSERVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Agents (their state dirs) whose observation from an earlier pass is still running: no second one is started
 /// for them, so a file that hangs every read costs one thread, not one per pass.
@@ -162,17 +162,15 @@ impl Drop for Done {
     }
 }
 
-/// Observe every agent of `spec`, each on its own thread, all within `OBSERVE_TIMEOUT`: one
-/// agent's files can never stall the pass for the others. An `Err` says why an agent was not
-/// observed.
-fn observe_all(
-    spec: &Spec,
+/// Observe every agent, each on its own thread, all within `timeout`: one agent's files can
+/// never stall the pass for the others. An `Err` says why an agent was not observed.
+fn observe_all<T: Send + 'static>(
+    agents: &[AgentSpec],
     fleet: &FleetDir,
-    world: world::World,
-    count_tokens: bool,
-    now: i64,
-) -> Vec<Result<(Memory, observe::Observed), String>> {
-    let world = std::sync::Arc::new(world);
+    timeout: Duration,
+    observe: impl Fn(&AgentSpec, &AgentDir) -> T + Send + Sync + 'static,
+) -> Vec<Result<T, String>> {
+    let observe = std::sync::Arc::new(observe);
     let still = |dir: &Path| {
         STILL_OBSERVING
             .lock()
@@ -180,19 +178,18 @@ fn observe_all(
             .iter()
             .any(|n| n == dir)
     };
-    let started: Vec<Result<std::sync::mpsc::Receiver<_>, String>> = spec
-        .agents
+    let started: Vec<Result<std::sync::mpsc::Receiver<T>, String>> = agents
         .iter()
         .map(|agent| {
             let dir = fleet.agent(&agent.name);
             if still(&dir.path) {
                 return Err(format!(
                     "reading its files has not finished since an earlier pass (more than {}s): not checked",
-                    OBSERVE_TIMEOUT.as_secs()
+                    timeout.as_secs()
                 ));
             }
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
-            let (agent, world) = (agent.clone(), world.clone());
+            let (agent, observe) = (agent.clone(), observe.clone());
             STILL_OBSERVING
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -203,10 +200,7 @@ fn observe_all(
                 .spawn(move || {
                     // Dropped at the end, even by a panic: the agent is observable again.
                     let _done = Done(dir.path.clone());
-                    let memory = Memory::load(&dir);
-                    let observed =
-                        observe::observe(&agent, &world, &dir, &memory, count_tokens, now);
-                    let _ = tx.send((memory, observed));
+                    let _ = tx.send(observe(&agent, &dir));
                 });
             spawned.map(|_| rx).map_err(|e| {
                 drop(Done(key));
@@ -214,7 +208,7 @@ fn observe_all(
             })
         })
         .collect();
-    let deadline = std::time::Instant::now() + OBSERVE_TIMEOUT;
+    let deadline = std::time::Instant::now() + timeout;
     started
         .into_iter()
         .map(|rx| {
@@ -222,7 +216,7 @@ fn observe_all(
                 .map_err(|_| {
                     format!(
                         "reading its files took more than {}s: not checked this pass",
-                        OBSERVE_TIMEOUT.as_secs()
+                        timeout.as_secs()
                     )
                 })
         })
@@ -281,12 +275,17 @@ impl<'a> Watchdog<'a> {
         });
         // Lua only when something is unhealthy.
         let mut policies: Option<Policies> = None;
+        let world = std::sync::Arc::new(world);
+        let count_tokens = self.spec.thresholds.max_tokens.is_some();
         let observing = observe_all(
-            self.spec,
+            &self.spec.agents,
             &self.fleet,
-            world,
-            self.spec.thresholds.max_tokens.is_some(),
-            now,
+            OBSERVE_TIMEOUT,
+            move |agent: &AgentSpec, dir: &AgentDir| {
+                let memory = Memory::load(dir);
+                let observed = observe::observe(agent, &world, dir, &memory, count_tokens, now);
+                (memory, observed)
+            },
         );
         let mut late = Vec::new();
         let mut seen: Vec<(Memory, observe::Observed)> = Vec::new();
@@ -877,6 +876,70 @@ fn print_report(report: &Report, json: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One agent whose files hang every read: the others are observed, it is reported as not
+    /// checked, and the next pass starts no second reader for it.
+    #[test]
+    fn one_stuck_agent_does_not_stall_the_others() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = crate::spec::parse(
+            "[[agent]]\nname = \"ok\"\ncommand = \"x\"\n[[agent]]\nname = \"stuck\"\ncommand = \"x\"\n\
+             [[agent]]\nname = \"fine\"\ncommand = \"x\"\n",
+            &tmp.path().join("phoenix.toml"),
+            crate::spec::LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .unwrap();
+        let fleet = FleetDir::new(tmp.path().join(".phoenix"));
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let wait = std::sync::Mutex::new(wait);
+        let observe = move |agent: &AgentSpec, _: &AgentDir| {
+            if agent.name == "stuck" {
+                let _ = wait.lock().unwrap().recv();
+            }
+            agent.name.clone()
+        };
+        let observe = std::sync::Arc::new(observe);
+        type Observer = dyn Fn(&AgentSpec, &AgentDir) -> String + Send + Sync;
+        let run = |observe: std::sync::Arc<Observer>| {
+            observe_all(
+                &spec.agents,
+                &fleet,
+                Duration::from_millis(200),
+                move |a, d| observe(a, d),
+            )
+        };
+        let started = std::time::Instant::now();
+        let first = run(observe.clone());
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(first[0], Ok("ok".to_string()));
+        assert!(
+            first[1].as_ref().unwrap_err().contains("took more than"),
+            "{first:?}"
+        );
+        assert_eq!(first[2], Ok("fine".to_string()));
+        let second = run(observe.clone());
+        assert!(
+            second[1]
+                .as_ref()
+                .unwrap_err()
+                .contains("has not finished since an earlier pass"),
+            "{second:?}"
+        );
+        assert_eq!(second[2], Ok("fine".to_string()));
+        // Once the read ends, the agent is observed again.
+        release.send(()).unwrap();
+        let dir = fleet.agent("stuck").path;
+        for _ in 0..100 {
+            if !STILL_OBSERVING.lock().unwrap().contains(&dir) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        release.send(()).unwrap();
+        assert_eq!(run(observe)[1], Ok("stuck".to_string()));
+    }
 
     #[test]
     fn old_events_are_pruned_and_new_and_unreadable_ones_kept() {
