@@ -318,7 +318,7 @@ impl Store {
         for dir in self.agent_dirs() {
             let brief = dir.file("brief.md");
             if self.changed(&brief)? {
-                match std::fs::read_to_string(&brief) {
+                match dir.brief().ok_or(()) {
                     Ok(text) => {
                         let title = text
                             .lines()
