@@ -146,8 +146,8 @@ impl AgentReport {
 /// file system, a disk that stalls).
 const OBSERVE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Agents (their state dirs) whose observation from an earlier pass is still running: no second one is started
-/// for them, so a file that hangs every read costs one thread, not one per pass.
+/// Agents (their state dirs) being observed. One still there when a pass starts is left out
+/// of it, so a file that hangs every read holds one thread, not one more per pass.
 static STILL_OBSERVING: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
 
 /// Takes an agent off `STILL_OBSERVING` when dropped.
@@ -162,63 +162,88 @@ impl Drop for Done {
     }
 }
 
-/// Observe every agent, each on its own thread, all within `timeout`: one agent's files can
-/// never stall the pass for the others. An `Err` says why an agent was not observed.
+/// Threads that observe agents in one pass: enough that a few agents whose files hang leave
+/// the rest to the others, few enough for a fleet of hundreds.
+const OBSERVERS: usize = 8;
+
+/// Observe every agent on a few threads, all within `timeout`: one agent's files can never
+/// stall the pass for the others. An `Err` says why an agent was not observed.
 fn observe_all<T: Send + 'static>(
     agents: &[AgentSpec],
     fleet: &FleetDir,
     timeout: Duration,
     observe: impl Fn(&AgentSpec, &AgentDir) -> T + Send + Sync + 'static,
 ) -> Vec<Result<T, String>> {
-    let observe = std::sync::Arc::new(observe);
-    let still = |dir: &Path| {
-        STILL_OBSERVING
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .any(|n| n == dir)
-    };
-    let started: Vec<Result<std::sync::mpsc::Receiver<T>, String>> = agents
-        .iter()
-        .map(|agent| {
-            let dir = fleet.agent(&agent.name);
-            if still(&dir.path) {
-                return Err(format!(
-                    "reading its files has not finished since an earlier pass (more than {}s): not checked",
-                    timeout.as_secs()
-                ));
-            }
-            let (tx, rx) = std::sync::mpsc::sync_channel(1);
-            let (agent, observe) = (agent.clone(), observe.clone());
-            STILL_OBSERVING
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(dir.path.clone());
-            let key = dir.path.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("observe {}", agent.name))
-                .spawn(move || {
-                    // Dropped at the end, even by a panic: the agent is observable again.
-                    let _done = Done(dir.path.clone());
-                    let _ = tx.send(observe(&agent, &dir));
-                });
-            spawned.map(|_| rx).map_err(|e| {
-                drop(Done(key));
-                format!("cannot start a thread to read its files ({e}): not checked")
-            })
-        })
-        .collect();
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, mpsc};
     let deadline = std::time::Instant::now() + timeout;
-    started
+    let still: Vec<PathBuf> = STILL_OBSERVING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let mut results: Vec<Option<Result<T, String>>> = Vec::new();
+    let mut todo = Vec::new();
+    for (i, agent) in agents.iter().enumerate() {
+        let dir = fleet.agent(&agent.name);
+        if still.contains(&dir.path) {
+            results.push(Some(Err(format!(
+                "reading its files has not finished since an earlier pass (more than {}s): not checked",
+                timeout.as_secs()
+            ))));
+        } else {
+            results.push(None);
+            todo.push((i, agent.clone(), dir));
+        }
+    }
+    let todo = Arc::new(todo);
+    let next = Arc::new(AtomicUsize::new(0));
+    let observe = Arc::new(observe);
+    let (tx, rx) = mpsc::channel::<(usize, T)>();
+    for _ in 0..todo.len().min(OBSERVERS) {
+        let (todo, next, observe, tx) = (todo.clone(), next.clone(), observe.clone(), tx.clone());
+        // A thread that cannot start leaves its share to the others.
+        let _ = std::thread::Builder::new()
+            .name("phoenix-observe".into())
+            .spawn(move || {
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    // Past the deadline the pass has gone on: start nothing more for it.
+                    let Some((i, agent, dir)) = todo.get(k) else {
+                        break;
+                    };
+                    if std::time::Instant::now() >= deadline {
+                        break;
+                    }
+                    STILL_OBSERVING
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(dir.path.clone());
+                    // Dropped at the end, even by a panic: the agent is observable again.
+                    let done = Done(dir.path.clone());
+                    let observed = observe(agent, dir);
+                    drop(done);
+                    if tx.send((*i, observed)).is_err() {
+                        break;
+                    }
+                }
+            });
+    }
+    drop(tx);
+    for _ in 0..todo.len() {
+        match rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+            Ok((i, observed)) => results[i] = Some(Ok(observed)),
+            Err(_) => break,
+        }
+    }
+    results
         .into_iter()
-        .map(|rx| {
-            rx?.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
-                .map_err(|_| {
-                    format!(
-                        "reading its files took more than {}s: not checked this pass",
-                        timeout.as_secs()
-                    )
-                })
+        .map(|r| {
+            r.unwrap_or_else(|| {
+                Err(format!(
+                    "reading its files took more than {}s: not checked this pass",
+                    timeout.as_secs()
+                ))
+            })
         })
         .collect()
 }
