@@ -2227,3 +2227,23 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// A FIFO where a CLI's settings file goes (the agent can write its workdir): `plan` and
+/// `apply` say so at once instead of waiting on it forever.
+#[test]
+fn a_fifo_as_a_settings_file_is_reported_not_waited_on() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let settings = fleet.path().join("wc/.claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    nix::unistd::mkfifo(&settings, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let quick = std::time::Duration::from_secs(5);
+    let plan = fleet.run_within(&["plan"], quick);
+    assert!(
+        plan.stdout().contains("is not a regular file (a FIFO)"),
+        "{}\n{}",
+        plan.stdout(),
+        plan.stderr()
+    );
+    fleet.run_within(&["apply", "--yes"], quick).status(1);
+}

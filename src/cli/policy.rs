@@ -297,7 +297,7 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
             Some(s)
         }
         Some(p) => Some(
-            std::fs::read_to_string(p)
+            crate::state::bounded::read_string(p, 16 << 20, crate::state::bounded::Links::Follow)
                 .with_context(|| format!("cannot read output `{}`", p.display()))?,
         ),
         None => None,

@@ -69,6 +69,9 @@ pub struct Handoff {
     pub notes: Vec<String>,
 }
 
+/// A handoff file larger than this is not read (phoenix writes a page or two).
+const MAX_HANDOFF_BYTES: u64 = 4 * 1024 * 1024;
+
 pub fn path(dir: &AgentDir, id: &str) -> PathBuf {
     dir.file(DIR).join(format!("{id}.md"))
 }
@@ -232,9 +235,8 @@ pub fn list_ids(dir: &AgentDir) -> Vec<String> {
 }
 
 pub fn load(dir: &AgentDir, id: &str) -> Option<Handoff> {
-    // Never through a link planted among the handoffs, never an endless file.
-    let bytes = state::file::read_bounded(&path(dir, id), state::file::STATE_FILE_LIMIT).ok()?;
-    parse(std::str::from_utf8(&bytes).ok()?)
+    use crate::state::bounded::{self, Links};
+    parse(&bounded::read_string(&path(dir, id), MAX_HANDOFF_BYTES, Links::Refuse).ok()?)
 }
 
 /// Every readable handoff of the agent, oldest first.

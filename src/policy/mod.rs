@@ -363,7 +363,7 @@ impl Engine {
     }
 
     fn read_and_run(&self, path: &str, name: &str) -> Result<Table, Error> {
-        match std::fs::read_to_string(path) {
+        match sandbox::read_script(Path::new(path)) {
             Ok(text) => self.run_script(&sandbox::Source {
                 name: name.to_string(),
                 text,

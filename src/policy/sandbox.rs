@@ -62,7 +62,7 @@ impl Sources {
     pub fn file(&self, rel: &str) -> Option<Source> {
         if let Some(dir) = &self.dir {
             let path = dir.join(rel);
-            if let Ok(text) = std::fs::read_to_string(&path) {
+            if let Ok(text) = read_script(&path) {
                 return Some(Source {
                     name: format!("policies/{rel}"),
                     text,
@@ -74,6 +74,16 @@ impl Sources {
             text: text.to_string(),
         })
     }
+}
+
+/// A policy script larger than this is not read.
+const MAX_SCRIPT_BYTES: u64 = 1024 * 1024;
+
+/// A policy script's text: a regular file of at most `MAX_SCRIPT_BYTES` (a FIFO named like
+/// one must not hang the wrapper or the daemon).
+pub fn read_script(path: &std::path::Path) -> Result<String, crate::state::bounded::ReadError> {
+    use crate::state::bounded::{self, Links};
+    bounded::read_string(path, MAX_SCRIPT_BYTES, Links::Follow)
 }
 
 /// Why the budget stopped a script.

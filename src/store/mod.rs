@@ -441,7 +441,7 @@ impl Store {
         for dir in self.agent_dirs() {
             let brief = dir.file("brief.md");
             if self.changed(&brief)? {
-                match crate::state::file::read_text(&brief) {
+                match dir.brief() {
                     Some(text) => {
                         let title = text
                             .lines()

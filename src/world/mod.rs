@@ -171,10 +171,12 @@ pub enum FileObs {
 }
 
 impl FileObs {
+    /// Bounded: the file is in an agent's workdir, and a FIFO there must not hang `plan`.
     pub fn read(path: &Path) -> FileObs {
-        match std::fs::read_to_string(path) {
+        use crate::state::bounded::{self, Links};
+        match bounded::read_string(path, crate::hooks::config::MAX_CONFIG_BYTES, Links::Follow) {
             Ok(text) => FileObs::Text(text),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileObs::Missing,
+            Err(e) if e.is_not_found() => FileObs::Missing,
             Err(e) => FileObs::Unreadable(e.to_string()),
         }
     }
