@@ -13,19 +13,9 @@ use support::model_server::{ModelServer, Turn};
 const CLAUDE_CODE: &str = "@anthropic-ai/claude-code@2.1.197";
 
 fn claude_bin() -> PathBuf {
-    let prefix = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/real-cli");
-    let bin = prefix.join("node_modules/.bin/claude");
-    if !bin.exists() {
-        let status = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&prefix)
-            .arg(CLAUDE_CODE)
-            .status()
-            .expect("npm must be installed to run the real-CLI suite");
-        assert!(status.success(), "npm install {CLAUDE_CODE} failed");
-    }
-    assert!(bin.exists(), "claude binary missing after npm install");
-    bin
+    // One install at a time, pinned: parallel tests each ran `npm install` when the binary was
+    // missing, and one exec'd it while another's install was still writing it (ETXTBSY).
+    support::npm_cli("real-cli", CLAUDE_CODE, "claude")
 }
 
 /// A HOME in which Claude Code skips onboarding and trusts `workdir`.
