@@ -276,8 +276,6 @@ const INJECTED: &str = "injected.json";
 const ECHO_WINDOW_MS: u64 = 10 * 60 * 1000;
 /// Injections remembered at most.
 const INJECTED_KEEP: usize = 32;
-/// The record is small; a larger file is not ours to read.
-const INJECTED_MAX_BYTES: u64 = 256 * 1024;
 
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Injected {
@@ -297,15 +295,10 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn read_injected(dir: &crate::state::AgentDir) -> Injected {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    let read = std::fs::File::open(dir.file(INJECTED))
-        .and_then(|f| f.take(INJECTED_MAX_BYTES).read_to_end(&mut bytes));
-    match read {
-        Ok(_) => serde_json::from_slice(&bytes).unwrap_or_default(),
-        Err(_) => Injected::default(),
-    }
+/// The record of injected text: a JSON state file like the others (no link followed, never a
+/// FIFO, bounded, rolled back when corrupt), unsynced: losing it to a power cut costs little.
+fn injected(dir: &crate::state::AgentDir) -> crate::state::JsonFile<Injected> {
+    crate::state::JsonFile::new(dir, INJECTED, "injected").unsynced()
 }
 
 /// Remember the commands `text` contains, before it is pasted into the agent's pane, so that
@@ -319,25 +312,29 @@ pub fn note_injected(dir: &crate::state::AgentDir, text: &str) -> std::io::Resul
         return Ok(());
     }
     let now = now_ms();
-    let mut record = read_injected(dir);
-    record
-        .recent
-        .retain(|r| now.saturating_sub(r.at_ms) < ECHO_WINDOW_MS);
-    record.recent.push(InjectedText {
-        at_ms: now,
-        commands,
-    });
-    let over = record.recent.len().saturating_sub(INJECTED_KEEP);
-    record.recent.drain(..over);
-    let bytes = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
-    crate::state::atomic_write(&dir.file(INJECTED), &bytes)
+    // Under the file's lock: two injections at once both keep their commands.
+    injected(dir)
+        .update(|record| {
+            let record = record.get_or_insert_with(Injected::default);
+            record
+                .recent
+                .retain(|r| now.saturating_sub(r.at_ms) < ECHO_WINDOW_MS);
+            record.recent.push(InjectedText {
+                at_ms: now,
+                commands,
+            });
+            let over = record.recent.len().saturating_sub(INJECTED_KEEP);
+            record.recent.drain(..over);
+        })
+        .map_err(std::io::Error::other)
 }
 
 /// Whether `command` is the echo of text phoenix injected lately.
 fn is_echo(dir: &crate::state::AgentDir, command: &Command) -> bool {
     let key = command.key();
     let now = now_ms();
-    read_injected(dir)
+    injected(dir)
+        .load_or_default()
         .recent
         .iter()
         .filter(|r| now.saturating_sub(r.at_ms) < ECHO_WINDOW_MS)
