@@ -2247,3 +2247,42 @@ fn a_fifo_as_a_settings_file_is_reported_not_waited_on() {
     );
     fleet.run_within(&["apply", "--yes"], quick).status(1);
 }
+
+/// An agent that can write the config's directory puts a FIFO in place of phoenix.toml: every
+/// hook loads the config, and reading a FIFO waits for a writer for ever. The hook answers at
+/// once (exit 0, valid output) and `validate` says what the file is.
+#[test]
+fn a_fifo_in_place_of_the_config_never_hangs_a_hook_or_a_command() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let config = fleet.path().join("phoenix.toml");
+    std::fs::remove_file(&config).unwrap();
+    nix::unistd::mkfifo(&config, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut child = fleet
+        .command(&["hook", "heartbeat", "--agent", "c", "--cli", "claude"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"session_id":"s","tool_name":"Bash"}"#)
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the hook waited on a FIFO in place of phoenix.toml");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    fleet
+        .run_within(&["validate"], std::time::Duration::from_secs(5))
+        .status(1)
+        .stderr_has("is not a regular file (a FIFO)");
+}

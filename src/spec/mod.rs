@@ -529,7 +529,7 @@ pub const LAST_GOOD_CONFIG: &str = "phoenix.toml.last-good";
 /// while someone's edit leaves phoenix.toml invalid, so agents' state keeps being recorded.
 pub fn remember_good(spec: &Spec) -> std::io::Result<()> {
     let copy = spec.fleet.state_dir.join(LAST_GOOD_CONFIG);
-    let text = std::fs::read(&spec.file)?;
+    let text = read_config(&spec.file)?.into_bytes();
     let limit = crate::state::file::STATE_FILE_LIMIT;
     if crate::state::file::read_bounded(&copy, limit)
         .ok()
@@ -578,8 +578,21 @@ pub fn load_last_good_for_hook(path: &Path, fleet_root: &Path) -> Option<Spec> {
     .ok()
 }
 
+/// A config file is read on every hook call, and an agent may be able to write the directory
+/// it lives in: only a regular file (a FIFO put in its place would hang every hook), at most
+/// `MAX_CONFIG_BYTES`. A symlinked config is fine: it is the operator's own.
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
+fn read_config(path: &Path) -> std::io::Result<String> {
+    use crate::state::bounded::{self, Links, ReadError};
+    bounded::read_string(path, MAX_CONFIG_BYTES, Links::Follow).map_err(|e| match e {
+        ReadError::Io { source, .. } => source,
+        other => std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
+    })
+}
+
 fn load_inner(path: &Path, options: LoadOptions, schedules: bool) -> Result<Spec, LoadError> {
-    let source = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+    let source = read_config(path).map_err(|source| LoadError::Read {
         path: path.to_path_buf(),
         source,
     })?;

@@ -4,8 +4,8 @@
 pub mod agent;
 pub mod bounded;
 pub mod events;
-pub mod lock;
 pub mod file;
+pub mod lock;
 pub mod store;
 
 pub use agent::{AgentState, OpenLoop, ResolvedItem, Retention, Status};
