@@ -2258,29 +2258,13 @@ fn a_fifo_in_place_of_the_config_never_hangs_a_hook_or_a_command() {
     let config = fleet.path().join("phoenix.toml");
     std::fs::remove_file(&config).unwrap();
     nix::unistd::mkfifo(&config, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-    let mut child = fleet
-        .command(&["hook", "heartbeat", "--agent", "c", "--cli", "claude"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(br#"{"session_id":"s","tool_name":"Bash"}"#)
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the hook waited on a FIFO in place of phoenix.toml");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    fleet
+        .run_within_input(
+            &["hook", "heartbeat", "--agent", "c", "--cli", "claude"],
+            br#"{"session_id":"s","tool_name":"Bash"}"#,
+            std::time::Duration::from_secs(5),
+        )
+        .status(0);
     fleet
         .run_within(&["validate"], std::time::Duration::from_secs(5))
         .status(1)

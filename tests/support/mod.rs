@@ -148,11 +148,20 @@ impl Fleet {
     /// behind cannot hold the test on an open pipe.
     #[track_caller]
     pub fn run_within(&self, args: &[&str], timeout: Duration) -> Run {
+        self.run_within_input(args, b"", timeout)
+    }
+
+    /// `run_within` with `input` on stdin (a hook's payload, say).
+    #[track_caller]
+    pub fn run_within_input(&self, args: &[&str], input: &[u8], timeout: Duration) -> Run {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let out_path = self.path().join(format!(".run-{n}.out"));
         let err_path = self.path().join(format!(".run-{n}.err"));
+        let in_path = self.path().join(format!(".run-{n}.in"));
+        std::fs::write(&in_path, input).unwrap();
         let mut child = self
             .command(args)
+            .stdin(std::fs::File::open(&in_path).unwrap())
             .stdout(std::fs::File::create(&out_path).unwrap())
             .stderr(std::fs::File::create(&err_path).unwrap())
             .spawn()
@@ -176,6 +185,7 @@ impl Fleet {
         };
         let _ = std::fs::remove_file(out_path);
         let _ = std::fs::remove_file(err_path);
+        let _ = std::fs::remove_file(in_path);
         Run {
             args: args.iter().map(|s| s.to_string()).collect(),
             output,
