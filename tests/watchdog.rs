@@ -126,7 +126,7 @@ fn silence_is_confirmed_revived_once_then_unrecoverable() {
     assert!(e["details"]["tool_count"].as_u64().unwrap() > 0, "{e}");
     let log = std::fs::read_to_string(fleet.path().join("notified.log")).unwrap();
     assert!(log.contains("== investigation quiet"), "{log}");
-    assert!(log.contains("no tool call for"), "{log}");
+    assert!(log.contains("no sign of life for"), "{log}");
 
     // The wrapper resumed the session, and the revived agent was told why.
     wait_until(Duration::from_secs(15), "the revived session", || {

@@ -40,6 +40,9 @@ pub struct Memory {
     pub pending: Vec<Check>,
     #[serde(default)]
     pub screen_hash: Option<String>,
+    /// The latest pass that saw the pane's text change: a sign of life for the silence check.
+    #[serde(default)]
+    pub screen_changed_at: Option<i64>,
     /// Tool calls in the log and the latest one's time at the previous pass (progress).
     #[serde(default)]
     pub tool_count: Option<u64>,
@@ -444,6 +447,7 @@ impl<'a> Watchdog<'a> {
             .collect();
         memory.pending = found.iter().map(|f| f.check).collect();
         memory.screen_hash = seen.screen_hash.clone();
+        memory.screen_changed_at = seen.inputs.screen_changed_at;
         memory.tool_count = Some(seen.inputs.tool_count);
         memory.last_tool_call = seen.inputs.last_tool_call;
         memory.last_pass = Some(now);

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::health::{Call, Inputs, Process};
+use super::health::{self, Call, Inputs, Process};
 use crate::clinic::triage::tail_jsonl;
 use crate::hooks::failed_turn;
 use crate::spec::{AgentSpec, Cli};
@@ -36,18 +36,40 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// Add the pane's screen, compared with the one of the previous pass.
+    /// Add the pane's screen, compared with the one of the previous pass: a different one is
+    /// a sign of life now (a spinner, a retry countdown, streamed text), the same one is stuck.
+    /// Without a previous screen nothing is concluded either way.
     pub fn with_screen(&mut self, text: String, previous_hash: Option<&str>) {
         let hash = digest(&text);
         self.inputs.screen_unchanged = previous_hash == Some(hash.as_str());
+        if previous_hash.is_some_and(|p| p != hash) {
+            self.inputs.screen_changed_at = Some(self.inputs.now);
+        }
         self.inputs.screen = Some(text);
         self.screen_hash = Some(hash);
     }
 }
 
 fn seconds(ts: &str) -> Option<i64> {
-    ts.parse::<jiff::Timestamp>().ok().map(|t| t.as_second())
+    millis(ts).map(|ms| ms.div_euclid(1000))
 }
+
+fn millis(ts: &str) -> Option<i64> {
+    ts.parse::<jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_millisecond())
+}
+
+/// Ops that begin a turn (a prompt, a session or agent start) or end one: what comes after
+/// any of them is the current turn.
+const TURN_BOUNDARIES: [&str; 6] = [
+    "prompt",
+    "session_start",
+    "agent_start",
+    "turn_complete",
+    "turn_failed",
+    "session_end",
+];
 
 pub fn observe(
     agent: &AgentSpec,
@@ -59,6 +81,7 @@ pub fn observe(
 ) -> Observed {
     let mut inputs = Inputs {
         now,
+        screen_changed_at: previous.screen_changed_at,
         ..Inputs::default()
     };
     let pane = world.pane_of(&agent.name);
@@ -149,34 +172,6 @@ pub fn observe(
     inputs.last_active = field("last_active").as_deref().and_then(seconds);
     observed.task = field("current_task");
 
-    let tool_log = dir.file(state::TOOL_USE);
-    if tool_log.exists() {
-        let lines = tail_jsonl(&tool_log);
-        inputs.tool_count = lines.len() as u64;
-        inputs.last_tool_call = lines
-            .iter()
-            .rev()
-            .find_map(|l| l.get("ts").and_then(Value::as_str).and_then(seconds));
-        inputs.recent_calls = lines
-            .iter()
-            .skip(lines.len().saturating_sub(RECENT_CALLS))
-            .map(|l| Call {
-                tool: l["tool"].as_str().unwrap_or("?").to_string(),
-                ok: l["ok"].as_bool().unwrap_or(true),
-                input: l["input_digest"].as_str().map(str::to_string),
-            })
-            .collect();
-        if lines.is_empty() {
-            inputs
-                .notes
-                .push("tool_use.jsonl has no readable line: silence uses last_active".into());
-        }
-    } else {
-        inputs
-            .notes
-            .push("no tool_use.jsonl yet: silence uses state.json's last_active".into());
-    }
-
     let ops = tail_jsonl(&dir.file(state::OPS_LOG));
     // Codex CLI ends a turn that failed on an API error without any hook, so the status stays
     // `working`: its rollout says the turn failed, and the CLI waits at its prompt. (Gemini's
@@ -202,17 +197,61 @@ pub fn observe(
                 .push("the session file says the last turn ended in an API error".into());
         }
     }
-    inputs.working_since = ops
+    // The current turn began with the latest of these: a prompt (state.json has it even when
+    // the op was not written), a session start, the end of the turn before.
+    let turn_started_ms = ops
         .iter()
         .rev()
         .find(|o| {
-            matches!(
-                o["event"].as_str(),
-                Some("turn_complete" | "session_start" | "agent_start")
-            )
+            o["event"]
+                .as_str()
+                .is_some_and(|e| TURN_BOUNDARIES.contains(&e))
         })
         .and_then(|o| o["ts"].as_str())
-        .and_then(seconds);
+        .and_then(millis)
+        .max(field("turn_started").as_deref().and_then(millis));
+    inputs.working_since = turn_started_ms.map(|ms| ms.div_euclid(1000));
+
+    let tool_log = dir.file(state::TOOL_USE);
+    if tool_log.exists() {
+        let lines = tail_jsonl(&tool_log);
+        inputs.tool_count = lines.len() as u64;
+        inputs.last_tool_call = lines
+            .iter()
+            .rev()
+            .find_map(|l| l.get("ts").and_then(Value::as_str).and_then(seconds));
+        let at = |l: &Value| l.get("ts").and_then(Value::as_str).and_then(millis);
+        let latest_ms = lines.iter().rev().find_map(at);
+        inputs.recent_calls = lines
+            .iter()
+            .skip(lines.len().saturating_sub(RECENT_CALLS))
+            .map(|l| Call {
+                tool: l["tool"].as_str().unwrap_or("?").to_string(),
+                ok: l["ok"].as_bool().unwrap_or(true),
+                input: l["input_digest"].as_str().map(str::to_string),
+                this_turn: health::in_current_turn(at(l), turn_started_ms, latest_ms),
+            })
+            .collect();
+        if lines.is_empty() {
+            inputs
+                .notes
+                .push("tool_use.jsonl has no readable line: silence uses last_active".into());
+        }
+    } else {
+        inputs
+            .notes
+            .push("no tool_use.jsonl yet: silence uses state.json's last_active".into());
+    }
+
+    // The transcript moves while the model works without calling tools (messages, and Claude
+    // Code's records of the API calls it retries): one stat, and its tail only while working.
+    if inputs.status.as_deref() == Some("working")
+        && let Some(path) = field("transcript_path")
+    {
+        let (written, retry_at) = transcript_life(Path::new(&path));
+        inputs.transcript_written = written;
+        inputs.retry_at = retry_at;
+    }
 
     if count_tokens {
         match field("transcript_path") {
@@ -239,6 +278,45 @@ pub fn observe(
         .map(|p| p.id.clone());
     observed.inputs = inputs;
     observed
+}
+
+/// How much of a transcript's end is read for a retry record.
+const RETRY_TAIL_BYTES: u64 = 64 * 1024;
+
+/// When the transcript at `path` was last written, and, when its last record says the CLI is
+/// retrying a failed API call (Claude Code: `{"type":"system","subtype":"api_error",
+/// "retryInMs":…,"retryAttempt":…}`), when it said it would try again. Seconds since the
+/// epoch; `None` for what cannot be read.
+fn transcript_life(path: &Path) -> (Option<i64>, Option<i64>) {
+    let Ok((_, meta)) = bounded::open_regular(path, Links::Follow) else {
+        return (None, None);
+    };
+    let written = meta
+        .modified()
+        .ok()
+        .and_then(|t| jiff::Timestamp::try_from(t).ok())
+        .map(|t| t.as_second());
+    let retry_at = bounded::read_tail(path, RETRY_TAIL_BYTES, Links::Follow)
+        .ok()
+        .and_then(|tail| {
+            let text = tail.lines_text();
+            let last = text
+                .lines()
+                .rev()
+                .find_map(|l| serde_json::from_str::<Value>(l).ok())?;
+            retry_record(&last)
+        });
+    (written, retry_at)
+}
+
+/// When a transcript record of an API retry says the next attempt is due.
+fn retry_record(record: &Value) -> Option<i64> {
+    let wait = record.get("retryInMs").and_then(Value::as_i64)?;
+    let at = record
+        .get("timestamp")
+        .and_then(Value::as_str)
+        .and_then(millis)?;
+    Some((at + wait.max(0)).div_euclid(1000))
 }
 
 /// Was something recorded at `when` part of the run that started at `started` (both seconds
@@ -333,5 +411,31 @@ mod tests {
         std::fs::write(&none, "{\"type\":\"user\"}\n").unwrap();
         assert_eq!(tokens_used(&none), None);
         assert_eq!(tokens_used(&dir.path().join("missing")), None);
+    }
+
+    #[test]
+    fn a_claude_retry_record_says_when_the_next_attempt_is_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        std::fs::write(
+            &path,
+            "{\"type\":\"assistant\",\"timestamp\":\"2026-11-25T12:00:00.000Z\"}\n\
+             {\"type\":\"system\",\"subtype\":\"api_error\",\"level\":\"error\",\"retryInMs\":32000,\
+             \"retryAttempt\":5,\"maxRetries\":10,\"timestamp\":\"2026-11-25T12:01:00.500Z\"}\n",
+        )
+        .unwrap();
+        let (written, retry_at) = transcript_life(&path);
+        assert!(written.is_some());
+        let due = "2026-11-25T12:01:32.500Z"
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+            .as_second();
+        assert_eq!(retry_at, Some(due));
+        // A record after it means the retry is over.
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("{\"type\":\"assistant\",\"timestamp\":\"2026-11-25T12:01:40.000Z\"}\n");
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(transcript_life(&path).1, None);
+        assert_eq!(transcript_life(&dir.path().join("missing")), (None, None));
     }
 }
