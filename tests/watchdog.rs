@@ -71,12 +71,15 @@ fn unhealthy_events(fleet: &Fleet) -> Vec<Value> {
         .collect()
 }
 
+/// Wait until the agent made tool calls and then nothing for `quiet`: no tool call and no hook
+/// at all (a session that just started is not silent).
 fn wait_silent(fleet: &Fleet, agent: &str, quiet: Duration) {
     wait_until(Duration::from_secs(20), "tool calls, then silence", || {
         let log = fleet.agent_dir(agent).join("tool_use.jsonl");
         std::fs::metadata(&log)
             .and_then(|m| m.modified())
             .is_ok_and(|t| t.elapsed().unwrap_or_default() > quiet)
+            && quiet_for(fleet, agent) > quiet.as_secs_f64()
     });
 }
 
