@@ -40,7 +40,10 @@ pub struct Memory {
     pub pending: Vec<Check>,
     #[serde(default)]
     pub screen_hash: Option<String>,
-    /// The latest pass that saw the pane's text change: a sign of life for the silence check.
+    /// The screen's digest without spinners and elapsed-time counters, and the latest pass
+    /// that saw it change: a sign of life for the silence check.
+    #[serde(default)]
+    pub screen_moved_hash: Option<String>,
     #[serde(default)]
     pub screen_changed_at: Option<i64>,
     /// Tool calls in the log and the latest one's time at the previous pass (progress).
@@ -354,7 +357,7 @@ impl<'a> Watchdog<'a> {
                 .as_ref()
                 .and_then(|p| screens.remove(p))
             {
-                observed.with_screen(text, memory.screen_hash.as_deref());
+                observed.with_screen(text, memory);
             }
         }
         let mut agents = Vec::new();
@@ -447,6 +450,7 @@ impl<'a> Watchdog<'a> {
             .collect();
         memory.pending = found.iter().map(|f| f.check).collect();
         memory.screen_hash = seen.screen_hash.clone();
+        memory.screen_moved_hash = seen.screen_moved_hash.clone();
         memory.screen_changed_at = seen.inputs.screen_changed_at;
         memory.tool_count = Some(seen.inputs.tool_count);
         memory.last_tool_call = seen.inputs.last_tool_call;
@@ -488,6 +492,7 @@ impl<'a> Watchdog<'a> {
             // A new session is a new episode: its problems are confirmed afresh.
             memory.pending.clear();
             memory.screen_hash = None;
+            memory.screen_moved_hash = None;
         }
         if let Err(e) = memory.save_if_changed(&before, &dir) {
             report.problems.push(format!("cannot save {MEMORY}: {e}"));

@@ -33,20 +33,28 @@ pub struct Observed {
     /// The pane whose screen the screen check needs.
     pub wants_screen: Option<String>,
     pub screen_hash: Option<String>,
+    /// The screen's digest without its clocks (`without_clocks`): what moving means.
+    pub screen_moved_hash: Option<String>,
 }
 
 impl Observed {
     /// Add the pane's screen, compared with the one of the previous pass: a different one is
     /// a sign of life now (a spinner, a retry countdown, streamed text), the same one is stuck.
     /// Without a previous screen nothing is concluded either way.
-    pub fn with_screen(&mut self, text: String, previous_hash: Option<&str>) {
+    pub fn with_screen(&mut self, text: String, previous: &super::Memory) {
         let hash = digest(&text);
-        self.inputs.screen_unchanged = previous_hash == Some(hash.as_str());
-        if previous_hash.is_some_and(|p| p != hash) {
+        self.inputs.screen_unchanged = previous.screen_hash.as_deref() == Some(hash.as_str());
+        let moved = digest(&without_clocks(&text));
+        if previous
+            .screen_moved_hash
+            .as_ref()
+            .is_some_and(|p| *p != moved)
+        {
             self.inputs.screen_changed_at = Some(self.inputs.now);
         }
         self.inputs.screen = Some(text);
         self.screen_hash = Some(hash);
+        self.screen_moved_hash = Some(moved);
     }
 }
 
@@ -92,6 +100,7 @@ pub fn observe(
         pane: pane.map(|p| p.id.clone()),
         wants_screen: None,
         screen_hash: None,
+        screen_moved_hash: None,
     };
     let quarantined = crate::supervise::record::load(dir).safe_mode.is_some();
     // Starting a fleet is `apply`'s decision (or `phoenix run`'s), never a watchdog pass's:
@@ -325,6 +334,56 @@ fn of_this_run(when: Option<i64>, started: Option<i64>) -> bool {
     started.is_none_or(|s| when.is_some_and(|w| w >= s))
 }
 
+/// Spinner frames the CLIs animate while they wait (Claude Code's, Gemini CLI's braille).
+const SPINNER: &[char] = &[
+    '·', '✢', '✳', '✶', '✻', '✽', '*', '∗', '⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏', '◐',
+    '◓', '◑', '◒', '•', '◦', '●', '⏺',
+];
+
+/// The screen without what a waiting CLI animates by itself: spinner frames and elapsed-time
+/// counters (`12s`, `1m 3s`, `2h`). A CLI whose request hangs shows a ticking spinner and has
+/// not moved; streamed tokens (their counter), text, a retry countdown (`in 5 seconds`) have.
+fn without_clocks(screen: &str) -> String {
+    let chars: Vec<char> = screen.chars().filter(|c| !SPINNER.contains(c)).collect();
+    // The end of a clock (`12s`) starting at `k`, if one does.
+    let clock = |k: usize| {
+        if !chars[k].is_ascii_digit() || (k > 0 && chars[k - 1].is_alphanumeric()) {
+            return None;
+        }
+        let end = chars[k..]
+            .iter()
+            .position(|c| !c.is_ascii_digit())
+            .map_or(chars.len(), |n| k + n);
+        let unit = chars.get(end).copied();
+        let after = chars.get(end + 1).copied();
+        (matches!(unit, Some('s' | 'm' | 'h')) && after.is_none_or(|c| !c.is_alphanumeric()))
+            .then_some(end + 1)
+    };
+    let mut out = String::with_capacity(screen.len());
+    let mut k = 0;
+    while k < chars.len() {
+        let Some(mut end) = clock(k) else {
+            out.push(chars[k]);
+            k += 1;
+            continue;
+        };
+        // `1m 3s` is one clock.
+        loop {
+            let next = chars[end..]
+                .iter()
+                .position(|c| *c != ' ')
+                .map_or(chars.len(), |n| end + n);
+            match (next < chars.len()).then(|| clock(next)).flatten() {
+                Some(e) => end = e,
+                None => break,
+            }
+        }
+        out.push('#');
+        k = end;
+    }
+    out
+}
+
 fn digest(text: &str) -> String {
     state::digest(text.trim_end().as_bytes())
 }
@@ -437,5 +496,23 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         assert_eq!(transcript_life(&path).1, None);
         assert_eq!(transcript_life(&dir.path().join("missing")), (None, None));
+    }
+
+    #[test]
+    fn a_ticking_spinner_is_not_movement_but_tokens_and_text_are() {
+        let at = |elapsed: &str, tokens: &str, glyph: &str| {
+            without_clocks(&format!(
+                "● Reading\n\n{glyph} Indexing… ({elapsed} · ↓ {tokens} tokens · esc to interrupt)\n> "
+            ))
+        };
+        assert_eq!(at("3s", "0", "✻"), at("1m 12s", "0", "✶"));
+        assert_eq!(at("59s", "12", "⠏"), at("1h 2m", "12", "⠋"));
+        assert_ne!(at("3s", "1.2k", "✻"), at("4s", "1.3k", "✻"));
+        assert_ne!(
+            without_clocks("Retrying in 5 seconds… (attempt 2/10)"),
+            without_clocks("Retrying in 4 seconds… (attempt 2/10)")
+        );
+        assert_ne!(without_clocks("step 1"), without_clocks("step 2"));
+        assert_eq!(without_clocks("sha 3s9f"), "sha 3s9f");
     }
 }
