@@ -451,7 +451,7 @@ fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
     let dir = start_claude(
         &fleet,
         &server,
-        "[thresholds]\nsilence = \"2s\"\n",
+        "[thresholds]\nsilence = \"3s\"\n",
         "index the archive",
     );
     support::wait_until(
@@ -459,7 +459,11 @@ fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
         "the request that hangs",
         || !server.message_requests().is_empty(),
     );
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    // A pass while the turn is young: it is not silent yet, and the passes that follow
+    // compare screens (a ticking spinner is not a sign of life).
+    let young = fleet.run(&["watchdog", "--once", "--json"]).json();
+    assert_eq!(young["agents"][0]["verdict"], "healthy", "{young}");
+    std::thread::sleep(std::time::Duration::from_secs(4));
     let cc = fleet.two_watchdog_passes();
     assert_eq!(cc["verdict"], "unhealthy", "{cc}");
     assert_eq!(cc["findings"][0]["check"], "silence", "{cc}");
@@ -472,6 +476,88 @@ fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
     let state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
     assert_eq!(state["current_task"], "index the archive");
+}
+
+/// An agent idle for longer than the silence threshold gets a prompt whose answer is slow:
+/// its last tool call is from the turn before, and the watchdog must not call the new turn
+/// silent (it once revived such an agent 2 s into the turn).
+#[test]
+fn real_claude_idle_past_silence_then_a_slow_answer_is_not_silent() {
+    let fleet = support::Fleet::new();
+    let server = ModelServer::start(vec![
+        Turn::bash("echo one > one.txt"),
+        Turn::text("Wrote it."),
+        Turn::text("Here is the summary."),
+    ]);
+    let dir = start_claude(
+        &fleet,
+        &server,
+        "[thresholds]\nsilence = \"5s\"\n",
+        "write one file",
+    );
+    let state = || -> serde_json::Value {
+        std::fs::read(dir.join("state.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    };
+    let quiet_for = || {
+        state()["last_active"]
+            .as_str()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map_or(0.0, |t| {
+                (jiff::Timestamp::now() - t)
+                    .total(jiff::Unit::Second)
+                    .unwrap_or(0.0)
+            })
+    };
+    support::wait_until(
+        std::time::Duration::from_secs(60),
+        "the first turn done",
+        || state()["status"] == "idle" && dir.join("tool_use.jsonl").exists(),
+    );
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "idle past the silence threshold",
+        || quiet_for() > 6.0,
+    );
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let asked = server.message_requests().len();
+    server.delay_next(std::time::Duration::from_secs(4));
+    type_prompt(&fleet, &pane, "summarize what you did");
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the slow request",
+        || server.message_requests().len() > asked && state()["status"] == "working",
+    );
+    for pass in 0..2 {
+        let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+        assert_eq!(
+            report["agents"][0]["verdict"], "healthy",
+            "pass {pass}: {report}"
+        );
+    }
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the slow answer",
+        || {
+            fleet
+                .tmux(&["capture-pane", "-p", "-t", &pane])
+                .is_some_and(|s| s.contains("Here is the summary."))
+        },
+    );
+    let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+    assert_eq!(report["agents"][0]["verdict"], "healthy", "{report}");
+    assert_eq!(
+        fleet
+            .unhealthy_events("cc")
+            .matches("session_unhealthy")
+            .count(),
+        0
+    );
 }
 
 /// Scenario 4, second half: six Bash calls fail in a row (real PostToolUseFailure hooks) →
