@@ -560,6 +560,67 @@ fn real_claude_idle_past_silence_then_a_slow_answer_is_not_silent() {
     );
 }
 
+/// Claude Code retrying an overloaded API by itself ("API error · Retrying in 5s · attempt
+/// 4/10", no hook, no transcript write for 18 s) is busy, not silent, for as long as it
+/// retries.
+#[test]
+fn real_claude_retrying_an_overloaded_api_is_not_silent() {
+    let fleet = support::Fleet::new();
+    let mut script: Vec<Turn> = (0..5).map(|_| Turn::overloaded()).collect();
+    script.push(Turn::text("Finally through."));
+    let server = ModelServer::start(script);
+    start_claude(
+        &fleet,
+        &server,
+        "[thresholds]\nsilence = \"3s\"\n",
+        "check the mail",
+    );
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the first retry",
+        || server.message_requests().len() >= 2,
+    );
+    let retrying_since = std::time::Instant::now();
+    let screen = || {
+        fleet
+            .tmux(&["capture-pane", "-p", "-t", &pane])
+            .unwrap_or_default()
+    };
+    let (mut passes, mut saw_banner) = (0, false);
+    while !screen().contains("Finally through.") {
+        let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+        let shown = screen();
+        saw_banner |= shown.contains("Retrying in");
+        let a = &report["agents"][0];
+        assert_eq!(
+            a["verdict"],
+            "healthy",
+            "after {:?}: {a}\n{shown}",
+            retrying_since.elapsed()
+        );
+        passes += 1;
+        assert!(passes < 60, "never got through:\n{shown}");
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+    }
+    assert!(saw_banner, "no pass saw the retry banner");
+    assert!(
+        retrying_since.elapsed() > std::time::Duration::from_secs(6),
+        "the retries were over before silence could be found: {:?}",
+        retrying_since.elapsed()
+    );
+    assert_eq!(
+        fleet
+            .unhealthy_events("cc")
+            .matches("session_unhealthy")
+            .count(),
+        0
+    );
+}
+
 /// Scenario 4, second half: six Bash calls fail in a row (real PostToolUseFailure hooks) →
 /// the watchdog finds an error cascade and records it as a critical event.
 #[test]

@@ -242,14 +242,14 @@ pub fn observe(
             })
             .collect();
         if lines.is_empty() {
-            inputs
-                .notes
-                .push("tool_use.jsonl has no readable line: silence uses last_active".into());
+            inputs.notes.push(
+                "tool_use.jsonl has no readable line: silence uses the other signs of life".into(),
+            );
         }
     } else {
         inputs
             .notes
-            .push("no tool_use.jsonl yet: silence uses state.json's last_active".into());
+            .push("no tool_use.jsonl yet: silence uses the other signs of life".into());
     }
 
     // The transcript moves while the model works without calling tools (messages, and Claude
