@@ -501,16 +501,6 @@ fn real_claude_idle_past_silence_then_a_slow_answer_is_not_silent() {
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default()
     };
-    let quiet_for = || {
-        state()["last_active"]
-            .as_str()
-            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-            .map_or(0.0, |t| {
-                (jiff::Timestamp::now() - t)
-                    .total(jiff::Unit::Second)
-                    .unwrap_or(0.0)
-            })
-    };
     support::wait_until(
         std::time::Duration::from_secs(60),
         "the first turn done",
@@ -519,7 +509,7 @@ fn real_claude_idle_past_silence_then_a_slow_answer_is_not_silent() {
     support::wait_until(
         std::time::Duration::from_secs(30),
         "idle past the silence threshold",
-        || quiet_for() > 6.0,
+        || fleet.quiet_for("cc") > 6.0,
     );
     let pane = fleet.agent_status("cc")["pane"]
         .as_str()

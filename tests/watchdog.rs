@@ -79,7 +79,7 @@ fn wait_silent(fleet: &Fleet, agent: &str, quiet: Duration) {
         std::fs::metadata(&log)
             .and_then(|m| m.modified())
             .is_ok_and(|t| t.elapsed().unwrap_or_default() > quiet)
-            && quiet_for(fleet, agent) > quiet.as_secs_f64()
+            && fleet.quiet_for(agent) > quiet.as_secs_f64()
     });
 }
 
@@ -694,18 +694,6 @@ fn state(fleet: &Fleet, agent: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// Seconds since state.json's `last_active` (the latest hook).
-fn quiet_for(fleet: &Fleet, agent: &str) -> f64 {
-    state(fleet, agent)["last_active"]
-        .as_str()
-        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-        .map_or(0.0, |t| {
-            (jiff::Timestamp::now() - t)
-                .total(jiff::Unit::Second)
-                .unwrap_or(0.0)
-        })
-}
-
 fn explain(fleet: &Fleet, agent: &str) -> String {
     let pane = fleet.agent_status(agent)["pane"]
         .as_str()
@@ -743,7 +731,7 @@ fn a_turn_after_a_long_idle_is_not_silent_but_a_silent_turn_still_is() {
         || explain(&fleet, "late"),
     );
     wait_until(Duration::from_secs(20), "an idle gap past silence", || {
-        quiet_for(&fleet, "late") > 6.0
+        fleet.quiet_for("late") > 6.0
     });
     assert_eq!(verdict(&watchdog(&fleet), "late")["verdict"], "healthy");
 
@@ -762,7 +750,7 @@ fn a_turn_after_a_long_idle_is_not_silent_but_a_silent_turn_still_is() {
     wait_until(
         Duration::from_secs(20),
         "a turn silent past silence",
-        || quiet_for(&fleet, "late") > 6.0,
+        || fleet.quiet_for("late") > 6.0,
     );
     let first = watchdog(&fleet);
     assert_eq!(verdict(&first, "late")["verdict"], "suspect", "{first}");
