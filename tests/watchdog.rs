@@ -711,13 +711,14 @@ fn tool_calls(fleet: &Fleet, agent: &str) -> usize {
 }
 
 /// An agent idle longer than the silence threshold that starts a turn is not silent: its
-/// last tool call was before the turn. The same turn, once nothing happens in it for longer
-/// than the threshold, is.
+/// last tool call was before the turn; nor is it a runaway: the turn before ended long ago,
+/// this one has just begun. The same turn, once nothing happens in it for longer than the
+/// threshold, is silent.
 #[test]
 fn a_turn_after_a_long_idle_is_not_silent_but_a_silent_turn_still_is() {
     let fleet = Fleet::new();
     fleet.toml(&format!(
-        "[thresholds]\nsilence = \"5s\"\n\n{FAST}{}",
+        "[thresholds]\nsilence = \"5s\"\nrunaway = \"5s\"\n\n{FAST}{}",
         agent("late", "--silent-after 1ms"),
     ));
     fleet.run(&["apply", "--yes"]).status(0);

@@ -206,19 +206,7 @@ pub fn observe(
                 .push("the session file says the last turn ended in an API error".into());
         }
     }
-    // The current turn began with the latest of these: a prompt (state.json has it even when
-    // the op was not written), a session start, the end of the turn before.
-    let turn_started_ms = ops
-        .iter()
-        .rev()
-        .find(|o| {
-            o["event"]
-                .as_str()
-                .is_some_and(|e| TURN_BOUNDARIES.contains(&e))
-        })
-        .and_then(|o| o["ts"].as_str())
-        .and_then(millis)
-        .max(field("turn_started").as_deref().and_then(millis));
+    let turn_started_ms = turn_started(&ops, field("turn_started").as_deref());
     inputs.working_since = turn_started_ms.map(|ms| ms.div_euclid(1000));
 
     let tool_log = dir.file(state::TOOL_USE);
@@ -287,6 +275,22 @@ pub fn observe(
         .map(|p| p.id.clone());
     observed.inputs = inputs;
     observed
+}
+
+/// When the current turn began (milliseconds since the epoch): the latest op that begins or
+/// ends a turn, or the prompt state.json recorded (`turn_started`), whichever is later. An
+/// agent idle for hours that gets a prompt works since that prompt, not since the turn before.
+fn turn_started(ops: &[Value], state_turn_started: Option<&str>) -> Option<i64> {
+    ops.iter()
+        .rev()
+        .find(|o| {
+            o["event"]
+                .as_str()
+                .is_some_and(|e| TURN_BOUNDARIES.contains(&e))
+        })
+        .and_then(|o| o["ts"].as_str())
+        .and_then(millis)
+        .max(state_turn_started.and_then(millis))
 }
 
 /// How much of a transcript's end is read for a retry record.
@@ -514,5 +518,35 @@ mod tests {
         );
         assert_ne!(without_clocks("step 1"), without_clocks("step 2"));
         assert_eq!(without_clocks("sha 3s9f"), "sha 3s9f");
+    }
+
+    #[test]
+    fn a_turn_starts_at_its_prompt_not_at_the_end_of_the_turn_before() {
+        let op = |event: &str, ts: &str| serde_json::json!({"event": event, "ts": ts});
+        let ms = |ts: &str| millis(ts).unwrap();
+        let ops = vec![
+            op("session_start", "2026-11-25T09:00:00Z"),
+            op("turn_complete", "2026-11-25T09:05:00Z"),
+            op("watchdog", "2026-11-25T11:00:00Z"),
+            op("prompt", "2026-11-25T12:00:00.250Z"),
+            op("clinic_context_injected", "2026-11-25T12:00:01Z"),
+        ];
+        assert_eq!(
+            turn_started(&ops, None),
+            Some(ms("2026-11-25T12:00:00.250Z"))
+        );
+        // The prompt op was not written, state.json has it.
+        assert_eq!(
+            turn_started(&ops[..3], Some("2026-11-25T12:00:00.250Z")),
+            Some(ms("2026-11-25T12:00:00.250Z"))
+        );
+        // A new session after it begins a new turn too.
+        let mut later = ops.clone();
+        later.push(op("session_start", "2026-11-25T12:30:00Z"));
+        assert_eq!(
+            turn_started(&later, Some("2026-11-25T12:00:00.250Z")),
+            Some(ms("2026-11-25T12:30:00Z"))
+        );
+        assert_eq!(turn_started(&[], None), None);
     }
 }
