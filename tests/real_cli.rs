@@ -611,6 +611,80 @@ fn real_claude_retrying_an_overloaded_api_is_not_silent() {
     );
 }
 
+/// Running the same command at the end of each turn (real Bash calls, identical inputs) is
+/// a habit, not a repetition loop: neither idle after the turns nor working on the next one.
+#[test]
+fn real_claude_the_same_command_in_every_turn_is_not_a_loop() {
+    let fleet = support::Fleet::new();
+    let mut script = Vec::new();
+    for _ in 0..3 {
+        script.push(Turn::bash("echo tests pass"));
+        script.push(Turn::text("Tests pass."));
+    }
+    script.push(Turn::text("Next task noted."));
+    let server = ModelServer::start(script);
+    let dir = start_claude(
+        &fleet,
+        &server,
+        "[thresholds]\nrepeat = 3\n",
+        "run the tests",
+    );
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let state = || -> serde_json::Value {
+        std::fs::read(dir.join("state.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    };
+    let calls = || support::read_jsonl(&dir.join("tool_use.jsonl"));
+    for turn in 1..=3 {
+        if turn > 1 {
+            type_prompt(&fleet, &pane, "run the tests again");
+        }
+        support::wait_until(
+            std::time::Duration::from_secs(60),
+            "the turn's test run",
+            || calls().len() == turn && state()["status"] == "idle",
+        );
+    }
+    let digests: Vec<serde_json::Value> =
+        calls().iter().map(|c| c["input_digest"].clone()).collect();
+    assert!(
+        digests.iter().all(|d| *d == digests[0] && d.is_string()),
+        "{digests:?}"
+    );
+    for pass in 0..2 {
+        let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+        assert_eq!(
+            report["agents"][0]["verdict"], "healthy",
+            "idle, pass {pass}: {report}"
+        );
+    }
+    let asked = server.message_requests().len();
+    server.delay_next(std::time::Duration::from_secs(4));
+    type_prompt(&fleet, &pane, "note the next task");
+    support::wait_until(std::time::Duration::from_secs(30), "the next turn", || {
+        server.message_requests().len() > asked && state()["status"] == "working"
+    });
+    for pass in 0..2 {
+        let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+        assert_eq!(
+            report["agents"][0]["verdict"], "healthy",
+            "working, pass {pass}: {report}"
+        );
+    }
+    assert_eq!(
+        fleet
+            .unhealthy_events("cc")
+            .matches("session_unhealthy")
+            .count(),
+        0
+    );
+}
+
 /// Scenario 4, second half: six Bash calls fail in a row (real PostToolUseFailure hooks) →
 /// the watchdog finds an error cascade and records it as a critical event.
 #[test]
