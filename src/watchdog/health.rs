@@ -274,19 +274,17 @@ pub fn assess(i: &Inputs, limits: &Limits) -> Vec<Finding> {
         }
     }
 
-    // A loop or a cascade is something the agent is doing now: the calls of its current turn,
-    // while it works. The same successful command at the end of every turn is a habit, and a
-    // turn that ended after failures waits for its next prompt.
-    let turn: Vec<&Call> = if alive && working {
+    // Loops and cascades are made of the calls of one turn (the latest, also once it ended):
+    // the same successful command at the end of every turn is a habit, and failures of
+    // earlier turns or sessions are history.
+    let turn: Vec<&Call> = {
         let first = i.recent_calls.iter().rposition(|c| !c.this_turn);
         i.recent_calls[first.map_or(0, |k| k + 1)..]
             .iter()
             .collect()
-    } else {
-        Vec::new()
     };
     let failing = turn.iter().rev().take_while(|c| !c.ok).count() as u32;
-    if failing > limits.error_cascade {
+    if alive && failing > limits.error_cascade {
         let tool = &turn[turn.len() - 1].tool;
         add(
             Check::ErrorCascade,
@@ -299,7 +297,11 @@ pub fn assess(i: &Inputs, limits: &Limits) -> Vec<Finding> {
         );
     }
 
-    if let Some(summary) = repetition(&turn, limits.repeat as usize) {
+    // A loop is going on: only while the agent works.
+    if alive
+        && working
+        && let Some(summary) = repetition(&turn, limits.repeat as usize)
+    {
         add(Check::Repetition, "repetition_loop".into(), summary, false);
     }
 
@@ -645,8 +647,10 @@ mod tests {
             ),
             ("idle at the prompt for 3 hours", idle(3 * 3600)),
             (
-                "idle at the prompt after a turn that ended with failures",
-                with(idle(3600), |i| i.recent_calls = vec![failing_test(); 8]),
+                "idle at the prompt of a new session, the one before ended with failures",
+                with(idle(3600), |i| {
+                    i.recent_calls = vec![earlier(failing_test()); 8]
+                }),
             ),
             (
                 "idle at the prompt after running the same command 5 times in one turn",
@@ -716,6 +720,15 @@ mod tests {
                     i.recent_calls.extend(vec![call("Read", "a", true); 3]);
                 }),
                 &[Check::Repetition],
+            ),
+            (
+                "6 failed calls in the turn that just ended, idle at the prompt",
+                with(idle(60), |i| {
+                    i.recent_calls = (0..6)
+                        .map(|k| call("Bash", &k.to_string(), false))
+                        .collect()
+                }),
+                &[Check::ErrorCascade],
             ),
             (
                 "working for 3 hours without finishing a turn",

@@ -68,9 +68,12 @@ fn millis(ts: &str) -> Option<i64> {
         .map(|t| t.as_millisecond())
 }
 
-/// Ops that begin a turn (a prompt, a session or agent start) or end one: what comes after
-/// any of them is the current turn.
-const TURN_BOUNDARIES: [&str; 6] = [
+/// Ops that begin a turn: a prompt, a session or agent start. The calls made since the latest
+/// one are the current turn's, also once the turn ended.
+const TURN_STARTS: &[&str] = &["prompt", "session_start", "agent_start"];
+
+/// Ops that begin or end a turn: the agent has been working since the latest one.
+const TURN_BOUNDARIES: &[&str] = &[
     "prompt",
     "session_start",
     "agent_start",
@@ -206,8 +209,10 @@ pub fn observe(
                 .push("the session file says the last turn ended in an API error".into());
         }
     }
-    let turn_started_ms = turn_started(&ops, field("turn_started").as_deref());
-    inputs.working_since = turn_started_ms.map(|ms| ms.div_euclid(1000));
+    let prompted = field("turn_started");
+    inputs.working_since =
+        latest_of(&ops, TURN_BOUNDARIES, prompted.as_deref()).map(|ms| ms.div_euclid(1000));
+    let turn_started_ms = latest_of(&ops, TURN_STARTS, prompted.as_deref());
 
     let tool_log = dir.file(state::TOOL_USE);
     if tool_log.exists() {
@@ -277,17 +282,13 @@ pub fn observe(
     observed
 }
 
-/// When the current turn began (milliseconds since the epoch): the latest op that begins or
-/// ends a turn, or the prompt state.json recorded (`turn_started`), whichever is later. An
-/// agent idle for hours that gets a prompt works since that prompt, not since the turn before.
-fn turn_started(ops: &[Value], state_turn_started: Option<&str>) -> Option<i64> {
+/// The time of the latest op among `events`, or the prompt state.json recorded
+/// (`turn_started`), whichever is later (milliseconds since the epoch). An agent idle for
+/// hours that gets a prompt works since that prompt, not since the turn before.
+fn latest_of(ops: &[Value], events: &[&str], state_turn_started: Option<&str>) -> Option<i64> {
     ops.iter()
         .rev()
-        .find(|o| {
-            o["event"]
-                .as_str()
-                .is_some_and(|e| TURN_BOUNDARIES.contains(&e))
-        })
+        .find(|o| o["event"].as_str().is_some_and(|e| events.contains(&e)))
         .and_then(|o| o["ts"].as_str())
         .and_then(millis)
         .max(state_turn_started.and_then(millis))
@@ -531,6 +532,7 @@ mod tests {
             op("prompt", "2026-11-25T12:00:00.250Z"),
             op("clinic_context_injected", "2026-11-25T12:00:01Z"),
         ];
+        let turn_started = |ops: &[Value], state| latest_of(ops, TURN_BOUNDARIES, state);
         assert_eq!(
             turn_started(&ops, None),
             Some(ms("2026-11-25T12:00:00.250Z"))
@@ -548,5 +550,16 @@ mod tests {
             Some(ms("2026-11-25T12:30:00Z"))
         );
         assert_eq!(turn_started(&[], None), None);
+        // The calls of a turn that ended are still its calls until the next one begins; the
+        // agent has been working only since it ended.
+        let ended = vec![
+            op("prompt", "2026-11-25T12:00:00Z"),
+            op("turn_complete", "2026-11-25T12:10:00Z"),
+        ];
+        assert_eq!(
+            latest_of(&ended, TURN_STARTS, None),
+            Some(ms("2026-11-25T12:00:00Z"))
+        );
+        assert_eq!(turn_started(&ended, None), Some(ms("2026-11-25T12:10:00Z")));
     }
 }
