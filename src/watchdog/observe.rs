@@ -245,8 +245,8 @@ pub fn observe(
             .push("no tool_use.jsonl yet: silence uses the other signs of life".into());
     }
 
-    // The transcript moves while the model works without calling tools (messages, and Claude
-    // Code's records of the API calls it retries): one stat, and its tail only while working.
+    // The transcript moves while the model works without calling tools (its messages, and
+    // retry records where the CLI writes them): one stat, and its tail only while working.
     if inputs.status.as_deref() == Some("working")
         && let Some(path) = field("transcript_path")
     {
@@ -298,9 +298,10 @@ fn latest_of(ops: &[Value], events: &[&str], state_turn_started: Option<&str>) -
 const RETRY_TAIL_BYTES: u64 = 64 * 1024;
 
 /// When the transcript at `path` was last written, and, when its last record says the CLI is
-/// retrying a failed API call (Claude Code: `{"type":"system","subtype":"api_error",
-/// "retryInMs":…,"retryAttempt":…}`), when it said it would try again. Seconds since the
-/// epoch; `None` for what cannot be read.
+/// retrying a failed API call (Claude Code's `{"type":"system","subtype":"api_error",
+/// "retryInMs":…,"retryAttempt":…}`; the interactive 2.1.197 writes none and shows only its
+/// banner), when it said it would try again. Seconds since the epoch; `None` for what cannot
+/// be read.
 fn transcript_life(path: &Path) -> (Option<i64>, Option<i64>) {
     let Ok((_, meta)) = bounded::open_regular(path, Links::Follow) else {
         return (None, None);
