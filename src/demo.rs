@@ -89,7 +89,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
     if let Some(text) = context.as_deref().and_then(additional_context) {
         println!("[context injected by phoenix]\n{text}\n[end of context]");
     }
-    println!("type: crash | exit | silent | work | fail | ok");
+    println!("type: crash | exit | silent | work | fail | ok | turn CMD");
     // Bracketed paste on, as real agent CLIs have it: a pasted block (phoenix's injections)
     // arrives between ESC[200~ and ESC[201~ and is one prompt, not one per line.
     print!("\x1b[?2004h> ");
@@ -168,6 +168,40 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
                 // does not contain (`->conti{}nuity:load`).
                 say if say.starts_with("say ") => {
                     println!("{}", say[4..].replace("\\n", "\n").replace("{}", ""))
+                }
+                // `turn CMD`: one whole turn, as a model that runs CMD and is done: its prompt,
+                // one successful tool call running CMD, the end of the turn; then idle at the
+                // prompt.
+                t if t.starts_with("turn ") => {
+                    let command = &t[5..];
+                    println!("demo-agent: turn running `{command}`");
+                    hook(
+                        &agent,
+                        "prompt",
+                        json!({
+                            "hook_event_name": "UserPromptSubmit", "session_id": session_id,
+                            "cwd": cwd(), "prompt": format!("please run {command}"),
+                        }),
+                    );
+                    step += 1;
+                    transcript.tool_call(step, command, false);
+                    hook(
+                        &agent,
+                        "heartbeat",
+                        json!({
+                            "hook_event_name": "PostToolUse", "session_id": session_id, "cwd": cwd(),
+                            "tool_name": "Bash", "tool_input": {"command": command},
+                            "tool_response": {"stdout": "ok", "stderr": "", "interrupted": false},
+                        }),
+                    );
+                    hook(
+                        &agent,
+                        "stop",
+                        json!({"hook_event_name": "Stop", "session_id": session_id, "cwd": cwd()}),
+                    );
+                    println!("demo-agent: turn done");
+                    mode = Mode::Silent;
+                    continue;
                 }
                 // Several words are a prompt, as a person (or phoenix) would type it.
                 prompt if prompt.contains(' ') => {

@@ -441,7 +441,7 @@ fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
     let dir = start_claude(
         &fleet,
         &server,
-        "[thresholds]\nsilence = \"2s\"\n",
+        "[thresholds]\nsilence = \"3s\"\n",
         "index the archive",
     );
     support::wait_until(
@@ -449,7 +449,11 @@ fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
         "the request that hangs",
         || !server.message_requests().is_empty(),
     );
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    // A pass while the turn is young: it is not silent yet, and the passes that follow
+    // compare screens (a ticking spinner is not a sign of life).
+    let young = fleet.run(&["watchdog", "--once", "--json"]).json();
+    assert_eq!(young["agents"][0]["verdict"], "healthy", "{young}");
+    std::thread::sleep(std::time::Duration::from_secs(4));
     let cc = fleet.two_watchdog_passes();
     assert_eq!(cc["verdict"], "unhealthy", "{cc}");
     assert_eq!(cc["findings"][0]["check"], "silence", "{cc}");
@@ -462,6 +466,213 @@ fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
     let state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
     assert_eq!(state["current_task"], "index the archive");
+}
+
+/// An agent idle for longer than the silence threshold gets a prompt whose answer is slow:
+/// its last tool call is from the turn before, and the watchdog must not call the new turn
+/// silent (it once revived such an agent 2 s into the turn).
+#[test]
+fn real_claude_idle_past_silence_then_a_slow_answer_is_not_silent() {
+    let fleet = support::Fleet::new();
+    let server = ModelServer::start(vec![
+        Turn::bash("echo one > one.txt"),
+        Turn::text("Wrote it."),
+        Turn::text("Here is the summary."),
+    ]);
+    let dir = start_claude(
+        &fleet,
+        &server,
+        "[thresholds]\nsilence = \"5s\"\n",
+        "write one file",
+    );
+    let state = || -> serde_json::Value {
+        std::fs::read(dir.join("state.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    };
+    support::wait_until(
+        std::time::Duration::from_secs(60),
+        "the first turn done",
+        || state()["status"] == "idle" && dir.join("tool_use.jsonl").exists(),
+    );
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "idle past the silence threshold",
+        || fleet.quiet_for("cc") > 6.0,
+    );
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let asked = server.message_requests().len();
+    server.delay_next(std::time::Duration::from_secs(4));
+    type_prompt(&fleet, &pane, "summarize what you did");
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the slow request",
+        || server.message_requests().len() > asked && state()["status"] == "working",
+    );
+    for pass in 0..2 {
+        let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+        assert_eq!(
+            report["agents"][0]["verdict"], "healthy",
+            "pass {pass}: {report}"
+        );
+    }
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the slow answer",
+        || {
+            fleet
+                .tmux(&["capture-pane", "-p", "-t", &pane])
+                .is_some_and(|s| s.contains("Here is the summary."))
+        },
+    );
+    let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+    assert_eq!(report["agents"][0]["verdict"], "healthy", "{report}");
+    assert_eq!(
+        fleet
+            .unhealthy_events("cc")
+            .matches("session_unhealthy")
+            .count(),
+        0
+    );
+}
+
+/// Claude Code retrying an overloaded API by itself ("API error · Retrying in 5s · attempt
+/// 4/10", no hook, no transcript write for 18 s) is busy, not silent, for as long as it
+/// retries.
+#[test]
+fn real_claude_retrying_an_overloaded_api_is_not_silent() {
+    let fleet = support::Fleet::new();
+    let mut script: Vec<Turn> = (0..5).map(|_| Turn::overloaded()).collect();
+    script.push(Turn::text("Finally through."));
+    let server = ModelServer::start(script);
+    start_claude(
+        &fleet,
+        &server,
+        "[thresholds]\nsilence = \"3s\"\n",
+        "check the mail",
+    );
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the first retry",
+        || server.message_requests().len() >= 2,
+    );
+    let retrying_since = std::time::Instant::now();
+    let screen = || {
+        fleet
+            .tmux(&["capture-pane", "-p", "-t", &pane])
+            .unwrap_or_default()
+    };
+    let (mut passes, mut saw_banner) = (0, false);
+    while !screen().contains("Finally through.") {
+        let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+        let shown = screen();
+        saw_banner |= shown.contains("Retrying in");
+        let a = &report["agents"][0];
+        assert_eq!(
+            a["verdict"],
+            "healthy",
+            "after {:?}: {a}\n{shown}",
+            retrying_since.elapsed()
+        );
+        passes += 1;
+        assert!(passes < 60, "never got through:\n{shown}");
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+    }
+    assert!(saw_banner, "no pass saw the retry banner");
+    assert!(
+        retrying_since.elapsed() > std::time::Duration::from_secs(6),
+        "the retries were over before silence could be found: {:?}",
+        retrying_since.elapsed()
+    );
+    assert_eq!(
+        fleet
+            .unhealthy_events("cc")
+            .matches("session_unhealthy")
+            .count(),
+        0
+    );
+}
+
+/// Running the same command at the end of each turn (real Bash calls, identical inputs) is
+/// a habit, not a repetition loop: neither idle after the turns nor working on the next one.
+#[test]
+fn real_claude_the_same_command_in_every_turn_is_not_a_loop() {
+    let fleet = support::Fleet::new();
+    let mut script = Vec::new();
+    for _ in 0..3 {
+        script.push(Turn::bash("echo tests pass"));
+        script.push(Turn::text("Tests pass."));
+    }
+    script.push(Turn::text("Next task noted."));
+    let server = ModelServer::start(script);
+    let dir = start_claude(
+        &fleet,
+        &server,
+        "[thresholds]\nrepeat = 3\n",
+        "run the tests",
+    );
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let state = || -> serde_json::Value {
+        std::fs::read(dir.join("state.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    };
+    let calls = || support::read_jsonl(&dir.join("tool_use.jsonl"));
+    for turn in 1..=3 {
+        if turn > 1 {
+            type_prompt(&fleet, &pane, "run the tests again");
+        }
+        support::wait_until(
+            std::time::Duration::from_secs(60),
+            "the turn's test run",
+            || calls().len() == turn && state()["status"] == "idle",
+        );
+    }
+    let digests: Vec<serde_json::Value> =
+        calls().iter().map(|c| c["input_digest"].clone()).collect();
+    assert!(
+        digests.iter().all(|d| *d == digests[0] && d.is_string()),
+        "{digests:?}"
+    );
+    for pass in 0..2 {
+        let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+        assert_eq!(
+            report["agents"][0]["verdict"], "healthy",
+            "idle, pass {pass}: {report}"
+        );
+    }
+    let asked = server.message_requests().len();
+    server.delay_next(std::time::Duration::from_secs(4));
+    type_prompt(&fleet, &pane, "note the next task");
+    support::wait_until(std::time::Duration::from_secs(30), "the next turn", || {
+        server.message_requests().len() > asked && state()["status"] == "working"
+    });
+    for pass in 0..2 {
+        let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+        assert_eq!(
+            report["agents"][0]["verdict"], "healthy",
+            "working, pass {pass}: {report}"
+        );
+    }
+    assert_eq!(
+        fleet
+            .unhealthy_events("cc")
+            .matches("session_unhealthy")
+            .count(),
+        0
+    );
 }
 
 /// Scenario 4, second half: six Bash calls fail in a row (real PostToolUseFailure hooks) →

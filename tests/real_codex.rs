@@ -574,13 +574,17 @@ fn real_codex_hanging_on_the_model_is_found_silent_and_revived() {
     let run = start_codex(
         &fleet,
         &server,
-        "[thresholds]\nsilence = \"2s\"\n",
+        "[thresholds]\nsilence = \"3s\"\n",
         "index the archive",
     );
     support::wait_until(WAIT, "the request that hangs", || {
         !server.turn_requests().is_empty()
     });
-    std::thread::sleep(Duration::from_secs(3));
+    // A pass while the turn is young: it is not silent yet, and the passes that follow
+    // compare screens (a ticking spinner is not a sign of life).
+    let young = fleet.run(&["watchdog", "--once", "--json"]).json();
+    assert_eq!(young["agents"][0]["verdict"], "healthy", "{young}");
+    std::thread::sleep(Duration::from_secs(4));
     let cx = fleet.two_watchdog_passes();
     assert_eq!(cx["verdict"], "unhealthy", "{cx}");
     assert_eq!(cx["findings"][0]["check"], "silence", "{cx}");
@@ -725,4 +729,56 @@ fn real_codex_compaction_saves_a_handoff_that_comes_back() {
     assert!(sent.contains(&saved), "the handoff id in {sent}");
     support::wait_for_screen(&fleet, &run.pane, "Carrying on after the compaction.", WAIT);
     assert!(!run.dir.join("hook_errors.jsonl").exists());
+}
+
+/// An agent idle for longer than the silence threshold gets a prompt whose answer is slow:
+/// its last tool call is from the turn before, and the watchdog must not call the new turn
+/// silent.
+#[test]
+fn real_codex_idle_past_silence_then_a_slow_answer_is_not_silent() {
+    let fleet = Fleet::new();
+    let server = openai_server::start(vec![
+        openai_server::exec("echo one > one.txt"),
+        Turn::text("Wrote it."),
+        Turn::text("Here is the summary."),
+    ]);
+    let run = start_codex(
+        &fleet,
+        &server,
+        "[thresholds]\nsilence = \"5s\"\n",
+        "write one file",
+    );
+    let (dir, pane) = (run.dir.clone(), run.pane.clone());
+    support::wait_until_explained(
+        Duration::from_secs(60),
+        "the first turn done",
+        || state_of(&dir)["status"] == "idle" && dir.join("tool_use.jsonl").exists(),
+        || fleet.explain("cx", &pane),
+    );
+    support::wait_until(WAIT, "idle past the silence threshold", || {
+        fleet.quiet_for("cx") > 6.0
+    });
+    let asked = server.turn_requests().len();
+    server.delay_next(Duration::from_secs(4));
+    support::submit(&fleet, &pane, "summarize what you did", WAIT);
+    support::wait_until(WAIT, "the slow request", || {
+        server.turn_requests().len() > asked && state_of(&dir)["status"] == "working"
+    });
+    for pass in 0..2 {
+        let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+        assert_eq!(
+            report["agents"][0]["verdict"], "healthy",
+            "pass {pass}: {report}"
+        );
+    }
+    support::wait_for_screen(&fleet, &pane, "Here is the summary.", WAIT);
+    let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+    assert_eq!(report["agents"][0]["verdict"], "healthy", "{report}");
+    assert_eq!(
+        fleet
+            .unhealthy_events("cx")
+            .matches("session_unhealthy")
+            .count(),
+        0
+    );
 }

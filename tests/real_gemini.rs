@@ -544,13 +544,17 @@ fn real_gemini_hanging_on_the_model_is_found_silent_and_revived() {
     let (dir, pane) = start_gemini(
         &fleet,
         &server,
-        "[thresholds]\nsilence = \"2s\"\n",
+        "[thresholds]\nsilence = \"3s\"\n",
         "index the archive",
     );
     support::wait_until(WAIT, "the request that hangs", || {
         !server.turn_requests().is_empty()
     });
-    std::thread::sleep(Duration::from_secs(3));
+    // A pass while the turn is young: it is not silent yet, and the passes that follow
+    // compare screens (a ticking spinner is not a sign of life).
+    let young = fleet.run(&["watchdog", "--once", "--json"]).json();
+    assert_eq!(young["agents"][0]["verdict"], "healthy", "{young}");
+    std::thread::sleep(Duration::from_secs(4));
     let gm = fleet.two_watchdog_passes();
     assert_eq!(gm["verdict"], "unhealthy", "{gm}");
     assert_eq!(gm["findings"][0]["check"], "silence", "{gm}");
@@ -692,4 +696,55 @@ fn real_gemini_compression_saves_a_handoff_that_comes_back() {
     // Given once: the compaction counted once, and no later prompt carries the block again.
     assert_eq!(state_of(&dir)["compactions"], 1);
     assert!(!dir.join("hook_errors.jsonl").exists());
+}
+
+/// An agent idle for longer than the silence threshold gets a prompt whose answer is slow:
+/// its last tool call is from the turn before, and the watchdog must not call the new turn
+/// silent.
+#[test]
+fn real_gemini_idle_past_silence_then_a_slow_answer_is_not_silent() {
+    let fleet = Fleet::new();
+    let server = gemini_server::start(vec![
+        gemini_server::shell("echo one > one.txt"),
+        Turn::text("Wrote it."),
+        Turn::text("Here is the summary."),
+    ]);
+    let (dir, pane) = start_gemini(
+        &fleet,
+        &server,
+        "[thresholds]\nsilence = \"5s\"\n",
+        "write one file",
+    );
+    support::wait_until_explained(
+        Duration::from_secs(60),
+        "the first turn done",
+        || state_of(&dir)["status"] == "idle" && dir.join("tool_use.jsonl").exists(),
+        || fleet.explain("gm", &pane),
+    );
+    support::wait_until(WAIT, "idle past the silence threshold", || {
+        fleet.quiet_for("gm") > 6.0
+    });
+    let asked = server.turn_requests().len();
+    server.delay_next(Duration::from_secs(4));
+    support::submit(&fleet, &pane, "summarize what you did", WAIT);
+    support::wait_until(WAIT, "the slow request", || {
+        server.turn_requests().len() > asked && state_of(&dir)["status"] == "working"
+    });
+    for pass in 0..2 {
+        let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+        assert_eq!(
+            report["agents"][0]["verdict"], "healthy",
+            "pass {pass}: {report}"
+        );
+    }
+    support::wait_for_screen(&fleet, &pane, "Here is the summary.", WAIT);
+    let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+    assert_eq!(report["agents"][0]["verdict"], "healthy", "{report}");
+    assert_eq!(
+        fleet
+            .unhealthy_events("gm")
+            .matches("session_unhealthy")
+            .count(),
+        0
+    );
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{Fleet, kill9, read_jsonl, wait_until};
+use support::{Fleet, kill9, read_jsonl, wait_until, wait_until_explained};
 
 /// A resumable demo agent with fast restarts.
 fn agent(name: &str, flags: &str) -> String {
@@ -71,12 +71,15 @@ fn unhealthy_events(fleet: &Fleet) -> Vec<Value> {
         .collect()
 }
 
+/// Wait until the agent made tool calls and then nothing for `quiet`: no tool call and no hook
+/// at all (a session that just started is not silent).
 fn wait_silent(fleet: &Fleet, agent: &str, quiet: Duration) {
     wait_until(Duration::from_secs(20), "tool calls, then silence", || {
         let log = fleet.agent_dir(agent).join("tool_use.jsonl");
         std::fs::metadata(&log)
             .and_then(|m| m.modified())
             .is_ok_and(|t| t.elapsed().unwrap_or_default() > quiet)
+            && fleet.quiet_for(agent) > quiet.as_secs_f64()
     });
 }
 
@@ -126,7 +129,7 @@ fn silence_is_confirmed_revived_once_then_unrecoverable() {
     assert!(e["details"]["tool_count"].as_u64().unwrap() > 0, "{e}");
     let log = std::fs::read_to_string(fleet.path().join("notified.log")).unwrap();
     assert!(log.contains("== investigation quiet"), "{log}");
-    assert!(log.contains("no tool call for"), "{log}");
+    assert!(log.contains("no sign of life for"), "{log}");
 
     // The wrapper resumed the session, and the revived agent was told why.
     wait_until(Duration::from_secs(15), "the revived session", || {
@@ -714,4 +717,132 @@ fn a_watchdog_pass_sweeps_stale_temp_files_of_dead_writers() {
         assert!(!p.exists(), "{} was not swept", p.display());
     }
     assert!(live.exists(), "a live writer's temp file is kept");
+}
+
+/// Type a line into an agent's pane, as a person would.
+fn type_into(fleet: &Fleet, agent: &str, text: &str) {
+    let pane = fleet.agent_status(agent)["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    fleet.tmux(&["send-keys", "-t", &pane, "-l", text]).unwrap();
+    fleet.tmux(&["send-keys", "-t", &pane, "Enter"]).unwrap();
+}
+
+fn state(fleet: &Fleet, agent: &str) -> Value {
+    std::fs::read_to_string(fleet.agent_dir(agent).join("state.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null)
+}
+
+fn explain(fleet: &Fleet, agent: &str) -> String {
+    let pane = fleet.agent_status(agent)["pane"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    format!(
+        "{}\n--- state.json\n{}",
+        fleet.explain(agent, &pane),
+        state(fleet, agent)
+    )
+}
+
+fn tool_calls(fleet: &Fleet, agent: &str) -> usize {
+    read_jsonl(&fleet.agent_dir(agent).join("tool_use.jsonl")).len()
+}
+
+/// An agent idle longer than the silence threshold that starts a turn is not silent: its
+/// last tool call was before the turn; nor is it a runaway: the turn before ended long ago,
+/// this one has just begun. The same turn, once nothing happens in it for longer than the
+/// threshold, is silent.
+#[test]
+fn a_turn_after_a_long_idle_is_not_silent_but_a_silent_turn_still_is() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "[thresholds]\nsilence = \"5s\"\nrunaway = \"5s\"\n\n{FAST}{}",
+        agent("late", "--silent-after 1ms"),
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["late"]);
+    let before = tool_calls(&fleet, "late");
+    type_into(&fleet, "late", "turn cargo build");
+    wait_until_explained(
+        Duration::from_secs(15),
+        "one finished turn",
+        || state(&fleet, "late")["status"] == "idle" && tool_calls(&fleet, "late") > before,
+        || explain(&fleet, "late"),
+    );
+    wait_until(Duration::from_secs(20), "an idle gap past silence", || {
+        fleet.quiet_for("late") > 6.0
+    });
+    assert_eq!(verdict(&watchdog(&fleet), "late")["verdict"], "healthy");
+
+    // A new prompt; the model thinks without calling a tool.
+    type_into(&fleet, "late", "please refactor the parser");
+    wait_until(Duration::from_secs(10), "the new turn", || {
+        state(&fleet, "late")["status"] == "working"
+    });
+    for pass in 0..2 {
+        let report = watchdog(&fleet);
+        let a = verdict(&report, "late");
+        assert_eq!(a["verdict"], "healthy", "pass {pass}: {a}");
+    }
+
+    // Nothing at all happens in the turn (no hook, no transcript write, a still screen).
+    wait_until(
+        Duration::from_secs(20),
+        "a turn silent past silence",
+        || fleet.quiet_for("late") > 6.0,
+    );
+    let first = watchdog(&fleet);
+    assert_eq!(verdict(&first, "late")["verdict"], "suspect", "{first}");
+    let second = watchdog(&fleet);
+    let a = verdict(&second, "late");
+    assert_eq!(a["verdict"], "unhealthy", "{a}");
+    assert_eq!(a["findings"][0]["check"], "silence", "{a}");
+    let summary = a["findings"][0]["summary"].as_str().unwrap();
+    assert!(summary.contains("no sign of life for"), "{summary}");
+}
+
+/// Running the same command at the end of every turn is a habit, not a loop: neither idle
+/// after those turns nor working on the next one is the agent found repeating itself.
+#[test]
+fn the_same_command_across_separate_prompts_is_not_a_loop() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "[thresholds]\nrepeat = 3\n\n{FAST}{}",
+        agent("habit", "--silent-after 1ms"),
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["habit"]);
+    let before = tool_calls(&fleet, "habit");
+    for k in 1..=4 {
+        type_into(&fleet, "habit", "turn cargo test");
+        wait_until_explained(
+            Duration::from_secs(15),
+            "the turn's tool call",
+            || {
+                tool_calls(&fleet, "habit") == before + k
+                    && state(&fleet, "habit")["status"] == "idle"
+            },
+            || explain(&fleet, "habit"),
+        );
+    }
+    let lines = read_jsonl(&fleet.agent_dir("habit").join("tool_use.jsonl"));
+    let digests: Vec<&Value> = lines[before..].iter().map(|l| &l["input_digest"]).collect();
+    assert!(digests.iter().all(|d| *d == digests[0] && d.is_string()));
+    for pass in 0..2 {
+        let a = verdict(&watchdog(&fleet), "habit").clone();
+        assert_eq!(a["verdict"], "healthy", "idle, pass {pass}: {a}");
+    }
+    type_into(&fleet, "habit", "please start the next task");
+    wait_until(Duration::from_secs(10), "the next turn", || {
+        state(&fleet, "habit")["status"] == "working"
+    });
+    for pass in 0..2 {
+        let a = verdict(&watchdog(&fleet), "habit").clone();
+        assert_eq!(a["verdict"], "healthy", "working, pass {pass}: {a}");
+    }
+    assert!(unhealthy_events(&fleet).is_empty());
 }

@@ -525,6 +525,7 @@ impl Hook<'_> {
                 s.session_id = session_id;
             }
             s.status = Status::Working;
+            s.turn_started = Some(now.clone());
             s.last_active = Some(now);
             Ok(())
         })?;

@@ -869,7 +869,7 @@ pub mod floors {
     );
     pub const SILENCE: Floor = floor(
         1000,
-        "no tool call for this long while working is unhealthy; for a very patient watchdog use a long value like \"1d\"",
+        "no sign of life (tool call, prompt, transcript write, screen change) for this long in a working turn is unhealthy; for a very patient watchdog use a long value like \"1d\"",
     );
     pub const RUNAWAY: Floor = floor(
         1000,

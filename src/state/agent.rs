@@ -97,6 +97,10 @@ pub struct AgentState {
     pub status: Status,
     #[serde(default)]
     pub current_task: Option<String>,
+    /// RFC 3339: when the current turn's prompt was submitted. The watchdog measures silence
+    /// and scopes loops from it, never from an earlier turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_started: Option<String>,
     #[serde(default)]
     pub session_id: Option<String>,
     #[serde(default)]

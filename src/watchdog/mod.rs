@@ -40,6 +40,12 @@ pub struct Memory {
     pub pending: Vec<Check>,
     #[serde(default)]
     pub screen_hash: Option<String>,
+    /// The screen's digest without spinners and elapsed-time counters, and the latest pass
+    /// that saw it change: a sign of life for the silence check.
+    #[serde(default)]
+    pub screen_moved_hash: Option<String>,
+    #[serde(default)]
+    pub screen_changed_at: Option<i64>,
     /// Tool calls in the log and the latest one's time at the previous pass (progress).
     #[serde(default)]
     pub tool_count: Option<u64>,
@@ -383,7 +389,7 @@ impl<'a> Watchdog<'a> {
                 .as_ref()
                 .and_then(|p| screens.remove(p))
             {
-                observed.with_screen(text, memory.screen_hash.as_deref());
+                observed.with_screen(text, memory);
             }
         }
         let mut agents = Vec::new();
@@ -476,6 +482,8 @@ impl<'a> Watchdog<'a> {
             .collect();
         memory.pending = found.iter().map(|f| f.check).collect();
         memory.screen_hash = seen.screen_hash.clone();
+        memory.screen_moved_hash = seen.screen_moved_hash.clone();
+        memory.screen_changed_at = seen.inputs.screen_changed_at;
         memory.tool_count = Some(seen.inputs.tool_count);
         memory.last_tool_call = seen.inputs.last_tool_call;
         memory.last_pass = Some(now);
@@ -516,6 +524,7 @@ impl<'a> Watchdog<'a> {
             // A new session is a new episode: its problems are confirmed afresh.
             memory.pending.clear();
             memory.screen_hash = None;
+            memory.screen_moved_hash = None;
         }
         if let Err(e) = memory.save_if_changed(&before, &dir) {
             report.problems.push(format!("cannot save {MEMORY}: {e}"));

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::health::{Call, Inputs, Process};
+use super::health::{self, Call, Inputs, Process};
 use crate::clinic::triage::tail_jsonl;
 use crate::hooks::failed_turn;
 use crate::spec::{AgentSpec, Cli};
@@ -33,21 +33,54 @@ pub struct Observed {
     /// The pane whose screen the screen check needs.
     pub wants_screen: Option<String>,
     pub screen_hash: Option<String>,
+    /// The screen's digest without its clocks (`without_clocks`): what moving means.
+    pub screen_moved_hash: Option<String>,
 }
 
 impl Observed {
-    /// Add the pane's screen, compared with the one of the previous pass.
-    pub fn with_screen(&mut self, text: String, previous_hash: Option<&str>) {
+    /// Add the pane's screen, compared with the one of the previous pass: a different one is
+    /// a sign of life now (a spinner, a retry countdown, streamed text), the same one is stuck.
+    /// Without a previous screen nothing is concluded either way.
+    pub fn with_screen(&mut self, text: String, previous: &super::Memory) {
         let hash = digest(&text);
-        self.inputs.screen_unchanged = previous_hash == Some(hash.as_str());
+        self.inputs.screen_unchanged = previous.screen_hash.as_deref() == Some(hash.as_str());
+        let moved = digest(&without_clocks(&text));
+        if previous
+            .screen_moved_hash
+            .as_ref()
+            .is_some_and(|p| *p != moved)
+        {
+            self.inputs.screen_changed_at = Some(self.inputs.now);
+        }
         self.inputs.screen = Some(text);
         self.screen_hash = Some(hash);
+        self.screen_moved_hash = Some(moved);
     }
 }
 
 fn seconds(ts: &str) -> Option<i64> {
-    ts.parse::<jiff::Timestamp>().ok().map(|t| t.as_second())
+    millis(ts).map(|ms| ms.div_euclid(1000))
 }
+
+fn millis(ts: &str) -> Option<i64> {
+    ts.parse::<jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_millisecond())
+}
+
+/// Ops that begin a turn: a prompt, a session or agent start. The calls made since the latest
+/// one are the current turn's, also once the turn ended.
+const TURN_STARTS: &[&str] = &["prompt", "session_start", "agent_start"];
+
+/// Ops that begin or end a turn: the agent has been working since the latest one.
+const TURN_BOUNDARIES: &[&str] = &[
+    "prompt",
+    "session_start",
+    "agent_start",
+    "turn_complete",
+    "turn_failed",
+    "session_end",
+];
 
 pub fn observe(
     agent: &AgentSpec,
@@ -59,6 +92,7 @@ pub fn observe(
 ) -> Observed {
     let mut inputs = Inputs {
         now,
+        screen_changed_at: previous.screen_changed_at,
         ..Inputs::default()
     };
     let pane = world.pane_of(&agent.name);
@@ -69,6 +103,7 @@ pub fn observe(
         pane: pane.map(|p| p.id.clone()),
         wants_screen: None,
         screen_hash: None,
+        screen_moved_hash: None,
     };
     let quarantined = crate::supervise::record::load(dir).safe_mode.is_some();
     // Starting a fleet is `apply`'s decision (or `phoenix run`'s), never a watchdog pass's:
@@ -149,34 +184,6 @@ pub fn observe(
     inputs.last_active = field("last_active").as_deref().and_then(seconds);
     observed.task = field("current_task");
 
-    let tool_log = dir.file(state::TOOL_USE);
-    if tool_log.exists() {
-        let lines = tail_jsonl(&tool_log);
-        inputs.tool_count = lines.len() as u64;
-        inputs.last_tool_call = lines
-            .iter()
-            .rev()
-            .find_map(|l| l.get("ts").and_then(Value::as_str).and_then(seconds));
-        inputs.recent_calls = lines
-            .iter()
-            .skip(lines.len().saturating_sub(RECENT_CALLS))
-            .map(|l| Call {
-                tool: l["tool"].as_str().unwrap_or("?").to_string(),
-                ok: l["ok"].as_bool().unwrap_or(true),
-                input: l["input_digest"].as_str().map(str::to_string),
-            })
-            .collect();
-        if lines.is_empty() {
-            inputs
-                .notes
-                .push("tool_use.jsonl has no readable line: silence uses last_active".into());
-        }
-    } else {
-        inputs
-            .notes
-            .push("no tool_use.jsonl yet: silence uses state.json's last_active".into());
-    }
-
     let ops = tail_jsonl(&dir.file(state::OPS_LOG));
     // Codex CLI ends a turn that failed on an API error without any hook, so the status stays
     // `working`: its rollout says the turn failed, and the CLI waits at its prompt. (Gemini's
@@ -202,17 +209,51 @@ pub fn observe(
                 .push("the session file says the last turn ended in an API error".into());
         }
     }
-    inputs.working_since = ops
-        .iter()
-        .rev()
-        .find(|o| {
-            matches!(
-                o["event"].as_str(),
-                Some("turn_complete" | "session_start" | "agent_start")
-            )
-        })
-        .and_then(|o| o["ts"].as_str())
-        .and_then(seconds);
+    let prompted = field("turn_started");
+    inputs.working_since =
+        latest_of(&ops, TURN_BOUNDARIES, prompted.as_deref()).map(|ms| ms.div_euclid(1000));
+    let turn_started_ms = latest_of(&ops, TURN_STARTS, prompted.as_deref());
+
+    let tool_log = dir.file(state::TOOL_USE);
+    if tool_log.exists() {
+        let lines = tail_jsonl(&tool_log);
+        inputs.tool_count = lines.len() as u64;
+        inputs.last_tool_call = lines
+            .iter()
+            .rev()
+            .find_map(|l| l.get("ts").and_then(Value::as_str).and_then(seconds));
+        let at = |l: &Value| l.get("ts").and_then(Value::as_str).and_then(millis);
+        let latest_ms = lines.iter().rev().find_map(at);
+        inputs.recent_calls = lines
+            .iter()
+            .skip(lines.len().saturating_sub(RECENT_CALLS))
+            .map(|l| Call {
+                tool: l["tool"].as_str().unwrap_or("?").to_string(),
+                ok: l["ok"].as_bool().unwrap_or(true),
+                input: l["input_digest"].as_str().map(str::to_string),
+                this_turn: health::in_current_turn(at(l), turn_started_ms, latest_ms),
+            })
+            .collect();
+        if lines.is_empty() {
+            inputs.notes.push(
+                "tool_use.jsonl has no readable line: silence uses the other signs of life".into(),
+            );
+        }
+    } else {
+        inputs
+            .notes
+            .push("no tool_use.jsonl yet: silence uses the other signs of life".into());
+    }
+
+    // The transcript moves while the model works without calling tools (its messages, and
+    // retry records where the CLI writes them): one stat, and its tail only while working.
+    if inputs.status.as_deref() == Some("working")
+        && let Some(path) = field("transcript_path")
+    {
+        let (written, retry_at) = transcript_life(Path::new(&path));
+        inputs.transcript_written = written;
+        inputs.retry_at = retry_at;
+    }
 
     if count_tokens {
         match field("transcript_path") {
@@ -241,10 +282,112 @@ pub fn observe(
     observed
 }
 
+/// The time of the latest op among `events`, or the prompt state.json recorded
+/// (`turn_started`), whichever is later (milliseconds since the epoch). An agent idle for
+/// hours that gets a prompt works since that prompt, not since the turn before.
+fn latest_of(ops: &[Value], events: &[&str], state_turn_started: Option<&str>) -> Option<i64> {
+    ops.iter()
+        .rev()
+        .find(|o| o["event"].as_str().is_some_and(|e| events.contains(&e)))
+        .and_then(|o| o["ts"].as_str())
+        .and_then(millis)
+        .max(state_turn_started.and_then(millis))
+}
+
+/// How much of a transcript's end is read for a retry record.
+const RETRY_TAIL_BYTES: u64 = 64 * 1024;
+
+/// When the transcript at `path` was last written, and, when its last record says the CLI is
+/// retrying a failed API call (Claude Code's `{"type":"system","subtype":"api_error",
+/// "retryInMs":…,"retryAttempt":…}`; the interactive 2.1.197 writes none and shows only its
+/// banner), when it said it would try again. Seconds since the epoch; `None` for what cannot
+/// be read.
+fn transcript_life(path: &Path) -> (Option<i64>, Option<i64>) {
+    let Ok((_, meta)) = bounded::open_regular(path, Links::Follow) else {
+        return (None, None);
+    };
+    let written = meta
+        .modified()
+        .ok()
+        .and_then(|t| jiff::Timestamp::try_from(t).ok())
+        .map(|t| t.as_second());
+    let retry_at = bounded::read_tail(path, RETRY_TAIL_BYTES, Links::Follow)
+        .ok()
+        .and_then(|tail| {
+            let text = tail.lines_text();
+            let last = text
+                .lines()
+                .rev()
+                .find_map(|l| serde_json::from_str::<Value>(l).ok())?;
+            retry_record(&last)
+        });
+    (written, retry_at)
+}
+
+/// When a transcript record of an API retry says the next attempt is due.
+fn retry_record(record: &Value) -> Option<i64> {
+    let wait = record.get("retryInMs").and_then(Value::as_i64)?;
+    let at = record
+        .get("timestamp")
+        .and_then(Value::as_str)
+        .and_then(millis)?;
+    Some((at + wait.max(0)).div_euclid(1000))
+}
+
 /// Was something recorded at `when` part of the run that started at `started` (both seconds
 /// since the epoch)? Without a start on record, yes; without a time of its own, no.
 fn of_this_run(when: Option<i64>, started: Option<i64>) -> bool {
     started.is_none_or(|s| when.is_some_and(|w| w >= s))
+}
+
+/// Spinner frames the CLIs animate while they wait (Claude Code's, Gemini CLI's braille).
+const SPINNER: &[char] = &[
+    '·', '✢', '✳', '✶', '✻', '✽', '*', '∗', '⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏', '◐',
+    '◓', '◑', '◒', '•', '◦', '●', '⏺',
+];
+
+/// The screen without what a waiting CLI animates by itself: spinner frames and elapsed-time
+/// counters (`12s`, `1m 3s`, `2h`). A CLI whose request hangs shows a ticking spinner and has
+/// not moved; streamed tokens (their counter), text, a retry countdown (`in 5 seconds`) have.
+fn without_clocks(screen: &str) -> String {
+    let chars: Vec<char> = screen.chars().filter(|c| !SPINNER.contains(c)).collect();
+    // The end of a clock (`12s`) starting at `k`, if one does.
+    let clock = |k: usize| {
+        if !chars[k].is_ascii_digit() || (k > 0 && chars[k - 1].is_alphanumeric()) {
+            return None;
+        }
+        let end = chars[k..]
+            .iter()
+            .position(|c| !c.is_ascii_digit())
+            .map_or(chars.len(), |n| k + n);
+        let unit = chars.get(end).copied();
+        let after = chars.get(end + 1).copied();
+        (matches!(unit, Some('s' | 'm' | 'h')) && after.is_none_or(|c| !c.is_alphanumeric()))
+            .then_some(end + 1)
+    };
+    let mut out = String::with_capacity(screen.len());
+    let mut k = 0;
+    while k < chars.len() {
+        let Some(mut end) = clock(k) else {
+            out.push(chars[k]);
+            k += 1;
+            continue;
+        };
+        // `1m 3s` is one clock.
+        loop {
+            let next = chars[end..]
+                .iter()
+                .position(|c| *c != ' ')
+                .map_or(chars.len(), |n| end + n);
+            match (next < chars.len()).then(|| clock(next)).flatten() {
+                Some(e) => end = e,
+                None => break,
+            }
+        }
+        out.push('#');
+        k = end;
+    }
+    out
 }
 
 fn digest(text: &str) -> String {
@@ -333,5 +476,91 @@ mod tests {
         std::fs::write(&none, "{\"type\":\"user\"}\n").unwrap();
         assert_eq!(tokens_used(&none), None);
         assert_eq!(tokens_used(&dir.path().join("missing")), None);
+    }
+
+    #[test]
+    fn a_claude_retry_record_says_when_the_next_attempt_is_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        std::fs::write(
+            &path,
+            "{\"type\":\"assistant\",\"timestamp\":\"2026-11-25T12:00:00.000Z\"}\n\
+             {\"type\":\"system\",\"subtype\":\"api_error\",\"level\":\"error\",\"retryInMs\":32000,\
+             \"retryAttempt\":5,\"maxRetries\":10,\"timestamp\":\"2026-11-25T12:01:00.500Z\"}\n",
+        )
+        .unwrap();
+        let (written, retry_at) = transcript_life(&path);
+        assert!(written.is_some());
+        let due = "2026-11-25T12:01:32.500Z"
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+            .as_second();
+        assert_eq!(retry_at, Some(due));
+        // A record after it means the retry is over.
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("{\"type\":\"assistant\",\"timestamp\":\"2026-11-25T12:01:40.000Z\"}\n");
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(transcript_life(&path).1, None);
+        assert_eq!(transcript_life(&dir.path().join("missing")), (None, None));
+    }
+
+    #[test]
+    fn a_ticking_spinner_is_not_movement_but_tokens_and_text_are() {
+        let at = |elapsed: &str, tokens: &str, glyph: &str| {
+            without_clocks(&format!(
+                "● Reading\n\n{glyph} Indexing… ({elapsed} · ↓ {tokens} tokens · esc to interrupt)\n> "
+            ))
+        };
+        assert_eq!(at("3s", "0", "✻"), at("1m 12s", "0", "✶"));
+        assert_eq!(at("59s", "12", "⠏"), at("1h 2m", "12", "⠋"));
+        assert_ne!(at("3s", "1.2k", "✻"), at("4s", "1.3k", "✻"));
+        assert_ne!(
+            without_clocks("Retrying in 5 seconds… (attempt 2/10)"),
+            without_clocks("Retrying in 4 seconds… (attempt 2/10)")
+        );
+        assert_ne!(without_clocks("step 1"), without_clocks("step 2"));
+        assert_eq!(without_clocks("sha 3s9f"), "sha 3s9f");
+    }
+
+    #[test]
+    fn a_turn_starts_at_its_prompt_not_at_the_end_of_the_turn_before() {
+        let op = |event: &str, ts: &str| serde_json::json!({"event": event, "ts": ts});
+        let ms = |ts: &str| millis(ts).unwrap();
+        let ops = vec![
+            op("session_start", "2026-11-25T09:00:00Z"),
+            op("turn_complete", "2026-11-25T09:05:00Z"),
+            op("watchdog", "2026-11-25T11:00:00Z"),
+            op("prompt", "2026-11-25T12:00:00.250Z"),
+            op("clinic_context_injected", "2026-11-25T12:00:01Z"),
+        ];
+        let turn_started = |ops: &[Value], state| latest_of(ops, TURN_BOUNDARIES, state);
+        assert_eq!(
+            turn_started(&ops, None),
+            Some(ms("2026-11-25T12:00:00.250Z"))
+        );
+        // The prompt op was not written, state.json has it.
+        assert_eq!(
+            turn_started(&ops[..3], Some("2026-11-25T12:00:00.250Z")),
+            Some(ms("2026-11-25T12:00:00.250Z"))
+        );
+        // A new session after it begins a new turn too.
+        let mut later = ops.clone();
+        later.push(op("session_start", "2026-11-25T12:30:00Z"));
+        assert_eq!(
+            turn_started(&later, Some("2026-11-25T12:00:00.250Z")),
+            Some(ms("2026-11-25T12:30:00Z"))
+        );
+        assert_eq!(turn_started(&[], None), None);
+        // The calls of a turn that ended are still its calls until the next one begins; the
+        // agent has been working only since it ended.
+        let ended = vec![
+            op("prompt", "2026-11-25T12:00:00Z"),
+            op("turn_complete", "2026-11-25T12:10:00Z"),
+        ];
+        assert_eq!(
+            latest_of(&ended, TURN_STARTS, None),
+            Some(ms("2026-11-25T12:00:00Z"))
+        );
+        assert_eq!(turn_started(&ended, None), Some(ms("2026-11-25T12:10:00Z")));
     }
 }

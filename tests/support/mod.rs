@@ -267,6 +267,19 @@ impl Fleet {
         .stdout()
     }
 
+    /// Seconds since the agent's last hook (state.json's `last_active`); 0 when unknown.
+    pub fn quiet_for(&self, agent: &str) -> f64 {
+        std::fs::read(self.agent_dir(agent).join("state.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|s| s["last_active"].as_str()?.parse::<jiff::Timestamp>().ok())
+            .map_or(0.0, |t| {
+                (jiff::Timestamp::now() - t)
+                    .total(jiff::Unit::Second)
+                    .unwrap_or(0.0)
+            })
+    }
+
     pub fn ops(&self, agent: &str) -> Vec<serde_json::Value> {
         read_jsonl(&self.agent_dir(agent).join("ops.jsonl"))
     }

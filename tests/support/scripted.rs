@@ -71,11 +71,17 @@ pub trait Protocol: Send + Sync + 'static {
 pub struct Script {
     turns: Mutex<VecDeque<Turn>>,
     ids: AtomicUsize,
+    /// How long the next scripted turn takes to come (a slow model), once.
+    delay: Mutex<Option<Duration>>,
 }
 
 impl Script {
     /// The next scripted turn, or a closing text once the script is exhausted.
     pub fn next(&self) -> Turn {
+        let delay = self.delay.lock().unwrap().take();
+        if let Some(delay) = delay {
+            std::thread::sleep(delay);
+        }
         self.turns
             .lock()
             .unwrap()
@@ -111,6 +117,7 @@ impl<P: Protocol> ScriptedServer<P> {
             script: Script {
                 turns: Mutex::new(script.into()),
                 ids: AtomicUsize::new(1),
+                delay: Mutex::new(None),
             },
             requests: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
@@ -150,6 +157,11 @@ impl<P: Protocol> ScriptedServer<P> {
     /// Every request so far, in arrival order.
     pub fn requests(&self) -> Vec<Request> {
         self.shared.requests.lock().unwrap().clone()
+    }
+
+    /// The next scripted turn comes only after `delay`, as from a slow model.
+    pub fn delay_next(&self, delay: Duration) {
+        *self.shared.script.delay.lock().unwrap() = Some(delay);
     }
 }
 
