@@ -243,6 +243,22 @@ pub fn resumable(session: &RecordedSession, record: &SuperviseRecord, workdir: &
     }
 }
 
+/// Did session `id` get as far as one turn? Its transcript says (the path its session-start
+/// hook reported with that id): a session that never got a prompt has none, and its CLI
+/// cannot resume it (Claude Code exits 1: "No conversation found"). Without a transcript to
+/// look at, nothing says it is empty: `true`.
+pub fn session_has_turn(dir: &AgentDir, id: &str) -> bool {
+    let Ok(state) = dir.read_state() else {
+        return true;
+    };
+    match (&state.session_id, &state.transcript_path) {
+        (Some(sid), Some(path)) if sid == id => {
+            crate::clinic::triage::transcript_has_turn(Path::new(path))
+        }
+        _ => true,
+    }
+}
+
 pub fn same_dir(a: &Path, b: &Path) -> bool {
     let canon = |p: &Path| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     canon(a) == canon(b)
@@ -480,6 +496,39 @@ mod tests {
         assert!(!resumable(&s, &SuperviseRecord::default(), Path::new("/")));
         clear_session(&d, "abc").unwrap();
         assert!(load(&d).is_discarded("abc"));
+    }
+
+    #[test]
+    fn a_session_whose_transcript_has_no_turn_has_none() {
+        let (_t, d) = dir();
+        let transcript = d.file("t.jsonl");
+        let state = format!(
+            r#"{{"agent": "a", "session_id": "s1", "transcript_path": "{}"}}"#,
+            transcript.display()
+        );
+        fs::write(d.file("state.json"), state).unwrap();
+        // Never written: the session never got a prompt.
+        assert!(!session_has_turn(&d, "s1"));
+        fs::write(&transcript, "").unwrap();
+        assert!(!session_has_turn(&d, "s1"));
+        fs::write(
+            &transcript,
+            "{\"type\": \"file-history-snapshot\"}\n{\"type\": \"user\", \"isMeta\": true, \"message\": {\"content\": \"x\"}}\n",
+        )
+        .unwrap();
+        assert!(!session_has_turn(&d, "s1"));
+        fs::write(
+            &transcript,
+            "{\"type\": \"user\", \"message\": {\"role\": \"user\", \"content\": \"fix it\"}}\n",
+        )
+        .unwrap();
+        assert!(session_has_turn(&d, "s1"));
+        // A format it does not know, another session's id, no state: it cannot tell.
+        fs::write(&transcript, "{\n  \"messages\": []\n}\n").unwrap();
+        assert!(session_has_turn(&d, "s1"));
+        assert!(session_has_turn(&d, "s2"));
+        fs::remove_file(d.file("state.json")).unwrap();
+        assert!(session_has_turn(&d, "s1"));
     }
 
     #[test]
