@@ -155,7 +155,7 @@ function M.prescribe(diagnosis, trauma)
   if cause == "model_unavailable" then
     local model = model_named(table.concat({ trauma.error_type or "", trauma.error_message or "" }, "\n"))
     local which = model and ("the model `" .. model .. "`") or "the agent's model"
-    return { action = "abort", reason = "model_unavailable: " .. which .. " cannot be used: fix `--model` in the agent's `command` in phoenix.toml" }
+    return { action = "abort", reason = which .. " cannot be used: fix `--model` in the agent's `command` in phoenix.toml" }
   end
   if NEEDS_A_PERSON[cause] then
     return { action = "abort", reason = cause .. ": a restart cannot fix this; a person has to" }

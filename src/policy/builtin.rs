@@ -400,9 +400,9 @@ pub fn prescribe(diagnosis: &Diagnosis, trauma: &Trauma) -> Prescription {
     match diagnosis.root_cause {
         RootCause::ModelUnavailable => Prescription::abort(match model_named(&trauma.error_text()) {
             Some(model) => format!(
-                "model_unavailable: the model `{model}` cannot be used: fix `--model` in the agent's `command` in phoenix.toml"
+                "the model `{model}` cannot be used: fix `--model` in the agent's `command` in phoenix.toml"
             ),
-            None => "model_unavailable: the agent's model cannot be used: fix `--model` in the agent's `command` in phoenix.toml".to_string(),
+            None => "the agent's model cannot be used: fix `--model` in the agent's `command` in phoenix.toml".to_string(),
         }),
         cause if cause.needs_a_person() => Prescription::abort(format!(
             "{cause}: a restart cannot fix this; a person has to"
@@ -672,7 +672,7 @@ mod tests {
         assert_eq!(
             p.reason.as_deref(),
             Some(
-                "model_unavailable: the model `claude-nope-4` cannot be used: fix `--model` in the agent's `command` in phoenix.toml"
+                "the model `claude-nope-4` cannot be used: fix `--model` in the agent's `command` in phoenix.toml"
             )
         );
         assert_eq!(

@@ -765,7 +765,7 @@ impl Wrapper {
             }
             Start::SafeMode => {
                 decision.action = ExitAction::SafeMode;
-                Some(format!(
+                let abort = format!(
                     "clinic: {}: {}",
                     recovery.diagnosis.root_cause,
                     recovery
@@ -773,7 +773,11 @@ impl Wrapper {
                         .reason
                         .as_deref()
                         .unwrap_or("the recovery was aborted")
-                ))
+                );
+                // What safe mode shows: the Clinic's reason (what to fix), not the policy's
+                // "resuming" it overruled.
+                decision.explain = abort.clone();
+                Some(abort)
             }
         };
         (abort, cleared)
