@@ -1049,3 +1049,28 @@ fn sigterm_during_a_pass_starts_no_further_agent() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A person's `phoenix restart` gives the task a new budget of watchdog revivals (as it does
+/// for crashes and the Clinic's recoveries); the rest of the watchdog's memory stays.
+#[test]
+fn an_operator_restart_resets_the_revivals_spent_on_the_task() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    let memory = fleet.agent_dir("alpha").join("watchdog.json");
+    std::fs::write(
+        &memory,
+        r#"{"revival_task": "fix the login test", "revivals": 1, "tool_count": 7}"#,
+    )
+    .unwrap();
+    fleet.run(&["restart", "alpha"]).status(0);
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(&memory).unwrap()).unwrap();
+    assert_eq!(after["revivals"], 0, "{after}");
+    assert_eq!(after["revival_task"], Value::Null, "{after}");
+    assert_eq!(after["tool_count"], 7, "{after}");
+}

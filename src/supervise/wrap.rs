@@ -943,8 +943,7 @@ impl Wrapper {
             match word.trim() {
                 "" => {}
                 w @ ("restart" | "fresh") => {
-                    let _ = record::update(&self.dir, |r| r.reset());
-                    let _ = crate::clinic::reset_recoveries(&self.dir);
+                    let _ = super::restart::reset_counts(&self.dir);
                     let _ = self.dir.clear_marker(state::CLEAN_EXIT);
                     let fresh = w == "fresh";
                     let _ = self.dir.record_op(

@@ -734,7 +734,7 @@ impl<'a> Watchdog<'a> {
                 Ok("resumed by its wrapper")
             }
             _ => {
-                crate::supervise::restart::restart(&self.config, &agent.name, false)?;
+                crate::supervise::restart::revive(&self.config, &agent.name)?;
                 Ok("pane restarted")
             }
         }
