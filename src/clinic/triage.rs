@@ -191,8 +191,12 @@ impl TranscriptFacts {
 /// startup, before its first prompt (Claude Code's snapshots and summaries, Codex's session
 /// header).
 const NOT_A_TURN: &[&str] = &[
+    "mode",
+    "permission-mode",
+    "custom-title",
     "summary",
     "file-history-snapshot",
+    "queue-operation",
     "system",
     "session_meta",
     "turn_context",
