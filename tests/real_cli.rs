@@ -310,6 +310,81 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
     assert_eq!(handoffs[0]["trigger_reason"], "crash");
 }
 
+/// A resume that worked is kept: the resumed session finishes a turn and takes a new prompt,
+/// is killed again seconds after it started, and is resumed again (same session), not thrown
+/// away for a fresh one.
+#[test]
+fn real_claude_resumed_session_killed_again_within_seconds_is_resumed_again() {
+    let fleet = support::Fleet::new();
+    let server = ModelServer::start(vec![
+        Turn::text("Planned."),
+        Turn::text("Picked up."),
+        Turn::bash("sleep 60"),
+        Turn::text("Back again."),
+    ]);
+    let dir = start_claude(&fleet, &server, "", "plan the release");
+    let state = || -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap()
+    };
+    let turns = || {
+        fleet
+            .ops("cc")
+            .iter()
+            .filter(|o| o["event"] == "turn_complete")
+            .count()
+    };
+    support::wait_until(std::time::Duration::from_secs(30), "the first turn", || {
+        turns() == 1
+    });
+    let id = state()["session_id"].as_str().unwrap().to_string();
+    // Claude Code writes its transcript behind the turn: killed before it did, there would be
+    // no conversation to resume.
+    let transcript = state()["transcript_path"].as_str().unwrap().to_string();
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the turn in the transcript",
+        || std::fs::read_to_string(&transcript).is_ok_and(|t| t.contains("plan the release")),
+    );
+    let pid = fleet.wait_running(&["cc"])[0];
+    support::kill9(pid);
+    // The resumed session shows life and finishes a turn (phoenix's continue prompt).
+    support::wait_until(
+        std::time::Duration::from_secs(40),
+        "a turn of the resumed session",
+        || turns() == 2,
+    );
+    let resumed = fleet
+        .ops("cc")
+        .into_iter()
+        .rfind(|o| o["event"] == "agent_start")
+        .unwrap();
+    assert_eq!(resumed["mode"], "resume", "{resumed}");
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_prompt(&fleet, &pane, "now write the release notes");
+    support::wait_until(std::time::Duration::from_secs(30), "the new prompt", || {
+        state()["current_task"] == "now write the release notes"
+    });
+    support::kill9(resumed["pid"].as_u64().unwrap() as u32);
+    support::wait_until(std::time::Duration::from_secs(30), "the next start", || {
+        fleet
+            .ops("cc")
+            .iter()
+            .filter(|o| o["event"] == "agent_start")
+            .count()
+            == 3
+    });
+    let ops = fleet.ops("cc");
+    let exit = ops.iter().rfind(|o| o["event"] == "agent_exit").unwrap();
+    assert!(exit["runtime_ms"].as_u64().unwrap() < 30_000, "{exit}");
+    assert_eq!(exit["action"], "resume", "{exit}");
+    let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
+    assert_eq!(start["mode"], "resume", "{start}");
+    assert_eq!(start["session_id"], id.as_str(), "{start}");
+}
+
 /// Scenario 3: the model server says the prompt is too long. Claude Code stays at its prompt
 /// (StopFailure) → the watchdog finds the failed turn, the Clinic diagnoses a full context and
 /// prescribes a fresh session → the wrapper saves a context-limit handoff and starts fresh →

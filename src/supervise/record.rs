@@ -248,15 +248,35 @@ pub fn resumable(session: &RecordedSession, record: &SuperviseRecord, workdir: &
 /// cannot resume it (Claude Code exits 1: "No conversation found"). Without a transcript to
 /// look at, nothing says it is empty: `true`.
 pub fn session_has_turn(dir: &AgentDir, id: &str) -> bool {
-    let Ok(state) = dir.read_state() else {
-        return true;
-    };
+    transcript_turn(dir, id).unwrap_or(true)
+}
+
+/// What the transcript of session `id` says about a turn; `None` when there is none to read.
+fn transcript_turn(dir: &AgentDir, id: &str) -> Option<bool> {
+    let state = dir.read_state().ok()?;
     match (&state.session_id, &state.transcript_path) {
         (Some(sid), Some(path)) if sid == id => {
-            crate::clinic::triage::transcript_has_turn(Path::new(path))
+            Some(crate::clinic::triage::transcript_has_turn(Path::new(path)))
         }
-        _ => true,
+        _ => None,
     }
+}
+
+/// Did session `id` have a task: a prompt phoenix's hook saw in it (after a `session_start`
+/// of that id in ops.jsonl), or a turn in its transcript? The prompt counts even when the
+/// transcript lost it: Claude Code writes its transcript behind, and a kill -9 right after a
+/// turn can leave none of it on disk.
+pub fn session_had_task(dir: &AgentDir, id: &str) -> bool {
+    let ops = crate::clinic::triage::tail_jsonl(&dir.file(state::OPS_LOG));
+    let mut current: Option<&str> = None;
+    for op in &ops {
+        match op["event"].as_str() {
+            Some("session_start") => current = op["session_id"].as_str(),
+            Some("prompt") if current == Some(id) => return true,
+            _ => {}
+        }
+    }
+    transcript_turn(dir, id) == Some(true)
 }
 
 pub fn same_dir(a: &Path, b: &Path) -> bool {
@@ -529,6 +549,30 @@ mod tests {
         assert!(session_has_turn(&d, "s2"));
         fs::remove_file(d.file("state.json")).unwrap();
         assert!(session_has_turn(&d, "s1"));
+    }
+
+    #[test]
+    fn a_session_had_a_task_if_a_prompt_came_in_it_whatever_its_transcript() {
+        let (_t, d) = dir();
+        fs::write(
+            d.file("state.json"),
+            format!(
+                r#"{{"agent": "a", "session_id": "s2", "transcript_path": "{}"}}"#,
+                d.file("none.jsonl").display()
+            ),
+        )
+        .unwrap();
+        assert!(!session_had_task(&d, "s2"));
+        d.record_op("session_start", json!({"session_id": "s1"}))
+            .unwrap();
+        d.record_op("prompt", json!({"chars": 3})).unwrap();
+        d.record_op("session_start", json!({"session_id": "s2"}))
+            .unwrap();
+        // The prompt was in s1, not in s2 (whose transcript is not there either).
+        assert!(session_had_task(&d, "s1"));
+        assert!(!session_had_task(&d, "s2"));
+        d.record_op("prompt", json!({"chars": 3})).unwrap();
+        assert!(session_had_task(&d, "s2"));
     }
 
     #[test]

@@ -271,13 +271,13 @@ impl Wrapper {
         let id = session
             .map(str::to_string)
             .or_else(|| record::recorded_session(&self.dir).map(|s| s.id));
-        if id.is_some_and(|id| record::session_has_turn(&self.dir, &id)) {
+        if id.is_some_and(|id| record::session_had_task(&self.dir, &id)) {
             self.interrupted_by = Some(why);
         } else {
             self.interrupted_by = None;
             let _ = self.dir.record_op(
                 "continue_prompt_skipped",
-                json!({"after": why, "why": "the session had no turn: no task to continue"}),
+                json!({"after": why, "why": "the session had no prompt: no task to continue"}),
             );
         }
     }
