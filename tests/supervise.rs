@@ -432,21 +432,29 @@ fn a_missing_binary_goes_to_safe_mode_without_retries() {
     let mut perms = std::fs::metadata(&script).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&script, perms).unwrap();
+    let noexec = fleet.path().join("noexec.sh");
+    std::fs::write(&noexec, "#!/bin/sh\n").unwrap();
     fleet.toml(&format!(
         "{}[[agent]]\nname = \"gone\"\ncli = \"claude\"\ncommand = \"/nonexistent/bin/claude\"\n\n\
-         [[agent]]\nname = \"script\"\ncli = \"claude\"\ncommand = \"{}\"\n",
+         [[agent]]\nname = \"script\"\ncli = \"claude\"\ncommand = \"{}\"\n\n\
+         [[agent]]\nname = \"noexec\"\ncli = \"claude\"\ncommand = \"{}\"\n",
         fast_restarts(5),
-        script.display()
+        script.display(),
+        noexec.display()
     ));
     // `apply` says at once that `gone` cannot start; its wrapper stops it for a person.
     fleet
         .run(&["apply", "--yes"])
         .status(1)
         .stdout_has("the agent's command cannot start");
-    for agent in ["gone", "script"] {
+    for (agent, code) in [
+        ("gone", "exit 127: not found"),
+        ("script", "exit 127: not found"),
+        ("noexec", "exit 126: not executable"),
+    ] {
         let safe = wait_ops(&fleet, agent, "safe_mode", 1);
         let why = safe[0]["why"].as_str().unwrap();
-        assert!(why.contains("cannot be run (exit 127: not found)"), "{why}");
+        assert!(why.contains(&format!("cannot be run ({code})")), "{why}");
         assert!(why.contains("fix `command` in phoenix.toml"), "{why}");
         assert!(!why.contains("resum"), "{why}");
         let ends = ops_named(&fleet, agent, "agent_exit");

@@ -362,7 +362,7 @@ impl Wrapper {
         let started = Instant::now();
         let mut cmd = match self.command(&argv) {
             Ok(cmd) => cmd,
-            Err(e) => return self.spawn_failed(argv, mode, session_id, &e.to_string()),
+            Err(e) => return self.spawn_failed(argv, mode, session_id, &e.to_string(), 127),
         };
         term::foreground(&mut cmd, self.terminal.is_some());
         // Where this run's ops begin: its session-start hook may well come before it shows life.
@@ -371,7 +371,12 @@ impl Wrapper {
             Ok(child) => child,
             Err(e) => {
                 let msg = format!("cannot start `{}`: {e}", argv[0]);
-                return self.spawn_failed(argv, mode, session_id, &msg);
+                // What a shell reports: 126 found but not executable, 127 not found.
+                let code = match e.kind() {
+                    std::io::ErrorKind::PermissionDenied => 126,
+                    _ => 127,
+                };
+                return self.spawn_failed(argv, mode, session_id, &msg, code);
             }
         };
         let pid = child.id();
@@ -513,6 +518,7 @@ impl Wrapper {
         mode: StartMode,
         session_id: Option<String>,
         error: &str,
+        code: i32,
     ) -> Run {
         say(error);
         let _ = self
@@ -523,8 +529,7 @@ impl Wrapper {
             argv,
             mode,
             session_id,
-            // What a shell reports for a command it cannot run.
-            status: Some(ExitStatus::from_raw(127 << 8)),
+            status: Some(ExitStatus::from_raw(code << 8)),
             runtime: Duration::ZERO,
             showed_life: false,
         }
