@@ -90,15 +90,16 @@ local function contains(list, value)
 end
 
 -- The model an error names ("model: claude-x", "selected model (claude-x)",
--- "models/gemini-x"), for a person to fix.
+-- "models/gemini-x", "have access to gemini-x"), for a person to fix.
 local function model_named(text)
   local lower = text:lower()
-  for _, start in ipairs({ "model:", "selected model (", "models/" }) do
+  for _, start in ipairs({ "model:", "selected model (", "models/", "have access to " }) do
     local s, e = lower:find(start, 1, true)
     if s then
       local name = text:sub(e + 1):gsub("^ +", ""):match("^[%w%._%-@:]+")
       if name then name = name:gsub("[:%.]+$", "") end
-      if name and name ~= "" then return name end
+      -- Model names carry a version or a dash; "it" or "model" is no name.
+      if name and name:find("[%d%-]") then return name end
     end
   end
   return nil

@@ -175,6 +175,8 @@ pub const PATTERNS: &[Pattern] = &[
             "not_found_error",
             "issue with the selected model",
             "is not found for api version",
+            // Gemini CLI's dialog after a 404 for its model.
+            "you don't have access to gemini",
         ],
     },
     Pattern {
@@ -323,10 +325,10 @@ pub fn statuses(text: &str) -> Vec<u16> {
 }
 
 /// The model an error names (`model: claude-x`, `selected model (claude-x)`,
-/// `models/gemini-x`), for a person to fix. `policies/recovery.lua` reads it alike.
+/// `models/gemini-x`, `have access to gemini-x`), for a person to fix. `policies/recovery.lua` reads it alike.
 pub fn model_named(text: &str) -> Option<String> {
     let lower = text.to_lowercase();
-    ["model:", "selected model (", "models/"]
+    ["model:", "selected model (", "models/", "have access to "]
         .iter()
         .find_map(|start| {
             let at = lower.find(start)? + start.len();
@@ -336,7 +338,9 @@ pub fn model_named(text: &str) -> Option<String> {
                 .take_while(|c| c.is_ascii_alphanumeric() || "._-@:".contains(*c))
                 .collect();
             let name = name.trim_end_matches([':', '.']).to_string();
-            (!name.is_empty()).then_some(name)
+            // Model names carry a version or a dash; "it" or "model" is no name.
+            name.contains(|c: char| c.is_ascii_digit() || c == '-')
+                .then_some(name)
         })
 }
 
@@ -684,6 +688,20 @@ mod tests {
             Some("gemini-9".into())
         );
         assert_eq!(model_named("no model here"), None);
+        assert_eq!(model_named("you do not have access to it"), None);
+        // What Gemini CLI 0.61 shows (a dialog, the turn waits) when the API answers 404.
+        let gemini = Trauma {
+            error_type: "screen".into(),
+            error_message: "It seems like you don't have access to gemini-3.8-flash.\nYour admin might have disabled the access.".into(),
+            ..Trauma::default()
+        };
+        let d = diagnose(&gemini);
+        assert_eq!(d.root_cause, RootCause::ModelUnavailable);
+        assert!(
+            d.explanation.contains("`gemini-3.8-flash`"),
+            "{}",
+            d.explanation
+        );
     }
 
     #[test]

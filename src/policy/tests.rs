@@ -428,6 +428,8 @@ fn the_lua_default_agrees_with_the_builtin() {
         "There's an issue with the selected model (claude-x.1). It may not exist or you may not have access to it.",
         "models/gemini-9-pro is not found for API version v1beta",
         "API Error: 404 not_found_error",
+        "It seems like you don't have access to gemini-3.8-flash.\nYour admin might have disabled the access.",
+        "The model `gpt-9` does not exist or you do not have access to it. model_not_found",
         "API Error: 529 Overloaded",
         "HTTP 503 from upstream: request failed",
         "read ECONNRESET",
