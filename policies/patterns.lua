@@ -31,6 +31,11 @@ return {
       "model_not_found", "model not found", "unknown model", "invalid model",
       "model is not available", "model does not exist", "does not have access to model",
       "no such model",
+      -- Anthropic's 404 for a model it does not know ("type":"not_found_error",
+      -- "message":"model: claude-x"), Claude Code's own wording, Gemini's 404.
+      "not_found_error", "issue with the selected model", "is not found for api version",
+      -- Gemini CLI's dialog after a 404 for its model.
+      "you don't have access to gemini",
     },
   },
   {

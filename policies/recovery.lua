@@ -27,15 +27,21 @@ local function backoff(restart, attempt)
   return math.min(restart.cooldown * 2 ^ (attempt - 1), restart.backoff_max)
 end
 
--- A resumed run that dies within this long (ms) did not really resume.
-local QUICK_FAILURE_MS = 30000
+-- What a shell reports for a command it found but could not run (126) or did not find (127).
+local CANNOT_RUN = { [126] = "not executable", [127] = "not found" }
 
--- Hybrid resume (Phoenix Protocol v2.0): a clean exit waits for a person; a crash resumes
--- the session after a backoff, unless the resume itself failed quickly (then fresh); too
--- many crashes within the window stop the loop.
+-- Hybrid resume (Phoenix Protocol v2.0): a clean exit waits for a person; a command that
+-- cannot run too; a crash resumes the session after a backoff, unless the resumed session
+-- never showed life (then fresh); too many crashes within the window stop the loop.
 function M.on_exit(agent, exit)
   if exit.code == 0 and exit.signal == nil then
     return { action = "safe_mode", reason = "exited cleanly: left stopped until `phoenix restart`" }
+  end
+  -- The command itself cannot run: no restart fixes that, a person has to.
+  if exit.showed_life == false and exit.signal == nil and CANNOT_RUN[exit.code] then
+    return { action = "safe_mode", reason = string.format(
+      "the agent's command cannot be run (exit %d: %s): fix `command` in phoenix.toml",
+      exit.code, CANNOT_RUN[exit.code]) }
   end
   local restart = agent.restart
   local crashes = math.max(exit.crashes_in_window or 0, 1)
@@ -48,10 +54,13 @@ function M.on_exit(agent, exit)
   if exit.fresh_requested then
     return { action = "fresh", delay = delay, reason = count .. "; a fresh start was requested" }
   end
-  if exit.resumed and (exit.showed_life == false or (exit.runtime_ms or 0) < QUICK_FAILURE_MS) then
-    return { action = "fresh", delay = delay, reason = count .. "; the resume failed quickly: starting fresh" }
+  -- A resume failed when the resumed session never showed life (no hook, no turn), however
+  -- long it ran: one that did is the conversation, and is resumed again.
+  if exit.resumed and exit.showed_life == false then
+    return { action = "fresh", delay = delay, reason = count .. "; the resumed session showed no life: starting fresh" }
   end
-  return { action = "resume", delay = delay, reason = count .. ": resuming" }
+  local next = exit.session_id and "resuming" or "restarting"
+  return { action = "resume", delay = delay, reason = count .. ": " .. next }
 end
 
 -- Revive once per task; runaway work and repeated failures go to a person.
@@ -80,6 +89,22 @@ local function contains(list, value)
   return false
 end
 
+-- The model an error names ("model: claude-x", "selected model (claude-x)",
+-- "models/gemini-x", "have access to gemini-x"), for a person to fix.
+local function model_named(text)
+  local lower = text:lower()
+  for _, start in ipairs({ "model:", "selected model (", "models/", "have access to " }) do
+    local s, e = lower:find(start, 1, true)
+    if s then
+      local name = text:sub(e + 1):gsub("^ +", ""):match("^[%w%._%-@:]+")
+      if name then name = name:gsub("[:%.]+$", "") end
+      -- Model names carry a version or a dash; "it" or "model" is no name.
+      if name and name:find("[%d%-]") then return name end
+    end
+  end
+  return nil
+end
+
 -- Classify a failure by the phrases and HTTP statuses in policies/patterns.lua, first
 -- match wins.
 function M.diagnose(trauma)
@@ -90,7 +115,12 @@ function M.diagnose(trauma)
   for _, p in ipairs(patterns) do
     local phrase = phoenix.match(text, p.phrases)
     if phrase then
-      return { root_cause = p.cause, explanation = 'the error mentions "' .. phrase .. '"', confidence = 0.9 }
+      local explanation = 'the error mentions "' .. phrase .. '"'
+      local model = p.cause == "model_unavailable" and model_named(text)
+      if model then
+        explanation = "the model `" .. model .. "` is not available (" .. explanation .. ")"
+      end
+      return { root_cause = p.cause, explanation = explanation, confidence = 0.9 }
     end
     for _, code in ipairs(codes) do
       if contains(p.statuses, code) then
@@ -123,6 +153,11 @@ local NEEDS_A_PERSON = { invalid_credentials = true, model_unavailable = true, q
 -- Map a root cause to a treatment. phoenix itself stops at agent.max_recoveries per task.
 function M.prescribe(diagnosis, trauma)
   local cause = diagnosis.root_cause
+  if cause == "model_unavailable" then
+    local model = model_named(table.concat({ trauma.error_type or "", trauma.error_message or "" }, "\n"))
+    local which = model and ("the model `" .. model .. "`") or "the agent's model"
+    return { action = "abort", reason = which .. " cannot be used: fix `--model` in the agent's `command` in phoenix.toml" }
+  end
   if NEEDS_A_PERSON[cause] then
     return { action = "abort", reason = cause .. ": a restart cannot fix this; a person has to" }
   end

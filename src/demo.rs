@@ -71,8 +71,13 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         Some(id) => (id.clone(), "resume"),
         None => (new_session_id(), "startup"),
     };
-    println!("demo-agent `{agent}` session {session_id} ({source})");
     let transcript = Transcript::open(&session_id);
+    // As Claude Code does: a session it never wrote (no prompt, no turn) cannot be resumed.
+    if source == "resume" && transcript.path.as_ref().is_some_and(|p| !p.exists()) {
+        println!("No conversation found with session ID: {session_id}");
+        return Ok(1);
+    }
+    println!("demo-agent `{agent}` session {session_id} ({source})");
     if source == "startup"
         && let Some(task) = &args.task
     {

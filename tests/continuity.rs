@@ -627,3 +627,32 @@ fn a_fifo_or_dev_zero_as_transcript_or_input_is_refused_at_once() {
     let shown = fleet.run(&["handoff", "show", &id]).status(0).stdout();
     assert!(shown.contains("the migration is half done"), "{shown}");
 }
+
+/// One manual save names a task; the agent then gets a new prompt. The automatic handoff of
+/// the next restart is titled with the new task, not the one the ledger saved.
+#[test]
+fn after_a_manual_save_automatic_handoffs_name_the_current_task() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!("{FAST}{}", agent("titled", "")));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["titled"]);
+    save(&fleet, "titled", "Current task: the old task\n");
+    type_into(&fleet, "titled", "fix the flaky login test");
+    let state = fleet.agent_dir("titled").join("state.json");
+    wait_until(Duration::from_secs(15), "the prompt recorded", || {
+        std::fs::read_to_string(&state).is_ok_and(|s| s.contains("fix the flaky login test"))
+    });
+    fleet.run(&["restart", "titled"]).status(0);
+    let list = fleet.run(&["handoff", "list", "titled", "--json"]).json();
+    let last = list.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["trigger_reason"], "auto_restart", "{list}");
+    assert_eq!(last["summary"], "fix the flaky login test", "{list}");
+    let shown = fleet
+        .run(&["handoff", "show", last["id"].as_str().unwrap()])
+        .status(0)
+        .stdout();
+    assert!(
+        shown.contains("# Handoff: fix the flaky login test"),
+        "{shown}"
+    );
+}

@@ -525,6 +525,47 @@ fn pane_text(fleet: &Fleet) -> String {
         .unwrap_or_default()
 }
 
+/// Anthropic's 404 for a model it does not know: not retried, safe mode at the first crash,
+/// and the reason names the model and the fix.
+#[test]
+fn model_not_found_stops_at_the_first_crash_naming_the_model() {
+    let fleet = Fleet::new();
+    crashing_demo(
+        &fleet,
+        "700ms",
+        r#"--task 'Refactor the parser module' --fail-with 'API Error: 404 {\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":\"model: claude-nope-4\"}}'"#,
+        "",
+    );
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_until(Duration::from_secs(30), "the Clinic to stop it", || {
+        event_names(&fleet).iter().any(|e| e == "clinic_abort")
+    });
+    let events = read_jsonl(&fleet.state_dir().join("critical_events.jsonl"));
+    let diagnosis = events
+        .iter()
+        .find(|e| e["event"] == "clinic_diagnosis")
+        .unwrap();
+    assert_eq!(
+        diagnosis["details"]["diagnosis"]["root_cause"], "model_unavailable",
+        "{diagnosis}"
+    );
+    wait_until(Duration::from_secs(10), "safe mode", || {
+        fleet.ops("demo").iter().any(|o| o["event"] == "safe_mode")
+    });
+    let ops = fleet.ops("demo");
+    let starts = ops.iter().filter(|o| o["event"] == "agent_start").count();
+    assert_eq!(starts, 1, "no restart: {ops:?}");
+    let safe = ops.iter().find(|o| o["event"] == "safe_mode").unwrap();
+    let why = safe["why"].as_str().unwrap();
+    assert!(why.contains("`claude-nope-4`"), "{why}");
+    assert!(why.contains("fix `--model`"), "{why}");
+    fleet
+        .run(&["status", "demo"])
+        .status(0)
+        .stdout_has("model_unavailable")
+        .stdout_has("claude-nope-4");
+}
+
 /// The full loop in a real pane: the demo agent fails with "prompt is too long"; the wrapper's
 /// Clinic prescribes a fresh session with the context carried over, the next session gets it
 /// injected by its session-start hook, and after `max_recoveries` the Clinic stops the loop

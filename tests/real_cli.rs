@@ -300,6 +300,81 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
     assert_eq!(handoffs[0]["trigger_reason"], "crash");
 }
 
+/// A resume that worked is kept: the resumed session finishes a turn and takes a new prompt,
+/// is killed again seconds after it started, and is resumed again (same session), not thrown
+/// away for a fresh one.
+#[test]
+fn real_claude_resumed_session_killed_again_within_seconds_is_resumed_again() {
+    let fleet = support::Fleet::new();
+    let server = ModelServer::start(vec![
+        Turn::text("Planned."),
+        Turn::text("Picked up."),
+        Turn::bash("sleep 60"),
+        Turn::text("Back again."),
+    ]);
+    let dir = start_claude(&fleet, &server, "", "plan the release");
+    let state = || -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap()
+    };
+    let turns = || {
+        fleet
+            .ops("cc")
+            .iter()
+            .filter(|o| o["event"] == "turn_complete")
+            .count()
+    };
+    support::wait_until(std::time::Duration::from_secs(30), "the first turn", || {
+        turns() == 1
+    });
+    let id = state()["session_id"].as_str().unwrap().to_string();
+    // Claude Code writes its transcript behind the turn: killed before it did, there would be
+    // no conversation to resume.
+    let transcript = state()["transcript_path"].as_str().unwrap().to_string();
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the turn in the transcript",
+        || std::fs::read_to_string(&transcript).is_ok_and(|t| t.contains("plan the release")),
+    );
+    let pid = fleet.wait_running(&["cc"])[0];
+    support::kill9(pid);
+    // The resumed session shows life and finishes a turn (phoenix's continue prompt).
+    support::wait_until(
+        std::time::Duration::from_secs(40),
+        "a turn of the resumed session",
+        || turns() == 2,
+    );
+    let resumed = fleet
+        .ops("cc")
+        .into_iter()
+        .rfind(|o| o["event"] == "agent_start")
+        .unwrap();
+    assert_eq!(resumed["mode"], "resume", "{resumed}");
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_prompt(&fleet, &pane, "now write the release notes");
+    support::wait_until(std::time::Duration::from_secs(30), "the new prompt", || {
+        state()["current_task"] == "now write the release notes"
+    });
+    support::kill9(resumed["pid"].as_u64().unwrap() as u32);
+    support::wait_until(std::time::Duration::from_secs(30), "the next start", || {
+        fleet
+            .ops("cc")
+            .iter()
+            .filter(|o| o["event"] == "agent_start")
+            .count()
+            == 3
+    });
+    let ops = fleet.ops("cc");
+    let exit = ops.iter().rfind(|o| o["event"] == "agent_exit").unwrap();
+    assert!(exit["runtime_ms"].as_u64().unwrap() < 30_000, "{exit}");
+    assert_eq!(exit["action"], "resume", "{exit}");
+    let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
+    assert_eq!(start["mode"], "resume", "{start}");
+    assert_eq!(start["session_id"], id.as_str(), "{start}");
+}
+
 /// Scenario 3: the model server says the prompt is too long. Claude Code stays at its prompt
 /// (StopFailure) → the watchdog finds the failed turn, the Clinic diagnoses a full context and
 /// prescribes a fresh session → the wrapper saves a context-limit handoff and starts fresh →
@@ -380,6 +455,155 @@ fn real_claude_out_of_context_starts_fresh_with_the_handoff() {
     assert_ne!(state()["session_id"].as_str().unwrap(), old_session);
     // The prompt phoenix typed did not replace the task.
     assert_eq!(state()["current_task"], "migrate the billing tables");
+}
+
+/// The API answers 404 `not_found_error` ("model: claude-nope-4"): the failed turn is
+/// diagnosed as a model this account cannot use, and the agent goes to safe mode at once (no
+/// revival, no restart) with the model named and the fix (`--model` in phoenix.toml).
+#[test]
+fn real_claude_model_not_found_goes_to_safe_mode_naming_the_model() {
+    let fleet = support::Fleet::new();
+    // Every turn request gets it (Claude Code tries a 404 more than once).
+    let not_found = Turn::Error {
+        status: 404,
+        kind: "not_found_error".into(),
+        message: "model: claude-nope-4".into(),
+    };
+    let server = ModelServer::start(vec![not_found; 12]);
+    let bin = claude_bin();
+    let work = fleet.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let key = "sk-ant-test-0123456789abcdefghijklmnop";
+    let home = prepared_home(fleet.path(), &work, key);
+    let agent = claude_agent("cc", &bin, &home, &server, key).replace(
+        "--dangerously-skip-permissions",
+        "--dangerously-skip-permissions --model claude-nope-4",
+    );
+    fleet.toml(&format!(
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"30s\"\n\n{agent}"
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["cc"]);
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_prompt(&fleet, &pane, "summarise the changelog");
+    let dir = fleet.agent_dir("cc");
+    let state = || -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap()
+    };
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the failed turn recorded by the StopFailure hook",
+        || state()["status"] == "failed",
+    );
+
+    let report = fleet
+        .run(&["watchdog", "--once", "--json"])
+        .status(1)
+        .json();
+    let cc = &report["agents"][0];
+    assert_eq!(cc["findings"][0]["check"], "turn_failed", "{report}");
+    assert!(
+        cc["action_taken"]
+            .as_str()
+            .unwrap_or("")
+            .contains("safe_mode"),
+        "{report}"
+    );
+    let events = fleet
+        .run(&["events", "--agent", "cc", "--json"])
+        .status(0)
+        .stdout();
+    assert!(events.contains("model_unavailable"), "{events}");
+    assert!(events.contains("claude-nope-4"), "{events}");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("crashes.json")).unwrap()).unwrap();
+    let why = record["safe_mode"]["reason"].as_str().unwrap_or("");
+    assert!(why.contains("model_unavailable"), "{record}");
+    assert!(why.contains("`claude-nope-4`"), "{record}");
+    assert!(why.contains("fix `--model`"), "{record}");
+    // One start, no revival: a restart cannot fix the model.
+    let starts = fleet
+        .ops("cc")
+        .iter()
+        .filter(|o| o["event"] == "agent_start")
+        .count();
+    assert_eq!(starts, 1);
+}
+
+/// Claude Code started but never given a prompt has a session id and no conversation
+/// (`--resume` of it exits 1, "No conversation found"). `phoenix restart` starts it fresh: no
+/// failed resume, no crash counted, no continue prompt typed into a session with no task.
+#[test]
+fn real_claude_restarted_before_any_prompt_starts_fresh_without_a_crash() {
+    let fleet = support::Fleet::new();
+    let server = ModelServer::start(vec![Turn::text("Nothing to do.")]);
+    let bin = claude_bin();
+    let work = fleet.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let key = "sk-ant-test-0123456789abcdefghijklmnop";
+    let home = prepared_home(fleet.path(), &work, key);
+    fleet.toml(&format!(
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"30s\"\n\n{}",
+        claude_agent("cc", &bin, &home, &server, key)
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["cc"]);
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the session start",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .any(|o| o["event"] == "session_start")
+        },
+    );
+    let first = fleet
+        .ops("cc")
+        .iter()
+        .find(|o| o["event"] == "session_start")
+        .unwrap()["session_id"]
+        .clone();
+
+    fleet.run(&["restart", "cc"]).status(0);
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the next session start",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .filter(|o| o["event"] == "session_start")
+                .count()
+                == 2
+        },
+    );
+    let ops = fleet.ops("cc");
+    let starts: Vec<&serde_json::Value> =
+        ops.iter().filter(|o| o["event"] == "agent_start").collect();
+    assert_eq!(starts.len(), 2, "{ops:?}");
+    assert_eq!(starts[1]["mode"], "fresh", "{ops:?}");
+    let skipped = ops.iter().find(|o| o["event"] == "resume_skipped").unwrap();
+    assert_eq!(skipped["session_id"], first, "{ops:?}");
+    let exits: Vec<&serde_json::Value> =
+        ops.iter().filter(|o| o["event"] == "agent_exit").collect();
+    assert_eq!(exits.len(), 1, "{ops:?}");
+    assert_eq!(exits[0]["reason"], "operator_restart", "{ops:?}");
+    assert!(
+        !ops.iter().any(|o| o["event"] == "continue_prompt_sent"),
+        "{ops:?}"
+    );
+    // Nothing was sent to the model on anybody's behalf.
+    assert!(
+        server
+            .message_requests()
+            .iter()
+            .all(|r| r.body["tools"].as_array().is_none_or(|t| t.is_empty())),
+        "a turn request without a prompt"
+    );
 }
 
 /// The first request phoenix's continuation prompt made (it says the session was restarted),

@@ -78,13 +78,25 @@ fn session_id(fleet: &Fleet, agent: &str) -> Option<String> {
     v["session_id"].as_str().map(str::to_string)
 }
 
+/// The recorded session id, once the session has had a turn (the demo agent's first tool call
+/// is in its transcript): only such a session is resumed.
 fn wait_session_id(fleet: &Fleet, agent: &str) -> String {
     let mut id = None;
-    wait_until(Duration::from_secs(15), "a recorded session id", || {
-        id = session_id(fleet, agent);
+    wait_until(Duration::from_secs(15), "a session with a turn", || {
+        id = session_id(fleet, agent).filter(|id| {
+            std::fs::metadata(transcript(fleet, agent, id)).is_ok_and(|m| m.len() > 0)
+        });
         id.is_some()
     });
     id.unwrap()
+}
+
+/// Where the demo agent writes the transcript of session `id`.
+fn transcript(fleet: &Fleet, agent: &str, id: &str) -> std::path::PathBuf {
+    fleet
+        .agent_dir(agent)
+        .join("transcripts")
+        .join(format!("{id}.jsonl"))
 }
 
 fn exists(path: &Path) -> bool {
@@ -253,36 +265,28 @@ fn killed_agent_is_resumed_by_its_wrapper_with_the_recorded_session_id() {
     assert_eq!(session_id(&fleet, "alpha").as_deref(), Some(id.as_str()));
 }
 
+/// A resume failed when the resumed session never showed life (here its resume command exits
+/// at once): the next start is fresh and the old id is gone for good.
 #[test]
-fn crash_of_resumed_run_starts_fresh_and_clears_the_id() {
+fn a_resume_that_never_shows_life_starts_fresh_and_clears_the_id() {
     let fleet = Fleet::new();
     fleet.toml(&format!(
-        "{}{}",
-        fast_restarts(5),
-        resumable_agent("alpha", "")
+        "{}[[agent]]\nname = \"alpha\"\ncli = \"custom\"\n\
+         command = \"phoenix demo-agent --interval 200ms\"\n\
+         resume_command = \"sh -c 'exit 1' {{session_id}}\"\n",
+        fast_restarts(5)
     ));
     fleet.run(&["apply", "--yes"]).status(0);
     let pid = fleet.wait_running(&["alpha"])[0];
-    let pane = pane_of(&fleet, "alpha");
     let first = wait_session_id(&fleet, "alpha");
 
-    // A crash of a fresh run: resumed.
     kill9(pid);
-    let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
-    assert_eq!(starts[1]["mode"], "resume");
-    wait_until(Duration::from_secs(10), "resumed run shows life", || {
-        ops_named(&fleet, "alpha", "agent_alive")
-            .iter()
-            .any(|o| o["pid"] == starts[1]["pid"])
-    });
-
-    // The resumed run crashes within seconds (typed into its terminal): the resume did not
-    // work, so the next start is fresh and the old id is gone for good.
-    type_into(&fleet, &pane, "crash");
     let starts = wait_ops(&fleet, "alpha", "agent_start", 3);
+    assert_eq!(starts[1]["mode"], "resume", "{starts:?}");
     assert_eq!(starts[2]["mode"], "fresh", "{starts:?}");
     let ends = ops_named(&fleet, "alpha", "agent_exit");
-    assert_eq!(ends[1]["code"], 3);
+    assert_eq!(ends[1]["code"], 1);
+    assert_eq!(ends[1]["showed_life"], false);
     assert_eq!(ends[1]["action"], "fresh");
     let record: Value = serde_json::from_str(
         &std::fs::read_to_string(fleet.agent_dir("alpha").join("crashes.json")).unwrap(),
@@ -296,18 +300,171 @@ fn crash_of_resumed_run_starts_fresh_and_clears_the_id() {
             .any(|d| *d == first.as_str()),
         "{record}"
     );
-    let mut second = None;
-    wait_until(Duration::from_secs(20), "a new session id", || {
-        second = session_id(&fleet, "alpha").filter(|s| *s != first);
-        second.is_some()
-    });
+    // The fresh run's session is the one recorded now.
+    wait_new_session(&fleet, "alpha", &first);
+}
 
-    // The fresh run's crash resumes the new session, never the old one.
+/// A resumed session that shows life and takes a turn is the conversation: killed again a
+/// second after its start, it is resumed again, not thrown away for a fresh one.
+#[test]
+fn a_resumed_session_that_took_a_turn_is_resumed_again_when_killed_within_seconds() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
     let pid = fleet.wait_running(&["alpha"])[0];
+    let id = wait_session_id(&fleet, "alpha");
     kill9(pid);
-    let starts = wait_ops(&fleet, "alpha", "agent_start", 4);
-    assert_eq!(starts[3]["mode"], "resume");
-    assert_eq!(starts[3]["session_id"], second.unwrap().as_str());
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
+    assert_eq!(starts[1]["mode"], "resume");
+    let resumed = starts[1]["pid"].as_u64().unwrap() as u32;
+    // A turn of the resumed session: one more tool call in its transcript.
+    let before = std::fs::read_to_string(transcript(&fleet, "alpha", &id))
+        .unwrap()
+        .lines()
+        .count();
+    wait_until(
+        Duration::from_secs(10),
+        "a turn of the resumed session",
+        || {
+            std::fs::read_to_string(transcript(&fleet, "alpha", &id))
+                .is_ok_and(|t| t.lines().count() > before)
+        },
+    );
+    kill9(resumed);
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 3);
+    assert_eq!(starts[2]["mode"], "resume", "{starts:?}");
+    assert_eq!(starts[2]["session_id"], id.as_str());
+    let ends = ops_named(&fleet, "alpha", "agent_exit");
+    assert!(ends[1]["runtime_ms"].as_u64().unwrap() < 30_000, "{ends:?}");
+    assert_eq!(ends[1]["action"], "resume", "{ends:?}");
+}
+
+/// An agent that never got a prompt has a session id but no conversation: restarting or
+/// replacing it starts fresh (no resume its CLI would refuse, no crash counted), and a crash
+/// of it types no continue prompt into the next session: there is no task to continue.
+#[test]
+fn an_agent_that_never_got_a_prompt_is_started_fresh_and_told_nothing() {
+    let fleet = Fleet::new();
+    // Hooked like Claude Code (so that a continue prompt would be typed), idle from the start.
+    // (A custom CLI's pane output would count as life; a Claude-like one shows it by hooks.)
+    fleet.toml(&format!(
+        "{}[[agent]]\nname = \"idle\"\ncli = \"claude\"\n\
+         command = \"phoenix demo-agent --interval 200ms --silent-after 0s\"\n",
+        fast_restarts(5)
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["idle"]);
+    let first = session_id_soon(&fleet, "idle");
+    assert!(!transcript(&fleet, "idle", &first).exists());
+
+    fleet.run(&["restart", "idle"]).status(0);
+    let starts = wait_ops(&fleet, "idle", "agent_start", 2);
+    assert_eq!(starts[1]["mode"], "fresh", "{starts:?}");
+    let skipped = ops_named(&fleet, "idle", "resume_skipped");
+    assert_eq!(skipped[0]["session_id"], first.as_str(), "{skipped:?}");
+    assert!(
+        !fleet.agent_dir("idle").join("crashes.json").exists()
+            || std::fs::read_to_string(fleet.agent_dir("idle").join("crashes.json"))
+                .unwrap()
+                .contains("\"crashes\": []"),
+        "no crash"
+    );
+
+    // Killed: a crash, but of a session without a task.
+    let pid = fleet.wait_running(&["idle"])[0];
+    wait_until(Duration::from_secs(10), "the second session", || {
+        session_id(&fleet, "idle").is_some_and(|s| s != first)
+    });
+    kill9(pid);
+    let skipped = wait_ops(&fleet, "idle", "continue_prompt_skipped", 1);
+    assert_eq!(skipped[0]["after"], "crash", "{skipped:?}");
+    let starts = wait_ops(&fleet, "idle", "agent_start", 3);
+    assert_eq!(starts[2]["mode"], "fresh", "{starts:?}");
+    let alive = starts[2]["pid"].clone();
+    wait_until(Duration::from_secs(10), "the next run alive", || {
+        ops_named(&fleet, "idle", "agent_alive")
+            .iter()
+            .any(|o| o["pid"] == alive)
+    });
+    // The decision not to type it was made (and recorded) before this run started.
+    assert!(ops_named(&fleet, "idle", "continue_prompt_sent").is_empty());
+    let ends = ops_named(&fleet, "idle", "agent_exit");
+    assert!(ends.iter().all(|e| e["code"] != 1), "{ends:?}");
+}
+
+/// A session other than `old` that has had a turn.
+fn wait_new_session(fleet: &Fleet, agent: &str, old: &str) -> String {
+    let mut id = None;
+    wait_until(Duration::from_secs(20), "a new session with a turn", || {
+        id = session_id(fleet, agent).filter(|id| {
+            id != old && std::fs::metadata(transcript(fleet, agent, id)).is_ok_and(|m| m.len() > 0)
+        });
+        id.is_some()
+    });
+    id.unwrap()
+}
+
+fn session_id_soon(fleet: &Fleet, agent: &str) -> String {
+    let mut id = None;
+    wait_until(Duration::from_secs(15), "a recorded session id", || {
+        id = session_id(fleet, agent);
+        id.is_some()
+    });
+    id.unwrap()
+}
+
+/// A command that cannot run (missing binary, or a script whose program is missing: exit
+/// 127) is no crash to retry: safe mode at once, with the reason, and no word of resuming.
+/// Both are Claude-like (life shows by hooks): the shell's "not found" in the pane is no life.
+#[test]
+fn a_missing_binary_goes_to_safe_mode_without_retries() {
+    let fleet = Fleet::new();
+    let script = fleet.path().join("cli.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nexec phoenix-no-such-program-xyz \"$@\"\n",
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&script).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&script, perms).unwrap();
+    let noexec = fleet.path().join("noexec.sh");
+    std::fs::write(&noexec, "#!/bin/sh\n").unwrap();
+    fleet.toml(&format!(
+        "{}[[agent]]\nname = \"gone\"\ncli = \"claude\"\ncommand = \"/nonexistent/bin/claude\"\n\n\
+         [[agent]]\nname = \"script\"\ncli = \"claude\"\ncommand = \"{}\"\n\n\
+         [[agent]]\nname = \"noexec\"\ncli = \"claude\"\ncommand = \"{}\"\n",
+        fast_restarts(5),
+        script.display(),
+        noexec.display()
+    ));
+    // `apply` says at once that `gone` cannot start; its wrapper stops it for a person.
+    fleet
+        .run(&["apply", "--yes"])
+        .status(1)
+        .stdout_has("the agent's command cannot start");
+    for (agent, code) in [
+        ("gone", "exit 127: not found"),
+        ("script", "exit 127: not found"),
+        ("noexec", "exit 126: not executable"),
+    ] {
+        let safe = wait_ops(&fleet, agent, "safe_mode", 1);
+        let why = safe[0]["why"].as_str().unwrap();
+        assert!(why.contains(&format!("cannot be run ({code})")), "{why}");
+        assert!(why.contains("fix `command` in phoenix.toml"), "{why}");
+        assert!(!why.contains("resum"), "{why}");
+        let ends = ops_named(&fleet, agent, "agent_exit");
+        assert_eq!(ends.len(), 1, "no retry: {ends:?}");
+        assert_eq!(ends[0]["action"], "safe_mode");
+        let pane = pane_of(&fleet, agent);
+        wait_until(Duration::from_secs(5), "safe mode shown", || {
+            pane_phase(&fleet, &pane) == "safe"
+        });
+    }
 }
 
 #[test]
@@ -329,17 +486,13 @@ fn fresh_marker_is_honoured_once() {
     assert_eq!(starts[1]["mode"], "fresh");
     assert!(!exists(&marker), "consumed when honoured");
     assert_eq!(ops_named(&fleet, "alpha", "fresh_marker_honoured").len(), 1);
-    let mut second = None;
-    wait_until(Duration::from_secs(20), "a new session id", || {
-        second = session_id(&fleet, "alpha").filter(|s| *s != first);
-        second.is_some()
-    });
+    let second = wait_new_session(&fleet, "alpha", &first);
 
     let pid = fleet.wait_running(&["alpha"])[0];
     kill9(pid);
     let starts = wait_ops(&fleet, "alpha", "agent_start", 3);
     assert_eq!(starts[2]["mode"], "resume", "only once");
-    assert_eq!(starts[2]["session_id"], second.unwrap().as_str());
+    assert_eq!(starts[2]["session_id"], second.as_str());
 }
 
 #[test]
@@ -499,15 +652,11 @@ fn operator_restart_of_a_running_agent_is_recorded_and_fresh_is_not_undone_by_th
     assert_ne!(new_pid, pid);
 
     // Whatever restarts it next resumes the new session, never the one left on purpose.
-    let mut second = None;
-    wait_until(Duration::from_secs(20), "a new session id", || {
-        second = session_id(&fleet, "alpha").filter(|s| *s != first);
-        second.is_some()
-    });
+    let second = wait_new_session(&fleet, "alpha", &first);
     kill9(new_pid);
     let starts = wait_ops(&fleet, "alpha", "agent_start", 3);
     assert_eq!(starts[2]["mode"], "resume");
-    assert_eq!(starts[2]["session_id"], second.unwrap().as_str());
+    assert_eq!(starts[2]["session_id"], second.as_str());
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(
         ops_named(&fleet, "alpha", "agent_start").len(),
@@ -817,8 +966,9 @@ fn a_wrapper_run_in_another_tmux_server_never_touches_the_fleets_pane_of_that_id
         ])
         .unwrap();
     assert_eq!(out.trim(), pane, "the same pane id on both servers");
-    // Its command cannot start: it goes through cooldown again and again.
-    wait_ops(&fleet, "b", "spawn_failed", 2);
+    // Its command cannot start: safe mode at once, which sets the phase of its own pane only.
+    wait_ops(&fleet, "b", "spawn_failed", 1);
+    wait_ops(&fleet, "b", "safe_mode", 1);
     assert_eq!(pane_phase(&fleet, &pane), "running");
 }
 
@@ -906,4 +1056,29 @@ fn sigterm_during_a_pass_starts_no_further_agent() {
         assert!(panes() <= 1, "a pane appeared after the daemon stopped");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A person's `phoenix restart` gives the task a new budget of watchdog revivals (as it does
+/// for crashes and the Clinic's recoveries); the rest of the watchdog's memory stays.
+#[test]
+fn an_operator_restart_resets_the_revivals_spent_on_the_task() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    let memory = fleet.agent_dir("alpha").join("watchdog.json");
+    std::fs::write(
+        &memory,
+        r#"{"revival_task": "fix the login test", "revivals": 1, "tool_count": 7}"#,
+    )
+    .unwrap();
+    fleet.run(&["restart", "alpha"]).status(0);
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(&memory).unwrap()).unwrap();
+    assert_eq!(after["revivals"], 0, "{after}");
+    assert_eq!(after["revival_task"], Value::Null, "{after}");
+    assert_eq!(after["tool_count"], 7, "{after}");
 }

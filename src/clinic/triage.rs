@@ -187,6 +187,47 @@ impl TranscriptFacts {
     }
 }
 
+/// Records of a transcript that are no turn of the conversation: what a CLI may write at
+/// startup, before its first prompt (Claude Code's snapshots and summaries, Codex's session
+/// header).
+const NOT_A_TURN: &[&str] = &[
+    "mode",
+    "permission-mode",
+    "custom-title",
+    "summary",
+    "file-history-snapshot",
+    "queue-operation",
+    "system",
+    "session_meta",
+    "turn_context",
+];
+
+/// Does the transcript at `path` hold at least one turn (a prompt, an answer, a tool call),
+/// so that resuming its session brings a conversation back? `false` for a transcript the CLI
+/// never wrote (a session that got no prompt) or one with only startup records; `true` when
+/// it cannot tell (a format it does not know, a file it may not read): a session that may hold
+/// work is never thrown away on a guess.
+pub fn transcript_has_turn(path: &Path) -> bool {
+    let tail = match bounded::read_tail(path, TAIL_BYTES, Links::Follow) {
+        Ok(tail) => tail.lines_text(),
+        Err(e) => return !e.is_not_found(),
+    };
+    if tail.trim().is_empty() {
+        return false;
+    }
+    let records = jsonl(&tail);
+    let facts = transcript_facts(&records);
+    if facts.last_prompt.is_some() || !facts.assistant.is_empty() || !facts.tool_calls.is_empty() {
+        return true;
+    }
+    let startup_only = !records.is_empty()
+        && records.iter().all(|r| {
+            str_of(r, "type").is_some_and(|t| NOT_A_TURN.contains(&t))
+                || (str_of(r, "type") == Some("user") && flag(r, "isMeta"))
+        });
+    !startup_only
+}
+
 /// Read the facts out of Claude Code, Codex or Gemini transcript records.
 pub fn transcript_facts(records: &[Value]) -> TranscriptFacts {
     let mut facts = TranscriptFacts::default();

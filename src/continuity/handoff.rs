@@ -106,11 +106,14 @@ pub fn build(
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or(Value::Null);
     let ledger = ledger::load(dir);
+    // The agent's own words for this handoff, else the task it is on now (state.json holds
+    // the last prompt), else the ledger's: that one is only as new as the last save, and an
+    // automatic handoff titled with it would name a task the agent finished long ago.
     let task = text
         .task
         .clone()
-        .or_else(|| ledger.current_task.clone())
-        .or_else(|| state["current_task"].as_str().map(String::from));
+        .or_else(|| state["current_task"].as_str().map(String::from))
+        .or_else(|| ledger.current_task.clone());
     let open_loops: Vec<Value> = state["open_loops"].as_array().cloned().unwrap_or_default();
     let calls: Vec<Value> = tail_jsonl(&dir.file(state::TOOL_USE))
         .into_iter()
@@ -270,6 +273,48 @@ mod tests {
         assert_eq!(back.related, h.related);
         assert!(back.body.contains("not a header"));
         assert!(parse("no header").is_none());
+    }
+
+    /// A manual save set the ledger's task long ago; the agent has had a new prompt since.
+    #[test]
+    fn an_automatic_handoff_is_titled_with_the_current_task_not_the_last_saved_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = crate::state::FleetDir::new(tmp.path()).agent("a");
+        dir.ensure().unwrap();
+        ledger::update(&dir, |l| l.merge(&SaveText::parse("Task: the old task\n"))).unwrap();
+        std::fs::write(
+            dir.file("state.json"),
+            r#"{"agent": "a", "current_task": "the new task"}"#,
+        )
+        .unwrap();
+        let spec = crate::spec::parse(
+            "[[agent]]\nname = \"a\"\ncli = \"custom\"\ncommand = \"true\"\n",
+            &tmp.path().join("phoenix.toml"),
+            crate::spec::LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .unwrap();
+        let agent = spec.agent("a").unwrap();
+        let templates = Templates::new(None);
+        let auto = build(
+            &dir,
+            agent,
+            Trigger::Crash,
+            &SaveText::default(),
+            &templates,
+        )
+        .unwrap();
+        assert_eq!(auto.summary, "the new task");
+        assert!(
+            auto.body.starts_with("# Handoff: the new task\n"),
+            "{}",
+            auto.body
+        );
+        // The agent's own words for a handoff still win.
+        let own = SaveText::parse("Task: what I say\n");
+        let manual = build(&dir, agent, Trigger::Manual, &own, &templates).unwrap();
+        assert_eq!(manual.summary, "what I say");
     }
 
     #[test]

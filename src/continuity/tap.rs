@@ -530,14 +530,17 @@ fn act(config: &std::path::Path, name: &str, command: Command) {
             "load",
             match super::latest_for_startup(&dir) {
                 Some(h) => {
-                    let ledger = super::ledger::load(&dir);
+                    // The task the agent is on now (its last prompt), else the last saved one.
+                    let task = dir
+                        .read_state()
+                        .ok()
+                        .and_then(|s| s.current_task)
+                        .or_else(|| super::ledger::load(&dir).current_task);
                     let text = format!(
                         "[phoenix] continuity:load — latest handoff {} ({}){}\n{}",
                         h.id,
                         h.trigger.as_str(),
-                        ledger
-                            .current_task
-                            .map(|t| format!("; current task: {t}"))
+                        task.map(|t| format!("; current task: {t}"))
                             .unwrap_or_default(),
                         h.body.trim()
                     );

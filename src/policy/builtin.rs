@@ -12,12 +12,12 @@ pub fn backoff(restart: &RestartInfo, attempt: u32) -> Duration {
     Duration::from_secs_f64(secs.max(0.0))
 }
 
-/// A resumed run that dies within this long did not really resume: start fresh next time.
-pub const QUICK_FAILURE_MS: u64 = 30_000;
+/// What a shell reports for a command it found but could not run (126) or did not find (127).
+pub const CANNOT_RUN: [i32; 2] = [126, 127];
 
-/// Hybrid resume (Phoenix Protocol v2.0): a clean exit waits for a person; a crash resumes
-/// the session after a backoff, unless the resume itself failed quickly (then fresh); too
-/// many crashes within the window stop the loop.
+/// Hybrid resume (Phoenix Protocol v2.0): a clean exit waits for a person; a command that
+/// cannot run too; a crash resumes the session after a backoff, unless the resumed session
+/// never showed life (then fresh); too many crashes within the window stop the loop.
 pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
     let decide = |action, delay, reason: String| ExitDecision {
         action,
@@ -29,6 +29,24 @@ pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
             ExitAction::SafeMode,
             Duration::ZERO,
             "exited cleanly: left stopped until `phoenix restart`".into(),
+        );
+    }
+    // The command itself cannot run: no restart fixes that, a person has to.
+    if !exit.showed_life
+        && exit.signal.is_none()
+        && let Some(code) = exit.code.filter(|c| CANNOT_RUN.contains(c))
+    {
+        let what = if code == 127 {
+            "not found"
+        } else {
+            "not executable"
+        };
+        return decide(
+            ExitAction::SafeMode,
+            Duration::ZERO,
+            format!(
+                "the agent's command cannot be run (exit {code}: {what}): fix `command` in phoenix.toml"
+            ),
         );
     }
     let restart = &agent.restart;
@@ -53,14 +71,21 @@ pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
             format!("{count}; a fresh start was requested"),
         );
     }
-    if exit.resumed && (!exit.showed_life || exit.runtime_ms < QUICK_FAILURE_MS) {
+    // A resume failed when the resumed session never showed life (no hook, no turn), however
+    // long it ran: one that did is the conversation, and is resumed again.
+    if exit.resumed && !exit.showed_life {
         return decide(
             ExitAction::Fresh,
             delay,
-            format!("{count}; the resume failed quickly: starting fresh"),
+            format!("{count}; the resumed session showed no life: starting fresh"),
         );
     }
-    decide(ExitAction::Resume, delay, format!("{count}: resuming"))
+    let next = if exit.session_id.is_some() {
+        "resuming"
+    } else {
+        "restarting"
+    };
+    decide(ExitAction::Resume, delay, format!("{count}: {next}"))
 }
 
 /// Revive once per task; runaway work and repeated failures go to a person.
@@ -145,6 +170,13 @@ pub const PATTERNS: &[Pattern] = &[
             "model does not exist",
             "does not have access to model",
             "no such model",
+            // Anthropic's 404 for a model it does not know: `"type":"not_found_error",
+            // "message":"model: claude-x"`; Claude Code's own wording; Gemini's 404.
+            "not_found_error",
+            "issue with the selected model",
+            "is not found for api version",
+            // Gemini CLI's dialog after a 404 for its model.
+            "you don't have access to gemini",
         ],
     },
     Pattern {
@@ -292,15 +324,41 @@ pub fn statuses(text: &str) -> Vec<u16> {
     found
 }
 
+/// The model an error names (`model: claude-x`, `selected model (claude-x)`,
+/// `models/gemini-x`, `have access to gemini-x`), for a person to fix. `policies/recovery.lua` reads it alike.
+pub fn model_named(text: &str) -> Option<String> {
+    let lower = text.to_lowercase();
+    ["model:", "selected model (", "models/", "have access to "]
+        .iter()
+        .find_map(|start| {
+            let at = lower.find(start)? + start.len();
+            let name: String = text[at..]
+                .trim_start_matches(' ')
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || "._-@:".contains(*c))
+                .collect();
+            let name = name.trim_end_matches([':', '.']).to_string();
+            // Model names carry a version or a dash; "it" or "model" is no name.
+            name.contains(|c: char| c.is_ascii_digit() || c == '-')
+                .then_some(name)
+        })
+}
+
 /// Classify a failure by the patterns above.
 pub fn diagnose(trauma: &Trauma) -> Diagnosis {
     let text = trauma.error_text();
     let codes = statuses(&text);
     for p in PATTERNS {
         if let Some(phrase) = match_text(&text, p.phrases.iter().copied()) {
+            let mut explanation = format!("the error mentions \"{phrase}\"");
+            if p.cause == RootCause::ModelUnavailable
+                && let Some(model) = model_named(&text)
+            {
+                explanation = format!("the model `{model}` is not available ({explanation})");
+            }
             return Diagnosis {
                 root_cause: p.cause,
-                explanation: format!("the error mentions \"{phrase}\""),
+                explanation,
                 confidence: 0.9,
             };
         }
@@ -344,6 +402,12 @@ pub fn prescribe(diagnosis: &Diagnosis, trauma: &Trauma) -> Prescription {
     };
     let attempt = trauma.recoveries + 1;
     match diagnosis.root_cause {
+        RootCause::ModelUnavailable => Prescription::abort(match model_named(&trauma.error_text()) {
+            Some(model) => format!(
+                "the model `{model}` cannot be used: fix `--model` in the agent's `command` in phoenix.toml"
+            ),
+            None => "the agent's model cannot be used: fix `--model` in the agent's `command` in phoenix.toml".to_string(),
+        }),
         cause if cause.needs_a_person() => Prescription::abort(format!(
             "{cause}: a restart cannot fix this; a person has to"
         )),
@@ -529,6 +593,7 @@ mod tests {
             crashes_in_window: crashes,
             resumed,
             runtime_ms,
+            session_id: Some("s1".into()),
             ..ExitInfo::default()
         };
         let clean = on_exit(&agent, &exit(Some(0), 0, true, 1));
@@ -541,12 +606,13 @@ mod tests {
             crash.reason.as_deref(),
             Some("crash 2 of 5 within 1h: resuming")
         );
-        // A resume that died within seconds, or never showed life, starts fresh.
-        let quick = on_exit(&agent, &exit(Some(1), 1, true, 2_000));
-        assert_eq!(quick.action, ExitAction::Fresh);
+        // A resume that never showed life starts fresh, however long it ran; one that did
+        // (a hook, a turn) is resumed again, however soon it died.
         let mut lifeless = exit(Some(1), 1, true, 600_000);
         lifeless.showed_life = false;
         assert_eq!(on_exit(&agent, &lifeless).action, ExitAction::Fresh);
+        let quick = on_exit(&agent, &exit(Some(1), 1, true, 2_000));
+        assert_eq!(quick.action, ExitAction::Resume);
         // A quick crash of a fresh start is resumed: there is nothing to give up on yet.
         assert_eq!(
             on_exit(&agent, &exit(Some(1), 1, false, 2_000)).action,
@@ -558,6 +624,83 @@ mod tests {
         assert_eq!(
             on_exit(&agent, &exit(Some(1), 5, false, 600_000)).action,
             ExitAction::SafeMode
+        );
+    }
+
+    #[test]
+    fn a_command_that_cannot_run_goes_to_safe_mode_at_once() {
+        let agent = AgentInfo::default();
+        for code in [126, 127] {
+            let exit = ExitInfo {
+                code: Some(code),
+                showed_life: false,
+                crashes_in_window: 1,
+                ..ExitInfo::default()
+            };
+            let d = on_exit(&agent, &exit);
+            assert_eq!(d.action, ExitAction::SafeMode, "{code}");
+            assert!(d.reason.unwrap().contains("fix `command` in phoenix.toml"));
+        }
+        // A CLI that ran and then exited 127 itself is a crash like any other.
+        let ran = ExitInfo {
+            code: Some(127),
+            crashes_in_window: 1,
+            ..ExitInfo::default()
+        };
+        assert_eq!(on_exit(&agent, &ran).action, ExitAction::Resume);
+        // Without a session there is nothing to resume: the reason says restarting.
+        assert_eq!(
+            on_exit(&agent, &ran).reason.as_deref(),
+            Some("crash 1 of 5 within 1h: restarting")
+        );
+    }
+
+    /// Anthropic's 404 for an unknown model: a person has to fix the model, at once, and is
+    /// told which model and where.
+    #[test]
+    fn model_not_found_names_the_model_and_stops_for_a_person() {
+        let trauma = Trauma {
+            error_type: "api_error".into(),
+            error_message: r#"API Error: 404 {"type":"error","error":{"type":"not_found_error","message":"model: claude-nope-4"},"request_id":"req_1"}"#.into(),
+            ..Trauma::default()
+        };
+        let d = diagnose(&trauma);
+        assert_eq!(d.root_cause, RootCause::ModelUnavailable);
+        assert!(
+            d.explanation.contains("`claude-nope-4`"),
+            "{}",
+            d.explanation
+        );
+        let p = prescribe(&d, &trauma);
+        assert_eq!(p.action, PrescriptionAction::Abort);
+        assert_eq!(
+            p.reason.as_deref(),
+            Some(
+                "the model `claude-nope-4` cannot be used: fix `--model` in the agent's `command` in phoenix.toml"
+            )
+        );
+        assert_eq!(
+            model_named("There's an issue with the selected model (claude-x.1). It may not exist"),
+            Some("claude-x.1".into())
+        );
+        assert_eq!(
+            model_named("models/gemini-9 is not found"),
+            Some("gemini-9".into())
+        );
+        assert_eq!(model_named("no model here"), None);
+        assert_eq!(model_named("you do not have access to it"), None);
+        // What Gemini CLI 0.61 shows (a dialog, the turn waits) when the API answers 404.
+        let gemini = Trauma {
+            error_type: "screen".into(),
+            error_message: "It seems like you don't have access to gemini-3.8-flash.\nYour admin might have disabled the access.".into(),
+            ..Trauma::default()
+        };
+        let d = diagnose(&gemini);
+        assert_eq!(d.root_cause, RootCause::ModelUnavailable);
+        assert!(
+            d.explanation.contains("`gemini-3.8-flash`"),
+            "{}",
+            d.explanation
         );
     }
 

@@ -371,6 +371,10 @@ fn the_lua_default_agrees_with_the_builtin() {
         (None, Some(15), 1, false, true, 2_000, true),
         (None, Some(9), 2, false, true, 600_000, false),
         (Some(2), None, 1, true, false, 600_000, true),
+        (Some(127), None, 1, false, false, 5, false),
+        (Some(126), None, 1, false, true, 5, false),
+        (Some(127), None, 1, false, false, 5, true),
+        (Some(1), None, 1, false, true, 2_000, false),
     ] {
         let exit = ExitInfo {
             code,
@@ -380,7 +384,7 @@ fn the_lua_default_agrees_with_the_builtin() {
             resumed,
             runtime_ms,
             showed_life,
-            ..ExitInfo::default()
+            session_id: resumed.then(|| "s1".to_string()),
         };
         let d = policies.on_exit(&agent, &exit);
         assert!(d.error.is_none(), "{:?}", d.error);
@@ -420,6 +424,12 @@ fn the_lua_default_agrees_with_the_builtin() {
         "Error: 403 Forbidden request",
         "You exceeded your current quota",
         "model not found: claude-opus-9",
+        r#"API Error: 404 {"type":"error","error":{"type":"not_found_error","message":"model: claude-nope-4"},"request_id":"req_1"}"#,
+        "There's an issue with the selected model (claude-x.1). It may not exist or you may not have access to it.",
+        "models/gemini-9-pro is not found for API version v1beta",
+        "API Error: 404 not_found_error",
+        "It seems like you don't have access to gemini-3.8-flash.\nYour admin might have disabled the access.",
+        "The model `gpt-9` does not exist or you do not have access to it. model_not_found",
         "API Error: 529 Overloaded",
         "HTTP 503 from upstream: request failed",
         "read ECONNRESET",

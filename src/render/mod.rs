@@ -335,6 +335,185 @@ mod tests {
         assert_eq!(t.check().len(), 1);
     }
 
+    /// A context for every built-in template at once (a missing field renders as nothing),
+    /// with `n` items in every list. Item `i`'s fields all carry the marker `⟨i⟩`, so a line
+    /// that holds two markers holds two items.
+    fn every_list_with(n: usize) -> serde_json::Value {
+        let items = |f: &dyn Fn(usize) -> serde_json::Value| -> Vec<serde_json::Value> {
+            (1..=n).map(f).collect()
+        };
+        let words = |what: &str| items(&|i| json!(format!("{what} ⟨{i}⟩")));
+        let loops = items(&|i| {
+            json!({"id": format!("id⟨{i}⟩"), "text": format!("loop ⟨{i}⟩"),
+                   "added": format!("day ⟨{i}⟩"), "stale": i % 2 == 0})
+        });
+        let calls = items(&|i| {
+            json!({"tool": format!("Bash⟨{i}⟩"), "ok": i % 2 == 1, "ts": format!("t⟨{i}⟩"),
+                   "error": format!("boom ⟨{i}⟩"), "input": format!("ls ⟨{i}⟩")})
+        });
+        let numbers: serde_json::Map<String, serde_json::Value> = (1..=n)
+            .map(|i| (format!("k⟨{i}⟩"), json!(format!("v⟨{i}⟩"))))
+            .collect();
+        let ledger = json!({
+            "current_task": "the task", "completed": words("done"),
+            "in_progress": words("doing"), "next": words("next"), "blocked": words("blocked"),
+            "decisions": items(&|i| json!({"text": format!("decided ⟨{i}⟩"), "ts": "t"})),
+            "uncertain": words("unsure"), "files": words("file"), "notes": words("note"),
+        });
+        let ctx = json!({
+            "agent": "a", "cli": "claude", "fleet": "f", "date": "2026-11-25",
+            "trigger": "crash", "created_at": "now", "ts": "now", "task": "the task",
+            "previous": "h0", "last_prompt": "the last prompt", "reason": "why",
+            "marker": "===STATE_JSON===", "start": "recovery", "resolve_command": "resolve",
+            "state": {"current_task": "the task", "open_loops": loops, "numbers": numbers,
+                      "consecutive_errors": n, "last_error": "the error"},
+            "ledger": ledger, "text": {},
+            "resolved": items(&|i| json!({"id": format!("id⟨{i}⟩"), "reason": format!("why ⟨{i}⟩")})),
+            "last_words": words("said"), "events": items(&|i| json!({"event": format!("ev⟨{i}⟩"), "reason": format!("r ⟨{i}⟩"), "ts": "t"})),
+        });
+        let more = json!({
+            "open_loops": loops, "tool_calls": calls, "recent_tools": calls,
+            "recent_calls": calls, "findings": items(&|i| json!({"check": format!("c⟨{i}⟩"), "reason": format!("r⟨{i}⟩"), "summary": format!("finding ⟨{i}⟩")})),
+            "decision": {"action": "revive", "reason": "stuck"}, "decided_by": "builtin",
+            "revivals": 1, "max_revivals": 2, "tool_count": n, "notes": words("note"),
+            "numbers": items(&|i| json!({"name": format!("k⟨{i}⟩"), "value": format!("v⟨{i}⟩")})),
+            "related": items(&|i| json!({"kind": "handoff", "reference": format!("h⟨{i}⟩"), "snippet": format!("s ⟨{i}⟩")})),
+            "handoff": {"id": "h1", "trigger": "crash", "body": "body"},
+            "brief": {"text": "brief"},
+            "diagnosis": {"root_cause": "unknown", "explanation": "e"},
+            "prescription": {"reminder": "remember"}, "attempt": 1, "max_recoveries": 3,
+            "trauma": {"agent": {"name": "a", "cli": "claude"}, "original_prompt": "the task",
+                       "error_type": "crash", "error_message": "m", "tool_calls": calls,
+                       "available_tools": words("tool"), "history_summary": "h"},
+            "root_causes": ["a", "b"],
+        });
+        let mut ctx = ctx;
+        ctx.as_object_mut()
+            .unwrap()
+            .extend(more.as_object().unwrap().clone());
+        ctx
+    }
+
+    /// Lines that join items on purpose (`a; b; c`), by their start.
+    const INLINE_LISTS: &[&str] = &[
+        "Next (from the ledger):",
+        "Blocked:",
+        "Uncertain:",
+        "Numbers:",
+        "- latest calls",
+        "What went wrong:",
+        "Tools that worked:",
+        "{",
+    ];
+
+    fn markers(line: &str) -> std::collections::BTreeSet<&str> {
+        line.match_indices('⟨')
+            .filter_map(|(at, _)| Some(&line[at..at + line[at..].find('⟩')?]))
+            .collect()
+    }
+
+    /// The model reads these texts: every list item on a line of its own whatever the
+    /// number of items, no heading glued to the line before, no item lost.
+    #[test]
+    fn every_builtin_template_puts_each_item_on_its_own_line() {
+        let t = Templates::new(None);
+        for name in builtin_names() {
+            for n in [0, 1, 3] {
+                let text = t.render(name, &every_list_with(n)).unwrap();
+                let mut seen = std::collections::BTreeSet::new();
+                for line in text.lines() {
+                    let found = markers(line);
+                    seen.extend(found.iter().map(|m| m.to_string()));
+                    if found.len() > 1 {
+                        assert!(
+                            INLINE_LISTS.iter().any(|p| line.starts_with(p)),
+                            "{name} with {n} items: two items on one line: {line:?}\n{text}"
+                        );
+                    }
+                    assert!(
+                        line.find("##").is_none_or(|at| at == 0),
+                        "{name} with {n} items: a heading inside a line: {line:?}\n{text}"
+                    );
+                }
+                if n == 0 {
+                    assert!(seen.is_empty(), "{name}: {seen:?}");
+                }
+                if n == 3 && !seen.is_empty() {
+                    for i in 1..=3 {
+                        assert!(
+                            seen.contains(&format!("⟨{i}")),
+                            "{name}: item {i} lost\n{text}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The handoff exactly, as the next session reads it, with 0, 1 and 3 items per list.
+    #[test]
+    fn the_handoff_renders_lists_of_zero_one_and_three_items_line_by_line() {
+        let t = Templates::new(None);
+        let render = |n| t.render("handoff.md.j2", &every_list_with(n)).unwrap();
+        assert_eq!(
+            render(0),
+            "# Handoff: the task\n\nagent `a` (claude), crash, now; follows h0\n\n\
+             ## Last request\nthe last prompt\n"
+        );
+        assert_eq!(
+            render(1),
+            "# Handoff: the task\n\nagent `a` (claude), crash, now; follows h0\n\n\
+             ## Summary\nnote ⟨1⟩\n\n## Completed\n- done ⟨1⟩\n\n## In progress\n- doing ⟨1⟩\n\n\
+             ## Next steps\n- next ⟨1⟩\n\n## Blocked\n- blocked ⟨1⟩\n\n\
+             ## Key decisions\n- decided ⟨1⟩\n\n## Uncertain (verify)\n- unsure ⟨1⟩\n\n\
+             ## Files\n- file ⟨1⟩\n\n## Open loops\n- [id⟨1⟩] loop ⟨1⟩\n\n\
+             ## Last request\nthe last prompt\n\n## Last words of the session\n> said ⟨1⟩\n\n\
+             ## Last tool calls\n- Bash⟨1⟩: ok\n"
+        );
+        assert_eq!(
+            render(3),
+            "# Handoff: the task\n\nagent `a` (claude), crash, now; follows h0\n\n\
+             ## Summary\nnote ⟨1⟩\nnote ⟨2⟩\nnote ⟨3⟩\n\n\
+             ## Completed\n- done ⟨1⟩\n- done ⟨2⟩\n- done ⟨3⟩\n\n\
+             ## In progress\n- doing ⟨1⟩\n- doing ⟨2⟩\n- doing ⟨3⟩\n\n\
+             ## Next steps\n- next ⟨1⟩\n- next ⟨2⟩\n- next ⟨3⟩\n\n\
+             ## Blocked\n- blocked ⟨1⟩\n- blocked ⟨2⟩\n- blocked ⟨3⟩\n\n\
+             ## Key decisions\n- decided ⟨1⟩\n- decided ⟨2⟩\n- decided ⟨3⟩\n\n\
+             ## Uncertain (verify)\n- unsure ⟨1⟩\n- unsure ⟨2⟩\n- unsure ⟨3⟩\n\n\
+             ## Files\n- file ⟨1⟩\n- file ⟨2⟩\n- file ⟨3⟩\n\n\
+             ## Open loops\n- [id⟨1⟩] loop ⟨1⟩\n- [id⟨2⟩] loop ⟨2⟩ (stale)\n- [id⟨3⟩] loop ⟨3⟩\n\n\
+             ## Last request\nthe last prompt\n\n\
+             ## Last words of the session\n> said ⟨1⟩\n\n> said ⟨2⟩\n\n> said ⟨3⟩\n\n\
+             ## Last tool calls\n- Bash⟨1⟩: ok\n- Bash⟨2⟩: failed (boom ⟨2⟩)\n- Bash⟨3⟩: ok\n"
+        );
+    }
+
+    /// With trim_blocks a block tag eats the newline after it, so a line of text that ends
+    /// in `{% endif %}` runs into the next line; such a tag needs `+%}`.
+    #[test]
+    fn no_builtin_template_line_of_text_ends_in_a_newline_eating_tag() {
+        for (name, text) in EMBEDDED {
+            for (at, line) in text.lines().enumerate() {
+                let line = line.trim_end();
+                if !line.ends_with("%}") || line.ends_with("+%}") || line.ends_with("-%}") {
+                    continue;
+                }
+                let mut rest = line.to_string();
+                while let Some(start) = rest.find("{%") {
+                    let end = rest[start..]
+                        .find("%}")
+                        .map_or(rest.len(), |e| start + e + 2);
+                    rest.replace_range(start..end, "");
+                }
+                assert!(
+                    rest.trim().is_empty(),
+                    "templates/{name}:{}: a line of text ends in a block tag without `+%}}`: {line}",
+                    at + 1
+                );
+            }
+        }
+    }
+
     #[test]
     fn unknown_templates_are_named() {
         let e = Templates::new(None)

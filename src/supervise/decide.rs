@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::policy::ExitAction;
 use crate::policy::{self, AgentInfo, ExitInfo};
-pub use crate::policy::{ExitAction, builtin::QUICK_FAILURE_MS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -276,11 +276,44 @@ mod tests {
         assert_eq!(d.reason, EndReason::Crash);
     }
 
+    /// The resumed session took a turn and died seconds later: it is the conversation, and
+    /// it is resumed again (a resume failed only when it never showed life).
     #[test]
-    fn quick_crash_of_a_resumed_run_starts_fresh_and_clears_the_id() {
+    fn quick_crash_of_a_resumed_run_that_showed_life_resumes_it_again() {
         let d = decide_on_exit(&agent(5, vec![]), &exit(1, StartMode::Resume, 2_000));
-        assert_eq!(d.action, ExitAction::Fresh);
-        assert!(d.clear_session);
+        assert_eq!(d.action, ExitAction::Resume);
+        assert!(!d.clear_session);
+        assert_eq!(d.explain, "exit code 1; crash 1 of 5 within 1h: resuming");
+    }
+
+    #[test]
+    fn resumed_run_without_life_starts_fresh_and_clears_the_id_however_long_it_ran() {
+        for runtime_ms in [500, 120_000] {
+            let mut e = exit(1, StartMode::Resume, runtime_ms);
+            e.showed_life = false;
+            let d = decide_on_exit(&agent(5, vec![]), &e);
+            assert_eq!(d.action, ExitAction::Fresh);
+            assert!(d.clear_session);
+        }
+    }
+
+    /// A missing binary (the shell's 127, or the wrapper's own spawn failure): safe mode on
+    /// the first exit, with the reason, and no word of resuming.
+    #[test]
+    fn a_command_that_cannot_run_goes_to_safe_mode_on_the_first_exit() {
+        let mut e = exit(127, StartMode::Fresh, 3);
+        e.showed_life = false;
+        e.session_id = None;
+        let d = decide_on_exit(&agent(5, vec![]), &e);
+        assert_eq!(d.action, ExitAction::SafeMode);
+        assert!(d.counts_as_crash && !d.clean_exit_marker);
+        assert!(
+            d.explain.contains("cannot be run (exit 127: not found)"),
+            "{}",
+            d.explain
+        );
+        assert!(!d.explain.contains("resum"), "{}", d.explain);
+        assert!(d.critical.as_deref().unwrap().contains("fix `command`"));
     }
 
     #[test]

@@ -207,6 +207,42 @@ pub fn resumable(session: &RecordedSession, record: &SuperviseRecord, workdir: &
     }
 }
 
+/// Did session `id` get as far as one turn? Its transcript says (the path its session-start
+/// hook reported with that id): a session that never got a prompt has none, and its CLI
+/// cannot resume it (Claude Code exits 1: "No conversation found"). Without a transcript to
+/// look at, nothing says it is empty: `true`.
+pub fn session_has_turn(dir: &AgentDir, id: &str) -> bool {
+    transcript_turn(dir, id).unwrap_or(true)
+}
+
+/// What the transcript of session `id` says about a turn; `None` when there is none to read.
+fn transcript_turn(dir: &AgentDir, id: &str) -> Option<bool> {
+    let state = dir.read_state().ok()?;
+    match (&state.session_id, &state.transcript_path) {
+        (Some(sid), Some(path)) if sid == id => {
+            Some(crate::clinic::triage::transcript_has_turn(Path::new(path)))
+        }
+        _ => None,
+    }
+}
+
+/// Did session `id` have a task: a prompt phoenix's hook saw in it (after a `session_start`
+/// of that id in ops.jsonl), or a turn in its transcript? The prompt counts even when the
+/// transcript lost it: Claude Code writes its transcript behind, and a kill -9 right after a
+/// turn can leave none of it on disk.
+pub fn session_had_task(dir: &AgentDir, id: &str) -> bool {
+    let ops = crate::clinic::triage::tail_jsonl(&dir.file(state::OPS_LOG));
+    let mut current: Option<&str> = None;
+    for op in &ops {
+        match op["event"].as_str() {
+            Some("session_start") => current = op["session_id"].as_str(),
+            Some("prompt") if current == Some(id) => return true,
+            _ => {}
+        }
+    }
+    transcript_turn(dir, id) == Some(true)
+}
+
 pub fn same_dir(a: &Path, b: &Path) -> bool {
     let canon = |p: &Path| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     canon(a) == canon(b)
@@ -462,6 +498,63 @@ mod tests {
         assert!(!resumable(&s, &SuperviseRecord::default(), Path::new("/")));
         clear_session(&d, "abc").unwrap();
         assert!(load(&d).is_discarded("abc"));
+    }
+
+    #[test]
+    fn a_session_whose_transcript_has_no_turn_has_none() {
+        let (_t, d) = dir();
+        let transcript = d.file("t.jsonl");
+        let state = format!(
+            r#"{{"agent": "a", "session_id": "s1", "transcript_path": "{}"}}"#,
+            transcript.display()
+        );
+        fs::write(d.file("state.json"), state).unwrap();
+        // Never written: the session never got a prompt.
+        assert!(!session_has_turn(&d, "s1"));
+        fs::write(&transcript, "").unwrap();
+        assert!(!session_has_turn(&d, "s1"));
+        fs::write(
+            &transcript,
+            "{\"type\": \"file-history-snapshot\"}\n{\"type\": \"user\", \"isMeta\": true, \"message\": {\"content\": \"x\"}}\n",
+        )
+        .unwrap();
+        assert!(!session_has_turn(&d, "s1"));
+        fs::write(
+            &transcript,
+            "{\"type\": \"user\", \"message\": {\"role\": \"user\", \"content\": \"fix it\"}}\n",
+        )
+        .unwrap();
+        assert!(session_has_turn(&d, "s1"));
+        // A format it does not know, another session's id, no state: it cannot tell.
+        fs::write(&transcript, "{\n  \"messages\": []\n}\n").unwrap();
+        assert!(session_has_turn(&d, "s1"));
+        assert!(session_has_turn(&d, "s2"));
+        fs::remove_file(d.file("state.json")).unwrap();
+        assert!(session_has_turn(&d, "s1"));
+    }
+
+    #[test]
+    fn a_session_had_a_task_if_a_prompt_came_in_it_whatever_its_transcript() {
+        let (_t, d) = dir();
+        fs::write(
+            d.file("state.json"),
+            format!(
+                r#"{{"agent": "a", "session_id": "s2", "transcript_path": "{}"}}"#,
+                d.file("none.jsonl").display()
+            ),
+        )
+        .unwrap();
+        assert!(!session_had_task(&d, "s2"));
+        d.record_op("session_start", json!({"session_id": "s1"}))
+            .unwrap();
+        d.record_op("prompt", json!({"chars": 3})).unwrap();
+        d.record_op("session_start", json!({"session_id": "s2"}))
+            .unwrap();
+        // The prompt was in s1, not in s2 (whose transcript is not there either).
+        assert!(session_had_task(&d, "s1"));
+        assert!(!session_had_task(&d, "s2"));
+        d.record_op("prompt", json!({"chars": 3})).unwrap();
+        assert!(session_had_task(&d, "s2"));
     }
 
     #[test]

@@ -43,12 +43,69 @@ pub fn restart(config: &Path, name: &str, fresh: bool) -> anyhow::Result<Restart
     )
 }
 
+/// Who restarts the agent: a person (`phoenix restart`, the API, the dashboard) decided, and
+/// gives it a clean slate; the watchdog reviving it spends from the same budgets instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum By {
+    Operator,
+    Watchdog,
+}
+
 /// [`restart`], telling `on_wait` whom it waits for when another phoenix is changing the fleet.
 pub fn restart_with(
     config: &Path,
     name: &str,
     fresh: bool,
     on_wait: &dyn Fn(&str),
+) -> anyhow::Result<RestartReport> {
+    restart_by(config, name, fresh, on_wait, By::Operator)
+}
+
+/// The watchdog's revival of an agent whose CLI is gone: the pane is restarted (resuming), but
+/// no count is reset: neither its crash history, nor the Clinic's recoveries, nor the revivals
+/// the watchdog itself spent on the task (else every revival would make room for the next).
+pub fn revive(config: &Path, name: &str) -> anyhow::Result<RestartReport> {
+    restart_by(
+        config,
+        name,
+        false,
+        &|holder| tracing::info!(%holder, "waiting for the fleet lock"),
+        By::Watchdog,
+    )
+}
+
+/// Forget the revivals the watchdog spent on the current task (`watchdog.json`): a person
+/// restarted the agent, so the task gets a new budget. The rest of the watchdog's memory stays.
+fn reset_revivals(dir: &state::AgentDir) -> std::io::Result<()> {
+    let path = dir.file(crate::watchdog::MEMORY);
+    if !path.exists() {
+        return Ok(());
+    }
+    let mut memory = crate::watchdog::Memory::load(dir);
+    if memory.revivals == 0 && memory.revival_task.is_none() {
+        return Ok(());
+    }
+    memory.revivals = 0;
+    memory.revival_task = None;
+    let bytes = serde_json::to_vec_pretty(&memory).map_err(std::io::Error::other)?;
+    state::atomic_write(&path, &bytes)
+}
+
+/// A person restarted the agent (`phoenix restart`, or `restart`/`fresh` typed in safe mode):
+/// the crash history and quarantine, the Clinic's recoveries and the watchdog's revivals for
+/// the task all start again.
+pub fn reset_counts(dir: &state::AgentDir) -> anyhow::Result<()> {
+    record::update(dir, |r| r.reset()).context("cannot reset the crash history")?;
+    crate::clinic::reset_recoveries(dir).context("cannot reset the Clinic's recovery count")?;
+    reset_revivals(dir).context("cannot reset the watchdog's revival count")
+}
+
+fn restart_by(
+    config: &Path,
+    name: &str,
+    fresh: bool,
+    on_wait: &dyn Fn(&str),
+    by: By,
 ) -> anyhow::Result<RestartReport> {
     let spec = spec::load(config)?;
     let Some(agent) = spec.agent(name) else {
@@ -74,15 +131,21 @@ pub fn restart_with(
     // The intent goes to disk before anything is killed: whoever starts the agent next sees it.
     // `.clean-exit` is left to the new wrapper, which clears it as it starts the agent: cleared
     // any earlier, a reconciler could see a dead pane without it and start a second wrapper.
-    record::update(&dir, |r| r.reset()).context("cannot reset the crash history")?;
-    crate::clinic::reset_recoveries(&dir).context("cannot reset the Clinic's recovery count")?;
+    // A person decided: every count that stops an agent for a person starts again (see
+    // docs/recovery.md). The watchdog's own revival resets none of them.
+    if by == By::Operator {
+        reset_counts(&dir)?;
+    }
     if fresh {
         dir.set_marker(state::FRESH)?;
         if let Some(s) = record::recorded_session(&dir) {
             record::clear_session(&dir, &s.id)?;
         }
     }
-    dir.record_op("operator_restart", json!({"fresh": fresh}))?;
+    match by {
+        By::Operator => dir.record_op("operator_restart", json!({"fresh": fresh}))?,
+        By::Watchdog => dir.record_op("watchdog_restart", json!({"fresh": fresh}))?,
+    }
 
     let pane = world.pane_of(name);
     let old_pid = pane.and_then(|p| p.agent_process()).map(|p| p.pid);
@@ -91,7 +154,11 @@ pub fn restart_with(
     });
     let via = if wrapper_running_agent {
         let pid = old_pid.expect("checked above");
-        stop_under_wrapper(&dir, pid, EndReason::OperatorRestart, fresh)?;
+        let reason = match by {
+            By::Operator => EndReason::OperatorRestart,
+            By::Watchdog => EndReason::WatchdogKill,
+        };
+        stop_under_wrapper(&dir, pid, reason, fresh)?;
         "wrapper"
     } else {
         let action = match pane {
@@ -105,7 +172,10 @@ pub fn restart_with(
                 agent: name.to_string(),
                 symbol: action.symbol(),
                 action,
-                reason: "operator restart".into(),
+                reason: match by {
+                    By::Operator => "operator restart".into(),
+                    By::Watchdog => "watchdog revival".into(),
+                },
             }],
             unmanaged: Vec::new(),
         };

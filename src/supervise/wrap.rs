@@ -72,7 +72,7 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
         crate::continuity::startup::was_interrupted(&wrapper.dir, &s)
             || s.status == crate::state::Status::Other("failed".into())
     }) {
-        wrapper.interrupted_by = Some("an interrupted session");
+        wrapper.interrupted("an interrupted session", None);
     }
     wrapper.run()
 }
@@ -231,7 +231,7 @@ impl Wrapper {
             let decision = self.decide(&run, requested);
             match decision.reason {
                 EndReason::Crash | EndReason::WatchdogKill | EndReason::PlannedCycle => {
-                    self.interrupted_by = Some(decision.reason.as_str());
+                    self.interrupted(decision.reason.as_str(), run.session_id.as_deref());
                 }
                 EndReason::CleanExit | EndReason::OperatorRestart | EndReason::OperatorStop => {
                     self.interrupted_by = None;
@@ -261,6 +261,24 @@ impl Wrapper {
                     }
                 }
             }
+        }
+    }
+
+    /// The session (`session`, else the recorded one) stopped mid-task: the next one is told
+    /// to go on. Only if it had a task: a session that never got a prompt has nothing to go
+    /// on with, and a continue prompt typed into its successor would be a task nobody gave.
+    fn interrupted(&mut self, why: &'static str, session: Option<&str>) {
+        let id = session
+            .map(str::to_string)
+            .or_else(|| record::recorded_session(&self.dir).map(|s| s.id));
+        if id.is_some_and(|id| record::session_had_task(&self.dir, &id)) {
+            self.interrupted_by = Some(why);
+        } else {
+            self.interrupted_by = None;
+            let _ = self.dir.record_op(
+                "continue_prompt_skipped",
+                json!({"after": why, "why": "the session had no prompt: no task to continue"}),
+            );
         }
     }
 
@@ -303,6 +321,17 @@ impl Wrapper {
             .as_ref()
             .filter(|s| record::resumable(s, &saved, &self.agent.workdir))
             .filter(|_| intent == StartMode::Resume && !fresh_marker)
+            // A session that never got a prompt was never written: its CLI cannot resume it.
+            .filter(|s| {
+                let has_turn = record::session_has_turn(&self.dir, &s.id);
+                if !has_turn {
+                    let _ = self.dir.record_op(
+                        "resume_skipped",
+                        json!({"session_id": s.id, "why": "its transcript has no turn"}),
+                    );
+                }
+                has_turn
+            })
             .and_then(|s| resume_argv(&self.agent, &s.id).map(|argv| (s.id.clone(), argv)));
         let (mode, session_id, argv) = match resume {
             Some((id, argv)) => (StartMode::Resume, Some(id), argv),
@@ -333,7 +362,7 @@ impl Wrapper {
         let started = Instant::now();
         let mut cmd = match self.command(&argv) {
             Ok(cmd) => cmd,
-            Err(e) => return self.spawn_failed(argv, mode, session_id, &e.to_string()),
+            Err(e) => return self.spawn_failed(argv, mode, session_id, &e.to_string(), 127),
         };
         term::foreground(&mut cmd, self.terminal.is_some());
         // Where this run's ops begin: its session-start hook may well come before it shows life.
@@ -342,7 +371,12 @@ impl Wrapper {
             Ok(child) => child,
             Err(e) => {
                 let msg = format!("cannot start `{}`: {e}", argv[0]);
-                return self.spawn_failed(argv, mode, session_id, &msg);
+                // What a shell reports: 126 found but not executable, 127 not found.
+                let code = match e.kind() {
+                    std::io::ErrorKind::PermissionDenied => 126,
+                    _ => 127,
+                };
+                return self.spawn_failed(argv, mode, session_id, &msg, code);
             }
         };
         let pid = child.id();
@@ -484,6 +518,7 @@ impl Wrapper {
         mode: StartMode,
         session_id: Option<String>,
         error: &str,
+        code: i32,
     ) -> Run {
         say(error);
         let _ = self
@@ -494,8 +529,7 @@ impl Wrapper {
             argv,
             mode,
             session_id,
-            // What a shell reports for a command it cannot run.
-            status: Some(ExitStatus::from_raw(127 << 8)),
+            status: Some(ExitStatus::from_raw(code << 8)),
             runtime: Duration::ZERO,
             showed_life: false,
         }
@@ -524,12 +558,19 @@ impl Wrapper {
             recent_crashes: saved.recent_crash_times(),
         };
         let (code, signal) = status_parts(run.status);
+        // The session a restart would resume: the resumed one, else the one this run recorded
+        // if it got as far as a turn. Without one, a restart is no resume.
+        let session_id = run.session_id.clone().or_else(|| {
+            record::recorded_session(&self.dir)
+                .map(|s| s.id)
+                .filter(|id| record::session_has_turn(&self.dir, id))
+        });
         let exit = ExitFacts {
             code,
             signal,
             runtime_ms: run.runtime.as_millis() as u64,
             mode: run.mode,
-            session_id: run.session_id.clone(),
+            session_id: session_id.clone(),
             showed_life: run.showed_life,
             fresh_requested: self.dir.has_marker(state::FRESH),
             requested,
@@ -659,11 +700,16 @@ impl Wrapper {
             );
         }
         let delay = Duration::from_millis(decision.delay_ms);
+        let again = if session_id.is_some() {
+            "resuming"
+        } else {
+            "restarting"
+        };
         let next = match decision.action {
             ExitAction::SafeMode => "safe mode".to_string(),
-            ExitAction::Resume if delay.is_zero() => "resuming now".to_string(),
+            ExitAction::Resume if delay.is_zero() => format!("{again} now"),
             ExitAction::Fresh if delay.is_zero() => "starting fresh now".to_string(),
-            ExitAction::Resume => format!("resuming in {}", spec::duration::format(delay)),
+            ExitAction::Resume => format!("{again} in {}", spec::duration::format(delay)),
             ExitAction::Fresh => format!("starting fresh in {}", spec::duration::format(delay)),
         };
         say(&format!(
@@ -724,7 +770,7 @@ impl Wrapper {
             }
             Start::SafeMode => {
                 decision.action = ExitAction::SafeMode;
-                Some(format!(
+                let abort = format!(
                     "clinic: {}: {}",
                     recovery.diagnosis.root_cause,
                     recovery
@@ -732,7 +778,11 @@ impl Wrapper {
                         .reason
                         .as_deref()
                         .unwrap_or("the recovery was aborted")
-                ))
+                );
+                // What safe mode shows: the Clinic's reason (what to fix), not the policy's
+                // "resuming" it overruled.
+                decision.explain = abort.clone();
+                Some(abort)
             }
         };
         (abort, cleared)
@@ -898,8 +948,7 @@ impl Wrapper {
             match word.trim() {
                 "" => {}
                 w @ ("restart" | "fresh") => {
-                    let _ = record::update(&self.dir, |r| r.reset());
-                    let _ = crate::clinic::reset_recoveries(&self.dir);
+                    let _ = super::restart::reset_counts(&self.dir);
                     let _ = self.dir.clear_marker(state::CLEAN_EXIT);
                     let fresh = w == "fresh";
                     let _ = self.dir.record_op(

@@ -634,13 +634,15 @@ impl<'a> Watchdog<'a> {
                 memory.revivals = revivals + 1;
                 let fresh = start == Some(crate::clinic::Start::Fresh);
                 if start == Some(crate::clinic::Start::SafeMode) {
-                    let why = format!(
-                        "clinic: {}",
-                        treated
-                            .as_ref()
-                            .map(|r| r.diagnosis.root_cause.to_string())
-                            .unwrap_or_default()
-                    );
+                    // The cause and the Clinic's reason (what a person has to fix), as the
+                    // wrapper's quarantine says it.
+                    let why = match treated.as_ref() {
+                        Some(r) => match r.prescription.reason.as_deref() {
+                            Some(reason) => format!("clinic: {}: {reason}", r.diagnosis.root_cause),
+                            None => format!("clinic: {}", r.diagnosis.root_cause),
+                        },
+                        None => "clinic".to_string(),
+                    };
                     // The Clinic gave up on this task: a person hears it, as for safe_mode.
                     let text = match treated.as_ref().and_then(|r| r.rehab.notify.clone()) {
                         Some(text) => text,
@@ -775,7 +777,7 @@ impl<'a> Watchdog<'a> {
                 Ok("resumed by its wrapper")
             }
             _ => {
-                crate::supervise::restart::restart(&self.config, &agent.name, false)?;
+                crate::supervise::restart::revive(&self.config, &agent.name)?;
                 Ok("pane restarted")
             }
         }
