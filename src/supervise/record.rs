@@ -392,6 +392,7 @@ impl std::fmt::Display for Summary {
 mod tests {
     use super::*;
     use crate::state::FleetDir;
+    use serde_json::json;
 
     fn dir() -> (tempfile::TempDir, AgentDir) {
         let tmp = tempfile::tempdir().unwrap();
