@@ -527,6 +527,15 @@ fn screens_of_a_large_fleet_are_read_in_batches() {
 /// Fire the `turn-failed` hook as Claude Code's StopFailure does when the model says the prompt
 /// is too long.
 fn prompt_too_long(fleet: &Fleet, agent: &str) {
+    stop_failure(
+        fleet,
+        agent,
+        r#"{"hook_event_name":"StopFailure","session_id":"s1","error":"invalid_request","error_details":"400 {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 210000 tokens > 200000 maximum\"}}"}"#,
+    );
+}
+
+/// Fire the `turn-failed` hook with Claude Code's StopFailure `payload`.
+fn stop_failure(fleet: &Fleet, agent: &str, payload: &str) {
     use std::io::Write;
     let mut child = fleet
         .command(&["hook", "turn-failed", "--agent", agent, "--cli", "claude"])
@@ -537,18 +546,33 @@ fn prompt_too_long(fleet: &Fleet, agent: &str) {
         .stdin
         .take()
         .unwrap()
-        .write_all(
-            br#"{"hook_event_name":"StopFailure","session_id":"s1","error":"invalid_request","error_details":"400 {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 210000 tokens > 200000 maximum\"}}"}"#,
-        )
+        .write_all(payload.as_bytes())
         .unwrap();
     assert!(child.wait().unwrap().success());
 }
 
-/// A failed turn (full context) goes to the Clinic: a fresh session with a context-limit
-/// handoff the first time; once the task has used its recoveries, safe mode and a failure
-/// message.
+/// What the agent's wrapper did about the latest failed turn (its `failed_turn_checked` op),
+/// once it did it.
+fn wrapper_checked(fleet: &Fleet, agent: &str, within: Duration, after: usize) -> Value {
+    let find = || {
+        fleet
+            .ops(agent)
+            .into_iter()
+            .filter(|o| o["event"] == "failed_turn_checked")
+            .nth(after)
+    };
+    wait_until(within, "the wrapper's check of the failed turn", || {
+        find().is_some()
+    });
+    find().unwrap()
+}
+
+/// A failed turn (full context) goes to the Clinic at once, through the agent's wrapper: no
+/// daemon, no watchdog pass. A fresh session with a context-limit handoff within seconds the
+/// first time; a pass afterwards leaves the handled turn alone; once the task has used its
+/// recoveries, safe mode and a failure message.
 #[test]
-fn a_full_context_is_cleared_then_given_up_on_after_the_clinic_limit() {
+fn a_full_context_is_cleared_at_once_without_a_daemon_then_given_up_on_after_the_clinic_limit() {
     let fleet = Fleet::new();
     let notify = recorder(&fleet);
     fleet.toml(&format!(
@@ -559,41 +583,120 @@ fn a_full_context_is_cleared_then_given_up_on_after_the_clinic_limit() {
     fleet.run(&["apply", "--yes"]).status(0);
     let first_pid = fleet.wait_running(&["full"])[0];
     wait_silent(&fleet, "full", Duration::from_millis(500));
+    let failed = std::time::Instant::now();
     prompt_too_long(&fleet, "full");
 
-    let report = watchdog(&fleet);
-    let a = verdict(&report, "full");
-    assert_eq!(a["findings"][0]["check"], "turn_failed", "{a}");
-    assert!(
-        a["action_taken"]
-            .as_str()
-            .unwrap()
-            .contains("started fresh"),
-        "{a}"
-    );
-    wait_until(Duration::from_secs(15), "a fresh session", || {
+    wait_until(Duration::from_secs(5), "a fresh session", || {
         fleet
             .ops("full")
             .iter()
             .any(|o| o["event"] == "agent_start" && o["mode"] == "fresh" && o["pid"] != first_pid)
     });
+    let took = failed.elapsed();
+    let checked = wrapper_checked(&fleet, "full", Duration::from_secs(5), 0);
+    assert_eq!(checked["verdict"], "unhealthy", "{checked}");
+    assert!(
+        checked["action_taken"]
+            .as_str()
+            .unwrap()
+            .contains("started fresh"),
+        "{checked}"
+    );
+    eprintln!("turn failed → fresh session started: {took:?}");
     let handoffs = fleet.run(&["handoff", "list", "full", "--json"]).json();
     assert_eq!(handoffs[0]["trigger_reason"], "context_limit", "{handoffs}");
     let events = fleet.run(&["events", "--agent", "full", "--json"]).stdout();
     assert!(events.contains("context_length_exceeded"), "{events}");
 
     // The same task fails the same way again: its one recovery is spent.
-    fleet.wait_running(&["full"]);
     wait_silent(&fleet, "full", Duration::from_millis(500));
     prompt_too_long(&fleet, "full");
-    let report = watchdog(&fleet);
-    let a = verdict(&report, "full");
-    assert_eq!(a["action_taken"], "safe_mode (clinic)", "{a}");
+    let checked = wrapper_checked(&fleet, "full", Duration::from_secs(5), 1);
+    assert_eq!(checked["action_taken"], "safe_mode (clinic)", "{checked}");
     let log = std::fs::read_to_string(fleet.path().join("notified.log")).unwrap_or_default();
     assert!(log.contains("== failure full"), "{log}");
     wait_until(Duration::from_secs(15), "safe mode", || {
         fleet.agent_status("full")["state"] == "safe-mode"
     });
+}
+
+/// A CLI without a session-start hook leaves the state `failed` into its next session (as
+/// Claude Code does until its SessionStart hook runs): the turn the wrapper handled is not
+/// handled again by a pass, which would start yet another session and spend another recovery.
+#[test]
+fn a_failed_turn_the_wrapper_handled_is_left_alone_by_a_later_pass() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!("{FAST}{}", agent("full", "--no-hooks")));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let first_pid = fleet.wait_running(&["full"])[0];
+    prompt_too_long(&fleet, "full");
+    let checked = wrapper_checked(&fleet, "full", Duration::from_secs(5), 0);
+    assert!(
+        checked["action_taken"]
+            .as_str()
+            .unwrap()
+            .contains("started fresh"),
+        "{checked}"
+    );
+    let second_pid = fleet.wait_running(&["full"])[0];
+    assert_ne!(second_pid, first_pid);
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(fleet.agent_dir("full").join("state.json")).unwrap())
+            .unwrap();
+    assert_eq!(state["status"], "failed", "{state}");
+
+    let report = watchdog(&fleet);
+    let a = verdict(&report, "full");
+    assert!(a["action_taken"].is_null(), "{a}");
+    assert!(a["notes"].to_string().contains("already handled"), "{a}");
+    assert_eq!(fleet.wait_running(&["full"])[0], second_pid);
+    let starts = fleet
+        .ops("full")
+        .iter()
+        .filter(|o| o["event"] == "agent_start")
+        .count();
+    assert_eq!(starts, 2, "{:#?}", fleet.ops("full"));
+}
+
+/// A 401 at the end of a turn: the wrapper quarantines the agent at once (no daemon, no
+/// restart), and a pass afterwards has nothing to do.
+#[test]
+fn an_expired_key_goes_to_safe_mode_at_once_without_a_daemon() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!("{FAST}{}", agent("auth", "--silent-after 300ms")));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["auth"]);
+    wait_silent(&fleet, "auth", Duration::from_millis(500));
+    stop_failure(
+        &fleet,
+        "auth",
+        r#"{"hook_event_name":"StopFailure","session_id":"s1","error":"authentication_failed","error_details":"API Error: 401 {\"type\":\"error\",\"error\":{\"type\":\"authentication_error\",\"message\":\"invalid x-api-key\"}}"}"#,
+    );
+    wait_until(Duration::from_secs(5), "safe mode", || {
+        fleet.agent_status("auth")["state"] == "safe-mode"
+    });
+    let checked = wrapper_checked(&fleet, "auth", Duration::from_secs(5), 0);
+    assert_eq!(checked["action_taken"], "safe_mode (clinic)", "{checked}");
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(fleet.agent_dir("auth").join("crashes.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        record["safe_mode"]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("invalid_credentials"),
+        "{record}"
+    );
+    let starts = fleet
+        .ops("auth")
+        .iter()
+        .filter(|o| o["event"] == "agent_start")
+        .count();
+    assert_eq!(starts, 1, "{:#?}", fleet.ops("auth"));
+    let report = watchdog(&fleet);
+    let a = verdict(&report, "auth");
+    assert!(a["action_taken"].is_null(), "{a}");
 }
 
 #[test]

@@ -806,8 +806,9 @@ impl Hook<'_> {
     }
 
     /// The turn ended in an API error and the CLI sits at its prompt: nobody will type the
-    /// next one. Recorded as status `failed` with the error, which the watchdog heals (the
-    /// Clinic decides how: a full context starts fresh with a handoff, an overload resumes).
+    /// next one. Recorded as status `failed` with the error, which the wrapper has the watchdog
+    /// heal at once (the Clinic decides how: a full context starts fresh with a handoff, an
+    /// overload resumes).
     fn turn_failed(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
         let kind = self.payload.str("error").unwrap_or("unknown");
         let details = self
@@ -828,13 +829,19 @@ impl Hook<'_> {
         hook: Option<&str>,
     ) -> Result<Reply, StateError> {
         let error: String = format!("{kind}: {details}").chars().take(500).collect();
-        self.end_turn(
+        let reply = self.end_turn(
             ctx,
             Status::Other("failed".into()),
             Some(error.clone()),
             "turn_failed",
             json!({"error": kind, "details": error, "hook": hook}),
-        )
+        )?;
+        // Only a signal: the wrapper (always there, daemon or not) sees it within a second and
+        // runs the decision itself, so this hook never waits for a recovery.
+        if let Err(e) = ctx.dir.set_marker(state::TURN_FAILED) {
+            self.problem(&format!("cannot tell the wrapper the turn failed: {e}"));
+        }
+        Ok(reply)
     }
 
     fn session_end(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {

@@ -23,6 +23,9 @@ use serde_json::{Map, Value};
 pub const CLEAN_EXIT: &str = ".clean-exit";
 /// Marker asking the next start to be fresh instead of resuming.
 pub const FRESH: &str = ".fresh";
+/// Marker the turn-failed hook leaves for the agent's wrapper: a turn ended in an API error
+/// and nobody will type the next prompt, so the wrapper asks the watchdog's decision now.
+pub const TURN_FAILED: &str = ".turn-failed";
 /// The effective launch spec the running agent was started with (drift detection).
 pub const STARTED_SPEC: &str = "started_spec.json";
 pub const OPS_LOG: &str = "ops.jsonl";

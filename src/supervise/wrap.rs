@@ -30,6 +30,8 @@ use crate::world::tmux::Tmux;
 const EVIDENCE_LINES: usize = 50;
 /// How long an agent gets to exit after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
+/// How long the wrapper's pass for a failed turn waits for another pass to let go.
+const TREAT_PATIENCE: Duration = Duration::from_secs(30);
 /// Everything the wrapper prints starts with this, so pane-output checks can ignore it.
 const SAY: &str = "[phoenix]";
 
@@ -367,6 +369,8 @@ impl Wrapper {
         term::foreground(&mut cmd, self.terminal.is_some());
         // Where this run's ops begin: its session-start hook may well come before it shows life.
         let ops_at_start = ops_len(&self.dir);
+        // A signal left for an earlier run: what became of that turn was decided at its exit.
+        let _ = self.dir.clear_marker(state::TURN_FAILED);
         let mut child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
@@ -398,6 +402,7 @@ impl Wrapper {
         let deadline = started + self.agent.restart.life_deadline;
         let mut showed_life = false;
         let mut stop_sent: Option<Instant> = None;
+        let mut treating: Option<std::thread::JoinHandle<()>> = None;
         let status = loop {
             let tick = if showed_life && stop_sent.is_none() {
                 Duration::from_secs(1)
@@ -417,6 +422,13 @@ impl Wrapper {
                 );
                 self.startup_context_without_hooks(ops_at_start);
                 self.continue_after_interruption(ops_at_start);
+            }
+            if stop_sent.is_none()
+                && self.dir.has_marker(state::TURN_FAILED)
+                && treating.as_ref().is_none_or(|t| t.is_finished())
+            {
+                let _ = self.dir.clear_marker(state::TURN_FAILED);
+                treating = Some(self.treat_failed_turn());
             }
             if !showed_life && stop_sent.is_none() && Instant::now() >= deadline {
                 say(&format!(
@@ -481,6 +493,48 @@ impl Wrapper {
             runtime: started.elapsed(),
             showed_life,
         }
+    }
+
+    /// The turn-failed hook said the CLI's turn ended in an API error: the CLI waits at its
+    /// prompt and nobody will type. The watchdog's own pass for this agent decides, now rather
+    /// than at the daemon's next tick (or never, without one): the same Clinic and policy, and
+    /// the pass's memory says the turn was handled, so no later pass handles it again. A full
+    /// context stops this run for a fresh session with a handoff; 401/quota quarantine it.
+    /// On a thread: the pass may notify people, and supervision goes on meanwhile.
+    fn treat_failed_turn(&self) -> std::thread::JoinHandle<()> {
+        let (spec, config, runtime) =
+            (self.spec.clone(), self.config.clone(), self.runtime.clone());
+        let (name, dir) = (self.agent.name.clone(), self.dir.clone());
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            loop {
+                let report = crate::watchdog::Watchdog::new(&spec, &config, &runtime)
+                    .only(&name)
+                    .pass();
+                // Another pass (the daemon's) holds the lock: it may be handling this very
+                // turn; if not, the next try does.
+                if let Some(why) = report
+                    .skipped
+                    .filter(|_| started.elapsed() < TREAT_PATIENCE)
+                {
+                    tracing::debug!("failed turn: {why}; trying again");
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                }
+                let a = report.agents.first();
+                let _ = dir.record_op(
+                    "failed_turn_checked",
+                    json!({
+                        "by": "wrapper",
+                        "after_ms": started.elapsed().as_millis() as u64,
+                        "verdict": a.map(|a| a.verdict),
+                        "action_taken": a.and_then(|a| a.action_taken.clone()),
+                        "skipped": a.and_then(|a| a.skipped.clone()),
+                    }),
+                );
+                return;
+            }
+        })
     }
 
     /// Codex and Gemini CLI run the hooks in a workdir only once they trust it (and Codex each

@@ -62,6 +62,10 @@ pub struct Memory {
     pub notified_key: Option<String>,
     #[serde(default)]
     pub notified_at: Option<i64>,
+    /// The failed turn (`Observed::failed_turn`) last acted on: whoever ran the pass (the
+    /// agent's wrapper at once, the daemon, a cron `watchdog --once`), it is handled once.
+    #[serde(default)]
+    pub failed_turn_handled: Option<String>,
 }
 
 impl Memory {
@@ -296,6 +300,8 @@ pub struct Watchdog<'a> {
     /// Set when the daemon running this pass was asked to stop: no revival starts an agent
     /// after that.
     stopping: Option<Arc<AtomicBool>>,
+    /// Check this agent only (the wrapper's pass after its agent's turn failed).
+    only: Option<String>,
 }
 
 impl<'a> Watchdog<'a> {
@@ -307,7 +313,15 @@ impl<'a> Watchdog<'a> {
             fleet: FleetDir::new(&spec.fleet.state_dir),
             templates: Templates::for_spec(spec),
             stopping: None,
+            only: None,
         }
+    }
+
+    /// Check only the agent `name`, and leave the fleet-wide chores (temp files, old events)
+    /// to the fleet's passes.
+    pub fn only(mut self, name: &str) -> Self {
+        self.only = Some(name.to_string());
+        self
     }
 
     /// Skip every revival once `flag` is set (`phoenix run` sets it on SIGTERM/SIGINT).
@@ -347,10 +361,19 @@ impl<'a> Watchdog<'a> {
         let now = jiff::Timestamp::now().as_second();
         // Temp files of writers killed mid-write (or of writes that failed where removing
         // them failed too) would pile up forever: each pass removes the stale ones.
-        let swept = self.fleet.sweep_temp_files();
-        if swept > 0 {
-            tracing::info!("watchdog: removed {swept} stale temp file(s) from the state dir");
+        if self.only.is_none() {
+            let swept = self.fleet.sweep_temp_files();
+            if swept > 0 {
+                tracing::info!("watchdog: removed {swept} stale temp file(s) from the state dir");
+            }
         }
+        let checked: Vec<AgentSpec> = self
+            .spec
+            .agents
+            .iter()
+            .filter(|a| self.only.as_ref().is_none_or(|name| *name == a.name))
+            .cloned()
+            .collect();
         let world = world::observe(self.spec, self.runtime).unwrap_or_else(|e| {
             tracing::warn!("watchdog: cannot observe the runtime ({e}); every agent looks gone");
             world::World::default()
@@ -360,7 +383,7 @@ impl<'a> Watchdog<'a> {
         let world = std::sync::Arc::new(world);
         let count_tokens = self.spec.thresholds.max_tokens.is_some();
         let observing = observe_all(
-            &self.spec.agents,
+            &checked,
             &self.fleet,
             OBSERVE_TIMEOUT,
             move |agent: &AgentSpec, dir: &AgentDir| {
@@ -371,7 +394,7 @@ impl<'a> Watchdog<'a> {
         );
         let mut late = Vec::new();
         let mut seen: Vec<(Memory, observe::Observed)> = Vec::new();
-        for (agent, observed) in self.spec.agents.iter().zip(observing) {
+        for (agent, observed) in checked.iter().zip(observing) {
             match observed {
                 Ok(pair) => seen.push(pair),
                 Err(why) => late.push((agent.name.clone(), why)),
@@ -394,7 +417,7 @@ impl<'a> Watchdog<'a> {
         }
         let mut agents = Vec::new();
         let mut seen = seen.into_iter();
-        for agent in &self.spec.agents {
+        for agent in &checked {
             match late.iter().position(|(name, _)| *name == agent.name) {
                 Some(i) => agents.push(AgentReport::not_checked(agent, late.remove(i).1)),
                 None => {
@@ -403,8 +426,11 @@ impl<'a> Watchdog<'a> {
                 }
             }
         }
-        let events_pruned = prune_events(&self.fleet, self.spec.thresholds.events_retention)
-            .ok()
+        let events_pruned = self
+            .only
+            .is_none()
+            .then(|| prune_events(&self.fleet, self.spec.thresholds.events_retention).ok())
+            .flatten()
             .filter(|n| *n > 0);
         Report {
             ts: state::now_rfc3339(),
@@ -472,7 +498,13 @@ impl<'a> Watchdog<'a> {
                 .then(|| memory.save_if_changed(&before, &dir));
             return report;
         }
-        let found = health::assess(&seen.inputs, &self.limits(agent));
+        let mut found = health::assess(&seen.inputs, &self.limits(agent));
+        if seen.failed_turn.is_some() && seen.failed_turn == memory.failed_turn_handled {
+            found.retain(|f| f.check != health::Check::TurnFailed);
+            report
+                .notes
+                .push("the failed turn was already handled; its next session is starting".into());
+        }
         // Confirm before acting: the same check in the previous pass, or evidence that needs
         // no second look. A session in the middle of a clean turn is never acted on at once.
         let confirmed: Vec<Finding> = found
@@ -523,6 +555,16 @@ impl<'a> Watchdog<'a> {
         ) {
             // A new session is a new episode: its problems are confirmed afresh.
             memory.pending.clear();
+            if confirmed
+                .iter()
+                .any(|f| f.check == health::Check::TurnFailed)
+                && !report
+                    .action_taken
+                    .as_deref()
+                    .is_some_and(|a| a.starts_with("revival_skipped"))
+            {
+                memory.failed_turn_handled = seen.failed_turn.clone();
+            }
             memory.screen_hash = None;
             memory.screen_moved_hash = None;
         }

@@ -35,6 +35,9 @@ pub struct Observed {
     pub screen_hash: Option<String>,
     /// The screen's digest without its clocks (`without_clocks`): what moving means.
     pub screen_moved_hash: Option<String>,
+    /// Which failed turn the status `failed` is about (when it was recorded, with the error):
+    /// a turn already handled, by the wrapper or an earlier pass, is not handled again.
+    pub failed_turn: Option<String>,
 }
 
 impl Observed {
@@ -104,6 +107,7 @@ pub fn observe(
         wants_screen: None,
         screen_hash: None,
         screen_moved_hash: None,
+        failed_turn: None,
     };
     let quarantined = crate::supervise::record::load(dir).safe_mode.is_some();
     // Starting a fleet is `apply`'s decision (or `phoenix run`'s), never a watchdog pass's:
@@ -180,6 +184,13 @@ pub fn observe(
     inputs.status = field("status");
     if inputs.status.as_deref() == Some("failed") {
         inputs.turn_error = field("last_error");
+        // The turn-failed hook sets `last_active` with the status; nothing else touches it
+        // until the next session or prompt.
+        observed.failed_turn = Some(format!(
+            "{}|{}",
+            field("last_active").unwrap_or_default(),
+            inputs.turn_error.as_deref().unwrap_or("")
+        ));
     }
     inputs.last_active = field("last_active").as_deref().and_then(seconds);
     observed.task = field("current_task");
@@ -204,6 +215,7 @@ pub fn observe(
         if of_this_run(error.ts.as_deref().and_then(seconds), started) {
             inputs.status = Some("failed".into());
             inputs.turn_error = Some(error.to_string());
+            observed.failed_turn = Some(format!("{}|{error}", error.ts.as_deref().unwrap_or("")));
             inputs
                 .notes
                 .push("the session file says the last turn ended in an API error".into());

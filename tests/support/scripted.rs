@@ -42,6 +42,8 @@ pub struct Request {
     pub method: String,
     pub path: String,
     pub body: Value,
+    /// When the request was read: how long a recovery took, as the model sees it.
+    pub at: std::time::Instant,
 }
 
 impl Request {
@@ -203,6 +205,7 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> std::io::Result<Option<Req
         method,
         path,
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        at: std::time::Instant::now(),
     }))
 }
 
