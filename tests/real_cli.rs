@@ -7,7 +7,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use support::model_server::{ModelServer, Turn};
+use support::model_server::{ModelServer, Request, Turn};
 
 /// The Claude Code version the suite is pinned to.
 const CLAUDE_CODE: &str = "@anthropic-ai/claude-code@2.1.197";
@@ -376,10 +376,10 @@ fn real_claude_resumed_session_killed_again_within_seconds_is_resumed_again() {
 }
 
 /// Scenario 3: the model server says the prompt is too long. Claude Code stays at its prompt
-/// (StopFailure) → the watchdog finds the failed turn, the Clinic diagnoses a full context and
-/// prescribes a fresh session → the wrapper saves a context-limit handoff and starts fresh →
-/// the Clinic's context, the handoff and the continuation prompt reach the model, with nobody
-/// typing.
+/// (StopFailure) → its wrapper, with no daemon and no watchdog pass, has the Clinic diagnose a
+/// full context and prescribe a fresh session → the wrapper saves a context-limit handoff and
+/// starts fresh → the Clinic's context, the handoff and the continuation prompt reach the
+/// model, nobody typing, within 5 s of the failing request.
 #[test]
 fn real_claude_out_of_context_starts_fresh_with_the_handoff() {
     let fleet = support::Fleet::new();
@@ -394,30 +394,45 @@ fn real_claude_out_of_context_starts_fresh_with_the_handoff() {
     support::wait_until(
         std::time::Duration::from_secs(30),
         "the failed turn recorded by the StopFailure hook",
-        || state()["status"] == "failed",
+        || fleet.ops("cc").iter().any(|o| o["event"] == "turn_failed"),
     );
-    let old_session = state()["session_id"].as_str().unwrap().to_string();
+    let failed_op = fleet
+        .ops("cc")
+        .into_iter()
+        .find(|o| o["event"] == "turn_failed")
+        .unwrap();
     assert!(
-        state()["last_error"]
+        failed_op["details"]
             .as_str()
             .unwrap()
             .contains("prompt is too long"),
-        "{}",
-        state()
+        "{failed_op}"
     );
+    let old_session = failed_op["session_id"].as_str().unwrap().to_string();
 
-    let report = fleet
-        .run(&["watchdog", "--once", "--json"])
-        .status(1)
-        .json();
-    let cc = &report["agents"][0];
-    assert_eq!(cc["findings"][0]["check"], "turn_failed", "{report}");
+    // Nobody runs the watchdog: the wrapper did.
+    support::wait_until(
+        std::time::Duration::from_secs(10),
+        "the wrapper's check of the failed turn",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .any(|o| o["event"] == "failed_turn_checked")
+        },
+    );
+    let checked = fleet
+        .ops("cc")
+        .into_iter()
+        .find(|o| o["event"] == "failed_turn_checked")
+        .unwrap();
+    assert_eq!(checked["by"], "wrapper", "{checked}");
     assert!(
-        cc["action_taken"]
+        checked["action_taken"]
             .as_str()
             .unwrap_or("")
             .contains("started fresh"),
-        "{report}"
+        "{checked}"
     );
     let events = fleet
         .run(&["events", "--agent", "cc", "--json"])
@@ -447,6 +462,31 @@ fn real_claude_out_of_context_starts_fresh_with_the_handoff() {
     );
     assert!(sent.contains("migrate the billing tables"), "{sent}");
     assert!(sent.contains("latest handoff"), "{sent}");
+    // The failing request, then the fresh session's first request and its first turn.
+    let requests = server.message_requests();
+    let turn = |r: &&Request| r.body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let failing = requests.iter().find(turn).unwrap().at;
+    let first = requests
+        .iter()
+        .filter(|r| r.at > failing)
+        .map(|r| r.at)
+        .min()
+        .unwrap();
+    let continued = requests
+        .iter()
+        .filter(turn)
+        .find(|r| r.text().contains("This session was restarted"))
+        .unwrap()
+        .at;
+    let (to_first, to_turn) = (first - failing, continued - failing);
+    eprintln!(
+        "prompt is too long → the fresh session's first request after {to_first:?}, \
+         its first turn (the continuation prompt) after {to_turn:?}"
+    );
+    assert!(
+        to_first <= std::time::Duration::from_secs(5),
+        "{to_first:?}"
+    );
     support::wait_until(
         std::time::Duration::from_secs(30),
         "the new session's turn finished",
@@ -490,27 +530,29 @@ fn real_claude_model_not_found_goes_to_safe_mode_naming_the_model() {
         .to_string();
     type_prompt(&fleet, &pane, "summarise the changelog");
     let dir = fleet.agent_dir("cc");
-    let state = || -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap()
-    };
+    // The StopFailure hook records the failed turn, and the wrapper decides at once: no
+    // daemon, no watchdog pass.
     support::wait_until(
         std::time::Duration::from_secs(30),
-        "the failed turn recorded by the StopFailure hook",
-        || state()["status"] == "failed",
+        "the wrapper's check of the failed turn",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .any(|o| o["event"] == "failed_turn_checked")
+        },
     );
-
-    let report = fleet
-        .run(&["watchdog", "--once", "--json"])
-        .status(1)
-        .json();
-    let cc = &report["agents"][0];
-    assert_eq!(cc["findings"][0]["check"], "turn_failed", "{report}");
+    let checked = fleet
+        .ops("cc")
+        .into_iter()
+        .find(|o| o["event"] == "failed_turn_checked")
+        .unwrap();
     assert!(
-        cc["action_taken"]
+        checked["action_taken"]
             .as_str()
             .unwrap_or("")
             .contains("safe_mode"),
-        "{report}"
+        "{checked}"
     );
     let events = fleet
         .run(&["events", "--agent", "cc", "--json"])
@@ -525,6 +567,80 @@ fn real_claude_model_not_found_goes_to_safe_mode_naming_the_model() {
     assert!(why.contains("`claude-nope-4`"), "{record}");
     assert!(why.contains("fix `--model`"), "{record}");
     // One start, no revival: a restart cannot fix the model.
+    let starts = fleet
+        .ops("cc")
+        .iter()
+        .filter(|o| o["event"] == "agent_start")
+        .count();
+    assert_eq!(starts, 1);
+}
+
+/// The API answers 401 (the key was revoked) and Claude Code gives up on the turn: with no
+/// daemon and no watchdog pass, its wrapper has the Clinic diagnose invalid credentials and
+/// quarantines the agent at once: one start, no restart, a reason a person can act on.
+#[test]
+fn real_claude_revoked_key_goes_to_safe_mode_at_once_without_the_daemon() {
+    let fleet = support::Fleet::new();
+    let revoked = Turn::Error {
+        status: 401,
+        kind: "authentication_error".into(),
+        message: "invalid x-api-key".into(),
+    };
+    let server = ModelServer::start(vec![revoked; 12]);
+    let bin = claude_bin();
+    let work = fleet.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let key = "sk-ant-test-0123456789abcdefghijklmnop";
+    let home = prepared_home(fleet.path(), &work, key);
+    // Claude Code retries a 401 ten times over minutes before it gives up on the turn: once
+    // here, which changes nothing of what follows.
+    let agent = claude_agent("cc", &bin, &home, &server, key).replace(
+        "IS_SANDBOX = \"1\"",
+        "IS_SANDBOX = \"1\", CLAUDE_CODE_MAX_RETRIES = \"0\"",
+    );
+    assert!(agent.contains("CLAUDE_CODE_MAX_RETRIES"), "{agent}");
+    fleet.toml(&format!(
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"30s\"\n\n{agent}"
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["cc"]);
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_prompt(&fleet, &pane, "summarise the changelog");
+    let dir = fleet.agent_dir("cc");
+    support::wait_until_explained(
+        std::time::Duration::from_secs(30),
+        "the wrapper's check of the failed turn",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .any(|o| o["event"] == "failed_turn_checked")
+        },
+        || fleet.explain("cc", &pane),
+    );
+    let ops = fleet.ops("cc");
+    let failed = ops.iter().find(|o| o["event"] == "turn_failed").unwrap();
+    let checked = ops
+        .iter()
+        .find(|o| o["event"] == "failed_turn_checked")
+        .unwrap();
+    assert!(
+        checked["action_taken"]
+            .as_str()
+            .unwrap_or("")
+            .contains("safe_mode"),
+        "{checked} after {failed}"
+    );
+    support::wait_until(std::time::Duration::from_secs(10), "safe mode", || {
+        fleet.agent_status("cc")["state"] == "safe-mode"
+    });
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("crashes.json")).unwrap()).unwrap();
+    let why = record["safe_mode"]["reason"].as_str().unwrap_or("");
+    assert!(why.contains("invalid_credentials"), "{record}");
     let starts = fleet
         .ops("cc")
         .iter()

@@ -404,8 +404,10 @@ impl Wrapper {
         let mut stop_sent: Option<Instant> = None;
         let mut treating: Option<std::thread::JoinHandle<()>> = None;
         let status = loop {
+            // Once alive, a tick costs one stat (the turn-failed marker): often enough that a
+            // failed turn waits a quarter of a second for its decision, not a second.
             let tick = if showed_life && stop_sent.is_none() {
-                Duration::from_secs(1)
+                Duration::from_millis(250)
             } else {
                 Duration::from_millis(100)
             };
