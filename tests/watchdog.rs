@@ -658,6 +658,53 @@ fn a_failed_turn_the_wrapper_handled_is_left_alone_by_a_later_pass() {
     assert_eq!(starts, 2, "{:#?}", fleet.ops("full"));
 }
 
+/// The daemon's pass holds the watchdog's lock when the turn fails: the wrapper's pass waits
+/// for it instead of giving up, then handles the turn.
+#[test]
+fn a_failed_turn_during_another_pass_is_handled_once_that_pass_ends() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!("{FAST}{}", agent("full", "--silent-after 300ms")));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let first_pid = fleet.wait_running(&["full"])[0];
+    wait_silent(&fleet, "full", Duration::from_millis(500));
+    let other = phoenix::state::lock::FleetLock::acquire_file(
+        &phoenix::state::FleetDir::new(fleet.state_dir()),
+        phoenix::state::lock::WATCHDOG_LOCK,
+        "watchdog pass",
+        Duration::ZERO,
+        |_| {},
+    )
+    .unwrap();
+    prompt_too_long(&fleet, "full");
+    let marker = fleet.agent_dir("full").join(".turn-failed");
+    wait_until(
+        Duration::from_secs(5),
+        "the wrapper took the signal",
+        || !marker.exists(),
+    );
+    assert!(
+        !fleet
+            .ops("full")
+            .iter()
+            .any(|o| o["event"] == "failed_turn_checked")
+    );
+    drop(other);
+    let checked = wrapper_checked(&fleet, "full", Duration::from_secs(5), 0);
+    assert!(
+        checked["action_taken"]
+            .as_str()
+            .unwrap()
+            .contains("started fresh"),
+        "{checked}"
+    );
+    wait_until(Duration::from_secs(5), "a fresh session", || {
+        fleet
+            .ops("full")
+            .iter()
+            .any(|o| o["event"] == "agent_start" && o["mode"] == "fresh" && o["pid"] != first_pid)
+    });
+}
+
 /// A 401 at the end of a turn: the wrapper quarantines the agent at once (no daemon, no
 /// restart), and a pass afterwards has nothing to do.
 #[test]

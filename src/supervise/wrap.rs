@@ -515,11 +515,7 @@ impl Wrapper {
                     .pass();
                 // Another pass (the daemon's) holds the lock: it may be handling this very
                 // turn; if not, the next try does.
-                if let Some(why) = report
-                    .skipped
-                    .filter(|_| started.elapsed() < TREAT_PATIENCE)
-                {
-                    tracing::debug!("failed turn: {why}; trying again");
+                if report.skipped.is_some() && started.elapsed() < TREAT_PATIENCE {
                     std::thread::sleep(Duration::from_millis(200));
                     continue;
                 }
@@ -531,7 +527,7 @@ impl Wrapper {
                         "after_ms": started.elapsed().as_millis() as u64,
                         "verdict": a.map(|a| a.verdict),
                         "action_taken": a.and_then(|a| a.action_taken.clone()),
-                        "skipped": a.and_then(|a| a.skipped.clone()),
+                        "skipped": a.and_then(|a| a.skipped.clone()).or(report.skipped.clone()),
                     }),
                 );
                 return;
