@@ -511,7 +511,7 @@ impl Wrapper {
             let started = Instant::now();
             loop {
                 let report = crate::watchdog::Watchdog::new(&spec, &config, &runtime)
-                    .only(&name)
+                    .failed_turn_of(&name)
                     .pass();
                 // Another pass (the daemon's) holds the lock: it may be handling this very
                 // turn; if not, the next try does.

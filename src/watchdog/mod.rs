@@ -300,7 +300,7 @@ pub struct Watchdog<'a> {
     /// Set when the daemon running this pass was asked to stop: no revival starts an agent
     /// after that.
     stopping: Option<Arc<AtomicBool>>,
-    /// Check this agent only (the wrapper's pass after its agent's turn failed).
+    /// Check this agent's failed turn only (`failed_turn_of`).
     only: Option<String>,
 }
 
@@ -317,9 +317,10 @@ impl<'a> Watchdog<'a> {
         }
     }
 
-    /// Check only the agent `name`, and leave the fleet-wide chores (temp files, old events)
-    /// to the fleet's passes.
-    pub fn only(mut self, name: &str) -> Self {
+    /// Check only the agent `name`, and only for a failed turn (the wrapper's pass when the
+    /// turn-failed hook signals one); the other checks and the fleet-wide chores (temp files,
+    /// old events) are left to the fleet's passes.
+    pub fn failed_turn_of(mut self, name: &str) -> Self {
         self.only = Some(name.to_string());
         self
     }
@@ -489,6 +490,9 @@ impl<'a> Watchdog<'a> {
         };
         if seen.skip.is_some() {
             report.verdict = "skipped";
+            if self.only.is_some() {
+                return report;
+            }
             // A stop for a person or a restart ends the episode: start counting afresh.
             memory.pending.clear();
             memory.last_pass = Some(now);
@@ -505,6 +509,12 @@ impl<'a> Watchdog<'a> {
                 .notes
                 .push("the failed turn was already handled; its next session is starting".into());
         }
+        // The wrapper's pass is about its failed turn only: the other checks, and the memory
+        // their confirmation over two passes an interval apart relies on, are the fleet's.
+        let failed_turn_only = self.only.is_some();
+        if failed_turn_only {
+            found.retain(|f| f.check == health::Check::TurnFailed);
+        }
         // Confirm before acting: the same check in the previous pass, or evidence that needs
         // no second look. A session in the middle of a clean turn is never acted on at once.
         let confirmed: Vec<Finding> = found
@@ -512,13 +522,15 @@ impl<'a> Watchdog<'a> {
             .filter(|f| f.unambiguous || memory.pending.contains(&f.check))
             .cloned()
             .collect();
-        memory.pending = found.iter().map(|f| f.check).collect();
-        memory.screen_hash = seen.screen_hash.clone();
-        memory.screen_moved_hash = seen.screen_moved_hash.clone();
-        memory.screen_changed_at = seen.inputs.screen_changed_at;
-        memory.tool_count = Some(seen.inputs.tool_count);
-        memory.last_tool_call = seen.inputs.last_tool_call;
-        memory.last_pass = Some(now);
+        if !failed_turn_only {
+            memory.pending = found.iter().map(|f| f.check).collect();
+            memory.screen_hash = seen.screen_hash.clone();
+            memory.screen_moved_hash = seen.screen_moved_hash.clone();
+            memory.screen_changed_at = seen.inputs.screen_changed_at;
+            memory.tool_count = Some(seen.inputs.tool_count);
+            memory.last_tool_call = seen.inputs.last_tool_call;
+            memory.last_pass = Some(now);
+        }
         report.findings = found.clone();
         if confirmed.is_empty() {
             report.verdict = if found.is_empty() {
