@@ -454,8 +454,8 @@ fn sent_with_the_continue_prompt(fleet: &Fleet, server: &GeminiServer, pane: &st
 /// Gemini CLI shows the API error, records it in its chat file and ends the turn with AfterAgent
 /// as usual → phoenix's stop hook reads the error there (status `failed`) and signals the
 /// wrapper, which (no daemon, no watchdog pass) has the Clinic diagnose a full context → the
-/// wrapper saves a context-limit handoff and starts a fresh session → the Clinic's context, the handoff and the continuation
-/// prompt reach the model, nobody typing.
+/// wrapper saves a context-limit handoff and starts a fresh session → the Clinic's context,
+/// the handoff and the continuation prompt reach the model, nobody typing.
 #[test]
 fn real_gemini_out_of_context_starts_fresh_with_the_handoff() {
     let fleet = Fleet::new();
@@ -521,6 +521,16 @@ fn real_gemini_out_of_context_starts_fresh_with_the_handoff() {
     assert!(events.contains("context_length_exceeded"), "{events}");
 
     let sent = sent_with_the_continue_prompt(&fleet, &server, &pane);
+    let turns = server.turn_requests();
+    let continued = turns
+        .iter()
+        .find(|r| r.text().contains("This session was restarted"))
+        .unwrap()
+        .at;
+    eprintln!(
+        "token limit → the fresh session's continuation turn after {:?}",
+        continued - turns[0].at
+    );
     let ops = fleet.ops("gm");
     let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
     assert_eq!(start["mode"], "fresh", "{start}");
