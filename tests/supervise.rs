@@ -1082,3 +1082,121 @@ fn an_operator_restart_resets_the_revivals_spent_on_the_task() {
     assert_eq!(after["revival_task"], Value::Null, "{after}");
     assert_eq!(after["tool_count"], 7, "{after}");
 }
+
+/// A custom-CLI agent running `script` (a shell script written 0755 into the fleet dir) in
+/// the fleet's `work` dir.
+fn script_agent(fleet: &Fleet, name: &str, script: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let work = fleet.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let path = fleet.path().join(format!("{name}.sh"));
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fleet.toml(&format!(
+        "{}[[agent]]\nname = \"{name}\"\ncommand = \"{}\"\nworkdir = \"{}\"\n",
+        fast_restarts(5),
+        path.display(),
+        work.display()
+    ));
+    work
+}
+
+/// Whether `pid` is running (a zombie has ended).
+fn running(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let state = s.get(s.rfind(')')? + 2..)?.chars().next()?;
+            Some(state != 'Z' && state != 'X')
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_tool_that_setsids_away_from_a_killed_agent_is_stopped_before_the_next_start() {
+    let fleet = Fleet::new();
+    // The first run starts a tool in a session of its own that would act 3 s later; every
+    // run notes whether the previous run's tool is still alive as it starts.
+    let work = script_agent(
+        &fleet,
+        "tooly",
+        "#!/bin/sh\n\
+         if [ -f tool.pid ] && [ -e /proc/$(cat tool.pid) ] && ! grep -q ') Z' /proc/$(cat tool.pid)/stat; then echo alive >> overlap; fi\n\
+         if [ ! -f started ]; then touch started; setsid sh -c 'echo $$ > tool.pid; sleep 3; touch MARK' & fi\n\
+         echo agent up\n\
+         exec sleep 1000\n",
+    );
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["tooly"])[0];
+    wait_until(Duration::from_secs(10), "the tool started", || {
+        work.join("tool.pid").exists()
+    });
+    let tool: u64 = std::fs::read_to_string(work.join("tool.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(running(tool));
+    kill9(pid);
+
+    wait_ops(&fleet, "tooly", "agent_start", 2);
+    fleet.wait_running(&["tooly"]);
+    assert!(
+        !work.join("overlap").exists(),
+        "the next run started while the old tool ran"
+    );
+    assert!(!running(tool), "the old tool still runs beside the new run");
+    let stopped = ops_named(&fleet, "tooly", "strays_stopped");
+    let procs = stopped[0]["processes"].as_array().unwrap();
+    assert!(
+        procs.iter().any(|p| p["pid"].as_u64() == Some(tool)),
+        "the detached tool is recorded: {stopped:?}"
+    );
+    assert!(
+        procs.iter().any(|p| p["comm"] == "sleep"),
+        "its children too: {stopped:?}"
+    );
+    assert!(!work.join("MARK").exists(), "the orphaned tool acted");
+}
+
+#[test]
+fn a_new_wrapper_stops_the_agent_its_killed_predecessor_left_running() {
+    let fleet = Fleet::new();
+    // Ignores SIGHUP (as a CLI may) and notes any earlier run still alive when it starts.
+    let script = "#!/bin/sh\n\
+         trap '' HUP\n\
+         for p in $(cat pids 2>/dev/null); do \
+           if [ -e /proc/$p ] && ! grep -q ') Z' /proc/$p/stat; then echo $p >> overlap; fi; \
+         done\n\
+         echo $$ >> pids\n\
+         echo agent up\n\
+         while :; do sleep 0.2; done\n";
+    let work = script_agent(&fleet, "solo", script);
+    let config = std::fs::read_to_string(fleet.config()).unwrap();
+    fleet.raw_toml(&config.replace("[fleet]\n", "[fleet]\nreconcile_interval = \"1h\"\n"));
+    let _daemon = Daemon::start(&fleet, &[]);
+    let agent = fleet.wait_running(&["solo"])[0];
+    let pane = pane_of(&fleet, "solo");
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill9(wrapper);
+    wait_until(Duration::from_secs(20), "a second run", || {
+        std::fs::read_to_string(work.join("pids"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+            >= 2
+    });
+    assert!(
+        !work.join("overlap").exists(),
+        "two agent processes at once: {:?}",
+        std::fs::read_to_string(work.join("overlap"))
+    );
+    assert!(!running(u64::from(agent)));
+    let stopped = ops_named(&fleet, "solo", "previous_agent_stopped");
+    assert_eq!(stopped[0]["agent_pid"], agent, "{stopped:?}");
+}

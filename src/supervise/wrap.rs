@@ -52,6 +52,19 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
         .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
     let _ = spec::remember_good(&spec);
     record_a_lost_end(&dir);
+    // Orphans of the agent's tree come to this wrapper, not init: it can stop them all.
+    if !super::strays::become_subreaper() {
+        let _ = dir.record_op("subreaper_unavailable", json!({}));
+    }
+    // A killed wrapper's agent may still run in this pane: never two copies of one session.
+    let previous = super::strays::stop_previous(&dir);
+    if !previous.is_empty() {
+        say(&format!(
+            "stopped {} process(es) a previous wrapper of `{}` left running",
+            previous.len(),
+            agent.name
+        ));
+    }
     enter_workdir(&agent);
     let runtime = Tmux::new(&spec.fleet.tmux_socket);
     let pane = own_pane(&runtime);
@@ -380,6 +393,7 @@ impl Wrapper {
             }
         };
         let pid = child.id();
+        super::strays::record_agent(&self.dir, pid);
         term::set_child(Some(pid));
         if let Some(t) = &self.terminal {
             t.give_to(pid);
@@ -440,6 +454,16 @@ impl Wrapper {
         // writing) ends with it: orphans would fight the next run for the terminal, and a
         // late hook would look like the next run showing life.
         term::signal_group(pid, Signal::SIGTERM);
+        // And so does everything else it started, in sessions of its own too: a tool that
+        // outlived a killed CLI would otherwise finish beside its rerun in the next session.
+        let stopped = super::strays::sweep(&self.dir, pid);
+        if !stopped.is_empty() && term::stop_signal().is_none() {
+            say(&format!(
+                "stopped {} process(es) `{}` left behind",
+                stopped.len(),
+                self.agent.name
+            ));
+        }
         // While deciding, nothing runs here on purpose: say so before anything else. A wrapper
         // told to stop stays quiet: its pane may already belong to its replacement.
         if term::stop_signal().is_none() {
