@@ -1469,7 +1469,7 @@ fn hooks_show_prints_what_apply_installs() {
     );
     assert_eq!(
         content["hooks"]["BeforeTool"][0]["hooks"][0]["name"],
-        "phoenix-guard"
+        "phoenix-pre-tool"
     );
     assert_eq!(
         content["hooks"]["SessionStart"][0]["hooks"][0]["timeout"],

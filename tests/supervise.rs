@@ -1200,3 +1200,72 @@ fn a_new_wrapper_stops_the_agent_its_killed_predecessor_left_running() {
     let stopped = ops_named(&fleet, "solo", "previous_agent_stopped");
     assert_eq!(stopped[0]["agent_pid"], agent, "{stopped:?}");
 }
+
+#[test]
+fn the_tool_call_a_killed_agent_was_running_is_stopped_and_named_to_the_next_session() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["alpha"])[0];
+    let pane = pane_of(&fleet, "alpha");
+    wait_session_id(&fleet, "alpha");
+    let (pidfile, mark) = (fleet.path().join("tool.pid"), fleet.path().join("MARK"));
+    // A tool that leaves a job in a session of its own (as `setsid … &` does), then waits.
+    type_into(
+        &fleet,
+        &pane,
+        &format!(
+            "tool setsid sh -c 'echo $$ > {}; sleep 3; touch {}' & sleep 100",
+            pidfile.display(),
+            mark.display()
+        ),
+    );
+    wait_until(Duration::from_secs(10), "the tool is in flight", || {
+        fleet.agent_dir("alpha").join("in_flight.json").exists()
+            && std::fs::read_to_string(&pidfile).is_ok_and(|p| !p.trim().is_empty())
+    });
+    let tool: u64 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill9(pid);
+
+    let interrupted = wait_ops(&fleet, "alpha", "tool_interrupted", 1);
+    assert_eq!(interrupted[0]["tool"], "Bash");
+    assert!(
+        interrupted[0]["input"]
+            .as_str()
+            .unwrap()
+            .contains("sleep 3; touch"),
+        "{interrupted:?}"
+    );
+    assert!(
+        interrupted[0]["stopped_pids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_u64() == Some(tool)),
+        "{interrupted:?}"
+    );
+    assert!(!running(tool), "the orphaned job still runs");
+    // The resumed session is told which command was stopped, so the model can rerun it.
+    support::wait_for_screen(
+        &fleet,
+        &pane,
+        "interrupted and has been stopped: Bash",
+        Duration::from_secs(20),
+    );
+    assert!(!mark.exists(), "the orphaned job acted");
+    assert!(
+        !fleet
+            .agent_dir("alpha")
+            .join("interrupted_tool.json")
+            .exists(),
+        "named once"
+    );
+}

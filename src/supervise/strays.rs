@@ -84,6 +84,7 @@ pub fn stop_previous(dir: &AgentDir) -> Vec<ProcInfo> {
         );
     }
     forget_agent(dir);
+    interrupted_call(dir, &stopped);
     stopped
 }
 
@@ -112,7 +113,29 @@ pub fn sweep(dir: &AgentDir, agent: u32) -> Vec<ProcInfo> {
         );
     }
     forget_agent(dir);
+    interrupted_call(dir, &stopped);
     stopped
+}
+
+/// The tool call the agent was running when it ended (its PreToolUse hook noted it, no
+/// PostToolUse cleared it) is kept for the next session's startup context to name, and
+/// recorded with what was stopped.
+fn interrupted_call(dir: &AgentDir, stopped: &[ProcInfo]) {
+    let kept = dir.file(state::INTERRUPTED_TOOL);
+    if std::fs::rename(dir.file(state::IN_FLIGHT), &kept).is_err() {
+        return;
+    }
+    let call = state::bounded::read_whole(&kept, 16 * 1024, state::bounded::Links::Refuse)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .unwrap_or_default();
+    let _ = dir.record_op(
+        "tool_interrupted",
+        json!({
+            "tool": call["tool"], "input": call["input"], "session_id": call["session_id"],
+            "stopped_pids": stopped.iter().map(|p| p.pid).collect::<Vec<_>>(),
+        }),
+    );
 }
 
 /// This process and its ancestors (the tmux server among them) are never stopped, even if
