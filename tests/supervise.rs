@@ -1112,6 +1112,22 @@ fn running(pid: u64) -> bool {
         .unwrap_or(false)
 }
 
+/// Children of `parent` that ended and were never collected.
+fn zombie_children(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let rest: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+            rest[0] == "Z" && rest[1] == parent.to_string()
+        })
+        .collect()
+}
+
 #[test]
 fn a_tool_that_setsids_away_from_a_killed_agent_is_stopped_before_the_next_start() {
     let fleet = Fleet::new();
@@ -1146,6 +1162,18 @@ fn a_tool_that_setsids_away_from_a_killed_agent_is_stopped_before_the_next_start
         "the next run started while the old tool ran"
     );
     assert!(!running(tool), "the old tool still runs beside the new run");
+    let pane = pane_of(&fleet, "tooly");
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        zombie_children(wrapper),
+        Vec::<u32>::new(),
+        "left uncollected"
+    );
     let stopped = ops_named(&fleet, "tooly", "strays_stopped");
     let procs = stopped[0]["processes"].as_array().unwrap();
     assert!(

@@ -170,6 +170,8 @@ fn add_marked(table: &ProcTable, dir: &AgentDir, spared: &[u32], out: &mut Vec<P
 /// SIGTERM, a grace period, SIGKILL; a process is signalled only while it is the one listed
 /// (same pid, same start time). Returns the ones that were alive.
 fn stop(targets: Vec<ProcInfo>) -> Vec<ProcInfo> {
+    // Those that already ended (zombies reparented to the wrapper) only need collecting.
+    targets.iter().for_each(reap);
     let targets: Vec<ProcInfo> = targets.into_iter().filter(same).collect();
     for p in &targets {
         signal(p, Signal::SIGTERM);
@@ -196,6 +198,25 @@ fn stop(targets: Vec<ProcInfo>) -> Vec<ProcInfo> {
     // One that ended after the last pass is collected too: no zombie outlives the sweep.
     targets.iter().for_each(reap);
     targets
+}
+
+/// While the agent runs, orphans that ended and were reparented to the wrapper are collected
+/// now and then, so a long session leaves no zombies behind. Only the wrapper's children
+/// outside its own process group (its helpers are waited for by whoever started them) and
+/// never the agent itself (its own thread waits for it).
+pub fn reap_ended_orphans(agent: u32) {
+    let me = std::process::id();
+    let own_group = nix::unistd::getpgrp().as_raw() as u32;
+    for kid in ProcTable::read().descendants(me) {
+        // `live` is None for a zombie: it has ended and waits to be collected.
+        if kid.ppid == me
+            && kid.pid != agent
+            && kid.pgid != own_group
+            && procs::live(kid.pid).is_none()
+        {
+            reap(&kid);
+        }
+    }
 }
 
 fn same(p: &ProcInfo) -> bool {

@@ -30,6 +30,8 @@ use crate::world::tmux::Tmux;
 const EVIDENCE_LINES: usize = 50;
 /// How long an agent gets to exit after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
+/// How often ended orphans reparented to the wrapper are collected while the agent runs.
+const ORPHAN_REAP_EVERY: Duration = Duration::from_secs(30);
 /// Everything the wrapper prints starts with this, so pane-output checks can ignore it.
 const SAY: &str = "[phoenix]";
 
@@ -412,6 +414,7 @@ impl Wrapper {
         let deadline = started + self.agent.restart.life_deadline;
         let mut showed_life = false;
         let mut stop_sent: Option<Instant> = None;
+        let mut next_reap = Instant::now() + ORPHAN_REAP_EVERY;
         let status = loop {
             let tick = if showed_life && stop_sent.is_none() {
                 Duration::from_secs(1)
@@ -447,6 +450,10 @@ impl Wrapper {
             }
             if stop_sent.is_some_and(|t| t.elapsed() >= STOP_GRACE) {
                 term::signal_group(pid, Signal::SIGKILL);
+            }
+            if Instant::now() >= next_reap {
+                next_reap = Instant::now() + ORPHAN_REAP_EVERY;
+                super::strays::reap_ended_orphans(pid);
             }
         };
         term::set_child(None);
