@@ -25,6 +25,34 @@ struct Recorded {
     pid: u32,
     /// Seconds since the epoch, from /proc: a reused pid has another start time.
     started: i64,
+    /// The wrapper that started it, and when that wrapper started.
+    #[serde(default)]
+    wrapper: Option<(u32, i64)>,
+}
+
+/// How long a new wrapper waits for the one it replaces to finish its exit.
+const PREVIOUS_WRAPPER_WAIT: Duration = Duration::from_secs(10);
+
+fn recorded(dir: &AgentDir) -> Option<Recorded> {
+    state::file::read_bounded(&dir.file(AGENT_PID), 4096)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+/// A wrapper replaced in its pane (respawned on a drift, say) is told to stop while its
+/// successor already starts: the successor waits until it has stopped its agent, recorded
+/// the end and exited, so one end is recorded once and one agent runs at a time.
+pub fn wait_for_previous_wrapper(dir: &AgentDir) {
+    let Some((pid, started)) = recorded(dir).and_then(|r| r.wrapper) else {
+        return;
+    };
+    if pid == std::process::id() {
+        return;
+    }
+    let until = Instant::now() + PREVIOUS_WRAPPER_WAIT;
+    while Instant::now() < until && procs::live(pid).is_some_and(|p| p.started == started) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Orphans of the agent's tree (a tool that `setsid`s and whose parent exits, a shell's
@@ -43,6 +71,7 @@ pub fn record_agent(dir: &AgentDir, pid: u32) {
     let record = Recorded {
         pid,
         started: info.started,
+        wrapper: procs::live(std::process::id()).map(|w| (w.pid, w.started)),
     };
     if let Ok(bytes) = serde_json::to_vec(&record) {
         let _ = state::file::write_atomic(&dir.file(AGENT_PID), &bytes, 0o600, false);
@@ -50,7 +79,7 @@ pub fn record_agent(dir: &AgentDir, pid: u32) {
 }
 
 /// The recorded agent has ended and what it left is stopped.
-pub fn forget_agent(dir: &AgentDir) {
+fn forget_agent(dir: &AgentDir) {
     let _ = std::fs::remove_file(dir.file(AGENT_PID));
 }
 
@@ -58,18 +87,22 @@ pub fn forget_agent(dir: &AgentDir) {
 /// (that wrapper was killed; same pid and same start time), its process tree, and anything
 /// else still carrying the agent's marker, are stopped, so one session never runs twice.
 pub fn stop_previous(dir: &AgentDir) -> Vec<ProcInfo> {
-    let recorded: Option<Recorded> = state::file::read_bounded(&dir.file(AGENT_PID), 4096)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok());
+    let recorded = recorded(dir);
     let table = ProcTable::read();
     let spared = spared(&table);
     let mut targets = Vec::new();
+    // The recorded agent is stopped whatever it runs (`phoenix demo-agent` is phoenix too).
     if let Some(r) = &recorded
         && let Some(agent) = table.get(r.pid).filter(|p| p.started == r.started)
-        && !spared.contains(&agent.pid)
+        && !ancestors(&table).contains(&agent.pid)
     {
         targets.push(agent.clone());
-        targets.extend(table.descendants(agent.pid));
+        targets.extend(
+            table
+                .descendants(agent.pid)
+                .into_iter()
+                .filter(|p| !spared.contains(&p.pid)),
+        );
     }
     add_marked(&table, dir, &spared, &mut targets);
     let stopped = stop(targets);
@@ -98,7 +131,7 @@ pub fn sweep(dir: &AgentDir, agent: u32) -> Vec<ProcInfo> {
     let mut targets: Vec<ProcInfo> = table
         .descendants(std::process::id())
         .into_iter()
-        .filter(|p| p.pgid != own_group)
+        .filter(|p| p.pgid != own_group && !spared.contains(&p.pid))
         .collect();
     add_marked(&table, dir, &spared, &mut targets);
     let stopped = stop(targets);
@@ -112,7 +145,7 @@ pub fn sweep(dir: &AgentDir, agent: u32) -> Vec<ProcInfo> {
             }),
         );
     }
-    forget_agent(dir);
+    // agent.pid stays: it also names this wrapper, which a successor waits for.
     interrupted_call(dir, &stopped);
     stopped
 }
@@ -140,7 +173,28 @@ fn interrupted_call(dir: &AgentDir, stopped: &[ProcInfo]) {
 
 /// This process and its ancestors (the tmux server among them) are never stopped, even if
 /// they carry the marker (a tmux server or daemon first started from inside an agent).
+///
+/// Nor are phoenix's own programs the agent's hooks started (a `phoenix handoff save` the
+/// pre-compact hook detached, a hook still writing): they are bounded, end by themselves, and
+/// what they save is what the next session starts from. The agent's process group was
+/// signalled already; this only spares the detached ones.
 fn spared(table: &ProcTable) -> Vec<u32> {
+    let own = own_programs();
+    let mut out = ancestors(table);
+    out.extend(
+        table
+            .all()
+            .filter(|p| {
+                std::fs::read_link(format!("/proc/{}/exe", p.pid))
+                    .is_ok_and(|exe| own.contains(&exe))
+            })
+            .map(|p| p.pid),
+    );
+    out
+}
+
+/// This process and the chain of its parents.
+fn ancestors(table: &ProcTable) -> Vec<u32> {
     let mut out = vec![std::process::id()];
     let mut pid = std::process::id();
     while let Some(p) = table.get(pid) {
@@ -151,6 +205,15 @@ fn spared(table: &ProcTable) -> Vec<u32> {
         pid = p.ppid;
     }
     out
+}
+
+/// This executable and the hook binary next to it.
+fn own_programs() -> Vec<std::path::PathBuf> {
+    let Ok(exe) = std::env::current_exe() else {
+        return Vec::new();
+    };
+    let exe = exe.canonicalize().unwrap_or(exe);
+    vec![exe.with_file_name("phoenix-hook"), exe]
 }
 
 /// Processes whose environment says they belong to this agent's runs (the wrapper gives the

@@ -53,6 +53,8 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
     dir.ensure()
         .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
     let _ = spec::remember_good(&spec);
+    // The wrapper this one replaces may still be ending: let it record its own end first.
+    super::strays::wait_for_previous_wrapper(&dir);
     record_a_lost_end(&dir);
     // Orphans of the agent's tree come to this wrapper, not init: it can stop them all.
     if !super::strays::become_subreaper() {
