@@ -1184,6 +1184,12 @@ fn a_tool_that_setsids_away_from_a_killed_agent_is_stopped_before_the_next_start
         procs.iter().any(|p| p["comm"] == "sleep"),
         "its children too: {stopped:?}"
     );
+    assert!(
+        procs
+            .iter()
+            .any(|p| p["argv"].to_string().contains("sleep 3; touch MARK")),
+        "with what they ran: {stopped:?}"
+    );
     assert!(!work.join("MARK").exists(), "the orphaned tool acted");
 }
 

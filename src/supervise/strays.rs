@@ -105,13 +105,13 @@ pub fn stop_previous(dir: &AgentDir) -> Vec<ProcInfo> {
         );
     }
     add_marked(&table, dir, &spared, &mut targets);
-    let stopped = stop(targets);
+    let (stopped, listing) = stop(targets);
     if !stopped.is_empty() {
         let _ = dir.record_op(
             "previous_agent_stopped",
             json!({
                 "agent_pid": recorded.as_ref().map(|r| r.pid),
-                "processes": listed(&stopped),
+                "processes": listing,
                 "why": "a previous wrapper of this agent ended without stopping its agent",
             }),
         );
@@ -134,13 +134,13 @@ pub fn sweep(dir: &AgentDir, agent: u32) -> Vec<ProcInfo> {
         .filter(|p| p.pgid != own_group && !spared.contains(&p.pid))
         .collect();
     add_marked(&table, dir, &spared, &mut targets);
-    let stopped = stop(targets);
+    let (stopped, listing) = stop(targets);
     if !stopped.is_empty() {
         let _ = dir.record_op(
             "strays_stopped",
             json!({
                 "agent_pid": agent,
-                "processes": listed(&stopped),
+                "processes": listing,
                 "why": "processes the agent started outlived it; stopped before the next start",
             }),
         );
@@ -231,11 +231,13 @@ fn add_marked(table: &ProcTable, dir: &AgentDir, spared: &[u32], out: &mut Vec<P
 }
 
 /// SIGTERM, a grace period, SIGKILL; a process is signalled only while it is the one listed
-/// (same pid, same start time). Returns the ones that were alive.
-fn stop(targets: Vec<ProcInfo>) -> Vec<ProcInfo> {
+/// (same pid, same start time). Returns the ones that were alive, and what they ran.
+fn stop(targets: Vec<ProcInfo>) -> (Vec<ProcInfo>, serde_json::Value) {
     // Those that already ended (zombies reparented to the wrapper) only need collecting.
     targets.iter().for_each(reap);
     let targets: Vec<ProcInfo> = targets.into_iter().filter(same).collect();
+    // What they were running, read while they still run.
+    let listing = listed(&targets);
     for p in &targets {
         signal(p, Signal::SIGTERM);
     }
@@ -260,7 +262,7 @@ fn stop(targets: Vec<ProcInfo>) -> Vec<ProcInfo> {
     }
     // One that ended after the last pass is collected too: no zombie outlives the sweep.
     targets.iter().for_each(reap);
-    targets
+    (targets, listing)
 }
 
 /// While the agent runs, orphans that ended and were reparented to the wrapper are collected
