@@ -1097,3 +1097,61 @@ fn real_claude_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
     );
     assert!(!work.join("F").exists(), "the orphaned job acted");
 }
+
+/// Issue 15 item 7 with the real CLI: the wrapper is killed with Claude Code still running
+/// in its pane; the wrapper that replaces it stops that Claude Code (recorded) before it
+/// starts one of its own, so one session never runs in two processes.
+#[test]
+fn real_claude_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
+    let fleet = support::Fleet::new();
+    let server = ModelServer::start(vec![Turn::text("Done.")]);
+    let dir = start_claude(&fleet, &server, "", "say done");
+    support::wait_until(std::time::Duration::from_secs(60), "the turn", || {
+        std::fs::read(dir.join("state.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .is_some_and(|s| s["status"] == "idle")
+    });
+    let old = fleet.agent_status("cc")["pid"].as_u64().unwrap() as u32;
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    support::kill9(wrapper);
+    fleet.run(&["apply", "--yes"]);
+    support::wait_until(std::time::Duration::from_secs(30), "a new start", || {
+        fleet
+            .ops("cc")
+            .iter()
+            .filter(|o| o["event"] == "agent_start")
+            .count()
+            >= 2
+    });
+    let ops = fleet.ops("cc");
+    let stopped = ops
+        .iter()
+        .position(|o| o["event"] == "previous_agent_stopped")
+        .unwrap_or_else(|| panic!("the old Claude Code is stopped: {ops:?}"));
+    assert_eq!(ops[stopped]["agent_pid"], old, "{:?}", ops[stopped]);
+    let second_start = ops
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o["event"] == "agent_start")
+        .nth(1)
+        .unwrap()
+        .0;
+    assert!(stopped < second_start, "stopped before the next start");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{old}/cmdline")).exists() || {
+            // A zombie waiting for init is gone too.
+            std::fs::read_to_string(format!("/proc/{old}/stat"))
+                .is_ok_and(|s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+        }
+    );
+}
