@@ -1203,6 +1203,7 @@ fn a_new_wrapper_stops_the_agent_its_killed_predecessor_left_running() {
            if [ -e /proc/$p ] && ! grep -q ') Z' /proc/$p/stat; then echo $p >> overlap; fi; \
          done\n\
          echo $$ >> pids\n\
+         if [ ! -f job.pid ]; then (setsid sh -c 'echo $$ > job.pid; exec sleep 100' &); fi\n\
          echo agent up\n\
          while :; do sleep 0.2; done\n";
     let work = script_agent(&fleet, "solo", script);
@@ -1210,6 +1211,15 @@ fn a_new_wrapper_stops_the_agent_its_killed_predecessor_left_running() {
     fleet.raw_toml(&config.replace("[fleet]\n", "[fleet]\nreconcile_interval = \"1h\"\n"));
     let _daemon = Daemon::start(&fleet, &[]);
     let agent = fleet.wait_running(&["solo"])[0];
+    // A job whose parent already exited: orphaned to the wrapper, out of the agent's tree.
+    wait_until(Duration::from_secs(10), "the job", || {
+        std::fs::read_to_string(work.join("job.pid")).is_ok_and(|p| !p.trim().is_empty())
+    });
+    let job: u64 = std::fs::read_to_string(work.join("job.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let pane = pane_of(&fleet, "solo");
     let wrapper: u32 = fleet
         .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
@@ -1233,6 +1243,16 @@ fn a_new_wrapper_stops_the_agent_its_killed_predecessor_left_running() {
     assert!(!running(u64::from(agent)));
     let stopped = ops_named(&fleet, "solo", "previous_agent_stopped");
     assert_eq!(stopped[0]["agent_pid"], agent, "{stopped:?}");
+    // Found by the agent's marker after the killed wrapper's orphans went to init.
+    assert!(!running(job), "the orphaned job outlived its wrapper");
+    assert!(
+        stopped[0]["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pid"].as_u64() == Some(job)),
+        "{stopped:?}"
+    );
 }
 
 #[test]
