@@ -94,7 +94,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
     if let Some(text) = context.as_deref().and_then(additional_context) {
         println!("[context injected by phoenix]\n{text}\n[end of context]");
     }
-    println!("type: crash | exit | silent | work | fail | ok | turn CMD");
+    println!("type: crash | exit | silent | work | fail | ok | turn CMD | tool CMD");
     // Bracketed paste on, as real agent CLIs have it: a pasted block (phoenix's injections)
     // arrives between ESC[200~ and ESC[201~ and is one prompt, not one per line.
     print!("\x1b[?2004h> ");
@@ -173,6 +173,34 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
                 // does not contain (`->conti{}nuity:load`).
                 say if say.starts_with("say ") => {
                     println!("{}", say[4..].replace("\\n", "\n").replace("{}", ""))
+                }
+                // `tool CMD`: one Bash tool call that runs CMD through `sh -c`, as Claude Code's
+                // Bash tool does, announced before (PreToolUse) and reported after; the agent
+                // does nothing else meanwhile. The agent here is the model: a test types CMD.
+                t if t.starts_with("tool ") => {
+                    let command = &t[5..];
+                    let call = json!({
+                        "session_id": session_id, "cwd": cwd(),
+                        "tool_name": "Bash", "tool_input": {"command": command},
+                    });
+                    let mut pre = call.clone();
+                    pre["hook_event_name"] = json!("PreToolUse");
+                    hook(&agent, "pre-tool", pre);
+                    println!("demo-agent: tool running `{command}`");
+                    let ok = Command::new("sh")
+                        .arg("-c")
+                        .arg(command)
+                        .status()
+                        .is_ok_and(|s| s.success());
+                    step += 1;
+                    transcript.tool_call(step, command, !ok);
+                    let mut post = call;
+                    post["hook_event_name"] = json!("PostToolUse");
+                    post["tool_response"] =
+                        json!({"stdout": "", "stderr": "", "interrupted": false});
+                    hook(&agent, "heartbeat", post);
+                    println!("demo-agent: tool done");
+                    continue;
                 }
                 // `turn CMD`: one whole turn, as a model that runs CMD and is done: its prompt,
                 // one successful tool call running CMD, the end of the turn; then idle at the

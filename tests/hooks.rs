@@ -1469,7 +1469,7 @@ fn hooks_show_prints_what_apply_installs() {
     );
     assert_eq!(
         content["hooks"]["BeforeTool"][0]["hooks"][0]["name"],
-        "phoenix-guard"
+        "phoenix-pre-tool"
     );
     assert_eq!(
         content["hooks"]["SessionStart"][0]["hooks"][0]["timeout"],
@@ -2269,4 +2269,30 @@ fn a_fifo_in_place_of_the_config_never_hangs_a_hook_or_a_command() {
         .run_within(&["validate"], std::time::Duration::from_secs(5))
         .status(1)
         .stderr_has("is not a regular file (a FIFO)");
+}
+
+#[test]
+fn the_call_in_flight_is_noted_before_it_runs_and_forgotten_when_it_ends_or_the_turn_does() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let in_flight = fleet.agent_dir("c").join("in_flight.json");
+    let pre = r#"{"session_id":"s1","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"make deploy"}}"#;
+    hook(&fleet, "pre-tool", "c", Some("claude"), pre).valid_for("claude");
+    let noted: Value = serde_json::from_slice(&std::fs::read(&in_flight).unwrap()).unwrap();
+    assert_eq!(noted["tool"], "Bash");
+    assert_eq!(noted["input"], "make deploy");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&in_flight).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let post = r#"{"session_id":"s1","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"make deploy"},"tool_response":{"stdout":"ok"}}"#;
+    hook(&fleet, "heartbeat", "c", Some("claude"), post).valid_for("claude");
+    assert!(!in_flight.exists(), "the call ended");
+    // A call that never reports back (denied, say) ends with the turn.
+    hook(&fleet, "pre-tool", "c", Some("claude"), pre).valid_for("claude");
+    assert!(in_flight.exists());
+    let stop = r#"{"session_id":"s1","hook_event_name":"Stop"}"#;
+    hook(&fleet, "stop", "c", Some("claude"), stop).valid_for("claude");
+    assert!(!in_flight.exists(), "the turn ended");
 }

@@ -271,7 +271,7 @@ fn real_codex_in_a_phoenix_pane_runs_the_hooks_apply_installed() {
         Some("trusted")
     );
     let trusted = config["hooks"]["state"].as_table().unwrap();
-    assert_eq!(trusted.len(), 6, "one per phoenix hook: {trusted:?}");
+    assert_eq!(trusted.len(), 7, "one per phoenix hook: {trusted:?}");
     assert!(
         trusted
             .keys()

@@ -1082,3 +1082,244 @@ fn an_operator_restart_resets_the_revivals_spent_on_the_task() {
     assert_eq!(after["revival_task"], Value::Null, "{after}");
     assert_eq!(after["tool_count"], 7, "{after}");
 }
+
+/// A custom-CLI agent running `script` (a shell script written 0755 into the fleet dir) in
+/// the fleet's `work` dir.
+fn script_agent(fleet: &Fleet, name: &str, script: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let work = fleet.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let path = fleet.path().join(format!("{name}.sh"));
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fleet.toml(&format!(
+        "{}[[agent]]\nname = \"{name}\"\ncommand = \"{}\"\nworkdir = \"{}\"\n",
+        fast_restarts(5),
+        path.display(),
+        work.display()
+    ));
+    work
+}
+
+/// Whether `pid` is running (a zombie has ended).
+fn running(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let state = s.get(s.rfind(')')? + 2..)?.chars().next()?;
+            Some(state != 'Z' && state != 'X')
+        })
+        .unwrap_or(false)
+}
+
+/// Children of `parent` that ended and were never collected.
+fn zombie_children(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let rest: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+            rest[0] == "Z" && rest[1] == parent.to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn a_tool_that_setsids_away_from_a_killed_agent_is_stopped_before_the_next_start() {
+    let fleet = Fleet::new();
+    // The first run starts a tool in a session of its own that would act 3 s later; every
+    // run notes whether the previous run's tool is still alive as it starts.
+    let work = script_agent(
+        &fleet,
+        "tooly",
+        "#!/bin/sh\n\
+         if [ -f tool.pid ] && [ -e /proc/$(cat tool.pid) ] && ! grep -q ') Z' /proc/$(cat tool.pid)/stat; then echo alive >> overlap; fi\n\
+         if [ ! -f started ]; then touch started; setsid sh -c 'echo $$ > tool.pid; sleep 3; touch MARK' & fi\n\
+         echo agent up\n\
+         exec sleep 1000\n",
+    );
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["tooly"])[0];
+    wait_until(Duration::from_secs(10), "the tool started", || {
+        work.join("tool.pid").exists()
+    });
+    let tool: u64 = std::fs::read_to_string(work.join("tool.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(running(tool));
+    kill9(pid);
+
+    wait_ops(&fleet, "tooly", "agent_start", 2);
+    fleet.wait_running(&["tooly"]);
+    assert!(
+        !work.join("overlap").exists(),
+        "the next run started while the old tool ran"
+    );
+    assert!(!running(tool), "the old tool still runs beside the new run");
+    let pane = pane_of(&fleet, "tooly");
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        zombie_children(wrapper),
+        Vec::<u32>::new(),
+        "left uncollected"
+    );
+    let stopped = ops_named(&fleet, "tooly", "strays_stopped");
+    let procs = stopped[0]["processes"].as_array().unwrap();
+    assert!(
+        procs.iter().any(|p| p["pid"].as_u64() == Some(tool)),
+        "the detached tool is recorded: {stopped:?}"
+    );
+    assert!(
+        procs.iter().any(|p| p["comm"] == "sleep"),
+        "its children too: {stopped:?}"
+    );
+    assert!(
+        procs
+            .iter()
+            .any(|p| p["argv"].to_string().contains("sleep 3; touch MARK")),
+        "with what they ran: {stopped:?}"
+    );
+    assert!(!work.join("MARK").exists(), "the orphaned tool acted");
+}
+
+#[test]
+fn a_new_wrapper_stops_the_agent_its_killed_predecessor_left_running() {
+    let fleet = Fleet::new();
+    // Ignores SIGHUP (as a CLI may) and notes any earlier run still alive when it starts.
+    let script = "#!/bin/sh\n\
+         trap '' HUP\n\
+         for p in $(cat pids 2>/dev/null); do \
+           if [ -e /proc/$p ] && ! grep -q ') Z' /proc/$p/stat; then echo $p >> overlap; fi; \
+         done\n\
+         echo $$ >> pids\n\
+         if [ ! -f job.pid ]; then (setsid sh -c 'echo $$ > job.pid; exec sleep 100' &); fi\n\
+         echo agent up\n\
+         while :; do sleep 0.2; done\n";
+    let work = script_agent(&fleet, "solo", script);
+    let config = std::fs::read_to_string(fleet.config()).unwrap();
+    fleet.raw_toml(&config.replace("[fleet]\n", "[fleet]\nreconcile_interval = \"1h\"\n"));
+    let _daemon = Daemon::start(&fleet, &[]);
+    let agent = fleet.wait_running(&["solo"])[0];
+    // A job whose parent already exited: orphaned to the wrapper, out of the agent's tree.
+    wait_until(Duration::from_secs(10), "the job", || {
+        std::fs::read_to_string(work.join("job.pid")).is_ok_and(|p| !p.trim().is_empty())
+    });
+    let job: u64 = std::fs::read_to_string(work.join("job.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let pane = pane_of(&fleet, "solo");
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill9(wrapper);
+    wait_until(Duration::from_secs(20), "a second run", || {
+        std::fs::read_to_string(work.join("pids"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+            >= 2
+    });
+    assert!(
+        !work.join("overlap").exists(),
+        "two agent processes at once: {:?}",
+        std::fs::read_to_string(work.join("overlap"))
+    );
+    assert!(!running(u64::from(agent)));
+    let stopped = ops_named(&fleet, "solo", "previous_agent_stopped");
+    assert_eq!(stopped[0]["agent_pid"], agent, "{stopped:?}");
+    // Found by the agent's marker after the killed wrapper's orphans went to init.
+    assert!(!running(job), "the orphaned job outlived its wrapper");
+    assert!(
+        stopped[0]["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pid"].as_u64() == Some(job)),
+        "{stopped:?}"
+    );
+}
+
+#[test]
+fn the_tool_call_a_killed_agent_was_running_is_stopped_and_named_to_the_next_session() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["alpha"])[0];
+    let pane = pane_of(&fleet, "alpha");
+    wait_session_id(&fleet, "alpha");
+    let (pidfile, mark) = (fleet.path().join("tool.pid"), fleet.path().join("MARK"));
+    // A tool that leaves a job in a session of its own (as `setsid … &` does), then waits.
+    type_into(
+        &fleet,
+        &pane,
+        &format!(
+            "tool setsid sh -c 'echo $$ > {}; sleep 3; touch {}' & sleep 100",
+            pidfile.display(),
+            mark.display()
+        ),
+    );
+    wait_until(Duration::from_secs(10), "the tool is in flight", || {
+        fleet.agent_dir("alpha").join("in_flight.json").exists()
+            && std::fs::read_to_string(&pidfile).is_ok_and(|p| !p.trim().is_empty())
+    });
+    let tool: u64 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill9(pid);
+
+    let interrupted = wait_ops(&fleet, "alpha", "tool_interrupted", 1);
+    assert_eq!(interrupted[0]["tool"], "Bash");
+    assert!(
+        interrupted[0]["input"]
+            .as_str()
+            .unwrap()
+            .contains("sleep 3; touch"),
+        "{interrupted:?}"
+    );
+    assert!(
+        interrupted[0]["stopped_pids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_u64() == Some(tool)),
+        "{interrupted:?}"
+    );
+    assert!(!running(tool), "the orphaned job still runs");
+    // The resumed session is told which command was stopped, so the model can rerun it.
+    support::wait_for_screen(
+        &fleet,
+        &pane,
+        "interrupted and has been stopped: Bash",
+        Duration::from_secs(20),
+    );
+    assert!(!mark.exists(), "the orphaned job acted");
+    assert!(
+        !fleet
+            .agent_dir("alpha")
+            .join("interrupted_tool.json")
+            .exists(),
+        "named once"
+    );
+}

@@ -123,6 +123,9 @@ pub fn startup_text(spec: &Spec, dir: &AgentDir) -> Option<String> {
         start,
         &gathered.inputs(&[], &resolve),
     );
+    if text.is_some() && gathered.interrupted_tool.is_some() {
+        let _ = std::fs::remove_file(dir.file(crate::state::INTERRUPTED_TOOL));
+    }
     if let Some(problem) = problem {
         let _ = dir.record_op(
             "template_error",

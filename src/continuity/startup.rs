@@ -43,6 +43,8 @@ pub struct Inputs<'a> {
     pub handoff: Option<&'a Handoff>,
     /// Earlier decisions and handoffs that match the task.
     pub related: &'a [Hit],
+    /// The tool call the last session was running when it ended (`interrupted_tool.json`).
+    pub interrupted_tool: Option<&'a Value>,
 }
 
 #[derive(Serialize)]
@@ -59,6 +61,13 @@ struct Context<'a> {
     handoff: Option<HandoffCtx<'a>>,
     related: &'a [Hit],
     brief: Option<Cut>,
+    interrupted_tool: Option<InterruptedTool>,
+}
+
+#[derive(Serialize)]
+struct InterruptedTool {
+    tool: String,
+    input: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -127,6 +136,7 @@ pub fn render(
                 && state.numbers.is_empty()
                 && brief.is_none()
                 && inputs.handoff.is_none()
+                && inputs.interrupted_tool.is_none()
                 && ledger.is_none() =>
         {
             return (None, None);
@@ -173,6 +183,13 @@ pub fn render(
         }),
         related: inputs.related,
         brief: brief.map(|b| cut(b, MAX_CONTEXT_CHARS)),
+        interrupted_tool: inputs.interrupted_tool.map(|t| InterruptedTool {
+            tool: t["tool"].as_str().unwrap_or("?").to_string(),
+            input: t["input"]
+                .as_str()
+                .filter(|i| !i.is_empty())
+                .map(str::to_string),
+        }),
     };
     let mut problem = None;
     let mut render = |ctx: &Context<'_>| {
@@ -273,6 +290,7 @@ pub struct Gathered {
     pub brief: Option<String>,
     pub handoff: Option<Handoff>,
     pub related: Vec<Hit>,
+    pub interrupted_tool: Option<Value>,
 }
 
 impl Gathered {
@@ -301,12 +319,22 @@ impl Gathered {
             };
             (handoff, related)
         };
+        // Written by the wrapper (small, regular, ours): never followed through a link.
+        let interrupted_tool = state::bounded::read_whole(
+            &dir.file(state::INTERRUPTED_TOOL),
+            16 * 1024,
+            state::bounded::Links::Refuse,
+        )
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .filter(|v| v["tool"].is_string());
         Gathered {
             state,
             ledger,
             brief,
             handoff,
             related,
+            interrupted_tool,
         }
     }
 
@@ -319,6 +347,7 @@ impl Gathered {
             resolve_command,
             handoff: self.handoff.as_ref(),
             related: &self.related,
+            interrupted_tool: self.interrupted_tool.as_ref(),
         }
     }
 }
@@ -353,6 +382,7 @@ mod tests {
             resolve_command: "phoenix resolve trades",
             handoff: None,
             related: &[],
+            interrupted_tool: None,
         }
     }
 
@@ -360,6 +390,35 @@ mod tests {
         let (text, problem) = render(&Templates::default(), start, inputs);
         assert_eq!(problem, None);
         text
+    }
+
+    #[test]
+    fn the_interrupted_call_is_named_on_a_line_of_its_own() {
+        let s = state();
+        let call = serde_json::json!({"tool": "Bash", "input": "make deploy"});
+        let mut i = inputs(&s, None);
+        i.interrupted_tool = Some(&call);
+        let text = text(Start::Recovery, &i).unwrap();
+        assert!(
+            text.contains(
+                "\nThis command was interrupted and has been stopped: Bash: make deploy\nIt may"
+            ),
+            "{text}"
+        );
+        // Even a fresh start with nothing else to say names it.
+        let bare = AgentState::new("trades");
+        let mut i = inputs(&bare, None);
+        i.interrupted_tool = Some(&call);
+        assert!(text_of_fresh(&i).contains("stopped: Bash: make deploy"));
+        i.interrupted_tool = None;
+        assert_eq!(
+            super::render(&Templates::default(), Start::Fresh, &i).0,
+            None
+        );
+    }
+
+    fn text_of_fresh(i: &Inputs<'_>) -> String {
+        text(Start::Fresh, i).unwrap()
     }
 
     #[test]

@@ -85,7 +85,7 @@ const fn e(
     }
 }
 
-fn entries(cli: Cli, guard: bool) -> Vec<Entry> {
+fn entries(cli: Cli) -> Vec<Entry> {
     // A SessionStart matcher without `resume` silently skips resumed sessions.
     const STARTS: Option<&str> = Some("startup|resume|clear|compact");
     let mut list = match cli {
@@ -138,26 +138,20 @@ fn entries(cli: Cli, guard: bool) -> Vec<Entry> {
         ],
         Cli::Custom => vec![],
     };
-    if guard {
-        list.push(match cli {
-            Cli::Claude => e(
-                "PreToolUse",
-                Some("Edit|MultiEdit|Write"),
-                "pre-tool",
-                5,
-                "",
-            ),
-            Cli::Codex => e("PreToolUse", None, "pre-tool", 5, ""),
-            Cli::Gemini => e(
-                "BeforeTool",
-                Some("write_file|replace"),
-                "pre-tool",
-                5_000,
-                "phoenix-guard",
-            ),
-            Cli::Custom => return list,
-        });
-    }
+    // Every agent: the call about to run is noted, so an exit while it runs can be named to
+    // the next session (and the structured-file guard snapshots what the call will edit).
+    list.push(match cli {
+        Cli::Claude => e("PreToolUse", Some("*"), "pre-tool", 5, ""),
+        Cli::Codex => e("PreToolUse", None, "pre-tool", 5, ""),
+        Cli::Gemini => e(
+            "BeforeTool",
+            Some(".*"),
+            "pre-tool",
+            5_000,
+            "phoenix-pre-tool",
+        ),
+        Cli::Custom => return list,
+    });
     list
 }
 
@@ -232,7 +226,7 @@ impl<'a> Target<'a> {
     /// phoenix's part of the hook file: `{"hooks": {Event: [group, …]}}`, or `None` for a CLI
     /// without hook files.
     pub fn desired(&self) -> Option<Value> {
-        let list = entries(self.cli, self.guard);
+        let list = entries(self.cli);
         if list.is_empty() {
             return None;
         }
@@ -571,7 +565,7 @@ mod tests {
                 .contains("hook tool-error --agent trades")
         );
         assert_eq!(v["hooks"]["PreCompact"][0]["matcher"], "manual|auto");
-        assert!(v["hooks"].get("PreToolUse").is_none());
+        assert_eq!(v["hooks"]["PreToolUse"][0]["matcher"], "*");
     }
 
     #[test]
@@ -617,14 +611,17 @@ mod tests {
     }
 
     #[test]
-    fn guard_adds_a_pre_tool_hook() {
-        let mut t = target(Cli::Claude);
-        t.guard = true;
-        let v = t.desired().unwrap();
-        assert_eq!(
-            v["hooks"]["PreToolUse"][0]["matcher"],
-            "Edit|MultiEdit|Write"
-        );
+    fn every_tool_call_is_announced_with_or_without_the_guard() {
+        for guard in [false, true] {
+            let mut t = target(Cli::Claude);
+            t.guard = guard;
+            let v = t.desired().unwrap();
+            assert_eq!(v["hooks"]["PreToolUse"][0]["matcher"], "*");
+        }
+        let v = target(Cli::Gemini).desired().unwrap();
+        assert_eq!(v["hooks"]["BeforeTool"][0]["matcher"], ".*");
+        let v = target(Cli::Codex).desired().unwrap();
+        assert!(v["hooks"]["PreToolUse"][0].get("matcher").is_none());
         assert_eq!(target(Cli::Custom).desired(), None);
     }
 

@@ -37,6 +37,8 @@ pub const HEARTBEAT_WRITE_INTERVAL: Duration = Duration::from_secs(10);
 
 /// How many recent tool calls a recovery block lists.
 const RECENT_TOOLS: usize = 5;
+/// How much of an in-flight call's input is kept to name it.
+const IN_FLIGHT_INPUT_CHARS: usize = 500;
 
 /// Startup context held back for the first prompt of a resumed Gemini CLI session:
 /// `{"session_id": …, "text": …}`. Gemini CLI 0.61 adds SessionStart context to its chat and
@@ -476,6 +478,10 @@ impl Hook<'_> {
         if let Some(problem) = template_problem {
             self.problem(&problem);
         }
+        if text.is_some() && gathered.interrupted_tool.is_some() {
+            // Named once, to the session that follows the interruption.
+            let _ = std::fs::remove_file(dir.file(state::INTERRUPTED_TOOL));
+        }
         text
     }
 
@@ -582,6 +588,8 @@ impl Hook<'_> {
     /// After a tool call: one line in tool_use.jsonl, and state.json only when it changes.
     fn tool_done(&self, ctx: &Ctx<'_>, outcome: Outcome) -> Result<Reply, StateError> {
         let dir = ctx.dir;
+        // The call finished: nothing is in flight (a missing file is the common case).
+        let _ = std::fs::remove_file(dir.file(state::IN_FLIGHT));
         let session_id = self.payload.session_id().map(str::to_string);
         let now = state::rfc3339(ctx.now);
         let mut line = json!({"ts": state::now_rfc3339(), "tool": self.payload.tool_name(), "ok": outcome == Outcome::Ok});
@@ -650,6 +658,36 @@ impl Hook<'_> {
         Ok(Reply::Nothing)
     }
 
+    /// The call about to run, so that an exit while it runs can be named to the next session.
+    /// One small unsynced write: a lost one only costs that note.
+    fn note_in_flight(&self, dir: &AgentDir) {
+        let tool = self.payload.tool_name();
+        if tool.is_empty() {
+            return;
+        }
+        let input = self
+            .payload
+            .get("tool_input")
+            .or(self.payload.get("tool_args"));
+        // A shell call is named by its command; anything else by its input, cut short.
+        let text = match input.and_then(|i| i.get("command")) {
+            Some(Value::String(c)) => c.clone(),
+            Some(other) => other.to_string(),
+            None => input.map(Value::to_string).unwrap_or_default(),
+        };
+        let text: String = text.chars().take(IN_FLIGHT_INPUT_CHARS).collect();
+        let line = json!({
+            "ts": state::now_rfc3339(), "tool": tool, "input": text,
+            "session_id": self.payload.session_id(),
+        });
+        let _ = state::file::write_atomic(
+            &dir.file(state::IN_FLIGHT),
+            line.to_string().as_bytes(),
+            0o600,
+            false,
+        );
+    }
+
     fn cwd(&self, ctx: &Ctx<'_>) -> PathBuf {
         self.payload
             .str("cwd")
@@ -659,6 +697,7 @@ impl Hook<'_> {
     }
 
     fn pre_tool(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
+        self.note_in_flight(ctx.dir);
         if ctx.agent.guard_structured_files {
             guard::snapshot(ctx.dir, &self.cwd(ctx), &self.payload.edited_files())?;
         }
@@ -759,6 +798,8 @@ impl Hook<'_> {
     }
 
     fn stop(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
+        // The turn is over: a call that never reported back (denied, say) is not running.
+        let _ = std::fs::remove_file(ctx.dir.file(state::IN_FLIGHT));
         let hook = self.payload.event_name().or(self.payload.str("type"));
         // Gemini CLI ends a turn that failed on an API error like any other (AfterAgent); only
         // its chat file says it failed. Codex fires no Stop for one, but the same check costs

@@ -494,7 +494,7 @@ mod tests {
         );
         assert!(!keys.contains(&"/w/.codex/hooks.json:post_tool_use:0:0"));
         assert!(!keys.contains(&"/w/.codex/hooks.json:stop:1:0"));
-        assert_eq!(trust.len(), 6, "one per phoenix hook: {keys:?}");
+        assert_eq!(trust.len(), 7, "one per phoenix hook: {keys:?}");
     }
 
     const USER_CONFIG: &str = "# my settings\nmodel = \"o3\" # the best\n\n[projects.\"/other\"]\ntrust_level = \"untrusted\"\n";
@@ -611,7 +611,7 @@ mod tests {
         let config: toml::Table =
             toml::from_str(&fs::read_to_string(home.join("config.toml")).unwrap()).unwrap();
         assert_eq!(config["projects"].as_table().unwrap().len(), 6);
-        assert_eq!(config["hooks"]["state"].as_table().unwrap().len(), 36);
+        assert_eq!(config["hooks"]["state"].as_table().unwrap().len(), 42);
         // Trusted already: nothing to do.
         assert_eq!(ensure(&spec.agents[0], &lock).unwrap(), None);
     }

@@ -29,6 +29,12 @@ pub const TURN_FAILED: &str = ".turn-failed";
 /// The effective launch spec the running agent was started with (drift detection).
 pub const STARTED_SPEC: &str = "started_spec.json";
 pub const OPS_LOG: &str = "ops.jsonl";
+/// The tool call the agent is running now (PreToolUse writes it, PostToolUse and Stop remove
+/// it): the wrapper knows which call an exit interrupted.
+pub const IN_FLIGHT: &str = "in_flight.json";
+/// The tool call the last session was running when it ended, for the next session's startup
+/// context to name; consumed by it.
+pub const INTERRUPTED_TOOL: &str = "interrupted_tool.json";
 pub const CRITICAL_EVENTS: &str = "critical_events.jsonl";
 /// A brief.md larger than this is not read (a brief is a page or two).
 const MAX_BRIEF_BYTES: u64 = 1024 * 1024;

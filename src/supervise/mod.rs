@@ -7,6 +7,7 @@ pub mod decide;
 pub mod record;
 pub mod restart;
 pub mod service;
+pub mod strays;
 pub mod term;
 pub mod wrap;
 

@@ -32,6 +32,8 @@ const EVIDENCE_LINES: usize = 50;
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// How long the wrapper's pass for a failed turn waits for another pass to let go.
 const TREAT_PATIENCE: Duration = Duration::from_secs(30);
+/// How often ended orphans reparented to the wrapper are collected while the agent runs.
+const ORPHAN_REAP_EVERY: Duration = Duration::from_secs(30);
 /// Everything the wrapper prints starts with this, so pane-output checks can ignore it.
 const SAY: &str = "[phoenix]";
 
@@ -53,7 +55,22 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
     dir.ensure()
         .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
     let _ = spec::remember_good(&spec);
+    // The wrapper this one replaces may still be ending: let it record its own end first.
+    super::strays::wait_for_previous_wrapper(&dir);
     record_a_lost_end(&dir);
+    // Orphans of the agent's tree come to this wrapper, not init: it can stop them all.
+    if !super::strays::become_subreaper() {
+        let _ = dir.record_op("subreaper_unavailable", json!({}));
+    }
+    // A killed wrapper's agent may still run in this pane: never two copies of one session.
+    let previous = super::strays::stop_previous(&dir);
+    if !previous.is_empty() {
+        say(&format!(
+            "stopped {} process(es) a previous wrapper of `{}` left running",
+            previous.len(),
+            agent.name
+        ));
+    }
     enter_workdir(&agent);
     let runtime = Tmux::new(&spec.fleet.tmux_socket);
     let pane = own_pane(&runtime);
@@ -384,6 +401,7 @@ impl Wrapper {
             }
         };
         let pid = child.id();
+        super::strays::record_agent(&self.dir, pid);
         term::set_child(Some(pid));
         if let Some(t) = &self.terminal {
             t.give_to(pid);
@@ -403,6 +421,7 @@ impl Wrapper {
         let mut showed_life = false;
         let mut stop_sent: Option<Instant> = None;
         let mut treating: Option<std::thread::JoinHandle<()>> = None;
+        let mut next_reap = Instant::now() + ORPHAN_REAP_EVERY;
         let status = loop {
             // Once alive, a tick costs one stat (the turn-failed marker): often enough that a
             // failed turn waits a quarter of a second for its decision, not a second.
@@ -448,12 +467,26 @@ impl Wrapper {
             if stop_sent.is_some_and(|t| t.elapsed() >= STOP_GRACE) {
                 term::signal_group(pid, Signal::SIGKILL);
             }
+            if Instant::now() >= next_reap {
+                next_reap = Instant::now() + ORPHAN_REAP_EVERY;
+                super::strays::reap_ended_orphans(pid);
+            }
         };
         term::set_child(None);
         // Whatever the agent left behind in its process group (tool processes, a hook still
         // writing) ends with it: orphans would fight the next run for the terminal, and a
         // late hook would look like the next run showing life.
         term::signal_group(pid, Signal::SIGTERM);
+        // And so does everything else it started, in sessions of its own too: a tool that
+        // outlived a killed CLI would otherwise finish beside its rerun in the next session.
+        let stopped = super::strays::sweep(&self.dir, pid);
+        if !stopped.is_empty() && term::stop_signal().is_none() {
+            say(&format!(
+                "stopped {} process(es) `{}` left behind",
+                stopped.len(),
+                self.agent.name
+            ));
+        }
         // While deciding, nothing runs here on purpose: say so before anything else. A wrapper
         // told to stop stays quiet: its pane may already belong to its replacement.
         if term::stop_signal().is_none() {

@@ -55,6 +55,11 @@ impl ProcTable {
         table
     }
 
+    /// Every process in the snapshot, in no particular order.
+    pub fn all(&self) -> impl Iterator<Item = &ProcInfo> {
+        self.procs.values()
+    }
+
     pub fn get(&self, pid: u32) -> Option<&ProcInfo> {
         self.procs.get(&pid)
     }
@@ -91,6 +96,36 @@ pub fn cmdline(pid: u32) -> Option<Vec<String>> {
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect(),
     )
+}
+
+/// One process as it is now; `None` once it is gone or only a zombie (it has ended: all that
+/// is left is its exit status for its parent to collect).
+pub fn live(pid: u32) -> Option<ProcInfo> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let state = stat.get(stat.rfind(')')? + 2..)?.chars().next()?;
+    if matches!(state, 'Z' | 'X') {
+        return None;
+    }
+    parse_stat(pid, &stat, boot_time(), clock_ticks())
+}
+
+/// Whether `pid`'s environment (`/proc/<pid>/environ`, read up to 256 KiB) holds
+/// `key=value`. False for processes of other users, whose environment cannot be read.
+pub fn environ_has(pid: u32, key: &str, value: &[u8]) -> bool {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let Ok(file) = fs::File::open(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    if file.take(256 * 1024).read_to_end(&mut bytes).is_err() {
+        return false;
+    }
+    bytes.split(|b| *b == 0).any(|entry| {
+        entry
+            .strip_prefix(key.as_bytes())
+            .and_then(|rest| rest.strip_prefix(b"="))
+            == Some(value)
+    })
 }
 
 /// Parse `/proc/<pid>/stat`. The command name is in parentheses and may itself contain
@@ -157,5 +192,22 @@ mod tests {
             kids.iter()
                 .any(|p| p.pid == child.id() && p.comm == "sleep")
         );
+    }
+
+    #[test]
+    fn reads_a_childs_environment_and_sees_it_end() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .env("PHOENIX_PROCS_TEST", "a b")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert!(environ_has(pid, "PHOENIX_PROCS_TEST", b"a b"));
+        assert!(!environ_has(pid, "PHOENIX_PROCS_TEST", b"a"));
+        assert!(!environ_has(pid, "PHOENIX_PROCS", b"a b"));
+        assert!(live(pid).is_some_and(|p| p.comm == "sleep"));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(live(pid).is_none());
     }
 }

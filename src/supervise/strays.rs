@@ -1,0 +1,313 @@
+//! What an agent leaves behind: the wrapper is the child subreaper of everything its agent
+//! starts, records the agent's pid, and stops every process of a run before the next run
+//! starts, so a tool that outlived a killed CLI cannot act a second time beside its rerun.
+
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::state::{self, AgentDir};
+use crate::world::procs::{self, ProcInfo, ProcTable};
+
+/// The running agent's pid and start time, in its state dir: a wrapper that replaces a
+/// killed one finds the agent it left running.
+pub const AGENT_PID: &str = "agent.pid";
+/// How long the processes get to exit after SIGTERM before SIGKILL.
+const GRACE: Duration = Duration::from_secs(3);
+
+#[derive(Serialize, Deserialize)]
+struct Recorded {
+    pid: u32,
+    /// Seconds since the epoch, from /proc: a reused pid has another start time.
+    started: i64,
+    /// The wrapper that started it, and when that wrapper started.
+    #[serde(default)]
+    wrapper: Option<(u32, i64)>,
+}
+
+/// How long a new wrapper waits for the one it replaces to finish its exit.
+const PREVIOUS_WRAPPER_WAIT: Duration = Duration::from_secs(10);
+
+fn recorded(dir: &AgentDir) -> Option<Recorded> {
+    state::file::read_bounded(&dir.file(AGENT_PID), 4096)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+/// A wrapper replaced in its pane (respawned on a drift, say) is told to stop while its
+/// successor already starts: the successor waits until it has stopped its agent, recorded
+/// the end and exited, so one end is recorded once and one agent runs at a time.
+pub fn wait_for_previous_wrapper(dir: &AgentDir) {
+    let Some((pid, started)) = recorded(dir).and_then(|r| r.wrapper) else {
+        return;
+    };
+    if pid == std::process::id() {
+        return;
+    }
+    let until = Instant::now() + PREVIOUS_WRAPPER_WAIT;
+    while Instant::now() < until && procs::live(pid).is_some_and(|p| p.started == started) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Orphans of the agent's tree (a tool that `setsid`s and whose parent exits, a shell's
+/// background job) reparent to the wrapper instead of init, so they stay findable as its
+/// descendants. False where the kernel refuses (not Linux ≥ 3.4).
+pub fn become_subreaper() -> bool {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER only sets a flag on this process.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 }
+}
+
+/// Record the agent just started.
+pub fn record_agent(dir: &AgentDir, pid: u32) {
+    let Some(info) = procs::live(pid) else {
+        return;
+    };
+    let record = Recorded {
+        pid,
+        started: info.started,
+        wrapper: procs::live(std::process::id()).map(|w| (w.pid, w.started)),
+    };
+    if let Ok(bytes) = serde_json::to_vec(&record) {
+        let _ = state::file::write_atomic(&dir.file(AGENT_PID), &bytes, 0o600, false);
+    }
+}
+
+/// The recorded agent has ended and what it left is stopped.
+fn forget_agent(dir: &AgentDir) {
+    let _ = std::fs::remove_file(dir.file(AGENT_PID));
+}
+
+/// Before a wrapper's first start: the agent a previous wrapper of this agent left running
+/// (that wrapper was killed; same pid and same start time), its process tree, and anything
+/// else still carrying the agent's marker, are stopped, so one session never runs twice.
+pub fn stop_previous(dir: &AgentDir) -> Vec<ProcInfo> {
+    let recorded = recorded(dir);
+    let table = ProcTable::read();
+    let spared = spared(&table);
+    let mut targets = Vec::new();
+    // The recorded agent is stopped whatever it runs (`phoenix demo-agent` is phoenix too).
+    if let Some(r) = &recorded
+        && let Some(agent) = table.get(r.pid).filter(|p| p.started == r.started)
+        && !ancestors(&table).contains(&agent.pid)
+    {
+        targets.push(agent.clone());
+        targets.extend(
+            table
+                .descendants(agent.pid)
+                .into_iter()
+                .filter(|p| !spared.contains(&p.pid)),
+        );
+    }
+    add_marked(&table, dir, &spared, &mut targets);
+    let (stopped, listing) = stop(targets);
+    if !stopped.is_empty() {
+        let _ = dir.record_op(
+            "previous_agent_stopped",
+            json!({
+                "agent_pid": recorded.as_ref().map(|r| r.pid),
+                "processes": listing,
+                "why": "a previous wrapper of this agent ended without stopping its agent",
+            }),
+        );
+    }
+    forget_agent(dir);
+    interrupted_call(dir, &stopped);
+    stopped
+}
+
+/// After the agent (pid `agent`) exited: every process of its run still alive, the
+/// wrapper's descendants outside its own process group (its own helpers, a `tmux` call,
+/// stay in it) and whatever carries the agent's marker, is stopped and recorded.
+pub fn sweep(dir: &AgentDir, agent: u32) -> Vec<ProcInfo> {
+    let table = ProcTable::read();
+    let spared = spared(&table);
+    let own_group = nix::unistd::getpgrp().as_raw() as u32;
+    let mut targets: Vec<ProcInfo> = table
+        .descendants(std::process::id())
+        .into_iter()
+        .filter(|p| p.pgid != own_group && !spared.contains(&p.pid))
+        .collect();
+    add_marked(&table, dir, &spared, &mut targets);
+    let (stopped, listing) = stop(targets);
+    if !stopped.is_empty() {
+        let _ = dir.record_op(
+            "strays_stopped",
+            json!({
+                "agent_pid": agent,
+                "processes": listing,
+                "why": "processes the agent started outlived it; stopped before the next start",
+            }),
+        );
+    }
+    // agent.pid stays: it also names this wrapper, which a successor waits for.
+    interrupted_call(dir, &stopped);
+    stopped
+}
+
+/// The tool call the agent was running when it ended (its PreToolUse hook noted it, no
+/// PostToolUse cleared it) is kept for the next session's startup context to name, and
+/// recorded with what was stopped.
+fn interrupted_call(dir: &AgentDir, stopped: &[ProcInfo]) {
+    let kept = dir.file(state::INTERRUPTED_TOOL);
+    if std::fs::rename(dir.file(state::IN_FLIGHT), &kept).is_err() {
+        return;
+    }
+    let call = state::bounded::read_whole(&kept, 16 * 1024, state::bounded::Links::Refuse)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .unwrap_or_default();
+    let _ = dir.record_op(
+        "tool_interrupted",
+        json!({
+            "tool": call["tool"], "input": call["input"], "session_id": call["session_id"],
+            "stopped_pids": stopped.iter().map(|p| p.pid).collect::<Vec<_>>(),
+        }),
+    );
+}
+
+/// This process and its ancestors (the tmux server among them) are never stopped, even if
+/// they carry the marker (a tmux server or daemon first started from inside an agent).
+///
+/// Nor are phoenix's own programs the agent's hooks started (a `phoenix handoff save` the
+/// pre-compact hook detached, a hook still writing): they are bounded, end by themselves, and
+/// what they save is what the next session starts from. The agent's process group was
+/// signalled already; this only spares the detached ones.
+fn spared(table: &ProcTable) -> Vec<u32> {
+    let own = own_programs();
+    let mut out = ancestors(table);
+    out.extend(
+        table
+            .all()
+            .filter(|p| {
+                std::fs::read_link(format!("/proc/{}/exe", p.pid))
+                    .is_ok_and(|exe| own.contains(&exe))
+            })
+            .map(|p| p.pid),
+    );
+    out
+}
+
+/// This process and the chain of its parents.
+fn ancestors(table: &ProcTable) -> Vec<u32> {
+    let mut out = vec![std::process::id()];
+    let mut pid = std::process::id();
+    while let Some(p) = table.get(pid) {
+        if p.ppid == 0 || out.contains(&p.ppid) {
+            break;
+        }
+        out.push(p.ppid);
+        pid = p.ppid;
+    }
+    out
+}
+
+/// This executable and the hook binary next to it.
+fn own_programs() -> Vec<std::path::PathBuf> {
+    let Ok(exe) = std::env::current_exe() else {
+        return Vec::new();
+    };
+    let exe = exe.canonicalize().unwrap_or(exe);
+    vec![exe.with_file_name("phoenix-hook"), exe]
+}
+
+/// Processes whose environment says they belong to this agent's runs (the wrapper gives the
+/// agent `PHOENIX_STATE_DIR`, and children inherit it): found even after they left the tree.
+fn add_marked(table: &ProcTable, dir: &AgentDir, spared: &[u32], out: &mut Vec<ProcInfo>) {
+    let value = dir.path.as_os_str().as_bytes();
+    for p in table.all() {
+        if !spared.contains(&p.pid)
+            && !out.iter().any(|o| o.pid == p.pid)
+            && procs::environ_has(p.pid, "PHOENIX_STATE_DIR", value)
+        {
+            out.push(p.clone());
+        }
+    }
+}
+
+/// SIGTERM, a grace period, SIGKILL; a process is signalled only while it is the one listed
+/// (same pid, same start time). Returns the ones that were alive, and what they ran.
+fn stop(targets: Vec<ProcInfo>) -> (Vec<ProcInfo>, serde_json::Value) {
+    // Those that already ended (zombies reparented to the wrapper) only need collecting.
+    targets.iter().for_each(reap);
+    let targets: Vec<ProcInfo> = targets.into_iter().filter(same).collect();
+    // What they were running, read while they still run.
+    let listing = listed(&targets);
+    for p in &targets {
+        signal(p, Signal::SIGTERM);
+    }
+    for (sig, wait) in [
+        (Some(Signal::SIGKILL), GRACE),
+        (None, Duration::from_secs(2)),
+    ] {
+        let until = Instant::now() + wait;
+        loop {
+            targets.iter().for_each(reap);
+            if !targets.iter().any(same) || Instant::now() >= until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Some(sig) = sig {
+            targets
+                .iter()
+                .filter(|p| same(p))
+                .for_each(|p| signal(p, sig));
+        }
+    }
+    // One that ended after the last pass is collected too: no zombie outlives the sweep.
+    targets.iter().for_each(reap);
+    (targets, listing)
+}
+
+/// While the agent runs, orphans that ended and were reparented to the wrapper are collected
+/// now and then, so a long session leaves no zombies behind. Only the wrapper's children
+/// outside its own process group (its helpers are waited for by whoever started them) and
+/// never the agent itself (its own thread waits for it).
+pub fn reap_ended_orphans(agent: u32) {
+    let me = std::process::id();
+    let own_group = nix::unistd::getpgrp().as_raw() as u32;
+    for kid in ProcTable::read().descendants(me) {
+        // `live` is None for a zombie: it has ended and waits to be collected.
+        if kid.ppid == me
+            && kid.pid != agent
+            && kid.pgid != own_group
+            && procs::live(kid.pid).is_none()
+        {
+            reap(&kid);
+        }
+    }
+}
+
+fn same(p: &ProcInfo) -> bool {
+    procs::live(p.pid).is_some_and(|now| now.started == p.started)
+}
+
+fn signal(p: &ProcInfo, sig: Signal) {
+    if let Ok(pid) = i32::try_from(p.pid) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
+    }
+}
+
+/// Orphans reparented to the wrapper are its children now: collect their exit status so no
+/// zombie is left. Harmless (ECHILD) for a process that is not its child.
+fn reap(p: &ProcInfo) {
+    if let Ok(pid) = i32::try_from(p.pid) {
+        let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+    }
+}
+
+fn listed(procs: &[ProcInfo]) -> serde_json::Value {
+    procs
+        .iter()
+        .map(|p| {
+            let argv = procs::cmdline(p.pid).unwrap_or_default();
+            json!({"pid": p.pid, "comm": p.comm, "argv": argv.iter().take(8).collect::<Vec<_>>()})
+        })
+        .collect()
+}
