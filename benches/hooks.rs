@@ -169,6 +169,14 @@ fn main() {
     })
     .to_string()
     .into_bytes();
+    let pre_tool = serde_json::json!({
+        "session_id": "bench-session", "transcript_path": "/home/u/.claude/projects/-r/bench-session.jsonl",
+        "cwd": "/home/u/r", "permission_mode": "default", "hook_event_name": "PreToolUse",
+        "tool_name": "Bash", "tool_input": {"command": "cargo test", "description": "Run tests"},
+        "tool_use_id": "toolu_01ABC"
+    })
+    .to_string()
+    .into_bytes();
     let session_start = serde_json::json!({
         "session_id": "bench-session", "transcript_path": "/home/u/.claude/projects/-r/bench-session.jsonl",
         "cwd": "/home/u/r", "permission_mode": "default", "hook_event_name": "SessionStart",
@@ -240,6 +248,16 @@ fn main() {
             program: hook_exe.clone(),
             args: phoenix_args("heartbeat"),
             stdin: post_tool.clone(),
+            env: vec![],
+            reset: None,
+        },
+        Case {
+            // Runs before every tool call (PostToolUse's heartbeat runs after it): notes the
+            // call in flight, so a crash mid-call can name it to the next session.
+            name: "phoenix-hook pre-tool (notes the call in flight)",
+            program: hook_exe.clone(),
+            args: phoenix_args("pre-tool"),
+            stdin: pre_tool.clone(),
             env: vec![],
             reset: None,
         },
