@@ -496,6 +496,75 @@ fn fresh_marker_is_honoured_once() {
 }
 
 #[test]
+fn a_crash_is_diagnosed_from_its_own_session_not_from_old_scrollback() {
+    let fleet = Fleet::new();
+    let count = fleet.path().join("count");
+    let script = fleet.path().join("cli.sh");
+    // Session 1 hits an overloaded API and dies; session 2 dies without a word about why;
+    // session 3 stays up.
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nn=$(cat '{c}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{c}'\n\
+             case $n in\n\
+             1) echo 'API Error: 529 {{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}'; sleep 1; exit 1;;\n\
+             2) echo 'working on it'; sleep 1; exit 1;;\n\
+             *) exec sleep 600;;\n\
+             esac\n",
+            c = count.display()
+        ),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&script).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&script, perms).unwrap();
+    fleet.toml(&format!(
+        "{}[[agent]]\nname = \"a\"\ncli = \"custom\"\ncommand = \"{}\"\n",
+        fast_restarts(5),
+        script.display()
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_ops(&fleet, "a", "agent_start", 3);
+    let ends = wait_ops(&fleet, "a", "agent_exit", 2);
+    assert!(
+        ends.iter().all(|e| e["counts_as_crash"] == true),
+        "{ends:?}"
+    );
+
+    // The first crash is the overload; the second is not, whatever the pane still shows.
+    let diagnoses = ops_named(&fleet, "a", "clinic_diagnosis");
+    assert_eq!(diagnoses.len(), 1, "{diagnoses:?}");
+    assert_eq!(diagnoses[0]["diagnosis"]["root_cause"], "transient_error");
+    let undiagnosed = ops_named(&fleet, "a", "clinic_undiagnosed");
+    assert_eq!(undiagnosed.len(), 1, "{undiagnosed:?}");
+    let second = undiagnosed[0].to_string();
+    assert!(!second.contains("529"), "{second}");
+    assert!(!second.to_lowercase().contains("overloaded"), "{second}");
+    assert!(
+        !ends[1]["explain"].as_str().unwrap().contains("transient"),
+        "{:?}",
+        ends[1]
+    );
+
+    // The crash record keeps what the dying session printed, and only that.
+    let crashes = fleet.agent_dir("a").join("crashes");
+    let mut records: Vec<_> = std::fs::read_dir(&crashes)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    records.sort();
+    assert_eq!(records.len(), 2, "{records:?}");
+    let tail = |p: &Path| -> String {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+        v["pane_tail"].as_str().unwrap_or("").to_string()
+    };
+    assert!(tail(&records[0]).contains("529"), "{}", tail(&records[0]));
+    let last = tail(&records[1]);
+    assert!(last.contains("working on it"), "{last}");
+    assert!(!last.contains("529"), "{last}");
+}
+
+#[test]
 fn max_crashes_enter_safe_mode_with_a_critical_event_that_survives_a_new_wrapper() {
     let fleet = Fleet::new();
     fleet.toml(&format!(

@@ -388,6 +388,60 @@ pub fn transcript_facts(records: &[Value]) -> TranscriptFacts {
     facts
 }
 
+/// How the line the wrapper prints just before it starts `agent`'s CLI begins (`[phoenix]
+/// starting `NAME`, resuming session …` or `… (fresh session)`).
+pub fn start_banner(agent: &str) -> String {
+    format!("[phoenix] starting `{agent}`")
+}
+
+/// The part of a captured pane that `agent`'s current session wrote: the lines after the
+/// last start banner ([`start_banner`]). Scrollback from earlier sessions (an old "529
+/// overloaded", an old retry banner) is no evidence about this one. Without a banner in the
+/// capture every captured line came after it (it scrolled out of the capture, or the history
+/// was cleared): all of it is this session's. A line that only contains the banner, further
+/// in, is the agent's own text.
+pub fn this_session<'a>(screen: &'a str, agent: &str) -> &'a str {
+    let banner = start_banner(agent);
+    let mut start = 0;
+    let mut at = 0;
+    for line in screen.split_inclusive('\n') {
+        at += line.len();
+        if line.trim_start().starts_with(&banner) {
+            start = at;
+        }
+    }
+    &screen[start..]
+}
+
+/// When the session being diagnosed started: the last `agent_start` in ops.jsonl (the wrapper
+/// triages before it starts the next one; the watchdog while the session runs).
+pub fn session_start(ops: &[Value]) -> Option<jiff::Timestamp> {
+    ops.iter()
+        .rev()
+        .find(|o| str_of(o, "event") == Some("agent_start"))
+        .and_then(|o| str_of(o, "ts"))
+        .and_then(|t| t.parse().ok())
+}
+
+/// Was a record stamped `ts` written by the session that started at `start`? A resumed
+/// session appends to the transcript of the one before it, and an old "529" in there is no
+/// evidence about this one. Without a start or a readable stamp nothing can be told apart,
+/// and the record is kept.
+pub fn in_session(ts: Option<&str>, start: Option<jiff::Timestamp>) -> bool {
+    match (start, ts.and_then(|t| t.parse::<jiff::Timestamp>().ok())) {
+        (Some(start), Some(ts)) => ts >= start,
+        _ => true,
+    }
+}
+
+/// The records of a transcript written since `start` (see [`in_session`]).
+pub fn records_since(records: Vec<Value>, start: Option<jiff::Timestamp>) -> Vec<Value> {
+    records
+        .into_iter()
+        .filter(|r| in_session(str_of(r, "timestamp"), start))
+        .collect()
+}
+
 /// The last lines of the CLI's output that look like an error.
 fn error_in_output(output: &str) -> Option<String> {
     let lines: Vec<&str> = output.lines().map(str::trim).collect();
@@ -424,9 +478,12 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
             .rev()
             .find_map(|o| str_of(o, "transcript_path").map(PathBuf::from))
     });
+    // The evidence is what the session being diagnosed wrote: the transcript and phoenix's
+    // tool log since it started (its successor's pane output is cut by the wrapper).
+    let start = session_start(&ops);
     let facts = transcript
         .as_deref()
-        .map(|p| transcript_facts(&tail_jsonl(p)))
+        .map(|p| transcript_facts(&records_since(tail_jsonl(p), start)))
         .unwrap_or_default();
 
     // tool_use.jsonl is phoenix's own record; the transcript fills in when it is missing.
@@ -466,7 +523,10 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
         .map(|p| shorten(&p, TEXT_CHARS));
 
     let output_error = input.output.as_deref().and_then(error_in_output);
-    let failed_call = tool_calls.iter().rev().find(|c| !c.ok);
+    let failed_call = tool_calls
+        .iter()
+        .rev()
+        .find(|c| !c.ok && in_session(c.ts.as_deref(), start));
     let (error_type, error_message) = if let Some((kind, text)) = facts.errors.last() {
         (kind.clone(), text.clone())
     } else if let Some(line) = output_error {
@@ -480,7 +540,12 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
                 call.error.as_deref().unwrap_or("no error text")
             ),
         )
-    } else if let Some(e) = str_of(&state, "last_error") {
+    } else if let Some(e) = str_of(&state, "last_error").filter(|_| {
+        // Kept after later calls succeed: it is the crash's error only while the latest
+        // call failed, in this session.
+        state["consecutive_errors"].as_u64().unwrap_or(0) > 0
+            && in_session(str_of(&state, "last_active"), start)
+    }) {
         ("tool_error".to_string(), e.to_string())
     } else {
         match &exit {
@@ -634,5 +699,88 @@ mod tests {
         assert_eq!(exit.code, Some(2));
         assert_eq!(exit.crashes_in_window, 2);
         assert_eq!(exit.runtime_ms, 7);
+    }
+
+    #[test]
+    fn pane_evidence_is_only_what_the_current_session_wrote() {
+        let fresh = "[phoenix] starting `a` (fresh session)";
+        let resumed = "[phoenix] starting `a`, resuming session s1";
+        // An old overload from an earlier session, then a new start: the second session
+        // printed nothing yet.
+        let screen =
+            format!("{fresh}\nAPI Error: 529 overloaded\n[phoenix] `a` ended (crash)\n{resumed}\n");
+        assert_eq!(this_session(&screen, "a"), "");
+        let screen = format!("old 429\n{resumed}\nSegmentation fault\n");
+        assert_eq!(this_session(&screen, "a"), "Segmentation fault\n");
+        // The banner scrolled out of the capture: every captured line is this session's.
+        assert_eq!(this_session("line 1\nline 2", "a"), "line 1\nline 2");
+        // Padding tmux may add does not hide the banner.
+        let screen = format!("old 529\n  {fresh}   \nnew");
+        assert_eq!(this_session(&screen, "a"), "new");
+        // Another agent's banner, or text that merely quotes one, is no start of this one.
+        let screen = "[phoenix] starting `ab` (fresh session)\nout";
+        assert_eq!(this_session(screen, "a"), screen);
+        let screen = format!("echo '{fresh}'\nout");
+        assert_eq!(this_session(&screen, "a"), screen);
+    }
+
+    #[test]
+    fn evidence_from_before_the_session_started_is_not_its_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = crate::state::FleetDir::new(tmp.path()).agent("a");
+        dir.ensure().unwrap();
+        let old = "2026-01-01T10:00:00.000Z";
+        let new = "2026-01-01T10:05:00.000Z";
+        // The resumed session appended to the transcript of the one that was overloaded.
+        let transcript = tmp.path().join("t.jsonl");
+        let lines = [
+            json!({"type": "assistant", "timestamp": old, "isApiErrorMessage": true,
+                   "message": {"role": "assistant", "content": [{"type": "text",
+                   "text": "API Error: 529 {\"type\":\"overloaded_error\"}"}]}}),
+            json!({"type": "user", "timestamp": new,
+                   "message": {"role": "user", "content": "go on"}}),
+        ];
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(&transcript, text).unwrap();
+        std::fs::write(
+            dir.file("tool_use.jsonl"),
+            format!(
+                "{}\n",
+                json!({"tool": "Bash", "ok": false, "ts": old, "error": "429"})
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.file(crate::state::STATE),
+            json!({"last_error": "429 rate limited", "consecutive_errors": 1,
+                   "last_active": old})
+            .to_string(),
+        )
+        .unwrap();
+        let input = |start: &str| {
+            std::fs::write(
+                dir.file(OPS_LOG),
+                format!(
+                    "{}\n{}\n",
+                    json!({"event": "agent_start", "ts": start}),
+                    json!({"event": "agent_exit", "ts": new, "code": 1}),
+                ),
+            )
+            .unwrap();
+            triage(&TriageInput {
+                agent: AgentInfo::default(),
+                dir: &dir,
+                exit: None,
+                transcript: Some(transcript.clone()),
+                output: None,
+            })
+        };
+        let trauma = input("2026-01-01T10:04:00.000Z");
+        assert_eq!(trauma.error_type, "crash", "{trauma:?}");
+        assert!(!trauma.error_message.contains("529"), "{trauma:?}");
+        // The same files, read for the session that did write them, still show the error.
+        let trauma = input("2026-01-01T09:59:00.000Z");
+        assert_eq!(trauma.error_type, "api_error");
+        assert!(trauma.error_message.contains("529"));
     }
 }

@@ -349,12 +349,12 @@ impl Wrapper {
             }
         }
         let _ = self.dir.clear_marker(state::CLEAN_EXIT);
+        // The banner marks where this session's output begins (`triage::this_session`).
+        let banner = crate::clinic::triage::start_banner(&self.agent.name);
+        let banner = banner.trim_start_matches(SAY).trim_start();
         match &session_id {
-            Some(id) => say(&format!(
-                "starting `{}`, resuming session {id}",
-                self.agent.name
-            )),
-            None => say(&format!("starting `{}` (fresh session)", self.agent.name)),
+            Some(id) => say(&format!("{banner}, resuming session {id}")),
+            None => say(&format!("{banner} (fresh session)")),
         }
 
         self.trust_hooks();
@@ -602,7 +602,12 @@ impl Wrapper {
                 .pane
                 .as_ref()
                 .and_then(|p| self.runtime.capture(p, EVIDENCE_LINES).ok())
-                .map(|t| t.trim_end().to_string());
+                // Only what this session printed: the scrollback above its start is another's.
+                .map(|t| {
+                    crate::clinic::triage::this_session(&t, &self.agent.name)
+                        .trim_end()
+                        .to_string()
+                });
             let crash = CrashRecord {
                 ts: state::now_rfc3339(),
                 agent: self.agent.name.clone(),
