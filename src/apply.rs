@@ -43,12 +43,25 @@ pub struct Applier<'a> {
     pub exe: PathBuf,
 }
 
+/// The order changes are applied in: hook files first, so that an agent started or
+/// restarted in the same pass reads its hooks at startup (Claude Code takes a snapshot of
+/// them then); otherwise the plan's order.
+pub fn in_order(changes: &[Change]) -> Vec<&Change> {
+    let mut ordered: Vec<&Change> = changes.iter().collect();
+    ordered.sort_by_key(|c| {
+        !matches!(
+            c.action,
+            Action::InstallHooks { .. } | Action::RemoveHooks { .. }
+        )
+    });
+    ordered
+}
+
 impl Applier<'_> {
     pub fn apply(&self, plan: &Plan) -> ApplyReport {
         let fleet = FleetDir::new(&self.spec.fleet.state_dir);
-        let steps = plan
-            .changes
-            .iter()
+        let steps = in_order(&plan.changes)
+            .into_iter()
             .map(|change| {
                 let dir = fleet.agent(&change.agent);
                 let result = self.step(change, &dir);

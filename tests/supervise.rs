@@ -796,6 +796,92 @@ fn daemon_restarts_a_dead_pane_at_once_and_a_restarted_daemon_does_not_duplicate
     assert_eq!(fleet.wait_running(&["alpha", "beta"]), pids);
 }
 
+/// The commands of the hooks a Claude Code settings file has for `event`.
+fn hook_commands(settings: &Value, event: &str) -> Vec<String> {
+    settings["hooks"][event]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|group| group["hooks"].as_array().into_iter().flatten())
+        .filter_map(|h| h["command"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn the_daemon_restores_a_removed_phoenix_hook_and_keeps_the_users_own() {
+    let fleet = Fleet::new();
+    let work = fleet.path().join("wc");
+    std::fs::create_dir_all(work.join(".claude")).unwrap();
+    let settings = work.join(".claude/settings.json");
+    let user_stop = "echo the-users-own-stop-hook";
+    std::fs::write(
+        &settings,
+        serde_json::json!({
+            "model": "the-users-model",
+            "hooks": {"Stop": [{"hooks": [{"type": "command", "command": user_stop}]}]},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1s\"\n\n\
+         [[agent]]\nname = \"c\"\ncli = \"claude\"\ncommand = \"sleep 100000\"\nworkdir = \"wc\"\n",
+        fleet.socket
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let read =
+        || -> Value { serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap() };
+    let ours = |v: &Value| {
+        hook_commands(v, "Stop")
+            .iter()
+            .filter(|c| c.contains("phoenix-hook"))
+            .count()
+    };
+    assert!(ours(&read()) > 0, "{}", read());
+    let daemon = Daemon::start(&fleet, &["-v"]);
+    fleet.wait_running(&["c"]);
+
+    // Someone takes phoenix's Stop hook out, leaving their own.
+    let mut edited = read();
+    for group in edited["hooks"]["Stop"].as_array_mut().unwrap() {
+        group["hooks"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|h| !h["command"].as_str().unwrap_or("").contains("phoenix-hook"));
+    }
+    edited["hooks"]["Stop"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|g| !g["hooks"].as_array().unwrap().is_empty());
+    std::fs::write(&settings, edited.to_string()).unwrap();
+    assert_eq!(ours(&read()), 0);
+    fleet.run(&["plan"]).status(2).stdout_has("settings.json");
+
+    wait_until(Duration::from_secs(10), "the Stop hook restored", || {
+        ours(&read()) > 0
+    });
+    let restored = read();
+    assert_eq!(restored["model"], "the-users-model");
+    assert!(
+        hook_commands(&restored, "Stop").contains(&user_stop.to_string()),
+        "{restored}"
+    );
+    // Two passes later nothing more was done: the drift was converged, and logged, once.
+    let passes = |log: &str| log.matches("nothing to do").count();
+    let before = passes(&daemon.log());
+    wait_until(Duration::from_secs(10), "two more passes", || {
+        passes(&daemon.log()) >= before + 2
+    });
+    let log = daemon.log();
+    let applied: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("applied") && l.contains("install_hooks"))
+        .collect();
+    assert_eq!(applied.len(), 1, "{log}");
+    fleet.run(&["plan"]).status(0);
+    daemon.stop();
+}
+
 #[test]
 fn config_edit_is_picked_up_by_the_daemon() {
     let fleet = Fleet::new();
