@@ -307,3 +307,41 @@ pub fn diagnose_tmux(err: &RuntimeError) -> Option<String> {
 fn writable(path: &Path) -> bool {
     nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Cli;
+
+    fn change(agent: &str, action: Action) -> Change {
+        Change {
+            agent: agent.into(),
+            symbol: action.symbol(),
+            action,
+            reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn hook_files_are_written_before_any_agent_starts() {
+        let hooks = Action::InstallHooks {
+            path: "/w/.claude/settings.json".into(),
+            cli: Cli::Claude,
+            create: false,
+            diff: String::new(),
+        };
+        let changes = [
+            change("a", Action::Start),
+            change("b", Action::Restart { pane: "%1".into() }),
+            change("a", hooks),
+        ];
+        let order: Vec<(&str, &str)> = in_order(&changes)
+            .iter()
+            .map(|c| (c.agent.as_str(), action_name(&c.action)))
+            .collect();
+        assert_eq!(
+            order,
+            [("a", "install_hooks"), ("a", "start"), ("b", "restart")]
+        );
+    }
+}

@@ -883,6 +883,43 @@ fn the_daemon_restores_a_removed_phoenix_hook_and_keeps_the_users_own() {
 }
 
 #[test]
+fn a_settings_file_the_daemon_cannot_merge_into_is_reported_once_not_every_pass() {
+    let fleet = Fleet::new();
+    let work = fleet.path().join("wc");
+    std::fs::create_dir_all(work.join(".claude")).unwrap();
+    let settings = work.join(".claude/settings.json");
+    std::fs::write(&settings, "{ not json").unwrap();
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1s\"\n\n\
+         [[agent]]\nname = \"c\"\ncli = \"claude\"\ncommand = \"sleep 100000\"\nworkdir = \"wc\"\n",
+        fleet.socket
+    ));
+    let daemon = Daemon::start(&fleet, &["-v"]);
+    fleet.wait_running(&["c"]);
+    let held = |log: &str| log.matches("hook file still cannot be changed").count();
+    wait_until(
+        Duration::from_secs(10),
+        "two passes after the failure",
+        || held(&daemon.log()) >= 2,
+    );
+    let log = daemon.log();
+    let failed = log.lines().filter(|l| l.contains("step failed")).count();
+    assert_eq!(failed, 1, "{log}");
+    assert!(log.contains("not valid JSON"), "{log}");
+    // The user's file is left as it was.
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), "{ not json");
+
+    // Fixed by a person: the daemon merges into it at the next pass.
+    std::fs::write(&settings, "{}").unwrap();
+    wait_until(Duration::from_secs(10), "hooks merged", || {
+        std::fs::read_to_string(&settings)
+            .unwrap()
+            .contains("phoenix-hook")
+    });
+    daemon.stop();
+}
+
+#[test]
 fn config_edit_is_picked_up_by_the_daemon() {
     let fleet = Fleet::new();
     let header = format!(
