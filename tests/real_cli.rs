@@ -655,6 +655,67 @@ fn start_claude(
     fleet.agent_dir("cc")
 }
 
+/// The Clinic's evidence is what the dying session wrote: a resumed Claude Code killed with
+/// nothing wrong is not diagnosed from the "API Error: 529" its predecessor left on screen.
+#[test]
+fn real_claude_crash_is_not_diagnosed_from_an_earlier_sessions_error() {
+    let fleet = support::Fleet::new();
+    let server = ModelServer::start(vec![
+        Turn::text("API Error: 529 {\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}"),
+        Turn::text("Carrying on with the summary."),
+        Turn::text("Still carrying on."),
+    ]);
+    start_claude(&fleet, &server, "", "summarize the notes");
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let screen = || {
+        fleet
+            .tmux(&["capture-pane", "-p", "-S", "-200", "-t", &pane])
+            .unwrap_or_default()
+    };
+    support::wait_until(std::time::Duration::from_secs(30), "the 529 text", || {
+        screen().contains("overloaded_error")
+    });
+    let first = fleet.wait_running(&["cc"])[0];
+    support::kill9(first);
+    // The resumed session gets the continue prompt and answers it: it is well.
+    support::wait_until(
+        std::time::Duration::from_secs(60),
+        "the resumed session answered",
+        || screen().contains("Carrying on with the summary."),
+    );
+    let second = fleet.wait_running(&["cc"])[0];
+    assert_ne!(first, second);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    support::kill9(second);
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the second crash handled",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .filter(|o| o["event"] == "agent_exit" && o["reason"] == "crash")
+                .count()
+                >= 2
+        },
+    );
+    let ops = fleet.ops("cc");
+    let second_start = ops
+        .iter()
+        .rposition(|o| o["event"] == "agent_start" && o["pid"] == second)
+        .unwrap();
+    let after: Vec<&serde_json::Value> = ops[second_start..]
+        .iter()
+        .filter(|o| o["event"].as_str().is_some_and(|e| e.starts_with("clinic")))
+        .collect();
+    let text = serde_json::to_string(&after).unwrap();
+    assert!(!text.contains("transient_error"), "{text}\n{}", screen());
+    assert!(!text.contains("529"), "{text}\n{}", screen());
+}
+
 /// Scenario 4, first half: the model server hangs mid-turn. Claude Code waits on the stream,
 /// no tool call comes → the watchdog reports silence, records it, and revives the session,
 /// which is told why and sent on its way.

@@ -406,11 +406,19 @@ pub fn this_session<'a>(screen: &'a str, agent: &str) -> &'a str {
     let mut at = 0;
     for line in screen.split_inclusive('\n') {
         at += line.len();
-        if line.trim_start().starts_with(&banner) {
+        if said_by_phoenix(line, &banner) {
             start = at;
         }
     }
     &screen[start..]
+}
+
+/// Does `line` carry `text` as phoenix printed it: at its start, or after what a CLI killed
+/// mid-screen left on the line (its prompt `❯ `, a box edge), but not inside the agent's own
+/// words (`echo '[phoenix] …'`)?
+pub fn said_by_phoenix(line: &str, text: &str) -> bool {
+    line.find(text)
+        .is_some_and(|i| !line[..i].chars().any(char::is_alphanumeric))
 }
 
 /// When the session being diagnosed started: the last `agent_start` in ops.jsonl (the wrapper
@@ -716,6 +724,9 @@ mod tests {
         assert_eq!(this_session("line 1\nline 2", "a"), "line 1\nline 2");
         // Padding tmux may add does not hide the banner.
         let screen = format!("old 529\n  {fresh}   \nnew");
+        assert_eq!(this_session(&screen, "a"), "new");
+        // A CLI killed mid-screen leaves its prompt on the line the wrapper prints on.
+        let screen = format!("old 529\n❯ {resumed}\nnew");
         assert_eq!(this_session(&screen, "a"), "new");
         // Another agent's banner, or text that merely quotes one, is no start of this one.
         let screen = "[phoenix] starting `ab` (fresh session)\nout";

@@ -1201,7 +1201,9 @@ impl LifeProbe {
 fn without_our_lines(screen: &str) -> String {
     screen
         .lines()
-        .filter(|l| !l.trim_start().starts_with(SAY))
+        // Also after what a CLI killed mid-screen left on the line (`❯ [phoenix] … ended`):
+        // the wrapper's own words are never the agent's error, nor a sign of its life.
+        .filter(|l| !crate::clinic::triage::said_by_phoenix(l, SAY))
         .map(str::trim_end)
         .collect::<Vec<_>>()
         .join("\n")
@@ -1289,6 +1291,14 @@ mod tests {
         assert_eq!(
             without_our_lines("$ x\n[phoenix] starting\n\n"),
             without_our_lines("$ x\n")
+        );
+        assert_eq!(
+            without_our_lines("$ x\n❯ [phoenix] `a` ended (crash): clinic: transient_error\n"),
+            "$ x"
+        );
+        assert_eq!(
+            without_our_lines("echo '[phoenix] hi'\n"),
+            "echo '[phoenix] hi'"
         );
     }
 }
