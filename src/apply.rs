@@ -43,25 +43,12 @@ pub struct Applier<'a> {
     pub exe: PathBuf,
 }
 
-/// The order changes are applied in: hook files first, so that an agent started or
-/// restarted in the same pass reads its hooks at startup (Claude Code takes a snapshot of
-/// them then); otherwise the plan's order.
-pub fn in_order(changes: &[Change]) -> Vec<&Change> {
-    let mut ordered: Vec<&Change> = changes.iter().collect();
-    ordered.sort_by_key(|c| {
-        !matches!(
-            c.action,
-            Action::InstallHooks { .. } | Action::RemoveHooks { .. }
-        )
-    });
-    ordered
-}
-
 impl Applier<'_> {
     pub fn apply(&self, plan: &Plan) -> ApplyReport {
         let fleet = FleetDir::new(&self.spec.fleet.state_dir);
-        let steps = in_order(&plan.changes)
-            .into_iter()
+        let steps = plan
+            .changes
+            .iter()
             .map(|change| {
                 let dir = fleet.agent(&change.agent);
                 let result = self.step(change, &dir);
@@ -306,42 +293,4 @@ pub fn diagnose_tmux(err: &RuntimeError) -> Option<String> {
 
 fn writable(path: &Path) -> bool {
     nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::spec::Cli;
-
-    fn change(agent: &str, action: Action) -> Change {
-        Change {
-            agent: agent.into(),
-            symbol: action.symbol(),
-            action,
-            reason: String::new(),
-        }
-    }
-
-    #[test]
-    fn hook_files_are_written_before_any_agent_starts() {
-        let hooks = Action::InstallHooks {
-            path: "/w/.claude/settings.json".into(),
-            cli: Cli::Claude,
-            create: false,
-            diff: String::new(),
-        };
-        let changes = [
-            change("a", Action::Start),
-            change("b", Action::Restart { pane: "%1".into() }),
-            change("a", hooks),
-        ];
-        let order: Vec<(&str, &str)> = in_order(&changes)
-            .iter()
-            .map(|c| (c.agent.as_str(), action_name(&c.action)))
-            .collect();
-        assert_eq!(
-            order,
-            [("a", "install_hooks"), ("a", "start"), ("b", "restart")]
-        );
-    }
 }

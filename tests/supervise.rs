@@ -882,6 +882,44 @@ fn the_daemon_restores_a_removed_phoenix_hook_and_keeps_the_users_own() {
     daemon.stop();
 }
 
+/// An agent the daemon starts reads its hooks at startup: a hook file drifted while its pane
+/// was gone is written back before the agent is started again, in the same pass.
+#[test]
+fn the_daemon_writes_hook_files_before_it_starts_the_agent() {
+    let fleet = Fleet::new();
+    std::fs::create_dir_all(fleet.path().join("wc")).unwrap();
+    let settings = fleet.path().join("wc/.claude/settings.json");
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1h\"\n\n\
+         [[agent]]\nname = \"c\"\ncli = \"claude\"\ncommand = \"sleep 100000\"\nworkdir = \"wc\"\n",
+        fleet.socket
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["c"]);
+    let pane = pane_of(&fleet, "c");
+    fleet.tmux(&["kill-pane", "-t", &pane]);
+    std::fs::write(&settings, "{}").unwrap();
+    let before = ops_named(&fleet, "c", "agent_start").len();
+    let daemon = Daemon::start(&fleet, &[]);
+    wait_ops(&fleet, "c", "agent_start", before + 1);
+    let ops = fleet.ops("c");
+    let installed = ops
+        .iter()
+        .rposition(|o| o["event"] == "apply" && o["action"] == "install_hooks")
+        .expect("the hooks were written back");
+    let started = ops
+        .iter()
+        .rposition(|o| o["event"] == "apply" && o["action"] == "start")
+        .expect("the daemon started it");
+    assert!(installed < started, "{ops:#?}");
+    assert!(
+        std::fs::read_to_string(&settings)
+            .unwrap()
+            .contains("phoenix-hook")
+    );
+    daemon.stop();
+}
+
 #[test]
 fn a_settings_file_the_daemon_cannot_merge_into_is_reported_once_not_every_pass() {
     let fleet = Fleet::new();

@@ -390,10 +390,7 @@ impl Daemon {
         // One change at a time, each after a look at the stop flag: a SIGTERM in the middle
         // of a pass that starts many agents must not be followed by more starts.
         let mut report = crate::apply::ApplyReport { steps: Vec::new() };
-        for (done, change) in crate::apply::in_order(&plan.changes)
-            .into_iter()
-            .enumerate()
-        {
+        for (done, change) in plan.changes.iter().enumerate() {
             if self.stopping.load(Ordering::SeqCst) {
                 info!(
                     abandoned = plan.changes.len() - done,
