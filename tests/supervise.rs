@@ -562,6 +562,16 @@ fn a_crash_is_diagnosed_from_its_own_session_not_from_old_scrollback() {
     let last = tail(&records[1]);
     assert!(last.contains("working on it"), "{last}");
     assert!(!last.contains("529"), "{last}");
+
+    // Asked afterwards, the Clinic diagnoses the last exit the same way.
+    let asked = fleet
+        .run(&["clinic", "a", "--json", "--dry-run"])
+        .status(0)
+        .json();
+    assert_ne!(
+        asked["diagnosis"]["root_cause"], "transient_error",
+        "{asked}"
+    );
 }
 
 #[test]

@@ -30,6 +30,18 @@ pub struct TriageInput<'a> {
     pub transcript: Option<PathBuf>,
     /// The tail of what the CLI printed, if the caller has it.
     pub output: Option<String>,
+    /// Which session the evidence is about: transcript records and tool calls from before
+    /// its start are an earlier session's.
+    pub session: Session,
+}
+
+/// The session being diagnosed, for the evidence window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Session {
+    /// The one started last (the wrapper right after its exit, the watchdog while it runs).
+    Latest,
+    /// The one of the last recorded exit (`phoenix clinic` after the wrapper has moved on).
+    LastExited,
 }
 
 /// The end of a file, from the first complete line on; `None` unless it is a regular file.
@@ -421,12 +433,17 @@ pub fn said_by_phoenix(line: &str, text: &str) -> bool {
         .is_some_and(|i| !line[..i].chars().any(char::is_alphanumeric))
 }
 
-/// When the session being diagnosed started: the last `agent_start` in ops.jsonl (the wrapper
-/// triages before it starts the next one; the watchdog while the session runs).
-pub fn session_start(ops: &[Value]) -> Option<jiff::Timestamp> {
-    ops.iter()
+/// When `session` started: its `agent_start` in ops.jsonl.
+pub fn session_start(ops: &[Value], session: Session) -> Option<jiff::Timestamp> {
+    let event = |o: &Value, name: &str| str_of(o, "event") == Some(name);
+    let upto = match session {
+        Session::Latest => ops.len(),
+        Session::LastExited => ops.iter().rposition(|o| event(o, "agent_exit"))?,
+    };
+    ops[..upto]
+        .iter()
         .rev()
-        .find(|o| str_of(o, "event") == Some("agent_start"))
+        .find(|o| event(o, "agent_start"))
         .and_then(|o| str_of(o, "ts"))
         .and_then(|t| t.parse().ok())
 }
@@ -488,7 +505,7 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
     });
     // The evidence is what the session being diagnosed wrote: the transcript and phoenix's
     // tool log since it started (its successor's pane output is cut by the wrapper).
-    let start = session_start(&ops);
+    let start = session_start(&ops, input.session);
     let facts = transcript
         .as_deref()
         .map(|p| transcript_facts(&records_since(tail_jsonl(p), start)))
@@ -690,6 +707,7 @@ mod tests {
             exit: None,
             transcript: Some(tmp.path().join("missing.jsonl")),
             output: None,
+            session: Session::Latest,
         });
         assert_eq!(trauma.error_type, "unknown");
         assert!(trauma.tool_calls.is_empty());
@@ -733,6 +751,22 @@ mod tests {
         assert_eq!(this_session(screen, "a"), screen);
         let screen = format!("echo '{fresh}'\nout");
         assert_eq!(this_session(&screen, "a"), screen);
+    }
+
+    #[test]
+    fn the_session_diagnosed_is_the_latest_or_the_last_exited() {
+        let at = |m: u8| format!("2026-01-01T10:{m:02}:00Z");
+        let ops = vec![
+            json!({"event": "agent_start", "ts": at(1)}),
+            json!({"event": "agent_exit", "ts": at(2)}),
+            json!({"event": "agent_start", "ts": at(3)}),
+            json!({"event": "prompt", "ts": at(4)}),
+        ];
+        let ts = |s: Option<jiff::Timestamp>| s.map(|t| t.to_string());
+        assert_eq!(ts(session_start(&ops, Session::Latest)), Some(at(3)));
+        assert_eq!(ts(session_start(&ops, Session::LastExited)), Some(at(1)));
+        assert_eq!(session_start(&ops[..1], Session::LastExited), None);
+        assert_eq!(session_start(&[], Session::Latest), None);
     }
 
     #[test]
@@ -784,6 +818,7 @@ mod tests {
                 exit: None,
                 transcript: Some(transcript.clone()),
                 output: None,
+                session: Session::Latest,
             })
         };
         let trauma = input("2026-01-01T10:04:00.000Z");

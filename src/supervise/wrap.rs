@@ -750,6 +750,7 @@ impl Wrapper {
             exit: Some(exit),
             transcript: None,
             output: pane_tail.map(|t| without_our_lines(&t)),
+            session: crate::clinic::triage::Session::Latest,
         });
         let Some(recovery) = recovery else {
             return (None, false);
