@@ -433,37 +433,44 @@ pub fn said_by_phoenix(line: &str, text: &str) -> bool {
         .is_some_and(|i| !line[..i].chars().any(char::is_alphanumeric))
 }
 
-/// When `session` started: its `agent_start` in ops.jsonl.
-pub fn session_start(ops: &[Value], session: Session) -> Option<jiff::Timestamp> {
+/// When `session` ran, as far as ops.jsonl tells: from its `agent_start` to its
+/// `agent_exit` (open-ended for the latest, which may still run). `None` where unknown.
+pub type Window = (Option<jiff::Timestamp>, Option<jiff::Timestamp>);
+
+/// The window of `session` (see [`Window`]).
+pub fn session_window(ops: &[Value], session: Session) -> Window {
     let event = |o: &Value, name: &str| str_of(o, "event") == Some(name);
-    let upto = match session {
-        Session::Latest => ops.len(),
-        Session::LastExited => ops.iter().rposition(|o| event(o, "agent_exit"))?,
+    let ts = |o: &Value| str_of(o, "ts").and_then(|t| t.parse().ok());
+    let (upto, end) = match session {
+        Session::Latest => (ops.len(), None),
+        Session::LastExited => match ops.iter().rposition(|o| event(o, "agent_exit")) {
+            Some(i) => (i, ts(&ops[i])),
+            None => return (None, None),
+        },
     };
-    ops[..upto]
+    let start = ops[..upto]
         .iter()
         .rev()
         .find(|o| event(o, "agent_start"))
-        .and_then(|o| str_of(o, "ts"))
-        .and_then(|t| t.parse().ok())
+        .and_then(ts);
+    (start, end)
 }
 
-/// Was a record stamped `ts` written by the session that started at `start`? A resumed
-/// session appends to the transcript of the one before it, and an old "529" in there is no
-/// evidence about this one. Without a start or a readable stamp nothing can be told apart,
-/// and the record is kept.
-pub fn in_session(ts: Option<&str>, start: Option<jiff::Timestamp>) -> bool {
-    match (start, ts.and_then(|t| t.parse::<jiff::Timestamp>().ok())) {
-        (Some(start), Some(ts)) => ts >= start,
-        _ => true,
-    }
+/// Was a record stamped `ts` written by the session that ran in `window`? A resumed session
+/// appends to the transcript of the one before it, and an old "529" in there is no evidence
+/// about this one. Without a readable stamp nothing can be told apart, and the record is kept.
+pub fn in_session(ts: Option<&str>, window: Window) -> bool {
+    let Some(ts) = ts.and_then(|t| t.parse::<jiff::Timestamp>().ok()) else {
+        return true;
+    };
+    window.0.is_none_or(|start| ts >= start) && window.1.is_none_or(|end| ts <= end)
 }
 
-/// The records of a transcript written since `start` (see [`in_session`]).
-pub fn records_since(records: Vec<Value>, start: Option<jiff::Timestamp>) -> Vec<Value> {
+/// The records of a transcript written in `window` (see [`in_session`]).
+pub fn records_in(records: Vec<Value>, window: Window) -> Vec<Value> {
     records
         .into_iter()
-        .filter(|r| in_session(str_of(r, "timestamp"), start))
+        .filter(|r| in_session(str_of(r, "timestamp"), window))
         .collect()
 }
 
@@ -505,10 +512,10 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
     });
     // The evidence is what the session being diagnosed wrote: the transcript and phoenix's
     // tool log since it started (its successor's pane output is cut by the wrapper).
-    let start = session_start(&ops, input.session);
+    let window = session_window(&ops, input.session);
     let facts = transcript
         .as_deref()
-        .map(|p| transcript_facts(&records_since(tail_jsonl(p), start)))
+        .map(|p| transcript_facts(&records_in(tail_jsonl(p), window)))
         .unwrap_or_default();
 
     // tool_use.jsonl is phoenix's own record; the transcript fills in when it is missing.
@@ -551,7 +558,7 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
     let failed_call = tool_calls
         .iter()
         .rev()
-        .find(|c| !c.ok && in_session(c.ts.as_deref(), start));
+        .find(|c| !c.ok && in_session(c.ts.as_deref(), window));
     let (error_type, error_message) = if let Some((kind, text)) = facts.errors.last() {
         (kind.clone(), text.clone())
     } else if let Some(line) = output_error {
@@ -569,7 +576,7 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
         // Kept after later calls succeed: it is the crash's error only while the latest
         // call failed, in this session.
         state["consecutive_errors"].as_u64().unwrap_or(0) > 0
-            && in_session(str_of(&state, "last_active"), start)
+            && in_session(str_of(&state, "last_active"), window)
     }) {
         ("tool_error".to_string(), e.to_string())
     } else {
@@ -763,10 +770,19 @@ mod tests {
             json!({"event": "prompt", "ts": at(4)}),
         ];
         let ts = |s: Option<jiff::Timestamp>| s.map(|t| t.to_string());
-        assert_eq!(ts(session_start(&ops, Session::Latest)), Some(at(3)));
-        assert_eq!(ts(session_start(&ops, Session::LastExited)), Some(at(1)));
-        assert_eq!(session_start(&ops[..1], Session::LastExited), None);
-        assert_eq!(session_start(&[], Session::Latest), None);
+        let (start, end) = session_window(&ops, Session::Latest);
+        assert_eq!((ts(start), ts(end)), (Some(at(3)), None));
+        let (start, end) = session_window(&ops, Session::LastExited);
+        assert_eq!((ts(start), ts(end)), (Some(at(1)), Some(at(2))));
+        assert_eq!(session_window(&ops[..1], Session::LastExited), (None, None));
+        assert_eq!(session_window(&[], Session::Latest), (None, None));
+        // The last exited session's records: neither before its start nor after its end.
+        let window = session_window(&ops, Session::LastExited);
+        assert!(!in_session(Some("2026-01-01T10:00:30Z"), window));
+        assert!(in_session(Some("2026-01-01T10:01:30Z"), window));
+        assert!(!in_session(Some("2026-01-01T10:03:30Z"), window));
+        assert!(in_session(None, window));
+        assert!(in_session(Some("not a time"), window));
     }
 
     #[test]
