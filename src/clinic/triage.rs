@@ -448,11 +448,16 @@ pub fn session_window(ops: &[Value], session: Session) -> Window {
             None => return (None, None),
         },
     };
+    // `spawned`: when the wrapper started the CLI, a moment before it recorded the start.
     let start = ops[..upto]
         .iter()
         .rev()
         .find(|o| event(o, "agent_start"))
-        .and_then(ts);
+        .and_then(|o| {
+            str_of(o, "spawned")
+                .and_then(|t| t.parse().ok())
+                .or_else(|| ts(o))
+        });
     (start, end)
 }
 
@@ -472,6 +477,43 @@ pub fn records_in(records: Vec<Value>, window: Window) -> Vec<Value> {
         .into_iter()
         .filter(|r| in_session(str_of(r, "timestamp"), window))
         .collect()
+}
+
+/// Every text in `records` (string values at any depth), one per line.
+fn texts<'a>(records: impl Iterator<Item = &'a Value>) -> String {
+    fn walk(v: &Value, out: &mut String) {
+        match v {
+            Value::String(s) => {
+                out.push_str(s);
+                out.push('\n');
+            }
+            Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            Value::Object(map) => map.values().for_each(|i| walk(i, out)),
+            _ => {}
+        }
+    }
+    let mut out = String::new();
+    records.for_each(|r| walk(r, &mut out));
+    out
+}
+
+/// `output` without the lines a resumed CLI printed again from `earlier` (the texts of its
+/// earlier sessions' transcript records). A line is compared without the marks the CLI
+/// puts before it (`● `, `⎿ `); short lines (`ok`) are kept, they could be anyone's.
+pub fn without_replay(output: &str, earlier: &str) -> String {
+    if earlier.is_empty() {
+        return output.to_string();
+    }
+    output
+        .lines()
+        .filter(|line| {
+            let words = line
+                .trim_start_matches(|c: char| !c.is_alphanumeric())
+                .trim_end();
+            words.chars().count() < 12 || !earlier.contains(words)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The last lines of the CLI's output that look like an error.
@@ -513,10 +555,15 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
     // The evidence is what the session being diagnosed wrote: the transcript and phoenix's
     // tool log since it started (its successor's pane output is cut by the wrapper).
     let window = session_window(&ops, input.session);
-    let facts = transcript
-        .as_deref()
-        .map(|p| transcript_facts(&records_in(tail_jsonl(p), window)))
-        .unwrap_or_default();
+    let records = transcript.as_deref().map(tail_jsonl).unwrap_or_default();
+    // A resumed CLI prints its conversation again (Claude Code does): on its screen, the
+    // earlier sessions' words are a replay, not what this one wrote.
+    let earlier = texts(records.iter().filter(|r| {
+        let ts = str_of(r, "timestamp").and_then(|t| t.parse::<jiff::Timestamp>().ok());
+        matches!((ts, window.0), (Some(ts), Some(start)) if ts < start)
+    }));
+    let facts = transcript_facts(&records_in(records, window));
+    let output = input.output.as_deref().map(|o| without_replay(o, &earlier));
 
     // tool_use.jsonl is phoenix's own record; the transcript fills in when it is missing.
     let logged: Vec<ToolCall> = tail_jsonl(&dir.file("tool_use.jsonl"))
@@ -554,7 +601,7 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
         .or(facts.last_prompt.clone())
         .map(|p| shorten(&p, TEXT_CHARS));
 
-    let output_error = input.output.as_deref().and_then(error_in_output);
+    let output_error = output.as_deref().and_then(error_in_output);
     let failed_call = tool_calls
         .iter()
         .rev()
@@ -587,7 +634,7 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
         }
     };
 
-    let stack_trace = match &input.output {
+    let stack_trace = match &output {
         Some(out) if !out.trim().is_empty() => keep_end(out, TRACE_CHARS),
         _ => keep_end(
             &facts
@@ -764,7 +811,7 @@ mod tests {
     fn the_session_diagnosed_is_the_latest_or_the_last_exited() {
         let at = |m: u8| format!("2026-01-01T10:{m:02}:00Z");
         let ops = vec![
-            json!({"event": "agent_start", "ts": at(1)}),
+            json!({"event": "agent_start", "ts": at(1), "spawned": "2026-01-01T10:00:59Z"}),
             json!({"event": "agent_exit", "ts": at(2)}),
             json!({"event": "agent_start", "ts": at(3)}),
             json!({"event": "prompt", "ts": at(4)}),
@@ -773,7 +820,10 @@ mod tests {
         let (start, end) = session_window(&ops, Session::Latest);
         assert_eq!((ts(start), ts(end)), (Some(at(3)), None));
         let (start, end) = session_window(&ops, Session::LastExited);
-        assert_eq!((ts(start), ts(end)), (Some(at(1)), Some(at(2))));
+        assert_eq!(
+            (ts(start), ts(end)),
+            (Some("2026-01-01T10:00:59Z".into()), Some(at(2)))
+        );
         assert_eq!(session_window(&ops[..1], Session::LastExited), (None, None));
         assert_eq!(session_window(&[], Session::Latest), (None, None));
         // The last exited session's records: neither before its start nor after its end.
@@ -783,6 +833,23 @@ mod tests {
         assert!(!in_session(Some("2026-01-01T10:03:30Z"), window));
         assert!(in_session(None, window));
         assert!(in_session(Some("not a time"), window));
+    }
+
+    #[test]
+    fn a_resumed_clis_replay_of_its_conversation_is_not_its_output() {
+        let earlier = texts(
+            [
+                json!({"type": "assistant", "message": {"content": [{"type": "text",
+                "text": "API Error: 529 {\"type\":\"overloaded_error\"}"}]}}),
+            ]
+            .iter(),
+        );
+        let screen = "● API Error: 529 {\"type\":\"overloaded_error\"}\n  ⎿  ok\nSegmentation fault (core dumped)";
+        assert_eq!(
+            without_replay(screen, &earlier),
+            "  ⎿  ok\nSegmentation fault (core dumped)"
+        );
+        assert_eq!(without_replay(screen, ""), screen);
     }
 
     #[test]

@@ -367,6 +367,9 @@ impl Wrapper {
         term::foreground(&mut cmd, self.terminal.is_some());
         // Where this run's ops begin: its session-start hook may well come before it shows life.
         let ops_at_start = ops_len(&self.dir);
+        // Taken before the spawn: what the CLI writes (its first transcript record may come
+        // before `agent_start` is recorded) is this session's from here on.
+        let spawned = state::now_rfc3339();
         let mut child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
@@ -388,7 +391,8 @@ impl Wrapper {
         self.set_phase("running");
         let _ = self.dir.record_op(
             "agent_start",
-            json!({"argv": argv, "pid": pid, "mode": mode.as_str(), "session_id": session_id}),
+            json!({"argv": argv, "pid": pid, "mode": mode.as_str(), "session_id": session_id,
+                   "spawned": spawned}),
         );
 
         let (tx, rx) = mpsc::channel();
