@@ -619,12 +619,7 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
                 call.error.as_deref().unwrap_or("no error text")
             ),
         )
-    } else if let Some(e) = str_of(&state, "last_error").filter(|_| {
-        // Kept after later calls succeed: it is the crash's error only while the latest
-        // call failed, in this session.
-        state["consecutive_errors"].as_u64().unwrap_or(0) > 0
-            && in_session(str_of(&state, "last_active"), window)
-    }) {
+    } else if let Some(e) = str_of(&state, "last_error") {
         ("tool_error".to_string(), e.to_string())
     } else {
         match &exit {
@@ -876,13 +871,6 @@ mod tests {
                 "{}\n",
                 json!({"tool": "Bash", "ok": false, "ts": old, "error": "429"})
             ),
-        )
-        .unwrap();
-        std::fs::write(
-            dir.file(crate::state::STATE),
-            json!({"last_error": "429 rate limited", "consecutive_errors": 1,
-                   "last_active": old})
-            .to_string(),
         )
         .unwrap();
         let input = |start: &str| {
