@@ -771,6 +771,177 @@ fn start_claude(
     fleet.agent_dir("cc")
 }
 
+/// Hook drift under the daemon: phoenix's Stop hook taken out of settings.json (the user's own
+/// hook left in) is written back by `phoenix run`, and the Claude Code it starts next ends its
+/// turn through that hook (status `idle`).
+#[test]
+fn real_claude_daemon_restores_a_removed_stop_hook() {
+    let bin = claude_bin();
+    let fleet = support::Fleet::new();
+    let work = fleet.path().join("work");
+    std::fs::create_dir_all(work.join(".claude")).unwrap();
+    let settings = work.join(".claude/settings.json");
+    let user_stop = "true # the user's own";
+    std::fs::write(
+        &settings,
+        serde_json::json!({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": user_stop}]}]}})
+            .to_string(),
+    )
+    .unwrap();
+    let key = "sk-ant-test-0123456789abcdefghijklmnop";
+    let home = prepared_home(fleet.path(), &work, key);
+    let server = ModelServer::start(vec![Turn::text("Done.")]);
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1s\"\n\n{}",
+        fleet.socket,
+        claude_agent("cc", &bin, &home, &server, key)
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["cc"]);
+    let read = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap()
+    };
+    let stop_commands = |v: &serde_json::Value| -> Vec<String> {
+        v["hooks"]["Stop"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["hooks"].as_array().into_iter().flatten())
+            .filter_map(|h| h["command"].as_str().map(str::to_string))
+            .collect()
+    };
+    // Phoenix's Stop hook is taken out; the user's stays.
+    let mut edited = read();
+    edited["hooks"]["Stop"] =
+        serde_json::json!([{"hooks": [{"type": "command", "command": user_stop}]}]);
+    std::fs::write(&settings, edited.to_string()).unwrap();
+    fleet.run(&["plan"]).status(2);
+
+    let log = fleet.path().join("daemon.log");
+    let mut daemon = fleet
+        .command(&["run"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    support::wait_until(
+        std::time::Duration::from_secs(15),
+        "the Stop hook back",
+        || {
+            stop_commands(&read())
+                .iter()
+                .any(|c| c.contains("hook stop"))
+        },
+    );
+    assert!(stop_commands(&read()).contains(&user_stop.to_string()));
+
+    // The next Claude Code (its pane gone, the daemon starts it) has the hook.
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let first = fleet.wait_running(&["cc"])[0];
+    fleet.tmux(&["kill-pane", "-t", &pane]);
+    // The last pane of the server: the daemon rebuilds it (the pane id may come back as is).
+    support::wait_until(
+        std::time::Duration::from_secs(20),
+        "a new Claude Code",
+        || {
+            fleet.agent_status("cc")["pid"]
+                .as_u64()
+                .is_some_and(|p| p != u64::from(first))
+        },
+    );
+    fleet.wait_running(&["cc"]);
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_prompt(&fleet, &pane, "say done");
+    let dir = fleet.agent_dir("cc");
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the turn ended through the Stop hook",
+        || {
+            serde_json::from_slice::<serde_json::Value>(
+                &std::fs::read(dir.join("state.json")).unwrap_or_default(),
+            )
+            .is_ok_and(|s| s["status"] == "idle" && s["current_task"] == "say done")
+        },
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("applied") && l.contains("install_hooks"))
+            .count(),
+        1,
+        "{text}"
+    );
+}
+
+/// The Clinic's evidence is what the dying session wrote: a resumed Claude Code killed with
+/// nothing wrong is not diagnosed from the "API Error: 529" its predecessor left on screen.
+#[test]
+fn real_claude_crash_is_not_diagnosed_from_an_earlier_sessions_error() {
+    let fleet = support::Fleet::new();
+    let server = ModelServer::start(vec![
+        Turn::text("API Error: 529 {\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}"),
+        Turn::text("Carrying on with the summary."),
+        Turn::text("Still carrying on."),
+    ]);
+    start_claude(&fleet, &server, "", "summarize the notes");
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let screen = || {
+        fleet
+            .tmux(&["capture-pane", "-p", "-S", "-200", "-t", &pane])
+            .unwrap_or_default()
+    };
+    support::wait_until(std::time::Duration::from_secs(30), "the 529 text", || {
+        screen().contains("overloaded_error")
+    });
+    let first = fleet.wait_running(&["cc"])[0];
+    support::kill9(first);
+    // The resumed session gets the continue prompt and answers it: it is well.
+    support::wait_until(
+        std::time::Duration::from_secs(60),
+        "the resumed session answered",
+        || screen().contains("Carrying on with the summary."),
+    );
+    let second = fleet.wait_running(&["cc"])[0];
+    assert_ne!(first, second);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    support::kill9(second);
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the second crash handled",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .filter(|o| o["event"] == "agent_exit" && o["reason"] == "crash")
+                .count()
+                >= 2
+        },
+    );
+    let ops = fleet.ops("cc");
+    let second_start = ops
+        .iter()
+        .rposition(|o| o["event"] == "agent_start" && o["pid"] == second)
+        .unwrap();
+    let after: Vec<&serde_json::Value> = ops[second_start..]
+        .iter()
+        .filter(|o| o["event"].as_str().is_some_and(|e| e.starts_with("clinic")))
+        .collect();
+    let text = serde_json::to_string(&after).unwrap();
+    assert!(!text.contains("transient_error"), "{text}\n{}", screen());
+    assert!(!text.contains("529"), "{text}\n{}", screen());
+}
+
 /// Scenario 4, first half: the model server hangs mid-turn. Claude Code waits on the stream,
 /// no tool call comes → the watchdog reports silence, records it, and revives the session,
 /// which is told why and sent on its way.

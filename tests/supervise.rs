@@ -496,6 +496,85 @@ fn fresh_marker_is_honoured_once() {
 }
 
 #[test]
+fn a_crash_is_diagnosed_from_its_own_session_not_from_old_scrollback() {
+    let fleet = Fleet::new();
+    let count = fleet.path().join("count");
+    let script = fleet.path().join("cli.sh");
+    // Session 1 hits an overloaded API and dies; session 2 dies without a word about why;
+    // session 3 stays up.
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nn=$(cat '{c}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{c}'\n\
+             case $n in\n\
+             1) echo 'API Error: 529 {{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}'; sleep 1; exit 1;;\n\
+             2) echo 'working on it'; sleep 1; exit 1;;\n\
+             *) exec sleep 600;;\n\
+             esac\n",
+            c = count.display()
+        ),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&script).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&script, perms).unwrap();
+    fleet.toml(&format!(
+        "{}[[agent]]\nname = \"a\"\ncli = \"custom\"\ncommand = \"{}\"\n",
+        fast_restarts(5),
+        script.display()
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_ops(&fleet, "a", "agent_start", 3);
+    let ends = wait_ops(&fleet, "a", "agent_exit", 2);
+    assert!(
+        ends.iter().all(|e| e["counts_as_crash"] == true),
+        "{ends:?}"
+    );
+
+    // The first crash is the overload; the second is not, whatever the pane still shows.
+    let diagnoses = ops_named(&fleet, "a", "clinic_diagnosis");
+    assert_eq!(diagnoses.len(), 1, "{diagnoses:?}");
+    assert_eq!(diagnoses[0]["diagnosis"]["root_cause"], "transient_error");
+    let undiagnosed = ops_named(&fleet, "a", "clinic_undiagnosed");
+    assert_eq!(undiagnosed.len(), 1, "{undiagnosed:?}");
+    let second = undiagnosed[0].to_string();
+    assert!(!second.contains("529"), "{second}");
+    assert!(!second.to_lowercase().contains("overloaded"), "{second}");
+    assert!(
+        !ends[1]["explain"].as_str().unwrap().contains("transient"),
+        "{:?}",
+        ends[1]
+    );
+
+    // The crash record keeps what the dying session printed, and only that.
+    let crashes = fleet.agent_dir("a").join("crashes");
+    let mut records: Vec<_> = std::fs::read_dir(&crashes)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    records.sort();
+    assert_eq!(records.len(), 2, "{records:?}");
+    let tail = |p: &Path| -> String {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+        v["pane_tail"].as_str().unwrap_or("").to_string()
+    };
+    assert!(tail(&records[0]).contains("529"), "{}", tail(&records[0]));
+    let last = tail(&records[1]);
+    assert!(last.contains("working on it"), "{last}");
+    assert!(!last.contains("529"), "{last}");
+
+    // Asked afterwards, the Clinic diagnoses the last exit the same way.
+    let asked = fleet
+        .run(&["clinic", "a", "--json", "--dry-run"])
+        .status(0)
+        .json();
+    assert_ne!(
+        asked["diagnosis"]["root_cause"], "transient_error",
+        "{asked}"
+    );
+}
+
+#[test]
 fn max_crashes_enter_safe_mode_with_a_critical_event_that_survives_a_new_wrapper() {
     let fleet = Fleet::new();
     fleet.toml(&format!(
@@ -725,6 +804,167 @@ fn daemon_restarts_a_dead_pane_at_once_and_a_restarted_daemon_does_not_duplicate
             .contains("SIGINT received: stopping")
     );
     assert_eq!(fleet.wait_running(&["alpha", "beta"]), pids);
+}
+
+/// The commands of the hooks a Claude Code settings file has for `event`.
+fn hook_commands(settings: &Value, event: &str) -> Vec<String> {
+    settings["hooks"][event]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|group| group["hooks"].as_array().into_iter().flatten())
+        .filter_map(|h| h["command"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn the_daemon_restores_a_removed_phoenix_hook_and_keeps_the_users_own() {
+    let fleet = Fleet::new();
+    let work = fleet.path().join("wc");
+    std::fs::create_dir_all(work.join(".claude")).unwrap();
+    let settings = work.join(".claude/settings.json");
+    let user_stop = "echo the-users-own-stop-hook";
+    std::fs::write(
+        &settings,
+        serde_json::json!({
+            "model": "the-users-model",
+            "hooks": {"Stop": [{"hooks": [{"type": "command", "command": user_stop}]}]},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1s\"\n\n\
+         [[agent]]\nname = \"c\"\ncli = \"claude\"\ncommand = \"sleep 100000\"\nworkdir = \"wc\"\n",
+        fleet.socket
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let read =
+        || -> Value { serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap() };
+    let ours = |v: &Value| {
+        hook_commands(v, "Stop")
+            .iter()
+            .filter(|c| c.contains("phoenix-hook"))
+            .count()
+    };
+    assert!(ours(&read()) > 0, "{}", read());
+    let daemon = Daemon::start(&fleet, &["-v"]);
+    fleet.wait_running(&["c"]);
+
+    // Someone takes phoenix's Stop hook out, leaving their own.
+    let mut edited = read();
+    for group in edited["hooks"]["Stop"].as_array_mut().unwrap() {
+        group["hooks"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|h| !h["command"].as_str().unwrap_or("").contains("phoenix-hook"));
+    }
+    edited["hooks"]["Stop"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|g| !g["hooks"].as_array().unwrap().is_empty());
+    std::fs::write(&settings, edited.to_string()).unwrap();
+    assert_eq!(ours(&read()), 0);
+    fleet.run(&["plan"]).status(2).stdout_has("settings.json");
+
+    wait_until(Duration::from_secs(10), "the Stop hook restored", || {
+        ours(&read()) > 0
+    });
+    let restored = read();
+    assert_eq!(restored["model"], "the-users-model");
+    assert!(
+        hook_commands(&restored, "Stop").contains(&user_stop.to_string()),
+        "{restored}"
+    );
+    // Two passes later nothing more was done: the drift was converged, and logged, once.
+    let passes = |log: &str| log.matches("nothing to do").count();
+    let before = passes(&daemon.log());
+    wait_until(Duration::from_secs(10), "two more passes", || {
+        passes(&daemon.log()) >= before + 2
+    });
+    let log = daemon.log();
+    let applied: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("applied") && l.contains("install_hooks"))
+        .collect();
+    assert_eq!(applied.len(), 1, "{log}");
+    fleet.run(&["plan"]).status(0);
+    daemon.stop();
+}
+
+/// An agent the daemon starts reads its hooks at startup: a hook file drifted while its pane
+/// was gone is written back before the agent is started again, in the same pass.
+#[test]
+fn the_daemon_writes_hook_files_before_it_starts_the_agent() {
+    let fleet = Fleet::new();
+    std::fs::create_dir_all(fleet.path().join("wc")).unwrap();
+    let settings = fleet.path().join("wc/.claude/settings.json");
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1h\"\n\n\
+         [[agent]]\nname = \"c\"\ncli = \"claude\"\ncommand = \"sleep 100000\"\nworkdir = \"wc\"\n",
+        fleet.socket
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["c"]);
+    let pane = pane_of(&fleet, "c");
+    fleet.tmux(&["kill-pane", "-t", &pane]);
+    std::fs::write(&settings, "{}").unwrap();
+    let before = ops_named(&fleet, "c", "agent_start").len();
+    let daemon = Daemon::start(&fleet, &[]);
+    wait_ops(&fleet, "c", "agent_start", before + 1);
+    let ops = fleet.ops("c");
+    let installed = ops
+        .iter()
+        .rposition(|o| o["event"] == "apply" && o["action"] == "install_hooks")
+        .expect("the hooks were written back");
+    let started = ops
+        .iter()
+        .rposition(|o| o["event"] == "apply" && o["action"] == "start")
+        .expect("the daemon started it");
+    assert!(installed < started, "{ops:#?}");
+    assert!(
+        std::fs::read_to_string(&settings)
+            .unwrap()
+            .contains("phoenix-hook")
+    );
+    daemon.stop();
+}
+
+#[test]
+fn a_settings_file_the_daemon_cannot_merge_into_is_reported_once_not_every_pass() {
+    let fleet = Fleet::new();
+    let work = fleet.path().join("wc");
+    std::fs::create_dir_all(work.join(".claude")).unwrap();
+    let settings = work.join(".claude/settings.json");
+    std::fs::write(&settings, "{ not json").unwrap();
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1s\"\n\n\
+         [[agent]]\nname = \"c\"\ncli = \"claude\"\ncommand = \"sleep 100000\"\nworkdir = \"wc\"\n",
+        fleet.socket
+    ));
+    let daemon = Daemon::start(&fleet, &["-v"]);
+    fleet.wait_running(&["c"]);
+    let held = |log: &str| log.matches("hook file still cannot be changed").count();
+    wait_until(
+        Duration::from_secs(10),
+        "two passes after the failure",
+        || held(&daemon.log()) >= 2,
+    );
+    let log = daemon.log();
+    let failed = log.lines().filter(|l| l.contains("step failed")).count();
+    assert_eq!(failed, 1, "{log}");
+    assert!(log.contains("not valid JSON"), "{log}");
+    // The user's file is left as it was.
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), "{ not json");
+
+    // Fixed by a person: the daemon merges into it at the next pass.
+    std::fs::write(&settings, "{}").unwrap();
+    wait_until(Duration::from_secs(10), "hooks merged", || {
+        std::fs::read_to_string(&settings)
+            .unwrap()
+            .contains("phoenix-hook")
+    });
+    daemon.stop();
 }
 
 #[test]

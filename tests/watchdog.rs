@@ -452,6 +452,57 @@ fn a_wedged_screen_is_found_when_nothing_moves() {
     );
 }
 
+/// An API error an earlier session left in the pane's scrollback is no verdict on the session
+/// running now: the screen check reads only what the current session wrote.
+#[test]
+fn an_old_sessions_error_in_the_scrollback_is_not_a_wedged_screen() {
+    let fleet = Fleet::new();
+    let count = fleet.path().join("count");
+    let script = fleet.path().join("cli.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nn=$(cat '{c}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{c}'\n\
+             if [ $n = 1 ]; then echo 'API Error: 529 overloaded_error'; sleep 1; exit 1; fi\n\
+             echo 'ready'; exec sleep 1000\n",
+            c = count.display()
+        ),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&script).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&script, perms).unwrap();
+    fleet.toml(&format!(
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\n\n\
+         [[agent]]\nname = \"again\"\ncommand = \"{}\"\n",
+        script.display()
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_until(Duration::from_secs(20), "the second session", || {
+        fleet
+            .ops("again")
+            .iter()
+            .filter(|o| o["event"] == "agent_start")
+            .count()
+            >= 2
+    });
+    let pane = fleet.agent_status("again")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    support::wait_for_screen(&fleet, &pane, "ready", Duration::from_secs(10));
+    let screen = fleet.tmux(&["capture-pane", "-p", "-t", &pane]).unwrap();
+    assert!(
+        screen.contains("529"),
+        "the old error is on screen: {screen}"
+    );
+    for _ in 0..4 {
+        let report = watchdog(&fleet);
+        let a = verdict(&report, "again");
+        assert_eq!(a["verdict"], "healthy", "{a}");
+    }
+}
+
 /// All screens in one tmux call, each pane's text under its own id; a pane that went away
 /// does not cost the others theirs.
 #[test]

@@ -335,6 +335,8 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
             exit: None,
             transcript: args.transcript.map(Path::to_path_buf),
             output,
+            // A person asks after the wrapper has moved on: the crash is the last exit's.
+            session: crate::clinic::triage::Session::LastExited,
         },
         !args.dry_run,
     );

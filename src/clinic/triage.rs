@@ -30,6 +30,18 @@ pub struct TriageInput<'a> {
     pub transcript: Option<PathBuf>,
     /// The tail of what the CLI printed, if the caller has it.
     pub output: Option<String>,
+    /// Which session the evidence is about: transcript records and tool calls from before
+    /// its start are an earlier session's.
+    pub session: Session,
+}
+
+/// The session being diagnosed, for the evidence window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Session {
+    /// The one started last (the wrapper right after its exit, the watchdog while it runs).
+    Latest,
+    /// The one of the last recorded exit (`phoenix clinic` after the wrapper has moved on).
+    LastExited,
 }
 
 /// The end of a file, from the first complete line on; `None` unless it is a regular file.
@@ -388,6 +400,122 @@ pub fn transcript_facts(records: &[Value]) -> TranscriptFacts {
     facts
 }
 
+/// How the line the wrapper prints just before it starts `agent`'s CLI begins (`[phoenix]
+/// starting `NAME`, resuming session …` or `… (fresh session)`).
+pub fn start_banner(agent: &str) -> String {
+    format!("[phoenix] starting `{agent}`")
+}
+
+/// The part of a captured pane that `agent`'s current session wrote: the lines after the
+/// last start banner ([`start_banner`]). Scrollback from earlier sessions (an old "529
+/// overloaded", an old retry banner) is no evidence about this one. Without a banner in the
+/// capture every captured line came after it (it scrolled out of the capture, or the history
+/// was cleared): all of it is this session's. A line that only contains the banner, further
+/// in, is the agent's own text.
+pub fn this_session<'a>(screen: &'a str, agent: &str) -> &'a str {
+    let banner = start_banner(agent);
+    let mut start = 0;
+    let mut at = 0;
+    for line in screen.split_inclusive('\n') {
+        at += line.len();
+        if said_by_phoenix(line, &banner) {
+            start = at;
+        }
+    }
+    &screen[start..]
+}
+
+/// Does `line` carry `text` as phoenix printed it: at its start, or after what a CLI killed
+/// mid-screen left on the line (its prompt `❯ `, a box edge), but not inside the agent's own
+/// words (`echo '[phoenix] …'`)?
+pub fn said_by_phoenix(line: &str, text: &str) -> bool {
+    line.find(text)
+        .is_some_and(|i| !line[..i].chars().any(char::is_alphanumeric))
+}
+
+/// When `session` ran, as far as ops.jsonl tells: from its `agent_start` to its
+/// `agent_exit` (open-ended for the latest, which may still run). `None` where unknown.
+pub type Window = (Option<jiff::Timestamp>, Option<jiff::Timestamp>);
+
+/// The window of `session` (see [`Window`]).
+pub fn session_window(ops: &[Value], session: Session) -> Window {
+    let event = |o: &Value, name: &str| str_of(o, "event") == Some(name);
+    let ts = |o: &Value| str_of(o, "ts").and_then(|t| t.parse().ok());
+    let (upto, end) = match session {
+        Session::Latest => (ops.len(), None),
+        Session::LastExited => match ops.iter().rposition(|o| event(o, "agent_exit")) {
+            Some(i) => (i, ts(&ops[i])),
+            None => return (None, None),
+        },
+    };
+    // `spawned`: when the wrapper started the CLI, a moment before it recorded the start.
+    let start = ops[..upto]
+        .iter()
+        .rev()
+        .find(|o| event(o, "agent_start"))
+        .and_then(|o| {
+            str_of(o, "spawned")
+                .and_then(|t| t.parse().ok())
+                .or_else(|| ts(o))
+        });
+    (start, end)
+}
+
+/// Was a record stamped `ts` written by the session that ran in `window`? A resumed session
+/// appends to the transcript of the one before it, and an old "529" in there is no evidence
+/// about this one. Without a readable stamp nothing can be told apart, and the record is kept.
+pub fn in_session(ts: Option<&str>, window: Window) -> bool {
+    let Some(ts) = ts.and_then(|t| t.parse::<jiff::Timestamp>().ok()) else {
+        return true;
+    };
+    window.0.is_none_or(|start| ts >= start) && window.1.is_none_or(|end| ts <= end)
+}
+
+/// The records of a transcript written in `window` (see [`in_session`]).
+pub fn records_in(records: Vec<Value>, window: Window) -> Vec<Value> {
+    records
+        .into_iter()
+        .filter(|r| in_session(str_of(r, "timestamp"), window))
+        .collect()
+}
+
+/// Every text in `records` (string values at any depth), one per line.
+fn texts<'a>(records: impl Iterator<Item = &'a Value>) -> String {
+    fn walk(v: &Value, out: &mut String) {
+        match v {
+            Value::String(s) => {
+                out.push_str(s);
+                out.push('\n');
+            }
+            Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            Value::Object(map) => map.values().for_each(|i| walk(i, out)),
+            _ => {}
+        }
+    }
+    let mut out = String::new();
+    records.for_each(|r| walk(r, &mut out));
+    out
+}
+
+/// `output` without the lines a resumed CLI printed again from `earlier` (the texts of its
+/// earlier sessions' transcript records). A line is compared without the marks the CLI
+/// puts before it (`● `, `⎿ `); short lines (`ok`) are kept, they could be anyone's.
+pub fn without_replay(output: &str, earlier: &str) -> String {
+    if earlier.is_empty() {
+        return output.to_string();
+    }
+    output
+        .lines()
+        .filter(|line| {
+            let words = line
+                .trim_start_matches(|c: char| !c.is_alphanumeric())
+                .trim_end();
+            words.chars().count() < 12 || !earlier.contains(words)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The last lines of the CLI's output that look like an error.
 fn error_in_output(output: &str) -> Option<String> {
     let lines: Vec<&str> = output.lines().map(str::trim).collect();
@@ -424,10 +552,18 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
             .rev()
             .find_map(|o| str_of(o, "transcript_path").map(PathBuf::from))
     });
-    let facts = transcript
-        .as_deref()
-        .map(|p| transcript_facts(&tail_jsonl(p)))
-        .unwrap_or_default();
+    // The evidence is what the session being diagnosed wrote: the transcript and phoenix's
+    // tool log since it started (its successor's pane output is cut by the wrapper).
+    let window = session_window(&ops, input.session);
+    let records = transcript.as_deref().map(tail_jsonl).unwrap_or_default();
+    // A resumed CLI prints its conversation again (Claude Code does): on its screen, the
+    // earlier sessions' words are a replay, not what this one wrote.
+    let earlier = texts(records.iter().filter(|r| {
+        let ts = str_of(r, "timestamp").and_then(|t| t.parse::<jiff::Timestamp>().ok());
+        matches!((ts, window.0), (Some(ts), Some(start)) if ts < start)
+    }));
+    let facts = transcript_facts(&records_in(records, window));
+    let output = input.output.as_deref().map(|o| without_replay(o, &earlier));
 
     // tool_use.jsonl is phoenix's own record; the transcript fills in when it is missing.
     let logged: Vec<ToolCall> = tail_jsonl(&dir.file("tool_use.jsonl"))
@@ -465,8 +601,11 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
         .or(facts.last_prompt.clone())
         .map(|p| shorten(&p, TEXT_CHARS));
 
-    let output_error = input.output.as_deref().and_then(error_in_output);
-    let failed_call = tool_calls.iter().rev().find(|c| !c.ok);
+    let output_error = output.as_deref().and_then(error_in_output);
+    let failed_call = tool_calls
+        .iter()
+        .rev()
+        .find(|c| !c.ok && in_session(c.ts.as_deref(), window));
     let (error_type, error_message) = if let Some((kind, text)) = facts.errors.last() {
         (kind.clone(), text.clone())
     } else if let Some(line) = output_error {
@@ -490,7 +629,7 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
         }
     };
 
-    let stack_trace = match &input.output {
+    let stack_trace = match &output {
         Some(out) if !out.trim().is_empty() => keep_end(out, TRACE_CHARS),
         _ => keep_end(
             &facts
@@ -617,6 +756,7 @@ mod tests {
             exit: None,
             transcript: Some(tmp.path().join("missing.jsonl")),
             output: None,
+            session: Session::Latest,
         });
         assert_eq!(trauma.error_type, "unknown");
         assert!(trauma.tool_calls.is_empty());
@@ -634,5 +774,130 @@ mod tests {
         assert_eq!(exit.code, Some(2));
         assert_eq!(exit.crashes_in_window, 2);
         assert_eq!(exit.runtime_ms, 7);
+    }
+
+    #[test]
+    fn pane_evidence_is_only_what_the_current_session_wrote() {
+        let fresh = "[phoenix] starting `a` (fresh session)";
+        let resumed = "[phoenix] starting `a`, resuming session s1";
+        // An old overload from an earlier session, then a new start: the second session
+        // printed nothing yet.
+        let screen =
+            format!("{fresh}\nAPI Error: 529 overloaded\n[phoenix] `a` ended (crash)\n{resumed}\n");
+        assert_eq!(this_session(&screen, "a"), "");
+        let screen = format!("old 429\n{resumed}\nSegmentation fault\n");
+        assert_eq!(this_session(&screen, "a"), "Segmentation fault\n");
+        // The banner scrolled out of the capture: every captured line is this session's.
+        assert_eq!(this_session("line 1\nline 2", "a"), "line 1\nline 2");
+        // Padding tmux may add does not hide the banner.
+        let screen = format!("old 529\n  {fresh}   \nnew");
+        assert_eq!(this_session(&screen, "a"), "new");
+        // A CLI killed mid-screen leaves its prompt on the line the wrapper prints on.
+        let screen = format!("old 529\n❯ {resumed}\nnew");
+        assert_eq!(this_session(&screen, "a"), "new");
+        // Another agent's banner, or text that merely quotes one, is no start of this one.
+        let screen = "[phoenix] starting `ab` (fresh session)\nout";
+        assert_eq!(this_session(screen, "a"), screen);
+        let screen = format!("echo '{fresh}'\nout");
+        assert_eq!(this_session(&screen, "a"), screen);
+    }
+
+    #[test]
+    fn the_session_diagnosed_is_the_latest_or_the_last_exited() {
+        let at = |m: u8| format!("2026-01-01T10:{m:02}:00Z");
+        let ops = vec![
+            json!({"event": "agent_start", "ts": at(1), "spawned": "2026-01-01T10:00:59Z"}),
+            json!({"event": "agent_exit", "ts": at(2)}),
+            json!({"event": "agent_start", "ts": at(3)}),
+            json!({"event": "prompt", "ts": at(4)}),
+        ];
+        let ts = |s: Option<jiff::Timestamp>| s.map(|t| t.to_string());
+        let (start, end) = session_window(&ops, Session::Latest);
+        assert_eq!((ts(start), ts(end)), (Some(at(3)), None));
+        let (start, end) = session_window(&ops, Session::LastExited);
+        assert_eq!(
+            (ts(start), ts(end)),
+            (Some("2026-01-01T10:00:59Z".into()), Some(at(2)))
+        );
+        assert_eq!(session_window(&ops[..1], Session::LastExited), (None, None));
+        assert_eq!(session_window(&[], Session::Latest), (None, None));
+        // The last exited session's records: neither before its start nor after its end.
+        let window = session_window(&ops, Session::LastExited);
+        assert!(!in_session(Some("2026-01-01T10:00:30Z"), window));
+        assert!(in_session(Some("2026-01-01T10:01:30Z"), window));
+        assert!(!in_session(Some("2026-01-01T10:03:30Z"), window));
+        assert!(in_session(None, window));
+        assert!(in_session(Some("not a time"), window));
+    }
+
+    #[test]
+    fn a_resumed_clis_replay_of_its_conversation_is_not_its_output() {
+        let earlier = texts(
+            [
+                json!({"type": "assistant", "message": {"content": [{"type": "text",
+                "text": "API Error: 529 {\"type\":\"overloaded_error\"}"}]}}),
+            ]
+            .iter(),
+        );
+        let screen = "● API Error: 529 {\"type\":\"overloaded_error\"}\n  ⎿  ok\nSegmentation fault (core dumped)";
+        assert_eq!(
+            without_replay(screen, &earlier),
+            "  ⎿  ok\nSegmentation fault (core dumped)"
+        );
+        assert_eq!(without_replay(screen, ""), screen);
+    }
+
+    #[test]
+    fn evidence_from_before_the_session_started_is_not_its_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = crate::state::FleetDir::new(tmp.path()).agent("a");
+        dir.ensure().unwrap();
+        let old = "2026-01-01T10:00:00.000Z";
+        let new = "2026-01-01T10:05:00.000Z";
+        // The resumed session appended to the transcript of the one that was overloaded.
+        let transcript = tmp.path().join("t.jsonl");
+        let lines = [
+            json!({"type": "assistant", "timestamp": old, "isApiErrorMessage": true,
+                   "message": {"role": "assistant", "content": [{"type": "text",
+                   "text": "API Error: 529 {\"type\":\"overloaded_error\"}"}]}}),
+            json!({"type": "user", "timestamp": new,
+                   "message": {"role": "user", "content": "go on"}}),
+        ];
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(&transcript, text).unwrap();
+        std::fs::write(
+            dir.file("tool_use.jsonl"),
+            format!(
+                "{}\n",
+                json!({"tool": "Bash", "ok": false, "ts": old, "error": "429"})
+            ),
+        )
+        .unwrap();
+        let input = |start: &str| {
+            std::fs::write(
+                dir.file(OPS_LOG),
+                format!(
+                    "{}\n{}\n",
+                    json!({"event": "agent_start", "ts": start}),
+                    json!({"event": "agent_exit", "ts": new, "code": 1}),
+                ),
+            )
+            .unwrap();
+            triage(&TriageInput {
+                agent: AgentInfo::default(),
+                dir: &dir,
+                exit: None,
+                transcript: Some(transcript.clone()),
+                output: None,
+                session: Session::Latest,
+            })
+        };
+        let trauma = input("2026-01-01T10:04:00.000Z");
+        assert_eq!(trauma.error_type, "crash", "{trauma:?}");
+        assert!(!trauma.error_message.contains("529"), "{trauma:?}");
+        // The same files, read for the session that did write them, still show the error.
+        let trauma = input("2026-01-01T09:59:00.000Z");
+        assert_eq!(trauma.error_type, "api_error");
+        assert!(trauma.error_message.contains("529"));
     }
 }

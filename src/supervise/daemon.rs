@@ -4,7 +4,7 @@
 //! (flock); SIGTERM/SIGINT finish the current step and exit 0; after `kill -9` the next start
 //! simply converges again, because all state lives in tmux and the state dir.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{IsTerminal, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -116,6 +116,7 @@ pub fn run(config: &Path, options: RunOptions) -> anyhow::Result<i32> {
         exe: std::env::current_exe().context("cannot find the phoenix binary")?,
         starts: HashMap::new(),
         held: Vec::new(),
+        failed_hooks: HashSet::new(),
         stopping: Arc::new(AtomicBool::new(false)),
     };
     runtime.block_on(daemon.serve(fifo))
@@ -128,6 +129,9 @@ struct Daemon {
     exe: PathBuf,
     /// When the daemon last started each agent (for the start-rate guard).
     starts: HashMap<String, VecDeque<Instant>>,
+    /// Hook-file changes that failed (a settings file that is not JSON, not writable): not
+    /// tried and logged again every pass while they stay the same; a person fixes the file.
+    failed_hooks: HashSet<String>,
     /// Agents currently held back by that guard (to warn once).
     held: Vec<String>,
     /// Set by SIGTERM/SIGINT the moment they arrive, even while a pass blocks the loop: no
@@ -358,13 +362,20 @@ impl Daemon {
         };
         let interval = Requeue::After(self.spec.fleet.reconcile_interval);
         let world = world::observe(&self.spec, &self.runtime)?;
-        let mut plan = plan::diff(&self.spec, &world, &PlanOptions::default());
+        // Hook files too: the daemon converges everything `apply` converges, or an agent it
+        // (re)starts runs without the hooks `plan` says it lacks.
+        let options = PlanOptions {
+            prune: false,
+            hooks_exe: Some(crate::hooks::config::hook_binary(&self.exe)),
+        };
+        let mut plan = plan::diff(&self.spec, &world, &options);
         if plan.is_empty() {
             debug!("reconciled: nothing to do");
             self.held.clear();
             return Ok((interval, Some(watched_pids(&world))));
         }
         self.hold_back_restart_loops(&mut plan);
+        self.hold_back_failed_hooks(&mut plan);
         if plan.is_empty() {
             return Ok((interval, Some(watched_pids(&world))));
         }
@@ -392,7 +403,11 @@ impl Daemon {
                 changes: vec![change.clone()],
                 unmanaged: Vec::new(),
             };
-            report.steps.extend(applier.apply(&one).steps);
+            let steps = applier.apply(&one).steps;
+            if is_hook_change(change) && steps.iter().any(|s| !s.ok) {
+                self.failed_hooks.insert(hook_change_key(change));
+            }
+            report.steps.extend(steps);
         }
         for s in &report.steps {
             if s.ok {
@@ -411,6 +426,25 @@ impl Daemon {
                 total: report.steps.len(),
             }),
         }
+    }
+
+    /// Leave out hook-file changes that failed before and are planned the same way again;
+    /// forget failures no longer planned (the file was fixed, or changed again).
+    fn hold_back_failed_hooks(&mut self, plan: &mut plan::Plan) {
+        let planned: HashSet<String> = plan
+            .changes
+            .iter()
+            .filter(|c| is_hook_change(c))
+            .map(hook_change_key)
+            .collect();
+        self.failed_hooks.retain(|k| planned.contains(k));
+        plan.changes.retain(|c| {
+            let again = is_hook_change(c) && self.failed_hooks.contains(&hook_change_key(c));
+            if again {
+                debug!(agent = %c.agent, reason = %c.reason, "hook file still cannot be changed; see the earlier warning");
+            }
+            !again
+        });
     }
 
     fn hold_back_restart_loops(&mut self, plan: &mut plan::Plan) {
@@ -445,6 +479,18 @@ impl Daemon {
         }
         self.held = held;
     }
+}
+
+fn is_hook_change(c: &plan::Change) -> bool {
+    matches!(
+        c.action,
+        Action::InstallHooks { .. } | Action::RemoveHooks { .. }
+    )
+}
+
+/// A hook change as planned: the same key means the same file, wanting the same edit.
+fn hook_change_key(c: &plan::Change) -> String {
+    format!("{}\u{0}{:?}\u{0}{}", c.agent, c.action, c.reason)
 }
 
 fn watched_pids(world: &world::World) -> Vec<u32> {

@@ -368,12 +368,12 @@ impl Wrapper {
             }
         }
         let _ = self.dir.clear_marker(state::CLEAN_EXIT);
+        // The banner marks where this session's output begins (`triage::this_session`).
+        let banner = crate::clinic::triage::start_banner(&self.agent.name);
+        let banner = banner.trim_start_matches(SAY).trim_start();
         match &session_id {
-            Some(id) => say(&format!(
-                "starting `{}`, resuming session {id}",
-                self.agent.name
-            )),
-            None => say(&format!("starting `{}` (fresh session)", self.agent.name)),
+            Some(id) => say(&format!("{banner}, resuming session {id}")),
+            None => say(&format!("{banner} (fresh session)")),
         }
 
         self.trust_hooks();
@@ -388,6 +388,9 @@ impl Wrapper {
         let ops_at_start = ops_len(&self.dir);
         // A signal left for an earlier run: what became of that turn was decided at its exit.
         let _ = self.dir.clear_marker(state::TURN_FAILED);
+        // Taken before the spawn: what the CLI writes (its first transcript record may come
+        // before `agent_start` is recorded) is this session's from here on.
+        let spawned = state::now_rfc3339();
         let mut child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
@@ -410,7 +413,8 @@ impl Wrapper {
         self.set_phase("running");
         let _ = self.dir.record_op(
             "agent_start",
-            json!({"argv": argv, "pid": pid, "mode": mode.as_str(), "session_id": session_id}),
+            json!({"argv": argv, "pid": pid, "mode": mode.as_str(), "session_id": session_id,
+                   "spawned": spawned}),
         );
 
         let (tx, rx) = mpsc::channel();
@@ -687,7 +691,12 @@ impl Wrapper {
                 .pane
                 .as_ref()
                 .and_then(|p| self.runtime.capture(p, EVIDENCE_LINES).ok())
-                .map(|t| t.trim_end().to_string());
+                // Only what this session printed: the scrollback above its start is another's.
+                .map(|t| {
+                    crate::clinic::triage::this_session(&t, &self.agent.name)
+                        .trim_end()
+                        .to_string()
+                });
             let crash = CrashRecord {
                 ts: state::now_rfc3339(),
                 agent: self.agent.name.clone(),
@@ -830,6 +839,7 @@ impl Wrapper {
             exit: Some(exit),
             transcript: None,
             output: pane_tail.map(|t| without_our_lines(&t)),
+            session: crate::clinic::triage::Session::Latest,
         });
         let Some(recovery) = recovery else {
             return (None, false);
@@ -1281,7 +1291,9 @@ impl LifeProbe {
 fn without_our_lines(screen: &str) -> String {
     screen
         .lines()
-        .filter(|l| !l.trim_start().starts_with(SAY))
+        // Also after what a CLI killed mid-screen left on the line (`❯ [phoenix] … ended`):
+        // the wrapper's own words are never the agent's error, nor a sign of its life.
+        .filter(|l| !crate::clinic::triage::said_by_phoenix(l, SAY))
         .map(str::trim_end)
         .collect::<Vec<_>>()
         .join("\n")
@@ -1369,6 +1381,14 @@ mod tests {
         assert_eq!(
             without_our_lines("$ x\n[phoenix] starting\n\n"),
             without_our_lines("$ x\n")
+        );
+        assert_eq!(
+            without_our_lines("$ x\n❯ [phoenix] `a` ended (crash): clinic: transient_error\n"),
+            "$ x"
+        );
+        assert_eq!(
+            without_our_lines("echo '[phoenix] hi'\n"),
+            "echo '[phoenix] hi'"
         );
     }
 }

@@ -872,6 +872,7 @@ impl<'a> Watchdog<'a> {
             exit: None,
             transcript: None,
             output: (!output.trim().is_empty()).then_some(output),
+            session: crate::clinic::triage::Session::Latest,
         })?;
         report.problems.extend(recovery.problems.iter().cloned());
         Some(recovery)

@@ -25,6 +25,8 @@ const TRANSCRIPT_TAIL_BYTES: u64 = 32 * 1024 * 1024;
 
 /// One agent as observed, or why it was not checked.
 pub struct Observed {
+    /// The agent's name: its wrapper's start banner marks where its session's screen begins.
+    pub agent: String,
     pub inputs: Inputs,
     /// Not checked at all (disabled, stopped on purpose, in safe mode, being restarted).
     pub skip: Option<String>,
@@ -45,6 +47,9 @@ impl Observed {
     /// a sign of life now (a spinner, a retry countdown, streamed text), the same one is stuck.
     /// Without a previous screen nothing is concluded either way.
     pub fn with_screen(&mut self, text: String, previous: &super::Memory) {
+        // What an earlier session left in the scrollback (its error, its retry banner) says
+        // nothing about this one.
+        let text = crate::clinic::triage::this_session(&text, &self.agent).to_string();
         let hash = digest(&text);
         self.inputs.screen_unchanged = previous.screen_hash.as_deref() == Some(hash.as_str());
         let moved = digest(&without_clocks(&text));
@@ -100,6 +105,7 @@ pub fn observe(
     };
     let pane = world.pane_of(&agent.name);
     let mut observed = Observed {
+        agent: agent.name.clone(),
         inputs: Inputs::default(),
         skip: None,
         task: None,
