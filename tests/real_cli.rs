@@ -18,6 +18,17 @@ fn claude_bin() -> PathBuf {
     support::npm_cli("real-cli", CLAUDE_CODE, "claude")
 }
 
+/// The `[[agent]]` block of a real Claude Code agent `cc` working in `<fleet>/work`, with a
+/// HOME prepared for it, talking to `server`.
+fn cc_agent(fleet: &support::Fleet, server: &ModelServer) -> String {
+    let bin = claude_bin();
+    let work = fleet.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let key = "sk-ant-test-0123456789abcdefghijklmnop";
+    let home = prepared_home(fleet.path(), &work, key);
+    claude_agent("cc", &bin, &home, server, key)
+}
+
 /// A HOME in which Claude Code skips onboarding and trusts `workdir`.
 fn prepared_home(root: &Path, workdir: &Path, key: &str) -> PathBuf {
     let home = root.join("home");
@@ -524,12 +535,8 @@ fn real_claude_model_not_found_goes_to_safe_mode_naming_the_model() {
         message: "model: claude-nope-4".into(),
     };
     let server = ModelServer::start(vec![not_found; 12]);
-    let bin = claude_bin();
-    let work = fleet.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let key = "sk-ant-test-0123456789abcdefghijklmnop";
-    let home = prepared_home(fleet.path(), &work, key);
-    let agent = claude_agent("cc", &bin, &home, &server, key).replace(
+    let agent = cc_agent(&fleet, &server);
+    let agent = agent.replace(
         "--dangerously-skip-permissions",
         "--dangerously-skip-permissions --model claude-nope-4",
     );
@@ -601,14 +608,10 @@ fn real_claude_revoked_key_goes_to_safe_mode_at_once_without_the_daemon() {
         message: "invalid x-api-key".into(),
     };
     let server = ModelServer::start(vec![revoked; 12]);
-    let bin = claude_bin();
-    let work = fleet.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let key = "sk-ant-test-0123456789abcdefghijklmnop";
-    let home = prepared_home(fleet.path(), &work, key);
+    let agent = cc_agent(&fleet, &server);
     // Claude Code retries a 401 ten times over minutes before it gives up on the turn: once
     // here, which changes nothing of what follows.
-    let agent = claude_agent("cc", &bin, &home, &server, key).replace(
+    let agent = agent.replace(
         "IS_SANDBOX = \"1\"",
         "IS_SANDBOX = \"1\", CLAUDE_CODE_MAX_RETRIES = \"0\"",
     );
@@ -670,14 +673,10 @@ fn real_claude_revoked_key_goes_to_safe_mode_at_once_without_the_daemon() {
 fn real_claude_restarted_before_any_prompt_starts_fresh_without_a_crash() {
     let fleet = support::Fleet::new();
     let server = ModelServer::start(vec![Turn::text("Nothing to do.")]);
-    let bin = claude_bin();
-    let work = fleet.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let key = "sk-ant-test-0123456789abcdefghijklmnop";
-    let home = prepared_home(fleet.path(), &work, key);
+    let agent = cc_agent(&fleet, &server);
     fleet.toml(&format!(
         "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"30s\"\n\n{}",
-        claude_agent("cc", &bin, &home, &server, key)
+        agent
     ));
     fleet.run(&["apply", "--yes"]).status(0);
     fleet.wait_running(&["cc"]);
@@ -766,14 +765,10 @@ fn start_claude(
     extra: &str,
     prompt: &str,
 ) -> std::path::PathBuf {
-    let bin = claude_bin();
-    let work = fleet.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let key = "sk-ant-test-0123456789abcdefghijklmnop";
-    let home = prepared_home(fleet.path(), &work, key);
+    let agent = cc_agent(fleet, server);
     fleet.toml(&format!(
         "{extra}\n[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"30s\"\n\n{}",
-        claude_agent("cc", &bin, &home, server, key)
+        agent
     ));
     fleet.run(&["apply", "--yes"]).status(0);
     fleet.wait_running(&["cc"]);
@@ -979,7 +974,7 @@ fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
     let young = fleet.run(&["watchdog", "--once", "--json"]).json();
     assert_eq!(young["agents"][0]["verdict"], "healthy", "{young}");
     std::thread::sleep(std::time::Duration::from_secs(4));
-    let cc = fleet.two_watchdog_passes();
+    let cc = fleet.watchdog_until_confirmed();
     assert_eq!(cc["verdict"], "unhealthy", "{cc}");
     assert_eq!(cc["findings"][0]["check"], "silence", "{cc}");
     assert_eq!(cc["action"], "revive", "{cc}");
@@ -1227,7 +1222,7 @@ fn real_claude_six_failing_tools_are_an_error_cascade() {
                 == 6
         },
     );
-    let cc = fleet.two_watchdog_passes();
+    let cc = fleet.watchdog_until_confirmed();
     assert_eq!(cc["verdict"], "unhealthy", "{cc}");
     let checks: Vec<&str> = cc["findings"]
         .as_array()

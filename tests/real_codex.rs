@@ -585,7 +585,7 @@ fn real_codex_hanging_on_the_model_is_found_silent_and_revived() {
     let young = fleet.run(&["watchdog", "--once", "--json"]).json();
     assert_eq!(young["agents"][0]["verdict"], "healthy", "{young}");
     std::thread::sleep(Duration::from_secs(4));
-    let cx = fleet.two_watchdog_passes();
+    let cx = fleet.watchdog_until_confirmed();
     assert_eq!(cx["verdict"], "unhealthy", "{cx}");
     assert_eq!(cx["findings"][0]["check"], "silence", "{cx}");
     assert_eq!(cx["action"], "revive", "{cx}");
@@ -630,7 +630,7 @@ fn real_codex_six_failing_shell_calls_are_an_error_cascade() {
         },
         || fleet.explain("cx", &run.pane),
     );
-    let cx = fleet.two_watchdog_passes();
+    let cx = fleet.watchdog_until_confirmed();
     assert_eq!(cx["verdict"], "unhealthy", "{cx}");
     let checks: Vec<&str> = cx["findings"]
         .as_array()

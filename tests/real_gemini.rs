@@ -578,7 +578,7 @@ fn real_gemini_hanging_on_the_model_is_found_silent_and_revived() {
     let young = fleet.run(&["watchdog", "--once", "--json"]).json();
     assert_eq!(young["agents"][0]["verdict"], "healthy", "{young}");
     std::thread::sleep(Duration::from_secs(4));
-    let gm = fleet.two_watchdog_passes();
+    let gm = fleet.watchdog_until_confirmed();
     assert_eq!(gm["verdict"], "unhealthy", "{gm}");
     assert_eq!(gm["findings"][0]["check"], "silence", "{gm}");
     assert_eq!(gm["action"], "revive", "{gm}");
@@ -623,7 +623,7 @@ fn real_gemini_six_failing_shell_calls_are_an_error_cascade() {
         },
         || fleet.explain("gm", &pane),
     );
-    let gm = fleet.two_watchdog_passes();
+    let gm = fleet.watchdog_until_confirmed();
     assert_eq!(gm["verdict"], "unhealthy", "{gm}");
     let checks: Vec<&str> = gm["findings"]
         .as_array()
