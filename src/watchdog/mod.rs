@@ -135,13 +135,12 @@ pub struct AgentReport {
 }
 
 impl AgentReport {
-    /// An agent whose files could not be read in time: nothing is decided, its memory is left
-    /// as it was, and the next pass tries again.
-    fn not_checked(agent: &AgentSpec, why: String) -> AgentReport {
+    /// A report that found nothing yet: `verdict`, with the notes observation left.
+    fn new(agent: &AgentSpec, verdict: &'static str, notes: Vec<String>) -> AgentReport {
         AgentReport {
             agent: agent.name.clone(),
-            verdict: "skipped",
-            skipped: Some(why),
+            verdict,
+            skipped: None,
             findings: Vec::new(),
             unconfirmed: Vec::new(),
             action: None,
@@ -150,8 +149,17 @@ impl AgentReport {
             action_taken: None,
             issue_url: None,
             notifications: Vec::new(),
-            notes: Vec::new(),
+            notes,
             problems: Vec::new(),
+        }
+    }
+
+    /// An agent whose files could not be read in time: nothing is decided, its memory is left
+    /// as it was, and the next pass tries again.
+    fn not_checked(agent: &AgentSpec, why: String) -> AgentReport {
+        AgentReport {
+            skipped: Some(why),
+            ..AgentReport::new(agent, "skipped", Vec::new())
         }
     }
 }
@@ -474,19 +482,8 @@ impl<'a> Watchdog<'a> {
         let dir = self.fleet.agent(&agent.name);
         let before = memory.clone();
         let mut report = AgentReport {
-            agent: agent.name.clone(),
-            verdict: "healthy",
             skipped: seen.skip.clone(),
-            findings: Vec::new(),
-            unconfirmed: Vec::new(),
-            action: None,
-            reason: None,
-            decided_by: None,
-            action_taken: None,
-            issue_url: None,
-            notifications: Vec::new(),
-            notes: seen.inputs.notes.clone(),
-            problems: Vec::new(),
+            ..AgentReport::new(agent, "healthy", seen.inputs.notes.clone())
         };
         if seen.skip.is_some() {
             report.verdict = "skipped";
