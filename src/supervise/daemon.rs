@@ -111,6 +111,7 @@ pub fn run(config: &Path, options: RunOptions) -> anyhow::Result<i32> {
         .context("cannot start the async runtime")?;
     let daemon = Daemon {
         config: config.to_path_buf(),
+        config_digest: config_digest(config),
         runtime: Tmux::new(&spec.fleet.tmux_socket),
         spec,
         exe: std::env::current_exe().context("cannot find the phoenix binary")?,
@@ -124,6 +125,9 @@ pub fn run(config: &Path, options: RunOptions) -> anyhow::Result<i32> {
 
 struct Daemon {
     config: PathBuf,
+    /// Digest of the config bytes last loaded (valid or not): an editor's save raises two or
+    /// three file events, and only the first one with new bytes is a reload.
+    config_digest: Option<String>,
     spec: Spec,
     runtime: Tmux,
     exe: PathBuf,
@@ -187,11 +191,15 @@ impl Daemon {
                 _ = sigterm.recv() => { info!("SIGTERM received: stopping"); break; }
                 _ = sigint.recv() => { info!("SIGINT received: stopping"); break; }
                 Some(event) = rx.recv() => {
-                    self.on_event(event);
-                    // Let a burst settle, then reconcile once for all of it.
+                    // Let a burst settle, then reload and reconcile once for all of it: a save
+                    // truncates before it writes, and the empty file in between is no config.
+                    let mut config_changed = self.on_event(event);
                     tokio::time::sleep(DEBOUNCE).await;
                     while let Ok(event) = rx.try_recv() {
-                        self.on_event(event);
+                        config_changed |= self.on_event(event);
+                    }
+                    if config_changed {
+                        self.reload();
                     }
                     if jobs.reschedule_if_changed(&self.spec) {
                         info!("schedules changed");
@@ -301,15 +309,23 @@ impl Daemon {
         });
     }
 
-    fn on_event(&mut self, event: Event) {
+    /// Logs the event; true when it asks for a config reload.
+    fn on_event(&mut self, event: Event) -> bool {
         match event {
             Event::Poke(agent) => debug!(agent = %agent, "woken by a wrapper or command"),
             Event::PaneExited(pid) => info!(pid, "a pane's process exited"),
-            Event::ConfigChanged => self.reload(),
+            Event::ConfigChanged => return true,
         }
+        false
     }
 
     fn reload(&mut self) {
+        let digest = config_digest(&self.config);
+        if digest == self.config_digest {
+            debug!("config file event without a change");
+            return;
+        }
+        self.config_digest = digest;
         match spec::load(&self.config) {
             Ok(mut spec) => {
                 if spec.fleet.state_dir != self.spec.fleet.state_dir
@@ -603,6 +619,14 @@ async fn read_fifo(path: PathBuf, tx: UnboundedSender<Event>) {
             Err(_) => return,
         }
     }
+}
+
+/// What `reload` compares; `None` when the file cannot be read (a reload then reports why).
+fn config_digest(file: &Path) -> Option<String> {
+    use crate::state::bounded::{Links, read_whole};
+    read_whole(file, spec::MAX_CONFIG_BYTES, Links::Follow)
+        .ok()
+        .map(|bytes| crate::state::digest(&bytes))
 }
 
 /// Watch the config file's directory: editors replace files by renaming, which a watch on the
