@@ -133,6 +133,8 @@ pub struct Summary {
     pub start: usize,
     pub restart: usize,
     pub replace: usize,
+    /// Disabled agents to stop (their state stays): not a removal.
+    pub stop: usize,
     pub remove: usize,
     pub init: usize,
     /// Hook files to write or clean.
@@ -152,9 +154,8 @@ impl Plan {
                 Action::Start => s.start += 1,
                 Action::Restart { .. } => s.restart += 1,
                 Action::Replace { .. } => s.replace += 1,
-                Action::Stop { .. } | Action::Prune { .. } | Action::RemoveExtra { .. } => {
-                    s.remove += 1
-                }
+                Action::Stop { .. } => s.stop += 1,
+                Action::Prune { .. } | Action::RemoveExtra { .. } => s.remove += 1,
                 Action::InstallHooks { .. } | Action::RemoveHooks { .. } => s.hooks += 1,
             }
         }
@@ -421,9 +422,14 @@ fn diff_agent(agent: &AgentSpec, world: &World) -> Option<Change> {
     };
 
     let launch = agent.launch();
-    if pane.fingerprint.as_deref() != Some(launch.fingerprint().as_str()) {
-        let changed = obs
-            .and_then(|o| o.started.as_ref())
+    let started = obs.and_then(|o| o.started.as_ref());
+    // An agent an older phoenix started with `./` in its workdir runs where it should.
+    let started_untidy = started.is_some_and(|before| {
+        pane.fingerprint.as_deref() == Some(before.fingerprint().as_str())
+            && before.tidied() == launch
+    });
+    if pane.fingerprint.as_deref() != Some(launch.fingerprint().as_str()) && !started_untidy {
+        let changed = started
             .map(|before| before.diff(&launch))
             .unwrap_or_default();
         let fields: Vec<&str> = changed.iter().map(|c| c.field.as_str()).collect();
@@ -498,6 +504,9 @@ impl fmt::Display for Plan {
                 "\nPlan: {} to start, {} to restart, {} to replace, {} to remove",
                 s.start, s.restart, s.replace, s.remove
             );
+            if s.stop > 0 {
+                let _ = write!(line, ", {} to stop", s.stop);
+            }
             if s.init > 0 {
                 let _ = write!(line, ", {} state dir{} to create", s.init, plural(s.init));
             }
@@ -735,6 +744,29 @@ mod tests {
         assert!(
             plan.to_string()
                 .contains("command: \"claude --model opus\" → \"claude\"")
+        );
+    }
+
+    #[test]
+    fn a_workdir_recorded_with_dot_steps_is_not_drift() {
+        let s = two_agents();
+        let mut old = s.agents[0].launch();
+        old.workdir = old.workdir.join("sub/..").join(".");
+        assert_ne!(old.fingerprint(), s.agents[0].launch().fingerprint());
+        let mut w = world_with(&s, vec![pane("a", &old.fingerprint(), true)]);
+        w.agents.get_mut("a").unwrap().started = Some(old.clone());
+        let plan = diff(&s, &w, &PlanOptions::default());
+        assert!(plan.changes.iter().all(|c| c.agent != "a"), "{plan}");
+        // A real change of workdir still is.
+        old.workdir = old.workdir.join("elsewhere");
+        let mut w = world_with(&s, vec![pane("a", &old.fingerprint(), true)]);
+        w.agents.get_mut("a").unwrap().started = Some(old);
+        let plan = diff(&s, &w, &PlanOptions::default());
+        assert!(
+            plan.changes
+                .iter()
+                .any(|c| c.agent == "a" && c.symbol == "-/+"),
+            "{plan}"
         );
     }
 

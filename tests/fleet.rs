@@ -227,7 +227,9 @@ fn disabled_agent_is_stopped() {
         .run(&["plan"])
         .status(2)
         .stdout_has("- agent `beta`: stop")
-        .stdout_has("disabled in phoenix.toml");
+        .stdout_has("disabled in phoenix.toml")
+        // A stop keeps the agent's state: it is not counted as a removal.
+        .stdout_has("Plan: 0 to start, 0 to restart, 0 to replace, 0 to remove, 1 to stop.");
     fleet.run(&["apply", "--yes"]).status(0);
     assert_eq!(fleet.agent_status("beta")["state"], "disabled");
     fleet.run(&["plan"]).status(0);
@@ -478,6 +480,7 @@ fn doctor_says_what_to_fix() {
         .run(&["doctor"])
         .status(1)
         .stdout_has("ok   tmux")
+        .stdout_has("phoenix.toml (1 agent)")
         .stdout_has("FAIL agent `a` command")
         .stdout_has("install `no-such-agent-cli`");
     let json = fleet.run(&["doctor", "--json"]).json();

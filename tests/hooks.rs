@@ -1639,6 +1639,21 @@ fn phoenix_hook_binary_takes_the_same_arguments_and_never_fails() {
     let calls = read_jsonl(&fleet.agent_dir("c").join("tool_use.jsonl"));
     assert_eq!(calls.len(), 2, "{calls:?}");
     assert!(calls[0]["input_digest"].is_string());
+    // A person asking for help gets it, on stdout.
+    for ask in ["--help", "-h"] {
+        let out = run(&[ask], "");
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("usage: phoenix-hook") && text.contains("heartbeat"),
+            "{text}"
+        );
+        assert!(
+            out.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let out = run(&["--bogus", "x", "--agent"], "garbage");
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot understand"));

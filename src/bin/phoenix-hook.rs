@@ -3,8 +3,26 @@
 //! command-line parser starts measurably faster than `phoenix hook`. Same arguments, same
 //! behaviour: `phoenix-hook [--config FILE] <event> --agent NAME [--cli CLI] [PAYLOAD]`.
 
+const USAGE: &str =
+    "usage: phoenix-hook [--config FILE] <event> --agent NAME [--cli CLI] [PAYLOAD]";
+
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
+    // A person asking, never a CLI's hook call (those always name an event).
+    match args.first().map(String::as_str) {
+        Some("-h" | "--help") if args.len() == 1 => {
+            println!(
+                "phoenix-hook: the hook command phoenix writes into each agent CLI's hook files.\n\n{USAGE}\n\nevents: {}\n\nA hook never fails its CLI: input it cannot understand is reported on stderr and\nit exits 0. `phoenix hooks` shows what is installed; `phoenix hook --help` says more.",
+                phoenix::hooks::Event::NAMES.join(", ")
+            );
+            return;
+        }
+        Some("-V" | "--version") if args.len() == 1 => {
+            println!("phoenix-hook {}", env!("CARGO_PKG_VERSION"));
+            return;
+        }
+        _ => {}
+    }
     // Accept both `phoenix-hook heartbeat …` and `phoenix-hook hook heartbeat …`.
     if !args.iter().any(|a| a == "hook") {
         let at = args
@@ -41,9 +59,7 @@ fn main() {
         Some(hook) => run(hook),
         None => {
             // A hook must never fail its CLI: say what was wrong and exit 0.
-            eprintln!(
-                "phoenix-hook: cannot understand {args:?}; usage: phoenix-hook [--config FILE] <event> --agent NAME [--cli CLI] [PAYLOAD]"
-            );
+            eprintln!("phoenix-hook: cannot understand {args:?}; {USAGE}");
             print!("{}", phoenix::hooks::fallback_output(&args));
             0
         }

@@ -33,10 +33,9 @@ pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
                 ));
             } else {
                 out(&format!(
-                    "{}: ok ({} agent{})\n",
+                    "{}: ok ({})\n",
                     spec.file.display(),
-                    spec.agents.len(),
-                    if spec.agents.len() == 1 { "" } else { "s" }
+                    crate::text::counted(spec.agents.len(), "agent")
                 ));
             }
             Ok(0)
@@ -398,7 +397,11 @@ pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
             check(
                 "config".into(),
                 true,
-                format!("{} ({} agents)", spec.file.display(), spec.agents.len()),
+                format!(
+                    "{} ({})",
+                    spec.file.display(),
+                    crate::text::counted(spec.agents.len(), "agent")
+                ),
                 None,
             );
             // Checked without creating anything: the nearest existing directory must take a

@@ -122,7 +122,7 @@ pub enum Command {
     /// Entry point for the agent CLIs' hooks (reads the payload on stdin). Always exits 0.
     Hook {
         /// session-start, prompt, heartbeat, tool-error, pre-tool, pre-compact, stop,
-        /// turn-complete, session-end
+        /// turn-failed, turn-complete, session-end
         event: String,
         #[arg(long)]
         agent: String,

@@ -720,8 +720,8 @@ async fn watchdog(State(app): State<App>) -> ApiResult {
     ok(blocking(move || {
         let report = crate::watchdog::pass(&app.config).map_err(|e| ApiError::internal(&e))?;
         tracing::info!(
-            "watchdog pass: {} agent(s), {} unhealthy",
-            report.agents.len(),
+            "watchdog pass: {}, {} unhealthy",
+            crate::text::counted(report.agents.len(), "agent"),
             report.unhealthy()
         );
         Ok(report)

@@ -379,6 +379,15 @@ impl LaunchSpec {
         crate::state::digest(&serde_json::to_vec(self).expect("launch spec serialises"))
     }
 
+    /// This launch as an older phoenix recorded it, with `.` and `..` steps left in its
+    /// workdir: equal to what phoenix.toml declares now means the same agent (no drift).
+    pub fn tidied(&self) -> LaunchSpec {
+        LaunchSpec {
+            workdir: tidy(&self.workdir),
+            ..self.clone()
+        }
+    }
+
     /// Names and values of fields that differ, for showing drift.
     pub fn diff(&self, other: &LaunchSpec) -> Vec<FieldChange> {
         let a = serde_json::to_value(self).expect("serialises");
@@ -611,7 +620,7 @@ pub fn fleet_id(name: &str, file: &Path) -> String {
 }
 
 fn absolute(path: &Path) -> PathBuf {
-    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+    tidy(&std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
 }
 
 /// Parse and validate a phoenix.toml. `file` is used for messages and for relative paths.
@@ -1731,7 +1740,36 @@ pub fn expand_path(text: &str, base: &Path) -> PathBuf {
         return h.join(rest);
     }
     let p = PathBuf::from(text);
-    if p.is_absolute() { p } else { base.join(p) }
+    tidy(&if p.is_absolute() { p } else { base.join(p) })
+}
+
+/// `/srv/./a/b/../c` → `/srv/a/c`, without asking the filesystem to resolve links: `.` goes,
+/// and `x/..` goes unless `x` is a symlink (the kernel would then go up from the link's
+/// target, so the `..` stays and the path means what it meant).
+pub fn tidy(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => match out.components().next_back() {
+                Some(Component::RootDir) => {}
+                Some(Component::Normal(_))
+                    if !out
+                        .symlink_metadata()
+                        .is_ok_and(|m| m.file_type().is_symlink()) =>
+                {
+                    out.pop();
+                }
+                _ => out.push(".."),
+            },
+            other => out.push(other),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        out.push(".");
+    }
+    out
 }
 
 mod human {

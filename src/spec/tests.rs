@@ -453,3 +453,32 @@ fn counts_that_switch_a_protection_off_are_refused() {
     assert_eq!(spec.watchdog.max_revivals, 0);
     assert_eq!(spec.clinic.max_recoveries, 0);
 }
+
+#[test]
+fn paths_are_shown_without_dot_and_dot_dot_steps() {
+    use super::tidy;
+    let cases = [
+        ("/srv/./work", "/srv/work"),
+        ("/srv/a/../work/.", "/srv/work"),
+        ("/../srv", "/srv"),
+        ("a/../../b", "../b"),
+        ("./a/..", "."),
+    ];
+    for (given, shown) in cases {
+        assert_eq!(tidy(Path::new(given)), Path::new(shown), "{given}");
+    }
+    // `link/..` is the link target's parent, not the link's: that `..` stays.
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("deep/target");
+    std::fs::create_dir_all(&target).unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join("link")).unwrap();
+    let through_link = dir.path().join("link/../x");
+    assert_eq!(tidy(&through_link), through_link);
+
+    let s = parse_str(
+        "[fleet]\nstate_dir = \"./state/../st\"\n[[agent]]\nname = \"a\"\ncommand = \"x\"\nworkdir = \"./w/./v/..\"\n",
+    )
+    .unwrap();
+    assert_eq!(s.fleet.state_dir, s.dir.join("st"));
+    assert_eq!(s.agents[0].workdir, s.dir.join("w"));
+}

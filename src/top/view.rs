@@ -93,8 +93,8 @@ fn title_line(app: &App) -> Line<'static> {
             Style::new().add_modifier(Modifier::BOLD),
         ),
         Span::raw(format!(
-            "· {} agents: {} healthy, {} warning, {} down ",
-            rows.len(),
+            "· {}: {} healthy, {} warning, {} down ",
+            crate::text::counted(rows.len(), "agent"),
             count("healthy"),
             count("warning"),
             count("down") + count("recovering"),

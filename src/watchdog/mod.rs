@@ -1023,8 +1023,8 @@ fn print_report(report: &Report, json: bool) {
         }
     }
     text.push_str(&format!(
-        "{} agent(s) checked, {} unhealthy\n",
-        report.agents.len(),
+        "{} checked, {} unhealthy\n",
+        crate::text::counted(report.agents.len(), "agent"),
         report.unhealthy()
     ));
     crate::cli::out(&text);

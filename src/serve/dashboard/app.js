@@ -204,7 +204,7 @@ function renderFleet(doc) {
   const agents = doc.agents || [];
   const counts = {};
   for (const a of agents) counts[a.health] = (counts[a.health] || 0) + 1;
-  $("#fleet-summary").textContent = `${agents.length} agent(s)` +
+  $("#fleet-summary").textContent = `${agents.length} agent${agents.length === 1 ? "" : "s"}` +
     Object.entries(counts).map(([k, v]) => ` · ${v} ${k}`).join("") +
     (doc.server_running ? "" : " · tmux server not running");
   const body = $("#fleet-body");
