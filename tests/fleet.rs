@@ -952,3 +952,29 @@ fn renaming_a_fleet_on_its_default_socket_stops_apply_until_the_old_server_is_de
     fleet.run(&["apply", "--yes"]).status(0);
     fleet.wait_running(&["x"]);
 }
+
+/// A typo in a script's command line is not "changes pending" (2): it exits 64 (EX_USAGE),
+/// documented in --help; asking for help or the version is a success.
+#[test]
+fn usage_errors_exit_64_and_help_exits_0() {
+    let fleet = Fleet::new();
+    fleet.toml("");
+    for args in [
+        vec!["no-such-command"],
+        vec!["plan", "--no-such-flag"],
+        vec!["events", "--since", "soon"],
+        vec!["status", "a", "b", "c"],
+    ] {
+        fleet.run(&args).status(64).stderr_has("--help");
+    }
+    fleet
+        .run(&["--help"])
+        .status(0)
+        .stdout_has("64 usage error")
+        .stdout_has("2  changes pending");
+    fleet.run(&["--version"]).status(0).stdout_has("phoenix ");
+    fleet
+        .run(&["plan", "--help"])
+        .status(0)
+        .stdout_has("Usage:");
+}

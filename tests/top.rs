@@ -174,7 +174,7 @@ fn a_refresh_interval_below_the_minimum_is_refused() {
     for interval in ["0s", "50ms"] {
         fleet
             .run(&["top", "--interval", interval])
-            .status(2)
+            .status(64)
             .stderr_has("is too short: the minimum is 200ms");
     }
 }

@@ -16,7 +16,12 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0  success / nothing to do
   1  error (invalid config, failed step, failed check)
-  2  changes pending (`plan`)";
+  2  changes pending (`plan`)
+  64 usage error: an unknown command or option, a bad or missing value";
+
+/// sysexits.h's EX_USAGE: not 2, which `plan` uses for "changes pending", so a script can tell
+/// a typo in its own command line from a fleet that needs an apply.
+pub const EXIT_USAGE: i32 = 64;
 
 #[derive(Debug, Parser)]
 #[command(name = "phoenix", version, about = "Keeps a fleet of AI coding agents alive and on task in tmux", after_help = EXIT_CODES)]
@@ -318,7 +323,9 @@ pub fn main() -> i32 {
                 out(crate::hooks::fallback_output(&args));
                 return 0;
             }
-            e.exit()
+            // --help and --version come this way too, on stdout and with 0.
+            let _ = e.print();
+            return if e.use_stderr() { EXIT_USAGE } else { 0 };
         }
     };
     match run(cli) {
