@@ -41,6 +41,14 @@ pub fn observe(spec: &Spec) -> anyhow::Result<World> {
         })
 }
 
+impl AgentStatus {
+    /// Declared and enabled, yet not running and not on its way back: dead, never started,
+    /// in safe mode (a crash limit or a diagnosis stopped it) or stopped.
+    pub fn is_down(&self) -> bool {
+        self.declared && self.enabled && matches!(self.health, "down" | "stopped")
+    }
+}
+
 /// One agent's row.
 #[derive(Debug, Clone, Serialize)]
 pub struct AgentStatus {

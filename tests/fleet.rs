@@ -496,7 +496,7 @@ fn status_lists_declared_agents_without_a_server() {
     fleet.toml(&two_demo_agents());
     fleet
         .run(&["status"])
-        .status(0)
+        .status(3)
         .stdout_has("alpha")
         .stdout_has("declared")
         .stdout_has("no tmux server");
@@ -850,7 +850,7 @@ fn agents_left_on_the_old_default_socket_stop_an_apply_with_what_to_do() {
         .stderr_has("warning: agent `x` of this fleet still runs");
     fleet
         .run(&["status"])
-        .status(0)
+        .status(3)
         .stderr_has("warning: agent `x` of this fleet still runs");
     let doctor = fleet.run(&["doctor"]).stdout();
     assert!(doctor.contains("FAIL tmux server"), "{doctor}");
@@ -977,4 +977,25 @@ fn usage_errors_exit_64_and_help_exits_0() {
         .run(&["plan", "--help"])
         .status(0)
         .stdout_has("Usage:");
+}
+
+/// As `systemctl status`: 3 while a declared agent is not running, 0 once all run; a
+/// disabled agent does not count.
+#[test]
+fn status_exits_3_while_a_declared_agent_is_not_running() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["status"]).status(3);
+    fleet.run(&["status", "--json"]).status(3);
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha", "beta"]);
+    fleet.run(&["status"]).status(0);
+    fleet.run(&["status", "alpha"]).status(0);
+    fleet.toml(&format!(
+        "{}\n{}enabled = false\n",
+        Fleet::demo_agent("alpha", ""),
+        Fleet::demo_agent("beta", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.run(&["status"]).status(0);
 }

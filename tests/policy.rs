@@ -561,7 +561,7 @@ fn model_not_found_stops_at_the_first_crash_naming_the_model() {
     assert!(why.contains("fix `--model`"), "{why}");
     fleet
         .run(&["status", "demo"])
-        .status(0)
+        .status(3)
         .stdout_has("model_unavailable")
         .stdout_has("claude-nope-4");
 }
@@ -650,7 +650,7 @@ fn prompt_too_long_gives_a_fresh_session_with_injected_context() {
     assert!(!event_names(&fleet).iter().any(|e| e == "crash_loop"));
     let status = fleet.run(&["status", "demo"]);
     status
-        .status(0)
+        .status(3)
         .stdout_has("clinic: context_length_exceeded");
 
     // A person reads why, per agent.

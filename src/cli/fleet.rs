@@ -268,6 +268,9 @@ fn confirm() -> anyhow::Result<bool> {
     Ok(line.trim() == "yes")
 }
 
+/// `status` when a declared, enabled agent is down, in safe mode or stopped.
+pub const EXIT_NOT_RUNNING: i32 = 3;
+
 pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<i32> {
     let spec = load(config)?;
     if let Some(problem) = crate::apply::legacy_socket_problem(&spec) {
@@ -283,9 +286,16 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
         })?],
         None => crate::status::rows(&spec, &world),
     };
+    // As `systemctl status`: 3 when something declared is not running, so a script or a
+    // health check can act on the exit code alone.
+    let code = if rows.iter().any(|r| r.is_down()) {
+        EXIT_NOT_RUNNING
+    } else {
+        0
+    };
     if json {
         out(&format!("{}\n", serde_json::to_string_pretty(&rows)?));
-        return Ok(0);
+        return Ok(code);
     }
     let now = jiff::Timestamp::now();
     let mut text = format!(
@@ -320,7 +330,7 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
         ));
     }
     out(&text);
-    Ok(0)
+    Ok(code)
 }
 
 fn human_secs(secs: i64) -> String {

@@ -17,6 +17,7 @@ Exit codes:
   0  success / nothing to do
   1  error (invalid config, failed step, failed check)
   2  changes pending (`plan`)
+  3  `status`: a declared agent is down, stopped or in safe mode
   64 usage error: an unknown command or option, a bad or missing value";
 
 /// sysexits.h's EX_USAGE: not 2, which `plan` uses for "changes pending", so a script can tell

@@ -213,8 +213,16 @@ impl Fleet {
     /// `phoenix status --json`, as a list of objects.
     pub fn status(&self) -> Vec<serde_json::Value> {
         let run = self.run(&["status", "--json"]);
-        run.status(0);
-        serde_json::from_str(&run.stdout()).expect("status json")
+        let rows: Vec<serde_json::Value> =
+            serde_json::from_str(&run.stdout()).expect("status json");
+        // 3 exactly when a declared, enabled agent is down or stopped.
+        let down = rows.iter().any(|r| {
+            r["declared"] == true
+                && r["enabled"] == true
+                && (r["health"] == "down" || r["health"] == "stopped")
+        });
+        run.status(if down { 3 } else { 0 });
+        rows
     }
 
     pub fn agent_status(&self, agent: &str) -> serde_json::Value {
