@@ -353,7 +353,7 @@ fn a_malformed_hook_command_line_never_exits_2() {
             "{args:?}"
         );
     }
-    // Other commands keep clap's usage errors.
+    // Other commands keep their usage errors (EX_USAGE).
     assert_eq!(
         fleet
             .command(&["plan", "--bogus"])
@@ -361,7 +361,7 @@ fn a_malformed_hook_command_line_never_exits_2() {
             .unwrap()
             .status
             .code(),
-        Some(2)
+        Some(64)
     );
 }
 

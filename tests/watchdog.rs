@@ -414,7 +414,7 @@ fn missing_and_corrupt_logs_never_break_a_pass() {
     );
     // The human report reads as one line per agent.
     let text = fleet.run(&["watchdog", "--once"]);
-    text.status(0).stdout_has("2 agent(s) checked, 0 unhealthy");
+    text.status(0).stdout_has("2 agents checked, 0 unhealthy");
 }
 
 /// A screen that shows a known wedge (an API error banner) and does not change is stuck,
