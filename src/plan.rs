@@ -37,6 +37,20 @@ pub struct Plan {
     pub changes: Vec<Change>,
     /// Agents running but not declared; removed only with `--prune`.
     pub unmanaged: Vec<Unmanaged>,
+    /// Declared agents whose wrapper holds them back (safe mode, cooldown): not changes, as
+    /// an apply would not act on them, but no plan may call such a fleet converged.
+    pub attention: Vec<Attention>,
+}
+
+/// A declared agent that is not running on purpose of its wrapper, and what acts on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Attention {
+    pub agent: String,
+    pub pane: String,
+    /// `safe-mode` (a crash limit or a diagnosis stopped it) or `cooldown` (restarting).
+    pub state: &'static str,
+    /// For people: what to run.
+    pub hint: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -142,6 +156,16 @@ pub struct Summary {
 }
 
 impl Plan {
+    /// A plan of just these changes (one step of a bigger plan, an operator's restart).
+    pub fn of(changes: Vec<Change>) -> Plan {
+        Plan {
+            format_version: FORMAT_VERSION,
+            changes,
+            unmanaged: Vec::new(),
+            attention: Vec::new(),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty()
     }
@@ -238,6 +262,36 @@ pub fn diff(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
         }
     }
 
+    let attention = spec
+        .agents
+        .iter()
+        .filter(|a| a.enabled && !changes.iter().any(|c| c.agent == a.name))
+        .filter_map(|a| {
+            let pane = world.pane_of(&a.name).filter(|p| !p.dead)?;
+            let (state, hint) = match pane.phase.as_deref()? {
+                "safe" => (
+                    "safe-mode",
+                    format!(
+                        "stopped until a person acts: see why with `phoenix status {0}`, start it again with `phoenix restart {0}`",
+                        a.name
+                    ),
+                ),
+                "cooldown" => (
+                    "cooldown",
+                    "restarting after a crash: its wrapper starts it again when the cooldown ends"
+                        .to_string(),
+                ),
+                _ => return None,
+            };
+            Some(Attention {
+                agent: a.name.clone(),
+                pane: pane.id.clone(),
+                state,
+                hint,
+            })
+        })
+        .collect();
+
     let position = |name: &str| {
         spec.agents
             .iter()
@@ -255,6 +309,7 @@ pub fn diff(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
         format_version: FORMAT_VERSION,
         changes,
         unmanaged,
+        attention,
     }
 }
 
@@ -492,8 +547,10 @@ fn wrapper_is_waiting(pane: &PaneObs, now: i64) -> bool {
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.changes.is_empty() {
+        if self.changes.is_empty() && self.unmanaged.is_empty() && self.attention.is_empty() {
             writeln!(f, "No changes. The fleet matches phoenix.toml.")?;
+        } else if self.changes.is_empty() {
+            writeln!(f, "No changes to apply.")?;
         } else {
             writeln!(f, "phoenix will perform these actions:\n")?;
             for c in &self.changes {
@@ -522,6 +579,16 @@ impl fmt::Display for Plan {
             )?;
             for u in &self.unmanaged {
                 writeln!(f, "  ? agent `{}` in pane {}", u.agent, u.pane)?;
+            }
+        }
+        if !self.attention.is_empty() {
+            writeln!(f, "\nDeclared but held back by phoenix (not changes):")?;
+            for a in &self.attention {
+                writeln!(
+                    f,
+                    "  ! agent `{}` in pane {}: {}; {}",
+                    a.agent, a.pane, a.state, a.hint
+                )?;
             }
         }
         Ok(())
@@ -707,6 +774,46 @@ mod tests {
         assert!(
             text.contains("- agent `a`: remove %9 — a second pane for the agent, which runs in %4"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn held_back_agents_are_listed_but_not_counted_as_changes() {
+        let s = two_agents();
+        let fp = |i: usize| s.agents[i].launch().fingerprint();
+        let mut a = pane("a", &fp(0), false);
+        a.phase = Some("safe".into());
+        let mut b = pane("b", &fp(1), false);
+        b.phase = Some("cooldown".into());
+        let plan = diff(&s, &world_with(&s, vec![a, b]), &PlanOptions::default());
+        assert!(plan.is_empty(), "{plan}");
+        let states: Vec<_> = plan
+            .attention
+            .iter()
+            .map(|a| (&*a.agent, a.state))
+            .collect();
+        assert_eq!(states, [("a", "safe-mode"), ("b", "cooldown")]);
+        let text = plan.to_string();
+        assert!(text.starts_with("No changes to apply."), "{text}");
+        assert!(text.contains("`phoenix restart a`"), "{text}");
+        assert!(!text.contains("matches phoenix.toml"), "{text}");
+        // Undeclared panes are no converged fleet either.
+        let plan = diff(
+            &s,
+            &world_with(
+                &s,
+                vec![
+                    pane("a", &fp(0), true),
+                    pane("b", &fp(1), true),
+                    pane("old", "x", true),
+                ],
+            ),
+            &PlanOptions::default(),
+        );
+        assert!(plan.is_empty() && plan.attention.is_empty());
+        assert!(
+            plan.to_string().starts_with("No changes to apply."),
+            "{plan}"
         );
     }
 

@@ -497,8 +497,9 @@ fn status_lists_declared_agents_without_a_server() {
     fleet
         .run(&["status"])
         .status(3)
+        .stdout_has("HEALTH")
         .stdout_has("alpha")
-        .stdout_has("declared")
+        .stdout_has("declared       down")
         .stdout_has("no tmux server");
     let json = fleet.status();
     assert_eq!(json.len(), 2);

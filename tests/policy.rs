@@ -564,6 +564,17 @@ fn model_not_found_stops_at_the_first_crash_naming_the_model() {
         .status(3)
         .stdout_has("model_unavailable")
         .stdout_has("claude-nope-4");
+    // Nothing for an apply to do, yet the fleet is not what phoenix.toml asks for.
+    let plan = fleet.run(&["plan"]);
+    plan.status(0)
+        .stdout_has("No changes to apply.")
+        .stdout_has("! agent `demo` in pane %0: safe-mode")
+        .stdout_has("`phoenix restart demo`");
+    assert!(
+        !plan.stdout().contains("The fleet matches"),
+        "{}",
+        plan.stdout()
+    );
 }
 
 /// The full loop in a real pane: the demo agent fails with "prompt is too long"; the wrapper's

@@ -1574,3 +1574,19 @@ fn the_tool_call_a_killed_agent_was_running_is_stopped_and_named_to_the_next_ses
         "named once"
     );
 }
+
+/// status, doctor and top's snapshot say whether `phoenix run` supervises this fleet.
+#[test]
+fn status_and_doctor_say_whether_the_daemon_runs() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("alpha", ""));
+    fleet.run(&["status"]).stdout_has("daemon: not running");
+    let daemon = Daemon::start(&fleet, &[]);
+    fleet.wait_running(&["alpha"]);
+    let said = format!("supervises this fleet (pid {})", daemon.pid());
+    fleet.run(&["status"]).status(0).stdout_has(&said);
+    fleet.run(&["doctor"]).stdout_has("ok   daemon");
+    fleet.run(&["doctor"]).stdout_has(&said);
+    assert_eq!(daemon.stop(), Some(0));
+    fleet.run(&["status"]).stdout_has("daemon: not running");
+}

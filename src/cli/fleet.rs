@@ -299,8 +299,8 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
     }
     let now = jiff::Timestamp::now();
     let mut text = format!(
-        "{:<20} {:<14} {:>8} {:>8} {:<6} {}\n",
-        "AGENT", "STATE", "PID", "UPTIME", "PANE", "LAST ACTIVITY"
+        "{:<20} {:<14} {:<10} {:>8} {:>8} {:<6} {}\n",
+        "AGENT", "STATE", "HEALTH", "PID", "UPTIME", "PANE", "LAST ACTIVITY"
     );
     for r in &rows {
         let ago = r
@@ -310,9 +310,10 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
             .map(|t| format!("{} ago", human_secs(now.as_second() - t.as_second())))
             .unwrap_or_else(|| "-".into());
         text.push_str(&format!(
-            "{:<20} {:<14} {:>8} {:>8} {:<6} {}\n",
+            "{:<20} {:<14} {:<10} {:>8} {:>8} {:<6} {}\n",
             r.agent,
             r.state,
+            r.health,
             r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
             r.uptime_secs.map(human_secs).unwrap_or_else(|| "-".into()),
             r.pane.as_deref().unwrap_or("-"),
@@ -329,8 +330,20 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
             spec.fleet.tmux_socket
         ));
     }
+    text.push_str(&daemon_line(&spec));
     out(&text);
     Ok(code)
+}
+
+/// Whether `phoenix run` supervises this fleet: without it, each agent's wrapper still
+/// restarts it, but drift, the watchdog and schedules wait for a person.
+fn daemon_line(spec: &Spec) -> String {
+    match crate::supervise::daemon_pid(&FleetDir::new(&spec.fleet.state_dir)) {
+        Some(pid) => format!("\ndaemon: `phoenix run` supervises this fleet (pid {pid})\n"),
+        None => "\ndaemon: not running (crashes are still restarted by each agent's wrapper; \
+                 `phoenix run` or `phoenix service install` also keeps the fleet converged)\n"
+            .to_string(),
+    }
 }
 
 fn human_secs(secs: i64) -> String {
@@ -440,6 +453,18 @@ pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
                 probe.err().map(|e| {
                     format!("cannot write there ({e}); fix permissions or set `state_dir`")
                 }),
+            );
+            // Not a failure: a fleet may run without the daemon. Said, so nobody assumes it.
+            check(
+                "daemon".into(),
+                true,
+                match crate::supervise::daemon_pid(&FleetDir::new(state)) {
+                    Some(pid) => format!("`phoenix run` supervises this fleet (pid {pid})"),
+                    None => "not running: `phoenix run` (or `phoenix service install`) keeps \
+                             the fleet converged and runs the watchdog"
+                        .into(),
+                },
+                None,
             );
             // The server's name is derived by default: say it, so `tmux -L` can find it.
             let legacy = crate::apply::legacy_socket_problem(&spec);

@@ -414,11 +414,7 @@ impl Daemon {
                 );
                 break;
             }
-            let one = plan::Plan {
-                format_version: plan.format_version,
-                changes: vec![change.clone()],
-                unmanaged: Vec::new(),
-            };
+            let one = plan::Plan::of(vec![change.clone()]);
             let steps = applier.apply(&one).steps;
             if is_hook_change(change) && steps.iter().any(|s| !s.ok) {
                 self.failed_hooks.insert(hook_change_key(change));

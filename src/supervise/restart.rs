@@ -13,7 +13,7 @@ use serde_json::json;
 use super::decide::EndReason;
 use super::{record, term};
 use crate::apply::Applier;
-use crate::plan::{Action, Change, FORMAT_VERSION, Plan};
+use crate::plan::{Action, Change, Plan};
 use crate::spec;
 use crate::state::lock::{FleetLock, LOCK_WAIT};
 use crate::state::{self, FleetDir};
@@ -166,19 +166,15 @@ fn restart_by(
             None => Action::Start,
         };
         let via = if pane.is_some() { "respawn" } else { "start" };
-        let plan = Plan {
-            format_version: FORMAT_VERSION,
-            changes: vec![Change {
-                agent: name.to_string(),
-                symbol: action.symbol(),
-                action,
-                reason: match by {
-                    By::Operator => "operator restart".into(),
-                    By::Watchdog => "watchdog revival".into(),
-                },
-            }],
-            unmanaged: Vec::new(),
-        };
+        let plan = Plan::of(vec![Change {
+            agent: name.to_string(),
+            symbol: action.symbol(),
+            action,
+            reason: match by {
+                By::Operator => "operator restart".into(),
+                By::Watchdog => "watchdog revival".into(),
+            },
+        }]);
         let report = Applier {
             spec: &spec,
             runtime: &runtime,

@@ -33,6 +33,8 @@ pub struct Snapshot {
     /// Why the world could not be read, if it could not.
     pub problem: Option<String>,
     pub at: Option<jiff::Timestamp>,
+    /// The pid of the `phoenix run` supervising this fleet, if one does.
+    pub daemon: Option<u32>,
 }
 
 impl Snapshot {
@@ -55,6 +57,7 @@ impl Snapshot {
             events,
             problem,
             at: Some(jiff::Timestamp::now()),
+            daemon: crate::supervise::daemon_pid(&fleet),
         }
     }
 }

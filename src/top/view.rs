@@ -93,11 +93,15 @@ fn title_line(app: &App) -> Line<'static> {
             Style::new().add_modifier(Modifier::BOLD),
         ),
         Span::raw(format!(
-            "· {}: {} healthy, {} warning, {} down ",
+            "· {}: {} healthy, {} warning, {} down {}",
             crate::text::counted(rows.len(), "agent"),
             count("healthy"),
             count("warning"),
             count("down") + count("recovering"),
+            match app.snapshot.daemon {
+                Some(pid) => format!("· daemon pid {pid} "),
+                None => "· no daemon ".to_string(),
+            },
         )),
         Span::styled(format!("· {at}"), Style::new().fg(Color::DarkGray)),
     ])
