@@ -97,22 +97,10 @@ impl Payload {
             .filter(|s| !s.trim().is_empty())
     }
 
-    /// Which CLI sent this, judged by event names only the CLI uses.
+    /// Which CLI sent this, judged by what only that CLI sends (`AgentCli::claims_payload`).
     pub fn guess_cli(&self) -> Option<Cli> {
-        match self.event_name()? {
-            "AfterTool"
-            | "BeforeTool"
-            | "PreCompress"
-            | "BeforeAgent"
-            | "AfterAgent"
-            | "BeforeModel"
-            | "AfterModel"
-            | "BeforeToolSelection" => Some(Cli::Gemini),
-            // Only Gemini stamps every payload with `timestamp`.
-            _ if self.get("timestamp").is_some() => Some(Cli::Gemini),
-            _ if self.get("turn_id").is_some() => Some(Cli::Codex),
-            _ => None,
-        }
+        let event = self.event_name()?;
+        crate::agent_cli::guess_from_payload(event, &|field| self.get(field).is_some())
     }
 
     /// Success, failure or interruption of the tool call this payload reports.
