@@ -34,8 +34,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use super::{
-    AgentCli, HookEntry, Planned, SESSION_STARTS, TrustRequest, Trusted, TurnError, entry as e,
-    first_line, is_phoenix_handler, read_optional, write_planned,
+    AgentCli, HookEntry, Planned, SESSION_STARTS, ShellExit, TrustRequest, Trusted, TurnError,
+    entry as e, first_line, is_phoenix_handler, read_optional, write_planned,
 };
 use crate::state::bounded::{self, Links};
 
@@ -113,6 +113,16 @@ impl AgentCli for Codex {
         has_field("turn_id")
     }
 
+    /// Some builds' Bash `tool_response` is the model-facing text, which says `Process exited
+    /// with code N`.
+    fn shell_exit_in_response<'a>(&self, response: &'a Value) -> Option<ShellExit<'a>> {
+        let text = response.as_str()?;
+        Some(ShellExit {
+            code: codex_exit_code(text)?,
+            first_line: first_output_line(text),
+        })
+    }
+
     fn shell_exit_code(&self, transcript: &Path, call_id: &str) -> Option<i64> {
         exit_code(transcript, call_id)
     }
@@ -126,6 +136,32 @@ impl AgentCli for Codex {
     fn session_start_at_launch(&self) -> bool {
         false
     }
+}
+
+/// Codex puts `Process exited with code N` in the header, before the command's output; only
+/// the header is searched so that output mentioning the phrase is not mistaken for a failure.
+fn codex_exit_code(text: &str) -> Option<i64> {
+    for line in text.lines().take(8) {
+        if line.starts_with("Output:") || line.starts_with("Final output:") {
+            break;
+        }
+        if let Some(rest) = line.trim().strip_prefix("Process exited with code ") {
+            let code: i64 = rest.trim().parse().ok()?;
+            return (code != 0).then_some(code);
+        }
+    }
+    None
+}
+
+/// The first non-empty line after the header, where the command's output begins.
+fn first_output_line(text: &str) -> Option<&str> {
+    let mut lines = text.lines();
+    for line in lines.by_ref() {
+        if line.starts_with("Output:") || line.starts_with("Final output:") {
+            break;
+        }
+    }
+    lines.find(|l| !l.trim().is_empty())
 }
 
 /// How much of the rollout's end is read: the call just finished, its events are the last ones.

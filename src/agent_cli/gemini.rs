@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value, json};
 
 use super::{
-    AgentCli, HookEntry, Planned, Reply, TrustRequest, Trusted, TurnError, entry as e,
+    AgentCli, HookEntry, Planned, Reply, ShellExit, TrustRequest, Trusted, TurnError, entry as e,
     read_optional, write_planned,
 };
 use crate::state::bounded::{self, Links};
@@ -142,6 +142,16 @@ impl AgentCli for Gemini {
         ) || has_field("timestamp") // Only Gemini stamps every payload with `timestamp`.
     }
 
+    /// A failing shell command does not set `tool_response.error`: its `llmContent` ends with
+    /// `Exit Code: N`.
+    fn shell_exit_in_response<'a>(&self, response: &'a Value) -> Option<ShellExit<'a>> {
+        let content = response.get("llmContent")?;
+        Some(ShellExit {
+            code: gemini_exit_code(&parts_text(content))?,
+            first_line: None,
+        })
+    }
+
     fn last_turn_error(&self, transcript: &Path) -> Option<TurnError> {
         super::failed_turn::last_turn_error(transcript)
     }
@@ -168,6 +178,61 @@ impl AgentCli for Gemini {
     fn resume_drops_session_start_context(&self) -> bool {
         true
     }
+}
+
+/// Gemini's `llmContent` is a string or a list of parts (`{"text": …}` or strings).
+fn parts_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .map(|p| match p {
+                Value::String(s) => s.clone(),
+                other => other
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        other => other
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+    }
+}
+
+/// Gemini's shell tool ends its `llmContent` with trailer lines (`Exit Code: N`, `Signal:`,
+/// `Process Group PGID:` …) after the output. The last `Exit Code:` counts only if nothing but
+/// trailer lines follows it, so output that merely contains the phrase is not a failure.
+fn gemini_exit_code(text: &str) -> Option<i64> {
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .rposition(|l| l.trim_start().starts_with("Exit Code:"))?;
+    let trailer = |l: &&str| {
+        let l = l.trim();
+        l.is_empty()
+            || l.starts_with('<')
+            || [
+                "Signal:",
+                "Background PIDs:",
+                "Process Group PGID:",
+                "Error:",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+    };
+    if !lines[at + 1..].iter().all(trailer) {
+        return None;
+    }
+    let code: i64 = lines[at].trim_start()["Exit Code:".len()..]
+        .trim()
+        .parse()
+        .ok()?;
+    (code != 0).then_some(code)
 }
 
 /// Gemini CLI's default share of the context window at which it compresses.

@@ -23,6 +23,8 @@ use crate::spec::{AgentSpec, Cli};
 use crate::state::bounded::{self, Links};
 pub use failed_turn::TurnError;
 
+/// Every kind of CLI, in a fixed order.
+pub const ALL: [Cli; 4] = [Cli::Claude, Cli::Codex, Cli::Gemini, Cli::Custom];
 /// The CLIs phoenix writes hook files for (`custom` has none), in a fixed order.
 pub const HOOKED: [Cli; 3] = [Cli::Claude, Cli::Codex, Cli::Gemini];
 /// A CLI settings, hooks or trust file larger than this is not read.
@@ -102,6 +104,12 @@ pub trait AgentCli: Sync {
     /// when the hook command line does not say (`--cli`).
     fn claims_payload(&self, _event: &str, _has_field: &dyn Fn(&str) -> bool) -> bool {
         false
+    }
+
+    /// A failed shell call, read from the tool response (`tool_response`) of a post-tool
+    /// payload in this CLI's shape.
+    fn shell_exit_in_response<'a>(&self, _response: &'a Value) -> Option<ShellExit<'a>> {
+        None
     }
 
     /// The exit code of shell call `call_id`, from the session file at `transcript`, for a CLI
@@ -218,6 +226,21 @@ pub fn render_hook_specific(reply: &Reply) -> String {
     format!("{value}\n")
 }
 
+/// A shell call that exited non-zero, as a CLI's tool response tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShellExit<'a> {
+    pub code: i64,
+    /// The first line of the command's output, when the response has one apart.
+    pub first_line: Option<&'a str>,
+}
+
+/// A failed shell call in a tool response, in any CLI's shape: the payload tells which CLI
+/// sent it only by its shape, and the shapes cannot be mistaken for each other.
+pub fn shell_exit_in_response(response: &Value) -> Option<ShellExit<'_>> {
+    ALL.into_iter()
+        .find_map(|cli| cli.adapter().shell_exit_in_response(response))
+}
+
 /// The CLI that sent a hook payload, judged by what only that CLI sends.
 pub fn guess_from_payload(event: &str, has_field: &dyn Fn(&str) -> bool) -> Option<Cli> {
     // Gemini first: its payloads are the most distinct (event names, a `timestamp` on all).
@@ -301,8 +324,6 @@ pub(crate) fn first_line(e: &impl std::fmt::Display) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const ALL: [Cli; 4] = [Cli::Claude, Cli::Codex, Cli::Gemini, Cli::Custom];
 
     #[test]
     fn hooked_are_exactly_the_clis_with_a_hook_file() {

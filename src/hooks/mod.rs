@@ -1032,6 +1032,9 @@ mod tests {
         assert!(!is_hook_invocation(&args("hooks show")));
         assert_eq!(fallback_output(&args("hook x --cli gemini")), "{}\n");
         assert_eq!(fallback_output(&args("hook x --cli codex")), "");
+        assert_eq!(fallback_output(&args("hook x --cli=gemini")), "{}\n");
+        assert_eq!(fallback_output(&args("hook x --cli nope")), "");
+        assert_eq!(fallback_output(&args("hook x")), "");
     }
 
     #[test]
