@@ -438,6 +438,83 @@ mod tests {
         );
     }
 
+    /// What each CLI answers, as one table: the old `match` arms over the kind, in one place.
+    #[test]
+    fn each_cli_answers_as_its_notes_say() {
+        // (cli, session-start hook, at launch, life in pane, needs trust, compaction without
+        //  SessionStart, resume drops context, notify config)
+        let table = [
+            (Cli::Claude, true, true, false, false, false, false, None),
+            (
+                Cli::Codex,
+                true,
+                false,
+                true,
+                true,
+                false,
+                false,
+                Some(".codex/config.toml"),
+            ),
+            (Cli::Gemini, true, true, true, true, true, true, None),
+            (Cli::Custom, false, true, true, false, false, false, None),
+        ];
+        for (cli, hook, launch, pane, trust, compaction, resume, notify) in table {
+            let a = cli.adapter();
+            assert_eq!(a.has_session_start_hook(), hook, "{cli}");
+            assert_eq!(a.session_start_at_launch(), launch, "{cli}");
+            assert_eq!(a.life_shows_in_pane(), pane, "{cli}");
+            assert_eq!(a.needs_trust(), trust, "{cli}");
+            assert_eq!(a.trust_note().is_some(), trust, "{cli}");
+            assert_eq!(a.compaction_skips_session_start(), compaction, "{cli}");
+            assert_eq!(a.resume_drops_session_start_context(), resume, "{cli}");
+            assert_eq!(a.notify_config(), notify, "{cli}");
+        }
+        // Only Gemini ever skips a compaction, and only an `auto` one.
+        let cwd = Path::new("/nonexistent-phoenix");
+        for cli in ALL {
+            assert!(cli.adapter().compacts_now("manual", None, cwd), "{cli}");
+        }
+        assert!(Cli::Claude.adapter().compacts_now("auto", None, cwd));
+        // Only Codex and Gemini read a failed turn from their session file.
+        let failed = r#"{"id":"e1","type":"error","content":"[API Error: 400]"}"#;
+        let tmp = tempfile::tempdir().unwrap();
+        let chat = tmp.path().join("chat.jsonl");
+        fs::write(&chat, format!("{failed}\n")).unwrap();
+        for (cli, reads) in [
+            (Cli::Claude, false),
+            (Cli::Codex, true),
+            (Cli::Gemini, true),
+            (Cli::Custom, false),
+        ] {
+            assert_eq!(
+                cli.adapter().last_turn_error(&chat).is_some(),
+                reads,
+                "{cli}"
+            );
+        }
+    }
+
+    #[test]
+    fn hook_output_per_cli() {
+        let nothing = |cli: Cli| cli.adapter().render(&Reply::Nothing);
+        assert_eq!(nothing(Cli::Gemini), "{}\n");
+        assert_eq!(nothing(Cli::Claude), "");
+        assert_eq!(nothing(Cli::Codex), "");
+        assert_eq!(nothing(Cli::Custom), "");
+        let payload = |event: &str, fields: &[&str]| {
+            let fields: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
+            guess_from_payload(event, &|f| fields.iter().any(|x| x == f))
+        };
+        assert_eq!(payload("AfterTool", &[]), Some(Cli::Gemini));
+        assert_eq!(payload("SessionStart", &["timestamp"]), Some(Cli::Gemini));
+        assert_eq!(payload("Stop", &["turn_id"]), Some(Cli::Codex));
+        assert_eq!(
+            payload("Stop", &["turn_id", "timestamp"]),
+            Some(Cli::Gemini)
+        );
+        assert_eq!(payload("PostToolUse", &["session_id"]), None);
+    }
+
     #[test]
     fn resume_forms_per_cli() {
         let base = |p: &str| vec![p.to_string(), "-m".to_string(), "x".to_string()];
