@@ -2,6 +2,7 @@
 //!
 //! Data flows one way: `Spec + World → Plan → Apply → Events`.
 
+pub mod agent_cli;
 pub mod apply;
 pub mod cli;
 pub mod clinic;

@@ -1483,6 +1483,34 @@ fn hooks_show_prints_what_apply_installs() {
         .stdout_has("notify = [")
         .stdout_has("\"turn-complete\"")
         .stdout_has("trust hashes in $CODEX_HOME/config.toml");
+    // Each CLI's own notes: the trust the wrapper records, and Codex's optional notify line.
+    assert!(shown["codex_notify"].is_null(), "{shown}");
+    let gemini = fleet
+        .run(&["hooks", "show", "--agent", "g"])
+        .status(0)
+        .stdout();
+    assert!(
+        gemini.contains(
+            "\n# Before each start the wrapper has Gemini CLI trust this workdir\n\
+             # (~/.gemini/trustedFolders.json): it runs project hooks only in trusted folders.\n"
+        ),
+        "{gemini}"
+    );
+    assert!(!gemini.contains("notify ="), "{gemini}");
+    let claude = fleet
+        .run(&["hooks", "show", "--agent", "c"])
+        .status(0)
+        .stdout();
+    assert!(
+        !claude.contains("Before each start") && !claude.contains("notify ="),
+        "{claude}"
+    );
+    let codex = fleet
+        .run(&["hooks", "show", "--agent", "x", "--json"])
+        .status(0)
+        .json();
+    assert_eq!(codex["codex_notify"][4], "turn-complete", "{codex}");
+    assert_eq!(codex["codex_notify"][8], "codex", "{codex}");
     fleet
         .run(&["hooks", "show", "--agent", "d"])
         .status(0)

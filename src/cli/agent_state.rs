@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::out;
 use crate::hooks::config::{self, Target};
-use crate::spec::{AgentSpec, Cli, Spec};
+use crate::spec::{AgentSpec, Spec};
 use crate::state::{self, AgentDir, AgentState, FleetDir, Retention};
 
 #[derive(Debug, Subcommand)]
@@ -274,14 +274,17 @@ pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {
         }
         return Ok(0);
     };
-    let notify = (agent.cli == Cli::Codex).then(|| target.codex_notify());
+    let adapter = agent.cli.adapter();
+    let notify = adapter
+        .notify_config()
+        .map(|file| (file, target.notify_command()));
     if json {
         out(&format!(
             "{}\n",
             serde_json::to_string_pretty(&json!({
                 "agent": name, "cli": agent.cli,
                 "files": [{"path": path, "content": content}],
-                "codex_notify": notify,
+                "codex_notify": notify.as_ref().map(|(_, argv)| argv),
             }))?
         ));
         return Ok(0);
@@ -291,23 +294,18 @@ pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {
         path.display()
     );
     text.push_str(&config::pretty(&content));
-    match agent.cli {
-        Cli::Codex => text.push_str(
-            "\n# Before each start the wrapper has Codex trust this workdir and these hooks (and only\n\
-             # these): [projects] and [hooks.state] trust hashes in $CODEX_HOME/config.toml.\n",
-        ),
-        Cli::Gemini => text.push_str(
-            "\n# Before each start the wrapper has Gemini CLI trust this workdir\n\
-             # (~/.gemini/trustedFolders.json): it runs project hooks only in trusted folders.\n",
-        ),
-        Cli::Claude | Cli::Custom => {}
+    if let Some(note) = adapter.trust_note() {
+        text.push('\n');
+        for line in note.lines() {
+            let _ = writeln!(text, "# {line}");
+        }
     }
-    if let Some(notify) = notify {
+    if let Some((file, notify)) = notify {
         let array = toml::Value::Array(notify.into_iter().map(toml::Value::String).collect());
         let _ = write!(
             text,
             "\n# optional, not installed: Codex turn-complete notifications. Add this line at the top of\n# {} (before any [table]):\nnotify = {array}\n",
-            agent.workdir.join(".codex/config.toml").display()
+            agent.workdir.join(file).display()
         );
     }
     out(&text);

@@ -321,7 +321,7 @@ pub fn main() -> i32 {
                 // Exit 2 from a hook blocks the agent (its tool call, its compaction): a
                 // malformed hook command is a logged problem, never that.
                 let _ = writeln!(std::io::stderr(), "phoenix hook: {e}");
-                out(crate::hooks::fallback_output(&args));
+                out(&crate::hooks::fallback_output(&args));
                 return 0;
             }
             // --help and --version come this way too, on stdout and with 0.

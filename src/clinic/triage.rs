@@ -385,7 +385,8 @@ pub fn transcript_facts(records: &[Value]) -> TranscriptFacts {
                     )),
                     // Codex 0.169 ends a failed turn with the error, e.g. a full context.
                     "task_complete" | "turn_complete" => {
-                        if let Some((kind, message)) = crate::hooks::failed_turn::codex_error(p) {
+                        if let Some((kind, message)) = crate::agent_cli::failed_turn::codex_error(p)
+                        {
                             facts
                                 .errors
                                 .push(("api_error".into(), format!("{kind}: {message}")));

@@ -14,19 +14,11 @@ use serde_json::{Map, Value, json};
 use crate::spec::{AgentSpec, Cli};
 use crate::state::bounded::{self, Links};
 
-/// The CLIs phoenix writes hook files for (`custom` has none).
-pub const HOOKED: [Cli; 3] = [Cli::Claude, Cli::Codex, Cli::Gemini];
-/// A CLI settings or hooks file larger than this is not read.
-pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+pub use crate::agent_cli::{HOOKED, MAX_CONFIG_BYTES, is_phoenix_handler};
 
 /// Where a CLI reads project hooks from, relative to the agent's workdir.
 pub fn relative_path(cli: Cli) -> Option<&'static str> {
-    match cli {
-        Cli::Claude => Some(".claude/settings.json"),
-        Cli::Codex => Some(".codex/hooks.json"),
-        Cli::Gemini => Some(".gemini/settings.json"),
-        Cli::Custom => None,
-    }
+    cli.adapter().hook_file()
 }
 
 pub fn path_in(cli: Cli, workdir: &Path) -> Option<PathBuf> {
@@ -54,105 +46,6 @@ pub fn has_agent_entries(text: &str, agent: &str) -> bool {
         .filter_map(|g| g.get("hooks").and_then(Value::as_array))
         .flatten()
         .any(|h| is_phoenix_handler(h, agent))
-}
-
-/// One hook phoenix installs.
-struct Entry {
-    /// The CLI's event name.
-    event: &'static str,
-    matcher: Option<&'static str>,
-    /// `phoenix hook <hook>`.
-    hook: &'static str,
-    /// In the CLI's unit: seconds for Claude and Codex, milliseconds for Gemini.
-    timeout: u64,
-    /// Gemini fingerprints project hooks by name and command.
-    name: &'static str,
-}
-
-const fn e(
-    event: &'static str,
-    matcher: Option<&'static str>,
-    hook: &'static str,
-    timeout: u64,
-    name: &'static str,
-) -> Entry {
-    Entry {
-        event,
-        matcher,
-        hook,
-        timeout,
-        name,
-    }
-}
-
-fn entries(cli: Cli) -> Vec<Entry> {
-    // A SessionStart matcher without `resume` silently skips resumed sessions.
-    const STARTS: Option<&str> = Some("startup|resume|clear|compact");
-    let mut list = match cli {
-        Cli::Claude => vec![
-            e("SessionStart", STARTS, "session-start", 10, ""),
-            e("UserPromptSubmit", None, "prompt", 5, ""),
-            e("PostToolUse", Some("*"), "heartbeat", 5, ""),
-            // PostToolUse never fires for a failed Bash call.
-            e("PostToolUseFailure", Some("*"), "tool-error", 5, ""),
-            e("PreCompact", Some("manual|auto"), "pre-compact", 30, ""),
-            e("Stop", None, "stop", 5, ""),
-            // An API error ends the turn with StopFailure instead of Stop.
-            e("StopFailure", None, "turn-failed", 5, ""),
-            e("SessionEnd", None, "session-end", 5, ""),
-        ],
-        Cli::Codex => vec![
-            e("SessionStart", STARTS, "session-start", 10, ""),
-            e("UserPromptSubmit", None, "prompt", 5, ""),
-            e("PostToolUse", None, "heartbeat", 5, ""),
-            e("PreCompact", Some("manual|auto"), "pre-compact", 30, ""),
-            e("Stop", None, "stop", 5, ""),
-            // Codex caps SessionEnd at 3 s and warns on every start if more is declared.
-            e("SessionEnd", None, "session-end", 3, ""),
-        ],
-        Cli::Gemini => vec![
-            e(
-                "SessionStart",
-                None,
-                "session-start",
-                10_000,
-                "phoenix-start",
-            ),
-            e("BeforeAgent", None, "prompt", 5_000, "phoenix-prompt"),
-            e(
-                "AfterTool",
-                Some(".*"),
-                "heartbeat",
-                5_000,
-                "phoenix-heartbeat",
-            ),
-            e(
-                "PreCompress",
-                None,
-                "pre-compact",
-                30_000,
-                "phoenix-precompress",
-            ),
-            e("AfterAgent", None, "stop", 5_000, "phoenix-stop"),
-            e("SessionEnd", None, "session-end", 5_000, "phoenix-end"),
-        ],
-        Cli::Custom => vec![],
-    };
-    // Every agent: the call about to run is noted, so an exit while it runs can be named to
-    // the next session (and the structured-file guard snapshots what the call will edit).
-    list.push(match cli {
-        Cli::Claude => e("PreToolUse", Some("*"), "pre-tool", 5, ""),
-        Cli::Codex => e("PreToolUse", None, "pre-tool", 5, ""),
-        Cli::Gemini => e(
-            "BeforeTool",
-            Some(".*"),
-            "pre-tool",
-            5_000,
-            "phoenix-pre-tool",
-        ),
-        Cli::Custom => return list,
-    });
-    list
 }
 
 /// Quote one word for a POSIX shell (the CLIs run hook commands through `sh -c`/`$SHELL -lc`).
@@ -208,8 +101,9 @@ impl<'a> Target<'a> {
         words.join(" ")
     }
 
-    /// The `notify` line for Codex's config.toml (its payload arrives as the last argument).
-    pub fn codex_notify(&self) -> Vec<String> {
+    /// The `notify` line for a CLI's config (`AgentCli::notify_config`; its payload arrives as
+    /// the last argument).
+    pub fn notify_command(&self) -> Vec<String> {
         vec![
             self.exe.to_string_lossy().into_owned(),
             "--config".into(),
@@ -219,21 +113,22 @@ impl<'a> Target<'a> {
             "--agent".into(),
             self.agent.to_string(),
             "--cli".into(),
-            "codex".into(),
+            self.cli.as_str().into(),
         ]
     }
 
     /// phoenix's part of the hook file: `{"hooks": {Event: [group, …]}}`, or `None` for a CLI
     /// without hook files.
     pub fn desired(&self) -> Option<Value> {
-        let list = entries(self.cli);
+        let list = self.cli.adapter().hook_entries();
         if list.is_empty() {
             return None;
         }
         let mut hooks = Map::new();
         for entry in list {
             let mut handler = Map::new();
-            if self.cli == Cli::Gemini {
+            // A CLI that identifies handlers by name (Gemini) gets one.
+            if !entry.name.is_empty() {
                 handler.insert("name".into(), entry.name.into());
             }
             handler.insert("type".into(), "command".into());
@@ -264,24 +159,6 @@ pub fn hook_binary(exe: &Path) -> std::path::PathBuf {
     let runnable = std::fs::metadata(&sibling)
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
     if runnable { sibling } else { exe.to_path_buf() }
-}
-
-/// Is this hook handler one phoenix installed for `agent`? Recognised by its command:
-/// a program named `phoenix…` called with `hook … --agent AGENT`, wherever the binary lives.
-pub fn is_phoenix_handler(handler: &Value, agent: &str) -> bool {
-    let Some(command) = handler.get("command").and_then(Value::as_str) else {
-        return false;
-    };
-    let Some(argv) = shlex::split(command) else {
-        return false;
-    };
-    let program = argv
-        .first()
-        .map(|p| p.rsplit('/').next().unwrap_or(p))
-        .unwrap_or("");
-    program.starts_with("phoenix")
-        && argv.iter().any(|a| a == "hook")
-        && argv.windows(2).any(|w| w[0] == "--agent" && w[1] == agent)
 }
 
 enum Stripped {

@@ -6,10 +6,7 @@
 //! This is the fast path: no async runtime, no Lua, and a heartbeat rewrites state.json only
 //! when something changed or `last_active` is older than `HEARTBEAT_WRITE_INTERVAL`.
 
-pub mod codex;
 pub mod config;
-pub mod failed_turn;
-pub mod gemini;
 pub mod guard;
 pub mod output;
 pub mod payload;
@@ -40,11 +37,11 @@ const RECENT_TOOLS: usize = 5;
 /// How much of an in-flight call's input is kept to name it.
 const IN_FLIGHT_INPUT_CHARS: usize = 500;
 
-/// Startup context held back for the first prompt of a resumed Gemini CLI session:
-/// `{"session_id": …, "text": …}`. Gemini CLI 0.61 adds SessionStart context to its chat and
-/// then, on `--resume`, replaces the chat with the resumed history (its resume effect runs
-/// `resumeChat` after the hook), so the context never reaches the model. Context a BeforeAgent
-/// hook returns is appended to the prompt itself.
+/// Startup context held back for the first prompt, for a CLI that drops it on resume or has no
+/// SessionStart after a compaction (`AgentCli::resume_drops_session_start_context`,
+/// `compaction_skips_session_start`): `{"session_id": …, "text": …}` or
+/// `{"session_id": …, "start": "compacted"}`. Context a prompt hook returns is appended to
+/// the prompt itself.
 const PROMPT_CONTEXT: &str = "prompt_context.json";
 
 /// The context held back for the next prompt, as a `JsonFile` (never through a link).
@@ -216,12 +213,16 @@ pub fn is_hook_invocation(args: &[String]) -> bool {
     false
 }
 
-/// What a hook prints when even its command line could not be understood: nothing, or `{}`
-/// for Gemini, which parses stderr when stdout is empty.
-pub fn fallback_output(args: &[String]) -> &'static str {
-    let gemini = args.windows(2).any(|w| w[0] == "--cli" && w[1] == "gemini")
-        || args.iter().any(|a| a == "--cli=gemini");
-    if gemini { "{}\n" } else { "" }
+/// What a hook prints when even its command line could not be understood: the CLI's empty
+/// reply, if `--cli` names one (Gemini's is `{}`: it parses stderr when stdout is empty).
+pub fn fallback_output(args: &[String]) -> String {
+    let named = args
+        .windows(2)
+        .find_map(|w| (w[0] == "--cli").then_some(w[1].as_str()));
+    let cli = named
+        .or_else(|| args.iter().find_map(|a| a.strip_prefix("--cli=")))
+        .and_then(Cli::parse);
+    output::render(cli, &Reply::Nothing)
 }
 
 fn read_stdin() -> String {
@@ -424,7 +425,9 @@ impl Hook<'_> {
         if let Err(e) = update {
             self.problem(&e.to_string());
         }
-        let deferred = self.cli == Some(Cli::Gemini)
+        let deferred = self
+            .cli
+            .is_some_and(|c| c.adapter().resume_drops_session_start_context())
             && source == "resume"
             && text.as_ref().is_some_and(|t| {
                 let held = json!({"session_id": session_id, "text": t});
@@ -555,20 +558,21 @@ impl Hook<'_> {
         })
     }
 
-    /// How the tool call ended. A Codex payload has no failure flag: for a Codex call that looks
-    /// fine, the exit code comes from the rollout Codex wrote before running the hook.
+    /// How the tool call ended. Some CLIs' payloads have no failure flag (Codex): for a call
+    /// that looks fine, the exit code comes from the session file the CLI wrote before running
+    /// the hook.
     fn tool_outcome(&self) -> Outcome {
         let outcome = self.payload.outcome();
-        if outcome != Outcome::Ok || self.cli != Some(Cli::Codex) {
+        let Some(cli) = self.cli.filter(|_| outcome == Outcome::Ok) else {
             return outcome;
-        }
+        };
         let (Some(rollout), Some(call)) = (
             self.payload.transcript_path(),
             self.payload.str("tool_use_id"),
         ) else {
             return outcome;
         };
-        match codex::exit_code(Path::new(rollout), call) {
+        match cli.adapter().shell_exit_code(Path::new(rollout), call) {
             Some(code) if code != 0 => {
                 let output = self
                     .payload
@@ -710,16 +714,14 @@ impl Hook<'_> {
         let dir = ctx.dir;
         let trigger = self.payload.str("trigger").unwrap_or("auto").to_string();
         // Gemini CLI asks before every model call; most of the time nothing is compressed.
-        if self.cli == Some(Cli::Gemini) && trigger == "auto" {
-            let home = std::env::var_os("GEMINI_CLI_HOME").or_else(|| std::env::var_os("HOME"));
-            let settings: Vec<PathBuf> = home
-                .map(|h| Path::new(&h).join(".gemini/settings.json"))
-                .into_iter()
-                .chain([self.cwd(ctx).join(".gemini/settings.json")])
-                .collect();
-            if !gemini::will_compress(self.payload.transcript_path().map(Path::new), &settings) {
-                return Ok(Reply::Nothing);
-            }
+        if let Some(cli) = self.cli
+            && !cli.adapter().compacts_now(
+                &trigger,
+                self.payload.transcript_path().map(Path::new),
+                &self.cwd(ctx),
+            )
+        {
+            return Ok(Reply::Nothing);
         }
         let now = state::rfc3339(ctx.now);
         let snapshot_state = dir.update_state(ctx.retention, |s| {
@@ -748,16 +750,19 @@ impl Hook<'_> {
             path: path.clone(),
             source,
         })?;
-        // Gemini CLI has no SessionStart after a compression (Claude and Codex say `compact`):
-        // the context phoenix gave at session start went into the summary with the rest. It is
-        // given again with the next prompt (BeforeAgent), rendered then, with this handoff.
-        let held_for_prompt = self.cli == Some(Cli::Gemini) && {
-            let held = json!({"session_id": self.payload.session_id(), "start": "compacted"});
-            prompt_context(dir)
-                .save_locked(&held)
-                .map_err(|e| self.problem(&format!("cannot hold the context back: {e}")))
-                .is_ok()
-        };
+        // A CLI without a SessionStart after a compression (Gemini): the context phoenix gave at
+        // session start went into the summary with the rest. It is given again with the next
+        // prompt, rendered then, with this handoff.
+        let held_for_prompt = self
+            .cli
+            .is_some_and(|c| c.adapter().compaction_skips_session_start())
+            && {
+                let held = json!({"session_id": self.payload.session_id(), "start": "compacted"});
+                prompt_context(dir)
+                    .save_locked(&held)
+                    .map_err(|e| self.problem(&format!("cannot hold the context back: {e}")))
+                    .is_ok()
+            };
         let _ = dir.record_op(
             "pre_compact",
             json!({"trigger": trigger, "transcript_path": self.payload.transcript_path(),
@@ -801,12 +806,11 @@ impl Hook<'_> {
         // The turn is over: a call that never reported back (denied, say) is not running.
         let _ = std::fs::remove_file(ctx.dir.file(state::IN_FLIGHT));
         let hook = self.payload.event_name().or(self.payload.str("type"));
-        // Gemini CLI ends a turn that failed on an API error like any other (AfterAgent); only
-        // its chat file says it failed. Codex fires no Stop for one, but the same check costs
-        // nothing should a build do.
-        if matches!(self.cli, Some(Cli::Gemini | Cli::Codex))
+        // A CLI that ends a turn failed on an API error like any other (Gemini's AfterAgent):
+        // only its session file says it failed.
+        if let Some(cli) = self.cli
             && let Some(path) = self.payload.transcript_path()
-            && let Some(error) = failed_turn::last_turn_error(Path::new(path))
+            && let Some(error) = cli.adapter().last_turn_error(Path::new(path))
         {
             return self.record_failed_turn(ctx, &error.kind, &error.message, hook);
         }
@@ -1028,6 +1032,9 @@ mod tests {
         assert!(!is_hook_invocation(&args("hooks show")));
         assert_eq!(fallback_output(&args("hook x --cli gemini")), "{}\n");
         assert_eq!(fallback_output(&args("hook x --cli codex")), "");
+        assert_eq!(fallback_output(&args("hook x --cli=gemini")), "{}\n");
+        assert_eq!(fallback_output(&args("hook x --cli nope")), "");
+        assert_eq!(fallback_output(&args("hook x")), "");
     }
 
     #[test]

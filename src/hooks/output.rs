@@ -1,48 +1,21 @@
-//! What a hook prints, per CLI. Claude Code and Codex read `hookSpecificOutput` JSON (Codex's
-//! SessionStart parser rejects unknown keys, so nothing else is ever added); Gemini turns
-//! plain text into a user-only message and parses stderr when stdout is empty, so it always
-//! gets JSON, `{}` when there is nothing to say.
+//! What a hook prints: the shape its CLI reads (`AgentCli::render`; each CLI's file says why),
+//! or Claude Code's `hookSpecificOutput` JSON when the CLI is not known.
 
-use serde_json::json;
-
+pub use crate::agent_cli::Reply;
 use crate::spec::Cli;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
-    Nothing,
-    /// Context for the model (`additionalContext` of `event`).
-    Context {
-        event: String,
-        text: String,
-    },
-    /// Feedback about the tool call that just ran (the CLI's blocking feedback channel).
-    Feedback {
-        event: String,
-        reason: String,
-    },
-}
 
 /// The exact stdout for `reply`.
 pub fn render(cli: Option<Cli>, reply: &Reply) -> String {
-    let gemini = cli == Some(Cli::Gemini);
-    let value = match reply {
-        Reply::Nothing if gemini => json!({}),
-        Reply::Nothing => return String::new(),
-        Reply::Context { event, text } => {
-            json!({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}})
-        }
-        // Gemini's `decision` would replace the tool's result; the context is appended instead.
-        Reply::Feedback { event, reason } if gemini => {
-            json!({"hookSpecificOutput": {"hookEventName": event, "additionalContext": reason}})
-        }
-        Reply::Feedback { reason, .. } => json!({"decision": "block", "reason": reason}),
-    };
-    format!("{value}\n")
+    match cli {
+        Some(cli) => cli.adapter().render(reply),
+        None => crate::agent_cli::render_hook_specific(reply),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn gemini_always_gets_json() {

@@ -97,31 +97,19 @@ impl Payload {
             .filter(|s| !s.trim().is_empty())
     }
 
-    /// Which CLI sent this, judged by event names only the CLI uses.
+    /// Which CLI sent this, judged by what only that CLI sends (`AgentCli::claims_payload`).
     pub fn guess_cli(&self) -> Option<Cli> {
-        match self.event_name()? {
-            "AfterTool"
-            | "BeforeTool"
-            | "PreCompress"
-            | "BeforeAgent"
-            | "AfterAgent"
-            | "BeforeModel"
-            | "AfterModel"
-            | "BeforeToolSelection" => Some(Cli::Gemini),
-            // Only Gemini stamps every payload with `timestamp`.
-            _ if self.get("timestamp").is_some() => Some(Cli::Gemini),
-            _ if self.get("turn_id").is_some() => Some(Cli::Codex),
-            _ => None,
-        }
+        let event = self.event_name()?;
+        crate::agent_cli::guess_from_payload(event, &|field| self.get(field).is_some())
     }
 
     /// Success, failure or interruption of the tool call this payload reports.
     ///
     /// Claude reports failures as `PostToolUseFailure` with an `error` string. Gemini sets
     /// `tool_response.error` when the tool itself failed but not for a failing shell command,
-    /// whose `llmContent` ends with `Exit Code: N`. Codex has no failure flag: some builds'
-    /// Bash `tool_response` text says `Process exited with code N`; 0.169 sends the output
-    /// alone, and the hook reads the exit code from the rollout (`hooks::codex`).
+    /// whose exit code is in the text it gives the model; so are some Codex builds'
+    /// (`AgentCli::shell_exit_in_response`). Codex 0.169 has no failure signal at all: the hook
+    /// reads the exit code from the rollout (`AgentCli::shell_exit_code`).
     pub fn outcome(&self) -> Outcome {
         if self.get("is_interrupt").and_then(Value::as_bool) == Some(true) {
             return Outcome::Interrupted;
@@ -152,17 +140,14 @@ impl Payload {
                 return Outcome::Failed(format!("exit code {code}"));
             }
         }
-        if let Some(text) = response.as_str()
-            && let Some(code) = codex_exit_code(text)
-        {
-            return Outcome::Failed(format!("exit code {code}{}", first_output_line(text)));
+        // A shell call's exit code in the text a CLI gives the model (Codex, Gemini).
+        match crate::agent_cli::shell_exit_in_response(response) {
+            Some(exit) => Outcome::Failed(match exit.first_line {
+                Some(line) => format!("exit code {}: {}", exit.code, short(line)),
+                None => format!("exit code {}", exit.code),
+            }),
+            None => Outcome::Ok,
         }
-        if let Some(content) = response.get("llmContent")
-            && let Some(code) = gemini_exit_code(&parts_text(content))
-        {
-            return Outcome::Failed(format!("exit code {code}"));
-        }
-        Outcome::Ok
     }
 
     /// Paths of files the tool is about to change or changed (for the structured-file guard):
@@ -227,89 +212,6 @@ fn text_of(v: &Value) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
-}
-
-/// Gemini's `llmContent` is a string or a list of parts (`{"text": …}` or strings).
-fn parts_text(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .map(|p| match p {
-                Value::String(s) => s.clone(),
-                other => other
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-        other => other
-            .get("text")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string(),
-    }
-}
-
-/// Codex puts `Process exited with code N` in the header, before the command's output; only
-/// the header is searched so that output mentioning the phrase is not mistaken for a failure.
-fn codex_exit_code(text: &str) -> Option<i64> {
-    for line in text.lines().take(8) {
-        if line.starts_with("Output:") || line.starts_with("Final output:") {
-            break;
-        }
-        if let Some(rest) = line.trim().strip_prefix("Process exited with code ") {
-            let code: i64 = rest.trim().parse().ok()?;
-            return (code != 0).then_some(code);
-        }
-    }
-    None
-}
-
-/// Gemini's shell tool ends its `llmContent` with trailer lines (`Exit Code: N`, `Signal:`,
-/// `Process Group PGID:` …) after the output. The last `Exit Code:` counts only if nothing but
-/// trailer lines follows it, so output that merely contains the phrase is not a failure.
-fn gemini_exit_code(text: &str) -> Option<i64> {
-    let lines: Vec<&str> = text.lines().collect();
-    let at = lines
-        .iter()
-        .rposition(|l| l.trim_start().starts_with("Exit Code:"))?;
-    let trailer = |l: &&str| {
-        let l = l.trim();
-        l.is_empty()
-            || l.starts_with('<')
-            || [
-                "Signal:",
-                "Background PIDs:",
-                "Process Group PGID:",
-                "Error:",
-            ]
-            .iter()
-            .any(|p| l.starts_with(p))
-    };
-    if !lines[at + 1..].iter().all(trailer) {
-        return None;
-    }
-    let code: i64 = lines[at].trim_start()["Exit Code:".len()..]
-        .trim()
-        .parse()
-        .ok()?;
-    (code != 0).then_some(code)
-}
-
-fn first_output_line(text: &str) -> String {
-    let mut lines = text.lines();
-    for line in lines.by_ref() {
-        if line.starts_with("Output:") || line.starts_with("Final output:") {
-            break;
-        }
-    }
-    lines
-        .find(|l| !l.trim().is_empty())
-        .map(|l| format!(": {}", short(l)))
-        .unwrap_or_default()
 }
 
 /// First non-empty line, at most `ERROR_TEXT_MAX` characters.

@@ -892,7 +892,7 @@ impl Wrapper {
         let Some(pane) = self.pane.clone() else {
             return;
         };
-        if self.agent.cli != Cli::Custom {
+        if self.agent.cli.adapter().has_session_start_hook() {
             return;
         }
         let (spec, dir) = (self.spec.clone(), self.dir.clone());
@@ -945,16 +945,17 @@ impl Wrapper {
         let (Some(pane), false, false) = (
             self.pane.clone(),
             prompt.is_empty(),
-            self.agent.cli == Cli::Custom,
+            !self.agent.cli.adapter().has_session_start_hook(),
         ) else {
             return;
         };
         let (spec, dir) = (self.spec.clone(), self.dir.clone());
-        // Codex runs its SessionStart hook with the first prompt of a session, not at launch:
-        // waiting for it would only hold the prompt that triggers it.
-        let wait = match self.agent.cli {
-            Cli::Codex => Duration::ZERO,
-            _ => Duration::from_secs(10),
+        // A CLI that runs its SessionStart hook only with the first prompt (Codex): waiting for
+        // it would only hold the prompt that triggers it.
+        let wait = if self.agent.cli.adapter().session_start_at_launch() {
+            Duration::from_secs(10)
+        } else {
+            Duration::ZERO
         };
         std::thread::spawn(move || {
             // After the session-start hook, so the context is in before the prompt.
@@ -1139,26 +1140,11 @@ fn status_parts(status: Option<ExitStatus>) -> (Option<i32>, Option<i32>) {
     }
 }
 
-/// The agent's base argv, rebuilt from its command every time. A leading `phoenix` means
-/// this very binary, so bundled examples work without phoenix on PATH.
-///
-/// Codex's TUI hands its session to a shared background server (one per `CODEX_HOME`, in a
-/// session of its own) unless told `--no-daemon`: the turn would then go on after the process
-/// phoenix supervises was stopped or killed, and a resumed TUI would attach to the old turn
-/// still running. phoenix adds the flag unless the command has it or connects to a `--remote`
-/// server on purpose.
+/// The agent's base argv, rebuilt from its command every time, as its CLI wants it
+/// (`AgentCli::base_argv`). A leading `phoenix` means this very binary, so bundled examples
+/// work without phoenix on PATH.
 pub fn base_argv(agent: &AgentSpec) -> Vec<String> {
-    let mut argv = with_exe(agent.argv.clone());
-    let codex = argv
-        .first()
-        .is_some_and(|p| Path::new(p).file_name().is_some_and(|n| n == "codex"));
-    let chosen = argv
-        .iter()
-        .any(|a| a == "--no-daemon" || a == "--remote" || a.starts_with("--remote="));
-    if agent.cli == Cli::Codex && codex && !chosen {
-        argv.insert(1, "--no-daemon".to_string());
-    }
-    argv
+    agent.cli.adapter().base_argv(with_exe(agent.argv.clone()))
 }
 
 fn with_exe(mut argv: Vec<String>) -> Vec<String> {
@@ -1181,23 +1167,12 @@ pub fn resume_argv(agent: &AgentSpec, id: &str) -> Option<Vec<String>> {
             .collect();
         return Some(with_exe(argv));
     }
-    let mut argv = base_argv(agent);
-    match agent.cli {
-        Cli::Claude | Cli::Gemini => {
-            argv.extend(["--resume".to_string(), id.to_string()]);
-            Some(argv)
-        }
-        Cli::Codex => {
-            argv.splice(1..1, ["resume".to_string(), id.to_string()]);
-            Some(argv)
-        }
-        Cli::Custom => None,
-    }
+    agent.cli.adapter().resume_argv(base_argv(agent), id)
 }
 
 /// Watches for the first sign of life of a started agent: its hooks write `state.json`,
-/// `tool_use.jsonl`, `session_id` or hook lines in `ops.jsonl`; custom CLIs, Codex and Gemini
-/// may instead just print in their pane.
+/// `tool_use.jsonl`, `session_id` or hook lines in `ops.jsonl`; a CLI without a hook at launch
+/// (`AgentCli::life_shows_in_pane`) may instead just print in its pane.
 struct LifeProbe {
     files: Vec<(PathBuf, Option<(u64, SystemTime)>)>,
     ops: PathBuf,
@@ -1228,10 +1203,8 @@ impl LifeProbe {
             .collect();
         let ops = dir.file(state::OPS_LOG);
         let ops_len = std::fs::metadata(&ops).map(|m| m.len()).unwrap_or(0);
-        // Claude fires SessionStart at startup. Codex only with the first prompt, some Gemini
-        // builds not at all (gemini-cli#28160), and custom CLIs may have no hooks: for those a
-        // change in the pane counts too.
-        let watch_pane = matches!(cli, Cli::Custom | Cli::Codex | Cli::Gemini);
+        // A CLI whose hooks may not fire at launch: a change in the pane counts too.
+        let watch_pane = cli.adapter().life_shows_in_pane();
         let pane = pane.as_ref().filter(|_| watch_pane).and_then(|p| {
             let snapshot = runtime.capture(p, 200).ok()?;
             Some((runtime.clone(), p.clone(), without_our_lines(&snapshot)))

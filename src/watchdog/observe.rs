@@ -8,8 +8,7 @@ use serde_json::Value;
 
 use super::health::{self, Call, Inputs, Process};
 use crate::clinic::triage::tail_jsonl;
-use crate::hooks::failed_turn;
-use crate::spec::{AgentSpec, Cli};
+use crate::spec::AgentSpec;
 use crate::state::bounded::{self, Links};
 use crate::state::{self, AgentDir};
 use crate::world::World;
@@ -202,15 +201,13 @@ pub fn observe(
     observed.task = field("current_task");
 
     let ops = tail_jsonl(&dir.file(state::OPS_LOG));
-    // Codex CLI ends a turn that failed on an API error without any hook, so the status stays
-    // `working`: its rollout says the turn failed, and the CLI waits at its prompt. (Gemini's
-    // AfterAgent hook records such a turn itself.) Only an error of the current run counts: a
-    // Codex started afresh runs its SessionStart hook, and records its new rollout, only with
-    // its first prompt.
-    if matches!(agent.cli, Cli::Codex | Cli::Gemini)
-        && inputs.status.as_deref() == Some("working")
+    // A CLI may end a turn that failed on an API error without any hook (Codex), so the status
+    // stays `working`: its session file says the turn failed, and the CLI waits at its prompt.
+    // Only an error of the current run counts: a Codex started afresh runs its SessionStart
+    // hook, and records its new rollout, only with its first prompt.
+    if inputs.status.as_deref() == Some("working")
         && let Some(path) = field("transcript_path")
-        && let Some(error) = failed_turn::last_turn_error(Path::new(&path))
+        && let Some(error) = agent.cli.adapter().last_turn_error(Path::new(&path))
     {
         let started = ops
             .iter()

@@ -7,7 +7,10 @@
 //! - Gemini CLI 0.61 records an `error` message in its chat file (`[API Error: {…}]`), then
 //!   fires AfterAgent as for any turn and waits at its prompt.
 //!
-//! Only the end of the file is read: the record that decides is the last one of the turn.
+//! One reader for both formats (their records cannot be mistaken for each other), used by the
+//! Codex and Gemini adapters' `last_turn_error`; the Clinic reads Codex's `task_complete`
+//! errors with `codex_error` too. Only the end of the file is read: the record that decides
+//! is the last one of the turn.
 
 use std::path::Path;
 

@@ -1,0 +1,544 @@
+//! What phoenix knows about each agent CLI (Claude Code, Codex CLI, Gemini CLI, a custom
+//! program), behind one trait: how it is started and resumed, the hooks phoenix installs for
+//! it, the trust it needs before they run, what its hooks print, how it says that a turn
+//! failed, and how it shows life. Callers ask `agent.cli.adapter()`; nothing outside this
+//! module matches on the kind of CLI. Each CLI's file also keeps the notes on its versions
+//! and quirks (sources in the reference `cli-hooks.md`).
+//!
+//! Sits low: it uses `spec` and `state` types only.
+
+pub mod claude;
+pub mod codex;
+pub mod custom;
+pub mod failed_turn;
+pub mod gemini;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::spec::{AgentSpec, Cli};
+use crate::state::bounded::{self, Links};
+pub use failed_turn::TurnError;
+
+/// Every kind of CLI, in a fixed order.
+pub const ALL: [Cli; 4] = [Cli::Claude, Cli::Codex, Cli::Gemini, Cli::Custom];
+/// The CLIs phoenix writes hook files for (`custom` has none), in a fixed order.
+pub const HOOKED: [Cli; 3] = [Cli::Claude, Cli::Codex, Cli::Gemini];
+/// A CLI settings, hooks or trust file larger than this is not read.
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
+impl Cli {
+    /// What phoenix knows about this CLI.
+    pub fn adapter(self) -> &'static dyn AgentCli {
+        match self {
+            Cli::Claude => &claude::Claude,
+            Cli::Codex => &codex::Codex,
+            Cli::Gemini => &gemini::Gemini,
+            Cli::Custom => &custom::Custom,
+        }
+    }
+}
+
+/// One CLI's ways. The defaults describe a CLI phoenix knows nothing special about.
+pub trait AgentCli: Sync {
+    // ---- Starting.
+
+    /// The argv to start a new session, from the agent's command as written (with a leading
+    /// `phoenix` already resolved to this binary).
+    fn base_argv(&self, argv: Vec<String>) -> Vec<String> {
+        argv
+    }
+
+    /// The CLI's resume form of `base` (the agent's base argv) for session `id`. `None` when
+    /// the CLI has no known resume form.
+    fn resume_argv(&self, _base: Vec<String>, _id: &str) -> Option<Vec<String>> {
+        None
+    }
+
+    // ---- Hooks: what phoenix installs, and the trust the CLI needs to run them.
+
+    /// Where the CLI reads project hooks from, relative to the agent's workdir; `None` when
+    /// phoenix installs no hook file for it.
+    fn hook_file(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The hooks phoenix installs, in the order they are written.
+    fn hook_entries(&self) -> Vec<HookEntry> {
+        Vec::new()
+    }
+
+    /// Does the CLI need trust recorded (outside the workdir) before it runs project hooks?
+    fn needs_trust(&self) -> bool {
+        false
+    }
+
+    /// Record that trust. `Ok(None)`: nothing to do. The caller holds the lock and has checked
+    /// that the hook file holds phoenix's entries for the agent.
+    fn trust(&self, _request: &TrustRequest<'_>) -> Result<Option<Trusted>, String> {
+        Ok(None)
+    }
+
+    /// A comment for `phoenix hooks show` on the trust the wrapper records before each start.
+    fn trust_note(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// A config file (relative to the workdir) that may take an optional `notify = [argv]`
+    /// line calling `phoenix hook turn-complete`, which phoenix shows but never installs.
+    fn notify_config(&self) -> Option<&'static str> {
+        None
+    }
+
+    // ---- What the hooks read and print.
+
+    /// The exact stdout of a hook for `reply`.
+    fn render(&self, reply: &Reply) -> String {
+        render_hook_specific(reply)
+    }
+
+    /// Does a payload with this event name and these fields come from this CLI? Asked only
+    /// when the hook command line does not say (`--cli`).
+    fn claims_payload(&self, _event: &str, _has_field: &dyn Fn(&str) -> bool) -> bool {
+        false
+    }
+
+    /// A failed shell call, read from the tool response (`tool_response`) of a post-tool
+    /// payload in this CLI's shape.
+    fn shell_exit_in_response<'a>(&self, _response: &'a Value) -> Option<ShellExit<'a>> {
+        None
+    }
+
+    /// The exit code of shell call `call_id`, from the session file at `transcript`, for a CLI
+    /// whose tool payload has no failure signal.
+    fn shell_exit_code(&self, _transcript: &Path, _call_id: &str) -> Option<i64> {
+        None
+    }
+
+    /// The API error the last turn ended in, read from the session file at `transcript`, for a
+    /// CLI that has no hook of its own for such a turn.
+    fn last_turn_error(&self, _transcript: &Path) -> Option<TurnError> {
+        None
+    }
+
+    /// Will the CLI really compact now? Asked by the pre-compact hook (`trigger` is `auto` or
+    /// `manual`; `cwd` the session's directory).
+    fn compacts_now(&self, _trigger: &str, _transcript: Option<&Path>, _cwd: &Path) -> bool {
+        true
+    }
+
+    /// After a compaction, does the CLI go on without a SessionStart? Then the context
+    /// phoenix gives at session start is given again with the next prompt.
+    fn compaction_skips_session_start(&self) -> bool {
+        false
+    }
+
+    /// Does the CLI drop the SessionStart context of a resumed session? Then it is held back
+    /// for the first prompt.
+    fn resume_drops_session_start_context(&self) -> bool {
+        false
+    }
+
+    // ---- Signs of life.
+
+    /// Does phoenix install a session-start hook that gives the CLI its startup context?
+    /// Without one the wrapper pastes it into the pane, and does not type a continue prompt.
+    fn has_session_start_hook(&self) -> bool {
+        true
+    }
+
+    /// Does the CLI run its session-start hook at launch, before the first prompt? When it
+    /// runs it only with a prompt, waiting for it would only hold that prompt up.
+    fn session_start_at_launch(&self) -> bool {
+        true
+    }
+
+    /// May a started CLI show life only in its pane (no hook at launch)? Then a change in the
+    /// pane counts as a sign of life too.
+    fn life_shows_in_pane(&self) -> bool {
+        true
+    }
+}
+
+/// One hook phoenix installs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookEntry {
+    /// The CLI's event name.
+    pub event: &'static str,
+    pub matcher: Option<&'static str>,
+    /// `phoenix hook <hook>`.
+    pub hook: &'static str,
+    /// In the CLI's unit (seconds or milliseconds).
+    pub timeout: u64,
+    /// The handler's `name`, for a CLI that identifies handlers by it; empty: none.
+    pub name: &'static str,
+}
+
+pub(crate) const fn entry(
+    event: &'static str,
+    matcher: Option<&'static str>,
+    hook: &'static str,
+    timeout: u64,
+    name: &'static str,
+) -> HookEntry {
+    HookEntry {
+        event,
+        matcher,
+        hook,
+        timeout,
+        name,
+    }
+}
+
+/// A SessionStart matcher without `resume` silently skips resumed sessions
+/// (thedotmack/claude-mem#3950).
+pub(crate) const SESSION_STARTS: Option<&str> = Some("startup|resume|clear|compact");
+
+/// What a hook answers the CLI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Nothing,
+    /// Context for the model (`additionalContext` of `event`).
+    Context {
+        event: String,
+        text: String,
+    },
+    /// Feedback about the tool call that just ran (the CLI's blocking feedback channel).
+    Feedback {
+        event: String,
+        reason: String,
+    },
+}
+
+/// The Claude Code shape, also Codex's (and the answer when the CLI is unknown):
+/// `hookSpecificOutput` JSON, `decision: block` for feedback, nothing when there is nothing.
+pub fn render_hook_specific(reply: &Reply) -> String {
+    let value = match reply {
+        Reply::Nothing => return String::new(),
+        Reply::Context { event, text } => {
+            json!({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}})
+        }
+        Reply::Feedback { reason, .. } => json!({"decision": "block", "reason": reason}),
+    };
+    format!("{value}\n")
+}
+
+/// A shell call that exited non-zero, as a CLI's tool response tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShellExit<'a> {
+    pub code: i64,
+    /// The first line of the command's output, when the response has one apart.
+    pub first_line: Option<&'a str>,
+}
+
+/// A failed shell call in a tool response, in any CLI's shape: the payload tells which CLI
+/// sent it only by its shape, and the shapes cannot be mistaken for each other.
+pub fn shell_exit_in_response(response: &Value) -> Option<ShellExit<'_>> {
+    ALL.into_iter()
+        .find_map(|cli| cli.adapter().shell_exit_in_response(response))
+}
+
+/// The CLI that sent a hook payload, judged by what only that CLI sends.
+pub fn guess_from_payload(event: &str, has_field: &dyn Fn(&str) -> bool) -> Option<Cli> {
+    // Gemini first: its payloads are the most distinct (event names, a `timestamp` on all).
+    [Cli::Gemini, Cli::Codex, Cli::Claude, Cli::Custom]
+        .into_iter()
+        .find(|cli| cli.adapter().claims_payload(event, has_field))
+}
+
+/// Is this hook handler one phoenix installed for `agent`? Recognised by its command:
+/// a program named `phoenix…` called with `hook … --agent AGENT`, wherever the binary lives.
+pub fn is_phoenix_handler(handler: &Value, agent: &str) -> bool {
+    let Some(command) = handler.get("command").and_then(Value::as_str) else {
+        return false;
+    };
+    let Some(argv) = shlex::split(command) else {
+        return false;
+    };
+    let program = argv
+        .first()
+        .map(|p| p.rsplit('/').next().unwrap_or(p))
+        .unwrap_or("");
+    program.starts_with("phoenix")
+        && argv.iter().any(|a| a == "hook")
+        && argv.windows(2).any(|w| w[0] == "--agent" && w[1] == agent)
+}
+
+/// What a CLI's `trust` works from.
+pub struct TrustRequest<'a> {
+    pub agent: &'a AgentSpec,
+    /// The agent's workdir as the CLI sees it through getcwd(): symlinks resolved.
+    pub workdir: &'a Path,
+    /// The hook file's text, holding phoenix's entries for the agent.
+    pub hooks_text: &'a str,
+    /// An environment variable as the agent sees it: its `env`, else phoenix's; never empty.
+    pub lookup: &'a dyn Fn(&str) -> Option<String>,
+}
+
+/// What `trust` changed: the file and one line per entry added or updated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trusted {
+    pub file: PathBuf,
+    pub entries: Vec<String>,
+}
+
+/// A trust file's new text and what changed in it, or `None`.
+pub type Planned = Option<(String, Vec<String>)>;
+
+/// A trust file's text, `None` when it does not exist yet.
+pub(crate) fn read_optional(path: &Path) -> Result<Option<String>, String> {
+    match bounded::read_string(path, MAX_CONFIG_BYTES, Links::Follow) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Write a planned trust file atomically, keeping its mode (0600 when new).
+pub(crate) fn write_planned(file: &Path, planned: Planned) -> Result<Option<Trusted>, String> {
+    let Some((text, entries)) = planned else {
+        return Ok(None);
+    };
+    if let Some(parent) = file.parent() {
+        fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create `{}`: {e}", parent.display()))?;
+    }
+    let mode = fs::metadata(file)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o600);
+    crate::state::atomic_write_mode(file, text.as_bytes(), mode)
+        .map_err(|e| format!("cannot write `{}`: {e}", file.display()))?;
+    Ok(Some(Trusted {
+        file: file.to_path_buf(),
+        entries,
+    }))
+}
+
+pub(crate) fn first_line(e: &impl std::fmt::Display) -> String {
+    e.to_string().lines().next().unwrap_or("").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hooked_are_exactly_the_clis_with_a_hook_file() {
+        let with_file: Vec<Cli> = ALL
+            .into_iter()
+            .filter(|c| c.adapter().hook_file().is_some())
+            .collect();
+        assert_eq!(with_file, HOOKED);
+        for cli in ALL {
+            let a = cli.adapter();
+            assert_eq!(
+                a.hook_file().is_some(),
+                !a.hook_entries().is_empty(),
+                "{cli}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_hooked_cli_gets_the_same_phoenix_hooks() {
+        let hooks = |cli: Cli| {
+            let mut h: Vec<&str> = cli
+                .adapter()
+                .hook_entries()
+                .iter()
+                .map(|e| e.hook)
+                .collect();
+            h.sort_unstable();
+            h.dedup();
+            h
+        };
+        let common = [
+            "heartbeat",
+            "pre-compact",
+            "pre-tool",
+            "prompt",
+            "session-end",
+            "session-start",
+            "stop",
+        ];
+        for cli in HOOKED {
+            let h = hooks(cli);
+            assert!(common.iter().all(|c| h.contains(c)), "{cli}: {h:?}");
+        }
+    }
+
+    /// Per-CLI knowledge stays here: outside `agent_cli` no code branches on the kind of CLI
+    /// (a match arm, `matches!`, `==`/`!=` on a `Cli::…`). The enum's own name table in
+    /// `spec` (`impl Cli`) is its identity, not knowledge about a CLI. Test modules may name
+    /// kinds freely.
+    #[test]
+    fn no_code_outside_agent_cli_branches_on_the_cli_kind() {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            for entry in fs::read_dir(dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        walk(&src, &mut files);
+        let kinds = ["Cli::Claude", "Cli::Codex", "Cli::Gemini", "Cli::Custom"];
+        let mut found = Vec::new();
+        for file in files {
+            let rel = file
+                .strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if rel.starts_with("agent_cli/") || rel.ends_with("tests.rs") {
+                continue;
+            }
+            let text = fs::read_to_string(&file).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            let mut in_name_table = false;
+            for (n, line) in code.lines().enumerate() {
+                if line == "impl Cli {" {
+                    in_name_table = true;
+                }
+                if in_name_table {
+                    in_name_table = line != "}";
+                    continue;
+                }
+                // A kind as a pattern or compared; `None => Cli::Custom` (a value) is fine.
+                let branches = kinds.iter().any(|k| {
+                    [
+                        format!("{k} =>"),
+                        format!("{k} |"),
+                        format!("| {k}"),
+                        format!("== {k}"),
+                        format!("!= {k}"),
+                        format!("== Some({k}"),
+                        format!("!= Some({k}"),
+                    ]
+                    .iter()
+                    .any(|form| line.contains(form.as_str()))
+                        || (line.contains("matches!") && line.contains(k))
+                });
+                if branches {
+                    found.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "ask `cli.adapter()` instead of branching on the CLI kind:\n{}",
+            found.join("\n")
+        );
+    }
+
+    /// What each CLI answers, as one table: the old `match` arms over the kind, in one place.
+    #[test]
+    fn each_cli_answers_as_its_notes_say() {
+        // (cli, session-start hook, at launch, life in pane, needs trust, compaction without
+        //  SessionStart, resume drops context, notify config)
+        let table = [
+            (Cli::Claude, true, true, false, false, false, false, None),
+            (
+                Cli::Codex,
+                true,
+                false,
+                true,
+                true,
+                false,
+                false,
+                Some(".codex/config.toml"),
+            ),
+            (Cli::Gemini, true, true, true, true, true, true, None),
+            (Cli::Custom, false, true, true, false, false, false, None),
+        ];
+        for (cli, hook, launch, pane, trust, compaction, resume, notify) in table {
+            let a = cli.adapter();
+            assert_eq!(a.has_session_start_hook(), hook, "{cli}");
+            assert_eq!(a.session_start_at_launch(), launch, "{cli}");
+            assert_eq!(a.life_shows_in_pane(), pane, "{cli}");
+            assert_eq!(a.needs_trust(), trust, "{cli}");
+            assert_eq!(a.trust_note().is_some(), trust, "{cli}");
+            assert_eq!(a.compaction_skips_session_start(), compaction, "{cli}");
+            assert_eq!(a.resume_drops_session_start_context(), resume, "{cli}");
+            assert_eq!(a.notify_config(), notify, "{cli}");
+        }
+        // Only Gemini ever skips a compaction, and only an `auto` one.
+        let cwd = Path::new("/nonexistent-phoenix");
+        for cli in ALL {
+            assert!(cli.adapter().compacts_now("manual", None, cwd), "{cli}");
+        }
+        assert!(Cli::Claude.adapter().compacts_now("auto", None, cwd));
+        // Only Codex and Gemini read a failed turn from their session file.
+        let failed = r#"{"id":"e1","type":"error","content":"[API Error: 400]"}"#;
+        let tmp = tempfile::tempdir().unwrap();
+        let chat = tmp.path().join("chat.jsonl");
+        fs::write(&chat, format!("{failed}\n")).unwrap();
+        for (cli, reads) in [
+            (Cli::Claude, false),
+            (Cli::Codex, true),
+            (Cli::Gemini, true),
+            (Cli::Custom, false),
+        ] {
+            assert_eq!(
+                cli.adapter().last_turn_error(&chat).is_some(),
+                reads,
+                "{cli}"
+            );
+        }
+    }
+
+    #[test]
+    fn hook_output_per_cli() {
+        let nothing = |cli: Cli| cli.adapter().render(&Reply::Nothing);
+        assert_eq!(nothing(Cli::Gemini), "{}\n");
+        assert_eq!(nothing(Cli::Claude), "");
+        assert_eq!(nothing(Cli::Codex), "");
+        assert_eq!(nothing(Cli::Custom), "");
+        let payload = |event: &str, fields: &[&str]| {
+            let fields: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
+            guess_from_payload(event, &|f| fields.iter().any(|x| x == f))
+        };
+        assert_eq!(payload("AfterTool", &[]), Some(Cli::Gemini));
+        assert_eq!(payload("SessionStart", &["timestamp"]), Some(Cli::Gemini));
+        assert_eq!(payload("Stop", &["turn_id"]), Some(Cli::Codex));
+        assert_eq!(
+            payload("Stop", &["turn_id", "timestamp"]),
+            Some(Cli::Gemini)
+        );
+        assert_eq!(payload("PostToolUse", &["session_id"]), None);
+    }
+
+    #[test]
+    fn resume_forms_per_cli() {
+        let base = |p: &str| vec![p.to_string(), "-m".to_string(), "x".to_string()];
+        assert_eq!(
+            Cli::Claude
+                .adapter()
+                .resume_argv(base("claude"), "s1")
+                .unwrap(),
+            ["claude", "-m", "x", "--resume", "s1"]
+        );
+        assert_eq!(
+            Cli::Gemini
+                .adapter()
+                .resume_argv(base("gemini"), "s1")
+                .unwrap(),
+            ["gemini", "-m", "x", "--resume", "s1"]
+        );
+        assert_eq!(
+            Cli::Codex
+                .adapter()
+                .resume_argv(base("codex"), "s1")
+                .unwrap(),
+            ["codex", "resume", "s1", "-m", "x"]
+        );
+        assert_eq!(Cli::Custom.adapter().resume_argv(base("bot"), "s1"), None);
+    }
+}
