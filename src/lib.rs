@@ -13,6 +13,7 @@ pub mod notify;
 pub mod plan;
 pub mod policy;
 pub mod process;
+pub mod recovery;
 pub mod render;
 pub mod serve;
 pub mod spec;

@@ -5,10 +5,9 @@
 //! context, or safe mode with a notification). Every step is written to ops.jsonl and
 //! critical_events.jsonl so a person can see why phoenix did what it did.
 //!
-//! How the wrapper uses it: `on_exit` decides the crash-loop question first; when it does not
-//! say `safe_mode` and the exit was a crash, [`Clinic::after_crash`] refines *how* to start
-//! again: `fresh` and `safe_mode` override `on_exit`'s action, `resume` keeps it (so a failed
-//! resume still starts fresh), and the longer of the two delays wins.
+//! How recovery uses it: `recovery::decide` asks the Clinic only when the policy's answer
+//! leaves room for a treatment, and maps its rehabilitation onto the next start there, in one
+//! place; `recovery::execute` writes what the next start gets.
 
 pub mod command;
 pub mod triage;
@@ -34,17 +33,8 @@ const PENDING_CONTEXT_LIMIT: u64 = 1 << 20;
 /// The recovery counter: how many recoveries the current task has used.
 pub const RECOVERIES: &str = "clinic.json";
 
-/// How the agent starts again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Start {
-    /// Resume the same session.
-    Resume,
-    /// A new session (the `.fresh` marker is set).
-    Fresh,
-    /// Do not start; wait for a person.
-    SafeMode,
-}
+/// How the agent starts again: the recovery pipeline's one `Start`.
+pub use crate::policy::Start;
 
 /// Rehabilitation: what the next start looks like.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -266,8 +256,9 @@ impl Clinic<'_> {
     }
 
     /// Triage → Diagnosis → Prescription → Rehabilitation, recorded step by step. With
-    /// `apply`, the rehabilitation's files are written (`.fresh`, the pending context, the
-    /// counter); without, nothing is written at all (a dry run).
+    /// `apply`, the steps and the recovery counter are written; without, nothing is written at
+    /// all (a dry run). What the next start gets (`.fresh`, the pending context) is the
+    /// recovery executor's to write (`recovery::execute`).
     pub fn recover(&self, input: &TriageInput<'_>, apply: bool) -> Recovery {
         self.run(input, apply, false)
             .expect("a recovery that treats every diagnosis always returns one")
@@ -394,12 +385,6 @@ impl Clinic<'_> {
         counter: &Counter,
     ) -> std::io::Result<()> {
         dir.ensure()?;
-        if rehab.start == Start::Fresh {
-            dir.set_marker(state::FRESH)?;
-        }
-        if let Some(text) = &rehab.inject {
-            state::atomic_write(&dir.file(PENDING_CONTEXT), text.as_bytes())?;
-        }
         if rehab.start != Start::SafeMode {
             let mut history = if counter.task.as_deref() == trauma.original_prompt.as_deref() {
                 counter.history.clone()

@@ -10,10 +10,10 @@ use anyhow::{Context, bail};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use super::decide::EndReason;
-use super::{record, term};
+use super::term;
 use crate::apply::Applier;
 use crate::plan::{Action, Change, FORMAT_VERSION, Plan};
+use crate::recovery::{EndReason, execute, record};
 use crate::spec;
 use crate::state::lock::{FleetLock, LOCK_WAIT};
 use crate::state::{self, FleetDir};
@@ -137,7 +137,7 @@ fn restart_by(
         reset_counts(&dir)?;
     }
     if fresh {
-        dir.set_marker(state::FRESH)?;
+        execute::intend_fresh(&dir)?;
         if let Some(s) = record::recorded_session(&dir) {
             record::clear_session(&dir, &s.id)?;
         }
@@ -225,7 +225,7 @@ pub fn stop_under_wrapper(
     reason: EndReason,
     fresh: bool,
 ) -> anyhow::Result<()> {
-    record::request_stop(dir, reason, fresh)?;
+    execute::request_stop(dir, reason, fresh)?;
     // The agent leads its own process group (the wrapper made it so).
     term::signal_group(pid, Signal::SIGTERM);
     let deadline = Instant::now() + STOP_GRACE;

@@ -1,4 +1,4 @@
-//! The supervisor's durable memory in the agent's state dir: crash history and quarantine
+//! The recovery pipeline's durable memory in the agent's state dir: crash history and quarantine
 //! (`crashes.json`), crash records with evidence (`crashes/`), the recorded session id, stop
 //! requests, and fleet-wide critical events. Kept on disk so a daemon or wrapper restart does
 //! not forget a crash loop.
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::decide::{EndReason, StartMode, StopRequest};
+use super::decide::{EndReason, Start, StopRequest};
 use crate::state::{self, AgentDir};
 
 pub const CRASHES: &str = "crashes.json";
@@ -45,7 +45,7 @@ pub struct CrashEntry {
     pub reason: EndReason,
     pub code: Option<i32>,
     pub signal: Option<i32>,
-    pub mode: StartMode,
+    pub mode: Start,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,7 +63,7 @@ pub struct CrashRecord {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub runtime_ms: u64,
-    pub mode: StartMode,
+    pub mode: Start,
     pub session_id: Option<String>,
     pub argv: Vec<String>,
     pub decision: String,
@@ -265,20 +265,7 @@ pub fn clear_session(dir: &AgentDir, id: &str) -> io::Result<()> {
     update(dir, |r| r.discard_session(id))
 }
 
-/// Announce an intentional stop before killing the agent, so its wrapper records the right
-/// reason and does not count a crash.
-pub fn request_stop(dir: &AgentDir, reason: EndReason, fresh: bool) -> io::Result<()> {
-    let req = StopRequest {
-        reason,
-        fresh,
-        ts: jiff::Timestamp::now().as_second(),
-    };
-    stop_file(dir)
-        .update(|slot| *slot = Some(req))
-        .map_err(io::Error::other)
-}
-
-fn stop_file(dir: &AgentDir) -> state::JsonFile<StopRequest> {
+pub(super) fn stop_file(dir: &AgentDir) -> state::JsonFile<StopRequest> {
     state::JsonFile::new(dir, STOP_REQUEST, "stop_request")
 }
 
@@ -412,7 +399,7 @@ mod tests {
                         reason: EndReason::Crash,
                         code: Some(1),
                         signal: None,
-                        mode: StartMode::Fresh,
+                        mode: Start::Fresh,
                     },
                     3600,
                 )
@@ -561,10 +548,11 @@ mod tests {
     #[test]
     fn stop_requests_are_taken_once() {
         let (_t, d) = dir();
-        request_stop(&d, EndReason::OperatorRestart, true).unwrap();
+        super::super::execute::request_stop(&d, EndReason::OperatorRestart, true).unwrap();
         let req = take_stop_request(&d).unwrap();
         assert_eq!(req.reason, EndReason::OperatorRestart);
-        assert!(req.fresh);
+        // The fresh start travels one way: the marker.
+        assert!(d.has_marker(crate::state::FRESH));
         assert_eq!(take_stop_request(&d), None);
     }
 
@@ -579,7 +567,7 @@ mod tests {
                 code: Some(1),
                 signal: None,
                 runtime_ms: 1,
-                mode: StartMode::Fresh,
+                mode: Start::Fresh,
                 session_id: None,
                 argv: vec![],
                 decision: String::new(),
