@@ -289,7 +289,7 @@ fn a_resume_that_never_shows_life_starts_fresh_and_clears_the_id() {
     assert_eq!(ends[1]["showed_life"], false);
     assert_eq!(ends[1]["action"], "fresh");
     let record: Value = serde_json::from_str(
-        &std::fs::read_to_string(fleet.agent_dir("alpha").join("crashes.json")).unwrap(),
+        &std::fs::read_to_string(fleet.agent_dir("alpha").join("restarts.json")).unwrap(),
     )
     .unwrap();
     assert!(
@@ -367,8 +367,8 @@ fn an_agent_that_never_got_a_prompt_is_started_fresh_and_told_nothing() {
     let skipped = ops_named(&fleet, "idle", "resume_skipped");
     assert_eq!(skipped[0]["session_id"], first.as_str(), "{skipped:?}");
     assert!(
-        !fleet.agent_dir("idle").join("crashes.json").exists()
-            || std::fs::read_to_string(fleet.agent_dir("idle").join("crashes.json"))
+        !fleet.agent_dir("idle").join("restarts.json").exists()
+            || std::fs::read_to_string(fleet.agent_dir("idle").join("restarts.json"))
                 .unwrap()
                 .contains("\"crashes\": []"),
         "no crash"
@@ -1299,7 +1299,8 @@ fn sigterm_during_a_pass_starts_no_further_agent() {
 }
 
 /// A person's `phoenix restart` gives the task a new budget of watchdog revivals (as it does
-/// for crashes and the Clinic's recoveries); the rest of the watchdog's memory stays.
+/// for crashes and the Clinic's recoveries); the rest of the watchdog's memory stays. The
+/// revivals an older phoenix kept in `watchdog.json` are the ledger's from the first update.
 #[test]
 fn an_operator_restart_resets_the_revivals_spent_on_the_task() {
     let fleet = Fleet::new();
@@ -1317,9 +1318,13 @@ fn an_operator_restart_resets_the_revivals_spent_on_the_task() {
     )
     .unwrap();
     fleet.run(&["restart", "alpha"]).status(0);
+    let ledger: Value = serde_json::from_str(
+        &std::fs::read_to_string(fleet.agent_dir("alpha").join("restarts.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(ledger["revivals"]["count"], 0, "{ledger}");
+    assert_eq!(ledger["revivals"]["task"], Value::Null, "{ledger}");
     let after: Value = serde_json::from_str(&std::fs::read_to_string(&memory).unwrap()).unwrap();
-    assert_eq!(after["revivals"], 0, "{after}");
-    assert_eq!(after["revival_task"], Value::Null, "{after}");
     assert_eq!(after["tool_count"], 7, "{after}");
 }
 

@@ -327,6 +327,7 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
         templates: &templates,
         settings: &spec.clinic,
         fleet,
+        spent: crate::recovery::record::load(&dir).recoveries,
     };
     let recovery = clinic.recover(
         &TriageInput {
@@ -341,7 +342,7 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
         !args.dry_run,
     );
     if !args.dry_run {
-        crate::recovery::execute::rehabilitate(&dir, &recovery.rehab)
+        crate::recovery::execute::rehabilitate(&dir, &recovery)
             .context("cannot write what the next start gets")?;
     }
     if args.json {

@@ -53,8 +53,11 @@ pub fn request_stop(dir: &AgentDir, reason: EndReason, fresh: bool) -> io::Resul
         .map_err(io::Error::other)
 }
 
-/// What the Clinic's rehabilitation leaves for the next start (`phoenix clinic AGENT`).
-pub fn rehabilitate(dir: &AgentDir, rehab: &crate::clinic::Rehab) -> io::Result<()> {
+/// What the Clinic's recovery leaves for the next start (`phoenix clinic AGENT`), and the
+/// recovery it spent.
+pub fn rehabilitate(dir: &AgentDir, treated: &crate::clinic::Recovery) -> io::Result<()> {
+    spend_recovery(dir, treated.spent.as_ref())?;
+    let rehab = &treated.rehab;
     if rehab.start == Start::Fresh {
         intend_fresh(dir)?;
     }
@@ -64,9 +67,23 @@ pub fn rehabilitate(dir: &AgentDir, rehab: &crate::clinic::Rehab) -> io::Result<
     Ok(())
 }
 
+/// The Clinic spent a recovery on the task: the ledger says so.
+fn spend_recovery(dir: &AgentDir, spent: Option<&crate::clinic::Counter>) -> io::Result<()> {
+    match spent {
+        Some(counter) => record::update(dir, |l| l.recoveries = counter.clone()),
+        None => Ok(()),
+    }
+}
+
+/// One watchdog revival is spent on `task`.
+pub fn spend_revival(dir: &AgentDir, task: Option<&str>) -> io::Result<()> {
+    record::update(dir, |l| l.revivals.spend(task))
+}
+
 /// Write what a recovery leaves for the next start: the context to give it (the revival
 /// context rendered by the caller as `revival_text`) and the fresh-start intent.
 pub fn prepare_start(dir: &AgentDir, r: &Recovery, revival_text: Option<&str>) -> io::Result<()> {
+    spend_recovery(dir, r.recoveries.as_ref())?;
     match (&r.inject, revival_text) {
         (Inject::Text(text), _) => give_context(dir, text)?,
         (Inject::RevivalContext, Some(text)) => give_context(dir, text)?,

@@ -74,30 +74,12 @@ pub fn revive(config: &Path, name: &str) -> anyhow::Result<RestartReport> {
     )
 }
 
-/// Forget the revivals the watchdog spent on the current task (`watchdog.json`): a person
-/// restarted the agent, so the task gets a new budget. The rest of the watchdog's memory stays.
-fn reset_revivals(dir: &state::AgentDir) -> std::io::Result<()> {
-    let path = dir.file(crate::watchdog::MEMORY);
-    if !path.exists() {
-        return Ok(());
-    }
-    let mut memory = crate::watchdog::Memory::load(dir);
-    if memory.revivals == 0 && memory.revival_task.is_none() {
-        return Ok(());
-    }
-    memory.revivals = 0;
-    memory.revival_task = None;
-    let bytes = serde_json::to_vec_pretty(&memory).map_err(std::io::Error::other)?;
-    state::atomic_write(&path, &bytes)
-}
-
 /// A person restarted the agent (`phoenix restart`, or `restart`/`fresh` typed in safe mode):
-/// the crash history and quarantine, the Clinic's recoveries and the watchdog's revivals for
-/// the task all start again.
+/// every count in its restart ledger that stops it for a person starts again (the crash
+/// history and quarantine, the Clinic's recoveries and the watchdog's revivals for the task,
+/// the daemon's starts).
 pub fn reset_counts(dir: &state::AgentDir) -> anyhow::Result<()> {
-    record::update(dir, |r| r.reset()).context("cannot reset the crash history")?;
-    crate::clinic::reset_recoveries(dir).context("cannot reset the Clinic's recovery count")?;
-    reset_revivals(dir).context("cannot reset the watchdog's revival count")
+    record::update(dir, |r| r.reset()).context("cannot reset the restart ledger")
 }
 
 fn restart_by(

@@ -693,6 +693,7 @@ impl Wrapper {
                 templates: &templates,
                 settings: &self.spec.clinic,
                 fleet: self.fleet.clone(),
+                spent: saved.recoveries.clone(),
             };
             clinic.after_crash(&TriageInput {
                 agent: AgentInfo::from_spec(&self.spec, &self.agent),

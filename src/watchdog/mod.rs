@@ -49,11 +49,6 @@ pub struct Memory {
     pub tool_count: Option<u64>,
     #[serde(default)]
     pub last_tool_call: Option<i64>,
-    /// Revivals spent on `task`.
-    #[serde(default)]
-    pub revival_task: Option<String>,
-    #[serde(default)]
-    pub revivals: u32,
     /// The last notification: what it was about and when, so a long-running problem is not
     /// reported on every pass.
     #[serde(default)]
@@ -64,6 +59,12 @@ pub struct Memory {
     /// agent's wrapper at once, the daemon, a cron `watchdog --once`), it is handled once.
     #[serde(default)]
     pub failed_turn_handled: Option<String>,
+    /// The revivals an older phoenix kept here, kept as they are until the restart ledger
+    /// has read them (it reads them once, when it is first written); never read otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    revival_task: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    revivals: Option<u32>,
 }
 
 impl Memory {
@@ -92,14 +93,6 @@ impl Memory {
         Memory::file(dir)
             .save_locked(self)
             .map_err(std::io::Error::other)
-    }
-
-    fn revivals_for(&self, task: Option<&str>) -> u32 {
-        if self.revival_task.as_deref() == task {
-            self.revivals
-        } else {
-            0
-        }
     }
 }
 
@@ -598,7 +591,10 @@ impl<'a> Watchdog<'a> {
         now: i64,
     ) {
         let task = seen.task.clone();
-        let revivals = memory.revivals_for(task.as_deref());
+        // Spent revivals live in the restart ledger, with the agent's other budgets.
+        let revivals = recovery::record::load(dir)
+            .revivals
+            .for_task(task.as_deref());
         let max_revivals = self.spec.watchdog.max_revivals;
         let incident = Incident::Unhealthy(Unhealthy {
             findings: findings
@@ -685,9 +681,12 @@ impl<'a> Watchdog<'a> {
                     .push(format!("cannot save the revival context: {e}"));
             }
         }
-        if r.spends_revival {
-            memory.revival_task = task.clone();
-            memory.revivals = revivals + 1;
+        if r.spends_revival
+            && let Err(e) = recovery::execute::spend_revival(dir, task.as_deref())
+        {
+            report
+                .problems
+                .push(format!("cannot record the revival: {e}"));
         }
         if let Some(Notify::Failure(text)) = &r.notify {
             let text = match text {
@@ -823,6 +822,7 @@ impl<'a> Watchdog<'a> {
             templates: &self.templates,
             settings: &self.spec.clinic,
             fleet: self.fleet.clone(),
+            spent: recovery::record::load(dir).recoveries,
         };
         let output = [seen.inputs.turn_error.clone(), seen.inputs.screen.clone()]
             .into_iter()
