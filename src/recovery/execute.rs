@@ -1,14 +1,16 @@
 //! The executor: carries a [`Recovery`] out. It is the only writer of what a recovery leaves
-//! on disk for the next start: the fresh-start intent (the `.fresh` marker, the one way it
-//! travels), the recovery context (`clinic_context.md`), the stop request, quarantine, and the
-//! crash-loop critical event. The detectors call it; nothing else writes these.
+//! on disk: the fresh-start intent (the `.fresh` marker, the one way it travels), the recovery
+//! context (`clinic_context.md`), the stop request, quarantine, the crash evidence and the
+//! restart ledger's counts, and the recovery's critical events (`crash_loop`,
+//! `session_unhealthy`; the Clinic records its own steps). The detectors call it; nothing
+//! else writes these.
 
 use std::io;
 
 use serde_json::json;
 
 use super::decide::{EndReason, Inject, Recovery, Start, StopRequest};
-use super::record::{self, Quarantine};
+use super::record::{self, CrashEntry, CrashRecord, Quarantine};
 use crate::clinic::PENDING_CONTEXT;
 use crate::spec::AgentSpec;
 use crate::state::{self, AgentDir, FleetDir};
@@ -95,17 +97,31 @@ pub fn prepare_start(dir: &AgentDir, r: &Recovery, revival_text: Option<&str>) -
     Ok(())
 }
 
-/// Carry out the recovery after an exit, as far as the state dir goes: the next start's
-/// context and intent, `.clean-exit`, quarantine and the crash-loop event. `last_exit`: the
-/// exit's code and signal, for the event.
+/// A crash's evidence, kept before anything else: its record (`crashes/<time>.json`, with
+/// the pane's last lines) and its entry in the ledger's crash window of `window_secs`.
+pub fn keep_evidence(dir: &AgentDir, crash: &CrashRecord, entry: CrashEntry, window_secs: i64) {
+    let _ = record::write_crash_record(dir, crash);
+    let _ = record::update(dir, |l| l.push_crash(entry, window_secs));
+}
+
+/// Carry out the recovery after an exit, as far as the state dir goes: the sessions a fresh
+/// start leaves (`sessions`, never resumed again), the next start's context and intent,
+/// `.clean-exit`, quarantine and the crash-loop event. `last_exit`: the exit's code and
+/// signal, for the event. Returns what could not be written.
 pub fn after_exit(
     fleet: &FleetDir,
     dir: &AgentDir,
     agent: &AgentSpec,
     r: &Recovery,
     last_exit: (Option<i32>, Option<i32>),
+    sessions: &[String],
 ) -> Vec<String> {
     let mut problems = Vec::new();
+    if r.clear_session {
+        for id in sessions {
+            let _ = record::clear_session(dir, id);
+        }
+    }
     if let Err(e) = prepare_start(dir, r, None) {
         problems.push(format!("cannot write the next start's context: {e}"));
     }
@@ -135,4 +151,9 @@ pub fn after_exit(
         );
     }
     problems
+}
+
+/// The watchdog's `session_unhealthy` critical event: what it found and what was done.
+pub fn record_unhealthy(fleet: &FleetDir, event: &serde_json::Value) -> io::Result<()> {
+    fleet.append_event(event)
 }

@@ -719,8 +719,6 @@ impl Wrapper {
                 decision: decision.explain.clone(),
                 pane_tail: pane_tail.clone(),
             };
-            let _ = record::write_crash_record(&self.dir, &crash);
-            let window = self.agent.restart.crash_window.as_secs() as i64;
             let entry = CrashEntry {
                 ts: exit.now,
                 reason: decision.reason,
@@ -728,7 +726,8 @@ impl Wrapper {
                 signal,
                 mode: run.mode,
             };
-            let _ = record::update(&self.dir, |r| r.push_crash(entry, window));
+            let window = self.agent.restart.crash_window.as_secs() as i64;
+            recovery::execute::keep_evidence(&self.dir, &crash, entry, window);
         }
         // Clear, don't compact: what this session knew is saved before the next one starts.
         // A clean exit was a person's choice; anything else gets a handoff.
@@ -746,11 +745,23 @@ impl Wrapper {
                 let _ = self.dir.record_op("handoff_failed", json!({"error": e}));
             }
         }
-        if decision.clear_session {
-            let current = record::recorded_session(&self.dir).map(|s| s.id);
-            for id in run.session_id.iter().chain(current.iter()) {
-                let _ = record::clear_session(&self.dir, id);
-            }
+        // The sessions a fresh start leaves behind: the one this run resumed and the one
+        // its hooks recorded last.
+        let sessions: Vec<String> = run
+            .session_id
+            .iter()
+            .cloned()
+            .chain(record::recorded_session(&self.dir).map(|s| s.id))
+            .collect();
+        for problem in recovery::execute::after_exit(
+            &self.fleet,
+            &self.dir,
+            &self.agent,
+            &decision,
+            (code, signal),
+            &sessions,
+        ) {
+            say(&problem);
         }
         self.record_end(
             run,
@@ -761,15 +772,6 @@ impl Wrapper {
                 "decided_by": decision.decided_by,
             }),
         );
-        for problem in recovery::execute::after_exit(
-            &self.fleet,
-            &self.dir,
-            &self.agent,
-            &decision,
-            (code, signal),
-        ) {
-            say(&problem);
-        }
         let delay = decision.delay;
         let again = if session_id.is_some() {
             "resuming"

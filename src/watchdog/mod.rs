@@ -745,7 +745,7 @@ impl<'a> Watchdog<'a> {
                 "problems": report.problems,
             },
         });
-        if let Err(e) = self.fleet.append_event(&event) {
+        if let Err(e) = recovery::execute::record_unhealthy(&self.fleet, &event) {
             report
                 .problems
                 .push(format!("cannot record the critical event: {e}"));
