@@ -1568,3 +1568,73 @@ fn the_tool_call_a_killed_agent_was_running_is_stopped_and_named_to_the_next_ses
         "named once"
     );
 }
+
+/// An upgrade resets no budget: a state dir an older phoenix left has its counts in
+/// `crashes.json` (and `clinic.json`, `watchdog.json`), which the restart ledger
+/// (`restarts.json`) is filled from. Two crashes already in the window leave one before
+/// safe mode, and a quarantined agent stays quarantined.
+#[test]
+fn an_upgrade_keeps_the_crash_budget_and_the_quarantine_of_the_old_counter_files() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}{}",
+        fast_restarts(3),
+        resumable_agent("alpha", "--crash-after 300ms"),
+        resumable_agent("beta", "")
+    ));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    use std::os::unix::fs::DirBuilderExt;
+    let old = |agent: &str, text: String| {
+        let dir = fleet.agent_dir(agent);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .unwrap();
+        std::fs::write(dir.join("crashes.json"), text).unwrap();
+    };
+    let crash = |ts: u64| {
+        format!(r#"{{"ts": {ts}, "reason": "crash", "code": 1, "signal": null, "mode": "fresh"}}"#)
+    };
+    old(
+        "alpha",
+        format!(
+            r#"{{"crashes": [{}, {}]}}"#,
+            crash(now - 20),
+            crash(now - 10)
+        ),
+    );
+    old(
+        "beta",
+        r#"{"safe_mode": {"since": "before the upgrade", "reason": "crash loop"}}"#.into(),
+    );
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_ops(&fleet, "alpha", "safe_mode", 1);
+    assert_eq!(
+        ops_named(&fleet, "alpha", "agent_start").len(),
+        1,
+        "the third crash in the window, counting the old two"
+    );
+    let events = read_jsonl(&fleet.state_dir().join("critical_events.jsonl"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "crash_loop" && e["agent"] == "alpha"),
+        "{events:?}"
+    );
+    let ledger: Value = serde_json::from_str(
+        &std::fs::read_to_string(fleet.agent_dir("alpha").join("restarts.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(ledger["crashes"].as_array().unwrap().len(), 3, "{ledger}");
+
+    let safe = wait_ops(&fleet, "beta", "safe_mode", 1);
+    assert!(
+        safe[0]["why"].as_str().unwrap().contains("crash loop"),
+        "{safe:?}"
+    );
+    assert!(ops_named(&fleet, "beta", "agent_start").is_empty());
+}
