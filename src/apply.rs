@@ -10,9 +10,9 @@ use serde_json::json;
 
 use crate::hooks::config as hook_config;
 use crate::plan::{Action, Change, Plan};
+use crate::recovery::{EndReason, execute};
 use crate::spec::{AgentSpec, Spec};
 use crate::state::{self, AgentDir, FleetDir};
-use crate::supervise::{EndReason, record};
 use crate::world::{Launch, Runtime, RuntimeError, tmux};
 
 #[derive(Debug, Clone, Serialize)]
@@ -98,7 +98,7 @@ impl Applier<'_> {
                 ensure_dir(dir)?;
                 if matches!(change.action, Action::Replace { .. }) {
                     // The wrapper being replaced records this as the session's end reason.
-                    let _ = record::request_stop(dir, EndReason::DriftReplacement, false);
+                    let _ = execute::request_stop(dir, EndReason::DriftReplacement, false);
                 }
                 let launch = self.launch(agent, dir)?;
                 self.tiered(agent, || self.runtime.respawn(pane, &launch))?;
@@ -106,7 +106,7 @@ impl Applier<'_> {
             }
             Action::Stop { pane } | Action::Prune { pane } => {
                 if dir.exists() {
-                    let _ = record::request_stop(dir, EndReason::OperatorStop, false);
+                    let _ = execute::request_stop(dir, EndReason::OperatorStop, false);
                 }
                 self.stop_pane(pane)?;
                 Ok(format!("stopped pane {pane}"))

@@ -14,6 +14,7 @@ pub mod notify;
 pub mod plan;
 pub mod policy;
 pub mod process;
+pub mod recovery;
 pub mod render;
 pub mod serve;
 pub mod spec;

@@ -80,7 +80,7 @@ pub struct AgentStatus {
     pub context: Context,
     /// Crash history and the last stop reason; only when one agent is asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub supervision: Option<crate::supervise::record::Summary>,
+    pub supervision: Option<crate::recovery::record::Summary>,
 }
 
 /// How fresh an agent's saved context is: what a new session would get back, and how much
@@ -212,7 +212,7 @@ pub fn rows(spec: &Spec, world: &World) -> Vec<AgentStatus> {
         let obs = world.agents.get(&name);
         let process = pane.and_then(|p| p.agent_process());
         let dir = fleet.agent(&name);
-        let record = crate::supervise::record::load(&dir);
+        let record = crate::recovery::record::load(&dir);
         let state = match (declared, pane) {
             (None, _) => "pruned-pending",
             (Some(a), _) if !a.enabled => "disabled",
@@ -291,7 +291,7 @@ pub fn agent(spec: &Spec, world: &World, name: &str) -> Option<AgentStatus> {
     let mut row = rows(spec, world).into_iter().find(|r| r.agent == name)?;
     let dir = FleetDir::new(&spec.fleet.state_dir).agent(name);
     let restart = spec.agent(name).map(|a| &a.restart);
-    row.supervision = Some(crate::supervise::record::summary(&dir, restart));
+    row.supervision = Some(crate::recovery::record::summary(&dir, restart));
     Some(row)
 }
 

@@ -2094,12 +2094,12 @@ fn every_state_file_is_private_after_a_realistic_run() {
     ));
     fleet.run(&["apply", "--yes"]).status(0);
     let pids = fleet.wait_running(&["a", "b"]);
-    // A crash: the wrapper records it (crashes.json, its lock, a crash record).
+    // A crash: the wrapper records it (restarts.json, its lock, a crash record).
     support::kill9(pids[1]);
     wait_until(
         std::time::Duration::from_secs(20),
         "the crash is recorded",
-        || fleet.agent_dir("b").join("crashes.json").exists(),
+        || fleet.agent_dir("b").join("restarts.json").exists(),
     );
     // A corrupt ledger: rolled back, kept aside, a critical event.
     save_handoff(&fleet, "b", "Current task: first\n");

@@ -582,7 +582,7 @@ fn real_claude_model_not_found_goes_to_safe_mode_naming_the_model() {
     assert!(events.contains("model_unavailable"), "{events}");
     assert!(events.contains("claude-nope-4"), "{events}");
     let record: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("crashes.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(dir.join("restarts.json")).unwrap()).unwrap();
     let why = record["safe_mode"]["reason"].as_str().unwrap_or("");
     assert!(why.contains("model_unavailable"), "{record}");
     assert!(why.contains("`claude-nope-4`"), "{record}");
@@ -655,7 +655,7 @@ fn real_claude_revoked_key_goes_to_safe_mode_at_once_without_the_daemon() {
         fleet.agent_status("cc")["state"] == "safe-mode"
     });
     let record: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("crashes.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(dir.join("restarts.json")).unwrap()).unwrap();
     let why = record["safe_mode"]["reason"].as_str().unwrap_or("");
     assert!(why.contains("invalid_credentials"), "{record}");
     let starts = fleet

@@ -289,7 +289,7 @@ fn a_resume_that_never_shows_life_starts_fresh_and_clears_the_id() {
     assert_eq!(ends[1]["showed_life"], false);
     assert_eq!(ends[1]["action"], "fresh");
     let record: Value = serde_json::from_str(
-        &std::fs::read_to_string(fleet.agent_dir("alpha").join("crashes.json")).unwrap(),
+        &std::fs::read_to_string(fleet.agent_dir("alpha").join("restarts.json")).unwrap(),
     )
     .unwrap();
     assert!(
@@ -367,8 +367,8 @@ fn an_agent_that_never_got_a_prompt_is_started_fresh_and_told_nothing() {
     let skipped = ops_named(&fleet, "idle", "resume_skipped");
     assert_eq!(skipped[0]["session_id"], first.as_str(), "{skipped:?}");
     assert!(
-        !fleet.agent_dir("idle").join("crashes.json").exists()
-            || std::fs::read_to_string(fleet.agent_dir("idle").join("crashes.json"))
+        !fleet.agent_dir("idle").join("restarts.json").exists()
+            || std::fs::read_to_string(fleet.agent_dir("idle").join("restarts.json"))
                 .unwrap()
                 .contains("\"crashes\": []"),
         "no crash"
@@ -1310,7 +1310,8 @@ fn sigterm_during_a_pass_starts_no_further_agent() {
 }
 
 /// A person's `phoenix restart` gives the task a new budget of watchdog revivals (as it does
-/// for crashes and the Clinic's recoveries); the rest of the watchdog's memory stays.
+/// for crashes and the Clinic's recoveries); the rest of the watchdog's memory stays. The
+/// revivals an older phoenix kept in `watchdog.json` are the ledger's from the first update.
 #[test]
 fn an_operator_restart_resets_the_revivals_spent_on_the_task() {
     let fleet = Fleet::new();
@@ -1328,9 +1329,13 @@ fn an_operator_restart_resets_the_revivals_spent_on_the_task() {
     )
     .unwrap();
     fleet.run(&["restart", "alpha"]).status(0);
+    let ledger: Value = serde_json::from_str(
+        &std::fs::read_to_string(fleet.agent_dir("alpha").join("restarts.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(ledger["revivals"]["count"], 0, "{ledger}");
+    assert_eq!(ledger["revivals"]["task"], Value::Null, "{ledger}");
     let after: Value = serde_json::from_str(&std::fs::read_to_string(&memory).unwrap()).unwrap();
-    assert_eq!(after["revivals"], 0, "{after}");
-    assert_eq!(after["revival_task"], Value::Null, "{after}");
     assert_eq!(after["tool_count"], 7, "{after}");
 }
 
@@ -1589,4 +1594,74 @@ fn status_and_doctor_say_whether_the_daemon_runs() {
     fleet.run(&["doctor"]).stdout_has(&said);
     assert_eq!(daemon.stop(), Some(0));
     fleet.run(&["status"]).stdout_has("daemon: not running");
+}
+
+/// An upgrade resets no budget: a state dir an older phoenix left has its counts in
+/// `crashes.json` (and `clinic.json`, `watchdog.json`), which the restart ledger
+/// (`restarts.json`) is filled from. Two crashes already in the window leave one before
+/// safe mode, and a quarantined agent stays quarantined.
+#[test]
+fn an_upgrade_keeps_the_crash_budget_and_the_quarantine_of_the_old_counter_files() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}{}",
+        fast_restarts(3),
+        resumable_agent("alpha", "--crash-after 300ms"),
+        resumable_agent("beta", "")
+    ));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    use std::os::unix::fs::DirBuilderExt;
+    let old = |agent: &str, text: String| {
+        let dir = fleet.agent_dir(agent);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .unwrap();
+        std::fs::write(dir.join("crashes.json"), text).unwrap();
+    };
+    let crash = |ts: u64| {
+        format!(r#"{{"ts": {ts}, "reason": "crash", "code": 1, "signal": null, "mode": "fresh"}}"#)
+    };
+    old(
+        "alpha",
+        format!(
+            r#"{{"crashes": [{}, {}]}}"#,
+            crash(now - 20),
+            crash(now - 10)
+        ),
+    );
+    old(
+        "beta",
+        r#"{"safe_mode": {"since": "before the upgrade", "reason": "crash loop"}}"#.into(),
+    );
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_ops(&fleet, "alpha", "safe_mode", 1);
+    assert_eq!(
+        ops_named(&fleet, "alpha", "agent_start").len(),
+        1,
+        "the third crash in the window, counting the old two"
+    );
+    let events = read_jsonl(&fleet.state_dir().join("critical_events.jsonl"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "crash_loop" && e["agent"] == "alpha"),
+        "{events:?}"
+    );
+    let ledger: Value = serde_json::from_str(
+        &std::fs::read_to_string(fleet.agent_dir("alpha").join("restarts.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(ledger["crashes"].as_array().unwrap().len(), 3, "{ledger}");
+
+    let safe = wait_ops(&fleet, "beta", "safe_mode", 1);
+    assert!(
+        safe[0]["why"].as_str().unwrap().contains("crash loop"),
+        "{safe:?}"
+    );
+    assert!(ops_named(&fleet, "beta", "agent_start").is_empty());
 }

@@ -776,7 +776,7 @@ fn an_expired_key_goes_to_safe_mode_at_once_without_a_daemon() {
     let checked = wrapper_checked(&fleet, "auth", Duration::from_secs(5), 0);
     assert_eq!(checked["action_taken"], "safe_mode (clinic)", "{checked}");
     let record: Value = serde_json::from_slice(
-        &std::fs::read(fleet.agent_dir("auth").join("crashes.json")).unwrap(),
+        &std::fs::read(fleet.agent_dir("auth").join("restarts.json")).unwrap(),
     )
     .unwrap();
     assert!(

@@ -327,6 +327,7 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
         templates: &templates,
         settings: &spec.clinic,
         fleet,
+        spent: crate::recovery::record::load(&dir).recoveries,
     };
     let recovery = clinic.recover(
         &TriageInput {
@@ -340,6 +341,10 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
         },
         !args.dry_run,
     );
+    if !args.dry_run {
+        crate::recovery::execute::rehabilitate(&dir, &recovery)
+            .context("cannot write what the next start gets")?;
+    }
     if args.json {
         out(&format!("{}\n", serde_json::to_string_pretty(&recovery)?));
         return Ok(0);
@@ -372,9 +377,9 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
         r.prescribed_by
     ));
     let start = match r.rehab.start {
-        crate::clinic::Start::Resume => "resume",
-        crate::clinic::Start::Fresh => "fresh session",
-        crate::clinic::Start::SafeMode => "safe mode",
+        crate::recovery::Start::Resume => "resume",
+        crate::recovery::Start::Fresh => "fresh session",
+        crate::recovery::Start::SafeMode => "safe mode",
     };
     text.push_str(&format!(
         "rehabilitation: {start} after {}s{}\n",

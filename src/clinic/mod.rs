@@ -5,10 +5,9 @@
 //! context, or safe mode with a notification). Every step is written to ops.jsonl and
 //! critical_events.jsonl so a person can see why phoenix did what it did.
 //!
-//! How the wrapper uses it: `on_exit` decides the crash-loop question first; when it does not
-//! say `safe_mode` and the exit was a crash, [`Clinic::after_crash`] refines *how* to start
-//! again: `fresh` and `safe_mode` override `on_exit`'s action, `resume` keeps it (so a failed
-//! resume still starts fresh), and the longer of the two delays wins.
+//! How recovery uses it: `recovery::decide` asks the Clinic only when the policy's answer
+//! leaves room for a treatment, and maps its rehabilitation onto the next start there, in one
+//! place; `recovery::execute` writes what the next start gets.
 
 pub mod command;
 pub mod triage;
@@ -31,20 +30,9 @@ pub use triage::{TriageInput, triage};
 pub const PENDING_CONTEXT: &str = "clinic_context.md";
 /// More than this in the pending context is not phoenix's: refused.
 const PENDING_CONTEXT_LIMIT: u64 = 1 << 20;
-/// The recovery counter: how many recoveries the current task has used.
-pub const RECOVERIES: &str = "clinic.json";
 
-/// How the agent starts again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Start {
-    /// Resume the same session.
-    Resume,
-    /// A new session (the `.fresh` marker is set).
-    Fresh,
-    /// Do not start; wait for a person.
-    SafeMode,
-}
+/// How the agent starts again: the recovery pipeline's one `Start`.
+pub use crate::policy::Start;
 
 /// Rehabilitation: what the next start looks like.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -74,9 +62,13 @@ pub struct Recovery {
     pub max_recoveries: u32,
     /// What went wrong on the way (broken policy, bad command answer, broken template).
     pub problems: Vec<String>,
+    /// The recovery counter after this recovery, for the restart ledger (`None`: nothing
+    /// spent, as in a dry run or an abort).
+    #[serde(skip)]
+    pub spent: Option<Counter>,
 }
 
-/// The recovery counter of one agent, persisted in its state dir.
+/// The recovery counter of one agent (kept in its restart ledger, `recovery::record`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Counter {
     /// The task the recoveries were spent on.
@@ -91,22 +83,6 @@ pub struct Counter {
 }
 
 impl Counter {
-    /// `clinic.json` as a `JsonFile` (rollback to its last good copy, recorded).
-    fn file(dir: &AgentDir) -> state::JsonFile<Counter> {
-        state::JsonFile::new(dir, RECOVERIES, "clinic")
-    }
-
-    pub fn load(dir: &AgentDir) -> Counter {
-        Counter::file(dir).load_or_default()
-    }
-
-    pub fn save(&self, dir: &AgentDir) -> std::io::Result<()> {
-        dir.ensure()?;
-        let file = Counter::file(dir);
-        let _lock = file.lock().map_err(std::io::Error::other)?;
-        file.save_locked(self).map_err(std::io::Error::other)
-    }
-
     /// Recoveries already spent on `task`. A new task, or a turn finished since the last
     /// recovery (the treatment worked), starts from zero.
     pub fn spent_on(&self, task: Option<&str>, ops: &[Value]) -> u32 {
@@ -135,14 +111,6 @@ impl Counter {
     }
 }
 
-/// Forget the recoveries spent (an operator's restart gives the task a new budget).
-pub fn reset_recoveries(dir: &AgentDir) -> std::io::Result<()> {
-    let file = Counter::file(dir);
-    let _lock = file.lock().map_err(std::io::Error::other)?;
-    file.remove_locked();
-    Ok(())
-}
-
 /// Take the text waiting for the next session, if any (the session-start hook calls this).
 pub fn take_pending_context(dir: &AgentDir) -> Option<String> {
     let path = dir.file(PENDING_CONTEXT);
@@ -159,6 +127,8 @@ pub struct Clinic<'a> {
     pub templates: &'a Templates,
     pub settings: &'a ClinicSettings,
     pub fleet: FleetDir,
+    /// The recoveries already spent (from the agent's restart ledger).
+    pub spent: Counter,
 }
 
 impl Clinic<'_> {
@@ -266,8 +236,9 @@ impl Clinic<'_> {
     }
 
     /// Triage → Diagnosis → Prescription → Rehabilitation, recorded step by step. With
-    /// `apply`, the rehabilitation's files are written (`.fresh`, the pending context, the
-    /// counter); without, nothing is written at all (a dry run).
+    /// `apply`, the steps and the recovery counter are written; without, nothing is written at
+    /// all (a dry run). What the next start gets (`.fresh`, the pending context) is the
+    /// recovery executor's to write (`recovery::execute`).
     pub fn recover(&self, input: &TriageInput<'_>, apply: bool) -> Recovery {
         self.run(input, apply, false)
             .expect("a recovery that treats every diagnosis always returns one")
@@ -286,7 +257,7 @@ impl Clinic<'_> {
         let mut problems = Vec::new();
         let mut trauma = triage(input);
         let ops = triage::tail_jsonl(&dir.file(state::OPS_LOG));
-        let counter = Counter::load(dir);
+        let counter = &self.spent;
         trauma.recoveries = counter.spent_on(trauma.original_prompt.as_deref(), &ops);
         let attempt = trauma.recoveries + 1;
         let (diagnosis, diagnosed_by) = self.diagnose(&trauma, &mut problems);
@@ -355,11 +326,8 @@ impl Clinic<'_> {
             Start::Fresh => "fresh session",
             Start::SafeMode => "safe_mode",
         };
-        if apply
-            && let Err(e) = self.apply(dir, &trauma, &diagnosis, &prescription, &rehab, &counter)
-        {
-            problems.push(format!("cannot write the rehabilitation: {e}"));
-        }
+        let spent = (apply && rehab.start != Start::SafeMode)
+            .then(|| self.spend(&trauma, &diagnosis, &prescription, counter));
         record(
             if rehab.start == Start::SafeMode {
                 "clinic_abort"
@@ -381,44 +349,33 @@ impl Clinic<'_> {
             attempt,
             max_recoveries: self.settings.max_recoveries,
             problems,
+            spent,
         })
     }
 
-    fn apply(
+    /// The counter with this recovery spent on the task (the executor writes it).
+    fn spend(
         &self,
-        dir: &AgentDir,
         trauma: &Trauma,
         diagnosis: &Diagnosis,
         prescription: &Prescription,
-        rehab: &Rehab,
         counter: &Counter,
-    ) -> std::io::Result<()> {
-        dir.ensure()?;
-        if rehab.start == Start::Fresh {
-            dir.set_marker(state::FRESH)?;
+    ) -> Counter {
+        let mut history = if counter.task.as_deref() == trauma.original_prompt.as_deref() {
+            counter.history.clone()
+        } else {
+            Vec::new()
+        };
+        history.push(json!({
+            "ts": state::now_rfc3339(), "root_cause": diagnosis.root_cause,
+            "action": prescription.action,
+        }));
+        Counter {
+            task: trauma.original_prompt.clone(),
+            recoveries: trauma.recoveries + 1,
+            updated: Some(state::now_rfc3339()),
+            history,
         }
-        if let Some(text) = &rehab.inject {
-            state::atomic_write(&dir.file(PENDING_CONTEXT), text.as_bytes())?;
-        }
-        if rehab.start != Start::SafeMode {
-            let mut history = if counter.task.as_deref() == trauma.original_prompt.as_deref() {
-                counter.history.clone()
-            } else {
-                Vec::new()
-            };
-            history.push(json!({
-                "ts": state::now_rfc3339(), "root_cause": diagnosis.root_cause,
-                "action": prescription.action,
-            }));
-            Counter {
-                task: trauma.original_prompt.clone(),
-                recoveries: trauma.recoveries + 1,
-                updated: Some(state::now_rfc3339()),
-                history,
-            }
-            .save(dir)?;
-        }
-        Ok(())
     }
 }
 

@@ -26,7 +26,7 @@ pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
     };
     if exit.is_clean() {
         return decide(
-            ExitAction::SafeMode,
+            Start::SafeMode,
             Duration::ZERO,
             "exited cleanly: left stopped until `phoenix restart`".into(),
         );
@@ -42,7 +42,7 @@ pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
             "not executable"
         };
         return decide(
-            ExitAction::SafeMode,
+            Start::SafeMode,
             Duration::ZERO,
             format!(
                 "the agent's command cannot be run (exit {code}: {what}): fix `command` in phoenix.toml"
@@ -58,7 +58,7 @@ pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
     );
     if crashes >= restart.max_crashes {
         return decide(
-            ExitAction::SafeMode,
+            Start::SafeMode,
             Duration::ZERO,
             format!("{count}: crash loop stopped"),
         );
@@ -66,7 +66,7 @@ pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
     let delay = backoff(restart, crashes);
     if exit.fresh_requested {
         return decide(
-            ExitAction::Fresh,
+            Start::Fresh,
             delay,
             format!("{count}; a fresh start was requested"),
         );
@@ -75,7 +75,7 @@ pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
     // long it ran: one that did is the conversation, and is resumed again.
     if exit.resumed && !exit.showed_life {
         return decide(
-            ExitAction::Fresh,
+            Start::Fresh,
             delay,
             format!("{count}; the resumed session showed no life: starting fresh"),
         );
@@ -85,7 +85,7 @@ pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
     } else {
         "restarting"
     };
-    decide(ExitAction::Resume, delay, format!("{count}: {next}"))
+    decide(Start::Resume, delay, format!("{count}: {next}"))
 }
 
 /// Revive once per task; runaway work and repeated failures go to a person.
@@ -597,10 +597,10 @@ mod tests {
             ..ExitInfo::default()
         };
         let clean = on_exit(&agent, &exit(Some(0), 0, true, 1));
-        assert_eq!(clean.action, ExitAction::SafeMode);
+        assert_eq!(clean.action, Start::SafeMode);
         // A crash of a long run resumes after the doubled cooldown.
         let crash = on_exit(&agent, &exit(Some(1), 2, true, 600_000));
-        assert_eq!(crash.action, ExitAction::Resume);
+        assert_eq!(crash.action, Start::Resume);
         assert_eq!(crash.delay, Duration::from_secs(20));
         assert_eq!(
             crash.reason.as_deref(),
@@ -610,20 +610,20 @@ mod tests {
         // (a hook, a turn) is resumed again, however soon it died.
         let mut lifeless = exit(Some(1), 1, true, 600_000);
         lifeless.showed_life = false;
-        assert_eq!(on_exit(&agent, &lifeless).action, ExitAction::Fresh);
+        assert_eq!(on_exit(&agent, &lifeless).action, Start::Fresh);
         let quick = on_exit(&agent, &exit(Some(1), 1, true, 2_000));
-        assert_eq!(quick.action, ExitAction::Resume);
+        assert_eq!(quick.action, Start::Resume);
         // A quick crash of a fresh start is resumed: there is nothing to give up on yet.
         assert_eq!(
             on_exit(&agent, &exit(Some(1), 1, false, 2_000)).action,
-            ExitAction::Resume
+            Start::Resume
         );
         let mut fresh = exit(Some(1), 1, false, 600_000);
         fresh.fresh_requested = true;
-        assert_eq!(on_exit(&agent, &fresh).action, ExitAction::Fresh);
+        assert_eq!(on_exit(&agent, &fresh).action, Start::Fresh);
         assert_eq!(
             on_exit(&agent, &exit(Some(1), 5, false, 600_000)).action,
-            ExitAction::SafeMode
+            Start::SafeMode
         );
     }
 
@@ -638,7 +638,7 @@ mod tests {
                 ..ExitInfo::default()
             };
             let d = on_exit(&agent, &exit);
-            assert_eq!(d.action, ExitAction::SafeMode, "{code}");
+            assert_eq!(d.action, Start::SafeMode, "{code}");
             assert!(d.reason.unwrap().contains("fix `command` in phoenix.toml"));
         }
         // A CLI that ran and then exited 127 itself is a crash like any other.
@@ -647,7 +647,7 @@ mod tests {
             crashes_in_window: 1,
             ..ExitInfo::default()
         };
-        assert_eq!(on_exit(&agent, &ran).action, ExitAction::Resume);
+        assert_eq!(on_exit(&agent, &ran).action, Start::Resume);
         // Without a session there is nothing to resume: the reason says restarting.
         assert_eq!(
             on_exit(&agent, &ran).reason.as_deref(),

@@ -85,7 +85,7 @@ fn bytecode_cannot_be_loaded_or_made() {
         "function on_exit() local f = load('return ...', 'x', 'b', {}) return { action = f('fresh') } end",
     );
     let d = policies.on_exit(&agent, &crash());
-    assert_eq!(d.value.action, ExitAction::Fresh, "{:?}", d.error);
+    assert_eq!(d.value.action, Start::Fresh, "{:?}", d.error);
 }
 
 #[test]
@@ -146,7 +146,7 @@ fn require_only_reaches_policies() {
         ..AgentInfo::default()
     };
     let d = policies.on_exit(&agent, &crash());
-    assert_eq!(d.value.action, ExitAction::Fresh, "{:?}", d.error);
+    assert_eq!(d.value.action, Start::Fresh, "{:?}", d.error);
     for name in ["../secret", "/etc/passwd", "os", "lib..extra"] {
         let e = escape(&format!("require('{name}')"));
         assert!(
@@ -231,7 +231,7 @@ fn missing_entry_points_come_from_the_default_policy() {
     let (_tmp, policies, agent) = with_policy("function on_exit() return 'resume' end");
     assert_eq!(
         policies.on_exit(&agent, &crash()).value.action,
-        ExitAction::Resume
+        Start::Resume
     );
     let d = policies.diagnose(&Trauma {
         agent: agent.clone(),
@@ -276,11 +276,11 @@ fn one_state_serves_many_calls_and_keeps_policies_apart() {
     for _ in 0..100 {
         assert_eq!(
             policies.on_exit(&agent("a.lua"), &crash()).value.action,
-            ExitAction::Resume
+            Start::Resume
         );
         assert_eq!(
             policies.on_exit(&agent("b.lua"), &crash()).value.action,
-            ExitAction::Fresh
+            Start::Fresh
         );
     }
     // After a memory bomb the state still works.
@@ -292,7 +292,7 @@ fn one_state_serves_many_calls_and_keeps_policies_apart() {
     assert!(policies.on_exit(&agent("c.lua"), &crash()).fell_back());
     assert_eq!(
         policies.on_exit(&agent("a.lua"), &crash()).value.action,
-        ExitAction::Resume
+        Start::Resume
     );
 }
 
@@ -323,14 +323,14 @@ fn reload_keeps_the_last_good_policy() {
     let (tmp, mut policies, agent) = with_policy("function on_exit() return 'resume' end");
     assert_eq!(
         policies.on_exit(&agent, &crash()).value.action,
-        ExitAction::Resume
+        Start::Resume
     );
     std::fs::write(tmp.path().join("policies/custom.lua"), "function on_exit(").unwrap();
     let errors = policies.reload();
     assert_eq!(errors.len(), 1);
     assert_eq!(
         policies.on_exit(&agent, &crash()).value.action,
-        ExitAction::Resume
+        Start::Resume
     );
     std::fs::write(
         tmp.path().join("policies/custom.lua"),
@@ -340,7 +340,7 @@ fn reload_keeps_the_last_good_policy() {
     assert!(policies.reload().is_empty());
     assert_eq!(
         policies.on_exit(&agent, &crash()).value.action,
-        ExitAction::Fresh
+        Start::Fresh
     );
 }
 
@@ -472,7 +472,7 @@ fn policies_can_move_to_another_thread() {
             .value
             .action
     });
-    assert_eq!(handle.join().unwrap(), ExitAction::Resume);
+    assert_eq!(handle.join().unwrap(), Start::Resume);
 }
 
 /// A backtracking pattern is one call into C, where the instruction hook never fires: the
@@ -519,7 +519,7 @@ fn a_catastrophic_pattern_is_stopped_by_the_budget() {
         ..crash()
     };
     let d = policies.on_exit(&agent, &other);
-    assert_eq!(d.value.action, ExitAction::Resume, "{:?}", d.error);
+    assert_eq!(d.value.action, Start::Resume, "{:?}", d.error);
 }
 
 /// A `__gc` finalizer runs when the collector gets to it, with Lua's hooks off: one that
@@ -563,7 +563,7 @@ fn a_finalizer_is_refused() {
     policies.reload();
     for _ in 0..3 {
         let d = policies.on_exit(&agent, &crash());
-        assert_eq!(d.value.action, ExitAction::Resume, "{:?}", d.error);
+        assert_eq!(d.value.action, Start::Resume, "{:?}", d.error);
     }
     assert!(
         started.elapsed() < Duration::from_secs(2),

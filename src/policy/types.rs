@@ -218,9 +218,14 @@ impl ExitInfo {
     }
 }
 
+/// How an agent starts again: the one word for it in every room (the `on_exit` policy's
+/// answer, the Clinic's rehabilitation, the recovery pipeline's decision, how a run was
+/// started). Its names are the Lua-facing strings (`"resume"`, `"fresh"`, `"safe_mode"`), read
+/// and written through serde at the policy boundary; it lives here, the lowest room that
+/// speaks it, and `recovery` re-exports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ExitAction {
+pub enum Start {
     /// Start again with `--resume <id>`: the conversation is kept.
     Resume,
     /// Start a new session (the id is cleared).
@@ -229,10 +234,21 @@ pub enum ExitAction {
     SafeMode,
 }
 
+impl Start {
+    /// The Lua-facing name (the same string serde writes).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Start::Resume => "resume",
+            Start::Fresh => "fresh",
+            Start::SafeMode => "safe_mode",
+        }
+    }
+}
+
 /// What the wrapper does after the agent CLI exited.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExitDecision {
-    pub action: ExitAction,
+    pub action: Start,
     /// Wait this long before starting again.
     #[serde(with = "seconds")]
     pub delay: Duration,
@@ -684,12 +700,12 @@ mod tests {
     #[test]
     fn exit_decision_reads_seconds_and_durations() {
         let d = ExitDecision::from_policy(&json!({"action": "fresh", "delay": 12})).unwrap();
-        assert_eq!(d.action, ExitAction::Fresh);
+        assert_eq!(d.action, Start::Fresh);
         assert_eq!(d.delay, Duration::from_secs(12));
         let d = ExitDecision::from_policy(&json!({"action": "resume", "delay": "2m"})).unwrap();
         assert_eq!(d.delay, Duration::from_secs(120));
         let d = ExitDecision::from_policy(&json!("safe_mode")).unwrap();
-        assert_eq!(d.action, ExitAction::SafeMode);
+        assert_eq!(d.action, Start::SafeMode);
     }
 
     #[test]

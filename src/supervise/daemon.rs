@@ -4,7 +4,7 @@
 //! (flock); SIGTERM/SIGINT finish the current step and exit 0; after `kill -9` the next start
 //! simply converges again, because all state lives in tmux and the state dir.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{IsTerminal, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -12,7 +12,7 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
@@ -62,7 +62,8 @@ const LOCK_RETRY: Duration = Duration::from_millis(500);
 /// Longest wait after failures; the regular interval still applies when it is shorter.
 const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(60);
 /// The daemon starts one agent at most this often within `START_WINDOW` before holding off:
-/// a pane whose wrapper dies at once must not turn pidfd wake-ups into a hot loop.
+/// a pane whose wrapper dies at once must not turn pidfd wake-ups into a hot loop. Counted
+/// in the agent's restart ledger, so a restarted daemon does not start the count again.
 const MAX_STARTS: usize = 5;
 const START_WINDOW: Duration = Duration::from_secs(60);
 /// Events arriving together (many wrappers, an editor's several writes) make one reconcile.
@@ -115,7 +116,6 @@ pub fn run(config: &Path, options: RunOptions) -> anyhow::Result<i32> {
         runtime: Tmux::new(&spec.fleet.tmux_socket),
         spec,
         exe: std::env::current_exe().context("cannot find the phoenix binary")?,
-        starts: HashMap::new(),
         held: Vec::new(),
         failed_hooks: HashSet::new(),
         stopping: Arc::new(AtomicBool::new(false)),
@@ -131,8 +131,6 @@ struct Daemon {
     spec: Spec,
     runtime: Tmux,
     exe: PathBuf,
-    /// When the daemon last started each agent (for the start-rate guard).
-    starts: HashMap<String, VecDeque<Instant>>,
     /// Hook-file changes that failed (a settings file that is not JSON, not writable): not
     /// tried and logged again every pass while they stay the same; a person fixes the file.
     failed_hooks: HashSet<String>,
@@ -460,25 +458,27 @@ impl Daemon {
     }
 
     fn hold_back_restart_loops(&mut self, plan: &mut plan::Plan) {
-        let now = Instant::now();
+        let now = jiff::Timestamp::now().as_second();
+        let fleet = FleetDir::new(&self.spec.fleet.state_dir);
         let mut held = Vec::new();
         plan.changes.retain(|c| {
             if !matches!(c.action, Action::Start | Action::Restart { .. }) {
                 return true;
             }
-            let starts = self.starts.entry(c.agent.clone()).or_default();
-            while starts
-                .front()
-                .is_some_and(|t| now.duration_since(*t) > START_WINDOW)
-            {
-                starts.pop_front();
-            }
-            if starts.len() >= MAX_STARTS {
+            let dir = fleet.agent(&c.agent);
+            // A ledger that cannot be written does not stop the fleet: the start goes ahead.
+            let allowed = dir
+                .ensure()
+                .and_then(|()| {
+                    crate::recovery::record::update(&dir, |l| {
+                        l.note_start(now, START_WINDOW.as_secs() as i64, MAX_STARTS)
+                    })
+                })
+                .unwrap_or(true);
+            if !allowed {
                 held.push(c.agent.clone());
-                return false;
             }
-            starts.push_back(now);
-            true
+            allowed
         });
         for agent in &held {
             if !self.held.contains(agent) {

@@ -3,8 +3,6 @@
 //! `phoenix restart` and `phoenix service install` are the operator's levers.
 
 pub mod daemon;
-pub mod decide;
-pub mod record;
 pub mod restart;
 pub mod service;
 pub mod strays;
@@ -17,7 +15,6 @@ use std::path::PathBuf;
 
 use crate::state::FleetDir;
 
-pub use decide::{EndReason, ExitAction, ExitDecision, ExitFacts, StartMode, decide_on_exit};
 pub use wrap::wrap;
 
 /// The daemon's wake-up channel: a FIFO in the state dir (no socket path length limit, and

@@ -10,10 +10,10 @@ use anyhow::{Context, bail};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use super::decide::EndReason;
-use super::{record, term};
+use super::term;
 use crate::apply::Applier;
 use crate::plan::{Action, Change, Plan};
+use crate::recovery::{EndReason, execute, record};
 use crate::spec;
 use crate::state::lock::{FleetLock, LOCK_WAIT};
 use crate::state::{self, FleetDir};
@@ -74,30 +74,12 @@ pub fn revive(config: &Path, name: &str) -> anyhow::Result<RestartReport> {
     )
 }
 
-/// Forget the revivals the watchdog spent on the current task (`watchdog.json`): a person
-/// restarted the agent, so the task gets a new budget. The rest of the watchdog's memory stays.
-fn reset_revivals(dir: &state::AgentDir) -> std::io::Result<()> {
-    let path = dir.file(crate::watchdog::MEMORY);
-    if !path.exists() {
-        return Ok(());
-    }
-    let mut memory = crate::watchdog::Memory::load(dir);
-    if memory.revivals == 0 && memory.revival_task.is_none() {
-        return Ok(());
-    }
-    memory.revivals = 0;
-    memory.revival_task = None;
-    let bytes = serde_json::to_vec_pretty(&memory).map_err(std::io::Error::other)?;
-    state::atomic_write(&path, &bytes)
-}
-
 /// A person restarted the agent (`phoenix restart`, or `restart`/`fresh` typed in safe mode):
-/// the crash history and quarantine, the Clinic's recoveries and the watchdog's revivals for
-/// the task all start again.
+/// every count in its restart ledger that stops it for a person starts again (the crash
+/// history and quarantine, the Clinic's recoveries and the watchdog's revivals for the task,
+/// the daemon's starts).
 pub fn reset_counts(dir: &state::AgentDir) -> anyhow::Result<()> {
-    record::update(dir, |r| r.reset()).context("cannot reset the crash history")?;
-    crate::clinic::reset_recoveries(dir).context("cannot reset the Clinic's recovery count")?;
-    reset_revivals(dir).context("cannot reset the watchdog's revival count")
+    record::update(dir, |r| r.reset()).context("cannot reset the restart ledger")
 }
 
 fn restart_by(
@@ -137,7 +119,7 @@ fn restart_by(
         reset_counts(&dir)?;
     }
     if fresh {
-        dir.set_marker(state::FRESH)?;
+        execute::intend_fresh(&dir)?;
         if let Some(s) = record::recorded_session(&dir) {
             record::clear_session(&dir, &s.id)?;
         }
@@ -221,7 +203,7 @@ pub fn stop_under_wrapper(
     reason: EndReason,
     fresh: bool,
 ) -> anyhow::Result<()> {
-    record::request_stop(dir, reason, fresh)?;
+    execute::request_stop(dir, reason, fresh)?;
     // The agent leads its own process group (the wrapper made it so).
     term::signal_group(pid, Signal::SIGTERM);
     let deadline = Instant::now() + STOP_GRACE;

@@ -15,11 +15,11 @@ use anyhow::Context;
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use super::decide::{self, AgentFacts, EndReason, ExitAction, ExitDecision, ExitFacts, StartMode};
-use super::record::{self, CrashEntry, CrashRecord, Quarantine};
 use super::term::{self, Terminal};
-use crate::clinic::{Clinic, Start, TriageInput};
+use crate::clinic::{Clinic, TriageInput};
 use crate::policy::{AgentInfo, Policies};
+use crate::recovery::record::{self, CrashEntry, CrashRecord};
+use crate::recovery::{self, EndReason, ExitFacts, Facts, Incident, Recovery, Start};
 use crate::render::Templates;
 use crate::spec::{self, AgentSpec, Cli, Spec};
 use crate::state::{self, AgentDir, FleetDir};
@@ -164,7 +164,7 @@ struct Wrapper {
 /// One finished run of the agent CLI.
 struct Run {
     argv: Vec<String>,
-    mode: StartMode,
+    mode: Start,
     session_id: Option<String>,
     status: Option<ExitStatus>,
     runtime: Duration,
@@ -172,7 +172,8 @@ struct Run {
 }
 
 enum SafeOutcome {
-    Start(StartMode),
+    /// Start again (a fresh start was asked for through the executor).
+    Start,
     Quit,
     Stopped(i32),
 }
@@ -213,7 +214,6 @@ impl Wrapper {
 
     fn run(&mut self) -> anyhow::Result<i32> {
         self.start_tap();
-        let mut intent = StartMode::Resume;
         loop {
             if let Some(sig) = term::stop_signal() {
                 return Ok(128 + sig);
@@ -221,13 +221,13 @@ impl Wrapper {
             self.reload();
             if let Some(q) = record::load(&self.dir).safe_mode {
                 match self.safe_mode(&format!("quarantined since {}: {}", q.since, q.reason))? {
-                    SafeOutcome::Start(mode) => intent = mode,
+                    SafeOutcome::Start => {}
                     SafeOutcome::Quit => return Ok(0),
                     SafeOutcome::Stopped(code) => return Ok(code),
                 }
                 continue;
             }
-            let run = self.run_once(intent);
+            let run = self.run_once();
             let requested = record::take_stop_request(&self.dir);
             if let Some(sig) = term::stop_signal() {
                 // The wrapper itself is going away (pane killed, replaced, SIGTERM).
@@ -247,7 +247,7 @@ impl Wrapper {
                 super::poke(&self.fleet, &self.agent.name);
                 return Ok(128 + sig);
             }
-            let decision = self.decide(&run, requested);
+            let decision = self.after_exit(&run, requested);
             match decision.reason {
                 EndReason::Crash | EndReason::WatchdogKill | EndReason::PlannedCycle => {
                     self.interrupted(decision.reason.as_str(), run.session_id.as_deref());
@@ -257,25 +257,22 @@ impl Wrapper {
                 }
                 _ => {}
             }
-            match decision.action {
-                ExitAction::SafeMode => {
+            // A fresh start was asked for through the executor (`.fresh`): the next run
+            // honours it, whoever starts it.
+            match decision.start {
+                Some(Start::SafeMode) | None => {
                     let why = match decision.reason {
                         EndReason::CleanExit => "the agent exited cleanly (code 0)".to_string(),
                         _ => decision.explain.clone(),
                     };
                     match self.safe_mode(&why)? {
-                        SafeOutcome::Start(mode) => intent = mode,
+                        SafeOutcome::Start => {}
                         SafeOutcome::Quit => return Ok(0),
                         SafeOutcome::Stopped(code) => return Ok(code),
                     }
                 }
-                ExitAction::Resume | ExitAction::Fresh => {
-                    intent = if decision.action == ExitAction::Fresh {
-                        StartMode::Fresh
-                    } else {
-                        StartMode::Resume
-                    };
-                    if !self.cooldown(Duration::from_millis(decision.delay_ms)) {
+                Some(Start::Resume | Start::Fresh) => {
+                    if !self.cooldown(decision.delay) {
                         return Ok(128 + term::stop_signal().unwrap_or(0));
                     }
                 }
@@ -331,15 +328,16 @@ impl Wrapper {
         }
     }
 
-    /// Choose resume or fresh, start the CLI in the foreground, and wait for it.
-    fn run_once(&mut self, intent: StartMode) -> Run {
+    /// Choose resume or fresh (fresh when the `.fresh` marker asks, the one way that intent
+    /// travels), start the CLI in the foreground, and wait for it.
+    fn run_once(&mut self) -> Run {
         let saved = record::load(&self.dir);
         let fresh_marker = self.dir.has_marker(state::FRESH);
         let recorded = record::recorded_session(&self.dir);
         let resume = recorded
             .as_ref()
             .filter(|s| record::resumable(s, &saved, &self.agent.workdir))
-            .filter(|_| intent == StartMode::Resume && !fresh_marker)
+            .filter(|_| !fresh_marker)
             // A session that never got a prompt was never written: its CLI cannot resume it.
             .filter(|s| {
                 let has_turn = record::session_has_turn(&self.dir, &s.id);
@@ -353,10 +351,10 @@ impl Wrapper {
             })
             .and_then(|s| resume_argv(&self.agent, &s.id).map(|argv| (s.id.clone(), argv)));
         let (mode, session_id, argv) = match resume {
-            Some((id, argv)) => (StartMode::Resume, Some(id), argv),
-            None => (StartMode::Fresh, None, base_argv(&self.agent)),
+            Some((id, argv)) => (Start::Resume, Some(id), argv),
+            None => (Start::Fresh, None, base_argv(&self.agent)),
         };
-        if mode == StartMode::Fresh {
+        if mode == Start::Fresh {
             if fresh_marker {
                 // Consumed when honoured, so it forces exactly one clean slate.
                 let _ = self.dir.clear_marker(state::FRESH);
@@ -505,7 +503,7 @@ impl Wrapper {
             showed_life = probe.shown();
         }
         let mut mode = mode;
-        if mode == StartMode::Resume && showed_life {
+        if mode == Start::Resume && showed_life {
             let now = record::recorded_session(&self.dir);
             let same_id = now.as_ref().map(|s| s.id.as_str()) == session_id.as_deref();
             let same_dir = now
@@ -514,7 +512,7 @@ impl Wrapper {
                 .is_none_or(|cwd| record::same_dir(cwd, &self.agent.workdir));
             if !same_id || !same_dir {
                 // It came back as another session: that is a fresh start, not a resume.
-                mode = StartMode::Fresh;
+                mode = Start::Fresh;
                 let _ = self.dir.record_op(
                     "resume_mismatch",
                     json!({"resumed": session_id, "recorded": now.map(|s| s.id)}),
@@ -604,7 +602,7 @@ impl Wrapper {
     fn spawn_failed(
         &self,
         argv: Vec<String>,
-        mode: StartMode,
+        mode: Start,
         session_id: Option<String>,
         error: &str,
         code: i32,
@@ -638,13 +636,14 @@ impl Wrapper {
         Ok(cmd)
     }
 
-    /// Ask the policy, keep the evidence, let the Clinic treat a diagnosable crash, record the
-    /// one reason, and apply the bookkeeping.
-    fn decide(&mut self, run: &Run, requested: Option<decide::StopRequest>) -> ExitDecision {
+    /// The exit is an incident: build it with its facts, let the recovery pipeline decide
+    /// (the policy, and the Clinic for a crash it can name), keep the evidence, record the one
+    /// reason, and let the executor carry the answer out.
+    fn after_exit(&mut self, run: &Run, requested: Option<recovery::StopRequest>) -> Recovery {
         let saved = record::load(&self.dir);
-        let facts = AgentFacts {
-            info: AgentInfo::from_spec(&self.spec, &self.agent),
+        let facts = Facts {
             recent_crashes: saved.recent_crash_times(),
+            ..Facts::new(AgentInfo::from_spec(&self.spec, &self.agent))
         };
         let (code, signal) = status_parts(run.status);
         // The session a restart would resume: the resumed one, else the one this run recorded
@@ -665,38 +664,48 @@ impl Wrapper {
             requested,
             now: jiff::Timestamp::now().as_second(),
         };
+        let incident = Incident::Exit(exit.clone());
+        // The evidence of a crash, before anything else: only what this session printed (the
+        // scrollback above its start is another's).
+        let pane_tail = incident
+            .is_crash()
+            .then(|| {
+                self.pane
+                    .as_ref()
+                    .and_then(|p| self.runtime.capture(p, EVIDENCE_LINES).ok())
+            })
+            .flatten()
+            .map(|t| {
+                crate::clinic::triage::this_session(&t, &self.agent.name)
+                    .trim_end()
+                    .to_string()
+            });
         // Lua is loaded here, after an exit, never on a hook's path; a new state each time
         // picks up edited policies. Stops requested on purpose need no policy.
         let policies = exit
             .requested
             .is_none()
             .then(|| Policies::for_spec(&self.spec));
-        let mut shown = None;
-        let mut decided_by = "requested".to_string();
-        let mut decision = decide::decide_with(&facts, &exit, |info| {
-            shown = Some(info.clone());
-            match &policies {
-                Some(p) => {
-                    let d = p.on_exit(&facts.info, info);
-                    decided_by = d.by.clone();
-                    d.value
-                }
-                None => crate::policy::builtin::on_exit(&facts.info, info),
-            }
+        let templates = Templates::for_spec(&self.spec);
+        let decision = recovery::decide(&incident, &facts, policies.as_ref(), |shown| {
+            let clinic = Clinic {
+                policies: policies.as_ref()?,
+                templates: &templates,
+                settings: &self.spec.clinic,
+                fleet: self.fleet.clone(),
+                spent: saved.recoveries.clone(),
+            };
+            clinic.after_crash(&TriageInput {
+                agent: AgentInfo::from_spec(&self.spec, &self.agent),
+                dir: &self.dir,
+                exit: shown.cloned(),
+                transcript: None,
+                output: pane_tail.as_deref().map(without_our_lines),
+                session: crate::clinic::triage::Session::Latest,
+            })
         });
 
-        let mut pane_tail = None;
         if decision.counts_as_crash {
-            pane_tail = self
-                .pane
-                .as_ref()
-                .and_then(|p| self.runtime.capture(p, EVIDENCE_LINES).ok())
-                // Only what this session printed: the scrollback above its start is another's.
-                .map(|t| {
-                    crate::clinic::triage::this_session(&t, &self.agent.name)
-                        .trim_end()
-                        .to_string()
-                });
             let crash = CrashRecord {
                 ts: state::now_rfc3339(),
                 agent: self.agent.name.clone(),
@@ -710,8 +719,6 @@ impl Wrapper {
                 decision: decision.explain.clone(),
                 pane_tail: pane_tail.clone(),
             };
-            let _ = record::write_crash_record(&self.dir, &crash);
-            let window = self.agent.restart.crash_window.as_secs() as i64;
             let entry = CrashEntry {
                 ts: exit.now,
                 reason: decision.reason,
@@ -719,23 +726,14 @@ impl Wrapper {
                 signal,
                 mode: run.mode,
             };
-            let _ = record::update(&self.dir, |r| r.push_crash(entry, window));
-        }
-        let mut clinic_abort = None;
-        let mut cleared_context = false;
-        if let (true, false, Some(policies), Some(shown)) = (
-            decision.counts_as_crash,
-            decision.action == ExitAction::SafeMode,
-            &policies,
-            shown,
-        ) {
-            (clinic_abort, cleared_context) =
-                self.clinic(policies, shown, pane_tail, &mut decision);
+            let window = self.agent.restart.crash_window.as_secs() as i64;
+            recovery::execute::keep_evidence(&self.dir, &crash, entry, window);
         }
         // Clear, don't compact: what this session knew is saved before the next one starts.
         // A clean exit was a person's choice; anything else gets a handoff.
         if decision.reason != EndReason::CleanExit {
-            let trigger = if cleared_context || decision.reason == EndReason::PlannedCycle {
+            let trigger = if decision.context_cleared || decision.reason == EndReason::PlannedCycle
+            {
                 crate::continuity::Trigger::ContextLimit
             } else if decision.counts_as_crash {
                 crate::continuity::Trigger::Crash
@@ -747,64 +745,45 @@ impl Wrapper {
                 let _ = self.dir.record_op("handoff_failed", json!({"error": e}));
             }
         }
-        if decision.clear_session {
-            let current = record::recorded_session(&self.dir).map(|s| s.id);
-            for id in run.session_id.iter().chain(current.iter()) {
-                let _ = record::clear_session(&self.dir, id);
-            }
+        // The sessions a fresh start leaves behind: the one this run resumed and the one
+        // its hooks recorded last.
+        let sessions: Vec<String> = run
+            .session_id
+            .iter()
+            .cloned()
+            .chain(record::recorded_session(&self.dir).map(|s| s.id))
+            .collect();
+        for problem in recovery::execute::after_exit(
+            &self.fleet,
+            &self.dir,
+            &self.agent,
+            &decision,
+            (code, signal),
+            &sessions,
+        ) {
+            say(&problem);
         }
         self.record_end(
             run,
             decision.reason,
             json!({
-                "action": decision.action, "delay_ms": decision.delay_ms,
+                "action": decision.start, "delay_ms": decision.delay_ms(),
                 "explain": decision.explain, "counts_as_crash": decision.counts_as_crash,
-                "decided_by": decided_by,
+                "decided_by": decision.decided_by,
             }),
         );
-        if decision.clean_exit_marker {
-            let _ = self.dir.set_marker(state::CLEAN_EXIT);
-        }
-        // Quarantined on disk, so a new wrapper, a daemon restart or a reboot keeps it stopped
-        // until `phoenix restart`.
-        if let Some(message) = decision.critical.as_ref().or(clinic_abort.as_ref()) {
-            let since = state::now_rfc3339();
-            let _ = record::update(&self.dir, |r| {
-                r.safe_mode = Some(Quarantine {
-                    since: since.clone(),
-                    reason: message.clone(),
-                })
-            });
-        }
-        if let Some(message) = &decision.critical {
-            let _ = self.fleet.record_critical(
-                "crash_loop",
-                &self.agent.name,
-                message,
-                "safe_mode",
-                json!({
-                    "max_crashes": self.agent.restart.max_crashes,
-                    "crash_window": spec::duration::format(self.agent.restart.crash_window),
-                    "last_exit": {"code": code, "signal": signal},
-                }),
-            );
-            let _ = self.dir.record_op(
-                "critical",
-                json!({"event": "crash_loop", "reason": message}),
-            );
-        }
-        let delay = Duration::from_millis(decision.delay_ms);
+        let delay = decision.delay;
         let again = if session_id.is_some() {
             "resuming"
         } else {
             "restarting"
         };
-        let next = match decision.action {
-            ExitAction::SafeMode => "safe mode".to_string(),
-            ExitAction::Resume if delay.is_zero() => format!("{again} now"),
-            ExitAction::Fresh if delay.is_zero() => "starting fresh now".to_string(),
-            ExitAction::Resume => format!("{again} in {}", spec::duration::format(delay)),
-            ExitAction::Fresh => format!("starting fresh in {}", spec::duration::format(delay)),
+        let next = match decision.start {
+            Some(Start::SafeMode) | None => "safe mode".to_string(),
+            Some(Start::Resume) if delay.is_zero() => format!("{again} now"),
+            Some(Start::Fresh) if delay.is_zero() => "starting fresh now".to_string(),
+            Some(Start::Resume) => format!("{again} in {}", spec::duration::format(delay)),
+            Some(Start::Fresh) => format!("starting fresh in {}", spec::duration::format(delay)),
         };
         say(&format!(
             "`{}` ended ({}): {} → {next}",
@@ -814,73 +793,6 @@ impl Wrapper {
         ));
         super::poke(&self.fleet, &self.agent.name);
         decision
-    }
-
-    /// The Clinic on a crash: triage from the exit, the pane and the logs; a diagnosable
-    /// failure gets its prescription, which may start the next session fresh with context
-    /// injected, or stop the loop (returned: the reason for the quarantine).
-    fn clinic(
-        &self,
-        policies: &Policies,
-        exit: crate::policy::ExitInfo,
-        pane_tail: Option<String>,
-        decision: &mut ExitDecision,
-    ) -> (Option<String>, bool) {
-        let templates = Templates::for_spec(&self.spec);
-        let clinic = Clinic {
-            policies,
-            templates: &templates,
-            settings: &self.spec.clinic,
-            fleet: self.fleet.clone(),
-        };
-        let recovery = clinic.after_crash(&TriageInput {
-            agent: AgentInfo::from_spec(&self.spec, &self.agent),
-            dir: &self.dir,
-            exit: Some(exit),
-            transcript: None,
-            output: pane_tail.map(|t| without_our_lines(&t)),
-            session: crate::clinic::triage::Session::Latest,
-        });
-        let Some(recovery) = recovery else {
-            return (None, false);
-        };
-        let cleared =
-            recovery.prescription.action == crate::policy::PrescriptionAction::SummarizeHistory;
-        let rehab = &recovery.rehab;
-        decision.delay_ms = decision
-            .delay_ms
-            .max(rehab.delay.as_millis().min(u128::from(u64::MAX)) as u64);
-        decision.explain = format!(
-            "{}; clinic: {} → {}",
-            decision.explain,
-            recovery.diagnosis.root_cause,
-            recovery.prescription.action.as_str()
-        );
-        let abort = match rehab.start {
-            Start::Resume => None,
-            Start::Fresh => {
-                decision.action = ExitAction::Fresh;
-                decision.clear_session = true;
-                None
-            }
-            Start::SafeMode => {
-                decision.action = ExitAction::SafeMode;
-                let abort = format!(
-                    "clinic: {}: {}",
-                    recovery.diagnosis.root_cause,
-                    recovery
-                        .prescription
-                        .reason
-                        .as_deref()
-                        .unwrap_or("the recovery was aborted")
-                );
-                // What safe mode shows: the Clinic's reason (what to fix), not the policy's
-                // "resuming" it overruled.
-                decision.explain = abort.clone();
-                Some(abort)
-            }
-        };
-        (abort, cleared)
     }
 
     /// A CLI without a session-start hook gets its startup context (latest handoff, ledger,
@@ -1047,15 +959,14 @@ impl Wrapper {
                     let _ = super::restart::reset_counts(&self.dir);
                     let _ = self.dir.clear_marker(state::CLEAN_EXIT);
                     let fresh = w == "fresh";
+                    if fresh && let Err(e) = recovery::execute::intend_fresh(&self.dir) {
+                        say(&format!("cannot ask for a fresh start: {e}"));
+                    }
                     let _ = self.dir.record_op(
                         "operator_restart",
                         json!({"from": "safe_mode", "fresh": fresh}),
                     );
-                    return Ok(SafeOutcome::Start(if fresh {
-                        StartMode::Fresh
-                    } else {
-                        StartMode::Resume
-                    }));
+                    return Ok(SafeOutcome::Start);
                 }
                 "quit" => {
                     let _ = self.dir.set_marker(state::CLEAN_EXIT);

@@ -16,15 +16,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::clinic::PENDING_CONTEXT;
 use crate::notify::{Kind, Message, Notifier, Sent};
 use crate::policy::{AgentInfo, Policies, UnhealthyAction};
+use crate::recovery::{self, EndReason, Facts, Incident, Inject, Notify, Start, Unhealthy};
 use crate::render::Templates;
 use crate::spec::{AgentSpec, Spec};
 use crate::state::lock::{FleetLock, LockError, WATCHDOG_LOCK};
 use crate::state::{self, AgentDir, FleetDir};
-use crate::supervise::decide::EndReason;
-use crate::supervise::record;
 use crate::world::{self, Runtime, tmux::Tmux};
 pub use health::{Check, Finding};
 
@@ -51,11 +49,6 @@ pub struct Memory {
     pub tool_count: Option<u64>,
     #[serde(default)]
     pub last_tool_call: Option<i64>,
-    /// Revivals spent on `task`.
-    #[serde(default)]
-    pub revival_task: Option<String>,
-    #[serde(default)]
-    pub revivals: u32,
     /// The last notification: what it was about and when, so a long-running problem is not
     /// reported on every pass.
     #[serde(default)]
@@ -66,6 +59,12 @@ pub struct Memory {
     /// agent's wrapper at once, the daemon, a cron `watchdog --once`), it is handled once.
     #[serde(default)]
     pub failed_turn_handled: Option<String>,
+    /// The revivals an older phoenix kept here, kept as they are until the restart ledger
+    /// has read them (it reads them once, when it is first written); never read otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    revival_task: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    revivals: Option<u32>,
 }
 
 impl Memory {
@@ -94,14 +93,6 @@ impl Memory {
         Memory::file(dir)
             .save_locked(self)
             .map_err(std::io::Error::other)
-    }
-
-    fn revivals_for(&self, task: Option<&str>) -> u32 {
-        if self.revival_task.as_deref() == task {
-            self.revivals
-        } else {
-            0
-        }
     }
 }
 
@@ -583,6 +574,10 @@ impl<'a> Watchdog<'a> {
         report
     }
 
+    /// Confirmed findings are an incident: the recovery pipeline decides what to do (the
+    /// `on_unhealthy` policy, and the Clinic for an error the session showed); this carries
+    /// it out: the investigation report, then the revival, the report, or the stop for a
+    /// person.
     #[allow(clippy::too_many_arguments)]
     fn heal(
         &self,
@@ -596,10 +591,12 @@ impl<'a> Watchdog<'a> {
         now: i64,
     ) {
         let task = seen.task.clone();
-        let revivals = memory.revivals_for(task.as_deref());
+        // Spent revivals live in the restart ledger, with the agent's other budgets.
+        let revivals = recovery::record::load(dir)
+            .revivals
+            .for_task(task.as_deref());
         let max_revivals = self.spec.watchdog.max_revivals;
-        let info = AgentInfo::from_spec(self.spec, agent);
-        let health = crate::policy::Health {
+        let incident = Incident::Unhealthy(Unhealthy {
             findings: findings
                 .iter()
                 .map(|f| crate::policy::Finding {
@@ -609,17 +606,28 @@ impl<'a> Watchdog<'a> {
                 })
                 .collect(),
             task: task.clone(),
+            // An error the CLI showed or reported is the Clinic's to treat.
+            erred: findings
+                .iter()
+                .any(|f| matches!(f.check, health::Check::TurnFailed | health::Check::Screen)),
+        });
+        let facts = Facts {
             revivals_for_task: revivals,
             max_revivals,
+            stopping: self.is_stopping(),
+            ..Facts::new(AgentInfo::from_spec(self.spec, agent))
         };
-        let decided = policies.on_unhealthy(&info, &health);
-        if let Some(e) = &decided.error {
-            report.problems.push(e.to_string());
-        }
-        let decision = decided.value;
+        let r = recovery::decide(&incident, &facts, Some(policies), |_| {
+            self.treat(agent, dir, seen, policies)
+        });
+        report.problems.extend(r.problems.iter().cloned());
+        let decision = r
+            .unhealthy
+            .clone()
+            .expect("an unhealthy incident's decision");
         report.action = Some(decision.action);
         report.reason = decision.reason.clone();
-        report.decided_by = Some(decided.by.clone());
+        report.decided_by = Some(r.decided_by.clone());
 
         let inputs = &seen.inputs;
         let last_tool_call = inputs.last_tool_call.map(|t| {
@@ -629,7 +637,7 @@ impl<'a> Watchdog<'a> {
         });
         let mut ctx = json!({
             "agent": agent.name, "fleet": self.spec.fleet.name, "cli": agent.cli.to_string(),
-            "findings": findings, "decision": decision, "decided_by": decided.by,
+            "findings": findings, "decision": decision, "decided_by": r.decided_by,
             "task": task, "revivals": revivals, "max_revivals": max_revivals,
             "last_tool_call": last_tool_call, "tool_count": inputs.tool_count,
             "recent_calls": inputs.recent_calls.iter().rev().take(10).rev().collect::<Vec<_>>(),
@@ -663,79 +671,39 @@ impl<'a> Watchdog<'a> {
             memory.notified_at = Some(now);
         }
 
-        let action_taken = match decision.action {
-            UnhealthyAction::Ignore => "ignored".to_string(),
-            UnhealthyAction::Notify if reported_recently => "already reported".to_string(),
-            UnhealthyAction::Notify => "notified".to_string(),
-            UnhealthyAction::Revive => {
-                // An error the CLI showed or reported is the Clinic's to treat: it knows that
-                // a full context needs a fresh session with a handoff, not a resume.
-                let treated = self.treat(agent, dir, seen, findings, policies, report);
-                let start = treated.as_ref().map(|r| r.rehab.start);
-                if start.is_none() || treated.as_ref().is_some_and(|r| r.rehab.inject.is_none()) {
-                    let text = self.render("revival_context.md.j2", &ctx, report);
-                    if let Err(e) = state::atomic_write(&dir.file(PENDING_CONTEXT), text.as_bytes())
-                    {
-                        report
-                            .problems
-                            .push(format!("cannot save the revival context: {e}"));
-                    }
-                }
-                memory.revival_task = task.clone();
-                memory.revivals = revivals + 1;
-                let fresh = start == Some(crate::clinic::Start::Fresh);
-                if start == Some(crate::clinic::Start::SafeMode) {
-                    // The cause and the Clinic's reason (what a person has to fix), as the
-                    // wrapper's quarantine says it.
-                    let why = match treated.as_ref() {
-                        Some(r) => match r.prescription.reason.as_deref() {
-                            Some(reason) => format!("clinic: {}: {reason}", r.diagnosis.root_cause),
-                            None => format!("clinic: {}", r.diagnosis.root_cause),
-                        },
-                        None => "clinic".to_string(),
-                    };
-                    // The Clinic gave up on this task: a person hears it, as for safe_mode.
-                    let text = match treated.as_ref().and_then(|r| r.rehab.notify.clone()) {
-                        Some(text) => text,
-                        None => self.render("failure_message.md.j2", &ctx, report),
-                    };
-                    let sent = self.notify(Kind::Failure, agent, "couldn't recover", &text);
-                    report.notifications.extend(sent);
-                    match self.stop_for_a_person(dir, &why, &inputs.process) {
-                        Ok(()) => "safe_mode (clinic)".to_string(),
-                        Err(e) => {
-                            report
-                                .problems
-                                .push(format!("cannot stop the agent: {e:#}"));
-                            "safe_mode_failed".to_string()
-                        }
-                    }
-                } else if self.is_stopping() {
-                    // Not spent: the next pass (of the next daemon) may still revive it.
-                    memory.revivals = revivals;
-                    report
-                        .problems
-                        .push("revival skipped: phoenix run is stopping".into());
-                    "revival_skipped (stopping)".to_string()
-                } else {
-                    match self.revive(agent, dir, &inputs.process, fresh) {
-                        Ok(how) => format!("revival_attempted ({how})"),
-                        Err(e) => {
-                            report.problems.push(format!("revival failed: {e:#}"));
-                            "revival_failed".to_string()
-                        }
-                    }
-                }
+        // What the next start gets: the Clinic's context, else the revival context.
+        if decision.action == UnhealthyAction::Revive {
+            let revival = (r.inject == Inject::RevivalContext)
+                .then(|| self.render("revival_context.md.j2", &ctx, report));
+            if let Err(e) = recovery::execute::prepare_start(dir, &r, revival.as_deref()) {
+                report
+                    .problems
+                    .push(format!("cannot save the revival context: {e}"));
             }
-            UnhealthyAction::SafeMode => {
-                let text = self.render("failure_message.md.j2", &ctx, report);
-                let sent = self.notify(Kind::Failure, agent, "couldn't recover", &text);
-                report.notifications.extend(sent);
-                let why = format!(
-                    "watchdog: {}",
-                    decision.reason.as_deref().unwrap_or("unrecoverable")
-                );
-                match self.stop_for_a_person(dir, &why, &inputs.process) {
+        }
+        if r.spends_revival
+            && let Err(e) = recovery::execute::spend_revival(dir, task.as_deref())
+        {
+            report
+                .problems
+                .push(format!("cannot record the revival: {e}"));
+        }
+        if let Some(Notify::Failure(text)) = &r.notify {
+            let text = match text {
+                Some(text) => text.clone(),
+                None => self.render("failure_message.md.j2", &ctx, report),
+            };
+            let sent = self.notify(Kind::Failure, agent, "couldn't recover", &text);
+            report.notifications.extend(sent);
+        }
+        let action_taken = match (decision.action, r.start) {
+            (UnhealthyAction::Ignore, _) => "ignored".to_string(),
+            (UnhealthyAction::Notify, _) if reported_recently => "already reported".to_string(),
+            (UnhealthyAction::Notify, _) => "notified".to_string(),
+            (action, Some(Start::SafeMode)) => {
+                let why = r.quarantine.as_deref().unwrap_or("watchdog");
+                match self.stop_for_a_person(dir, why, &inputs.process) {
+                    Ok(()) if action == UnhealthyAction::Revive => "safe_mode (clinic)".to_string(),
                     Ok(()) => "safe_mode (unrecoverable)".to_string(),
                     Err(e) => {
                         report
@@ -745,6 +713,20 @@ impl<'a> Watchdog<'a> {
                     }
                 }
             }
+            _ if r.held.is_some() => {
+                report.problems.push(format!(
+                    "revival skipped: {}",
+                    r.held.as_deref().unwrap_or("")
+                ));
+                "revival_skipped (stopping)".to_string()
+            }
+            (_, start) => match self.revive(agent, dir, &inputs.process, start, r.reason) {
+                Ok(how) => format!("revival_attempted ({how})"),
+                Err(e) => {
+                    report.problems.push(format!("revival failed: {e:#}"));
+                    "revival_failed".to_string()
+                }
+            },
         };
         report.action_taken = Some(action_taken.clone());
         let _ = dir.record_op(
@@ -757,13 +739,13 @@ impl<'a> Watchdog<'a> {
             "project": self.spec.fleet.name, "reason": reason, "action_taken": action_taken,
             "github_issue": report.issue_url,
             "details": {
-                "findings": findings, "decided_by": decided.by, "policy_reason": decision.reason,
+                "findings": findings, "decided_by": r.decided_by, "policy_reason": decision.reason,
                 "last_tool_call": ctx["last_tool_call"], "tool_count": inputs.tool_count,
                 "task": task, "revivals_for_task": revivals, "notifications": report.notifications,
                 "problems": report.problems,
             },
         });
-        if let Err(e) = self.fleet.append_event(&event) {
+        if let Err(e) = recovery::execute::record_unhealthy(&self.fleet, &event) {
             report
                 .problems
                 .push(format!("cannot record the critical event: {e}"));
@@ -796,36 +778,27 @@ impl<'a> Watchdog<'a> {
             })
     }
 
-    /// Restart the agent: through its live wrapper (resuming the session) when the CLI is
-    /// there, else by restarting the pane.
+    /// Restart the agent: through its live wrapper when the CLI is there (resuming, or fresh
+    /// when the recovery says so: the executor wrote that intent), else by restarting the
+    /// pane.
     fn revive(
         &self,
         agent: &AgentSpec,
         dir: &AgentDir,
         process: &Option<health::Process>,
-        fresh: bool,
+        start: Option<Start>,
+        reason: EndReason,
     ) -> anyhow::Result<&'static str> {
+        let fresh = start == Some(Start::Fresh);
         match process {
-            // A fresh start is a planned cycle: the wrapper saves a context-limit handoff.
-            Some(health::Process::Alive { pid }) if fresh => {
-                crate::supervise::restart::stop_under_wrapper(
-                    dir,
-                    *pid,
-                    EndReason::PlannedCycle,
-                    true,
-                )?;
-                crate::supervise::poke(&self.fleet, &agent.name);
-                Ok("started fresh by its wrapper")
-            }
             Some(health::Process::Alive { pid }) => {
-                crate::supervise::restart::stop_under_wrapper(
-                    dir,
-                    *pid,
-                    EndReason::WatchdogKill,
-                    false,
-                )?;
+                crate::supervise::restart::stop_under_wrapper(dir, *pid, reason, fresh)?;
                 crate::supervise::poke(&self.fleet, &agent.name);
-                Ok("resumed by its wrapper")
+                Ok(if fresh {
+                    "started fresh by its wrapper"
+                } else {
+                    "resumed by its wrapper"
+                })
             }
             _ => {
                 crate::supervise::restart::revive(&self.config, &agent.name)?;
@@ -835,44 +808,35 @@ impl<'a> Watchdog<'a> {
     }
 
     /// The Clinic on an error the CLI reported (a failed turn) or shows (a wedged screen):
-    /// triage from the screen, the transcript and the logs. `None` when there is no such
-    /// finding or the Clinic cannot name the cause (the revival then goes as usual).
+    /// triage from the screen, the transcript and the logs. `None` when the Clinic cannot
+    /// name the cause (the revival then goes as usual).
     fn treat(
         &self,
         agent: &AgentSpec,
         dir: &AgentDir,
         seen: &observe::Observed,
-        findings: &[Finding],
         policies: &Policies,
-        report: &mut AgentReport,
     ) -> Option<crate::clinic::Recovery> {
-        let erred = findings
-            .iter()
-            .any(|f| matches!(f.check, health::Check::TurnFailed | health::Check::Screen));
-        if !erred {
-            return None;
-        }
         let clinic = crate::clinic::Clinic {
             policies,
             templates: &self.templates,
             settings: &self.spec.clinic,
             fleet: self.fleet.clone(),
+            spent: recovery::record::load(dir).recoveries,
         };
         let output = [seen.inputs.turn_error.clone(), seen.inputs.screen.clone()]
             .into_iter()
             .flatten()
             .collect::<Vec<_>>()
             .join("\n");
-        let recovery = clinic.after_crash(&crate::clinic::TriageInput {
+        clinic.after_crash(&crate::clinic::TriageInput {
             agent: AgentInfo::from_spec(self.spec, agent),
             dir,
             exit: None,
             transcript: None,
             output: (!output.trim().is_empty()).then_some(output),
             session: crate::clinic::triage::Session::Latest,
-        })?;
-        report.problems.extend(recovery.problems.iter().cloned());
-        Some(recovery)
+        })
     }
 
     /// Quarantine the agent and stop its CLI: its wrapper shows safe mode until a person runs
@@ -883,13 +847,7 @@ impl<'a> Watchdog<'a> {
         why: &str,
         process: &Option<health::Process>,
     ) -> anyhow::Result<()> {
-        let since = state::now_rfc3339();
-        record::update(dir, |r| {
-            r.safe_mode = Some(record::Quarantine {
-                since: since.clone(),
-                reason: why.to_string(),
-            })
-        })?;
+        recovery::execute::quarantine(dir, why)?;
         if let Some(health::Process::Alive { pid }) = process {
             crate::supervise::restart::stop_under_wrapper(
                 dir,

@@ -114,7 +114,7 @@ pub fn observe(
         screen_moved_hash: None,
         failed_turn: None,
     };
-    let quarantined = crate::supervise::record::load(dir).safe_mode.is_some();
+    let quarantined = crate::recovery::record::load(dir).safe_mode.is_some();
     // Starting a fleet is `apply`'s decision (or `phoenix run`'s), never a watchdog pass's:
     // an agent phoenix never started has nothing to revive.
     let never_started = !dir.file(state::STARTED_SPEC).exists();

@@ -1,6 +1,7 @@
-//! The supervisor's durable memory in the agent's state dir: crash history and quarantine
-//! (`crashes.json`), crash records with evidence (`crashes/`), the recorded session id, stop
-//! requests, and fleet-wide critical events. Kept on disk so a daemon or wrapper restart does
+//! The recovery pipeline's durable memory in the agent's state dir: the restart ledger
+//! (`restarts.json`: crashes, quarantine, the Clinic's recoveries, the watchdog's revivals,
+//! the daemon's starts, discarded sessions), crash records with evidence (`crashes/`), the
+//! recorded session id and stop requests. Kept on disk so a daemon or wrapper restart does
 //! not forget a crash loop.
 
 use std::fs;
@@ -10,10 +11,17 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::decide::{EndReason, StartMode, StopRequest};
+use super::decide::{EndReason, Start, StopRequest};
 use crate::state::{self, AgentDir};
 
-pub const CRASHES: &str = "crashes.json";
+/// The per-agent restart ledger: every count that stops an agent for a person.
+pub const LEDGER: &str = "restarts.json";
+/// The counter files the ledger replaces, read once to fill a new ledger (an upgrade does not
+/// reset the budgets): the crash history and quarantine, the Clinic's recoveries, and the
+/// watchdog's memory (its revivals).
+pub const OLD_CRASHES: &str = "crashes.json";
+pub const OLD_RECOVERIES: &str = "clinic.json";
+pub const OLD_WATCHDOG: &str = "watchdog.json";
 pub const CRASH_DIR: &str = "crashes";
 pub const STOP_REQUEST: &str = "stop_request.json";
 pub const SESSION_ID: &str = "session_id";
@@ -26,16 +34,62 @@ const KEEP_DISCARDED: usize = 20;
 /// A stop request older than this was not for the run that is ending now.
 const STOP_REQUEST_TTL_SECS: i64 = 120;
 
+/// The per-agent restart ledger: each count with its own limit (`max_crashes` in the crash
+/// window, `[clinic] max_recoveries` and `[watchdog] max_revivals` per task, the daemon's
+/// starts per minute), one file, one lock.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SuperviseRecord {
+pub struct Ledger {
     #[serde(default)]
     pub crashes: Vec<CrashEntry>,
-    /// Set while the agent is quarantined in safe mode after too many crashes.
+    /// Set while the agent is quarantined in safe mode (crash loop, the Clinic, the watchdog).
     #[serde(default)]
     pub safe_mode: Option<Quarantine>,
     /// Session ids that must not be resumed (failed resumes, fresh restarts).
     #[serde(default)]
     pub discarded_sessions: Vec<String>,
+    /// The Clinic's recoveries spent on the current task.
+    #[serde(default)]
+    pub recoveries: crate::clinic::Counter,
+    /// The watchdog's revivals spent on the current task.
+    #[serde(default)]
+    pub revivals: Revivals,
+    /// When the daemon started the agent (seconds since the epoch), for its start-rate guard.
+    #[serde(default)]
+    pub starts: Vec<i64>,
+}
+
+/// Revivals the watchdog spent on one task.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Revivals {
+    #[serde(default)]
+    pub task: Option<String>,
+    #[serde(default)]
+    pub count: u32,
+}
+
+impl Revivals {
+    /// Spent on `task`: a new task starts from zero.
+    pub fn for_task(&self, task: Option<&str>) -> u32 {
+        if self.task.as_deref() == task {
+            self.count
+        } else {
+            0
+        }
+    }
+
+    pub fn spend(&mut self, task: Option<&str>) {
+        self.count = self.for_task(task) + 1;
+        self.task = task.map(str::to_string);
+    }
+}
+
+/// The watchdog's memory as it was before the ledger: only its revivals are read.
+#[derive(Debug, Default, Deserialize)]
+struct OldWatchdogMemory {
+    #[serde(default)]
+    revival_task: Option<String>,
+    #[serde(default)]
+    revivals: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,7 +99,7 @@ pub struct CrashEntry {
     pub reason: EndReason,
     pub code: Option<i32>,
     pub signal: Option<i32>,
-    pub mode: StartMode,
+    pub mode: Start,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,7 +117,7 @@ pub struct CrashRecord {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub runtime_ms: u64,
-    pub mode: StartMode,
+    pub mode: Start,
     pub session_id: Option<String>,
     pub argv: Vec<String>,
     pub decision: String,
@@ -71,7 +125,7 @@ pub struct CrashRecord {
     pub pane_tail: Option<String>,
 }
 
-impl SuperviseRecord {
+impl Ledger {
     pub fn recent_crash_times(&self) -> Vec<i64> {
         self.crashes.iter().map(|c| c.ts).collect()
     }
@@ -88,10 +142,26 @@ impl SuperviseRecord {
         self.discarded_sessions.drain(..excess);
     }
 
-    /// Forget the crash history and leave quarantine (an operator's restart).
+    /// A person restarted the agent: every count that stops it for a person starts again
+    /// (crashes, quarantine, the Clinic's recoveries, the watchdog's revivals, the daemon's
+    /// starts). Discarded sessions stay discarded.
     pub fn reset(&mut self) {
         self.crashes.clear();
         self.safe_mode = None;
+        self.recoveries = crate::clinic::Counter::default();
+        self.revivals = Revivals::default();
+        self.starts.clear();
+    }
+
+    /// The daemon is about to start the agent at `now`: false (and nothing noted) if it
+    /// already started it `max` times within `window_secs`.
+    pub fn note_start(&mut self, now: i64, window_secs: i64, max: usize) -> bool {
+        self.starts.retain(|&t| now - t <= window_secs);
+        if self.starts.len() >= max {
+            return false;
+        }
+        self.starts.push(now);
+        true
     }
 
     pub fn push_crash(&mut self, entry: CrashEntry, window_secs: i64) {
@@ -103,23 +173,56 @@ impl SuperviseRecord {
     }
 }
 
-/// `crashes.json` as a `JsonFile`, under the lock it always had.
-fn crashes_file(dir: &AgentDir) -> state::JsonFile<SuperviseRecord> {
-    state::JsonFile::new(dir, CRASHES, "crashes").lock_file(".crashes.lock")
+/// `restarts.json` as a `JsonFile`: atomic, locked, rolled back to its last good copy.
+fn ledger_file(dir: &AgentDir) -> state::JsonFile<Ledger> {
+    state::JsonFile::new(dir, LEDGER, "restarts").lock_file(".restarts.lock")
 }
 
-/// Read `crashes.json`. A missing file is an empty history. A corrupt one is kept aside as
-/// `crashes.json.corrupt-<time>` and rolled back to the last good copy (else an empty
-/// history), and that is a critical event: losing the history could let a quarantined crash
-/// loop restart.
-pub fn load(dir: &AgentDir) -> SuperviseRecord {
-    crashes_file(dir).load_or_default()
+/// A ledger filled from the counter files an older phoenix wrote, for a state dir that has
+/// none yet. `crashes.json` goes through its `JsonFile` (a corrupt one is rolled back to its
+/// last good copy, so its quarantine is not lost); the others are plain reads, and whatever
+/// does not parse counts as nothing spent.
+fn from_old_files(dir: &AgentDir) -> Ledger {
+    let mut ledger = state::JsonFile::<Ledger>::new(dir, OLD_CRASHES, "crashes")
+        .lock_file(".crashes.lock")
+        .load()
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let read =
+        |name: &str| state::file::read_bounded(&dir.file(name), state::file::STATE_FILE_LIMIT).ok();
+    if let Some(counter) = read(OLD_RECOVERIES).and_then(|b| serde_json::from_slice(&b).ok()) {
+        ledger.recoveries = counter;
+    }
+    if let Some(old) =
+        read(OLD_WATCHDOG).and_then(|b| serde_json::from_slice::<OldWatchdogMemory>(&b).ok())
+    {
+        ledger.revivals = Revivals {
+            task: old.revival_task,
+            count: old.revivals,
+        };
+    }
+    ledger
 }
 
-/// Read, change and write `crashes.json` under an exclusive lock, atomically.
-pub fn update<T>(dir: &AgentDir, f: impl FnOnce(&mut SuperviseRecord) -> T) -> io::Result<T> {
-    crashes_file(dir)
-        .update(|slot| f(slot.get_or_insert_with(SuperviseRecord::default)))
+/// Read the restart ledger. Without one, what the old counter files say (written into the
+/// ledger by the first update). A corrupt ledger is kept aside as
+/// `restarts.json.corrupt-<time>` and rolled back to the last good copy (else empty), and
+/// that is a critical event: losing it could let a quarantined crash loop restart.
+pub fn load(dir: &AgentDir) -> Ledger {
+    let file = ledger_file(dir);
+    if !file.exists() {
+        return from_old_files(dir);
+    }
+    file.load_or_default()
+}
+
+/// Read, change and write the restart ledger under its lock, atomically. The first update in
+/// a state dir without a ledger starts from the old counter files (read once: from then on
+/// the ledger exists).
+pub fn update<T>(dir: &AgentDir, f: impl FnOnce(&mut Ledger) -> T) -> io::Result<T> {
+    ledger_file(dir)
+        .update(|slot| f(slot.get_or_insert_with(|| from_old_files(dir))))
         .map_err(io::Error::other)
 }
 
@@ -197,7 +300,7 @@ fn read_session_file(dir: &AgentDir) -> io::Result<String> {
 }
 
 /// Whether a recorded session may be resumed by this agent in `workdir`.
-pub fn resumable(session: &RecordedSession, record: &SuperviseRecord, workdir: &Path) -> bool {
+pub fn resumable(session: &RecordedSession, record: &Ledger, workdir: &Path) -> bool {
     if record.is_discarded(&session.id) || !is_plain_id(&session.id) {
         return false;
     }
@@ -265,20 +368,7 @@ pub fn clear_session(dir: &AgentDir, id: &str) -> io::Result<()> {
     update(dir, |r| r.discard_session(id))
 }
 
-/// Announce an intentional stop before killing the agent, so its wrapper records the right
-/// reason and does not count a crash.
-pub fn request_stop(dir: &AgentDir, reason: EndReason, fresh: bool) -> io::Result<()> {
-    let req = StopRequest {
-        reason,
-        fresh,
-        ts: jiff::Timestamp::now().as_second(),
-    };
-    stop_file(dir)
-        .update(|slot| *slot = Some(req))
-        .map_err(io::Error::other)
-}
-
-fn stop_file(dir: &AgentDir) -> state::JsonFile<StopRequest> {
+pub(super) fn stop_file(dir: &AgentDir) -> state::JsonFile<StopRequest> {
     state::JsonFile::new(dir, STOP_REQUEST, "stop_request")
 }
 
@@ -412,7 +502,7 @@ mod tests {
                         reason: EndReason::Crash,
                         code: Some(1),
                         signal: None,
-                        mode: StartMode::Fresh,
+                        mode: Start::Fresh,
                     },
                     3600,
                 )
@@ -425,15 +515,15 @@ mod tests {
     #[test]
     fn corrupt_crashes_json_is_kept_aside_and_reset() {
         let (_t, d) = dir();
-        fs::write(d.file(CRASHES), b"{not json").unwrap();
-        assert_eq!(load(&d), SuperviseRecord::default());
+        fs::write(d.file(LEDGER), b"{not json").unwrap();
+        assert_eq!(load(&d), Ledger::default());
         let kept = fs::read_dir(&d.path)
             .unwrap()
             .flatten()
             .filter(|e| {
                 e.file_name()
                     .to_string_lossy()
-                    .starts_with("crashes.json.corrupt-")
+                    .starts_with("restarts.json.corrupt-")
             })
             .count();
         assert_eq!(kept, 1);
@@ -449,14 +539,14 @@ mod tests {
             })
         })
         .unwrap();
-        fs::write(d.file(CRASHES), b"{\"crashes\": [").unwrap();
+        fs::write(d.file(LEDGER), b"{\"crashes\": [").unwrap();
         assert_eq!(load(&d).safe_mode.unwrap().reason, "crash loop");
         // Repaired on disk, and a person is told.
         assert_eq!(load(&d).safe_mode.unwrap().reason, "crash loop");
         let events =
             fs::read_to_string(crate::state::FleetDir::new(d.fleet_root()).critical_events_path())
                 .unwrap();
-        assert!(events.contains("crashes_corrupt"), "{events}");
+        assert!(events.contains("restarts_corrupt"), "{events}");
         assert!(events.contains("rolled back"), "{events}");
     }
 
@@ -479,7 +569,7 @@ mod tests {
     #[test]
     fn discarded_or_foreign_sessions_are_not_resumed() {
         let (_t, d) = dir();
-        let mut record = SuperviseRecord::default();
+        let mut record = Ledger::default();
         let s = RecordedSession {
             id: "abc".into(),
             cwd: Some("/elsewhere".into()),
@@ -496,7 +586,7 @@ mod tests {
             id: "--dangerous".into(),
             cwd: None,
         };
-        assert!(!resumable(&s, &SuperviseRecord::default(), Path::new("/")));
+        assert!(!resumable(&s, &Ledger::default(), Path::new("/")));
         clear_session(&d, "abc").unwrap();
         assert!(load(&d).is_discarded("abc"));
     }
@@ -561,10 +651,11 @@ mod tests {
     #[test]
     fn stop_requests_are_taken_once() {
         let (_t, d) = dir();
-        request_stop(&d, EndReason::OperatorRestart, true).unwrap();
+        super::super::execute::request_stop(&d, EndReason::OperatorRestart, true).unwrap();
         let req = take_stop_request(&d).unwrap();
         assert_eq!(req.reason, EndReason::OperatorRestart);
-        assert!(req.fresh);
+        // The fresh start travels one way: the marker.
+        assert!(d.has_marker(crate::state::FRESH));
         assert_eq!(take_stop_request(&d), None);
     }
 
@@ -579,7 +670,7 @@ mod tests {
                 code: Some(1),
                 signal: None,
                 runtime_ms: 1,
-                mode: StartMode::Fresh,
+                mode: Start::Fresh,
                 session_id: None,
                 argv: vec![],
                 decision: String::new(),
@@ -593,5 +684,74 @@ mod tests {
             latest.ts,
             format!("2026-01-01T00:00:{:02}Z", KEEP_CRASH_RECORDS + 2)
         );
+    }
+
+    /// An upgrade keeps the budgets: a state dir an older phoenix left (crash history and
+    /// quarantine in crashes.json, recoveries in clinic.json, revivals in watchdog.json) is
+    /// read into the ledger once; from then on the ledger alone counts.
+    #[test]
+    fn the_old_counter_files_are_read_once_into_the_ledger() {
+        let (_t, d) = dir();
+        fs::write(
+            d.file(OLD_CRASHES),
+            r#"{"crashes": [{"ts": 5000, "reason": "crash", "code": 1, "signal": null, "mode": "resume"}],
+                "safe_mode": {"since": "then", "reason": "crash loop"}, "discarded_sessions": ["old"]}"#,
+        )
+        .unwrap();
+        fs::write(
+            d.file(OLD_RECOVERIES),
+            r#"{"task": "fix it", "recoveries": 2, "updated": "2026-01-01T00:00:00Z", "history": []}"#,
+        )
+        .unwrap();
+        fs::write(
+            d.file(OLD_WATCHDOG),
+            r#"{"revival_task": "fix it", "revivals": 1, "tool_count": 7}"#,
+        )
+        .unwrap();
+        let seen = load(&d);
+        assert_eq!(seen.recent_crash_times(), [5000]);
+        assert_eq!(seen.safe_mode.as_ref().unwrap().reason, "crash loop");
+        assert!(seen.is_discarded("old"));
+        assert_eq!(seen.recoveries.recoveries, 2);
+        assert_eq!(seen.revivals.for_task(Some("fix it")), 1);
+        assert_eq!(seen.revivals.for_task(Some("another task")), 0);
+        // Reading writes nothing; the first update writes the ledger with all of it.
+        assert!(!d.file(LEDGER).exists());
+        update(&d, |l| l.revivals.spend(Some("fix it"))).unwrap();
+        assert_eq!(load(&d).revivals.for_task(Some("fix it")), 2);
+        assert_eq!(load(&d).recoveries.recoveries, 2);
+        // The old files are not read again.
+        fs::write(
+            d.file(OLD_RECOVERIES),
+            r#"{"task": "fix it", "recoveries": 9}"#,
+        )
+        .unwrap();
+        assert_eq!(load(&d).recoveries.recoveries, 2);
+        // A person's restart resets every count, and keeps discarded sessions discarded.
+        update(&d, |l| l.reset()).unwrap();
+        let reset = load(&d);
+        assert_eq!(
+            (
+                reset.crashes.len(),
+                reset.recoveries.recoveries,
+                reset.revivals.count
+            ),
+            (0, 0, 0)
+        );
+        assert!(reset.safe_mode.is_none() && reset.is_discarded("old"));
+    }
+
+    /// The daemon's start-rate guard is in the ledger: a new daemon sees the starts an
+    /// earlier one made within the window.
+    #[test]
+    fn starts_are_limited_per_window_and_survive_on_disk() {
+        let (_t, d) = dir();
+        for i in 0..5 {
+            assert!(update(&d, |l| l.note_start(1000 + i, 60, 5)).unwrap());
+        }
+        assert!(!update(&d, |l| l.note_start(1010, 60, 5)).unwrap());
+        assert_eq!(load(&d).starts.len(), 5);
+        // Out of the window again.
+        assert!(update(&d, |l| l.note_start(1070, 60, 5)).unwrap());
     }
 }

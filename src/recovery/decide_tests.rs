@@ -1,0 +1,600 @@
+//! Table tests of `recovery::decide`: every incident kind, with the built-in policies and the
+//! Clinic's real prescriptions and templates.
+
+use std::time::Duration;
+
+use super::*;
+use crate::policy::{Diagnosis, RootCause, Trauma};
+
+const NOW: i64 = 1_000_000;
+
+fn facts(max: u32, recent: Vec<i64>) -> Facts {
+    let mut info = AgentInfo {
+        name: "a".into(),
+        ..AgentInfo::default()
+    };
+    info.restart.cooldown = Duration::from_secs(10);
+    info.restart.backoff_max = Duration::from_secs(300);
+    info.restart.max_crashes = max;
+    info.restart.crash_window = Duration::from_secs(3600);
+    Facts {
+        recent_crashes: recent,
+        ..Facts::new(info)
+    }
+}
+
+fn exit(code: i32, mode: Start, runtime_ms: u64) -> ExitFacts {
+    ExitFacts {
+        code: Some(code),
+        signal: None,
+        runtime_ms,
+        mode,
+        session_id: Some("s1".into()),
+        showed_life: true,
+        requested: None,
+        fresh_requested: false,
+        now: NOW,
+    }
+}
+
+fn requested(reason: EndReason, fresh: bool) -> ExitFacts {
+    ExitFacts {
+        requested: Some(StopRequest { reason, ts: NOW }),
+        fresh_requested: fresh,
+        ..exit(143, Start::Resume, 10)
+    }
+}
+
+fn unhealthy(checks: &[&str], erred: bool) -> Incident {
+    Incident::Unhealthy(Unhealthy {
+        findings: checks
+            .iter()
+            .map(|c| policy::Finding {
+                check: c.to_string(),
+                reason: format!("{c}_found"),
+                summary: format!("{c} found"),
+            })
+            .collect(),
+        task: Some("fix the login test".into()),
+        erred,
+    })
+}
+
+/// What the Clinic makes of `cause` with the built-in prescriptions and templates: the
+/// very answer the wrapper and the watchdog get from it.
+fn clinic_says(cause: RootCause, error: &str) -> crate::clinic::Recovery {
+    let tmp = tempfile::tempdir().unwrap();
+    let policies = Policies::new(None);
+    let templates = crate::render::Templates::default();
+    let settings = crate::spec::ClinicSettings::default();
+    let clinic = crate::clinic::Clinic {
+        policies: &policies,
+        templates: &templates,
+        settings: &settings,
+        fleet: crate::state::FleetDir::new(tmp.path()),
+        spent: Default::default(),
+    };
+    let trauma = Trauma {
+        error_message: error.into(),
+        ..Trauma::default()
+    };
+    let diagnosis = Diagnosis {
+        root_cause: cause,
+        explanation: String::new(),
+        confidence: 1.0,
+    };
+    let mut problems = Vec::new();
+    let (prescription, prescribed_by) = clinic.prescribe(&diagnosis, &trauma, &mut problems);
+    let rehab = clinic.rehabilitation(&diagnosis, &prescription, &trauma, 1, &mut problems);
+    crate::clinic::Recovery {
+        agent: "a".into(),
+        trauma,
+        diagnosis,
+        diagnosed_by: "test".into(),
+        prescription,
+        prescribed_by,
+        rehab,
+        attempt: 1,
+        max_recoveries: 2,
+        problems,
+        spent: None,
+    }
+}
+
+fn no_clinic(_: Option<&ExitInfo>) -> Option<crate::clinic::Recovery> {
+    None
+}
+
+/// One row of the table: the incident, what the Clinic would say (if asked), and the
+/// answer's start, end reason and the marks a person would notice.
+struct Row {
+    name: &'static str,
+    incident: Incident,
+    facts: Facts,
+    clinic: Option<(RootCause, &'static str)>,
+    start: Option<Start>,
+    reason: EndReason,
+    crash: bool,
+    quarantine: Option<&'static str>,
+    inject: &'static str,
+}
+
+fn rows() -> Vec<Row> {
+    let crash_loop = facts(3, vec![NOW - 100, NOW - 50]);
+    let mut missing = exit(127, Start::Fresh, 3);
+    missing.showed_life = false;
+    missing.session_id = None;
+    let mut not_executable = missing.clone();
+    not_executable.code = Some(126);
+    let spent = Facts {
+        revivals_for_task: 1,
+        ..facts(5, vec![])
+    };
+    let row = |name, incident, clinic, start, reason| Row {
+        name,
+        incident,
+        facts: facts(5, vec![]),
+        clinic,
+        start,
+        reason,
+        crash: false,
+        quarantine: None,
+        inject: "nothing",
+    };
+    vec![
+        Row {
+            crash: true,
+            ..row(
+                "crash",
+                Incident::Exit(exit(1, Start::Fresh, 600_000)),
+                None,
+                Some(Start::Resume),
+                EndReason::Crash,
+            )
+        },
+        row(
+            "clean exit",
+            Incident::Exit(exit(0, Start::Resume, 1)),
+            None,
+            Some(Start::SafeMode),
+            EndReason::CleanExit,
+        ),
+        row(
+            "planned cycle",
+            Incident::Exit(requested(EndReason::PlannedCycle, true)),
+            None,
+            Some(Start::Fresh),
+            EndReason::PlannedCycle,
+        ),
+        row(
+            "operator restart",
+            Incident::Exit(requested(EndReason::OperatorRestart, false)),
+            None,
+            Some(Start::Resume),
+            EndReason::OperatorRestart,
+        ),
+        Row {
+            crash: true,
+            inject: "text",
+            ..row(
+                "crash with a full context",
+                Incident::Exit(exit(1, Start::Resume, 600_000)),
+                Some((RootCause::ContextLengthExceeded, "prompt is too long")),
+                Some(Start::Fresh),
+                EndReason::Crash,
+            )
+        },
+        Row {
+            crash: true,
+            quarantine: Some("clinic: invalid_credentials"),
+            ..row(
+                "crash with a bad key",
+                Incident::Exit(exit(1, Start::Resume, 600_000)),
+                Some((RootCause::InvalidCredentials, "401 invalid x-api-key")),
+                Some(Start::SafeMode),
+                EndReason::Crash,
+            )
+        },
+        Row {
+            crash: true,
+            quarantine: Some("cannot be run (exit 127: not found)"),
+            ..row(
+                "missing binary 127",
+                Incident::Exit(missing),
+                None,
+                Some(Start::SafeMode),
+                EndReason::NoLife,
+            )
+        },
+        Row {
+            crash: true,
+            quarantine: Some("cannot be run (exit 126"),
+            ..row(
+                "not executable 126",
+                Incident::Exit(not_executable),
+                None,
+                Some(Start::SafeMode),
+                EndReason::NoLife,
+            )
+        },
+        Row {
+            facts: crash_loop,
+            crash: true,
+            quarantine: Some("crashed 3 times within 1h (max_crashes = 3)"),
+            ..row(
+                "crash-loop limit",
+                Incident::Exit(exit(1, Start::Fresh, 600_000)),
+                None,
+                Some(Start::SafeMode),
+                EndReason::Crash,
+            )
+        },
+        Row {
+            inject: "text",
+            ..row(
+                "failed turn: prompt too long",
+                unhealthy(&["turn_failed"], true),
+                Some((RootCause::ContextLengthExceeded, "Prompt is too long")),
+                Some(Start::Fresh),
+                EndReason::PlannedCycle,
+            )
+        },
+        Row {
+            quarantine: Some("clinic: invalid_credentials"),
+            inject: "revival",
+            ..row(
+                "failed turn: auth",
+                unhealthy(&["turn_failed"], true),
+                Some((RootCause::InvalidCredentials, "401 authentication_error")),
+                Some(Start::SafeMode),
+                EndReason::WatchdogKill,
+            )
+        },
+        Row {
+            quarantine: Some("clinic: quota_exhausted"),
+            inject: "revival",
+            ..row(
+                "failed turn: quota",
+                unhealthy(&["turn_failed"], true),
+                Some((RootCause::QuotaExhausted, "429 quota exceeded")),
+                Some(Start::SafeMode),
+                EndReason::WatchdogKill,
+            )
+        },
+        Row {
+            quarantine: Some("fix `--model`"),
+            inject: "revival",
+            ..row(
+                "failed turn: model not found",
+                unhealthy(&["turn_failed"], true),
+                Some((
+                    RootCause::ModelUnavailable,
+                    "model: claude-nope-4 not_found",
+                )),
+                Some(Start::SafeMode),
+                EndReason::WatchdogKill,
+            )
+        },
+        Row {
+            inject: "revival",
+            ..row(
+                "failed turn: transient",
+                unhealthy(&["turn_failed"], true),
+                Some((RootCause::TransientError, "529 overloaded")),
+                Some(Start::Resume),
+                EndReason::WatchdogKill,
+            )
+        },
+        Row {
+            inject: "revival",
+            ..row(
+                "silence",
+                unhealthy(&["silence"], false),
+                // Not asked: a silent session showed no error to read.
+                Some((RootCause::ContextLengthExceeded, "unused")),
+                Some(Start::Resume),
+                EndReason::WatchdogKill,
+            )
+        },
+        Row {
+            inject: "revival",
+            ..row(
+                "loop",
+                unhealthy(&["repetition"], false),
+                None,
+                Some(Start::Resume),
+                EndReason::WatchdogKill,
+            )
+        },
+        row(
+            "long-running work",
+            unhealthy(&["runaway"], false),
+            None,
+            None,
+            EndReason::WatchdogKill,
+        ),
+        Row {
+            facts: spent,
+            quarantine: Some("watchdog: already revived for this task"),
+            ..row(
+                "revivals spent on the task",
+                unhealthy(&["silence"], false),
+                None,
+                Some(Start::SafeMode),
+                EndReason::WatchdogKill,
+            )
+        },
+    ]
+}
+
+#[test]
+fn every_incident_kind_gets_its_recovery() {
+    let policies = Policies::new(None);
+    for row in rows() {
+        let mut asked = false;
+        let r = decide(&row.incident, &row.facts, Some(&policies), |_| {
+            asked = true;
+            row.clinic.map(|(cause, error)| clinic_says(cause, error))
+        });
+        let name = row.name;
+        assert_eq!(r.start, row.start, "{name}: {r:?}");
+        assert_eq!(r.reason, row.reason, "{name}: {r:?}");
+        assert_eq!(r.counts_as_crash, row.crash, "{name}: {r:?}");
+        match row.quarantine {
+            Some(why) => assert!(
+                r.quarantine.as_deref().is_some_and(|q| q.contains(why)),
+                "{name}: {r:?}"
+            ),
+            None => assert_eq!(r.quarantine, None, "{name}: {r:?}"),
+        }
+        let inject = match r.inject {
+            Inject::Nothing => "nothing",
+            Inject::Text(_) => "text",
+            Inject::RevivalContext => "revival",
+        };
+        assert_eq!(inject, row.inject, "{name}: {r:?}");
+        // A start that is not fresh never throws the session away.
+        assert_eq!(
+            r.clear_session,
+            r.start == Some(Start::Fresh) && matches!(row.incident, Incident::Exit(_)),
+            "{name}: {r:?}"
+        );
+        if name == "silence" {
+            assert!(!asked, "silence: the Clinic has no error to read");
+        }
+        if r.start == Some(Start::SafeMode) && matches!(row.incident, Incident::Unhealthy(_)) {
+            assert!(r.notify.is_some(), "{name}: a person hears it");
+        }
+    }
+}
+
+#[test]
+fn crash_of_a_long_run_resumes_after_cooldown() {
+    let r = decide(
+        &Incident::Exit(exit(1, Start::Fresh, 600_000)),
+        &facts(5, vec![]),
+        None,
+        no_clinic,
+    );
+    assert_eq!(r.start, Some(Start::Resume));
+    assert_eq!(r.delay_ms(), 10_000);
+    assert!(r.counts_as_crash && !r.clear_session);
+    assert_eq!(r.reason, EndReason::Crash);
+}
+
+/// The resumed session took a turn and died seconds later: it is the conversation, and
+/// it is resumed again (a resume failed only when it never showed life).
+#[test]
+fn quick_crash_of_a_resumed_run_that_showed_life_resumes_it_again() {
+    let r = decide(
+        &Incident::Exit(exit(1, Start::Resume, 2_000)),
+        &facts(5, vec![]),
+        None,
+        no_clinic,
+    );
+    assert_eq!(r.start, Some(Start::Resume));
+    assert!(!r.clear_session);
+    assert_eq!(r.explain, "exit code 1; crash 1 of 5 within 1h: resuming");
+}
+
+#[test]
+fn resumed_run_without_life_starts_fresh_and_clears_the_id_however_long_it_ran() {
+    for runtime_ms in [500, 120_000] {
+        let mut e = exit(1, Start::Resume, runtime_ms);
+        e.showed_life = false;
+        let r = decide(&Incident::Exit(e), &facts(5, vec![]), None, no_clinic);
+        assert_eq!(r.start, Some(Start::Fresh));
+        assert_eq!(r.reason, EndReason::NoLife);
+        assert!(r.clear_session);
+    }
+}
+
+/// A missing binary (the shell's 127, or the wrapper's own spawn failure): safe mode on
+/// the first exit, with the reason, and no word of resuming.
+#[test]
+fn a_command_that_cannot_run_goes_to_safe_mode_on_the_first_exit() {
+    let mut e = exit(127, Start::Fresh, 3);
+    e.showed_life = false;
+    e.session_id = None;
+    let r = decide(&Incident::Exit(e), &facts(5, vec![]), None, no_clinic);
+    assert_eq!(r.start, Some(Start::SafeMode));
+    assert!(r.counts_as_crash && !r.clean_exit_marker);
+    assert!(
+        r.explain.contains("cannot be run (exit 127: not found)"),
+        "{}",
+        r.explain
+    );
+    assert!(!r.explain.contains("resum"), "{}", r.explain);
+    assert!(r.critical.as_deref().unwrap().contains("fix `command`"));
+}
+
+#[test]
+fn clean_exit_enters_safe_mode_with_marker_and_no_quarantine() {
+    let r = decide(
+        &Incident::Exit(exit(0, Start::Resume, 1)),
+        &facts(5, vec![]),
+        None,
+        no_clinic,
+    );
+    assert_eq!(r.start, Some(Start::SafeMode));
+    assert!(r.clean_exit_marker && !r.counts_as_crash);
+    assert_eq!((r.quarantine, r.critical), (None, None));
+}
+
+#[test]
+fn backoff_doubles_up_to_the_maximum() {
+    let delays: Vec<u64> = (0..8)
+        .map(|n| {
+            let recent = (0..n).map(|i| NOW - 10 - i).collect();
+            decide(
+                &Incident::Exit(exit(1, Start::Fresh, 600_000)),
+                &facts(100, recent),
+                None,
+                no_clinic,
+            )
+            .delay_ms()
+        })
+        .collect();
+    assert_eq!(
+        delays,
+        [
+            10_000, 20_000, 40_000, 80_000, 160_000, 300_000, 300_000, 300_000
+        ]
+    );
+}
+
+#[test]
+fn crashes_outside_the_window_do_not_count() {
+    let r = decide(
+        &Incident::Exit(exit(1, Start::Fresh, 600_000)),
+        &facts(3, vec![NOW - 7200, NOW - 50]),
+        None,
+        no_clinic,
+    );
+    assert_eq!(r.start, Some(Start::Resume));
+}
+
+#[test]
+fn requested_stops_are_not_crashes_and_fresh_comes_from_the_marker_only() {
+    let r = decide(
+        &Incident::Exit(requested(EndReason::OperatorRestart, true)),
+        &facts(1, vec![]),
+        None,
+        no_clinic,
+    );
+    assert_eq!(r.start, Some(Start::Fresh));
+    assert_eq!(r.delay, Duration::ZERO);
+    assert!(!r.counts_as_crash && r.clear_session);
+    assert_eq!(r.decided_by, "requested");
+}
+
+/// A policy that fails (here: a runtime error) falls back to the built-in answer, and
+/// says so; the decision is the built-in one.
+#[test]
+fn a_broken_policy_falls_back_to_the_builtin_decision() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("policies");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("custom.lua"),
+        "function on_exit(agent, exit) error('boom') end\n\
+         function on_unhealthy(agent, health) error('boom') end\n",
+    )
+    .unwrap();
+    let policies = Policies::new(Some(&dir));
+    let mut f = facts(5, vec![]);
+    f.info.policy = Some("policies/custom.lua".into());
+    let r = decide(
+        &Incident::Exit(exit(1, Start::Fresh, 600_000)),
+        &f,
+        Some(&policies),
+        no_clinic,
+    );
+    assert_eq!(r.start, Some(Start::Resume));
+    assert_eq!(r.decided_by, policy::BUILTIN);
+    let r = decide(
+        &unhealthy(&["silence"], false),
+        &f,
+        Some(&policies),
+        no_clinic,
+    );
+    assert_eq!(r.start, Some(Start::Resume));
+    assert_eq!(r.decided_by, policy::BUILTIN);
+    assert!(
+        r.problems.iter().any(|p| p.contains("boom")),
+        "{:?}",
+        r.problems
+    );
+}
+
+#[test]
+fn a_policy_asking_for_no_delay_still_waits_the_shortest_cooldown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("policies");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("custom.lua"),
+        "function on_exit(agent, exit) return {action = 'resume', delay = 0} end\n",
+    )
+    .unwrap();
+    let policies = Policies::new(Some(&dir));
+    let mut f = facts(5, vec![]);
+    f.info.policy = Some("policies/custom.lua".into());
+    let r = decide(
+        &Incident::Exit(exit(1, Start::Fresh, 600_000)),
+        &f,
+        Some(&policies),
+        no_clinic,
+    );
+    assert_eq!(r.delay_ms(), 100);
+    assert!(r.decided_by.contains("custom.lua"), "{}", r.decided_by);
+}
+
+/// The Clinic's delay wins when it is the longer one; its cause is in the explanation.
+#[test]
+fn the_clinic_refines_a_crash_it_can_name() {
+    let r = decide(
+        &Incident::Exit(exit(1, Start::Resume, 600_000)),
+        &facts(5, vec![]),
+        Some(&Policies::new(None)),
+        |shown| {
+            assert!(shown.is_some_and(|i| i.crashes_in_window == 1 && i.resumed));
+            Some(clinic_says(
+                RootCause::ContextLengthExceeded,
+                "prompt is too long",
+            ))
+        },
+    );
+    assert_eq!(r.start, Some(Start::Fresh));
+    assert!(r.context_cleared && r.clear_session);
+    assert!(
+        r.explain
+            .ends_with("clinic: context_length_exceeded → summarize_history"),
+        "{}",
+        r.explain
+    );
+}
+
+#[test]
+fn a_revival_is_held_while_phoenix_run_stops_and_spends_nothing() {
+    let f = Facts {
+        stopping: true,
+        ..facts(5, vec![])
+    };
+    let r = decide(&unhealthy(&["silence"], false), &f, None, no_clinic);
+    assert_eq!(r.start, Some(Start::Resume));
+    assert!(r.held.is_some() && !r.spends_revival);
+}
+
+#[test]
+fn recoveries_round_trip_through_json() {
+    let r = decide(
+        &Incident::Exit(exit(1, Start::Fresh, 600_000)),
+        &facts(5, vec![]),
+        None,
+        no_clinic,
+    );
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["start"], "resume");
+    assert_eq!(v["reason"], "crash");
+}
