@@ -13,7 +13,7 @@ use crate::plan::{Action, Change, Plan};
 use crate::spec::{AgentSpec, Spec};
 use crate::state::{self, AgentDir, FleetDir};
 use crate::supervise::{EndReason, record};
-use crate::world::{Launch, Runtime, RuntimeError, tmux};
+use crate::world::{Launch, Runtime, RuntimeError};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct StepOutcome {
@@ -141,7 +141,7 @@ impl Applier<'_> {
         }
     }
 
-    /// Retry once, like every tmux step; then say how to look closer.
+    /// Retry once, like every runtime step; then say how to look closer.
     fn stop_pane(&self, pane: &str) -> Result<(), String> {
         self.runtime
             .stop(pane)
@@ -151,8 +151,8 @@ impl Applier<'_> {
             })
             .map_err(|e| {
                 format!(
-                    "could not stop pane {pane}: {e} (retried once); inspect it with `tmux -L {} list-panes -a` and run `phoenix doctor`",
-                    self.spec.fleet.tmux_socket
+                    "could not stop pane {pane}: {e} (retried once); inspect it with {} and run `phoenix doctor`",
+                    self.runtime.inspect_hint()
                 )
             })
     }
@@ -185,7 +185,7 @@ impl Applier<'_> {
             Ok(v) => Ok(v),
             Err(_) => {
                 std::thread::sleep(Duration::from_millis(200));
-                op().map_err(|e| diagnose(&e, agent, &self.spec.fleet.tmux_socket))
+                op().map_err(|e| diagnose(self.runtime, &e, agent))
             }
         }
     }
@@ -227,8 +227,8 @@ fn action_name(action: &Action) -> &'static str {
 }
 
 /// Self-diagnosis after a failed retry: the likely cause and a concrete next step.
-fn diagnose(err: &RuntimeError, agent: &AgentSpec, socket: &str) -> String {
-    if let Some(why) = diagnose_tmux(err) {
+fn diagnose(runtime: &dyn Runtime, err: &RuntimeError, agent: &AgentSpec) -> String {
+    if let Some(why) = runtime.diagnose(err) {
         return why;
     }
     if !agent.workdir.is_dir() {
@@ -239,58 +239,7 @@ fn diagnose(err: &RuntimeError, agent: &AgentSpec, socket: &str) -> String {
         );
     }
     format!(
-        "{err} (retried once); inspect the server with `tmux -L {socket} list-panes -a` and run `phoenix doctor`"
+        "{err} (retried once); inspect the server with {} and run `phoenix doctor`",
+        runtime.inspect_hint()
     )
-}
-
-/// Agents of this fleet left running on another server (see [`crate::world::elsewhere`]):
-/// what to do about them, if there are any.
-pub fn legacy_socket_problem(spec: &Spec) -> Option<String> {
-    let (socket, agents) = crate::world::elsewhere(spec)?;
-    let why = if spec.fleet.legacy_socket.as_deref() == Some(socket.as_str()) {
-        "the default socket of earlier phoenix versions"
-    } else {
-        "this file's default socket under an earlier fleet name"
-    };
-    Some(format!(
-        "agent{} {} of this fleet still run{} on tmux server `{socket}` ({why}); this fleet's server is now `{}`. Keep the old server: set `tmux_socket = \"{socket}\"` under [fleet] in {}; or stop it: `tmux -L {socket} kill-server`. Then run the command again",
-        if agents.len() == 1 { "" } else { "s" },
-        agents
-            .iter()
-            .map(|a| format!("`{a}`"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        if agents.len() == 1 { "s" } else { "" },
-        spec.fleet.tmux_socket,
-        spec.file.display()
-    ))
-}
-
-/// Why tmux itself cannot work here, with what to do about it: not installed, or no socket
-/// directory it can use. `None` when neither explains `err`.
-pub fn diagnose_tmux(err: &RuntimeError) -> Option<String> {
-    if tmux::on_path().is_none() || matches!(err, RuntimeError::NotInstalled) {
-        return Some(format!(
-            "{err}; tmux is not installed or not on PATH — install it (e.g. `apt install tmux`) and run `phoenix doctor`"
-        ));
-    }
-    let sockets = tmux::socket_dir();
-    let base = sockets.parent().unwrap_or(Path::new("/tmp"));
-    if !base.is_dir() {
-        return Some(format!(
-            "{err}; the tmux socket directory's parent `{}` is not a directory — point TMUX_TMPDIR at a writable directory (or unset it for /tmp)",
-            base.display()
-        ));
-    }
-    if !writable(if sockets.exists() { &sockets } else { base }) {
-        return Some(format!(
-            "{err}; the tmux socket directory `{}` is not writable — fix its permissions or set TMUX_TMPDIR to a writable directory",
-            sockets.display()
-        ));
-    }
-    None
-}
-
-fn writable(path: &Path) -> bool {
-    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
 }

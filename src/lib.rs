@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod cli;
 pub mod clinic;
+pub mod context;
 pub mod continuity;
 pub mod demo;
 pub mod diag;

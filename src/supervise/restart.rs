@@ -17,7 +17,7 @@ use crate::plan::{Action, Change, FORMAT_VERSION, Plan};
 use crate::spec;
 use crate::state::lock::{FleetLock, LOCK_WAIT};
 use crate::state::{self, FleetDir};
-use crate::world::{self, tmux::Tmux};
+use crate::world;
 
 /// How long to wait for the replacement process before reporting anyway.
 const WAIT_FOR_NEW: Duration = Duration::from_secs(10);
@@ -124,9 +124,9 @@ fn restart_by(
     // One change of the fleet at a time: a reconcile or an apply racing this restart would
     // otherwise see the pane dead or missing and start the agent a second time.
     let lock = FleetLock::acquire(&fleet, "restart", LOCK_WAIT, on_wait)?;
-    let runtime = Tmux::new(&spec.fleet.tmux_socket);
-    let world = world::observe(&spec, &runtime)
-        .with_context(|| format!("cannot observe tmux server `{}`", spec.fleet.tmux_socket))?;
+    let runtime = world::runtime_for(&spec);
+    let world = world::observe(&spec, &*runtime)
+        .with_context(|| format!("cannot observe {}", runtime.location()))?;
 
     // The intent goes to disk before anything is killed: whoever starts the agent next sees it.
     // `.clean-exit` is left to the new wrapper, which clears it as it starts the agent: cleared
@@ -181,7 +181,7 @@ fn restart_by(
         };
         let report = Applier {
             spec: &spec,
-            runtime: &runtime,
+            runtime: &*runtime,
             exe: std::env::current_exe().context("cannot find the phoenix binary")?,
         }
         .apply(&plan);
@@ -196,7 +196,7 @@ fn restart_by(
     let deadline = Instant::now() + WAIT_FOR_NEW;
     let mut found = (None, None);
     while Instant::now() < deadline {
-        if let Ok(w) = world::observe(&spec, &runtime)
+        if let Ok(w) = world::observe(&spec, &*runtime)
             && let Some(p) = w.pane_of(name)
         {
             let pid = p.agent_process().map(|a| a.pid);

@@ -38,7 +38,7 @@ pub struct Snapshot {
 impl Snapshot {
     pub fn read(spec: &Spec) -> Snapshot {
         let fleet = FleetDir::new(&spec.fleet.state_dir);
-        let (rows, problem) = match status::observe(spec) {
+        let (rows, problem) = match status::observe(spec, &*crate::world::runtime_for(spec)) {
             Ok(world) => (status::rows(spec, &world), None),
             Err(e) => (Vec::new(), Some(format!("{e:#}"))),
         };
@@ -318,13 +318,8 @@ fn inject(config: &Path, agent: &str, text: &str) -> anyhow::Result<String> {
 /// Show the agent's pane: switch to it when top runs inside the fleet's own tmux server,
 /// else attach to that server until the person detaches.
 fn attach(spec: &Spec, pane: &str) -> anyhow::Result<()> {
-    let socket = &spec.fleet.tmux_socket;
-    let inside_fleet_server = std::env::var("TMUX").ok().is_some_and(|t| {
-        let path = t.split(',').next().unwrap_or("");
-        Path::new(path).file_name() == Some(std::ffi::OsStr::new(socket.as_str()))
-    });
-    crate::world::tmux::Tmux::new(socket)
-        .show_pane(pane, inside_fleet_server)
+    crate::world::runtime_for(spec)
+        .show(pane)
         .context("cannot show the pane")
 }
 

@@ -25,7 +25,7 @@ use crate::state::lock::{FleetLock, LockError, WATCHDOG_LOCK};
 use crate::state::{self, AgentDir, FleetDir};
 use crate::supervise::decide::EndReason;
 use crate::supervise::record;
-use crate::world::{self, Runtime, tmux::Tmux};
+use crate::world::{self, Runtime};
 pub use health::{Check, Finding};
 
 /// The watchdog's memory of one agent between passes (`watchdog.json` in its state dir).
@@ -295,8 +295,8 @@ impl Report {
 /// One watchdog pass over the fleet of `config`.
 pub fn pass(config: &Path) -> anyhow::Result<Report> {
     let spec = crate::spec::load(config)?;
-    let runtime = Tmux::new(&spec.fleet.tmux_socket);
-    Ok(Watchdog::new(&spec, config, &runtime).pass())
+    let runtime = world::runtime_for(&spec);
+    Ok(Watchdog::new(&spec, config, &*runtime).pass())
 }
 
 pub struct Watchdog<'a> {
