@@ -243,3 +243,182 @@ fn diagnose(runtime: &dyn Runtime, err: &RuntimeError, agent: &AgentSpec) -> Str
         runtime.inspect_hint()
     )
 }
+
+/// Apply on the fake runtime: which panes a plan starts, stops and leaves alone, in
+/// milliseconds and without a server.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{self, PlanOptions};
+    use crate::world::fake::{Call, FakeRuntime};
+    use crate::world::{self, Tag};
+
+    pub(crate) fn fleet_spec(dir: &Path, agents: &[&str]) -> Spec {
+        let toml: String = agents
+            .iter()
+            .map(|a| format!("[[agent]]\nname = \"{a}\"\ncommand = \"sh -c 'sleep 1000'\"\n"))
+            .collect();
+        crate::spec::parse(
+            &format!("[fleet]\nname = \"unit\"\n{toml}"),
+            &dir.join("phoenix.toml"),
+            crate::spec::LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .unwrap()
+    }
+
+    /// Observe, plan and apply once, as `phoenix apply --yes` does.
+    pub(crate) fn apply_once(spec: &Spec, runtime: &FakeRuntime, prune: bool) -> ApplyReport {
+        let world = world::observe(spec, runtime).unwrap();
+        let options = PlanOptions {
+            prune,
+            hooks_exe: None,
+        };
+        let plan = plan::diff(spec, &world, &options);
+        Applier {
+            spec,
+            runtime,
+            exe: "/usr/bin/phoenix".into(),
+        }
+        .apply(&plan)
+    }
+
+    fn started(fake: &FakeRuntime) -> Vec<String> {
+        fake.changes()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Start { agent, .. } => Some(agent),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn apply_starts_each_declared_agent_once_tagged_for_its_fleet() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = fleet_spec(tmp.path(), &["one", "two"]);
+        let fake = FakeRuntime::new();
+        let report = apply_once(&spec, &fake, false);
+        assert_eq!(report.failed(), 0, "{report:?}");
+        assert_eq!(started(&fake), ["one", "two"]);
+        for pane in fake.panes() {
+            assert_eq!(pane.tags.get(&Tag::Fleet), Some(&spec.fleet.id));
+            assert_eq!(
+                pane.argv[1..],
+                [
+                    "--config",
+                    &spec.file.to_string_lossy(),
+                    "wrap",
+                    "--agent",
+                    &pane.window
+                ]
+                .map(String::from)[..],
+                "{pane:?}"
+            );
+        }
+        // The launch spec is on disk for drift details.
+        let dir = FleetDir::new(&spec.fleet.state_dir).agent("one");
+        assert!(dir.file(state::STARTED_SPEC).is_file());
+    }
+
+    #[test]
+    fn a_second_apply_changes_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = fleet_spec(tmp.path(), &["one", "two"]);
+        let fake = FakeRuntime::new();
+        apply_once(&spec, &fake, false);
+        fake.clear_calls();
+        let report = apply_once(&spec, &fake, false);
+        assert!(report.steps.is_empty(), "{report:?}");
+        assert_eq!(fake.changes(), []);
+    }
+
+    #[test]
+    fn a_dead_pane_is_restarted_in_place() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = fleet_spec(tmp.path(), &["one"]);
+        let fake = FakeRuntime::new();
+        apply_once(&spec, &fake, false);
+        let pane = fake.panes()[0].id.clone();
+        fake.kill(&pane, 9);
+        fake.clear_calls();
+        let report = apply_once(&spec, &fake, false);
+        assert_eq!(report.failed(), 0, "{report:?}");
+        assert_eq!(
+            fake.changes(),
+            [Call::Respawn {
+                agent: "one".into(),
+                pane: pane.clone()
+            }]
+        );
+        assert!(!fake.pane(&pane).unwrap().dead);
+    }
+
+    #[test]
+    fn prune_removes_only_this_fleets_undeclared_panes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fake = FakeRuntime::new();
+        apply_once(&fleet_spec(tmp.path(), &["keep", "gone"]), &fake, false);
+        // Another fleet on the same server, with an agent of the same name, and a pane made
+        // by hand.
+        let theirs = fake.add_pane(
+            "phoenix",
+            "gone",
+            &[(Tag::Fleet, "other-0123abcd"), (Tag::Agent, "gone")],
+        );
+        let by_hand = fake.add_pane("mine", "shell", &[]);
+        let spec = fleet_spec(tmp.path(), &["keep"]);
+        let ours = fake
+            .panes()
+            .into_iter()
+            .find(|p| p.tags.get(&Tag::Agent).map(String::as_str) == Some("gone"))
+            .unwrap()
+            .id;
+        fake.clear_calls();
+        // Without --prune nothing goes.
+        apply_once(&spec, &fake, false);
+        assert_eq!(fake.changes(), []);
+        let report = apply_once(&spec, &fake, true);
+        assert_eq!(report.failed(), 0, "{report:?}");
+        assert_eq!(fake.changes(), [Call::Stop { pane: ours }]);
+        let left: Vec<String> = fake.panes().into_iter().map(|p| p.id).collect();
+        assert!(
+            left.contains(&theirs) && left.contains(&by_hand),
+            "{left:?}"
+        );
+    }
+
+    #[test]
+    fn a_failing_runtime_is_retried_once_and_the_step_says_where_to_look() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = fleet_spec(tmp.path(), &["one"]);
+        let fake = FakeRuntime::new();
+        // Observed fine, then every call fails.
+        let world = world::observe(&spec, &fake).unwrap();
+        let plan = plan::diff(
+            &spec,
+            &world,
+            &PlanOptions {
+                prune: false,
+                hooks_exe: None,
+            },
+        );
+        fake.set_failing(Some("server exited unexpectedly"));
+        let report = Applier {
+            spec: &spec,
+            runtime: &fake,
+            exe: "/usr/bin/phoenix".into(),
+        }
+        .apply(&plan);
+        let step = report.steps.iter().find(|s| s.action == "start").unwrap();
+        assert!(!step.ok);
+        assert!(step.detail.contains("retried once"), "{}", step.detail);
+        assert!(
+            step.detail.contains(&fake.inspect_hint()),
+            "{}",
+            step.detail
+        );
+        assert_eq!(started(&fake), ["one", "one"]);
+    }
+}

@@ -366,7 +366,7 @@ fn a_pass_of_a_stopping_daemon_revives_no_one() {
     });
     let spec = phoenix::spec::load(&fleet.config()).unwrap();
     let runtime = phoenix::world::runtime_for(&spec);
-    let report = phoenix::watchdog::Watchdog::new(&spec, &fleet.config(), &*runtime)
+    let report = phoenix::watchdog::Watchdog::new(&spec, &*runtime)
         .stop_when(Arc::new(AtomicBool::new(true)))
         .pass();
     let a = report.agents.iter().find(|a| a.agent == "gone").unwrap();

@@ -247,11 +247,10 @@ impl Daemon {
             warn!("the previous watchdog pass is still running; skipping this one");
             return;
         }
-        let (spec, config, busy) = (self.spec.clone(), self.config.clone(), busy.clone());
+        let (spec, runtime, busy) = (self.spec.clone(), self.runtime.clone(), busy.clone());
         let stopping = self.stopping.clone();
         tokio::task::spawn_blocking(move || {
-            let runtime = world::runtime_for(&spec);
-            let report = crate::watchdog::Watchdog::new(&spec, &config, &*runtime)
+            let report = crate::watchdog::Watchdog::new(&spec, &*runtime)
                 .stop_when(stopping)
                 .pass();
             if let Some(why) = &report.skipped {

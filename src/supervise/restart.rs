@@ -14,10 +14,10 @@ use super::decide::EndReason;
 use super::{record, term};
 use crate::apply::Applier;
 use crate::plan::{Action, Change, FORMAT_VERSION, Plan};
-use crate::spec;
+use crate::spec::{self, Spec};
 use crate::state::lock::{FleetLock, LOCK_WAIT};
 use crate::state::{self, FleetDir};
-use crate::world;
+use crate::world::{self, Runtime};
 
 /// How long to wait for the replacement process before reporting anyway.
 const WAIT_FOR_NEW: Duration = Duration::from_secs(10);
@@ -58,15 +58,20 @@ pub fn restart_with(
     fresh: bool,
     on_wait: &dyn Fn(&str),
 ) -> anyhow::Result<RestartReport> {
-    restart_by(config, name, fresh, on_wait, By::Operator)
+    let spec = spec::load(config)?;
+    let runtime = world::runtime_for(&spec);
+    restart_by(&spec, &*runtime, name, fresh, on_wait, By::Operator)
 }
 
 /// The watchdog's revival of an agent whose CLI is gone: the pane is restarted (resuming), but
 /// no count is reset: neither its crash history, nor the Clinic's recoveries, nor the revivals
 /// the watchdog itself spent on the task (else every revival would make room for the next).
-pub fn revive(config: &Path, name: &str) -> anyhow::Result<RestartReport> {
+/// It does not wait for the new agent process: the watchdog's pass goes on to the other agents,
+/// and its next pass sees whether the agent came back.
+pub fn revive(spec: &Spec, runtime: &dyn Runtime, name: &str) -> anyhow::Result<RestartReport> {
     restart_by(
-        config,
+        spec,
+        runtime,
         name,
         false,
         &|holder| tracing::info!(%holder, "waiting for the fleet lock"),
@@ -101,13 +106,13 @@ pub fn reset_counts(dir: &state::AgentDir) -> anyhow::Result<()> {
 }
 
 fn restart_by(
-    config: &Path,
+    spec: &Spec,
+    runtime: &dyn Runtime,
     name: &str,
     fresh: bool,
     on_wait: &dyn Fn(&str),
     by: By,
 ) -> anyhow::Result<RestartReport> {
-    let spec = spec::load(config)?;
     let Some(agent) = spec.agent(name) else {
         bail!(
             "no agent `{name}` (declared: {})",
@@ -124,8 +129,7 @@ fn restart_by(
     // One change of the fleet at a time: a reconcile or an apply racing this restart would
     // otherwise see the pane dead or missing and start the agent a second time.
     let lock = FleetLock::acquire(&fleet, "restart", LOCK_WAIT, on_wait)?;
-    let runtime = world::runtime_for(&spec);
-    let world = world::observe(&spec, &*runtime)
+    let world = world::observe(spec, runtime)
         .with_context(|| format!("cannot observe {}", runtime.location()))?;
 
     // The intent goes to disk before anything is killed: whoever starts the agent next sees it.
@@ -180,8 +184,8 @@ fn restart_by(
             unmanaged: Vec::new(),
         };
         let report = Applier {
-            spec: &spec,
-            runtime: &*runtime,
+            spec,
+            runtime,
             exe: std::env::current_exe().context("cannot find the phoenix binary")?,
         }
         .apply(&plan);
@@ -192,11 +196,20 @@ fn restart_by(
     };
     drop(lock);
     super::poke(&fleet, name);
+    if by == By::Watchdog {
+        return Ok(RestartReport {
+            agent: name.to_string(),
+            fresh,
+            via,
+            pane: None,
+            pid: None,
+        });
+    }
 
     let deadline = Instant::now() + WAIT_FOR_NEW;
     let mut found = (None, None);
     while Instant::now() < deadline {
-        if let Ok(w) = world::observe(&spec, &*runtime)
+        if let Ok(w) = world::observe(spec, runtime)
             && let Some(p) = w.pane_of(name)
         {
             let pid = p.agent_process().map(|a| a.pid);

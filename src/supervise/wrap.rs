@@ -527,13 +527,12 @@ impl Wrapper {
     /// context stops this run for a fresh session with a handoff; 401/quota quarantine it.
     /// On a thread: the pass may notify people, and supervision goes on meanwhile.
     fn treat_failed_turn(&self) -> std::thread::JoinHandle<()> {
-        let (spec, config, runtime) =
-            (self.spec.clone(), self.config.clone(), self.runtime.clone());
+        let (spec, runtime) = (self.spec.clone(), self.runtime.clone());
         let (name, dir) = (self.agent.name.clone(), self.dir.clone());
         std::thread::spawn(move || {
             let started = Instant::now();
             loop {
-                let report = crate::watchdog::Watchdog::new(&spec, &config, &*runtime)
+                let report = crate::watchdog::Watchdog::new(&spec, &*runtime)
                     .failed_turn_of(&name)
                     .pass();
                 // Another pass (the daemon's) holds the lock: it may be handling this very

@@ -296,12 +296,11 @@ impl Report {
 pub fn pass(config: &Path) -> anyhow::Result<Report> {
     let spec = crate::spec::load(config)?;
     let runtime = world::runtime_for(&spec);
-    Ok(Watchdog::new(&spec, config, &*runtime).pass())
+    Ok(Watchdog::new(&spec, &*runtime).pass())
 }
 
 pub struct Watchdog<'a> {
     spec: &'a Spec,
-    config: PathBuf,
     runtime: &'a dyn Runtime,
     fleet: FleetDir,
     templates: Templates,
@@ -313,10 +312,9 @@ pub struct Watchdog<'a> {
 }
 
 impl<'a> Watchdog<'a> {
-    pub fn new(spec: &'a Spec, config: &Path, runtime: &'a dyn Runtime) -> Watchdog<'a> {
+    pub fn new(spec: &'a Spec, runtime: &'a dyn Runtime) -> Watchdog<'a> {
         Watchdog {
             spec,
-            config: config.to_path_buf(),
             runtime,
             fleet: FleetDir::new(&spec.fleet.state_dir),
             templates: Templates::for_spec(spec),
@@ -828,7 +826,7 @@ impl<'a> Watchdog<'a> {
                 Ok("resumed by its wrapper")
             }
             _ => {
-                crate::supervise::restart::revive(&self.config, &agent.name)?;
+                crate::supervise::restart::revive(self.spec, self.runtime, &agent.name)?;
                 Ok("pane restarted")
             }
         }
@@ -1029,6 +1027,9 @@ fn print_report(report: &Report, json: bool) {
     ));
     crate::cli::out(&text);
 }
+
+#[cfg(test)]
+mod fake_tests;
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{Check, Launch, PaneObs, Runtime, RuntimeError, Tag};
+use super::{Check, Launch, PaneObs, ProcInfo, Runtime, RuntimeError, Tag};
 
 /// Pids of fake panes: above any Linux `pid_max` (2^22), so /proc never has them and no real
 /// process is ever taken for a fake pane's.
@@ -59,6 +59,11 @@ pub struct FakePane {
     pub session: String,
     pub window: String,
     pub pid: u32,
+    /// The agent the pane's wrapper runs (its child, leading its own process group), while
+    /// it runs.
+    pub agent_pid: Option<u32>,
+    /// When the pane's process started (seconds since the epoch).
+    pub started: i64,
     pub argv: Vec<String>,
     pub dead: bool,
     pub dead_status: Option<i32>,
@@ -145,10 +150,16 @@ impl FakeRuntime {
         id
     }
 
+    /// The agent under `pane`'s wrapper is gone; the wrapper (the pane) lives on.
+    pub fn end_agent(&self, pane: &str) {
+        self.with_pane(pane, |p| p.agent_pid = None);
+    }
+
     /// The program in `pane` exits with `status` (the pane stays, dead, as with
     /// remain-on-exit).
     pub fn exit(&self, pane: &str, status: i32) {
         self.with_pane(pane, |p| {
+            p.agent_pid = None;
             p.dead = true;
             p.dead_status = Some(status);
         });
@@ -157,6 +168,7 @@ impl FakeRuntime {
     /// The program in `pane` is killed by `signal`.
     pub fn kill(&self, pane: &str, signal: i32) {
         self.with_pane(pane, |p| {
+            p.agent_pid = None;
             p.dead = true;
             p.dead_signal = Some(signal);
         });
@@ -223,15 +235,24 @@ fn number(id: &str) -> Option<u32> {
     id.strip_prefix('%')?.parse().ok()
 }
 
-fn new_pane(state: &mut State, session: &str, window: &str, argv: Vec<String>) -> FakePane {
+/// Two pids per process slot: the pane's and its agent's.
+fn new_pids(state: &mut State) -> (u32, u32) {
     let n = state.next;
     state.next += 1;
+    (FIRST_PID + 2 * n, FIRST_PID + 2 * n + 1)
+}
+
+fn new_pane(state: &mut State, session: &str, window: &str, argv: Vec<String>) -> FakePane {
+    let n = state.next;
+    let (pid, agent) = new_pids(state);
     state.running = true;
     FakePane {
         id: format!("%{n}"),
         session: session.into(),
         window: window.into(),
-        pid: FIRST_PID + n,
+        pid,
+        agent_pid: Some(agent),
+        started: jiff::Timestamp::now().as_second(),
         argv,
         dead: false,
         dead_status: None,
@@ -324,8 +345,19 @@ impl Runtime for FakeRuntime {
                         fleet: tag(p, Tag::Fleet),
                         fingerprint: tag(p, Tag::Fingerprint),
                         phase: tag(p, Tag::Phase),
-                        started: None,
-                        processes: Vec::new(),
+                        started: (!p.dead).then_some(p.started),
+                        processes: p
+                            .agent_pid
+                            .filter(|_| !p.dead)
+                            .map(|pid| ProcInfo {
+                                pid,
+                                ppid: p.pid,
+                                comm: "agent".into(),
+                                started: p.started,
+                                pgid: pid,
+                            })
+                            .into_iter()
+                            .collect(),
                     })
                     .collect(),
             ))
@@ -357,10 +389,11 @@ impl Runtime for FakeRuntime {
             pane: pane.into(),
         };
         self.call(call, |state| {
-            let pid = FIRST_PID + state.next;
-            state.next += 1;
+            let (pid, agent) = new_pids(state);
             let p = state.pane_mut(pane)?;
             p.pid = pid;
+            p.agent_pid = Some(agent);
+            p.started = jiff::Timestamp::now().as_second();
             p.argv = launch.argv.clone();
             p.dead = false;
             p.dead_status = None;

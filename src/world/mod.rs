@@ -276,8 +276,11 @@ impl FileObs {
 pub struct World {
     /// When this was observed (seconds since the epoch).
     pub observed_at: i64,
-    /// False when the runtime (tmux server) is not running at all.
+    /// False when the runtime (its server) is not running at all.
     pub server_running: bool,
+    /// Where the panes were observed, for messages (`Runtime::location`).
+    #[serde(skip)]
+    pub location: String,
     pub panes: Vec<PaneObs>,
     /// Keyed by agent name: every declared agent, every agent found in a pane or with a
     /// state dir.
@@ -289,6 +292,15 @@ pub struct World {
 }
 
 impl World {
+    /// Where the panes are, for messages: the runtime's location, if it was observed.
+    pub fn location(&self) -> &str {
+        if self.location.is_empty() {
+            "the runtime"
+        } else {
+            &self.location
+        }
+    }
+
     /// The pane phoenix started for `agent`, if any. If several claim it, the one that stays
     /// is the oldest live one (tmux numbers panes in creation order), else the oldest.
     pub fn pane_of(&self, agent: &str) -> Option<&PaneObs> {
@@ -362,9 +374,12 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError
         .into_iter()
         .filter(|p| is_ours(p, spec))
         .collect();
-    if panes.iter().any(|p| !p.dead) {
+    // A runtime that knows its panes' processes (the fake; a remote host would have to) says
+    // so; for the others they are this host's, from /proc.
+    let local = |p: &PaneObs| !p.dead && p.started.is_none() && p.processes.is_empty();
+    if panes.iter().any(local) {
         let table = ProcTable::read();
-        for pane in panes.iter_mut().filter(|p| !p.dead) {
+        for pane in panes.iter_mut().filter(|p| local(p)) {
             pane.started = table.get(pane.pid).map(|p| p.started);
             pane.processes = table.descendants(pane.pid);
         }
@@ -423,6 +438,7 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError
     Ok(World {
         observed_at: jiff::Timestamp::now().as_second(),
         server_running,
+        location: runtime.location(),
         panes,
         agents,
         hook_files,

@@ -52,7 +52,7 @@ impl Tmux {
             vec!["load-buffer".into(), "-b".into(), name.into(), "-".into()];
         let mut child = self
             .command()
-            .args(args.iter().map(|a| super::inert::tmux_argument(a)))
+            .args(args.iter().map(|a| super::inert::command_argument(a)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -82,7 +82,7 @@ impl Tmux {
         let mut cmd = self.command();
         let args: Vec<std::ffi::OsString> =
             args.into_iter().map(|a| a.as_ref().to_owned()).collect();
-        cmd.args(args.iter().map(|a| super::inert::tmux_argument(a)));
+        cmd.args(args.iter().map(|a| super::inert::command_argument(a)));
         let output = cmd.output().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 RuntimeError::NotInstalled
@@ -308,7 +308,7 @@ impl Runtime for Tmux {
         let args: Vec<std::ffi::OsString> = vec![verb.into(), "-t".into(), pane.into()];
         let status = self
             .command()
-            .args(args.iter().map(|a| super::inert::tmux_argument(a)))
+            .args(args.iter().map(|a| super::inert::command_argument(a)))
             .status()
             .map_err(|e| RuntimeError::Failed {
                 command: describe(&args),
@@ -704,6 +704,65 @@ mod tests {
         let tmux = Down(Tmux::new(socket));
         // A real program exits by itself when Enter gives it its line.
         super::super::conformance::conforms(&tmux.0, &|_, _| {});
+    }
+
+    /// The runtime is closed: nothing outside this file names tmux in code (identifiers,
+    /// strings), so nothing else can run it, build it or depend on how it works. The only
+    /// words left elsewhere are the user's: the config file's keys and the help's one line.
+    #[test]
+    fn only_this_file_names_tmux() {
+        fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    files(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut all = Vec::new();
+        files(&src, &mut all);
+        let mut found = Vec::new();
+        for path in all {
+            let rel = path
+                .strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if rel == "world/tmux.rs" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") {
+                    continue;
+                }
+                let code = code.split(" // ").next().unwrap_or("").to_lowercase();
+                if !code.contains("tmux") {
+                    continue;
+                }
+                let allowed =
+                    // The config file's key (and the API field and messages that name it).
+                    code.contains("tmux_socket")
+                    // The config file's `tmux = { session, window }` table, read by spec/.
+                    || rel.starts_with("spec/")
+                    // `world/` reaching its adapter.
+                    || (rel == "world/mod.rs" && (code.contains("tmux::") || code.starts_with("mod tmux")))
+                    // What phoenix is, in `--help`.
+                    || (rel == "cli/mod.rs" && code.starts_with("#[command(name = \"phoenix\""));
+                if !allowed {
+                    found.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "tmux named outside world/tmux.rs:\n{}",
+            found.join("\n")
+        );
     }
 
     #[test]
