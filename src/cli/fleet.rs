@@ -476,7 +476,8 @@ fn find_program(program: &str, workdir: &Path) -> bool {
 }
 
 pub fn restart(config: &Path, agent: &str, fresh: bool, json: bool) -> anyhow::Result<i32> {
-    let report = crate::supervise::restart::restart_with(config, agent, fresh, &tell_waiting)?;
+    let ctx = load(config)?;
+    let report = crate::supervise::restart::restart_with(&ctx, agent, fresh, &tell_waiting)?;
     if json {
         out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
         return Ok(0);

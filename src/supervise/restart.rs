@@ -13,6 +13,7 @@ use serde_json::json;
 use super::decide::EndReason;
 use super::{record, term};
 use crate::apply::Applier;
+use crate::context::FleetContext;
 use crate::plan::{Action, Change, FORMAT_VERSION, Plan};
 use crate::spec::{self, Spec};
 use crate::state::lock::{FleetLock, LOCK_WAIT};
@@ -35,8 +36,9 @@ pub struct RestartReport {
 }
 
 pub fn restart(config: &Path, name: &str, fresh: bool) -> anyhow::Result<RestartReport> {
+    let ctx = FleetContext::new(config, spec::load(config)?);
     restart_with(
-        config,
+        &ctx,
         name,
         fresh,
         &|holder| tracing::info!(%holder, "waiting for the fleet lock"),
@@ -51,16 +53,15 @@ enum By {
     Watchdog,
 }
 
-/// [`restart`], telling `on_wait` whom it waits for when another phoenix is changing the fleet.
+/// [`restart`] in the fleet `ctx`, telling `on_wait` whom it waits for when another phoenix is
+/// changing the fleet.
 pub fn restart_with(
-    config: &Path,
+    ctx: &FleetContext,
     name: &str,
     fresh: bool,
     on_wait: &dyn Fn(&str),
 ) -> anyhow::Result<RestartReport> {
-    let spec = spec::load(config)?;
-    let runtime = world::runtime_for(&spec);
-    restart_by(&spec, &*runtime, name, fresh, on_wait, By::Operator)
+    restart_by(&ctx.spec, ctx.runtime(), name, fresh, on_wait, By::Operator)
 }
 
 /// The watchdog's revival of an agent whose CLI is gone: the pane is restarted (resuming), but
@@ -260,4 +261,74 @@ fn process_alive(pid: u32) -> bool {
                 .map(|(_, rest)| rest.trim_start().to_string())
         })
         .is_some_and(|rest| !rest.starts_with('Z'))
+}
+
+/// An operator's restart on the fake runtime.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::PlanOptions;
+    use crate::world::fake::{Call, FakeRuntime};
+
+    fn applied(dir: &Path, fake: &FakeRuntime) -> FleetContext {
+        let spec = spec::parse(
+            "[fleet]\nname = \"unit\"\n[[agent]]\nname = \"one\"\ncommand = \"sh -c 'sleep 1000'\"\n",
+            &dir.join("phoenix.toml"),
+            spec::LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .unwrap();
+        let ctx = FleetContext::with_runtime(&dir.join("phoenix.toml"), spec, fake.shared());
+        let world = world::observe(&ctx.spec, fake).unwrap();
+        let options = PlanOptions {
+            prune: false,
+            hooks_exe: None,
+        };
+        let plan = crate::plan::diff(&ctx.spec, &world, &options);
+        Applier {
+            spec: &ctx.spec,
+            runtime: fake,
+            exe: "/usr/bin/phoenix".into(),
+        }
+        .apply(&plan);
+        fake.clear_calls();
+        ctx
+    }
+
+    #[test]
+    fn an_operator_restart_of_a_dead_pane_respawns_it_fresh_when_asked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fake = FakeRuntime::new();
+        let ctx = applied(tmp.path(), &fake);
+        let pane = fake.panes()[0].id.clone();
+        fake.exit(&pane, 1);
+        let report = restart_with(&ctx, "one", true, &|_| {}).unwrap();
+        assert_eq!(report.via, "respawn");
+        assert_eq!(report.pane.as_deref(), Some(pane.as_str()));
+        assert_eq!(report.pid, fake.pane(&pane).unwrap().agent_pid);
+        assert_eq!(
+            fake.changes(),
+            [Call::Respawn {
+                agent: "one".into(),
+                pane
+            }]
+        );
+        let dir = ctx.dir.agent("one");
+        assert!(dir.has_marker(state::FRESH));
+        let ops = std::fs::read_to_string(dir.file(state::OPS_LOG)).unwrap();
+        assert!(ops.contains("\"operator_restart\""), "{ops}");
+    }
+
+    #[test]
+    fn an_operator_restart_of_a_missing_pane_starts_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fake = FakeRuntime::new();
+        let ctx = applied(tmp.path(), &fake);
+        fake.kill_server().unwrap();
+        fake.clear_calls();
+        let report = restart_with(&ctx, "one", false, &|_| {}).unwrap();
+        assert_eq!(report.via, "start");
+        assert!(matches!(&fake.changes()[..], [Call::Start { agent, .. }] if agent == "one"));
+    }
 }
