@@ -13,7 +13,7 @@ use crate::plan::{Action, Change, Plan};
 use crate::recovery::{EndReason, execute};
 use crate::spec::{AgentSpec, Spec};
 use crate::state::{self, AgentDir, FleetDir};
-use crate::world::{Launch, Runtime, RuntimeError, tmux};
+use crate::world::{Launch, Runtime, RuntimeError};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct StepOutcome {
@@ -141,7 +141,7 @@ impl Applier<'_> {
         }
     }
 
-    /// Retry once, like every tmux step; then say how to look closer.
+    /// Retry once, like every runtime step; then say how to look closer.
     fn stop_pane(&self, pane: &str) -> Result<(), String> {
         self.runtime
             .stop(pane)
@@ -151,8 +151,8 @@ impl Applier<'_> {
             })
             .map_err(|e| {
                 format!(
-                    "could not stop pane {pane}: {e} (retried once); inspect it with `tmux -L {} list-panes -a` and run `phoenix doctor`",
-                    self.spec.fleet.tmux_socket
+                    "could not stop pane {pane}: {e} (retried once); inspect it with {} and run `phoenix doctor`",
+                    self.runtime.inspect_hint()
                 )
             })
     }
@@ -185,7 +185,7 @@ impl Applier<'_> {
             Ok(v) => Ok(v),
             Err(_) => {
                 std::thread::sleep(Duration::from_millis(200));
-                op().map_err(|e| diagnose(&e, agent, &self.spec.fleet.tmux_socket))
+                op().map_err(|e| diagnose(self.runtime, &e, agent))
             }
         }
     }
@@ -227,8 +227,8 @@ fn action_name(action: &Action) -> &'static str {
 }
 
 /// Self-diagnosis after a failed retry: the likely cause and a concrete next step.
-fn diagnose(err: &RuntimeError, agent: &AgentSpec, socket: &str) -> String {
-    if let Some(why) = diagnose_tmux(err) {
+fn diagnose(runtime: &dyn Runtime, err: &RuntimeError, agent: &AgentSpec) -> String {
+    if let Some(why) = runtime.diagnose(err) {
         return why;
     }
     if !agent.workdir.is_dir() {
@@ -239,58 +239,186 @@ fn diagnose(err: &RuntimeError, agent: &AgentSpec, socket: &str) -> String {
         );
     }
     format!(
-        "{err} (retried once); inspect the server with `tmux -L {socket} list-panes -a` and run `phoenix doctor`"
+        "{err} (retried once); inspect the server with {} and run `phoenix doctor`",
+        runtime.inspect_hint()
     )
 }
 
-/// Agents of this fleet left running on another server (see [`crate::world::elsewhere`]):
-/// what to do about them, if there are any.
-pub fn legacy_socket_problem(spec: &Spec) -> Option<String> {
-    let (socket, agents) = crate::world::elsewhere(spec)?;
-    let why = if spec.fleet.legacy_socket.as_deref() == Some(socket.as_str()) {
-        "the default socket of earlier phoenix versions"
-    } else {
-        "this file's default socket under an earlier fleet name"
-    };
-    Some(format!(
-        "agent{} {} of this fleet still run{} on tmux server `{socket}` ({why}); this fleet's server is now `{}`. Keep the old server: set `tmux_socket = \"{socket}\"` under [fleet] in {}; or stop it: `tmux -L {socket} kill-server`. Then run the command again",
-        if agents.len() == 1 { "" } else { "s" },
-        agents
+/// Apply on the fake runtime: which panes a plan starts, stops and leaves alone, in
+/// milliseconds and without a server.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{self, PlanOptions};
+    use crate::world::fake::{Call, FakeRuntime};
+    use crate::world::{self, Tag};
+
+    pub(crate) fn fleet_spec(dir: &Path, agents: &[&str]) -> Spec {
+        let toml: String = agents
             .iter()
-            .map(|a| format!("`{a}`"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        if agents.len() == 1 { "s" } else { "" },
-        spec.fleet.tmux_socket,
-        spec.file.display()
-    ))
-}
+            .map(|a| format!("[[agent]]\nname = \"{a}\"\ncommand = \"sh -c 'sleep 1000'\"\n"))
+            .collect();
+        crate::spec::parse(
+            &format!("[fleet]\nname = \"unit\"\n{toml}"),
+            &dir.join("phoenix.toml"),
+            crate::spec::LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .unwrap()
+    }
 
-/// Why tmux itself cannot work here, with what to do about it: not installed, or no socket
-/// directory it can use. `None` when neither explains `err`.
-pub fn diagnose_tmux(err: &RuntimeError) -> Option<String> {
-    if tmux::on_path().is_none() || matches!(err, RuntimeError::NotInstalled) {
-        return Some(format!(
-            "{err}; tmux is not installed or not on PATH — install it (e.g. `apt install tmux`) and run `phoenix doctor`"
-        ));
+    /// Observe, plan and apply once, as `phoenix apply --yes` does.
+    pub(crate) fn apply_once(spec: &Spec, runtime: &FakeRuntime, prune: bool) -> ApplyReport {
+        let world = world::observe(spec, runtime).unwrap();
+        let options = PlanOptions {
+            prune,
+            hooks_exe: None,
+        };
+        let plan = plan::diff(spec, &world, &options);
+        Applier {
+            spec,
+            runtime,
+            exe: "/usr/bin/phoenix".into(),
+        }
+        .apply(&plan)
     }
-    let sockets = tmux::socket_dir();
-    let base = sockets.parent().unwrap_or(Path::new("/tmp"));
-    if !base.is_dir() {
-        return Some(format!(
-            "{err}; the tmux socket directory's parent `{}` is not a directory — point TMUX_TMPDIR at a writable directory (or unset it for /tmp)",
-            base.display()
-        ));
-    }
-    if !writable(if sockets.exists() { &sockets } else { base }) {
-        return Some(format!(
-            "{err}; the tmux socket directory `{}` is not writable — fix its permissions or set TMUX_TMPDIR to a writable directory",
-            sockets.display()
-        ));
-    }
-    None
-}
 
-fn writable(path: &Path) -> bool {
-    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
+    fn started(fake: &FakeRuntime) -> Vec<String> {
+        fake.changes()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Start { agent, .. } => Some(agent),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn apply_starts_each_declared_agent_once_tagged_for_its_fleet() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = fleet_spec(tmp.path(), &["one", "two"]);
+        let fake = FakeRuntime::new();
+        let report = apply_once(&spec, &fake, false);
+        assert_eq!(report.failed(), 0, "{report:?}");
+        assert_eq!(started(&fake), ["one", "two"]);
+        for pane in fake.panes() {
+            assert_eq!(pane.tags.get(&Tag::Fleet), Some(&spec.fleet.id));
+            assert_eq!(
+                pane.argv[1..],
+                [
+                    "--config",
+                    &spec.file.to_string_lossy(),
+                    "wrap",
+                    "--agent",
+                    &pane.window
+                ]
+                .map(String::from)[..],
+                "{pane:?}"
+            );
+        }
+        // The launch spec is on disk for drift details.
+        let dir = FleetDir::new(&spec.fleet.state_dir).agent("one");
+        assert!(dir.file(state::STARTED_SPEC).is_file());
+    }
+
+    #[test]
+    fn a_second_apply_changes_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = fleet_spec(tmp.path(), &["one", "two"]);
+        let fake = FakeRuntime::new();
+        apply_once(&spec, &fake, false);
+        fake.clear_calls();
+        let report = apply_once(&spec, &fake, false);
+        assert!(report.steps.is_empty(), "{report:?}");
+        assert_eq!(fake.changes(), []);
+    }
+
+    #[test]
+    fn a_dead_pane_is_restarted_in_place() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = fleet_spec(tmp.path(), &["one"]);
+        let fake = FakeRuntime::new();
+        apply_once(&spec, &fake, false);
+        let pane = fake.panes()[0].id.clone();
+        fake.kill(&pane, 9);
+        fake.clear_calls();
+        let report = apply_once(&spec, &fake, false);
+        assert_eq!(report.failed(), 0, "{report:?}");
+        assert_eq!(
+            fake.changes(),
+            [Call::Respawn {
+                agent: "one".into(),
+                pane: pane.clone()
+            }]
+        );
+        assert!(!fake.pane(&pane).unwrap().dead);
+    }
+
+    #[test]
+    fn prune_removes_only_this_fleets_undeclared_panes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fake = FakeRuntime::new();
+        apply_once(&fleet_spec(tmp.path(), &["keep", "gone"]), &fake, false);
+        // Another fleet on the same server, with an agent of the same name, and a pane made
+        // by hand.
+        let theirs = fake.add_pane(
+            "phoenix",
+            "gone",
+            &[(Tag::Fleet, "other-0123abcd"), (Tag::Agent, "gone")],
+        );
+        let by_hand = fake.add_pane("mine", "shell", &[]);
+        let spec = fleet_spec(tmp.path(), &["keep"]);
+        let ours = fake
+            .panes()
+            .into_iter()
+            .find(|p| p.tags.get(&Tag::Agent).map(String::as_str) == Some("gone"))
+            .unwrap()
+            .id;
+        fake.clear_calls();
+        // Without --prune nothing goes.
+        apply_once(&spec, &fake, false);
+        assert_eq!(fake.changes(), []);
+        let report = apply_once(&spec, &fake, true);
+        assert_eq!(report.failed(), 0, "{report:?}");
+        assert_eq!(fake.changes(), [Call::Stop { pane: ours }]);
+        let left: Vec<String> = fake.panes().into_iter().map(|p| p.id).collect();
+        assert!(
+            left.contains(&theirs) && left.contains(&by_hand),
+            "{left:?}"
+        );
+    }
+
+    #[test]
+    fn a_failing_runtime_is_retried_once_and_the_step_says_where_to_look() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = fleet_spec(tmp.path(), &["one"]);
+        let fake = FakeRuntime::new();
+        // Observed fine, then every call fails.
+        let world = world::observe(&spec, &fake).unwrap();
+        let plan = plan::diff(
+            &spec,
+            &world,
+            &PlanOptions {
+                prune: false,
+                hooks_exe: None,
+            },
+        );
+        fake.set_failing(Some("server exited unexpectedly"));
+        let report = Applier {
+            spec: &spec,
+            runtime: &fake,
+            exe: "/usr/bin/phoenix".into(),
+        }
+        .apply(&plan);
+        let step = report.steps.iter().find(|s| s.action == "start").unwrap();
+        assert!(!step.ok);
+        assert!(step.detail.contains("retried once"), "{}", step.detail);
+        assert!(
+            step.detail.contains(&fake.inspect_hint()),
+            "{}",
+            step.detail
+        );
+        assert_eq!(started(&fake), ["one", "one"]);
+    }
 }

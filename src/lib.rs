@@ -6,6 +6,7 @@ pub mod agent_cli;
 pub mod apply;
 pub mod cli;
 pub mod clinic;
+pub mod context;
 pub mod continuity;
 pub mod demo;
 pub mod diag;

@@ -471,7 +471,7 @@ fn diff_agent(agent: &AgentSpec, world: &World) -> Option<Change> {
                 agent.session, agent.window
             )
         } else {
-            "not running (no tmux server yet)".to_string()
+            format!("not running (no {} yet)", world.location())
         };
         return Some(change(name, Action::Start, reason));
     };
@@ -685,6 +685,7 @@ mod tests {
         World {
             observed_at: 1_000_000,
             server_running: true,
+            location: String::new(),
             hook_files: Default::default(),
             panes,
             agents: spec

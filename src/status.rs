@@ -13,31 +13,23 @@ use crate::state::{
     self, AgentDir, FleetDir,
     store::{Loaded, read_state_file},
 };
-use crate::world::{self, World, tmux::Tmux};
+use crate::world::{self, Runtime, World};
 
-/// Observe the fleet's world, tiered like every tmux step: retry once, then find out why
+/// Observe the fleet's world, tiered like every runtime step: retry once, then find out why
 /// and say what to do.
-pub fn observe(spec: &Spec) -> anyhow::Result<World> {
-    let runtime = Tmux::new(&spec.fleet.tmux_socket);
-    world::observe(spec, &runtime)
+pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> anyhow::Result<World> {
+    world::observe(spec, runtime)
         .or_else(|_| {
             std::thread::sleep(Duration::from_millis(200));
-            world::observe(spec, &runtime)
+            world::observe(spec, runtime)
         })
-        .map_err(|e| match e {
-            world::RuntimeError::NotInstalled => anyhow::anyhow!(
-                "`tmux` was not found on PATH: install it (e.g. `apt install tmux`) and run `phoenix doctor`"
-            ),
-            other => match crate::apply::diagnose_tmux(&other) {
-                Some(why) => anyhow::anyhow!(
-                    "cannot observe tmux server `{}`: {why}",
-                    spec.fleet.tmux_socket
-                ),
-                None => anyhow::Error::new(other).context(format!(
-                    "cannot observe tmux server `{}` (retried once; run `phoenix doctor`)",
-                    spec.fleet.tmux_socket
-                )),
-            },
+        .map_err(|e| match runtime.diagnose(&e) {
+            Some(why) if matches!(e, world::RuntimeError::NotInstalled) => anyhow::anyhow!(why),
+            Some(why) => anyhow::anyhow!("cannot observe {}: {why}", runtime.location()),
+            None => anyhow::Error::new(e).context(format!(
+                "cannot observe {} (retried once; run `phoenix doctor`)",
+                runtime.location()
+            )),
         })
 }
 

@@ -365,8 +365,8 @@ fn a_pass_of_a_stopping_daemon_revives_no_one() {
         fleet.agent_status("gone")["state"] == "dead"
     });
     let spec = phoenix::spec::load(&fleet.config()).unwrap();
-    let runtime = phoenix::world::tmux::Tmux::new(&spec.fleet.tmux_socket);
-    let report = phoenix::watchdog::Watchdog::new(&spec, &fleet.config(), &runtime)
+    let runtime = phoenix::world::runtime_for(&spec);
+    let report = phoenix::watchdog::Watchdog::new(&spec, &*runtime)
         .stop_when(Arc::new(AtomicBool::new(true)))
         .pass();
     let a = report.agents.iter().find(|a| a.agent == "gone").unwrap();
@@ -507,7 +507,6 @@ fn an_old_sessions_error_in_the_scrollback_is_not_a_wedged_screen() {
 /// does not cost the others theirs.
 #[test]
 fn screens_are_read_in_one_call_and_a_missing_pane_is_left_out() {
-    use phoenix::world::Runtime;
     let fleet = Fleet::new();
     fleet.toml(
         "[[agent]]\nname = \"one\"\ncommand = \"sh -c 'echo first-screen; sleep 1000'\"\n\
@@ -517,7 +516,7 @@ fn screens_are_read_in_one_call_and_a_missing_pane_is_left_out() {
     fleet.wait_running(&["one", "two"]);
     let pane = |a: &str| fleet.agent_status(a)["pane"].as_str().unwrap().to_string();
     let (one, two) = (pane("one"), pane("two"));
-    let tmux = phoenix::world::tmux::Tmux::new(&fleet.socket);
+    let tmux = phoenix::world::connect(&fleet.socket);
     wait_until(Duration::from_secs(5), "both screens", || {
         let screens = tmux.capture_many(&[one.clone(), two.clone()], 20);
         screens
@@ -536,7 +535,6 @@ fn screens_are_read_in_one_call_and_a_missing_pane_is_left_out() {
 /// pane.
 #[test]
 fn screens_of_a_large_fleet_are_read_in_batches() {
-    use phoenix::world::Runtime;
     let fleet = Fleet::new();
     fleet
         .tmux(&[
@@ -564,7 +562,7 @@ fn screens_of_a_large_fleet_are_read_in_batches() {
         .map(String::from)
         .collect();
     assert_eq!(panes.len(), 95);
-    let tmux = phoenix::world::tmux::Tmux::new(&fleet.socket);
+    let tmux = phoenix::world::connect(&fleet.socket);
     wait_until(Duration::from_secs(10), "every screen", || {
         let screens = tmux.capture_many(&panes, 5);
         screens.len() == 95

@@ -9,15 +9,20 @@ use serde_json::json;
 
 use super::out;
 use crate::apply::Applier;
+use crate::context::FleetContext;
 use crate::plan::{self, PlanOptions};
 use crate::spec::{self, LoadError, Spec};
 use crate::state::FleetDir;
 use crate::state::lock::{FleetLock, LOCK_WAIT};
-use crate::status::observe;
-use crate::world::{self, tmux::Tmux};
+use crate::world::{self, Runtime};
 
-fn load(config: &Path) -> anyhow::Result<Spec> {
-    Ok(spec::load(config)?)
+/// The fleet of `config`, built once for the command.
+fn load(config: &Path) -> anyhow::Result<FleetContext> {
+    Ok(FleetContext::new(config, spec::load(config)?))
+}
+
+fn observe(ctx: &FleetContext) -> anyhow::Result<crate::world::World> {
+    crate::status::observe(&ctx.spec, ctx.runtime())
 }
 
 pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
@@ -52,13 +57,14 @@ pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
 }
 
 pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
-    let spec = load(config)?;
-    if let Some(problem) = crate::apply::legacy_socket_problem(&spec) {
+    let ctx = load(config)?;
+    let spec = &ctx.spec;
+    if let Some(problem) = world::leftover_problem(spec) {
         eprintln!("warning: {problem}");
     }
-    let world = observe(&spec)?;
+    let world = observe(&ctx)?;
     let plan = plan::diff(
-        &spec,
+        spec,
         &world,
         &PlanOptions::for_this_binary(prune).context("cannot find the phoenix binary")?,
     );
@@ -74,14 +80,16 @@ pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
 }
 
 pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Result<i32> {
-    let spec = load(config)?;
-    if let Some(problem) = crate::apply::legacy_socket_problem(&spec) {
+    let ctx = load(config)?;
+    let spec = &ctx.spec;
+    if let Some(problem) = world::leftover_problem(spec) {
         bail!("{problem}");
     }
-    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    let fleet = &ctx.dir;
     if !fleet.root.exists() {
-        // A first apply where tmux cannot work leaves nothing behind, not even a state dir.
-        observe(&spec)?;
+        // A first apply where the runtime cannot work leaves nothing behind, not even a
+        // state dir.
+        observe(&ctx)?;
     }
     fleet.ensure().with_context(|| {
         format!(
@@ -91,10 +99,10 @@ pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Resul
     })?;
     // Held from the observation to the last step (and through the confirmation prompt), so
     // that what was planned is still true when it is applied.
-    let lock = lock_fleet(&fleet, "apply")?;
-    let world = observe(&spec)?;
+    let lock = lock_fleet(fleet, "apply")?;
+    let world = observe(&ctx)?;
     let plan = plan::diff(
-        &spec,
+        spec,
         &world,
         &PlanOptions::for_this_binary(prune).context("cannot find the phoenix binary")?,
     );
@@ -113,18 +121,13 @@ pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Resul
         out("Apply cancelled.\n");
         return Ok(1);
     }
-    let runtime = Tmux::new(&spec.fleet.tmux_socket);
+    let runtime = ctx.runtime();
     let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
     let applied_at = jiff::Timestamp::now();
-    let report = Applier {
-        spec: &spec,
-        runtime: &runtime,
-        exe,
-    }
-    .apply(&plan);
+    let report = Applier { spec, runtime, exe }.apply(&plan);
     drop(lock);
     let mut report = report;
-    confirm_started(&spec, &runtime, &mut report, applied_at);
+    confirm_started(spec, runtime, &mut report, applied_at);
     let failed = report.failed();
     if json {
         out(&format!(
@@ -173,7 +176,7 @@ const START_CONFIRM: std::time::Duration = std::time::Duration::from_secs(3);
 /// that "worked" but left an empty pane is worth knowing about right away.
 fn confirm_started(
     spec: &Spec,
-    runtime: &Tmux,
+    runtime: &dyn Runtime,
     report: &mut crate::apply::ApplyReport,
     since: jiff::Timestamp,
 ) {
@@ -272,19 +275,20 @@ fn confirm() -> anyhow::Result<bool> {
 pub const EXIT_NOT_RUNNING: i32 = 3;
 
 pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<i32> {
-    let spec = load(config)?;
-    if let Some(problem) = crate::apply::legacy_socket_problem(&spec) {
+    let ctx = load(config)?;
+    let spec = &ctx.spec;
+    if let Some(problem) = world::leftover_problem(spec) {
         eprintln!("warning: {problem}");
     }
-    let world = observe(&spec)?;
+    let world = observe(&ctx)?;
     let rows = match agent {
-        Some(name) => vec![crate::status::agent(&spec, &world, name).with_context(|| {
+        Some(name) => vec![crate::status::agent(spec, &world, name).with_context(|| {
             format!(
                 "no agent `{name}` (declared: {})",
                 spec.agent_names().join(", ")
             )
         })?],
-        None => crate::status::rows(&spec, &world),
+        None => crate::status::rows(spec, &world),
     };
     // As `systemctl status`: 3 when something declared is not running, so a script or a
     // health check can act on the exit code alone.
@@ -326,11 +330,11 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
     }
     if !world.server_running {
         text.push_str(&format!(
-            "\n(no tmux server on socket `{}`: run `phoenix apply` to start the fleet)\n",
-            spec.fleet.tmux_socket
+            "\n(no {} yet: run `phoenix apply` to start the fleet)\n",
+            ctx.runtime.location()
         ));
     }
-    text.push_str(&daemon_line(&spec));
+    text.push_str(&daemon_line(spec));
     out(&text);
     Ok(code)
 }
@@ -375,36 +379,9 @@ pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
         });
     };
 
-    match (world::tmux::on_path(), world::tmux::version()) {
-        (Some(path), Some(version)) => {
-            let ok = tmux_version_ok(&version);
-            check(
-                "tmux".into(),
-                ok,
-                format!("{version} at {}", path.display()),
-                (!ok).then(|| "phoenix needs tmux 3.0 or newer (pane options)".into()),
-            );
-        }
-        _ => check(
-            "tmux".into(),
-            false,
-            "not found on PATH".into(),
-            Some("install tmux (e.g. `apt install tmux`)".into()),
-        ),
+    for c in world::host_checks() {
+        check(c.check, c.ok, c.detail, c.fix);
     }
-    let sockets = world::tmux::socket_dir();
-    let socket_parent = if sockets.exists() {
-        sockets.clone()
-    } else {
-        sockets.parent().map(Path::to_path_buf).unwrap_or_default()
-    };
-    let writable = nix::unistd::access(&socket_parent, nix::unistd::AccessFlags::W_OK).is_ok();
-    check(
-        "tmux socket dir".into(),
-        writable,
-        sockets.display().to_string(),
-        (!writable).then(|| "make it writable or set TMUX_TMPDIR".into()),
-    );
 
     match spec::load(config) {
         Err(e) => check(
@@ -466,17 +443,9 @@ pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
                 },
                 None,
             );
-            // The server's name is derived by default: say it, so `tmux -L` can find it.
-            let legacy = crate::apply::legacy_socket_problem(&spec);
-            check(
-                "tmux server".into(),
-                legacy.is_none(),
-                format!(
-                    "`tmux -L {}` (fleet `{}`)",
-                    spec.fleet.tmux_socket, spec.fleet.id
-                ),
-                legacy,
-            );
+            let c = world::runtime_for(&spec)
+                .server_check(&spec.fleet.id, world::leftover_problem(&spec));
+            check(c.check, c.ok, c.detail, c.fix);
             for agent in &spec.agents {
                 let program = agent.argv.first().map(String::as_str).unwrap_or("");
                 let found = program == "phoenix" || find_program(program, &agent.workdir);
@@ -535,20 +504,6 @@ fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
 
-fn tmux_version_ok(version: &str) -> bool {
-    version
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| {
-            v.trim_end_matches(|c: char| c.is_ascii_alphabetic())
-                .split('.')
-                .next()?
-                .parse::<u32>()
-                .ok()
-        })
-        .is_some_and(|major| major >= 3)
-}
-
 fn find_program(program: &str, workdir: &Path) -> bool {
     if program.contains('/') {
         let p = crate::spec::expand_path(program, workdir);
@@ -559,7 +514,8 @@ fn find_program(program: &str, workdir: &Path) -> bool {
 }
 
 pub fn restart(config: &Path, agent: &str, fresh: bool, json: bool) -> anyhow::Result<i32> {
-    let report = crate::supervise::restart::restart_with(config, agent, fresh, &tell_waiting)?;
+    let ctx = load(config)?;
+    let report = crate::supervise::restart::restart_with(&ctx, agent, fresh, &tell_waiting)?;
     if json {
         out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
         return Ok(0);
@@ -583,7 +539,7 @@ pub fn restart(config: &Path, agent: &str, fresh: bool, json: bool) -> anyhow::R
 
 pub fn service_install(config: &Path, print: bool) -> anyhow::Result<i32> {
     use crate::supervise::service;
-    let spec = load(config)?;
+    let spec = spec::load(config)?;
     let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
     if print {
         let path = std::env::var("PATH").ok();
@@ -602,12 +558,6 @@ pub fn service_install(config: &Path, print: bool) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tmux_versions() {
-        assert!(tmux_version_ok("tmux 3.3a"));
-        assert!(!tmux_version_ok("tmux 2.9"));
-    }
 
     #[test]
     fn human_durations() {

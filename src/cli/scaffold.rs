@@ -90,6 +90,6 @@ mod tests {
             },
         )
         .unwrap();
-        assert!(one.contains(&format!("\"{}\"", spec.fleet.tmux_socket)));
+        assert!(one.contains(&format!("\"{}\"", spec.fleet.socket)));
     }
 }

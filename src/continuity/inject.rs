@@ -1,5 +1,4 @@
-//! Injection into a running agent: the text goes into a tmux paste buffer (through stdin),
-//! is pasted into the pane as a bracketed paste when the agent is ready for input, and Enter
+//! Injection into a running agent: the text is pasted into the pane as a bracketed paste when the agent is ready for input, and Enter
 //! submits it. Delivery is confirmed — the CLI's prompt-submit hook fires, or the text leaves
 //! the input line — and Enter is sent again a bounded number of times if it was swallowed.
 //! Nothing goes through a shell, and the text is sanitized by the runtime's paste
@@ -11,7 +10,7 @@ use serde::Serialize;
 
 use crate::spec::{AgentSpec, Spec};
 use crate::state::{self, AgentDir, FleetDir};
-use crate::world::{self, Runtime, tmux::Tmux};
+use crate::world::{self, Runtime};
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -49,9 +48,9 @@ pub struct Report {
 /// Why an injection did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum InjectError {
-    #[error("cannot observe tmux server `{socket}`: {source}")]
+    #[error("cannot observe {location}: {source}")]
     Observe {
-        socket: String,
+        location: String,
         #[source]
         source: world::RuntimeError,
     },
@@ -66,9 +65,9 @@ pub enum InjectError {
 
 /// Inject `text` into `agent`'s pane.
 pub fn to_agent(spec: &Spec, agent: &AgentSpec, text: &str) -> Result<Report, InjectError> {
-    let runtime = Tmux::new(&spec.fleet.tmux_socket);
-    let world = world::observe(spec, &runtime).map_err(|source| InjectError::Observe {
-        socket: spec.fleet.tmux_socket.clone(),
+    let runtime = world::runtime_for(spec);
+    let world = world::observe(spec, &*runtime).map_err(|source| InjectError::Observe {
+        location: runtime.location(),
         source,
     })?;
     let pane = world
@@ -76,7 +75,7 @@ pub fn to_agent(spec: &Spec, agent: &AgentSpec, text: &str) -> Result<Report, In
         .filter(|p| !p.dead && p.agent_process().is_some())
         .ok_or_else(|| InjectError::NotRunning(agent.name.clone()))?;
     let dir = FleetDir::new(&spec.fleet.state_dir).agent(&agent.name);
-    let report = deliver(&runtime, &pane.id, &dir, text, &Options::default())
+    let report = deliver(&*runtime, &pane.id, &dir, text, &Options::default())
         .map_err(InjectError::Delivery)?;
     let _ = dir.record_op(
         "context_injected",
@@ -96,7 +95,7 @@ pub fn handoff_text(h: &super::Handoff) -> String {
     )
 }
 
-fn screen(runtime: &Tmux, pane: &str) -> Result<String, String> {
+fn screen(runtime: &dyn Runtime, pane: &str) -> Result<String, String> {
     runtime
         .capture(pane, 30)
         .map(|s| s.trim_end().to_string())
@@ -121,7 +120,7 @@ const HOOK_GRACE: Duration = Duration::from_millis(500);
 
 /// Wait until ready, paste, press Enter, confirm; retry Enter if it was swallowed.
 pub fn deliver(
-    runtime: &Tmux,
+    runtime: &dyn Runtime,
     pane: &str,
     dir: &AgentDir,
     text: &str,

@@ -35,7 +35,7 @@ fn errors(codes: &[u16]) -> Vec<(String, Value)> {
                 413 => "The body is larger than 64 KiB.",
                 415 => "The body is not `application/json`.",
                 500 => "phoenix.toml cannot be loaded, or the action failed.",
-                503 => "The fleet's tmux server cannot be observed.",
+                503 => "The fleet's runtime (its server) cannot be observed.",
                 _ => "Error.",
             };
             (c.to_string(), ok(what, r("Error")))

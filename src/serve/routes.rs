@@ -85,9 +85,9 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::internal(&anyhow::anyhow!("the request's worker failed: {e}")))?
 }
 
-/// The fleet's world; a tmux that cannot be observed is 503 (the server itself is fine).
+/// The fleet's world; a runtime that cannot be observed is 503 (the server itself is fine).
 fn observe(spec: &Spec) -> Result<crate::world::World, ApiError> {
-    crate::status::observe(spec).map_err(|e| {
+    crate::status::observe(spec, &*crate::world::runtime_for(spec)).map_err(|e| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{e:#}"),
@@ -172,7 +172,7 @@ pub fn status_json(app: &App) -> Result<Value, ApiError> {
         "fleet": spec.fleet.name,
         "observed_at": jiff::Timestamp::from_second(world.observed_at).ok().map(|t| t.to_string()),
         "server_running": world.server_running,
-        "tmux_socket": spec.fleet.tmux_socket,
+        "tmux_socket": spec.fleet.socket,
         "agents": rows,
     }))
 }

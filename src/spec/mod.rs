@@ -162,7 +162,7 @@ pub struct Fleet {
     pub id: String,
     pub state_dir: PathBuf,
     /// Defaults to `phoenix-<id>`: a server of this fleet's own.
-    pub tmux_socket: String,
+    pub socket: String,
     /// When no `tmux_socket` is set: the one earlier versions defaulted to (`phoenix-<name>`),
     /// where this fleet's agents may still run after an upgrade.
     pub legacy_socket: Option<String>,
@@ -1376,7 +1376,7 @@ impl Validator<'_> {
             name,
             id,
             state_dir,
-            tmux_socket,
+            socket: tmux_socket,
             legacy_socket,
             reconcile_interval,
         }

@@ -23,11 +23,11 @@ fn minimal_spec_gets_defaults() {
     let spec = parse_str("[[agent]]\nname = \"a\"\ncommand = \"sleep 100\"\n").unwrap();
     assert_eq!(spec.fleet.name, "phoenix");
     assert!(
-        spec.fleet.tmux_socket.starts_with("phoenix-phoenix-"),
+        spec.fleet.socket.starts_with("phoenix-phoenix-"),
         "{}",
-        spec.fleet.tmux_socket
+        spec.fleet.socket
     );
-    assert_eq!(spec.fleet.tmux_socket, format!("phoenix-{}", spec.fleet.id));
+    assert_eq!(spec.fleet.socket, format!("phoenix-{}", spec.fleet.id));
     assert!(spec.fleet.state_dir.ends_with(".phoenix"));
     let a = &spec.agents[0];
     assert_eq!(a.cli, Cli::Custom);
@@ -47,7 +47,7 @@ fn two_config_files_get_their_own_fleet_id_and_socket() {
     let two = parse(src, Path::new("/srv/two/phoenix.toml"), opts()).unwrap();
     let again = parse(src, Path::new("/srv/one/phoenix.toml"), opts()).unwrap();
     assert_ne!(one.fleet.id, two.fleet.id);
-    assert_ne!(one.fleet.tmux_socket, two.fleet.tmux_socket);
+    assert_ne!(one.fleet.socket, two.fleet.socket);
     assert_eq!(one.fleet.id, again.fleet.id);
     assert!(one.fleet.id.starts_with("same-"));
     // An explicit socket is shared if two files say so; the identity still is not.
@@ -57,7 +57,7 @@ fn two_config_files_get_their_own_fleet_id_and_socket() {
     );
     let one = parse(&src, Path::new("/srv/one/phoenix.toml"), opts()).unwrap();
     let two = parse(&src, Path::new("/srv/two/phoenix.toml"), opts()).unwrap();
-    assert_eq!(one.fleet.tmux_socket, two.fleet.tmux_socket);
+    assert_eq!(one.fleet.socket, two.fleet.socket);
     assert_ne!(one.fleet.id, two.fleet.id);
 }
 

@@ -23,7 +23,7 @@ use crate::plan::{self, Action, PlanOptions};
 use crate::spec::{self, Schedule, Spec};
 use crate::state::FleetDir;
 use crate::state::lock::{FleetLock, LockError};
-use crate::world::{self, RuntimeError, tmux::Tmux};
+use crate::world::{self, RuntimeError, SharedRuntime};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum LogFormat {
@@ -93,7 +93,7 @@ enum Event {
 pub fn run(config: &Path, options: RunOptions) -> anyhow::Result<i32> {
     init_tracing(options);
     let spec = spec::load(config)?;
-    if let Some(problem) = crate::apply::legacy_socket_problem(&spec) {
+    if let Some(problem) = world::leftover_problem(&spec) {
         bail!("{problem}");
     }
     let fleet = FleetDir::new(&spec.fleet.state_dir);
@@ -113,7 +113,7 @@ pub fn run(config: &Path, options: RunOptions) -> anyhow::Result<i32> {
     let daemon = Daemon {
         config: config.to_path_buf(),
         config_digest: config_digest(config),
-        runtime: Tmux::new(&spec.fleet.tmux_socket),
+        runtime: world::runtime_for(&spec),
         spec,
         exe: std::env::current_exe().context("cannot find the phoenix binary")?,
         held: Vec::new(),
@@ -129,7 +129,7 @@ struct Daemon {
     /// three file events, and only the first one with new bytes is a reload.
     config_digest: Option<String>,
     spec: Spec,
-    runtime: Tmux,
+    runtime: SharedRuntime,
     exe: PathBuf,
     /// Hook-file changes that failed (a settings file that is not JSON, not writable): not
     /// tried and logged again every pass while they stay the same; a person fixes the file.
@@ -167,7 +167,7 @@ impl Daemon {
         info!(
             config = %self.spec.file.display(),
             state_dir = %self.spec.fleet.state_dir.display(),
-            socket = %self.spec.fleet.tmux_socket,
+            socket = %self.spec.fleet.socket,
             interval = %spec::duration::format(self.spec.fleet.reconcile_interval),
             agents = self.spec.agents.len(),
             "phoenix run: supervising the fleet"
@@ -253,11 +253,10 @@ impl Daemon {
             warn!("the previous watchdog pass is still running; skipping this one");
             return;
         }
-        let (spec, config, busy) = (self.spec.clone(), self.config.clone(), busy.clone());
+        let (spec, runtime, busy) = (self.spec.clone(), self.runtime.clone(), busy.clone());
         let stopping = self.stopping.clone();
         tokio::task::spawn_blocking(move || {
-            let runtime = Tmux::new(&spec.fleet.tmux_socket);
-            let report = crate::watchdog::Watchdog::new(&spec, &config, &runtime)
+            let report = crate::watchdog::Watchdog::new(&spec, &*runtime)
                 .stop_when(stopping)
                 .pass();
             if let Some(why) = &report.skipped {
@@ -327,14 +326,14 @@ impl Daemon {
         match spec::load(&self.config) {
             Ok(mut spec) => {
                 if spec.fleet.state_dir != self.spec.fleet.state_dir
-                    || spec.fleet.tmux_socket != self.spec.fleet.tmux_socket
+                    || spec.fleet.socket != self.spec.fleet.socket
                     || spec.fleet.id != self.spec.fleet.id
                 {
                     warn!(
                         "`name`, `state_dir` and `tmux_socket` changes take effect when the daemon restarts"
                     );
                     spec.fleet.state_dir = self.spec.fleet.state_dir.clone();
-                    spec.fleet.tmux_socket = self.spec.fleet.tmux_socket.clone();
+                    spec.fleet.socket = self.spec.fleet.socket.clone();
                     spec.fleet.id = self.spec.fleet.id.clone();
                 }
                 info!(agents = spec.agents.len(), "config reloaded");
@@ -375,7 +374,7 @@ impl Daemon {
             Err(e) => return Err(ReconcileError::Lock(e)),
         };
         let interval = Requeue::After(self.spec.fleet.reconcile_interval);
-        let world = world::observe(&self.spec, &self.runtime)?;
+        let world = world::observe(&self.spec, &*self.runtime)?;
         // Hook files too: the daemon converges everything `apply` converges, or an agent it
         // (re)starts runs without the hooks `plan` says it lacks.
         let options = PlanOptions {
@@ -398,7 +397,7 @@ impl Daemon {
         }
         let applier = Applier {
             spec: &self.spec,
-            runtime: &self.runtime,
+            runtime: &*self.runtime,
             exe: self.exe.clone(),
         };
         // One change at a time, each after a look at the stop flag: a SIGTERM in the middle
@@ -426,7 +425,7 @@ impl Daemon {
                 warn!(agent = %s.agent, action = %s.action, detail = %s.detail, "step failed");
             }
         }
-        let pids = world::observe(&self.spec, &self.runtime)
+        let pids = world::observe(&self.spec, &*self.runtime)
             .ok()
             .map(|w| watched_pids(&w));
         match report.failed() {

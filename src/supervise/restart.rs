@@ -12,12 +12,13 @@ use serde_json::json;
 
 use super::term;
 use crate::apply::Applier;
+use crate::context::FleetContext;
 use crate::plan::{Action, Change, Plan};
 use crate::recovery::{EndReason, execute, record};
-use crate::spec;
+use crate::spec::{self, Spec};
 use crate::state::lock::{FleetLock, LOCK_WAIT};
 use crate::state::{self, FleetDir};
-use crate::world::{self, tmux::Tmux};
+use crate::world::{self, Runtime};
 
 /// How long to wait for the replacement process before reporting anyway.
 const WAIT_FOR_NEW: Duration = Duration::from_secs(10);
@@ -35,8 +36,9 @@ pub struct RestartReport {
 }
 
 pub fn restart(config: &Path, name: &str, fresh: bool) -> anyhow::Result<RestartReport> {
+    let ctx = FleetContext::new(config, spec::load(config)?);
     restart_with(
-        config,
+        &ctx,
         name,
         fresh,
         &|holder| tracing::info!(%holder, "waiting for the fleet lock"),
@@ -51,22 +53,26 @@ enum By {
     Watchdog,
 }
 
-/// [`restart`], telling `on_wait` whom it waits for when another phoenix is changing the fleet.
+/// [`restart`] in the fleet `ctx`, telling `on_wait` whom it waits for when another phoenix is
+/// changing the fleet.
 pub fn restart_with(
-    config: &Path,
+    ctx: &FleetContext,
     name: &str,
     fresh: bool,
     on_wait: &dyn Fn(&str),
 ) -> anyhow::Result<RestartReport> {
-    restart_by(config, name, fresh, on_wait, By::Operator)
+    restart_by(&ctx.spec, ctx.runtime(), name, fresh, on_wait, By::Operator)
 }
 
 /// The watchdog's revival of an agent whose CLI is gone: the pane is restarted (resuming), but
 /// no count is reset: neither its crash history, nor the Clinic's recoveries, nor the revivals
 /// the watchdog itself spent on the task (else every revival would make room for the next).
-pub fn revive(config: &Path, name: &str) -> anyhow::Result<RestartReport> {
+/// It does not wait for the new agent process: the watchdog's pass goes on to the other agents,
+/// and its next pass sees whether the agent came back.
+pub fn revive(spec: &Spec, runtime: &dyn Runtime, name: &str) -> anyhow::Result<RestartReport> {
     restart_by(
-        config,
+        spec,
+        runtime,
         name,
         false,
         &|holder| tracing::info!(%holder, "waiting for the fleet lock"),
@@ -83,13 +89,13 @@ pub fn reset_counts(dir: &state::AgentDir) -> anyhow::Result<()> {
 }
 
 fn restart_by(
-    config: &Path,
+    spec: &Spec,
+    runtime: &dyn Runtime,
     name: &str,
     fresh: bool,
     on_wait: &dyn Fn(&str),
     by: By,
 ) -> anyhow::Result<RestartReport> {
-    let spec = spec::load(config)?;
     let Some(agent) = spec.agent(name) else {
         bail!(
             "no agent `{name}` (declared: {})",
@@ -106,9 +112,8 @@ fn restart_by(
     // One change of the fleet at a time: a reconcile or an apply racing this restart would
     // otherwise see the pane dead or missing and start the agent a second time.
     let lock = FleetLock::acquire(&fleet, "restart", LOCK_WAIT, on_wait)?;
-    let runtime = Tmux::new(&spec.fleet.tmux_socket);
-    let world = world::observe(&spec, &runtime)
-        .with_context(|| format!("cannot observe tmux server `{}`", spec.fleet.tmux_socket))?;
+    let world = world::observe(spec, runtime)
+        .with_context(|| format!("cannot observe {}", runtime.location()))?;
 
     // The intent goes to disk before anything is killed: whoever starts the agent next sees it.
     // `.clean-exit` is left to the new wrapper, which clears it as it starts the agent: cleared
@@ -158,8 +163,8 @@ fn restart_by(
             },
         }]);
         let report = Applier {
-            spec: &spec,
-            runtime: &runtime,
+            spec,
+            runtime,
             exe: std::env::current_exe().context("cannot find the phoenix binary")?,
         }
         .apply(&plan);
@@ -170,11 +175,20 @@ fn restart_by(
     };
     drop(lock);
     super::poke(&fleet, name);
+    if by == By::Watchdog {
+        return Ok(RestartReport {
+            agent: name.to_string(),
+            fresh,
+            via,
+            pane: None,
+            pid: None,
+        });
+    }
 
     let deadline = Instant::now() + WAIT_FOR_NEW;
     let mut found = (None, None);
     while Instant::now() < deadline {
-        if let Ok(w) = world::observe(&spec, &runtime)
+        if let Ok(w) = world::observe(spec, runtime)
             && let Some(p) = w.pane_of(name)
         {
             let pid = p.agent_process().map(|a| a.pid);
@@ -225,4 +239,74 @@ fn process_alive(pid: u32) -> bool {
                 .map(|(_, rest)| rest.trim_start().to_string())
         })
         .is_some_and(|rest| !rest.starts_with('Z'))
+}
+
+/// An operator's restart on the fake runtime.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::PlanOptions;
+    use crate::world::fake::{Call, FakeRuntime};
+
+    fn applied(dir: &Path, fake: &FakeRuntime) -> FleetContext {
+        let spec = spec::parse(
+            "[fleet]\nname = \"unit\"\n[[agent]]\nname = \"one\"\ncommand = \"sh -c 'sleep 1000'\"\n",
+            &dir.join("phoenix.toml"),
+            spec::LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .unwrap();
+        let ctx = FleetContext::with_runtime(&dir.join("phoenix.toml"), spec, fake.shared());
+        let world = world::observe(&ctx.spec, fake).unwrap();
+        let options = PlanOptions {
+            prune: false,
+            hooks_exe: None,
+        };
+        let plan = crate::plan::diff(&ctx.spec, &world, &options);
+        Applier {
+            spec: &ctx.spec,
+            runtime: fake,
+            exe: "/usr/bin/phoenix".into(),
+        }
+        .apply(&plan);
+        fake.clear_calls();
+        ctx
+    }
+
+    #[test]
+    fn an_operator_restart_of_a_dead_pane_respawns_it_fresh_when_asked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fake = FakeRuntime::new();
+        let ctx = applied(tmp.path(), &fake);
+        let pane = fake.panes()[0].id.clone();
+        fake.exit(&pane, 1);
+        let report = restart_with(&ctx, "one", true, &|_| {}).unwrap();
+        assert_eq!(report.via, "respawn");
+        assert_eq!(report.pane.as_deref(), Some(pane.as_str()));
+        assert_eq!(report.pid, fake.pane(&pane).unwrap().agent_pid);
+        assert_eq!(
+            fake.changes(),
+            [Call::Respawn {
+                agent: "one".into(),
+                pane
+            }]
+        );
+        let dir = ctx.dir.agent("one");
+        assert!(dir.has_marker(state::FRESH));
+        let ops = std::fs::read_to_string(dir.file(state::OPS_LOG)).unwrap();
+        assert!(ops.contains("\"operator_restart\""), "{ops}");
+    }
+
+    #[test]
+    fn an_operator_restart_of_a_missing_pane_starts_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fake = FakeRuntime::new();
+        let ctx = applied(tmp.path(), &fake);
+        fake.kill_server().unwrap();
+        fake.clear_calls();
+        let report = restart_with(&ctx, "one", false, &|_| {}).unwrap();
+        assert_eq!(report.via, "start");
+        assert!(matches!(&fake.changes()[..], [Call::Start { agent, .. }] if agent == "one"));
+    }
 }

@@ -44,7 +44,7 @@ pub fn render_unit(spec: &Spec, exe: &Path, path_env: Option<&str>) -> String {
     unit.push_str(
         "Restart=on-failure\n\
          RestartSec=5\n\
-         # Stop only the daemon: the tmux server and the agents in it keep running.\n\
+         # Stop only the daemon: the fleet's server and the agents in it keep running.\n\
          KillMode=process\n\
          KillSignal=SIGTERM\n\
          TimeoutStopSec=30\n\

@@ -23,8 +23,7 @@ use crate::recovery::{self, EndReason, ExitFacts, Facts, Incident, Recovery, Sta
 use crate::render::Templates;
 use crate::spec::{self, AgentSpec, Cli, Spec};
 use crate::state::{self, AgentDir, FleetDir};
-use crate::world::Runtime;
-use crate::world::tmux::Tmux;
+use crate::world::{self, SharedRuntime};
 
 /// Lines of the pane kept in a crash record.
 const EVIDENCE_LINES: usize = 50;
@@ -72,8 +71,8 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
         ));
     }
     enter_workdir(&agent);
-    let runtime = Tmux::new(&spec.fleet.tmux_socket);
-    let pane = own_pane(&runtime);
+    let runtime = world::runtime_for(&spec);
+    let pane = runtime.own_pane();
     let mut wrapper = Wrapper {
         config: config.to_path_buf(),
         runtime,
@@ -94,19 +93,6 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
         wrapper.interrupted("an interrupted session", None);
     }
     wrapper.run()
-}
-
-/// The fleet pane this wrapper runs in. `TMUX_PANE` names a pane of whichever server started
-/// the wrapper (a `phoenix wrap` run by hand in one's own tmux, say), and `%3` on the fleet's
-/// server may be another agent's pane: it counts only if that pane's process is this one.
-fn own_pane(runtime: &Tmux) -> Option<String> {
-    let pane = std::env::var("TMUX_PANE")
-        .ok()
-        .filter(|p| p.starts_with('%'))?;
-    let pid = runtime
-        .run(["display-message", "-p", "-t", &pane, "#{pane_pid}"])
-        .ok()?;
-    (pid.trim() == std::process::id().to_string()).then_some(pane)
 }
 
 /// How long ops.jsonl is now: what is appended after it is what happened since.
@@ -153,7 +139,7 @@ struct Wrapper {
     agent: AgentSpec,
     fleet: FleetDir,
     dir: AgentDir,
-    runtime: Tmux,
+    runtime: SharedRuntime,
     pane: Option<String>,
     terminal: Option<Terminal>,
     /// Why the next session must be told to go on (the last one was interrupted mid-task):
@@ -539,13 +525,12 @@ impl Wrapper {
     /// context stops this run for a fresh session with a handoff; 401/quota quarantine it.
     /// On a thread: the pass may notify people, and supervision goes on meanwhile.
     fn treat_failed_turn(&self) -> std::thread::JoinHandle<()> {
-        let (spec, config, runtime) =
-            (self.spec.clone(), self.config.clone(), self.runtime.clone());
+        let (spec, runtime) = (self.spec.clone(), self.runtime.clone());
         let (name, dir) = (self.agent.name.clone(), self.dir.clone());
         std::thread::spawn(move || {
             let started = Instant::now();
             loop {
-                let report = crate::watchdog::Watchdog::new(&spec, &config, &runtime)
+                let report = crate::watchdog::Watchdog::new(&spec, &*runtime)
                     .failed_turn_of(&name)
                     .pass();
                 // Another pass (the daemon's) holds the lock: it may be handling this very
@@ -823,9 +808,9 @@ impl Wrapper {
             let Some(text) = crate::continuity::startup_text(&spec, &dir) else {
                 return;
             };
-            let runtime = Tmux::new(&spec.fleet.tmux_socket);
+            let runtime = world::runtime_for(&spec);
             match crate::continuity::inject::deliver(
-                &runtime,
+                &*runtime,
                 &pane,
                 &dir,
                 &text,
@@ -878,12 +863,12 @@ impl Wrapper {
             {
                 std::thread::sleep(Duration::from_millis(200));
             }
-            let runtime = Tmux::new(&spec.fleet.tmux_socket);
+            let runtime = world::runtime_for(&spec);
             let opts = crate::continuity::inject::Options {
                 quiet: Duration::from_millis(1500),
                 ..Default::default()
             };
-            match crate::continuity::inject::deliver(&runtime, &pane, &dir, &prompt, &opts) {
+            match crate::continuity::inject::deliver(&*runtime, &pane, &dir, &prompt, &opts) {
                 Ok(r) => {
                     let _ = dir.record_op(
                         "continue_prompt_sent",
@@ -1088,7 +1073,7 @@ struct LifeProbe {
     files: Vec<(PathBuf, Option<(u64, SystemTime)>)>,
     ops: PathBuf,
     ops_len: u64,
-    pane: Option<(Tmux, String, String)>,
+    pane: Option<(SharedRuntime, String, String)>,
     /// When the pane may be read next, and the wait after that: a tmux call per agent every
     /// 100 ms would swamp the server of a large fleet of quiet agents.
     next_capture: Instant,
@@ -1098,7 +1083,7 @@ struct LifeProbe {
 }
 
 impl LifeProbe {
-    fn new(dir: &AgentDir, cli: Cli, runtime: &Tmux, pane: &Option<String>) -> LifeProbe {
+    fn new(dir: &AgentDir, cli: Cli, runtime: &SharedRuntime, pane: &Option<String>) -> LifeProbe {
         let stamp = |p: &Path| {
             std::fs::metadata(p)
                 .ok()

@@ -20,6 +20,7 @@ use crate::spec::Spec;
 use crate::state::FleetDir;
 use crate::state::events::{self, Filter};
 use crate::status::{self, AgentStatus};
+use crate::world::Runtime;
 
 /// Events kept for the view.
 const EVENTS: usize = 100;
@@ -38,9 +39,9 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn read(spec: &Spec) -> Snapshot {
+    pub fn read(spec: &Spec, runtime: &dyn Runtime) -> Snapshot {
         let fleet = FleetDir::new(&spec.fleet.state_dir);
-        let (rows, problem) = match status::observe(spec) {
+        let (rows, problem) = match status::observe(spec, runtime) {
             Ok(world) => (status::rows(spec, &world), None),
             Err(e) => (Vec::new(), Some(format!("{e:#}"))),
         };
@@ -216,7 +217,10 @@ pub fn run(config: &Path, interval: Duration) -> anyhow::Result<i32> {
         );
     }
     let mut spec = crate::spec::load(config)?;
-    let mut app = App::new(Snapshot::read(&spec));
+    // The fleet's runtime, once: a changed socket takes effect when top starts again, as in
+    // the daemon.
+    let runtime = crate::world::runtime_for(&spec);
+    let mut app = App::new(Snapshot::read(&spec, &*runtime));
     let mut terminal = ratatui::try_init().context("cannot set up the terminal")?;
     let (done_tx, done_rx) = mpsc::channel::<String>();
     let mut next_read = Instant::now() + interval;
@@ -234,7 +238,7 @@ pub fn run(config: &Path, interval: Duration) -> anyhow::Result<i32> {
                     Some(Command::Quit) => return Ok(()),
                     Some(Command::Attach { agent, pane }) => {
                         ratatui::restore();
-                        let outcome = attach(&spec, &pane);
+                        let outcome = attach(&*runtime, &pane);
                         terminal = ratatui::try_init().context("cannot set up the terminal")?;
                         terminal.clear()?;
                         app.message = Some(match outcome {
@@ -259,7 +263,7 @@ pub fn run(config: &Path, interval: Duration) -> anyhow::Result<i32> {
                 if let Ok(newer) = crate::spec::load(config) {
                     spec = newer;
                 }
-                app.refresh(Snapshot::read(&spec));
+                app.refresh(Snapshot::read(&spec, &*runtime));
                 next_read = Instant::now() + interval;
             }
         }
@@ -320,15 +324,8 @@ fn inject(config: &Path, agent: &str, text: &str) -> anyhow::Result<String> {
 
 /// Show the agent's pane: switch to it when top runs inside the fleet's own tmux server,
 /// else attach to that server until the person detaches.
-fn attach(spec: &Spec, pane: &str) -> anyhow::Result<()> {
-    let socket = &spec.fleet.tmux_socket;
-    let inside_fleet_server = std::env::var("TMUX").ok().is_some_and(|t| {
-        let path = t.split(',').next().unwrap_or("");
-        Path::new(path).file_name() == Some(std::ffi::OsStr::new(socket.as_str()))
-    });
-    crate::world::tmux::Tmux::new(socket)
-        .show_pane(pane, inside_fleet_server)
-        .context("cannot show the pane")
+fn attach(runtime: &dyn Runtime, pane: &str) -> anyhow::Result<()> {
+    runtime.show(pane).context("cannot show the pane")
 }
 
 #[cfg(test)]

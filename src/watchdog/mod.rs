@@ -23,7 +23,7 @@ use crate::render::Templates;
 use crate::spec::{AgentSpec, Spec};
 use crate::state::lock::{FleetLock, LockError, WATCHDOG_LOCK};
 use crate::state::{self, AgentDir, FleetDir};
-use crate::world::{self, Runtime, tmux::Tmux};
+use crate::world::{self, Runtime};
 pub use health::{Check, Finding};
 
 /// The watchdog's memory of one agent between passes (`watchdog.json` in its state dir).
@@ -286,13 +286,12 @@ impl Report {
 /// One watchdog pass over the fleet of `config`.
 pub fn pass(config: &Path) -> anyhow::Result<Report> {
     let spec = crate::spec::load(config)?;
-    let runtime = Tmux::new(&spec.fleet.tmux_socket);
-    Ok(Watchdog::new(&spec, config, &runtime).pass())
+    let runtime = world::runtime_for(&spec);
+    Ok(Watchdog::new(&spec, &*runtime).pass())
 }
 
 pub struct Watchdog<'a> {
     spec: &'a Spec,
-    config: PathBuf,
     runtime: &'a dyn Runtime,
     fleet: FleetDir,
     templates: Templates,
@@ -304,10 +303,9 @@ pub struct Watchdog<'a> {
 }
 
 impl<'a> Watchdog<'a> {
-    pub fn new(spec: &'a Spec, config: &Path, runtime: &'a dyn Runtime) -> Watchdog<'a> {
+    pub fn new(spec: &'a Spec, runtime: &'a dyn Runtime) -> Watchdog<'a> {
         Watchdog {
             spec,
-            config: config.to_path_buf(),
             runtime,
             fleet: FleetDir::new(&spec.fleet.state_dir),
             templates: Templates::for_spec(spec),
@@ -801,7 +799,7 @@ impl<'a> Watchdog<'a> {
                 })
             }
             _ => {
-                crate::supervise::restart::revive(&self.config, &agent.name)?;
+                crate::supervise::restart::revive(self.spec, self.runtime, &agent.name)?;
                 Ok("pane restarted")
             }
         }
@@ -987,6 +985,9 @@ fn print_report(report: &Report, json: bool) {
     ));
     crate::cli::out(&text);
 }
+
+#[cfg(test)]
+mod fake_tests;
 
 #[cfg(test)]
 mod tests {

@@ -138,10 +138,10 @@ pub fn observe(
 
     inputs.process = Some(match pane {
         None if !world.server_running => Process::Gone {
-            why: "the fleet's tmux server is not running".into(),
+            why: format!("{} is not running", world.location()),
         },
         None => Process::Gone {
-            why: "no pane in the tmux server".into(),
+            why: format!("no pane in {}", world.location()),
         },
         Some(p) if p.dead => Process::Gone {
             why: format!("pane {} is dead", p.id),

@@ -50,7 +50,7 @@ pub fn format_literal(text: &str) -> String {
 /// One argument of a tmux command line as tmux will read it: an argument ending in `;` ends
 /// the command there (the rest of the line becomes another command), so a value's last `;` is
 /// escaped as `\;`, which tmux turns back into `;`. A lone `;` is a command separator.
-pub(crate) fn tmux_argument(arg: &std::ffi::OsStr) -> std::ffi::OsString {
+pub(crate) fn command_argument(arg: &std::ffi::OsStr) -> std::ffi::OsString {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
     let bytes = arg.as_bytes();
     match bytes.split_last() {
@@ -90,7 +90,7 @@ mod tests {
         assert_eq!(format_literal("/a/#(touch x)/#h"), "/a/##(touch x)/##h");
         assert_eq!(format_literal("#{a}##b#"), "##{a}####b##");
         assert_eq!(format_literal("x#[bold]##[y"), "x#[bold]##[y");
-        let arg = |s: &str| tmux_argument(s.as_ref()).into_string().unwrap();
+        let arg = |s: &str| command_argument(s.as_ref()).into_string().unwrap();
         assert_eq!(arg("/srv/work;"), "/srv/work\\;");
         assert_eq!(arg("a\\;"), "a\\\\;");
         assert_eq!(arg(";"), ";");

@@ -1,12 +1,18 @@
 //! Observing the world: panes from the runtime (one call), process trees from /proc, and
 //! each agent's state dir and markers. Produces a `World` for the pure diff in `plan`.
 
+#[cfg(test)]
+mod conformance;
+pub mod fake;
 pub mod inert;
 pub mod procs;
-pub mod tmux;
+// The one adapter that knows the runtime's program: nothing outside `world/` can reach it,
+// only the `Runtime` it implements (see `connect`).
+mod tmux;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -88,12 +94,12 @@ mod agent_process_tests {
         };
         // The capture started before the agent (a lower pid after wraparound, say).
         let p = pane(vec![
-            proc(90, 100, 100, "tmux"),
+            proc(90, 100, 100, "capture"),
             proc(120, 100, 120, "claude"),
         ]);
         assert_eq!(p.agent_process().unwrap().pid, 120);
         // Only the helper: no agent.
-        let p = pane(vec![proc(90, 100, 100, "tmux")]);
+        let p = pane(vec![proc(90, 100, 100, "capture")]);
         assert!(p.agent_process().is_none());
         // Nor is a leftover in another process group.
         let p = pane(vec![proc(130, 100, 120, "phoenix")]);
@@ -115,18 +121,75 @@ pub struct Launch {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("`tmux` was not found on PATH")]
+    #[error("`{program}` was not found on PATH", program = tmux::PROGRAM)]
     NotInstalled,
-    #[error("tmux `{command}` failed: {stderr}")]
+    #[error("{program} `{command}` failed: {stderr}", program = tmux::PROGRAM)]
     Failed { command: String, stderr: String },
     #[error("unexpected runtime output: {0}")]
     Parse(String),
 }
 
-/// Where agents run. tmux today; plain subprocesses, remote hosts or a cluster scheduler can
-/// implement this without plan or apply changing.
-pub trait Runtime {
+/// A pane option phoenix sets: who started the pane and what it is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Tag {
+    /// The fleet's identity (`Fleet::id`).
+    Fleet,
+    Agent,
+    /// Fingerprint of the launch spec.
+    Fingerprint,
+    /// What the wrapper says it is doing (`running`, `cooldown`, `safe`).
+    Phase,
+}
+
+/// One line of `phoenix doctor` about the runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub check: String,
+    pub ok: bool,
+    pub detail: String,
+    pub fix: Option<String>,
+}
+
+/// A runtime shared by the parts of one fleet (the wrapper's threads, the daemon's passes).
+pub type SharedRuntime = Arc<dyn Runtime>;
+
+/// The runtime of the fleet whose server is called `socket`: the one place a runtime is built.
+pub fn connect(socket: &str) -> SharedRuntime {
+    Arc::new(tmux::Tmux::new(socket))
+}
+
+/// The fleet's own runtime.
+pub fn runtime_for(spec: &Spec) -> SharedRuntime {
+    connect(&spec.fleet.socket)
+}
+
+/// Checks of the machine the runtime needs (program installed and recent, a place for its
+/// sockets), for `phoenix doctor`.
+pub fn host_checks() -> Vec<Check> {
+    tmux::host_checks()
+}
+
+/// Agents of this fleet left running on another server (after an upgrade or a rename): what
+/// to do about them, if there are any.
+pub fn leftover_problem(spec: &Spec) -> Option<String> {
+    tmux::leftover_problem(spec)
+}
+
+/// Where agents run. One adapter today; plain subprocesses, remote hosts or a cluster
+/// scheduler can implement this without plan, apply, the watchdog or the wrapper changing:
+/// every verb phoenix uses is here, and nothing outside `world/` talks to the runtime itself.
+pub trait Runtime: Send + Sync {
     fn name(&self) -> &'static str;
+    /// Where this runtime is, for messages: ``tmux server `phoenix-x` ``.
+    fn location(&self) -> String;
+    /// What an operator can run to look at the panes by hand, for hints.
+    fn inspect_hint(&self) -> String;
+    /// Why the runtime itself cannot work on this machine (not installed, nowhere to put its
+    /// socket), with what to do about it; `None` when neither explains `err`.
+    fn diagnose(&self, err: &RuntimeError) -> Option<String>;
+    /// The check `phoenix doctor` prints about this fleet's server; `problem` is what is wrong
+    /// with it, if anything.
+    fn server_check(&self, fleet_id: &str, problem: Option<String>) -> Check;
     /// All panes, or `None` when the runtime is not running at all (an empty world).
     fn list(&self) -> Result<Option<Vec<PaneObs>>, RuntimeError>;
     /// Start an agent; returns the new pane's id.
@@ -134,9 +197,16 @@ pub trait Runtime {
     /// Replace whatever runs in `pane` with a fresh launch.
     fn respawn(&self, pane: &str, launch: &Launch) -> Result<(), RuntimeError>;
     fn stop(&self, pane: &str) -> Result<(), RuntimeError>;
-    /// Give `text` to the program in `pane` as one paste, then press Enter. The runtime makes
-    /// the text inert (`inert::keyboard_text`): no caller can skip that.
-    fn send_input(&self, pane: &str, text: &str) -> Result<(), RuntimeError>;
+    /// Paste `text` into `pane` as one bracketed paste (when the program there asked for
+    /// one). The runtime makes the text inert (`inert::keyboard_text`): no caller can skip that.
+    fn paste(&self, pane: &str, text: &str) -> Result<(), RuntimeError>;
+    /// Press Enter in `pane` (a key, no text).
+    fn press_enter(&self, pane: &str) -> Result<(), RuntimeError>;
+    /// Give `text` to the program in `pane` as one paste, then press Enter.
+    fn send_input(&self, pane: &str, text: &str) -> Result<(), RuntimeError> {
+        self.paste(pane, text)?;
+        self.press_enter(pane)
+    }
     fn capture(&self, pane: &str, lines: usize) -> Result<String, RuntimeError>;
     /// The screens of several panes; a pane that cannot be read is left out.
     fn capture_many(&self, panes: &[String], lines: usize) -> BTreeMap<String, String> {
@@ -145,8 +215,28 @@ pub trait Runtime {
             .filter_map(|p| self.capture(p, lines).ok().map(|t| (p.clone(), t)))
             .collect()
     }
+    /// Stream `pane`'s output to `shell_command` (keeping a pipe already there). The caller
+    /// quotes the words for the shell; the runtime keeps its own expansions out of it.
+    fn pipe_output(&self, pane: &str, shell_command: &str) -> Result<(), RuntimeError>;
+    /// Show `pane` to the person at this terminal until they leave it (the runtime gets the
+    /// terminal).
+    fn show(&self, pane: &str) -> Result<(), RuntimeError>;
+    fn set_tag(&self, pane: &str, tag: Tag, value: &str) -> Result<(), RuntimeError>;
+    /// `None` when the pane has no such tag.
+    fn tag(&self, pane: &str, tag: Tag) -> Result<Option<String>, RuntimeError>;
     /// Publish what the wrapper in `pane` is doing, for observers.
-    fn set_phase(&self, pane: &str, phase: &str) -> Result<(), RuntimeError>;
+    fn set_phase(&self, pane: &str, phase: &str) -> Result<(), RuntimeError> {
+        self.set_tag(pane, Tag::Phase, phase)
+    }
+    /// The pid of `pane`'s own process (`None` when there is no such pane).
+    fn pane_pid(&self, pane: &str) -> Result<Option<u32>, RuntimeError>;
+    /// The pane of this runtime this very process runs in, if it runs in one. A pane id
+    /// inherited from another server (a wrapper run by hand in one's own session) does not
+    /// count: the pane's process must be this one.
+    fn own_pane(&self) -> Option<String>;
+    /// Stop the whole server and every pane in it (nothing of it is left, not even its
+    /// socket).
+    fn kill_server(&self) -> Result<(), RuntimeError>;
 }
 
 /// Per-agent facts from the state directory.
@@ -186,8 +276,11 @@ impl FileObs {
 pub struct World {
     /// When this was observed (seconds since the epoch).
     pub observed_at: i64,
-    /// False when the runtime (tmux server) is not running at all.
+    /// False when the runtime (its server) is not running at all.
     pub server_running: bool,
+    /// Where the panes were observed, for messages (`Runtime::location`).
+    #[serde(skip)]
+    pub location: String,
     pub panes: Vec<PaneObs>,
     /// Keyed by agent name: every declared agent, every agent found in a pane or with a
     /// state dir.
@@ -199,6 +292,15 @@ pub struct World {
 }
 
 impl World {
+    /// Where the panes are, for messages: the runtime's location, if it was observed.
+    pub fn location(&self) -> &str {
+        if self.location.is_empty() {
+            "the runtime"
+        } else {
+            &self.location
+        }
+    }
+
     /// The pane phoenix started for `agent`, if any. If several claim it, the one that stays
     /// is the oldest live one (tmux numbers panes in creation order), else the oldest.
     pub fn pane_of(&self, agent: &str) -> Option<&PaneObs> {
@@ -236,7 +338,7 @@ fn pane_number(id: &str) -> u64 {
 /// this very config file (a pane an older phoenix started before panes carried the tag, or
 /// one started before the fleet was renamed: plan then replaces it, tagged anew). Panes of
 /// other fleets sharing the server, and panes phoenix did not start, are not ours to see.
-fn is_ours(pane: &PaneObs, spec: &Spec) -> bool {
+pub(crate) fn is_ours(pane: &PaneObs, spec: &Spec) -> bool {
     if pane.fleet.as_deref() == Some(spec.fleet.id.as_str()) {
         return true;
     }
@@ -262,48 +364,6 @@ fn wraps(argv: &[String], file: &Path, agent: &str) -> bool {
             .is_some_and(|c| canonical(Path::new(c)).is_some_and(|c| Some(c) == canonical(file)))
 }
 
-/// Another tmux server where agents of this fleet still run: after an upgrade (the default
-/// socket of earlier versions, `phoenix-<name>`, when none is configured) or a rename (the
-/// default socket this config file had under its earlier name, `phoenix-<old>-<hash>`).
-/// Starting the fleet on its own server would run each of them twice. The first such server
-/// and its agents, by name.
-pub fn elsewhere(spec: &Spec) -> Option<(String, Vec<String>)> {
-    let mut sockets: Vec<String> = spec.fleet.legacy_socket.iter().cloned().collect();
-    // The hash part of the id is this file's: only its own earlier names end with it.
-    let suffix = spec
-        .fleet
-        .id
-        .rsplit_once('-')
-        .map(|(_, hash)| format!("-{hash}"))
-        .unwrap_or_default();
-    if let Ok(entries) = std::fs::read_dir(tmux::socket_dir()) {
-        for entry in entries.flatten() {
-            if let Some(name) = entry.file_name().to_str()
-                && name.starts_with("phoenix-")
-                && name.ends_with(&suffix)
-            {
-                sockets.push(name.to_string());
-            }
-        }
-    }
-    sockets.retain(|s| *s != spec.fleet.tmux_socket);
-    sockets.sort();
-    sockets.dedup();
-    sockets.into_iter().find_map(|socket| {
-        let Ok(Some(panes)) = tmux::Tmux::new(&socket).list() else {
-            return None;
-        };
-        let mut agents: Vec<String> = panes
-            .into_iter()
-            .filter(|p| !p.dead && is_ours(p, spec))
-            .filter_map(|p| p.agent)
-            .collect();
-        agents.sort();
-        agents.dedup();
-        (!agents.is_empty()).then_some((socket, agents))
-    })
-}
-
 /// Observe everything relevant to `spec` with one runtime call and one /proc pass. Only this
 /// fleet's panes are in the result (see [`is_ours`]).
 pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError> {
@@ -314,9 +374,12 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError
         .into_iter()
         .filter(|p| is_ours(p, spec))
         .collect();
-    if panes.iter().any(|p| !p.dead) {
+    // A runtime that knows its panes' processes (the fake; a remote host would have to) says
+    // so; for the others they are this host's, from /proc.
+    let local = |p: &PaneObs| !p.dead && p.started.is_none() && p.processes.is_empty();
+    if panes.iter().any(local) {
         let table = ProcTable::read();
-        for pane in panes.iter_mut().filter(|p| !p.dead) {
+        for pane in panes.iter_mut().filter(|p| local(p)) {
             pane.started = table.get(pane.pid).map(|p| p.started);
             pane.processes = table.descendants(pane.pid);
         }
@@ -375,6 +438,7 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError
     Ok(World {
         observed_at: jiff::Timestamp::now().as_second(),
         server_running,
+        location: runtime.location(),
         panes,
         agents,
         hook_files,

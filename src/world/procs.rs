@@ -202,6 +202,14 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
+        // `spawn` can return while the child is still between fork and exec (its environ
+        // then reads empty): wait for the exec, up to a bound.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !environ_has(pid, "PHOENIX_PROCS_TEST", b"a b")
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert!(environ_has(pid, "PHOENIX_PROCS_TEST", b"a b"));
         assert!(!environ_has(pid, "PHOENIX_PROCS_TEST", b"a"));
         assert!(!environ_has(pid, "PHOENIX_PROCS", b"a b"));

@@ -6,7 +6,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use super::{Launch, PaneObs, Runtime, RuntimeError};
+use super::{Check, Launch, PaneObs, Runtime, RuntimeError, Tag};
+use crate::spec::Spec;
+
+/// The program this adapter runs.
+pub(super) const PROGRAM: &str = "tmux";
 
 /// `list-panes` format. tmux escapes control characters when no UTF-8 locale is set, so the
 /// separator is printable: every field before the last is ours or numeric and cannot contain
@@ -32,7 +36,7 @@ impl Tmux {
     }
 
     fn command(&self) -> Command {
-        let mut cmd = Command::new("tmux");
+        let mut cmd = Command::new(PROGRAM);
         cmd.arg("-L").arg(&self.socket);
         // A tmux client inside another tmux would otherwise refuse or talk to the wrong server.
         cmd.env_remove("TMUX");
@@ -48,7 +52,7 @@ impl Tmux {
             vec!["load-buffer".into(), "-b".into(), name.into(), "-".into()];
         let mut child = self
             .command()
-            .args(args.iter().map(|a| super::inert::tmux_argument(a)))
+            .args(args.iter().map(|a| super::inert::command_argument(a)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -67,72 +71,10 @@ impl Tmux {
         check(output, &args).map(drop)
     }
 
-    /// Paste `text` into `pane` as one bracketed paste (when the program there asked for
-    /// bracketed paste). The text goes through `inert::keyboard_text` here, the one place every
-    /// paste passes: no escape sequence in it can end the paste early or reach the terminal.
-    pub fn paste(&self, pane: &str, text: &str) -> Result<(), RuntimeError> {
-        let text = super::inert::keyboard_text(text);
-        // One buffer per call: concurrent pastes (the tap, the API, the wrapper) must not
-        // take each other's text.
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let buffer = format!(
-            "phoenix-paste-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
-        self.load_buffer(&buffer, &text)?;
-        self.run(["paste-buffer", "-p", "-d", "-b", &buffer, "-t", pane])
-            .map(drop)
-    }
-
-    /// Press Enter in `pane` (a key name, no text).
-    pub fn press_enter(&self, pane: &str) -> Result<(), RuntimeError> {
-        self.run(["send-keys", "-t", pane, "Enter"]).map(drop)
-    }
-
-    /// Stream `pane`'s output to `shell_command` (`-o`: keep a pipe already there). tmux
-    /// format-expands the command before `sh -c` runs it, so its `#` are escaped: a path with
-    /// `#(…)` in it is a path, not a command. The caller quotes the words for the shell.
-    pub fn pipe_output(&self, pane: &str, shell_command: &str) -> Result<(), RuntimeError> {
-        let command = super::inert::format_literal(shell_command);
-        self.run(["pipe-pane", "-o", "-t", pane, &command])
-            .map(drop)
-    }
-
-    /// Show `pane` to the person at this terminal: switch this client to it when running
-    /// inside the fleet's own server, else attach to the server until they detach. tmux gets
-    /// the terminal (inherited stdio).
-    pub fn show_pane(&self, pane: &str, inside_server: bool) -> Result<(), RuntimeError> {
-        self.run(["select-window", "-t", pane])?;
-        self.run(["select-pane", "-t", pane])?;
-        let verb = if inside_server {
-            "switch-client"
-        } else {
-            "attach-session"
-        };
-        let args: Vec<std::ffi::OsString> = vec![verb.into(), "-t".into(), pane.into()];
-        let status = self
-            .command()
-            .args(args.iter().map(|a| super::inert::tmux_argument(a)))
-            .status()
-            .map_err(|e| RuntimeError::Failed {
-                command: describe(&args),
-                stderr: e.to_string(),
-            })?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(RuntimeError::Failed {
-                command: describe(&args),
-                stderr: format!("tmux said no ({status})"),
-            })
-        }
-    }
-
     /// Run one tmux invocation (possibly several commands separated by lone `;` arguments).
     /// Any other argument ending in `;` has that `;` escaped, so no value can split the
     /// command; values tmux format-expands must be passed through `inert::format_literal`.
-    pub fn run<I, S>(&self, args: I) -> Result<String, RuntimeError>
+    fn run<I, S>(&self, args: I) -> Result<String, RuntimeError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
@@ -140,7 +82,7 @@ impl Tmux {
         let mut cmd = self.command();
         let args: Vec<std::ffi::OsString> =
             args.into_iter().map(|a| a.as_ref().to_owned()).collect();
-        cmd.args(args.iter().map(|a| super::inert::tmux_argument(a)));
+        cmd.args(args.iter().map(|a| super::inert::command_argument(a)));
         let output = cmd.output().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 RuntimeError::NotInstalled
@@ -163,16 +105,16 @@ impl Tmux {
         let mut args = Vec::new();
         // The fleet tag goes on in the same tmux call that creates the pane: no other phoenix
         // ever sees the pane untagged.
-        for (option, value) in [
-            ("@phoenix_fleet", launch.fleet.as_str()),
-            ("@phoenix_agent", launch.agent.as_str()),
-            ("@phoenix_fp", launch.fingerprint.as_str()),
+        for (tag, value) in [
+            (Tag::Fleet, launch.fleet.as_str()),
+            (Tag::Agent, launch.agent.as_str()),
+            (Tag::Fingerprint, launch.fingerprint.as_str()),
         ] {
             args.extend([";".to_string(), "set-option".into(), "-p".into()]);
             if let Some(t) = target {
                 args.extend(["-t".into(), t.into()]);
             }
-            args.extend([option.into(), value.into()]);
+            args.extend([option(tag).into(), value.into()]);
         }
         args
     }
@@ -209,7 +151,29 @@ fn is_no_server(err: &RuntimeError) -> bool {
 
 impl Runtime for Tmux {
     fn name(&self) -> &'static str {
-        "tmux"
+        PROGRAM
+    }
+
+    fn location(&self) -> String {
+        format!("tmux server `{}`", self.socket)
+    }
+
+    fn inspect_hint(&self) -> String {
+        format!("`tmux -L {} list-panes -a`", self.socket)
+    }
+
+    fn diagnose(&self, err: &RuntimeError) -> Option<String> {
+        diagnose(err)
+    }
+
+    fn server_check(&self, fleet_id: &str, problem: Option<String>) -> Check {
+        // The server's name is derived by default: say it, so `tmux -L` can find it.
+        Check {
+            check: "tmux server".into(),
+            ok: problem.is_none(),
+            detail: format!("`tmux -L {}` (fleet `{fleet_id}`)", self.socket),
+            fix: problem,
+        }
     }
 
     fn list(&self) -> Result<Option<Vec<PaneObs>>, RuntimeError> {
@@ -294,9 +258,70 @@ impl Runtime for Tmux {
         }
     }
 
-    fn send_input(&self, pane: &str, text: &str) -> Result<(), RuntimeError> {
-        self.paste(pane, text)?;
-        self.press_enter(pane)
+    /// Paste `text` into `pane` as one bracketed paste (when the program there asked for
+    /// bracketed paste). The text goes through `inert::keyboard_text` here, the one place every
+    /// paste passes: no escape sequence in it can end the paste early or reach the terminal.
+    fn paste(&self, pane: &str, text: &str) -> Result<(), RuntimeError> {
+        let text = super::inert::keyboard_text(text);
+        // One buffer per call: concurrent pastes (the tap, the API, the wrapper) must not
+        // take each other's text.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let buffer = format!(
+            "phoenix-paste-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        self.load_buffer(&buffer, &text)?;
+        self.run(["paste-buffer", "-p", "-d", "-b", &buffer, "-t", pane])
+            .map(drop)
+    }
+
+    /// Press Enter in `pane` (a key name, no text).
+    fn press_enter(&self, pane: &str) -> Result<(), RuntimeError> {
+        self.run(["send-keys", "-t", pane, "Enter"]).map(drop)
+    }
+
+    /// Stream `pane`'s output to `shell_command` (`-o`: keep a pipe already there). tmux
+    /// format-expands the command before `sh -c` runs it, so its `#` are escaped: a path with
+    /// `#(…)` in it is a path, not a command. The caller quotes the words for the shell.
+    fn pipe_output(&self, pane: &str, shell_command: &str) -> Result<(), RuntimeError> {
+        let command = super::inert::format_literal(shell_command);
+        self.run(["pipe-pane", "-o", "-t", pane, &command])
+            .map(drop)
+    }
+
+    /// Show `pane` to the person at this terminal: switch this client to it when running
+    /// inside the fleet's own server, else attach to the server until they detach. tmux gets
+    /// the terminal (inherited stdio).
+    fn show(&self, pane: &str) -> Result<(), RuntimeError> {
+        let inside_server = std::env::var("TMUX").ok().is_some_and(|t| {
+            let path = t.split(',').next().unwrap_or("");
+            Path::new(path).file_name() == Some(std::ffi::OsStr::new(self.socket.as_str()))
+        });
+        self.run(["select-window", "-t", pane])?;
+        self.run(["select-pane", "-t", pane])?;
+        let verb = if inside_server {
+            "switch-client"
+        } else {
+            "attach-session"
+        };
+        let args: Vec<std::ffi::OsString> = vec![verb.into(), "-t".into(), pane.into()];
+        let status = self
+            .command()
+            .args(args.iter().map(|a| super::inert::command_argument(a)))
+            .status()
+            .map_err(|e| RuntimeError::Failed {
+                command: describe(&args),
+                stderr: e.to_string(),
+            })?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(RuntimeError::Failed {
+                command: describe(&args),
+                stderr: format!("tmux said no ({status})"),
+            })
+        }
     }
 
     fn capture(&self, pane: &str, lines: usize) -> Result<String, RuntimeError> {
@@ -379,9 +404,60 @@ impl Runtime for Tmux {
         screens
     }
 
-    fn set_phase(&self, pane: &str, phase: &str) -> Result<(), RuntimeError> {
-        self.run(["set-option", "-p", "-t", pane, "@phoenix_phase", phase])
+    fn set_tag(&self, pane: &str, tag: Tag, value: &str) -> Result<(), RuntimeError> {
+        self.run(["set-option", "-p", "-t", pane, option(tag), value])
             .map(drop)
+    }
+
+    fn tag(&self, pane: &str, tag: Tag) -> Result<Option<String>, RuntimeError> {
+        // `-q`: an option never set is empty, not an error; `-v`: the value alone.
+        let out = self.run(["show-options", "-p", "-q", "-v", "-t", pane, option(tag)])?;
+        let value = out.trim_end_matches('\n');
+        Ok((!value.is_empty()).then(|| value.to_string()))
+    }
+
+    fn pane_pid(&self, pane: &str) -> Result<Option<u32>, RuntimeError> {
+        match self.run(["display-message", "-p", "-t", pane, "#{pane_pid}"]) {
+            Ok(out) => Ok(out.trim().parse().ok()),
+            Err(e) if is_gone(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `TMUX_PANE` names a pane of whichever server started this process, and `%3` on the
+    /// fleet's server may be another agent's pane: it counts only if that pane's process is
+    /// this one.
+    fn own_pane(&self) -> Option<String> {
+        let pane = std::env::var("TMUX_PANE")
+            .ok()
+            .filter(|p| p.starts_with('%'))?;
+        let pid = self.pane_pid(&pane).ok()??;
+        (pid == std::process::id()).then_some(pane)
+    }
+
+    fn kill_server(&self) -> Result<(), RuntimeError> {
+        match self.run(["kill-server"]) {
+            Err(e) if !is_no_server(&e) => return Err(e),
+            _ => {}
+        }
+        // The server is gone; its socket file may not be.
+        match std::fs::remove_file(socket_dir().join(&self.socket)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::Failed {
+                command: "kill-server".into(),
+                stderr: format!("cannot remove the socket: {e}"),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The pane option that holds `tag`.
+fn option(tag: Tag) -> &'static str {
+    match tag {
+        Tag::Fleet => "@phoenix_fleet",
+        Tag::Agent => "@phoenix_agent",
+        Tag::Fingerprint => "@phoenix_fp",
+        Tag::Phase => "@phoenix_phase",
     }
 }
 
@@ -416,7 +492,7 @@ fn parse_pane(line: &str) -> Result<PaneObs, RuntimeError> {
 }
 
 /// Whether `tmux` can be found on PATH (for diagnosis).
-pub fn on_path() -> Option<std::path::PathBuf> {
+fn on_path() -> Option<std::path::PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join("tmux"))
@@ -431,7 +507,7 @@ fn is_executable(p: &Path) -> bool {
 }
 
 /// The directory tmux puts its sockets in (`$TMUX_TMPDIR/tmux-UID`, default `/tmp`).
-pub fn socket_dir() -> std::path::PathBuf {
+fn socket_dir() -> std::path::PathBuf {
     let base = std::env::var_os("TMUX_TMPDIR")
         .filter(|v| !v.is_empty())
         .map(std::path::PathBuf::from)
@@ -440,11 +516,156 @@ pub fn socket_dir() -> std::path::PathBuf {
 }
 
 /// `tmux -V`, e.g. "tmux 3.3a".
-pub fn version() -> Option<String> {
+fn version() -> Option<String> {
     let out = Command::new("tmux").arg("-V").output().ok()?;
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Another tmux server where agents of this fleet still run: after an upgrade (the default
+/// socket of earlier versions, `phoenix-<name>`, when none is configured) or a rename (the
+/// default socket this config file had under its earlier name, `phoenix-<old>-<hash>`).
+/// Starting the fleet on its own server would run each of them twice. The first such server
+/// and its agents, by name.
+fn elsewhere(spec: &Spec) -> Option<(String, Vec<String>)> {
+    let mut sockets: Vec<String> = spec.fleet.legacy_socket.iter().cloned().collect();
+    // The hash part of the id is this file's: only its own earlier names end with it.
+    let suffix = spec
+        .fleet
+        .id
+        .rsplit_once('-')
+        .map(|(_, hash)| format!("-{hash}"))
+        .unwrap_or_default();
+    if let Ok(entries) = std::fs::read_dir(socket_dir()) {
+        for entry in entries.flatten() {
+            if let Some(name) = entry.file_name().to_str()
+                && name.starts_with("phoenix-")
+                && name.ends_with(&suffix)
+            {
+                sockets.push(name.to_string());
+            }
+        }
+    }
+    sockets.retain(|s| *s != spec.fleet.socket);
+    sockets.sort();
+    sockets.dedup();
+    sockets.into_iter().find_map(|socket| {
+        let Ok(Some(panes)) = Tmux::new(&socket).list() else {
+            return None;
+        };
+        let mut agents: Vec<String> = panes
+            .into_iter()
+            .filter(|p| !p.dead && super::is_ours(p, spec))
+            .filter_map(|p| p.agent)
+            .collect();
+        agents.sort();
+        agents.dedup();
+        (!agents.is_empty()).then_some((socket, agents))
+    })
+}
+
+/// Agents of this fleet left running on another server (see [`elsewhere`]): what to do about
+/// them, if there are any.
+pub(super) fn leftover_problem(spec: &Spec) -> Option<String> {
+    let (socket, agents) = elsewhere(spec)?;
+    let why = if spec.fleet.legacy_socket.as_deref() == Some(socket.as_str()) {
+        "the default socket of earlier phoenix versions"
+    } else {
+        "this file's default socket under an earlier fleet name"
+    };
+    Some(format!(
+        "agent{} {} of this fleet still run{} on tmux server `{socket}` ({why}); this fleet's server is now `{}`. Keep the old server: set `tmux_socket = \"{socket}\"` under [fleet] in {}; or stop it: `tmux -L {socket} kill-server`. Then run the command again",
+        if agents.len() == 1 { "" } else { "s" },
+        agents
+            .iter()
+            .map(|a| format!("`{a}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if agents.len() == 1 { "s" } else { "" },
+        spec.fleet.socket,
+        spec.file.display()
+    ))
+}
+
+/// Why tmux itself cannot work here, with what to do about it: not installed, or no socket
+/// directory it can use. `None` when neither explains `err`.
+fn diagnose(err: &RuntimeError) -> Option<String> {
+    if on_path().is_none() || matches!(err, RuntimeError::NotInstalled) {
+        return Some(format!(
+            "{err}; tmux is not installed or not on PATH — install it (e.g. `apt install tmux`) and run `phoenix doctor`"
+        ));
+    }
+    let sockets = socket_dir();
+    let base = sockets.parent().unwrap_or(Path::new("/tmp"));
+    if !base.is_dir() {
+        return Some(format!(
+            "{err}; the tmux socket directory's parent `{}` is not a directory — point TMUX_TMPDIR at a writable directory (or unset it for /tmp)",
+            base.display()
+        ));
+    }
+    if !writable(if sockets.exists() { &sockets } else { base }) {
+        return Some(format!(
+            "{err}; the tmux socket directory `{}` is not writable — fix its permissions or set TMUX_TMPDIR to a writable directory",
+            sockets.display()
+        ));
+    }
+    None
+}
+
+fn writable(path: &Path) -> bool {
+    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
+}
+
+/// `tmux 3.3a` → ok: pane options need 3.0.
+fn version_ok(version: &str) -> bool {
+    version
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| {
+            v.trim_end_matches(|c: char| c.is_ascii_alphabetic())
+                .split('.')
+                .next()?
+                .parse::<u32>()
+                .ok()
+        })
+        .is_some_and(|major| major >= 3)
+}
+
+/// tmux installed and recent enough, and a socket directory it can write.
+pub(super) fn host_checks() -> Vec<Check> {
+    let mut checks = Vec::new();
+    checks.push(match (on_path(), version()) {
+        (Some(path), Some(version)) => {
+            let ok = version_ok(&version);
+            Check {
+                check: "tmux".into(),
+                ok,
+                detail: format!("{version} at {}", path.display()),
+                fix: (!ok).then(|| "phoenix needs tmux 3.0 or newer (pane options)".into()),
+            }
+        }
+        _ => Check {
+            check: "tmux".into(),
+            ok: false,
+            detail: "not found on PATH".into(),
+            fix: Some("install tmux (e.g. `apt install tmux`)".into()),
+        },
+    });
+    let sockets = socket_dir();
+    let socket_parent = if sockets.exists() {
+        sockets.clone()
+    } else {
+        sockets.parent().map(Path::to_path_buf).unwrap_or_default()
+    };
+    let writable = writable(&socket_parent);
+    checks.push(Check {
+        check: "tmux socket dir".into(),
+        ok: writable,
+        detail: sockets.display().to_string(),
+        fix: (!writable).then(|| "make it writable or set TMUX_TMPDIR".into()),
+    });
+    checks
 }
 
 #[cfg(test)]
@@ -464,6 +685,90 @@ mod tests {
         assert_eq!(p.agent.as_deref(), Some("trades"));
         assert_eq!(p.phase, None);
         assert_eq!(p.fleet.as_deref(), Some("research-0123abcd"));
+    }
+
+    /// The real adapter passes the suite the fake passes, on a private server of its own.
+    #[test]
+    fn tmux_conforms() {
+        if on_path().is_none() {
+            eprintln!("tmux is not installed: skipped");
+            return;
+        }
+        let socket = format!("phx-conformance-{}", std::process::id());
+        struct Down(Tmux);
+        impl Drop for Down {
+            fn drop(&mut self) {
+                let _ = self.0.kill_server();
+            }
+        }
+        let tmux = Down(Tmux::new(socket));
+        // A real program exits by itself when Enter gives it its line.
+        super::super::conformance::conforms(&tmux.0, &|_, _| {});
+    }
+
+    /// The runtime is closed: nothing outside this file names tmux in code (identifiers,
+    /// strings), so nothing else can run it, build it or depend on how it works. The only
+    /// words left elsewhere are the user's: the config file's keys and the help's one line.
+    #[test]
+    fn only_this_file_names_tmux() {
+        fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    files(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut all = Vec::new();
+        files(&src, &mut all);
+        let mut found = Vec::new();
+        for path in all {
+            let rel = path
+                .strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if rel == "world/tmux.rs" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") {
+                    continue;
+                }
+                let code = code.split(" // ").next().unwrap_or("").to_lowercase();
+                if !code.contains("tmux") {
+                    continue;
+                }
+                let allowed =
+                    // The config file's key (and the API field and messages that name it).
+                    code.contains("tmux_socket")
+                    // The config file's `tmux = { session, window }` table, read by spec/.
+                    || rel.starts_with("spec/")
+                    // `world/` reaching its adapter.
+                    || (rel == "world/mod.rs" && (code.contains("tmux::") || code.starts_with("mod tmux")))
+                    // What phoenix is, in `--help`.
+                    || (rel == "cli/mod.rs" && code.starts_with("#[command(name = \"phoenix\""));
+                if !allowed {
+                    found.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "tmux named outside world/tmux.rs:\n{}",
+            found.join("\n")
+        );
+    }
+
+    #[test]
+    fn versions() {
+        assert!(version_ok("tmux 3.3a"));
+        assert!(!version_ok("tmux 2.9"));
     }
 
     #[test]

@@ -74,7 +74,7 @@ impl Fleet {
     pub fn derived_socket_toml(&mut self, text: &str) -> &Self {
         assert!(!text.contains("tmux_socket"), "{text}");
         std::fs::write(self.config(), text).unwrap();
-        self.socket = self.spec().fleet.tmux_socket;
+        self.socket = self.spec().fleet.socket;
         self
     }
 
@@ -326,7 +326,7 @@ impl Drop for Fleet {
             kill9(pid);
         }
         // The server is gone; its socket file may not be.
-        let _ = std::fs::remove_file(phoenix::world::tmux::socket_dir().join(&self.socket));
+        let _ = phoenix::world::connect(&self.socket).kill_server();
     }
 }
 

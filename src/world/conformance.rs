@@ -1,0 +1,155 @@
+//! The one conformance suite every `Runtime` must pass, the fake included: what phoenix
+//! relies on of a runtime, verb by verb. Run against the real adapter on a private server
+//! (`tmux.rs`) and against the fake (`fake.rs`), so a test on the fake means something.
+
+use std::time::{Duration, Instant};
+
+use super::{Launch, PaneObs, Runtime, Tag};
+
+/// The program every pane runs: it waits for one line and exits with it as its status, so
+/// the suite can end it through the runtime's own keyboard.
+pub(crate) const PROGRAM: [&str; 3] = ["sh", "-c", "read line; exit \"$line\""];
+
+fn launch(agent: &str, window: &str, fingerprint: &str) -> Launch {
+    Launch {
+        fleet: "conformance-0123abcd".into(),
+        agent: agent.into(),
+        session: "conformance".into(),
+        window: window.into(),
+        workdir: "/".into(),
+        argv: PROGRAM.map(String::from).to_vec(),
+        fingerprint: fingerprint.into(),
+    }
+}
+
+/// Wait (up to 10 s: a real server is asynchronous) until `pane` in the listing satisfies
+/// `ok`; the pane as it was then.
+fn until(runtime: &dyn Runtime, pane: &str, what: &str, ok: impl Fn(&PaneObs) -> bool) -> PaneObs {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = runtime
+            .list()
+            .ok()
+            .flatten()
+            .and_then(|panes| panes.into_iter().find(|p| p.id == pane));
+        match found {
+            Some(p) if ok(&p) => return p,
+            other => assert!(
+                Instant::now() < deadline,
+                "{}: pane {pane} never became {what}: {other:?}",
+                runtime.name()
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Run the suite on a fresh `runtime` (no server yet). `exited` is called after Enter is
+/// pressed on a pane whose program got `code` on its line: a real program exits by itself,
+/// the fake one is told to.
+pub(crate) fn conforms(runtime: &dyn Runtime, exited: &dyn Fn(&str, i32)) {
+    let name = runtime.name();
+    // Nothing running yet: an empty world, not an error.
+    assert_eq!(
+        runtime.list().unwrap(),
+        None,
+        "{name}: a fresh runtime has no server"
+    );
+
+    // start: pane ids, tags on from the first moment, one session for both.
+    let one = runtime.start(&launch("one", "w-one", "fp-1")).unwrap();
+    let two = runtime.start(&launch("two", "w-two", "fp-2")).unwrap();
+    assert!(
+        one.starts_with('%') && two.starts_with('%') && one != two,
+        "{name}: {one} {two}"
+    );
+    let p = until(runtime, &one, "alive", |p| !p.dead);
+    assert_eq!(
+        (
+            p.agent.as_deref(),
+            p.fleet.as_deref(),
+            p.fingerprint.as_deref()
+        ),
+        (Some("one"), Some("conformance-0123abcd"), Some("fp-1")),
+        "{name}: tags"
+    );
+    assert_eq!(
+        (p.session.as_str(), p.window.as_str()),
+        ("conformance", "w-one")
+    );
+    assert_eq!(p.phase, None, "{name}");
+    let listed = runtime.list().unwrap().unwrap();
+    assert_eq!(listed.len(), 2, "{name}: {listed:?}");
+
+    // pids: of the pane's own process; a missing pane has none.
+    assert_eq!(runtime.pane_pid(&one).unwrap(), Some(p.pid), "{name}");
+    assert_eq!(runtime.pane_pid("%9999").unwrap(), None, "{name}");
+
+    // tags: set, read back, listed; another pane's are its own.
+    runtime.set_tag(&one, Tag::Phase, "cooldown").unwrap();
+    assert_eq!(
+        runtime.tag(&one, Tag::Phase).unwrap().as_deref(),
+        Some("cooldown")
+    );
+    assert_eq!(runtime.tag(&two, Tag::Phase).unwrap(), None, "{name}");
+    runtime.set_phase(&one, "running").unwrap();
+    until(runtime, &one, "tagged running", |p| {
+        p.phase.as_deref() == Some("running")
+    });
+    assert_eq!(
+        runtime.tag(&one, Tag::Agent).unwrap().as_deref(),
+        Some("one")
+    );
+
+    // paste: the text reaches the pane, made inert (the BEL is dropped: else the line would
+    // not be a number and the status below not 7); capture reads it; a pane that cannot be
+    // read is left out of capture_many, the others are not.
+    runtime.paste(&one, "7\u{7}").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let screen = loop {
+        let screen = runtime.capture(&one, 10).unwrap();
+        if screen.contains('7') || Instant::now() > deadline {
+            break screen;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(screen.contains('7'), "{name}: {screen:?}");
+    assert!(runtime.capture("%9999", 10).is_err(), "{name}");
+    let screens = runtime.capture_many(&[one.clone(), "%9999".into()], 10);
+    assert_eq!(screens.keys().collect::<Vec<_>>(), [&one], "{name}");
+
+    // Enter ends the line; the program exits with it; the pane stays, dead, with the status.
+    runtime.press_enter(&one).unwrap();
+    exited(&one, 7);
+    let dead = until(runtime, &one, "dead", |p| p.dead);
+    assert_eq!(dead.dead_status, Some(7), "{name}: {dead:?}");
+
+    // respawn: the same pane, alive again, tagged with the new launch.
+    runtime
+        .respawn(&one, &launch("one", "w-one", "fp-3"))
+        .unwrap();
+    let back = until(runtime, &one, "respawned", |p| !p.dead);
+    assert_eq!(back.fingerprint.as_deref(), Some("fp-3"), "{name}");
+    assert_ne!(back.pid, dead.pid, "{name}: a new process");
+
+    // pipe: a live pane takes one; a missing pane is an error.
+    runtime.pipe_output(&two, "cat >/dev/null").unwrap();
+    assert!(
+        runtime.pipe_output("%9999", "cat >/dev/null").is_err(),
+        "{name}"
+    );
+
+    // stop: the pane is gone; stopping it again is fine.
+    runtime.stop(&two).unwrap();
+    let listed = runtime.list().unwrap().unwrap_or_default();
+    assert!(listed.iter().all(|p| p.id != two), "{name}: {listed:?}");
+    runtime.stop(&two).unwrap();
+
+    // This test runs in no pane of this runtime.
+    assert_eq!(runtime.own_pane(), None, "{name}");
+
+    // kill_server: nothing left, an empty world again.
+    runtime.kill_server().unwrap();
+    assert_eq!(runtime.list().unwrap(), None, "{name}: after kill_server");
+    runtime.kill_server().unwrap();
+}
