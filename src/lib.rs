@@ -20,6 +20,7 @@ pub mod state;
 pub mod status;
 pub mod store;
 pub mod supervise;
+pub mod text;
 pub mod top;
 pub mod watchdog;
 pub mod world;

@@ -245,7 +245,7 @@ fn confirm_started(
 
 /// The wrapper's `spawn_failed` record since `since`, if the agent's command could not run.
 fn spawn_failure(dir: &crate::state::AgentDir, since: jiff::Timestamp) -> Option<String> {
-    crate::clinic::triage::tail_jsonl(&dir.file(crate::state::OPS_LOG))
+    crate::state::jsonl::tail_jsonl(&dir.file(crate::state::OPS_LOG))
         .into_iter()
         .rev()
         .take_while(|o| {

@@ -304,7 +304,7 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
     };
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let dir = fleet.agent(&agent.name);
-    let ops = crate::clinic::triage::tail_jsonl(&dir.file(crate::state::OPS_LOG));
+    let ops = crate::state::jsonl::tail_jsonl(&dir.file(crate::state::OPS_LOG));
     let exited = ops
         .iter()
         .any(|o| o.get("event").and_then(serde_json::Value::as_str) == Some("agent_exit"));
@@ -352,7 +352,7 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
     text.push_str(&format!(
         "triage:        {}: {}\n",
         r.trauma.error_type,
-        crate::clinic::triage::shorten(&r.trauma.error_message, 160)
+        crate::text::shorten(&r.trauma.error_message, 160)
     ));
     text.push_str(&format!(
         "diagnosis:     {} ({:.0}%): {}  [{}]\n",

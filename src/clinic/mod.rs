@@ -285,7 +285,7 @@ impl Clinic<'_> {
         let agent = input.agent.name.clone();
         let mut problems = Vec::new();
         let mut trauma = triage(input);
-        let ops = triage::tail_jsonl(&dir.file(state::OPS_LOG));
+        let ops = state::jsonl::tail_jsonl(&dir.file(state::OPS_LOG));
         let counter = Counter::load(dir);
         trauma.recoveries = counter.spent_on(trauma.original_prompt.as_deref(), &ops);
         let attempt = trauma.recoveries + 1;
@@ -318,7 +318,7 @@ impl Clinic<'_> {
             &format!(
                 "{}: {}",
                 trauma.error_type,
-                triage::shorten(&trauma.error_message, 200)
+                crate::text::shorten(&trauma.error_message, 200)
             ),
             "diagnosing",
             json!({

@@ -8,10 +8,10 @@ use serde_json::Value;
 
 use crate::policy::{AgentInfo, ExitInfo, ToolCall, Trauma};
 use crate::state::bounded::{self, Links};
+use crate::state::jsonl::{TAIL_BYTES, objects as jsonl, tail_jsonl};
 use crate::state::{AgentDir, OPS_LOG};
+use crate::text::{keep_end, shorten};
 
-/// How much of the end of a log or transcript is read.
-const TAIL_BYTES: u64 = 512 * 1024;
 /// Tool calls kept in the TraumaContext.
 const TOOL_CALLS: usize = 12;
 /// Length limits: the context goes into a Lua state with a memory limit and into a prompt.
@@ -42,49 +42,6 @@ pub enum Session {
     Latest,
     /// The one of the last recorded exit (`phoenix clinic` after the wrapper has moved on).
     LastExited,
-}
-
-/// The end of a file, from the first complete line on; `None` unless it is a regular file.
-pub fn tail(path: &Path, bytes: u64) -> Option<String> {
-    bounded::read_tail(path, bytes, Links::Follow)
-        .ok()
-        .map(|t| t.lines_text())
-}
-
-/// The JSON lines at the end of a file; lines that do not parse are skipped.
-pub fn tail_jsonl(path: &Path) -> Vec<Value> {
-    jsonl(&tail(path, TAIL_BYTES).unwrap_or_default())
-}
-
-/// The JSON objects among `text`'s lines.
-fn jsonl(text: &str) -> Vec<Value> {
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(Value::is_object)
-        .collect()
-}
-
-/// `text` cut to `max` characters, keeping the start.
-pub fn shorten(text: &str, max: usize) -> String {
-    let text = text.trim();
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let mut s: String = text.chars().take(max.saturating_sub(1)).collect();
-    s.push('…');
-    s
-}
-
-/// `text` cut to `max` characters, keeping the end (where an error usually is).
-fn keep_end(text: &str, max: usize) -> String {
-    let text = text.trim();
-    let n = text.chars().count();
-    if n <= max {
-        return text.to_string();
-    }
-    let mut s = String::from("…");
-    s.extend(text.chars().skip(n - max + 1));
-    s
 }
 
 fn flag(v: &Value, key: &str) -> bool {

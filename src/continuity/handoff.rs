@@ -9,10 +9,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::ledger::{self, SaveText};
-use crate::clinic::triage::{self, tail_jsonl};
+use crate::clinic::triage;
 use crate::render::Templates;
 use crate::spec::AgentSpec;
+use crate::state::jsonl::tail_jsonl;
 use crate::state::{self, AgentDir};
+use crate::text::shorten;
 
 pub const DIR: &str = "handoffs";
 
@@ -146,7 +148,7 @@ pub fn build(
         "agent": agent.name, "cli": agent.cli.to_string(), "trigger": trigger.as_str(),
         "created_at": created_at, "task": task, "text": text, "ledger": ledger,
         "open_loops": open_loops, "tool_calls": calls, "last_words": last_words,
-        "last_prompt": facts.last_prompt.map(|p| triage::shorten(&p, 1000)),
+        "last_prompt": facts.last_prompt.map(|p| shorten(&p, 1000)),
         "previous": previous,
     });
     let (body, broken) = templates.render_or_builtin("handoff.md.j2", &ctx);
@@ -166,7 +168,7 @@ pub fn build(
         created_at,
         trigger,
         related: previous.into_iter().collect(),
-        summary: triage::shorten(&crate::world::inert::keyboard_text(&summary), 200),
+        summary: shorten(&crate::world::inert::keyboard_text(&summary), 200),
         body,
         notes,
     })

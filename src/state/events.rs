@@ -38,7 +38,7 @@ pub fn read(fleet: &FleetDir, filter: &Filter<'_>) -> (Vec<Value>, usize) {
     let (mut events, skipped) = parse(&String::from_utf8_lossy(&text), filter);
     if let Some(agent) = filter.agent {
         let ops = fleet.agent(agent).file(OPS_LOG);
-        let ends: String = crate::clinic::triage::tail_jsonl(&ops)
+        let ends: String = crate::state::jsonl::tail_jsonl(&ops)
             .into_iter()
             .filter(|o| o["event"] == "agent_exit")
             .map(|o| format!("{}\n", session_end(agent, o)))

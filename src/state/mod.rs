@@ -5,6 +5,7 @@ pub mod agent;
 pub mod bounded;
 pub mod events;
 pub mod file;
+pub mod jsonl;
 pub mod lock;
 pub mod store;
 

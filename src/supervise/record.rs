@@ -231,7 +231,7 @@ fn transcript_turn(dir: &AgentDir, id: &str) -> Option<bool> {
 /// transcript lost it: Claude Code writes its transcript behind, and a kill -9 right after a
 /// turn can leave none of it on disk.
 pub fn session_had_task(dir: &AgentDir, id: &str) -> bool {
-    let ops = crate::clinic::triage::tail_jsonl(&dir.file(state::OPS_LOG));
+    let ops = crate::state::jsonl::tail_jsonl(&dir.file(state::OPS_LOG));
     let mut current: Option<&str> = None;
     for op in &ops {
         match op["event"].as_str() {

@@ -119,7 +119,7 @@ fn ops_len(dir: &AgentDir) -> u64 {
 /// Every session end gets one recorded reason. A wrapper killed with its pane (or a host
 /// that went down) could not write its `agent_exit`: the next wrapper writes it for it.
 fn record_a_lost_end(dir: &AgentDir) {
-    let ops = crate::clinic::triage::tail_jsonl(&dir.file(state::OPS_LOG));
+    let ops = crate::state::jsonl::tail_jsonl(&dir.file(state::OPS_LOG));
     let last = ops
         .iter()
         .rev()

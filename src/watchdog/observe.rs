@@ -7,10 +7,10 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::health::{self, Call, Inputs, Process};
-use crate::clinic::triage::tail_jsonl;
 use crate::hooks::failed_turn;
 use crate::spec::{AgentSpec, Cli};
 use crate::state::bounded::{self, Links};
+use crate::state::jsonl::tail_jsonl;
 use crate::state::{self, AgentDir};
 use crate::world::World;
 
