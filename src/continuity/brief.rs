@@ -15,6 +15,7 @@ use crate::clinic::triage;
 use crate::process::RunError;
 use crate::render::Templates;
 use crate::spec::{AgentSpec, Spec};
+use crate::state::Op;
 use crate::state::jsonl::tail_jsonl;
 use crate::state::{self, AgentDir, AgentState, FleetDir, Retention};
 use crate::text::shorten;
@@ -102,7 +103,7 @@ pub fn generate(spec: &Spec, agent: &AgentSpec) -> Result<Generated, String> {
     let (brief, state_json, by) = match result {
         Ok(r) => r,
         Err(e) => {
-            let _ = dir.record_op("brief_failed", json!({"error": e}));
+            let _ = dir.record_op(Op::BriefFailed, json!({"error": e}));
             let _ = FleetDir::new(&spec.fleet.state_dir).record_critical(
                 "brief_failed",
                 &agent.name,
@@ -136,7 +137,7 @@ pub fn generate(spec: &Spec, agent: &AgentSpec) -> Result<Generated, String> {
         archived,
         notes,
     };
-    let _ = dir.record_op("brief_generated", json!(generated));
+    let _ = dir.record_op(Op::BriefGenerated, json!(generated));
     Ok(generated)
 }
 

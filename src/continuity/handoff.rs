@@ -12,6 +12,7 @@ use super::ledger::{self, SaveText};
 use crate::clinic::triage;
 use crate::render::Templates;
 use crate::spec::AgentSpec;
+use crate::state::Op;
 use crate::state::jsonl::tail_jsonl;
 use crate::state::{self, AgentDir};
 use crate::text::shorten;
@@ -157,7 +158,7 @@ pub fn build(
     let body = crate::world::inert::keyboard_text(&body.map_err(|e| e.to_string())?);
     if let Some(e) = broken {
         let _ = dir.record_op(
-            "template_error",
+            Op::TemplateError,
             json!({"template": "handoff.md.j2", "error": e.to_string()}),
         );
     }

@@ -22,6 +22,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::spec::{self, AgentSpec, Cli, Spec};
+use crate::state::Op;
 use crate::state::bounded::{self, Links};
 use crate::state::{self, AgentDir, AgentState, FleetDir, Retention, StateError, Status};
 use output::Reply;
@@ -381,7 +382,7 @@ impl Hook<'_> {
         // of context knew) comes first: it says why this session exists.
         let text = match (crate::clinic::take_pending_context(dir), text) {
             (Some(pending), rest) => {
-                let _ = dir.record_op("clinic_context_injected", json!({"chars": pending.len()}));
+                let _ = dir.record_op(Op::ClinicContextInjected, json!({"chars": pending.len()}));
                 Some(match rest {
                     Some(rest) => format!("{pending}\n\n{rest}"),
                     None => pending,
@@ -434,7 +435,7 @@ impl Hook<'_> {
                     .is_ok()
             });
         let _ = dir.record_op(
-            "session_start",
+            Op::SessionStart,
             json!({"source": source, "session_id": session_id, "interrupted": interrupted,
                    "transcript_path": self.payload.transcript_path(), "injected": text.is_some(),
                    "deferred_to_prompt": deferred}),
@@ -538,7 +539,7 @@ impl Hook<'_> {
         let held = self.take_prompt_context(ctx);
         // Once per prompt: confirms that text phoenix injected was submitted.
         let _ = ctx.dir.record_op(
-            "prompt",
+            Op::Prompt,
             json!({"chars": self.payload.prompt().map_or(0, str::len),
                    "context_chars": held.as_ref().map(String::len)}),
         );
@@ -759,7 +760,7 @@ impl Hook<'_> {
                 .is_ok()
         };
         let _ = dir.record_op(
-            "pre_compact",
+            Op::PreCompact,
             json!({"trigger": trigger, "transcript_path": self.payload.transcript_path(),
                    "snapshot": path, "context_for_next_prompt": held_for_prompt}),
         );
@@ -814,7 +815,7 @@ impl Hook<'_> {
             ctx,
             Status::Idle,
             None,
-            "turn_complete",
+            Op::TurnComplete,
             json!({"hook": hook}),
         )
     }
@@ -825,7 +826,7 @@ impl Hook<'_> {
         ctx: &Ctx<'_>,
         status: Status,
         error: Option<String>,
-        op: &str,
+        op: state::op::Make,
         mut fields: Value,
     ) -> Result<Reply, StateError> {
         let session_id = self.payload.session_id().map(str::to_string);
@@ -874,7 +875,7 @@ impl Hook<'_> {
             ctx,
             Status::Other("failed".into()),
             Some(error.clone()),
-            "turn_failed",
+            Op::TurnFailed,
             json!({"error": kind, "details": error, "hook": hook}),
         )?;
         // Only a signal: the wrapper (always there, daemon or not) sees it within a second and
@@ -912,7 +913,7 @@ impl Hook<'_> {
                 })?;
         }
         let _ = dir.record_op(
-            "session_end",
+            Op::SessionEnd,
             json!({"reason": reason, "clean": clean, "session_id": self.payload.session_id()}),
         );
         Ok(Reply::Nothing)
@@ -945,12 +946,7 @@ pub fn is_phoenix_text(prompt: &str) -> bool {
 }
 
 fn task_line(prompt: &str) -> String {
-    let line = prompt.trim().lines().next().unwrap_or("").trim();
-    if line.chars().count() > 200 {
-        line.chars().take(199).collect::<String>() + "…"
-    } else {
-        line.to_string()
-    }
+    crate::text::shorten(prompt.trim().lines().next().unwrap_or(""), 200)
 }
 
 /// The last `n` parseable lines of a JSON-lines file, reading only its end.

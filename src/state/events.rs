@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{FleetDir, OPS_LOG};
+use super::{FleetDir, OPS_LOG, Op};
 
 #[derive(Debug, Clone, Default)]
 pub struct Filter<'a> {
@@ -38,10 +38,10 @@ pub fn read(fleet: &FleetDir, filter: &Filter<'_>) -> (Vec<Value>, usize) {
     let (mut events, skipped) = parse(&String::from_utf8_lossy(&text), filter);
     if let Some(agent) = filter.agent {
         let ops = fleet.agent(agent).file(OPS_LOG);
-        let ends: String = crate::state::jsonl::tail_jsonl(&ops)
+        let ends: String = super::op::tail(&ops)
             .into_iter()
-            .filter(|o| o["event"] == "agent_exit")
-            .map(|o| format!("{}\n", session_end(agent, o)))
+            .filter(|o| matches!(o.op, Op::AgentExit(_)))
+            .map(|o| format!("{}\n", session_end(agent, &o)))
             .collect();
         events.extend(parse(&ends, filter).0);
         events.sort_by_key(|e| {
@@ -57,14 +57,14 @@ pub fn read(fleet: &FleetDir, filter: &Filter<'_>) -> (Vec<Value>, usize) {
 }
 
 /// An `agent_exit` line of ops.jsonl as an event: the one recorded reason a session ended.
-fn session_end(agent: &str, op: Value) -> Value {
-    let reason = op["reason"].as_str().unwrap_or("unknown").to_string();
-    let explain = op["explain"].as_str().map(str::to_string);
-    let action = op["action"].as_str().map(str::to_string);
+fn session_end(agent: &str, op: &super::op::Line) -> Value {
+    let reason = op.get("reason").as_str().unwrap_or("unknown").to_string();
+    let explain = op.get("explain").as_str().map(str::to_string);
+    let action = op.get("action").as_str().map(str::to_string);
     serde_json::json!({
-        "ts": op["ts"], "event": "agent_exit", "agent": agent,
+        "ts": op.ts, "event": op.op.name(), "agent": agent,
         "reason": match explain { Some(x) => format!("{reason}: {x}"), None => reason },
-        "action_taken": action, "details": op,
+        "action_taken": action, "details": op.to_value(),
     })
 }
 

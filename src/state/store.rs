@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::agent::{AgentState, OpenLoop, ResolvedItem, Retention, today};
 use super::file::{self, JsonFile};
-use super::{AgentDir, FleetDir, append_jsonl, now_rfc3339};
+use super::{AgentDir, FleetDir, Op, append_jsonl, now_rfc3339};
 
 pub const STATE: &str = "state.json";
 pub const LAST_GOOD: &str = "state.json.last-good";
@@ -317,7 +317,7 @@ impl AgentDir {
             }
             Err(e) => {
                 let _ = self.record_op(
-                    "resolve_completion_failed",
+                    Op::ResolveCompletionFailed,
                     json!({"id": pending.id, "error": e.to_string()}),
                 );
                 Ok(before)
@@ -340,7 +340,7 @@ impl AgentDir {
             self.write_locked(&state)?;
         }
         let _ = self.record_op(
-            "resolve_completed",
+            Op::ResolveCompleted,
             json!({"id": pending.id, "logged_now": !logged, "state_updated_now": was_open,
                    "reason": "a resolve was interrupted between its writes"}),
         );

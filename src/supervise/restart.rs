@@ -15,6 +15,7 @@ use super::{record, term};
 use crate::apply::Applier;
 use crate::plan::{Action, Change, FORMAT_VERSION, Plan};
 use crate::spec;
+use crate::state::Op;
 use crate::state::lock::{FleetLock, LOCK_WAIT};
 use crate::state::{self, FleetDir};
 use crate::world::{self, tmux::Tmux};
@@ -143,8 +144,8 @@ fn restart_by(
         }
     }
     match by {
-        By::Operator => dir.record_op("operator_restart", json!({"fresh": fresh}))?,
-        By::Watchdog => dir.record_op("watchdog_restart", json!({"fresh": fresh}))?,
+        By::Operator => dir.record_op(Op::OperatorRestart, json!({"fresh": fresh}))?,
+        By::Watchdog => dir.record_op(Op::WatchdogRestart, json!({"fresh": fresh}))?,
     }
 
     let pane = world.pane_of(name);

@@ -21,6 +21,7 @@ use crate::notify::{Kind, Message, Notifier, Sent};
 use crate::policy::{AgentInfo, Policies, UnhealthyAction};
 use crate::render::Templates;
 use crate::spec::{AgentSpec, Spec};
+use crate::state::Op;
 use crate::state::lock::{FleetLock, LockError, WATCHDOG_LOCK};
 use crate::state::{self, AgentDir, FleetDir};
 use crate::supervise::decide::EndReason;
@@ -748,7 +749,7 @@ impl<'a> Watchdog<'a> {
         };
         report.action_taken = Some(action_taken.clone());
         let _ = dir.record_op(
-            "watchdog",
+            Op::Watchdog,
             json!({"findings": findings, "action": decision.action, "reason": decision.reason,
                    "action_taken": action_taken, "issue_url": report.issue_url}),
         );

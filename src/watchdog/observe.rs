@@ -11,7 +11,7 @@ use crate::hooks::failed_turn;
 use crate::spec::{AgentSpec, Cli};
 use crate::state::bounded::{self, Links};
 use crate::state::jsonl::tail_jsonl;
-use crate::state::{self, AgentDir};
+use crate::state::{self, AgentDir, Op};
 use crate::world::World;
 
 /// Tool calls kept for the repetition and cascade checks.
@@ -78,17 +78,18 @@ fn millis(ts: &str) -> Option<i64> {
 
 /// Ops that begin a turn: a prompt, a session or agent start. The calls made since the latest
 /// one are the current turn's, also once the turn ended.
-const TURN_STARTS: &[&str] = &["prompt", "session_start", "agent_start"];
+fn turn_start(op: &Op) -> bool {
+    matches!(op, Op::Prompt(_) | Op::SessionStart(_) | Op::AgentStart(_))
+}
 
 /// Ops that begin or end a turn: the agent has been working since the latest one.
-const TURN_BOUNDARIES: &[&str] = &[
-    "prompt",
-    "session_start",
-    "agent_start",
-    "turn_complete",
-    "turn_failed",
-    "session_end",
-];
+fn turn_boundary(op: &Op) -> bool {
+    turn_start(op)
+        || matches!(
+            op,
+            Op::TurnComplete(_) | Op::TurnFailed(_) | Op::SessionEnd(_)
+        )
+}
 
 pub fn observe(
     agent: &AgentSpec,
@@ -201,7 +202,7 @@ pub fn observe(
     inputs.last_active = field("last_active").as_deref().and_then(seconds);
     observed.task = field("current_task");
 
-    let ops = tail_jsonl(&dir.file(state::OPS_LOG));
+    let ops = state::op::tail(&dir.file(state::OPS_LOG));
     // Codex CLI ends a turn that failed on an API error without any hook, so the status stays
     // `working`: its rollout says the turn failed, and the CLI waits at its prompt. (Gemini's
     // AfterAgent hook records such a turn itself.) Only an error of the current run counts: a
@@ -215,8 +216,8 @@ pub fn observe(
         let started = ops
             .iter()
             .rev()
-            .find(|o| o["event"] == "agent_start")
-            .and_then(|o| o["ts"].as_str())
+            .find(|o| matches!(o.op, Op::AgentStart(_)))
+            .and_then(|o| o.ts.as_deref())
             .and_then(seconds);
         if of_this_run(error.ts.as_deref().and_then(seconds), started) {
             inputs.status = Some("failed".into());
@@ -229,8 +230,8 @@ pub fn observe(
     }
     let prompted = field("turn_started");
     inputs.working_since =
-        latest_of(&ops, TURN_BOUNDARIES, prompted.as_deref()).map(|ms| ms.div_euclid(1000));
-    let turn_started_ms = latest_of(&ops, TURN_STARTS, prompted.as_deref());
+        latest_of(&ops, turn_boundary, prompted.as_deref()).map(|ms| ms.div_euclid(1000));
+    let turn_started_ms = latest_of(&ops, turn_start, prompted.as_deref());
 
     let tool_log = dir.file(state::TOOL_USE);
     if tool_log.exists() {
@@ -303,11 +304,15 @@ pub fn observe(
 /// The time of the latest op among `events`, or the prompt state.json recorded
 /// (`turn_started`), whichever is later (milliseconds since the epoch). An agent idle for
 /// hours that gets a prompt works since that prompt, not since the turn before.
-fn latest_of(ops: &[Value], events: &[&str], state_turn_started: Option<&str>) -> Option<i64> {
+fn latest_of(
+    ops: &[state::op::Line],
+    which: fn(&Op) -> bool,
+    state_turn_started: Option<&str>,
+) -> Option<i64> {
     ops.iter()
         .rev()
-        .find(|o| o["event"].as_str().is_some_and(|e| events.contains(&e)))
-        .and_then(|o| o["ts"].as_str())
+        .find(|o| which(&o.op))
+        .and_then(|o| o.ts.as_deref())
         .and_then(millis)
         .max(state_turn_started.and_then(millis))
 }
@@ -542,7 +547,10 @@ mod tests {
 
     #[test]
     fn a_turn_starts_at_its_prompt_not_at_the_end_of_the_turn_before() {
-        let op = |event: &str, ts: &str| serde_json::json!({"event": event, "ts": ts});
+        let op = |event: &str, ts: &str| {
+            let line = serde_json::json!({"event": event, "ts": ts}).to_string();
+            state::op::parse(&line).remove(0)
+        };
         let ms = |ts: &str| millis(ts).unwrap();
         let ops = vec![
             op("session_start", "2026-11-25T09:00:00Z"),
@@ -551,7 +559,7 @@ mod tests {
             op("prompt", "2026-11-25T12:00:00.250Z"),
             op("clinic_context_injected", "2026-11-25T12:00:01Z"),
         ];
-        let turn_started = |ops: &[Value], state| latest_of(ops, TURN_BOUNDARIES, state);
+        let turn_started = |ops: &[state::op::Line], state| latest_of(ops, turn_boundary, state);
         assert_eq!(
             turn_started(&ops, None),
             Some(ms("2026-11-25T12:00:00.250Z"))
@@ -576,7 +584,7 @@ mod tests {
             op("turn_complete", "2026-11-25T12:10:00Z"),
         ];
         assert_eq!(
-            latest_of(&ended, TURN_STARTS, None),
+            latest_of(&ended, turn_start, None),
             Some(ms("2026-11-25T12:00:00Z"))
         );
         assert_eq!(turn_started(&ended, None), Some(ms("2026-11-25T12:10:00Z")));
