@@ -538,11 +538,9 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
         .cloned()
         .collect();
 
-    let state: Value = crate::state::file::read_text(&dir.file(crate::state::STATE))
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or(Value::Null);
-    let original_prompt = str_of(&state, "current_task")
-        .map(str::to_string)
+    let state = dir.peek_state().unwrap_or_default();
+    let original_prompt = (state.current_task.clone())
+        .filter(|t| !t.is_empty())
         .or(facts.last_prompt.clone())
         .map(|p| shorten(&p, TEXT_CHARS));
 
@@ -564,7 +562,7 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
                 call.error.as_deref().unwrap_or("no error text")
             ),
         )
-    } else if let Some(e) = str_of(&state, "last_error") {
+    } else if let Some(e) = state.last_error.as_deref().filter(|e| !e.is_empty()) {
         ("tool_error".to_string(), e.to_string())
     } else {
         match &exit {

@@ -103,11 +103,7 @@ pub fn build(
     text: &SaveText,
     templates: &Templates,
 ) -> Result<Handoff, String> {
-    let state: Value =
-        state::file::read_bounded(&dir.file(state::STATE), state::file::STATE_FILE_LIMIT)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or(Value::Null);
+    let state = dir.peek_state().unwrap_or_default();
     let ledger = ledger::load(dir);
     // The agent's own words for this handoff, else the task it is on now (state.json holds
     // the last prompt), else the ledger's: that one is only as new as the last save, and an
@@ -115,9 +111,9 @@ pub fn build(
     let task = text
         .task
         .clone()
-        .or_else(|| state["current_task"].as_str().map(String::from))
+        .or_else(|| state.current_task.clone())
         .or_else(|| ledger.current_task.clone());
-    let open_loops: Vec<Value> = state["open_loops"].as_array().cloned().unwrap_or_default();
+    let open_loops = &state.open_loops;
     let calls: Vec<Value> = tail_jsonl(&dir.file(state::TOOL_USE))
         .into_iter()
         .rev()
@@ -126,8 +122,9 @@ pub fn build(
         .into_iter()
         .rev()
         .collect();
-    let facts = state["transcript_path"]
-        .as_str()
+    let facts = state
+        .transcript_path
+        .as_deref()
         .map(|p| triage::TranscriptFacts::read(std::path::Path::new(p)))
         .unwrap_or_default();
     let last_words = facts.last_words(3, 600);

@@ -873,7 +873,7 @@ impl Hook<'_> {
         let error: String = format!("{kind}: {details}").chars().take(500).collect();
         let reply = self.end_turn(
             ctx,
-            Status::Other("failed".into()),
+            Status::Failed,
             Some(error.clone()),
             Op::TurnFailed,
             json!({"error": kind, "details": error, "hook": hook}),

@@ -157,6 +157,15 @@ impl AgentDir {
         }
     }
 
+    /// The state as it is on disk, without repairing anything (nothing is written, no lock
+    /// taken): for readers that go on without it. `None` when missing or unusable.
+    pub fn peek_state(&self) -> Option<AgentState> {
+        match read_state_file(&self.file(STATE)) {
+            Ok(Loaded::Valid(state)) => Some(self.own(state)),
+            _ => None,
+        }
+    }
+
     /// The state as shown to people (`phoenix state show`, the HTTP API): open loops flagged
     /// stale and old resolved items left out, as of now. Nothing is written (a corrupt file
     /// is repaired, as by `read_state`).

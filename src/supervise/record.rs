@@ -170,19 +170,11 @@ pub struct RecordedSession {
 /// The recorded session: `state.json` `session_id` (with `session_cwd` when present), else the
 /// plain `session_id` file.
 pub fn recorded_session(dir: &AgentDir) -> Option<RecordedSession> {
-    let from_state =
-        state::file::read_bounded(&dir.file(state::STATE), state::file::STATE_FILE_LIMIT)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .and_then(|v| {
-                let id = v.get("session_id")?.as_str()?.trim().to_string();
-                let cwd = v
-                    .get("session_cwd")
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
-                    .map(PathBuf::from);
-                (!id.is_empty()).then_some(RecordedSession { id, cwd })
-            });
+    let from_state = dir.peek_state().and_then(|s| {
+        let id = s.session_id?.trim().to_string();
+        let cwd = s.session_cwd.filter(|c| !c.is_empty()).map(PathBuf::from);
+        (!id.is_empty()).then_some(RecordedSession { id, cwd })
+    });
     from_state.or_else(|| {
         let id = read_session_file(dir).ok()?;
         let id = id.trim().to_string();

@@ -90,7 +90,7 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
     let state = wrapper.dir.read_state().ok();
     if state.is_some_and(|s| {
         crate::continuity::startup::was_interrupted(&wrapper.dir, &s)
-            || s.status == crate::state::Status::Other("failed".into())
+            || s.status == crate::state::Status::Failed
     }) {
         wrapper.interrupted("an interrupted session", None);
     }

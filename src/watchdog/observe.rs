@@ -11,15 +11,13 @@ use crate::hooks::failed_turn;
 use crate::spec::{AgentSpec, Cli};
 use crate::state::bounded::{self, Links};
 use crate::state::jsonl::tail_jsonl;
-use crate::state::{self, AgentDir, Op};
+use crate::state::{self, AgentDir, AgentState, Loaded, Op};
 use crate::world::World;
 
 /// Tool calls kept for the repetition and cascade checks.
 const RECENT_CALLS: usize = 64;
 /// Lines of the pane read for the screen check.
 pub const SCREEN_LINES: usize = 40;
-/// A state.json larger than this is not read.
-const MAX_STATE_BYTES: u64 = 16 * 1024 * 1024;
 /// How much of a transcript's end is read for token use.
 const TRANSCRIPT_TAIL_BYTES: u64 = 32 * 1024 * 1024;
 
@@ -156,51 +154,44 @@ pub fn observe(
         },
     });
 
-    // state.json, read as plain JSON: the watchdog must not trigger a rollback write.
-    let state: Option<Value> =
-        match bounded::read_string(&dir.file("state.json"), MAX_STATE_BYTES, Links::Refuse) {
-            Ok(text) => match serde_json::from_str(&text) {
-                Ok(v) => Some(v),
-                Err(e) => {
-                    inputs.notes.push(format!(
-                        "state.json is not valid JSON ({e}): status unknown"
-                    ));
-                    None
-                }
-            },
-            Err(e) if e.is_not_found() => {
-                inputs
-                    .notes
-                    .push("no state.json: status unknown, silence and runaway not checked".into());
-                None
-            }
-            Err(e) => {
-                inputs.notes.push(format!(
-                    "{e}: status unknown, silence and runaway not checked"
-                ));
-                None
-            }
-        };
-    let field = |k: &str| {
-        state
-            .as_ref()
-            .and_then(|s| s.get(k))
-            .and_then(Value::as_str)
-            .map(str::to_string)
+    // state.json as it is: the watchdog must not trigger a rollback write.
+    let state: Option<AgentState> = match state::store::read_state_file(&dir.file(state::STATE)) {
+        Ok(Loaded::Valid(s)) => Some(s),
+        Ok(Loaded::Corrupt(why)) => {
+            inputs.notes.push(format!(
+                "state.json is not valid JSON or not a regular file ({why}): status unknown"
+            ));
+            None
+        }
+        Ok(Loaded::Missing) => {
+            inputs
+                .notes
+                .push("no state.json: status unknown, silence and runaway not checked".into());
+            None
+        }
+        Err(e) => {
+            inputs.notes.push(format!(
+                "{e}: status unknown, silence and runaway not checked"
+            ));
+            None
+        }
     };
-    inputs.status = field("status");
+    let field = |get: fn(&AgentState) -> Option<&String>| state.as_ref().and_then(get).cloned();
+    inputs.status = state.as_ref().map(|s| s.status.as_str().to_string());
     if inputs.status.as_deref() == Some("failed") {
-        inputs.turn_error = field("last_error");
+        inputs.turn_error = field(|s| s.last_error.as_ref());
         // The turn-failed hook sets `last_active` with the status; nothing else touches it
         // until the next session or prompt.
         observed.failed_turn = Some(format!(
             "{}|{}",
-            field("last_active").unwrap_or_default(),
+            field(|s| s.last_active.as_ref()).unwrap_or_default(),
             inputs.turn_error.as_deref().unwrap_or("")
         ));
     }
-    inputs.last_active = field("last_active").as_deref().and_then(seconds);
-    observed.task = field("current_task");
+    inputs.last_active = field(|s| s.last_active.as_ref())
+        .as_deref()
+        .and_then(seconds);
+    observed.task = field(|s| s.current_task.as_ref());
 
     let ops = state::op::tail(&dir.file(state::OPS_LOG));
     // Codex CLI ends a turn that failed on an API error without any hook, so the status stays
@@ -210,7 +201,7 @@ pub fn observe(
     // its first prompt.
     if matches!(agent.cli, Cli::Codex | Cli::Gemini)
         && inputs.status.as_deref() == Some("working")
-        && let Some(path) = field("transcript_path")
+        && let Some(path) = field(|s| s.transcript_path.as_ref())
         && let Some(error) = failed_turn::last_turn_error(Path::new(&path))
     {
         let started = ops
@@ -228,7 +219,7 @@ pub fn observe(
                 .push("the session file says the last turn ended in an API error".into());
         }
     }
-    let prompted = field("turn_started");
+    let prompted = field(|s| s.turn_started.as_ref());
     inputs.working_since =
         latest_of(&ops, turn_boundary, prompted.as_deref()).map(|ms| ms.div_euclid(1000));
     let turn_started_ms = latest_of(&ops, turn_start, prompted.as_deref());
@@ -267,7 +258,7 @@ pub fn observe(
     // The transcript moves while the model works without calling tools (its messages, and
     // retry records where the CLI writes them): one stat, and its tail only while working.
     if inputs.status.as_deref() == Some("working")
-        && let Some(path) = field("transcript_path")
+        && let Some(path) = field(|s| s.transcript_path.as_ref())
     {
         let (written, retry_at) = transcript_life(Path::new(&path));
         inputs.transcript_written = written;
@@ -275,7 +266,7 @@ pub fn observe(
     }
 
     if count_tokens {
-        match field("transcript_path") {
+        match field(|s| s.transcript_path.as_ref()) {
             Some(path) => match read_tokens(Path::new(&path)) {
                 Ok(tokens) => inputs.tokens = tokens,
                 Err(e) if e.is_not_found() => {}
