@@ -172,30 +172,12 @@ fn lenient_numbers<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, S
         .collect()
 }
 
-/// Retention rules applied on every write (and on display).
+/// Retention rules applied on every write (and on display). Its `Default` and
+/// `From<&Thresholds>` live with the thresholds in `spec`: the state layer imports no spec.
 #[derive(Debug, Clone, Copy)]
 pub struct Retention {
     pub stale_after: Duration,
     pub resolved_retention: Duration,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        let t = crate::spec::Thresholds::default();
-        Retention {
-            stale_after: t.stale_after,
-            resolved_retention: t.resolved_retention,
-        }
-    }
-}
-
-impl From<&crate::spec::Thresholds> for Retention {
-    fn from(t: &crate::spec::Thresholds) -> Self {
-        Retention {
-            stale_after: t.stale_after,
-            resolved_retention: t.resolved_retention,
-        }
-    }
 }
 
 impl AgentState {
