@@ -1,7 +1,6 @@
 //! The import rules between the top-level modules, checked over the source: printing and
 //! argument parsing live in `cli/` and nothing below it reaches up into it; the state layer
-//! the state layer imports
-//! nothing above it, and the generic rooms take no helpers from the Clinic.
+//! imports nothing above it; the generic rooms take no helpers from the Clinic.
 
 use std::path::{Path, PathBuf};
 
