@@ -460,7 +460,7 @@ impl Hook<'_> {
         use crate::continuity::startup::{self, Start};
         let dir = ctx.dir;
         let recent = if start == Start::Recovery {
-            tail_jsonl(&dir.file(state::TOOL_USE), RECENT_TOOLS)
+            state::jsonl::last(&dir.file(state::TOOL_USE), RECENT_TOOLS)
         } else {
             Vec::new()
         };
@@ -947,22 +947,6 @@ pub fn is_phoenix_text(prompt: &str) -> bool {
 
 fn task_line(prompt: &str) -> String {
     crate::text::shorten(prompt.trim().lines().next().unwrap_or(""), 200)
-}
-
-/// The last `n` parseable lines of a JSON-lines file, reading only its end.
-fn tail_jsonl(path: &Path, n: usize) -> Vec<Value> {
-    let Ok(tail) = bounded::read_tail(path, 16 * 1024, Links::Refuse) else {
-        return Vec::new();
-    };
-    let text = String::from_utf8_lossy(&tail.bytes);
-    let mut lines: Vec<Value> = text
-        .lines()
-        .rev()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .take(n)
-        .collect();
-    lines.reverse();
-    lines
 }
 
 fn first_line(s: &str) -> &str {

@@ -107,6 +107,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_agents_ends_are_read_among_names_this_build_does_not_write() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fleet = FleetDir::new(tmp.path());
+        let dir = fleet.agent("a");
+        dir.ensure().unwrap();
+        let ops = "{\"ts\":\"2026-01-01T00:00:00Z\",\"agent\":\"a\",\"event\":\"from_the_future\",\"x\":1}\n\
+                   {\"ts\":\"2026-01-01T00:00:01Z\",\"event\":3}\n\
+                   {\"ts\":\"2026-01-01T00:00:02Z\",\"agent\":\"a\",\"event\":\"agent_exit\",\"reason\":\"crash\",\"explain\":\"exit 1\",\"older_field\":true}\n\
+                   not json\n";
+        std::fs::write(dir.file(OPS_LOG), ops).unwrap();
+        let filter = Filter {
+            agent: Some("a"),
+            ..Filter::default()
+        };
+        let (events, _) = read(&fleet, &filter);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0]["event"], "agent_exit");
+        assert_eq!(events[0]["reason"], "crash: exit 1");
+        assert_eq!(events[0]["details"]["older_field"], true);
+        assert_eq!(events[0]["ts"], "2026-01-01T00:00:02Z");
+    }
+
+    #[test]
     fn filters_apply_and_bad_lines_are_counted() {
         let now = jiff::Timestamp::now();
         let old = now - jiff::SignedDuration::from_hours(5);

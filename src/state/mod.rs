@@ -285,6 +285,19 @@ mod tests {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         assert_eq!(lines.len(), 2);
+        // The form every earlier build wrote: ts, agent, event, then the fields.
+        assert!(text.starts_with("{\"ts\":\""), "{text}");
+        assert!(
+            text.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("\"agent\":\"a\",\"event\":\"operator_stop\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\"agent\":\"a\",\"event\":\"agent_start\",\"pane\":\"%1\"}"),
+            "{text}"
+        );
         assert_eq!(lines[0]["event"], "agent_start");
         assert_eq!(lines[0]["pane"], "%1");
         assert_eq!(lines[1]["agent"], "a");
