@@ -12,7 +12,8 @@ use crate::hooks::config as hook_config;
 use crate::plan::{Action, Change, Plan};
 use crate::recovery::{EndReason, execute};
 use crate::spec::{AgentSpec, Spec};
-use crate::state::{self, AgentDir, FleetDir};
+use crate::state::op::Make;
+use crate::state::{self, AgentDir, FleetDir, Op};
 use crate::world::{Launch, Runtime, RuntimeError};
 
 #[derive(Debug, Clone, Serialize)]
@@ -56,7 +57,7 @@ impl Applier<'_> {
                     Ok(detail) => (true, detail),
                     Err(e) => (false, e),
                 };
-                let event = if ok { "apply" } else { "apply_failed" };
+                let event: Make = if ok { Op::Apply } else { Op::ApplyFailed };
                 if dir.exists() {
                     let _ = dir.record_op(
                         event,

@@ -46,7 +46,7 @@ pub enum RunError {
 /// The first non-empty line of `text`, shortened to 200 characters.
 pub fn first_line(text: &str) -> String {
     let line = text.lines().map(str::trim).find(|l| !l.is_empty());
-    crate::clinic::triage::shorten(line.unwrap_or(""), 200)
+    crate::text::shorten(line.unwrap_or(""), 200)
 }
 
 /// Run `command` with `input` on stdin, killing its process group after `timeout`. Never waits

@@ -170,7 +170,7 @@ fn tool_calls_after(dir: &AgentDir, since: Option<jiff::Timestamp>) -> (u64, boo
     let Ok(meta) = std::fs::metadata(&path) else {
         return (0, false);
     };
-    let text = crate::clinic::triage::tail(&path, TOOL_TAIL_BYTES).unwrap_or_default();
+    let text = crate::state::jsonl::tail(&path, TOOL_TAIL_BYTES).unwrap_or_default();
     let mut n = 0;
     for line in text.lines().rev() {
         let ts = serde_json::from_str::<Value>(line).ok().and_then(|v| {

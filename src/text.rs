@@ -1,4 +1,48 @@
-//! Small text helpers for what people read: counted nouns.
+//! Small text helpers shared by every layer: shortening for one-line displays and prompts,
+//! counted nouns, and finding the JSON object in an answer wrapped in prose.
+
+use serde_json::Value;
+
+/// `text` cut to `max` characters, keeping the start.
+pub fn shorten(text: &str, max: usize) -> String {
+    let text = text.trim();
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut s: String = text.chars().take(max.saturating_sub(1)).collect();
+    s.push('…');
+    s
+}
+
+/// `text` cut to `max` characters, keeping the end (where an error usually is).
+pub fn keep_end(text: &str, max: usize) -> String {
+    let text = text.trim();
+    let n = text.chars().count();
+    if n <= max {
+        return text.to_string();
+    }
+    let mut s = String::from("…");
+    s.extend(text.chars().skip(n - max + 1));
+    s
+}
+
+/// The first JSON object in `text` (answers often come wrapped in prose or code fences).
+pub fn json_object(text: &str) -> Option<Value> {
+    let trimmed = text.trim();
+    if let Ok(v @ Value::Object(_)) = serde_json::from_str(trimmed) {
+        return Some(v);
+    }
+    let mut start = 0;
+    while let Some(i) = text[start..].find('{') {
+        let from = start + i;
+        let mut stream = serde_json::Deserializer::from_str(&text[from..]).into_iter::<Value>();
+        if let Some(Ok(v @ Value::Object(_))) = stream.next() {
+            return Some(v);
+        }
+        start = from + 1;
+    }
+    None
+}
 
 /// `counted(1, "agent")` is "1 agent", `counted(3, "agent")` is "3 agents".
 pub fn counted(n: usize, noun: &str) -> String {

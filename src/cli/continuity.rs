@@ -12,6 +12,7 @@ use super::out;
 use crate::continuity::{self, Trigger, handoff, ledger};
 use crate::spec::{self, Spec};
 use crate::state::FleetDir;
+use crate::state::Op;
 use crate::state::bounded::{self, Links};
 use crate::store::Store;
 
@@ -308,7 +309,7 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
             }
             let _ = std::fs::remove_file(dir.file(ledger::LEDGER));
             let _ = dir.record_op(
-                "continuity_cleared",
+                Op::ContinuityCleared,
                 json!({"handoffs": ids.len(), "archive": archive}),
             );
             Store::rebuild_fresh(&fleet)?;

@@ -129,5 +129,5 @@ fn line(e: &Value, json: bool) -> String {
 
 fn one_line(text: &str) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    crate::clinic::triage::shorten(&flat, 200)
+    crate::text::shorten(&flat, 200)
 }

@@ -247,17 +247,17 @@ fn confirm_started(
 
 /// The wrapper's `spawn_failed` record since `since`, if the agent's command could not run.
 fn spawn_failure(dir: &crate::state::AgentDir, since: jiff::Timestamp) -> Option<String> {
-    crate::clinic::triage::tail_jsonl(&dir.file(crate::state::OPS_LOG))
+    crate::state::op::tail(&dir.file(crate::state::OPS_LOG))
         .into_iter()
         .rev()
-        .take_while(|o| {
-            o["ts"]
+        .take_while(|o| o.time().is_none_or(|t| t >= since))
+        .find(|o| matches!(o.op, crate::state::Op::SpawnFailed(_)))
+        .map(|o| {
+            o.get("error")
                 .as_str()
-                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-                .is_none_or(|t| t >= since)
+                .unwrap_or("unknown error")
+                .to_string()
         })
-        .find(|o| o["event"] == "spawn_failed")
-        .map(|o| o["error"].as_str().unwrap_or("unknown error").to_string())
 }
 
 fn confirm() -> anyhow::Result<bool> {

@@ -4,8 +4,12 @@ mod agent_state;
 mod continuity;
 mod events;
 mod fleet;
+#[cfg(test)]
+mod layers;
+mod notify;
 mod policy;
 mod scaffold;
+mod watchdog;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -409,12 +413,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             json,
         } => continuity::brief(&config, &agent, generate, json),
         Command::Tap { agent } => crate::continuity::tap::run(&config, &agent),
-        Command::Watchdog { once, json } => crate::watchdog::cli(&config, once, json),
+        Command::Watchdog { once, json } => watchdog::run(&config, once, json),
         Command::Notify(NotifyCommand::Test {
             agent,
             failure,
             json,
-        }) => crate::notify::cli_test(
+        }) => notify::test(
             &config,
             agent.as_deref(),
             if failure {
@@ -446,6 +450,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             &config,
             &listen,
             std::env::var(crate::serve::auth::TOKEN_ENV).ok(),
+            out,
         ),
         Command::DemoAgent(args) => crate::demo::run(args),
     }

@@ -304,10 +304,10 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
     };
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let dir = fleet.agent(&agent.name);
-    let ops = crate::clinic::triage::tail_jsonl(&dir.file(crate::state::OPS_LOG));
+    let ops = crate::state::op::tail(&dir.file(crate::state::OPS_LOG));
     let exited = ops
         .iter()
-        .any(|o| o.get("event").and_then(serde_json::Value::as_str) == Some("agent_exit"));
+        .any(|o| matches!(o.op, crate::state::Op::AgentExit(_)));
     if !exited && output.is_none() && args.transcript.is_none() {
         bail!(
             "agent `{}` has no recorded exit (no `agent_exit` in {}): nothing to recover from; pass --output or --transcript to diagnose anyway",
@@ -357,7 +357,7 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
     text.push_str(&format!(
         "triage:        {}: {}\n",
         r.trauma.error_type,
-        crate::clinic::triage::shorten(&r.trauma.error_message, 160)
+        crate::text::shorten(&r.trauma.error_message, 160)
     ));
     text.push_str(&format!(
         "diagnosis:     {} ({:.0}%): {}  [{}]\n",

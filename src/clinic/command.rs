@@ -24,31 +24,13 @@ pub enum CommandError {
     Invalid { program: String, reason: String },
 }
 
-/// The first JSON object in `text` (answers often come wrapped in prose or code fences).
-pub fn json_object(text: &str) -> Option<Value> {
-    let trimmed = text.trim();
-    if let Ok(v @ Value::Object(_)) = serde_json::from_str(trimmed) {
-        return Some(v);
-    }
-    let mut start = 0;
-    while let Some(i) = text[start..].find('{') {
-        let from = start + i;
-        let mut stream = serde_json::Deserializer::from_str(&text[from..]).into_iter::<Value>();
-        if let Some(Ok(v @ Value::Object(_))) = stream.next() {
-            return Some(v);
-        }
-        start = from + 1;
-    }
-    None
-}
-
 /// Read a diagnosis out of an answer. Fields other than the diagnosis' own are ignored: a
 /// model may add some.
 pub fn parse_answer(program: &str, answer: &str) -> Result<Diagnosis, CommandError> {
-    let Some(Value::Object(map)) = json_object(answer) else {
+    let Some(Value::Object(map)) = crate::text::json_object(answer) else {
         return Err(CommandError::NoJson {
             program: program.to_string(),
-            answer: crate::clinic::triage::shorten(answer, 200),
+            answer: crate::text::shorten(answer, 200),
         });
     };
     let known: Map<String, Value> = map

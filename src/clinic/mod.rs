@@ -22,6 +22,7 @@ use crate::policy::{
 };
 use crate::render::Templates;
 use crate::spec::ClinicSettings;
+use crate::state::Op;
 use crate::state::{self, AgentDir, FleetDir};
 pub use triage::{TriageInput, triage};
 
@@ -85,7 +86,7 @@ pub struct Counter {
 impl Counter {
     /// Recoveries already spent on `task`. A new task, or a turn finished since the last
     /// recovery (the treatment worked), starts from zero.
-    pub fn spent_on(&self, task: Option<&str>, ops: &[Value]) -> u32 {
+    pub fn spent_on(&self, task: Option<&str>, ops: &[state::op::Line]) -> u32 {
         if self.task.as_deref() != task {
             return 0;
         }
@@ -96,17 +97,10 @@ impl Counter {
         else {
             return self.recoveries;
         };
-        let healed = ops.iter().any(|o| {
-            let event = o.get("event").and_then(Value::as_str).unwrap_or("");
-            matches!(
-                event,
-                "stop" | "hook_stop" | "turn_complete" | "hook_turn_complete"
-            ) && o
-                .get("ts")
-                .and_then(Value::as_str)
-                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-                .is_some_and(|t| t > updated)
-        });
+        // Older builds wrote the end of a turn as `hook_stop`: it reads as `TurnComplete`.
+        let healed = ops
+            .iter()
+            .any(|o| matches!(o.op, Op::TurnComplete(_)) && o.time().is_some_and(|t| t > updated));
         if healed { 0 } else { self.recoveries }
     }
 }
@@ -256,7 +250,7 @@ impl Clinic<'_> {
         let agent = input.agent.name.clone();
         let mut problems = Vec::new();
         let mut trauma = triage(input);
-        let ops = triage::tail_jsonl(&dir.file(state::OPS_LOG));
+        let ops = state::op::tail(&dir.file(state::OPS_LOG));
         let counter = &self.spent;
         trauma.recoveries = counter.spent_on(trauma.original_prompt.as_deref(), &ops);
         let attempt = trauma.recoveries + 1;
@@ -264,7 +258,7 @@ impl Clinic<'_> {
         if leave_unknown && diagnosis.root_cause == RootCause::Unknown {
             if apply {
                 let _ = dir.record_op(
-                    "clinic_undiagnosed",
+                    Op::ClinicUndiagnosed,
                     json!({
                         "error_type": trauma.error_type, "error_message": trauma.error_message,
                         "by": diagnosed_by, "problems": problems,
@@ -274,22 +268,23 @@ impl Clinic<'_> {
             }
             return None;
         }
-        let record = |step: &str, reason: &str, action: &str, details: Value| {
+        let record = |step: state::op::Make, reason: &str, action: &str, details: Value| {
             if !apply {
                 return;
             }
             let _ = dir.ensure();
-            let _ = dir.record_op(step, details.clone());
+            let op = step(details.as_object().cloned().unwrap_or_default());
             let _ = self
                 .fleet
-                .record_critical(step, &agent, reason, action, details);
+                .record_critical(op.name(), &agent, reason, action, details);
+            let _ = dir.record(op);
         };
         record(
-            "clinic_triage",
+            Op::ClinicTriage,
             &format!(
                 "{}: {}",
                 trauma.error_type,
-                triage::shorten(&trauma.error_message, 200)
+                crate::text::shorten(&trauma.error_message, 200)
             ),
             "diagnosing",
             json!({
@@ -300,7 +295,7 @@ impl Clinic<'_> {
         );
 
         record(
-            "clinic_diagnosis",
+            Op::ClinicDiagnosis,
             &format!("{}: {}", diagnosis.root_cause, diagnosis.explanation),
             "prescribing",
             json!({"diagnosis": diagnosis, "by": diagnosed_by, "problems": problems}),
@@ -308,7 +303,7 @@ impl Clinic<'_> {
 
         let (prescription, prescribed_by) = self.prescribe(&diagnosis, &trauma, &mut problems);
         record(
-            "clinic_prescription",
+            Op::ClinicPrescription,
             prescription
                 .reason
                 .as_deref()
@@ -330,9 +325,9 @@ impl Clinic<'_> {
             .then(|| self.spend(&trauma, &diagnosis, &prescription, counter));
         record(
             if rehab.start == Start::SafeMode {
-                "clinic_abort"
+                Op::ClinicAbort
             } else {
-                "clinic_rehabilitation"
+                Op::ClinicRehabilitation
             },
             &format!("{}: {}", diagnosis.root_cause, prescription.action.as_str()),
             action_taken,
@@ -393,9 +388,16 @@ mod tests {
         };
         assert_eq!(counter.spent_on(Some("t"), &[]), 2);
         assert_eq!(counter.spent_on(Some("other"), &[]), 0);
-        let ops = [json!({"event": "hook_stop", "ts": "2026-01-01T00:01:00Z"})];
-        assert_eq!(counter.spent_on(Some("t"), &ops), 0);
-        let old = [json!({"event": "stop", "ts": "2025-12-31T00:00:00Z"})];
+        let ops = |text: &str| state::op::parse(text);
+        let done = ops(r#"{"event": "turn_complete", "ts": "2026-01-01T00:01:00Z"}"#);
+        assert_eq!(counter.spent_on(Some("t"), &done), 0);
+        let old = ops(r#"{"event": "turn_complete", "ts": "2025-12-31T00:00:00Z"}"#);
         assert_eq!(counter.spent_on(Some("t"), &old), 2);
+        // What an older build wrote for the end of a turn.
+        let legacy = ops(r#"{"event": "hook_stop", "ts": "2026-01-01T00:01:00Z"}"#);
+        assert_eq!(counter.spent_on(Some("t"), &legacy), 0);
+        // Neither a failed turn nor a name nothing writes is a finished one.
+        let failed = ops(r#"{"event": "turn_failed", "ts": "2026-01-01T00:01:00Z"}"#);
+        assert_eq!(counter.spent_on(Some("t"), &failed), 2);
     }
 }

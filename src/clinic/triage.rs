@@ -8,10 +8,10 @@ use serde_json::Value;
 
 use crate::policy::{AgentInfo, ExitInfo, ToolCall, Trauma};
 use crate::state::bounded::{self, Links};
-use crate::state::{AgentDir, OPS_LOG};
+use crate::state::jsonl::{TAIL_BYTES, objects as jsonl, tail_jsonl};
+use crate::state::{AgentDir, OPS_LOG, Op, op};
+use crate::text::{keep_end, shorten};
 
-/// How much of the end of a log or transcript is read.
-const TAIL_BYTES: u64 = 512 * 1024;
 /// Tool calls kept in the TraumaContext.
 const TOOL_CALLS: usize = 12;
 /// Length limits: the context goes into a Lua state with a memory limit and into a prompt.
@@ -44,49 +44,6 @@ pub enum Session {
     LastExited,
 }
 
-/// The end of a file, from the first complete line on; `None` unless it is a regular file.
-pub fn tail(path: &Path, bytes: u64) -> Option<String> {
-    bounded::read_tail(path, bytes, Links::Follow)
-        .ok()
-        .map(|t| t.lines_text())
-}
-
-/// The JSON lines at the end of a file; lines that do not parse are skipped.
-pub fn tail_jsonl(path: &Path) -> Vec<Value> {
-    jsonl(&tail(path, TAIL_BYTES).unwrap_or_default())
-}
-
-/// The JSON objects among `text`'s lines.
-fn jsonl(text: &str) -> Vec<Value> {
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(Value::is_object)
-        .collect()
-}
-
-/// `text` cut to `max` characters, keeping the start.
-pub fn shorten(text: &str, max: usize) -> String {
-    let text = text.trim();
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let mut s: String = text.chars().take(max.saturating_sub(1)).collect();
-    s.push('…');
-    s
-}
-
-/// `text` cut to `max` characters, keeping the end (where an error usually is).
-fn keep_end(text: &str, max: usize) -> String {
-    let text = text.trim();
-    let n = text.chars().count();
-    if n <= max {
-        return text.to_string();
-    }
-    let mut s = String::from("…");
-    s.extend(text.chars().skip(n - max + 1));
-    s
-}
-
 fn flag(v: &Value, key: &str) -> bool {
     v.get(key).and_then(Value::as_bool) == Some(true)
 }
@@ -96,48 +53,38 @@ fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 /// The latest `agent_exit` in ops.jsonl, with the crashes counted within the crash window.
-pub fn exit_from_ops(ops: &[Value], agent: &AgentInfo) -> Option<ExitInfo> {
-    let exits: Vec<&Value> = ops
+pub fn exit_from_ops(ops: &[op::Line], agent: &AgentInfo) -> Option<ExitInfo> {
+    let exits: Vec<&op::Line> = ops
         .iter()
-        .filter(|o| str_of(o, "event") == Some("agent_exit"))
+        .filter(|o| matches!(o.op, Op::AgentExit(_)))
         .collect();
     let last = exits.last()?;
     let code = last
         .get("code")
-        .and_then(Value::as_i64)
+        .as_i64()
         .and_then(|c| i32::try_from(c).ok());
     let signal = last
         .get("signal")
-        .and_then(Value::as_i64)
+        .as_i64()
         .and_then(|c| i32::try_from(c).ok());
     let window_start = jiff::Timestamp::now()
         .as_second()
         .saturating_sub(agent.restart.crash_window.as_secs() as i64);
     let crashes = exits
         .iter()
-        .filter(|e| e.get("code").and_then(Value::as_i64) != Some(0))
-        .filter(|e| {
-            str_of(e, "ts")
-                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-                .is_none_or(|t| t.as_second() >= window_start)
-        })
+        .filter(|e| e.get("code").as_i64() != Some(0))
+        .filter(|e| e.time().is_none_or(|t| t.as_second() >= window_start))
         .count() as u32;
     Some(ExitInfo {
         code,
         signal,
-        runtime_ms: last.get("runtime_ms").and_then(Value::as_u64).unwrap_or(0),
-        resumed: last
-            .get("resumed")
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
-            || str_of(last, "mode") == Some("resume"),
-        showed_life: last
-            .get("showed_life")
-            .and_then(Value::as_bool)
-            .unwrap_or(true),
+        runtime_ms: last.get("runtime_ms").as_u64().unwrap_or(0),
+        resumed: last.get("resumed").as_bool().unwrap_or(false)
+            || last.str("mode") == Some("resume"),
+        showed_life: last.get("showed_life").as_bool().unwrap_or(true),
         crashes_in_window: crashes.max(u32::from(code != Some(0))),
         fresh_requested: false,
-        session_id: str_of(last, "session_id").map(str::to_string),
+        session_id: last.str("session_id").map(str::to_string),
     })
 }
 
@@ -439,13 +386,11 @@ pub fn said_by_phoenix(line: &str, text: &str) -> bool {
 pub type Window = (Option<jiff::Timestamp>, Option<jiff::Timestamp>);
 
 /// The window of `session` (see [`Window`]).
-pub fn session_window(ops: &[Value], session: Session) -> Window {
-    let event = |o: &Value, name: &str| str_of(o, "event") == Some(name);
-    let ts = |o: &Value| str_of(o, "ts").and_then(|t| t.parse().ok());
+pub fn session_window(ops: &[op::Line], session: Session) -> Window {
     let (upto, end) = match session {
         Session::Latest => (ops.len(), None),
-        Session::LastExited => match ops.iter().rposition(|o| event(o, "agent_exit")) {
-            Some(i) => (i, ts(&ops[i])),
+        Session::LastExited => match ops.iter().rposition(|o| matches!(o.op, Op::AgentExit(_))) {
+            Some(i) => (i, ops[i].time()),
             None => return (None, None),
         },
     };
@@ -453,11 +398,11 @@ pub fn session_window(ops: &[Value], session: Session) -> Window {
     let start = ops[..upto]
         .iter()
         .rev()
-        .find(|o| event(o, "agent_start"))
+        .find(|o| matches!(o.op, Op::AgentStart(_)))
         .and_then(|o| {
-            str_of(o, "spawned")
+            o.str("spawned")
                 .and_then(|t| t.parse().ok())
-                .or_else(|| ts(o))
+                .or_else(|| o.time())
         });
     (start, end)
 }
@@ -542,7 +487,7 @@ fn error_in_output(output: &str) -> Option<String> {
 /// Build the TraumaContext.
 pub fn triage(input: &TriageInput<'_>) -> Trauma {
     let dir = input.dir;
-    let ops = tail_jsonl(&dir.file(OPS_LOG));
+    let ops = op::tail(&dir.file(OPS_LOG));
     let exit = input
         .exit
         .clone()
@@ -551,7 +496,7 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
     let transcript = input.transcript.clone().or_else(|| {
         ops.iter()
             .rev()
-            .find_map(|o| str_of(o, "transcript_path").map(PathBuf::from))
+            .find_map(|o| o.str("transcript_path").map(PathBuf::from))
     });
     // The evidence is what the session being diagnosed wrote: the transcript and phoenix's
     // tool log since it started (its successor's pane output is cut by the wrapper).
@@ -594,11 +539,9 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
         .cloned()
         .collect();
 
-    let state: Value = crate::state::file::read_text(&dir.file(crate::state::STATE))
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or(Value::Null);
-    let original_prompt = str_of(&state, "current_task")
-        .map(str::to_string)
+    let state = dir.peek_state().unwrap_or_default();
+    let original_prompt = (state.current_task.clone())
+        .filter(|t| !t.is_empty())
         .or(facts.last_prompt.clone())
         .map(|p| shorten(&p, TEXT_CHARS));
 
@@ -620,7 +563,7 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
                 call.error.as_deref().unwrap_or("no error text")
             ),
         )
-    } else if let Some(e) = str_of(&state, "last_error") {
+    } else if let Some(e) = state.last_error.as_deref().filter(|e| !e.is_empty()) {
         ("tool_error".to_string(), e.to_string())
     } else {
         match &exit {
@@ -686,6 +629,11 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Ops as ops.jsonl would hold them.
+    fn lines(ops: &[Value]) -> Vec<op::Line> {
+        op::parse(&ops.iter().map(|o| format!("{o}\n")).collect::<String>())
+    }
     use serde_json::json;
 
     #[test]
@@ -771,7 +719,7 @@ mod tests {
             json!({"event": "agent_start", "ts": now}),
             json!({"event": "agent_exit", "ts": now, "code": 2, "runtime_ms": 7}),
         ];
-        let exit = exit_from_ops(&ops, &AgentInfo::default()).unwrap();
+        let exit = exit_from_ops(&lines(&ops), &AgentInfo::default()).unwrap();
         assert_eq!(exit.code, Some(2));
         assert_eq!(exit.crashes_in_window, 2);
         assert_eq!(exit.runtime_ms, 7);
@@ -812,6 +760,7 @@ mod tests {
             json!({"event": "agent_start", "ts": at(3)}),
             json!({"event": "prompt", "ts": at(4)}),
         ];
+        let ops = lines(&ops);
         let ts = |s: Option<jiff::Timestamp>| s.map(|t| t.to_string());
         let (start, end) = session_window(&ops, Session::Latest);
         assert_eq!((ts(start), ts(end)), (Some(at(3)), None));

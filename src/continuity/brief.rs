@@ -11,11 +11,14 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::ledger;
-use crate::clinic::triage::{self, tail_jsonl};
+use crate::clinic::triage;
 use crate::process::RunError;
 use crate::render::Templates;
 use crate::spec::{AgentSpec, Spec};
+use crate::state::Op;
+use crate::state::jsonl::tail_jsonl;
 use crate::state::{self, AgentDir, AgentState, FleetDir, Retention};
+use crate::text::shorten;
 
 pub const MARKER: &str = "===STATE_JSON===";
 pub const ARCHIVE: &str = "resolved.archive.jsonl";
@@ -70,8 +73,8 @@ fn context(
     let ctx = json!({
         "agent": agent.name, "date": jiff::Timestamp::now().strftime("%Y-%m-%d").to_string(),
         "state": state, "ledger": ledger, "resolved": resolved, "last_words": last_words,
-        "last_prompt": facts.last_prompt.map(|p| triage::shorten(&p, 1000)),
-        "events": events, "previous_brief": triage::shorten(&previous, 6000),
+        "last_prompt": facts.last_prompt.map(|p| shorten(&p, 1000)),
+        "events": events, "previous_brief": shorten(&previous, 6000),
         "marker": MARKER,
     });
     (ctx, facts.note.into_iter().collect())
@@ -100,7 +103,7 @@ pub fn generate(spec: &Spec, agent: &AgentSpec) -> Result<Generated, String> {
     let (brief, state_json, by) = match result {
         Ok(r) => r,
         Err(e) => {
-            let _ = dir.record_op("brief_failed", json!({"error": e}));
+            let _ = dir.record_op(Op::BriefFailed, json!({"error": e}));
             let _ = FleetDir::new(&spec.fleet.state_dir).record_critical(
                 "brief_failed",
                 &agent.name,
@@ -134,7 +137,7 @@ pub fn generate(spec: &Spec, agent: &AgentSpec) -> Result<Generated, String> {
         archived,
         notes,
     };
-    let _ = dir.record_op("brief_generated", json!(generated));
+    let _ = dir.record_op(Op::BriefGenerated, json!(generated));
     Ok(generated)
 }
 
@@ -183,7 +186,7 @@ pub fn parse_answer(answer: &str) -> Result<(String, Map<String, Value>), String
     if brief.is_empty() {
         return Err("the brief before the marker is empty".into());
     }
-    let Some(Value::Object(fields)) = crate::clinic::command::json_object(rest) else {
+    let Some(Value::Object(fields)) = crate::text::json_object(rest) else {
         return Err(format!("no JSON object after `{MARKER}`"));
     };
     // It must read as a state: the types of the known fields are checked here.

@@ -9,10 +9,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::ledger::{self, SaveText};
-use crate::clinic::triage::{self, tail_jsonl};
+use crate::clinic::triage;
 use crate::render::Templates;
 use crate::spec::AgentSpec;
+use crate::state::Op;
+use crate::state::jsonl::tail_jsonl;
 use crate::state::{self, AgentDir};
+use crate::text::shorten;
 
 pub const DIR: &str = "handoffs";
 
@@ -100,11 +103,7 @@ pub fn build(
     text: &SaveText,
     templates: &Templates,
 ) -> Result<Handoff, String> {
-    let state: Value =
-        state::file::read_bounded(&dir.file(state::STATE), state::file::STATE_FILE_LIMIT)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or(Value::Null);
+    let state = dir.peek_state().unwrap_or_default();
     let ledger = ledger::load(dir);
     // The agent's own words for this handoff, else the task it is on now (state.json holds
     // the last prompt), else the ledger's: that one is only as new as the last save, and an
@@ -112,9 +111,9 @@ pub fn build(
     let task = text
         .task
         .clone()
-        .or_else(|| state["current_task"].as_str().map(String::from))
+        .or_else(|| state.current_task.clone())
         .or_else(|| ledger.current_task.clone());
-    let open_loops: Vec<Value> = state["open_loops"].as_array().cloned().unwrap_or_default();
+    let open_loops = &state.open_loops;
     let calls: Vec<Value> = tail_jsonl(&dir.file(state::TOOL_USE))
         .into_iter()
         .rev()
@@ -123,8 +122,9 @@ pub fn build(
         .into_iter()
         .rev()
         .collect();
-    let facts = state["transcript_path"]
-        .as_str()
+    let facts = state
+        .transcript_path
+        .as_deref()
         .map(|p| triage::TranscriptFacts::read(std::path::Path::new(p)))
         .unwrap_or_default();
     let last_words = facts.last_words(3, 600);
@@ -146,7 +146,7 @@ pub fn build(
         "agent": agent.name, "cli": agent.cli.to_string(), "trigger": trigger.as_str(),
         "created_at": created_at, "task": task, "text": text, "ledger": ledger,
         "open_loops": open_loops, "tool_calls": calls, "last_words": last_words,
-        "last_prompt": facts.last_prompt.map(|p| triage::shorten(&p, 1000)),
+        "last_prompt": facts.last_prompt.map(|p| shorten(&p, 1000)),
         "previous": previous,
     });
     let (body, broken) = templates.render_or_builtin("handoff.md.j2", &ctx);
@@ -155,7 +155,7 @@ pub fn build(
     let body = crate::world::inert::keyboard_text(&body.map_err(|e| e.to_string())?);
     if let Some(e) = broken {
         let _ = dir.record_op(
-            "template_error",
+            Op::TemplateError,
             json!({"template": "handoff.md.j2", "error": e.to_string()}),
         );
     }
@@ -166,7 +166,7 @@ pub fn build(
         created_at,
         trigger,
         related: previous.into_iter().collect(),
-        summary: triage::shorten(&crate::world::inert::keyboard_text(&summary), 200),
+        summary: shorten(&crate::world::inert::keyboard_text(&summary), 200),
         body,
         notes,
     })

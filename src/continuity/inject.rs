@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::spec::{AgentSpec, Spec};
+use crate::state::Op;
 use crate::state::{self, AgentDir, FleetDir};
 use crate::world::{self, Runtime};
 
@@ -78,7 +79,7 @@ pub fn to_agent(spec: &Spec, agent: &AgentSpec, text: &str) -> Result<Report, In
     let report = deliver(&*runtime, &pane.id, &dir, text, &Options::default())
         .map_err(InjectError::Delivery)?;
     let _ = dir.record_op(
-        "context_injected",
+        Op::ContextInjected,
         serde_json::json!({"chars": text.len(), "pane": report.pane, "attempts": report.attempts,
                            "confirmed_by": report.confirmed_by}),
     );
@@ -112,7 +113,9 @@ fn last_line(screen: &str) -> &str {
 }
 
 fn prompt_hook_since(dir: &AgentDir, offset: u64) -> bool {
-    state::read_since(&dir.file(state::OPS_LOG), offset).contains("\"event\":\"prompt\"")
+    state::op::since(&dir.file(state::OPS_LOG), offset)
+        .iter()
+        .any(|o| matches!(o.op, state::Op::Prompt(_)))
 }
 
 /// How long a cleared input line waits for the prompt hook before it counts as the proof.
@@ -153,7 +156,7 @@ pub fn deliver(
     // The tap must know the echo of this text for what it is, not the agent speaking.
     if let Err(e) = super::tap::note_injected(dir, text) {
         let _ = dir.record_op(
-            "tap_note_failed",
+            Op::TapNoteFailed,
             serde_json::json!({"error": e.to_string()}),
         );
     }

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use crate::render::Templates;
 use crate::spec::{AgentSpec, Spec};
+use crate::state::Op;
 use crate::state::{AgentDir, FleetDir};
 
 /// Save a handoff for `agent` from what phoenix knows (state.json, the ledger, the last tool
@@ -46,7 +47,7 @@ pub fn auto_handoff(
         ledger::update(&dir, |l| l.merge(&text)).map_err(|e| e.to_string())?;
     }
     let _ = dir.record_op(
-        "handoff_saved",
+        Op::HandoffSaved,
         json!({"id": handoff.id, "trigger": trigger, "path": handoff::path(&dir, &handoff.id)}),
     );
     crate::store::note_pending(&fleet, &dir, &handoff.id);
@@ -128,7 +129,7 @@ pub fn startup_text(spec: &Spec, dir: &AgentDir) -> Option<String> {
     }
     if let Some(problem) = problem {
         let _ = dir.record_op(
-            "template_error",
+            Op::TemplateError,
             json!({"template": "startup.md.j2", "error": problem}),
         );
     }

@@ -19,6 +19,9 @@
 //! `└`, `│`), or is given a handoff that contains a marker, does not trigger anything. What
 //! does trigger is rate-limited, and the queue of actions is bounded.
 
+use crate::state::Op;
+use crate::state::op::Make;
+
 /// A command found in the output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
@@ -484,7 +487,7 @@ impl Gate {
         self.notes.push_back(now);
         if let Some(dir) = self.dir() {
             let _ = dir.record_op(
-                "tap_ignored",
+                Op::TapIgnored,
                 serde_json::json!({"command": command.verb(), "reason": reason}),
             );
         }
@@ -493,6 +496,7 @@ impl Gate {
 
 fn act(config: &std::path::Path, name: &str, command: Command) {
     use serde_json::json;
+
     let spec = match crate::spec::load_with(
         config,
         crate::spec::LoadOptions {
@@ -510,14 +514,14 @@ fn act(config: &std::path::Path, name: &str, command: Command) {
     };
     let fleet = crate::state::FleetDir::new(&spec.fleet.state_dir);
     let dir = fleet.agent(name);
-    let (what, result): (&str, Result<serde_json::Value, String>) = match command {
+    let ((done, failed), result): ((Make, Make), Result<serde_json::Value, String>) = match command {
         Command::Save(text) => (
-            "save",
+            (Op::TapSave, Op::TapSaveFailed),
             super::auto_handoff(&spec, agent, super::Trigger::Manual, Some(&text))
                 .map(|h| json!({"handoff": h.id})),
         ),
         Command::Uncertain(item) => (
-            "uncertain",
+            (Op::TapUncertain, Op::TapUncertainFailed),
             super::ledger::update(&dir, |l| {
                 if !l.uncertain.contains(&item) {
                     l.uncertain.push(item.clone());
@@ -527,7 +531,7 @@ fn act(config: &std::path::Path, name: &str, command: Command) {
             .map_err(|e| e.to_string()),
         ),
         Command::Load => (
-            "load",
+            (Op::TapLoad, Op::TapLoadFailed),
             match super::latest_for_startup(&dir) {
                 Some(h) => {
                     // The task the agent is on now (its last prompt), else the last saved one.
@@ -558,7 +562,7 @@ fn act(config: &std::path::Path, name: &str, command: Command) {
             },
         ),
         Command::Search(query) => (
-            "search",
+            (Op::TapSearch, Op::TapSearchFailed),
             crate::store::search(&fleet, &query, None, None, 5)
                 .map_err(|e| e.to_string())
                 .and_then(|hits| {
@@ -579,8 +583,8 @@ fn act(config: &std::path::Path, name: &str, command: Command) {
         ),
     };
     let _ = match result {
-        Ok(details) => dir.record_op(&format!("tap_{what}"), details),
-        Err(error) => dir.record_op(&format!("tap_{what}_failed"), json!({"error": error})),
+        Ok(details) => dir.record_op(done, details),
+        Err(error) => dir.record_op(failed, json!({"error": error})),
     };
 }
 

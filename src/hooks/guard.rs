@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+use crate::state::Op;
 use crate::state::bounded::{self, Links};
 use crate::state::{self, AgentDir, StateError};
 
@@ -211,7 +212,7 @@ pub fn check(dir: &AgentDir, cwd: &Path, files: &[String]) -> Vec<String> {
                 match restored {
                     Ok(()) => {
                         let _ = dir.record_op(
-                            "guard_restored",
+                            Op::GuardRestored,
                             json!({"path": path, "kind": kind.name(), "error": problem}),
                         );
                         messages.push(format!(

@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::spec::{self, AgentSpec, Cli, Spec};
+use crate::state::Op;
 use crate::state::bounded::{self, Links};
 use crate::state::{self, AgentDir, AgentState, FleetDir, Retention, StateError, Status};
 use output::Reply;
@@ -382,7 +383,7 @@ impl Hook<'_> {
         // of context knew) comes first: it says why this session exists.
         let text = match (crate::clinic::take_pending_context(dir), text) {
             (Some(pending), rest) => {
-                let _ = dir.record_op("clinic_context_injected", json!({"chars": pending.len()}));
+                let _ = dir.record_op(Op::ClinicContextInjected, json!({"chars": pending.len()}));
                 Some(match rest {
                     Some(rest) => format!("{pending}\n\n{rest}"),
                     None => pending,
@@ -437,7 +438,7 @@ impl Hook<'_> {
                     .is_ok()
             });
         let _ = dir.record_op(
-            "session_start",
+            Op::SessionStart,
             json!({"source": source, "session_id": session_id, "interrupted": interrupted,
                    "transcript_path": self.payload.transcript_path(), "injected": text.is_some(),
                    "deferred_to_prompt": deferred}),
@@ -462,7 +463,7 @@ impl Hook<'_> {
         use crate::continuity::startup::{self, Start};
         let dir = ctx.dir;
         let recent = if start == Start::Recovery {
-            tail_jsonl(&dir.file(state::TOOL_USE), RECENT_TOOLS)
+            state::jsonl::last(&dir.file(state::TOOL_USE), RECENT_TOOLS)
         } else {
             Vec::new()
         };
@@ -541,7 +542,7 @@ impl Hook<'_> {
         let held = self.take_prompt_context(ctx);
         // Once per prompt: confirms that text phoenix injected was submitted.
         let _ = ctx.dir.record_op(
-            "prompt",
+            Op::Prompt,
             json!({"chars": self.payload.prompt().map_or(0, str::len),
                    "context_chars": held.as_ref().map(String::len)}),
         );
@@ -764,7 +765,7 @@ impl Hook<'_> {
                     .is_ok()
             };
         let _ = dir.record_op(
-            "pre_compact",
+            Op::PreCompact,
             json!({"trigger": trigger, "transcript_path": self.payload.transcript_path(),
                    "snapshot": path, "context_for_next_prompt": held_for_prompt}),
         );
@@ -818,7 +819,7 @@ impl Hook<'_> {
             ctx,
             Status::Idle,
             None,
-            "turn_complete",
+            Op::TurnComplete,
             json!({"hook": hook}),
         )
     }
@@ -829,7 +830,7 @@ impl Hook<'_> {
         ctx: &Ctx<'_>,
         status: Status,
         error: Option<String>,
-        op: &str,
+        op: state::op::Make,
         mut fields: Value,
     ) -> Result<Reply, StateError> {
         let session_id = self.payload.session_id().map(str::to_string);
@@ -876,9 +877,9 @@ impl Hook<'_> {
         let error: String = format!("{kind}: {details}").chars().take(500).collect();
         let reply = self.end_turn(
             ctx,
-            Status::Other("failed".into()),
+            Status::Failed,
             Some(error.clone()),
-            "turn_failed",
+            Op::TurnFailed,
             json!({"error": kind, "details": error, "hook": hook}),
         )?;
         // Only a signal: the wrapper (always there, daemon or not) sees it within a second and
@@ -916,7 +917,7 @@ impl Hook<'_> {
                 })?;
         }
         let _ = dir.record_op(
-            "session_end",
+            Op::SessionEnd,
             json!({"reason": reason, "clean": clean, "session_id": self.payload.session_id()}),
         );
         Ok(Reply::Nothing)
@@ -949,28 +950,7 @@ pub fn is_phoenix_text(prompt: &str) -> bool {
 }
 
 fn task_line(prompt: &str) -> String {
-    let line = prompt.trim().lines().next().unwrap_or("").trim();
-    if line.chars().count() > 200 {
-        line.chars().take(199).collect::<String>() + "…"
-    } else {
-        line.to_string()
-    }
-}
-
-/// The last `n` parseable lines of a JSON-lines file, reading only its end.
-fn tail_jsonl(path: &Path, n: usize) -> Vec<Value> {
-    let Ok(tail) = bounded::read_tail(path, 16 * 1024, Links::Refuse) else {
-        return Vec::new();
-    };
-    let text = String::from_utf8_lossy(&tail.bytes);
-    let mut lines: Vec<Value> = text
-        .lines()
-        .rev()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .take(n)
-        .collect();
-    lines.reverse();
-    lines
+    crate::text::shorten(prompt.trim().lines().next().unwrap_or(""), 200)
 }
 
 fn first_line(s: &str) -> &str {

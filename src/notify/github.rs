@@ -274,7 +274,7 @@ pub(crate) fn in_cooldown(last: jiff::Timestamp, now: jiff::Timestamp, cooldown:
 }
 
 fn issue_body(msg: &Message) -> String {
-    let body = crate::clinic::triage::shorten(&msg.body, MAX_BODY);
+    let body = crate::text::shorten(&msg.body, MAX_BODY);
     format!(
         "{body}\n\n---\n_Opened by the phoenix watchdog for agent `{}` of fleet `{}`. \
          phoenix opens no other issue for this agent while this one is open._\n",

@@ -13,12 +13,12 @@ mod webhook;
 #[cfg(test)]
 mod tests;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{self, LoadOptions, NotifySettings};
+use crate::spec::NotifySettings;
 use crate::state::FleetDir;
 
 /// How long one `gh` call may take before it is killed.
@@ -222,84 +222,9 @@ fn guarded(channel: &str, f: impl FnOnce() -> Sent) -> Sent {
 pub const TEST_AGENT: &str = "phoenix-test";
 pub const TEST_TITLE: &str = "test notification from phoenix";
 
-/// `phoenix notify test`: send a clearly labelled test message through every channel and
-/// report each. Exit code 0 when all delivered, 1 when one failed or none is configured.
-pub fn cli_test(config: &Path, agent: Option<&str>, kind: Kind, json: bool) -> anyhow::Result<i32> {
-    let spec = spec::load_with(
-        config,
-        LoadOptions {
-            check_filesystem: false,
-        },
-    )?;
-    let notify = &spec.notify;
-    if notify.is_empty() {
-        eprintln!(
-            "error: [notify] in {} has no channel: nothing to test",
-            spec.file.display()
-        );
-        eprintln!(
-            "  = hint: add one, e.g. command = [\"notify-send\", \"phoenix\"], \
-             webhook = {{ url_env = \"PHOENIX_WEBHOOK_URL\" }} or github = {{ repo = \"owner/name\" }}"
-        );
-        return Ok(1);
-    }
-    let agent = agent.unwrap_or(TEST_AGENT);
-    if agent != TEST_AGENT && spec.agent(agent).is_none() {
-        eprintln!(
-            "warning: agent `{agent}` is not declared in {}; sending anyway",
-            spec.file.display()
-        );
-    }
-    let msg = Message {
-        kind,
-        agent: agent.to_string(),
-        fleet: spec.fleet.name.clone(),
-        title: TEST_TITLE.to_string(),
-        body: format!(
-            "This is a test notification ({}) sent by `phoenix notify test` for fleet `{}` at {}.\n\n\
-             Nothing is wrong: you can ignore it (or close it, if it opened an issue).",
-            kind.as_str(),
-            spec.fleet.name,
-            crate::state::now_rfc3339(),
-        ),
-    };
-    let fleet = FleetDir::new(&spec.fleet.state_dir);
-    let sent = Notifier::new(notify, &fleet).send(&msg);
-    let skipped_github = kind == Kind::Failure && notify.github.is_some();
-    let failed = sent.is_empty() || sent.iter().any(|s| !s.ok);
-    if json {
-        let report = serde_json::json!({
-            "kind": kind,
-            "agent": agent,
-            "fleet": spec.fleet.name,
-            "channels": sent,
-        });
-        crate::cli::out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
-    } else {
-        let mut text = String::new();
-        for s in &sent {
-            text.push_str(&render_line(s));
-            text.push('\n');
-        }
-        if skipped_github {
-            text.push_str(
-                "skip github   failure messages do not open issues (try --kind investigation)\n",
-            );
-        }
-        crate::cli::out(&text);
-    }
-    if sent.is_empty() {
-        eprintln!(
-            "error: no channel takes `{}` messages: [notify.github] only opens issues for investigations",
-            kind.as_str()
-        );
-    }
-    Ok(if failed { 1 } else { 0 })
-}
-
 /// `ok   github   https://github.com/acme/fleet/issues/7  issue created` or
 /// `FAIL webhook  PHOENIX_WEBHOOK_URL is not set`.
-fn render_line(s: &Sent) -> String {
+pub fn render_line(s: &Sent) -> String {
     let status = if s.ok { "ok" } else { "FAIL" };
     let what = match &s.url {
         Some(url) => format!("{url}  {}", s.detail),

@@ -870,14 +870,6 @@ fn one_failing_channel_does_not_stop_the_others_and_the_issue_url_is_passed_on()
 }
 
 #[test]
-fn notify_test_without_channels_says_so() {
-    let tmp = tempfile::tempdir().unwrap();
-    let config = tmp.path().join("phoenix.toml");
-    fs::write(&config, "[[agent]]\nname = \"a\"\ncommand = \"x\"\n").unwrap();
-    assert_eq!(cli_test(&config, None, Kind::Failure, false).unwrap(), 1);
-}
-
-#[test]
 fn report_lines_show_status_channel_and_what_happened() {
     let ok = Sent {
         channel: "github".into(),

@@ -34,7 +34,7 @@ pub(crate) fn payload(settings: &WebhookNotify, msg: &Message, issue_url: Option
         }),
         WebhookFormat::Telegram => json!({
             "chat_id": settings.chat_id,
-            "text": crate::clinic::triage::shorten(
+            "text": crate::text::shorten(
                 &format!("{}\n\n{}{link}", msg.title, msg.body),
                 TELEGRAM_MAX,
             ),

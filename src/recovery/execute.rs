@@ -13,7 +13,7 @@ use super::decide::{EndReason, Inject, Recovery, Start, StopRequest};
 use super::record::{self, CrashEntry, CrashRecord, Quarantine};
 use crate::clinic::PENDING_CONTEXT;
 use crate::spec::AgentSpec;
-use crate::state::{self, AgentDir, FleetDir};
+use crate::state::{self, AgentDir, FleetDir, Op};
 
 /// The next start of this agent is fresh, whoever starts it (this wrapper, a new one after a
 /// reboot, the daemon). Consumed by the wrapper when it honours it.
@@ -145,10 +145,7 @@ pub fn after_exit(
                 "last_exit": {"code": last_exit.0, "signal": last_exit.1},
             }),
         );
-        let _ = dir.record_op(
-            "critical",
-            json!({"event": "crash_loop", "reason": message}),
-        );
+        let _ = dir.record_op(Op::CrashLoop, json!({"reason": message}));
     }
     problems
 }

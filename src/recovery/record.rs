@@ -273,19 +273,11 @@ pub struct RecordedSession {
 /// The recorded session: `state.json` `session_id` (with `session_cwd` when present), else the
 /// plain `session_id` file.
 pub fn recorded_session(dir: &AgentDir) -> Option<RecordedSession> {
-    let from_state =
-        state::file::read_bounded(&dir.file(state::STATE), state::file::STATE_FILE_LIMIT)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .and_then(|v| {
-                let id = v.get("session_id")?.as_str()?.trim().to_string();
-                let cwd = v
-                    .get("session_cwd")
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
-                    .map(PathBuf::from);
-                (!id.is_empty()).then_some(RecordedSession { id, cwd })
-            });
+    let from_state = dir.peek_state().and_then(|s| {
+        let id = s.session_id?.trim().to_string();
+        let cwd = s.session_cwd.filter(|c| !c.is_empty()).map(PathBuf::from);
+        (!id.is_empty()).then_some(RecordedSession { id, cwd })
+    });
     from_state.or_else(|| {
         let id = read_session_file(dir).ok()?;
         let id = id.trim().to_string();
@@ -334,12 +326,12 @@ fn transcript_turn(dir: &AgentDir, id: &str) -> Option<bool> {
 /// transcript lost it: Claude Code writes its transcript behind, and a kill -9 right after a
 /// turn can leave none of it on disk.
 pub fn session_had_task(dir: &AgentDir, id: &str) -> bool {
-    let ops = crate::clinic::triage::tail_jsonl(&dir.file(state::OPS_LOG));
+    let ops = state::op::tail(&dir.file(state::OPS_LOG));
     let mut current: Option<&str> = None;
     for op in &ops {
-        match op["event"].as_str() {
-            Some("session_start") => current = op["session_id"].as_str(),
-            Some("prompt") if current == Some(id) => return true,
+        match op.op {
+            state::Op::SessionStart(_) => current = op.get("session_id").as_str(),
+            state::Op::Prompt(_) if current == Some(id) => return true,
             _ => {}
         }
     }
@@ -390,10 +382,12 @@ pub fn last_exit(dir: &AgentDir) -> Option<Value> {
     let path = dir.file(state::OPS_LOG);
     let size = fs::symlink_metadata(&path).ok()?.len();
     let text = state::read_since(&path, size.saturating_sub(4 << 20));
+    // From the end, line by line: the last exit is near it.
     text.lines()
         .rev()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["event"] == "agent_exit")
+        .filter_map(|l| serde_json::from_str::<state::op::Line>(l).ok())
+        .find(|o| matches!(o.op, state::Op::AgentExit(_)))
+        .map(|o| o.to_value())
 }
 
 /// What `phoenix status AGENT` shows about supervision: why it last stopped, the crash count
@@ -481,7 +475,7 @@ impl std::fmt::Display for Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::FleetDir;
+    use crate::state::{FleetDir, Op};
     use serde_json::json;
 
     fn dir() -> (tempfile::TempDir, AgentDir) {
@@ -636,15 +630,15 @@ mod tests {
         )
         .unwrap();
         assert!(!session_had_task(&d, "s2"));
-        d.record_op("session_start", json!({"session_id": "s1"}))
+        d.record_op(Op::SessionStart, json!({"session_id": "s1"}))
             .unwrap();
-        d.record_op("prompt", json!({"chars": 3})).unwrap();
-        d.record_op("session_start", json!({"session_id": "s2"}))
+        d.record_op(Op::Prompt, json!({"chars": 3})).unwrap();
+        d.record_op(Op::SessionStart, json!({"session_id": "s2"}))
             .unwrap();
         // The prompt was in s1, not in s2 (whose transcript is not there either).
         assert!(session_had_task(&d, "s1"));
         assert!(!session_had_task(&d, "s2"));
-        d.record_op("prompt", json!({"chars": 3})).unwrap();
+        d.record_op(Op::Prompt, json!({"chars": 3})).unwrap();
         assert!(session_had_task(&d, "s2"));
     }
 

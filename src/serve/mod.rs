@@ -111,8 +111,14 @@ pub fn parse_listen(text: &str) -> anyhow::Result<SocketAddr> {
     )
 }
 
-/// `phoenix serve`: listen until SIGTERM or SIGINT.
-pub fn run(config: &Path, listen: &str, token: Option<String>) -> anyhow::Result<i32> {
+/// `phoenix serve`: listen until SIGTERM or SIGINT. `listening` gets the line that says where,
+/// once the port is bound (the CLI prints it: only `cli/` prints).
+pub fn run(
+    config: &Path,
+    listen: &str,
+    token: Option<String>,
+    listening: impl FnOnce(&str),
+) -> anyhow::Result<i32> {
     let addr = parse_listen(listen)?;
     let limits = conn::Limits::from_env()?;
     let policy = auth::Policy::for_bind(addr, token)
@@ -139,7 +145,7 @@ pub fn run(config: &Path, listen: &str, token: Option<String>) -> anyhow::Result
         let (stop_tx, stop_rx) = watch::channel(false);
         let state = App::new(config, policy, stop_rx.clone());
         tokio::spawn(live::Hub::run(state.clone(), stop_rx));
-        crate::cli::out(&format!(
+        listening(&format!(
             "phoenix serve: fleet `{}` on http://{local}/ (API under /api, description at /openapi.json){}\n",
             spec.fleet.name,
             if state.policy.token.is_some() {

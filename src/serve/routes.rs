@@ -123,7 +123,7 @@ fn shown(text: &str) -> String {
         .chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect();
-    crate::clinic::triage::shorten(&flat, 80)
+    crate::text::shorten(&flat, 80)
 }
 
 /// The declared agent `name`, or 404 naming the declared ones.

@@ -189,6 +189,21 @@ pub struct Thresholds {
     pub events_retention: Duration,
 }
 
+impl From<&Thresholds> for crate::state::Retention {
+    fn from(t: &Thresholds) -> Self {
+        crate::state::Retention {
+            stale_after: t.stale_after,
+            resolved_retention: t.resolved_retention,
+        }
+    }
+}
+
+impl Default for crate::state::Retention {
+    fn default() -> Self {
+        Self::from(&Thresholds::default())
+    }
+}
+
 impl Default for Thresholds {
     fn default() -> Self {
         Thresholds {

@@ -18,6 +18,9 @@ pub enum Status {
     Idle,
     /// The session ended.
     Stopped,
+    /// The last turn ended in an API error and the CLI waits at its prompt: nobody will type
+    /// the next one (the turn-failed hook, or the watchdog reading the CLI's session file).
+    Failed,
     /// Written by something else (a brief generator, a person); kept as is.
     Other(String),
 }
@@ -28,6 +31,7 @@ impl Status {
             Status::Working => "working",
             Status::Idle => "idle",
             Status::Stopped => "stopped",
+            Status::Failed => "failed",
             Status::Other(s) => s,
         }
     }
@@ -52,6 +56,7 @@ impl<'de> Deserialize<'de> for Status {
             "working" => Status::Working,
             "idle" => Status::Idle,
             "stopped" => Status::Stopped,
+            "failed" => Status::Failed,
             _ => Status::Other(s),
         })
     }
@@ -167,30 +172,12 @@ fn lenient_numbers<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, S
         .collect()
 }
 
-/// Retention rules applied on every write (and on display).
+/// Retention rules applied on every write (and on display). Its `Default` and
+/// `From<&Thresholds>` live with the thresholds in `spec`: the state layer imports no spec.
 #[derive(Debug, Clone, Copy)]
 pub struct Retention {
     pub stale_after: Duration,
     pub resolved_retention: Duration,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        let t = crate::spec::Thresholds::default();
-        Retention {
-            stale_after: t.stale_after,
-            resolved_retention: t.resolved_retention,
-        }
-    }
-}
-
-impl From<&crate::spec::Thresholds> for Retention {
-    fn from(t: &crate::spec::Thresholds) -> Self {
-        Retention {
-            stale_after: t.stale_after,
-            resolved_retention: t.resolved_retention,
-        }
-    }
 }
 
 impl AgentState {
@@ -302,6 +289,14 @@ mod tests {
         assert_eq!(state.status, Status::Other("blocked".into()));
         let back: Value = serde_json::from_slice(&state.to_pretty_json()).unwrap();
         assert_eq!(back["status"], "blocked");
+    }
+
+    #[test]
+    fn failed_is_a_status_of_its_own() {
+        let state: AgentState = serde_json::from_str(r#"{"status": "failed"}"#).unwrap();
+        assert_eq!(state.status, Status::Failed);
+        let back: Value = serde_json::from_slice(&state.to_pretty_json()).unwrap();
+        assert_eq!(back["status"], "failed");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{FleetDir, OPS_LOG};
+use super::{FleetDir, OPS_LOG, Op};
 
 #[derive(Debug, Clone, Default)]
 pub struct Filter<'a> {
@@ -38,10 +38,10 @@ pub fn read(fleet: &FleetDir, filter: &Filter<'_>) -> (Vec<Value>, usize) {
     let (mut events, skipped) = parse(&String::from_utf8_lossy(&text), filter);
     if let Some(agent) = filter.agent {
         let ops = fleet.agent(agent).file(OPS_LOG);
-        let ends: String = crate::clinic::triage::tail_jsonl(&ops)
+        let ends: String = super::op::tail(&ops)
             .into_iter()
-            .filter(|o| o["event"] == "agent_exit")
-            .map(|o| format!("{}\n", session_end(agent, o)))
+            .filter(|o| matches!(o.op, Op::AgentExit(_)))
+            .map(|o| format!("{}\n", session_end(agent, &o)))
             .collect();
         events.extend(parse(&ends, filter).0);
         events.sort_by_key(|e| {
@@ -57,14 +57,14 @@ pub fn read(fleet: &FleetDir, filter: &Filter<'_>) -> (Vec<Value>, usize) {
 }
 
 /// An `agent_exit` line of ops.jsonl as an event: the one recorded reason a session ended.
-fn session_end(agent: &str, op: Value) -> Value {
-    let reason = op["reason"].as_str().unwrap_or("unknown").to_string();
-    let explain = op["explain"].as_str().map(str::to_string);
-    let action = op["action"].as_str().map(str::to_string);
+fn session_end(agent: &str, op: &super::op::Line) -> Value {
+    let reason = op.get("reason").as_str().unwrap_or("unknown").to_string();
+    let explain = op.get("explain").as_str().map(str::to_string);
+    let action = op.get("action").as_str().map(str::to_string);
     serde_json::json!({
-        "ts": op["ts"], "event": "agent_exit", "agent": agent,
+        "ts": op.ts, "event": op.op.name(), "agent": agent,
         "reason": match explain { Some(x) => format!("{reason}: {x}"), None => reason },
-        "action_taken": action, "details": op,
+        "action_taken": action, "details": op.to_value(),
     })
 }
 
@@ -105,6 +105,29 @@ pub fn parse(text: &str, filter: &Filter<'_>) -> (Vec<Value>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agents_ends_are_read_among_names_this_build_does_not_write() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fleet = FleetDir::new(tmp.path());
+        let dir = fleet.agent("a");
+        dir.ensure().unwrap();
+        let ops = "{\"ts\":\"2026-01-01T00:00:00Z\",\"agent\":\"a\",\"event\":\"from_the_future\",\"x\":1}\n\
+                   {\"ts\":\"2026-01-01T00:00:01Z\",\"event\":3}\n\
+                   {\"ts\":\"2026-01-01T00:00:02Z\",\"agent\":\"a\",\"event\":\"agent_exit\",\"reason\":\"crash\",\"explain\":\"exit 1\",\"older_field\":true}\n\
+                   not json\n";
+        std::fs::write(dir.file(OPS_LOG), ops).unwrap();
+        let filter = Filter {
+            agent: Some("a"),
+            ..Filter::default()
+        };
+        let (events, _) = read(&fleet, &filter);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0]["event"], "agent_exit");
+        assert_eq!(events[0]["reason"], "crash: exit 1");
+        assert_eq!(events[0]["details"]["older_field"], true);
+        assert_eq!(events[0]["ts"], "2026-01-01T00:00:02Z");
+    }
 
     #[test]
     fn filters_apply_and_bad_lines_are_counted() {

@@ -636,10 +636,8 @@ impl<T: Serialize + DeserializeOwned> JsonFile<T> {
         };
         let details = json!({"file": path, "corrupt_copy": kept, "last_good": good});
         if let Some(agent) = &self.agent {
-            let _ = agent.record_op(
-                &format!("{}_rollback", self.what),
-                json!({"reason": reason, "action_taken": action, "details": details}),
-            );
+            let fields = json!({"reason": reason, "action_taken": action, "details": details});
+            let _ = agent.record(super::Op::named(&format!("{}_rollback", self.what), fields));
         }
         let _ = FleetDir::new(&self.fleet_root).record_critical(
             &format!("{}_corrupt", self.what),

@@ -5,11 +5,14 @@ pub mod agent;
 pub mod bounded;
 pub mod events;
 pub mod file;
+pub mod jsonl;
 pub mod lock;
+pub mod op;
 pub mod store;
 
 pub use agent::{AgentState, OpenLoop, ResolvedItem, Retention, Status};
 pub use file::{JsonFile, Loaded};
+pub use op::Op;
 pub use store::{BRIEF, HOOK_ERRORS, LAST_GOOD, RESOLVED_LOG, STATE, StateError, TOOL_USE};
 
 use std::fs;
@@ -162,16 +165,24 @@ impl AgentDir {
         }
     }
 
-    /// Append one event to `ops.jsonl`: `{"ts", "agent", "event", …fields}`.
-    pub fn record_op(&self, event: &str, fields: Value) -> io::Result<()> {
-        let mut line = Map::new();
-        line.insert("ts".into(), Value::String(now_rfc3339()));
-        line.insert("agent".into(), Value::String(self.name.clone()));
-        line.insert("event".into(), Value::String(event.into()));
-        if let Value::Object(extra) = fields {
-            line.extend(extra);
-        }
-        append_jsonl(&self.file(OPS_LOG), &Value::Object(line))
+    /// Append one event to `ops.jsonl`: `{"ts", "agent", "event", …fields}`, as in
+    /// `dir.record_op(Op::AgentAlive, json!({"pid": pid}))`. Fields that are not an object
+    /// (`Value::Null`) add nothing.
+    pub fn record_op(&self, op: op::Make, fields: Value) -> io::Result<()> {
+        self.record(op(match fields {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        }))
+    }
+
+    /// Append one op, built already, to `ops.jsonl`.
+    pub fn record(&self, op: Op) -> io::Result<()> {
+        let line = op::Line {
+            ts: Some(now_rfc3339()),
+            agent: Some(self.name.clone()),
+            op,
+        };
+        append_jsonl(&self.file(OPS_LOG), &line)
     }
 
     /// Modification time of the most recently touched activity file, if any.
@@ -265,16 +276,29 @@ mod tests {
         let agent = FleetDir::new(tmp.path()).agent("a");
         agent.ensure().unwrap();
         agent
-            .record_op("start", serde_json::json!({"pane": "%1"}))
+            .record_op(Op::AgentStart, serde_json::json!({"pane": "%1"}))
             .unwrap();
-        agent.record_op("stop", Value::Null).unwrap();
+        agent.record_op(Op::OperatorStop, Value::Null).unwrap();
         let text = fs::read_to_string(agent.file(OPS_LOG)).unwrap();
         let lines: Vec<Value> = text
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         assert_eq!(lines.len(), 2);
-        assert_eq!(lines[0]["event"], "start");
+        // The form every earlier build wrote: ts, agent, event, then the fields.
+        assert!(text.starts_with("{\"ts\":\""), "{text}");
+        assert!(
+            text.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("\"agent\":\"a\",\"event\":\"operator_stop\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\"agent\":\"a\",\"event\":\"agent_start\",\"pane\":\"%1\"}"),
+            "{text}"
+        );
+        assert_eq!(lines[0]["event"], "agent_start");
         assert_eq!(lines[0]["pane"], "%1");
         assert_eq!(lines[1]["agent"], "a");
     }

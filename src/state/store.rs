@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::agent::{AgentState, OpenLoop, ResolvedItem, Retention, today};
 use super::file::{self, JsonFile};
-use super::{AgentDir, FleetDir, append_jsonl, now_rfc3339};
+use super::{AgentDir, FleetDir, Op, append_jsonl, now_rfc3339};
 
 pub const STATE: &str = "state.json";
 pub const LAST_GOOD: &str = "state.json.last-good";
@@ -154,6 +154,15 @@ impl AgentDir {
                 }
                 Ok(state)
             }
+        }
+    }
+
+    /// The state as it is on disk, without repairing anything (nothing is written, no lock
+    /// taken): for readers that go on without it. `None` when missing or unusable.
+    pub fn peek_state(&self) -> Option<AgentState> {
+        match read_state_file(&self.file(STATE)) {
+            Ok(Loaded::Valid(state)) => Some(self.own(state)),
+            _ => None,
         }
     }
 
@@ -317,7 +326,7 @@ impl AgentDir {
             }
             Err(e) => {
                 let _ = self.record_op(
-                    "resolve_completion_failed",
+                    Op::ResolveCompletionFailed,
                     json!({"id": pending.id, "error": e.to_string()}),
                 );
                 Ok(before)
@@ -340,7 +349,7 @@ impl AgentDir {
             self.write_locked(&state)?;
         }
         let _ = self.record_op(
-            "resolve_completed",
+            Op::ResolveCompleted,
             json!({"id": pending.id, "logged_now": !logged, "state_updated_now": was_open,
                    "reason": "a resolve was interrupted between its writes"}),
         );

@@ -16,6 +16,7 @@ use crate::context::FleetContext;
 use crate::plan::{Action, Change, Plan};
 use crate::recovery::{EndReason, execute, record};
 use crate::spec::{self, Spec};
+use crate::state::Op;
 use crate::state::lock::{FleetLock, LOCK_WAIT};
 use crate::state::{self, FleetDir};
 use crate::world::{self, Runtime};
@@ -130,8 +131,8 @@ fn restart_by(
         }
     }
     match by {
-        By::Operator => dir.record_op("operator_restart", json!({"fresh": fresh}))?,
-        By::Watchdog => dir.record_op("watchdog_restart", json!({"fresh": fresh}))?,
+        By::Operator => dir.record_op(Op::OperatorRestart, json!({"fresh": fresh}))?,
+        By::Watchdog => dir.record_op(Op::WatchdogRestart, json!({"fresh": fresh}))?,
     }
 
     let pane = world.pane_of(name);

@@ -11,6 +11,7 @@ use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::state::Op;
 use crate::state::{self, AgentDir};
 use crate::world::procs::{self, ProcInfo, ProcTable};
 
@@ -108,7 +109,7 @@ pub fn stop_previous(dir: &AgentDir) -> Vec<ProcInfo> {
     let (stopped, listing) = stop(targets);
     if !stopped.is_empty() {
         let _ = dir.record_op(
-            "previous_agent_stopped",
+            Op::PreviousAgentStopped,
             json!({
                 "agent_pid": recorded.as_ref().map(|r| r.pid),
                 "processes": listing,
@@ -137,7 +138,7 @@ pub fn sweep(dir: &AgentDir, agent: u32) -> Vec<ProcInfo> {
     let (stopped, listing) = stop(targets);
     if !stopped.is_empty() {
         let _ = dir.record_op(
-            "strays_stopped",
+            Op::StraysStopped,
             json!({
                 "agent_pid": agent,
                 "processes": listing,
@@ -163,7 +164,7 @@ fn interrupted_call(dir: &AgentDir, stopped: &[ProcInfo]) {
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         .unwrap_or_default();
     let _ = dir.record_op(
-        "tool_interrupted",
+        Op::ToolInterrupted,
         json!({
             "tool": call["tool"], "input": call["input"], "session_id": call["session_id"],
             "stopped_pids": stopped.iter().map(|p| p.pid).collect::<Vec<_>>(),

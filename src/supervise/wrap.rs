@@ -22,6 +22,7 @@ use crate::recovery::record::{self, CrashEntry, CrashRecord};
 use crate::recovery::{self, EndReason, ExitFacts, Facts, Incident, Recovery, Start};
 use crate::render::Templates;
 use crate::spec::{self, AgentSpec, Cli, Spec};
+use crate::state::Op;
 use crate::state::{self, AgentDir, FleetDir};
 use crate::world::{self, SharedRuntime};
 
@@ -59,7 +60,7 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
     record_a_lost_end(&dir);
     // Orphans of the agent's tree come to this wrapper, not init: it can stop them all.
     if !super::strays::become_subreaper() {
-        let _ = dir.record_op("subreaper_unavailable", json!({}));
+        let _ = dir.record_op(Op::SubreaperUnavailable, json!({}));
     }
     // A killed wrapper's agent may still run in this pane: never two copies of one session.
     let previous = super::strays::stop_previous(&dir);
@@ -88,7 +89,7 @@ pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
     let state = wrapper.dir.read_state().ok();
     if state.is_some_and(|s| {
         crate::continuity::startup::was_interrupted(&wrapper.dir, &s)
-            || s.status == crate::state::Status::Other("failed".into())
+            || s.status == crate::state::Status::Failed
     }) {
         wrapper.interrupted("an interrupted session", None);
     }
@@ -105,18 +106,18 @@ fn ops_len(dir: &AgentDir) -> u64 {
 /// Every session end gets one recorded reason. A wrapper killed with its pane (or a host
 /// that went down) could not write its `agent_exit`: the next wrapper writes it for it.
 fn record_a_lost_end(dir: &AgentDir) {
-    let ops = crate::clinic::triage::tail_jsonl(&dir.file(state::OPS_LOG));
+    let ops = state::op::tail(&dir.file(state::OPS_LOG));
     let last = ops
         .iter()
         .rev()
-        .find(|o| matches!(o["event"].as_str(), Some("agent_start" | "agent_exit")));
-    if let Some(start) = last.filter(|o| o["event"] == "agent_start") {
+        .find(|o| matches!(o.op, Op::AgentStart(_) | Op::AgentExit(_)));
+    if let Some(start) = last.filter(|o| matches!(o.op, Op::AgentStart(_))) {
         let _ = dir.record_op(
-            "agent_exit",
+            Op::AgentExit,
             json!({
                 "reason": EndReason::RuntimeStop, "code": null, "signal": null,
-                "mode": start["mode"], "session_id": start["session_id"],
-                "started": start["ts"], "lost": true,
+                "mode": start.get("mode"), "session_id": start.get("session_id"),
+                "started": start.ts, "lost": true,
                 "explain": "the previous wrapper ended without recording why (killed with its pane, or the host went down)",
             }),
         );
@@ -188,12 +189,12 @@ impl Wrapper {
         .join(" ");
         match self.runtime.pipe_output(pane, &command) {
             Ok(()) => {
-                let _ = self.dir.record_op("tap_started", json!({"pane": pane}));
+                let _ = self.dir.record_op(Op::TapStarted, json!({"pane": pane}));
             }
             Err(e) => {
                 let _ = self
                     .dir
-                    .record_op("tap_failed", json!({"error": e.to_string()}));
+                    .record_op(Op::TapFailed, json!({"error": e.to_string()}));
             }
         }
     }
@@ -228,7 +229,7 @@ impl Wrapper {
                     crate::continuity::Trigger::AutoRestart,
                     None,
                 ) {
-                    let _ = self.dir.record_op("handoff_failed", json!({"error": e}));
+                    let _ = self.dir.record_op(Op::HandoffFailed, json!({"error": e}));
                 }
                 super::poke(&self.fleet, &self.agent.name);
                 return Ok(128 + sig);
@@ -278,7 +279,7 @@ impl Wrapper {
         } else {
             self.interrupted_by = None;
             let _ = self.dir.record_op(
-                "continue_prompt_skipped",
+                Op::ContinuePromptSkipped,
                 json!({"after": why, "why": "the session had no prompt: no task to continue"}),
             );
         }
@@ -329,7 +330,7 @@ impl Wrapper {
                 let has_turn = record::session_has_turn(&self.dir, &s.id);
                 if !has_turn {
                     let _ = self.dir.record_op(
-                        "resume_skipped",
+                        Op::ResumeSkipped,
                         json!({"session_id": s.id, "why": "its transcript has no turn"}),
                     );
                 }
@@ -344,7 +345,7 @@ impl Wrapper {
             if fresh_marker {
                 // Consumed when honoured, so it forces exactly one clean slate.
                 let _ = self.dir.clear_marker(state::FRESH);
-                let _ = self.dir.record_op("fresh_marker_honoured", json!({}));
+                let _ = self.dir.record_op(Op::FreshMarkerHonoured, json!({}));
             }
             // A session abandoned for a fresh one is never resumed later, whoever starts next.
             if let Some(old) = &recorded {
@@ -396,7 +397,7 @@ impl Wrapper {
         // Set only now that the child exists: a reconciler must never see `running` without it.
         self.set_phase("running");
         let _ = self.dir.record_op(
-            "agent_start",
+            Op::AgentStart,
             json!({"argv": argv, "pid": pid, "mode": mode.as_str(), "session_id": session_id,
                    "spawned": spawned}),
         );
@@ -426,7 +427,7 @@ impl Wrapper {
             if !showed_life && probe.shown() {
                 showed_life = true;
                 let _ = self.dir.record_op(
-                    "agent_alive",
+                    Op::AgentAlive,
                     json!({"pid": pid, "after_ms": started.elapsed().as_millis() as u64}),
                 );
                 self.startup_context_without_hooks(ops_at_start);
@@ -500,7 +501,7 @@ impl Wrapper {
                 // It came back as another session: that is a fresh start, not a resume.
                 mode = Start::Fresh;
                 let _ = self.dir.record_op(
-                    "resume_mismatch",
+                    Op::ResumeMismatch,
                     json!({"resumed": session_id, "recorded": now.map(|s| s.id)}),
                 );
                 if let Some(id) = &session_id {
@@ -541,7 +542,7 @@ impl Wrapper {
                 }
                 let a = report.agents.first();
                 let _ = dir.record_op(
-                    "failed_turn_checked",
+                    Op::FailedTurnChecked,
                     json!({
                         "by": "wrapper",
                         "after_ms": started.elapsed().as_millis() as u64,
@@ -571,7 +572,7 @@ impl Wrapper {
                     t.entries.len()
                 ));
                 let _ = self.dir.record_op(
-                    "hooks_trusted",
+                    Op::HooksTrusted,
                     json!({"file": t.file, "entries": t.entries}),
                 );
             }
@@ -579,7 +580,7 @@ impl Wrapper {
                 say(&format!("phoenix's hooks may not run: {e}"));
                 let _ = self
                     .dir
-                    .record_op("hooks_trust_failed", json!({"error": e}));
+                    .record_op(Op::HooksTrustFailed, json!({"error": e}));
             }
         }
     }
@@ -595,7 +596,7 @@ impl Wrapper {
         say(error);
         let _ = self
             .dir
-            .record_op("spawn_failed", json!({"argv": argv, "error": error}));
+            .record_op(Op::SpawnFailed, json!({"argv": argv, "error": error}));
         self.set_phase("cooldown");
         Run {
             argv,
@@ -727,7 +728,7 @@ impl Wrapper {
             };
             if let Err(e) = crate::continuity::auto_handoff(&self.spec, &self.agent, trigger, None)
             {
-                let _ = self.dir.record_op("handoff_failed", json!({"error": e}));
+                let _ = self.dir.record_op(Op::HandoffFailed, json!({"error": e}));
             }
         }
         // The sessions a fresh start leaves behind: the one this run resumed and the one
@@ -795,8 +796,9 @@ impl Wrapper {
         let (spec, dir) = (self.spec.clone(), self.dir.clone());
         std::thread::spawn(move || {
             let hooked = || {
-                state::read_since(&dir.file(state::OPS_LOG), since)
-                    .contains("\"event\":\"session_start\"")
+                state::op::since(&dir.file(state::OPS_LOG), since)
+                    .iter()
+                    .any(|o| matches!(o.op, Op::SessionStart(_)))
             };
             let deadline = Instant::now() + Duration::from_secs(3);
             while Instant::now() < deadline {
@@ -818,12 +820,12 @@ impl Wrapper {
             ) {
                 Ok(r) => {
                     let _ = dir.record_op(
-                        "startup_context_injected",
+                        Op::StartupContextInjected,
                         json!({"chars": text.len(), "confirmed_by": r.confirmed_by}),
                     );
                 }
                 Err(e) => {
-                    let _ = dir.record_op("startup_context_failed", json!({"error": e}));
+                    let _ = dir.record_op(Op::StartupContextFailed, json!({"error": e}));
                 }
             }
         });
@@ -858,8 +860,9 @@ impl Wrapper {
             // After the session-start hook, so the context is in before the prompt.
             let deadline = Instant::now() + wait;
             while Instant::now() < deadline
-                && !state::read_since(&dir.file(state::OPS_LOG), since)
-                    .contains("\"event\":\"session_start\"")
+                && !state::op::since(&dir.file(state::OPS_LOG), since)
+                    .iter()
+                    .any(|o| matches!(o.op, Op::SessionStart(_)))
             {
                 std::thread::sleep(Duration::from_millis(200));
             }
@@ -871,13 +874,13 @@ impl Wrapper {
             match crate::continuity::inject::deliver(&*runtime, &pane, &dir, &prompt, &opts) {
                 Ok(r) => {
                     let _ = dir.record_op(
-                        "continue_prompt_sent",
+                        Op::ContinuePromptSent,
                         json!({"after": why, "confirmed_by": r.confirmed_by, "attempts": r.attempts}),
                     );
                 }
                 Err(e) => {
                     let _ =
-                        dir.record_op("continue_prompt_failed", json!({"after": why, "error": e}));
+                        dir.record_op(Op::ContinuePromptFailed, json!({"after": why, "error": e}));
                 }
             }
         });
@@ -895,7 +898,7 @@ impl Wrapper {
         if let (Some(f), serde_json::Value::Object(x)) = (fields.as_object_mut(), extra) {
             f.extend(x);
         }
-        let _ = self.dir.record_op("agent_exit", fields);
+        let _ = self.dir.record_op(Op::AgentExit, fields);
     }
 
     /// Wait before the next start; false if the wrapper was told to stop meanwhile.
@@ -914,7 +917,7 @@ impl Wrapper {
     /// never runs a shell or any other program.
     fn safe_mode(&self, why: &str) -> anyhow::Result<SafeOutcome> {
         self.set_phase("safe");
-        let _ = self.dir.record_op("safe_mode", json!({"why": why}));
+        let _ = self.dir.record_op(Op::SafeMode, json!({"why": why}));
         super::poke(&self.fleet, &self.agent.name);
         let name = &self.agent.name;
         println!();
@@ -948,7 +951,7 @@ impl Wrapper {
                         say(&format!("cannot ask for a fresh start: {e}"));
                     }
                     let _ = self.dir.record_op(
-                        "operator_restart",
+                        Op::OperatorRestart,
                         json!({"from": "safe_mode", "fresh": fresh}),
                     );
                     return Ok(SafeOutcome::Start);
@@ -957,7 +960,7 @@ impl Wrapper {
                     let _ = self.dir.set_marker(state::CLEAN_EXIT);
                     let _ = self
                         .dir
-                        .record_op("operator_stop", json!({"from": "safe_mode"}));
+                        .record_op(Op::OperatorStop, json!({"from": "safe_mode"}));
                     say(&format!(
                         "`{name}` stays stopped; `phoenix restart {name}` brings it back"
                     ));
@@ -1145,15 +1148,11 @@ impl LifeProbe {
         false
     }
 
+    /// Has a hook written an op since the last look: the CLI runs, and runs its hooks.
     fn hook_in_ops(&mut self) -> bool {
         let text = state::read_since(&self.ops, self.ops_len);
         self.ops_len += text.len() as u64;
-        text.lines().any(|l| {
-            serde_json::from_str::<serde_json::Value>(l)
-                .ok()
-                .and_then(|v| v["event"].as_str().map(str::to_string))
-                .is_some_and(|e| e.starts_with("hook") || e.contains("session_start"))
-        })
+        state::op::parse(&text).iter().any(|o| o.op.is_from_hook())
     }
 }
 

@@ -7,18 +7,16 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::health::{self, Call, Inputs, Process};
-use crate::clinic::triage::tail_jsonl;
 use crate::spec::AgentSpec;
 use crate::state::bounded::{self, Links};
-use crate::state::{self, AgentDir};
+use crate::state::jsonl::tail_jsonl;
+use crate::state::{self, AgentDir, AgentState, Loaded, Op};
 use crate::world::World;
 
 /// Tool calls kept for the repetition and cascade checks.
 const RECENT_CALLS: usize = 64;
 /// Lines of the pane read for the screen check.
 pub const SCREEN_LINES: usize = 40;
-/// A state.json larger than this is not read.
-const MAX_STATE_BYTES: u64 = 16 * 1024 * 1024;
 /// How much of a transcript's end is read for token use.
 const TRANSCRIPT_TAIL_BYTES: u64 = 32 * 1024 * 1024;
 
@@ -77,17 +75,18 @@ fn millis(ts: &str) -> Option<i64> {
 
 /// Ops that begin a turn: a prompt, a session or agent start. The calls made since the latest
 /// one are the current turn's, also once the turn ended.
-const TURN_STARTS: &[&str] = &["prompt", "session_start", "agent_start"];
+fn turn_start(op: &Op) -> bool {
+    matches!(op, Op::Prompt(_) | Op::SessionStart(_) | Op::AgentStart(_))
+}
 
 /// Ops that begin or end a turn: the agent has been working since the latest one.
-const TURN_BOUNDARIES: &[&str] = &[
-    "prompt",
-    "session_start",
-    "agent_start",
-    "turn_complete",
-    "turn_failed",
-    "session_end",
-];
+fn turn_boundary(op: &Op) -> bool {
+    turn_start(op)
+        || matches!(
+            op,
+            Op::TurnComplete(_) | Op::TurnFailed(_) | Op::SessionEnd(_)
+        )
+}
 
 pub fn observe(
     agent: &AgentSpec,
@@ -154,66 +153,59 @@ pub fn observe(
         },
     });
 
-    // state.json, read as plain JSON: the watchdog must not trigger a rollback write.
-    let state: Option<Value> =
-        match bounded::read_string(&dir.file("state.json"), MAX_STATE_BYTES, Links::Refuse) {
-            Ok(text) => match serde_json::from_str(&text) {
-                Ok(v) => Some(v),
-                Err(e) => {
-                    inputs.notes.push(format!(
-                        "state.json is not valid JSON ({e}): status unknown"
-                    ));
-                    None
-                }
-            },
-            Err(e) if e.is_not_found() => {
-                inputs
-                    .notes
-                    .push("no state.json: status unknown, silence and runaway not checked".into());
-                None
-            }
-            Err(e) => {
-                inputs.notes.push(format!(
-                    "{e}: status unknown, silence and runaway not checked"
-                ));
-                None
-            }
-        };
-    let field = |k: &str| {
-        state
-            .as_ref()
-            .and_then(|s| s.get(k))
-            .and_then(Value::as_str)
-            .map(str::to_string)
+    // state.json as it is: the watchdog must not trigger a rollback write.
+    let state: Option<AgentState> = match state::store::read_state_file(&dir.file(state::STATE)) {
+        Ok(Loaded::Valid(s)) => Some(s),
+        Ok(Loaded::Corrupt(why)) => {
+            inputs.notes.push(format!(
+                "state.json is not valid JSON or not a regular file ({why}): status unknown"
+            ));
+            None
+        }
+        Ok(Loaded::Missing) => {
+            inputs
+                .notes
+                .push("no state.json: status unknown, silence and runaway not checked".into());
+            None
+        }
+        Err(e) => {
+            inputs.notes.push(format!(
+                "{e}: status unknown, silence and runaway not checked"
+            ));
+            None
+        }
     };
-    inputs.status = field("status");
+    let field = |get: fn(&AgentState) -> Option<&String>| state.as_ref().and_then(get).cloned();
+    inputs.status = state.as_ref().map(|s| s.status.as_str().to_string());
     if inputs.status.as_deref() == Some("failed") {
-        inputs.turn_error = field("last_error");
+        inputs.turn_error = field(|s| s.last_error.as_ref());
         // The turn-failed hook sets `last_active` with the status; nothing else touches it
         // until the next session or prompt.
         observed.failed_turn = Some(format!(
             "{}|{}",
-            field("last_active").unwrap_or_default(),
+            field(|s| s.last_active.as_ref()).unwrap_or_default(),
             inputs.turn_error.as_deref().unwrap_or("")
         ));
     }
-    inputs.last_active = field("last_active").as_deref().and_then(seconds);
-    observed.task = field("current_task");
+    inputs.last_active = field(|s| s.last_active.as_ref())
+        .as_deref()
+        .and_then(seconds);
+    observed.task = field(|s| s.current_task.as_ref());
 
-    let ops = tail_jsonl(&dir.file(state::OPS_LOG));
+    let ops = state::op::tail(&dir.file(state::OPS_LOG));
     // A CLI may end a turn that failed on an API error without any hook (Codex), so the status
     // stays `working`: its session file says the turn failed, and the CLI waits at its prompt.
     // Only an error of the current run counts: a Codex started afresh runs its SessionStart
     // hook, and records its new rollout, only with its first prompt.
     if inputs.status.as_deref() == Some("working")
-        && let Some(path) = field("transcript_path")
+        && let Some(path) = field(|s| s.transcript_path.as_ref())
         && let Some(error) = agent.cli.adapter().last_turn_error(Path::new(&path))
     {
         let started = ops
             .iter()
             .rev()
-            .find(|o| o["event"] == "agent_start")
-            .and_then(|o| o["ts"].as_str())
+            .find(|o| matches!(o.op, Op::AgentStart(_)))
+            .and_then(|o| o.ts.as_deref())
             .and_then(seconds);
         if of_this_run(error.ts.as_deref().and_then(seconds), started) {
             inputs.status = Some("failed".into());
@@ -224,10 +216,10 @@ pub fn observe(
                 .push("the session file says the last turn ended in an API error".into());
         }
     }
-    let prompted = field("turn_started");
+    let prompted = field(|s| s.turn_started.as_ref());
     inputs.working_since =
-        latest_of(&ops, TURN_BOUNDARIES, prompted.as_deref()).map(|ms| ms.div_euclid(1000));
-    let turn_started_ms = latest_of(&ops, TURN_STARTS, prompted.as_deref());
+        latest_of(&ops, turn_boundary, prompted.as_deref()).map(|ms| ms.div_euclid(1000));
+    let turn_started_ms = latest_of(&ops, turn_start, prompted.as_deref());
 
     let tool_log = dir.file(state::TOOL_USE);
     if tool_log.exists() {
@@ -263,7 +255,7 @@ pub fn observe(
     // The transcript moves while the model works without calling tools (its messages, and
     // retry records where the CLI writes them): one stat, and its tail only while working.
     if inputs.status.as_deref() == Some("working")
-        && let Some(path) = field("transcript_path")
+        && let Some(path) = field(|s| s.transcript_path.as_ref())
     {
         let (written, retry_at) = transcript_life(Path::new(&path));
         inputs.transcript_written = written;
@@ -271,7 +263,7 @@ pub fn observe(
     }
 
     if count_tokens {
-        match field("transcript_path") {
+        match field(|s| s.transcript_path.as_ref()) {
             Some(path) => match read_tokens(Path::new(&path)) {
                 Ok(tokens) => inputs.tokens = tokens,
                 Err(e) if e.is_not_found() => {}
@@ -300,11 +292,15 @@ pub fn observe(
 /// The time of the latest op among `events`, or the prompt state.json recorded
 /// (`turn_started`), whichever is later (milliseconds since the epoch). An agent idle for
 /// hours that gets a prompt works since that prompt, not since the turn before.
-fn latest_of(ops: &[Value], events: &[&str], state_turn_started: Option<&str>) -> Option<i64> {
+fn latest_of(
+    ops: &[state::op::Line],
+    which: fn(&Op) -> bool,
+    state_turn_started: Option<&str>,
+) -> Option<i64> {
     ops.iter()
         .rev()
-        .find(|o| o["event"].as_str().is_some_and(|e| events.contains(&e)))
-        .and_then(|o| o["ts"].as_str())
+        .find(|o| which(&o.op))
+        .and_then(|o| o.ts.as_deref())
         .and_then(millis)
         .max(state_turn_started.and_then(millis))
 }
@@ -539,7 +535,10 @@ mod tests {
 
     #[test]
     fn a_turn_starts_at_its_prompt_not_at_the_end_of_the_turn_before() {
-        let op = |event: &str, ts: &str| serde_json::json!({"event": event, "ts": ts});
+        let op = |event: &str, ts: &str| {
+            let line = serde_json::json!({"event": event, "ts": ts}).to_string();
+            state::op::parse(&line).remove(0)
+        };
         let ms = |ts: &str| millis(ts).unwrap();
         let ops = vec![
             op("session_start", "2026-11-25T09:00:00Z"),
@@ -548,7 +547,7 @@ mod tests {
             op("prompt", "2026-11-25T12:00:00.250Z"),
             op("clinic_context_injected", "2026-11-25T12:00:01Z"),
         ];
-        let turn_started = |ops: &[Value], state| latest_of(ops, TURN_BOUNDARIES, state);
+        let turn_started = |ops: &[state::op::Line], state| latest_of(ops, turn_boundary, state);
         assert_eq!(
             turn_started(&ops, None),
             Some(ms("2026-11-25T12:00:00.250Z"))
@@ -573,7 +572,7 @@ mod tests {
             op("turn_complete", "2026-11-25T12:10:00Z"),
         ];
         assert_eq!(
-            latest_of(&ended, TURN_STARTS, None),
+            latest_of(&ended, turn_start, None),
             Some(ms("2026-11-25T12:00:00Z"))
         );
         assert_eq!(turn_started(&ended, None), Some(ms("2026-11-25T12:10:00Z")));

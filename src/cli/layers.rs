@@ -1,0 +1,107 @@
+//! The import rules between the top-level modules, checked over the source: printing and
+//! argument parsing live in `cli/` and nothing below it reaches up into it; the state layer
+//! imports nothing above it; the generic rooms take no helpers from the Clinic.
+
+use std::path::{Path, PathBuf};
+
+/// `(module, modules it must not import)`; `*` is every module but `cli` itself.
+const RULES: &[(&str, &[&str])] = &[
+    ("*", &["cli"]),
+    (
+        "state",
+        &[
+            "spec",
+            "clinic",
+            "watchdog",
+            "supervise",
+            "serve",
+            "notify",
+            "continuity",
+        ],
+    ),
+    ("process", &["clinic"]),
+    ("notify", &["clinic"]),
+    ("serve", &["clinic"]),
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level modules a source file names through `crate::` (comments left out).
+fn imports(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        let mut rest = code;
+        while let Some(i) = rest.find("crate::") {
+            rest = &rest[i + "crate::".len()..];
+            let names: Vec<&str> = match rest.strip_prefix('{') {
+                // `use crate::{cli, state::Op}`: each item's first segment.
+                Some(list) => list
+                    .split('}')
+                    .next()
+                    .unwrap_or("")
+                    .split(',')
+                    .map(|item| item.trim().split("::").next().unwrap_or(""))
+                    .collect(),
+                None => vec![rest],
+            };
+            for name in names {
+                let end = name
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .unwrap_or(name.len());
+                found.push(name[..end].to_string());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_module_imports_what_it_must_not() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut broken = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(&src).unwrap();
+        let module = rel
+            .components()
+            .next()
+            .and_then(|c| c.as_os_str().to_str())
+            .unwrap_or("")
+            .trim_end_matches(".rs");
+        if ["cli", "main", "lib", "bin"].contains(&module) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for import in imports(&text) {
+            let forbidden = RULES
+                .iter()
+                .filter(|(who, _)| *who == "*" || *who == module)
+                .any(|(_, banned)| banned.contains(&import.as_str()));
+            if forbidden {
+                broken.push(format!("src/{}: crate::{import}", rel.display()));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "imports against the layering:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn imports_are_found_in_paths_and_lists() {
+    let text = "use crate::cli::out;\nuse crate::{clinic, state::Op};\n// crate::cli in a comment\nlet x = crate::text::shorten(a, 3);";
+    assert_eq!(imports(text), ["cli", "clinic", "state", "text"]);
+}
