@@ -626,11 +626,11 @@ impl Hook<'_> {
                 let count = dir.update_state(ctx.retention, |s| {
                     s.status = Status::Working;
                     s.consecutive_errors += 1;
-                    s.last_error = Some(error.clone());
-                    s.last_active = Some(now);
                     if session_id.is_some() {
                         s.session_id = session_id.clone();
                     }
+                    s.record_error(error.clone(), &now);
+                    s.last_active = Some(now);
                     Ok(s.consecutive_errors)
                 });
                 match count {
@@ -832,13 +832,13 @@ impl Hook<'_> {
         let now = state::rfc3339(ctx.now);
         ctx.dir.update_state(ctx.retention, |s| {
             s.status = status.clone();
-            if error.is_some() {
-                s.last_error = error.clone();
-            }
-            s.last_active = Some(now);
             if session_id.is_some() {
                 s.session_id = session_id.clone();
             }
+            if let Some(error) = &error {
+                s.record_error(error.clone(), &now);
+            }
+            s.last_active = Some(now);
             Ok(())
         })?;
         fields["session_id"] = json!(session_id);

@@ -189,7 +189,11 @@ pub fn observe(
     };
     inputs.status = field("status");
     if inputs.status.as_deref() == Some("failed") {
-        inputs.turn_error = field("last_error");
+        // The failed turn's own error, never one an earlier session left behind.
+        inputs.turn_error = state
+            .as_ref()
+            .and_then(state::agent::session_error)
+            .map(|(e, _)| e.to_string());
         // The turn-failed hook sets `last_active` with the status; nothing else touches it
         // until the next session or prompt.
         observed.failed_turn = Some(format!(
