@@ -242,8 +242,10 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
         Turn::bash("sleep 60"),
         Turn::text("Picked up where I stopped."),
     ]);
+    // Cooldown 1 s, as the issue measured it (goal: the resumed session asks the model
+    // within 3 s of the kill).
     fleet.toml(&format!(
-        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"30s\"\n\n{}",
+        "[defaults.restart]\ncooldown = \"1s\"\nbackoff_max = \"1s\"\nlife_deadline = \"30s\"\n\n{}",
         claude_agent("cc", &bin, &home, &server, key)
     ));
     fleet.run(&["apply", "--yes"]).status(0);
@@ -316,9 +318,24 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
         .filter(|at| *at > killed_at)
         .min()
     {
+        let since_kill = |event: &str| {
+            let ops = fleet.ops("cc");
+            let at = ops.iter().rfind(|o| o["event"] == event)?["ts"].as_str()?;
+            let at: jiff::Timestamp = at.parse().ok()?;
+            let killed = jiff::Timestamp::now()
+                - jiff::SignedDuration::try_from(killed_at.elapsed()).ok()?;
+            Some(format!(
+                "{:.2}s",
+                (at - killed).total(jiff::Unit::Second).ok()?
+            ))
+        };
         eprintln!(
-            "kill -9 → first model request of the resumed session: {:.2?}",
-            first - killed_at
+            "kill -9 → first model request of the resumed session: {:.2?} (agent_start {:?}, \
+             session_start {:?}, continue_prompt_sent {:?})",
+            first - killed_at,
+            since_kill("agent_start"),
+            since_kill("session_start"),
+            since_kill("continue_prompt_sent"),
         );
     }
     let handoffs = fleet.run(&["handoff", "list", "cc", "--json"]).json();
