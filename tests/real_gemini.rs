@@ -771,3 +771,43 @@ fn real_gemini_idle_past_silence_then_a_slow_answer_is_not_silent() {
         0
     );
 }
+
+/// The Gemini API answers 404 for the model: Gemini CLI fires no hook and shows a dialog ("It
+/// seems like you don't have access to gemini-x", "1. Keep trying / 2. Stop") that waits for a
+/// person. The watchdog finds the wedged screen, the Clinic reads model-not-found from it, and
+/// the agent goes to safe mode at once (no revival, no restart) with the model named and the
+/// fix.
+#[test]
+fn real_gemini_model_not_found_dialog_goes_to_safe_mode_naming_the_model() {
+    let fleet = Fleet::new();
+    let not_found = Turn::Error {
+        status: 404,
+        kind: "NOT_FOUND".into(),
+        message: "models/gemini-3.8-flash is not found for API version v1beta, or is not supported for generateContent.".into(),
+    };
+    let server = gemini_server::start(vec![not_found; 12]);
+    let (dir, pane) = start_gemini(&fleet, &server, "", "summarise the changelog");
+    support::wait_for_screen(&fleet, &pane, "Keep trying", WAIT);
+    let gm = fleet.watchdog_until_confirmed();
+    assert_eq!(gm["verdict"], "unhealthy", "{gm}");
+    assert_eq!(gm["findings"][0]["check"], "screen", "{gm}");
+    let events = fleet
+        .run(&["events", "--agent", "gm", "--json"])
+        .status(0)
+        .stdout();
+    assert!(events.contains("model_unavailable"), "{events}");
+    assert!(events.contains("gemini-3.8-flash"), "{events}");
+    let record = read_json(&dir.join("crashes.json"));
+    let why = record["safe_mode"]["reason"].as_str().unwrap_or("");
+    assert!(why.contains("model_unavailable"), "{record}");
+    assert!(why.contains("`gemini-3.8-flash`"), "{record}");
+    assert!(why.contains("fix `--model`"), "{record}");
+    // One start, no revival: a restart cannot fix the model.
+    let starts = fleet
+        .ops("gm")
+        .iter()
+        .filter(|o| o["event"] == "agent_start")
+        .count();
+    assert_eq!(starts, 1);
+    assert_eq!(fleet.unhealthy_events("gm").matches("\"revive").count(), 0);
+}

@@ -535,6 +535,9 @@ fn error_in_output(output: &str) -> Option<String> {
                 "exception",
                 "panicked",
                 "denied",
+                // Gemini CLI's dialog after a 404 for its model says only "It seems like you
+                // don't have access to gemini-x" (no "error" on screen).
+                "have access to",
             ]
             .iter()
             .any(|w| lower.contains(w))
@@ -952,5 +955,32 @@ mod tests {
             "last_error_session": "s1", "last_error_at": "2026-01-01T10:04:30.000Z"}));
         assert_eq!(t.error_type, "tool_error", "{t:?}");
         assert!(t.error_message.contains("prompt is too long"), "{t:?}");
+    }
+
+    #[test]
+    fn gemini_model_not_found_dialog_on_screen_is_the_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = crate::state::FleetDir::new(tmp.path()).agent("a");
+        dir.ensure().unwrap();
+        let screen = " > migrate the billing tables\n\
+            │ It seems like you don't have access to gemini-3.8-flash.                 │\n\
+            │ Your admin might have disabled the access. Contact them to enable the    │\n\
+            │ ● 1. Keep trying                                                         │\n\
+            │   2. Stop                                                                │\n";
+        let t = triage(&TriageInput {
+            agent: AgentInfo::default(),
+            dir: &dir,
+            exit: None,
+            transcript: None,
+            output: Some(screen.into()),
+            session: Session::Latest,
+        });
+        assert!(
+            t.error_message.contains("have access to gemini-3.8-flash"),
+            "{t:?}"
+        );
+        let d = crate::policy::builtin::diagnose(&t);
+        assert_eq!(d.root_cause, crate::policy::RootCause::ModelUnavailable);
+        assert!(d.explanation.contains("`gemini-3.8-flash`"), "{d:?}");
     }
 }
