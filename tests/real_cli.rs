@@ -1351,64 +1351,16 @@ fn real_claude_compaction_saves_a_handoff_that_comes_back() {
 fn real_claude_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
     let fleet = support::Fleet::new();
     let server = ModelServer::start(vec![
-        Turn::bash("setsid sh -c 'sleep 5; echo x >> F' >/dev/null 2>&1 & sleep 60"),
+        Turn::bash(support::scenarios::ORPHAN_JOB),
         Turn::text("Checked F before running it again."),
     ]);
-    let dir = start_claude(&fleet, &server, "", "append x to F");
-    let work = fleet.path().join("work");
-    // The PreToolUse hook phoenix installed noted the call.
-    support::wait_until(
-        std::time::Duration::from_secs(60),
-        "the Bash call in flight",
-        || dir.join("in_flight.json").exists(),
+    start_claude(&fleet, &server, "", "append x to F");
+    support::scenarios::killed_mid_tool_leaves_no_orphan(
+        &fleet,
+        "cc",
+        &fleet.path().join("work"),
+        || sent_with_the_continue_prompt(&server),
     );
-    // The job has left Claude's process group by now (its `sh` runs `sleep 5`).
-    support::wait_until(std::time::Duration::from_secs(10), "the job", || {
-        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("sleep 5; echo x >> F"))
-        })
-    });
-    let pid = fleet.agent_status("cc")["pid"].as_u64().unwrap() as u32;
-    support::kill9(pid);
-
-    support::wait_until(
-        std::time::Duration::from_secs(30),
-        "the interruption recorded",
-        || {
-            fleet
-                .ops("cc")
-                .iter()
-                .any(|o| o["event"] == "tool_interrupted")
-        },
-    );
-    let ops = fleet.ops("cc");
-    let strays = ops
-        .iter()
-        .find(|o| o["event"] == "strays_stopped")
-        .expect("strays_stopped");
-    let job = strays["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["argv"].to_string().contains("sleep 5; echo x >> F"))
-        .unwrap_or_else(|| panic!("the job is recorded: {strays}"));
-    let job_pid = job["pid"].as_u64().unwrap();
-    assert!(
-        !std::path::Path::new(&format!("/proc/{job_pid}")).exists(),
-        "the job is gone once recorded"
-    );
-    let interrupted = ops
-        .iter()
-        .find(|o| o["event"] == "tool_interrupted")
-        .unwrap();
-    assert_eq!(interrupted["tool"], "Bash");
-    let sent = sent_with_the_continue_prompt(&server);
-    assert!(
-        sent.contains("This command was interrupted and has been stopped: Bash: setsid sh -c"),
-        "{sent}"
-    );
-    assert!(!work.join("F").exists(), "the orphaned job acted");
 }
 
 /// Issue 15 item 7 with the real CLI: the wrapper is killed with Claude Code still running
@@ -1425,48 +1377,7 @@ fn real_claude_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
             .is_some_and(|s| s["status"] == "idle")
     });
-    let old = fleet.agent_status("cc")["pid"].as_u64().unwrap() as u32;
-    let pane = fleet.agent_status("cc")["pane"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let wrapper: u32 = fleet
-        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    support::kill9(wrapper);
-    fleet.run(&["apply", "--yes"]);
-    support::wait_until(std::time::Duration::from_secs(30), "a new start", || {
-        fleet
-            .ops("cc")
-            .iter()
-            .filter(|o| o["event"] == "agent_start")
-            .count()
-            >= 2
-    });
-    let ops = fleet.ops("cc");
-    let stopped = ops
-        .iter()
-        .position(|o| o["event"] == "previous_agent_stopped")
-        .unwrap_or_else(|| panic!("the old Claude Code is stopped: {ops:?}"));
-    assert_eq!(ops[stopped]["agent_pid"], old, "{:?}", ops[stopped]);
-    let second_start = ops
-        .iter()
-        .enumerate()
-        .filter(|(_, o)| o["event"] == "agent_start")
-        .nth(1)
-        .unwrap()
-        .0;
-    assert!(stopped < second_start, "stopped before the next start");
-    assert!(
-        !std::path::Path::new(&format!("/proc/{old}/cmdline")).exists() || {
-            // A zombie waiting for init is gone too.
-            std::fs::read_to_string(format!("/proc/{old}/stat"))
-                .is_ok_and(|s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
-        }
-    );
+    support::scenarios::killed_wrapper_leaves_one_copy(&fleet, "cc");
 }
 
 /// Watchdog passes (`phoenix watchdog --once --json`) on a thread of their own, one after the

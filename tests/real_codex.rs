@@ -825,3 +825,38 @@ fn real_codex_model_not_found_goes_to_safe_mode_naming_the_model() {
         .count();
     assert_eq!(starts, 1);
 }
+
+/// Issue 15 item 6 with the real Codex: killed in the middle of a shell call whose job left
+/// its process group; the job is stopped and recorded before the resume, never acts, and the
+/// resumed session is told which command was stopped.
+#[test]
+fn real_codex_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
+    let fleet = Fleet::new();
+    let server = openai_server::start(vec![
+        exec(support::scenarios::ORPHAN_JOB),
+        Turn::text("Checked F before running it again."),
+    ]);
+    let run = start_codex(&fleet, &server, "", "append x to F");
+    support::scenarios::killed_mid_tool_leaves_no_orphan(
+        &fleet,
+        "cx",
+        &fleet.path().join("work"),
+        || sent_with_the_continue_prompt(&fleet, &server, &run.pane),
+    );
+}
+
+/// Issue 15 item 7 with the real Codex: its wrapper is killed with Codex still running; the
+/// wrapper that replaces it stops that Codex (recorded) before it starts one of its own.
+#[test]
+fn real_codex_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
+    let fleet = Fleet::new();
+    let server = openai_server::start(vec![Turn::text("Done.")]);
+    let run = start_codex(&fleet, &server, "", "say done");
+    support::wait_until_explained(
+        Duration::from_secs(60),
+        "the turn",
+        || state_of(&run.dir)["status"] == "idle",
+        || fleet.explain("cx", &run.pane),
+    );
+    support::scenarios::killed_wrapper_leaves_one_copy(&fleet, "cx");
+}
