@@ -371,10 +371,30 @@ fn real_gemini_killed_mid_turn_is_resumed_with_the_recovery_block() {
     assert!(sent.contains("refactor the parser module"), "{sent}");
     assert!(sent.contains("latest handoff"), "{sent}");
     support::wait_for_screen(&fleet, &pane, "Picked up where I stopped.", WAIT);
+    // The resumed session goes on in its own chat file, and phoenix reads that one (Gemini
+    // CLI reports a new, near-empty file to SessionStart once a minute has turned since the
+    // session began: the "same session file" check failed 1 run in 5).
+    assert!(
+        std::fs::read_to_string(&chat_before)
+            .unwrap()
+            .contains("Picked up where I stopped."),
+        "the resumed session wrote elsewhere"
+    );
+    let resumed = fleet
+        .ops("gm")
+        .into_iter()
+        .rfind(|o| o["event"] == "session_start" && o["source"] == "resume")
+        .unwrap();
     assert_eq!(
-        chat_file(&home, &id),
-        Some(chat_before),
-        "same session file"
+        resumed["transcript_path"].as_str().map(PathBuf::from),
+        Some(chat_before.clone()),
+        "{resumed}"
+    );
+    assert_eq!(
+        state_of(&dir)["transcript_path"]
+            .as_str()
+            .map(PathBuf::from),
+        Some(chat_before.clone())
     );
     // The handoff saved on the crash is the one that came with the recovery block; no turn
     // left one of its own.
@@ -391,7 +411,7 @@ fn real_gemini_killed_mid_turn_is_resumed_with_the_recovery_block() {
         ["crash"],
         "{:?}\n{}",
         fleet.ops("gm"),
-        std::fs::read_to_string(chat_file(&home, &id).unwrap()).unwrap()
+        std::fs::read_to_string(&chat_before).unwrap()
     );
     assert!(!dir.join("hook_errors.jsonl").exists());
 }
@@ -810,4 +830,39 @@ fn real_gemini_model_not_found_dialog_goes_to_safe_mode_naming_the_model() {
         .count();
     assert_eq!(starts, 1);
     assert_eq!(fleet.unhealthy_events("gm").matches("\"revive").count(), 0);
+}
+
+/// Issue 15 item 6 with the real Gemini CLI: killed in the middle of a shell call whose job
+/// left its process group; the job is stopped and recorded before the resume, never acts,
+/// and the resumed session is told which command was stopped.
+#[test]
+fn real_gemini_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
+    let fleet = Fleet::new();
+    let server = gemini_server::start(vec![
+        shell(support::scenarios::ORPHAN_JOB),
+        Turn::text("Checked F before running it again."),
+    ]);
+    let (_, pane) = start_gemini(&fleet, &server, "", "append x to F");
+    support::scenarios::killed_mid_tool_leaves_no_orphan(
+        &fleet,
+        "gm",
+        &fleet.path().join("work"),
+        || sent_with_the_continue_prompt(&fleet, &server, &pane),
+    );
+}
+
+/// Issue 15 item 7 with the real Gemini CLI: its wrapper is killed with Gemini still running;
+/// the wrapper that replaces it stops that Gemini (recorded) before it starts one of its own.
+#[test]
+fn real_gemini_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
+    let fleet = Fleet::new();
+    let server = gemini_server::start(vec![Turn::text("Done.")]);
+    let (dir, pane) = start_gemini(&fleet, &server, "", "say done");
+    support::wait_until_explained(
+        WAIT,
+        "the turn",
+        || state_of(&dir)["status"] == "idle",
+        || fleet.explain("gm", &pane),
+    );
+    support::scenarios::killed_wrapper_leaves_one_copy(&fleet, "gm");
 }

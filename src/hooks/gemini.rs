@@ -4,6 +4,7 @@
 //! tokens for Gemma 4 models, 1,048,576 for the others; Gemini CLI 0.61). Taken at its word,
 //! every turn would count as a compaction and leave a snapshot and a handoff behind. The last
 //! prompt's size is in the session's chat file, so phoenix applies the same rule.
+//! Also here: which chat file holds a resumed session (`session_chat`).
 
 use std::path::{Path, PathBuf};
 
@@ -77,6 +78,53 @@ fn last_prompt_in(text: &str) -> Option<(u64, String)> {
     })
 }
 
+/// Chat files looked at in one directory at most.
+const MAX_CHATS: usize = 10_000;
+
+/// The chat file that holds the session `reported` names. Gemini CLI 0.61 resumed with
+/// `--resume` keeps writing the session's own file, `session-<start minute>-<id8>.jsonl`, yet
+/// first creates one named after the current minute (only its metadata in it) and reports that
+/// one to the SessionStart hook: once a minute has turned since the session began, the
+/// reported file holds none of the conversation. Of the files of that session (same
+/// directory, same `-<id8>.jsonl`), the largest is the one with the conversation.
+pub fn session_chat(reported: &Path) -> PathBuf {
+    let (Some(dir), Some(name)) = (reported.parent(), reported.file_name()) else {
+        return reported.to_path_buf();
+    };
+    let name = name.to_string_lossy();
+    let Some(id8) = name
+        .strip_prefix("session-")
+        .and_then(|n| n.strip_suffix(".jsonl"))
+        .and_then(|n| n.rsplit_once('-'))
+        .map(|(_, id8)| format!("-{id8}.jsonl"))
+    else {
+        return reported.to_path_buf();
+    };
+    let size = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| m.len())
+    };
+    let mut best = (size(reported).unwrap_or(0), reported.to_path_buf());
+    for entry in std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(MAX_CHATS)
+    {
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        if file.starts_with("session-") && file.ends_with(&id8) {
+            let path = entry.path();
+            if let Some(len) = size(&path).filter(|len| *len > best.0) {
+                best = (len, path);
+            }
+        }
+    }
+    best.1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +181,29 @@ mod tests {
         );
         std::fs::write(&chat, long).unwrap();
         assert!(will_compress(Some(&chat), &[]));
+    }
+
+    #[test]
+    fn a_resumed_session_is_in_its_own_chat_file_not_the_one_reported() {
+        let tmp = tempfile::tempdir().unwrap();
+        let chats = tmp.path();
+        let own = chats.join("session-2026-11-25T15-05-c37e69ac.jsonl");
+        let stray = chats.join("session-2026-11-25T15-06-c37e69ac.jsonl");
+        let other = chats.join("session-2026-11-25T15-07-0badc0de.jsonl");
+        std::fs::write(
+            &own,
+            "{\"sessionId\":\"c37e69ac\"}\n{\"type\":\"user\"}\n{\"type\":\"gemini\"}\n",
+        )
+        .unwrap();
+        std::fs::write(&stray, "{\"sessionId\":\"c37e69ac\"}\n").unwrap();
+        std::fs::write(&other, "x".repeat(10_000)).unwrap();
+        assert_eq!(session_chat(&stray), own);
+        assert_eq!(session_chat(&own), own);
+        assert_eq!(session_chat(&other), other);
+        // Not a chat file's name, or no file at all: as reported.
+        let odd = chats.join("notes.jsonl");
+        assert_eq!(session_chat(&odd), odd);
+        let gone = chats.join("session-2026-11-25T15-08-12345678.jsonl");
+        assert_eq!(session_chat(&gone), gone);
     }
 }

@@ -394,16 +394,16 @@ impl Hook<'_> {
         let session_cwd = self.payload.str("cwd").map(str::to_string);
         // A transcript that exists but is not a regular file (a FIFO, `/dev/zero`) is not
         // recorded: brief generation, handoffs and the watchdog would refuse it anyway.
-        let transcript =
-            self.payload.transcript_path().filter(|path| {
-                match bounded::open_regular(Path::new(path), Links::Follow) {
-                    Err(e @ bounded::ReadError::NotRegular { .. }) => {
-                        self.problem(&format!("transcript_path {e}"));
-                        false
-                    }
-                    _ => true,
+        let transcript = self.transcript();
+        let transcript = transcript.as_deref().filter(|path| {
+            match bounded::open_regular(Path::new(path), Links::Follow) {
+                Err(e @ bounded::ReadError::NotRegular { .. }) => {
+                    self.problem(&format!("transcript_path {e}"));
+                    false
                 }
-            });
+                _ => true,
+            }
+        });
         let transcript = transcript.map(str::to_string);
         let now = state::rfc3339(ctx.now);
         let update = dir.update_state(ctx.retention, |s| {
@@ -436,7 +436,7 @@ impl Hook<'_> {
         let _ = dir.record_op(
             "session_start",
             json!({"source": source, "session_id": session_id, "interrupted": interrupted,
-                   "transcript_path": self.payload.transcript_path(), "injected": text.is_some(),
+                   "transcript_path": transcript, "injected": text.is_some(),
                    "deferred_to_prompt": deferred}),
         );
         match text {
@@ -717,7 +717,7 @@ impl Hook<'_> {
                 .into_iter()
                 .chain([self.cwd(ctx).join(".gemini/settings.json")])
                 .collect();
-            if !gemini::will_compress(self.payload.transcript_path().map(Path::new), &settings) {
+            if !gemini::will_compress(self.transcript().as_deref().map(Path::new), &settings) {
                 return Ok(Reply::Nothing);
             }
         }
@@ -797,6 +797,18 @@ impl Hook<'_> {
         }
     }
 
+    /// The payload's transcript; for Gemini CLI the chat file that does hold the session,
+    /// which after a resume is not always the one reported (`gemini::session_chat`).
+    fn transcript(&self) -> Option<String> {
+        let path = self.payload.transcript_path()?;
+        Some(match self.cli {
+            Some(Cli::Gemini) => gemini::session_chat(Path::new(path))
+                .to_string_lossy()
+                .into_owned(),
+            _ => path.to_string(),
+        })
+    }
+
     fn stop(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
         // The turn is over: a call that never reported back (denied, say) is not running.
         let _ = std::fs::remove_file(ctx.dir.file(state::IN_FLIGHT));
@@ -805,8 +817,8 @@ impl Hook<'_> {
         // its chat file says it failed. Codex fires no Stop for one, but the same check costs
         // nothing should a build do.
         if matches!(self.cli, Some(Cli::Gemini | Cli::Codex))
-            && let Some(path) = self.payload.transcript_path()
-            && let Some(error) = failed_turn::last_turn_error(Path::new(path))
+            && let Some(path) = self.transcript()
+            && let Some(error) = failed_turn::last_turn_error(Path::new(&path))
         {
             return self.record_failed_turn(ctx, &error.kind, &error.message, hook);
         }
