@@ -1377,7 +1377,7 @@ fn real_claude_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
             .is_some_and(|s| s["status"] == "idle")
     });
-    support::scenarios::killed_wrapper_leaves_one_copy(&fleet, "cc");
+    support::scenarios::killed_wrapper_leaves_one_copy(&fleet, "cc", true);
 }
 
 /// Watchdog passes (`phoenix watchdog --once --json`) on a thread of their own, one after the

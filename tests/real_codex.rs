@@ -858,5 +858,5 @@ fn real_codex_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
         || state_of(&run.dir)["status"] == "idle",
         || fleet.explain("cx", &run.pane),
     );
-    support::scenarios::killed_wrapper_leaves_one_copy(&fleet, "cx");
+    support::scenarios::killed_wrapper_leaves_one_copy(&fleet, "cx", false);
 }
