@@ -102,6 +102,13 @@ pub fn killed_wrapper_leaves_one_copy(fleet: &Fleet, agent: &str, stays: bool) {
         .parse()
         .unwrap();
     kill9(wrapper);
+    // `apply` acts on a dead pane: run it once tmux has seen the wrapper die (run at once, it
+    // could still find the pane alive and do nothing).
+    wait_until(Duration::from_secs(10), "the pane dead", || {
+        fleet
+            .tmux(&["display-message", "-p", "-t", &pane, "#{pane_dead}"])
+            .is_some_and(|d| d.trim() == "1")
+    });
     fleet.run(&["apply", "--yes"]);
     let second_start = || {
         fleet
