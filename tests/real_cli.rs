@@ -337,6 +337,11 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
             since_kill("session_start"),
             since_kill("continue_prompt_sent"),
         );
+        let sent_op = fleet
+            .ops("cc")
+            .into_iter()
+            .rfind(|o| o["event"] == "continue_prompt_sent");
+        eprintln!("continue prompt: {sent_op:?}");
     }
     let handoffs = fleet.run(&["handoff", "list", "cc", "--json"]).json();
     assert_eq!(handoffs[0]["trigger_reason"], "crash");

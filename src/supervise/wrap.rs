@@ -970,7 +970,7 @@ impl Wrapper {
             // The hook fired: the CLI has loaded its session and draws its input box next, so
             // a short still screen says it waits. Without the hook nothing says the CLI got
             // that far, and a screen still for longer is the only sign.
-            let quiet = if hooked() { 400 } else { 1500 };
+            let quiet = if hooked() { 250 } else { 1500 };
             // Every hooked CLI runs its prompt hook on a submitted prompt: only that confirms
             // it, and an Enter the CLI swallowed while it settled is pressed again soon.
             let opts = crate::continuity::inject::Options {
