@@ -90,10 +90,11 @@ local function contains(list, value)
 end
 
 -- The model an error names ("model: claude-x", "selected model (claude-x)",
--- "models/gemini-x", "have access to gemini-x"), for a person to fix.
+-- "models/gemini-x", "have access to gemini-x", "the model `gpt-x` does not exist"), for a
+-- person to fix.
 local function model_named(text)
   local lower = text:lower()
-  for _, start in ipairs({ "model:", "selected model (", "models/", "have access to " }) do
+  for _, start in ipairs({ "model:", "selected model (", "models/", "have access to ", "the model `" }) do
     local s, e = lower:find(start, 1, true)
     if s then
       local name = text:sub(e + 1):gsub("^ +", ""):match("^[%w%._%-@:]+")

@@ -867,6 +867,9 @@ fn gemini_turn_that_ended_in_an_api_error_is_a_failed_turn() {
             .contains("exceeds the maximum number of tokens"),
         "{s}"
     );
+    // The error says whose it is: a later session must not take it for its own.
+    assert_eq!(s["last_error_session"], "g-1", "{s}");
+    assert!(s["last_error_at"].is_string(), "{s}");
     let op = fleet
         .ops("g")
         .into_iter()

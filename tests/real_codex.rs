@@ -782,3 +782,81 @@ fn real_codex_idle_past_silence_then_a_slow_answer_is_not_silent() {
         0
     );
 }
+
+/// The Responses API answers 404 `model_not_found`: Codex prints "The model `gpt-5` does not
+/// exist or you do not have access to it." and waits at its prompt (no hook, the rollout ends
+/// the turn with the error). One watchdog pass finds the failed turn, the Clinic diagnoses a
+/// model this account cannot use, and the agent goes to safe mode at once (no revival, no
+/// restart) with the model named and the fix.
+#[test]
+fn real_codex_model_not_found_goes_to_safe_mode_naming_the_model() {
+    let fleet = Fleet::new();
+    let not_found = Turn::Error {
+        status: 404,
+        kind: "model_not_found".into(),
+        message: "The model `gpt-5` does not exist or you do not have access to it.".into(),
+    };
+    let server = openai_server::start(vec![not_found; 12]);
+    let s = start_codex(&fleet, &server, "", "summarise the changelog");
+    support::wait_for_screen(&fleet, &s.pane, "does not exist", WAIT);
+    // A failed turn is unambiguous: the first pass that sees it acts.
+    let mut cx = Value::Null;
+    support::wait_until(WAIT, "a pass that finds the failed turn", || {
+        cx = fleet.run(&["watchdog", "--once", "--json"]).json()["agents"][0].clone();
+        cx["verdict"] != "healthy"
+    });
+    assert_eq!(cx["verdict"], "unhealthy", "{cx}");
+    assert_eq!(cx["findings"][0]["check"], "turn_failed", "{cx}");
+    assert_eq!(cx["action_taken"], "safe_mode (clinic)", "{cx}");
+    let events = fleet
+        .run(&["events", "--agent", "cx", "--json"])
+        .status(0)
+        .stdout();
+    assert!(events.contains("model_unavailable"), "{events}");
+    let record = read_json(&s.dir.join("crashes.json"));
+    let why = record["safe_mode"]["reason"].as_str().unwrap_or("");
+    assert!(why.contains("model_unavailable"), "{record}");
+    assert!(why.contains("`gpt-5`"), "{record}");
+    assert!(why.contains("fix `--model`"), "{record}");
+    let starts = fleet
+        .ops("cx")
+        .iter()
+        .filter(|o| o["event"] == "agent_start")
+        .count();
+    assert_eq!(starts, 1);
+}
+
+/// Issue 15 item 6 with the real Codex: killed in the middle of a shell call whose job left
+/// its process group; the job is stopped and recorded before the resume, never acts, and the
+/// resumed session is told which command was stopped.
+#[test]
+fn real_codex_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
+    let fleet = Fleet::new();
+    let server = openai_server::start(vec![
+        exec(support::scenarios::ORPHAN_JOB),
+        Turn::text("Checked F before running it again."),
+    ]);
+    let run = start_codex(&fleet, &server, "", "append x to F");
+    support::scenarios::killed_mid_tool_leaves_no_orphan(
+        &fleet,
+        "cx",
+        &fleet.path().join("work"),
+        || sent_with_the_continue_prompt(&fleet, &server, &run.pane),
+    );
+}
+
+/// Issue 15 item 7 with the real Codex: its wrapper is killed with Codex still running; the
+/// wrapper that replaces it stops that Codex (recorded) before it starts one of its own.
+#[test]
+fn real_codex_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
+    let fleet = Fleet::new();
+    let server = openai_server::start(vec![Turn::text("Done.")]);
+    let run = start_codex(&fleet, &server, "", "say done");
+    support::wait_until_explained(
+        Duration::from_secs(60),
+        "the turn",
+        || state_of(&run.dir)["status"] == "idle",
+        || fleet.explain("cx", &run.pane),
+    );
+    support::scenarios::killed_wrapper_leaves_one_copy(&fleet, "cx", false);
+}

@@ -371,10 +371,30 @@ fn real_gemini_killed_mid_turn_is_resumed_with_the_recovery_block() {
     assert!(sent.contains("refactor the parser module"), "{sent}");
     assert!(sent.contains("latest handoff"), "{sent}");
     support::wait_for_screen(&fleet, &pane, "Picked up where I stopped.", WAIT);
+    // The resumed session goes on in its own chat file, and phoenix reads that one (Gemini
+    // CLI reports a new, near-empty file to SessionStart once a minute has turned since the
+    // session began: the "same session file" check failed 1 run in 5).
+    assert!(
+        std::fs::read_to_string(&chat_before)
+            .unwrap()
+            .contains("Picked up where I stopped."),
+        "the resumed session wrote elsewhere"
+    );
+    let resumed = fleet
+        .ops("gm")
+        .into_iter()
+        .rfind(|o| o["event"] == "session_start" && o["source"] == "resume")
+        .unwrap();
     assert_eq!(
-        chat_file(&home, &id),
-        Some(chat_before),
-        "same session file"
+        resumed["transcript_path"].as_str().map(PathBuf::from),
+        Some(chat_before.clone()),
+        "{resumed}"
+    );
+    assert_eq!(
+        state_of(&dir)["transcript_path"]
+            .as_str()
+            .map(PathBuf::from),
+        Some(chat_before.clone())
     );
     // The handoff saved on the crash is the one that came with the recovery block; no turn
     // left one of its own.
@@ -391,7 +411,7 @@ fn real_gemini_killed_mid_turn_is_resumed_with_the_recovery_block() {
         ["crash"],
         "{:?}\n{}",
         fleet.ops("gm"),
-        std::fs::read_to_string(chat_file(&home, &id).unwrap()).unwrap()
+        std::fs::read_to_string(&chat_before).unwrap()
     );
     assert!(!dir.join("hook_errors.jsonl").exists());
 }
@@ -770,4 +790,87 @@ fn real_gemini_idle_past_silence_then_a_slow_answer_is_not_silent() {
             .count(),
         0
     );
+}
+
+/// The Gemini API answers 404 for the model: Gemini CLI fires no hook and shows a dialog ("It
+/// seems like you don't have access to gemini-x", "1. Keep trying / 2. Stop") that waits for a
+/// person. The watchdog finds the wedged screen, the Clinic reads model-not-found from it, and
+/// the agent goes to safe mode at once (no revival, no restart) with the model named and the
+/// fix.
+#[test]
+fn real_gemini_model_not_found_dialog_goes_to_safe_mode_naming_the_model() {
+    let fleet = Fleet::new();
+    let not_found = Turn::Error {
+        status: 404,
+        kind: "NOT_FOUND".into(),
+        message: "models/gemini-3.8-flash is not found for API version v1beta, or is not supported for generateContent.".into(),
+    };
+    let server = gemini_server::start(vec![not_found; 12]);
+    let (dir, pane) = start_gemini(&fleet, &server, "", "summarise the changelog");
+    support::wait_for_screen(&fleet, &pane, "Keep trying", WAIT);
+    // Passes until one acts: the screen unchanged over two passes, or (when Gemini CLI has
+    // written the error to its chat file by then) the failed turn, which needs one.
+    let mut gm = Value::Null;
+    support::wait_until(WAIT, "a pass that acts", || {
+        gm = fleet.run(&["watchdog", "--once", "--json"]).json()["agents"][0].clone();
+        std::thread::sleep(Duration::from_millis(500));
+        !matches!(gm["verdict"].as_str(), Some("healthy" | "suspect"))
+    });
+    assert_eq!(gm["verdict"], "unhealthy", "{gm}");
+    let check = gm["findings"][0]["check"].as_str().unwrap_or("");
+    assert!(["screen", "turn_failed"].contains(&check), "{gm}");
+    let events = fleet
+        .run(&["events", "--agent", "gm", "--json"])
+        .status(0)
+        .stdout();
+    assert!(events.contains("model_unavailable"), "{events}");
+    assert!(events.contains("gemini-3.8-flash"), "{events}");
+    let record = read_json(&dir.join("crashes.json"));
+    let why = record["safe_mode"]["reason"].as_str().unwrap_or("");
+    assert!(why.contains("model_unavailable"), "{record}");
+    assert!(why.contains("`gemini-3.8-flash`"), "{record}");
+    assert!(why.contains("fix `--model`"), "{record}");
+    // One start, no revival: a restart cannot fix the model.
+    let starts = fleet
+        .ops("gm")
+        .iter()
+        .filter(|o| o["event"] == "agent_start")
+        .count();
+    assert_eq!(starts, 1);
+    assert_eq!(fleet.unhealthy_events("gm").matches("\"revive").count(), 0);
+}
+
+/// Issue 15 item 6 with the real Gemini CLI: killed in the middle of a shell call whose job
+/// left its process group; the job is stopped and recorded before the resume, never acts,
+/// and the resumed session is told which command was stopped.
+#[test]
+fn real_gemini_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
+    let fleet = Fleet::new();
+    let server = gemini_server::start(vec![
+        shell(support::scenarios::ORPHAN_JOB),
+        Turn::text("Checked F before running it again."),
+    ]);
+    let (_, pane) = start_gemini(&fleet, &server, "", "append x to F");
+    support::scenarios::killed_mid_tool_leaves_no_orphan(
+        &fleet,
+        "gm",
+        &fleet.path().join("work"),
+        || sent_with_the_continue_prompt(&fleet, &server, &pane),
+    );
+}
+
+/// Issue 15 item 7 with the real Gemini CLI: its wrapper is killed with Gemini still running;
+/// the wrapper that replaces it stops that Gemini (recorded) before it starts one of its own.
+#[test]
+fn real_gemini_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
+    let fleet = Fleet::new();
+    let server = gemini_server::start(vec![Turn::text("Done.")]);
+    let (dir, pane) = start_gemini(&fleet, &server, "", "say done");
+    support::wait_until_explained(
+        WAIT,
+        "the turn",
+        || state_of(&dir)["status"] == "idle",
+        || fleet.explain("gm", &pane),
+    );
+    support::scenarios::killed_wrapper_leaves_one_copy(&fleet, "gm", false);
 }

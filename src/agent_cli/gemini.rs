@@ -156,6 +156,10 @@ impl AgentCli for Gemini {
         super::failed_turn::last_turn_error(transcript)
     }
 
+    fn session_file(&self, reported: &Path) -> PathBuf {
+        session_chat(reported)
+    }
+
     /// PreCompress `auto` comes before every model call; most of the time nothing is
     /// compressed. The settings that may change the threshold: the user's, then the project's.
     fn compacts_now(&self, trigger: &str, transcript: Option<&Path>, cwd: &Path) -> bool {
@@ -301,6 +305,53 @@ fn last_prompt_in(text: &str) -> Option<(u64, String)> {
     })
 }
 
+/// Chat files looked at in one directory at most.
+const MAX_CHATS: usize = 10_000;
+
+/// The chat file that holds the session `reported` names. Gemini CLI 0.61 resumed with
+/// `--resume` keeps writing the session's own file, `session-<start minute>-<id8>.jsonl`, yet
+/// first creates one named after the current minute (only its metadata in it) and reports that
+/// one to the SessionStart hook: once a minute has turned since the session began, the
+/// reported file holds none of the conversation. Of the files of that session (same
+/// directory, same `-<id8>.jsonl`), the largest is the one with the conversation.
+pub fn session_chat(reported: &Path) -> PathBuf {
+    let (Some(dir), Some(name)) = (reported.parent(), reported.file_name()) else {
+        return reported.to_path_buf();
+    };
+    let name = name.to_string_lossy();
+    let Some(id8) = name
+        .strip_prefix("session-")
+        .and_then(|n| n.strip_suffix(".jsonl"))
+        .and_then(|n| n.rsplit_once('-'))
+        .map(|(_, id8)| format!("-{id8}.jsonl"))
+    else {
+        return reported.to_path_buf();
+    };
+    let size = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| m.len())
+    };
+    let mut best = (size(reported).unwrap_or(0), reported.to_path_buf());
+    for entry in std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(MAX_CHATS)
+    {
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        if file.starts_with("session-") && file.ends_with(&id8) {
+            let path = entry.path();
+            if let Some(len) = size(&path).filter(|len| *len > best.0) {
+                best = (len, path);
+            }
+        }
+    }
+    best.1
+}
+
 /// What Gemini's trustedFolders.json needs so that `workdir` is trusted. Pure. The longest rule
 /// containing the folder decides, as in Gemini CLI (`TRUST_PARENT` covers the rule's parent).
 pub fn plan_gemini_folders(existing: Option<&str>, workdir: &Path) -> Result<Planned, String> {
@@ -417,5 +468,29 @@ mod tests {
         assert_eq!(v["/elsewhere"], "TRUST_FOLDER");
         assert_eq!(v["/nonexistent-phoenix/w"], "TRUST_FOLDER");
         assert!(plan_gemini_folders(Some("[1"), w).is_err());
+    }
+
+    #[test]
+    fn a_resumed_session_is_in_its_own_chat_file_not_the_one_reported() {
+        let tmp = tempfile::tempdir().unwrap();
+        let chats = tmp.path();
+        let own = chats.join("session-2026-11-25T15-05-c37e69ac.jsonl");
+        let stray = chats.join("session-2026-11-25T15-06-c37e69ac.jsonl");
+        let other = chats.join("session-2026-11-25T15-07-0badc0de.jsonl");
+        std::fs::write(
+            &own,
+            "{\"sessionId\":\"c37e69ac\"}\n{\"type\":\"user\"}\n{\"type\":\"gemini\"}\n",
+        )
+        .unwrap();
+        std::fs::write(&stray, "{\"sessionId\":\"c37e69ac\"}\n").unwrap();
+        std::fs::write(&other, "x".repeat(10_000)).unwrap();
+        assert_eq!(session_chat(&stray), own);
+        assert_eq!(session_chat(&own), own);
+        assert_eq!(session_chat(&other), other);
+        // Not a chat file's name, or no file at all: as reported.
+        let odd = chats.join("notes.jsonl");
+        assert_eq!(session_chat(&odd), odd);
+        let gone = chats.join("session-2026-11-25T15-08-12345678.jsonl");
+        assert_eq!(session_chat(&gone), gone);
     }
 }

@@ -118,6 +118,12 @@ pub trait AgentCli: Sync {
         None
     }
 
+    /// The file that holds the session a hook payload's `transcript_path` names: as reported,
+    /// unless the CLI reports another one (Gemini after a resume, see `gemini::session_chat`).
+    fn session_file(&self, reported: &Path) -> std::path::PathBuf {
+        reported.to_path_buf()
+    }
+
     /// The API error the last turn ended in, read from the session file at `transcript`, for a
     /// CLI that has no hook of its own for such a turn.
     fn last_turn_error(&self, _transcript: &Path) -> Option<TurnError> {

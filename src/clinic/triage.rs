@@ -414,6 +414,10 @@ pub fn in_session(ts: Option<&str>, window: Window) -> bool {
     let Some(ts) = ts.and_then(|t| t.parse::<jiff::Timestamp>().ok()) else {
         return true;
     };
+    within(ts, window)
+}
+
+fn within(ts: jiff::Timestamp, window: Window) -> bool {
     window.0.is_none_or(|start| ts >= start) && window.1.is_none_or(|end| ts <= end)
 }
 
@@ -477,6 +481,9 @@ fn error_in_output(output: &str) -> Option<String> {
                 "exception",
                 "panicked",
                 "denied",
+                // Gemini CLI's dialog after a 404 for its model says only "It seems like you
+                // don't have access to gemini-x" (no "error" on screen).
+                "have access to",
             ]
             .iter()
             .any(|w| lower.contains(w))
@@ -563,7 +570,11 @@ pub fn triage(input: &TriageInput<'_>) -> Trauma {
                 call.error.as_deref().unwrap_or("no error text")
             ),
         )
-    } else if let Some(e) = state.last_error.as_deref().filter(|e| !e.is_empty()) {
+    } else if let Some((e, at)) = crate::state::agent::session_error(&state)
+        // Only the diagnosed session's: a resumed one keeps the session id, and the error
+        // must come from after its start (an undated error cannot be placed, and is left out).
+        && at.is_some_and(|at| within(at, window))
+    {
         ("tool_error".to_string(), e.to_string())
     } else {
         match &exit {
@@ -849,5 +860,77 @@ mod tests {
         let trauma = input("2026-01-01T09:59:00.000Z");
         assert_eq!(trauma.error_type, "api_error");
         assert!(trauma.error_message.contains("529"));
+    }
+
+    #[test]
+    fn a_failed_turn_of_another_session_is_not_the_crashs_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = crate::state::FleetDir::new(tmp.path()).agent("a");
+        dir.ensure().unwrap();
+        let failed = "2026-01-01T10:00:00.000Z";
+        std::fs::write(
+            dir.file(OPS_LOG),
+            format!(
+                "{}\n{}\n",
+                json!({"event": "agent_start", "ts": "2026-01-01T10:04:00.000Z"}),
+                json!({"event": "agent_exit", "ts": "2026-01-01T10:05:00.000Z", "code": 1}),
+            ),
+        )
+        .unwrap();
+        let diagnose = |state: Value| {
+            std::fs::write(dir.file(crate::state::STATE), state.to_string()).unwrap();
+            triage(&TriageInput {
+                agent: AgentInfo::default(),
+                dir: &dir,
+                exit: None,
+                transcript: None,
+                output: None,
+                session: Session::Latest,
+            })
+        };
+        let error = "invalid_request: prompt is too long";
+        // The fresh session `s2` crashed; `s1` had run out of context before it.
+        let t = diagnose(json!({"session_id": "s2", "last_error": error,
+            "last_error_session": "s1", "last_error_at": failed}));
+        assert_eq!(t.error_type, "crash", "{t:?}");
+        // The same session resumed (same id), crashing after the error was recorded.
+        let t = diagnose(json!({"session_id": "s1", "last_error": error,
+            "last_error_session": "s1", "last_error_at": failed}));
+        assert_eq!(t.error_type, "crash", "{t:?}");
+        // Written before errors carried their session: nothing tells whose it was.
+        let t = diagnose(json!({"session_id": "s1", "last_error": error}));
+        assert_eq!(t.error_type, "crash", "{t:?}");
+        // The session that failed is the one diagnosed: its error is the evidence.
+        let t = diagnose(json!({"session_id": "s1", "last_error": error,
+            "last_error_session": "s1", "last_error_at": "2026-01-01T10:04:30.000Z"}));
+        assert_eq!(t.error_type, "tool_error", "{t:?}");
+        assert!(t.error_message.contains("prompt is too long"), "{t:?}");
+    }
+
+    #[test]
+    fn gemini_model_not_found_dialog_on_screen_is_the_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = crate::state::FleetDir::new(tmp.path()).agent("a");
+        dir.ensure().unwrap();
+        let screen = " > migrate the billing tables\n\
+            │ It seems like you don't have access to gemini-3.8-flash.                 │\n\
+            │ Your admin might have disabled the access. Contact them to enable the    │\n\
+            │ ● 1. Keep trying                                                         │\n\
+            │   2. Stop                                                                │\n";
+        let t = triage(&TriageInput {
+            agent: AgentInfo::default(),
+            dir: &dir,
+            exit: None,
+            transcript: None,
+            output: Some(screen.into()),
+            session: Session::Latest,
+        });
+        assert!(
+            t.error_message.contains("have access to gemini-3.8-flash"),
+            "{t:?}"
+        );
+        let d = crate::policy::builtin::diagnose(&t);
+        assert_eq!(d.root_cause, crate::policy::RootCause::ModelUnavailable);
+        assert!(d.explanation.contains("`gemini-3.8-flash`"), "{d:?}");
     }
 }

@@ -23,6 +23,10 @@ pub struct Options {
     pub confirm_timeout: Duration,
     /// Enter presses at most (the first one included).
     pub attempts: u32,
+    /// Only the CLI's prompt hook confirms delivery. A CLI still drawing its screen changes
+    /// the line under the cursor without having taken the text (Claude Code just after a
+    /// resume swallowed the Enter), so for a CLI that runs the hook a changed line is no proof.
+    pub hook_only: bool,
 }
 
 impl Default for Options {
@@ -32,6 +36,7 @@ impl Default for Options {
             quiet: Duration::from_millis(600),
             confirm_timeout: Duration::from_secs(3),
             attempts: 3,
+            hook_only: false,
         }
     }
 }
@@ -133,8 +138,10 @@ pub fn deliver(
     // Ready: the screen has stopped changing (the agent is waiting, not printing).
     let mut last = screen(runtime, pane)?;
     let mut still_since = Instant::now();
+    // Several looks within `quiet`, so that a short one is not mostly one sleep.
+    let look = (opts.quiet / 4).clamp(Duration::from_millis(50), Duration::from_millis(150));
     loop {
-        std::thread::sleep(Duration::from_millis(150));
+        std::thread::sleep(look);
         let now = screen(runtime, pane)?;
         if now != last {
             last = now;
@@ -184,7 +191,11 @@ pub fn deliver(
             // Submitted text leaves the input line: the line the cursor was on changes. A
             // swallowed Enter changes nothing, and is pressed again.
             let now = screen(runtime, pane)?;
-            if cleared_at.is_none() && now != before && last_line(&now) != last_line(&before) {
+            if !opts.hook_only
+                && cleared_at.is_none()
+                && now != before
+                && last_line(&now) != last_line(&before)
+            {
                 cleared_at = Some(Instant::now());
             }
             // The prompt hook is the stronger proof: give it a moment to come first.

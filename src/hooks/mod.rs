@@ -396,16 +396,16 @@ impl Hook<'_> {
         let session_cwd = self.payload.str("cwd").map(str::to_string);
         // A transcript that exists but is not a regular file (a FIFO, `/dev/zero`) is not
         // recorded: brief generation, handoffs and the watchdog would refuse it anyway.
-        let transcript =
-            self.payload.transcript_path().filter(|path| {
-                match bounded::open_regular(Path::new(path), Links::Follow) {
-                    Err(e @ bounded::ReadError::NotRegular { .. }) => {
-                        self.problem(&format!("transcript_path {e}"));
-                        false
-                    }
-                    _ => true,
+        let transcript = self.transcript();
+        let transcript = transcript.as_deref().filter(|path| {
+            match bounded::open_regular(Path::new(path), Links::Follow) {
+                Err(e @ bounded::ReadError::NotRegular { .. }) => {
+                    self.problem(&format!("transcript_path {e}"));
+                    false
                 }
-            });
+                _ => true,
+            }
+        });
         let transcript = transcript.map(str::to_string);
         let now = state::rfc3339(ctx.now);
         let update = dir.update_state(ctx.retention, |s| {
@@ -440,7 +440,7 @@ impl Hook<'_> {
         let _ = dir.record_op(
             Op::SessionStart,
             json!({"source": source, "session_id": session_id, "interrupted": interrupted,
-                   "transcript_path": self.payload.transcript_path(), "injected": text.is_some(),
+                   "transcript_path": transcript, "injected": text.is_some(),
                    "deferred_to_prompt": deferred}),
         );
         match text {
@@ -631,11 +631,11 @@ impl Hook<'_> {
                 let count = dir.update_state(ctx.retention, |s| {
                     s.status = Status::Working;
                     s.consecutive_errors += 1;
-                    s.last_error = Some(error.clone());
-                    s.last_active = Some(now);
                     if session_id.is_some() {
                         s.session_id = session_id.clone();
                     }
+                    s.record_error(error.clone(), &now);
+                    s.last_active = Some(now);
                     Ok(s.consecutive_errors)
                 });
                 match count {
@@ -718,7 +718,7 @@ impl Hook<'_> {
         if let Some(cli) = self.cli
             && !cli.adapter().compacts_now(
                 &trigger,
-                self.payload.transcript_path().map(Path::new),
+                self.transcript().as_deref().map(Path::new),
                 &self.cwd(ctx),
             )
         {
@@ -803,6 +803,20 @@ impl Hook<'_> {
         }
     }
 
+    /// The payload's transcript: the file that does hold the session, which is not always
+    /// the one reported (Gemini after a resume).
+    fn transcript(&self) -> Option<String> {
+        let path = self.payload.transcript_path()?;
+        Some(match self.cli {
+            Some(cli) => cli
+                .adapter()
+                .session_file(Path::new(path))
+                .to_string_lossy()
+                .into_owned(),
+            None => path.to_string(),
+        })
+    }
+
     fn stop(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
         // The turn is over: a call that never reported back (denied, say) is not running.
         let _ = std::fs::remove_file(ctx.dir.file(state::IN_FLIGHT));
@@ -810,8 +824,8 @@ impl Hook<'_> {
         // A CLI that ends a turn failed on an API error like any other (Gemini's AfterAgent):
         // only its session file says it failed.
         if let Some(cli) = self.cli
-            && let Some(path) = self.payload.transcript_path()
-            && let Some(error) = cli.adapter().last_turn_error(Path::new(path))
+            && let Some(path) = self.transcript()
+            && let Some(error) = cli.adapter().last_turn_error(Path::new(&path))
         {
             return self.record_failed_turn(ctx, &error.kind, &error.message, hook);
         }
@@ -837,13 +851,13 @@ impl Hook<'_> {
         let now = state::rfc3339(ctx.now);
         ctx.dir.update_state(ctx.retention, |s| {
             s.status = status.clone();
-            if error.is_some() {
-                s.last_error = error.clone();
-            }
-            s.last_active = Some(now);
             if session_id.is_some() {
                 s.session_id = session_id.clone();
             }
+            if let Some(error) = &error {
+                s.record_error(error.clone(), &now);
+            }
+            s.last_active = Some(now);
             Ok(())
         })?;
         fields["session_id"] = json!(session_id);

@@ -325,23 +325,30 @@ pub fn statuses(text: &str) -> Vec<u16> {
 }
 
 /// The model an error names (`model: claude-x`, `selected model (claude-x)`,
-/// `models/gemini-x`, `have access to gemini-x`), for a person to fix. `policies/recovery.lua` reads it alike.
+/// `models/gemini-x`, `have access to gemini-x`, OpenAI's ``the model `gpt-x` does not
+/// exist``), for a person to fix. `policies/recovery.lua` reads it alike.
 pub fn model_named(text: &str) -> Option<String> {
     let lower = text.to_lowercase();
-    ["model:", "selected model (", "models/", "have access to "]
-        .iter()
-        .find_map(|start| {
-            let at = lower.find(start)? + start.len();
-            let name: String = text[at..]
-                .trim_start_matches(' ')
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || "._-@:".contains(*c))
-                .collect();
-            let name = name.trim_end_matches([':', '.']).to_string();
-            // Model names carry a version or a dash; "it" or "model" is no name.
-            name.contains(|c: char| c.is_ascii_digit() || c == '-')
-                .then_some(name)
-        })
+    [
+        "model:",
+        "selected model (",
+        "models/",
+        "have access to ",
+        "the model `",
+    ]
+    .iter()
+    .find_map(|start| {
+        let at = lower.find(start)? + start.len();
+        let name: String = text[at..]
+            .trim_start_matches(' ')
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "._-@:".contains(*c))
+            .collect();
+        let name = name.trim_end_matches([':', '.']).to_string();
+        // Model names carry a version or a dash; "it" or "model" is no name.
+        name.contains(|c: char| c.is_ascii_digit() || c == '-')
+            .then_some(name)
+    })
 }
 
 /// Classify a failure by the patterns above.
@@ -686,6 +693,11 @@ mod tests {
         assert_eq!(
             model_named("models/gemini-9 is not found"),
             Some("gemini-9".into())
+        );
+        assert_eq!(
+            model_named("The model `gpt-9` does not exist or you do not have access to it.")
+                .as_deref(),
+            Some("gpt-9")
         );
         assert_eq!(model_named("no model here"), None);
         assert_eq!(model_named("you do not have access to it"), None);

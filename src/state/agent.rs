@@ -127,8 +127,15 @@ pub struct AgentState {
     /// Consecutive failed tool calls; reset by a successful one.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub consecutive_errors: u32,
+    /// The last failed tool call's or turn's error, with the CLI session it happened in and
+    /// when: an earlier session's error is no evidence about the current one (a resumed
+    /// session keeps its id, so the time tells those apart). See [`AgentState::record_error`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error_session: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error_at: Option<String>,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub compactions: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -210,6 +217,13 @@ impl AgentState {
         self.open_loops.iter().map(|l| l.id.as_str()).collect()
     }
 
+    /// Record `error` as the current session's (call after `session_id` is updated).
+    pub fn record_error(&mut self, error: String, at: &str) {
+        self.last_error = Some(error);
+        self.last_error_session = self.session_id.clone();
+        self.last_error_at = Some(at.to_string());
+    }
+
     pub fn last_active_at(&self) -> Option<jiff::Timestamp> {
         self.last_active.as_deref().and_then(parse_timestamp)
     }
@@ -219,6 +233,20 @@ impl AgentState {
         bytes.push(b'\n');
         bytes
     }
+}
+
+/// `last_error` if it was recorded in the session the state names now, with its time: `None`
+/// for an error of another session, and for one recorded without its session (which cannot
+/// be told apart).
+pub fn session_error(state: &AgentState) -> Option<(&str, Option<jiff::Timestamp>)> {
+    let error = state.last_error.as_deref()?;
+    let session = state.last_error_session.as_deref()?;
+    (state.session_id.as_deref() == Some(session)).then(|| {
+        (
+            error,
+            state.last_error_at.as_deref().and_then(parse_timestamp),
+        )
+    })
 }
 
 /// Today's date (UTC) in the protocol's `YYYY-MM-DD` form.

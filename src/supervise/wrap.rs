@@ -859,16 +859,26 @@ impl Wrapper {
         std::thread::spawn(move || {
             // After the session-start hook, so the context is in before the prompt.
             let deadline = Instant::now() + wait;
-            while Instant::now() < deadline
-                && !state::op::since(&dir.file(state::OPS_LOG), since)
+            let hooked = || {
+                state::op::since(&dir.file(state::OPS_LOG), since)
                     .iter()
                     .any(|o| matches!(o.op, Op::SessionStart(_)))
-            {
-                std::thread::sleep(Duration::from_millis(200));
+            };
+            while Instant::now() < deadline && !hooked() {
+                std::thread::sleep(Duration::from_millis(50));
             }
             let runtime = world::runtime_for(&spec);
+            // The hook fired: the CLI has loaded its session and draws its input box next, so
+            // a short still screen says it waits. Without the hook nothing says the CLI got
+            // that far, and a screen still for longer is the only sign.
+            let quiet = if hooked() { 250 } else { 1500 };
+            // Every hooked CLI runs its prompt hook on a submitted prompt: only that confirms
+            // it, and an Enter the CLI swallowed while it settled is pressed again soon.
             let opts = crate::continuity::inject::Options {
-                quiet: Duration::from_millis(1500),
+                quiet: Duration::from_millis(quiet),
+                confirm_timeout: Duration::from_secs(1),
+                attempts: 6,
+                hook_only: true,
                 ..Default::default()
             };
             match crate::continuity::inject::deliver(&*runtime, &pane, &dir, &prompt, &opts) {

@@ -186,6 +186,11 @@ pub const SCREEN_PATTERNS: &[&str] = &[
     "allow execution",
     "apply this change?",
     "waiting for approval",
+    // Gemini CLI's dialog after a 404 for its model ("It seems like you don't have access to
+    // gemini-x", then "1. Keep trying / 2. Stop"): no hook fires and nothing changes until a
+    // person chooses. The same choice follows its quota errors.
+    "you don't have access to gemini",
+    "1. keep trying",
 ];
 
 fn minutes(secs: i64) -> String {
@@ -557,6 +562,18 @@ mod tests {
         let mut i = working(10_000);
         i.screen = Some("API Error: 529 {\"type\":\"overloaded_error\"}".into());
         assert!(checks(&i).is_empty());
+        i.screen_unchanged = true;
+        assert_eq!(checks(&i), [Check::Screen]);
+    }
+
+    #[test]
+    fn gemini_waiting_for_a_choice_after_a_404_is_a_wedged_screen() {
+        let mut i = working(10_000);
+        i.screen = Some(
+            " > summarise the changelog\n│ It seems like you don't have access to gemini-3.8-flash.      │\n\
+             │ Your admin might have disabled the access.        │\n│ ● 1. Keep trying   │\n│   2. Stop  │\n"
+                .into(),
+        );
         i.screen_unchanged = true;
         assert_eq!(checks(&i), [Check::Screen]);
     }

@@ -178,7 +178,11 @@ pub fn observe(
     let field = |get: fn(&AgentState) -> Option<&String>| state.as_ref().and_then(get).cloned();
     inputs.status = state.as_ref().map(|s| s.status.as_str().to_string());
     if inputs.status.as_deref() == Some("failed") {
-        inputs.turn_error = field(|s| s.last_error.as_ref());
+        // The failed turn's own error, never one an earlier session left behind.
+        inputs.turn_error = state
+            .as_ref()
+            .and_then(state::agent::session_error)
+            .map(|(e, _)| e.to_string());
         // The turn-failed hook sets `last_active` with the status; nothing else touches it
         // until the next session or prompt.
         observed.failed_turn = Some(format!(

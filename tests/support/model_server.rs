@@ -79,18 +79,29 @@ impl Protocol for Messages {
                 status,
                 json!({"type": "error", "error": {"type": kind, "message": message}}),
             ),
+            // Only a scripted answer (a turn's request offers tools) takes the pace: side
+            // requests such as the session title are not the turn.
+            Turn::Text(_) if streaming && offers_tools(&request.body) => {
+                match (sse(&turn, id), script.take_pace()) {
+                    (Answer::Sse(events), Some(pause)) => Answer::PacedSse(events, pause),
+                    (answer, _) => answer,
+                }
+            }
             turn if streaming => sse(&turn, id),
             turn => Answer::Json(200, message_json(&turn, id)),
         }
     }
 }
 
+fn offers_tools(body: &Value) -> bool {
+    body["tools"].as_array().is_some_and(|t| !t.is_empty())
+}
+
 /// Compaction and other side requests get a canned text; everything else takes the next
 /// scripted turn (or a closing text when the script is exhausted).
 fn choose_turn(body: &Value, script: &Script) -> Turn {
     // Side requests (session titles and the like) carry no tools; they must not eat the script.
-    let has_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
-    if !has_tools {
+    if !offers_tools(body) {
         return Turn::text("Scripted session");
     }
     let last_user = body["messages"]
@@ -148,11 +159,14 @@ fn sse(turn: &Turn, id: usize) -> Answer {
                 json!({"type": "content_block_start", "index": 0,
                 "content_block": {"type": "text", "text": ""}}),
             ));
-            events.push((
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": 0,
-                "delta": {"type": "text_delta", "text": text}}),
-            ));
+            // A word at a time, as a model streams (a paced answer shows each one).
+            for word in text.split_inclusive(' ') {
+                events.push((
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": word}}),
+                ));
+            }
             "end_turn"
         }
         _ => "end_turn",

@@ -61,6 +61,9 @@ pub enum Answer {
     Sse(Vec<String>),
     /// Accept the request and never answer (until the server is dropped).
     Hang,
+    /// Like `Sse`, but streamed one event at a time with this pause before each: a model
+    /// that is slow yet visibly at work.
+    PacedSse(Vec<String>, Duration),
 }
 
 /// One model API's wire format.
@@ -75,6 +78,8 @@ pub struct Script {
     ids: AtomicUsize,
     /// How long the next scripted turn takes to come (a slow model), once.
     delay: Mutex<Option<Duration>>,
+    /// The pause between the streamed events of the next scripted text answer, once.
+    pace: Mutex<Option<Duration>>,
 }
 
 impl Script {
@@ -89,6 +94,11 @@ impl Script {
             .unwrap()
             .pop_front()
             .unwrap_or_else(|| Turn::text("Done."))
+    }
+
+    /// The pause set by `pace_next`, once (a protocol that streams takes it with a turn).
+    pub fn take_pace(&self) -> Option<Duration> {
+        self.pace.lock().unwrap().take()
     }
 
     /// A fresh number for response and call ids.
@@ -120,6 +130,7 @@ impl<P: Protocol> ScriptedServer<P> {
                 turns: Mutex::new(script.into()),
                 ids: AtomicUsize::new(1),
                 delay: Mutex::new(None),
+                pace: Mutex::new(None),
             },
             requests: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
@@ -159,6 +170,12 @@ impl<P: Protocol> ScriptedServer<P> {
     /// Every request so far, in arrival order.
     pub fn requests(&self) -> Vec<Request> {
         self.shared.requests.lock().unwrap().clone()
+    }
+
+    /// The next scripted text answer is streamed with `pause` before each event (a word at a
+    /// time): slow, but visibly at work (protocols that stream it: the Messages API).
+    pub fn pace_next(&self, pause: Duration) {
+        *self.shared.script.pace.lock().unwrap() = Some(pause);
     }
 
     /// The next scripted turn comes only after `delay`, as from a slow model.
@@ -228,6 +245,21 @@ fn serve_connection<P: Protocol>(stream: TcpStream, shared: &Shared<P>) -> std::
                 "application/json",
                 body.to_string().as_bytes(),
             )?,
+            Answer::PacedSse(events, pause) => {
+                write!(
+                    writer,
+                    "HTTP/1.1 200 X\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\
+                     transfer-encoding: chunked\r\nrequest-id: req_1\r\n\r\n"
+                )?;
+                writer.flush()?;
+                for event in events {
+                    std::thread::sleep(pause);
+                    write!(writer, "{:x}\r\n{event}\r\n", event.len())?;
+                    writer.flush()?;
+                }
+                write!(writer, "0\r\n\r\n")?;
+                writer.flush()?;
+            }
             Answer::Sse(events) => write_response(
                 &mut writer,
                 200,

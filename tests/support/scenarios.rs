@@ -1,0 +1,149 @@
+//! Issue 15 scenarios that every real CLI goes through alike (Claude Code, Codex, Gemini):
+//! a kill -9 of the agent in the middle of a shell call whose job left its process group,
+//! and a kill -9 of the wrapper. Each suite starts its agent and says how to find what its CLI
+//! sent; the steps and the assertions are here, once.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::{Fleet, kill9, wait_until};
+
+/// The shell command the model asks for: a job in a process session of its own that appends
+/// to `F` after 5 s, while the call itself takes a minute.
+pub const ORPHAN_JOB: &str = "setsid sh -c 'sleep 5; echo x >> F' >/dev/null 2>&1 & sleep 60";
+
+fn job_running() -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains("sleep 5; echo x >> F"))
+    })
+}
+
+fn gone(pid: u64) -> bool {
+    // A zombie waiting for init is gone too.
+    !Path::new(&format!("/proc/{pid}/cmdline")).exists()
+        || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+}
+
+/// `agent` (working in `work`) was asked to run [`ORPHAN_JOB`]: once the call is in flight and
+/// the job runs, kill -9 the CLI. phoenix stops the job before the next start and records it,
+/// the job never acts, and the resumed session is told what was stopped: `sent()` waits for
+/// and returns the request of phoenix's continuation prompt.
+pub fn killed_mid_tool_leaves_no_orphan(
+    fleet: &Fleet,
+    agent: &str,
+    work: &Path,
+    sent: impl FnOnce() -> String,
+) {
+    let dir = fleet.agent_dir(agent);
+    // The PreToolUse (Gemini: BeforeTool) hook phoenix installed noted the call.
+    wait_until(Duration::from_secs(60), "the shell call in flight", || {
+        dir.join("in_flight.json").exists()
+    });
+    wait_until(Duration::from_secs(10), "the job", job_running);
+    let job_seen = std::time::Instant::now();
+    let pid = fleet.agent_status(agent)["pid"].as_u64().unwrap() as u32;
+    kill9(pid);
+
+    wait_until(Duration::from_secs(30), "the interruption recorded", || {
+        fleet
+            .ops(agent)
+            .iter()
+            .any(|o| o["event"] == "tool_interrupted")
+    });
+    let ops = fleet.ops(agent);
+    let strays = ops
+        .iter()
+        .find(|o| o["event"] == "strays_stopped")
+        .unwrap_or_else(|| panic!("strays_stopped: {ops:?}"));
+    let job = strays["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["argv"].to_string().contains("sleep 5; echo x >> F"))
+        .unwrap_or_else(|| panic!("the job is recorded: {strays}"));
+    assert!(
+        gone(job["pid"].as_u64().unwrap()),
+        "the job is gone once recorded"
+    );
+    let interrupted = ops
+        .iter()
+        .find(|o| o["event"] == "tool_interrupted")
+        .unwrap();
+    let tool = interrupted["tool"].as_str().unwrap().to_string();
+    let sent = sent();
+    assert!(
+        sent.contains(&format!(
+            "This command was interrupted and has been stopped: {tool}: setsid sh -c"
+        )),
+        "{interrupted}\n{sent}"
+    );
+    // Past the job's 5 s: had it survived, it would have written by now.
+    std::thread::sleep(Duration::from_secs(6).saturating_sub(job_seen.elapsed()));
+    assert!(!work.join("F").exists(), "the orphaned job acted");
+}
+
+/// `agent` is up and idle: kill -9 its wrapper (the pane's process) and run `phoenix apply`.
+/// The new wrapper stops the CLI the old one left running (`previous_agent_stopped`, with its
+/// pid) before it starts the next one, so no two processes share the session. `stays`: the
+/// CLI outlives its terminal, so there is always one to stop (Claude Code does).
+pub fn killed_wrapper_leaves_one_copy(fleet: &Fleet, agent: &str, stays: bool) {
+    let old = fleet.agent_status(agent)["pid"].as_u64().unwrap();
+    let pane = fleet.agent_status(agent)["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill9(wrapper);
+    // `apply` acts on a dead pane: run it once tmux has seen the wrapper die (run at once, it
+    // could still find the pane alive and do nothing).
+    wait_until(Duration::from_secs(10), "the pane dead", || {
+        fleet
+            .tmux(&["display-message", "-p", "-t", &pane, "#{pane_dead}"])
+            .is_some_and(|d| d.trim() == "1")
+    });
+    fleet.run(&["apply", "--yes"]);
+    let second_start = || {
+        fleet
+            .ops(agent)
+            .into_iter()
+            .filter(|o| o["event"] == "agent_start")
+            .nth(1)
+    };
+    // The moment the next start is recorded, the old CLI must be gone already.
+    wait_until(Duration::from_secs(30), "a new start", || {
+        second_start().is_some()
+    });
+    assert!(
+        gone(old),
+        "two copies: the old CLI {old} outlived the next start"
+    );
+    let ops = fleet.ops(agent);
+    let second = ops
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o["event"] == "agent_start")
+        .nth(1)
+        .unwrap()
+        .0;
+    // A CLI that ends with its terminal (Codex, often) leaves nothing to stop; one that stays
+    // (Claude Code) is stopped by the new wrapper, and recorded, before it starts its own.
+    let stopped = ops
+        .iter()
+        .position(|o| o["event"] == "previous_agent_stopped");
+    assert!(
+        stopped.is_some() || !stays,
+        "the old CLI is stopped: {ops:?}"
+    );
+    if let Some(stopped) = stopped {
+        assert_eq!(ops[stopped]["agent_pid"], old, "{:?}", ops[stopped]);
+        assert!(stopped < second, "stopped before the next start");
+    }
+}
