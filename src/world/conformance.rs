@@ -121,7 +121,10 @@ pub(crate) fn conforms(runtime: &dyn Runtime, exited: &dyn Fn(&str, i32)) {
     // Enter ends the line; the program exits with it; the pane stays, dead, with the status.
     runtime.press_enter(&one).unwrap();
     exited(&one, 7);
-    let dead = until(runtime, &one, "dead", |p| p.dead);
+    // tmux may list the pane dead a moment before it has the status.
+    let dead = until(runtime, &one, "dead with its status", |p| {
+        p.dead && (p.dead_status.is_some() || p.dead_signal.is_some())
+    });
     assert_eq!(dead.dead_status, Some(7), "{name}: {dead:?}");
 
     // respawn: the same pane, alive again, tagged with the new launch.
