@@ -162,6 +162,13 @@ pub trait AgentCli: Sync {
         true
     }
 
+    /// Is the CLI ready for typed input once its session-start hook has run (its input box
+    /// comes next)? Then a short still screen after the hook is enough before the continue
+    /// prompt; otherwise the wrapper waits for a longer still screen.
+    fn ready_after_session_start(&self) -> bool {
+        false
+    }
+
     /// May a started CLI show life only in its pane (no hook at launch)? Then a change in the
     /// pane counts as a sign of life too.
     fn life_shows_in_pane(&self) -> bool {
@@ -474,6 +481,8 @@ mod tests {
             assert_eq!(a.compaction_skips_session_start(), compaction, "{cli}");
             assert_eq!(a.resume_drops_session_start_context(), resume, "{cli}");
             assert_eq!(a.notify_config(), notify, "{cli}");
+            // Only Claude Code is known to wait for input as soon as its SessionStart ran.
+            assert_eq!(a.ready_after_session_start(), cli == Cli::Claude, "{cli}");
         }
         // Only Gemini ever skips a compaction, and only an `auto` one.
         let cwd = Path::new("/nonexistent-phoenix");

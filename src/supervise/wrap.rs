@@ -851,6 +851,7 @@ impl Wrapper {
         let (spec, dir) = (self.spec.clone(), self.dir.clone());
         // A CLI that runs its SessionStart hook only with the first prompt (Codex): waiting for
         // it would only hold the prompt that triggers it.
+        let ready_after_hook = self.agent.cli.adapter().ready_after_session_start();
         let wait = if self.agent.cli.adapter().session_start_at_launch() {
             Duration::from_secs(10)
         } else {
@@ -868,10 +869,15 @@ impl Wrapper {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let runtime = world::runtime_for(&spec);
-            // The hook fired: the CLI has loaded its session and draws its input box next, so
-            // a short still screen says it waits. Without the hook nothing says the CLI got
-            // that far, and a screen still for longer is the only sign.
-            let quiet = if hooked() { 250 } else { 1500 };
+            // Claude Code has loaded its session when the hook fires and draws its input box
+            // next, so a short still screen says it waits. Gemini CLI runs the hook before it
+            // loads the resumed history (a still screen then may be a busy one), and without
+            // the hook nothing says the CLI got that far: a screen still for longer is the sign.
+            let quiet = if ready_after_hook && hooked() {
+                250
+            } else {
+                1500
+            };
             // Every hooked CLI runs its prompt hook on a submitted prompt: only that confirms
             // it, and an Enter the CLI swallowed while it settled is pressed again soon.
             let opts = crate::continuity::inject::Options {
