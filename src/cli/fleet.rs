@@ -20,16 +20,32 @@ fn load(config: &Path) -> anyhow::Result<Spec> {
     Ok(spec::load(config)?)
 }
 
+/// The spec's warnings on stderr, like the errors `validate` shows but not fatal.
+fn print_warnings(spec: &Spec) {
+    for w in &spec.warnings {
+        eprintln!(
+            "warning: {}\n  --> {}:{}:{}",
+            w.message, w.file, w.line, w.column
+        );
+        if let Some(hint) = &w.hint {
+            eprintln!("  = hint: {hint}");
+        }
+    }
+}
+
 pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
     match spec::load(config) {
         Ok(spec) => {
+            if !json {
+                print_warnings(&spec);
+            }
             if let Some(code) = super::policy::validate_extras(&spec, json) {
                 return Ok(code);
             }
             if json {
                 out(&format!(
                     "{}\n",
-                    json!({"ok": true, "file": spec.file, "agents": spec.agent_names(), "errors": []})
+                    json!({"ok": true, "file": spec.file, "agents": spec.agent_names(), "errors": [], "warnings": spec.warnings})
                 ));
             } else {
                 out(&format!(
@@ -54,6 +70,7 @@ pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
 
 pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
     let spec = load(config)?;
+    print_warnings(&spec);
     if let Some(problem) = crate::apply::legacy_socket_problem(&spec) {
         eprintln!("warning: {problem}");
     }
@@ -76,6 +93,7 @@ pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
 
 pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Result<i32> {
     let spec = load(config)?;
+    print_warnings(&spec);
     if let Some(problem) = crate::apply::legacy_socket_problem(&spec) {
         bail!("{problem}");
     }

@@ -1,13 +1,104 @@
 //! The phoenix.toml document exactly as written: every field optional, spans kept for errors.
 //! Unknown keys are not rejected by serde here but by `check_keys` in the parent module, which
 //! reads the same field lists: that way every unknown key is reported, not just the first.
+//! The same structs give `phoenix schema` its JSON Schema, so the schema cannot drift either.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
-use toml::Spanned;
 
-#[derive(Debug, Default, Deserialize)]
+/// `toml::Spanned` (a value and where it was written) that also describes itself in the JSON
+/// Schema as the value it wraps; toml's own type has no `JsonSchema`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(transparent)]
+pub struct Spanned<T>(toml::Spanned<T>);
+
+impl<T> Spanned<T> {
+    pub fn get_ref(&self) -> &T {
+        self.0.get_ref()
+    }
+
+    pub fn span(&self) -> Range<usize> {
+        self.0.span()
+    }
+}
+
+impl<T: JsonSchema> JsonSchema for Spanned<T> {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        T::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        T::json_schema(generator)
+    }
+}
+
+/// A count: a whole number that fits `T`. Its errors say "a whole number", not serde's Rust
+/// type name (`expected u32`), which meant nothing to someone editing phoenix.toml.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Whole<T>(pub T);
+
+macro_rules! whole {
+    ($t:ty) => {
+        impl<'de> Deserialize<'de> for Whole<$t> {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl serde::de::Visitor<'_> for V {
+                    type Value = Whole<$t>;
+
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        write!(f, "a whole number from 0 to {}", <$t>::MAX)
+                    }
+
+                    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                        <$t>::try_from(v)
+                            .map(Whole)
+                            .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+                    }
+
+                    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                        <$t>::try_from(v)
+                            .map(Whole)
+                            .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+                    }
+                }
+                d.deserialize_u64(V)
+            }
+        }
+
+        impl JsonSchema for Whole<$t> {
+            fn inline_schema() -> bool {
+                true
+            }
+
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                <$t>::schema_name()
+            }
+
+            fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                <$t>::json_schema(generator)
+            }
+        }
+    };
+}
+
+impl<T: Copy> Spanned<Whole<T>> {
+    pub fn number(&self) -> T {
+        self.get_ref().0
+    }
+}
+
+whole!(u32);
+whole!(u64);
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawSpec {
     #[serde(default)]
     pub fleet: RawFleet,
@@ -29,7 +120,8 @@ pub struct RawSpec {
     pub agents: Vec<Spanned<RawAgent>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawFleet {
     pub name: Option<Spanned<String>>,
     pub state_dir: Option<Spanned<String>>,
@@ -38,7 +130,8 @@ pub struct RawFleet {
 }
 
 /// Used both for `[defaults]` and for each `[[agent]]`; `name` is only allowed in the latter.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawAgent {
     pub name: Option<Spanned<String>>,
     pub cli: Option<Spanned<String>>,
@@ -57,49 +150,55 @@ pub struct RawAgent {
     pub policy: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawTmux {
     pub session: Option<Spanned<String>>,
     pub window: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawRestart {
     pub cooldown: Option<Spanned<String>>,
     pub backoff_max: Option<Spanned<String>>,
-    pub max_crashes: Option<Spanned<u32>>,
+    pub max_crashes: Option<Spanned<Whole<u32>>>,
     pub crash_window: Option<Spanned<String>>,
     pub life_deadline: Option<Spanned<String>>,
     pub continue_prompt: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawThresholds {
     pub silence: Option<Spanned<String>>,
-    pub error_cascade: Option<Spanned<u32>>,
+    pub error_cascade: Option<Spanned<Whole<u32>>>,
     pub runaway: Option<Spanned<String>>,
     pub stale_after: Option<Spanned<String>>,
     pub resolved_retention: Option<Spanned<String>>,
-    pub repeat: Option<Spanned<u32>>,
-    pub max_tokens: Option<Spanned<u64>>,
+    pub repeat: Option<Spanned<Whole<u32>>>,
+    pub max_tokens: Option<Spanned<Whole<u64>>>,
     pub events_retention: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawSchedules {
     pub watchdog: Option<Spanned<String>>,
     pub brief: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 #[serde(deny_unknown_fields)]
 pub struct RawClinic {
-    pub max_recoveries: Option<Spanned<u32>>,
+    pub max_recoveries: Option<Spanned<Whole<u32>>>,
     pub diagnose_command: Option<Spanned<Vec<String>>>,
     pub diagnose_timeout: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawNotify {
     pub github: Option<Spanned<RawGithub>>,
     pub webhook: Option<Spanned<RawWebhook>>,
@@ -107,30 +206,34 @@ pub struct RawNotify {
     pub issue_cooldown: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawGithub {
     pub repo: Option<Spanned<String>>,
     pub labels: Option<Vec<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawWebhook {
     pub url_env: Option<Spanned<String>>,
     pub format: Option<Spanned<String>>,
     pub chat_id: Option<Spanned<String>>,
     pub timeout: Option<Spanned<String>>,
-    pub retries: Option<Spanned<u32>>,
+    pub retries: Option<Spanned<Whole<u32>>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawBrief {
     pub command: Option<Spanned<Vec<String>>>,
     pub timeout: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawWatchdog {
-    pub max_revivals: Option<Spanned<u32>>,
+    pub max_revivals: Option<Spanned<Whole<u32>>>,
     pub screen_patterns: Option<Spanned<BTreeMap<String, Vec<String>>>>,
 }
 
