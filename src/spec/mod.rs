@@ -2,6 +2,7 @@
 
 pub mod duration;
 mod raw;
+pub mod schema;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

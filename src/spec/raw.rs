@@ -57,9 +57,9 @@ macro_rules! whole {
                     }
 
                     fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
-                        <$t>::try_from(v)
-                            .map(Whole)
-                            .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+                        <$t>::try_from(v).map(Whole).map_err(|_| {
+                            E::invalid_value(serde::de::Unexpected::Unsigned(v), &self)
+                        })
                     }
 
                     fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {

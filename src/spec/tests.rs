@@ -375,7 +375,12 @@ fn a_resume_command_without_the_session_id_is_refused() {
         "{errs:?}"
     );
     // In [defaults] too, and inside a longer argument.
-    assert!(parse_str("[defaults]\nresume_command = \"x --last\"\n[[agent]]\nname = \"a\"\ncommand = \"x\"\n").is_err());
+    assert!(
+        parse_str(
+            "[defaults]\nresume_command = \"x --last\"\n[[agent]]\nname = \"a\"\ncommand = \"x\"\n"
+        )
+        .is_err()
+    );
     let spec = parse_str(
         "[[agent]]\nname = \"a\"\ncommand = \"x\"\nresume_command = \"x --session={session_id}\"\n",
     )
@@ -393,26 +398,48 @@ fn friendly_durations_are_accepted_where_durations_are() {
     )
     .unwrap();
     assert_eq!(spec.thresholds.silence, Duration::from_secs(600));
-    assert_eq!(spec.thresholds.stale_after, Duration::from_secs(14 * 86_400));
+    assert_eq!(
+        spec.thresholds.stale_after,
+        Duration::from_secs(14 * 86_400)
+    );
     assert_eq!(spec.thresholds.runaway, Duration::from_secs(5400));
     let errs = errors("[thresholds]\nsilence = \"10 minuts\"\nrunaway = \"90\"\n");
     assert_eq!(errs.len(), 2, "{errs:?}");
-    assert!(errs[0].message.contains("did you mean `minutes`?"), "{errs:?}");
+    assert!(
+        errs[0].message.contains("did you mean `minutes`?"),
+        "{errs:?}"
+    );
     assert!(errs[1].message.contains("missing unit"), "{errs:?}");
     assert!(errs[1].hint.as_deref().unwrap().contains("\"10 minutes\""));
 }
 
 #[test]
 fn cron_nicknames_are_accepted() {
-    for nick in ["@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@DAILY"] {
+    for nick in [
+        "@hourly",
+        "@daily",
+        "@weekly",
+        "@monthly",
+        "@yearly",
+        "@annually",
+        "@DAILY",
+    ] {
         let spec = parse_str(&format!("[schedules]\nwatchdog = \"{nick}\"\n"))
             .unwrap_or_else(|e| panic!("{nick}: {e}"));
         assert!(spec.schedules.watchdog.is_some(), "{nick}");
     }
     let errs = errors("[schedules]\nbrief = \"@dialy\"\nwatchdog = \"@reboot\"\n");
     assert_eq!(errs.len(), 2, "{errs:?}");
-    assert!(errs[0].message.contains("unknown cron nickname `@dialy` (did you mean `@daily`?)"), "{errs:?}");
-    assert!(errs[1].message.contains("unknown cron nickname `@reboot`"), "{errs:?}");
+    assert!(
+        errs[0]
+            .message
+            .contains("unknown cron nickname `@dialy` (did you mean `@daily`?)"),
+        "{errs:?}"
+    );
+    assert!(
+        errs[1].message.contains("unknown cron nickname `@reboot`"),
+        "{errs:?}"
+    );
 }
 
 #[test]
@@ -427,7 +454,10 @@ fn count_errors_say_a_whole_number_not_a_rust_type() {
         assert_eq!(errs.len(), 1, "{value}: {errs:?}");
         let m = &errs[0].message;
         assert!(m.contains(shown), "{value}: {m}");
-        assert!(m.contains("expected a whole number from 0 to 4294967295"), "{value}: {m}");
+        assert!(
+            m.contains("expected a whole number from 0 to 4294967295"),
+            "{value}: {m}"
+        );
         assert!(!m.contains("u32"), "{value}: {m}");
     }
     let errs = errors("[thresholds]\nmax_tokens = -5\n");
@@ -438,14 +468,26 @@ fn count_errors_say_a_whole_number_not_a_rust_type() {
 #[test]
 fn unknown_values_get_did_you_mean() {
     for (src, hint) in [
-        ("[[agent]]\nname = \"a\"\ncli = \"Claude\"\n", "did you mean `claude`?"),
-        ("[[agent]]\nname = \"a\"\ncli = \"gemeni\"\n", "did you mean `gemini`?"),
-        ("[[agent]]\nname = \"a\"\ncli = \"vim\"\n", "one of: claude, codex, gemini, custom"),
+        (
+            "[[agent]]\nname = \"a\"\ncli = \"Claude\"\n",
+            "did you mean `claude`?",
+        ),
+        (
+            "[[agent]]\nname = \"a\"\ncli = \"gemeni\"\n",
+            "did you mean `gemini`?",
+        ),
+        (
+            "[[agent]]\nname = \"a\"\ncli = \"vim\"\n",
+            "one of: claude, codex, gemini, custom",
+        ),
         (
             "[notify]\nwebhook = { url_env = \"U\", format = \"slak\" }\n",
             "did you mean `slack`?",
         ),
-        ("[watchdog]\nscreen_patterns = { codx = [\"x\"] }\n", "did you mean `codex`?"),
+        (
+            "[watchdog]\nscreen_patterns = { codx = [\"x\"] }\n",
+            "did you mean `codex`?",
+        ),
         (
             "[[agent]]\nname = \"a\"\ncommand = \"x\"\nnotify = [\"webhok\"]\n",
             "did you mean `webhook`?",
