@@ -133,3 +133,26 @@ fn the_schema_phoenix_prints_accepts_the_example_and_refuses_typos() {
     let typo: serde_json::Value = toml::from_str("[fleet]\nnmae = \"x\"\n").unwrap();
     assert!(!validator.is_valid(&typo));
 }
+
+#[test]
+fn a_misspelt_agent_name_gets_did_you_mean() {
+    let fleet = Fleet::new();
+    fleet.toml(
+        "[[agent]]\nname = \"trades\"\ncommand = \"sleep 100\"\n[[agent]]\nname = \"research\"\ncommand = \"sleep 100\"\n",
+    );
+    for args in [
+        &["status", "trdaes"][..],
+        &["ledger", "trdaes"],
+        &["loop", "list", "trdaes"],
+    ] {
+        fleet
+            .run(args)
+            .status(1)
+            .stderr_has("no agent `trdaes`")
+            .stderr_has("did you mean `trades`? declared: trades, research");
+    }
+    fleet
+        .run(&["status", "zzz"])
+        .status(1)
+        .stderr_has("(declared: trades, research)");
+}

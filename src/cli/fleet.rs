@@ -294,12 +294,10 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
     }
     let world = observe(&spec)?;
     let rows = match agent {
-        Some(name) => vec![crate::status::agent(&spec, &world, name).with_context(|| {
-            format!(
-                "no agent `{name}` (declared: {})",
-                spec.agent_names().join(", ")
-            )
-        })?],
+        Some(name) => vec![
+            crate::status::agent(&spec, &world, name)
+                .with_context(|| format!("no agent `{name}` ({})", spec.declared_hint(name)))?,
+        ],
         None => crate::status::rows(&spec, &world),
     };
     if json {

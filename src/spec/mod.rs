@@ -481,6 +481,15 @@ impl Spec {
         self.agents.iter().map(|a| a.name.as_str()).collect()
     }
 
+    /// For an agent name that is not declared: the likely typo's fix, then every name.
+    pub fn declared_hint(&self, name: &str) -> String {
+        let names = self.agent_names();
+        match did_you_mean(name, &names) {
+            Some(s) => format!("did you mean `{s}`? declared: {}", names.join(", ")),
+            None => format!("declared: {}", names.join(", ")),
+        }
+    }
+
     /// The state directory of one agent: `<state_dir>/agents/<name>`.
     pub fn agent_dir(&self, name: &str) -> PathBuf {
         self.fleet.state_dir.join("agents").join(name)
