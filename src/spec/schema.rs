@@ -126,9 +126,10 @@ mod tests {
     const EXAMPLE: &str = include_str!("../../phoenix.toml.example");
 
     /// The example with its commented-out keys (`# workdir = "~/src"`) switched on: those
-    /// document keys too.
+    /// document keys too. The socket's `<hash>` placeholder is what `phoenix init` fills in.
     fn example_with_every_key() -> String {
         EXAMPLE
+            .replace("phoenix-research-<hash>", "phoenix-research-0123abcd")
             .lines()
             .map(|line| {
                 let rest = line.strip_prefix("# ").unwrap_or(line);
