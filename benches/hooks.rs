@@ -294,6 +294,18 @@ fn main() {
             reset: Some(reset_indexed),
         },
     ];
+    // Another build of phoenix-hook, timed in the same interleaved rounds (a fair comparison
+    // on a busy machine), e.g. one built with a different release profile.
+    if let Some(other) = std::env::var_os("PHOENIX_BENCH_OTHER_HOOK") {
+        cases.push(Case {
+            name: "phoenix-hook heartbeat, PHOENIX_BENCH_OTHER_HOOK",
+            program: other.to_string_lossy().into_owned(),
+            args: phoenix_args("heartbeat"),
+            stdin: post_tool.clone(),
+            env: vec![],
+            reset: None,
+        });
+    }
     let python = Path::new("/usr/bin/python3");
     if python.exists() {
         cases.push(Case {

@@ -143,35 +143,19 @@ pub fn line_col(source: &str, offset: usize) -> (usize, usize) {
 pub fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
     candidates
         .iter()
-        .map(|c| (levenshtein(word, c), *c))
+        // Optimal string alignment: swapping two adjacent characters is one edit (`nmae`).
+        .map(|c| (strsim::osa_distance(word, c), *c))
         .filter(|(d, c)| *d <= (c.len().max(word.len()) / 3).max(1))
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
 }
 
-/// Edit distance where swapping two adjacent characters counts as one edit (`nmae` → `name`).
-fn levenshtein(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
+/// The hint for a value that is not one of `candidates`: the likely typo's fix, or the list.
+pub fn suggest(word: &str, candidates: &[&str]) -> String {
+    match did_you_mean(word, candidates) {
+        Some(s) => format!("did you mean `{s}`?"),
+        None => format!("one of: {}", candidates.join(", ")),
     }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            d[i][j] = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
-            }
-        }
-    }
-    d[a.len()][b.len()]
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! The web dashboard in a real headless Chromium (WebDriver through chromedriver): the page
 //! loads and shows the demo fleet, handoffs are searched and read, a restart is confirmed and
 //! the row's process changes. A screenshot is written to target/dashboard.png.
+//! Runs only with `PHOENIX_TEST_BROWSER=1` (`.ci/run` sets it); plain `cargo test` says it
+//! skipped the suite and why.
 
 mod support;
 
@@ -43,8 +45,20 @@ fn target_dir() -> std::path::PathBuf {
         .to_path_buf()
 }
 
+/// The suite runs only when asked for (see `support::opted_in`).
+fn enabled() -> bool {
+    support::opted_in(
+        support::BROWSER,
+        "tests/dashboard.rs (the web dashboard in Chromium)",
+        "a headless Chromium and chromedriver (Debian: chromium, chromium-driver)",
+    )
+}
+
 #[test]
 fn the_dashboard_shows_the_fleet_searches_handoffs_and_restarts_an_agent() {
+    if !enabled() {
+        return;
+    }
     let (chromium, chromedriver) = match browser::find_or_install() {
         Ok(found) => found,
         Err(why) => {
@@ -233,6 +247,9 @@ fn the_dashboard_shows_the_fleet_searches_handoffs_and_restarts_an_agent() {
 /// waited ~58 s for one of the six connections a browser keeps per server.
 #[test]
 fn reloading_the_dashboard_again_and_again_never_stalls() {
+    if !enabled() {
+        return;
+    }
     let Ok((chromium, chromedriver)) = browser::find_or_install() else {
         eprintln!("SKIPPED reloading_…: no headless Chromium");
         return;

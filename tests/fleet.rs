@@ -284,9 +284,9 @@ fn config_errors_are_located_and_touch_nothing() {
             "did you mean `silence`?",
         ),
         (
-            "[thresholds]\nrunaway = \"2 hours\"\n",
+            "[thresholds]\nrunaway = \"2 hourz\"\n",
             "phoenix.toml:2:11",
-            "unknown unit `hours`",
+            "unknown unit `hourz` (did you mean `hours`?)",
         ),
         (
             "[schedules]\nwatchdog = \"*/5 * * *\"\n",

@@ -1,6 +1,8 @@
 //! The real Claude Code CLI, driven by a scripted model server on loopback (no network).
 //! The CLI is installed with npm into `target/real-cli/` on first use; if that fails the suite
 //! fails loudly rather than passing without having run.
+//! Runs only with `PHOENIX_TEST_REAL_CLIS=1` (`.ci/run` sets it); plain `cargo test` says it
+//! skipped the suite and why.
 
 mod support;
 
@@ -62,8 +64,20 @@ fn claude_command(bin: &Path, home: &Path, server: &ModelServer, key: &str) -> C
     cmd
 }
 
+/// The suite runs only when asked for (see `support::opted_in`).
+fn enabled() -> bool {
+    support::opted_in(
+        support::REAL_CLIS,
+        "tests/real_cli.rs (the real Claude Code CLI)",
+        "npm and access to the npm registry",
+    )
+}
+
 #[test]
 fn scripted_server_drives_a_real_bash_call() {
+    if !enabled() {
+        return;
+    }
     let bin = claude_bin();
     let tmp = tempfile::tempdir().unwrap();
     let work = tmp.path().join("work");
@@ -131,6 +145,9 @@ fn type_prompt(fleet: &support::Fleet, pane: &str, prompt: &str) {
 
 #[test]
 fn real_claude_runs_interactively_in_a_phoenix_pane() {
+    if !enabled() {
+        return;
+    }
     let bin = claude_bin();
     let fleet = support::Fleet::new();
     let work = fleet.path().join("work");
@@ -171,6 +188,9 @@ fn real_claude_runs_interactively_in_a_phoenix_pane() {
 /// land in the agent's state.
 #[test]
 fn real_claude_runs_the_hooks_apply_installed() {
+    if !enabled() {
+        return;
+    }
     let bin = claude_bin();
     let fleet = support::Fleet::new();
     let work = fleet.path().join("work");
@@ -232,6 +252,9 @@ fn real_claude_runs_the_hooks_apply_installed() {
 /// block (and the handoff saved on the crash) reach the model with the next request.
 #[test]
 fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
+    if !enabled() {
+        return;
+    }
     let bin = claude_bin();
     let fleet = support::Fleet::new();
     let work = fleet.path().join("work");
@@ -352,6 +375,9 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
 /// away for a fresh one.
 #[test]
 fn real_claude_resumed_session_killed_again_within_seconds_is_resumed_again() {
+    if !enabled() {
+        return;
+    }
     let fleet = support::Fleet::new();
     let server = ModelServer::start(vec![
         Turn::text("Planned."),
@@ -429,6 +455,9 @@ fn real_claude_resumed_session_killed_again_within_seconds_is_resumed_again() {
 /// model, nobody typing, within 5 s of the failing request.
 #[test]
 fn real_claude_out_of_context_starts_fresh_with_the_handoff() {
+    if !enabled() {
+        return;
+    }
     let fleet = support::Fleet::new();
     let server = ModelServer::start(vec![
         Turn::prompt_too_long(),
@@ -549,6 +578,9 @@ fn real_claude_out_of_context_starts_fresh_with_the_handoff() {
 /// revival, no restart) with the model named and the fix (`--model` in phoenix.toml).
 #[test]
 fn real_claude_model_not_found_goes_to_safe_mode_naming_the_model() {
+    if !enabled() {
+        return;
+    }
     let fleet = support::Fleet::new();
     // Every turn request gets it (Claude Code tries a 404 more than once).
     let not_found = Turn::Error {
@@ -623,6 +655,9 @@ fn real_claude_model_not_found_goes_to_safe_mode_naming_the_model() {
 /// quarantines the agent at once: one start, no restart, a reason a person can act on.
 #[test]
 fn real_claude_revoked_key_goes_to_safe_mode_at_once_without_the_daemon() {
+    if !enabled() {
+        return;
+    }
     let fleet = support::Fleet::new();
     let revoked = Turn::Error {
         status: 401,
@@ -693,6 +728,9 @@ fn real_claude_revoked_key_goes_to_safe_mode_at_once_without_the_daemon() {
 /// failed resume, no crash counted, no continue prompt typed into a session with no task.
 #[test]
 fn real_claude_restarted_before_any_prompt_starts_fresh_without_a_crash() {
+    if !enabled() {
+        return;
+    }
     let fleet = support::Fleet::new();
     let server = ModelServer::start(vec![Turn::text("Nothing to do.")]);
     let agent = cc_agent(&fleet, &server);
@@ -807,6 +845,9 @@ fn start_claude(
 /// turn through that hook (status `idle`).
 #[test]
 fn real_claude_daemon_restores_a_removed_stop_hook() {
+    if !enabled() {
+        return;
+    }
     let bin = claude_bin();
     let fleet = support::Fleet::new();
     let work = fleet.path().join("work");
@@ -916,6 +957,9 @@ fn real_claude_daemon_restores_a_removed_stop_hook() {
 /// nothing wrong is not diagnosed from the "API Error: 529" its predecessor left on screen.
 #[test]
 fn real_claude_crash_is_not_diagnosed_from_an_earlier_sessions_error() {
+    if !enabled() {
+        return;
+    }
     let fleet = support::Fleet::new();
     let server = ModelServer::start(vec![
         Turn::text("API Error: 529 {\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}"),
@@ -978,6 +1022,9 @@ fn real_claude_crash_is_not_diagnosed_from_an_earlier_sessions_error() {
 /// which is told why and sent on its way.
 #[test]
 fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
+    if !enabled() {
+        return;
+    }
     let fleet = support::Fleet::new();
     let server = ModelServer::start(vec![Turn::Hang, Turn::text("Back after the hang.")]);
     let dir = start_claude(
@@ -1015,6 +1062,9 @@ fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
 /// silent (it once revived such an agent 2 s into the turn).
 #[test]
 fn real_claude_idle_past_silence_then_a_slow_answer_is_not_silent() {
+    if !enabled() {
+        return;
+    }
     let fleet = support::Fleet::new();
     let server = ModelServer::start(vec![
         Turn::bash("echo one > one.txt"),
@@ -1087,6 +1137,9 @@ fn real_claude_idle_past_silence_then_a_slow_answer_is_not_silent() {
 /// retries.
 #[test]
 fn real_claude_retrying_an_overloaded_api_is_not_silent() {
+    if !enabled() {
+        return;
+    }
     let fleet = support::Fleet::new();
     let mut script: Vec<Turn> = (0..5).map(|_| Turn::overloaded()).collect();
     script.push(Turn::text("Finally through."));
@@ -1147,6 +1200,9 @@ fn real_claude_retrying_an_overloaded_api_is_not_silent() {
 /// a habit, not a repetition loop: neither idle after the turns nor working on the next one.
 #[test]
 fn real_claude_the_same_command_in_every_turn_is_not_a_loop() {
+    if !enabled() {
+        return;
+    }
     let fleet = support::Fleet::new();
     let mut script = Vec::new();
     for _ in 0..3 {
@@ -1221,6 +1277,9 @@ fn real_claude_the_same_command_in_every_turn_is_not_a_loop() {
 /// the watchdog finds an error cascade and records it as a critical event.
 #[test]
 fn real_claude_six_failing_tools_are_an_error_cascade() {
+    if !enabled() {
+        return;
+    }
     let fleet = support::Fleet::new();
     let mut script: Vec<Turn> = (0..6)
         .map(|i| Turn::bash(&format!("ls /nonexistent-phoenix-{i}")))
@@ -1269,6 +1328,9 @@ fn real_claude_six_failing_tools_are_an_error_cascade() {
 /// compaction block with that handoff.
 #[test]
 fn real_claude_compaction_saves_a_handoff_that_comes_back() {
+    if !enabled() {
+        return;
+    }
     let fleet = support::Fleet::new();
     let server = ModelServer::start(vec![
         Turn::bash("echo 'release notes drafted' > notes.txt"),
@@ -1354,6 +1416,9 @@ fn real_claude_compaction_saves_a_handoff_that_comes_back() {
 /// session is told which command was stopped.
 #[test]
 fn real_claude_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
+    if !enabled() {
+        return;
+    }
     let fleet = support::Fleet::new();
     let server = ModelServer::start(vec![
         Turn::bash(support::scenarios::ORPHAN_JOB),
@@ -1373,6 +1438,9 @@ fn real_claude_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
 /// starts one of its own, so one session never runs in two processes.
 #[test]
 fn real_claude_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
+    if !enabled() {
+        return;
+    }
     let fleet = support::Fleet::new();
     let server = ModelServer::start(vec![Turn::text("Done.")]);
     let dir = start_claude(&fleet, &server, "", "say done");

@@ -2,6 +2,8 @@
 //! running the hooks phoenix generates. The CLI is installed with npm into
 //! `target/real-cli-codex/` on first use; if that fails the suite fails loudly rather than
 //! passing without having run.
+//! Runs only with `PHOENIX_TEST_REAL_CLIS=1` (`.ci/run` sets it); plain `cargo test` says it
+//! skipped the suite and why.
 
 mod support;
 
@@ -124,8 +126,20 @@ fn tool_output(request: &support::scripted::Request) -> String {
         .collect()
 }
 
+/// The suite runs only when asked for (see `support::opted_in`).
+fn enabled() -> bool {
+    support::opted_in(
+        support::REAL_CLIS,
+        "tests/real_codex.rs (the real Codex CLI)",
+        "npm and access to the npm registry",
+    )
+}
+
 #[test]
 fn scripted_server_drives_a_real_exec_command_and_phoenix_hooks_fire() {
+    if !enabled() {
+        return;
+    }
     let bin = codex_bin();
     let fleet = Fleet::new();
     let work = workdir(&fleet);
@@ -239,6 +253,9 @@ fn scripted_server_drives_a_real_exec_command_and_phoenix_hooks_fire() {
 /// tool_use.jsonl, and the open loop reaches the model.
 #[test]
 fn real_codex_in_a_phoenix_pane_runs_the_hooks_apply_installed() {
+    if !enabled() {
+        return;
+    }
     let bin = codex_bin();
     let fleet = Fleet::new();
     let work = workdir(&fleet);
@@ -329,6 +346,9 @@ fn real_codex_in_a_phoenix_pane_runs_the_hooks_apply_installed() {
 /// the model with that request; nobody types.
 #[test]
 fn real_codex_killed_mid_turn_is_resumed_with_the_recovery_block() {
+    if !enabled() {
+        return;
+    }
     let bin = codex_bin();
     let fleet = Fleet::new();
     let work = workdir(&fleet);
@@ -494,6 +514,9 @@ fn sent_with_the_continue_prompt(fleet: &Fleet, server: &OpenAiServer, pane: &st
 /// Clinic's context, the handoff and the continuation prompt reach the model, nobody typing.
 #[test]
 fn real_codex_out_of_context_starts_fresh_with_the_handoff() {
+    if !enabled() {
+        return;
+    }
     let fleet = Fleet::new();
     let server = openai_server::start(vec![
         openai_server::context_length_exceeded(),
@@ -569,6 +592,9 @@ fn real_codex_out_of_context_starts_fresh_with_the_handoff() {
 /// which is told why and sent on its way.
 #[test]
 fn real_codex_hanging_on_the_model_is_found_silent_and_revived() {
+    if !enabled() {
+        return;
+    }
     let fleet = Fleet::new();
     let server = openai_server::start(vec![Turn::Hang, Turn::text("Back after the hang.")]);
     let run = start_codex(
@@ -606,6 +632,9 @@ fn real_codex_hanging_on_the_model_is_found_silent_and_revived() {
 /// records it as a critical event.
 #[test]
 fn real_codex_six_failing_shell_calls_are_an_error_cascade() {
+    if !enabled() {
+        return;
+    }
     let fleet = Fleet::new();
     let mut script: Vec<Turn> = (0..6)
         .map(|i| exec(&format!("ls /nonexistent-phoenix-{i}")))
@@ -656,6 +685,9 @@ fn real_codex_six_failing_shell_calls_are_an_error_cascade() {
 /// Codex's own summary and phoenix's compaction block with the handoff.
 #[test]
 fn real_codex_compaction_saves_a_handoff_that_comes_back() {
+    if !enabled() {
+        return;
+    }
     let fleet = Fleet::new();
     let server = openai_server::start(vec![
         exec("echo 'release notes drafted' > notes.txt"),
@@ -736,6 +768,9 @@ fn real_codex_compaction_saves_a_handoff_that_comes_back() {
 /// silent.
 #[test]
 fn real_codex_idle_past_silence_then_a_slow_answer_is_not_silent() {
+    if !enabled() {
+        return;
+    }
     let fleet = Fleet::new();
     let server = openai_server::start(vec![
         openai_server::exec("echo one > one.txt"),

@@ -2,6 +2,8 @@
 //! running the hooks phoenix generates. The CLI is installed with npm into
 //! `target/real-cli-gemini/` on first use; if that fails the suite fails loudly rather than
 //! passing without having run.
+//! Runs only with `PHOENIX_TEST_REAL_CLIS=1` (`.ci/run` sets it); plain `cargo test` says it
+//! skipped the suite and why.
 
 mod support;
 
@@ -87,8 +89,20 @@ fn tool_result(request: &support::scripted::Request) -> String {
         .collect()
 }
 
+/// The suite runs only when asked for (see `support::opted_in`).
+fn enabled() -> bool {
+    support::opted_in(
+        support::REAL_CLIS,
+        "tests/real_gemini.rs (the real Gemini CLI)",
+        "npm and access to the npm registry",
+    )
+}
+
 #[test]
 fn scripted_server_drives_a_real_shell_call_and_phoenix_hooks_fire() {
+    if !enabled() {
+        return;
+    }
     let bin = gemini_bin();
     let fleet = Fleet::new();
     let work = workdir(&fleet);
@@ -201,6 +215,9 @@ fn scripted_server_drives_a_real_shell_call_and_phoenix_hooks_fire() {
 /// the open loop reaches the model.
 #[test]
 fn real_gemini_in_a_phoenix_pane_runs_the_hooks_apply_installed() {
+    if !enabled() {
+        return;
+    }
     let bin = gemini_bin();
     let fleet = Fleet::new();
     let work = workdir(&fleet);
@@ -289,6 +306,9 @@ fn real_gemini_in_a_phoenix_pane_runs_the_hooks_apply_installed() {
 /// request; nobody types.
 #[test]
 fn real_gemini_killed_mid_turn_is_resumed_with_the_recovery_block() {
+    if !enabled() {
+        return;
+    }
     let bin = gemini_bin();
     let fleet = Fleet::new();
     let work = workdir(&fleet);
@@ -478,6 +498,9 @@ fn sent_with_the_continue_prompt(fleet: &Fleet, server: &GeminiServer, pane: &st
 /// the handoff and the continuation prompt reach the model, nobody typing.
 #[test]
 fn real_gemini_out_of_context_starts_fresh_with_the_handoff() {
+    if !enabled() {
+        return;
+    }
     let fleet = Fleet::new();
     let server = gemini_server::start(vec![
         gemini_server::token_limit_exceeded(),
@@ -582,6 +605,9 @@ fn real_gemini_out_of_context_starts_fresh_with_the_handoff() {
 /// which is told why (with the first prompt) and sent on its way.
 #[test]
 fn real_gemini_hanging_on_the_model_is_found_silent_and_revived() {
+    if !enabled() {
+        return;
+    }
     let fleet = Fleet::new();
     let server = gemini_server::start(vec![Turn::Hang, Turn::text("Back after the hang.")]);
     let (dir, pane) = start_gemini(
@@ -619,6 +645,9 @@ fn real_gemini_hanging_on_the_model_is_found_silent_and_revived() {
 /// critical event.
 #[test]
 fn real_gemini_six_failing_shell_calls_are_an_error_cascade() {
+    if !enabled() {
+        return;
+    }
     let fleet = Fleet::new();
     let mut script: Vec<Turn> = (0..6)
         .map(|i| shell(&format!("ls /nonexistent-phoenix-{i}")))
@@ -669,6 +698,9 @@ fn real_gemini_six_failing_shell_calls_are_an_error_cascade() {
 /// prompt (BeforeAgent), and that request carries both.
 #[test]
 fn real_gemini_compression_saves_a_handoff_that_comes_back() {
+    if !enabled() {
+        return;
+    }
     let fleet = Fleet::new();
     let server = gemini_server::start(vec![
         shell("echo 'release notes drafted' > notes.txt"),
@@ -746,6 +778,9 @@ fn real_gemini_compression_saves_a_handoff_that_comes_back() {
 /// silent.
 #[test]
 fn real_gemini_idle_past_silence_then_a_slow_answer_is_not_silent() {
+    if !enabled() {
+        return;
+    }
     let fleet = Fleet::new();
     let server = gemini_server::start(vec![
         gemini_server::shell("echo one > one.txt"),

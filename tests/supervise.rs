@@ -1124,11 +1124,13 @@ fn spec_change_is_recorded_as_a_drift_replacement() {
 #[test]
 fn resumed_session_that_comes_back_with_another_id_is_treated_as_fresh() {
     let fleet = Fleet::new();
-    // This "resume" form drops the id: the CLI starts a new session every time.
+    // This "resume" form passes the id where the CLI does not resume with it (as a task
+    // name): the CLI starts a new session every time. (`validate` refuses a resume_command
+    // without `{session_id}`, so the id has to appear somewhere.)
     fleet.toml(&format!(
         "{}[[agent]]\nname = \"alpha\"\ncli = \"custom\"\n\
          command = \"phoenix demo-agent --interval 200ms\"\n\
-         resume_command = \"phoenix demo-agent --interval 200ms\"\n",
+         resume_command = \"phoenix demo-agent --interval 200ms --task {{session_id}}\"\n",
         fast_restarts(5)
     ));
     fleet.run(&["apply", "--yes"]).status(0);

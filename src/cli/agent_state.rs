@@ -54,9 +54,9 @@ pub enum HooksCommand {
 fn agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a AgentSpec> {
     spec.agent(name).with_context(|| {
         format!(
-            "no agent `{name}` in `{}` (declared: {})",
+            "no agent `{name}` in `{}` ({})",
             spec.file.display(),
-            spec.agent_names().join(", ")
+            spec.declared_hint(name)
         )
     })
 }

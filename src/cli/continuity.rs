@@ -84,9 +84,9 @@ pub enum HandoffCommand {
 fn agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a spec::AgentSpec> {
     spec.agent(name).with_context(|| {
         format!(
-            "no agent `{name}` in `{}` (declared: {})",
+            "no agent `{name}` in `{}` ({})",
             spec.file.display(),
-            spec.agent_names().join(", ")
+            spec.declared_hint(name)
         )
     })
 }
@@ -164,8 +164,8 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
             let a = agent(&spec, &name)?;
             let Some(trigger) = Trigger::parse(&reason) else {
                 bail!(
-                    "unknown reason `{reason}` (one of: {})",
-                    Trigger::NAMES.join(", ")
+                    "unknown reason `{reason}` ({})",
+                    crate::diag::suggest(&reason, &Trigger::NAMES)
                 );
             };
             let body = read_body(file.as_deref(), no_input)?;

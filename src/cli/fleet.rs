@@ -25,16 +25,32 @@ fn observe(ctx: &FleetContext) -> anyhow::Result<crate::world::World> {
     crate::status::observe(&ctx.spec, ctx.runtime())
 }
 
+/// The spec's warnings on stderr, like the errors `validate` shows but not fatal.
+fn print_warnings(spec: &Spec) {
+    for w in &spec.warnings {
+        eprintln!(
+            "warning: {}\n  --> {}:{}:{}",
+            w.message, w.file, w.line, w.column
+        );
+        if let Some(hint) = &w.hint {
+            eprintln!("  = hint: {hint}");
+        }
+    }
+}
+
 pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
     match spec::load(config) {
         Ok(spec) => {
+            if !json {
+                print_warnings(&spec);
+            }
             if let Some(code) = super::policy::validate_extras(&spec, json) {
                 return Ok(code);
             }
             if json {
                 out(&format!(
                     "{}\n",
-                    json!({"ok": true, "file": spec.file, "agents": spec.agent_names(), "errors": []})
+                    json!({"ok": true, "file": spec.file, "agents": spec.agent_names(), "errors": [], "warnings": spec.warnings})
                 ));
             } else {
                 out(&format!(
@@ -59,6 +75,7 @@ pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
 pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
     let ctx = load(config)?;
     let spec = &ctx.spec;
+    print_warnings(spec);
     if let Some(problem) = world::leftover_problem(spec) {
         eprintln!("warning: {problem}");
     }
@@ -82,6 +99,7 @@ pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
 pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Result<i32> {
     let ctx = load(config)?;
     let spec = &ctx.spec;
+    print_warnings(spec);
     if let Some(problem) = world::leftover_problem(spec) {
         bail!("{problem}");
     }
@@ -282,12 +300,10 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
     }
     let world = observe(&ctx)?;
     let rows = match agent {
-        Some(name) => vec![crate::status::agent(spec, &world, name).with_context(|| {
-            format!(
-                "no agent `{name}` (declared: {})",
-                spec.agent_names().join(", ")
-            )
-        })?],
+        Some(name) => vec![
+            crate::status::agent(spec, &world, name)
+                .with_context(|| format!("no agent `{name}` ({})", spec.declared_hint(name)))?,
+        ],
         None => crate::status::rows(spec, &world),
     };
     // As `systemctl status`: 3 when something declared is not running, so a script or a

@@ -4,6 +4,7 @@ mod agent_state;
 mod continuity;
 mod events;
 mod fleet;
+mod generate;
 #[cfg(test)]
 mod layers;
 mod notify;
@@ -260,6 +261,13 @@ pub enum Command {
     /// A stand-in agent CLI for demos and tests.
     #[command(hide = true)]
     DemoAgent(crate::demo::DemoArgs),
+    /// Print a shell completion script, e.g.
+    /// `phoenix completions bash > ~/.local/share/bash-completion/completions/phoenix`.
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff): `phoenix man | man -l -`.
+    Man,
+    /// Print the JSON Schema of phoenix.toml, for editors: `phoenix schema > phoenix.schema.json`.
+    Schema,
 }
 
 #[derive(Debug, Subcommand)]
@@ -453,6 +461,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             out,
         ),
         Command::DemoAgent(args) => crate::demo::run(args),
+        Command::Completions { shell } => generate::completions(shell),
+        Command::Man => generate::man(),
+        Command::Schema => generate::schema(),
     }
 }
 

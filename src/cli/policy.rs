@@ -284,10 +284,10 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
     )?;
     let agent = spec.agent(args.agent).with_context(|| {
         format!(
-            "agent `{}` is not declared in {} (declared: {})",
+            "agent `{}` is not declared in {} ({})",
             args.agent,
             spec.file.display(),
-            spec.agent_names().join(", ")
+            spec.declared_hint(args.agent)
         )
     })?;
     let output = match args.output {

@@ -2,6 +2,7 @@
 
 pub mod duration;
 mod raw;
+pub mod schema;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -9,19 +10,21 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use crate::diag::{Diagnostic, FileDiagnostics, did_you_mean};
+use crate::diag::{Diagnostic, FileDiagnostics, Located, did_you_mean, suggest};
 use raw::{
     RawAgent, RawBrief, RawClinic, RawFleet, RawGithub, RawNotify, RawRestart, RawSchedules,
-    RawSpec, RawThresholds, RawTmux, RawWatchdog, RawWebhook, fields_of,
+    RawSpec, RawThresholds, RawTmux, RawWatchdog, RawWebhook, Spanned, Whole, fields_of,
 };
 
 pub const DEFAULT_CONFIG: &str = "phoenix.toml";
 
 /// `[notify.webhook] retries` at most.
 pub const MAX_WEBHOOK_RETRIES: u32 = 10;
+
+/// Where `resume_command` takes the recorded session id.
+pub const SESSION_ID: &str = "{session_id}";
 
 /// The validated, effective fleet specification.
 #[derive(Debug, Clone)]
@@ -38,6 +41,9 @@ pub struct Spec {
     pub watchdog: WatchdogSettings,
     pub brief: BriefSettings,
     pub agents: Vec<AgentSpec>,
+    /// What is allowed but probably not meant (`cooldown` longer than `backoff_max`); shown by
+    /// `validate`, `plan` and `apply`, never fatal.
+    pub warnings: Vec<Located>,
 }
 
 /// `[brief]`: how briefs are generated (the `brief` schedule, `phoenix brief --generate`).
@@ -225,7 +231,7 @@ pub struct Schedules {
     pub brief: Option<Schedule>,
 }
 
-/// A standard 5-field cron expression, parsed.
+/// A standard 5-field cron expression or a nickname (`@hourly`), parsed.
 #[derive(Clone)]
 pub struct Schedule {
     pub expr: String,
@@ -239,9 +245,29 @@ impl fmt::Debug for Schedule {
 }
 
 impl Schedule {
+    /// The nicknames cron has always had (croner expands them); `@reboot` has no time.
+    pub const NICKNAMES: [&'static str; 6] = [
+        "@yearly",
+        "@annually",
+        "@monthly",
+        "@weekly",
+        "@daily",
+        "@hourly",
+    ];
+
     pub fn parse(expr: &str) -> Result<Schedule, String> {
+        let expr = expr.trim();
+        if expr.starts_with('@') {
+            let lower = expr.to_ascii_lowercase();
+            if !Self::NICKNAMES.contains(&lower.as_str()) {
+                return Err(format!(
+                    "unknown cron nickname `{expr}` ({})",
+                    suggest(&lower, &Self::NICKNAMES)
+                ));
+            }
+        }
         let fields = expr.split_whitespace().count();
-        if fields != 5 {
+        if fields != 5 && !expr.starts_with('@') {
             return Err(format!(
                 "cron expression `{expr}` has {fields} field{}, expected 5",
                 if fields == 1 { "" } else { "s" }
@@ -479,6 +505,15 @@ impl Spec {
         self.agents.iter().map(|a| a.name.as_str()).collect()
     }
 
+    /// For an agent name that is not declared: the likely typo's fix, then every name.
+    pub fn declared_hint(&self, name: &str) -> String {
+        let names = self.agent_names();
+        match did_you_mean(name, &names) {
+            Some(s) => format!("did you mean `{s}`? declared: {}", names.join(", ")),
+            None => format!("declared: {}", names.join(", ")),
+        }
+    }
+
     /// The state directory of one agent: `<state_dir>/agents/<name>`.
     pub fn agent_dir(&self, name: &str) -> PathBuf {
         self.fleet.state_dir.join("agents").join(name)
@@ -675,6 +710,7 @@ fn parse_inner(
         .unwrap_or_else(|| PathBuf::from("."));
     let spec = Validator {
         diags: &mut diags,
+        warnings: Vec::new(),
         source,
         dir: &dir,
         options,
@@ -920,6 +956,7 @@ pub mod floors {
 
 struct Validator<'a> {
     diags: &'a mut Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
     source: &'a str,
     dir: &'a Path,
     options: LoadOptions,
@@ -947,6 +984,11 @@ pub const NAME_HINT: &str = "use only letters, digits, `_` and `-` (at most 64 c
 impl Validator<'_> {
     fn error(&mut self, message: String, span: Option<std::ops::Range<usize>>, hint: &str) {
         self.diags
+            .push(Diagnostic::new(message, span).with_hint(hint.to_string()));
+    }
+
+    fn warn(&mut self, message: String, span: Option<std::ops::Range<usize>>, hint: &str) {
+        self.warnings
             .push(Diagnostic::new(message, span).with_hint(hint.to_string()));
     }
 
@@ -1002,7 +1044,7 @@ impl Validator<'_> {
     /// A count with a floor (see [`Validator::duration_min`]) and a ceiling.
     fn count_in(
         &mut self,
-        value: &Option<Spanned<u32>>,
+        value: &Option<Spanned<Whole<u32>>>,
         what: &str,
         default: u32,
         range: std::ops::RangeInclusive<u32>,
@@ -1010,9 +1052,9 @@ impl Validator<'_> {
     ) -> u32 {
         match value {
             None => default,
-            Some(v) if range.contains(v.get_ref()) => *v.get_ref(),
+            Some(v) if range.contains(&v.number()) => v.number(),
             Some(v) => {
-                let bound = if v.get_ref() < range.start() {
+                let bound = if v.number() < *range.start() {
                     format!("at least {}", range.start())
                 } else {
                     format!("at most {}", range.end())
@@ -1051,7 +1093,7 @@ impl Validator<'_> {
                 self.error(
                     format!("schedule `{what}`: {e}"),
                     span,
-                    "standard cron has 5 fields: minute hour day-of-month month day-of-week, e.g. \"*/5 * * * *\"; use \"off\" to disable",
+                    "standard cron has 5 fields: minute hour day-of-month month day-of-week, e.g. \"*/5 * * * *\", or a nickname: @hourly, @daily, @weekly, @monthly, @yearly; use \"off\" to disable",
                 );
                 None
             }
@@ -1136,7 +1178,18 @@ impl Validator<'_> {
             agents.push(agent);
         }
 
+        let warnings = if self.warnings.is_empty() {
+            Vec::new()
+        } else {
+            FileDiagnostics {
+                file: file.to_path_buf(),
+                source: self.source.to_string(),
+                diagnostics: std::mem::take(&mut self.warnings),
+            }
+            .located()
+        };
         Spec {
+            warnings,
             file: file.to_path_buf(),
             dir: self.dir.to_path_buf(),
             fleet,
@@ -1222,7 +1275,7 @@ impl Validator<'_> {
         }
     }
 
-    fn webhook(&mut self, raw: &toml::Spanned<RawWebhook>) -> Option<WebhookNotify> {
+    fn webhook(&mut self, raw: &Spanned<RawWebhook>) -> Option<WebhookNotify> {
         let w = raw.get_ref();
         let url_env = match &w.url_env {
             Some(v) if is_env_name(v.get_ref()) => v.get_ref().clone(),
@@ -1243,7 +1296,7 @@ impl Validator<'_> {
                 self.error(
                     format!("[notify.webhook]: unknown format `{other}`"),
                     Some(span),
-                    "one of: json, slack, telegram",
+                    &suggest(other, &["json", "slack", "telegram"]),
                 );
                 return None;
             }
@@ -1282,11 +1335,12 @@ impl Validator<'_> {
         let mut screen_patterns = BTreeMap::new();
         if let Some(p) = &raw.screen_patterns {
             for (cli, phrases) in p.get_ref() {
-                if !["claude", "codex", "gemini", "custom", "all"].contains(&cli.as_str()) {
+                const KEYS: [&str; 5] = ["claude", "codex", "gemini", "custom", "all"];
+                if !KEYS.contains(&cli.as_str()) {
                     self.error(
                         format!("[watchdog] screen_patterns: unknown CLI `{cli}`"),
                         Some(p.span()),
-                        "keys are claude, codex, gemini, custom or all",
+                        &suggest(cli, &KEYS),
                     );
                     continue;
                 }
@@ -1307,7 +1361,7 @@ impl Validator<'_> {
             max_revivals: raw
                 .max_revivals
                 .as_ref()
-                .map(|v| *v.get_ref())
+                .map(|v| v.number())
                 .unwrap_or(d.max_revivals),
             screen_patterns,
         }
@@ -1331,7 +1385,7 @@ impl Validator<'_> {
             max_recoveries: raw
                 .max_recoveries
                 .as_ref()
-                .map(|v| *v.get_ref())
+                .map(|v| v.number())
                 .unwrap_or(d.max_recoveries),
             diagnose_command,
             diagnose_timeout: self.duration_min(
@@ -1381,12 +1435,32 @@ impl Validator<'_> {
             None => format!("phoenix-{id}"),
         };
         let legacy_socket = raw.tmux_socket.is_none().then(|| format!("phoenix-{name}"));
-        let reconcile_interval = self.duration_min(
+        // Unlike the protections below, a too short interval only costs CPU: phoenix raises
+        // it to the floor and says so instead of refusing the file.
+        let mut reconcile_interval = self.duration(
             &raw.reconcile_interval,
             "reconcile_interval",
             Duration::from_secs(30),
-            floors::RECONCILE_INTERVAL,
         );
+        let floor = floors::RECONCILE_INTERVAL;
+        if let Some(v) = &raw.reconcile_interval
+            && reconcile_interval < floor.min
+        {
+            self.warn(
+                format!(
+                    "`reconcile_interval` = \"{}\" is below the minimum: phoenix uses {}",
+                    v.get_ref(),
+                    duration::format(floor.min)
+                ),
+                Some(v.span()),
+                &format!(
+                    "write at least \"{}\": {}",
+                    duration::format(floor.min),
+                    floor.why
+                ),
+            );
+            reconcile_interval = floor.min;
+        }
         Fleet {
             name,
             id,
@@ -1422,7 +1496,7 @@ impl Validator<'_> {
                 floors::RESOLVED_RETENTION,
             ),
             repeat: match &raw.repeat {
-                Some(v) if *v.get_ref() < 2 => {
+                Some(v) if v.number() < 2 => {
                     self.error(
                         "`repeat` must be at least 2".into(),
                         Some(v.span()),
@@ -1430,11 +1504,11 @@ impl Validator<'_> {
                     );
                     d.repeat
                 }
-                Some(v) => *v.get_ref(),
+                Some(v) => v.number(),
                 None => d.repeat,
             },
             max_tokens: match &raw.max_tokens {
-                Some(v) if *v.get_ref() == 0 => {
+                Some(v) if v.number() == 0 => {
                     self.error(
                         "`max_tokens` must be at least 1".into(),
                         Some(v.span()),
@@ -1442,7 +1516,7 @@ impl Validator<'_> {
                     );
                     d.max_tokens
                 }
-                other => other.as_ref().map(|v| *v.get_ref()),
+                other => other.as_ref().map(|v| v.number()),
             },
             events_retention: self.duration_min(
                 &raw.events_retention,
@@ -1458,7 +1532,7 @@ impl Validator<'_> {
             return base.clone();
         };
         let max_crashes = match &raw.max_crashes {
-            Some(v) if *v.get_ref() == 0 => {
+            Some(v) if v.number() == 0 => {
                 self.error(
                     "`max_crashes` must be at least 1".into(),
                     Some(v.span()),
@@ -1466,10 +1540,10 @@ impl Validator<'_> {
                 );
                 base.max_crashes
             }
-            Some(v) => *v.get_ref(),
+            Some(v) => v.number(),
             None => base.max_crashes,
         };
-        RestartSettings {
+        let restart = RestartSettings {
             cooldown: self.duration_min(&raw.cooldown, "cooldown", base.cooldown, floors::COOLDOWN),
             backoff_max: self.duration_min(
                 &raw.backoff_max,
@@ -1495,7 +1569,25 @@ impl Validator<'_> {
                 .as_ref()
                 .map(|p| p.get_ref().trim().to_string())
                 .unwrap_or_else(|| base.continue_prompt.clone()),
+        };
+        // Said where one of the two is written, so an agent inheriting both is not warned
+        // about again.
+        if restart.cooldown > restart.backoff_max
+            && let Some(written) = raw.cooldown.as_ref().or(raw.backoff_max.as_ref())
+        {
+            let (cooldown, backoff_max) = (
+                duration::format(restart.cooldown),
+                duration::format(restart.backoff_max),
+            );
+            self.warn(
+                format!(
+                    "`cooldown` ({cooldown}) is longer than `backoff_max` ({backoff_max}): every restart waits {backoff_max}"
+                ),
+                Some(written.span()),
+                "the wait starts at `cooldown` and doubles per crash up to `backoff_max`: raise `backoff_max` or lower `cooldown`",
+            );
         }
+        restart
     }
 
     /// A path from the spec: `~` is the home directory, relative means next to phoenix.toml.
@@ -1528,14 +1620,10 @@ impl Validator<'_> {
             Some(v) => match Cli::parse(v.get_ref()) {
                 Some(c) => c,
                 None => {
-                    let hint = match did_you_mean(v.get_ref(), &Cli::NAMES) {
-                        Some(s) => format!("did you mean `{s}`?"),
-                        None => format!("one of: {}", Cli::NAMES.join(", ")),
-                    };
                     self.error(
                         format!("agent `{name}`: unknown cli `{}`", v.get_ref()),
                         Some(v.span()),
-                        &hint,
+                        &suggest(v.get_ref(), &Cli::NAMES),
                     );
                     Cli::Custom
                 }
@@ -1579,7 +1667,23 @@ impl Validator<'_> {
         let (resume_command, resume_argv) = match resume_value {
             None => (None, None),
             Some(c) => match shlex::split(c.get_ref()) {
-                Some(argv) if !argv.is_empty() => (Some(c.get_ref().clone()), Some(argv)),
+                Some(argv) if argv.iter().any(|a| a.contains(SESSION_ID)) => {
+                    (Some(c.get_ref().clone()), Some(argv))
+                }
+                // Without the placeholder every "resume" would start a new session: the
+                // agent would lose its conversation on each restart while phoenix said
+                // "resumed".
+                Some(argv) if !argv.is_empty() => {
+                    self.error(
+                        format!("agent `{name}`: `resume_command` has no `{SESSION_ID}`"),
+                        Some(c.span()),
+                        &format!(
+                            "phoenix puts the recorded session id where `{SESSION_ID}` stands, e.g. \"{} --resume {SESSION_ID}\"",
+                            argv[0]
+                        ),
+                    );
+                    (None, None)
+                }
                 Some(_) => {
                     self.error(
                         format!("agent `{name}`: `resume_command` is empty"),
@@ -1672,16 +1776,20 @@ impl Validator<'_> {
         let tap = raw.tap.or(defaults.tap).unwrap_or(true);
         let notify = match raw.notify.as_ref().or(defaults.notify.as_ref()) {
             Some(list) => {
+                const CHANNELS: [&str; 3] = ["github", "webhook", "command"];
                 let unknown: Vec<&String> = list
                     .get_ref()
                     .iter()
-                    .filter(|c| !["github", "webhook", "command"].contains(&c.as_str()))
+                    .filter(|c| !CHANNELS.contains(&c.as_str()))
                     .collect();
                 if let Some(bad) = unknown.first() {
                     self.error(
                         format!("agent `{name}`: unknown notify channel `{bad}`"),
                         Some(list.span()),
-                        "channels are github, webhook and command (configured in [notify])",
+                        &format!(
+                            "{} (channels are configured in [notify])",
+                            suggest(bad, &CHANNELS)
+                        ),
                     );
                 }
                 Some(list.get_ref().clone())

@@ -1,136 +1,300 @@
 //! The phoenix.toml document exactly as written: every field optional, spans kept for errors.
 //! Unknown keys are not rejected by serde here but by `check_keys` in the parent module, which
 //! reads the same field lists: that way every unknown key is reported, not just the first.
+//! The same structs give `phoenix schema` its JSON Schema, so the schema cannot drift either.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
-use toml::Spanned;
 
-#[derive(Debug, Default, Deserialize)]
+/// `toml::Spanned` (a value and where it was written) that also describes itself in the JSON
+/// Schema as the value it wraps; toml's own type has no `JsonSchema`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(transparent)]
+pub struct Spanned<T>(toml::Spanned<T>);
+
+impl<T> Spanned<T> {
+    pub fn get_ref(&self) -> &T {
+        self.0.get_ref()
+    }
+
+    pub fn span(&self) -> Range<usize> {
+        self.0.span()
+    }
+}
+
+impl<T: JsonSchema> JsonSchema for Spanned<T> {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        T::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        T::json_schema(generator)
+    }
+}
+
+/// A count: a whole number that fits `T`. Its errors say "a whole number", not serde's Rust
+/// type name (`expected u32`), which meant nothing to someone editing phoenix.toml.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Whole<T>(pub T);
+
+macro_rules! whole {
+    ($t:ty) => {
+        impl<'de> Deserialize<'de> for Whole<$t> {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl serde::de::Visitor<'_> for V {
+                    type Value = Whole<$t>;
+
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        write!(f, "a whole number from 0 to {}", <$t>::MAX)
+                    }
+
+                    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                        <$t>::try_from(v).map(Whole).map_err(|_| {
+                            E::invalid_value(serde::de::Unexpected::Unsigned(v), &self)
+                        })
+                    }
+
+                    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                        <$t>::try_from(v)
+                            .map(Whole)
+                            .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+                    }
+                }
+                d.deserialize_u64(V)
+            }
+        }
+
+        impl JsonSchema for Whole<$t> {
+            fn inline_schema() -> bool {
+                true
+            }
+
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                <$t>::schema_name()
+            }
+
+            fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                <$t>::json_schema(generator)
+            }
+        }
+    };
+}
+
+impl<T: Copy> Spanned<Whole<T>> {
+    pub fn number(&self) -> T {
+        self.get_ref().0
+    }
+}
+
+whole!(u32);
+whole!(u64);
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawSpec {
     #[serde(default)]
+    /// The fleet: its name, state dir, tmux socket, reconcile interval.
     pub fleet: RawFleet,
     #[serde(default)]
+    /// Inherited by every [[agent]] (every agent key but `name`).
     pub defaults: RawAgent,
     #[serde(default)]
+    /// What the watchdog counts as unhealthy.
     pub thresholds: RawThresholds,
     #[serde(default)]
+    /// When `phoenix run` runs the watchdog and the brief: 5-field cron, @hourly, @daily, … or "off".
     pub schedules: RawSchedules,
     #[serde(default)]
+    /// Recovery after a crash: limits and an optional diagnostician.
     pub clinic: RawClinic,
     #[serde(default)]
+    /// Where reports and failure messages go.
     pub notify: RawNotify,
     #[serde(default)]
+    /// How the watchdog heals.
     pub watchdog: RawWatchdog,
     #[serde(default)]
+    /// How briefs are generated.
     pub brief: RawBrief,
+    /// The agents: one [[agent]] table each.
     #[serde(default, rename = "agent")]
     pub agents: Vec<Spanned<RawAgent>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawFleet {
+    /// The fleet's name and default tmux session (letters, digits, `_`, `-`). Default "phoenix".
     pub name: Option<Spanned<String>>,
+    /// Where phoenix keeps state, relative to this file. Default ".phoenix".
     pub state_dir: Option<Spanned<String>>,
+    /// The private tmux server (`tmux -L`). Default phoenix-<name>-<hash of this file's path>.
     pub tmux_socket: Option<Spanned<String>>,
+    /// How often `phoenix run` reconciles, e.g. "30s" (the default); at least "1s".
     pub reconcile_interval: Option<Spanned<String>>,
 }
 
 /// Used both for `[defaults]` and for each `[[agent]]`; `name` is only allowed in the latter.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawAgent {
+    /// The agent's name (letters, digits, `_`, `-`); required in [[agent]].
     pub name: Option<Spanned<String>>,
+    /// claude | codex | gemini | custom (the default).
     pub cli: Option<Spanned<String>>,
+    /// The base command, e.g. "claude --model opus"; default: the cli's name.
     pub command: Option<Spanned<String>>,
     /// How to resume a session (for `custom` CLIs, or to override the built-in form);
     /// `{session_id}` is replaced by the recorded id.
     pub resume_command: Option<Spanned<String>>,
+    /// Where the agent runs (relative to this file; default: its directory).
     pub workdir: Option<Spanned<String>>,
+    /// Extra environment variables.
     pub env: Option<BTreeMap<Spanned<String>, Spanned<String>>>,
+    /// The agent's tmux session and window.
     pub tmux: Option<RawTmux>,
+    /// false keeps the agent declared but stopped. Default true.
     pub enabled: Option<bool>,
+    /// Restart behaviour after a crash.
     pub restart: Option<RawRestart>,
+    /// Restore .json/.toml/.yaml files an edit left unparsable. Default false.
     pub guard_structured_files: Option<bool>,
+    /// Read the pane's output for ->continuity: commands. Default true.
     pub tap: Option<bool>,
+    /// This agent's channels: github, webhook, command. Default: all configured.
     pub notify: Option<Spanned<Vec<String>>>,
+    /// A Lua policy file of its own. Default: policies/recovery.lua.
     pub policy: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawTmux {
+    /// The tmux session. Default: the fleet name.
     pub session: Option<Spanned<String>>,
+    /// The tmux window. Default: the agent name.
     pub window: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawRestart {
+    /// Wait before a restart, doubled per crash up to backoff_max. Default "10s", at least "100ms".
     pub cooldown: Option<Spanned<String>>,
+    /// The longest wait between restarts. Default "5m".
     pub backoff_max: Option<Spanned<String>>,
-    pub max_crashes: Option<Spanned<u32>>,
+    /// Crashes within crash_window before safe mode. Default 5.
+    pub max_crashes: Option<Spanned<Whole<u32>>>,
+    /// The window max_crashes counts in. Default "1h", at least "1m".
     pub crash_window: Option<Spanned<String>>,
+    /// A start must show life within this long. Default "60s".
     pub life_deadline: Option<Spanned<String>>,
+    /// Typed into a hooked CLI after an interruption; "" waits for a person.
     pub continue_prompt: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawThresholds {
+    /// No sign of life for this long while working is unhealthy. Default "10m".
     pub silence: Option<Spanned<String>>,
-    pub error_cascade: Option<Spanned<u32>>,
+    /// Consecutive failed tool calls that make a cascade. Default 5.
+    pub error_cascade: Option<Spanned<Whole<u32>>>,
+    /// Working this long without finishing a turn. Default "2h".
     pub runaway: Option<Spanned<String>>,
+    /// Open loops older than this are stale. Default "14d".
     pub stale_after: Option<Spanned<String>>,
+    /// Resolved items are kept this long. Default "7d".
     pub resolved_retention: Option<Spanned<String>>,
-    pub repeat: Option<Spanned<u32>>,
-    pub max_tokens: Option<Spanned<u64>>,
+    /// The same tool call this many times in a row is a loop. Default 5.
+    pub repeat: Option<Spanned<Whole<u32>>>,
+    /// Tokens per session before the watchdog stops the agent. Default: no limit.
+    pub max_tokens: Option<Spanned<Whole<u64>>>,
+    /// critical_events.jsonl keeps this long. Default "30d".
     pub events_retention: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawSchedules {
+    /// Default "*/5 * * * *".
     pub watchdog: Option<Spanned<String>>,
+    /// Default "0 6 * * *".
     pub brief: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 #[serde(deny_unknown_fields)]
 pub struct RawClinic {
-    pub max_recoveries: Option<Spanned<u32>>,
+    /// Recoveries per task before safe mode. Default 2.
+    pub max_recoveries: Option<Spanned<Whole<u32>>>,
+    /// Gets the failure on stdin, answers with a JSON diagnosis.
     pub diagnose_command: Option<Spanned<Vec<String>>>,
+    /// Default "2m".
     pub diagnose_timeout: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawNotify {
+    /// Issues through the gh CLI.
     pub github: Option<Spanned<RawGithub>>,
+    /// An HTTP POST (json, slack or telegram body).
     pub webhook: Option<Spanned<RawWebhook>>,
+    /// Any program; the message arrives on its stdin.
     pub command: Option<Spanned<Vec<String>>>,
+    /// At most one new GitHub issue per fleet within this long. Default "1h".
     pub issue_cooldown: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawGithub {
+    /// owner/name (required).
     pub repo: Option<Spanned<String>>,
+    /// Labels for each issue.
     pub labels: Option<Vec<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawWebhook {
+    /// The environment variable holding the URL (required).
     pub url_env: Option<Spanned<String>>,
+    /// json (the default) | slack | telegram.
     pub format: Option<Spanned<String>>,
+    /// The Telegram chat (required for telegram).
     pub chat_id: Option<Spanned<String>>,
+    /// How long one POST may take. Default "10s".
     pub timeout: Option<Spanned<String>>,
-    pub retries: Option<Spanned<u32>>,
+    /// Extra attempts after a failed POST, 0 to 10. Default 1.
+    pub retries: Option<Spanned<Whole<u32>>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawBrief {
+    /// Gets the prompt on stdin; answers with the brief. Default: the built-in generator.
     pub command: Option<Spanned<Vec<String>>>,
+    /// Default "5m".
     pub timeout: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RawWatchdog {
-    pub max_revivals: Option<Spanned<u32>>,
+    /// Revivals per task. Default 1.
+    pub max_revivals: Option<Spanned<Whole<u32>>>,
+    /// Extra stuck-screen phrases per CLI (claude, codex, gemini, custom, all).
     pub screen_patterns: Option<Spanned<BTreeMap<String, Vec<String>>>>,
 }
 

@@ -356,10 +356,192 @@ fn every_type_error_is_reported_with_the_other_problems() {
     }
 }
 
+#[test]
+fn a_resume_command_without_the_session_id_is_refused() {
+    let errs = errors(
+        "[[agent]]\nname = \"a\"\ncommand = \"my-cli\"\nresume_command = \"my-cli --resume\"\n",
+    );
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(
+        errs[0].message,
+        "agent `a`: `resume_command` has no `{session_id}`"
+    );
+    assert_eq!(errs[0].line, 4);
+    assert!(
+        errs[0]
+            .hint
+            .as_deref()
+            .is_some_and(|h| h.contains("\"my-cli --resume {session_id}\"")),
+        "{errs:?}"
+    );
+    // In [defaults] too, and inside a longer argument.
+    assert!(
+        parse_str(
+            "[defaults]\nresume_command = \"x --last\"\n[[agent]]\nname = \"a\"\ncommand = \"x\"\n"
+        )
+        .is_err()
+    );
+    let spec = parse_str(
+        "[[agent]]\nname = \"a\"\ncommand = \"x\"\nresume_command = \"x --session={session_id}\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        spec.agents[0].resume_argv.as_deref(),
+        Some(&["x".to_string(), "--session={session_id}".to_string()][..])
+    );
+}
+
+#[test]
+fn friendly_durations_are_accepted_where_durations_are() {
+    let spec = parse_str(
+        "[thresholds]\nsilence = \"10 minutes\"\nstale_after = \"2 weeks\"\nrunaway = \"1.5h\"\n[defaults.restart]\ncooldown = \"30s\"\ncrash_window = \"1h30m\"\n",
+    )
+    .unwrap();
+    assert_eq!(spec.thresholds.silence, Duration::from_secs(600));
+    assert_eq!(
+        spec.thresholds.stale_after,
+        Duration::from_secs(14 * 86_400)
+    );
+    assert_eq!(spec.thresholds.runaway, Duration::from_secs(5400));
+    let errs = errors("[thresholds]\nsilence = \"10 minuts\"\nrunaway = \"90\"\n");
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(
+        errs[0].message.contains("did you mean `minutes`?"),
+        "{errs:?}"
+    );
+    assert!(errs[1].message.contains("missing unit"), "{errs:?}");
+    assert!(errs[1].hint.as_deref().unwrap().contains("\"10 minutes\""));
+}
+
+#[test]
+fn cron_nicknames_are_accepted() {
+    for nick in [
+        "@hourly",
+        "@daily",
+        "@weekly",
+        "@monthly",
+        "@yearly",
+        "@annually",
+        "@DAILY",
+    ] {
+        let spec = parse_str(&format!("[schedules]\nwatchdog = \"{nick}\"\n"))
+            .unwrap_or_else(|e| panic!("{nick}: {e}"));
+        assert!(spec.schedules.watchdog.is_some(), "{nick}");
+    }
+    let errs = errors("[schedules]\nbrief = \"@dialy\"\nwatchdog = \"@reboot\"\n");
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(
+        errs[0]
+            .message
+            .contains("unknown cron nickname `@dialy` (did you mean `@daily`?)"),
+        "{errs:?}"
+    );
+    assert!(
+        errs[1].message.contains("unknown cron nickname `@reboot`"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn count_errors_say_a_whole_number_not_a_rust_type() {
+    for (value, shown) in [
+        ("\"5\"", "string \"5\""),
+        ("-1", "integer `-1`"),
+        ("2.5", "floating point `2.5`"),
+        ("4294967296", "integer `4294967296`"),
+    ] {
+        let errs = errors(&format!("[defaults.restart]\nmax_crashes = {value}\n"));
+        assert_eq!(errs.len(), 1, "{value}: {errs:?}");
+        let m = &errs[0].message;
+        assert!(m.contains(shown), "{value}: {m}");
+        assert!(
+            m.contains("expected a whole number from 0 to 4294967295"),
+            "{value}: {m}"
+        );
+        assert!(!m.contains("u32"), "{value}: {m}");
+    }
+    let errs = errors("[thresholds]\nmax_tokens = -5\n");
+    assert!(errs[0].message.contains("a whole number"), "{errs:?}");
+    assert!(!errs[0].message.contains("u64"), "{errs:?}");
+}
+
+#[test]
+fn unknown_values_get_did_you_mean() {
+    for (src, hint) in [
+        (
+            "[[agent]]\nname = \"a\"\ncli = \"Claude\"\n",
+            "did you mean `claude`?",
+        ),
+        (
+            "[[agent]]\nname = \"a\"\ncli = \"gemeni\"\n",
+            "did you mean `gemini`?",
+        ),
+        (
+            "[[agent]]\nname = \"a\"\ncli = \"vim\"\n",
+            "one of: claude, codex, gemini, custom",
+        ),
+        (
+            "[notify]\nwebhook = { url_env = \"U\", format = \"slak\" }\n",
+            "did you mean `slack`?",
+        ),
+        (
+            "[watchdog]\nscreen_patterns = { codx = [\"x\"] }\n",
+            "did you mean `codex`?",
+        ),
+        (
+            "[[agent]]\nname = \"a\"\ncommand = \"x\"\nnotify = [\"webhok\"]\n",
+            "did you mean `webhook`?",
+        ),
+    ] {
+        let errs = errors(src);
+        assert!(
+            errs.iter()
+                .any(|e| e.hint.as_deref().is_some_and(|h| h.contains(hint))),
+            "{src}: {errs:?}"
+        );
+    }
+}
+
+#[test]
+fn doubtful_values_are_warnings_not_errors() {
+    let spec = parse_str(
+        "[fleet]\nreconcile_interval = \"0s\"\n[defaults.restart]\ncooldown = \"10m\"\nbackoff_max = \"5m\"\n[[agent]]\nname = \"a\"\ncommand = \"x\"\n[[agent]]\nname = \"b\"\ncommand = \"x\"\n[agent.restart]\nbackoff_max = \"1s\"\n",
+    )
+    .expect("warnings do not fail the file");
+    // Raised to the floor instead of spinning.
+    assert_eq!(spec.fleet.reconcile_interval, Duration::from_secs(1));
+    let w: Vec<_> = spec
+        .warnings
+        .iter()
+        .map(|w| (w.line, w.message.as_str()))
+        .collect();
+    assert_eq!(
+        w,
+        [
+            (
+                2,
+                "`reconcile_interval` = \"0s\" is below the minimum: phoenix uses 1s"
+            ),
+            (
+                4,
+                "`cooldown` (10m) is longer than `backoff_max` (5m): every restart waits 5m"
+            ),
+            // Agent `a` inherits [defaults.restart] and is not warned about twice; `b`
+            // writes its own backoff_max.
+            (
+                13,
+                "`cooldown` (10m) is longer than `backoff_max` (1s): every restart waits 1s"
+            ),
+        ]
+    );
+    assert!(spec.warnings.iter().all(|w| w.hint.is_some()));
+    let clean = parse_str("[[agent]]\nname = \"a\"\ncommand = \"x\"\n").unwrap();
+    assert!(clean.warnings.is_empty());
+}
+
 /// Every duration key that switches a protection off (or makes phoenix spin) at zero: the
 /// section, the key, and the floor the error names.
 const FLOORED: &[(&str, &str, &str)] = &[
-    ("[fleet]", "reconcile_interval", "1s"),
     ("[defaults.restart]", "cooldown", "100ms"),
     ("[defaults.restart]", "backoff_max", "100ms"),
     ("[defaults.restart]", "crash_window", "1m"),

@@ -19,6 +19,31 @@ pub const PHOENIX: &str = env!("CARGO_BIN_EXE_phoenix");
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
+/// Opt-in for the suites that drive the real agent CLIs (installed with npm from the
+/// registry, so they need npm and network access). `.ci/run` sets it.
+pub const REAL_CLIS: &str = "PHOENIX_TEST_REAL_CLIS";
+/// Opt-in for the browser suite (a headless Chromium and chromedriver, installed with apt-get
+/// when missing). `.ci/run` sets it.
+pub const BROWSER: &str = "PHOENIX_TEST_BROWSER";
+
+/// Whether an opt-in suite runs: `var` is `1`. If not, says once per test binary why its tests
+/// pass without running, on the real stderr (the test harness captures `eprintln!` of
+/// passing tests, and a skip nobody sees is a silent pass).
+pub fn opted_in(var: &str, suite: &str, needs: &str) -> bool {
+    if std::env::var_os(var).is_some_and(|v| v == "1") {
+        return true;
+    }
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {suite}: it needs {needs}; set {var}=1 to run it (.ci/run does)"
+        );
+    });
+    false
+}
+
 /// A fleet under test. Dropping it kills its tmux server, even when the test panicked.
 pub struct Fleet {
     pub dir: tempfile::TempDir,

@@ -1,0 +1,158 @@
+//! `phoenix validate` as a user meets it (friendly durations, cron nicknames, warnings,
+//! did-you-mean) and the generated files: `phoenix completions`, `man`, `schema`.
+
+mod support;
+
+use support::Fleet;
+
+#[test]
+fn validate_accepts_friendly_durations_and_cron_nicknames() {
+    let fleet = Fleet::new();
+    fleet.toml(
+        "[thresholds]\nsilence = \"10 minutes\"\nstale_after = \"2 weeks\"\nrunaway = \"1.5h\"\n\
+         [schedules]\nwatchdog = \"@hourly\"\nbrief = \"@daily\"\n\
+         [[agent]]\nname = \"a\"\ncommand = \"sleep 100\"\nresume_command = \"sleep {session_id}\"\n",
+    );
+    fleet
+        .run(&["validate"])
+        .status(0)
+        .stdout_has("ok (1 agent)");
+}
+
+#[test]
+fn validate_names_every_gap_with_a_hint() {
+    let fleet = Fleet::new();
+    fleet.toml(
+        "[thresholds]\nsilence = \"10 minuts\"\n[schedules]\nbrief = \"@dialy\"\n\
+         [defaults.restart]\nmax_crashes = \"5\"\n\
+         [[agent]]\nname = \"a\"\ncli = \"cladue\"\n\
+         [[agent]]\nname = \"b\"\ncommand = \"my-cli\"\nresume_command = \"my-cli --resume\"\n",
+    );
+    let run = fleet.run(&["validate", "--json"]);
+    run.status(1);
+    let errors = run.json()["errors"].as_array().unwrap().clone();
+    let shown: Vec<String> = errors
+        .iter()
+        .map(|e| {
+            format!(
+                "{} | {}",
+                e["message"].as_str().unwrap(),
+                e["hint"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    for needle in [
+        "unknown unit `minuts` (did you mean `minutes`?)",
+        "unknown cron nickname `@dialy` (did you mean `@daily`?)",
+        "expected a whole number from 0 to 4294967295",
+        "unknown cli `cladue` | did you mean `claude`?",
+        "`resume_command` has no `{session_id}`",
+    ] {
+        assert!(
+            shown.iter().any(|s| s.contains(needle)),
+            "{needle} not in {shown:#?}"
+        );
+    }
+    assert!(!shown.iter().any(|s| s.contains("u32")), "{shown:#?}");
+}
+
+#[test]
+fn doubtful_settings_are_warned_about_but_not_fatal() {
+    let fleet = Fleet::new();
+    fleet.toml(
+        "[defaults.restart]\ncooldown = \"10m\"\nbackoff_max = \"5m\"\n\
+         [[agent]]\nname = \"a\"\ncommand = \"sleep 100\"\n",
+    );
+    // `toml` writes [fleet] itself: the interval goes into it.
+    let config = std::fs::read_to_string(fleet.config()).unwrap();
+    std::fs::write(
+        fleet.config(),
+        config.replace("[fleet]\n", "[fleet]\nreconcile_interval = \"0s\"\n"),
+    )
+    .unwrap();
+    let run = fleet.run(&["validate"]);
+    run.status(0)
+        .stdout_has("ok (1 agent)")
+        .stderr_has("warning: `reconcile_interval` = \"0s\" is below the minimum: phoenix uses 1s")
+        .stderr_has("warning: `cooldown` (10m) is longer than `backoff_max` (5m)")
+        .stderr_has("phoenix.toml:7:");
+    let json = fleet.run(&["validate", "--json"]);
+    json.status(0);
+    assert_eq!(json.json()["warnings"].as_array().unwrap().len(), 2);
+    // plan says it too, on stderr, and still plans.
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stderr_has("warning: `cooldown` (10m) is longer than `backoff_max` (5m)");
+}
+
+#[test]
+fn completions_load_in_bash_and_the_man_page_names_the_commands() {
+    let fleet = Fleet::new();
+    let script = fleet.run(&["completions", "bash"]);
+    script.status(0).stdout_has("_phoenix()");
+    let path = fleet.path().join("phoenix.bash");
+    std::fs::write(&path, script.stdout()).unwrap();
+    let loaded = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source '{}' && complete -p phoenix",
+            path.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        loaded.status.success() && String::from_utf8_lossy(&loaded.stdout).contains("phoenix"),
+        "{loaded:?}"
+    );
+    fleet
+        .run(&["completions", "zsh"])
+        .status(0)
+        .stdout_has("#compdef phoenix");
+    fleet
+        .run(&["man"])
+        .status(0)
+        .stdout_has(".TH phoenix 1")
+        .stdout_has("validate");
+}
+
+#[test]
+fn the_schema_phoenix_prints_accepts_the_example_and_refuses_typos() {
+    let fleet = Fleet::new();
+    let run = fleet.run(&["schema"]);
+    run.status(0);
+    let schema = run.json();
+    let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("phoenix.toml.example"),
+    )
+    .unwrap();
+    let doc: serde_json::Value = toml::from_str(&example).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    let typo: serde_json::Value = toml::from_str("[fleet]\nnmae = \"x\"\n").unwrap();
+    assert!(!validator.is_valid(&typo));
+}
+
+#[test]
+fn a_misspelt_agent_name_gets_did_you_mean() {
+    let fleet = Fleet::new();
+    fleet.toml(
+        "[[agent]]\nname = \"trades\"\ncommand = \"sleep 100\"\n[[agent]]\nname = \"research\"\ncommand = \"sleep 100\"\n",
+    );
+    for args in [
+        &["status", "trdaes"][..],
+        &["ledger", "trdaes"],
+        &["loop", "list", "trdaes"],
+    ] {
+        fleet
+            .run(args)
+            .status(1)
+            .stderr_has("no agent `trdaes`")
+            .stderr_has("did you mean `trades`? declared: trades, research");
+    }
+    fleet
+        .run(&["status", "zzz"])
+        .status(1)
+        .stderr_has("(declared: trades, research)");
+}
