@@ -825,6 +825,9 @@ fn real_codex_idle_past_silence_then_a_slow_answer_is_not_silent() {
 /// restart) with the model named and the fix.
 #[test]
 fn real_codex_model_not_found_goes_to_safe_mode_naming_the_model() {
+    if !enabled() {
+        return;
+    }
     let fleet = Fleet::new();
     let not_found = Turn::Error {
         status: 404,
@@ -866,6 +869,9 @@ fn real_codex_model_not_found_goes_to_safe_mode_naming_the_model() {
 /// resumed session is told which command was stopped.
 #[test]
 fn real_codex_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
+    if !enabled() {
+        return;
+    }
     let fleet = Fleet::new();
     let server = openai_server::start(vec![
         exec(support::scenarios::ORPHAN_JOB),
@@ -884,6 +890,9 @@ fn real_codex_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
 /// wrapper that replaces it stops that Codex (recorded) before it starts one of its own.
 #[test]
 fn real_codex_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
+    if !enabled() {
+        return;
+    }
     let fleet = Fleet::new();
     let server = openai_server::start(vec![Turn::text("Done.")]);
     let run = start_codex(&fleet, &server, "", "say done");
