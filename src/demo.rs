@@ -59,7 +59,7 @@ enum Mode {
     Silent,
 }
 
-pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
+pub fn run(args: DemoArgs) -> crate::error::Result<i32> {
     if let Some(log) = &args.raw_log {
         return raw_log(log);
     }
@@ -287,7 +287,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
 }
 
 /// `--raw-log`: what a pane's program really receives, byte for byte.
-fn raw_log(path: &std::path::Path) -> anyhow::Result<i32> {
+fn raw_log(path: &std::path::Path) -> crate::error::Result<i32> {
     use nix::sys::termios::{SetArg, cfmakeraw, tcgetattr, tcsetattr};
     use std::io::Read;
     let stdin = std::io::stdin();

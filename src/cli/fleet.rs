@@ -22,7 +22,7 @@ fn load(config: &Path) -> anyhow::Result<FleetContext> {
 }
 
 fn observe(ctx: &FleetContext) -> anyhow::Result<crate::world::World> {
-    crate::status::observe(&ctx.spec, ctx.runtime())
+    Ok(crate::status::observe(&ctx.spec, ctx.runtime())?)
 }
 
 pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {

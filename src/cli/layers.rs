@@ -1,6 +1,7 @@
 //! The import rules between the top-level modules, checked over the source: printing and
-//! argument parsing live in `cli/` and nothing below it reaches up into it; the state layer
-//! imports nothing above it; the generic rooms take no helpers from the Clinic.
+//! argument parsing live in `cli/` and nothing below it reaches up into it; `anyhow` is the
+//! CLI edge's alone (the library returns `crate::Error`); the state layer imports nothing
+//! above it; the generic rooms take no helpers from the Clinic.
 
 use std::path::{Path, PathBuf};
 
@@ -65,6 +66,13 @@ fn imports(text: &str) -> Vec<String> {
     found
 }
 
+/// Whether code (not a comment) names the `anyhow` crate.
+fn uses_anyhow(text: &str) -> bool {
+    text.lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .any(|code| code.contains("anyhow::") || code.contains("anyhow!"))
+}
+
 #[test]
 fn no_module_imports_what_it_must_not() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -83,6 +91,12 @@ fn no_module_imports_what_it_must_not() {
             continue;
         }
         let text = std::fs::read_to_string(&file).unwrap();
+        if uses_anyhow(&text) {
+            broken.push(format!(
+                "src/{}: anyhow (return crate::Error; anyhow is for cli/ only)",
+                rel.display()
+            ));
+        }
         for import in imports(&text) {
             let forbidden = RULES
                 .iter()
@@ -98,6 +112,13 @@ fn no_module_imports_what_it_must_not() {
         "imports against the layering:\n{}",
         broken.join("\n")
     );
+}
+
+#[test]
+fn anyhow_is_found_in_code_not_in_comments() {
+    assert!(uses_anyhow("use anyhow::Context;"));
+    assert!(uses_anyhow("fn f() -> anyhow::Result<()> {"));
+    assert!(!uses_anyhow("/// as anyhow prints it: `{:#}`"));
 }
 
 #[test]

@@ -69,6 +69,12 @@ pub enum InjectError {
     Delivery(String),
 }
 
+impl From<InjectError> for crate::error::Error {
+    fn from(e: InjectError) -> Self {
+        crate::error::Error::Layer(Box::new(e))
+    }
+}
+
 /// Inject `text` into `agent`'s pane.
 pub fn to_agent(spec: &Spec, agent: &AgentSpec, text: &str) -> Result<Report, InjectError> {
     let runtime = world::runtime_for(spec);

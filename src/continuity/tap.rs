@@ -387,7 +387,7 @@ impl Limiter {
 /// every command: save a handoff, load the latest one into the agent, note an uncertain item,
 /// search and give the agent the results. Actions run on a worker thread, so the pane's output
 /// is always read promptly. A failing action is logged in ops.jsonl, never fatal.
-pub fn run(config: &std::path::Path, agent: &str) -> anyhow::Result<i32> {
+pub fn run(config: &std::path::Path, agent: &str) -> crate::error::Result<i32> {
     use std::io::Read;
     let (tx, rx) = std::sync::mpsc::sync_channel::<Command>(QUEUE);
     let config = config.to_path_buf();

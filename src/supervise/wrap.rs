@@ -11,7 +11,7 @@ use std::process::{Command, ExitStatus};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::Context;
+use crate::error::Context;
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -46,7 +46,7 @@ fn enter_workdir(agent: &AgentSpec) {
 }
 
 /// Run the agent in the foreground of this pane and keep it alive.
-pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
+pub fn wrap(config: &Path, agent_name: &str) -> crate::error::Result<i32> {
     term::install_handlers();
     let spec = spec::load(config)?;
     let agent = find_agent(&spec, agent_name)?.clone();
@@ -124,7 +124,7 @@ fn record_a_lost_end(dir: &AgentDir) {
     }
 }
 
-fn find_agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a AgentSpec> {
+fn find_agent<'a>(spec: &'a Spec, name: &str) -> crate::error::Result<&'a AgentSpec> {
     spec.agent(name).with_context(|| {
         format!(
             "agent `{name}` is not declared in {} (declared: {})",
@@ -199,7 +199,7 @@ impl Wrapper {
         }
     }
 
-    fn run(&mut self) -> anyhow::Result<i32> {
+    fn run(&mut self) -> crate::error::Result<i32> {
         self.start_tap();
         loop {
             if let Some(sig) = term::stop_signal() {
@@ -608,7 +608,7 @@ impl Wrapper {
         }
     }
 
-    fn command(&self, argv: &[String]) -> anyhow::Result<Command> {
+    fn command(&self, argv: &[String]) -> crate::error::Result<Command> {
         let (program, args) = argv
             .split_first()
             .with_context(|| format!("agent `{}` has an empty command", self.agent.name))?;
@@ -925,7 +925,7 @@ impl Wrapper {
 
     /// A plain read loop: explains the situation and accepts `restart`, `fresh`, `quit`. It
     /// never runs a shell or any other program.
-    fn safe_mode(&self, why: &str) -> anyhow::Result<SafeOutcome> {
+    fn safe_mode(&self, why: &str) -> crate::error::Result<SafeOutcome> {
         self.set_phase("safe");
         let _ = self.dir.record_op(Op::SafeMode, json!({"why": why}));
         super::poke(&self.fleet, &self.agent.name);
