@@ -518,7 +518,8 @@ fn act(config: &std::path::Path, name: &str, command: Command) {
         Command::Save(text) => (
             (Op::TapSave, Op::TapSaveFailed),
             super::auto_handoff(&spec, agent, super::Trigger::Manual, Some(&text))
-                .map(|h| json!({"handoff": h.id})),
+                .map(|h| json!({"handoff": h.id}))
+                .map_err(|e| e.to_string()),
         ),
         Command::Uncertain(item) => (
             (Op::TapUncertain, Op::TapUncertainFailed),

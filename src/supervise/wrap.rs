@@ -229,7 +229,9 @@ impl Wrapper {
                     crate::continuity::Trigger::AutoRestart,
                     None,
                 ) {
-                    let _ = self.dir.record_op(Op::HandoffFailed, json!({"error": e}));
+                    let _ = self
+                        .dir
+                        .record_op(Op::HandoffFailed, json!({"error": e.to_string()}));
                 }
                 super::poke(&self.fleet, &self.agent.name);
                 return Ok(128 + sig);
@@ -580,7 +582,7 @@ impl Wrapper {
                 say(&format!("phoenix's hooks may not run: {e}"));
                 let _ = self
                     .dir
-                    .record_op(Op::HooksTrustFailed, json!({"error": e}));
+                    .record_op(Op::HooksTrustFailed, json!({"error": e.to_string()}));
             }
         }
     }
@@ -728,7 +730,9 @@ impl Wrapper {
             };
             if let Err(e) = crate::continuity::auto_handoff(&self.spec, &self.agent, trigger, None)
             {
-                let _ = self.dir.record_op(Op::HandoffFailed, json!({"error": e}));
+                let _ = self
+                    .dir
+                    .record_op(Op::HandoffFailed, json!({"error": e.to_string()}));
             }
         }
         // The sessions a fresh start leaves behind: the one this run resumed and the one
@@ -825,7 +829,8 @@ impl Wrapper {
                     );
                 }
                 Err(e) => {
-                    let _ = dir.record_op(Op::StartupContextFailed, json!({"error": e}));
+                    let _ =
+                        dir.record_op(Op::StartupContextFailed, json!({"error": e.to_string()}));
                 }
             }
         });
@@ -889,8 +894,10 @@ impl Wrapper {
                     );
                 }
                 Err(e) => {
-                    let _ =
-                        dir.record_op(Op::ContinuePromptFailed, json!({"after": why, "error": e}));
+                    let _ = dir.record_op(
+                        Op::ContinuePromptFailed,
+                        json!({"after": why, "error": e.to_string()}),
+                    );
                 }
             }
         });
