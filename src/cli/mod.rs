@@ -314,6 +314,8 @@ pub fn main() -> i32 {
             &hook.agent,
             hook.cli.as_deref(),
             hook.payload,
+            &mut std::io::stdout().lock(),
+            &mut std::io::stderr(),
         );
     }
     let cli = match Cli::try_parse() {
@@ -376,6 +378,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             &agent,
             cli.as_deref(),
             payload,
+            &mut std::io::stdout().lock(),
+            &mut std::io::stderr(),
         )),
         Command::Hooks(cmd) => agent_state::hooks(&config, cmd),
         Command::Loop(cmd) => agent_state::loops(&config, cmd),
@@ -408,7 +412,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             generate,
             json,
         } => continuity::brief(&config, &agent, generate, json),
-        Command::Tap { agent } => Ok(crate::continuity::tap::run(&config, &agent)?),
+        Command::Tap { agent } => Ok(crate::continuity::tap::run(&config, &agent, err_line)?),
         Command::Watchdog { once, json } => watchdog::run(&config, once, json),
         Command::Notify(NotifyCommand::Test {
             agent,
@@ -448,7 +452,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             std::env::var(crate::serve::auth::TOKEN_ENV).ok(),
             out,
         )?),
-        Command::DemoAgent(args) => Ok(crate::demo::run(args)?),
+        Command::DemoAgent(args) => Ok(crate::demo::run(args, &mut std::io::stdout())?),
     }
 }
 
@@ -496,6 +500,11 @@ pub fn report(err: &anyhow::Error) -> i32 {
         let _ = writeln!(stderr, "  = hint: {hint}");
     }
     lib.map_or(crate::error::exit::ERROR, crate::Error::code)
+}
+
+/// One line on stderr, for the library's long-running parts that say things as they go.
+fn err_line(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Write to stdout, treating a closed pipe (`phoenix status | head`) as success.

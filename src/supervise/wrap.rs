@@ -937,7 +937,7 @@ impl Wrapper {
         let _ = self.dir.record_op(Op::SafeMode, json!({"why": why}));
         super::poke(&self.fleet, &self.agent.name);
         let name = &self.agent.name;
-        println!();
+        blank_line();
         say(&format!("agent `{name}` is in safe mode: {why}"));
         say("nothing runs in this pane until you type one of these words and press Enter:");
         say("  restart   start the agent again, resuming its session");
@@ -992,12 +992,22 @@ impl Wrapper {
     }
 }
 
+// The pane's screen. The wrapper is the program running in its pane, as the agent CLI is once
+// started: its stdout is that pane, what a person attached reads and answers (safe mode), not
+// the CLI's output channel, so it writes there itself; these three are the only writers.
+
 /// Print to the pane. What is said quotes configs, policies and agents' errors: no escape
 /// sequence in them reaches the terminal (the paste rule, for output).
 fn say(text: &str) {
     let text = crate::world::inert::keyboard_text(text);
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{SAY} {text}");
+    let _ = out.flush();
+}
+
+fn blank_line() {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out);
     let _ = out.flush();
 }
 
