@@ -42,7 +42,7 @@ pub fn auto_handoff(
         Some(t) => SaveText::parse(&crate::world::inert::keyboard_text(t)),
         None => SaveText::default(),
     };
-    let handoff = handoff::build(&dir, agent, trigger, &text, &templates).map_err(Error::msg)?;
+    let handoff = handoff::build(&dir, agent, trigger, &text, &templates)?;
     handoff::write(&dir, &handoff)
         .map_err(|e| Error::msg(format!("cannot write the handoff: {e}")))?;
     if extra.is_some() {
