@@ -31,7 +31,7 @@ pub type Source = Box<dyn StdError + Send + Sync + 'static>;
 pub enum Error {
     /// phoenix.toml could not be read or is invalid (diagnostics with file:line:column).
     Load(crate::spec::LoadError),
-    /// The runtime (tmux) failed.
+    /// The runtime the agents run in failed.
     Runtime(crate::world::RuntimeError),
     State(crate::state::store::StateError),
     Lock(crate::state::lock::LockError),
@@ -274,13 +274,19 @@ mod tests {
 
     #[test]
     fn a_hint_survives_context_and_the_chain_reads_outer_to_inner() {
-        let err = Err::<(), _>(Error::with_hint("tmux is gone", "install tmux"))
-            .context("cannot observe the fleet")
-            .unwrap_err();
+        let err = Err::<(), _>(Error::with_hint(
+            "the runtime is gone",
+            "run `phoenix doctor`",
+        ))
+        .context("cannot observe the fleet")
+        .unwrap_err();
         assert_eq!(err.code(), exit::ERROR);
-        assert_eq!(err.hint().as_deref(), Some("install tmux"));
-        assert_eq!(chain(&err), "cannot observe the fleet: tmux is gone");
-        assert_eq!(format!("{err:#}"), "cannot observe the fleet: tmux is gone");
+        assert_eq!(err.hint().as_deref(), Some("run `phoenix doctor`"));
+        assert_eq!(chain(&err), "cannot observe the fleet: the runtime is gone");
+        assert_eq!(
+            format!("{err:#}"),
+            "cannot observe the fleet: the runtime is gone"
+        );
         assert_eq!(format!("{err}"), "cannot observe the fleet");
     }
 
