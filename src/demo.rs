@@ -1,6 +1,9 @@
 //! `phoenix demo-agent`: a stand-in agent CLI. It prints a prompt, "works" in a loop, calls
 //! `phoenix hook …` the way a real CLI calls its hooks, and can be told to crash, hang or go
 //! silent — from flags at start, or by typing a word into its pane.
+//!
+//! What it prints is its pane's screen, as a real CLI's output is: it writes to the `out` the
+//! CLI edge hands it (stdout), never prints on its own.
 
 use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};
@@ -53,15 +56,23 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     crate::spec::duration::parse(s)
 }
 
+/// One line on the agent's screen; a screen that is gone is no reason to stop.
+macro_rules! say {
+    ($out:expr, $($arg:tt)*) => {{
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Working,
     Silent,
 }
 
-pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
+/// Run the stand-in agent, its screen going to `out`.
+pub fn run(args: DemoArgs, out: &mut dyn Write) -> crate::error::Result<i32> {
     if let Some(log) = &args.raw_log {
-        return raw_log(log);
+        return raw_log(log, out);
     }
     let agent = args.agent.clone().unwrap_or_else(|| "demo".into());
     if args.no_hooks {
@@ -74,10 +85,10 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
     let transcript = Transcript::open(&session_id);
     // As Claude Code does: a session it never wrote (no prompt, no turn) cannot be resumed.
     if source == "resume" && transcript.path.as_ref().is_some_and(|p| !p.exists()) {
-        println!("No conversation found with session ID: {session_id}");
+        say!(out, "No conversation found with session ID: {session_id}");
         return Ok(1);
     }
-    println!("demo-agent `{agent}` session {session_id} ({source})");
+    say!(out, "demo-agent `{agent}` session {session_id} ({source})");
     if source == "startup"
         && let Some(task) = &args.task
     {
@@ -92,13 +103,19 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         }),
     );
     if let Some(text) = context.as_deref().and_then(additional_context) {
-        println!("[context injected by phoenix]\n{text}\n[end of context]");
+        say!(
+            out,
+            "[context injected by phoenix]\n{text}\n[end of context]"
+        );
     }
-    println!("type: crash | exit | silent | work | fail | ok | turn CMD | tool CMD");
+    say!(
+        out,
+        "type: crash | exit | silent | work | fail | ok | turn CMD | tool CMD"
+    );
     // Bracketed paste on, as real agent CLIs have it: a pasted block (phoenix's injections)
     // arrives between ESC[200~ and ESC[201~ and is one prompt, not one per line.
-    print!("\x1b[?2004h> ");
-    let _ = std::io::stdout().flush();
+    let _ = write!(out, "\x1b[?2004h> ");
+    let _ = out.flush();
 
     let (tx, rx) = mpsc::channel::<String>();
     std::thread::spawn(move || {
@@ -137,8 +154,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
     let mut step = 0u64;
     loop {
         if args.crash_after.is_some_and(|d| started.elapsed() >= d) {
-            println!("\ndemo-agent: simulated crash");
-            fail(&transcript, args.fail_with.as_deref());
+            say!(out, "\ndemo-agent: simulated crash");
+            fail(out, &transcript, args.fail_with.as_deref());
             return Ok(args.exit_code);
         }
         if args.silent_after.is_some_and(|d| started.elapsed() >= d) {
@@ -147,8 +164,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         match rx.recv_timeout(args.interval) {
             Ok(word) => match word.as_str() {
                 "crash" => {
-                    println!("demo-agent: crashing as asked");
-                    fail(&transcript, args.fail_with.as_deref());
+                    say!(out, "demo-agent: crashing as asked");
+                    fail(out, &transcript, args.fail_with.as_deref());
                     return Ok(args.exit_code);
                 }
                 "exit" | "quit" => {
@@ -160,7 +177,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
                             "reason": "prompt_input_exit", "cwd": cwd(),
                         }),
                     );
-                    println!("demo-agent: bye");
+                    say!(out, "demo-agent: bye");
                     return Ok(0);
                 }
                 "silent" | "hang" => mode = Mode::Silent,
@@ -172,7 +189,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
                 // makes the agent write `->continuity:` commands that its typed, echoed input
                 // does not contain (`->conti{}nuity:load`).
                 say if say.starts_with("say ") => {
-                    println!("{}", say[4..].replace("\\n", "\n").replace("{}", ""))
+                    say!(out, "{}", say[4..].replace("\\n", "\n").replace("{}", ""))
                 }
                 // `tool CMD`: one Bash tool call that runs CMD through `sh -c`, as Claude Code's
                 // Bash tool does, announced before (PreToolUse) and reported after; the agent
@@ -186,7 +203,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
                     let mut pre = call.clone();
                     pre["hook_event_name"] = json!("PreToolUse");
                     hook(&agent, "pre-tool", pre);
-                    println!("demo-agent: tool running `{command}`");
+                    say!(out, "demo-agent: tool running `{command}`");
                     let ok = Command::new("sh")
                         .arg("-c")
                         .arg(command)
@@ -199,7 +216,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
                     post["tool_response"] =
                         json!({"stdout": "", "stderr": "", "interrupted": false});
                     hook(&agent, "heartbeat", post);
-                    println!("demo-agent: tool done");
+                    say!(out, "demo-agent: tool done");
                     continue;
                 }
                 // `turn CMD`: one whole turn, as a model that runs CMD and is done: its prompt,
@@ -207,7 +224,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
                 // prompt.
                 t if t.starts_with("turn ") => {
                     let command = &t[5..];
-                    println!("demo-agent: turn running `{command}`");
+                    say!(out, "demo-agent: turn running `{command}`");
                     hook(
                         &agent,
                         "prompt",
@@ -232,13 +249,13 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
                         "stop",
                         json!({"hook_event_name": "Stop", "session_id": session_id, "cwd": cwd()}),
                     );
-                    println!("demo-agent: turn done");
+                    say!(out, "demo-agent: turn done");
                     mode = Mode::Silent;
                     continue;
                 }
                 // Several words are a prompt, as a person (or phoenix) would type it.
                 prompt if prompt.contains(' ') => {
-                    println!("demo-agent: prompt received: {prompt}");
+                    say!(out, "demo-agent: prompt received: {prompt}");
                     hook(
                         &agent,
                         "prompt",
@@ -248,7 +265,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
                         }),
                     );
                 }
-                other => println!("demo-agent: unknown word `{other}`"),
+                other => say!(out, "demo-agent: unknown word `{other}`"),
             },
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             // stdin closed: keep working, like a CLI left running without a terminal.
@@ -261,7 +278,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         let command = format!("demo step {step}");
         transcript.tool_call(step, &command, failing);
         if failing {
-            println!("working: step {step} (tool failed)");
+            say!(out, "working: step {step} (tool failed)");
             hook(
                 &agent,
                 "tool-error",
@@ -272,7 +289,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
                 }),
             );
         } else {
-            println!("working: step {step}");
+            say!(out, "working: step {step}");
             hook(
                 &agent,
                 "heartbeat",
@@ -287,7 +304,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
 }
 
 /// `--raw-log`: what a pane's program really receives, byte for byte.
-fn raw_log(path: &std::path::Path) -> anyhow::Result<i32> {
+fn raw_log(path: &std::path::Path, out: &mut dyn Write) -> crate::error::Result<i32> {
     use nix::sys::termios::{SetArg, cfmakeraw, tcgetattr, tcsetattr};
     use std::io::Read;
     let stdin = std::io::stdin();
@@ -298,7 +315,6 @@ fn raw_log(path: &std::path::Path) -> anyhow::Result<i32> {
         .create(true)
         .append(true)
         .open(path)?;
-    let mut out = std::io::stdout();
     write!(out, "\x1b[?2004hraw> ")?;
     out.flush()?;
     let (mut in_paste, mut tail, mut enters) = (false, Vec::<u8>::new(), 0u32);
@@ -381,9 +397,9 @@ impl Transcript {
 }
 
 /// What a CLI does when its API call fails for good: show the error, record it, exit.
-fn fail(transcript: &Transcript, error: Option<&str>) {
+fn fail(out: &mut dyn Write, transcript: &Transcript, error: Option<&str>) {
     let Some(error) = error else { return };
-    println!("API Error: {error}");
+    say!(out, "API Error: {error}");
     transcript.record(json!({"type": "assistant", "isApiErrorMessage": true,
         "message": {"role": "assistant", "content": [{"type": "text", "text": format!("API Error: {error}")}]}}));
 }

@@ -10,6 +10,8 @@ pub mod context;
 pub mod continuity;
 pub mod demo;
 pub mod diag;
+pub mod error;
+pub use error::Error;
 pub mod hooks;
 pub mod notify;
 pub mod plan;

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::continuity::handoff;
+use crate::error::Error;
 use crate::spec::Spec;
 use crate::state::{
     self, AgentDir, FleetDir,
@@ -17,19 +18,22 @@ use crate::world::{self, Runtime, World};
 
 /// Observe the fleet's world, tiered like every runtime step: retry once, then find out why
 /// and say what to do.
-pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> anyhow::Result<World> {
+pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> crate::error::Result<World> {
     world::observe(spec, runtime)
         .or_else(|_| {
             std::thread::sleep(Duration::from_millis(200));
             world::observe(spec, runtime)
         })
         .map_err(|e| match runtime.diagnose(&e) {
-            Some(why) if matches!(e, world::RuntimeError::NotInstalled) => anyhow::anyhow!(why),
-            Some(why) => anyhow::anyhow!("cannot observe {}: {why}", runtime.location()),
-            None => anyhow::Error::new(e).context(format!(
-                "cannot observe {} (retried once; run `phoenix doctor`)",
-                runtime.location()
-            )),
+            Some(why) if matches!(e, world::RuntimeError::NotInstalled) => Error::msg(why),
+            Some(why) => Error::msg(format!("cannot observe {}: {why}", runtime.location())),
+            None => Error::Context {
+                context: format!(
+                    "cannot observe {} (retried once; run `phoenix doctor`)",
+                    runtime.location()
+                ),
+                source: Box::new(e),
+            },
         })
 }
 

@@ -88,5 +88,7 @@ fn run(hook: phoenix::hooks::HookArgs) -> i32 {
         &hook.agent,
         hook.cli.as_deref(),
         hook.payload,
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr(),
     )
 }

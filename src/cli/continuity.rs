@@ -169,8 +169,7 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
                 );
             };
             let body = read_body(file.as_deref(), no_input)?;
-            let h =
-                continuity::save(&spec, a, trigger, body.as_deref()).map_err(anyhow::Error::msg)?;
+            let h = continuity::save(&spec, a, trigger, body.as_deref())?;
             for note in &h.notes {
                 eprintln!("note: {note}");
             }

@@ -22,7 +22,7 @@ fn load(config: &Path) -> anyhow::Result<FleetContext> {
 }
 
 fn observe(ctx: &FleetContext) -> anyhow::Result<crate::world::World> {
-    crate::status::observe(&ctx.spec, ctx.runtime())
+    Ok(crate::status::observe(&ctx.spec, ctx.runtime())?)
 }
 
 /// The spec's warnings on stderr, like the errors `validate` shows but not fatal.

@@ -1,6 +1,8 @@
 //! The import rules between the top-level modules, checked over the source: printing and
-//! argument parsing live in `cli/` and nothing below it reaches up into it; the state layer
-//! imports nothing above it; the generic rooms take no helpers from the Clinic.
+//! argument parsing live in `cli/` and nothing below it reaches up into it; `anyhow` is the
+//! CLI edge's alone (the library returns `crate::Error`); only `cli/` prints (the library
+//! writes to what the edge hands it); the state layer imports nothing above it; the generic
+//! rooms take no helpers from the Clinic.
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +25,12 @@ const RULES: &[(&str, &[&str])] = &[
     ("notify", &["clinic"]),
     ("serve", &["clinic"]),
 ];
+
+/// Files below `cli/` that write to the terminal themselves, and why that is their own channel.
+const OWN_SCREEN: &[(&str, &str)] = &[(
+    "supervise/wrap.rs",
+    "the wrapper runs in its pane: its stdout is the pane a person reads and answers",
+)];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
@@ -65,6 +73,29 @@ fn imports(text: &str) -> Vec<String> {
     found
 }
 
+/// Whether code (not a comment) names the `anyhow` crate.
+fn uses_anyhow(text: &str) -> bool {
+    text.lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .any(|code| code.contains("anyhow::") || code.contains("anyhow!"))
+}
+
+/// Whether code outside the unit tests writes to stdout or stderr itself (asking whether one is
+/// a terminal is not writing).
+fn prints(text: &str) -> bool {
+    text.lines()
+        .take_while(|line| line.trim() != "#[cfg(test)]")
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .any(|code| {
+            ["print!(", "println!(", "eprint!(", "eprintln!("]
+                .iter()
+                .any(|m| code.contains(m))
+                || ["stdout()", "stderr()"]
+                    .iter()
+                    .any(|s| code.contains(s) && !code.contains(".is_terminal()"))
+        })
+}
+
 #[test]
 fn no_module_imports_what_it_must_not() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -83,6 +114,18 @@ fn no_module_imports_what_it_must_not() {
             continue;
         }
         let text = std::fs::read_to_string(&file).unwrap();
+        if prints(&text) && !OWN_SCREEN.iter().any(|(f, _)| Path::new(f) == rel) {
+            broken.push(format!(
+                "src/{}: prints (only cli/ prints: take a writer from the edge)",
+                rel.display()
+            ));
+        }
+        if uses_anyhow(&text) {
+            broken.push(format!(
+                "src/{}: anyhow (return crate::Error; anyhow is for cli/ only)",
+                rel.display()
+            ));
+        }
         for import in imports(&text) {
             let forbidden = RULES
                 .iter()
@@ -98,6 +141,25 @@ fn no_module_imports_what_it_must_not() {
         "imports against the layering:\n{}",
         broken.join("\n")
     );
+}
+
+#[test]
+fn anyhow_is_found_in_code_not_in_comments() {
+    assert!(uses_anyhow("use anyhow::Context;"));
+    assert!(uses_anyhow("fn f() -> anyhow::Result<()> {"));
+    assert!(!uses_anyhow("/// as anyhow prints it: `{:#}`"));
+}
+
+#[test]
+fn printing_is_found_in_code_not_in_tests_or_terminal_checks() {
+    assert!(prints("    println!(\"x\");"));
+    assert!(prints("eprintln!(\"phoenix hook: {e}\");"));
+    assert!(prints("let mut out = std::io::stdout().lock();"));
+    assert!(!prints("if !std::io::stdout().is_terminal() {"));
+    assert!(!prints("// println!(\"in a comment\")"));
+    assert!(!prints(
+        "#[cfg(test)]\nmod tests {\n    eprintln!(\"skipped\");\n}"
+    ));
 }
 
 #[test]

@@ -25,9 +25,8 @@ Exit codes:
   3  `status`: a declared agent is down, stopped or in safe mode
   64 usage error: an unknown command or option, a bad or missing value";
 
-/// sysexits.h's EX_USAGE: not 2, which `plan` uses for "changes pending", so a script can tell
-/// a typo in its own command line from a fleet that needs an apply.
-pub const EXIT_USAGE: i32 = 64;
+/// A usage error (see [`crate::error::exit::USAGE`]).
+pub const EXIT_USAGE: i32 = crate::error::exit::USAGE;
 
 #[derive(Debug, Parser)]
 #[command(name = "phoenix", version, about = "Keeps a fleet of AI coding agents alive and on task in tmux", after_help = EXIT_CODES)]
@@ -323,6 +322,8 @@ pub fn main() -> i32 {
             &hook.agent,
             hook.cli.as_deref(),
             hook.payload,
+            &mut std::io::stdout().lock(),
+            &mut std::io::stderr(),
         );
     }
     let cli = match Cli::try_parse() {
@@ -343,10 +344,7 @@ pub fn main() -> i32 {
     };
     match run(cli) {
         Ok(code) => code,
-        Err(err) => {
-            report(&err);
-            1
-        }
+        Err(err) => report(&err),
     }
 }
 
@@ -359,24 +357,24 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Apply { yes, prune, json } => fleet::apply(&config, yes, prune, json),
         Command::Status { agent, json } => fleet::status(&config, agent.as_deref(), json),
         Command::Doctor { json } => fleet::doctor(&config, json),
-        Command::Top { interval } => crate::top::run(&config, interval),
+        Command::Top { interval } => Ok(crate::top::run(&config, interval)?),
         Command::Run {
             log_format,
             verbose,
             quiet,
-        } => crate::supervise::daemon::run(
+        } => Ok(crate::supervise::daemon::run(
             &config,
             crate::supervise::daemon::RunOptions {
                 log_format,
                 verbose,
                 quiet,
             },
-        ),
+        )?),
         Command::Restart { agent, fresh, json } => fleet::restart(&config, &agent, fresh, json),
         Command::Service {
             command: ServiceCommand::Install { print },
         } => fleet::service_install(&config, print),
-        Command::Wrap { agent } => crate::supervise::wrap(&config, &agent),
+        Command::Wrap { agent } => Ok(crate::supervise::wrap(&config, &agent)?),
         Command::Hook {
             event,
             agent,
@@ -388,6 +386,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             &agent,
             cli.as_deref(),
             payload,
+            &mut std::io::stdout().lock(),
+            &mut std::io::stderr(),
         )),
         Command::Hooks(cmd) => agent_state::hooks(&config, cmd),
         Command::Loop(cmd) => agent_state::loops(&config, cmd),
@@ -420,7 +420,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             generate,
             json,
         } => continuity::brief(&config, &agent, generate, json),
-        Command::Tap { agent } => crate::continuity::tap::run(&config, &agent),
+        Command::Tap { agent } => Ok(crate::continuity::tap::run(&config, &agent, err_line)?),
         Command::Watchdog { once, json } => watchdog::run(&config, once, json),
         Command::Notify(NotifyCommand::Test {
             agent,
@@ -454,16 +454,16 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 follow,
             },
         ),
-        Command::Serve { listen } => crate::serve::run(
+        Command::Serve { listen } => Ok(crate::serve::run(
             &config,
             &listen,
             std::env::var(crate::serve::auth::TOKEN_ENV).ok(),
             out,
-        ),
-        Command::DemoAgent(args) => crate::demo::run(args),
-        Command::Completions { shell } => generate::completions(shell),
-        Command::Man => generate::man(),
-        Command::Schema => generate::schema(),
+        )?),
+        Command::DemoAgent(args) => Ok(crate::demo::run(args, &mut std::io::stdout())?),
+        Command::Completions { shell } => Ok(generate::completions(shell)?),
+        Command::Man => Ok(generate::man()?),
+        Command::Schema => Ok(generate::schema()?),
     }
 }
 
@@ -484,10 +484,15 @@ fn parse_refresh_arg(text: &str) -> Result<std::time::Duration, String> {
     Ok(d)
 }
 
-/// Print an error chain and, where we know one, a hint.
-pub fn report(err: &anyhow::Error) {
+/// The one place an error is printed: its chain (`{:#}`) and, where phoenix knows one, a hint.
+/// Returns the exit code the error means ([`crate::Error::code`]; 1 for the CLI's own errors).
+pub fn report(err: &anyhow::Error) -> i32 {
     let mut stderr = std::io::stderr().lock();
-    if let Some(load) = err.downcast_ref::<crate::spec::LoadError>() {
+    let lib = err.downcast_ref::<crate::Error>();
+    let load = lib
+        .and_then(crate::Error::load)
+        .or_else(|| err.downcast_ref::<crate::spec::LoadError>());
+    if let Some(load) = load {
         match load {
             crate::spec::LoadError::Invalid(d) => {
                 let _ = write!(stderr, "{d}");
@@ -499,9 +504,18 @@ pub fn report(err: &anyhow::Error) {
         if let Some(hint) = load.hint() {
             let _ = writeln!(stderr, "  = hint: {hint}");
         }
-        return;
+        return crate::error::exit::ERROR;
     }
     let _ = writeln!(stderr, "error: {err:#}");
+    if let Some(hint) = lib.and_then(crate::Error::hint) {
+        let _ = writeln!(stderr, "  = hint: {hint}");
+    }
+    lib.map_or(crate::error::exit::ERROR, crate::Error::code)
+}
+
+/// One line on stderr, for the library's long-running parts that say things as they go.
+fn err_line(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Write to stdout, treating a closed pipe (`phoenix status | head`) as success.

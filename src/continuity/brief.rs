@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 
 use super::ledger;
 use crate::clinic::triage;
+use crate::error::Error;
 use crate::process::RunError;
 use crate::render::Templates;
 use crate::spec::{AgentSpec, Spec};
@@ -86,9 +87,9 @@ pub fn read(dir: &AgentDir) -> String {
 }
 
 /// Generate `agent`'s brief now.
-pub fn generate(spec: &Spec, agent: &AgentSpec) -> Result<Generated, String> {
+pub fn generate(spec: &Spec, agent: &AgentSpec) -> crate::error::Result<Generated> {
     let dir = FleetDir::new(&spec.fleet.state_dir).agent(&agent.name);
-    dir.ensure().map_err(|e| e.to_string())?;
+    dir.ensure().map_err(Error::msg)?;
     let resolved = tail_jsonl(&dir.file(state::RESOLVED_LOG));
     let (ctx, notes) = context(spec, agent, &dir, &resolved);
     let templates = Templates::for_spec(spec);
@@ -111,7 +112,7 @@ pub fn generate(spec: &Spec, agent: &AgentSpec) -> Result<Generated, String> {
                 "kept the previous brief and state",
                 json!({}),
             );
-            return Err(e);
+            return Err(Error::msg(e));
         }
     };
     // The brief is part of what a session start pastes into a CLI without hooks: the paste
@@ -127,8 +128,8 @@ pub fn generate(spec: &Spec, agent: &AgentSpec) -> Result<Generated, String> {
             }
             Ok(archive(&dir, resolved.len()))
         })
-        .map_err(|e| e.to_string())?;
-    state::atomic_write(&dir.file("brief.md"), brief.as_bytes()).map_err(|e| e.to_string())?;
+        .map_err(Error::msg)?;
+    state::atomic_write(&dir.file("brief.md"), brief.as_bytes()).map_err(Error::msg)?;
     let generated = Generated {
         agent: agent.name.clone(),
         by,

@@ -102,7 +102,7 @@ pub fn build(
     trigger: Trigger,
     text: &SaveText,
     templates: &Templates,
-) -> Result<Handoff, String> {
+) -> crate::error::Result<Handoff> {
     let state = dir.peek_state().unwrap_or_default();
     let ledger = ledger::load(dir);
     // The agent's own words for this handoff, else the task it is on now (state.json holds
@@ -152,7 +152,7 @@ pub fn build(
     let (body, broken) = templates.render_or_builtin("handoff.md.j2", &ctx);
     // A handoff is pasted into panes later: it is saved under the paste rule, whatever the
     // template, the agent's last words or the operator's text contained.
-    let body = crate::world::inert::keyboard_text(&body.map_err(|e| e.to_string())?);
+    let body = crate::world::inert::keyboard_text(&body.map_err(crate::error::Error::msg)?);
     if let Some(e) = broken {
         let _ = dir.record_op(
             Op::TemplateError,

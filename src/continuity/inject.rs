@@ -69,6 +69,12 @@ pub enum InjectError {
     Delivery(String),
 }
 
+impl From<InjectError> for crate::error::Error {
+    fn from(e: InjectError) -> Self {
+        crate::error::Error::Layer(Box::new(e))
+    }
+}
+
 /// Inject `text` into `agent`'s pane.
 pub fn to_agent(spec: &Spec, agent: &AgentSpec, text: &str) -> Result<Report, InjectError> {
     let runtime = world::runtime_for(spec);
@@ -81,8 +87,7 @@ pub fn to_agent(spec: &Spec, agent: &AgentSpec, text: &str) -> Result<Report, In
         .filter(|p| !p.dead && p.agent_process().is_some())
         .ok_or_else(|| InjectError::NotRunning(agent.name.clone()))?;
     let dir = FleetDir::new(&spec.fleet.state_dir).agent(&agent.name);
-    let report = deliver(&*runtime, &pane.id, &dir, text, &Options::default())
-        .map_err(InjectError::Delivery)?;
+    let report = deliver(&*runtime, &pane.id, &dir, text, &Options::default())?;
     let _ = dir.record_op(
         Op::ContextInjected,
         serde_json::json!({"chars": text.len(), "pane": report.pane, "attempts": report.attempts,
@@ -128,6 +133,17 @@ const HOOK_GRACE: Duration = Duration::from_millis(500);
 
 /// Wait until ready, paste, press Enter, confirm; retry Enter if it was swallowed.
 pub fn deliver(
+    runtime: &dyn Runtime,
+    pane: &str,
+    dir: &AgentDir,
+    text: &str,
+    opts: &Options,
+) -> Result<Report, InjectError> {
+    try_deliver(runtime, pane, dir, text, opts).map_err(InjectError::Delivery)
+}
+
+/// [`deliver`], each failure said as one line.
+fn try_deliver(
     runtime: &dyn Runtime,
     pane: &str,
     dir: &AgentDir,

@@ -18,6 +18,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use crate::error::Error;
 use crate::render::Templates;
 use crate::spec::{AgentSpec, Spec};
 use crate::state::Op;
@@ -32,7 +33,7 @@ pub fn auto_handoff(
     agent: &AgentSpec,
     trigger: Trigger,
     extra: Option<&str>,
-) -> Result<Handoff, String> {
+) -> crate::error::Result<Handoff> {
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let dir = fleet.agent(&agent.name);
     let templates = Templates::for_spec(spec);
@@ -42,9 +43,10 @@ pub fn auto_handoff(
         None => SaveText::default(),
     };
     let handoff = handoff::build(&dir, agent, trigger, &text, &templates)?;
-    handoff::write(&dir, &handoff).map_err(|e| format!("cannot write the handoff: {e}"))?;
+    handoff::write(&dir, &handoff)
+        .map_err(|e| Error::msg(format!("cannot write the handoff: {e}")))?;
     if extra.is_some() {
-        ledger::update(&dir, |l| l.merge(&text)).map_err(|e| e.to_string())?;
+        ledger::update(&dir, |l| l.merge(&text)).map_err(Error::msg)?;
     }
     let _ = dir.record_op(
         Op::HandoffSaved,
@@ -61,7 +63,7 @@ pub fn save(
     agent: &AgentSpec,
     trigger: Trigger,
     body: Option<&str>,
-) -> Result<Handoff, String> {
+) -> crate::error::Result<Handoff> {
     let h = auto_handoff(spec, agent, trigger, body)?;
     if let Ok(store) = crate::store::Store::open(&FleetDir::new(&spec.fleet.state_dir)) {
         let _ = store.catch_up();

@@ -386,8 +386,9 @@ impl Limiter {
 /// `phoenix tap --agent NAME`: read the pane's output from stdin until it closes and act on
 /// every command: save a handoff, load the latest one into the agent, note an uncertain item,
 /// search and give the agent the results. Actions run on a worker thread, so the pane's output
-/// is always read promptly. A failing action is logged in ops.jsonl, never fatal.
-pub fn run(config: &std::path::Path, agent: &str) -> anyhow::Result<i32> {
+/// is always read promptly. A failing action is logged in ops.jsonl, never fatal; what cannot
+/// be logged there (an unreadable phoenix.toml) goes to `log`, which the edge hands in.
+pub fn run(config: &std::path::Path, agent: &str, log: fn(&str)) -> crate::error::Result<i32> {
     use std::io::Read;
     let (tx, rx) = std::sync::mpsc::sync_channel::<Command>(QUEUE);
     let config = config.to_path_buf();
@@ -396,7 +397,7 @@ pub fn run(config: &std::path::Path, agent: &str) -> anyhow::Result<i32> {
         let (config, name) = (config.clone(), name.clone());
         std::thread::spawn(move || {
             for command in rx {
-                act(&config, &name, command);
+                act(&config, &name, command, log);
             }
         })
     };
@@ -494,7 +495,7 @@ impl Gate {
     }
 }
 
-fn act(config: &std::path::Path, name: &str, command: Command) {
+fn act(config: &std::path::Path, name: &str, command: Command, log: fn(&str)) {
     use serde_json::json;
 
     let spec = match crate::spec::load_with(
@@ -505,7 +506,7 @@ fn act(config: &std::path::Path, name: &str, command: Command) {
     ) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("phoenix tap: {e}");
+            log(&format!("phoenix tap: {e}"));
             return;
         }
     };
@@ -518,7 +519,8 @@ fn act(config: &std::path::Path, name: &str, command: Command) {
         Command::Save(text) => (
             (Op::TapSave, Op::TapSaveFailed),
             super::auto_handoff(&spec, agent, super::Trigger::Manual, Some(&text))
-                .map(|h| json!({"handoff": h.id})),
+                .map(|h| json!({"handoff": h.id}))
+                .map_err(|e| e.to_string()),
         ),
         Command::Uncertain(item) => (
             (Op::TapUncertain, Op::TapUncertainFailed),

@@ -104,13 +104,16 @@ impl Event {
     }
 }
 
-/// Run one hook and return the exit code, which is always 0.
+/// Run one hook and return the exit code, which is always 0. The answer for the CLI goes to
+/// `out` and the problems to `log`: the edge hands in stdout and stderr (only it prints).
 pub fn run(
     config: &Path,
     event: &str,
     agent: &str,
     cli: Option<&str>,
     payload_arg: Option<String>,
+    out: &mut dyn Write,
+    log: &mut dyn Write,
 ) -> i32 {
     let raw = payload_arg.unwrap_or_else(read_stdin);
     let payload = Payload::parse(&raw);
@@ -121,6 +124,7 @@ pub fn run(
         payload,
         dir: None,
         pending_problem: None,
+        log: std::cell::RefCell::new(log),
     };
     // Even a bug in phoenix must not show up as a failed hook: a panic is a logged problem.
     let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.handle(config)));
@@ -141,11 +145,8 @@ pub fn run(
         }
     };
     let text = output::render(hook.cli, &reply);
-    let mut stdout = std::io::stdout().lock();
     // A CLI that stopped listening is not our problem; the exit code stays 0.
-    let _ = stdout
-        .write_all(text.as_bytes())
-        .and_then(|_| stdout.flush());
+    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
     0
 }
 
@@ -242,6 +243,9 @@ struct Hook<'a> {
     dir: Option<AgentDir>,
     /// A problem found before the state dir was known, logged once it is.
     pending_problem: Option<String>,
+    /// Where problems are said (stderr, handed in by the edge); a cell because the handlers
+    /// report problems through `&self`.
+    log: std::cell::RefCell<&'a mut dyn Write>,
 }
 
 /// What the event handlers need once the spec is loaded.
@@ -256,7 +260,11 @@ struct Ctx<'a> {
 impl Hook<'_> {
     /// Log a problem to stderr and, when the state dir is known, to hook_errors.jsonl.
     fn problem(&self, message: &str) {
-        eprintln!("phoenix hook {}: {message}", self.event_name);
+        let _ = writeln!(
+            self.log.borrow_mut(),
+            "phoenix hook {}: {message}",
+            self.event_name
+        );
         match &self.dir {
             Some(dir) => dir.record_hook_error(self.event_name, message),
             None => {

@@ -39,6 +39,13 @@ pub enum BindError {
     ShortToken(usize),
 }
 
+/// A refused bind stops `phoenix serve` with the hint on its own line.
+impl From<BindError> for crate::error::Error {
+    fn from(e: BindError) -> Self {
+        crate::error::Error::with_hint(&e, e.hint())
+    }
+}
+
 impl BindError {
     pub fn hint(&self) -> String {
         match self {

@@ -53,7 +53,7 @@ impl Default for Limits {
 impl Limits {
     /// The defaults, overridden by `PHOENIX_SERVE_TIMEOUT` (a duration, at least
     /// 100ms) and `PHOENIX_SERVE_MAX_CONNECTIONS` (1 to 65536).
-    pub fn from_env() -> anyhow::Result<Limits> {
+    pub fn from_env() -> crate::error::Result<Limits> {
         let mut limits = Limits::default();
         // Connections must never take the file descriptors that SQLite, state files and tmux
         // need (a server out of descriptors answers no one): at most a quarter of them.
@@ -62,9 +62,9 @@ impl Limits {
         }
         if let Ok(text) = std::env::var(TIMEOUT_ENV) {
             let d = crate::spec::duration::parse(&text)
-                .map_err(|e| anyhow::anyhow!("`{TIMEOUT_ENV}`: {e}"))?;
+                .map_err(|e| crate::error::Error::msg(format!("`{TIMEOUT_ENV}`: {e}")))?;
             if d < Duration::from_millis(100) {
-                anyhow::bail!("`{TIMEOUT_ENV}` = `{text}` is too short: the minimum is 100ms");
+                crate::bail!("`{TIMEOUT_ENV}` = `{text}` is too short: the minimum is 100ms");
             }
             limits.timeout = d;
         }
@@ -75,9 +75,9 @@ impl Limits {
                 .ok()
                 .filter(|n| (1..=65_536).contains(n))
                 .ok_or_else(|| {
-                    anyhow::anyhow!(
+                    crate::error::Error::msg(format!(
                         "`{MAX_CONNECTIONS_ENV}` = `{text}` is not a number from 1 to 65536"
-                    )
+                    ))
                 })?;
         }
         Ok(limits)

@@ -40,7 +40,7 @@ impl ApiError {
     }
 
     /// Something failed on phoenix's side; the message chain says what.
-    pub fn internal(err: &anyhow::Error) -> Self {
+    pub fn internal(err: &crate::error::Error) -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("{err:#}"),

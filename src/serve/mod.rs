@@ -16,7 +16,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context;
+use crate::error::Context;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, header};
 use tokio::sync::watch;
@@ -97,7 +97,7 @@ async fn security_headers(mut response: axum::response::Response) -> axum::respo
 }
 
 /// `--listen`: `HOST:PORT` with an IP address, or `localhost:PORT`.
-pub fn parse_listen(text: &str) -> anyhow::Result<SocketAddr> {
+pub fn parse_listen(text: &str) -> crate::error::Result<SocketAddr> {
     if let Ok(addr) = text.parse::<SocketAddr>() {
         return Ok(addr);
     }
@@ -106,7 +106,7 @@ pub fn parse_listen(text: &str) -> anyhow::Result<SocketAddr> {
     {
         return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
     }
-    anyhow::bail!(
+    crate::bail!(
         "`--listen {text}` is not an address: use IP:PORT, e.g. `127.0.0.1:7878` or `[::1]:7878` (port 0 picks a free one)"
     )
 }
@@ -118,11 +118,10 @@ pub fn run(
     listen: &str,
     token: Option<String>,
     listening: impl FnOnce(&str),
-) -> anyhow::Result<i32> {
+) -> crate::error::Result<i32> {
     let addr = parse_listen(listen)?;
     let limits = conn::Limits::from_env()?;
-    let policy = auth::Policy::for_bind(addr, token)
-        .map_err(|e| anyhow::anyhow!("{e}\n  = hint: {}", e.hint()))?;
+    let policy = auth::Policy::for_bind(addr, token)?;
     // A server for a fleet that cannot be read helps no one: say so now.
     let spec = spec::load_with(
         config,

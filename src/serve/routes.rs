@@ -78,11 +78,15 @@ async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let _permit = WORKERS.acquire().await.map_err(|e| {
-        ApiError::internal(&anyhow::anyhow!("the request's worker pool is closed: {e}"))
+        ApiError::internal(&crate::error::Error::msg(format!(
+            "the request's worker pool is closed: {e}"
+        )))
     })?;
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::internal(&anyhow::anyhow!("the request's worker failed: {e}")))?
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError::internal(&crate::error::Error::msg(format!(
+            "the request's worker failed: {e}"
+        )))
+    })?
 }
 
 /// The fleet's world; a runtime that cannot be observed is 503 (the server itself is fine).
@@ -520,8 +524,11 @@ async fn save_handoff(
     let text = body.body.filter(|b| !b.trim().is_empty());
     let h = blocking(move || {
         let (spec, agent) = spec_and_agent(&app, &name)?;
-        let h = continuity::save(&spec, &agent, trigger, text.as_deref())
-            .map_err(|e| ApiError::internal(&anyhow::anyhow!("cannot save the handoff: {e}")))?;
+        let h = continuity::save(&spec, &agent, trigger, text.as_deref()).map_err(|e| {
+            ApiError::internal(&crate::error::Error::msg(format!(
+                "cannot save the handoff: {e}"
+            )))
+        })?;
         tracing::info!("saved handoff {} for agent `{name}`", h.id);
         Ok(h)
     })

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use crate::bail;
+use crate::error::Context;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use tracing::{debug, error, info, warn};
 
@@ -90,7 +91,7 @@ enum Event {
     ConfigChanged,
 }
 
-pub fn run(config: &Path, options: RunOptions) -> anyhow::Result<i32> {
+pub fn run(config: &Path, options: RunOptions) -> crate::error::Result<i32> {
     init_tracing(options);
     let spec = spec::load(config)?;
     if let Some(problem) = world::leftover_problem(&spec) {
@@ -142,7 +143,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    async fn serve(mut self, fifo: PathBuf) -> anyhow::Result<i32> {
+    async fn serve(mut self, fifo: PathBuf) -> crate::error::Result<i32> {
         use tokio::signal::unix::{SignalKind, signal};
         let mut sigterm = signal(SignalKind::terminate())?;
         let mut sigint = signal(SignalKind::interrupt())?;
@@ -535,7 +536,7 @@ pub(crate) fn init_tracing(options: RunOptions) {
 }
 
 /// One daemon per state dir: an exclusive flock, released by the kernel even after `kill -9`.
-fn acquire_lock(fleet: &FleetDir) -> anyhow::Result<nix::fcntl::Flock<File>> {
+fn acquire_lock(fleet: &FleetDir) -> crate::error::Result<nix::fcntl::Flock<File>> {
     let path = fleet.root.join(super::DAEMON_LOCK);
     let file = OpenOptions::new()
         .read(true)
@@ -565,7 +566,7 @@ fn acquire_lock(fleet: &FleetDir) -> anyhow::Result<nix::fcntl::Flock<File>> {
     }
 }
 
-fn ensure_fifo(path: &Path) -> anyhow::Result<()> {
+fn ensure_fifo(path: &Path) -> crate::error::Result<()> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_fifo() => return Ok(()),
         Ok(_) => std::fs::remove_file(path)

@@ -6,7 +6,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use crate::bail;
+use crate::error::Context;
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -36,7 +37,7 @@ pub struct RestartReport {
     pub pid: Option<u32>,
 }
 
-pub fn restart(config: &Path, name: &str, fresh: bool) -> anyhow::Result<RestartReport> {
+pub fn restart(config: &Path, name: &str, fresh: bool) -> crate::error::Result<RestartReport> {
     let ctx = FleetContext::new(config, spec::load(config)?);
     restart_with(
         &ctx,
@@ -61,7 +62,7 @@ pub fn restart_with(
     name: &str,
     fresh: bool,
     on_wait: &dyn Fn(&str),
-) -> anyhow::Result<RestartReport> {
+) -> crate::error::Result<RestartReport> {
     restart_by(&ctx.spec, ctx.runtime(), name, fresh, on_wait, By::Operator)
 }
 
@@ -70,7 +71,11 @@ pub fn restart_with(
 /// the watchdog itself spent on the task (else every revival would make room for the next).
 /// It does not wait for the new agent process: the watchdog's pass goes on to the other agents,
 /// and its next pass sees whether the agent came back.
-pub fn revive(spec: &Spec, runtime: &dyn Runtime, name: &str) -> anyhow::Result<RestartReport> {
+pub fn revive(
+    spec: &Spec,
+    runtime: &dyn Runtime,
+    name: &str,
+) -> crate::error::Result<RestartReport> {
     restart_by(
         spec,
         runtime,
@@ -85,7 +90,7 @@ pub fn revive(spec: &Spec, runtime: &dyn Runtime, name: &str) -> anyhow::Result<
 /// every count in its restart ledger that stops it for a person starts again (the crash
 /// history and quarantine, the Clinic's recoveries and the watchdog's revivals for the task,
 /// the daemon's starts).
-pub fn reset_counts(dir: &state::AgentDir) -> anyhow::Result<()> {
+pub fn reset_counts(dir: &state::AgentDir) -> crate::error::Result<()> {
     record::update(dir, |r| r.reset()).context("cannot reset the restart ledger")
 }
 
@@ -96,7 +101,7 @@ fn restart_by(
     fresh: bool,
     on_wait: &dyn Fn(&str),
     by: By,
-) -> anyhow::Result<RestartReport> {
+) -> crate::error::Result<RestartReport> {
     let Some(agent) = spec.agent(name) else {
         bail!(
             "no agent `{name}` (declared: {})",
@@ -217,7 +222,7 @@ pub fn stop_under_wrapper(
     pid: u32,
     reason: EndReason,
     fresh: bool,
-) -> anyhow::Result<()> {
+) -> crate::error::Result<()> {
     execute::request_stop(dir, reason, fresh)?;
     // The agent leads its own process group (the wrapper made it so).
     term::signal_group(pid, Signal::SIGTERM);

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
+use crate::error::Context;
 
 use crate::spec::Spec;
 
@@ -80,7 +80,7 @@ fn path_value(s: &str) -> String {
 }
 
 /// `$XDG_CONFIG_HOME/systemd/user`, or `~/.config/systemd/user`.
-pub fn unit_dir() -> anyhow::Result<PathBuf> {
+pub fn unit_dir() -> crate::error::Result<PathBuf> {
     let base = std::env::var_os("XDG_CONFIG_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -90,7 +90,7 @@ pub fn unit_dir() -> anyhow::Result<PathBuf> {
 }
 
 /// Write the unit; returns its path.
-pub fn install(spec: &Spec, exe: &Path) -> anyhow::Result<PathBuf> {
+pub fn install(spec: &Spec, exe: &Path) -> crate::error::Result<PathBuf> {
     let dir = unit_dir()?;
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
     let path = dir.join(unit_name(spec));

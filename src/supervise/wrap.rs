@@ -11,7 +11,7 @@ use std::process::{Command, ExitStatus};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::Context;
+use crate::error::Context;
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -46,7 +46,7 @@ fn enter_workdir(agent: &AgentSpec) {
 }
 
 /// Run the agent in the foreground of this pane and keep it alive.
-pub fn wrap(config: &Path, agent_name: &str) -> anyhow::Result<i32> {
+pub fn wrap(config: &Path, agent_name: &str) -> crate::error::Result<i32> {
     term::install_handlers();
     let spec = spec::load(config)?;
     let agent = find_agent(&spec, agent_name)?.clone();
@@ -124,7 +124,7 @@ fn record_a_lost_end(dir: &AgentDir) {
     }
 }
 
-fn find_agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a AgentSpec> {
+fn find_agent<'a>(spec: &'a Spec, name: &str) -> crate::error::Result<&'a AgentSpec> {
     spec.agent(name).with_context(|| {
         format!(
             "agent `{name}` is not declared in {} (declared: {})",
@@ -199,7 +199,7 @@ impl Wrapper {
         }
     }
 
-    fn run(&mut self) -> anyhow::Result<i32> {
+    fn run(&mut self) -> crate::error::Result<i32> {
         self.start_tap();
         loop {
             if let Some(sig) = term::stop_signal() {
@@ -229,7 +229,9 @@ impl Wrapper {
                     crate::continuity::Trigger::AutoRestart,
                     None,
                 ) {
-                    let _ = self.dir.record_op(Op::HandoffFailed, json!({"error": e}));
+                    let _ = self
+                        .dir
+                        .record_op(Op::HandoffFailed, json!({"error": e.to_string()}));
                 }
                 super::poke(&self.fleet, &self.agent.name);
                 return Ok(128 + sig);
@@ -580,7 +582,7 @@ impl Wrapper {
                 say(&format!("phoenix's hooks may not run: {e}"));
                 let _ = self
                     .dir
-                    .record_op(Op::HooksTrustFailed, json!({"error": e}));
+                    .record_op(Op::HooksTrustFailed, json!({"error": e.to_string()}));
             }
         }
     }
@@ -608,7 +610,7 @@ impl Wrapper {
         }
     }
 
-    fn command(&self, argv: &[String]) -> anyhow::Result<Command> {
+    fn command(&self, argv: &[String]) -> crate::error::Result<Command> {
         let (program, args) = argv
             .split_first()
             .with_context(|| format!("agent `{}` has an empty command", self.agent.name))?;
@@ -728,7 +730,9 @@ impl Wrapper {
             };
             if let Err(e) = crate::continuity::auto_handoff(&self.spec, &self.agent, trigger, None)
             {
-                let _ = self.dir.record_op(Op::HandoffFailed, json!({"error": e}));
+                let _ = self
+                    .dir
+                    .record_op(Op::HandoffFailed, json!({"error": e.to_string()}));
             }
         }
         // The sessions a fresh start leaves behind: the one this run resumed and the one
@@ -825,7 +829,8 @@ impl Wrapper {
                     );
                 }
                 Err(e) => {
-                    let _ = dir.record_op(Op::StartupContextFailed, json!({"error": e}));
+                    let _ =
+                        dir.record_op(Op::StartupContextFailed, json!({"error": e.to_string()}));
                 }
             }
         });
@@ -895,8 +900,10 @@ impl Wrapper {
                     );
                 }
                 Err(e) => {
-                    let _ =
-                        dir.record_op(Op::ContinuePromptFailed, json!({"after": why, "error": e}));
+                    let _ = dir.record_op(
+                        Op::ContinuePromptFailed,
+                        json!({"after": why, "error": e.to_string()}),
+                    );
                 }
             }
         });
@@ -931,12 +938,12 @@ impl Wrapper {
 
     /// A plain read loop: explains the situation and accepts `restart`, `fresh`, `quit`. It
     /// never runs a shell or any other program.
-    fn safe_mode(&self, why: &str) -> anyhow::Result<SafeOutcome> {
+    fn safe_mode(&self, why: &str) -> crate::error::Result<SafeOutcome> {
         self.set_phase("safe");
         let _ = self.dir.record_op(Op::SafeMode, json!({"why": why}));
         super::poke(&self.fleet, &self.agent.name);
         let name = &self.agent.name;
-        println!();
+        blank_line();
         say(&format!("agent `{name}` is in safe mode: {why}"));
         say("nothing runs in this pane until you type one of these words and press Enter:");
         say("  restart   start the agent again, resuming its session");
@@ -991,12 +998,22 @@ impl Wrapper {
     }
 }
 
+// The pane's screen. The wrapper is the program running in its pane, as the agent CLI is once
+// started: its stdout is that pane, what a person attached reads and answers (safe mode), not
+// the CLI's output channel, so it writes there itself; these three are the only writers.
+
 /// Print to the pane. What is said quotes configs, policies and agents' errors: no escape
 /// sequence in them reaches the terminal (the paste rule, for output).
 fn say(text: &str) {
     let text = crate::world::inert::keyboard_text(text);
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{SAY} {text}");
+    let _ = out.flush();
+}
+
+fn blank_line() {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out);
     let _ = out.flush();
 }
 

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
+use crate::error::Context as _;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use serde_json::Value;
 
@@ -209,10 +209,10 @@ impl App {
 }
 
 /// Run the view until `q`. `interval`: how often the fleet is read again.
-pub fn run(config: &Path, interval: Duration) -> anyhow::Result<i32> {
+pub fn run(config: &Path, interval: Duration) -> crate::error::Result<i32> {
     use std::io::IsTerminal;
     if !std::io::stdout().is_terminal() {
-        anyhow::bail!(
+        crate::bail!(
             "`phoenix top` needs a terminal; for scripts use `phoenix status --json` and `phoenix events --follow`"
         );
     }
@@ -224,7 +224,7 @@ pub fn run(config: &Path, interval: Duration) -> anyhow::Result<i32> {
     let mut terminal = ratatui::try_init().context("cannot set up the terminal")?;
     let (done_tx, done_rx) = mpsc::channel::<String>();
     let mut next_read = Instant::now() + interval;
-    let result = (|| -> anyhow::Result<()> {
+    let result = (|| -> crate::error::Result<()> {
         loop {
             terminal.draw(|frame| view::draw(frame, &app))?;
             let wait = next_read.saturating_duration_since(Instant::now());
@@ -305,7 +305,7 @@ fn carry_out(config: &Path, command: &Command) -> String {
     }
 }
 
-fn inject(config: &Path, agent: &str, text: &str) -> anyhow::Result<String> {
+fn inject(config: &Path, agent: &str, text: &str) -> crate::error::Result<String> {
     let spec = crate::spec::load(config)?;
     let a = spec
         .agent(agent)
@@ -324,7 +324,7 @@ fn inject(config: &Path, agent: &str, text: &str) -> anyhow::Result<String> {
 
 /// Show the agent's pane: switch to it when top runs inside the fleet's own tmux server,
 /// else attach to that server until the person detaches.
-fn attach(runtime: &dyn Runtime, pane: &str) -> anyhow::Result<()> {
+fn attach(runtime: &dyn Runtime, pane: &str) -> crate::error::Result<()> {
     runtime.show(pane).context("cannot show the pane")
 }
 

@@ -285,7 +285,7 @@ impl Report {
 }
 
 /// One watchdog pass over the fleet of `config`.
-pub fn pass(config: &Path) -> anyhow::Result<Report> {
+pub fn pass(config: &Path) -> crate::error::Result<Report> {
     let spec = crate::spec::load(config)?;
     let runtime = world::runtime_for(&spec);
     Ok(Watchdog::new(&spec, &*runtime).pass())
@@ -787,7 +787,7 @@ impl<'a> Watchdog<'a> {
         process: &Option<health::Process>,
         start: Option<Start>,
         reason: EndReason,
-    ) -> anyhow::Result<&'static str> {
+    ) -> crate::error::Result<&'static str> {
         let fresh = start == Some(Start::Fresh);
         match process {
             Some(health::Process::Alive { pid }) => {
@@ -845,7 +845,7 @@ impl<'a> Watchdog<'a> {
         dir: &AgentDir,
         why: &str,
         process: &Option<health::Process>,
-    ) -> anyhow::Result<()> {
+    ) -> crate::error::Result<()> {
         recovery::execute::quarantine(dir, why)?;
         if let Some(health::Process::Alive { pid }) = process {
             crate::supervise::restart::stop_under_wrapper(
