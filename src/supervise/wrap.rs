@@ -231,7 +231,7 @@ impl Wrapper {
                 ) {
                     let _ = self.dir.record_op(Op::HandoffFailed, json!({"error": e}));
                 }
-                super::poke(&self.fleet, &self.agent.name);
+                crate::state::daemon::poke(&self.fleet, &self.agent.name);
                 return Ok(128 + sig);
             }
             let decision = self.after_exit(&run, requested);
@@ -777,7 +777,7 @@ impl Wrapper {
             decision.reason.as_str(),
             decision.explain
         ));
-        super::poke(&self.fleet, &self.agent.name);
+        crate::state::daemon::poke(&self.fleet, &self.agent.name);
         decision
     }
 
@@ -928,7 +928,7 @@ impl Wrapper {
     fn safe_mode(&self, why: &str) -> anyhow::Result<SafeOutcome> {
         self.set_phase("safe");
         let _ = self.dir.record_op(Op::SafeMode, json!({"why": why}));
-        super::poke(&self.fleet, &self.agent.name);
+        crate::state::daemon::poke(&self.fleet, &self.agent.name);
         let name = &self.agent.name;
         println!();
         say(&format!("agent `{name}` is in safe mode: {why}"));
@@ -954,7 +954,7 @@ impl Wrapper {
             match word.trim() {
                 "" => {}
                 w @ ("restart" | "fresh") => {
-                    let _ = super::restart::reset_counts(&self.dir);
+                    let _ = crate::restart::reset_counts(&self.dir);
                     let _ = self.dir.clear_marker(state::CLEAN_EXIT);
                     let fresh = w == "fresh";
                     if fresh && let Err(e) = recovery::execute::intend_fresh(&self.dir) {
