@@ -37,21 +37,7 @@ impl Wrapper {
             now: jiff::Timestamp::now().as_second(),
         };
         let incident = Incident::Exit(exit.clone());
-        // The evidence of a crash, before anything else: only what this session printed (the
-        // scrollback above its start is another's).
-        let pane_tail = incident
-            .is_crash()
-            .then(|| {
-                self.pane
-                    .as_ref()
-                    .and_then(|p| self.runtime.capture(p, EVIDENCE_LINES).ok())
-            })
-            .flatten()
-            .map(|t| {
-                crate::clinic::triage::this_session(&t, &self.agent.name)
-                    .trim_end()
-                    .to_string()
-            });
+        let pane_tail = self.crash_evidence(&incident);
         // Lua is loaded here, after an exit, never on a hook's path; a new state each time
         // picks up edited policies. Stops requested on purpose need no policy.
         let policies = exit
@@ -78,45 +64,9 @@ impl Wrapper {
         });
 
         if decision.counts_as_crash {
-            let crash = CrashRecord {
-                ts: state::now_rfc3339(),
-                agent: self.agent.name.clone(),
-                reason: decision.reason,
-                code,
-                signal,
-                runtime_ms: exit.runtime_ms,
-                mode: run.mode,
-                session_id: run.session_id.clone(),
-                argv: run.argv.clone(),
-                decision: decision.explain.clone(),
-                pane_tail: pane_tail.clone(),
-            };
-            let entry = CrashEntry {
-                ts: exit.now,
-                reason: decision.reason,
-                code,
-                signal,
-                mode: run.mode,
-            };
-            let window = self.agent.restart.crash_window.as_secs() as i64;
-            recovery::execute::keep_evidence(&self.dir, &crash, entry, window);
+            self.keep_crash(&decision, run, &exit, pane_tail);
         }
-        // Clear, don't compact: what this session knew is saved before the next one starts.
-        // A clean exit was a person's choice; anything else gets a handoff.
-        if decision.reason != EndReason::CleanExit {
-            let trigger = if decision.context_cleared || decision.reason == EndReason::PlannedCycle
-            {
-                crate::continuity::Trigger::ContextLimit
-            } else if decision.counts_as_crash {
-                crate::continuity::Trigger::Crash
-            } else {
-                crate::continuity::Trigger::AutoRestart
-            };
-            if let Err(e) = crate::continuity::auto_handoff(&self.spec, &self.agent, trigger, None)
-            {
-                let _ = self.dir.record_op(Op::HandoffFailed, json!({"error": e}));
-            }
-        }
+        self.hand_off(&decision);
         // The sessions a fresh start leaves behind: the one this run resumed and the one
         // its hooks recorded last.
         let sessions: Vec<String> = run
@@ -144,12 +94,85 @@ impl Wrapper {
                 "decided_by": decision.decided_by,
             }),
         );
-        let delay = decision.delay;
-        let again = if session_id.is_some() {
-            "resuming"
-        } else {
-            "restarting"
+        self.announce(&decision, session_id.is_some());
+        crate::state::daemon::poke(&self.fleet, &self.agent.name);
+        decision
+    }
+
+    /// The evidence of a crash, taken before anything else: only what this session printed
+    /// (the scrollback above its start is another's).
+    fn crash_evidence(&self, incident: &Incident) -> Option<String> {
+        incident
+            .is_crash()
+            .then(|| {
+                self.pane
+                    .as_ref()
+                    .and_then(|p| self.runtime.capture(p, EVIDENCE_LINES).ok())
+            })
+            .flatten()
+            .map(|t| {
+                crate::clinic::triage::this_session(&t, &self.agent.name)
+                    .trim_end()
+                    .to_string()
+            })
+    }
+
+    /// The crash record and the ledger entry of a crash.
+    fn keep_crash(
+        &self,
+        decision: &Recovery,
+        run: &Run,
+        exit: &ExitFacts,
+        pane_tail: Option<String>,
+    ) {
+        let (code, signal) = (exit.code, exit.signal);
+        let crash = CrashRecord {
+            ts: state::now_rfc3339(),
+            agent: self.agent.name.clone(),
+            reason: decision.reason,
+            code,
+            signal,
+            runtime_ms: exit.runtime_ms,
+            mode: run.mode,
+            session_id: run.session_id.clone(),
+            argv: run.argv.clone(),
+            decision: decision.explain.clone(),
+            pane_tail,
         };
+        let entry = CrashEntry {
+            ts: exit.now,
+            reason: decision.reason,
+            code,
+            signal,
+            mode: run.mode,
+        };
+        let window = self.agent.restart.crash_window.as_secs() as i64;
+        recovery::execute::keep_evidence(&self.dir, &crash, entry, window);
+    }
+
+    /// Clear, don't compact: what this session knew is saved before the next one starts. A
+    /// clean exit was a person's choice; anything else gets a handoff.
+    fn hand_off(&self, decision: &Recovery) {
+        if decision.reason != EndReason::CleanExit {
+            let trigger = if decision.context_cleared || decision.reason == EndReason::PlannedCycle
+            {
+                crate::continuity::Trigger::ContextLimit
+            } else if decision.counts_as_crash {
+                crate::continuity::Trigger::Crash
+            } else {
+                crate::continuity::Trigger::AutoRestart
+            };
+            if let Err(e) = crate::continuity::auto_handoff(&self.spec, &self.agent, trigger, None)
+            {
+                let _ = self.dir.record_op(Op::HandoffFailed, json!({"error": e}));
+            }
+        }
+    }
+
+    /// Say in the pane how the run ended and what comes next.
+    fn announce(&self, decision: &Recovery, resumable: bool) {
+        let delay = decision.delay;
+        let again = if resumable { "resuming" } else { "restarting" };
         let next = match decision.start {
             Some(Start::SafeMode) | None => "safe mode".to_string(),
             Some(Start::Resume) if delay.is_zero() => format!("{again} now"),
@@ -163,8 +186,6 @@ impl Wrapper {
             decision.reason.as_str(),
             decision.explain
         ));
-        crate::state::daemon::poke(&self.fleet, &self.agent.name);
-        decision
     }
 
     /// The one `agent_exit` line for this run: the supervisor's single reason for the end of

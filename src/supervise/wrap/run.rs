@@ -3,10 +3,53 @@
 
 use super::*;
 
+/// A started agent process, and when it was spawned (RFC 3339).
+struct Spawned {
+    child: std::process::Child,
+    spawned: String,
+}
+
 impl Wrapper {
     /// Choose resume or fresh (fresh when the `.fresh` marker asks, the one way that intent
     /// travels), start the CLI in the foreground, and wait for it.
     pub(super) fn run_once(&mut self) -> Run {
+        let (mode, session_id, argv) = self.choose_start();
+        self.trust_hooks();
+        let mut probe = LifeProbe::new(&self.dir, self.agent.cli, &self.runtime, &self.pane);
+        let started = Instant::now();
+        // Where this run's ops begin: its session-start hook may well come before it shows life.
+        let ops_at_start = ops_len(&self.dir);
+        let child = match self.spawn(&argv) {
+            Ok(child) => child,
+            Err((error, code)) => return self.spawn_failed(argv, mode, session_id, &error, code),
+        };
+        let pid = child.child.id();
+        let _ = self.dir.record_op(
+            Op::AgentStart,
+            json!({"argv": argv, "pid": pid, "mode": mode.as_str(), "session_id": session_id,
+                   "spawned": child.spawned}),
+        );
+        let (status, mut showed_life) = self.watch(child.child, started, ops_at_start, &mut probe);
+        self.clean_up_after(pid);
+        if !showed_life {
+            // The last look reads the pane whatever the throttle says.
+            probe.next_capture = Instant::now();
+            showed_life = probe.shown();
+        }
+        let mode = self.check_resumed(mode, session_id.as_deref(), showed_life);
+        Run {
+            argv,
+            mode,
+            session_id,
+            status,
+            runtime: started.elapsed(),
+            showed_life,
+        }
+    }
+
+    /// Resume the recorded session when it can be resumed and no fresh start is asked for;
+    /// else start fresh, consuming the `.fresh` marker. Announces the start in the pane.
+    fn choose_start(&self) -> (Start, Option<String>, Vec<String>) {
         let saved = record::load(&self.dir);
         let fresh_marker = self.dir.has_marker(state::FRESH);
         let recorded = record::recorded_session(&self.dir);
@@ -49,34 +92,26 @@ impl Wrapper {
             Some(id) => say(&format!("{banner}, resuming session {id}")),
             None => say(&format!("{banner} (fresh session)")),
         }
+        (mode, session_id, argv)
+    }
 
-        self.trust_hooks();
-        let mut probe = LifeProbe::new(&self.dir, self.agent.cli, &self.runtime, &self.pane);
-        let started = Instant::now();
-        let mut cmd = match self.command(&argv) {
-            Ok(cmd) => cmd,
-            Err(e) => return self.spawn_failed(argv, mode, session_id, &e.to_string(), 127),
-        };
+    /// Start the CLI as the terminal's foreground process group; on failure, what to say and
+    /// the exit code a shell would report (126 found but not executable, 127 not found).
+    fn spawn(&self, argv: &[String]) -> Result<Spawned, (String, i32)> {
+        let mut cmd = self.command(argv).map_err(|e| (e.to_string(), 127))?;
         term::foreground(&mut cmd, self.terminal.is_some());
-        // Where this run's ops begin: its session-start hook may well come before it shows life.
-        let ops_at_start = ops_len(&self.dir);
         // A signal left for an earlier run: what became of that turn was decided at its exit.
         let _ = self.dir.clear_marker(state::TURN_FAILED);
         // Taken before the spawn: what the CLI writes (its first transcript record may come
         // before `agent_start` is recorded) is this session's from here on.
         let spawned = state::now_rfc3339();
-        let mut child = match cmd.spawn() {
-            Ok(child) => child,
-            Err(e) => {
-                let msg = format!("cannot start `{}`: {e}", argv[0]);
-                // What a shell reports: 126 found but not executable, 127 not found.
-                let code = match e.kind() {
-                    std::io::ErrorKind::PermissionDenied => 126,
-                    _ => 127,
-                };
-                return self.spawn_failed(argv, mode, session_id, &msg, code);
-            }
-        };
+        let child = cmd.spawn().map_err(|e| {
+            let code = match e.kind() {
+                std::io::ErrorKind::PermissionDenied => 126,
+                _ => 127,
+            };
+            (format!("cannot start `{}`: {e}", argv[0]), code)
+        })?;
         let pid = child.id();
         crate::supervise::strays::record_agent(&self.dir, pid);
         term::set_child(Some(pid));
@@ -85,12 +120,20 @@ impl Wrapper {
         }
         // Set only now that the child exists: a reconciler must never see `running` without it.
         self.set_phase("running");
-        let _ = self.dir.record_op(
-            Op::AgentStart,
-            json!({"argv": argv, "pid": pid, "mode": mode.as_str(), "session_id": session_id,
-                   "spawned": spawned}),
-        );
+        Ok(Spawned { child, spawned })
+    }
 
+    /// Wait for the agent to exit, meanwhile watching for its first sign of life (then giving
+    /// it its startup context), a failed turn, its life deadline and stop signals. Returns its
+    /// exit status and whether it showed life.
+    fn watch(
+        &mut self,
+        mut child: std::process::Child,
+        started: Instant,
+        ops_at_start: u64,
+        probe: &mut LifeProbe,
+    ) -> (Option<ExitStatus>, bool) {
+        let pid = child.id();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let _ = tx.send(child.wait());
@@ -150,6 +193,12 @@ impl Wrapper {
                 crate::supervise::strays::reap_ended_orphans(pid);
             }
         };
+        (status, showed_life)
+    }
+
+    /// After the agent's exit: stop what it left behind, say the wrapper is deciding, and take
+    /// the terminal back.
+    fn clean_up_after(&self, pid: u32) {
         term::set_child(None);
         // Whatever the agent left behind in its process group (tool processes, a hook still
         // writing) ends with it: orphans would fight the next run for the terminal, and a
@@ -173,15 +222,15 @@ impl Wrapper {
         if let Some(t) = &self.terminal {
             t.take_back();
         }
-        if !showed_life {
-            // The last look reads the pane whatever the throttle says.
-            probe.next_capture = Instant::now();
-            showed_life = probe.shown();
-        }
+    }
+
+    /// A resumed session that came back as another one (another id, another directory) was a
+    /// fresh start: recorded so, and the resumed id is not resumed again.
+    fn check_resumed(&self, mode: Start, session_id: Option<&str>, showed_life: bool) -> Start {
         let mut mode = mode;
         if mode == Start::Resume && showed_life {
             let now = record::recorded_session(&self.dir);
-            let same_id = now.as_ref().map(|s| s.id.as_str()) == session_id.as_deref();
+            let same_id = now.as_ref().map(|s| s.id.as_str()) == session_id;
             let same_dir = now
                 .as_ref()
                 .and_then(|s| s.cwd.as_deref())
@@ -193,19 +242,12 @@ impl Wrapper {
                     Op::ResumeMismatch,
                     json!({"resumed": session_id, "recorded": now.map(|s| s.id)}),
                 );
-                if let Some(id) = &session_id {
+                if let Some(id) = session_id {
                     let _ = record::clear_session(&self.dir, id);
                 }
             }
         }
-        Run {
-            argv,
-            mode,
-            session_id,
-            status,
-            runtime: started.elapsed(),
-            showed_life,
-        }
+        mode
     }
 
     /// The turn-failed hook said the CLI's turn ended in an API error: the CLI waits at its
