@@ -1,6 +1,7 @@
 //! The import rules between the top-level modules, checked over the source: printing and
 //! argument parsing live in `cli/` and nothing below it reaches up into it; the state layer
-//! imports nothing above it; the generic rooms take no helpers from the Clinic.
+//! imports nothing above it; nothing below the controller imports it; the generic rooms take
+//! no helpers from the Clinic.
 
 use std::path::{Path, PathBuf};
 
@@ -17,8 +18,22 @@ const RULES: &[(&str, &[&str])] = &[
             "serve",
             "notify",
             "continuity",
+            "controller",
+            "restart",
         ],
     ),
+    // The controller (`phoenix run`) is woken through `state::daemon::poke`, never imported
+    // from below; the restart verb sits on the apply floor.
+    ("recovery", &["controller"]),
+    ("watchdog", &["controller"]),
+    ("supervise", &["controller"]),
+    (
+        "restart",
+        &["controller", "supervise", "watchdog", "serve", "top"],
+    ),
+    ("apply", &["controller", "restart"]),
+    ("plan", &["controller", "restart"]),
+    ("world", &["controller", "restart"]),
     ("process", &["clinic"]),
     ("notify", &["clinic"]),
     ("serve", &["clinic"]),
