@@ -691,6 +691,7 @@ fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back()
 
     let run = fleet.run(&["restart", "alpha"]);
     run.status(0).stdout_has("restarted resuming its session");
+    assert!(daemon.log().contains("restarted on request"));
     assert!(!exists(&marker), "restart clears the marker");
     let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
     assert_eq!(starts[1]["mode"], "resume");
@@ -722,6 +723,12 @@ fn operator_restart_of_a_running_agent_is_recorded_and_fresh_is_not_undone_by_th
         .run(&["restart", "alpha", "--fresh"])
         .status(0)
         .stdout_has("with a fresh session");
+    // The running daemon carried it out, through its own apply path.
+    assert!(
+        daemon.log().contains("restarted on request"),
+        "{}",
+        daemon.log()
+    );
     let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
     assert_eq!(starts[1]["mode"], "fresh");
     let end = &ops_named(&fleet, "alpha", "agent_exit")[0];

@@ -358,7 +358,7 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
 /// Whether `phoenix run` supervises this fleet: without it, each agent's wrapper still
 /// restarts it, but drift, the watchdog and schedules wait for a person.
 fn daemon_line(spec: &Spec) -> String {
-    match crate::supervise::daemon_pid(&FleetDir::new(&spec.fleet.state_dir)) {
+    match crate::state::daemon::daemon_pid(&FleetDir::new(&spec.fleet.state_dir)) {
         Some(pid) => format!("\ndaemon: `phoenix run` supervises this fleet (pid {pid})\n"),
         None => "\ndaemon: not running (crashes are still restarted by each agent's wrapper; \
                  `phoenix run` or `phoenix service install` also keeps the fleet converged)\n"
@@ -451,7 +451,7 @@ pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
             check(
                 "daemon".into(),
                 true,
-                match crate::supervise::daemon_pid(&FleetDir::new(state)) {
+                match crate::state::daemon::daemon_pid(&FleetDir::new(state)) {
                     Some(pid) => format!("`phoenix run` supervises this fleet (pid {pid})"),
                     None => "not running: `phoenix run` (or `phoenix service install`) keeps \
                              the fleet converged and runs the watchdog"
@@ -531,7 +531,7 @@ fn find_program(program: &str, workdir: &Path) -> bool {
 
 pub fn restart(config: &Path, agent: &str, fresh: bool, json: bool) -> anyhow::Result<i32> {
     let ctx = load(config)?;
-    let report = crate::supervise::restart::restart_with(&ctx, agent, fresh, &tell_waiting)?;
+    let report = crate::controller::request::restart_with(&ctx, agent, fresh, &tell_waiting)?;
     if json {
         out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
         return Ok(0);

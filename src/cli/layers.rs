@@ -1,8 +1,8 @@
 //! The import rules between the top-level modules, checked over the source: printing and
 //! argument parsing live in `cli/` and nothing below it reaches up into it; `anyhow` is the
 //! CLI edge's alone (the library returns `crate::Error`); only `cli/` prints (the library
-//! writes to what the edge hands it); the state layer imports nothing above it; the generic
-//! rooms take no helpers from the Clinic.
+//! writes to what the edge hands it); the state layer imports nothing above it; nothing below
+//! the controller imports it; the generic rooms take no helpers from the Clinic.
 
 use std::path::{Path, PathBuf};
 
@@ -19,18 +19,38 @@ const RULES: &[(&str, &[&str])] = &[
             "serve",
             "notify",
             "continuity",
+            "controller",
+            "restart",
         ],
     ),
+    // The controller (`phoenix run`) is woken through `state::daemon::poke`, never imported
+    // from below; the restart verb sits on the apply floor.
+    ("recovery", &["controller"]),
+    ("watchdog", &["controller"]),
+    ("supervise", &["controller"]),
+    (
+        "restart",
+        &["controller", "supervise", "watchdog", "serve", "top"],
+    ),
+    ("apply", &["controller", "restart"]),
+    ("plan", &["controller", "restart"]),
+    ("world", &["controller", "restart"]),
     ("process", &["clinic"]),
     ("notify", &["clinic"]),
     ("serve", &["clinic"]),
 ];
 
 /// Files below `cli/` that write to the terminal themselves, and why that is their own channel.
-const OWN_SCREEN: &[(&str, &str)] = &[(
-    "supervise/wrap.rs",
-    "the wrapper runs in its pane: its stdout is the pane a person reads and answers",
-)];
+const OWN_SCREEN: &[(&str, &str)] = &[
+    (
+        "supervise/wrap/mod.rs",
+        "the wrapper runs in its pane: its stdout is the pane a person reads and answers",
+    ),
+    (
+        "supervise/wrap/safe.rs",
+        "safe mode's prompt is the wrapper's own pane, read and answered by a person",
+    ),
+];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {

@@ -101,7 +101,7 @@ pub enum Command {
     Run {
         /// Log format on stderr.
         #[arg(long, value_enum, default_value = "human")]
-        log_format: crate::supervise::daemon::LogFormat,
+        log_format: crate::controller::LogFormat,
         /// More log detail (-v debug, -vv trace).
         #[arg(short, long, action = clap::ArgAction::Count)]
         verbose: u8,
@@ -362,9 +362,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             log_format,
             verbose,
             quiet,
-        } => Ok(crate::supervise::daemon::run(
+        } => Ok(crate::controller::run(
             &config,
-            crate::supervise::daemon::RunOptions {
+            crate::controller::RunOptions {
                 log_format,
                 verbose,
                 quiet,

@@ -129,7 +129,7 @@ pub fn run(
             check_filesystem: false,
         },
     )?;
-    crate::supervise::daemon::init_tracing(crate::supervise::daemon::RunOptions::default());
+    crate::controller::init_tracing(crate::controller::RunOptions::default());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -654,7 +654,7 @@ async fn restart(
                 "set `enabled = true` for it first",
             ));
         }
-        let report = crate::supervise::restart::restart(&app.config, &name, body.fresh)
+        let report = crate::controller::request::restart(&app.config, &name, body.fresh)
             .map_err(|e| ApiError::internal(&e))?;
         tracing::info!(
             "restarted agent `{name}` ({}, via {})",

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod bounded;
+pub mod daemon;
 pub mod events;
 pub mod file;
 pub mod jsonl;

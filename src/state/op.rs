@@ -64,7 +64,7 @@ macro_rules! ops {
 }
 
 ops! {
-    // The wrapper (supervise/wrap.rs) around each run of the CLI.
+    // The wrapper (supervise/wrap/) around each run of the CLI.
     AgentStart = "agent_start",
     /// The one record of why a run ended (reason, code, signal, action, explain).
     AgentExit = "agent_exit",

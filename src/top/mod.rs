@@ -58,7 +58,7 @@ impl Snapshot {
             events,
             problem,
             at: Some(jiff::Timestamp::now()),
-            daemon: crate::supervise::daemon_pid(&fleet),
+            daemon: crate::state::daemon::daemon_pid(&fleet),
         }
     }
 }
@@ -287,7 +287,7 @@ fn working_on(command: &Command) -> String {
 fn carry_out(config: &Path, command: &Command) -> String {
     match command {
         Command::Restart { agent, fresh } => {
-            match crate::supervise::restart::restart(config, agent, *fresh) {
+            match crate::controller::request::restart(config, agent, *fresh) {
                 Ok(r) => format!(
                     "restarted `{agent}`{} (via {}{})",
                     if r.fresh { " fresh" } else { "" },

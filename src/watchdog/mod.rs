@@ -791,8 +791,8 @@ impl<'a> Watchdog<'a> {
         let fresh = start == Some(Start::Fresh);
         match process {
             Some(health::Process::Alive { pid }) => {
-                crate::supervise::restart::stop_under_wrapper(dir, *pid, reason, fresh)?;
-                crate::supervise::poke(&self.fleet, &agent.name);
+                crate::restart::stop_under_wrapper(dir, *pid, reason, fresh)?;
+                crate::state::daemon::poke(&self.fleet, &agent.name);
                 Ok(if fresh {
                     "started fresh by its wrapper"
                 } else {
@@ -800,7 +800,7 @@ impl<'a> Watchdog<'a> {
                 })
             }
             _ => {
-                crate::supervise::restart::revive(self.spec, self.runtime, &agent.name)?;
+                crate::restart::revive(self.spec, self.runtime, &agent.name)?;
                 Ok("pane restarted")
             }
         }
@@ -848,12 +848,7 @@ impl<'a> Watchdog<'a> {
     ) -> crate::error::Result<()> {
         recovery::execute::quarantine(dir, why)?;
         if let Some(health::Process::Alive { pid }) = process {
-            crate::supervise::restart::stop_under_wrapper(
-                dir,
-                *pid,
-                EndReason::WatchdogKill,
-                false,
-            )?;
+            crate::restart::stop_under_wrapper(dir, *pid, EndReason::WatchdogKill, false)?;
         }
         Ok(())
     }

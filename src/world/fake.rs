@@ -86,6 +86,9 @@ struct State {
     own_pane: Option<String>,
     /// Every call fails with this, while set (a runtime that went away).
     failing: Option<String>,
+    /// Starts and respawns of these agents fail with their stderr (one agent that cannot
+    /// start, next to healthy ones).
+    failing_agents: BTreeMap<String, String>,
 }
 
 /// The fake runtime. Cheap to clone: clones share their panes and their record.
@@ -196,6 +199,15 @@ impl FakeRuntime {
         }
     }
 
+    /// Starts and respawns of `agent` fail with `stderr` until `None`; the others go on.
+    pub fn fail_starts_of(&self, agent: &str, stderr: Option<&str>) {
+        let mut state = self.lock();
+        match stderr {
+            Some(e) => state.failing_agents.insert(agent.into(), e.into()),
+            None => state.failing_agents.remove(agent),
+        };
+    }
+
     /// Record `call`, then run `f` on the state unless the runtime is failing.
     fn call<T>(
         &self,
@@ -204,7 +216,13 @@ impl FakeRuntime {
     ) -> Result<T, RuntimeError> {
         let mut state = self.lock();
         state.calls.push(call.clone());
-        if let Some(stderr) = state.failing.clone() {
+        let agent_fails = match &call {
+            Call::Start { agent, .. } | Call::Respawn { agent, .. } => {
+                state.failing_agents.get(agent).cloned()
+            }
+            _ => None,
+        };
+        if let Some(stderr) = state.failing.clone().or(agent_fails) {
             return Err(RuntimeError::Failed {
                 command: verb(&call).into(),
                 stderr,

@@ -1,9 +1,10 @@
-//! `phoenix restart AGENT [--fresh]`: an intentional restart. It clears `.clean-exit` and the
-//! crash quarantine first (the seed's coordination table: "cleared by restart script"), records
-//! the intent durably (`.fresh`, a discarded session id) so no reconciler can resume the old
-//! session, and then lets the live wrapper restart the agent, or respawns the pane.
+//! Restarting one agent through the apply path: an operator's restart (`phoenix restart`,
+//! carried out by the controller when `phoenix run` runs, see `controller::request`) or the
+//! watchdog's revival. It clears `.clean-exit` and the crash quarantine first (the seed's
+//! coordination table: "cleared by restart script"), records the intent durably (`.fresh`, a
+//! discarded session id) so no reconciler can resume the old session, and then lets the live
+//! wrapper restart the agent, or respawns the pane.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::bail;
@@ -11,12 +12,11 @@ use crate::error::Context;
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use super::term;
 use crate::apply::Applier;
 use crate::context::FleetContext;
 use crate::plan::{Action, Change, Plan};
 use crate::recovery::{EndReason, execute, record};
-use crate::spec::{self, Spec};
+use crate::spec::{AgentSpec, Spec};
 use crate::state::Op;
 use crate::state::lock::{FleetLock, LOCK_WAIT};
 use crate::state::{self, FleetDir};
@@ -32,38 +32,45 @@ pub struct RestartReport {
     pub agent: String,
     pub fresh: bool,
     /// `wrapper` (the live wrapper restarted it), `respawn` or `start`.
-    pub via: &'static str,
+    pub via: String,
     pub pane: Option<String>,
     pub pid: Option<u32>,
-}
-
-pub fn restart(config: &Path, name: &str, fresh: bool) -> crate::error::Result<RestartReport> {
-    let ctx = FleetContext::new(config, spec::load(config)?);
-    restart_with(
-        &ctx,
-        name,
-        fresh,
-        &|holder| tracing::info!(%holder, "waiting for the fleet lock"),
-    )
 }
 
 /// Who restarts the agent: a person (`phoenix restart`, the API, the dashboard) decided, and
 /// gives it a clean slate; the watchdog reviving it spends from the same budgets instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum By {
+pub enum By {
     Operator,
     Watchdog,
 }
 
-/// [`restart`] in the fleet `ctx`, telling `on_wait` whom it waits for when another phoenix is
-/// changing the fleet.
-pub fn restart_with(
+/// What [`carry_out`] did: how the agent is being restarted, and the agent process it ended
+/// (the replacement is the next one with another pid).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Carried {
+    /// `wrapper` (the live wrapper restarts it), `respawn` or `start`.
+    pub via: String,
+    pub old_pid: Option<u32>,
+}
+
+/// An operator's restart in this process, in the fleet `ctx` (no daemon runs, or the daemon
+/// did not take the request): carried out, then waited for. `on_wait` hears whom it waits for
+/// when another phoenix is changing the fleet.
+pub fn in_process(
     ctx: &FleetContext,
     name: &str,
     fresh: bool,
     on_wait: &dyn Fn(&str),
 ) -> crate::error::Result<RestartReport> {
-    restart_by(&ctx.spec, ctx.runtime(), name, fresh, on_wait, By::Operator)
+    let carried = carry_out(&ctx.spec, ctx.runtime(), name, fresh, on_wait, By::Operator)?;
+    Ok(wait_for_new(
+        &ctx.spec,
+        ctx.runtime(),
+        name,
+        fresh,
+        &carried,
+    ))
 }
 
 /// The watchdog's revival of an agent whose CLI is gone: the pane is restarted (resuming), but
@@ -76,14 +83,21 @@ pub fn revive(
     runtime: &dyn Runtime,
     name: &str,
 ) -> crate::error::Result<RestartReport> {
-    restart_by(
+    let carried = carry_out(
         spec,
         runtime,
         name,
         false,
         &|holder| tracing::info!(%holder, "waiting for the fleet lock"),
         By::Watchdog,
-    )
+    )?;
+    Ok(RestartReport {
+        agent: name.to_string(),
+        fresh: false,
+        via: carried.via,
+        pane: None,
+        pid: None,
+    })
 }
 
 /// A person restarted the agent (`phoenix restart`, or `restart`/`fresh` typed in safe mode):
@@ -94,14 +108,8 @@ pub fn reset_counts(dir: &state::AgentDir) -> crate::error::Result<()> {
     record::update(dir, |r| r.reset()).context("cannot reset the restart ledger")
 }
 
-fn restart_by(
-    spec: &Spec,
-    runtime: &dyn Runtime,
-    name: &str,
-    fresh: bool,
-    on_wait: &dyn Fn(&str),
-    by: By,
-) -> crate::error::Result<RestartReport> {
+/// The agent `name` if it can be restarted: declared and enabled.
+pub fn restartable<'a>(spec: &'a Spec, name: &str) -> crate::error::Result<&'a AgentSpec> {
     let Some(agent) = spec.agent(name) else {
         bail!(
             "no agent `{name}` (declared: {})",
@@ -111,6 +119,21 @@ fn restart_by(
     if !agent.enabled {
         bail!("agent `{name}` is disabled in phoenix.toml: set `enabled = true` first");
     }
+    Ok(agent)
+}
+
+/// Restart the agent `name` now, holding the fleet lock, without waiting for the new process:
+/// the live wrapper is asked to restart it, or its pane is respawned (or started) through
+/// [`Applier`], the same path every reconcile takes.
+pub fn carry_out(
+    spec: &Spec,
+    runtime: &dyn Runtime,
+    name: &str,
+    fresh: bool,
+    on_wait: &dyn Fn(&str),
+    by: By,
+) -> crate::error::Result<Carried> {
+    restartable(spec, name)?;
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let dir = fleet.agent(name);
     dir.ensure()
@@ -180,17 +203,23 @@ fn restart_by(
         via
     };
     drop(lock);
-    super::poke(&fleet, name);
-    if by == By::Watchdog {
-        return Ok(RestartReport {
-            agent: name.to_string(),
-            fresh,
-            via,
-            pane: None,
-            pid: None,
-        });
-    }
+    state::daemon::poke(&fleet, name);
+    Ok(Carried {
+        via: via.to_string(),
+        old_pid,
+    })
+}
 
+/// Wait (up to [`WAIT_FOR_NEW`]) for the agent process that replaces `carried.old_pid`, and
+/// report where it runs.
+pub fn wait_for_new(
+    spec: &Spec,
+    runtime: &dyn Runtime,
+    name: &str,
+    fresh: bool,
+    carried: &Carried,
+) -> RestartReport {
+    let old_pid = carried.old_pid;
     let deadline = Instant::now() + WAIT_FOR_NEW;
     let mut found = (None, None);
     while Instant::now() < deadline {
@@ -205,13 +234,13 @@ fn restart_by(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    Ok(RestartReport {
+    RestartReport {
         agent: name.to_string(),
         fresh,
-        via,
+        via: carried.via.clone(),
         pane: found.0,
         pid: found.1.filter(|p| Some(*p) != old_pid),
-    })
+    }
 }
 
 /// Stop the agent process `pid` that a live wrapper runs, announcing why first, so the wrapper
@@ -225,15 +254,22 @@ pub fn stop_under_wrapper(
 ) -> crate::error::Result<()> {
     execute::request_stop(dir, reason, fresh)?;
     // The agent leads its own process group (the wrapper made it so).
-    term::signal_group(pid, Signal::SIGTERM);
+    signal_group(pid, Signal::SIGTERM);
     let deadline = Instant::now() + STOP_GRACE;
     while process_alive(pid) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     if process_alive(pid) {
-        term::signal_group(pid, Signal::SIGKILL);
+        signal_group(pid, Signal::SIGKILL);
     }
     Ok(())
+}
+
+/// Signal the process group `pgid` (an agent leads its own).
+fn signal_group(pgid: u32, sig: Signal) {
+    if let Ok(p) = i32::try_from(pgid) {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(p), sig);
+    }
 }
 
 fn process_alive(pid: u32) -> bool {
@@ -250,8 +286,11 @@ fn process_alive(pid: u32) -> bool {
 /// An operator's restart on the fake runtime.
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
     use crate::plan::PlanOptions;
+    use crate::spec;
     use crate::world::fake::{Call, FakeRuntime};
 
     fn applied(dir: &Path, fake: &FakeRuntime) -> FleetContext {
@@ -287,7 +326,7 @@ mod tests {
         let ctx = applied(tmp.path(), &fake);
         let pane = fake.panes()[0].id.clone();
         fake.exit(&pane, 1);
-        let report = restart_with(&ctx, "one", true, &|_| {}).unwrap();
+        let report = in_process(&ctx, "one", true, &|_| {}).unwrap();
         assert_eq!(report.via, "respawn");
         assert_eq!(report.pane.as_deref(), Some(pane.as_str()));
         assert_eq!(report.pid, fake.pane(&pane).unwrap().agent_pid);
@@ -311,7 +350,7 @@ mod tests {
         let ctx = applied(tmp.path(), &fake);
         fake.kill_server().unwrap();
         fake.clear_calls();
-        let report = restart_with(&ctx, "one", false, &|_| {}).unwrap();
+        let report = in_process(&ctx, "one", false, &|_| {}).unwrap();
         assert_eq!(report.via, "start");
         assert!(matches!(&fake.changes()[..], [Call::Start { agent, .. }] if agent == "one"));
     }

@@ -1,0 +1,372 @@
+//! `phoenix run`: the controller daemon. It reconciles the fleet on `reconcile_interval` and
+//! at once when something happens — a wrapper pokes the FIFO, a pane's process exits (pidfd),
+//! phoenix.toml changes (inotify) — and runs the `[schedules]` jobs. One daemon per state dir
+//! (flock); SIGTERM/SIGINT finish the current step and exit 0; after `kill -9` the next start
+//! simply converges again, because all state lives in tmux and the state dir.
+
+mod jobs;
+pub mod log;
+mod reconcile;
+pub mod request;
+pub mod requeue;
+mod wake;
+
+use std::collections::{BTreeSet, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::bail;
+use crate::error::Context;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tracing::{debug, error, info, warn};
+
+pub use log::{LogFormat, RunOptions, init_tracing};
+pub use requeue::{Backoff, ReconcileError, Requeue, await_change, error_policy, requeue};
+
+use crate::spec::{self, Spec};
+use crate::state::FleetDir;
+use crate::world::{self, SharedRuntime};
+use jobs::Jobs;
+use wake::{Event, PaneWatch};
+
+/// The jobs that run off the loop, one of each at a time.
+#[derive(Default)]
+struct Busy {
+    watchdog: Arc<AtomicBool>,
+    brief: Arc<AtomicBool>,
+}
+
+/// Events arriving together (many wrappers, an editor's several writes) make one reconcile.
+const DEBOUNCE: Duration = Duration::from_millis(50);
+
+pub fn run(config: &Path, options: RunOptions) -> crate::error::Result<i32> {
+    init_tracing(options);
+    let spec = spec::load(config)?;
+    if let Some(problem) = world::leftover_problem(&spec) {
+        bail!("{problem}");
+    }
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    fleet.ensure().with_context(|| {
+        format!(
+            "cannot create state dir `{}`",
+            spec.fleet.state_dir.display()
+        )
+    })?;
+    let _lock = acquire_lock(&fleet)?;
+    let fifo = crate::state::daemon::fifo_path(&fleet);
+    wake::ensure_fifo(&fifo)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
+    let controller = Controller::new(config, world::runtime_for(&spec), spec, exe);
+    runtime.block_on(controller.serve(fifo))
+}
+
+/// The controller of one fleet: its spec, its runtime, and what it remembers between passes.
+pub struct Controller {
+    config: PathBuf,
+    /// Digest of the config bytes last loaded (valid or not): an editor's save raises two or
+    /// three file events, and only the first one with new bytes is a reload.
+    config_digest: Option<String>,
+    spec: Spec,
+    runtime: SharedRuntime,
+    exe: PathBuf,
+    /// Hook-file changes that failed (a settings file that is not JSON, not writable): not
+    /// tried and logged again every pass while they stay the same; a person fixes the file.
+    failed_hooks: HashSet<String>,
+    /// Agents currently held back by the start-loop guard (to warn once).
+    held: Vec<String>,
+    /// Agents whose last change failed, each waiting out its own delay.
+    backoff: Backoff,
+    /// Agents poked since the last pass: each may have an operator's restart request waiting.
+    poked: BTreeSet<String>,
+    /// Set by SIGTERM/SIGINT the moment they arrive, even while a pass blocks the loop: no
+    /// agent is started after it (the rest of the pass is abandoned).
+    stopping: Arc<AtomicBool>,
+}
+
+impl Controller {
+    pub fn new(config: &Path, runtime: SharedRuntime, spec: Spec, exe: PathBuf) -> Controller {
+        Controller {
+            config: config.to_path_buf(),
+            config_digest: wake::config_digest(config),
+            runtime,
+            spec,
+            exe,
+            held: Vec::new(),
+            failed_hooks: HashSet::new(),
+            backoff: Backoff::default(),
+            poked: BTreeSet::new(),
+            stopping: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    async fn serve(mut self, fifo: PathBuf) -> crate::error::Result<i32> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let mut sigint = signal(SignalKind::interrupt())?;
+        // tokio's streams above wake the loop; this flag is seen inside a pass as well.
+        for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            signal_hook::flag::register(sig, self.stopping.clone())
+                .context("cannot handle SIGTERM/SIGINT")?;
+        }
+        let (tx, mut rx) = unbounded_channel();
+        tokio::spawn(wake::read_fifo(fifo, tx.clone()));
+        let _watcher = match wake::watch_config(&self.spec.file, tx.clone()) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                warn!(error = %e, "cannot watch the config file; edits apply at the next interval");
+                None
+            }
+        };
+        let mut panes = PaneWatch::default();
+        let mut jobs = Jobs::new(&self.spec);
+        let busy = Busy::default();
+        info!(
+            config = %self.spec.file.display(),
+            state_dir = %self.spec.fleet.state_dir.display(),
+            socket = %self.spec.fleet.socket,
+            interval = %spec::duration::format(self.spec.fleet.reconcile_interval),
+            agents = self.spec.agents.len(),
+            "phoenix run: supervising the fleet"
+        );
+        let mut next = requeue(Duration::ZERO);
+        let mut attempt = 0u32;
+        loop {
+            if self.stopping.load(Ordering::SeqCst) {
+                info!("asked to stop: stopping");
+                break;
+            }
+            let wake = match next {
+                Requeue::After(d) => tokio::time::Instant::now() + d,
+                Requeue::OnChange => tokio::time::Instant::now() + Duration::from_secs(86_400),
+            };
+            let job_at = jobs.next_instant();
+            tokio::select! {
+                biased;
+                _ = sigterm.recv() => { info!("SIGTERM received: stopping"); break; }
+                _ = sigint.recv() => { info!("SIGINT received: stopping"); break; }
+                Some(event) = rx.recv() => self.settle(event, &mut rx, &mut jobs).await,
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = tokio::time::sleep_until(job_at) => {
+                    self.run_due(&mut jobs, &busy);
+                    continue;
+                }
+            }
+            if self.stopping.load(Ordering::SeqCst) {
+                continue;
+            }
+            self.serve_requests();
+            (next, attempt) = self.pass(attempt, &mut panes, &tx);
+        }
+        info!("phoenix run: stopped");
+        Ok(0)
+    }
+
+    /// Let a burst of events settle, then reload once for all of it: a save truncates before
+    /// it writes, and the empty file in between is no config.
+    async fn settle(&mut self, first: Event, rx: &mut UnboundedReceiver<Event>, jobs: &mut Jobs) {
+        let mut config_changed = self.on_event(first);
+        tokio::time::sleep(DEBOUNCE).await;
+        while let Ok(event) = rx.try_recv() {
+            config_changed |= self.on_event(event);
+        }
+        if config_changed {
+            self.reload();
+        }
+        if jobs.reschedule_if_changed(&self.spec) {
+            info!("schedules changed");
+        }
+    }
+
+    /// One reconcile, and the requeue and the count of failures in a row after it. A failed
+    /// pass goes through [`error_policy`], never later than the regular interval.
+    fn pass(
+        &mut self,
+        attempt: u32,
+        panes: &mut PaneWatch,
+        tx: &UnboundedSender<Event>,
+    ) -> (Requeue, u32) {
+        match self.reconcile(Instant::now()) {
+            Ok(done) => {
+                if let Some(pids) = done.pids {
+                    panes.refresh(&pids, tx);
+                }
+                (done.requeue, 0)
+            }
+            Err(e) => {
+                let attempt = attempt.saturating_add(1);
+                error!(error = %e, attempt, "reconcile failed");
+                let next = error_policy(&e, attempt).at_most(self.spec.fleet.reconcile_interval);
+                (next, attempt)
+            }
+        }
+    }
+
+    /// Start the `[schedules]` jobs that are due, unless the daemon is stopping.
+    fn run_due(&self, jobs: &mut Jobs, busy: &Busy) {
+        if self.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        for job in jobs.take_due() {
+            match job {
+                "watchdog" => self.start_watchdog(&busy.watchdog),
+                _ => self.start_briefs(&busy.brief),
+            }
+        }
+    }
+
+    /// A watchdog pass off the reconcile loop (it may wait on `gh`, a webhook, or an agent
+    /// that takes its time to stop); one at a time.
+    fn start_watchdog(&self, busy: &Arc<AtomicBool>) {
+        if busy.swap(true, Ordering::SeqCst) {
+            warn!("the previous watchdog pass is still running; skipping this one");
+            return;
+        }
+        let (spec, runtime, busy) = (self.spec.clone(), self.runtime.clone(), busy.clone());
+        let stopping = self.stopping.clone();
+        tokio::task::spawn_blocking(move || {
+            let report = crate::watchdog::Watchdog::new(&spec, &*runtime)
+                .stop_when(stopping)
+                .pass();
+            if let Some(why) = &report.skipped {
+                warn!("watchdog pass skipped: {why}");
+            }
+            for a in report.agents.iter().filter(|a| a.verdict != "healthy") {
+                let findings: Vec<&str> = a.findings.iter().map(|f| f.reason.as_str()).collect();
+                info!(
+                    agent = %a.agent, verdict = a.verdict, findings = %findings.join(","),
+                    action = ?a.action, skipped = ?a.skipped, "watchdog"
+                );
+            }
+            info!(
+                agents = report.agents.len(),
+                unhealthy = report.unhealthy(),
+                "watchdog pass done"
+            );
+            // Keep the search index warm, so a session start (which never builds it) finds
+            // the earlier decisions that match its task; checked whole, so a partly corrupt
+            // one is rebuilt rather than answering from what is left of it.
+            let fleet = crate::state::FleetDir::new(&spec.fleet.state_dir);
+            if let Err(e) = crate::store::Store::open_checked(&fleet) {
+                warn!(error = %e, "cannot bring the search index up to date");
+            }
+            busy.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Every enabled agent's brief, off the reconcile loop (a command generator may take
+    /// minutes); one round at a time.
+    fn start_briefs(&self, busy: &Arc<AtomicBool>) {
+        if busy.swap(true, Ordering::SeqCst) {
+            warn!("the previous brief round is still running; skipping this one");
+            return;
+        }
+        let (spec, busy) = (self.spec.clone(), busy.clone());
+        tokio::task::spawn_blocking(move || {
+            for agent in spec.agents.iter().filter(|a| a.enabled) {
+                match crate::continuity::brief::generate(&spec, agent) {
+                    Ok(done) => {
+                        info!(agent = %agent.name, by = %done.by, chars = done.chars, "brief written")
+                    }
+                    Err(e) => warn!(agent = %agent.name, error = %e, "brief not written"),
+                }
+            }
+            busy.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Logs the event; true when it asks for a config reload.
+    fn on_event(&mut self, event: Event) -> bool {
+        match event {
+            Event::Poke(agent) => {
+                debug!(agent = %agent, "woken by a wrapper or command");
+                self.poked.insert(agent);
+            }
+            Event::PaneExited(pid) => info!(pid, "a pane's process exited"),
+            Event::ConfigChanged => return true,
+        }
+        false
+    }
+
+    fn reload(&mut self) {
+        let digest = wake::config_digest(&self.config);
+        if digest == self.config_digest {
+            debug!("config file event without a change");
+            return;
+        }
+        self.config_digest = digest;
+        match spec::load(&self.config) {
+            Ok(mut spec) => {
+                if spec.fleet.state_dir != self.spec.fleet.state_dir
+                    || spec.fleet.socket != self.spec.fleet.socket
+                    || spec.fleet.id != self.spec.fleet.id
+                {
+                    warn!(
+                        "`name`, `state_dir` and `tmux_socket` changes take effect when the daemon restarts"
+                    );
+                    spec.fleet.state_dir = self.spec.fleet.state_dir.clone();
+                    spec.fleet.socket = self.spec.fleet.socket.clone();
+                    spec.fleet.id = self.spec.fleet.id.clone();
+                }
+                info!(agents = spec.agents.len(), "config reloaded");
+                self.spec = spec;
+                // A fixed config deserves a new try of every change that failed.
+                self.backoff.clear();
+            }
+            Err(e) => {
+                let text = match &e {
+                    spec::LoadError::Invalid(d) => d
+                        .located()
+                        .iter()
+                        .map(|l| format!("{}:{}:{}: {}", l.file, l.line, l.column, l.message))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    other => other.to_string(),
+                };
+                warn!(error = %text, "config is invalid; keeping the last good one");
+            }
+        }
+    }
+}
+
+/// One daemon per state dir: an exclusive flock, released by the kernel even after `kill -9`.
+fn acquire_lock(fleet: &FleetDir) -> crate::error::Result<nix::fcntl::Flock<File>> {
+    let path = fleet.root.join(crate::state::daemon::DAEMON_LOCK);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        // Never through a link planted in the state dir (the pid is written into it).
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .with_context(|| format!("cannot open lock file `{}`", path.display()))?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => {
+            let _ = lock.set_len(0);
+            let _ = (&*lock).write_all(format!("{}\n", std::process::id()).as_bytes());
+            Ok(lock)
+        }
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+            let pid = std::fs::read_to_string(&path).unwrap_or_default();
+            bail!(
+                "another `phoenix run` (pid {}) already supervises state dir `{}`",
+                pid.trim(),
+                fleet.root.display()
+            )
+        }
+        Err((_, e)) => bail!("cannot lock `{}`: {e}", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,226 @@
+//! After an exit: build the incident, let the recovery pipeline decide, keep the evidence,
+//! record the one reason, and wait out the cooldown.
+
+use super::*;
+
+impl Wrapper {
+    /// The exit is an incident: build it with its facts, let the recovery pipeline decide
+    /// (the policy, and the Clinic for a crash it can name), keep the evidence, record the one
+    /// reason, and let the executor carry the answer out.
+    pub(super) fn after_exit(
+        &mut self,
+        run: &Run,
+        requested: Option<recovery::StopRequest>,
+    ) -> Recovery {
+        let saved = record::load(&self.dir);
+        let facts = Facts {
+            recent_crashes: saved.recent_crash_times(),
+            ..Facts::new(AgentInfo::from_spec(&self.spec, &self.agent))
+        };
+        let (code, signal) = status_parts(run.status);
+        // The session a restart would resume: the resumed one, else the one this run recorded
+        // if it got as far as a turn. Without one, a restart is no resume.
+        let session_id = run.session_id.clone().or_else(|| {
+            record::recorded_session(&self.dir)
+                .map(|s| s.id)
+                .filter(|id| record::session_has_turn(&self.dir, id))
+        });
+        let exit = ExitFacts {
+            code,
+            signal,
+            runtime_ms: run.runtime.as_millis() as u64,
+            mode: run.mode,
+            session_id: session_id.clone(),
+            showed_life: run.showed_life,
+            fresh_requested: self.dir.has_marker(state::FRESH),
+            requested,
+            now: jiff::Timestamp::now().as_second(),
+        };
+        let incident = Incident::Exit(exit.clone());
+        let pane_tail = self.crash_evidence(&incident);
+        // Lua is loaded here, after an exit, never on a hook's path; a new state each time
+        // picks up edited policies. Stops requested on purpose need no policy.
+        let policies = exit
+            .requested
+            .is_none()
+            .then(|| Policies::for_spec(&self.spec));
+        let templates = Templates::for_spec(&self.spec);
+        let decision = recovery::decide(&incident, &facts, policies.as_ref(), |shown| {
+            let clinic = Clinic {
+                policies: policies.as_ref()?,
+                templates: &templates,
+                settings: &self.spec.clinic,
+                fleet: self.fleet.clone(),
+                spent: saved.recoveries.clone(),
+            };
+            clinic.after_crash(&TriageInput {
+                agent: AgentInfo::from_spec(&self.spec, &self.agent),
+                dir: &self.dir,
+                exit: shown.cloned(),
+                transcript: None,
+                output: pane_tail.as_deref().map(without_our_lines),
+                session: crate::clinic::triage::Session::Latest,
+            })
+        });
+
+        if decision.counts_as_crash {
+            self.keep_crash(&decision, run, &exit, pane_tail);
+        }
+        self.hand_off(&decision);
+        // The sessions a fresh start leaves behind: the one this run resumed and the one
+        // its hooks recorded last.
+        let sessions: Vec<String> = run
+            .session_id
+            .iter()
+            .cloned()
+            .chain(record::recorded_session(&self.dir).map(|s| s.id))
+            .collect();
+        for problem in recovery::execute::after_exit(
+            &self.fleet,
+            &self.dir,
+            &self.agent,
+            &decision,
+            (code, signal),
+            &sessions,
+        ) {
+            say(&problem);
+        }
+        self.record_end(
+            run,
+            decision.reason,
+            json!({
+                "action": decision.start, "delay_ms": decision.delay_ms(),
+                "explain": decision.explain, "counts_as_crash": decision.counts_as_crash,
+                "decided_by": decision.decided_by,
+            }),
+        );
+        self.announce(&decision, session_id.is_some());
+        crate::state::daemon::poke(&self.fleet, &self.agent.name);
+        decision
+    }
+
+    /// The evidence of a crash, taken before anything else: only what this session printed
+    /// (the scrollback above its start is another's).
+    fn crash_evidence(&self, incident: &Incident) -> Option<String> {
+        incident
+            .is_crash()
+            .then(|| {
+                self.pane
+                    .as_ref()
+                    .and_then(|p| self.runtime.capture(p, EVIDENCE_LINES).ok())
+            })
+            .flatten()
+            .map(|t| {
+                crate::clinic::triage::this_session(&t, &self.agent.name)
+                    .trim_end()
+                    .to_string()
+            })
+    }
+
+    /// The crash record and the ledger entry of a crash.
+    fn keep_crash(
+        &self,
+        decision: &Recovery,
+        run: &Run,
+        exit: &ExitFacts,
+        pane_tail: Option<String>,
+    ) {
+        let (code, signal) = (exit.code, exit.signal);
+        let crash = CrashRecord {
+            ts: state::now_rfc3339(),
+            agent: self.agent.name.clone(),
+            reason: decision.reason,
+            code,
+            signal,
+            runtime_ms: exit.runtime_ms,
+            mode: run.mode,
+            session_id: run.session_id.clone(),
+            argv: run.argv.clone(),
+            decision: decision.explain.clone(),
+            pane_tail,
+        };
+        let entry = CrashEntry {
+            ts: exit.now,
+            reason: decision.reason,
+            code,
+            signal,
+            mode: run.mode,
+        };
+        let window = self.agent.restart.crash_window.as_secs() as i64;
+        recovery::execute::keep_evidence(&self.dir, &crash, entry, window);
+    }
+
+    /// Clear, don't compact: what this session knew is saved before the next one starts. A
+    /// clean exit was a person's choice; anything else gets a handoff.
+    fn hand_off(&self, decision: &Recovery) {
+        if decision.reason != EndReason::CleanExit {
+            let trigger = if decision.context_cleared || decision.reason == EndReason::PlannedCycle
+            {
+                crate::continuity::Trigger::ContextLimit
+            } else if decision.counts_as_crash {
+                crate::continuity::Trigger::Crash
+            } else {
+                crate::continuity::Trigger::AutoRestart
+            };
+            if let Err(e) = crate::continuity::auto_handoff(&self.spec, &self.agent, trigger, None)
+            {
+                let _ = self
+                    .dir
+                    .record_op(Op::HandoffFailed, json!({"error": e.to_string()}));
+            }
+        }
+    }
+
+    /// Say in the pane how the run ended and what comes next.
+    fn announce(&self, decision: &Recovery, resumable: bool) {
+        let delay = decision.delay;
+        let again = if resumable { "resuming" } else { "restarting" };
+        let next = match decision.start {
+            Some(Start::SafeMode) | None => "safe mode".to_string(),
+            Some(Start::Resume) if delay.is_zero() => format!("{again} now"),
+            Some(Start::Fresh) if delay.is_zero() => "starting fresh now".to_string(),
+            Some(Start::Resume) => format!("{again} in {}", spec::duration::format(delay)),
+            Some(Start::Fresh) => format!("starting fresh in {}", spec::duration::format(delay)),
+        };
+        say(&format!(
+            "`{}` ended ({}): {} → {next}",
+            self.agent.name,
+            decision.reason.as_str(),
+            decision.explain
+        ));
+    }
+
+    /// The one `agent_exit` line for this run: the supervisor's single reason for the end of
+    /// the session (the CLI's own SessionEnd hook may log its view separately).
+    pub(super) fn record_end(&self, run: &Run, reason: EndReason, extra: serde_json::Value) {
+        let (code, signal) = status_parts(run.status);
+        let mut fields = json!({
+            "reason": reason, "code": code, "signal": signal,
+            "runtime_ms": run.runtime.as_millis() as u64, "mode": run.mode,
+            "session_id": run.session_id, "showed_life": run.showed_life,
+        });
+        if let (Some(f), serde_json::Value::Object(x)) = (fields.as_object_mut(), extra) {
+            f.extend(x);
+        }
+        let _ = self.dir.record_op(Op::AgentExit, fields);
+    }
+
+    /// Wait before the next start; false if the wrapper was told to stop meanwhile.
+    pub(super) fn cooldown(&self, delay: Duration) -> bool {
+        let until = Instant::now() + delay;
+        while Instant::now() < until {
+            if term::stop_signal().is_some() {
+                return false;
+            }
+            std::thread::sleep((until - Instant::now()).min(Duration::from_millis(100)));
+        }
+        term::stop_signal().is_none()
+    }
+}
+
+pub(super) fn status_parts(status: Option<ExitStatus>) -> (Option<i32>, Option<i32>) {
+    match status {
+        Some(s) => (s.code(), s.signal()),
+        None => (None, None),
+    }
+}

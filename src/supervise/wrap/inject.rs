@@ -1,0 +1,130 @@
+//! What the wrapper pastes into a CLI without hooks: the startup context, and the request to
+//! continue after an interrupted turn.
+
+use super::*;
+
+impl Wrapper {
+    /// A CLI without a session-start hook gets its startup context (latest handoff, ledger,
+    /// open loops) pasted into its pane once it is up and quiet. A custom CLI that does call
+    /// the hook (its session_start op appears) is left to the hook. On a thread of its own:
+    /// the wrapper keeps supervising meanwhile. `since`: the length of ops.jsonl when the run
+    /// started.
+    pub(super) fn startup_context_without_hooks(&self, since: u64) {
+        let Some(pane) = self.pane.clone() else {
+            return;
+        };
+        if self.agent.cli.adapter().has_session_start_hook() {
+            return;
+        }
+        let (spec, dir) = (self.spec.clone(), self.dir.clone());
+        std::thread::spawn(move || {
+            let hooked = || {
+                state::op::since(&dir.file(state::OPS_LOG), since)
+                    .iter()
+                    .any(|o| matches!(o.op, Op::SessionStart(_)))
+            };
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                if hooked() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let Some(text) = crate::continuity::startup_text(&spec, &dir) else {
+                return;
+            };
+            let runtime = world::runtime_for(&spec);
+            match crate::continuity::inject::deliver(
+                &*runtime,
+                &pane,
+                &dir,
+                &text,
+                &crate::continuity::inject::Options::default(),
+            ) {
+                Ok(r) => {
+                    let _ = dir.record_op(
+                        Op::StartupContextInjected,
+                        json!({"chars": text.len(), "confirmed_by": r.confirmed_by}),
+                    );
+                }
+                Err(e) => {
+                    let _ =
+                        dir.record_op(Op::StartupContextFailed, json!({"error": e.to_string()}));
+                }
+            }
+        });
+    }
+
+    /// A hooked CLI started again after an interruption has its context (from the
+    /// session-start hook) but nobody to type the next prompt: phoenix types the agent's
+    /// `continue_prompt` once the CLI waits for input, and confirms it was submitted. On a
+    /// thread of its own: the wrapper keeps supervising meanwhile. `since`: the length of
+    /// ops.jsonl when the run started.
+    pub(super) fn continue_after_interruption(&mut self, since: u64) {
+        let Some(why) = self.interrupted_by.take() else {
+            return;
+        };
+        let prompt = self.agent.restart.continue_prompt.clone();
+        let (Some(pane), false, false) = (
+            self.pane.clone(),
+            prompt.is_empty(),
+            !self.agent.cli.adapter().has_session_start_hook(),
+        ) else {
+            return;
+        };
+        let (spec, dir) = (self.spec.clone(), self.dir.clone());
+        // A CLI that runs its SessionStart hook only with the first prompt (Codex): waiting for
+        // it would only hold the prompt that triggers it.
+        let ready_after_hook = self.agent.cli.adapter().ready_after_session_start();
+        let wait = if self.agent.cli.adapter().session_start_at_launch() {
+            Duration::from_secs(10)
+        } else {
+            Duration::ZERO
+        };
+        std::thread::spawn(move || {
+            // After the session-start hook, so the context is in before the prompt.
+            let deadline = Instant::now() + wait;
+            let hooked = || {
+                state::op::since(&dir.file(state::OPS_LOG), since)
+                    .iter()
+                    .any(|o| matches!(o.op, Op::SessionStart(_)))
+            };
+            while Instant::now() < deadline && !hooked() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let runtime = world::runtime_for(&spec);
+            // Claude Code has loaded its session when the hook fires and draws its input box
+            // next, so a short still screen says it waits. Gemini CLI runs the hook before it
+            // loads the resumed history (a still screen then may be a busy one), and without
+            // the hook nothing says the CLI got that far: a screen still for longer is the sign.
+            let quiet = if ready_after_hook && hooked() {
+                250
+            } else {
+                1500
+            };
+            // Every hooked CLI runs its prompt hook on a submitted prompt: only that confirms
+            // it, and an Enter the CLI swallowed while it settled is pressed again soon.
+            let opts = crate::continuity::inject::Options {
+                quiet: Duration::from_millis(quiet),
+                confirm_timeout: Duration::from_secs(1),
+                attempts: 6,
+                hook_only: true,
+                ..Default::default()
+            };
+            match crate::continuity::inject::deliver(&*runtime, &pane, &dir, &prompt, &opts) {
+                Ok(r) => {
+                    let _ = dir.record_op(
+                        Op::ContinuePromptSent,
+                        json!({"after": why, "confirmed_by": r.confirmed_by, "attempts": r.attempts}),
+                    );
+                }
+                Err(e) => {
+                    let _ = dir.record_op(
+                        Op::ContinuePromptFailed,
+                        json!({"after": why, "error": e.to_string()}),
+                    );
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,349 @@
+//! `phoenix wrap --agent NAME`: the supervisor inside the agent's pane. It starts the CLI
+//! (resuming the recorded session when it can), waits for it in the terminal's foreground,
+//! checks that it shows life, and after every exit asks the `on_exit` policy what to do next
+//! (resume, start fresh, or stop in safe mode) and, after a crash it can diagnose, the Clinic
+//! how to treat it.
+
+use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::error::Context;
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+use super::term::{self, Terminal};
+use crate::clinic::{Clinic, TriageInput};
+use crate::policy::{AgentInfo, Policies};
+use crate::recovery::record::{self, CrashEntry, CrashRecord};
+use crate::recovery::{self, EndReason, ExitFacts, Facts, Incident, Recovery, Start};
+use crate::render::Templates;
+use crate::spec::{self, AgentSpec, Cli, Spec};
+use crate::state::Op;
+use crate::state::{self, AgentDir, FleetDir};
+use crate::world::{self, SharedRuntime};
+
+mod argv;
+mod exit;
+mod inject;
+mod probe;
+mod run;
+mod safe;
+
+pub use argv::{base_argv, resume_argv};
+use probe::{LifeProbe, without_our_lines};
+
+/// Lines of the pane kept in a crash record.
+const EVIDENCE_LINES: usize = 50;
+/// How long an agent gets to exit after SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+/// How long the wrapper's pass for a failed turn waits for another pass to let go.
+const TREAT_PATIENCE: Duration = Duration::from_secs(30);
+/// How often ended orphans reparented to the wrapper are collected while the agent runs.
+const ORPHAN_REAP_EVERY: Duration = Duration::from_secs(30);
+/// Everything the wrapper prints starts with this, so pane-output checks can ignore it.
+const SAY: &str = "[phoenix]";
+
+/// The pane starts in a fixed directory (tmux would format-expand a workdir given to it), so
+/// the wrapper changes into the agent's workdir itself: the pane then shows it, and relative
+/// paths in the agent's command mean what they meant. A workdir that is gone is reported when
+/// the agent is started in it.
+fn enter_workdir(agent: &AgentSpec) {
+    let _ = std::env::set_current_dir(&agent.workdir);
+}
+
+/// Run the agent in the foreground of this pane and keep it alive.
+pub fn wrap(config: &Path, agent_name: &str) -> crate::error::Result<i32> {
+    term::install_handlers();
+    let spec = spec::load(config)?;
+    let agent = find_agent(&spec, agent_name)?.clone();
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    let dir = fleet.agent(&agent.name);
+    dir.ensure()
+        .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
+    let _ = spec::remember_good(&spec);
+    // The wrapper this one replaces may still be ending: let it record its own end first.
+    super::strays::wait_for_previous_wrapper(&dir);
+    record_a_lost_end(&dir);
+    // Orphans of the agent's tree come to this wrapper, not init: it can stop them all.
+    if !super::strays::become_subreaper() {
+        let _ = dir.record_op(Op::SubreaperUnavailable, json!({}));
+    }
+    // A killed wrapper's agent may still run in this pane: never two copies of one session.
+    let previous = super::strays::stop_previous(&dir);
+    if !previous.is_empty() {
+        say(&format!(
+            "stopped {} process(es) a previous wrapper of `{}` left running",
+            previous.len(),
+            agent.name
+        ));
+    }
+    enter_workdir(&agent);
+    let runtime = world::runtime_for(&spec);
+    let pane = runtime.own_pane();
+    let mut wrapper = Wrapper {
+        config: config.to_path_buf(),
+        runtime,
+        spec,
+        agent,
+        fleet,
+        dir,
+        pane,
+        terminal: Terminal::open(),
+        interrupted_by: None,
+    };
+    // A session that died with its pane or its host, mid-task, is owed the nudge as well.
+    let state = wrapper.dir.read_state().ok();
+    if state.is_some_and(|s| {
+        crate::continuity::startup::was_interrupted(&wrapper.dir, &s)
+            || s.status == crate::state::Status::Failed
+    }) {
+        wrapper.interrupted("an interrupted session", None);
+    }
+    wrapper.run()
+}
+
+/// How long ops.jsonl is now: what is appended after it is what happened since.
+fn ops_len(dir: &AgentDir) -> u64 {
+    std::fs::metadata(dir.file(state::OPS_LOG))
+        .map(|m| m.len())
+        .unwrap_or(0)
+}
+
+/// Every session end gets one recorded reason. A wrapper killed with its pane (or a host
+/// that went down) could not write its `agent_exit`: the next wrapper writes it for it.
+fn record_a_lost_end(dir: &AgentDir) {
+    let ops = state::op::tail(&dir.file(state::OPS_LOG));
+    let last = ops
+        .iter()
+        .rev()
+        .find(|o| matches!(o.op, Op::AgentStart(_) | Op::AgentExit(_)));
+    if let Some(start) = last.filter(|o| matches!(o.op, Op::AgentStart(_))) {
+        let _ = dir.record_op(
+            Op::AgentExit,
+            json!({
+                "reason": EndReason::RuntimeStop, "code": null, "signal": null,
+                "mode": start.get("mode"), "session_id": start.get("session_id"),
+                "started": start.ts, "lost": true,
+                "explain": "the previous wrapper ended without recording why (killed with its pane, or the host went down)",
+            }),
+        );
+    }
+}
+
+fn find_agent<'a>(spec: &'a Spec, name: &str) -> crate::error::Result<&'a AgentSpec> {
+    spec.agent(name).with_context(|| {
+        format!(
+            "agent `{name}` is not declared in {} (declared: {})",
+            spec.file.display(),
+            spec.agent_names().join(", ")
+        )
+    })
+}
+
+struct Wrapper {
+    config: PathBuf,
+    spec: Spec,
+    agent: AgentSpec,
+    fleet: FleetDir,
+    dir: AgentDir,
+    runtime: SharedRuntime,
+    pane: Option<String>,
+    terminal: Option<Terminal>,
+    /// Why the next session must be told to go on (the last one was interrupted mid-task):
+    /// kept until a run shows life and the continuation prompt is sent.
+    interrupted_by: Option<&'static str>,
+}
+
+/// One finished run of the agent CLI.
+struct Run {
+    argv: Vec<String>,
+    mode: Start,
+    session_id: Option<String>,
+    status: Option<ExitStatus>,
+    runtime: Duration,
+    showed_life: bool,
+}
+
+enum SafeOutcome {
+    /// Start again (a fresh start was asked for through the executor).
+    Start,
+    Quit,
+    Stopped(i32),
+}
+
+impl Wrapper {
+    /// Stream the pane's output to `phoenix tap` for its `->continuity:` commands. tmux runs
+    /// the pipe command through `sh -c`, so every word is quoted (and `pipe_output` keeps tmux
+    /// from format-expanding it); `-o` keeps an existing pipe.
+    fn start_tap(&self) {
+        let (Some(pane), true) = (&self.pane, self.agent.tap) else {
+            return;
+        };
+        let Ok(exe) = std::env::current_exe() else {
+            return;
+        };
+        use crate::hooks::config::sh_quote;
+        let command = [
+            exe.to_string_lossy().as_ref(),
+            "--config",
+            self.spec.file.to_string_lossy().as_ref(),
+            "tap",
+            "--agent",
+            self.agent.name.as_str(),
+        ]
+        .map(sh_quote)
+        .join(" ");
+        match self.runtime.pipe_output(pane, &command) {
+            Ok(()) => {
+                let _ = self.dir.record_op(Op::TapStarted, json!({"pane": pane}));
+            }
+            Err(e) => {
+                let _ = self
+                    .dir
+                    .record_op(Op::TapFailed, json!({"error": e.to_string()}));
+            }
+        }
+    }
+
+    fn run(&mut self) -> crate::error::Result<i32> {
+        self.start_tap();
+        loop {
+            if let Some(sig) = term::stop_signal() {
+                return Ok(128 + sig);
+            }
+            self.reload();
+            if let Some(q) = record::load(&self.dir).safe_mode {
+                match self.safe_mode(&format!("quarantined since {}: {}", q.since, q.reason))? {
+                    SafeOutcome::Start => {}
+                    SafeOutcome::Quit => return Ok(0),
+                    SafeOutcome::Stopped(code) => return Ok(code),
+                }
+                continue;
+            }
+            let run = self.run_once();
+            let requested = record::take_stop_request(&self.dir);
+            if let Some(sig) = term::stop_signal() {
+                // The wrapper itself is going away (pane killed, replaced, SIGTERM).
+                let reason = requested
+                    .map(|r| r.reason)
+                    .unwrap_or(EndReason::RuntimeStop);
+                self.record_end(&run, reason, json!({"wrapper_signal": sig}));
+                // The pane is being replaced or closed: save what this session knew first.
+                if let Err(e) = crate::continuity::auto_handoff(
+                    &self.spec,
+                    &self.agent,
+                    crate::continuity::Trigger::AutoRestart,
+                    None,
+                ) {
+                    let _ = self
+                        .dir
+                        .record_op(Op::HandoffFailed, json!({"error": e.to_string()}));
+                }
+                crate::state::daemon::poke(&self.fleet, &self.agent.name);
+                return Ok(128 + sig);
+            }
+            let decision = self.after_exit(&run, requested);
+            match decision.reason {
+                EndReason::Crash | EndReason::WatchdogKill | EndReason::PlannedCycle => {
+                    self.interrupted(decision.reason.as_str(), run.session_id.as_deref());
+                }
+                EndReason::CleanExit | EndReason::OperatorRestart | EndReason::OperatorStop => {
+                    self.interrupted_by = None;
+                }
+                _ => {}
+            }
+            // A fresh start was asked for through the executor (`.fresh`): the next run
+            // honours it, whoever starts it.
+            match decision.start {
+                Some(Start::SafeMode) | None => {
+                    let why = match decision.reason {
+                        EndReason::CleanExit => "the agent exited cleanly (code 0)".to_string(),
+                        _ => decision.explain.clone(),
+                    };
+                    match self.safe_mode(&why)? {
+                        SafeOutcome::Start => {}
+                        SafeOutcome::Quit => return Ok(0),
+                        SafeOutcome::Stopped(code) => return Ok(code),
+                    }
+                }
+                Some(Start::Resume | Start::Fresh) => {
+                    if !self.cooldown(decision.delay) {
+                        return Ok(128 + term::stop_signal().unwrap_or(0));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The session (`session`, else the recorded one) stopped mid-task: the next one is told
+    /// to go on. Only if it had a task: a session that never got a prompt has nothing to go
+    /// on with, and a continue prompt typed into its successor would be a task nobody gave.
+    fn interrupted(&mut self, why: &'static str, session: Option<&str>) {
+        let id = session
+            .map(str::to_string)
+            .or_else(|| record::recorded_session(&self.dir).map(|s| s.id));
+        if id.is_some_and(|id| record::session_had_task(&self.dir, &id)) {
+            self.interrupted_by = Some(why);
+        } else {
+            self.interrupted_by = None;
+            let _ = self.dir.record_op(
+                Op::ContinuePromptSkipped,
+                json!({"after": why, "why": "the session had no prompt: no task to continue"}),
+            );
+        }
+    }
+
+    /// Pick up config edits between runs; a broken config keeps the last good one.
+    fn reload(&mut self) {
+        match spec::load(&self.config) {
+            Ok(spec) => match spec.agent(&self.agent.name) {
+                Some(agent) => {
+                    let _ = spec::remember_good(&spec);
+                    enter_workdir(agent);
+                    self.agent = agent.clone();
+                    self.spec = spec;
+                }
+                None => say(&format!(
+                    "agent `{}` is no longer declared in {}; keeping its last spec",
+                    self.agent.name,
+                    self.spec.file.display()
+                )),
+            },
+            Err(e) => say(&format!(
+                "cannot reload {} ({}); keeping the last good spec",
+                self.config.display(),
+                e.to_string().lines().next().unwrap_or("")
+            )),
+        }
+    }
+
+    fn set_phase(&self, phase: &str) {
+        if let Some(pane) = &self.pane {
+            let _ = self.runtime.set_phase(pane, phase);
+        }
+    }
+}
+
+// The pane's screen. The wrapper is the program running in its pane, as the agent CLI is once
+// started: its stdout is that pane, what a person attached reads and answers (safe mode), not
+// the CLI's output channel, so it writes there itself; `say`, `blank_line` and safe mode's
+// `prompt` are the only writers.
+
+/// Print to the pane. What is said quotes configs, policies and agents' errors: no escape
+/// sequence in them reaches the terminal (the paste rule, for output).
+fn say(text: &str) {
+    let text = crate::world::inert::keyboard_text(text);
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{SAY} {text}");
+    let _ = out.flush();
+}
+
+fn blank_line() {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out);
+    let _ = out.flush();
+}

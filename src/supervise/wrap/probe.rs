@@ -1,0 +1,129 @@
+//! The first sign of life of a started agent, and the pane without the wrapper's own lines.
+
+use super::*;
+
+/// Watches for the first sign of life of a started agent: its hooks write `state.json`,
+/// `tool_use.jsonl`, `session_id` or hook lines in `ops.jsonl`; a CLI without a hook at launch
+/// (`AgentCli::life_shows_in_pane`) may instead just print in its pane.
+pub(super) struct LifeProbe {
+    files: Vec<(PathBuf, Option<(u64, SystemTime)>)>,
+    ops: PathBuf,
+    ops_len: u64,
+    pane: Option<(SharedRuntime, String, String)>,
+    /// When the pane may be read next, and the wait after that: a tmux call per agent every
+    /// 100 ms would swamp the server of a large fleet of quiet agents.
+    pub(super) next_capture: Instant,
+    capture_every: Duration,
+    /// No hook is guaranteed and no pane can be read: being alive has to do.
+    blind: bool,
+}
+
+impl LifeProbe {
+    pub(super) fn new(
+        dir: &AgentDir,
+        cli: Cli,
+        runtime: &SharedRuntime,
+        pane: &Option<String>,
+    ) -> LifeProbe {
+        let stamp = |p: &Path| {
+            std::fs::metadata(p)
+                .ok()
+                .map(|m| (m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH)))
+        };
+        let files = ["state.json", "tool_use.jsonl", record::SESSION_ID]
+            .iter()
+            .map(|f| {
+                let p = dir.file(f);
+                let s = stamp(&p);
+                (p, s)
+            })
+            .collect();
+        let ops = dir.file(state::OPS_LOG);
+        let ops_len = std::fs::metadata(&ops).map(|m| m.len()).unwrap_or(0);
+        // A CLI whose hooks may not fire at launch: a change in the pane counts too.
+        let watch_pane = cli.adapter().life_shows_in_pane();
+        let pane = pane.as_ref().filter(|_| watch_pane).and_then(|p| {
+            let snapshot = runtime.capture(p, 200).ok()?;
+            Some((runtime.clone(), p.clone(), without_our_lines(&snapshot)))
+        });
+        LifeProbe {
+            files,
+            ops,
+            ops_len,
+            blind: watch_pane && pane.is_none(),
+            pane,
+            next_capture: Instant::now() + Duration::from_millis(200),
+            capture_every: Duration::from_millis(250),
+        }
+    }
+
+    pub(super) fn shown(&mut self) -> bool {
+        if self.blind {
+            return true;
+        }
+        for (path, before) in &self.files {
+            let now = std::fs::metadata(path)
+                .ok()
+                .map(|m| (m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
+            if now.is_some() && now != *before {
+                return true;
+            }
+        }
+        if self.hook_in_ops() {
+            return true;
+        }
+        if let Some((runtime, pane, snapshot)) = &self.pane
+            && Instant::now() >= self.next_capture
+        {
+            self.next_capture = Instant::now() + self.capture_every;
+            self.capture_every = (self.capture_every * 2).min(Duration::from_secs(2));
+            if let Ok(now) = runtime.capture(pane, 200)
+                && without_our_lines(&now) != *snapshot
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Has a hook written an op since the last look: the CLI runs, and runs its hooks.
+    pub(super) fn hook_in_ops(&mut self) -> bool {
+        let text = state::read_since(&self.ops, self.ops_len);
+        self.ops_len += text.len() as u64;
+        state::op::parse(&text).iter().any(|o| o.op.is_from_hook())
+    }
+}
+
+pub(super) fn without_our_lines(screen: &str) -> String {
+    screen
+        .lines()
+        // Also after what a CLI killed mid-screen left on the line (`❯ [phoenix] … ended`):
+        // the wrapper's own words are never the agent's error, nor a sign of its life.
+        .filter(|l| !crate::clinic::triage::said_by_phoenix(l, SAY))
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    pub(super) fn pane_comparison_ignores_the_wrappers_own_lines() {
+        assert_eq!(
+            without_our_lines("$ x\n[phoenix] starting\n\n"),
+            without_our_lines("$ x\n")
+        );
+        assert_eq!(
+            without_our_lines("$ x\n❯ [phoenix] `a` ended (crash): clinic: transient_error\n"),
+            "$ x"
+        );
+        assert_eq!(
+            without_our_lines("echo '[phoenix] hi'\n"),
+            "echo '[phoenix] hi'"
+        );
+    }
+}

@@ -1,0 +1,355 @@
+//! One run of the agent: choose resume or fresh, start the CLI in the terminal's foreground,
+//! watch it for life, a failed turn and stop signals, and clean up after it.
+
+use super::*;
+
+/// A started agent process, and when it was spawned (RFC 3339).
+struct Spawned {
+    child: std::process::Child,
+    spawned: String,
+}
+
+impl Wrapper {
+    /// Choose resume or fresh (fresh when the `.fresh` marker asks, the one way that intent
+    /// travels), start the CLI in the foreground, and wait for it.
+    pub(super) fn run_once(&mut self) -> Run {
+        let (mode, session_id, argv) = self.choose_start();
+        self.trust_hooks();
+        let mut probe = LifeProbe::new(&self.dir, self.agent.cli, &self.runtime, &self.pane);
+        let started = Instant::now();
+        // Where this run's ops begin: its session-start hook may well come before it shows life.
+        let ops_at_start = ops_len(&self.dir);
+        let child = match self.spawn(&argv) {
+            Ok(child) => child,
+            Err((error, code)) => return self.spawn_failed(argv, mode, session_id, &error, code),
+        };
+        let pid = child.child.id();
+        let _ = self.dir.record_op(
+            Op::AgentStart,
+            json!({"argv": argv, "pid": pid, "mode": mode.as_str(), "session_id": session_id,
+                   "spawned": child.spawned}),
+        );
+        let (status, mut showed_life) = self.watch(child.child, started, ops_at_start, &mut probe);
+        self.clean_up_after(pid);
+        if !showed_life {
+            // The last look reads the pane whatever the throttle says.
+            probe.next_capture = Instant::now();
+            showed_life = probe.shown();
+        }
+        let mode = self.check_resumed(mode, session_id.as_deref(), showed_life);
+        Run {
+            argv,
+            mode,
+            session_id,
+            status,
+            runtime: started.elapsed(),
+            showed_life,
+        }
+    }
+
+    /// Resume the recorded session when it can be resumed and no fresh start is asked for;
+    /// else start fresh, consuming the `.fresh` marker. Announces the start in the pane.
+    fn choose_start(&self) -> (Start, Option<String>, Vec<String>) {
+        let saved = record::load(&self.dir);
+        let fresh_marker = self.dir.has_marker(state::FRESH);
+        let recorded = record::recorded_session(&self.dir);
+        let resume = recorded
+            .as_ref()
+            .filter(|s| record::resumable(s, &saved, &self.agent.workdir))
+            .filter(|_| !fresh_marker)
+            // A session that never got a prompt was never written: its CLI cannot resume it.
+            .filter(|s| {
+                let has_turn = record::session_has_turn(&self.dir, &s.id);
+                if !has_turn {
+                    let _ = self.dir.record_op(
+                        Op::ResumeSkipped,
+                        json!({"session_id": s.id, "why": "its transcript has no turn"}),
+                    );
+                }
+                has_turn
+            })
+            .and_then(|s| resume_argv(&self.agent, &s.id).map(|argv| (s.id.clone(), argv)));
+        let (mode, session_id, argv) = match resume {
+            Some((id, argv)) => (Start::Resume, Some(id), argv),
+            None => (Start::Fresh, None, base_argv(&self.agent)),
+        };
+        if mode == Start::Fresh {
+            if fresh_marker {
+                // Consumed when honoured, so it forces exactly one clean slate.
+                let _ = self.dir.clear_marker(state::FRESH);
+                let _ = self.dir.record_op(Op::FreshMarkerHonoured, json!({}));
+            }
+            // A session abandoned for a fresh one is never resumed later, whoever starts next.
+            if let Some(old) = &recorded {
+                let _ = record::clear_session(&self.dir, &old.id);
+            }
+        }
+        let _ = self.dir.clear_marker(state::CLEAN_EXIT);
+        // The banner marks where this session's output begins (`triage::this_session`).
+        let banner = crate::clinic::triage::start_banner(&self.agent.name);
+        let banner = banner.trim_start_matches(SAY).trim_start();
+        match &session_id {
+            Some(id) => say(&format!("{banner}, resuming session {id}")),
+            None => say(&format!("{banner} (fresh session)")),
+        }
+        (mode, session_id, argv)
+    }
+
+    /// Start the CLI as the terminal's foreground process group; on failure, what to say and
+    /// the exit code a shell would report (126 found but not executable, 127 not found).
+    fn spawn(&self, argv: &[String]) -> Result<Spawned, (String, i32)> {
+        let mut cmd = self.command(argv).map_err(|e| (e.to_string(), 127))?;
+        term::foreground(&mut cmd, self.terminal.is_some());
+        // A signal left for an earlier run: what became of that turn was decided at its exit.
+        let _ = self.dir.clear_marker(state::TURN_FAILED);
+        // Taken before the spawn: what the CLI writes (its first transcript record may come
+        // before `agent_start` is recorded) is this session's from here on.
+        let spawned = state::now_rfc3339();
+        let child = cmd.spawn().map_err(|e| {
+            let code = match e.kind() {
+                std::io::ErrorKind::PermissionDenied => 126,
+                _ => 127,
+            };
+            (format!("cannot start `{}`: {e}", argv[0]), code)
+        })?;
+        let pid = child.id();
+        crate::supervise::strays::record_agent(&self.dir, pid);
+        term::set_child(Some(pid));
+        if let Some(t) = &self.terminal {
+            t.give_to(pid);
+        }
+        // Set only now that the child exists: a reconciler must never see `running` without it.
+        self.set_phase("running");
+        Ok(Spawned { child, spawned })
+    }
+
+    /// Wait for the agent to exit, meanwhile watching for its first sign of life (then giving
+    /// it its startup context), a failed turn, its life deadline and stop signals. Returns its
+    /// exit status and whether it showed life.
+    fn watch(
+        &mut self,
+        mut child: std::process::Child,
+        started: Instant,
+        ops_at_start: u64,
+        probe: &mut LifeProbe,
+    ) -> (Option<ExitStatus>, bool) {
+        let pid = child.id();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        let deadline = started + self.agent.restart.life_deadline;
+        let mut showed_life = false;
+        let mut stop_sent: Option<Instant> = None;
+        let mut treating: Option<std::thread::JoinHandle<()>> = None;
+        let mut next_reap = Instant::now() + ORPHAN_REAP_EVERY;
+        let status = loop {
+            // Once alive, a tick costs one stat (the turn-failed marker): often enough that a
+            // failed turn waits a quarter of a second for its decision, not a second.
+            let tick = if showed_life && stop_sent.is_none() {
+                Duration::from_millis(250)
+            } else {
+                Duration::from_millis(100)
+            };
+            match rx.recv_timeout(tick) {
+                Ok(status) => break status.ok(),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+            }
+            if !showed_life && probe.shown() {
+                showed_life = true;
+                let _ = self.dir.record_op(
+                    Op::AgentAlive,
+                    json!({"pid": pid, "after_ms": started.elapsed().as_millis() as u64}),
+                );
+                self.startup_context_without_hooks(ops_at_start);
+                self.continue_after_interruption(ops_at_start);
+            }
+            if stop_sent.is_none()
+                && self.dir.has_marker(state::TURN_FAILED)
+                && treating.as_ref().is_none_or(|t| t.is_finished())
+            {
+                let _ = self.dir.clear_marker(state::TURN_FAILED);
+                treating = Some(self.treat_failed_turn());
+            }
+            if !showed_life && stop_sent.is_none() && Instant::now() >= deadline {
+                say(&format!(
+                    "`{}` showed no life within {}: replacing it",
+                    self.agent.name,
+                    spec::duration::format(self.agent.restart.life_deadline)
+                ));
+                term::signal_group(pid, Signal::SIGTERM);
+                stop_sent = Some(Instant::now());
+            }
+            if term::stop_signal().is_some() && stop_sent.is_none() {
+                // The handler already passed the signal on; escalate if it is ignored.
+                stop_sent = Some(Instant::now());
+            }
+            if stop_sent.is_some_and(|t| t.elapsed() >= STOP_GRACE) {
+                term::signal_group(pid, Signal::SIGKILL);
+            }
+            if Instant::now() >= next_reap {
+                next_reap = Instant::now() + ORPHAN_REAP_EVERY;
+                crate::supervise::strays::reap_ended_orphans(pid);
+            }
+        };
+        (status, showed_life)
+    }
+
+    /// After the agent's exit: stop what it left behind, say the wrapper is deciding, and take
+    /// the terminal back.
+    fn clean_up_after(&self, pid: u32) {
+        term::set_child(None);
+        // Whatever the agent left behind in its process group (tool processes, a hook still
+        // writing) ends with it: orphans would fight the next run for the terminal, and a
+        // late hook would look like the next run showing life.
+        term::signal_group(pid, Signal::SIGTERM);
+        // And so does everything else it started, in sessions of its own too: a tool that
+        // outlived a killed CLI would otherwise finish beside its rerun in the next session.
+        let stopped = crate::supervise::strays::sweep(&self.dir, pid);
+        if !stopped.is_empty() && term::stop_signal().is_none() {
+            say(&format!(
+                "stopped {} process(es) `{}` left behind",
+                stopped.len(),
+                self.agent.name
+            ));
+        }
+        // While deciding, nothing runs here on purpose: say so before anything else. A wrapper
+        // told to stop stays quiet: its pane may already belong to its replacement.
+        if term::stop_signal().is_none() {
+            self.set_phase("cooldown");
+        }
+        if let Some(t) = &self.terminal {
+            t.take_back();
+        }
+    }
+
+    /// A resumed session that came back as another one (another id, another directory) was a
+    /// fresh start: recorded so, and the resumed id is not resumed again.
+    fn check_resumed(&self, mode: Start, session_id: Option<&str>, showed_life: bool) -> Start {
+        let mut mode = mode;
+        if mode == Start::Resume && showed_life {
+            let now = record::recorded_session(&self.dir);
+            let same_id = now.as_ref().map(|s| s.id.as_str()) == session_id;
+            let same_dir = now
+                .as_ref()
+                .and_then(|s| s.cwd.as_deref())
+                .is_none_or(|cwd| record::same_dir(cwd, &self.agent.workdir));
+            if !same_id || !same_dir {
+                // It came back as another session: that is a fresh start, not a resume.
+                mode = Start::Fresh;
+                let _ = self.dir.record_op(
+                    Op::ResumeMismatch,
+                    json!({"resumed": session_id, "recorded": now.map(|s| s.id)}),
+                );
+                if let Some(id) = session_id {
+                    let _ = record::clear_session(&self.dir, id);
+                }
+            }
+        }
+        mode
+    }
+
+    /// The turn-failed hook said the CLI's turn ended in an API error: the CLI waits at its
+    /// prompt and nobody will type. The watchdog's own pass for this agent decides, now rather
+    /// than at the daemon's next tick (or never, without one): the same Clinic and policy, and
+    /// the pass's memory says the turn was handled, so no later pass handles it again. A full
+    /// context stops this run for a fresh session with a handoff; 401/quota quarantine it.
+    /// On a thread: the pass may notify people, and supervision goes on meanwhile.
+    pub(super) fn treat_failed_turn(&self) -> std::thread::JoinHandle<()> {
+        let (spec, runtime) = (self.spec.clone(), self.runtime.clone());
+        let (name, dir) = (self.agent.name.clone(), self.dir.clone());
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            loop {
+                let report = crate::watchdog::Watchdog::new(&spec, &*runtime)
+                    .failed_turn_of(&name)
+                    .pass();
+                // Another pass (the daemon's) holds the lock: it may be handling this very
+                // turn; if not, the next try does.
+                if report.skipped.is_some() && started.elapsed() < TREAT_PATIENCE {
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                }
+                let a = report.agents.first();
+                let _ = dir.record_op(
+                    Op::FailedTurnChecked,
+                    json!({
+                        "by": "wrapper",
+                        "after_ms": started.elapsed().as_millis() as u64,
+                        "verdict": a.map(|a| a.verdict),
+                        "action_taken": a.and_then(|a| a.action_taken.clone()),
+                        "skipped": a.and_then(|a| a.skipped.clone()).or(report.skipped.clone()),
+                    }),
+                );
+                return;
+            }
+        })
+    }
+
+    /// Codex and Gemini CLI run the hooks in a workdir only once they trust it (and Codex each
+    /// hook too); otherwise they stop at a dialog. Recorded before every start, so a reset CLI
+    /// config or a changed hook command is trusted again.
+    pub(super) fn trust_hooks(&self) {
+        let lock = self.fleet.root.join(".hooks-trust.lock");
+        match crate::hooks::trust::ensure(&self.agent, &lock) {
+            Ok(None) => {}
+            Ok(Some(t)) => {
+                say(&format!(
+                    "{} now trusts `{}` and phoenix's hooks for `{}` ({} entries)",
+                    t.file.display(),
+                    self.agent.workdir.display(),
+                    self.agent.name,
+                    t.entries.len()
+                ));
+                let _ = self.dir.record_op(
+                    Op::HooksTrusted,
+                    json!({"file": t.file, "entries": t.entries}),
+                );
+            }
+            Err(e) => {
+                say(&format!("phoenix's hooks may not run: {e}"));
+                let _ = self
+                    .dir
+                    .record_op(Op::HooksTrustFailed, json!({"error": e}));
+            }
+        }
+    }
+
+    pub(super) fn spawn_failed(
+        &self,
+        argv: Vec<String>,
+        mode: Start,
+        session_id: Option<String>,
+        error: &str,
+        code: i32,
+    ) -> Run {
+        say(error);
+        let _ = self
+            .dir
+            .record_op(Op::SpawnFailed, json!({"argv": argv, "error": error}));
+        self.set_phase("cooldown");
+        Run {
+            argv,
+            mode,
+            session_id,
+            status: Some(ExitStatus::from_raw(code << 8)),
+            runtime: Duration::ZERO,
+            showed_life: false,
+        }
+    }
+
+    pub(super) fn command(&self, argv: &[String]) -> crate::error::Result<Command> {
+        let (program, args) = argv
+            .split_first()
+            .with_context(|| format!("agent `{}` has an empty command", self.agent.name))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .current_dir(&self.agent.workdir)
+            .envs(&self.agent.env)
+            .env("PHOENIX_AGENT", &self.agent.name)
+            .env("PHOENIX_CONFIG", &self.spec.file)
+            .env("PHOENIX_STATE_DIR", &self.dir.path);
+        Ok(cmd)
+    }
+}
