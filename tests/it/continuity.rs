@@ -3,7 +3,7 @@
 //! `->continuity:` tap, ranked search over a rebuilt-on-demand index, and many restart cycles
 //! losing nothing. Real tmux, real SQLite, the demo agent standing in for a CLI.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::process::Stdio;

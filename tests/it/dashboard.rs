@@ -2,7 +2,7 @@
 //! loads and shows the demo fleet, handoffs are searched and read, a restart is confirmed and
 //! the row's process changes. A screenshot is written to target/dashboard.png.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The fleet core end to end: phoenix.toml → plan → apply on a real, private tmux server.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;

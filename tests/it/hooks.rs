@@ -1,7 +1,7 @@
 //! `phoenix hook`, the state commands and hook configuration, driven through the real binary
 //! with the payloads captured from Claude Code, Codex CLI and Gemini CLI.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::path::Path;

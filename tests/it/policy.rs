@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::{Fleet, read_jsonl, wait_until};
 
-mod support;
+use crate::support;
 
 const PHOENIX: &str = env!("CARGO_BIN_EXE_phoenix");
 const REPO: &str = env!("CARGO_MANIFEST_DIR");

@@ -2,7 +2,7 @@
 //! The CLI is installed with npm into `target/real-cli/` on first use; if that fails the suite
 //! fails loudly rather than passing without having run.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! `target/real-cli-gemini/` on first use; if that fails the suite fails loudly rather than
 //! passing without having run.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

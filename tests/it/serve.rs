@@ -2,7 +2,7 @@
 //! (private tmux server, demo agents, real state files and SQLite). Every endpoint, the token,
 //! bad input refused with a hint and nothing changed, the live stream, and a clean stop.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Supervision end to end with the demo agent on a real private tmux server: the wrapper's
 //! hybrid resume, crash limits and safe mode, `phoenix restart`, and the `phoenix run` daemon.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Stdio};

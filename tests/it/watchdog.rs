@@ -4,7 +4,7 @@
 //! runaway work reported, not interrupted; a dead process revived at once; missing and corrupt
 //! logs never break a pass.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
