@@ -265,7 +265,12 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
                 && !server.message_requests().is_empty()
         },
     );
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    // The PreToolUse hook phoenix installed noted the Bash call: it is in flight.
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the Bash call in flight",
+        || dir.join("in_flight.json").exists(),
+    );
     let session: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
     let id = session["session_id"].as_str().unwrap().to_string();
@@ -945,7 +950,18 @@ fn real_claude_crash_is_not_diagnosed_from_an_earlier_sessions_error() {
     );
     let second = fleet.wait_running(&["cc"])[0];
     assert_ne!(first, second);
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    // The resumed session's turn is over (its Stop hook ran): a well session, killed.
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the resumed session's turn complete",
+        || {
+            let ops = fleet.ops("cc");
+            let start = ops
+                .iter()
+                .rposition(|o| o["event"] == "agent_start" && o["pid"] == second);
+            start.is_some_and(|s| ops[s..].iter().any(|o| o["event"] == "turn_complete"))
+        },
+    );
     support::kill9(second);
     support::wait_until(
         std::time::Duration::from_secs(30),

@@ -294,6 +294,7 @@ fn runaway_work_is_reported_not_interrupted() {
     ));
     fleet.run(&["apply", "--yes"]).status(0);
     let pids = fleet.wait_running(&["busy"]);
+    // Past the 2 s runaway threshold: time has to pass, the finding is about time.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(verdict(&watchdog(&fleet), "busy")["verdict"], "suspect");
     let a = verdict(&watchdog(&fleet), "busy").clone();
