@@ -300,11 +300,19 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
                 && !server.message_requests().is_empty()
         },
     );
-    // The PreToolUse hook phoenix installed noted the Bash call: it is in flight.
+    // The Bash call is in flight: the PreToolUse hook phoenix installed noted it, and its
+    // `sleep 60` runs in the workdir.
+    let work = work.canonicalize().unwrap();
+    let sleeping = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == b"sleep\x0060\x00")
+                && std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd == work)
+        })
+    };
     support::wait_until(
         std::time::Duration::from_secs(30),
         "the Bash call in flight",
-        || dir.join("in_flight.json").exists(),
+        || dir.join("in_flight.json").exists() && sleeping(),
     );
     let session: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();

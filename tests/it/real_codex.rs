@@ -689,7 +689,7 @@ fn real_codex_model_not_found_goes_to_safe_mode_naming_the_model() {
         .status(0)
         .stdout();
     assert!(events.contains("model_unavailable"), "{events}");
-    let record = read_json(&s.dir.join("crashes.json"));
+    let record = read_json(&s.dir.join("restarts.json"));
     let why = record["safe_mode"]["reason"].as_str().unwrap_or("");
     assert!(why.contains("model_unavailable"), "{record}");
     assert!(why.contains("`gpt-5`"), "{record}");

@@ -713,7 +713,7 @@ fn real_gemini_model_not_found_dialog_goes_to_safe_mode_naming_the_model() {
         .stdout();
     assert!(events.contains("model_unavailable"), "{events}");
     assert!(events.contains("gemini-3.8-flash"), "{events}");
-    let record = read_json(&dir.join("crashes.json"));
+    let record = read_json(&dir.join("restarts.json"));
     let why = record["safe_mode"]["reason"].as_str().unwrap_or("");
     assert!(why.contains("model_unavailable"), "{record}");
     assert!(why.contains("`gemini-3.8-flash`"), "{record}");
