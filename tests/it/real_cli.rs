@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use support::model_server::{Messages, ModelServer, Request, Turn};
-use support::scenarios::{self, RealCli, Run};
+use support::real::{self, RealCli, Run};
 
 /// The Claude Code version the suite is pinned to.
 const CLAUDE_CODE: &str = "@anthropic-ai/claude-code@2.1.197";
@@ -1037,7 +1037,7 @@ fn real_claude_crash_is_not_diagnosed_from_an_earlier_sessions_error() {
 /// which is told why and sent on its way.
 #[test]
 fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
-    scenarios::hanging_model_is_found_silent_and_revived(&CLAUDE_CLI);
+    real::hanging_model_is_found_silent_and_revived(&CLAUDE_CLI);
 }
 
 /// An agent idle for longer than the silence threshold gets a prompt whose answer is slow:
@@ -1045,7 +1045,7 @@ fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
 /// silent (it once revived such an agent 2 s into the turn).
 #[test]
 fn real_claude_idle_past_silence_then_a_slow_answer_is_not_silent() {
-    scenarios::idle_past_silence_then_a_slow_answer_is_not_silent(&CLAUDE_CLI);
+    real::idle_past_silence_then_a_slow_answer_is_not_silent(&CLAUDE_CLI);
 }
 
 /// Claude Code retrying an overloaded API by itself ("API error · Retrying in 5s · attempt
@@ -1187,7 +1187,7 @@ fn real_claude_the_same_command_in_every_turn_is_not_a_loop() {
 /// the watchdog finds an error cascade and records it as a critical event.
 #[test]
 fn real_claude_six_failing_tools_are_an_error_cascade() {
-    scenarios::failing_shell_calls_are_an_error_cascade(&CLAUDE_CLI);
+    real::failing_shell_calls_are_an_error_cascade(&CLAUDE_CLI);
 }
 
 /// Scenario 5: `/compact` typed into the real Claude Code → its PreCompact hook has phoenix
@@ -1280,7 +1280,7 @@ fn real_claude_compaction_saves_a_handoff_that_comes_back() {
 /// session is told which command was stopped.
 #[test]
 fn real_claude_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
-    scenarios::killed_mid_tool(&CLAUDE_CLI);
+    real::killed_mid_tool(&CLAUDE_CLI);
 }
 
 /// Issue 15 item 7 with the real CLI: the wrapper is killed with Claude Code still running
@@ -1288,7 +1288,7 @@ fn real_claude_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
 /// starts one of its own, so one session never runs in two processes.
 #[test]
 fn real_claude_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
-    scenarios::killed_wrapper(&CLAUDE_CLI);
+    real::killed_wrapper(&CLAUDE_CLI);
 }
 
 /// Watchdog passes (`phoenix watchdog --once --json`) on a thread of their own, one after the

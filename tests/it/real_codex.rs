@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 use support::Fleet;
 use support::openai_server::{self, OpenAiServer, Responses, exec};
-use support::scenarios::{self, RealCli, Run, state_of};
+use support::real::{self, RealCli, Run, state_of};
 use support::scripted::Turn;
 
 /// The Codex CLI version the suite is pinned to.
@@ -560,7 +560,7 @@ fn real_codex_out_of_context_starts_fresh_with_the_handoff() {
 /// which is told why and sent on its way.
 #[test]
 fn real_codex_hanging_on_the_model_is_found_silent_and_revived() {
-    scenarios::hanging_model_is_found_silent_and_revived(&CODEX_CLI);
+    real::hanging_model_is_found_silent_and_revived(&CODEX_CLI);
 }
 
 /// Scenario 4, second half: six shell calls fail in a row (Codex's PostToolUse says nothing of
@@ -568,7 +568,7 @@ fn real_codex_hanging_on_the_model_is_found_silent_and_revived() {
 /// records it as a critical event.
 #[test]
 fn real_codex_six_failing_shell_calls_are_an_error_cascade() {
-    scenarios::failing_shell_calls_are_an_error_cascade(&CODEX_CLI);
+    real::failing_shell_calls_are_an_error_cascade(&CODEX_CLI);
 }
 
 /// Scenario 5: `/compact` typed into the real Codex → its PreCompact hook has phoenix save a
@@ -656,7 +656,7 @@ fn real_codex_compaction_saves_a_handoff_that_comes_back() {
 /// silent.
 #[test]
 fn real_codex_idle_past_silence_then_a_slow_answer_is_not_silent() {
-    scenarios::idle_past_silence_then_a_slow_answer_is_not_silent(&CODEX_CLI);
+    real::idle_past_silence_then_a_slow_answer_is_not_silent(&CODEX_CLI);
 }
 
 /// The Responses API answers 404 `model_not_found`: Codex prints "The model `gpt-5` does not
@@ -707,12 +707,12 @@ fn real_codex_model_not_found_goes_to_safe_mode_naming_the_model() {
 /// resumed session is told which command was stopped.
 #[test]
 fn real_codex_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
-    scenarios::killed_mid_tool(&CODEX_CLI);
+    real::killed_mid_tool(&CODEX_CLI);
 }
 
 /// Issue 15 item 7 with the real Codex: its wrapper is killed with Codex still running; the
 /// wrapper that replaces it stops that Codex (recorded) before it starts one of its own.
 #[test]
 fn real_codex_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
-    scenarios::killed_wrapper(&CODEX_CLI);
+    real::killed_wrapper(&CODEX_CLI);
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::Fleet;
 use support::gemini_server::{self, Gemini, GeminiServer, shell};
-use support::scenarios::{self, RealCli, Run, state_of};
+use support::real::{self, RealCli, Run, state_of};
 use support::scripted::Turn;
 
 /// The Gemini CLI version the suite is pinned to.
@@ -583,7 +583,7 @@ fn real_gemini_out_of_context_starts_fresh_with_the_handoff() {
 /// which is told why (with the first prompt) and sent on its way.
 #[test]
 fn real_gemini_hanging_on_the_model_is_found_silent_and_revived() {
-    scenarios::hanging_model_is_found_silent_and_revived(&GEMINI_CLI);
+    real::hanging_model_is_found_silent_and_revived(&GEMINI_CLI);
 }
 
 /// Scenario 4, second half: six shell calls fail in a row (Gemini's AfterTool sets no error for
@@ -591,7 +591,7 @@ fn real_gemini_hanging_on_the_model_is_found_silent_and_revived() {
 /// critical event.
 #[test]
 fn real_gemini_six_failing_shell_calls_are_an_error_cascade() {
-    scenarios::failing_shell_calls_are_an_error_cascade(&GEMINI_CLI);
+    real::failing_shell_calls_are_an_error_cascade(&GEMINI_CLI);
 }
 
 /// Scenario 5: `/compress` typed into the real Gemini CLI → its PreCompress hook (`manual`) has
@@ -677,7 +677,7 @@ fn real_gemini_compression_saves_a_handoff_that_comes_back() {
 /// silent.
 #[test]
 fn real_gemini_idle_past_silence_then_a_slow_answer_is_not_silent() {
-    scenarios::idle_past_silence_then_a_slow_answer_is_not_silent(&GEMINI_CLI);
+    real::idle_past_silence_then_a_slow_answer_is_not_silent(&GEMINI_CLI);
 }
 
 /// The Gemini API answers 404 for the model: Gemini CLI fires no hook and shows a dialog ("It
@@ -733,12 +733,12 @@ fn real_gemini_model_not_found_dialog_goes_to_safe_mode_naming_the_model() {
 /// and the resumed session is told which command was stopped.
 #[test]
 fn real_gemini_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
-    scenarios::killed_mid_tool(&GEMINI_CLI);
+    real::killed_mid_tool(&GEMINI_CLI);
 }
 
 /// Issue 15 item 7 with the real Gemini CLI: its wrapper is killed with Gemini still running;
 /// the wrapper that replaces it stops that Gemini (recorded) before it starts one of its own.
 #[test]
 fn real_gemini_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
-    scenarios::killed_wrapper(&GEMINI_CLI);
+    real::killed_wrapper(&GEMINI_CLI);
 }

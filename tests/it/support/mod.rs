@@ -6,6 +6,7 @@ pub mod browser;
 pub mod gemini_server;
 pub mod model_server;
 pub mod openai_server;
+pub mod real;
 pub mod scenarios;
 pub mod scripted;
 pub mod serve;
