@@ -3,7 +3,7 @@
 //! other reads, and the dashboard's page load in headless Chromium (navigation to `load`, and
 //! to the first rendered fleet table of 200 rows). Run with `cargo bench --bench serve`.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};

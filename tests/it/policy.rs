@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::{Fleet, read_jsonl, wait_until};
 
-mod support;
+use crate::support;
 
 const PHOENIX: &str = env!("CARGO_BIN_EXE_phoenix");
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -918,6 +918,7 @@ fn a_runaway_policy_leaves_no_thread_spinning_in_the_wrapper() {
         .parse()
         .unwrap();
     let before = cpu_ticks(wrapper);
+    // A measuring window on purpose: the CPU the idle wrapper uses in one second.
     std::thread::sleep(Duration::from_secs(1));
     let used = cpu_ticks(wrapper) - before;
     assert!(

@@ -1,7 +1,7 @@
 //! `phoenix validate` as a user meets it (friendly durations, cron nicknames, warnings,
 //! did-you-mean) and the generated files: `phoenix completions`, `man`, `schema`.
 
-mod support;
+use crate::support;
 
 use support::Fleet;
 

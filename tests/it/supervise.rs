@@ -1,7 +1,7 @@
 //! Supervision end to end with the demo agent on a real private tmux server: the wrapper's
 //! hybrid resume, crash limits and safe mode, `phoenix restart`, and the `phoenix run` daemon.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -137,6 +137,16 @@ impl Daemon {
 
     fn pid(&self) -> u32 {
         self.child.as_ref().unwrap().id()
+    }
+
+    /// Wait until the daemon has logged `n` more reconcile passes that found nothing to do
+    /// (logged at debug: start it with `-v`): it looked, and left the fleet alone.
+    fn wait_idle_passes(&self, n: usize) {
+        let passes = || self.log().matches("reconciled: nothing to do").count();
+        let before = passes();
+        wait_until(Duration::from_secs(15), "idle reconcile passes", || {
+            passes() >= before + n
+        });
     }
 
     /// SIGTERM and wait; returns the exit code.
@@ -627,10 +637,13 @@ fn max_crashes_enter_safe_mode_with_a_critical_event_that_survives_a_new_wrapper
 
     // Safe mode never runs what is typed.
     type_into(&fleet, &pane, "touch pwned");
-    std::thread::sleep(Duration::from_millis(300));
+    support::wait_for_screen(
+        &fleet,
+        &pane,
+        "unknown word `touch pwned`",
+        Duration::from_secs(5),
+    );
     assert!(!fleet.path().join("pwned").exists());
-    let screen = fleet.tmux(&["capture-pane", "-p", "-t", &pane]).unwrap();
-    assert!(screen.contains("unknown word `touch pwned`"), "{screen}");
 
     // `restart` typed in the pane lifts the quarantine.
     type_into(&fleet, &pane, "restart");
@@ -661,7 +674,7 @@ fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back()
         fast_restarts(5),
         resumable_agent("alpha", "")
     ));
-    let daemon = Daemon::start(&fleet, &[]);
+    let daemon = Daemon::start(&fleet, &["-v"]);
     fleet.wait_running(&["alpha"]);
     let pane = pane_of(&fleet, "alpha");
     let id = wait_session_id(&fleet, "alpha");
@@ -674,8 +687,8 @@ fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back()
     assert_eq!(end["reason"], "clean_exit");
     assert_eq!(end["code"], 0);
 
-    // Several reconcile intervals later the daemon has not restarted it.
-    std::thread::sleep(Duration::from_millis(2500));
+    // Two reconcile passes later the daemon has not restarted it.
+    daemon.wait_idle_passes(2);
     assert_eq!(ops_named(&fleet, "alpha", "agent_start").len(), 1);
     assert_eq!(fleet.agent_status("alpha")["state"], "stopped");
 
@@ -686,7 +699,7 @@ fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back()
             .tmux(&["display-message", "-p", "-t", &pane, "#{pane_dead}"])
             .is_some_and(|s| s.trim() == "1")
     });
-    std::thread::sleep(Duration::from_millis(2500));
+    daemon.wait_idle_passes(2);
     assert_eq!(ops_named(&fleet, "alpha", "agent_start").len(), 1);
 
     let run = fleet.run(&["restart", "alpha"]);
@@ -697,7 +710,7 @@ fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back()
     assert_eq!(starts[1]["mode"], "resume");
     assert_eq!(starts[1]["session_id"], id.as_str());
     fleet.wait_running(&["alpha"]);
-    std::thread::sleep(Duration::from_millis(2500));
+    daemon.wait_idle_passes(2);
     assert_eq!(
         ops_named(&fleet, "alpha", "agent_start").len(),
         2,
@@ -715,7 +728,7 @@ fn operator_restart_of_a_running_agent_is_recorded_and_fresh_is_not_undone_by_th
         fast_restarts(5),
         resumable_agent("alpha", "")
     ));
-    let daemon = Daemon::start(&fleet, &[]);
+    let daemon = Daemon::start(&fleet, &["-v"]);
     let pid = fleet.wait_running(&["alpha"])[0];
     let first = wait_session_id(&fleet, "alpha");
 
@@ -743,7 +756,8 @@ fn operator_restart_of_a_running_agent_is_recorded_and_fresh_is_not_undone_by_th
     let starts = wait_ops(&fleet, "alpha", "agent_start", 3);
     assert_eq!(starts[2]["mode"], "resume");
     assert_eq!(starts[2]["session_id"], second.as_str());
-    std::thread::sleep(Duration::from_millis(2500));
+    fleet.wait_running(&["alpha"]);
+    daemon.wait_idle_passes(2);
     assert_eq!(
         ops_named(&fleet, "alpha", "agent_start").len(),
         3,
@@ -884,11 +898,7 @@ fn the_daemon_restores_a_removed_phoenix_hook_and_keeps_the_users_own() {
         "{restored}"
     );
     // Two passes later nothing more was done: the drift was converged, and logged, once.
-    let passes = |log: &str| log.matches("nothing to do").count();
-    let before = passes(&daemon.log());
-    wait_until(Duration::from_secs(10), "two more passes", || {
-        passes(&daemon.log()) >= before + 2
-    });
+    daemon.wait_idle_passes(2);
     let log = daemon.log();
     let applied: Vec<&str> = log
         .lines()
@@ -1302,20 +1312,25 @@ fn sigterm_during_a_pass_starts_no_further_agent() {
     assert_eq!(started(), 1, "starts after SIGTERM:\n{log}");
     assert!(log.contains("the rest of this pass is abandoned"), "{log}");
 
-    // The daemon is gone; nothing it left behind starts another pane either.
-    let panes = || {
-        fleet
-            .tmux(&["list-panes", "-a", "-F", "#{window_name}"])
-            .unwrap_or_default()
-            .lines()
-            .filter(|w| ["a", "b", "c", "d"].contains(w))
-            .count()
-    };
-    let until = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < until {
-        assert!(panes() <= 1, "a pane appeared after the daemon stopped");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // The daemon is gone; nothing it left behind starts another pane either: once every tmux
+    // call it began has ended (the shim named each after its pid), one pane at most.
+    wait_until(
+        Duration::from_secs(15),
+        "the daemon's tmux calls ended",
+        || {
+            std::fs::read_dir(&starts)
+                .unwrap()
+                .flatten()
+                .all(|e| !Path::new("/proc").join(e.file_name()).exists())
+        },
+    );
+    let panes = fleet
+        .tmux(&["list-panes", "-a", "-F", "#{window_name}"])
+        .unwrap_or_default()
+        .lines()
+        .filter(|w| ["a", "b", "c", "d"].contains(w))
+        .count();
+    assert!(panes <= 1, "a pane appeared after the daemon stopped");
 }
 
 /// A person's `phoenix restart` gives the task a new budget of watchdog revivals (as it does

@@ -6,6 +6,7 @@ pub mod browser;
 pub mod gemini_server;
 pub mod model_server;
 pub mod openai_server;
+pub mod real;
 pub mod scenarios;
 pub mod scripted;
 pub mod serve;
@@ -33,14 +34,17 @@ pub fn opted_in(var: &str, suite: &str, needs: &str) -> bool {
     if std::env::var_os(var).is_some_and(|v| v == "1") {
         return true;
     }
-    static SAID: std::sync::Once = std::sync::Once::new();
-    SAID.call_once(|| {
+    // Once per suite: the suites share one test binary.
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if !said.iter().any(|s| s == suite) {
+        said.push(suite.to_string());
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),
             "SKIPPED {suite}: it needs {needs}; set {var}=1 to run it (.ci/run does)"
         );
-    });
+    }
     false
 }
 

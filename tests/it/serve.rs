@@ -2,7 +2,7 @@
 //! (private tmux server, demo agents, real state files and SQLite). Every endpoint, the token,
 //! bad input refused with a hint and nothing changed, the live stream, and a clean stop.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -387,7 +387,7 @@ fn a_token_is_required_for_actions_when_set() {
     ] {
         assert_eq!(server.post_as(path, &json!({}), None).0, 401, "{path}");
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Every handler acts before it answers: a refusal, once answered, has done nothing.
     assert_eq!(
         fleet.agent_status("alpha")["pid"].as_u64().unwrap(),
         pid,
@@ -404,12 +404,19 @@ fn a_token_is_required_for_actions_when_set() {
 
     let (code, body) = server.post_as("/api/agents/alpha/restart", &json!({}), Some(token));
     assert_eq!(code, 200, "{body}");
-    assert!(
-        fleet
-            .ops("alpha")
-            .iter()
-            .any(|o| o["event"] == "operator_restart")
-    );
+    // That restart is the only one: none of the refused ones came after all.
+    let restarts = |ops: Vec<serde_json::Value>| {
+        ops.iter()
+            .filter(|o| o["event"] == "operator_restart")
+            .count()
+    };
+    assert_eq!(restarts(fleet.ops("alpha")), 1);
+    wait_until(Duration::from_secs(10), "the restarted agent", || {
+        fleet.agent_status("alpha")["pid"]
+            .as_u64()
+            .is_some_and(|p| p != pid)
+    });
+    assert_eq!(restarts(fleet.ops("alpha")), 1);
 }
 
 /// Anything but loopback needs a token, and then every API call needs it.
@@ -617,8 +624,7 @@ fn bad_input_is_refused_with_a_hint_and_changes_nothing() {
     );
     assert_eq!(code, 403, "{body}");
 
-    // Nothing changed.
-    std::thread::sleep(Duration::from_millis(300));
+    // Nothing changed: every handler acts before it answers, so the refusals above are done.
     assert_eq!(handoff_files(&fleet, "alpha"), 0);
     assert_eq!(handoff_files(&fleet, "beta"), 0);
     let restarted = |a: &str| {

@@ -5,7 +5,7 @@
 //! Runs only with `PHOENIX_TEST_REAL_CLIS=1` (`.ci/run` sets it); plain `cargo test` says it
 //! skipped the suite and why.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::Fleet;
-use support::gemini_server::{self, GeminiServer, shell};
+use support::gemini_server::{self, Gemini, GeminiServer, shell};
+use support::real::{self, RealCli, Run, state_of};
 use support::scripted::Turn;
 
 /// The Gemini CLI version the suite is pinned to.
@@ -24,6 +25,27 @@ const WAIT: Duration = Duration::from_secs(30);
 fn gemini_bin() -> PathBuf {
     support::npm_cli("real-cli-gemini", GEMINI, "gemini")
 }
+
+/// Gemini CLI in the table of the scenarios every real CLI goes through alike.
+const GEMINI_CLI: RealCli<Gemini> = RealCli {
+    agent: "gm",
+    serve: gemini_server::start,
+    start: |fleet, server, extra, prompt| {
+        let (dir, pane) = start_gemini(fleet, server, extra, prompt);
+        Run {
+            dir,
+            pane,
+            home: fleet.path().join("home"),
+            guard: None,
+        }
+    },
+    submit: |fleet, pane, text| support::submit(fleet, pane, text, WAIT),
+    shell,
+    turns: GeminiServer::turn_requests,
+    // Gemini's AfterTool sets no error for a failed command: phoenix reads `Exit Code: N`.
+    failed_shell_call: |t| t["tool"] == "run_shell_command" && t["error"] == "exit code 2",
+    outlives_terminal: false,
+};
 
 /// A HOME where Gemini CLI uses an API key, checks for no updates and reports nothing.
 /// Nothing is trusted yet.
@@ -93,7 +115,7 @@ fn tool_result(request: &support::scripted::Request) -> String {
 fn enabled() -> bool {
     support::opted_in(
         support::REAL_CLIS,
-        "tests/real_gemini.rs (the real Gemini CLI)",
+        "tests/it/real_gemini.rs (the real Gemini CLI)",
         "npm and access to the npm registry",
     )
 }
@@ -436,14 +458,6 @@ fn real_gemini_killed_mid_turn_is_resumed_with_the_recovery_block() {
     assert!(!dir.join("hook_errors.jsonl").exists());
 }
 
-/// The agent's state.json, or Null while it is not there yet.
-fn state_of(dir: &Path) -> Value {
-    std::fs::read(dir.join("state.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or(Value::Null)
-}
-
 /// A real Gemini CLI agent started by `phoenix apply` (with `extra` phoenix.toml text before its
 /// declaration and fast restarts), `prompt` typed into it once it waits for input. Returns the
 /// agent's state dir and its pane.
@@ -474,20 +488,7 @@ fn start_gemini(
 /// The request phoenix's continuation prompt made (it says the session was restarted), once it
 /// came: what a restarted session sent to the model without anybody typing.
 fn sent_with_the_continue_prompt(fleet: &Fleet, server: &GeminiServer, pane: &str) -> String {
-    let find = || {
-        server
-            .turn_requests()
-            .into_iter()
-            .rfind(|r| r.text().contains("This session was restarted"))
-            .map(|r| r.text())
-    };
-    support::wait_until_explained(
-        WAIT,
-        "the request of phoenix's continuation prompt",
-        || find().is_some(),
-        || fleet.explain("gm", pane),
-    );
-    find().unwrap()
+    GEMINI_CLI.sent_with_the_continue_prompt(fleet, server, pane)
 }
 
 /// Scenario 3: the Gemini API answers that the input has more tokens than the model allows.
@@ -608,36 +609,7 @@ fn real_gemini_hanging_on_the_model_is_found_silent_and_revived() {
     if !enabled() {
         return;
     }
-    let fleet = Fleet::new();
-    let server = gemini_server::start(vec![Turn::Hang, Turn::text("Back after the hang.")]);
-    let (dir, pane) = start_gemini(
-        &fleet,
-        &server,
-        "[thresholds]\nsilence = \"3s\"\n",
-        "index the archive",
-    );
-    support::wait_until(WAIT, "the request that hangs", || {
-        !server.turn_requests().is_empty()
-    });
-    // A pass while the turn is young: it is not silent yet, and the passes that follow
-    // compare screens (a ticking spinner is not a sign of life).
-    let young = fleet.run(&["watchdog", "--once", "--json"]).json();
-    assert_eq!(young["agents"][0]["verdict"], "healthy", "{young}");
-    std::thread::sleep(Duration::from_secs(4));
-    let gm = fleet.watchdog_until_confirmed();
-    assert_eq!(gm["verdict"], "unhealthy", "{gm}");
-    assert_eq!(gm["findings"][0]["check"], "silence", "{gm}");
-    assert_eq!(gm["action"], "revive", "{gm}");
-    let events = fleet.unhealthy_events("gm");
-    assert!(events.contains("silent_for_"), "{events}");
-    let sent = sent_with_the_continue_prompt(&fleet, &server, &pane);
-    assert!(sent.contains("YOU WERE REVIVED"), "{sent}");
-    assert!(sent.contains("index the archive"), "{sent}");
-    let ops = fleet.ops("gm");
-    let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
-    assert_eq!(start["mode"], "resume", "{start}");
-    support::wait_for_screen(&fleet, &pane, "Back after the hang.", WAIT);
-    assert_eq!(state_of(&dir)["current_task"], "index the archive");
+    real::hanging_model_is_found_silent_and_revived(&GEMINI_CLI);
 }
 
 /// Scenario 4, second half: six shell calls fail in a row (Gemini's AfterTool sets no error for
@@ -648,48 +620,7 @@ fn real_gemini_six_failing_shell_calls_are_an_error_cascade() {
     if !enabled() {
         return;
     }
-    let fleet = Fleet::new();
-    let mut script: Vec<Turn> = (0..6)
-        .map(|i| shell(&format!("ls /nonexistent-phoenix-{i}")))
-        .collect();
-    script.push(Turn::text("Giving up on the listing."));
-    let server = gemini_server::start(script);
-    let (dir, pane) = start_gemini(
-        &fleet,
-        &server,
-        "[thresholds]\nerror_cascade = 5\n",
-        "list the missing dirs",
-    );
-    support::wait_until_explained(
-        WAIT,
-        "six failed tool calls",
-        || {
-            support::read_jsonl(&dir.join("tool_use.jsonl"))
-                .iter()
-                .filter(|t| t["ok"] == false)
-                .count()
-                == 6
-        },
-        || fleet.explain("gm", &pane),
-    );
-    let gm = fleet.watchdog_until_confirmed();
-    assert_eq!(gm["verdict"], "unhealthy", "{gm}");
-    let checks: Vec<&str> = gm["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|f| f["check"].as_str())
-        .collect();
-    assert!(checks.contains(&"error_cascade"), "{gm}");
-    let events = fleet.unhealthy_events("gm");
-    assert!(events.contains("6_consecutive_tool_errors"), "{events}");
-    let failed = support::read_jsonl(&dir.join("tool_use.jsonl"));
-    assert!(
-        failed
-            .iter()
-            .all(|t| t["tool"] == "run_shell_command" && t["error"] == "exit code 2"),
-        "{failed:?}"
-    );
+    real::failing_shell_calls_are_an_error_cascade(&GEMINI_CLI);
 }
 
 /// Scenario 5: `/compress` typed into the real Gemini CLI → its PreCompress hook (`manual`) has
@@ -781,50 +712,7 @@ fn real_gemini_idle_past_silence_then_a_slow_answer_is_not_silent() {
     if !enabled() {
         return;
     }
-    let fleet = Fleet::new();
-    let server = gemini_server::start(vec![
-        gemini_server::shell("echo one > one.txt"),
-        Turn::text("Wrote it."),
-        Turn::text("Here is the summary."),
-    ]);
-    let (dir, pane) = start_gemini(
-        &fleet,
-        &server,
-        "[thresholds]\nsilence = \"5s\"\n",
-        "write one file",
-    );
-    support::wait_until_explained(
-        Duration::from_secs(60),
-        "the first turn done",
-        || state_of(&dir)["status"] == "idle" && dir.join("tool_use.jsonl").exists(),
-        || fleet.explain("gm", &pane),
-    );
-    support::wait_until(WAIT, "idle past the silence threshold", || {
-        fleet.quiet_for("gm") > 6.0
-    });
-    let asked = server.turn_requests().len();
-    server.delay_next(Duration::from_secs(4));
-    support::submit(&fleet, &pane, "summarize what you did", WAIT);
-    support::wait_until(WAIT, "the slow request", || {
-        server.turn_requests().len() > asked && state_of(&dir)["status"] == "working"
-    });
-    for pass in 0..2 {
-        let report = fleet.run(&["watchdog", "--once", "--json"]).json();
-        assert_eq!(
-            report["agents"][0]["verdict"], "healthy",
-            "pass {pass}: {report}"
-        );
-    }
-    support::wait_for_screen(&fleet, &pane, "Here is the summary.", WAIT);
-    let report = fleet.run(&["watchdog", "--once", "--json"]).json();
-    assert_eq!(report["agents"][0]["verdict"], "healthy", "{report}");
-    assert_eq!(
-        fleet
-            .unhealthy_events("gm")
-            .matches("session_unhealthy")
-            .count(),
-        0
-    );
+    real::idle_past_silence_then_a_slow_answer_is_not_silent(&GEMINI_CLI);
 }
 
 /// The Gemini API answers 404 for the model: Gemini CLI fires no hook and shows a dialog ("It
@@ -886,18 +774,7 @@ fn real_gemini_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
     if !enabled() {
         return;
     }
-    let fleet = Fleet::new();
-    let server = gemini_server::start(vec![
-        shell(support::scenarios::ORPHAN_JOB),
-        Turn::text("Checked F before running it again."),
-    ]);
-    let (_, pane) = start_gemini(&fleet, &server, "", "append x to F");
-    support::scenarios::killed_mid_tool_leaves_no_orphan(
-        &fleet,
-        "gm",
-        &fleet.path().join("work"),
-        || sent_with_the_continue_prompt(&fleet, &server, &pane),
-    );
+    real::killed_mid_tool(&GEMINI_CLI);
 }
 
 /// Issue 15 item 7 with the real Gemini CLI: its wrapper is killed with Gemini still running;
@@ -907,14 +784,5 @@ fn real_gemini_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
     if !enabled() {
         return;
     }
-    let fleet = Fleet::new();
-    let server = gemini_server::start(vec![Turn::text("Done.")]);
-    let (dir, pane) = start_gemini(&fleet, &server, "", "say done");
-    support::wait_until_explained(
-        WAIT,
-        "the turn",
-        || state_of(&dir)["status"] == "idle",
-        || fleet.explain("gm", &pane),
-    );
-    support::scenarios::killed_wrapper_leaves_one_copy(&fleet, "gm", false);
+    real::killed_wrapper(&GEMINI_CLI);
 }

@@ -1,7 +1,7 @@
 //! `phoenix hook`, the state commands and hook configuration, driven through the real binary
 //! with the payloads captured from Claude Code, Codex CLI and Gemini CLI.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::path::Path;
@@ -1617,7 +1617,10 @@ fn demo_agent_gets_the_recovery_block_injected() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    // Its first step's heartbeat comes after it printed the context the hook gave it.
+    wait_until(std::time::Duration::from_secs(10), "a tool call", || {
+        !read_jsonl(&fleet.agent_dir("demo").join("tool_use.jsonl")).is_empty()
+    });
     child.stdin.take().unwrap().write_all(b"exit\n").unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

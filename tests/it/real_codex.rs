@@ -5,7 +5,7 @@
 //! Runs only with `PHOENIX_TEST_REAL_CLIS=1` (`.ci/run` sets it); plain `cargo test` says it
 //! skipped the suite and why.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::Fleet;
-use support::openai_server::{self, OpenAiServer, exec};
+use support::openai_server::{self, OpenAiServer, Responses, exec};
+use support::real::{self, RealCli, Run, state_of};
 use support::scripted::Turn;
 
 /// The Codex CLI version the suite is pinned to.
@@ -24,6 +25,24 @@ const WAIT: Duration = Duration::from_secs(30);
 fn codex_bin() -> PathBuf {
     support::npm_cli("real-cli-codex", CODEX, "codex")
 }
+
+/// Codex in the table of the scenarios every real CLI goes through alike.
+const CODEX_CLI: RealCli<Responses> = RealCli {
+    agent: "cx",
+    serve: openai_server::start,
+    start: start_codex,
+    submit: |fleet, pane, text| support::submit(fleet, pane, text, WAIT),
+    shell: exec,
+    turns: OpenAiServer::turn_requests,
+    // Codex's payload has no failure flag: the exit code is read from the rollout.
+    failed_shell_call: |t| {
+        t["tool"] == "Bash"
+            && t["error"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("exit code 2"))
+    },
+    outlives_terminal: false,
+};
 
 /// `$CODEX_HOME` with a model provider that points at `server`, and nothing trusted.
 fn codex_home(root: &Path, server: &OpenAiServer) -> PathBuf {
@@ -90,15 +109,6 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
-/// The agent's state.json, or Null while it is not there yet (Codex runs its SessionStart
-/// hook only with the first prompt).
-fn state_of(dir: &Path) -> Value {
-    std::fs::read(dir.join("state.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or(Value::Null)
-}
-
 /// The rollout file Codex wrote for session `id`.
 fn rollout(codex_home: &Path, id: &str) -> Option<PathBuf> {
     let mut dirs = vec![codex_home.join("sessions")];
@@ -130,7 +140,7 @@ fn tool_output(request: &support::scripted::Request) -> String {
 fn enabled() -> bool {
     support::opted_in(
         support::REAL_CLIS,
-        "tests/real_codex.rs (the real Codex CLI)",
+        "tests/it/real_codex.rs (the real Codex CLI)",
         "npm and access to the npm registry",
     )
 }
@@ -455,15 +465,9 @@ fn real_codex_killed_mid_turn_is_resumed_with_the_recovery_block() {
 }
 
 /// A real Codex agent started by `phoenix apply` (with `extra` phoenix.toml text before its
-/// declaration and fast restarts), `prompt` typed into it once it waits for input.
-struct Started {
-    dir: PathBuf,
-    pane: String,
-    home: PathBuf,
-    _leftovers: CodexLeftovers,
-}
-
-fn start_codex(fleet: &Fleet, server: &OpenAiServer, extra: &str, prompt: &str) -> Started {
+/// declaration and fast restarts), `prompt` typed into it once it waits for input. Its home is
+/// `CODEX_HOME`; what Codex leaves running is killed when the run is dropped.
+fn start_codex(fleet: &Fleet, server: &OpenAiServer, extra: &str, prompt: &str) -> Run {
     let bin = codex_bin();
     workdir(fleet);
     let home = codex_home(fleet.path(), server);
@@ -480,31 +484,18 @@ fn start_codex(fleet: &Fleet, server: &OpenAiServer, extra: &str, prompt: &str) 
         .to_string();
     support::wait_for_screen(fleet, &pane, "for shortcuts", WAIT);
     support::submit(fleet, &pane, prompt, WAIT);
-    Started {
+    Run {
         dir: fleet.agent_dir("cx"),
         pane,
         home,
-        _leftovers: leftovers,
+        guard: Some(Box::new(leftovers)),
     }
 }
 
 /// The request phoenix's continuation prompt made (it says the session was restarted), once it
 /// came: what a restarted session sent to the model without anybody typing.
 fn sent_with_the_continue_prompt(fleet: &Fleet, server: &OpenAiServer, pane: &str) -> String {
-    let find = || {
-        server
-            .turn_requests()
-            .into_iter()
-            .rfind(|r| r.text().contains("This session was restarted"))
-            .map(|r| r.text())
-    };
-    support::wait_until_explained(
-        WAIT,
-        "the request of phoenix's continuation prompt",
-        || find().is_some(),
-        || fleet.explain("cx", pane),
-    );
-    find().unwrap()
+    CODEX_CLI.sent_with_the_continue_prompt(fleet, server, pane)
 }
 
 /// Scenario 3: the Responses API answers `context_length_exceeded`. Codex shows "ran out of room
@@ -595,36 +586,7 @@ fn real_codex_hanging_on_the_model_is_found_silent_and_revived() {
     if !enabled() {
         return;
     }
-    let fleet = Fleet::new();
-    let server = openai_server::start(vec![Turn::Hang, Turn::text("Back after the hang.")]);
-    let run = start_codex(
-        &fleet,
-        &server,
-        "[thresholds]\nsilence = \"3s\"\n",
-        "index the archive",
-    );
-    support::wait_until(WAIT, "the request that hangs", || {
-        !server.turn_requests().is_empty()
-    });
-    // A pass while the turn is young: it is not silent yet, and the passes that follow
-    // compare screens (a ticking spinner is not a sign of life).
-    let young = fleet.run(&["watchdog", "--once", "--json"]).json();
-    assert_eq!(young["agents"][0]["verdict"], "healthy", "{young}");
-    std::thread::sleep(Duration::from_secs(4));
-    let cx = fleet.watchdog_until_confirmed();
-    assert_eq!(cx["verdict"], "unhealthy", "{cx}");
-    assert_eq!(cx["findings"][0]["check"], "silence", "{cx}");
-    assert_eq!(cx["action"], "revive", "{cx}");
-    let events = fleet.unhealthy_events("cx");
-    assert!(events.contains("silent_for_"), "{events}");
-    let sent = sent_with_the_continue_prompt(&fleet, &server, &run.pane);
-    assert!(sent.contains("YOU WERE REVIVED"), "{sent}");
-    assert!(sent.contains("index the archive"), "{sent}");
-    let ops = fleet.ops("cx");
-    let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
-    assert_eq!(start["mode"], "resume", "{start}");
-    support::wait_for_screen(&fleet, &run.pane, "Back after the hang.", WAIT);
-    assert_eq!(state_of(&run.dir)["current_task"], "index the archive");
+    real::hanging_model_is_found_silent_and_revived(&CODEX_CLI);
 }
 
 /// Scenario 4, second half: six shell calls fail in a row (Codex's PostToolUse says nothing of
@@ -635,49 +597,7 @@ fn real_codex_six_failing_shell_calls_are_an_error_cascade() {
     if !enabled() {
         return;
     }
-    let fleet = Fleet::new();
-    let mut script: Vec<Turn> = (0..6)
-        .map(|i| exec(&format!("ls /nonexistent-phoenix-{i}")))
-        .collect();
-    script.push(Turn::text("Giving up on the listing."));
-    let server = openai_server::start(script);
-    let run = start_codex(
-        &fleet,
-        &server,
-        "[thresholds]\nerror_cascade = 5\n",
-        "list the missing dirs",
-    );
-    support::wait_until_explained(
-        WAIT,
-        "six failed tool calls",
-        || {
-            support::read_jsonl(&run.dir.join("tool_use.jsonl"))
-                .iter()
-                .filter(|t| t["ok"] == false)
-                .count()
-                == 6
-        },
-        || fleet.explain("cx", &run.pane),
-    );
-    let cx = fleet.watchdog_until_confirmed();
-    assert_eq!(cx["verdict"], "unhealthy", "{cx}");
-    let checks: Vec<&str> = cx["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|f| f["check"].as_str())
-        .collect();
-    assert!(checks.contains(&"error_cascade"), "{cx}");
-    let events = fleet.unhealthy_events("cx");
-    assert!(events.contains("6_consecutive_tool_errors"), "{events}");
-    let failed = support::read_jsonl(&run.dir.join("tool_use.jsonl"));
-    assert!(
-        failed.iter().all(|t| t["tool"] == "Bash"
-            && t["error"]
-                .as_str()
-                .is_some_and(|e| e.starts_with("exit code 2"))),
-        "{failed:?}"
-    );
+    real::failing_shell_calls_are_an_error_cascade(&CODEX_CLI);
 }
 
 /// Scenario 5: `/compact` typed into the real Codex → its PreCompact hook has phoenix save a
@@ -771,51 +691,7 @@ fn real_codex_idle_past_silence_then_a_slow_answer_is_not_silent() {
     if !enabled() {
         return;
     }
-    let fleet = Fleet::new();
-    let server = openai_server::start(vec![
-        openai_server::exec("echo one > one.txt"),
-        Turn::text("Wrote it."),
-        Turn::text("Here is the summary."),
-    ]);
-    let run = start_codex(
-        &fleet,
-        &server,
-        "[thresholds]\nsilence = \"5s\"\n",
-        "write one file",
-    );
-    let (dir, pane) = (run.dir.clone(), run.pane.clone());
-    support::wait_until_explained(
-        Duration::from_secs(60),
-        "the first turn done",
-        || state_of(&dir)["status"] == "idle" && dir.join("tool_use.jsonl").exists(),
-        || fleet.explain("cx", &pane),
-    );
-    support::wait_until(WAIT, "idle past the silence threshold", || {
-        fleet.quiet_for("cx") > 6.0
-    });
-    let asked = server.turn_requests().len();
-    server.delay_next(Duration::from_secs(4));
-    support::submit(&fleet, &pane, "summarize what you did", WAIT);
-    support::wait_until(WAIT, "the slow request", || {
-        server.turn_requests().len() > asked && state_of(&dir)["status"] == "working"
-    });
-    for pass in 0..2 {
-        let report = fleet.run(&["watchdog", "--once", "--json"]).json();
-        assert_eq!(
-            report["agents"][0]["verdict"], "healthy",
-            "pass {pass}: {report}"
-        );
-    }
-    support::wait_for_screen(&fleet, &pane, "Here is the summary.", WAIT);
-    let report = fleet.run(&["watchdog", "--once", "--json"]).json();
-    assert_eq!(report["agents"][0]["verdict"], "healthy", "{report}");
-    assert_eq!(
-        fleet
-            .unhealthy_events("cx")
-            .matches("session_unhealthy")
-            .count(),
-        0
-    );
+    real::idle_past_silence_then_a_slow_answer_is_not_silent(&CODEX_CLI);
 }
 
 /// The Responses API answers 404 `model_not_found`: Codex prints "The model `gpt-5` does not
@@ -872,18 +748,7 @@ fn real_codex_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
     if !enabled() {
         return;
     }
-    let fleet = Fleet::new();
-    let server = openai_server::start(vec![
-        exec(support::scenarios::ORPHAN_JOB),
-        Turn::text("Checked F before running it again."),
-    ]);
-    let run = start_codex(&fleet, &server, "", "append x to F");
-    support::scenarios::killed_mid_tool_leaves_no_orphan(
-        &fleet,
-        "cx",
-        &fleet.path().join("work"),
-        || sent_with_the_continue_prompt(&fleet, &server, &run.pane),
-    );
+    real::killed_mid_tool(&CODEX_CLI);
 }
 
 /// Issue 15 item 7 with the real Codex: its wrapper is killed with Codex still running; the
@@ -893,14 +758,5 @@ fn real_codex_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
     if !enabled() {
         return;
     }
-    let fleet = Fleet::new();
-    let server = openai_server::start(vec![Turn::text("Done.")]);
-    let run = start_codex(&fleet, &server, "", "say done");
-    support::wait_until_explained(
-        Duration::from_secs(60),
-        "the turn",
-        || state_of(&run.dir)["status"] == "idle",
-        || fleet.explain("cx", &run.pane),
-    );
-    support::scenarios::killed_wrapper_leaves_one_copy(&fleet, "cx", false);
+    real::killed_wrapper(&CODEX_CLI);
 }

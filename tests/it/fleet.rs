@@ -1,6 +1,6 @@
 //! The fleet core end to end: phoenix.toml → plan → apply on a real, private tmux server.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -256,14 +256,18 @@ fn state_dir_missing_under_a_running_agent_is_recreated() {
     fleet.toml("[[agent]]\nname = \"alpha\"\ncommand = \"phoenix demo-agent --interval 1h\"\n");
     fleet.run(&["apply", "--yes"]).status(0);
     fleet.wait_running(&["alpha"]);
-    // Let the agent's start-up writes (its session-start hook, its transcript) finish first.
+    // Let the agent's start-up writes finish first: the wrapper's `agent_alive`, and the
+    // session-start hook, which has returned once the demo agent prints its menu after it.
     support::wait_until(Duration::from_secs(10), "the session start", || {
-        fleet
-            .ops("alpha")
-            .iter()
-            .any(|o| o["event"] == "session_start")
+        let ops = fleet.ops("alpha");
+        ops.iter().any(|o| o["event"] == "session_start")
+            && ops.iter().any(|o| o["event"] == "agent_alive")
     });
-    std::thread::sleep(Duration::from_millis(200));
+    let pane = fleet.agent_status("alpha")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    support::wait_for_screen(&fleet, &pane, "type: crash", Duration::from_secs(10));
     std::fs::remove_dir_all(fleet.agent_dir("alpha")).unwrap();
     fleet
         .run(&["plan"])

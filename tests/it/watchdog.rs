@@ -4,7 +4,7 @@
 //! runaway work reported, not interrupted; a dead process revived at once; missing and corrupt
 //! logs never break a pass.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -294,6 +294,7 @@ fn runaway_work_is_reported_not_interrupted() {
     ));
     fleet.run(&["apply", "--yes"]).status(0);
     let pids = fleet.wait_running(&["busy"]);
+    // Past the 2 s runaway threshold: time has to pass, the finding is about time.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(verdict(&watchdog(&fleet), "busy")["verdict"], "suspect");
     let a = verdict(&watchdog(&fleet), "busy").clone();

@@ -3,7 +3,7 @@
 //! only on what the agent itself says. Real tmux, real processes, the demo agent and small
 //! shell scripts standing in for CLIs.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -4,12 +4,13 @@
 //! Runs only with `PHOENIX_TEST_REAL_CLIS=1` (`.ci/run` sets it); plain `cargo test` says it
 //! skipped the suite and why.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use support::model_server::{ModelServer, Request, Turn};
+use support::model_server::{Messages, ModelServer, Request, Turn};
+use support::real::{self, RealCli, Run};
 
 /// The Claude Code version the suite is pinned to.
 const CLAUDE_CODE: &str = "@anthropic-ai/claude-code@2.1.197";
@@ -18,6 +19,40 @@ fn claude_bin() -> PathBuf {
     // One install at a time, pinned: parallel tests each ran `npm install` when the binary was
     // missing, and one exec'd it while another's install was still writing it (ETXTBSY).
     support::npm_cli("real-cli", CLAUDE_CODE, "claude")
+}
+
+/// Claude Code in the table of the scenarios every real CLI goes through alike.
+const CLAUDE_CLI: RealCli<Messages> = RealCli {
+    agent: "cc",
+    serve: ModelServer::start,
+    start: |fleet, server, extra, prompt| {
+        let dir = start_claude(fleet, server, extra, prompt);
+        let pane = fleet.agent_status("cc")["pane"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        Run {
+            dir,
+            pane,
+            home: fleet.path().join("home"),
+            guard: None,
+        }
+    },
+    submit: type_prompt,
+    shell: Turn::bash,
+    turns: turn_requests,
+    // A real PostToolUseFailure hook: Claude Code says the call failed, with its error.
+    failed_shell_call: |t| t["tool"] == "Bash" && t["error"].as_str().is_some(),
+    outlives_terminal: true,
+};
+
+/// The model calls that play a scripted turn: the ones that offer tools (not the title).
+fn turn_requests(server: &ModelServer) -> Vec<Request> {
+    server
+        .message_requests()
+        .into_iter()
+        .filter(|r| r.body["tools"].as_array().is_some_and(|t| !t.is_empty()))
+        .collect()
 }
 
 /// The `[[agent]]` block of a real Claude Code agent `cc` working in `<fleet>/work`, with a
@@ -68,7 +103,7 @@ fn claude_command(bin: &Path, home: &Path, server: &ModelServer, key: &str) -> C
 fn enabled() -> bool {
     support::opted_in(
         support::REAL_CLIS,
-        "tests/real_cli.rs (the real Claude Code CLI)",
+        "tests/it/real_cli.rs (the real Claude Code CLI)",
         "npm and access to the npm registry",
     )
 }
@@ -288,7 +323,20 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
                 && !server.message_requests().is_empty()
         },
     );
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    // The Bash call is in flight: the PreToolUse hook phoenix installed noted it, and its
+    // `sleep 60` runs in the workdir.
+    let work = work.canonicalize().unwrap();
+    let sleeping = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == b"sleep\x0060\x00")
+                && std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd == work)
+        })
+    };
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the Bash call in flight",
+        || dir.join("in_flight.json").exists() && sleeping(),
+    );
     let session: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
     let id = session["session_id"].as_str().unwrap().to_string();
@@ -989,7 +1037,18 @@ fn real_claude_crash_is_not_diagnosed_from_an_earlier_sessions_error() {
     );
     let second = fleet.wait_running(&["cc"])[0];
     assert_ne!(first, second);
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    // The resumed session's turn is over (its Stop hook ran): a well session, killed.
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the resumed session's turn complete",
+        || {
+            let ops = fleet.ops("cc");
+            let start = ops
+                .iter()
+                .rposition(|o| o["event"] == "agent_start" && o["pid"] == second);
+            start.is_some_and(|s| ops[s..].iter().any(|o| o["event"] == "turn_complete"))
+        },
+    );
     support::kill9(second);
     support::wait_until(
         std::time::Duration::from_secs(30),
@@ -1025,36 +1084,7 @@ fn real_claude_hanging_on_the_model_is_found_silent_and_revived() {
     if !enabled() {
         return;
     }
-    let fleet = support::Fleet::new();
-    let server = ModelServer::start(vec![Turn::Hang, Turn::text("Back after the hang.")]);
-    let dir = start_claude(
-        &fleet,
-        &server,
-        "[thresholds]\nsilence = \"3s\"\n",
-        "index the archive",
-    );
-    support::wait_until(
-        std::time::Duration::from_secs(30),
-        "the request that hangs",
-        || !server.message_requests().is_empty(),
-    );
-    // A pass while the turn is young: it is not silent yet, and the passes that follow
-    // compare screens (a ticking spinner is not a sign of life).
-    let young = fleet.run(&["watchdog", "--once", "--json"]).json();
-    assert_eq!(young["agents"][0]["verdict"], "healthy", "{young}");
-    std::thread::sleep(std::time::Duration::from_secs(4));
-    let cc = fleet.watchdog_until_confirmed();
-    assert_eq!(cc["verdict"], "unhealthy", "{cc}");
-    assert_eq!(cc["findings"][0]["check"], "silence", "{cc}");
-    assert_eq!(cc["action"], "revive", "{cc}");
-    let events = fleet.unhealthy_events("cc");
-    assert!(events.contains("silent_for_"), "{events}");
-    let sent = sent_with_the_continue_prompt(&server);
-    assert!(sent.contains("YOU WERE REVIVED"), "{sent}");
-    assert!(sent.contains("index the archive"), "{sent}");
-    let state: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
-    assert_eq!(state["current_task"], "index the archive");
+    real::hanging_model_is_found_silent_and_revived(&CLAUDE_CLI);
 }
 
 /// An agent idle for longer than the silence threshold gets a prompt whose answer is slow:
@@ -1065,71 +1095,7 @@ fn real_claude_idle_past_silence_then_a_slow_answer_is_not_silent() {
     if !enabled() {
         return;
     }
-    let fleet = support::Fleet::new();
-    let server = ModelServer::start(vec![
-        Turn::bash("echo one > one.txt"),
-        Turn::text("Wrote it."),
-        Turn::text("Here is the summary."),
-    ]);
-    let dir = start_claude(
-        &fleet,
-        &server,
-        "[thresholds]\nsilence = \"5s\"\n",
-        "write one file",
-    );
-    let state = || -> serde_json::Value {
-        std::fs::read(dir.join("state.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default()
-    };
-    support::wait_until(
-        std::time::Duration::from_secs(60),
-        "the first turn done",
-        || state()["status"] == "idle" && dir.join("tool_use.jsonl").exists(),
-    );
-    support::wait_until(
-        std::time::Duration::from_secs(30),
-        "idle past the silence threshold",
-        || fleet.quiet_for("cc") > 6.0,
-    );
-    let pane = fleet.agent_status("cc")["pane"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let asked = server.message_requests().len();
-    server.delay_next(std::time::Duration::from_secs(4));
-    type_prompt(&fleet, &pane, "summarize what you did");
-    support::wait_until(
-        std::time::Duration::from_secs(30),
-        "the slow request",
-        || server.message_requests().len() > asked && state()["status"] == "working",
-    );
-    for pass in 0..2 {
-        let report = fleet.run(&["watchdog", "--once", "--json"]).json();
-        assert_eq!(
-            report["agents"][0]["verdict"], "healthy",
-            "pass {pass}: {report}"
-        );
-    }
-    support::wait_until(
-        std::time::Duration::from_secs(30),
-        "the slow answer",
-        || {
-            fleet
-                .tmux(&["capture-pane", "-p", "-t", &pane])
-                .is_some_and(|s| s.contains("Here is the summary."))
-        },
-    );
-    let report = fleet.run(&["watchdog", "--once", "--json"]).json();
-    assert_eq!(report["agents"][0]["verdict"], "healthy", "{report}");
-    assert_eq!(
-        fleet
-            .unhealthy_events("cc")
-            .matches("session_unhealthy")
-            .count(),
-        0
-    );
+    real::idle_past_silence_then_a_slow_answer_is_not_silent(&CLAUDE_CLI);
 }
 
 /// Claude Code retrying an overloaded API by itself ("API error · Retrying in 5s · attempt
@@ -1280,47 +1246,7 @@ fn real_claude_six_failing_tools_are_an_error_cascade() {
     if !enabled() {
         return;
     }
-    let fleet = support::Fleet::new();
-    let mut script: Vec<Turn> = (0..6)
-        .map(|i| Turn::bash(&format!("ls /nonexistent-phoenix-{i}")))
-        .collect();
-    script.push(Turn::text("Giving up on the listing."));
-    let server = ModelServer::start(script);
-    let dir = start_claude(
-        &fleet,
-        &server,
-        "[thresholds]\nerror_cascade = 5\n",
-        "list the missing dirs",
-    );
-    support::wait_until(
-        std::time::Duration::from_secs(60),
-        "six failed tool calls",
-        || {
-            support::read_jsonl(&dir.join("tool_use.jsonl"))
-                .iter()
-                .filter(|t| t["ok"] == false)
-                .count()
-                == 6
-        },
-    );
-    let cc = fleet.watchdog_until_confirmed();
-    assert_eq!(cc["verdict"], "unhealthy", "{cc}");
-    let checks: Vec<&str> = cc["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|f| f["check"].as_str())
-        .collect();
-    assert!(checks.contains(&"error_cascade"), "{cc}");
-    let events = fleet.unhealthy_events("cc");
-    assert!(events.contains("6_consecutive_tool_errors"), "{events}");
-    let failed = support::read_jsonl(&dir.join("tool_use.jsonl"));
-    assert!(
-        failed
-            .iter()
-            .all(|t| t["tool"] == "Bash" && t["error"].as_str().is_some()),
-        "{failed:?}"
-    );
+    real::failing_shell_calls_are_an_error_cascade(&CLAUDE_CLI);
 }
 
 /// Scenario 5: `/compact` typed into the real Claude Code → its PreCompact hook has phoenix
@@ -1419,18 +1345,7 @@ fn real_claude_killed_mid_tool_leaves_no_orphan_and_is_told_what_was_stopped() {
     if !enabled() {
         return;
     }
-    let fleet = support::Fleet::new();
-    let server = ModelServer::start(vec![
-        Turn::bash(support::scenarios::ORPHAN_JOB),
-        Turn::text("Checked F before running it again."),
-    ]);
-    start_claude(&fleet, &server, "", "append x to F");
-    support::scenarios::killed_mid_tool_leaves_no_orphan(
-        &fleet,
-        "cc",
-        &fleet.path().join("work"),
-        || sent_with_the_continue_prompt(&server),
-    );
+    real::killed_mid_tool(&CLAUDE_CLI);
 }
 
 /// Issue 15 item 7 with the real CLI: the wrapper is killed with Claude Code still running
@@ -1441,16 +1356,7 @@ fn real_claude_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
     if !enabled() {
         return;
     }
-    let fleet = support::Fleet::new();
-    let server = ModelServer::start(vec![Turn::text("Done.")]);
-    let dir = start_claude(&fleet, &server, "", "say done");
-    support::wait_until(std::time::Duration::from_secs(60), "the turn", || {
-        std::fs::read(dir.join("state.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .is_some_and(|s| s["status"] == "idle")
-    });
-    support::scenarios::killed_wrapper_leaves_one_copy(&fleet, "cc", true);
+    real::killed_wrapper(&CLAUDE_CLI);
 }
 
 /// Watchdog passes (`phoenix watchdog --once --json`) on a thread of their own, one after the

@@ -1,7 +1,7 @@
 //! `phoenix top` in a real 80×24 terminal: a second private tmux server runs it, the test
 //! presses keys with send-keys and reads the screen with capture-pane, against a real fleet.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::Duration;

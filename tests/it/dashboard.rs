@@ -4,7 +4,7 @@
 //! Runs only with `PHOENIX_TEST_BROWSER=1` (`.ci/run` sets it); plain `cargo test` says it
 //! skipped the suite and why.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ fn target_dir() -> std::path::PathBuf {
 fn enabled() -> bool {
     support::opted_in(
         support::BROWSER,
-        "tests/dashboard.rs (the web dashboard in Chromium)",
+        "tests/it/dashboard.rs (the web dashboard in Chromium)",
         "a headless Chromium and chromedriver (Debian: chromium, chromium-driver)",
     )
 }

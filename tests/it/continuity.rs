@@ -3,7 +3,7 @@
 //! `->continuity:` tap, ranked search over a rebuilt-on-demand index, and many restart cycles
 //! losing nothing. Real tmux, real SQLite, the demo agent standing in for a CLI.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::process::Stdio;
@@ -549,7 +549,9 @@ fn a_hooked_custom_cli_whose_session_start_comes_first_gets_nothing_pasted() {
         .find(|o| o["event"] == "session_start")
         .unwrap();
     assert_eq!(start["injected"], true, "{start}");
-    // Past the wrapper's 3 s look for the hook, a quiet pane and a paste.
+    // Past the wrapper's 3 s look for the hook, a quiet pane and a paste. Time has to pass on
+    // purpose: leaving the context to the hook is a silent decision (no op to wait for), and
+    // the paste it replaced came only after that window.
     std::thread::sleep(Duration::from_secs(5));
     let ops = fleet.ops("hooked");
     assert!(

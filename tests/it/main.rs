@@ -1,0 +1,19 @@
+//! phoenix's integration tests, one crate so the suite links once: each module drives the real
+//! binary against a real private tmux server (`support::Fleet`). Run one area with
+//! `cargo test --test it fleet::`.
+
+mod continuity;
+mod dashboard;
+mod fleet;
+mod hooks;
+mod inert;
+mod policy;
+mod real_cli;
+mod real_codex;
+mod real_gemini;
+mod serve;
+mod supervise;
+mod support;
+mod top;
+mod validate;
+mod watchdog;
