@@ -1000,3 +1000,221 @@ fn status_exits_3_while_a_declared_agent_is_not_running() {
     fleet.run(&["apply", "--yes"]).status(0);
     fleet.run(&["status"]).status(0);
 }
+
+/// The panes of agent `name` on the fleet's server.
+fn panes_of(fleet: &Fleet, name: &str) -> Vec<String> {
+    fleet
+        .tagged_panes()
+        .into_iter()
+        .filter(|(agent, ..)| agent == name)
+        .map(|(_, _, pane, _)| pane)
+        .collect()
+}
+
+#[test]
+fn a_stopped_agent_stays_down_through_apply_and_restart_until_start() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pids = fleet.wait_running(&["alpha", "beta"]);
+
+    let stop = fleet.run(&["stop", "alpha", "--json"]);
+    stop.status(0);
+    let v = stop.json();
+    assert_eq!(v["agents"][0]["agent"], "alpha", "{v}");
+    assert_eq!(v["agents"][0]["ok"], true, "{v}");
+    assert!(panes_of(&fleet, "alpha").is_empty(), "its pane is gone");
+    assert_eq!(fleet.agent_status("alpha")["state"], "stopped");
+
+    // Neither plan nor apply starts it again; both say how to.
+    fleet
+        .run(&["plan"])
+        .status(0)
+        .stdout_has("agent `alpha`: stopped")
+        .stdout_has("`phoenix start alpha`");
+    fleet.run(&["apply", "--yes"]).status(0);
+    assert!(panes_of(&fleet, "alpha").is_empty(), "apply started it");
+    fleet
+        .run(&["restart", "alpha"])
+        .status(1)
+        .stderr_has("`phoenix start alpha`");
+    fleet
+        .run(&["status"])
+        .status(3)
+        .stdout_has("alpha")
+        .stdout_has("stopped");
+
+    fleet
+        .run(&["start", "alpha"])
+        .status(0)
+        .stdout_has("✓ agent `alpha`");
+    fleet.wait_running(&["alpha"]);
+    assert_eq!(
+        fleet.wait_running(&["beta"]),
+        [pids[1]],
+        "beta was left alone throughout"
+    );
+    fleet.run(&["plan"]).status(0);
+}
+
+#[test]
+fn lifecycle_verbs_name_unknown_agents_and_reject_bad_usage() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    for verb in ["stop", "start", "restart", "attach", "logs", "apply"] {
+        fleet
+            .run(&[verb, "alpah"])
+            .status(1)
+            .stderr_has("no agent `alpah`")
+            .stderr_has("did you mean `alpha`?");
+    }
+    fleet.run(&["stop"]).status(64);
+    fleet.run(&["restart"]).status(64);
+    fleet.run(&["restart", "alpha", "--all"]).status(64);
+    assert!(!fleet.server_running(), "nothing was started");
+    fleet
+        .run(&["attach", "alpha"])
+        .status(1)
+        .stderr_has("agent `alpha` has no pane");
+}
+
+#[test]
+fn apply_with_agent_names_changes_only_those_agents() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet
+        .run(&["apply", "--yes", "beta"])
+        .status(0)
+        .stdout_has("agent `beta`: start");
+    fleet.wait_running(&["beta"]);
+    assert!(
+        panes_of(&fleet, "alpha").is_empty(),
+        "alpha was not a target"
+    );
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has("+ agent `alpha`: start");
+}
+
+#[test]
+fn restart_all_restarts_every_running_agent() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    let before = fleet.wait_running(&["alpha", "beta"]);
+    let run = fleet.run(&["restart", "--all", "--json"]);
+    run.status(0);
+    let v = run.json();
+    assert_eq!(v["failed"], 0, "{v}");
+    assert_eq!(v["agents"].as_array().map(Vec::len), Some(2), "{v}");
+    let after = fleet.wait_running(&["alpha", "beta"]);
+    assert!(
+        before.iter().zip(&after).all(|(b, a)| b != a),
+        "{before:?} → {after:?}"
+    );
+}
+
+#[test]
+fn logs_show_the_agents_steps_and_its_screen() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    support::wait_until(Duration::from_secs(10), "the demo agent's banner", || {
+        fleet
+            .run(&["logs", "alpha"])
+            .stdout()
+            .contains("demo-agent `alpha` session")
+    });
+    let run = fleet.run(&["logs", "alpha", "-n", "200"]);
+    run.status(0)
+        .stdout_has("[phoenix] ")
+        .stdout_has("── pane %");
+    let text = run.stdout();
+    let step = text.find("[phoenix] ").unwrap();
+    let screen = text.find("demo-agent `alpha` session").unwrap();
+    assert!(step < screen, "steps before the screen read now:\n{text}");
+    assert!(!text.contains("demo-agent `beta`"), "{text}");
+}
+
+#[test]
+fn down_stops_this_fleet_and_its_hooks_but_not_another_fleet_or_the_users_hooks() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}\n[[agent]]\nname = \"c\"\ncli = \"claude\"\ncommand = \"phoenix demo-agent --interval 200ms\"\nworkdir = \"wc\"\n",
+        Fleet::demo_agent("alpha", "")
+    ));
+    let settings = fleet.path().join("wc/.claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    std::fs::write(
+        &settings,
+        r#"{"model": "opus", "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "my-own-hook"}]}]}}"#,
+    )
+    .unwrap();
+    // Another fleet on the same tmux server.
+    let other = Fleet::new();
+    other.raw_toml(&format!(
+        "[fleet]\nname = \"other\"\ntmux_socket = \"{}\"\n\n{}",
+        fleet.socket,
+        Fleet::demo_agent("gamma", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    other.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha", "c"]);
+    let hooked = std::fs::read_to_string(&settings).unwrap();
+    assert!(hooked.contains("phoenix") && hooked.contains("my-own-hook"));
+
+    let run = fleet.run(&["down", "--remove-hooks", "--json"]);
+    run.status(0);
+    let v = run.json();
+    assert_eq!(v["failed"], 0, "{v}");
+    assert_eq!(v["server"], "kept: panes of another fleet run on it", "{v}");
+    let left: Vec<String> = fleet.tagged_panes().into_iter().map(|p| p.0).collect();
+    assert_eq!(left, ["gamma"], "only the other fleet's pane is left");
+    let cleaned = std::fs::read_to_string(&settings).unwrap();
+    assert!(
+        cleaned.contains("my-own-hook") && cleaned.contains("opus"),
+        "{cleaned}"
+    );
+    assert!(!cleaned.contains("phoenix"), "{cleaned}");
+    fleet.run(&["status"]).status(3);
+
+    // The other fleet's own `down` takes the server with its last pane.
+    other
+        .run(&["down"])
+        .status(0)
+        .stdout_has("✓ agent `gamma`")
+        .stdout_has(": stopped");
+    assert!(!fleet.server_running());
+    // And `apply` brings a downed fleet back.
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha", "c"]);
+}
+
+#[test]
+fn service_install_status_and_uninstall() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("alpha", ""));
+    fleet
+        .run(&["service", "status"])
+        .status(3)
+        .stdout_has("not installed");
+    fleet.run(&["service", "install"]).status(0);
+    let unit = fleet
+        .path()
+        .join("home/.config/systemd/user/phoenix-test.service");
+    assert!(unit.is_file());
+    let status = fleet.run(&["service", "status", "--json"]);
+    status.status(3);
+    assert_eq!(status.json()["installed"], true);
+    fleet
+        .run(&["service", "uninstall"])
+        .status(0)
+        .stdout_has("removed");
+    assert!(!unit.exists());
+    fleet
+        .run(&["service", "uninstall"])
+        .status(0)
+        .stdout_has("no unit installed");
+}

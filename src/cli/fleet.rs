@@ -79,9 +79,16 @@ pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
     Ok(if plan.is_empty() { 0 } else { 2 })
 }
 
-pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Result<i32> {
+pub fn apply(
+    config: &Path,
+    targets: &[String],
+    yes: bool,
+    prune: bool,
+    json: bool,
+) -> anyhow::Result<i32> {
     let ctx = load(config)?;
     let spec = &ctx.spec;
+    super::lifecycle::declared(spec, targets)?;
     if let Some(problem) = world::leftover_problem(spec) {
         bail!("{problem}");
     }
@@ -101,11 +108,12 @@ pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Resul
     // that what was planned is still true when it is applied.
     let lock = lock_fleet(fleet, "apply")?;
     let world = observe(&ctx)?;
-    let plan = plan::diff(
+    let mut plan = plan::diff(
         spec,
         &world,
         &PlanOptions::for_this_binary(prune).context("cannot find the phoenix binary")?,
     );
+    super::lifecycle::target(&mut plan, spec, targets)?;
     if plan.is_empty() {
         if json {
             out(&format!("{}\n", json!({"steps": [], "failed": 0})));
@@ -174,7 +182,7 @@ const START_CONFIRM: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Wait briefly until every agent started by this apply has its process, and say so: a step
 /// that "worked" but left an empty pane is worth knowing about right away.
-fn confirm_started(
+pub(super) fn confirm_started(
     spec: &Spec,
     runtime: &dyn Runtime,
     report: &mut crate::apply::ApplyReport,

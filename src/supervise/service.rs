@@ -101,6 +101,21 @@ pub fn install(spec: &Spec, exe: &Path) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// Where [`install`] writes this fleet's unit.
+pub fn unit_path(spec: &Spec) -> anyhow::Result<PathBuf> {
+    Ok(unit_dir()?.join(unit_name(spec)))
+}
+
+/// Remove the unit [`install`] wrote; returns its path if there was one.
+pub fn uninstall(spec: &Spec) -> anyhow::Result<Option<PathBuf>> {
+    let path = unit_path(spec)?;
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(Some(path)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot remove `{}`", path.display()))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
