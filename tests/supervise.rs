@@ -1665,3 +1665,38 @@ fn an_upgrade_keeps_the_crash_budget_and_the_quarantine_of_the_old_counter_files
     );
     assert!(ops_named(&fleet, "beta", "agent_start").is_empty());
 }
+
+#[test]
+fn the_daemon_leaves_a_stopped_agent_down_until_start() {
+    let fleet = Fleet::new();
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1h\"\n\n{}{}\n{}",
+        fleet.socket,
+        fast_restarts(5),
+        resumable_agent("alpha", ""),
+        resumable_agent("beta", "")
+    ));
+    let daemon = Daemon::start(&fleet, &["-v"]);
+    fleet.wait_running(&["alpha", "beta"]);
+    let reconciles = |d: &Daemon| d.log().matches("reconciled: nothing to do").count();
+    let before = reconciles(&daemon);
+    fleet
+        .run(&["stop", "alpha"])
+        .status(0)
+        .stdout_has("stays down until `phoenix start alpha`");
+    // The pane's end wakes the daemon: it reconciles and finds nothing to do.
+    wait_until(
+        Duration::from_secs(10),
+        "a reconcile after the stop",
+        || reconciles(&daemon) > before,
+    );
+    assert_eq!(fleet.agent_status("alpha")["state"], "stopped");
+    assert!(fleet.agent_status("alpha")["pane"].is_null());
+    fleet
+        .run(&["down"])
+        .status(0)
+        .stderr_has("`phoenix run` (pid");
+    fleet.run(&["start", "alpha"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    assert_eq!(daemon.stop(), Some(0));
+}
