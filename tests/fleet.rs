@@ -533,20 +533,36 @@ fn one_failing_agent_does_not_stop_the_others() {
     fleet.wait_running(&["alpha", "beta"]);
 }
 
+/// A command that is not there is a plan error, found before anything is started or any hook
+/// file is written into the agent's workdir: not an agent failing to spawn.
 #[test]
-fn an_agent_whose_command_cannot_run_fails_the_apply() {
+fn an_agent_whose_command_is_missing_is_a_plan_error() {
     let fleet = Fleet::new();
+    std::fs::create_dir(fleet.path().join("wc")).unwrap();
+    let noexec = fleet.path().join("noexec.sh");
+    std::fs::write(&noexec, "#!/bin/sh\n").unwrap();
     fleet.toml(&format!(
-        "{}[[agent]]\nname = \"broken\"\ncommand = \"no-such-cli-xyz --flag\"\n",
-        Fleet::demo_agent("alpha", "")
+        "{}[[agent]]\nname = \"broken\"\ncli = \"claude\"\ncommand = \"no-such-cli-xyz --flag\"\nworkdir = \"wc\"\n\n\
+         [[agent]]\nname = \"noexec\"\ncommand = \"{}\"\n",
+        Fleet::demo_agent("alpha", ""),
+        noexec.display()
     ));
-    fleet
-        .run(&["apply", "--yes"])
-        .status(1)
-        .stdout_has("✓ agent `alpha`: start")
-        .stdout_has("✗ agent `broken`: start")
-        .stdout_has("the agent's command cannot start: cannot start `no-such-cli-xyz`")
-        .stdout_has("1 succeeded, 1 failed");
+    for verb in ["plan", "apply"] {
+        fleet
+            .run(&[verb, "--yes"][..if verb == "plan" { 1 } else { 2 }])
+            .status(1)
+            .stderr_has("agent `broken`: command `no-such-cli-xyz` is not on PATH (cli `claude`)")
+            .stderr_has("noexec.sh` is not an executable file")
+            .stderr_has("hint: install the CLI, or fix `command` in");
+    }
+    assert!(!fleet.server_running(), "nothing was started");
+    assert!(
+        !fleet.path().join("wc/.claude").exists(),
+        "no hook file was written for a CLI that is not there"
+    );
+    // The others can still be applied by name.
+    fleet.run(&["apply", "--yes", "alpha"]).status(0);
+    fleet.wait_running(&["alpha"]);
 }
 
 #[test]
@@ -1217,4 +1233,65 @@ fn service_install_status_and_uninstall() {
         .run(&["service", "uninstall"])
         .status(0)
         .stdout_has("no unit installed");
+}
+
+/// A first run: `init` then `apply` works on a machine with no agent CLI installed.
+#[test]
+fn init_scaffolds_a_fleet_that_runs_as_it_is() {
+    let mut fleet = Fleet::new();
+    fleet
+        .run(&["init"])
+        .status(0)
+        .stdout_has("created phoenix.toml")
+        .stdout_has("created phoenix.toml.example");
+    // Follow the socket phoenix derived for this file, so the harness cleans it up.
+    fleet.socket = fleet.spec().fleet.socket;
+    fleet.run(&["validate"]).status(0);
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["demo"]);
+    let reference = std::fs::read_to_string(fleet.path().join("phoenix.toml.example")).unwrap();
+    assert!(
+        reference.contains("[thresholds]"),
+        "the full reference is beside it"
+    );
+}
+
+#[test]
+fn init_writes_the_file_named_with_the_cli_asked_for() {
+    let fleet = Fleet::new();
+    let file = fleet.path().join("sub/my.toml");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(support::PHOENIX)
+            .current_dir(fleet.path())
+            .env("HOME", fleet.path().join("home"))
+            // No agent CLI can be found, whatever this machine has installed.
+            .env("PATH", "/nonexistent")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, _) = run(&["init", "-c", "sub/my.toml", "--cli", "codex"]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(
+        stdout.contains("-c "),
+        "the next steps name the file: {stdout}"
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("cli = \"codex\""), "{text}");
+    assert!(fleet.path().join("sub/phoenix.toml.example").exists());
+    assert!(!fleet.config().exists());
+    // Without codex installed, plan says so instead of starting a crash loop.
+    let (code, _, stderr) = run(&["-c", "sub/my.toml", "plan"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("command `codex` is not on PATH"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(&["init", "--cli", "cursor"]);
+    assert_eq!(code, Some(64), "{stderr}");
 }

@@ -442,11 +442,17 @@ fn a_missing_binary_goes_to_safe_mode_without_retries() {
         script.display(),
         noexec.display()
     ));
-    // `apply` says at once that `gone` cannot start; its wrapper stops it for a person.
+    // `apply` refuses what it can see cannot run; the command of `script` only fails when run.
     fleet
         .run(&["apply", "--yes"])
         .status(1)
-        .stdout_has("the agent's command cannot start");
+        .stderr_has("command `/nonexistent/bin/claude` is not an executable file");
+    fleet.run(&["apply", "--yes", "script"]);
+    // Started past the plan's check (a restart, as the daemon or the watchdog would), the
+    // wrapper stops each for a person at its first failed spawn, with no crash budget spent.
+    for agent in ["gone", "noexec"] {
+        fleet.run(&["restart", agent]);
+    }
     for (agent, code) in [
         ("gone", "exit 127: not found"),
         ("script", "exit 127: not found"),

@@ -59,6 +59,7 @@ pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
 pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
     let ctx = load(config)?;
     let spec = &ctx.spec;
+    super::lifecycle::commands_exist(&ctx, &[])?;
     if let Some(problem) = world::leftover_problem(spec) {
         eprintln!("warning: {problem}");
     }
@@ -89,6 +90,7 @@ pub fn apply(
     let ctx = load(config)?;
     let spec = &ctx.spec;
     super::lifecycle::declared(spec, targets)?;
+    super::lifecycle::commands_exist(&ctx, targets)?;
     if let Some(problem) = world::leftover_problem(spec) {
         bail!("{problem}");
     }
@@ -456,7 +458,7 @@ pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
             check(c.check, c.ok, c.detail, c.fix);
             for agent in &spec.agents {
                 let program = agent.argv.first().map(String::as_str).unwrap_or("");
-                let found = program == "phoenix" || find_program(program, &agent.workdir);
+                let found = agent.command_problem().is_none();
                 check(
                     format!("agent `{}` command", agent.name),
                     found,
@@ -510,15 +512,6 @@ pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
 
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
-}
-
-fn find_program(program: &str, workdir: &Path) -> bool {
-    if program.contains('/') {
-        let p = crate::spec::expand_path(program, workdir);
-        return p.is_file();
-    }
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
 }
 
 pub fn restart(config: &Path, agent: &str, fresh: bool, json: bool) -> anyhow::Result<i32> {

@@ -63,6 +63,29 @@ pub fn declared(spec: &Spec, names: &[String]) -> anyhow::Result<Vec<String>> {
     Ok(agents)
 }
 
+/// Every agent `plan`/`apply` (of `targets`, or all) would start can run its command here:
+/// else the plan stops before any hook file is written into a workdir, rather than leaving an
+/// agent failing to spawn.
+pub fn commands_exist(ctx: &FleetContext, targets: &[String]) -> anyhow::Result<()> {
+    let problems: Vec<String> = ctx
+        .spec
+        .agents
+        .iter()
+        .filter(|a| a.enabled && (targets.is_empty() || targets.contains(&a.name)))
+        .filter(|a| !ctx.dir.agent(&a.name).has_marker(state::STOPPED))
+        .filter_map(|a| a.command_problem())
+        .collect();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "{}\n  = hint: install the CLI, or fix `command` in {} (a path, or a program on PATH; \
+         `phoenix doctor` checks them all); `phoenix apply AGENT…` applies the others",
+        problems.join("\n       "),
+        ctx.spec.file.display()
+    )
+}
+
 /// `apply AGENT…`: only these agents' changes (Terraform's `-target`).
 pub fn target(plan: &mut Plan, spec: &Spec, names: &[String]) -> anyhow::Result<()> {
     if names.is_empty() {

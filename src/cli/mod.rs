@@ -43,8 +43,13 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Scaffold phoenix.toml, policies/ and templates/ in the current directory.
+    /// Scaffold a minimal phoenix.toml (or the file `-c` names) that runs as it is, with the
+    /// full reference beside it (phoenix.toml.example), policies/ and templates/.
     Init {
+        /// The agent CLI of the one agent it declares (`custom`: phoenix's demo agent, which
+        /// runs on any machine).
+        #[arg(long, value_enum, default_value = "custom")]
+        cli: scaffold::Starter,
         /// Overwrite existing files.
         #[arg(long)]
         force: bool,
@@ -398,7 +403,7 @@ pub fn main() -> i32 {
 fn run(cli: Cli) -> anyhow::Result<i32> {
     let config = cli.config;
     match cli.command {
-        Command::Init { force } => scaffold::init(&std::env::current_dir()?, force),
+        Command::Init { cli, force } => scaffold::init(&config, cli, force),
         Command::Validate { json } => fleet::validate(&config, json),
         Command::Plan { json, prune } => fleet::plan(&config, json, prune),
         Command::Apply {
