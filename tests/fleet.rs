@@ -1295,3 +1295,29 @@ fn init_writes_the_file_named_with_the_cli_asked_for() {
     let (code, _, stderr) = run(&["init", "--cli", "cursor"]);
     assert_eq!(code, Some(64), "{stderr}");
 }
+
+#[test]
+fn logs_follow_prints_new_steps_as_they_happen() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    let log = fleet.path().join("follow.out");
+    let mut child = fleet
+        .command(&["logs", "alpha", "-f"])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until(Duration::from_secs(10), "the first screen", || {
+        read().contains("── pane %")
+    });
+    let before = read().matches("[phoenix] ").count();
+    fleet.run(&["stop", "alpha"]).status(0);
+    wait_until(Duration::from_secs(10), "the stop's steps", || {
+        read().matches("[phoenix] ").count() > before
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(read().contains("stop"), "{}", read());
+}

@@ -206,7 +206,7 @@ pub fn stop(config: &Path, names: &[String], json: bool) -> anyhow::Result<i32> 
     let mut results = results_of(&agents, &report, "was not running");
     for r in results.iter_mut().filter(|r| r.ok) {
         r.detail = format!(
-            "stopped ({}); it stays down until `phoenix start {}`",
+            "{}; it stays down until `phoenix start {}`",
             r.detail, r.agent
         );
     }

@@ -36,7 +36,7 @@ pub fn logs(config: &Path, name: &str, lines: usize, follow: bool) -> anyhow::Re
             screen = capture(&ctx, pane, lines);
             text.push_str(&format!(
                 "── pane {pane}, now ({}) ──\n",
-                jiff::Timestamp::now().strftime("%H:%M:%S")
+                local_time(jiff::Timestamp::now())
             ));
             for l in &screen {
                 text.push_str(l);
@@ -110,14 +110,17 @@ fn new_lines<'a>(before: &[String], now: &'a [String]) -> &'a [String] {
     now
 }
 
+/// Steps and the screen on one clock: the local time of day.
+fn local_time(t: jiff::Timestamp) -> String {
+    t.to_zoned(jiff::tz::TimeZone::system())
+        .strftime("%H:%M:%S")
+        .to_string()
+}
+
 fn step_line(line: &op::Line) -> String {
     let time = line
         .time()
-        .map(|t| {
-            t.to_zoned(jiff::tz::TimeZone::system())
-                .strftime("%H:%M:%S")
-                .to_string()
-        })
+        .map(local_time)
         .unwrap_or_else(|| "--:--:--".into());
     let fields = line.to_value();
     let mut rest: Vec<String> = fields

@@ -118,8 +118,8 @@ pub enum Command {
         #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "verbose")]
         quiet: u8,
     },
-    /// Restart an agent on purpose: clears `.clean-exit` and its crash quarantine. Waits (up to
-    /// 60 s) while another phoenix holds the fleet lock.
+    /// Restart agents on purpose: clears `.clean-exit` and their crash quarantine. Waits (up to
+    /// 60 s) while another phoenix holds the fleet lock. A stopped agent needs `phoenix start`.
     Restart {
         #[arg(required_unless_present = "all", conflicts_with = "all")]
         agents: Vec<String>,
