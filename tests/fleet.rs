@@ -1077,7 +1077,9 @@ fn a_stopped_agent_stays_down_through_apply_and_restart_until_start() {
 fn lifecycle_verbs_name_unknown_agents_and_reject_bad_usage() {
     let fleet = Fleet::new();
     fleet.toml(&two_demo_agents());
-    for verb in ["stop", "start", "restart", "attach", "logs", "apply"] {
+    for verb in [
+        "stop", "start", "restart", "attach", "logs", "apply", "ledger", "brief",
+    ] {
         fleet
             .run(&[verb, "alpah"])
             .status(1)

@@ -36,25 +36,30 @@ fn lock(ctx: &FleetContext, what: &str) -> anyhow::Result<FleetLock> {
     Ok(FleetLock::acquire(&ctx.dir, what, LOCK_WAIT, tell_waiting)?)
 }
 
+/// The error for a name no agent of `spec` has: what was probably meant, and what there is.
+pub(super) fn unknown_agent(spec: &Spec, name: &str) -> anyhow::Error {
+    let known = spec.agent_names();
+    let hint = crate::diag::did_you_mean(name, &known)
+        .map(|m| format!("did you mean `{m}`? "))
+        .unwrap_or_default();
+    anyhow::anyhow!(
+        "no agent `{name}` in {}: {hint}(declared: {})",
+        spec.file.display(),
+        if known.is_empty() {
+            "none".to_string()
+        } else {
+            known.join(", ")
+        }
+    )
+}
+
 /// The declared agents named on the command line, each once, in the order given; an unknown
 /// name is an error that says what was meant.
 pub fn declared(spec: &Spec, names: &[String]) -> anyhow::Result<Vec<String>> {
-    let known = spec.agent_names();
     let mut agents: Vec<String> = Vec::new();
     for name in names {
         if spec.agent(name).is_none() {
-            let hint = crate::diag::did_you_mean(name, &known)
-                .map(|m| format!("did you mean `{m}`? "))
-                .unwrap_or_default();
-            bail!(
-                "no agent `{name}` in {}: {hint}(declared: {})",
-                spec.file.display(),
-                if known.is_empty() {
-                    "none".to_string()
-                } else {
-                    known.join(", ")
-                }
-            );
+            return Err(unknown_agent(spec, name));
         }
         if !agents.contains(name) {
             agents.push(name.clone());
