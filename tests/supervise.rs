@@ -1706,3 +1706,23 @@ fn the_daemon_leaves_a_stopped_agent_down_until_start() {
     fleet.wait_running(&["alpha"]);
     assert_eq!(daemon.stop(), Some(0));
 }
+
+/// `start` is a person's decision, as `restart` is: an agent stopped in safe mode starts
+/// again instead of going straight back into it.
+#[test]
+fn start_after_stop_lifts_safe_mode() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(3),
+        resumable_agent("alpha", "--crash-after 300ms")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_ops(&fleet, "alpha", "safe_mode", 1);
+    assert_eq!(ops_named(&fleet, "alpha", "agent_start").len(), 3);
+    fleet.run(&["stop", "alpha"]).status(0);
+    fleet.run(&["start", "alpha"]).status(0);
+    wait_until(Duration::from_secs(10), "a new start", || {
+        ops_named(&fleet, "alpha", "agent_start").len() > 3
+    });
+}

@@ -218,8 +218,8 @@ pub fn stop(config: &Path, names: &[String], json: bool) -> anyhow::Result<i32> 
     Ok(finish("stop", results, json!({}), json))
 }
 
-/// `phoenix start AGENT…`: lift a `stop` (and a clean exit's hold), then apply what the plan
-/// holds for these agents.
+/// `phoenix start AGENT…`: lift a `stop` (and a clean exit's hold, and the crash counts, as a
+/// restart by a person does), then apply what the plan holds for these agents.
 pub fn start(config: &Path, names: &[String], json: bool) -> anyhow::Result<i32> {
     let ctx = load(config)?;
     let agents = declared(&ctx.spec, names)?;
@@ -234,6 +234,11 @@ pub fn start(config: &Path, names: &[String], json: bool) -> anyhow::Result<i32>
         for marker in [state::STOPPED, state::CLEAN_EXIT] {
             dir.clear_marker(marker)
                 .with_context(|| format!("cannot clear `{}`", dir.file(marker).display()))?;
+        }
+        // A person starts it: a clean slate, as `phoenix restart` gives (else an agent stopped
+        // in safe mode would start straight back into it).
+        if dir.exists() {
+            crate::supervise::restart::reset_counts(&dir)?;
         }
     }
     let world = crate::status::observe(&ctx.spec, ctx.runtime())?;
