@@ -47,7 +47,8 @@ pub struct Plan {
 pub struct Attention {
     pub agent: String,
     pub pane: String,
-    /// `safe-mode` (a crash limit or a diagnosis stopped it) or `cooldown` (restarting).
+    /// `safe-mode` (a crash limit or a diagnosis stopped it), `cooldown` (restarting) or
+    /// `stopped` (`phoenix stop`).
     pub state: &'static str,
     /// For people: what to run.
     pub hint: String,
@@ -265,8 +266,31 @@ pub fn diff(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
     let attention = spec
         .agents
         .iter()
-        .filter(|a| a.enabled && !changes.iter().any(|c| c.agent == a.name))
+        .filter(|a| a.enabled)
         .filter_map(|a| {
+            let changed = |stop_only: bool| {
+                changes.iter().any(|c| {
+                    c.agent == a.name && (!stop_only || matches!(c.action, Action::Stop { .. }))
+                })
+            };
+            // A stopped agent is held back even while its hook files change under it.
+            if world.agents.get(&a.name).is_some_and(|o| o.stopped) {
+                if changed(true) {
+                    return None;
+                }
+                return Some(Attention {
+                    agent: a.name.clone(),
+                    pane: world.pane_of(&a.name).map(|p| p.id.clone()).unwrap_or_default(),
+                    state: "stopped",
+                    hint: format!(
+                        "stopped on purpose with `phoenix stop`: start it again with `phoenix start {}`",
+                        a.name
+                    ),
+                });
+            }
+            if changed(false) {
+                return None;
+            }
             let pane = world.pane_of(&a.name).filter(|p| !p.dead)?;
             let (state, hint) = match pane.phase.as_deref()? {
                 "safe" => (
@@ -460,6 +484,15 @@ fn diff_agent(agent: &AgentSpec, world: &World) -> Option<Change> {
             )
         });
     }
+    if obs.is_some_and(|o| o.stopped) {
+        return pane.map(|p| {
+            change(
+                name,
+                Action::Stop { pane: p.id.clone() },
+                format!("stopped with `phoenix stop` (`phoenix start {name}` starts it again)"),
+            )
+        });
+    }
 
     let Some(pane) = pane else {
         if clean_exit {
@@ -584,11 +617,12 @@ impl fmt::Display for Plan {
         if !self.attention.is_empty() {
             writeln!(f, "\nDeclared but held back by phoenix (not changes):")?;
             for a in &self.attention {
-                writeln!(
-                    f,
-                    "  ! agent `{}` in pane {}: {}; {}",
-                    a.agent, a.pane, a.state, a.hint
-                )?;
+                let pane = if a.pane.is_empty() {
+                    String::new()
+                } else {
+                    format!(" in pane {}", a.pane)
+                };
+                writeln!(f, "  ! agent `{}`{pane}: {}; {}", a.agent, a.state, a.hint)?;
             }
         }
         Ok(())
@@ -776,6 +810,34 @@ mod tests {
             text.contains("- agent `a`: remove %9 — a second pane for the agent, which runs in %4"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_stopped_agent_is_neither_started_nor_left_running() {
+        let s = two_agents();
+        let fp = |i: usize| s.agents[i].launch().fingerprint();
+        let mut world = world_with(&s, vec![pane("b", &fp(1), false)]);
+        for name in ["a", "b"] {
+            let obs = world.agents.entry(name.into()).or_default();
+            obs.state_dir = true;
+            obs.stopped = true;
+        }
+        let plan = diff(&s, &world, &PlanOptions::default());
+        let actions: Vec<_> = plan
+            .changes
+            .iter()
+            .map(|c| (&*c.agent, c.action.symbol()))
+            .collect();
+        assert_eq!(actions, [("b", "-")], "{plan}");
+        let held: Vec<_> = plan
+            .attention
+            .iter()
+            .map(|a| (&*a.agent, a.state))
+            .collect();
+        assert_eq!(held, [("a", "stopped")]);
+        let text = plan.to_string();
+        assert!(text.contains("`phoenix start a`"), "{text}");
+        assert!(text.contains("stopped with `phoenix stop`"), "{text}");
     }
 
     #[test]

@@ -136,6 +136,13 @@ pub fn carry_out(
     restartable(spec, name)?;
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let dir = fleet.agent(name);
+    // `phoenix stop` holds until `phoenix start`: no restart (a person's, the API's or the
+    // watchdog's revival) may quietly undo it.
+    if dir.has_marker(state::STOPPED) {
+        bail!(
+            "agent `{name}` is stopped (`phoenix stop`): start it again with `phoenix start {name}`"
+        );
+    }
     dir.ensure()
         .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
     // One change of the fleet at a time: a reconcile or an apply racing this restart would

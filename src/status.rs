@@ -212,6 +212,7 @@ pub fn rows(spec: &Spec, world: &World) -> Vec<AgentStatus> {
         let state = match (declared, pane) {
             (None, _) => "pruned-pending",
             (Some(a), _) if !a.enabled => "disabled",
+            (Some(_), _) if obs.is_some_and(|o| o.stopped) && process.is_none() => "stopped",
             (Some(_), _) if obs.is_some_and(|o| o.clean_exit) && process.is_none() => "stopped",
             (Some(_), None) => "declared",
             (Some(_), Some(p)) if p.dead => "dead",

@@ -52,13 +52,8 @@ pub enum HooksCommand {
 }
 
 fn agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a AgentSpec> {
-    spec.agent(name).with_context(|| {
-        format!(
-            "no agent `{name}` in `{}` ({})",
-            spec.file.display(),
-            spec.declared_hint(name)
-        )
-    })
+    spec.agent(name)
+        .ok_or_else(|| super::lifecycle::unknown_agent(spec, name))
 }
 
 fn agent_dir(spec: &Spec, name: &str) -> anyhow::Result<AgentDir> {

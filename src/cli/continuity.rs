@@ -82,13 +82,8 @@ pub enum HandoffCommand {
 }
 
 fn agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a spec::AgentSpec> {
-    spec.agent(name).with_context(|| {
-        format!(
-            "no agent `{name}` in `{}` ({})",
-            spec.file.display(),
-            spec.declared_hint(name)
-        )
-    })
+    spec.agent(name)
+        .ok_or_else(|| super::lifecycle::unknown_agent(spec, name))
 }
 
 pub fn ledger(config: &Path, name: &str, json: bool) -> anyhow::Result<i32> {

@@ -76,6 +76,7 @@ pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
     let ctx = load(config)?;
     let spec = &ctx.spec;
     print_warnings(spec);
+    super::lifecycle::commands_exist(&ctx, &[])?;
     if let Some(problem) = world::leftover_problem(spec) {
         eprintln!("warning: {problem}");
     }
@@ -96,10 +97,18 @@ pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
     Ok(if plan.is_empty() { 0 } else { 2 })
 }
 
-pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Result<i32> {
+pub fn apply(
+    config: &Path,
+    targets: &[String],
+    yes: bool,
+    prune: bool,
+    json: bool,
+) -> anyhow::Result<i32> {
     let ctx = load(config)?;
     let spec = &ctx.spec;
     print_warnings(spec);
+    super::lifecycle::declared(spec, targets)?;
+    super::lifecycle::commands_exist(&ctx, targets)?;
     if let Some(problem) = world::leftover_problem(spec) {
         bail!("{problem}");
     }
@@ -119,11 +128,12 @@ pub fn apply(config: &Path, yes: bool, prune: bool, json: bool) -> anyhow::Resul
     // that what was planned is still true when it is applied.
     let lock = lock_fleet(fleet, "apply")?;
     let world = observe(&ctx)?;
-    let plan = plan::diff(
+    let mut plan = plan::diff(
         spec,
         &world,
         &PlanOptions::for_this_binary(prune).context("cannot find the phoenix binary")?,
     );
+    super::lifecycle::target(&mut plan, spec, targets)?;
     if plan.is_empty() {
         if json {
             out(&format!("{}\n", json!({"steps": [], "failed": 0})));
@@ -192,7 +202,7 @@ const START_CONFIRM: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Wait briefly until every agent started by this apply has its process, and say so: a step
 /// that "worked" but left an empty pane is worth knowing about right away.
-fn confirm_started(
+pub(super) fn confirm_started(
     spec: &Spec,
     runtime: &dyn Runtime,
     report: &mut crate::apply::ApplyReport,
@@ -464,7 +474,7 @@ pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
             check(c.check, c.ok, c.detail, c.fix);
             for agent in &spec.agents {
                 let program = agent.argv.first().map(String::as_str).unwrap_or("");
-                let found = program == "phoenix" || find_program(program, &agent.workdir);
+                let found = agent.command_problem().is_none();
                 check(
                     format!("agent `{}` command", agent.name),
                     found,
@@ -518,15 +528,6 @@ pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
 
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
-}
-
-fn find_program(program: &str, workdir: &Path) -> bool {
-    if program.contains('/') {
-        let p = crate::spec::expand_path(program, workdir);
-        return p.is_file();
-    }
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
 }
 
 pub fn restart(config: &Path, agent: &str, fresh: bool, json: bool) -> anyhow::Result<i32> {

@@ -7,6 +7,8 @@ mod fleet;
 mod generate;
 #[cfg(test)]
 mod layers;
+mod lifecycle;
+mod logs;
 mod notify;
 mod policy;
 mod scaffold;
@@ -41,8 +43,13 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Scaffold phoenix.toml, policies/ and templates/ in the current directory.
+    /// Scaffold a minimal phoenix.toml (or the file `-c` names) that runs as it is, with the
+    /// full reference beside it (phoenix.toml.example), policies/ and templates/.
     Init {
+        /// The agent CLI of the one agent it declares (`custom`: phoenix's demo agent, which
+        /// runs on any machine).
+        #[arg(long, value_enum, default_value = "custom")]
+        cli: scaffold::Starter,
         /// Overwrite existing files.
         #[arg(long)]
         force: bool,
@@ -68,6 +75,8 @@ pub enum Command {
     /// says whom it waits for and gives up after 60 s; `phoenix run` reconciles after it.
     /// Only panes this fleet started are planned for; `--prune` never touches others.
     Apply {
+        /// Only these agents' changes (as Terraform's `-target`); default: the whole fleet.
+        agents: Vec<String>,
         /// Do not ask for confirmation.
         #[arg(long, short = 'y')]
         yes: bool,
@@ -109,16 +118,58 @@ pub enum Command {
         #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "verbose")]
         quiet: u8,
     },
-    /// Restart an agent on purpose: clears `.clean-exit` and its crash quarantine. Waits (up to
-    /// 60 s) while another phoenix holds the fleet lock.
+    /// Restart agents on purpose: clears `.clean-exit` and their crash quarantine. Waits (up to
+    /// 60 s) while another phoenix holds the fleet lock. A stopped agent needs `phoenix start`.
     Restart {
-        agent: String,
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        agents: Vec<String>,
+        /// Every enabled agent that is not stopped.
+        #[arg(long)]
+        all: bool,
         /// Start a fresh session instead of resuming the recorded one.
         #[arg(long)]
         fresh: bool,
         #[arg(long)]
         json: bool,
     },
+    /// Stop agents and keep them stopped: `apply`, `phoenix run` and restarts leave them down
+    /// until `phoenix start` (recorded in each agent's state dir).
+    Stop {
+        #[arg(required = true)]
+        agents: Vec<String>,
+        /// The results as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start agents again after `phoenix stop` (or a clean exit).
+    Start {
+        #[arg(required = true)]
+        agents: Vec<String>,
+        /// The results as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop every agent of this fleet and its tmux server (`phoenix apply` brings it up again).
+    Down {
+        /// Also take phoenix's entries out of the workdirs' hook files (the user's own stay).
+        #[arg(long)]
+        remove_hooks: bool,
+        /// The results as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// An agent's recent steps (ops.jsonl) and its pane's recent output, oldest first.
+    Logs {
+        agent: String,
+        /// How many steps and pane lines.
+        #[arg(short = 'n', long = "lines", default_value_t = 40)]
+        lines: usize,
+        /// Keep printing new steps and output (Ctrl-C ends).
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Attach to the fleet's private tmux server at an agent's pane (detach: Ctrl-b d).
+    Attach { agent: String },
     /// Install phoenix as a service.
     Service {
         #[command(subcommand)]
@@ -293,6 +344,13 @@ pub enum ServiceCommand {
         #[arg(long)]
         print: bool,
     },
+    /// Remove the unit `install` wrote.
+    Uninstall,
+    /// Whether the unit is installed and a daemon supervises this fleet (exit 3 if none).
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The spec without filesystem checks: state and continuity commands work even if a workdir
@@ -351,10 +409,15 @@ pub fn main() -> i32 {
 fn run(cli: Cli) -> anyhow::Result<i32> {
     let config = cli.config;
     match cli.command {
-        Command::Init { force } => scaffold::init(&std::env::current_dir()?, force),
+        Command::Init { cli, force } => scaffold::init(&config, cli, force),
         Command::Validate { json } => fleet::validate(&config, json),
         Command::Plan { json, prune } => fleet::plan(&config, json, prune),
-        Command::Apply { yes, prune, json } => fleet::apply(&config, yes, prune, json),
+        Command::Apply {
+            agents,
+            yes,
+            prune,
+            json,
+        } => fleet::apply(&config, &agents, yes, prune, json),
         Command::Status { agent, json } => fleet::status(&config, agent.as_deref(), json),
         Command::Doctor { json } => fleet::doctor(&config, json),
         Command::Top { interval } => Ok(crate::top::run(&config, interval)?),
@@ -370,10 +433,30 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 quiet,
             },
         )?),
-        Command::Restart { agent, fresh, json } => fleet::restart(&config, &agent, fresh, json),
+        Command::Restart {
+            agents,
+            all,
+            fresh,
+            json,
+        } => lifecycle::restart(&config, &agents, all, fresh, json),
+        Command::Stop { agents, json } => lifecycle::stop(&config, &agents, json),
+        Command::Start { agents, json } => lifecycle::start(&config, &agents, json),
+        Command::Down { remove_hooks, json } => lifecycle::down(&config, remove_hooks, json),
+        Command::Logs {
+            agent,
+            lines,
+            follow,
+        } => logs::logs(&config, &agent, lines, follow),
+        Command::Attach { agent } => lifecycle::attach(&config, &agent),
         Command::Service {
             command: ServiceCommand::Install { print },
         } => fleet::service_install(&config, print),
+        Command::Service {
+            command: ServiceCommand::Uninstall,
+        } => lifecycle::service_uninstall(&config),
+        Command::Service {
+            command: ServiceCommand::Status { json },
+        } => lifecycle::service_status(&config, json),
         Command::Wrap { agent } => Ok(crate::supervise::wrap(&config, &agent)?),
         Command::Hook {
             event,

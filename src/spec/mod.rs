@@ -496,6 +496,44 @@ impl AgentSpec {
     }
 }
 
+impl AgentSpec {
+    /// Why the agent's command cannot run here, if it cannot: not on the `PATH` it will get
+    /// (its own `env` PATH, else phoenix's), or a path that is not an executable file. `None`
+    /// when it can (or for `phoenix` itself, which the wrapper runs as this binary).
+    pub fn command_problem(&self) -> Option<String> {
+        let program = self.argv.first().map(String::as_str).unwrap_or("");
+        if program == "phoenix" {
+            return None;
+        }
+        let executable = |p: &Path| {
+            p.is_file() && nix::unistd::access(p, nix::unistd::AccessFlags::X_OK).is_ok()
+        };
+        if program.contains('/') {
+            let path = expand_path(program, &self.workdir);
+            return (!executable(&path)).then(|| {
+                format!(
+                    "agent `{}`: command `{}` is not an executable file",
+                    self.name,
+                    path.display()
+                )
+            });
+        }
+        let path = self
+            .env
+            .get("PATH")
+            .map(std::ffi::OsString::from)
+            .or_else(|| std::env::var_os("PATH"))
+            .unwrap_or_default();
+        let found = std::env::split_paths(&path).any(|d| executable(&d.join(program)));
+        (!found).then(|| {
+            format!(
+                "agent `{}`: command `{program}` is not on PATH (cli `{}`)",
+                self.name, self.cli
+            )
+        })
+    }
+}
+
 impl Spec {
     pub fn agent(&self, name: &str) -> Option<&AgentSpec> {
         self.agents.iter().find(|a| a.name == name)

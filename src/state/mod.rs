@@ -25,6 +25,9 @@ use serde_json::{Map, Value};
 
 /// Marker written by the wrapper when the agent exited cleanly; the reconciler leaves it alone.
 pub const CLEAN_EXIT: &str = ".clean-exit";
+/// Marker `phoenix stop` writes: the agent stays down through `apply` and the daemon until
+/// `phoenix start` removes it (a state file, so it survives restarts of phoenix itself).
+pub const STOPPED: &str = ".stopped";
 /// Marker asking the next start to be fresh instead of resuming.
 pub const FRESH: &str = ".fresh";
 /// Marker the turn-failed hook leaves for the agent's wrapper: a turn ended in an API error

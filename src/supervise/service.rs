@@ -101,6 +101,21 @@ pub fn install(spec: &Spec, exe: &Path) -> crate::error::Result<PathBuf> {
     Ok(path)
 }
 
+/// Where [`install`] writes this fleet's unit.
+pub fn unit_path(spec: &Spec) -> crate::error::Result<PathBuf> {
+    Ok(unit_dir()?.join(unit_name(spec)))
+}
+
+/// Remove the unit [`install`] wrote; returns its path if there was one.
+pub fn uninstall(spec: &Spec) -> crate::error::Result<Option<PathBuf>> {
+    let path = unit_path(spec)?;
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(Some(path)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot remove `{}`", path.display())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

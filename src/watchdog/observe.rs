@@ -121,6 +121,11 @@ pub fn observe(
         Some("disabled in phoenix.toml".into())
     } else if never_started && pane.is_none() {
         Some("never started (`phoenix apply` starts it)".into())
+    } else if dir.has_marker(state::STOPPED) {
+        Some(format!(
+            "stopped with `phoenix stop` (`phoenix start {}` starts it)",
+            agent.name
+        ))
     } else if dir.has_marker(state::CLEAN_EXIT) {
         Some("stopped on purpose (.clean-exit)".into())
     } else if quarantined || pane.and_then(|p| p.phase.as_deref()) == Some("safe") {

@@ -244,6 +244,8 @@ pub trait Runtime: Send + Sync {
 pub struct AgentObs {
     pub state_dir: bool,
     pub clean_exit: bool,
+    /// `phoenix stop` holds it down until `phoenix start`.
+    pub stopped: bool,
     /// The launch spec recorded when the agent was last started (for drift details).
     pub started: Option<LaunchSpec>,
     pub last_activity: Option<jiff::Timestamp>,
@@ -398,6 +400,7 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError
             let obs = AgentObs {
                 state_dir: dir.exists(),
                 clean_exit: dir.has_marker(state::CLEAN_EXIT),
+                stopped: dir.has_marker(state::STOPPED),
                 started: state::JsonFile::new(&dir, state::STARTED_SPEC, "started_spec")
                     .load()
                     .ok()

@@ -537,20 +537,36 @@ fn one_failing_agent_does_not_stop_the_others() {
     fleet.wait_running(&["alpha", "beta"]);
 }
 
+/// A command that is not there is a plan error, found before anything is started or any hook
+/// file is written into the agent's workdir: not an agent failing to spawn.
 #[test]
-fn an_agent_whose_command_cannot_run_fails_the_apply() {
+fn an_agent_whose_command_is_missing_is_a_plan_error() {
     let fleet = Fleet::new();
+    std::fs::create_dir(fleet.path().join("wc")).unwrap();
+    let noexec = fleet.path().join("noexec.sh");
+    std::fs::write(&noexec, "#!/bin/sh\n").unwrap();
     fleet.toml(&format!(
-        "{}[[agent]]\nname = \"broken\"\ncommand = \"no-such-cli-xyz --flag\"\n",
-        Fleet::demo_agent("alpha", "")
+        "{}[[agent]]\nname = \"broken\"\ncli = \"claude\"\ncommand = \"no-such-cli-xyz --flag\"\nworkdir = \"wc\"\n\n\
+         [[agent]]\nname = \"noexec\"\ncommand = \"{}\"\n",
+        Fleet::demo_agent("alpha", ""),
+        noexec.display()
     ));
-    fleet
-        .run(&["apply", "--yes"])
-        .status(1)
-        .stdout_has("✓ agent `alpha`: start")
-        .stdout_has("✗ agent `broken`: start")
-        .stdout_has("the agent's command cannot start: cannot start `no-such-cli-xyz`")
-        .stdout_has("1 succeeded, 1 failed");
+    for verb in ["plan", "apply"] {
+        fleet
+            .run(&[verb, "--yes"][..if verb == "plan" { 1 } else { 2 }])
+            .status(1)
+            .stderr_has("agent `broken`: command `no-such-cli-xyz` is not on PATH (cli `claude`)")
+            .stderr_has("noexec.sh` is not an executable file")
+            .stderr_has("hint: install the CLI, or fix `command` in");
+    }
+    assert!(!fleet.server_running(), "nothing was started");
+    assert!(
+        !fleet.path().join("wc/.claude").exists(),
+        "no hook file was written for a CLI that is not there"
+    );
+    // The others can still be applied by name.
+    fleet.run(&["apply", "--yes", "alpha"]).status(0);
+    fleet.wait_running(&["alpha"]);
 }
 
 #[test]
@@ -1003,4 +1019,311 @@ fn status_exits_3_while_a_declared_agent_is_not_running() {
     ));
     fleet.run(&["apply", "--yes"]).status(0);
     fleet.run(&["status"]).status(0);
+}
+
+/// The panes of agent `name` on the fleet's server.
+fn panes_of(fleet: &Fleet, name: &str) -> Vec<String> {
+    fleet
+        .tagged_panes()
+        .into_iter()
+        .filter(|(agent, ..)| agent == name)
+        .map(|(_, _, pane, _)| pane)
+        .collect()
+}
+
+#[test]
+fn a_stopped_agent_stays_down_through_apply_and_restart_until_start() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pids = fleet.wait_running(&["alpha", "beta"]);
+
+    let stop = fleet.run(&["stop", "alpha", "--json"]);
+    stop.status(0);
+    let v = stop.json();
+    assert_eq!(v["agents"][0]["agent"], "alpha", "{v}");
+    assert_eq!(v["agents"][0]["ok"], true, "{v}");
+    assert!(panes_of(&fleet, "alpha").is_empty(), "its pane is gone");
+    assert_eq!(fleet.agent_status("alpha")["state"], "stopped");
+
+    // Neither plan nor apply starts it again; both say how to.
+    fleet
+        .run(&["plan"])
+        .status(0)
+        .stdout_has("agent `alpha`: stopped")
+        .stdout_has("`phoenix start alpha`");
+    fleet.run(&["apply", "--yes"]).status(0);
+    assert!(panes_of(&fleet, "alpha").is_empty(), "apply started it");
+    fleet
+        .run(&["restart", "alpha"])
+        .status(1)
+        .stderr_has("`phoenix start alpha`");
+    fleet
+        .run(&["status"])
+        .status(3)
+        .stdout_has("alpha")
+        .stdout_has("stopped");
+
+    fleet
+        .run(&["start", "alpha"])
+        .status(0)
+        .stdout_has("✓ agent `alpha`");
+    fleet.wait_running(&["alpha"]);
+    assert_eq!(
+        fleet.wait_running(&["beta"]),
+        [pids[1]],
+        "beta was left alone throughout"
+    );
+    fleet.run(&["plan"]).status(0);
+}
+
+#[test]
+fn lifecycle_verbs_name_unknown_agents_and_reject_bad_usage() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    for verb in [
+        "stop", "start", "restart", "attach", "logs", "apply", "ledger", "brief",
+    ] {
+        fleet
+            .run(&[verb, "alpah"])
+            .status(1)
+            .stderr_has("no agent `alpah`")
+            .stderr_has("did you mean `alpha`?");
+    }
+    fleet.run(&["stop"]).status(64);
+    fleet.run(&["restart"]).status(64);
+    fleet.run(&["restart", "alpha", "--all"]).status(64);
+    assert!(!fleet.server_running(), "nothing was started");
+    fleet
+        .run(&["attach", "alpha"])
+        .status(1)
+        .stderr_has("agent `alpha` has no pane");
+}
+
+#[test]
+fn apply_with_agent_names_changes_only_those_agents() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet
+        .run(&["apply", "--yes", "beta"])
+        .status(0)
+        .stdout_has("agent `beta`: start");
+    fleet.wait_running(&["beta"]);
+    assert!(
+        panes_of(&fleet, "alpha").is_empty(),
+        "alpha was not a target"
+    );
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has("+ agent `alpha`: start");
+}
+
+#[test]
+fn restart_all_restarts_every_running_agent() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    let before = fleet.wait_running(&["alpha", "beta"]);
+    let run = fleet.run(&["restart", "--all", "--json"]);
+    run.status(0);
+    let v = run.json();
+    assert_eq!(v["failed"], 0, "{v}");
+    assert_eq!(v["agents"].as_array().map(Vec::len), Some(2), "{v}");
+    let after = fleet.wait_running(&["alpha", "beta"]);
+    assert!(
+        before.iter().zip(&after).all(|(b, a)| b != a),
+        "{before:?} → {after:?}"
+    );
+}
+
+#[test]
+fn logs_show_the_agents_steps_and_its_screen() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    support::wait_until(Duration::from_secs(10), "the demo agent's banner", || {
+        fleet
+            .run(&["logs", "alpha"])
+            .stdout()
+            .contains("demo-agent `alpha` session")
+    });
+    let run = fleet.run(&["logs", "alpha", "-n", "200"]);
+    run.status(0)
+        .stdout_has("[phoenix] ")
+        .stdout_has("── pane %");
+    let text = run.stdout();
+    let step = text.find("[phoenix] ").unwrap();
+    let screen = text.find("demo-agent `alpha` session").unwrap();
+    assert!(step < screen, "steps before the screen read now:\n{text}");
+    assert!(!text.contains("demo-agent `beta`"), "{text}");
+}
+
+#[test]
+fn down_stops_this_fleet_and_its_hooks_but_not_another_fleet_or_the_users_hooks() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}\n[[agent]]\nname = \"c\"\ncli = \"claude\"\ncommand = \"phoenix demo-agent --interval 200ms\"\nworkdir = \"wc\"\n",
+        Fleet::demo_agent("alpha", "")
+    ));
+    let settings = fleet.path().join("wc/.claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    std::fs::write(
+        &settings,
+        r#"{"model": "opus", "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "my-own-hook"}]}]}}"#,
+    )
+    .unwrap();
+    // Another fleet on the same tmux server.
+    let other = Fleet::new();
+    other.raw_toml(&format!(
+        "[fleet]\nname = \"other\"\ntmux_socket = \"{}\"\n\n{}",
+        fleet.socket,
+        Fleet::demo_agent("gamma", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    other.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha", "c"]);
+    let hooked = std::fs::read_to_string(&settings).unwrap();
+    assert!(hooked.contains("phoenix") && hooked.contains("my-own-hook"));
+
+    let run = fleet.run(&["down", "--remove-hooks", "--json"]);
+    run.status(0);
+    let v = run.json();
+    assert_eq!(v["failed"], 0, "{v}");
+    assert_eq!(v["server"], "kept: panes of another fleet run on it", "{v}");
+    let left: Vec<String> = fleet.tagged_panes().into_iter().map(|p| p.0).collect();
+    assert_eq!(left, ["gamma"], "only the other fleet's pane is left");
+    let cleaned = std::fs::read_to_string(&settings).unwrap();
+    assert!(
+        cleaned.contains("my-own-hook") && cleaned.contains("opus"),
+        "{cleaned}"
+    );
+    assert!(!cleaned.contains("phoenix"), "{cleaned}");
+    fleet.run(&["status"]).status(3);
+
+    // The other fleet's own `down` takes the server with its last pane.
+    other
+        .run(&["down"])
+        .status(0)
+        .stdout_has("✓ agent `gamma`")
+        .stdout_has(": stopped");
+    assert!(!fleet.server_running());
+    // And `apply` brings a downed fleet back.
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha", "c"]);
+}
+
+#[test]
+fn service_install_status_and_uninstall() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("alpha", ""));
+    fleet
+        .run(&["service", "status"])
+        .status(3)
+        .stdout_has("not installed");
+    fleet.run(&["service", "install"]).status(0);
+    let unit = fleet
+        .path()
+        .join("home/.config/systemd/user/phoenix-test.service");
+    assert!(unit.is_file());
+    let status = fleet.run(&["service", "status", "--json"]);
+    status.status(3);
+    assert_eq!(status.json()["installed"], true);
+    fleet
+        .run(&["service", "uninstall"])
+        .status(0)
+        .stdout_has("removed");
+    assert!(!unit.exists());
+    fleet
+        .run(&["service", "uninstall"])
+        .status(0)
+        .stdout_has("no unit installed");
+}
+
+/// A first run: `init` then `apply` works on a machine with no agent CLI installed.
+#[test]
+fn init_scaffolds_a_fleet_that_runs_as_it_is() {
+    let mut fleet = Fleet::new();
+    fleet
+        .run(&["init"])
+        .status(0)
+        .stdout_has("created phoenix.toml")
+        .stdout_has("created phoenix.toml.example");
+    // Follow the socket phoenix derived for this file, so the harness cleans it up.
+    fleet.socket = fleet.spec().fleet.socket;
+    fleet.run(&["validate"]).status(0);
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["demo"]);
+    let reference = std::fs::read_to_string(fleet.path().join("phoenix.toml.example")).unwrap();
+    assert!(
+        reference.contains("[thresholds]"),
+        "the full reference is beside it"
+    );
+}
+
+#[test]
+fn init_writes_the_file_named_with_the_cli_asked_for() {
+    let fleet = Fleet::new();
+    let file = fleet.path().join("sub/my.toml");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(support::PHOENIX)
+            .current_dir(fleet.path())
+            .env("HOME", fleet.path().join("home"))
+            // No agent CLI can be found, whatever this machine has installed.
+            .env("PATH", "/nonexistent")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, _) = run(&["init", "-c", "sub/my.toml", "--cli", "codex"]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(
+        stdout.contains("-c "),
+        "the next steps name the file: {stdout}"
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("cli = \"codex\""), "{text}");
+    assert!(fleet.path().join("sub/phoenix.toml.example").exists());
+    assert!(!fleet.config().exists());
+    // Without codex installed, plan says so instead of starting a crash loop.
+    let (code, _, stderr) = run(&["-c", "sub/my.toml", "plan"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("command `codex` is not on PATH"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(&["init", "--cli", "cursor"]);
+    assert_eq!(code, Some(64), "{stderr}");
+}
+
+#[test]
+fn logs_follow_prints_new_steps_as_they_happen() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    let log = fleet.path().join("follow.out");
+    let mut child = fleet
+        .command(&["logs", "alpha", "-f"])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until(Duration::from_secs(10), "the first screen", || {
+        read().contains("── pane %")
+    });
+    let before = read().matches("[phoenix] ").count();
+    fleet.run(&["stop", "alpha"]).status(0);
+    wait_until(Duration::from_secs(10), "the stop's steps", || {
+        read().matches("[phoenix] ").count() > before
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(read().contains("stop"), "{}", read());
 }

@@ -452,11 +452,17 @@ fn a_missing_binary_goes_to_safe_mode_without_retries() {
         script.display(),
         noexec.display()
     ));
-    // `apply` says at once that `gone` cannot start; its wrapper stops it for a person.
+    // `apply` refuses what it can see cannot run; the command of `script` only fails when run.
     fleet
         .run(&["apply", "--yes"])
         .status(1)
-        .stdout_has("the agent's command cannot start");
+        .stderr_has("command `/nonexistent/bin/claude` is not an executable file");
+    fleet.run(&["apply", "--yes", "script"]);
+    // Started past the plan's check (a restart, as the daemon or the watchdog would), the
+    // wrapper stops each for a person at its first failed spawn, with no crash budget spent.
+    for agent in ["gone", "noexec"] {
+        fleet.run(&["restart", agent]);
+    }
     for (agent, code) in [
         ("gone", "exit 127: not found"),
         ("script", "exit 127: not found"),
@@ -1688,4 +1694,59 @@ fn an_upgrade_keeps_the_crash_budget_and_the_quarantine_of_the_old_counter_files
         "{safe:?}"
     );
     assert!(ops_named(&fleet, "beta", "agent_start").is_empty());
+}
+
+#[test]
+fn the_daemon_leaves_a_stopped_agent_down_until_start() {
+    let fleet = Fleet::new();
+    fleet.raw_toml(&format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1h\"\n\n{}{}\n{}",
+        fleet.socket,
+        fast_restarts(5),
+        resumable_agent("alpha", ""),
+        resumable_agent("beta", "")
+    ));
+    let daemon = Daemon::start(&fleet, &["-v"]);
+    fleet.wait_running(&["alpha", "beta"]);
+    let reconciles = |d: &Daemon| d.log().matches("reconciled: nothing to do").count();
+    let before = reconciles(&daemon);
+    fleet
+        .run(&["stop", "alpha"])
+        .status(0)
+        .stdout_has("stays down until `phoenix start alpha`");
+    // The pane's end wakes the daemon: it reconciles and finds nothing to do.
+    wait_until(
+        Duration::from_secs(10),
+        "a reconcile after the stop",
+        || reconciles(&daemon) > before,
+    );
+    assert_eq!(fleet.agent_status("alpha")["state"], "stopped");
+    assert!(fleet.agent_status("alpha")["pane"].is_null());
+    fleet
+        .run(&["down"])
+        .status(0)
+        .stderr_has("`phoenix run` (pid");
+    fleet.run(&["start", "alpha"]).status(0);
+    fleet.wait_running(&["alpha"]);
+    assert_eq!(daemon.stop(), Some(0));
+}
+
+/// `start` is a person's decision, as `restart` is: an agent stopped in safe mode starts
+/// again instead of going straight back into it.
+#[test]
+fn start_after_stop_lifts_safe_mode() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(3),
+        resumable_agent("alpha", "--crash-after 300ms")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_ops(&fleet, "alpha", "safe_mode", 1);
+    assert_eq!(ops_named(&fleet, "alpha", "agent_start").len(), 3);
+    fleet.run(&["stop", "alpha"]).status(0);
+    fleet.run(&["start", "alpha"]).status(0);
+    wait_until(Duration::from_secs(10), "a new start", || {
+        ops_named(&fleet, "alpha", "agent_start").len() > 3
+    });
 }

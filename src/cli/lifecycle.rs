@@ -1,0 +1,443 @@
+//! The lifecycle verbs: `down`, `stop`, `start`, `restart` of several agents, `attach`,
+//! `apply AGENT…`'s targets and `service uninstall|status`.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+use serde_json::json;
+
+use super::out;
+use crate::apply::{Applier, ApplyReport};
+use crate::context::FleetContext;
+use crate::plan::{self, Action, Change, Plan, PlanOptions};
+use crate::spec::{self, Spec};
+use crate::state::lock::{FleetLock, LOCK_WAIT};
+use crate::state::{self, FleetDir};
+
+fn load(config: &Path) -> anyhow::Result<FleetContext> {
+    Ok(FleetContext::new(config, spec::load(config)?))
+}
+
+fn tell_waiting(holder: &str) {
+    eprintln!(
+        "waiting for another phoenix ({holder}) to finish changing the fleet (up to {}s)…",
+        LOCK_WAIT.as_secs()
+    )
+}
+
+fn lock(ctx: &FleetContext, what: &str) -> anyhow::Result<FleetLock> {
+    ctx.dir.ensure().with_context(|| {
+        format!(
+            "cannot create state dir `{}`",
+            ctx.spec.fleet.state_dir.display()
+        )
+    })?;
+    Ok(FleetLock::acquire(&ctx.dir, what, LOCK_WAIT, tell_waiting)?)
+}
+
+/// The error for a name no agent of `spec` has: what was probably meant, and what there is.
+pub(super) fn unknown_agent(spec: &Spec, name: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "no agent `{name}` in `{}` ({})",
+        spec.file.display(),
+        spec.declared_hint(name)
+    )
+}
+
+/// The declared agents named on the command line, each once, in the order given; an unknown
+/// name is an error that says what was meant.
+pub fn declared(spec: &Spec, names: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut agents: Vec<String> = Vec::new();
+    for name in names {
+        if spec.agent(name).is_none() {
+            return Err(unknown_agent(spec, name));
+        }
+        if !agents.contains(name) {
+            agents.push(name.clone());
+        }
+    }
+    Ok(agents)
+}
+
+/// Every agent `plan`/`apply` (of `targets`, or all) would start can run its command here:
+/// else the plan stops before any hook file is written into a workdir, rather than leaving an
+/// agent failing to spawn.
+pub fn commands_exist(ctx: &FleetContext, targets: &[String]) -> anyhow::Result<()> {
+    let problems: Vec<String> = ctx
+        .spec
+        .agents
+        .iter()
+        .filter(|a| a.enabled && (targets.is_empty() || targets.contains(&a.name)))
+        .filter(|a| !ctx.dir.agent(&a.name).has_marker(state::STOPPED))
+        .filter_map(|a| a.command_problem())
+        .collect();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "{}\n  = hint: install the CLI, or fix `command` in {} (a path, or a program on PATH; \
+         `phoenix doctor` checks them all); `phoenix apply AGENT…` applies the others",
+        problems.join("\n       "),
+        ctx.spec.file.display()
+    )
+}
+
+/// `apply AGENT…`: only these agents' changes (Terraform's `-target`).
+pub fn target(plan: &mut Plan, spec: &Spec, names: &[String]) -> anyhow::Result<()> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let agents = declared(spec, names)?;
+    plan.changes.retain(|c| agents.contains(&c.agent));
+    plan.unmanaged.clear();
+    plan.attention.retain(|a| agents.contains(&a.agent));
+    Ok(())
+}
+
+fn stop_change(agent: &str, pane: &str, reason: &str) -> Change {
+    let action = Action::Stop {
+        pane: pane.to_string(),
+    };
+    Change {
+        agent: agent.to_string(),
+        symbol: action.symbol(),
+        action,
+        reason: reason.to_string(),
+    }
+}
+
+fn applier(ctx: &FleetContext) -> anyhow::Result<Applier<'_>> {
+    Ok(Applier {
+        spec: &ctx.spec,
+        runtime: ctx.runtime(),
+        exe: std::env::current_exe().context("cannot find the phoenix binary")?,
+    })
+}
+
+#[derive(Debug, Serialize)]
+struct AgentResult {
+    agent: String,
+    ok: bool,
+    detail: String,
+}
+
+/// Print per-agent results (text or `--json`); exit 1 if any failed.
+fn finish(verb: &str, results: Vec<AgentResult>, extra: serde_json::Value, json: bool) -> i32 {
+    let failed = results.iter().filter(|r| !r.ok).count();
+    if json {
+        let mut v =
+            json!({"format_version": 1, "command": verb, "agents": results, "failed": failed});
+        if let (Some(v), serde_json::Value::Object(extra)) = (v.as_object_mut(), extra) {
+            v.extend(extra);
+        }
+        out(&format!("{v}\n"));
+    } else {
+        let mut text = String::new();
+        for r in &results {
+            let mark = if r.ok { "✓" } else { "✗" };
+            text.push_str(&format!("{mark} agent `{}`: {}\n", r.agent, r.detail));
+        }
+        out(&text);
+    }
+    i32::from(failed > 0)
+}
+
+/// Fold an apply report into one result per agent (its failures first).
+fn results_of(agents: &[String], report: &ApplyReport, idle: &str) -> Vec<AgentResult> {
+    agents
+        .iter()
+        .map(|agent| {
+            let steps: Vec<_> = report.steps.iter().filter(|s| &s.agent == agent).collect();
+            let failed: Vec<_> = steps.iter().filter(|s| !s.ok).collect();
+            let detail = if let Some(f) = failed.first() {
+                f.detail.clone()
+            } else if steps.is_empty() {
+                idle.to_string()
+            } else {
+                steps
+                    .iter()
+                    .map(|s| s.detail.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            AgentResult {
+                agent: agent.clone(),
+                ok: failed.is_empty(),
+                detail,
+            }
+        })
+        .collect()
+}
+
+/// `phoenix stop AGENT…`: record the stop, then stop the agents' panes. The record comes
+/// first, so a daemon reconciling in between already leaves the agent down.
+pub fn stop(config: &Path, names: &[String], json: bool) -> anyhow::Result<i32> {
+    let ctx = load(config)?;
+    let agents = declared(&ctx.spec, names)?;
+    let _lock = lock(&ctx, "stop")?;
+    for agent in &agents {
+        let dir = ctx.dir.agent(agent);
+        dir.ensure()
+            .and_then(|()| dir.set_marker(state::STOPPED))
+            .with_context(|| format!("cannot record the stop in `{}`", dir.path.display()))?;
+    }
+    let world = crate::status::observe(&ctx.spec, ctx.runtime())?;
+    let changes = agents
+        .iter()
+        .flat_map(|a| {
+            world
+                .panes
+                .iter()
+                .filter(move |p| p.agent.as_ref() == Some(a))
+        })
+        .map(|p| {
+            stop_change(
+                p.agent.as_deref().unwrap_or_default(),
+                &p.id,
+                "phoenix stop",
+            )
+        })
+        .collect();
+    let report = applier(&ctx)?.apply(&Plan::of(changes));
+    let mut results = results_of(&agents, &report, "was not running");
+    for r in results.iter_mut().filter(|r| r.ok) {
+        r.detail = format!(
+            "{}; it stays down until `phoenix start {}`",
+            r.detail, r.agent
+        );
+    }
+    Ok(finish("stop", results, json!({}), json))
+}
+
+/// `phoenix start AGENT…`: lift a `stop` (and a clean exit's hold, and the crash counts, as a
+/// restart by a person does), then apply what the plan holds for these agents.
+pub fn start(config: &Path, names: &[String], json: bool) -> anyhow::Result<i32> {
+    let ctx = load(config)?;
+    let agents = declared(&ctx.spec, names)?;
+    for agent in &agents {
+        if !ctx.spec.agent(agent).is_some_and(|a| a.enabled) {
+            bail!("agent `{agent}` is disabled in phoenix.toml: set `enabled = true` first");
+        }
+    }
+    let lock = lock(&ctx, "start")?;
+    for agent in &agents {
+        let dir = ctx.dir.agent(agent);
+        for marker in [state::STOPPED, state::CLEAN_EXIT] {
+            dir.clear_marker(marker)
+                .with_context(|| format!("cannot clear `{}`", dir.file(marker).display()))?;
+        }
+        // A person starts it: a clean slate, as `phoenix restart` gives (else an agent stopped
+        // in safe mode would start straight back into it).
+        if dir.exists() {
+            crate::restart::reset_counts(&dir)?;
+        }
+    }
+    let world = crate::status::observe(&ctx.spec, ctx.runtime())?;
+    let mut plan = plan::diff(
+        &ctx.spec,
+        &world,
+        &PlanOptions::for_this_binary(false).context("cannot find the phoenix binary")?,
+    );
+    target(&mut plan, &ctx.spec, &agents)?;
+    let applied_at = jiff::Timestamp::now();
+    let mut report = applier(&ctx)?.apply(&plan);
+    drop(lock);
+    super::fleet::confirm_started(&ctx.spec, ctx.runtime(), &mut report, applied_at);
+    Ok(finish(
+        "start",
+        results_of(&agents, &report, "already running"),
+        json!({}),
+        json,
+    ))
+}
+
+/// `phoenix restart AGENT… | --all`: each through the one restart (lock, clean slate, resume).
+pub fn restart(
+    config: &Path,
+    names: &[String],
+    all: bool,
+    fresh: bool,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let ctx = load(config)?;
+    let agents = if all {
+        // Held back on purpose: `--all` restarts what should run, not what a person stopped.
+        ctx.spec
+            .agents
+            .iter()
+            .filter(|a| a.enabled && !ctx.dir.agent(&a.name).has_marker(state::STOPPED))
+            .map(|a| a.name.clone())
+            .collect()
+    } else {
+        declared(&ctx.spec, names)?
+    };
+    if agents.is_empty() {
+        bail!("no agent to restart: every agent is disabled or stopped");
+    }
+    if let [agent] = agents.as_slice()
+        && !all
+    {
+        return super::fleet::restart(config, agent, fresh, json);
+    }
+    let results = agents
+        .iter()
+        .map(|agent| {
+            match crate::controller::request::restart_with(&ctx, agent, fresh, &tell_waiting) {
+                Ok(r) => AgentResult {
+                    agent: agent.clone(),
+                    ok: true,
+                    detail: match (&r.pane, r.pid) {
+                        (Some(pane), Some(pid)) => format!("restarted in pane {pane} (pid {pid})"),
+                        _ => "restart requested; not running yet".into(),
+                    },
+                },
+                Err(e) => AgentResult {
+                    agent: agent.clone(),
+                    ok: false,
+                    detail: format!("{e:#}"),
+                },
+            }
+        })
+        .collect();
+    Ok(finish("restart", results, json!({}), json))
+}
+
+/// `phoenix down`: stop every agent of this fleet (declared or not), and its tmux server once
+/// no other fleet's pane is left on it; with `remove_hooks`, phoenix's entries leave the
+/// workdirs' hook files too (the user's own entries stay).
+pub fn down(config: &Path, remove_hooks: bool, json: bool) -> anyhow::Result<i32> {
+    let ctx = load(config)?;
+    if let Some(pid) = crate::state::daemon::daemon_pid(&ctx.dir) {
+        eprintln!(
+            "warning: `phoenix run` (pid {pid}) supervises this fleet and will start it again; stop it first (`phoenix service status` names its unit)"
+        );
+    }
+    let world = crate::status::observe(&ctx.spec, ctx.runtime())?;
+    let lock = world.server_running || remove_hooks;
+    let _lock = if lock {
+        Some(self::lock(&ctx, "down")?)
+    } else {
+        None
+    };
+    // Nothing declared, everything pruned: the plan's own machinery for undeclared agents
+    // stops every pane and cleans every hook file phoenix wrote.
+    let mut nothing = ctx.spec.clone();
+    nothing.agents.clear();
+    let options = PlanOptions {
+        prune: true,
+        hooks_exe: if remove_hooks {
+            PlanOptions::for_this_binary(true)
+                .context("cannot find the phoenix binary")?
+                .hooks_exe
+        } else {
+            None
+        },
+    };
+    let plan = plan::diff(&nothing, &world, &options);
+    let report = applier(&ctx)?.apply(&plan);
+    let mut agents: Vec<String> = Vec::new();
+    for s in &report.steps {
+        if !agents.contains(&s.agent) {
+            agents.push(s.agent.clone());
+        }
+    }
+    let results = results_of(&agents, &report, "");
+    let runtime = ctx.runtime();
+    // Other fleets may share the server (an explicit `tmux_socket`): it stays for them.
+    let others = runtime
+        .list()
+        .ok()
+        .flatten()
+        .is_some_and(|panes| !panes.is_empty());
+    let server = if !world.server_running {
+        "not running"
+    } else if others {
+        "kept: panes of another fleet run on it"
+    } else {
+        match runtime.kill_server() {
+            Ok(()) => "stopped",
+            Err(e) => bail!("cannot stop {}: {e}", runtime.location()),
+        }
+    };
+    let code = if json {
+        finish("down", results, json!({"server": server}), true)
+    } else {
+        let code = finish("down", results, json!({}), false);
+        out(&format!("{}: {server}\n", runtime.location()));
+        code
+    };
+    Ok(code)
+}
+
+/// `phoenix attach AGENT`: the private tmux server, at the agent's pane.
+pub fn attach(config: &Path, name: &str) -> anyhow::Result<i32> {
+    let ctx = load(config)?;
+    let agent = declared(&ctx.spec, &[name.to_string()])?.remove(0);
+    let world = crate::status::observe(&ctx.spec, ctx.runtime())?;
+    let Some(pane) = world.pane_of(&agent) else {
+        let why = if ctx.dir.agent(&agent).has_marker(state::STOPPED) {
+            format!("it is stopped: `phoenix start {agent}`")
+        } else {
+            "start it with `phoenix apply`".to_string()
+        };
+        bail!("agent `{agent}` has no pane: {why}");
+    };
+    ctx.runtime()
+        .show(&pane.id)
+        .with_context(|| format!("cannot attach to pane {} of agent `{agent}`", pane.id))?;
+    Ok(0)
+}
+
+pub fn service_uninstall(config: &Path) -> anyhow::Result<i32> {
+    use crate::supervise::service;
+    let spec = spec::load(config)?;
+    match service::uninstall(&spec)? {
+        Some(path) => out(&format!(
+            "removed {}\nif it was enabled, also run:\n  systemctl --user disable --now {}\n  systemctl --user daemon-reload\n",
+            path.display(),
+            service::unit_name(&spec)
+        )),
+        None => out(&format!(
+            "no unit installed for this fleet ({} does not exist)\n",
+            service::unit_path(&spec)?.display()
+        )),
+    }
+    Ok(0)
+}
+
+/// `phoenix service status`: whether the unit is installed and whether a daemon supervises
+/// this fleet (exit 3, as `systemctl status`, when none does).
+pub fn service_status(config: &Path, json: bool) -> anyhow::Result<i32> {
+    use crate::supervise::service;
+    let spec = spec::load(config)?;
+    let unit = service::unit_path(&spec)?;
+    let installed = unit.is_file();
+    let daemon = crate::state::daemon::daemon_pid(&FleetDir::new(&spec.fleet.state_dir));
+    if json {
+        out(&format!(
+            "{}\n",
+            json!({"format_version": 1, "unit": unit, "installed": installed, "daemon_pid": daemon})
+        ));
+    } else {
+        let mut text = format!(
+            "unit:   {} ({})\n",
+            unit.display(),
+            if installed {
+                "installed"
+            } else {
+                "not installed: `phoenix service install`"
+            }
+        );
+        text.push_str(&match daemon {
+            Some(pid) => format!("daemon: `phoenix run` supervises this fleet (pid {pid})\n"),
+            None => "daemon: not running\n".to_string(),
+        });
+        out(&text);
+    }
+    Ok(if daemon.is_some() {
+        0
+    } else {
+        super::fleet::EXIT_NOT_RUNNING
+    })
+}
