@@ -7,6 +7,7 @@ mod fleet;
 #[cfg(test)]
 mod layers;
 mod notify;
+mod output;
 mod policy;
 mod scaffold;
 mod watchdog;
@@ -22,7 +23,11 @@ Exit codes:
   1  error (invalid config, failed step, failed check)
   2  changes pending (`plan`)
   3  `status`: a declared agent is down, stopped or in safe mode
-  64 usage error: an unknown command or option, a bad or missing value";
+  64 usage error: an unknown command or option, a bad or missing value
+
+With --json, every command prints one JSON document on stdout with `format_version` first,
+errors included: {\"format_version\":1,\"ok\":false,\"error\":{\"message\":…,\"hint\":…}}
+(see docs/json.md).";
 
 /// sysexits.h's EX_USAGE: not 2, which `plan` uses for "changes pending", so a script can tell
 /// a typo in its own command line from a fleet that needs an apply.
@@ -34,6 +39,10 @@ pub struct Cli {
     /// The fleet spec.
     #[arg(long, short = 'c', global = true, env = "PHOENIX_CONFIG", default_value = crate::spec::DEFAULT_CONFIG)]
     pub config: PathBuf,
+
+    /// No colour, even on a terminal (so does a set `NO_COLOR`; piped output never has any).
+    #[arg(long, global = true)]
+    pub no_color: bool,
 
     #[command(subcommand)]
     pub command: Command,
@@ -50,11 +59,13 @@ pub enum Command {
     /// Check phoenix.toml, the policies and the templates; report every problem with
     /// file:line:column.
     Validate {
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
     /// Show what `apply` would change (exit 0: nothing to do, 2: changes pending).
     Plan {
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
         /// Also remove agents that run but are no longer declared.
@@ -74,6 +85,7 @@ pub enum Command {
         /// Also remove agents that run but are no longer declared.
         #[arg(long)]
         prune: bool,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -82,6 +94,7 @@ pub enum Command {
     Status {
         /// Show one agent in detail.
         agent: Option<String>,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -94,6 +107,7 @@ pub enum Command {
     },
     /// Check the environment: tmux, agent CLIs, workdirs, state dir.
     Doctor {
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -116,6 +130,7 @@ pub enum Command {
         /// Start a fresh session instead of resuming the recorded one.
         #[arg(long)]
         fresh: bool,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -168,6 +183,7 @@ pub enum Command {
     /// agent's latest exit, record every step and print the decision.
     Clinic {
         agent: String,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
         /// The tail of the agent CLI's output (`-` for stdin), to find the error in.
@@ -187,6 +203,7 @@ pub enum Command {
         /// One pass, then exit (default: a pass on every `[schedules] watchdog` tick).
         #[arg(long)]
         once: bool,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -197,6 +214,7 @@ pub enum Command {
     /// uncertain items, files.
     Ledger {
         agent: String,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -209,11 +227,13 @@ pub enum Command {
         agent: String,
         #[arg(long)]
         generate: bool,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
     /// Rebuild the search index (index.db) from the files.
     Reindex {
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -225,7 +245,7 @@ pub enum Command {
         agent: String,
     },
     /// The fleet's critical events, oldest first: crash loops, policy fallbacks, each step
-    /// of a Clinic recovery, state rolled back.
+    /// of a Clinic recovery, state rolled back, and each session's end (--all: every step).
     Events {
         /// Only this agent's events.
         #[arg(long)]
@@ -239,12 +259,17 @@ pub enum Command {
         /// Only events of the last DURATION (e.g. `1h`, `30m`, `7d`).
         #[arg(long, value_parser = parse_duration_arg)]
         since: Option<std::time::Duration>,
-        /// A JSON array (with --follow: one JSON object per line).
+        /// A JSON document `{format_version, events: […]}` (with --follow: one JSON object per
+        /// line, each with `format_version`).
         #[arg(long)]
         json: bool,
         /// Keep printing events as they are recorded.
         #[arg(long, short = 'f')]
         follow: bool,
+        /// Every step of the agents' ops.jsonl too (hooks, spawns, restarts), not only the
+        /// critical events and each session's end.
+        #[arg(long)]
+        all: bool,
     },
     /// Serve the HTTP API and the web dashboard: fleet status, state, ledgers, handoffs,
     /// briefs, critical events and the plan; save/inject handoffs, restart, resolve loops, run
@@ -273,6 +298,7 @@ pub enum NotifyCommand {
         /// investigation report (also opens a GitHub issue).
         #[arg(long)]
         failure: bool,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -328,18 +354,59 @@ pub fn main() -> i32 {
                 out(&crate::hooks::fallback_output(&args));
                 return 0;
             }
+            if e.use_stderr() && json_requested(&args) {
+                output::json(output::error_document(
+                    &e.kind().to_string(),
+                    Some(&first_line(&e.to_string())),
+                ));
+                return EXIT_USAGE;
+            }
             // --help and --version come this way too, on stdout and with 0.
             let _ = e.print();
             return if e.use_stderr() { EXIT_USAGE } else { 0 };
         }
     };
+    if cli.no_color {
+        output::disable_colour();
+    }
     match run(cli) {
         Ok(code) => code,
+        Err(err) if json_requested(&args) => {
+            report_json(&err);
+            1
+        }
         Err(err) => {
             report(&err);
             1
         }
     }
+}
+
+// ---- errors with --json (docs/json.md) ----
+
+/// `--json` anywhere before a `--`: a script asked for JSON, so even a usage error or a
+/// failure before the command ran comes as a JSON document on stdout.
+fn json_requested(args: &[String]) -> bool {
+    args.iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json")
+}
+
+fn first_line(text: &str) -> String {
+    let text = text.trim().trim_start_matches("error: ");
+    text.lines().next().unwrap_or_default().to_string()
+}
+
+/// The error of a failed command as one JSON document on stdout (and nothing on stderr).
+fn report_json(err: &anyhow::Error) {
+    let load = err.downcast_ref::<crate::spec::LoadError>();
+    let message = match load {
+        Some(crate::spec::LoadError::Invalid(d)) => d.to_string().trim_end().to_string(),
+        Some(other) => other.to_string(),
+        None => format!("{err:#}"),
+    };
+    let hint = load.and_then(|l| l.hint());
+    output::json(output::error_document(&message, hint.as_deref()));
 }
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -435,6 +502,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             since,
             json,
             follow,
+            all,
         } => events::events(
             &config,
             events::EventsArgs {
@@ -444,6 +512,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 since,
                 json,
                 follow,
+                all,
             },
         ),
         Command::Serve { listen } => crate::serve::run(
@@ -475,32 +544,29 @@ fn parse_refresh_arg(text: &str) -> Result<std::time::Duration, String> {
 
 /// Print an error chain and, where we know one, a hint.
 pub fn report(err: &anyhow::Error) {
-    let mut stderr = std::io::stderr().lock();
+    let mut stderr = anstream::stderr().lock();
     if let Some(load) = err.downcast_ref::<crate::spec::LoadError>() {
         match load {
             crate::spec::LoadError::Invalid(d) => {
                 let _ = write!(stderr, "{d}");
             }
             other => {
-                let _ = writeln!(stderr, "error: {other}");
+                let _ = writeln!(stderr, "{}: {other}", output::paint(output::ERROR, "error"));
             }
         }
         if let Some(hint) = load.hint() {
-            let _ = writeln!(stderr, "  = hint: {hint}");
+            let _ = writeln!(
+                stderr,
+                "  = {}: {hint}",
+                output::paint(output::HINT, "hint")
+            );
         }
         return;
     }
-    let _ = writeln!(stderr, "error: {err:#}");
+    let _ = writeln!(stderr, "{}: {err:#}", output::paint(output::ERROR, "error"));
 }
 
 /// Write to stdout, treating a closed pipe (`phoenix status | head`) as success.
 pub(crate) fn out(text: &str) {
-    let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout
-        .write_all(text.as_bytes())
-        .and_then(|_| stdout.flush())
-        && e.kind() == std::io::ErrorKind::BrokenPipe
-    {
-        std::process::exit(0);
-    }
+    output::out(text);
 }

@@ -160,6 +160,9 @@ impl Daemon {
                 None
             }
         };
+        // Every crash, restart, revival and safe-mode entry in the log (journal.rs).
+        let journal = super::journal::Journal::new(FleetDir::new(&self.spec.fleet.state_dir));
+        tokio::spawn(journal.follow());
         let mut panes = PaneWatch::default();
         let mut jobs = Jobs::new(&self.spec);
         let watchdog_busy = Arc::new(AtomicBool::new(false));

@@ -3,6 +3,7 @@
 //! `phoenix restart` and `phoenix service install` are the operator's levers.
 
 pub mod daemon;
+pub mod journal;
 pub mod restart;
 pub mod service;
 pub mod strays;
