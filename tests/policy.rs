@@ -877,7 +877,11 @@ fn events_filter_by_agent_event_and_age() {
     assert_eq!(last["events"][0]["agent"], "a", "{last}");
     assert_eq!(last["events"][0]["event"], "agent_exit", "{last}");
     let plain = p.run(&["events"]);
-    assert!(plain.status(0).stdout().contains("agent_exit"), "{}", plain.stdout());
+    assert!(
+        plain.status(0).stdout().contains("agent_exit"),
+        "{}",
+        plain.stdout()
+    );
     let bad = p.run(&["events", "--since", "soon"]);
     bad.status(64);
     assert!(bad.stderr().contains("30s"), "{}", bad.stderr());

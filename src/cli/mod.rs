@@ -355,10 +355,8 @@ pub fn main() -> i32 {
                 return 0;
             }
             if e.use_stderr() && json_requested(&args) {
-                output::json(output::error_document(
-                    &e.kind().to_string(),
-                    Some(&first_line(&e.to_string())),
-                ));
+                let (message, hint) = usage_error_parts(&e.to_string());
+                output::json(output::error_document(&message, Some(&hint)));
                 return EXIT_USAGE;
             }
             // --help and --version come this way too, on stdout and with 0.
@@ -392,9 +390,23 @@ fn json_requested(args: &[String]) -> bool {
         .any(|a| a == "--json")
 }
 
-fn first_line(text: &str) -> String {
-    let text = text.trim().trim_start_matches("error: ");
-    text.lines().next().unwrap_or_default().to_string()
+/// clap's rendered usage error as (message, hint): its first line, and its `tip:` or else its
+/// closing pointer to `--help`.
+fn usage_error_parts(text: &str) -> (String, String) {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let message = lines
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ")
+        .to_string();
+    let rest: Vec<&str> = lines.collect();
+    let hint = rest
+        .iter()
+        .find_map(|l| l.strip_prefix("tip: "))
+        .or_else(|| rest.last().copied())
+        .unwrap_or("try '--help'")
+        .to_string();
+    (message, hint)
 }
 
 /// The error of a failed command as one JSON document on stdout (and nothing on stderr).
