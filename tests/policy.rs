@@ -678,7 +678,7 @@ fn prompt_too_long_gives_a_fresh_session_with_injected_context() {
         "clinic_abort",
         "--json",
     ]);
-    assert_eq!(json.status(0).json().as_array().unwrap().len(), 1);
+    assert_eq!(json.status(0).json()["events"].as_array().unwrap().len(), 1);
     let none = fleet.run(&["events", "--agent", "other"]);
     none.stdout_has("no critical events for agent `other`");
 
