@@ -376,7 +376,7 @@ fn twenty_restart_cycles_lose_nothing() {
             "--json",
         ])
         .json();
-    assert_eq!(hits.as_array().unwrap().len(), list.len());
+    assert_eq!(hits["hits"].as_array().unwrap().len(), list.len());
     let ops = read_jsonl(&fleet.agent_dir("cycle").join("ops.jsonl"));
     assert!(
         !ops.iter().any(|o| o["event"] == "handoff_failed"),
