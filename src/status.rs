@@ -37,6 +37,26 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> crate::error::Result<World
         })
 }
 
+/// The fleet's status as one JSON document: what `phoenix status --json` prints and
+/// `GET /api/status` returns, byte for byte the same shape (one function renders both).
+/// `daemon_pid`: the `phoenix run` supervising this fleet, if any.
+pub fn document(
+    spec: &Spec,
+    world: &World,
+    rows: &[AgentStatus],
+    daemon_pid: Option<u32>,
+) -> Value {
+    serde_json::json!({
+        "format_version": crate::plan::FORMAT_VERSION,
+        "fleet": spec.fleet.name,
+        "observed_at": jiff::Timestamp::from_second(world.observed_at).ok().map(|t| t.to_string()),
+        "server_running": world.server_running,
+        "tmux_socket": spec.fleet.socket,
+        "daemon": {"running": daemon_pid.is_some(), "pid": daemon_pid},
+        "agents": rows,
+    })
+}
+
 impl AgentStatus {
     /// Declared and enabled, yet not running and not on its way back: dead, never started,
     /// in safe mode (a crash limit or a diagnosis stopped it) or stopped.

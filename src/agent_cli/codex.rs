@@ -330,11 +330,19 @@ pub fn plan_codex_config(
         return Ok(None);
     }
 
-    let mut after_text = text.to_string();
+    // Edited as a document: comments, key order, quoting and blank lines stay as they were.
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| format!("is not valid TOML ({})", first_line(&e)))?;
     let mut expected = before.clone();
     let mut changed = Vec::new();
+    let mut refused = false;
     for (path, key, value) in &edits {
-        after_text = set_in_table(&after_text, path, key, value);
+        if set_in_document(&mut doc, path, key, value).is_none() {
+            // Something on the path is not a table (`projects = 5`): the user's to fix.
+            refused = true;
+            continue;
+        }
         let mut t = &mut expected;
         for p in path {
             t = t
@@ -346,8 +354,9 @@ pub fn plan_codex_config(
         t.insert((*key).to_string(), toml::Value::String(value.clone()));
         changed.push(format!("[{}] {key} = \"{value}\"", header(path)));
     }
+    let after_text = doc.to_string();
     let after: Result<toml::Table, _> = toml::from_str(&after_text);
-    if after.as_ref().ok() != Some(&expected) {
+    if refused || after.as_ref().ok() != Some(&expected) {
         return Err(format!(
             "phoenix cannot add its trust entries without rewriting the file; add them yourself:\n{}",
             edits
@@ -377,63 +386,35 @@ fn header(path: &[String]) -> String {
         .join(".")
 }
 
-/// The key path of a `[table]` header line, understood by the TOML parser itself.
-fn header_path(line: &str) -> Option<Vec<String>> {
-    let line = line.trim();
-    if !line.starts_with('[') || line.starts_with("[[") {
-        return None;
-    }
-    let table: toml::Table = toml::from_str(line).ok()?;
-    let mut path = Vec::new();
-    let mut t = &table;
-    loop {
-        let mut entries = t.iter();
-        let Some((k, v)) = entries.next() else {
-            return Some(path);
-        };
-        if entries.next().is_some() {
-            return None;
+/// Set `key = "value"` in the table at `path`, creating the tables that are missing (as
+/// `[a."b"]` headers, without empty parents). An existing value is replaced in place with its
+/// comments. `None` when something on the path is not a table (phoenix then asks the user).
+fn set_in_document(
+    doc: &mut toml_edit::DocumentMut,
+    path: &[String],
+    key: &str,
+    value: &str,
+) -> Option<()> {
+    let mut table: &mut dyn toml_edit::TableLike = doc.as_table_mut();
+    for p in path {
+        if !table.contains_key(p) {
+            let mut t = toml_edit::Table::new();
+            t.set_implicit(true);
+            table.insert(p, toml_edit::Item::Table(t));
         }
-        path.push(k.clone());
-        t = v.as_table()?;
+        table = table.get_mut(p)?.as_table_like_mut()?;
     }
-}
-
-/// Set `key = "value"` in the table `[path]`: replace the key's line or add it under the
-/// header, or append the table at the end.
-fn set_in_table(text: &str, path: &[String], key: &str, value: &str) -> String {
-    let assignment = format!("{key} = {}", toml::Value::String(value.to_string()));
-    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-    if let Some(at) = lines
-        .iter()
-        .position(|l| header_path(l).as_deref() == Some(path))
-    {
-        let end = lines[at + 1..]
-            .iter()
-            .position(|l| l.trim_start().starts_with('['))
-            .map_or(lines.len(), |i| at + 1 + i);
-        let existing = lines[at + 1..end].iter().position(|l| {
-            l.trim_start()
-                .strip_prefix(key)
-                .is_some_and(|rest| rest.trim_start().starts_with('='))
-        });
-        match existing {
-            Some(i) => lines[at + 1 + i] = assignment,
-            None => lines.insert(at + 1, assignment),
+    match table.get_mut(key).and_then(toml_edit::Item::as_value_mut) {
+        Some(old) => {
+            let decor = old.decor().clone();
+            *old = toml_edit::Value::from(value);
+            *old.decor_mut() = decor;
         }
-        let mut out = lines.join("\n");
-        out.push('\n');
-        return out;
+        None => {
+            table.insert(key, toml_edit::value(value));
+        }
     }
-    let mut out = text.to_string();
-    if !out.is_empty() && !out.ends_with('\n') {
-        out.push('\n');
-    }
-    if !out.is_empty() {
-        out.push('\n');
-    }
-    out.push_str(&format!("[{}]\n{assignment}\n", header(path)));
-    out
+    Some(())
 }
 
 #[cfg(test)]
@@ -589,8 +570,33 @@ mod tests {
         let (out, _) = plan_codex_config(Some(text), "/w", &[]).unwrap().unwrap();
         assert_eq!(
             out,
-            "[projects.'/w']\ntrust_level = \"trusted\"\nnote = \"x\"\n\n[tui]\nalt = true\n"
+            "[projects.'/w']\nnote = \"x\"\ntrust_level = \"trusted\"\n\n[tui]\nalt = true\n"
         );
+    }
+
+    /// The user's comments, spacing and quoting survive phoenix's edit, in the tables it edits
+    /// too, and a replaced hash keeps its trailing comment (it was once patched line by line).
+    #[test]
+    fn codex_config_comments_and_layout_survive_the_edit() {
+        let text = "# Codex, set up by hand\nmodel = \"o3\"   # the best\n\n\
+                    [projects.'/w'] # my work\n# reviewed on Monday\nnote = \"x\"\n\n\
+                    [hooks.state.\"k\"]\n# the hash Codex showed me\ntrusted_hash = \"sha256:old\" # keep\n\n\
+                    [tui] # looks\nalt = true\n";
+        let hooks = vec![("k".to_string(), "sha256:new".to_string())];
+        let (out, changed) = plan_codex_config(Some(text), "/w", &hooks)
+            .unwrap()
+            .unwrap();
+        assert_eq!(changed.len(), 2, "{changed:?}");
+        for kept in [
+            "# Codex, set up by hand\nmodel = \"o3\"   # the best\n",
+            "[projects.'/w'] # my work\n# reviewed on Monday\nnote = \"x\"\n",
+            "# the hash Codex showed me\ntrusted_hash = \"sha256:new\" # keep\n",
+            "[tui] # looks\nalt = true\n",
+        ] {
+            assert!(out.contains(kept), "lost {kept:?}:\n{out}");
+        }
+        assert!(out.contains("trust_level = \"trusted\""), "{out}");
+        assert!(!out.contains("sha256:old"), "{out}");
     }
 
     #[test]
@@ -606,9 +612,22 @@ mod tests {
             None
         );
         assert!(plan_codex_config(Some("model = "), "/w", &[]).is_err());
-        // Defined inline: phoenix cannot add to it by appending a table, and says what to add.
+        // Defined inline: the entry goes into the inline table (a document edit, not lines).
         let inline = "projects = { \"/x\" = { trust_level = \"trusted\" } }\n";
-        let e = plan_codex_config(Some(inline), "/w", &[]).unwrap_err();
+        let (out, _) = plan_codex_config(Some(inline), "/w", &[]).unwrap().unwrap();
+        let read: toml::Table = toml::from_str(&out).unwrap();
+        assert_eq!(
+            read["projects"]["/w"]["trust_level"].as_str(),
+            Some("trusted"),
+            "{out}"
+        );
+        assert_eq!(
+            read["projects"]["/x"]["trust_level"].as_str(),
+            Some("trusted"),
+            "{out}"
+        );
+        // Not a table where one must be: phoenix says what to add instead of guessing.
+        let e = plan_codex_config(Some("projects = 5\n"), "/w", &[]).unwrap_err();
         assert!(
             e.contains("[projects.\"/w\"]\ntrust_level = \"trusted\""),
             "{e}"

@@ -1,5 +1,6 @@
 //! `loop add|list`, `resolve`, `state show` and `hooks show`: one agent's state and hooks.
 
+use super::output;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -35,6 +36,7 @@ pub enum StateCommand {
     /// Show state.json (with staleness and retention applied).
     Show {
         agent: String,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -46,6 +48,7 @@ pub enum HooksCommand {
     Show {
         #[arg(long)]
         agent: String,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -95,10 +98,7 @@ pub fn loops(config: &Path, cmd: LoopCommand) -> anyhow::Result<i32> {
             agent(&spec, &name)?;
             let state = shown_state(&spec, &agent_dir(&spec, &name)?)?;
             if json {
-                out(&format!(
-                    "{}\n",
-                    serde_json::to_string_pretty(&state.open_loops)?
-                ));
+                output::json(json!({"agent": name, "loops": state.open_loops}));
                 return Ok(0);
             }
             if state.open_loops.is_empty() {
@@ -148,7 +148,7 @@ pub fn state(config: &Path, cmd: StateCommand) -> anyhow::Result<i32> {
     let dir = agent_dir(&spec, &name)?;
     let state = shown_state(&spec, &dir)?;
     if json {
-        out(&format!("{}\n", serde_json::to_string_pretty(&state)?));
+        output::json(&state);
         return Ok(0);
     }
     let mut text = String::new();
@@ -260,10 +260,7 @@ pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {
             agent.cli
         );
         if json {
-            out(&format!(
-                "{}\n",
-                json!({"agent": name, "cli": agent.cli, "files": [], "note": message})
-            ));
+            output::json(json!({"agent": name, "cli": agent.cli, "files": [], "note": message}));
         } else {
             out(&format!("{message}\n"));
         }
@@ -274,14 +271,11 @@ pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {
         .notify_config()
         .map(|file| (file, target.notify_command()));
     if json {
-        out(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(&json!({
-                "agent": name, "cli": agent.cli,
-                "files": [{"path": path, "content": content}],
-                "codex_notify": notify.as_ref().map(|(_, argv)| argv),
-            }))?
-        ));
+        output::json(json!({
+            "agent": name, "cli": agent.cli,
+            "files": [{"path": path, "content": content}],
+            "codex_notify": notify.as_ref().map(|(_, argv)| argv),
+        }));
         return Ok(0);
     }
     let mut text = format!(

@@ -1,6 +1,7 @@
 //! `phoenix ledger`, `phoenix handoff save|list|show|search|inject|clear`, `phoenix reindex`:
 //! an agent's continuity from the command line.
 
+use super::output;
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 
@@ -30,12 +31,14 @@ pub enum HandoffCommand {
         /// Save from what phoenix knows only; do not read stdin.
         #[arg(long)]
         no_input: bool,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
     /// The agent's handoffs, oldest first (every agent's without AGENT).
     List {
         agent: Option<String>,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -44,6 +47,7 @@ pub enum HandoffCommand {
         id: String,
         #[arg(long)]
         agent: Option<String>,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -60,6 +64,7 @@ pub enum HandoffCommand {
         kind: Option<String>,
         #[arg(long, short = 'n', default_value_t = 10)]
         limit: usize,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -69,6 +74,7 @@ pub enum HandoffCommand {
         agent: String,
         #[arg(long)]
         id: Option<String>,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -91,7 +97,7 @@ pub fn ledger(config: &Path, name: &str, json: bool) -> anyhow::Result<i32> {
     agent(&spec, name)?;
     let ledger = ledger::load(&FleetDir::new(&spec.fleet.state_dir).agent(name));
     if json {
-        out(&format!("{}\n", serde_json::to_string_pretty(&ledger)?));
+        output::json(&ledger);
         return Ok(0);
     }
     let mut text = format!(
@@ -169,7 +175,7 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
                 eprintln!("note: {note}");
             }
             if json {
-                out(&format!("{}\n", continuity::summary_json(&h)));
+                output::json(continuity::summary_json(&h));
             } else {
                 out(&format!(
                     "saved handoff {} for agent `{name}` ({})\n",
@@ -190,7 +196,7 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
             let all = continuity::handoffs(&spec, names.iter().map(String::as_str));
             if json {
                 let list: Vec<_> = all.iter().map(continuity::summary_json).collect();
-                out(&format!("{}\n", serde_json::to_string_pretty(&list)?));
+                output::json(json!({"handoffs": list}));
                 return Ok(0);
             }
             if all.is_empty() {
@@ -217,7 +223,7 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
             let found = continuity::find_handoff(&spec, &id, name.as_deref())
                 .with_context(|| format!("no handoff `{id}` (see `phoenix handoff list`)"))?;
             if json {
-                out(&format!("{}\n", serde_json::to_string_pretty(&found)?));
+                output::json(&found);
             } else {
                 out(&handoff::to_text(&found));
             }
@@ -235,7 +241,7 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
                 crate::store::search(&fleet, &query, name.as_deref(), kind.as_deref(), limit)?;
             let took = started.elapsed();
             if json {
-                out(&format!("{}\n", serde_json::to_string_pretty(&hits)?));
+                output::json(json!({"hits": hits}));
                 return Ok(0);
             }
             if hits.is_empty() {
@@ -274,7 +280,7 @@ pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
             let report =
                 continuity::inject::to_agent(&spec, a, &continuity::inject::handoff_text(&h))?;
             if json {
-                out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
+                output::json(&report);
             } else {
                 out(&format!(
                     "handoff {} injected into agent `{name}` in {} ({})\n",
@@ -325,10 +331,7 @@ pub fn reindex(config: &Path, json: bool) -> anyhow::Result<i32> {
     let (_, n) = Store::rebuild_fresh(&fleet)?;
     let took = started.elapsed();
     if json {
-        out(&format!(
-            "{}\n",
-            json!({"documents": n, "ms": took.as_secs_f64() * 1000.0})
-        ));
+        output::json(json!({"documents": n, "ms": took.as_secs_f64() * 1000.0}));
     } else {
         out(&format!(
             "reindexed {n} document(s) in {took:.1?} ({})\n",
@@ -352,7 +355,7 @@ pub fn brief(config: &Path, name: &str, generate: bool, json: bool) -> anyhow::R
             eprintln!("note: {note}");
         }
         if json {
-            out(&format!("{}\n", serde_json::to_string_pretty(&done)?));
+            output::json(&done);
         } else {
             out(&format!(
                 "wrote {} ({} characters, by {}){}{}\n",
@@ -375,7 +378,7 @@ pub fn brief(config: &Path, name: &str, generate: bool, json: bool) -> anyhow::R
     }
     let text = continuity::brief::read(&dir);
     if json {
-        out(&format!("{}\n", json!({"agent": name, "brief": text})));
+        output::json(json!({"agent": name, "brief": text}));
     } else if text.trim().is_empty() {
         out(&format!(
             "agent `{name}` has no brief yet: `phoenix brief {name} --generate` writes one\n"

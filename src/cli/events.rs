@@ -1,13 +1,13 @@
 //! `phoenix events`: the fleet's critical events (crash loops, policy fallbacks, every step of a
-//! Clinic recovery, corrupt state rolled back), oldest first, optionally followed.
+//! Clinic recovery, corrupt state rolled back) and each session's end, oldest first, optionally
+//! followed; with `--all` every step of the agents' ops.jsonl too.
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::out;
+use super::{out, output};
 use crate::spec::{self, LoadOptions};
 use crate::state::{FleetDir, events as critical};
 
@@ -19,6 +19,8 @@ pub struct EventsArgs<'a> {
     pub since: Option<Duration>,
     pub json: bool,
     pub follow: bool,
+    /// Every step of the agents' ops.jsonl too.
+    pub all: bool,
 }
 
 pub fn events(config: &Path, args: EventsArgs<'_>) -> anyhow::Result<i32> {
@@ -39,15 +41,20 @@ pub fn events(config: &Path, args: EventsArgs<'_>) -> anyhow::Result<i32> {
     }
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let path = fleet.critical_events_path();
-    let offset_before = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let declared = spec.agent_names();
     let filter = critical::Filter {
         agent: args.agent,
         event: args.event,
         limit: args.limit,
         since: args.since.and_then(critical::Filter::since_age),
+        agents: &declared,
+        all_steps: args.all,
     };
+    // Made before the read, so nothing recorded in between is missed.
+    let mut follower = args
+        .follow
+        .then(|| critical::Follower::new(&fleet, &filter));
     let (events, skipped) = critical::read(&fleet, &filter);
-    let mut offset = offset_before;
     if skipped > 0 {
         eprintln!(
             "warning: {skipped} line(s) of {} are not valid JSON and were skipped",
@@ -55,7 +62,7 @@ pub fn events(config: &Path, args: EventsArgs<'_>) -> anyhow::Result<i32> {
         );
     }
     if args.json && !args.follow {
-        out(&format!("{}\n", serde_json::to_string_pretty(&events)?));
+        output::json(serde_json::json!({"events": events}));
         return Ok(0);
     }
     if events.is_empty() && !args.follow && !args.json {
@@ -72,35 +79,16 @@ pub fn events(config: &Path, args: EventsArgs<'_>) -> anyhow::Result<i32> {
     for e in &events {
         out(&line(e, args.json));
     }
-    if !args.follow {
+    let Some(follower) = follower.as_mut() else {
         return Ok(0);
-    }
-    // Follow: poll for appended lines (a rotated or truncated file is read from its start).
-    let mut partial = String::new();
+    };
+    let filter = critical::Filter {
+        limit: None,
+        ..filter
+    };
     loop {
         std::thread::sleep(Duration::from_millis(250));
-        let Ok(mut file) = crate::state::file::open_read(&path) else {
-            continue;
-        };
-        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-        if len < offset {
-            offset = 0;
-            partial.clear();
-        }
-        if len == offset || file.seek(SeekFrom::Start(offset)).is_err() {
-            continue;
-        }
-        let mut chunk = Vec::new();
-        if file.read_to_end(&mut chunk).is_err() {
-            continue;
-        }
-        offset += chunk.len() as u64;
-        partial.push_str(&String::from_utf8_lossy(&chunk));
-        let Some(end) = partial.rfind('\n') else {
-            continue;
-        };
-        let complete: String = partial.drain(..=end).collect();
-        for e in critical::parse(&complete, &filter).0 {
+        for e in follower.poll(&filter) {
             out(&line(&e, args.json));
         }
     }
@@ -109,7 +97,7 @@ pub fn events(config: &Path, args: EventsArgs<'_>) -> anyhow::Result<i32> {
 /// One event for a person (`ts  agent  event  reason → action`) or as a JSON line.
 fn line(e: &Value, json: bool) -> String {
     if json {
-        return format!("{e}\n");
+        return format!("{}\n", output::document(e));
     }
     let field = |k: &str| e[k].as_str().unwrap_or("-").to_string();
     let action = field("action_taken");

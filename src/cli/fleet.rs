@@ -1,5 +1,6 @@
 //! validate, plan, apply, status and doctor: the fleet-level commands.
 
+use super::output;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 
@@ -48,10 +49,13 @@ pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
                 return Ok(code);
             }
             if json {
-                out(&format!(
-                    "{}\n",
-                    json!({"ok": true, "file": spec.file, "agents": spec.agent_names(), "errors": [], "warnings": spec.warnings})
-                ));
+                output::json(json!({
+                    "ok": true,
+                    "file": spec.file,
+                    "agents": spec.agent_names(),
+                    "errors": [],
+                    "warnings": spec.warnings
+                }));
             } else {
                 out(&format!(
                     "{}: ok ({})\n",
@@ -62,10 +66,7 @@ pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
             Ok(0)
         }
         Err(LoadError::Invalid(diags)) if json => {
-            out(&format!(
-                "{}\n",
-                json!({"ok": false, "file": diags.file, "errors": diags.located()})
-            ));
+            output::json(json!({"ok": false, "file": diags.file, "errors": diags.located()}));
             Ok(1)
         }
         Err(e) => Err(e.into()),
@@ -87,12 +88,9 @@ pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
         &PlanOptions::for_this_binary(prune).context("cannot find the phoenix binary")?,
     );
     if json {
-        out(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(&plan.to_json())?
-        ));
+        output::json(plan.to_json());
     } else {
-        out(&plan.to_string());
+        out(&output::plan(&plan.to_string()));
     }
     Ok(if plan.is_empty() { 0 } else { 2 })
 }
@@ -136,14 +134,14 @@ pub fn apply(
     super::lifecycle::target(&mut plan, spec, targets)?;
     if plan.is_empty() {
         if json {
-            out(&format!("{}\n", json!({"steps": [], "failed": 0})));
+            output::json(json!({"steps": [], "failed": 0}));
         } else {
-            out(&plan.to_string());
+            out(&output::plan(&plan.to_string()));
         }
         return Ok(0);
     }
     if !json {
-        out(&plan.to_string());
+        out(&output::plan(&plan.to_string()));
     }
     if !yes && !confirm()? {
         out("Apply cancelled.\n");
@@ -158,10 +156,7 @@ pub fn apply(
     confirm_started(spec, runtime, &mut report, applied_at);
     let failed = report.failed();
     if json {
-        out(&format!(
-            "{}\n",
-            json!({"steps": report.steps, "failed": failed})
-        ));
+        output::json(json!({"steps": report.steps, "failed": failed}));
     } else {
         let mut text = String::from("\n");
         for s in &report.steps {
@@ -324,10 +319,17 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
         0
     };
     if json {
-        out(&format!("{}\n", serde_json::to_string_pretty(&rows)?));
+        let daemon = crate::state::daemon::daemon_pid(&FleetDir::new(&spec.fleet.state_dir));
+        output::json(crate::status::document(spec, &world, &rows, daemon));
         return Ok(code);
     }
     let now = jiff::Timestamp::now();
+    if let (Some(r), Some(_)) = (rows.first(), agent) {
+        let mut text = describe(spec, r, now);
+        text.push_str(&daemon_line(spec));
+        out(&text);
+        return Ok(code);
+    }
     let mut text = format!(
         "{:<20} {:<14} {:<10} {:>8} {:>8} {:<6} {}\n",
         "AGENT", "STATE", "HEALTH", "PID", "UPTIME", "PANE", "LAST ACTIVITY"
@@ -340,19 +342,15 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
             .map(|t| format!("{} ago", human_secs(now.as_second() - t.as_second())))
             .unwrap_or_else(|| "-".into());
         text.push_str(&format!(
-            "{:<20} {:<14} {:<10} {:>8} {:>8} {:<6} {}\n",
+            "{:<20} {:<14} {} {:>8} {:>8} {:<6} {}\n",
             r.agent,
             r.state,
-            r.health,
+            output::paint(output::health(r.health), &format!("{:<10}", r.health)),
             r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
             r.uptime_secs.map(human_secs).unwrap_or_else(|| "-".into()),
             r.pane.as_deref().unwrap_or("-"),
             ago
         ));
-        if let Some(summary) = &r.supervision {
-            text.push('\n');
-            text.push_str(&summary.to_string());
-        }
     }
     if !world.server_running {
         text.push_str(&format!(
@@ -363,6 +361,96 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
     text.push_str(&daemon_line(spec));
     out(&text);
     Ok(code)
+}
+
+/// `phoenix status AGENT`, as `kubectl describe`: everything known about one agent, one
+/// labelled line each, then its supervision record (last stop, crashes, latest crash).
+fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -> String {
+    let dash = || "-".to_string();
+    let declared = spec.agent(&r.agent);
+    let ago = |t: Option<&str>| {
+        t.and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map(|t| format!("{t} ({} ago)", human_secs(now.as_second() - t.as_second())))
+    };
+    let mut rows: Vec<(&str, String)> = vec![
+        ("Agent", r.agent.clone()),
+        ("CLI", r.cli.clone().unwrap_or_else(dash)),
+        (
+            "Command",
+            declared.map(|a| a.command.clone()).unwrap_or_else(dash),
+        ),
+        (
+            "Workdir",
+            declared
+                .map(|a| a.workdir.display().to_string())
+                .unwrap_or_else(dash),
+        ),
+        ("State", r.state.to_string()),
+        (
+            "Health",
+            output::paint(output::health(r.health), r.health)
+                + &if r.watchdog.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (watchdog: {})", r.watchdog.join(", "))
+                },
+        ),
+        ("Pid", r.pid.map(|p| p.to_string()).unwrap_or_else(dash)),
+        ("Uptime", r.uptime_secs.map(human_secs).unwrap_or_else(dash)),
+        ("Pane", r.pane.clone().unwrap_or_else(dash)),
+        (
+            "Last activity",
+            ago(r.last_activity.as_deref()).unwrap_or_else(dash),
+        ),
+        ("Session", r.status.clone().unwrap_or_else(dash)),
+        ("Current task", r.current_task.clone().unwrap_or_else(dash)),
+        (
+            "Open loops",
+            format!("{} ({} stale)", r.open_loops, r.stale_loops),
+        ),
+    ];
+    if let Some(a) = declared {
+        let next = if a.resume_command.is_some() {
+            "resumes the recorded session"
+        } else {
+            "a fresh session (no `resume_command`)"
+        };
+        rows.push((
+            "Restart",
+            format!(
+                "cooldown {}, backoff up to {}, safe mode after {} crashes in {}; next start: {next}",
+                crate::spec::duration::format(a.restart.cooldown),
+                crate::spec::duration::format(a.restart.backoff_max),
+                a.restart.max_crashes,
+                crate::spec::duration::format(a.restart.crash_window),
+            ),
+        ));
+    }
+    let handoff = match (
+        &r.context.last_handoff_id,
+        ago(r.context.last_handoff.as_deref()),
+    ) {
+        (Some(id), Some(when)) => format!("{id}, {when} (`phoenix handoff show {id}`)"),
+        (Some(id), None) => id.clone(),
+        _ => "none yet".to_string(),
+    };
+    rows.push(("Latest handoff", handoff));
+    rows.push((
+        "Context",
+        format!(
+            "{} (score {}, {} tool calls since the last checkpoint)",
+            r.context.level, r.context.score, r.context.tool_calls_since
+        ),
+    ));
+    let mut text: String = rows
+        .into_iter()
+        .map(|(k, v)| format!("{:<15} {v}\n", format!("{k}:")))
+        .collect();
+    if let Some(summary) = &r.supervision {
+        text.push('\n');
+        text.push_str(&summary.to_string());
+    }
+    text
 }
 
 /// Whether `phoenix run` supervises this fleet: without it, each agent's wrapper still
@@ -499,10 +587,7 @@ pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
 
     let failed = checks.iter().filter(|c| !c.ok).count();
     if json {
-        out(&format!(
-            "{}\n",
-            json!({"ok": failed == 0, "checks": checks})
-        ));
+        output::json(json!({"ok": failed == 0, "checks": checks}));
     } else {
         let mut text = String::new();
         for c in &checks {
@@ -534,7 +619,7 @@ pub fn restart(config: &Path, agent: &str, fresh: bool, json: bool) -> anyhow::R
     let ctx = load(config)?;
     let report = crate::controller::request::restart_with(&ctx, agent, fresh, &tell_waiting)?;
     if json {
-        out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
+        output::json(&report);
         return Ok(0);
     }
     let how = if fresh {

@@ -10,6 +10,7 @@ mod layers;
 mod lifecycle;
 mod logs;
 mod notify;
+mod output;
 mod policy;
 mod scaffold;
 mod watchdog;
@@ -25,7 +26,11 @@ Exit codes:
   1  error (invalid config, failed step, failed check)
   2  changes pending (`plan`)
   3  `status`: a declared agent is down, stopped or in safe mode
-  64 usage error: an unknown command or option, a bad or missing value";
+  64 usage error: an unknown command or option, a bad or missing value
+
+With --json, every command prints one JSON document on stdout with `format_version` first,
+errors included: {\"format_version\":1,\"ok\":false,\"error\":{\"message\":…,\"hint\":…}}
+(see docs/json.md).";
 
 /// A usage error (see [`crate::error::exit::USAGE`]).
 pub const EXIT_USAGE: i32 = crate::error::exit::USAGE;
@@ -36,6 +41,10 @@ pub struct Cli {
     /// The fleet spec.
     #[arg(long, short = 'c', global = true, env = "PHOENIX_CONFIG", default_value = crate::spec::DEFAULT_CONFIG)]
     pub config: PathBuf,
+
+    /// No colour, even on a terminal (so does a set `NO_COLOR`; piped output never has any).
+    #[arg(long, global = true)]
+    pub no_color: bool,
 
     #[command(subcommand)]
     pub command: Command,
@@ -57,11 +66,13 @@ pub enum Command {
     /// Check phoenix.toml, the policies and the templates; report every problem with
     /// file:line:column.
     Validate {
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
     /// Show what `apply` would change (exit 0: nothing to do, 2: changes pending).
     Plan {
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
         /// Also remove agents that run but are no longer declared.
@@ -83,6 +94,7 @@ pub enum Command {
         /// Also remove agents that run but are no longer declared.
         #[arg(long)]
         prune: bool,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -91,6 +103,7 @@ pub enum Command {
     Status {
         /// Show one agent in detail.
         agent: Option<String>,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -103,6 +116,7 @@ pub enum Command {
     },
     /// Check the environment: tmux, agent CLIs, workdirs, state dir.
     Doctor {
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -129,6 +143,7 @@ pub enum Command {
         /// Start a fresh session instead of resuming the recorded one.
         #[arg(long)]
         fresh: bool,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -219,6 +234,7 @@ pub enum Command {
     /// agent's latest exit, record every step and print the decision.
     Clinic {
         agent: String,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
         /// The tail of the agent CLI's output (`-` for stdin), to find the error in.
@@ -238,6 +254,7 @@ pub enum Command {
         /// One pass, then exit (default: a pass on every `[schedules] watchdog` tick).
         #[arg(long)]
         once: bool,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -248,6 +265,7 @@ pub enum Command {
     /// uncertain items, files.
     Ledger {
         agent: String,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -260,11 +278,13 @@ pub enum Command {
         agent: String,
         #[arg(long)]
         generate: bool,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
     /// Rebuild the search index (index.db) from the files.
     Reindex {
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -276,7 +296,7 @@ pub enum Command {
         agent: String,
     },
     /// The fleet's critical events, oldest first: crash loops, policy fallbacks, each step
-    /// of a Clinic recovery, state rolled back.
+    /// of a Clinic recovery, state rolled back, and each session's end (--all: every step).
     Events {
         /// Only this agent's events.
         #[arg(long)]
@@ -290,12 +310,17 @@ pub enum Command {
         /// Only events of the last DURATION (e.g. `1h`, `30m`, `7d`).
         #[arg(long, value_parser = parse_duration_arg)]
         since: Option<std::time::Duration>,
-        /// A JSON array (with --follow: one JSON object per line).
+        /// A JSON document `{format_version, events: […]}` (with --follow: one JSON object per
+        /// line, each with `format_version`).
         #[arg(long)]
         json: bool,
         /// Keep printing events as they are recorded.
         #[arg(long, short = 'f')]
         follow: bool,
+        /// Every step of the agents' ops.jsonl too (hooks, spawns, restarts), not only the
+        /// critical events and each session's end.
+        #[arg(long)]
+        all: bool,
     },
     /// Serve the HTTP API and the web dashboard: fleet status, state, ledgers, handoffs,
     /// briefs, critical events and the plan; save/inject handoffs, restart, resolve loops, run
@@ -331,6 +356,7 @@ pub enum NotifyCommand {
         /// investigation report (also opens a GitHub issue).
         #[arg(long)]
         failure: bool,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -395,15 +421,72 @@ pub fn main() -> i32 {
                 out(&crate::hooks::fallback_output(&args));
                 return 0;
             }
+            if e.use_stderr() && json_requested(&args) {
+                let (message, hint) = usage_error_parts(&e.to_string());
+                output::json(output::error_document(&message, Some(&hint)));
+                return EXIT_USAGE;
+            }
             // --help and --version come this way too, on stdout and with 0.
             let _ = e.print();
             return if e.use_stderr() { EXIT_USAGE } else { 0 };
         }
     };
+    if cli.no_color {
+        output::disable_colour();
+    }
     match run(cli) {
         Ok(code) => code,
+        Err(err) if json_requested(&args) => report_json(&err),
         Err(err) => report(&err),
     }
+}
+
+// ---- errors with --json (docs/json.md) ----
+
+/// `--json` anywhere before a `--`: a script asked for JSON, so even a usage error or a
+/// failure before the command ran comes as a JSON document on stdout.
+fn json_requested(args: &[String]) -> bool {
+    args.iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json")
+}
+
+/// clap's rendered usage error as (message, hint): its first line, and its `tip:` or else its
+/// closing pointer to `--help`.
+fn usage_error_parts(text: &str) -> (String, String) {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let message = lines
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ")
+        .to_string();
+    let rest: Vec<&str> = lines.collect();
+    let hint = rest
+        .iter()
+        .find_map(|l| l.strip_prefix("tip: "))
+        .or_else(|| rest.last().copied())
+        .unwrap_or("try '--help'")
+        .to_string();
+    (message, hint)
+}
+
+/// The error of a failed command as one JSON document on stdout (and nothing on stderr).
+/// `report` for `--json`: the same error as one JSON document on stdout; the same exit code.
+fn report_json(err: &anyhow::Error) -> i32 {
+    let lib = err.downcast_ref::<crate::Error>();
+    let load = lib
+        .and_then(crate::Error::load)
+        .or_else(|| err.downcast_ref::<crate::spec::LoadError>());
+    let message = match load {
+        Some(crate::spec::LoadError::Invalid(d)) => d.to_string().trim_end().to_string(),
+        Some(other) => other.to_string(),
+        None => format!("{err:#}"),
+    };
+    let hint = load
+        .and_then(|l| l.hint())
+        .or_else(|| lib.and_then(crate::Error::hint));
+    output::json(output::error_document(&message, hint.as_deref()));
+    lib.map_or(crate::error::exit::ERROR, crate::Error::code)
 }
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -526,6 +609,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             since,
             json,
             follow,
+            all,
         } => events::events(
             &config,
             events::EventsArgs {
@@ -535,6 +619,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 since,
                 json,
                 follow,
+                all,
             },
         ),
         Command::Serve { listen } => Ok(crate::serve::run(
@@ -570,7 +655,7 @@ fn parse_refresh_arg(text: &str) -> Result<std::time::Duration, String> {
 /// The one place an error is printed: its chain (`{:#}`) and, where phoenix knows one, a hint.
 /// Returns the exit code the error means ([`crate::Error::code`]; 1 for the CLI's own errors).
 pub fn report(err: &anyhow::Error) -> i32 {
-    let mut stderr = std::io::stderr().lock();
+    let mut stderr = anstream::stderr().lock();
     let lib = err.downcast_ref::<crate::Error>();
     let load = lib
         .and_then(crate::Error::load)
@@ -581,15 +666,19 @@ pub fn report(err: &anyhow::Error) -> i32 {
                 let _ = write!(stderr, "{d}");
             }
             other => {
-                let _ = writeln!(stderr, "error: {other}");
+                let _ = writeln!(stderr, "{}: {other}", output::paint(output::ERROR, "error"));
             }
         }
         if let Some(hint) = load.hint() {
-            let _ = writeln!(stderr, "  = hint: {hint}");
+            let _ = writeln!(
+                stderr,
+                "  = {}: {hint}",
+                output::paint(output::HINT, "hint")
+            );
         }
         return crate::error::exit::ERROR;
     }
-    let _ = writeln!(stderr, "error: {err:#}");
+    let _ = writeln!(stderr, "{}: {err:#}", output::paint(output::ERROR, "error"));
     if let Some(hint) = lib.and_then(crate::Error::hint) {
         let _ = writeln!(stderr, "  = hint: {hint}");
     }
@@ -603,12 +692,5 @@ fn err_line(line: &str) {
 
 /// Write to stdout, treating a closed pipe (`phoenix status | head`) as success.
 pub(crate) fn out(text: &str) {
-    let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout
-        .write_all(text.as_bytes())
-        .and_then(|_| stdout.flush())
-        && e.kind() == std::io::ErrorKind::BrokenPipe
-    {
-        std::process::exit(0);
-    }
+    output::out(text);
 }

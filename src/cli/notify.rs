@@ -1,6 +1,7 @@
 //! `phoenix notify test`: a labelled test message through every configured channel, and a
 //! line (or JSON) per channel on stdout.
 
+use super::output;
 use std::path::Path;
 
 use super::out;
@@ -60,7 +61,7 @@ pub fn test(config: &Path, agent: Option<&str>, kind: Kind, json: bool) -> anyho
             "fleet": spec.fleet.name,
             "channels": sent,
         });
-        out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
+        output::json(&report);
     } else {
         let mut text = String::new();
         for s in &sent {

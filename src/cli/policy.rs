@@ -1,6 +1,7 @@
 //! `phoenix policy test|show`, `phoenix clinic`, and the policy and template part of
 //! `phoenix validate`.
 
+use super::output;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -26,6 +27,7 @@ pub enum PolicyCommand {
         policy: PathBuf,
         /// `{"call": "on_exit", "args": {"agent": {…}, "exit": {…}}, "expect": {…}}`
         fixture: PathBuf,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -116,7 +118,7 @@ fn test(policy_path: &Path, fixture_path: &Path, json: bool) -> anyhow::Result<i
         let mut value = outcome.to_json();
         value["policy"] = json!(policy_path);
         value["fixture"] = json!(fixture_path);
-        out(&format!("{}\n", serde_json::to_string_pretty(&value)?));
+        output::json(&value);
     } else {
         let mut text = String::new();
         if let Some(d) = &fixture.description {
@@ -249,10 +251,9 @@ pub fn validate_extras(spec: &Spec, json: bool) -> Option<i32> {
     }
     if json {
         let errors: Vec<Located> = problems.iter().flat_map(|d| d.located()).collect();
-        out(&format!(
-            "{}\n",
-            json!({"ok": false, "file": spec.file, "agents": spec.agent_names(), "errors": errors})
-        ));
+        output::json(
+            json!({"ok": false, "file": spec.file, "agents": spec.agent_names(), "errors": errors}),
+        );
     } else {
         let text: Vec<String> = problems.iter().map(|d| d.to_string()).collect();
         eprint!("{}", text.join("\n"));
@@ -346,7 +347,7 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
             .context("cannot write what the next start gets")?;
     }
     if args.json {
-        out(&format!("{}\n", serde_json::to_string_pretty(&recovery)?));
+        output::json(&recovery);
         return Ok(0);
     }
     let r = &recovery;

@@ -1,6 +1,7 @@
 //! `phoenix watchdog [--once] [--json]`: run passes (once, or on the `[schedules]` cron) and
 //! print each pass's report.
 
+use super::output;
 use std::path::Path;
 use std::time::Duration;
 
@@ -33,10 +34,7 @@ pub fn run(config: &Path, once: bool, json: bool) -> anyhow::Result<i32> {
 
 fn print_report(report: &crate::watchdog::Report, json: bool) {
     if json {
-        out(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(report).unwrap_or_default()
-        ));
+        output::json(report);
         return;
     }
     if let Some(why) = &report.skipped {

@@ -5,6 +5,7 @@
 //! simply converges again, because all state lives in tmux and the state dir.
 
 mod jobs;
+mod journal;
 pub mod log;
 mod reconcile;
 pub mod request;
@@ -126,6 +127,9 @@ impl Controller {
                 None
             }
         };
+        // Every crash, restart, revival and safe-mode entry in the log (journal.rs).
+        let journal = journal::Journal::new(FleetDir::new(&self.spec.fleet.state_dir));
+        tokio::spawn(journal.follow());
         let mut panes = PaneWatch::default();
         let mut jobs = Jobs::new(&self.spec);
         let busy = Busy::default();

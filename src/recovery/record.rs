@@ -435,6 +435,10 @@ impl std::fmt::Display for Summary {
                 end["ts"].as_str().unwrap_or("?"),
                 end["mode"].as_str().unwrap_or("?"),
             )?;
+            // Why, in words: the one recorded explanation of this exit.
+            if let Some(why) = end["explain"].as_str().filter(|w| !w.is_empty()) {
+                writeln!(f, "why:          {why}")?;
+            }
         }
         match self.max_crashes {
             Some(max) => writeln!(

@@ -171,8 +171,11 @@ pub fn document() -> Value {
                     "error": {"type": "string", "description": "What went wrong."},
                     "hint": {"type": "string", "description": "What to do about it."}}},
                 "FleetStatus": {"type": "object", "properties": {
+                    "format_version": {"type": "integer"},
                     "fleet": {"type": "string"}, "observed_at": {"type": "string", "format": "date-time"},
                     "server_running": {"type": "boolean"}, "tmux_socket": {"type": "string"},
+                    "daemon": {"type": "object", "properties": {
+                        "running": {"type": "boolean"}, "pid": {"type": ["integer", "null"]}}},
                     "agents": {"type": "array", "items": r("AgentStatus")}}},
                 "AgentStatus": {"type": "object", "properties": {
                     "agent": {"type": "string"}, "declared": {"type": "boolean"}, "enabled": {"type": "boolean"},

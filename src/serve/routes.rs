@@ -172,13 +172,8 @@ pub fn status_json(app: &App) -> Result<Value, ApiError> {
     let spec = app.spec()?;
     let world = observe(&spec)?;
     let rows = crate::status::rows(&spec, &world);
-    Ok(json!({
-        "fleet": spec.fleet.name,
-        "observed_at": jiff::Timestamp::from_second(world.observed_at).ok().map(|t| t.to_string()),
-        "server_running": world.server_running,
-        "tmux_socket": spec.fleet.socket,
-        "agents": rows,
-    }))
+    let daemon = crate::state::daemon::daemon_pid(&fleet(&spec));
+    Ok(crate::status::document(&spec, &world, &rows, daemon))
 }
 
 async fn status(State(app): State<App>) -> ApiResult {
@@ -411,11 +406,14 @@ async fn critical_events(
     let limit = q.limit.unwrap_or(500).clamp(1, 10_000);
     ok(blocking(move || {
         let spec = app.spec()?;
+        let declared = spec.agent_names();
         let filter = events::Filter {
             agent: q.agent.as_deref(),
             event: q.event.as_deref(),
             limit: Some(limit),
             since,
+            agents: &declared,
+            all_steps: false,
         };
         let (list, skipped) = events::read(&fleet(&spec), &filter);
         Ok(json!({"events": list, "skipped_lines": skipped}))

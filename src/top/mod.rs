@@ -45,10 +45,12 @@ impl Snapshot {
             Ok(world) => (status::rows(spec, &world), None),
             Err(e) => (Vec::new(), Some(format!("{e:#}"))),
         };
+        let declared = spec.agent_names();
         let (events, _) = events::read(
             &fleet,
             &Filter {
                 limit: Some(EVENTS),
+                agents: &declared,
                 ..Filter::default()
             },
         );

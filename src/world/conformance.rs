@@ -36,8 +36,13 @@ fn until(runtime: &dyn Runtime, pane: &str, what: &str, ok: impl Fn(&PaneObs) ->
             Some(p) if ok(&p) => return p,
             other => assert!(
                 Instant::now() < deadline,
-                "{}: pane {pane} never became {what}: {other:?}",
-                runtime.name()
+                "{}: pane {pane} never became {what}: {other:?} (its process: {:?})",
+                runtime.name(),
+                other.as_ref().and_then(|p| std::fs::read_to_string(format!(
+                    "/proc/{}/stat",
+                    p.pid
+                ))
+                .ok())
             ),
         }
         std::thread::sleep(Duration::from_millis(20));

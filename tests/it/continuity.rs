@@ -139,7 +139,7 @@ fn a_handoff_comes_back_through_the_session_start_hook() {
     );
     // The restart itself saved one more, linked to the manual one.
     let list = fleet.run(&["handoff", "list", "hooked", "--json"]).json();
-    let list = list.as_array().unwrap();
+    let list = list["handoffs"].as_array().unwrap();
     assert!(list.len() >= 2, "{list:?}");
     let last = list.last().unwrap();
     assert_eq!(last["trigger_reason"], "auto_restart");
@@ -238,7 +238,7 @@ fn search_ranks_and_the_index_is_rebuilt_from_the_files() {
         .run(&["handoff", "search", "authentication", "--json"])
         .status(0)
         .json();
-    let hits = hits.as_array().unwrap();
+    let hits = hits["hits"].as_array().unwrap();
     assert_eq!(hits.len(), 2, "{hits:?}");
     assert_eq!(hits[0]["title"], "OAuth login", "{hits:?}");
     assert!(
@@ -250,7 +250,7 @@ fn search_ranks_and_the_index_is_rebuilt_from_the_files() {
     let only_b = fleet
         .run(&["handoff", "search", "billing", "--agent", "b", "--json"])
         .json();
-    assert_eq!(only_b.as_array().unwrap().len(), 1);
+    assert_eq!(only_b["hits"].as_array().unwrap().len(), 1);
     // Operators in the query are words, not syntax.
     fleet
         .run(&["handoff", "search", "NEAR(\"oauth", "--json"])
@@ -261,7 +261,7 @@ fn search_ranks_and_the_index_is_rebuilt_from_the_files() {
     let again = fleet
         .run(&["handoff", "search", "authentication", "--json"])
         .json();
-    assert_eq!(again.as_array().unwrap().len(), 2);
+    assert_eq!(again["hits"].as_array().unwrap().len(), 2);
     std::fs::write(
         &index,
         b"this is not a database, just garbage bytes ........",
@@ -271,7 +271,7 @@ fn search_ranks_and_the_index_is_rebuilt_from_the_files() {
     let again = fleet
         .run(&["handoff", "search", "authentication", "--json"])
         .json();
-    assert_eq!(again.as_array().unwrap().len(), 2);
+    assert_eq!(again["hits"].as_array().unwrap().len(), 2);
     let reindex = fleet.run(&["reindex", "--json"]).status(0).json();
     assert!(reindex["documents"].as_u64().unwrap() >= 3, "{reindex}");
 }
@@ -315,7 +315,11 @@ fn reindex_replaces_a_partly_corrupt_index() {
             .json();
         // (A handoff names the one it follows, so the next one matches too.)
         assert!(
-            hits.as_array().unwrap().iter().any(|h| h["title"] == w),
+            hits["hits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|h| h["title"] == w),
             "{w}: {hits}"
         );
     }
@@ -348,7 +352,7 @@ fn twenty_restart_cycles_lose_nothing() {
         pid = next.unwrap() as u32;
     }
     let list = fleet.run(&["handoff", "list", "cycle", "--json"]).json();
-    let list = list.as_array().unwrap();
+    let list = list["handoffs"].as_array().unwrap();
     assert!(list.len() >= 21, "{}", list.len());
     for pair in list.windows(2) {
         assert_eq!(pair[1]["related"][0], pair[0]["id"], "{pair:?}");
@@ -372,7 +376,7 @@ fn twenty_restart_cycles_lose_nothing() {
             "--json",
         ])
         .json();
-    assert_eq!(hits.as_array().unwrap().len(), list.len());
+    assert_eq!(hits["hits"].as_array().unwrap().len(), list.len());
     let ops = read_jsonl(&fleet.agent_dir("cycle").join("ops.jsonl"));
     assert!(
         !ops.iter().any(|o| o["event"] == "handoff_failed"),
@@ -646,7 +650,7 @@ fn after_a_manual_save_automatic_handoffs_name_the_current_task() {
     });
     fleet.run(&["restart", "titled"]).status(0);
     let list = fleet.run(&["handoff", "list", "titled", "--json"]).json();
-    let last = list.as_array().unwrap().last().unwrap().clone();
+    let last = list["handoffs"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["trigger_reason"], "auto_restart", "{list}");
     assert_eq!(last["summary"], "fix the flaky login test", "{list}");
     let shown = fleet

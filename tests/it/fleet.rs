@@ -1327,3 +1327,161 @@ fn logs_follow_prints_new_steps_as_they_happen() {
     let _ = child.wait();
     assert!(read().contains("stop"), "{}", read());
 }
+
+/// With `--json` a failure is a JSON document on stdout too (a script reads one stream):
+/// `{format_version, ok: false, error: {message, hint}}` — for a failed command, a config
+/// that cannot be read and a usage error alike; every `--json` has a help line.
+#[test]
+fn json_errors_are_json_on_stdout_with_format_version() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("alpha", ""));
+    let shape = |run: &support::Run, code: i32| -> serde_json::Value {
+        run.status(code);
+        let doc = run.json();
+        assert_eq!(doc["format_version"], 1, "{doc}");
+        assert_eq!(doc["ok"], false, "{doc}");
+        assert!(doc["error"]["message"].is_string(), "{doc}");
+        assert!(run.stderr().trim().is_empty(), "{}", run.stderr());
+        doc
+    };
+    let missing = shape(&fleet.run(&["status", "nosuch", "--json"]), 1);
+    assert!(
+        missing["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no agent `nosuch`"),
+        "{missing}"
+    );
+    let usage = shape(&fleet.run(&["plan", "--json", "--bogus"]), 64);
+    assert!(
+        usage["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--bogus"),
+        "{usage}"
+    );
+    // Without --json, errors stay text on stderr.
+    fleet
+        .run(&["status", "nosuch"])
+        .status(1)
+        .stderr_has("error: no agent `nosuch`");
+    // A success carries the version too, every list under a name.
+    let plan = fleet.run(&["plan", "--json"]).json();
+    assert_eq!(plan["format_version"], 1);
+    let events = fleet.run(&["events", "--json"]).status(0).json();
+    assert_eq!(events["format_version"], 1);
+    assert!(events["events"].is_array(), "{events}");
+    for cmd in [
+        vec!["status"],
+        vec!["plan"],
+        vec!["events"],
+        vec!["doctor"],
+        vec!["handoff", "list"],
+        vec!["loop", "list"],
+        vec!["hooks", "show"],
+    ] {
+        let mut args = cmd.clone();
+        args.push("--help");
+        let help = fleet.run(&args).status(0).stdout();
+        let line = help
+            .lines()
+            .find(|l| l.trim_start().starts_with("--json"))
+            .unwrap_or_else(|| panic!("{cmd:?} has --json:\n{help}"));
+        assert!(line.trim() != "--json", "{cmd:?}: --json has no help line");
+    }
+    // A config that cannot be read: its hint too.
+    std::fs::remove_file(fleet.config()).unwrap();
+    let no_config = shape(&fleet.run(&["plan", "--json"]), 1);
+    assert!(
+        no_config["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("phoenix init"),
+        "{no_config}"
+    );
+}
+
+/// Colour only for a person: piped output, `NO_COLOR` and `--no-color` have no escape codes;
+/// on a terminal (a pseudo-TTY through `script`) the plan's `+` and errors are coloured.
+#[test]
+fn colour_on_a_terminal_only() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("alpha", ""));
+    let piped = fleet.run(&["plan"]);
+    piped.status(2).stdout_has("+ agent `alpha`");
+    assert!(!piped.stdout().contains('\x1b'), "{:?}", piped.stdout());
+    let error = fleet.run(&["status", "nosuch"]);
+    assert!(!error.stderr().contains('\x1b'), "{:?}", error.stderr());
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped the terminal half: no `script` (util-linux) on PATH");
+        return;
+    }
+    let on_tty = |extra: &str, env: &[(&str, &str)]| -> String {
+        let cmd = format!(
+            "{} --config {} plan {extra}",
+            env!("CARGO_BIN_EXE_phoenix"),
+            fleet.config().display()
+        );
+        // The harness's scrubbed environment, through a pseudo-terminal.
+        let mut c = std::process::Command::new("script");
+        c.args(["-qec", &cmd, "/dev/null"])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", fleet.path().join("home"))
+            .env("TERM", "xterm")
+            .current_dir(fleet.path())
+            .stdin(std::process::Stdio::null());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned()
+    };
+    let coloured = on_tty("", &[]);
+    assert!(
+        coloured.contains("\x1b[32m") && coloured.contains("+ agent `alpha`"),
+        "{coloured:?}"
+    );
+    let plain = on_tty("--no-color", &[]);
+    assert!(plain.contains("+ agent `alpha`"), "{plain:?}");
+    assert!(!plain.contains('\x1b'), "{plain:?}");
+    let no_color = on_tty("", &[("NO_COLOR", "1")]);
+    assert!(!no_color.contains('\x1b'), "{no_color:?}");
+}
+
+/// `status AGENT` describes one agent as `kubectl describe` does: how it runs, how it is,
+/// what it works on, how it restarts and what it left for the next session.
+#[test]
+fn status_of_one_agent_is_a_full_description() {
+    let fleet = Fleet::new();
+    fleet.toml(&Fleet::demo_agent("alpha", ""));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["alpha"])[0];
+    fleet
+        .run(&["loop", "add", "alpha", "ship-it", "ship the thing"])
+        .status(0);
+    let run = fleet.run(&["status", "alpha"]);
+    run.status(0);
+    for label in [
+        "Agent:",
+        "CLI:",
+        "Command:",
+        "Workdir:",
+        "State:",
+        "Health:",
+        "Uptime:",
+        "Current task:",
+        "Restart:",
+        "Latest handoff:",
+        "crashes:",
+    ] {
+        run.stdout_has(label);
+    }
+    run.stdout_has(&format!("Pid:            {pid}"))
+        .stdout_has("Open loops:     1 (0 stale)")
+        .stdout_has("demo-agent")
+        .stdout_has("running");
+}

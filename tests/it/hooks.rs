@@ -931,7 +931,7 @@ fn gemini_compression_context_comes_back_with_the_next_prompt() {
     let context = first.context().expect("context with the next prompt");
     assert!(context.contains("CONTEXT COMPACTED"), "{context}");
     assert!(context.contains("tidy the changelog"), "{context}");
-    let handoff = fleet.run(&["handoff", "list", "g", "--json"]).json()[0]["id"]
+    let handoff = fleet.run(&["handoff", "list", "g", "--json"]).json()["handoffs"][0]["id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -1103,7 +1103,7 @@ fn loop_resolve_and_state_commands() {
         .stdout_has("old-one")
         .stdout_has("stale");
     let listed = fleet.run(&["loop", "list", "c", "--json"]);
-    let loops = listed.status(0).json();
+    let loops = listed.status(0).json()["loops"].clone();
     assert_eq!(loops.as_array().unwrap().len(), 2);
     assert_eq!(loops[0]["id"], "new-one");
     assert_eq!(loops[0]["text"], "fresh work");

@@ -344,7 +344,7 @@ fn printing_a_file_that_quotes_the_protocol_changes_nothing() {
     let ledger = ledger(&fleet, "shell");
     assert!(ledger["current_task"].is_null(), "{ledger}");
     let handoffs = fleet.run(&["handoff", "list", "shell", "--json"]).json();
-    assert_eq!(handoffs, serde_json::json!([]));
+    assert_eq!(handoffs["handoffs"], serde_json::json!([]));
 }
 
 /// A handoff whose body holds `->continuity:load` is loaded once when the agent asks, not

@@ -678,7 +678,7 @@ fn prompt_too_long_gives_a_fresh_session_with_injected_context() {
         "clinic_abort",
         "--json",
     ]);
-    assert_eq!(json.status(0).json().as_array().unwrap().len(), 1);
+    assert_eq!(json.status(0).json()["events"].as_array().unwrap().len(), 1);
     let none = fleet.run(&["events", "--agent", "other"]);
     none.stdout_has("no critical events for agent `other`");
 
@@ -849,26 +849,39 @@ fn events_filter_by_agent_event_and_age() {
         ),
     );
     let all = p.run(&["events", "--json"]);
-    assert_eq!(all.status(0).json().as_array().unwrap().len(), 3);
+    let doc = all.status(0).json();
+    assert_eq!(doc["format_version"], 1, "{doc}");
+    assert_eq!(doc["events"].as_array().unwrap().len(), 3);
     assert!(all.stderr().contains("1 line(s)"), "{}", all.stderr());
     let a = p.run(&["events", "--agent", "a", "--json"]).json();
-    assert_eq!(a.as_array().unwrap().len(), 2);
+    assert_eq!(a["events"].as_array().unwrap().len(), 2);
     let recent_a = p
         .run(&["events", "--agent", "a", "--since", "1h", "--json"])
         .json();
-    assert_eq!(recent_a.as_array().unwrap().len(), 1);
-    assert_eq!(recent_a[0]["event"], "clinic_triage");
+    assert_eq!(recent_a["events"].as_array().unwrap().len(), 1);
+    assert_eq!(recent_a["events"][0]["event"], "clinic_triage");
+    let last = p.run(&["events", "-n", "1", "--json"]).json();
+    assert_eq!(last["events"][0]["agent"], "b");
 
     // For one agent, each session's end is there too.
     p.exited("a", 3);
     let a = p.run(&["events", "--agent", "a", "--json"]).json();
-    assert_eq!(a.as_array().unwrap().len(), 3, "{a}");
-    assert_eq!(a[2]["event"], "agent_exit");
+    assert_eq!(a["events"].as_array().unwrap().len(), 3, "{a}");
+    assert_eq!(a["events"][2]["event"], "agent_exit");
     let clinic = p.run(&["events", "--event", "clinic"]);
     assert!(clinic.stdout().contains("clinic_triage"));
     assert!(!clinic.stdout().contains("policy_error"));
+    // And for the whole fleet: plain `events` shows a session's end (it once did only with
+    // --agent).
     let last = p.run(&["events", "-n", "1", "--json"]).json();
-    assert_eq!(last[0]["agent"], "b");
+    assert_eq!(last["events"][0]["agent"], "a", "{last}");
+    assert_eq!(last["events"][0]["event"], "agent_exit", "{last}");
+    let plain = p.run(&["events"]);
+    assert!(
+        plain.status(0).stdout().contains("agent_exit"),
+        "{}",
+        plain.stdout()
+    );
     let bad = p.run(&["events", "--since", "soon"]);
     bad.status(64);
     assert!(bad.stderr().contains("30s"), "{}", bad.stderr());

@@ -414,7 +414,7 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
             .rfind(|o| o["event"] == "continue_prompt_sent");
         eprintln!("continue prompt: {sent_op:?}");
     }
-    let handoffs = fleet.run(&["handoff", "list", "cc", "--json"]).json();
+    let handoffs = fleet.run(&["handoff", "list", "cc", "--json"]).json()["handoffs"].clone();
     assert_eq!(handoffs[0]["trigger_reason"], "crash");
 }
 
@@ -577,7 +577,7 @@ fn real_claude_out_of_context_starts_fresh_with_the_handoff() {
     let ops = fleet.ops("cc");
     let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
     assert_eq!(start["mode"], "fresh", "{start}");
-    let handoffs = fleet.run(&["handoff", "list", "cc", "--json"]).json();
+    let handoffs = fleet.run(&["handoff", "list", "cc", "--json"]).json()["handoffs"].clone();
     assert_eq!(handoffs[0]["trigger_reason"], "context_limit", "{handoffs}");
     let sent = sent_with_the_continue_prompt(&server);
     assert!(
@@ -1281,9 +1281,8 @@ fn real_claude_compaction_saves_a_handoff_that_comes_back() {
         std::time::Duration::from_secs(30),
         "the pre-compact handoff",
         || {
-            fleet
-                .run(&["handoff", "list", "cc", "--json"])
-                .json()
+            fleet.run(&["handoff", "list", "cc", "--json"]).json()["handoffs"]
+                .clone()
                 .as_array()
                 .is_some_and(|h| h.iter().any(|h| h["trigger_reason"] == "pre_compact"))
         },
@@ -1298,7 +1297,7 @@ fn real_claude_compaction_saves_a_handoff_that_comes_back() {
                 .any(|o| o["event"] == "session_start" && o["source"] == "compact")
         },
     );
-    let handoffs = fleet.run(&["handoff", "list", "cc", "--json"]).json();
+    let handoffs = fleet.run(&["handoff", "list", "cc", "--json"]).json()["handoffs"].clone();
     let saved = handoffs
         .as_array()
         .unwrap()

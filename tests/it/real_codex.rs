@@ -453,7 +453,7 @@ fn real_codex_killed_mid_turn_is_resumed_with_the_recovery_block() {
     // The handoff saved on the crash is the one that came with the recovery block; no turn
     // left one of its own.
     assert!(sent.contains(", crash) ---"), "{sent}");
-    let handoffs = fleet.run(&["handoff", "list", "cx", "--json"]).json();
+    let handoffs = fleet.run(&["handoff", "list", "cx", "--json"]).json()["handoffs"].clone();
     let triggers: Vec<&str> = handoffs
         .as_array()
         .unwrap()
@@ -555,7 +555,7 @@ fn real_codex_out_of_context_starts_fresh_with_the_handoff() {
     let ops = fleet.ops("cx");
     let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
     assert_eq!(start["mode"], "fresh", "{start}");
-    let handoffs = fleet.run(&["handoff", "list", "cx", "--json"]).json();
+    let handoffs = fleet.run(&["handoff", "list", "cx", "--json"]).json()["handoffs"].clone();
     assert_eq!(handoffs[0]["trigger_reason"], "context_limit", "{handoffs}");
     assert!(
         sent.contains("FRESH SESSION, CONTEXT CARRIED OVER"),
@@ -624,16 +624,15 @@ fn real_codex_compaction_saves_a_handoff_that_comes_back() {
         WAIT,
         "the pre-compact handoff",
         || {
-            fleet
-                .run(&["handoff", "list", "cx", "--json"])
-                .json()
+            fleet.run(&["handoff", "list", "cx", "--json"]).json()["handoffs"]
+                .clone()
                 .as_array()
                 .is_some_and(|h| h.iter().any(|h| h["trigger_reason"] == "pre_compact"))
         },
         || fleet.explain("cx", &run.pane),
     );
     support::wait_for_screen(&fleet, &run.pane, "Context compacted", WAIT);
-    let handoffs = fleet.run(&["handoff", "list", "cx", "--json"]).json();
+    let handoffs = fleet.run(&["handoff", "list", "cx", "--json"]).json()["handoffs"].clone();
     let saved = handoffs
         .as_array()
         .unwrap()

@@ -441,7 +441,7 @@ fn real_gemini_killed_mid_turn_is_resumed_with_the_recovery_block() {
     // The handoff saved on the crash is the one that came with the recovery block; no turn
     // left one of its own.
     assert!(sent.contains(", crash) ---"), "{sent}");
-    let handoffs = fleet.run(&["handoff", "list", "gm", "--json"]).json();
+    let handoffs = fleet.run(&["handoff", "list", "gm", "--json"]).json()["handoffs"].clone();
     let triggers: Vec<&str> = handoffs
         .as_array()
         .unwrap()
@@ -578,7 +578,7 @@ fn real_gemini_out_of_context_starts_fresh_with_the_handoff() {
     let ops = fleet.ops("gm");
     let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
     assert_eq!(start["mode"], "fresh", "{start}");
-    let handoffs = fleet.run(&["handoff", "list", "gm", "--json"]).json();
+    let handoffs = fleet.run(&["handoff", "list", "gm", "--json"]).json()["handoffs"].clone();
     assert_eq!(handoffs[0]["trigger_reason"], "context_limit", "{handoffs}");
     assert!(
         sent.contains("FRESH SESSION, CONTEXT CARRIED OVER"),
@@ -655,13 +655,12 @@ fn real_gemini_compression_saves_a_handoff_that_comes_back() {
     assert_eq!(pre_compact["trigger"], "manual");
     assert_eq!(pre_compact["context_for_next_prompt"], true);
     support::wait_until(WAIT, "the pre-compact handoff", || {
-        fleet
-            .run(&["handoff", "list", "gm", "--json"])
-            .json()
+        fleet.run(&["handoff", "list", "gm", "--json"]).json()["handoffs"]
+            .clone()
             .as_array()
             .is_some_and(|h| h.iter().any(|h| h["trigger_reason"] == "pre_compact"))
     });
-    let handoffs = fleet.run(&["handoff", "list", "gm", "--json"]).json();
+    let handoffs = fleet.run(&["handoff", "list", "gm", "--json"]).json()["handoffs"].clone();
     let saved = handoffs
         .as_array()
         .unwrap()

@@ -899,3 +899,36 @@ fn live_streams_are_limited_and_the_api_still_answers() {
     assert_eq!(server.get("/api/status").0, 200);
     drop(streams);
 }
+
+/// `GET /api/status` returns what `phoenix status --json` prints: one function renders both
+/// (they once differed: a bare array on the command line, an object over HTTP). Only what
+/// moves between two reads (the time, uptimes, activity) is set aside.
+#[test]
+fn api_status_is_exactly_what_status_json_prints() {
+    let fleet = fleet();
+    let server = Server::start(&fleet, &[]);
+    let steady = |mut doc: Value| {
+        doc["observed_at"] = Value::Null;
+        for a in doc["agents"].as_array_mut().unwrap() {
+            for moving in [
+                "uptime_secs",
+                "last_activity",
+                "context",
+                "watchdog",
+                "health",
+            ] {
+                a[moving] = Value::Null;
+            }
+        }
+        doc
+    };
+    let (code, api) = server.get("/api/status");
+    assert_eq!(code, 200, "{api}");
+    let cli = fleet.run(&["status", "--json"]).status(0).json();
+    assert_eq!(cli["format_version"], 1, "{cli}");
+    assert_eq!(
+        api.as_object().unwrap().keys().collect::<Vec<_>>(),
+        cli.as_object().unwrap().keys().collect::<Vec<_>>()
+    );
+    assert_eq!(steady(api), steady(cli));
+}

@@ -258,7 +258,7 @@ fn killed_agent_is_resumed_by_its_wrapper_with_the_recorded_session_id() {
         .stdout_has("signal 9")
         .stdout_has("demo-agent `alpha` session");
     let json = fleet.run(&["status", "alpha", "--json"]).json();
-    assert_eq!(json[0]["supervision"]["crashes_in_window"], 1);
+    assert_eq!(json["agents"][0]["supervision"]["crashes_in_window"], 1);
     // The resumed run came back as the same session.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !ops_named(&fleet, "alpha", "agent_alive")
@@ -1749,4 +1749,92 @@ fn start_after_stop_lifts_safe_mode() {
     wait_until(Duration::from_secs(10), "a new start", || {
         ops_named(&fleet, "alpha", "agent_start").len() > 3
     });
+}
+
+/// A child process stopped (SIGKILL) and reaped on drop, its stdout in a file.
+struct Background {
+    child: Child,
+    out: std::path::PathBuf,
+}
+
+impl Background {
+    fn start(fleet: &Fleet, args: &[&str], name: &str) -> Background {
+        let out = fleet.path().join(name);
+        let child = fleet
+            .command(args)
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn phoenix");
+        Background { child, out }
+    }
+
+    fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The daemon's log (stderr, the journal under systemd) says every crash, restart and the
+/// safe-mode entry of an agent, although the agent's wrapper did them; and `events --follow
+/// --agent` shows every session end as it happens (it once followed the critical events only).
+#[test]
+fn the_daemon_logs_every_crash_restart_and_safe_mode_entry_and_events_follow_shows_them() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(3),
+        resumable_agent("alpha", "--crash-after 300ms")
+    ));
+    let follow = Background::start(
+        &fleet,
+        &["events", "--follow", "--agent", "alpha"],
+        "follow.out",
+    );
+    let daemon = Daemon::start(&fleet, &[]);
+    wait_ops(&fleet, "alpha", "safe_mode", 1);
+    wait_until(
+        Duration::from_secs(10),
+        "safe mode in the daemon's log",
+        || daemon.log().contains("agent entered safe mode"),
+    );
+    let log = daemon.log();
+    let lines = |what: &str| {
+        log.lines()
+            .filter(|l| l.contains(what) && l.contains("alpha"))
+            .count()
+    };
+    assert_eq!(lines("agent crashed"), 3, "{log}");
+    assert_eq!(lines("agent (re)started"), 3, "{log}");
+    wait_until(Duration::from_secs(10), "three ends followed", || {
+        follow.stdout().matches("agent_exit").count() == 3
+    });
+    let followed = follow.stdout();
+    assert!(followed.contains("crash_loop"), "{followed}");
+    drop(follow);
+    assert_eq!(daemon.stop(), Some(0));
+
+    // Plain `events` shows the session ends; `--all` every step of ops.jsonl.
+    let plain = fleet.run(&["events"]).status(0).stdout();
+    assert_eq!(plain.matches("agent_exit").count(), 3, "{plain}");
+    assert!(!plain.contains("agent_start"), "{plain}");
+    let all = fleet.run(&["events", "--all", "--agent", "alpha"]).stdout();
+    assert_eq!(all.matches("agent_start").count(), 3, "{all}");
+    assert!(all.contains("safe_mode"), "{all}");
+    let json = fleet.run(&["events", "--all", "--json"]).json();
+    assert_eq!(json["format_version"], 1);
+    assert!(
+        json["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["event"] == "agent_alive"),
+        "{json}"
+    );
 }

@@ -653,7 +653,7 @@ fn a_full_context_is_cleared_at_once_without_a_daemon_then_given_up_on_after_the
         "{checked}"
     );
     eprintln!("turn failed → fresh session started: {took:?}");
-    let handoffs = fleet.run(&["handoff", "list", "full", "--json"]).json();
+    let handoffs = fleet.run(&["handoff", "list", "full", "--json"]).json()["handoffs"].clone();
     assert_eq!(handoffs[0]["trigger_reason"], "context_limit", "{handoffs}");
     let events = fleet.run(&["events", "--agent", "full", "--json"]).stdout();
     assert!(events.contains("context_length_exceeded"), "{events}");

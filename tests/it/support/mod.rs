@@ -240,11 +240,14 @@ impl Fleet {
         self.tmux(&["list-sessions"]).is_some()
     }
 
-    /// `phoenix status --json`, as a list of objects.
+    /// `phoenix status --json`'s agents, as a list of objects (the document is
+    /// `{format_version, …, agents: […]}`).
     pub fn status(&self) -> Vec<serde_json::Value> {
         let run = self.run(&["status", "--json"]);
+        let doc: serde_json::Value = serde_json::from_str(&run.stdout()).expect("status json");
+        assert_eq!(doc["format_version"], 1, "{doc}");
         let rows: Vec<serde_json::Value> =
-            serde_json::from_str(&run.stdout()).expect("status json");
+            serde_json::from_value(doc["agents"].clone()).expect("status json agents");
         // 3 exactly when a declared, enabled agent is down or stopped.
         let down = rows.iter().any(|r| {
             r["declared"] == true
