@@ -342,6 +342,15 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
     let id = session["session_id"].as_str().unwrap().to_string();
     assert_eq!(session["status"], "working");
 
+    // And Claude Code has saved the turn: a session killed before its transcript holds a turn
+    // cannot be resumed, and phoenix rightly starts that one fresh.
+    let transcript = session["transcript_path"].as_str().unwrap().to_string();
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the prompt in the transcript",
+        || std::fs::read_to_string(&transcript).is_ok_and(|t| t.contains("refactor the parser")),
+    );
+
     let killed_at = std::time::Instant::now();
     support::kill9(pids[0]);
     support::wait_until(
