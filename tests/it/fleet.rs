@@ -3,6 +3,7 @@
 use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
+use std::process::Stdio;
 use std::time::Duration;
 
 use support::{Fleet, kill9, wait_until};
@@ -1484,4 +1485,72 @@ fn status_of_one_agent_is_a_full_description() {
         .stdout_has("Open loops:     1 (0 stale)")
         .stdout_has("demo-agent")
         .stdout_has("running");
+}
+
+/// `attach` puts a terminal on the agent's own pane in the fleet's private server (not
+/// another agent's, not another server), and returns 0 when the person detaches.
+#[test]
+fn attach_opens_the_agents_pane_and_returns_when_detached() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha", "beta"]);
+    let pane = fleet.agent_status("beta")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no `script` (util-linux) on PATH for a terminal");
+        return;
+    }
+    let cmd = format!(
+        "{} --config {} attach beta",
+        env!("CARGO_BIN_EXE_phoenix"),
+        fleet.config().display()
+    );
+    // A pseudo-terminal whose input stays open (a closed one would end the client at once).
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", fleet.path().join("home"))
+        .env("TERM", "xterm")
+        .current_dir(fleet.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let clients = || {
+        fleet
+            .tmux(&["list-clients", "-F", "#{client_name}\t#{pane_id}"])
+            .unwrap_or_default()
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "a client on the fleet's server",
+        || !clients().trim().is_empty(),
+    );
+    let listed = clients();
+    let (client, on) = listed.trim().split_once('\t').unwrap();
+    assert_eq!(on, pane, "{listed}");
+    fleet.tmux(&["detach-client", "-t", client]).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "attach did not return"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    // Both agents still run: attaching and detaching changed nothing.
+    fleet.wait_running(&["alpha", "beta"]);
 }
