@@ -254,20 +254,7 @@ mod tests {
     use crate::world::fake::{Call, FakeRuntime};
     use crate::world::{self, Tag};
 
-    pub(crate) fn fleet_spec(dir: &Path, agents: &[&str]) -> Spec {
-        let toml: String = agents
-            .iter()
-            .map(|a| format!("[[agent]]\nname = \"{a}\"\ncommand = \"sh -c 'sleep 1000'\"\n"))
-            .collect();
-        crate::spec::parse(
-            &format!("[fleet]\nname = \"unit\"\n{toml}"),
-            &dir.join("phoenix.toml"),
-            crate::spec::LoadOptions {
-                check_filesystem: false,
-            },
-        )
-        .unwrap()
-    }
+    use crate::world::fake::unit_fleet as fleet_spec;
 
     /// Observe, plan and apply once, as `phoenix apply --yes` does.
     pub(crate) fn apply_once(spec: &Spec, runtime: &FakeRuntime, prune: bool) -> ApplyReport {

@@ -235,15 +235,7 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> crate::error::Result<i32> {
                     );
                     step += 1;
                     transcript.tool_call(step, command, false);
-                    hook(
-                        &agent,
-                        "heartbeat",
-                        json!({
-                            "hook_event_name": "PostToolUse", "session_id": session_id, "cwd": cwd(),
-                            "tool_name": "Bash", "tool_input": {"command": command},
-                            "tool_response": {"stdout": "ok", "stderr": "", "interrupted": false},
-                        }),
-                    );
+                    tool_ok(&agent, &session_id, command);
                     hook(
                         &agent,
                         "stop",
@@ -290,15 +282,7 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> crate::error::Result<i32> {
             );
         } else {
             say!(out, "working: step {step}");
-            hook(
-                &agent,
-                "heartbeat",
-                json!({
-                    "hook_event_name": "PostToolUse", "session_id": session_id, "cwd": cwd(),
-                    "tool_name": "Bash", "tool_input": {"command": command},
-                    "tool_response": {"stdout": "ok", "stderr": "", "interrupted": false},
-                }),
-            );
+            tool_ok(&agent, &session_id, &command);
         }
     }
 }
@@ -420,6 +404,19 @@ fn additional_context(stdout: &str) -> Option<String> {
 /// Call `phoenix hook EVENT --agent NAME` with the payload on stdin, like a CLI does.
 /// Returns the hook's stdout. Without PHOENIX_CONFIG (run by hand) there is nothing to call.
 static NO_HOOKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A Bash call that succeeded, as Claude Code's PostToolUse reports it.
+fn tool_ok(agent: &str, session_id: &str, command: &str) {
+    hook(
+        agent,
+        "heartbeat",
+        json!({
+            "hook_event_name": "PostToolUse", "session_id": session_id, "cwd": cwd(),
+            "tool_name": "Bash", "tool_input": {"command": command},
+            "tool_response": {"stdout": "ok", "stderr": "", "interrupted": false},
+        }),
+    );
+}
 
 fn hook(agent: &str, event: &str, payload: serde_json::Value) -> Option<String> {
     if NO_HOOKS.load(std::sync::atomic::Ordering::Relaxed) {

@@ -297,18 +297,10 @@ mod tests {
 
     use super::*;
     use crate::plan::PlanOptions;
-    use crate::spec;
     use crate::world::fake::{Call, FakeRuntime};
 
     fn applied(dir: &Path, fake: &FakeRuntime) -> FleetContext {
-        let spec = spec::parse(
-            "[fleet]\nname = \"unit\"\n[[agent]]\nname = \"one\"\ncommand = \"sh -c 'sleep 1000'\"\n",
-            &dir.join("phoenix.toml"),
-            spec::LoadOptions {
-                check_filesystem: false,
-            },
-        )
-        .unwrap();
+        let spec = crate::world::fake::unit_fleet(dir, &["one"]);
         let ctx = FleetContext::with_runtime(&dir.join("phoenix.toml"), spec, fake.shared());
         let world = world::observe(&ctx.spec, fake).unwrap();
         let options = PlanOptions {

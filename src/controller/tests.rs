@@ -10,20 +10,7 @@ use crate::world::fake::{Call, FakeRuntime};
 
 fn controller(dir: &Path, fake: &FakeRuntime) -> Controller {
     let config = dir.join("phoenix.toml");
-    let agent =
-        |name: &str| format!("[[agent]]\nname = \"{name}\"\ncommand = \"sh -c 'sleep 1000'\"\n");
-    let spec = spec::parse(
-        &format!(
-            "[fleet]\nname = \"unit\"\n{}{}",
-            agent("broken"),
-            agent("healthy")
-        ),
-        &config,
-        spec::LoadOptions {
-            check_filesystem: false,
-        },
-    )
-    .unwrap();
+    let spec = crate::world::fake::unit_fleet(dir, &["broken", "healthy"]);
     FleetDir::new(&spec.fleet.state_dir).ensure().unwrap();
     Controller::new(&config, fake.shared(), spec, "/usr/bin/phoenix".into())
 }

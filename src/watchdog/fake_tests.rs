@@ -9,20 +9,7 @@ use crate::apply::Applier;
 use crate::plan::{self, PlanOptions};
 use crate::world::fake::{Call, FakeRuntime};
 
-fn fleet_spec(dir: &Path, agents: &[&str]) -> Spec {
-    let toml: String = agents
-        .iter()
-        .map(|a| format!("[[agent]]\nname = \"{a}\"\ncommand = \"sh -c 'sleep 1000'\"\n"))
-        .collect();
-    crate::spec::parse(
-        &format!("[fleet]\nname = \"unit\"\n{toml}"),
-        &dir.join("phoenix.toml"),
-        crate::spec::LoadOptions {
-            check_filesystem: false,
-        },
-    )
-    .unwrap()
-}
+use crate::world::fake::unit_fleet as fleet_spec;
 
 /// The fleet applied on `fake`: one live pane per agent, its state dir made.
 fn applied(dir: &Path, agents: &[&str], fake: &FakeRuntime) -> Spec {

@@ -519,6 +519,24 @@ impl Runtime for FakeRuntime {
     }
 }
 
+/// A fleet of `agents` declared in `dir/phoenix.toml` (each a long `sleep`, nothing checked on
+/// disk): what the unit tests of apply, restart, the watchdog and the controller run on the fake.
+#[cfg(test)]
+pub(crate) fn unit_fleet(dir: &std::path::Path, agents: &[&str]) -> crate::spec::Spec {
+    let toml: String = agents
+        .iter()
+        .map(|a| format!("[[agent]]\nname = \"{a}\"\ncommand = \"sh -c 'sleep 1000'\"\n"))
+        .collect();
+    crate::spec::parse(
+        &format!("[fleet]\nname = \"unit\"\n{toml}"),
+        &dir.join("phoenix.toml"),
+        crate::spec::LoadOptions {
+            check_filesystem: false,
+        },
+    )
+    .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
