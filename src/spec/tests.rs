@@ -1,4 +1,10 @@
+//! Parsing and validating phoenix.toml, end to end through `parse`.
+
+use std::path::Path;
+use std::time::Duration;
+
 use super::*;
+use crate::diag::FileDiagnostics;
 
 fn parse_str(src: &str) -> Result<Spec, FileDiagnostics> {
     let dir = tempfile::tempdir().unwrap();

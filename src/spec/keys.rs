@@ -1,0 +1,125 @@
+//! Unknown keys: every section's keys checked against the raw struct that reads it, so that
+//! each misspelt key is reported (with a suggestion), not just the first.
+
+use toml::de::{DeTable, DeValue};
+
+use super::raw::{
+    RawAgent, RawBrief, RawClinic, RawFleet, RawGithub, RawNotify, RawRestart, RawSchedules,
+    RawSpec, RawThresholds, RawTmux, RawWatchdog, RawWebhook, fields_of,
+};
+use crate::diag::{Diagnostic, did_you_mean};
+
+/// Sections of the document whose keys are checked, each tied to the struct that reads it.
+#[derive(Clone, Copy)]
+enum Section {
+    Root,
+    Fleet,
+    Defaults,
+    Agent,
+    Tmux,
+    Restart,
+    Thresholds,
+    Schedules,
+    Clinic,
+    Notify,
+    Github,
+    Webhook,
+    Watchdog,
+    Brief,
+}
+
+impl Section {
+    fn fields(self) -> &'static [&'static str] {
+        match self {
+            Section::Root => fields_of::<RawSpec>(),
+            Section::Fleet => fields_of::<RawFleet>(),
+            Section::Defaults | Section::Agent => fields_of::<RawAgent>(),
+            Section::Tmux => fields_of::<RawTmux>(),
+            Section::Restart => fields_of::<RawRestart>(),
+            Section::Thresholds => fields_of::<RawThresholds>(),
+            Section::Schedules => fields_of::<RawSchedules>(),
+            Section::Clinic => fields_of::<RawClinic>(),
+            Section::Notify => fields_of::<RawNotify>(),
+            Section::Github => fields_of::<RawGithub>(),
+            Section::Webhook => fields_of::<RawWebhook>(),
+            Section::Watchdog => fields_of::<RawWatchdog>(),
+            Section::Brief => fields_of::<RawBrief>(),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Section::Root => "the top level",
+            Section::Fleet => "[fleet]",
+            Section::Defaults => "[defaults]",
+            Section::Agent => "[[agent]]",
+            Section::Tmux => "the `tmux` table",
+            Section::Restart => "the `restart` table",
+            Section::Thresholds => "[thresholds]",
+            Section::Schedules => "[schedules]",
+            Section::Clinic => "[clinic]",
+            Section::Notify => "[notify]",
+            Section::Github => "[notify.github]",
+            Section::Webhook => "[notify.webhook]",
+            Section::Watchdog => "[watchdog]",
+            Section::Brief => "[brief]",
+        }
+    }
+
+    fn child(self, key: &str) -> Option<Section> {
+        match (self, key) {
+            (Section::Root, "fleet") => Some(Section::Fleet),
+            (Section::Root, "defaults") => Some(Section::Defaults),
+            (Section::Root, "agent") => Some(Section::Agent),
+            (Section::Root, "thresholds") => Some(Section::Thresholds),
+            (Section::Root, "schedules") => Some(Section::Schedules),
+            (Section::Root, "clinic") => Some(Section::Clinic),
+            (Section::Root, "notify") => Some(Section::Notify),
+            (Section::Root, "watchdog") => Some(Section::Watchdog),
+            (Section::Root, "brief") => Some(Section::Brief),
+            (Section::Notify, "github") => Some(Section::Github),
+            (Section::Notify, "webhook") => Some(Section::Webhook),
+            (Section::Defaults | Section::Agent, "tmux") => Some(Section::Tmux),
+            (Section::Defaults | Section::Agent, "restart") => Some(Section::Restart),
+            _ => None,
+        }
+    }
+}
+
+/// Report every unknown key in the document, at any depth.
+pub(super) fn check_all(document: &DeTable<'_>, diags: &mut Vec<Diagnostic>) {
+    check_keys(document, Section::Root, diags);
+}
+
+fn check_keys(table: &DeTable<'_>, section: Section, diags: &mut Vec<Diagnostic>) {
+    let known = section.fields();
+    for (key, value) in table {
+        let name = key.get_ref().as_ref();
+        if !known.contains(&name) {
+            let mut d = Diagnostic::new(
+                format!("unknown key `{name}` in {}", section.label()),
+                Some(key.span()),
+            );
+            d.hint = Some(match did_you_mean(name, known) {
+                Some(s) => format!("did you mean `{s}`?"),
+                None => format!("known keys here: {}", known.join(", ")),
+            });
+            diags.push(d);
+            continue;
+        }
+        let Some(child) = section.child(name) else {
+            continue;
+        };
+        match value.get_ref() {
+            DeValue::Table(t) => check_keys(t, child, diags),
+            DeValue::Array(items) => {
+                for item in items.iter() {
+                    if let DeValue::Table(t) = item.get_ref() {
+                        check_keys(t, child, diags);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! From the raw document to the effective `Spec`: defaults applied, every value checked, each
+//! problem a diagnostic pointing at where it was written. The value checks shared by every
+//! section live here; the sections and the agents have their own files.
+
+mod agent;
+mod sections;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::raw::{RawSpec, Spanned, Whole};
+use super::{
+    AgentSpec, Floor, LoadOptions, RestartSettings, Schedule, Schedules, Spec, duration,
+    expand_path,
+};
+use crate::diag::{Diagnostic, FileDiagnostics};
+
+/// The effective spec of `raw`, read from `source` (the text of `file`); every error goes to
+/// `diags`, and the spec is only meant to be used when there is none.
+pub(super) fn spec(
+    raw: RawSpec,
+    source: &str,
+    file: &Path,
+    options: LoadOptions,
+    schedules: bool,
+    diags: &mut Vec<Diagnostic>,
+) -> Spec {
+    let dir = file
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    Validator {
+        diags,
+        warnings: Vec::new(),
+        source,
+        dir: &dir,
+        options,
+        schedules,
+    }
+    .spec(raw, file)
+}
+
+struct Validator<'a> {
+    diags: &'a mut Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
+    source: &'a str,
+    dir: &'a Path,
+    options: LoadOptions,
+    /// Parse `[schedules]` (everything but hooks).
+    schedules: bool,
+}
+
+fn is_env_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A valid agent (or session, window) name: letters, digits, `_` and `-`, at most 64. Names
+/// end up in tmux targets, paths and hook commands, so anything else is refused.
+pub fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+pub const NAME_HINT: &str = "use only letters, digits, `_` and `-` (at most 64 characters): names end up in tmux targets, paths and hook commands";
+
+impl Validator<'_> {
+    /// A path from the spec: `~` is the home directory, relative means next to phoenix.toml.
+    fn path(&self, text: &str) -> PathBuf {
+        expand_path(text, self.dir)
+    }
+
+    fn error(&mut self, message: String, span: Option<std::ops::Range<usize>>, hint: &str) {
+        self.diags
+            .push(Diagnostic::new(message, span).with_hint(hint.to_string()));
+    }
+
+    fn warn(&mut self, message: String, span: Option<std::ops::Range<usize>>, hint: &str) {
+        self.warnings
+            .push(Diagnostic::new(message, span).with_hint(hint.to_string()));
+    }
+
+    fn duration(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        what: &str,
+        default: Duration,
+    ) -> Duration {
+        match value {
+            None => default,
+            Some(v) => match duration::parse(v.get_ref()) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.error(format!("{what}: {e}"), Some(v.span()), duration::HINT);
+                    default
+                }
+            },
+        }
+    }
+
+    /// A duration with a floor: zero (or anything below `floor`) would switch a protection
+    /// off or make phoenix spin, so it is refused with the minimum and what the key does.
+    fn duration_min(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        what: &str,
+        default: Duration,
+        floor: Floor,
+    ) -> Duration {
+        let d = self.duration(value, what, default);
+        match value {
+            Some(v) if d < floor.min => {
+                self.error(
+                    format!(
+                        "`{what}` = \"{}\" is too short: the minimum is {}",
+                        v.get_ref(),
+                        duration::format(floor.min)
+                    ),
+                    Some(v.span()),
+                    &format!(
+                        "use at least \"{}\": {}",
+                        duration::format(floor.min),
+                        floor.why
+                    ),
+                );
+                default
+            }
+            _ => d,
+        }
+    }
+
+    /// A count with a floor (see [`Validator::duration_min`]) and a ceiling.
+    fn count_in(
+        &mut self,
+        value: &Option<Spanned<Whole<u32>>>,
+        what: &str,
+        default: u32,
+        range: std::ops::RangeInclusive<u32>,
+        why: &str,
+    ) -> u32 {
+        match value {
+            None => default,
+            Some(v) if range.contains(&v.number()) => v.number(),
+            Some(v) => {
+                let bound = if v.number() < *range.start() {
+                    format!("at least {}", range.start())
+                } else {
+                    format!("at most {}", range.end())
+                };
+                self.error(format!("`{what}` must be {bound}"), Some(v.span()), why);
+                default
+            }
+        }
+    }
+
+    fn name(&mut self, value: &Spanned<String>, what: &str) -> String {
+        if !valid_name(value.get_ref()) {
+            self.error(
+                format!("{what} `{}` is not a valid name", value.get_ref()),
+                Some(value.span()),
+                NAME_HINT,
+            );
+        }
+        value.get_ref().clone()
+    }
+
+    fn schedule(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        what: &str,
+        default: &str,
+    ) -> Option<Schedule> {
+        let (text, span) = match value {
+            Some(v) if v.get_ref().trim().is_empty() || v.get_ref() == "off" => return None,
+            Some(v) => (v.get_ref().as_str(), Some(v.span())),
+            None => (default, None),
+        };
+        match Schedule::parse(text) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                self.error(
+                    format!("schedule `{what}`: {e}"),
+                    span,
+                    "standard cron has 5 fields: minute hour day-of-month month day-of-week, e.g. \"*/5 * * * *\", or a nickname: @hourly, @daily, @weekly, @monthly, @yearly; use \"off\" to disable",
+                );
+                None
+            }
+        }
+    }
+
+    fn spec(mut self, raw: RawSpec, file: &Path) -> Spec {
+        let fleet = self.fleet(&raw.fleet, file);
+        let thresholds = self.thresholds(&raw.thresholds);
+        let schedules = if self.schedules {
+            Schedules {
+                watchdog: self.schedule(&raw.schedules.watchdog, "watchdog", "*/5 * * * *"),
+                brief: self.schedule(&raw.schedules.brief, "brief", "0 6 * * *"),
+            }
+        } else {
+            Schedules {
+                watchdog: None,
+                brief: None,
+            }
+        };
+        let clinic = self.clinic(&raw.clinic);
+        let notify = self.notify(&raw.notify);
+        let watchdog = self.watchdog(&raw.watchdog);
+        let brief = self.brief(&raw.brief);
+        if let Some(name) = &raw.defaults.name {
+            self.error(
+                "`name` is not allowed in [defaults]".into(),
+                Some(name.span()),
+                "each [[agent]] needs its own name",
+            );
+        }
+        let default_restart =
+            self.restart(raw.defaults.restart.as_ref(), &RestartSettings::default());
+
+        let mut agents: Vec<AgentSpec> = Vec::new();
+        let mut seen_names: HashMap<String, std::ops::Range<usize>> = HashMap::new();
+        let mut seen_windows: HashMap<(String, String), String> = HashMap::new();
+        for raw_agent in &raw.agents {
+            let span = raw_agent.span();
+            let Some(agent) = self.agent(
+                raw_agent.get_ref(),
+                span.clone(),
+                &raw.defaults,
+                &fleet,
+                &default_restart,
+            ) else {
+                continue;
+            };
+            let name_span = raw_agent.get_ref().name.as_ref().map(|n| n.span());
+            if let Some(first) = seen_names.get(&agent.name) {
+                let (line, _) = crate::diag::line_col(self.source, first.start);
+                self.diags.push(
+                    Diagnostic::new(
+                        format!("duplicate agent name `{}`", agent.name),
+                        name_span.clone(),
+                    )
+                    .with_hint(format!(
+                        "first defined on line {line}; agent names must be unique"
+                    )),
+                );
+                continue;
+            }
+            seen_names.insert(
+                agent.name.clone(),
+                name_span.clone().unwrap_or(span.clone()),
+            );
+            let key = (agent.session.clone(), agent.window.clone());
+            if let Some(other) = seen_windows.get(&key) {
+                self.diags.push(
+                    Diagnostic::new(
+                        format!(
+                            "agent `{}` uses tmux window `{}:{}`, already used by agent `{other}`",
+                            agent.name, key.0, key.1
+                        ),
+                        name_span,
+                    )
+                    .with_hint("give each agent its own `tmux = { session, window }`"),
+                );
+                continue;
+            }
+            seen_windows.insert(key, agent.name.clone());
+            agents.push(agent);
+        }
+
+        let warnings = if self.warnings.is_empty() {
+            Vec::new()
+        } else {
+            FileDiagnostics {
+                file: file.to_path_buf(),
+                source: self.source.to_string(),
+                diagnostics: std::mem::take(&mut self.warnings),
+            }
+            .located()
+        };
+        Spec {
+            warnings,
+            file: file.to_path_buf(),
+            dir: self.dir.to_path_buf(),
+            fleet,
+            thresholds,
+            schedules,
+            clinic,
+            notify,
+            watchdog,
+            brief,
+            agents,
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! Validation of the fleet-wide sections: `[fleet]`, `[thresholds]`, the `restart` tables,
+//! `[clinic]`, `[notify]`, `[watchdog]` and `[brief]`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use super::Validator;
+use crate::diag::suggest;
+use crate::spec::raw::{
+    RawBrief, RawClinic, RawFleet, RawNotify, RawRestart, RawThresholds, RawWatchdog, RawWebhook,
+    Spanned,
+};
+use crate::spec::{
+    BriefSettings, ClinicSettings, Fleet, GithubNotify, MAX_WEBHOOK_RETRIES, NotifySettings,
+    RestartSettings, Thresholds, WatchdogSettings, WebhookFormat, WebhookNotify, duration,
+    fleet_id, floors,
+};
+
+impl Validator<'_> {
+    pub(super) fn brief(&mut self, raw: &RawBrief) -> BriefSettings {
+        let d = BriefSettings::default();
+        let command = match &raw.command {
+            Some(c) if c.get_ref().is_empty() || c.get_ref()[0].trim().is_empty() => {
+                self.error(
+                    "[brief]: `command` is empty".into(),
+                    Some(c.span()),
+                    "the program and its arguments, e.g. [\"claude\", \"-p\"]; leave it out for the built-in generator",
+                );
+                None
+            }
+            Some(c) => Some(c.get_ref().clone()),
+            None => None,
+        };
+        BriefSettings {
+            command,
+            timeout: self.duration_min(&raw.timeout, "timeout", d.timeout, floors::TIMEOUT),
+        }
+    }
+
+    pub(super) fn notify(&mut self, raw: &RawNotify) -> NotifySettings {
+        let d = NotifySettings::default();
+        let github = raw.github.as_ref().and_then(|g| {
+            let repo = g.get_ref().repo.as_ref();
+            let valid = repo.is_some_and(|r| {
+                let parts: Vec<&str> = r.get_ref().split('/').collect();
+                parts.len() == 2
+                    && parts.iter().all(|p| {
+                        !p.is_empty()
+                            && p.chars()
+                                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                    })
+            });
+            if !valid {
+                self.error(
+                    "[notify.github]: `repo` must be `owner/name`".into(),
+                    Some(repo.map(|r| r.span()).unwrap_or(g.span())),
+                    "e.g. github = { repo = \"acme/fleet\" }; issues are created with the gh CLI",
+                );
+                return None;
+            }
+            Some(GithubNotify {
+                repo: repo?.get_ref().clone(),
+                labels: g.get_ref().labels.clone().unwrap_or_default(),
+            })
+        });
+        let webhook = raw.webhook.as_ref().and_then(|w| self.webhook(w));
+        let command = match &raw.command {
+            Some(c) if c.get_ref().is_empty() || c.get_ref()[0].trim().is_empty() => {
+                self.error(
+                    "[notify]: `command` is empty".into(),
+                    Some(c.span()),
+                    "the program and its arguments, e.g. [\"notify-send\", \"phoenix\"]; it gets the message on stdin",
+                );
+                None
+            }
+            Some(c) => Some(c.get_ref().clone()),
+            None => None,
+        };
+        NotifySettings {
+            github,
+            webhook,
+            command,
+            issue_cooldown: self.duration_min(
+                &raw.issue_cooldown,
+                "issue_cooldown",
+                d.issue_cooldown,
+                floors::ISSUE_COOLDOWN,
+            ),
+        }
+    }
+
+    fn webhook(&mut self, raw: &Spanned<RawWebhook>) -> Option<WebhookNotify> {
+        let w = raw.get_ref();
+        let url_env = match &w.url_env {
+            Some(v) if super::is_env_name(v.get_ref()) => v.get_ref().clone(),
+            other => {
+                self.error(
+                    "[notify.webhook]: `url_env` must name an environment variable".into(),
+                    Some(other.as_ref().map(|v| v.span()).unwrap_or(raw.span())),
+                    "the URL is a secret: put it in the environment, e.g. url_env = \"PHOENIX_WEBHOOK_URL\"",
+                );
+                return None;
+            }
+        };
+        let format = match w.format.as_ref().map(|f| (f.get_ref().as_str(), f.span())) {
+            None | Some(("json", _)) => WebhookFormat::Json,
+            Some(("slack", _)) => WebhookFormat::Slack,
+            Some(("telegram", _)) => WebhookFormat::Telegram,
+            Some((other, span)) => {
+                self.error(
+                    format!("[notify.webhook]: unknown format `{other}`"),
+                    Some(span),
+                    &suggest(other, &["json", "slack", "telegram"]),
+                );
+                return None;
+            }
+        };
+        if format == WebhookFormat::Telegram && w.chat_id.is_none() {
+            self.error(
+                "[notify.webhook]: format `telegram` needs `chat_id`".into(),
+                Some(raw.span()),
+                "the chat the bot writes to, e.g. chat_id = \"-1001234567\"",
+            );
+            return None;
+        }
+        Some(WebhookNotify {
+            url_env,
+            format,
+            chat_id: w.chat_id.as_ref().map(|c| c.get_ref().clone()),
+            timeout: self.duration_min(
+                &w.timeout,
+                "timeout",
+                Duration::from_secs(10),
+                floors::TIMEOUT,
+            ),
+            // Each retry waits longer and blocks the watchdog pass: a huge count would hang it.
+            retries: self.count_in(
+                &w.retries,
+                "retries",
+                1,
+                0..=MAX_WEBHOOK_RETRIES,
+                "extra attempts after a failed POST (default 1)",
+            ),
+        })
+    }
+
+    pub(super) fn watchdog(&mut self, raw: &RawWatchdog) -> WatchdogSettings {
+        let d = WatchdogSettings::default();
+        let mut screen_patterns = BTreeMap::new();
+        if let Some(p) = &raw.screen_patterns {
+            for (cli, phrases) in p.get_ref() {
+                const KEYS: [&str; 5] = ["claude", "codex", "gemini", "custom", "all"];
+                if !KEYS.contains(&cli.as_str()) {
+                    self.error(
+                        format!("[watchdog] screen_patterns: unknown CLI `{cli}`"),
+                        Some(p.span()),
+                        &suggest(cli, &KEYS),
+                    );
+                    continue;
+                }
+                if phrases.iter().any(|s| s.trim().is_empty()) {
+                    self.error(
+                        format!(
+                            "[watchdog] screen_patterns.{cli}: an empty phrase matches every screen"
+                        ),
+                        Some(p.span()),
+                        "remove the empty string",
+                    );
+                    continue;
+                }
+                screen_patterns.insert(cli.clone(), phrases.clone());
+            }
+        }
+        WatchdogSettings {
+            max_revivals: raw
+                .max_revivals
+                .as_ref()
+                .map(|v| v.number())
+                .unwrap_or(d.max_revivals),
+            screen_patterns,
+        }
+    }
+
+    pub(super) fn clinic(&mut self, raw: &RawClinic) -> ClinicSettings {
+        let d = ClinicSettings::default();
+        let diagnose_command = match &raw.diagnose_command {
+            Some(c) if c.get_ref().is_empty() || c.get_ref()[0].trim().is_empty() => {
+                self.error(
+                    "`diagnose_command` is empty".into(),
+                    Some(c.span()),
+                    "the program and its arguments, e.g. [\"claude\", \"-p\"]; leave it out to diagnose by patterns",
+                );
+                None
+            }
+            Some(c) => Some(c.get_ref().clone()),
+            None => None,
+        };
+        ClinicSettings {
+            max_recoveries: raw
+                .max_recoveries
+                .as_ref()
+                .map(|v| v.number())
+                .unwrap_or(d.max_recoveries),
+            diagnose_command,
+            diagnose_timeout: self.duration_min(
+                &raw.diagnose_timeout,
+                "diagnose_timeout",
+                d.diagnose_timeout,
+                floors::TIMEOUT,
+            ),
+        }
+    }
+
+    pub(super) fn fleet(&mut self, raw: &RawFleet, file: &Path) -> Fleet {
+        let name = match &raw.name {
+            Some(n) => self.name(n, "fleet name"),
+            None => "phoenix".to_string(),
+        };
+        let id = fleet_id(&name, file);
+        let state_dir = match &raw.state_dir {
+            Some(d) if d.get_ref().trim().is_empty() => {
+                self.error(
+                    "`state_dir` is empty".into(),
+                    Some(d.span()),
+                    "leave it out to use `.phoenix` next to phoenix.toml",
+                );
+                self.dir.join(".phoenix")
+            }
+            Some(d) => self.path(d.get_ref()),
+            None => self.dir.join(".phoenix"),
+        };
+        let tmux_socket = match &raw.tmux_socket {
+            Some(s) => {
+                let ok = !s.get_ref().is_empty()
+                    && s.get_ref().len() <= 64
+                    && s.get_ref()
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+                    && !s.get_ref().starts_with('.');
+                if !ok {
+                    self.error(
+                        format!("tmux socket name `{}` is not valid", s.get_ref()),
+                        Some(s.span()),
+                        "a socket name is a plain file name: letters, digits, `_`, `-`, `.`",
+                    );
+                }
+                s.get_ref().clone()
+            }
+            None => format!("phoenix-{id}"),
+        };
+        let legacy_socket = raw.tmux_socket.is_none().then(|| format!("phoenix-{name}"));
+        // Unlike the protections below, a too short interval only costs CPU: phoenix raises
+        // it to the floor and says so instead of refusing the file.
+        let mut reconcile_interval = self.duration(
+            &raw.reconcile_interval,
+            "reconcile_interval",
+            Duration::from_secs(30),
+        );
+        let floor = floors::RECONCILE_INTERVAL;
+        if let Some(v) = &raw.reconcile_interval
+            && reconcile_interval < floor.min
+        {
+            self.warn(
+                format!(
+                    "`reconcile_interval` = \"{}\" is below the minimum: phoenix uses {}",
+                    v.get_ref(),
+                    duration::format(floor.min)
+                ),
+                Some(v.span()),
+                &format!(
+                    "write at least \"{}\": {}",
+                    duration::format(floor.min),
+                    floor.why
+                ),
+            );
+            reconcile_interval = floor.min;
+        }
+        Fleet {
+            name,
+            id,
+            state_dir,
+            socket: tmux_socket,
+            legacy_socket,
+            reconcile_interval,
+        }
+    }
+
+    pub(super) fn thresholds(&mut self, raw: &RawThresholds) -> Thresholds {
+        let d = Thresholds::default();
+        Thresholds {
+            silence: self.duration_min(&raw.silence, "silence", d.silence, floors::SILENCE),
+            error_cascade: self.count_in(
+                &raw.error_cascade,
+                "error_cascade",
+                d.error_cascade,
+                1..=u32::MAX,
+                "failed tool calls in a row beyond this many are a cascade (default 5); 0 would revive an agent for a single failed call",
+            ),
+            runaway: self.duration_min(&raw.runaway, "runaway", d.runaway, floors::RUNAWAY),
+            stale_after: self.duration_min(
+                &raw.stale_after,
+                "stale_after",
+                d.stale_after,
+                floors::STALE_AFTER,
+            ),
+            resolved_retention: self.duration_min(
+                &raw.resolved_retention,
+                "resolved_retention",
+                d.resolved_retention,
+                floors::RESOLVED_RETENTION,
+            ),
+            repeat: match &raw.repeat {
+                Some(v) if v.number() < 2 => {
+                    self.error(
+                        "`repeat` must be at least 2".into(),
+                        Some(v.span()),
+                        "how many identical tool calls in a row make a loop (default 5)",
+                    );
+                    d.repeat
+                }
+                Some(v) => v.number(),
+                None => d.repeat,
+            },
+            max_tokens: match &raw.max_tokens {
+                Some(v) if v.number() == 0 => {
+                    self.error(
+                        "`max_tokens` must be at least 1".into(),
+                        Some(v.span()),
+                        "tokens per session before the watchdog stops the agent; leave it out for no limit",
+                    );
+                    d.max_tokens
+                }
+                other => other.as_ref().map(|v| v.number()),
+            },
+            events_retention: self.duration_min(
+                &raw.events_retention,
+                "events_retention",
+                d.events_retention,
+                floors::EVENTS_RETENTION,
+            ),
+        }
+    }
+
+    pub(super) fn restart(
+        &mut self,
+        raw: Option<&RawRestart>,
+        base: &RestartSettings,
+    ) -> RestartSettings {
+        let Some(raw) = raw else {
+            return base.clone();
+        };
+        let max_crashes = match &raw.max_crashes {
+            Some(v) if v.number() == 0 => {
+                self.error(
+                    "`max_crashes` must be at least 1".into(),
+                    Some(v.span()),
+                    "the number of crashes within `crash_window` before safe mode",
+                );
+                base.max_crashes
+            }
+            Some(v) => v.number(),
+            None => base.max_crashes,
+        };
+        let restart = RestartSettings {
+            cooldown: self.duration_min(&raw.cooldown, "cooldown", base.cooldown, floors::COOLDOWN),
+            backoff_max: self.duration_min(
+                &raw.backoff_max,
+                "backoff_max",
+                base.backoff_max,
+                floors::BACKOFF_MAX,
+            ),
+            max_crashes,
+            crash_window: self.duration_min(
+                &raw.crash_window,
+                "crash_window",
+                base.crash_window,
+                floors::CRASH_WINDOW,
+            ),
+            life_deadline: self.duration_min(
+                &raw.life_deadline,
+                "life_deadline",
+                base.life_deadline,
+                floors::LIFE_DEADLINE,
+            ),
+            continue_prompt: raw
+                .continue_prompt
+                .as_ref()
+                .map(|p| p.get_ref().trim().to_string())
+                .unwrap_or_else(|| base.continue_prompt.clone()),
+        };
+        // Said where one of the two is written, so an agent inheriting both is not warned
+        // about again.
+        if restart.cooldown > restart.backoff_max
+            && let Some(written) = raw.cooldown.as_ref().or(raw.backoff_max.as_ref())
+        {
+            let (cooldown, backoff_max) = (
+                duration::format(restart.cooldown),
+                duration::format(restart.backoff_max),
+            );
+            self.warn(
+                format!(
+                    "`cooldown` ({cooldown}) is longer than `backoff_max` ({backoff_max}): every restart waits {backoff_max}"
+                ),
+                Some(written.span()),
+                "the wait starts at `cooldown` and doubles per crash up to `backoff_max`: raise `backoff_max` or lower `cooldown`",
+            );
+        }
+        restart
+    }
+}
