@@ -1,17 +1,27 @@
-//! Validation of one `[[agent]]` with `[defaults]` applied.
+//! Validation of one `[[agent]]` with `[defaults]` applied: each key is the agent's own
+//! value, else the one in `[defaults]`, else phoenix's default.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
 
 use super::Validator;
 use crate::diag::suggest;
-use crate::spec::raw::RawAgent;
+use crate::spec::raw::{RawAgent, Spanned};
 use crate::spec::{AgentSpec, Cli, Fleet, RestartSettings, SESSION_ID};
 
+/// `[[agent]] env` and `[defaults] env`: variable names and values as written.
+type RawEnv = BTreeMap<Spanned<String>, Spanned<String>>;
+
+const UNBALANCED_HINT: &str =
+    "the command is split like a shell would, but never run by one; close every quote";
+
 impl Validator<'_> {
+    /// The agent, or `None` once any of its values is reported.
     pub(super) fn agent(
         &mut self,
         raw: &RawAgent,
-        span: std::ops::Range<usize>,
+        span: Range<usize>,
         defaults: &RawAgent,
         fleet: &Fleet,
         default_restart: &RestartSettings,
@@ -26,219 +36,24 @@ impl Validator<'_> {
             return None;
         };
         let name = self.name(raw_name, "agent name");
-
-        let cli_value = raw.cli.as_ref().or(defaults.cli.as_ref());
-        let cli = match cli_value {
-            None => Cli::Custom,
-            Some(v) => match Cli::parse(v.get_ref()) {
-                Some(c) => c,
-                None => {
-                    self.error(
-                        format!("agent `{name}`: unknown cli `{}`", v.get_ref()),
-                        Some(v.span()),
-                        &suggest(v.get_ref(), &Cli::NAMES),
-                    );
-                    Cli::Custom
-                }
-            },
-        };
-
-        let command_value = raw.command.as_ref().or(defaults.command.as_ref());
-        let (command, argv) = match command_value {
-            Some(c) => match shlex::split(c.get_ref()) {
-                Some(argv) if !argv.is_empty() => (c.get_ref().clone(), argv),
-                Some(_) => {
-                    self.error(
-                        format!("agent `{name}`: `command` is empty"),
-                        Some(c.span()),
-                        "the program to run, e.g. \"claude --model opus\"",
-                    );
-                    (String::new(), Vec::new())
-                }
-                None => {
-                    self.error(format!("agent `{name}`: `command` has unbalanced quotes"), Some(c.span()), "the command is split like a shell would, but never run by one; close every quote");
-                    (String::new(), Vec::new())
-                }
-            },
-            None => match cli.default_command() {
-                Some(c) => (c.to_string(), vec![c.to_string()]),
-                None => {
-                    self.error(
-                        format!("agent `{name}` has no `command`"),
-                        Some(raw_name.span()),
-                        "a `custom` agent needs `command = \"…\"`",
-                    );
-                    (String::new(), Vec::new())
-                }
-            },
-        };
-
-        let resume_value = raw
+        let cli = self.cli(raw.cli.as_ref().or(defaults.cli.as_ref()), &name);
+        let command = raw.command.as_ref().or(defaults.command.as_ref());
+        let (command, argv) = self
+            .launch_command(command, cli, raw_name, &name)
+            .unwrap_or_default();
+        let resume = raw
             .resume_command
             .as_ref()
             .or(defaults.resume_command.as_ref());
-        let (resume_command, resume_argv) = match resume_value {
-            None => (None, None),
-            Some(c) => match shlex::split(c.get_ref()) {
-                Some(argv) if argv.iter().any(|a| a.contains(SESSION_ID)) => {
-                    (Some(c.get_ref().clone()), Some(argv))
-                }
-                // Without the placeholder every "resume" would start a new session: the
-                // agent would lose its conversation on each restart while phoenix said
-                // "resumed".
-                Some(argv) if !argv.is_empty() => {
-                    self.error(
-                        format!("agent `{name}`: `resume_command` has no `{SESSION_ID}`"),
-                        Some(c.span()),
-                        &format!(
-                            "phoenix puts the recorded session id where `{SESSION_ID}` stands, e.g. \"{} --resume {SESSION_ID}\"",
-                            argv[0]
-                        ),
-                    );
-                    (None, None)
-                }
-                Some(_) => {
-                    self.error(
-                        format!("agent `{name}`: `resume_command` is empty"),
-                        Some(c.span()),
-                        "leave it out, or give the resume form, e.g. \"my-cli --resume {session_id}\"",
-                    );
-                    (None, None)
-                }
-                None => {
-                    self.error(
-                        format!("agent `{name}`: `resume_command` has unbalanced quotes"),
-                        Some(c.span()),
-                        "the command is split like a shell would, but never run by one; close every quote",
-                    );
-                    (None, None)
-                }
-            },
-        };
-
-        let workdir = match raw.workdir.as_ref().or(defaults.workdir.as_ref()) {
-            Some(w) => {
-                let path = self.path(w.get_ref());
-                if self.options.check_filesystem {
-                    if !path.exists() {
-                        self.error(
-                            format!("agent `{name}`: workdir `{}` does not exist", path.display()),
-                            Some(w.span()),
-                            "create the directory or fix the path (relative paths are relative to phoenix.toml)",
-                        );
-                    } else if !path.is_dir() {
-                        self.error(
-                            format!(
-                                "agent `{name}`: workdir `{}` is not a directory",
-                                path.display()
-                            ),
-                            Some(w.span()),
-                            "point `workdir` at a directory",
-                        );
-                    }
-                }
-                path
-            }
-            None => self.dir.to_path_buf(),
-        };
-
-        let mut env = BTreeMap::new();
-        for table in [defaults.env.as_ref(), raw.env.as_ref()]
-            .into_iter()
-            .flatten()
-        {
-            for (k, v) in table {
-                let key = k.get_ref();
-                let valid = !key.is_empty()
-                    && !key.starts_with(|c: char| c.is_ascii_digit())
-                    && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-                if !valid {
-                    self.error(
-                        format!("agent `{name}`: `{key}` is not a valid environment variable name"),
-                        Some(k.span()),
-                        "use letters, digits and `_`, not starting with a digit",
-                    );
-                }
-                if v.get_ref().contains('\0') {
-                    self.error(
-                        format!("agent `{name}`: env `{key}` contains a NUL byte"),
-                        Some(v.span()),
-                        "remove it",
-                    );
-                }
-                env.insert(key.clone(), v.get_ref().clone());
-            }
-        }
-
-        let tmux_default = defaults.tmux.as_ref();
-        let session = match raw
-            .tmux
-            .as_ref()
-            .and_then(|t| t.session.as_ref())
-            .or(tmux_default.and_then(|t| t.session.as_ref()))
-        {
-            Some(s) => self.name(s, "tmux session"),
-            None => fleet.name.clone(),
-        };
-        let window = match raw.tmux.as_ref().and_then(|t| t.window.as_ref()) {
-            Some(w) => self.name(w, "tmux window"),
-            None => name.clone(),
-        };
-        let enabled = raw.enabled.or(defaults.enabled).unwrap_or(true);
+        let (resume_command, resume_argv) = self.resume_command(resume, &name).unzip();
+        let workdir = self.workdir(raw.workdir.as_ref().or(defaults.workdir.as_ref()), &name);
+        let env = self.env([defaults.env.as_ref(), raw.env.as_ref()], &name);
+        let (session, window) = self.tmux_window(raw, defaults, &fleet.name, &name);
         let restart = self.restart(raw.restart.as_ref(), default_restart);
-        let tap = raw.tap.or(defaults.tap).unwrap_or(true);
-        let notify = match raw.notify.as_ref().or(defaults.notify.as_ref()) {
-            Some(list) => {
-                const CHANNELS: [&str; 3] = ["github", "webhook", "command"];
-                let unknown: Vec<&String> = list
-                    .get_ref()
-                    .iter()
-                    .filter(|c| !CHANNELS.contains(&c.as_str()))
-                    .collect();
-                if let Some(bad) = unknown.first() {
-                    self.error(
-                        format!("agent `{name}`: unknown notify channel `{bad}`"),
-                        Some(list.span()),
-                        &format!(
-                            "{} (channels are configured in [notify])",
-                            suggest(bad, &CHANNELS)
-                        ),
-                    );
-                }
-                Some(list.get_ref().clone())
-            }
-            None => None,
-        };
-        let guard_structured_files = raw
-            .guard_structured_files
-            .or(defaults.guard_structured_files)
-            .unwrap_or(false);
-        let policy = match raw.policy.as_ref().or(defaults.policy.as_ref()) {
-            Some(p) if p.get_ref().trim().is_empty() => {
-                self.error(
-                    format!("agent `{name}`: `policy` is empty"),
-                    Some(p.span()),
-                    "a Lua file, e.g. \"policies/careful.lua\"; leave it out for policies/recovery.lua",
-                );
-                None
-            }
-            Some(p) => {
-                let path = self.path(p.get_ref());
-                if self.options.check_filesystem && !path.is_file() {
-                    self.error(
-                        format!(
-                            "agent `{name}`: policy `{}` does not exist",
-                            path.display()
-                        ),
-                        Some(p.span()),
-                        "create the file or fix the path (relative paths are relative to phoenix.toml)",
-                    );
-                }
-                Some(path)
-            }
-            None => None,
-        };
-
+        let notify = raw.notify.as_ref().or(defaults.notify.as_ref());
+        let notify = notify.map(|list| self.notify_channels(list, &name));
+        let policy = raw.policy.as_ref().or(defaults.policy.as_ref());
+        let policy = policy.and_then(|p| self.policy(p, &name));
         if self.diags.len() > errors_before {
             return None;
         }
@@ -253,12 +68,219 @@ impl Validator<'_> {
             env,
             session,
             window,
-            enabled,
+            enabled: raw.enabled.or(defaults.enabled).unwrap_or(true),
             restart,
-            guard_structured_files,
-            tap,
+            guard_structured_files: raw
+                .guard_structured_files
+                .or(defaults.guard_structured_files)
+                .unwrap_or(false),
+            tap: raw.tap.or(defaults.tap).unwrap_or(true),
             notify,
             policy,
         })
+    }
+
+    fn cli(&mut self, value: Option<&Spanned<String>>, name: &str) -> Cli {
+        let Some(v) = value else {
+            return Cli::Custom;
+        };
+        Cli::parse(v.get_ref()).unwrap_or_else(|| {
+            self.error(
+                format!("agent `{name}`: unknown cli `{}`", v.get_ref()),
+                Some(v.span()),
+                &suggest(v.get_ref(), &Cli::NAMES),
+            );
+            Cli::Custom
+        })
+    }
+
+    /// The command as written and split; without one, the CLI's own program.
+    fn launch_command(
+        &mut self,
+        value: Option<&Spanned<String>>,
+        cli: Cli,
+        raw_name: &Spanned<String>,
+        name: &str,
+    ) -> Option<(String, Vec<String>)> {
+        let Some(c) = value else {
+            let Some(program) = cli.default_command() else {
+                self.error(
+                    format!("agent `{name}` has no `command`"),
+                    Some(raw_name.span()),
+                    "a `custom` agent needs `command = \"…\"`",
+                );
+                return None;
+            };
+            return Some((program.to_string(), vec![program.to_string()]));
+        };
+        let hint = "the program to run, e.g. \"claude --model opus\"";
+        let argv = self.split_command(c, name, "command", hint)?;
+        Some((c.get_ref().clone(), argv))
+    }
+
+    /// The resume form as written and split; it must say where the session id goes.
+    fn resume_command(
+        &mut self,
+        value: Option<&Spanned<String>>,
+        name: &str,
+    ) -> Option<(String, Vec<String>)> {
+        let c = value?;
+        let hint = "leave it out, or give the resume form, e.g. \"my-cli --resume {session_id}\"";
+        let argv = self.split_command(c, name, "resume_command", hint)?;
+        // Without the placeholder every "resume" would start a new session: the agent would
+        // lose its conversation on each restart while phoenix said "resumed".
+        if !argv.iter().any(|a| a.contains(SESSION_ID)) {
+            self.error(
+                format!("agent `{name}`: `resume_command` has no `{SESSION_ID}`"),
+                Some(c.span()),
+                &format!(
+                    "phoenix puts the recorded session id where `{SESSION_ID}` stands, e.g. \"{} --resume {SESSION_ID}\"",
+                    argv[0]
+                ),
+            );
+            return None;
+        }
+        Some((c.get_ref().clone(), argv))
+    }
+
+    /// `key`'s command split like a shell would (it is never run by one); `None` once an
+    /// empty command or an unbalanced quote is reported.
+    fn split_command(
+        &mut self,
+        value: &Spanned<String>,
+        name: &str,
+        key: &str,
+        empty_hint: &str,
+    ) -> Option<Vec<String>> {
+        let (problem, hint) = match shlex::split(value.get_ref()) {
+            Some(argv) if !argv.is_empty() => return Some(argv),
+            Some(_) => ("is empty", empty_hint),
+            None => ("has unbalanced quotes", UNBALANCED_HINT),
+        };
+        self.error(
+            format!("agent `{name}`: `{key}` {problem}"),
+            Some(value.span()),
+            hint,
+        );
+        None
+    }
+
+    /// Where the agent runs; without a `workdir`, next to phoenix.toml.
+    fn workdir(&mut self, value: Option<&Spanned<String>>, name: &str) -> PathBuf {
+        let Some(w) = value else {
+            return self.dir.to_path_buf();
+        };
+        let path = self.path(w.get_ref());
+        if !self.options.check_filesystem {
+            return path;
+        }
+        if !path.exists() {
+            self.missing(name, "workdir", &path, w, "directory");
+        } else if !path.is_dir() {
+            self.error(
+                format!(
+                    "agent `{name}`: workdir `{}` is not a directory",
+                    path.display()
+                ),
+                Some(w.span()),
+                "point `workdir` at a directory",
+            );
+        }
+        path
+    }
+
+    /// Reports that the `key` path of agent `name` is not there.
+    fn missing(&mut self, name: &str, key: &str, path: &Path, at: &Spanned<String>, kind: &str) {
+        self.error(
+            format!("agent `{name}`: {key} `{}` does not exist", path.display()),
+            Some(at.span()),
+            &format!(
+                "create the {kind} or fix the path (relative paths are relative to phoenix.toml)"
+            ),
+        );
+    }
+
+    /// The environment of `[defaults]` with the agent's own on top.
+    fn env(&mut self, tables: [Option<&RawEnv>; 2], name: &str) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        for (k, v) in tables.into_iter().flatten().flatten() {
+            let key = k.get_ref();
+            if !super::is_env_name(key) {
+                self.error(
+                    format!("agent `{name}`: `{key}` is not a valid environment variable name"),
+                    Some(k.span()),
+                    "use letters, digits and `_`, not starting with a digit",
+                );
+            }
+            if v.get_ref().contains('\0') {
+                self.error(
+                    format!("agent `{name}`: env `{key}` contains a NUL byte"),
+                    Some(v.span()),
+                    "remove it",
+                );
+            }
+            env.insert(key.clone(), v.get_ref().clone());
+        }
+        env
+    }
+
+    /// The tmux session (inherited; default the fleet's name) and window (the agent's own;
+    /// default its name).
+    fn tmux_window(
+        &mut self,
+        raw: &RawAgent,
+        defaults: &RawAgent,
+        fleet_name: &str,
+        name: &str,
+    ) -> (String, String) {
+        let session = [raw, defaults]
+            .iter()
+            .find_map(|a| a.tmux.as_ref()?.session.as_ref());
+        let session = match session {
+            Some(s) => self.name(s, "tmux session"),
+            None => fleet_name.to_string(),
+        };
+        let window = match raw.tmux.as_ref().and_then(|t| t.window.as_ref()) {
+            Some(w) => self.name(w, "tmux window"),
+            None => name.to_string(),
+        };
+        (session, window)
+    }
+
+    /// The `[notify]` channels named in the agent's `notify` list.
+    fn notify_channels(&mut self, list: &Spanned<Vec<String>>, name: &str) -> Vec<String> {
+        const CHANNELS: [&str; 3] = ["github", "webhook", "command"];
+        let unknown = list
+            .get_ref()
+            .iter()
+            .find(|c| !CHANNELS.contains(&c.as_str()));
+        if let Some(bad) = unknown {
+            self.error(
+                format!("agent `{name}`: unknown notify channel `{bad}`"),
+                Some(list.span()),
+                &format!(
+                    "{} (channels are configured in [notify])",
+                    suggest(bad, &CHANNELS)
+                ),
+            );
+        }
+        list.get_ref().clone()
+    }
+
+    /// The agent's own Lua policy file.
+    fn policy(&mut self, value: &Spanned<String>, name: &str) -> Option<PathBuf> {
+        if value.get_ref().trim().is_empty() {
+            self.error(
+                format!("agent `{name}`: `policy` is empty"),
+                Some(value.span()),
+                "a Lua file, e.g. \"policies/careful.lua\"; leave it out for policies/recovery.lua",
+            );
+            return None;
+        }
+        let path = self.path(value.get_ref());
+        if self.options.check_filesystem && !path.is_file() {
+            self.missing(name, "policy", &path, value, "file");
+        }
+        Some(path)
     }
 }

@@ -6,15 +6,16 @@ mod agent;
 mod sections;
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::raw::{RawSpec, Spanned, Whole};
+use super::raw::{RawAgent, RawSchedules, RawSpec, Spanned, Whole};
 use super::{
-    AgentSpec, Floor, LoadOptions, RestartSettings, Schedule, Schedules, Spec, duration,
+    AgentSpec, Fleet, Floor, LoadOptions, RestartSettings, Schedule, Schedules, Spec, duration,
     expand_path,
 };
-use crate::diag::{Diagnostic, FileDiagnostics};
+use crate::diag::{Diagnostic, FileDiagnostics, Located};
 
 /// The effective spec of `raw`, read from `source` (the text of `file`); every error goes to
 /// `diags`, and the spec is only meant to be used when there is none.
@@ -74,12 +75,12 @@ impl Validator<'_> {
         expand_path(text, self.dir)
     }
 
-    fn error(&mut self, message: String, span: Option<std::ops::Range<usize>>, hint: &str) {
+    fn error(&mut self, message: String, span: Option<Range<usize>>, hint: &str) {
         self.diags
             .push(Diagnostic::new(message, span).with_hint(hint.to_string()));
     }
 
-    fn warn(&mut self, message: String, span: Option<std::ops::Range<usize>>, hint: &str) {
+    fn warn(&mut self, message: String, span: Option<Range<usize>>, hint: &str) {
         self.warnings
             .push(Diagnostic::new(message, span).with_hint(hint.to_string()));
     }
@@ -195,93 +196,14 @@ impl Validator<'_> {
     fn spec(mut self, raw: RawSpec, file: &Path) -> Spec {
         let fleet = self.fleet(&raw.fleet, file);
         let thresholds = self.thresholds(&raw.thresholds);
-        let schedules = if self.schedules {
-            Schedules {
-                watchdog: self.schedule(&raw.schedules.watchdog, "watchdog", "*/5 * * * *"),
-                brief: self.schedule(&raw.schedules.brief, "brief", "0 6 * * *"),
-            }
-        } else {
-            Schedules {
-                watchdog: None,
-                brief: None,
-            }
-        };
+        let schedules = self.schedules(&raw.schedules);
         let clinic = self.clinic(&raw.clinic);
         let notify = self.notify(&raw.notify);
         let watchdog = self.watchdog(&raw.watchdog);
         let brief = self.brief(&raw.brief);
-        if let Some(name) = &raw.defaults.name {
-            self.error(
-                "`name` is not allowed in [defaults]".into(),
-                Some(name.span()),
-                "each [[agent]] needs its own name",
-            );
-        }
-        let default_restart =
-            self.restart(raw.defaults.restart.as_ref(), &RestartSettings::default());
-
-        let mut agents: Vec<AgentSpec> = Vec::new();
-        let mut seen_names: HashMap<String, std::ops::Range<usize>> = HashMap::new();
-        let mut seen_windows: HashMap<(String, String), String> = HashMap::new();
-        for raw_agent in &raw.agents {
-            let span = raw_agent.span();
-            let Some(agent) = self.agent(
-                raw_agent.get_ref(),
-                span.clone(),
-                &raw.defaults,
-                &fleet,
-                &default_restart,
-            ) else {
-                continue;
-            };
-            let name_span = raw_agent.get_ref().name.as_ref().map(|n| n.span());
-            if let Some(first) = seen_names.get(&agent.name) {
-                let (line, _) = crate::diag::line_col(self.source, first.start);
-                self.diags.push(
-                    Diagnostic::new(
-                        format!("duplicate agent name `{}`", agent.name),
-                        name_span.clone(),
-                    )
-                    .with_hint(format!(
-                        "first defined on line {line}; agent names must be unique"
-                    )),
-                );
-                continue;
-            }
-            seen_names.insert(
-                agent.name.clone(),
-                name_span.clone().unwrap_or(span.clone()),
-            );
-            let key = (agent.session.clone(), agent.window.clone());
-            if let Some(other) = seen_windows.get(&key) {
-                self.diags.push(
-                    Diagnostic::new(
-                        format!(
-                            "agent `{}` uses tmux window `{}:{}`, already used by agent `{other}`",
-                            agent.name, key.0, key.1
-                        ),
-                        name_span,
-                    )
-                    .with_hint("give each agent its own `tmux = { session, window }`"),
-                );
-                continue;
-            }
-            seen_windows.insert(key, agent.name.clone());
-            agents.push(agent);
-        }
-
-        let warnings = if self.warnings.is_empty() {
-            Vec::new()
-        } else {
-            FileDiagnostics {
-                file: file.to_path_buf(),
-                source: self.source.to_string(),
-                diagnostics: std::mem::take(&mut self.warnings),
-            }
-            .located()
-        };
+        let agents = self.agents(&raw, &fleet);
         Spec {
-            warnings,
+            warnings: self.located_warnings(file),
             file: file.to_path_buf(),
             dir: self.dir.to_path_buf(),
             fleet,
@@ -294,4 +216,105 @@ impl Validator<'_> {
             agents,
         }
     }
+
+    /// Hooks leave `[schedules]` unparsed: they never schedule anything.
+    fn schedules(&mut self, raw: &RawSchedules) -> Schedules {
+        if !self.schedules {
+            return Schedules {
+                watchdog: None,
+                brief: None,
+            };
+        }
+        Schedules {
+            watchdog: self.schedule(&raw.watchdog, "watchdog", "*/5 * * * *"),
+            brief: self.schedule(&raw.brief, "brief", "0 6 * * *"),
+        }
+    }
+
+    /// Every valid `[[agent]]` with `[defaults]` applied, each with a name and a tmux window
+    /// of its own.
+    fn agents(&mut self, raw: &RawSpec, fleet: &Fleet) -> Vec<AgentSpec> {
+        if let Some(name) = &raw.defaults.name {
+            self.error(
+                "`name` is not allowed in [defaults]".into(),
+                Some(name.span()),
+                "each [[agent]] needs its own name",
+            );
+        }
+        let default_restart =
+            self.restart(raw.defaults.restart.as_ref(), &RestartSettings::default());
+        let mut taken = Taken::default();
+        let mut agents = Vec::new();
+        for raw_agent in &raw.agents {
+            let Some(agent) = self.agent(
+                raw_agent.get_ref(),
+                raw_agent.span(),
+                &raw.defaults,
+                fleet,
+                &default_restart,
+            ) else {
+                continue;
+            };
+            if self.claim(&mut taken, &agent, raw_agent) {
+                agents.push(agent);
+            }
+        }
+        agents
+    }
+
+    /// Whether `agent` may join the fleet: an earlier agent must not have its name or its
+    /// tmux window. Either is reported at the name.
+    fn claim(&mut self, taken: &mut Taken, agent: &AgentSpec, raw: &Spanned<RawAgent>) -> bool {
+        let name_span = raw.get_ref().name.as_ref().map(|n| n.span());
+        if let Some(first) = taken.names.get(&agent.name) {
+            let (line, _) = crate::diag::line_col(self.source, first.start);
+            self.diags.push(
+                Diagnostic::new(format!("duplicate agent name `{}`", agent.name), name_span)
+                    .with_hint(format!(
+                        "first defined on line {line}; agent names must be unique"
+                    )),
+            );
+            return false;
+        }
+        taken
+            .names
+            .insert(agent.name.clone(), name_span.clone().unwrap_or(raw.span()));
+        let window = (agent.session.clone(), agent.window.clone());
+        if let Some(other) = taken.windows.get(&window) {
+            self.diags.push(
+                Diagnostic::new(
+                    format!(
+                        "agent `{}` uses tmux window `{}:{}`, already used by agent `{other}`",
+                        agent.name, window.0, window.1
+                    ),
+                    name_span,
+                )
+                .with_hint("give each agent its own `tmux = { session, window }`"),
+            );
+            return false;
+        }
+        taken.windows.insert(window, agent.name.clone());
+        true
+    }
+
+    /// The warnings with their lines and columns, as `Spec::warnings` keeps them.
+    fn located_warnings(&mut self, file: &Path) -> Vec<Located> {
+        if self.warnings.is_empty() {
+            return Vec::new();
+        }
+        FileDiagnostics {
+            file: file.to_path_buf(),
+            source: self.source.to_string(),
+            diagnostics: std::mem::take(&mut self.warnings),
+        }
+        .located()
+    }
+}
+
+/// What the agents validated so far hold: where each name was written, and which agent has
+/// each tmux `(session, window)`.
+#[derive(Default)]
+struct Taken {
+    names: HashMap<String, Range<usize>>,
+    windows: HashMap<(String, String), String>,
 }
