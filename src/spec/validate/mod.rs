@@ -6,7 +6,8 @@ mod agent;
 mod sections;
 
 use std::collections::HashMap;
-use std::ops::Range;
+use std::fmt::Display;
+use std::ops::{Range, RangeInclusive};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -40,6 +41,11 @@ pub(super) fn spec(
         schedules,
     }
     .spec(raw, file)
+}
+
+/// A count that has no limits of its own.
+fn count<T: Copy>(value: &Option<Spanned<Whole<T>>>, default: T) -> T {
+    value.as_ref().map_or(default, |v| v.number())
 }
 
 struct Validator<'a> {
@@ -115,18 +121,14 @@ impl Validator<'_> {
         let d = self.duration(value, what, default);
         match value {
             Some(v) if d < floor.min => {
+                let min = duration::format(floor.min);
                 self.error(
                     format!(
-                        "`{what}` = \"{}\" is too short: the minimum is {}",
-                        v.get_ref(),
-                        duration::format(floor.min)
+                        "`{what}` = \"{}\" is too short: the minimum is {min}",
+                        v.get_ref()
                     ),
                     Some(v.span()),
-                    &format!(
-                        "use at least \"{}\": {}",
-                        duration::format(floor.min),
-                        floor.why
-                    ),
+                    &format!("use at least \"{min}\": {}", floor.why),
                 );
                 default
             }
@@ -135,27 +137,54 @@ impl Validator<'_> {
     }
 
     /// A count with a floor (see [`Validator::duration_min`]) and a ceiling.
-    fn count_in(
+    fn count_in<T: Copy + PartialOrd + Display>(
         &mut self,
-        value: &Option<Spanned<Whole<u32>>>,
+        value: &Option<Spanned<Whole<T>>>,
         what: &str,
-        default: u32,
-        range: std::ops::RangeInclusive<u32>,
+        default: T,
+        range: RangeInclusive<T>,
         why: &str,
-    ) -> u32 {
-        match value {
-            None => default,
-            Some(v) if range.contains(&v.number()) => v.number(),
-            Some(v) => {
-                let bound = if v.number() < *range.start() {
-                    format!("at least {}", range.start())
-                } else {
-                    format!("at most {}", range.end())
-                };
-                self.error(format!("`{what}` must be {bound}"), Some(v.span()), why);
-                default
-            }
+    ) -> T {
+        value.as_ref().map_or(default, |v| {
+            self.bounded(v, what, range, why).unwrap_or(default)
+        })
+    }
+
+    /// A written count within `range`; `None` once one outside it is reported.
+    fn bounded<T: Copy + PartialOrd + Display>(
+        &mut self,
+        value: &Spanned<Whole<T>>,
+        what: &str,
+        range: RangeInclusive<T>,
+        why: &str,
+    ) -> Option<T> {
+        let n = value.number();
+        if range.contains(&n) {
+            return Some(n);
         }
+        let bound = if n < *range.start() {
+            format!("at least {}", range.start())
+        } else {
+            format!("at most {}", range.end())
+        };
+        self.error(format!("`{what}` must be {bound}"), Some(value.span()), why);
+        None
+    }
+
+    /// A list naming a program and its arguments; `None` when absent, or once an empty one
+    /// (no program) is reported.
+    fn program(
+        &mut self,
+        value: &Option<Spanned<Vec<String>>>,
+        empty: &str,
+        hint: &str,
+    ) -> Option<Vec<String>> {
+        let list = value.as_ref()?;
+        if list.get_ref().first().is_none_or(|p| p.trim().is_empty()) {
+            self.error(empty.to_string(), Some(list.span()), hint);
+            return None;
+        }
+        Some(list.get_ref().clone())
     }
 
     fn name(&mut self, value: &Spanned<String>, what: &str) -> String {

@@ -20,18 +20,11 @@ use crate::spec::{
 impl Validator<'_> {
     pub(super) fn brief(&mut self, raw: &RawBrief) -> BriefSettings {
         let d = BriefSettings::default();
-        let command = match &raw.command {
-            Some(c) if c.get_ref().is_empty() || c.get_ref()[0].trim().is_empty() => {
-                self.error(
-                    "[brief]: `command` is empty".into(),
-                    Some(c.span()),
-                    "the program and its arguments, e.g. [\"claude\", \"-p\"]; leave it out for the built-in generator",
-                );
-                None
-            }
-            Some(c) => Some(c.get_ref().clone()),
-            None => None,
-        };
+        let command = self.program(
+            &raw.command,
+            "[brief]: `command` is empty",
+            "the program and its arguments, e.g. [\"claude\", \"-p\"]; leave it out for the built-in generator",
+        );
         BriefSettings {
             command,
             timeout: self.duration_min(&raw.timeout, "timeout", d.timeout, floors::TIMEOUT),
@@ -65,18 +58,11 @@ impl Validator<'_> {
             })
         });
         let webhook = raw.webhook.as_ref().and_then(|w| self.webhook(w));
-        let command = match &raw.command {
-            Some(c) if c.get_ref().is_empty() || c.get_ref()[0].trim().is_empty() => {
-                self.error(
-                    "[notify]: `command` is empty".into(),
-                    Some(c.span()),
-                    "the program and its arguments, e.g. [\"notify-send\", \"phoenix\"]; it gets the message on stdin",
-                );
-                None
-            }
-            Some(c) => Some(c.get_ref().clone()),
-            None => None,
-        };
+        let command = self.program(
+            &raw.command,
+            "[notify]: `command` is empty",
+            "the program and its arguments, e.g. [\"notify-send\", \"phoenix\"]; it gets the message on stdin",
+        );
         NotifySettings {
             github,
             webhook,
@@ -173,35 +159,20 @@ impl Validator<'_> {
             }
         }
         WatchdogSettings {
-            max_revivals: raw
-                .max_revivals
-                .as_ref()
-                .map(|v| v.number())
-                .unwrap_or(d.max_revivals),
+            max_revivals: super::count(&raw.max_revivals, d.max_revivals),
             screen_patterns,
         }
     }
 
     pub(super) fn clinic(&mut self, raw: &RawClinic) -> ClinicSettings {
         let d = ClinicSettings::default();
-        let diagnose_command = match &raw.diagnose_command {
-            Some(c) if c.get_ref().is_empty() || c.get_ref()[0].trim().is_empty() => {
-                self.error(
-                    "`diagnose_command` is empty".into(),
-                    Some(c.span()),
-                    "the program and its arguments, e.g. [\"claude\", \"-p\"]; leave it out to diagnose by patterns",
-                );
-                None
-            }
-            Some(c) => Some(c.get_ref().clone()),
-            None => None,
-        };
+        let diagnose_command = self.program(
+            &raw.diagnose_command,
+            "`diagnose_command` is empty",
+            "the program and its arguments, e.g. [\"claude\", \"-p\"]; leave it out to diagnose by patterns",
+        );
         ClinicSettings {
-            max_recoveries: raw
-                .max_recoveries
-                .as_ref()
-                .map(|v| v.number())
-                .unwrap_or(d.max_recoveries),
+            max_recoveries: super::count(&raw.max_recoveries, d.max_recoveries),
             diagnose_command,
             diagnose_timeout: self.duration_min(
                 &raw.diagnose_timeout,
@@ -230,60 +201,56 @@ impl Validator<'_> {
             Some(d) => self.path(d.get_ref()),
             None => self.dir.join(".phoenix"),
         };
-        let tmux_socket = match &raw.tmux_socket {
-            Some(s) => {
-                let ok = !s.get_ref().is_empty()
-                    && s.get_ref().len() <= 64
-                    && s.get_ref()
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-                    && !s.get_ref().starts_with('.');
-                if !ok {
-                    self.error(
-                        format!("tmux socket name `{}` is not valid", s.get_ref()),
-                        Some(s.span()),
-                        "a socket name is a plain file name: letters, digits, `_`, `-`, `.`",
-                    );
-                }
-                s.get_ref().clone()
-            }
+        let socket = match &raw.tmux_socket {
+            Some(s) => self.tmux_socket(s),
             None => format!("phoenix-{id}"),
         };
-        let legacy_socket = raw.tmux_socket.is_none().then(|| format!("phoenix-{name}"));
-        // Unlike the protections below, a too short interval only costs CPU: phoenix raises
-        // it to the floor and says so instead of refusing the file.
-        let mut reconcile_interval = self.duration(
-            &raw.reconcile_interval,
-            "reconcile_interval",
-            Duration::from_secs(30),
-        );
-        let floor = floors::RECONCILE_INTERVAL;
-        if let Some(v) = &raw.reconcile_interval
-            && reconcile_interval < floor.min
-        {
-            self.warn(
-                format!(
-                    "`reconcile_interval` = \"{}\" is below the minimum: phoenix uses {}",
-                    v.get_ref(),
-                    duration::format(floor.min)
-                ),
-                Some(v.span()),
-                &format!(
-                    "write at least \"{}\": {}",
-                    duration::format(floor.min),
-                    floor.why
-                ),
-            );
-            reconcile_interval = floor.min;
-        }
         Fleet {
+            legacy_socket: raw.tmux_socket.is_none().then(|| format!("phoenix-{name}")),
             name,
             id,
             state_dir,
-            socket: tmux_socket,
-            legacy_socket,
-            reconcile_interval,
+            socket,
+            reconcile_interval: self.reconcile_interval(&raw.reconcile_interval),
         }
+    }
+
+    /// A socket name is a plain file name in tmux's socket directory.
+    fn tmux_socket(&mut self, value: &Spanned<String>) -> String {
+        let s = value.get_ref();
+        let ok = !s.is_empty()
+            && s.len() <= 64
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+            && !s.starts_with('.');
+        if !ok {
+            self.error(
+                format!("tmux socket name `{s}` is not valid"),
+                Some(value.span()),
+                "a socket name is a plain file name: letters, digits, `_`, `-`, `.`",
+            );
+        }
+        s.clone()
+    }
+
+    /// Unlike the protections of the other floors, a too short interval only costs CPU:
+    /// phoenix raises it to the floor and says so instead of refusing the file.
+    fn reconcile_interval(&mut self, value: &Option<Spanned<String>>) -> Duration {
+        let interval = self.duration(value, "reconcile_interval", Duration::from_secs(30));
+        let floor = floors::RECONCILE_INTERVAL;
+        let Some(v) = value.as_ref().filter(|_| interval < floor.min) else {
+            return interval;
+        };
+        let min = duration::format(floor.min);
+        self.warn(
+            format!(
+                "`reconcile_interval` = \"{}\" is below the minimum: phoenix uses {min}",
+                v.get_ref()
+            ),
+            Some(v.span()),
+            &format!("write at least \"{min}\": {}", floor.why),
+        );
+        floor.min
     }
 
     pub(super) fn thresholds(&mut self, raw: &RawThresholds) -> Thresholds {
@@ -310,29 +277,21 @@ impl Validator<'_> {
                 d.resolved_retention,
                 floors::RESOLVED_RETENTION,
             ),
-            repeat: match &raw.repeat {
-                Some(v) if v.number() < 2 => {
-                    self.error(
-                        "`repeat` must be at least 2".into(),
-                        Some(v.span()),
-                        "how many identical tool calls in a row make a loop (default 5)",
-                    );
-                    d.repeat
-                }
-                Some(v) => v.number(),
-                None => d.repeat,
-            },
-            max_tokens: match &raw.max_tokens {
-                Some(v) if v.number() == 0 => {
-                    self.error(
-                        "`max_tokens` must be at least 1".into(),
-                        Some(v.span()),
-                        "tokens per session before the watchdog stops the agent; leave it out for no limit",
-                    );
-                    d.max_tokens
-                }
-                other => other.as_ref().map(|v| v.number()),
-            },
+            repeat: self.count_in(
+                &raw.repeat,
+                "repeat",
+                d.repeat,
+                2..=u32::MAX,
+                "how many identical tool calls in a row make a loop (default 5)",
+            ),
+            max_tokens: raw.max_tokens.as_ref().and_then(|v| {
+                self.bounded(
+                    v,
+                    "max_tokens",
+                    1..=u64::MAX,
+                    "tokens per session before the watchdog stops the agent; leave it out for no limit",
+                )
+            }),
             events_retention: self.duration_min(
                 &raw.events_retention,
                 "events_retention",
@@ -350,18 +309,13 @@ impl Validator<'_> {
         let Some(raw) = raw else {
             return base.clone();
         };
-        let max_crashes = match &raw.max_crashes {
-            Some(v) if v.number() == 0 => {
-                self.error(
-                    "`max_crashes` must be at least 1".into(),
-                    Some(v.span()),
-                    "the number of crashes within `crash_window` before safe mode",
-                );
-                base.max_crashes
-            }
-            Some(v) => v.number(),
-            None => base.max_crashes,
-        };
+        let max_crashes = self.count_in(
+            &raw.max_crashes,
+            "max_crashes",
+            base.max_crashes,
+            1..=u32::MAX,
+            "the number of crashes within `crash_window` before safe mode",
+        );
         let restart = RestartSettings {
             cooldown: self.duration_min(&raw.cooldown, "cooldown", base.cooldown, floors::COOLDOWN),
             backoff_max: self.duration_min(
