@@ -1,6 +1,6 @@
 //! The phoenix.toml document exactly as written: every field optional, spans kept for errors.
-//! Unknown keys are not rejected by serde here but by `check_keys` in the parent module, which
-//! reads the same field lists: that way every unknown key is reported, not just the first.
+//! Unknown keys are not rejected by serde here but by the sibling `keys` module, which reads
+//! the same field lists: that way every unknown key is reported, not just the first.
 //! The same structs give `phoenix schema` its JSON Schema, so the schema cannot drift either.
 
 use std::collections::BTreeMap;
@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// `toml::Spanned` (a value and where it was written) that also describes itself in the JSON
-/// Schema as the value it wraps; toml's own type has no `JsonSchema`.
+/// Schema as the value it wraps (see `schema_of_wrapped`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
 #[serde(transparent)]
 pub struct Spanned<T>(toml::Spanned<T>);
@@ -22,20 +22,6 @@ impl<T> Spanned<T> {
 
     pub fn span(&self) -> Range<usize> {
         self.0.span()
-    }
-}
-
-impl<T: JsonSchema> JsonSchema for Spanned<T> {
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        T::schema_name()
-    }
-
-    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        T::json_schema(generator)
     }
 }
 
@@ -71,20 +57,6 @@ macro_rules! whole {
                 d.deserialize_u64(V)
             }
         }
-
-        impl JsonSchema for Whole<$t> {
-            fn inline_schema() -> bool {
-                true
-            }
-
-            fn schema_name() -> std::borrow::Cow<'static, str> {
-                <$t>::schema_name()
-            }
-
-            fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-                <$t>::json_schema(generator)
-            }
-        }
     };
 }
 
@@ -96,6 +68,28 @@ impl<T: Copy> Spanned<Whole<T>> {
 
 whole!(u32);
 whole!(u64);
+
+/// Both wrappers describe themselves in the JSON Schema as the value they wrap (toml's
+/// `Spanned` has no `JsonSchema` of its own).
+macro_rules! schema_of_wrapped {
+    ($($wrapper:ident),*) => {$(
+        impl<T: JsonSchema> JsonSchema for $wrapper<T> {
+            fn inline_schema() -> bool {
+                true
+            }
+
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                T::schema_name()
+            }
+
+            fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                T::json_schema(generator)
+            }
+        }
+    )*};
+}
+
+schema_of_wrapped!(Spanned, Whole);
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]

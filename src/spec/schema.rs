@@ -33,22 +33,22 @@ pub fn key_paths(schema: &Value) -> BTreeSet<String> {
 
 fn walk(root: &Value, props: &Map<String, Value>, prefix: &str, out: &mut BTreeSet<String>) {
     for (key, node) in props {
-        let key = if prefix.is_empty() && key == "defaults" {
-            "agent"
-        } else {
-            key
-        };
-        let path = if prefix.is_empty() {
-            key.to_string()
-        } else {
-            format!("{prefix}.{key}")
-        };
+        let path = key_path(prefix, key);
         match properties(root, node) {
             Some(children) => walk(root, children, &path, out),
             None => {
                 out.insert(path);
             }
         }
+    }
+}
+
+/// `key` below `prefix`, with `[defaults]` spelt as the `[[agent]]` whose keys it takes.
+fn key_path(prefix: &str, key: &str) -> String {
+    match (prefix, key) {
+        ("", "defaults") => "agent".to_string(),
+        ("", key) => key.to_string(),
+        (prefix, key) => format!("{prefix}.{key}"),
     }
 }
 
@@ -90,16 +90,7 @@ fn table_paths(
     out: &mut BTreeSet<String>,
 ) {
     for (key, value) in table {
-        let shown = if prefix.is_empty() && key == "defaults" {
-            "agent"
-        } else {
-            key
-        };
-        let path = if prefix.is_empty() {
-            shown.to_string()
-        } else {
-            format!("{prefix}.{shown}")
-        };
+        let path = key_path(prefix, key);
         let children = props.get(key).and_then(|n| properties(root, n));
         let tables: Vec<&toml::Table> = match value {
             toml::Value::Table(t) => vec![t],
