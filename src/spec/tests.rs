@@ -24,6 +24,17 @@ fn errors(src: &str) -> Vec<crate::diag::Located> {
     parse_str(src).expect_err("should fail").located()
 }
 
+/// Each of `expected` is part of some error's message.
+fn assert_reported(errs: &[crate::diag::Located], expected: &[&str]) {
+    let messages: Vec<_> = errs.iter().map(|e| e.message.as_str()).collect();
+    for part in expected {
+        assert!(
+            messages.iter().any(|m| m.contains(part)),
+            "{part}: {messages:?}"
+        );
+    }
+}
+
 #[test]
 fn minimal_spec_gets_defaults() {
     let spec = parse_str("[[agent]]\nname = \"a\"\ncommand = \"sleep 100\"\n").unwrap();
@@ -157,32 +168,15 @@ name = "ok2"
 command = "y"
 "#,
     );
-    let messages: Vec<_> = errs.iter().map(|e| e.message.as_str()).collect();
-    assert!(
-        messages.iter().any(|m| m.contains("unknown unit `x`")),
-        "{messages:?}"
-    );
-    assert!(
-        messages
-            .iter()
-            .any(|m| m.contains("has 4 fields, expected 5")),
-        "{messages:?}"
-    );
-    assert!(
-        messages
-            .iter()
-            .any(|m| m.contains("`bad name; rm -rf /` is not a valid name")),
-        "{messages:?}"
-    );
-    assert!(
-        messages.iter().any(|m| m.contains("unknown cli `claud`")),
-        "{messages:?}"
-    );
-    assert!(
-        messages
-            .iter()
-            .any(|m| m.contains("duplicate agent name `ok2`")),
-        "{messages:?}"
+    assert_reported(
+        &errs,
+        &[
+            "unknown unit `x`",
+            "has 4 fields, expected 5",
+            "`bad name; rm -rf /` is not a valid name",
+            "unknown cli `claud`",
+            "duplicate agent name `ok2`",
+        ],
     );
     let dup = errs
         .iter()
@@ -334,15 +328,13 @@ command = "x"
         "[notify]\ngithub = { repo = \"nope\" }\nwebhook = { url_env = \"URL\", format = \"teams\" }\n\
          [watchdog]\nscreen_patterns = { claud = [\"x\"] }\n[[agent]]\nname = \"a\"\ncommand = \"x\"\n",
     );
-    let text: Vec<String> = errs.iter().map(|e| e.message.clone()).collect();
-    assert!(text.iter().any(|m| m.contains("owner/name")), "{text:?}");
-    assert!(
-        text.iter().any(|m| m.contains("unknown format `teams`")),
-        "{text:?}"
-    );
-    assert!(
-        text.iter().any(|m| m.contains("unknown CLI `claud`")),
-        "{text:?}"
+    assert_reported(
+        &errs,
+        &[
+            "owner/name",
+            "unknown format `teams`",
+            "unknown CLI `claud`",
+        ],
     );
 }
 
