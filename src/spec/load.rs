@@ -62,13 +62,17 @@ pub fn load_with(path: &Path, options: LoadOptions) -> Result<Spec, LoadError> {
 /// `[schedules]` left unparsed (`Spec::schedules` is empty). Hooks never schedule anything,
 /// and a typo in a cron expression must not stop every agent's state tracking.
 pub fn load_for_hook(path: &Path) -> Result<Spec, LoadError> {
-    load_inner(
-        path,
-        LoadOptions {
-            check_filesystem: false,
-        },
-        false,
-    )
+    load_inner(path, HOOK, false)
+}
+
+/// What a hook checks beyond the file: nothing (see [`load_for_hook`]).
+const HOOK: LoadOptions = LoadOptions {
+    check_filesystem: false,
+};
+
+/// `source` read as [`load_for_hook`] reads its file.
+fn parse_for_hook(source: &str, file: &Path) -> Result<Spec, FileDiagnostics> {
+    parse_inner(source, file, HOOK, false)
 }
 
 /// The copy of the last valid phoenix.toml that wrappers keep in the fleet's state dir.
@@ -89,17 +93,7 @@ pub fn remember_good(spec: &Spec) -> std::io::Result<()> {
     }
     // Only if it still is the file that was validated (it may have changed since).
     match std::str::from_utf8(&text) {
-        Ok(source)
-            if parse_inner(
-                source,
-                &spec.file,
-                LoadOptions {
-                    check_filesystem: false,
-                },
-                false,
-            )
-            .is_ok() =>
-        {
+        Ok(source) if parse_for_hook(source, &spec.file).is_ok() => {
             crate::state::atomic_write(&copy, &text)
         }
         _ => Ok(()),
@@ -116,15 +110,7 @@ pub fn load_last_good_for_hook(path: &Path, fleet_root: &Path) -> Option<Spec> {
     )
     .ok()?;
     let source = String::from_utf8(bytes).ok()?;
-    parse_inner(
-        &source,
-        &absolute(path),
-        LoadOptions {
-            check_filesystem: false,
-        },
-        false,
-    )
-    .ok()
+    parse_for_hook(&source, &absolute(path)).ok()
 }
 
 /// A config file is read on every hook call, and an agent may be able to write the directory
