@@ -128,18 +128,30 @@ impl Action {
         }
     }
 
-    /// Hooks go in before agents start: the CLIs read their hook files once, at startup.
-    fn order(&self) -> u8 {
+    /// The action's name (the `type` the plan's JSON tags it with, what apply records for
+    /// each step) and its place in the order apply runs changes in: hooks go in before agents
+    /// start, as the CLIs read their hook files once, at startup.
+    fn kind(&self) -> (&'static str, u8) {
         match self {
-            Action::InitState => 0,
-            Action::InstallHooks { .. } | Action::RemoveHooks { .. } => 1,
-            Action::Start => 2,
-            Action::Restart { .. } => 3,
-            Action::Replace { .. } => 4,
-            Action::Stop { .. } => 5,
-            Action::Prune { .. } => 6,
-            Action::RemoveExtra { .. } => 7,
+            Action::InitState => ("init_state", 0),
+            Action::InstallHooks { .. } => ("install_hooks", 1),
+            Action::RemoveHooks { .. } => ("remove_hooks", 1),
+            Action::Start => ("start", 2),
+            Action::Restart { .. } => ("restart", 3),
+            Action::Replace { .. } => ("replace", 4),
+            Action::Stop { .. } => ("stop", 5),
+            Action::Prune { .. } => ("prune", 6),
+            Action::RemoveExtra { .. } => ("remove_extra", 7),
         }
+    }
+
+    /// `init_state`, `start`, `remove_extra`, …: the `type` of the action in the plan's JSON.
+    pub fn name(&self) -> &'static str {
+        self.kind().0
+    }
+
+    fn order(&self) -> u8 {
+        self.kind().1
     }
 }
 

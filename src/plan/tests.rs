@@ -412,3 +412,40 @@ fn a_pruned_agent_loses_only_its_hook_entries() {
         "{diff}"
     );
 }
+
+#[test]
+fn an_actions_name_is_its_json_type() {
+    let pane = || "%1".to_string();
+    let path = || PathBuf::from("/w/.claude/settings.json");
+    let actions = [
+        Action::InitState,
+        Action::Start,
+        Action::Restart { pane: pane() },
+        Action::Replace {
+            pane: pane(),
+            changed: Vec::new(),
+        },
+        Action::Stop { pane: pane() },
+        Action::Prune { pane: pane() },
+        Action::RemoveExtra {
+            pane: pane(),
+            keep: "%2".into(),
+        },
+        Action::InstallHooks {
+            path: path(),
+            cli: Cli::Claude,
+            create: true,
+            diff: String::new(),
+        },
+        Action::RemoveHooks {
+            path: path(),
+            diff: String::new(),
+        },
+    ];
+    for action in actions {
+        assert_eq!(
+            serde_json::to_value(&action).unwrap()["type"],
+            action.name()
+        );
+    }
+}
