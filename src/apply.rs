@@ -52,22 +52,22 @@ impl Applier<'_> {
             .iter()
             .map(|change| {
                 let dir = fleet.agent(&change.agent);
-                let result = self.step(change, &dir);
-                let (ok, detail) = match result {
+                let (ok, detail) = match self.step(change, &dir) {
                     Ok(detail) => (true, detail),
                     Err(e) => (false, e),
                 };
+                let action = change.action.name();
                 let event: Make = if ok { Op::Apply } else { Op::ApplyFailed };
                 if dir.exists() {
                     let _ = dir.record_op(
                         event,
-                        json!({"action": action_name(&change.action), "reason": change.reason, "detail": detail}),
+                        json!({"action": action, "reason": change.reason, "detail": detail}),
                     );
                 }
                 StepOutcome {
                     agent: change.agent.clone(),
                     symbol: change.symbol,
-                    action: action_name(&change.action).to_string(),
+                    action: action.to_string(),
                     ok,
                     detail,
                 }
@@ -213,20 +213,6 @@ pub fn wrap_argv(exe: &Path, config: &Path, agent: &str) -> Vec<String> {
     ]
 }
 
-fn action_name(action: &Action) -> &'static str {
-    match action {
-        Action::InitState => "init_state",
-        Action::Start => "start",
-        Action::Restart { .. } => "restart",
-        Action::Replace { .. } => "replace",
-        Action::Stop { .. } => "stop",
-        Action::Prune { .. } => "prune",
-        Action::RemoveExtra { .. } => "remove_extra",
-        Action::InstallHooks { .. } => "install_hooks",
-        Action::RemoveHooks { .. } => "remove_hooks",
-    }
-}
-
 /// Self-diagnosis after a failed retry: the likely cause and a concrete next step.
 fn diagnose(runtime: &dyn Runtime, err: &RuntimeError, agent: &AgentSpec) -> String {
     if let Some(why) = runtime.diagnose(err) {
@@ -245,32 +231,50 @@ fn diagnose(runtime: &dyn Runtime, err: &RuntimeError, agent: &AgentSpec) -> Str
     )
 }
 
-/// Apply on the fake runtime: which panes a plan starts, stops and leaves alone, in
-/// milliseconds and without a server.
+/// Observe, plan and apply on a test runtime, as `phoenix apply --yes` does: for the unit tests
+/// of apply and of what builds on it (the watchdog).
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
     use crate::plan::{self, PlanOptions};
-    use crate::world::fake::{Call, FakeRuntime};
-    use crate::world::{self, Tag};
+    use crate::world;
 
-    use crate::world::fake::unit_fleet as fleet_spec;
-
-    /// Observe, plan and apply once, as `phoenix apply --yes` does.
-    pub(crate) fn apply_once(spec: &Spec, runtime: &FakeRuntime, prune: bool) -> ApplyReport {
+    /// The plan `phoenix apply` makes of `runtime` as it is now (no hook files).
+    pub(crate) fn plan_now(spec: &Spec, runtime: &dyn Runtime, prune: bool) -> Plan {
         let world = world::observe(spec, runtime).unwrap();
         let options = PlanOptions {
             prune,
             hooks_exe: None,
         };
-        let plan = plan::diff(spec, &world, &options);
+        plan::diff(spec, &world, &options)
+    }
+
+    /// Carry `plan` out with panes that run `/usr/bin/phoenix wrap`.
+    pub(crate) fn apply_plan(spec: &Spec, runtime: &dyn Runtime, plan: &Plan) -> ApplyReport {
         Applier {
             spec,
             runtime,
             exe: "/usr/bin/phoenix".into(),
         }
-        .apply(&plan)
+        .apply(plan)
     }
+
+    /// Observe, plan and apply once.
+    pub(crate) fn apply_once(spec: &Spec, runtime: &dyn Runtime, prune: bool) -> ApplyReport {
+        apply_plan(spec, runtime, &plan_now(spec, runtime, prune))
+    }
+}
+
+/// Apply on the fake runtime: which panes a plan starts, stops and leaves alone, in
+/// milliseconds and without a server.
+#[cfg(test)]
+mod tests {
+    use super::testing::{apply_once, apply_plan, plan_now};
+    use super::*;
+    use crate::world::Tag;
+    use crate::world::fake::{Call, FakeRuntime};
+
+    use crate::world::fake::unit_fleet as fleet_spec;
 
     fn started(fake: &FakeRuntime) -> Vec<String> {
         fake.changes()
@@ -383,22 +387,9 @@ mod tests {
         let spec = fleet_spec(tmp.path(), &["one"]);
         let fake = FakeRuntime::new();
         // Observed fine, then every call fails.
-        let world = world::observe(&spec, &fake).unwrap();
-        let plan = plan::diff(
-            &spec,
-            &world,
-            &PlanOptions {
-                prune: false,
-                hooks_exe: None,
-            },
-        );
+        let plan = plan_now(&spec, &fake, false);
         fake.set_failing(Some("server exited unexpectedly"));
-        let report = Applier {
-            spec: &spec,
-            runtime: &fake,
-            exe: "/usr/bin/phoenix".into(),
-        }
-        .apply(&plan);
+        let report = apply_plan(&spec, &fake, &plan);
         let step = report.steps.iter().find(|s| s.action == "start").unwrap();
         assert!(!step.ok);
         assert!(step.detail.contains("retried once"), "{}", step.detail);

@@ -207,6 +207,15 @@ pub struct Treatment {
     pub action: String,
 }
 
+impl Treatment {
+    fn of(treated: &crate::clinic::Recovery) -> Treatment {
+        Treatment {
+            root_cause: treated.diagnosis.root_cause.to_string(),
+            action: treated.prescription.action.as_str().to_string(),
+        }
+    }
+}
+
 impl Recovery {
     fn new(reason: EndReason, explain: String, decided_by: String) -> Recovery {
         Recovery {
@@ -263,20 +272,7 @@ fn after_exit(
     clinic: impl FnOnce(Option<&ExitInfo>) -> Option<crate::clinic::Recovery>,
 ) -> Recovery {
     if let Some(req) = &exit.requested {
-        let start = if exit.fresh_requested {
-            Start::Fresh
-        } else {
-            Start::Resume
-        };
-        return Recovery {
-            start: Some(start),
-            clear_session: start == Start::Fresh,
-            ..Recovery::new(
-                req.reason,
-                format!("stopped on purpose ({})", req.reason.as_str()),
-                "requested".into(),
-            )
-        };
+        return as_requested(exit, req);
     }
     let clean = exit.is_clean();
     let reason = match (clean, exit.showed_life) {
@@ -284,65 +280,18 @@ fn after_exit(
         (false, true) => EndReason::Crash,
         (false, false) => EndReason::NoLife,
     };
-    let restart = &facts.info.restart;
-    let window_start_ms = i128::from(exit.now) * 1000 - restart.crash_window.as_millis() as i128;
-    let earlier = facts
-        .recent_crashes
-        .iter()
-        .filter(|&&t| i128::from(t) * 1000 > window_start_ms)
-        .count();
-    let crashes = if clean {
-        0
-    } else {
-        u32::try_from(earlier + 1).unwrap_or(u32::MAX)
-    };
-    let info = ExitInfo {
-        code: exit.code,
-        signal: exit.signal,
-        runtime_ms: exit.runtime_ms,
-        resumed: exit.mode == Start::Resume,
-        showed_life: exit.showed_life,
-        crashes_in_window: crashes,
-        fresh_requested: exit.fresh_requested,
-        session_id: exit.session_id.clone(),
-    };
-    let (answer, by) = match policies {
-        Some(p) => {
-            let d = p.on_exit(&facts.info, &info);
-            (d.value, d.by)
-        }
-        None => (
-            policy::builtin::on_exit(&facts.info, &info),
-            policy::BUILTIN.to_string(),
-        ),
-    };
+    let info = exit_info(exit, facts);
+    let (answer, by, _) = ask(
+        policies,
+        |p| p.on_exit(&facts.info, &info),
+        || policy::builtin::on_exit(&facts.info, &info),
+    );
     let why = answer
         .reason
         .clone()
         .unwrap_or_else(|| format!("the policy chose {}", answer.action.as_str()));
-    let what = match (exit.code, exit.signal) {
-        _ if clean => String::new(),
-        (_, Some(sig)) => format!("killed by signal {sig}"),
-        (Some(code), None) => format!("exit code {code}"),
-        (None, None) => "unknown exit".to_string(),
-    };
-    let what = match (clean, exit.showed_life) {
-        (true, _) => what,
-        (false, true) => format!("{what}; "),
-        (false, false) => format!("{what}, never showed life; "),
-    };
     let safe = answer.action == Start::SafeMode;
-    let critical = (safe && !clean).then(|| {
-        if crashes >= restart.max_crashes {
-            let window = crate::spec::duration::format(restart.crash_window);
-            format!(
-                "agent `{}` crashed {crashes} times within {window} (max_crashes = {}): safe mode",
-                facts.info.name, restart.max_crashes
-            )
-        } else {
-            format!("agent `{}`: {why}: safe mode", facts.info.name)
-        }
-    });
+    let critical = (safe && !clean).then(|| crash_loop(facts, info.crashes_in_window, &why));
     let mut r = Recovery {
         start: Some(answer.action),
         // A restart never comes sooner than the shortest allowed cooldown, whatever the
@@ -357,7 +306,7 @@ fn after_exit(
         clean_exit_marker: clean && safe,
         quarantine: critical.clone(),
         critical,
-        ..Recovery::new(reason, format!("{what}{why}"), by)
+        ..Recovery::new(reason, format!("{}{why}", describe(exit)), by)
     };
     if r.counts_as_crash
         && !safe
@@ -369,6 +318,100 @@ fn after_exit(
     r
 }
 
+/// A stop asked for on purpose: the agent starts again, fresh only if the `.fresh` marker
+/// asks for it.
+fn as_requested(exit: &ExitFacts, req: &StopRequest) -> Recovery {
+    let start = if exit.fresh_requested {
+        Start::Fresh
+    } else {
+        Start::Resume
+    };
+    Recovery {
+        start: Some(start),
+        clear_session: start == Start::Fresh,
+        ..Recovery::new(
+            req.reason,
+            format!("stopped on purpose ({})", req.reason.as_str()),
+            "requested".into(),
+        )
+    }
+}
+
+/// The exit as `on_exit` sees it, with the crashes within the crash window counting this one.
+fn exit_info(exit: &ExitFacts, facts: &Facts) -> ExitInfo {
+    let window_start_ms =
+        i128::from(exit.now) * 1000 - facts.info.restart.crash_window.as_millis() as i128;
+    let earlier = facts
+        .recent_crashes
+        .iter()
+        .filter(|&&t| i128::from(t) * 1000 > window_start_ms)
+        .count();
+    let crashes = if exit.is_clean() {
+        0
+    } else {
+        u32::try_from(earlier + 1).unwrap_or(u32::MAX)
+    };
+    ExitInfo {
+        code: exit.code,
+        signal: exit.signal,
+        runtime_ms: exit.runtime_ms,
+        resumed: exit.mode == Start::Resume,
+        showed_life: exit.showed_life,
+        crashes_in_window: crashes,
+        fresh_requested: exit.fresh_requested,
+        session_id: exit.session_id.clone(),
+    }
+}
+
+/// How a run that was not clean ended, as the start of the explanation (`exit code 1; `);
+/// nothing for a clean exit.
+fn describe(exit: &ExitFacts) -> String {
+    if exit.is_clean() {
+        return String::new();
+    }
+    let what = match (exit.code, exit.signal) {
+        (_, Some(sig)) => format!("killed by signal {sig}"),
+        (Some(code), None) => format!("exit code {code}"),
+        (None, None) => "unknown exit".to_string(),
+    };
+    if exit.showed_life {
+        format!("{what}; ")
+    } else {
+        format!("{what}, never showed life; ")
+    }
+}
+
+/// The critical event (and what safe mode shows) of a crash that ends in safe mode: a crash
+/// loop past `max_crashes`, or the policy's own reason.
+fn crash_loop(facts: &Facts, crashes: u32, why: &str) -> String {
+    let restart = &facts.info.restart;
+    if crashes >= restart.max_crashes {
+        let window = crate::spec::duration::format(restart.crash_window);
+        format!(
+            "agent `{}` crashed {crashes} times within {window} (max_crashes = {}): safe mode",
+            facts.info.name, restart.max_crashes
+        )
+    } else {
+        format!("agent `{}`: {why}: safe mode", facts.info.name)
+    }
+}
+
+/// The policy's answer (the built-in one without `policies`), who gave it, and why the
+/// policy's own answer was not used, if it was not.
+fn ask<T>(
+    policies: Option<&Policies>,
+    asked: impl FnOnce(&Policies) -> policy::Decided<T>,
+    builtin: impl FnOnce() -> T,
+) -> (T, String, Option<String>) {
+    match policies {
+        Some(p) => {
+            let d = asked(p);
+            (d.value, d.by, d.error.map(|e| e.to_string()))
+        }
+        None => (builtin(), policy::BUILTIN.to_string(), None),
+    }
+}
+
 /// A crash the Clinic could name: its prescription refines the start (`fresh` and
 /// `safe_mode` override `on_exit`'s answer, `resume` keeps it, so a failed resume still starts
 /// fresh), and the longer of the two delays wins.
@@ -378,10 +421,7 @@ fn treat(r: &mut Recovery, treated: &crate::clinic::Recovery) {
     r.delay = r.delay.max(rehab.delay);
     r.context_cleared =
         treated.prescription.action == crate::policy::PrescriptionAction::SummarizeHistory;
-    r.clinic = Some(Treatment {
-        root_cause: treated.diagnosis.root_cause.to_string(),
-        action: treated.prescription.action.as_str().to_string(),
-    });
+    r.clinic = Some(Treatment::of(treated));
     r.explain = format!(
         "{}; clinic: {} → {}",
         r.explain,
@@ -437,17 +477,11 @@ fn when_unhealthy(
         revivals_for_task: facts.revivals_for_task,
         max_revivals: facts.max_revivals,
     };
-    let (decision, by, error) = match policies {
-        Some(p) => {
-            let d = p.on_unhealthy(&facts.info, &health);
-            (d.value, d.by, d.error.map(|e| e.to_string()))
-        }
-        None => (
-            policy::builtin::on_unhealthy(&facts.info, &health),
-            policy::BUILTIN.to_string(),
-            None,
-        ),
-    };
+    let (decision, by, error) = ask(
+        policies,
+        |p| p.on_unhealthy(&facts.info, &health),
+        || policy::builtin::on_unhealthy(&facts.info, &health),
+    );
     let explain = decision
         .reason
         .clone()
@@ -472,10 +506,7 @@ fn when_unhealthy(
             if let Some(t) = &treated {
                 r.problems.extend(t.problems.iter().cloned());
                 r.recoveries = t.spent.clone();
-                r.clinic = Some(Treatment {
-                    root_cause: t.diagnosis.root_cause.to_string(),
-                    action: t.prescription.action.as_str().to_string(),
-                });
+                r.clinic = Some(Treatment::of(t));
             }
             let start = treated.as_ref().map_or(Start::Resume, |t| t.rehab.start);
             r.inject = match treated.as_ref().and_then(|t| t.rehab.inject.clone()) {

@@ -105,6 +105,28 @@ fn no_clinic(_: Option<&ExitInfo>) -> Option<crate::clinic::Recovery> {
     None
 }
 
+/// What the built-in policies answer, without the Clinic.
+fn builtin(incident: Incident, facts: &Facts) -> Recovery {
+    decide(&incident, facts, None, no_clinic)
+}
+
+/// A crash after a long run, as most crashes are.
+fn long_run_crash() -> Incident {
+    Incident::Exit(exit(1, Start::Fresh, 600_000))
+}
+
+/// Policies with `policies/custom.lua` holding `lua`, and the facts of an agent that uses it.
+fn custom_policy(lua: &str) -> (tempfile::TempDir, Policies, Facts) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("policies");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("custom.lua"), lua).unwrap();
+    let policies = Policies::new(Some(&dir));
+    let mut f = facts(5, vec![]);
+    f.info.policy = Some("policies/custom.lua".into());
+    (tmp, policies, f)
+}
+
 /// One row of the table: the incident, what the Clinic would say (if asked), and the
 /// answer's start, end reason and the marks a person would notice.
 struct Row {
@@ -119,211 +141,157 @@ struct Row {
     inject: &'static str,
 }
 
+impl Row {
+    /// A row for an agent with the usual facts, answered with no start, no injection, no
+    /// crash and no quarantine until said otherwise.
+    fn new(name: &'static str, incident: Incident) -> Row {
+        Row {
+            name,
+            incident,
+            facts: facts(5, vec![]),
+            clinic: None,
+            start: None,
+            reason: EndReason::WatchdogKill,
+            crash: false,
+            quarantine: None,
+            inject: "nothing",
+        }
+    }
+
+    fn exit(name: &'static str, exit: ExitFacts) -> Row {
+        Row::new(name, Incident::Exit(exit))
+    }
+
+    /// Findings of the watchdog; a failed turn is an error the Clinic can read.
+    fn unhealthy(name: &'static str, check: &str) -> Row {
+        Row::new(name, unhealthy(&[check], check == "turn_failed"))
+    }
+
+    fn facts(self, facts: Facts) -> Row {
+        Row { facts, ..self }
+    }
+
+    /// What the Clinic makes of the error, when it is asked.
+    fn clinic(self, cause: RootCause, error: &'static str) -> Row {
+        Row {
+            clinic: Some((cause, error)),
+            ..self
+        }
+    }
+
+    /// The expected start (`None`: nothing starts) and end reason.
+    fn answers(self, start: impl Into<Option<Start>>, reason: EndReason) -> Row {
+        Row {
+            start: start.into(),
+            reason,
+            ..self
+        }
+    }
+
+    fn crash(self) -> Row {
+        Row {
+            crash: true,
+            ..self
+        }
+    }
+
+    /// Safe mode shows a reason that contains `why`.
+    fn quarantined(self, why: &'static str) -> Row {
+        Row {
+            quarantine: Some(why),
+            ..self
+        }
+    }
+
+    /// `text` (the Clinic's) or `revival` (the watchdog's context).
+    fn injects(self, inject: &'static str) -> Row {
+        Row { inject, ..self }
+    }
+}
+
 fn rows() -> Vec<Row> {
-    let crash_loop = facts(3, vec![NOW - 100, NOW - 50]);
     let mut missing = exit(127, Start::Fresh, 3);
     missing.showed_life = false;
     missing.session_id = None;
     let mut not_executable = missing.clone();
     not_executable.code = Some(126);
-    let spent = Facts {
-        revivals_for_task: 1,
-        ..facts(5, vec![])
-    };
-    let row = |name, incident, clinic, start, reason| Row {
-        name,
-        incident,
-        facts: facts(5, vec![]),
-        clinic,
-        start,
-        reason,
-        crash: false,
-        quarantine: None,
-        inject: "nothing",
-    };
+    use EndReason::{Crash, NoLife, WatchdogKill};
+    use RootCause::*;
+    use Start::{Fresh, Resume, SafeMode};
     vec![
-        Row {
-            crash: true,
-            ..row(
-                "crash",
-                Incident::Exit(exit(1, Start::Fresh, 600_000)),
-                None,
-                Some(Start::Resume),
-                EndReason::Crash,
-            )
-        },
-        row(
-            "clean exit",
-            Incident::Exit(exit(0, Start::Resume, 1)),
-            None,
-            Some(Start::SafeMode),
-            EndReason::CleanExit,
-        ),
-        row(
-            "planned cycle",
-            Incident::Exit(requested(EndReason::PlannedCycle, true)),
-            None,
-            Some(Start::Fresh),
-            EndReason::PlannedCycle,
-        ),
-        row(
+        Row::exit("crash", exit(1, Fresh, 600_000))
+            .answers(Resume, Crash)
+            .crash(),
+        Row::exit("clean exit", exit(0, Resume, 1)).answers(SafeMode, EndReason::CleanExit),
+        Row::exit("planned cycle", requested(EndReason::PlannedCycle, true))
+            .answers(Fresh, EndReason::PlannedCycle),
+        Row::exit(
             "operator restart",
-            Incident::Exit(requested(EndReason::OperatorRestart, false)),
-            None,
-            Some(Start::Resume),
-            EndReason::OperatorRestart,
-        ),
-        Row {
-            crash: true,
-            inject: "text",
-            ..row(
-                "crash with a full context",
-                Incident::Exit(exit(1, Start::Resume, 600_000)),
-                Some((RootCause::ContextLengthExceeded, "prompt is too long")),
-                Some(Start::Fresh),
-                EndReason::Crash,
-            )
-        },
-        Row {
-            crash: true,
-            quarantine: Some("clinic: invalid_credentials"),
-            ..row(
-                "crash with a bad key",
-                Incident::Exit(exit(1, Start::Resume, 600_000)),
-                Some((RootCause::InvalidCredentials, "401 invalid x-api-key")),
-                Some(Start::SafeMode),
-                EndReason::Crash,
-            )
-        },
-        Row {
-            crash: true,
-            quarantine: Some("cannot be run (exit 127: not found)"),
-            ..row(
-                "missing binary 127",
-                Incident::Exit(missing),
-                None,
-                Some(Start::SafeMode),
-                EndReason::NoLife,
-            )
-        },
-        Row {
-            crash: true,
-            quarantine: Some("cannot be run (exit 126"),
-            ..row(
-                "not executable 126",
-                Incident::Exit(not_executable),
-                None,
-                Some(Start::SafeMode),
-                EndReason::NoLife,
-            )
-        },
-        Row {
-            facts: crash_loop,
-            crash: true,
-            quarantine: Some("crashed 3 times within 1h (max_crashes = 3)"),
-            ..row(
-                "crash-loop limit",
-                Incident::Exit(exit(1, Start::Fresh, 600_000)),
-                None,
-                Some(Start::SafeMode),
-                EndReason::Crash,
-            )
-        },
-        Row {
-            inject: "text",
-            ..row(
-                "failed turn: prompt too long",
-                unhealthy(&["turn_failed"], true),
-                Some((RootCause::ContextLengthExceeded, "Prompt is too long")),
-                Some(Start::Fresh),
-                EndReason::PlannedCycle,
-            )
-        },
-        Row {
-            quarantine: Some("clinic: invalid_credentials"),
-            inject: "revival",
-            ..row(
-                "failed turn: auth",
-                unhealthy(&["turn_failed"], true),
-                Some((RootCause::InvalidCredentials, "401 authentication_error")),
-                Some(Start::SafeMode),
-                EndReason::WatchdogKill,
-            )
-        },
-        Row {
-            quarantine: Some("clinic: quota_exhausted"),
-            inject: "revival",
-            ..row(
-                "failed turn: quota",
-                unhealthy(&["turn_failed"], true),
-                Some((RootCause::QuotaExhausted, "429 quota exceeded")),
-                Some(Start::SafeMode),
-                EndReason::WatchdogKill,
-            )
-        },
-        Row {
-            quarantine: Some("fix `--model`"),
-            inject: "revival",
-            ..row(
-                "failed turn: model not found",
-                unhealthy(&["turn_failed"], true),
-                Some((
-                    RootCause::ModelUnavailable,
-                    "model: claude-nope-4 not_found",
-                )),
-                Some(Start::SafeMode),
-                EndReason::WatchdogKill,
-            )
-        },
-        Row {
-            inject: "revival",
-            ..row(
-                "failed turn: transient",
-                unhealthy(&["turn_failed"], true),
-                Some((RootCause::TransientError, "529 overloaded")),
-                Some(Start::Resume),
-                EndReason::WatchdogKill,
-            )
-        },
-        Row {
-            inject: "revival",
-            ..row(
-                "silence",
-                unhealthy(&["silence"], false),
-                // Not asked: a silent session showed no error to read.
-                Some((RootCause::ContextLengthExceeded, "unused")),
-                Some(Start::Resume),
-                EndReason::WatchdogKill,
-            )
-        },
-        Row {
-            inject: "revival",
-            ..row(
-                "loop",
-                unhealthy(&["repetition"], false),
-                None,
-                Some(Start::Resume),
-                EndReason::WatchdogKill,
-            )
-        },
-        row(
-            "long-running work",
-            unhealthy(&["runaway"], false),
-            None,
-            None,
-            EndReason::WatchdogKill,
-        ),
-        Row {
-            facts: spent,
-            quarantine: Some("watchdog: already revived for this task"),
-            ..row(
-                "revivals spent on the task",
-                unhealthy(&["silence"], false),
-                None,
-                Some(Start::SafeMode),
-                EndReason::WatchdogKill,
-            )
-        },
+            requested(EndReason::OperatorRestart, false),
+        )
+        .answers(Resume, EndReason::OperatorRestart),
+        Row::exit("crash with a full context", exit(1, Resume, 600_000))
+            .clinic(ContextLengthExceeded, "prompt is too long")
+            .answers(Fresh, Crash)
+            .crash()
+            .injects("text"),
+        Row::exit("crash with a bad key", exit(1, Resume, 600_000))
+            .clinic(InvalidCredentials, "401 invalid x-api-key")
+            .answers(SafeMode, Crash)
+            .crash()
+            .quarantined("clinic: invalid_credentials"),
+        Row::exit("missing binary 127", missing)
+            .answers(SafeMode, NoLife)
+            .crash()
+            .quarantined("cannot be run (exit 127: not found)"),
+        Row::exit("not executable 126", not_executable)
+            .answers(SafeMode, NoLife)
+            .crash()
+            .quarantined("cannot be run (exit 126"),
+        Row::exit("crash-loop limit", exit(1, Fresh, 600_000))
+            .facts(facts(3, vec![NOW - 100, NOW - 50]))
+            .answers(SafeMode, Crash)
+            .crash()
+            .quarantined("crashed 3 times within 1h (max_crashes = 3)"),
+        Row::unhealthy("failed turn: prompt too long", "turn_failed")
+            .clinic(ContextLengthExceeded, "Prompt is too long")
+            .answers(Fresh, EndReason::PlannedCycle)
+            .injects("text"),
+        Row::unhealthy("failed turn: auth", "turn_failed")
+            .clinic(InvalidCredentials, "401 authentication_error")
+            .answers(SafeMode, WatchdogKill)
+            .quarantined("clinic: invalid_credentials")
+            .injects("revival"),
+        Row::unhealthy("failed turn: quota", "turn_failed")
+            .clinic(QuotaExhausted, "429 quota exceeded")
+            .answers(SafeMode, WatchdogKill)
+            .quarantined("clinic: quota_exhausted")
+            .injects("revival"),
+        Row::unhealthy("failed turn: model not found", "turn_failed")
+            .clinic(ModelUnavailable, "model: claude-nope-4 not_found")
+            .answers(SafeMode, WatchdogKill)
+            .quarantined("fix `--model`")
+            .injects("revival"),
+        Row::unhealthy("failed turn: transient", "turn_failed")
+            .clinic(TransientError, "529 overloaded")
+            .answers(Resume, WatchdogKill)
+            .injects("revival"),
+        // Not asked: a silent session showed no error to read.
+        Row::unhealthy("silence", "silence")
+            .clinic(ContextLengthExceeded, "unused")
+            .answers(Resume, WatchdogKill)
+            .injects("revival"),
+        Row::unhealthy("loop", "repetition")
+            .answers(Resume, WatchdogKill)
+            .injects("revival"),
+        Row::unhealthy("long-running work", "runaway").answers(None, WatchdogKill),
+        Row::unhealthy("revivals spent on the task", "silence")
+            .facts(Facts {
+                revivals_for_task: 1,
+                ..facts(5, vec![])
+            })
+            .answers(SafeMode, WatchdogKill)
+            .quarantined("watchdog: already revived for this task"),
     ]
 }
 
@@ -370,12 +338,7 @@ fn every_incident_kind_gets_its_recovery() {
 
 #[test]
 fn crash_of_a_long_run_resumes_after_cooldown() {
-    let r = decide(
-        &Incident::Exit(exit(1, Start::Fresh, 600_000)),
-        &facts(5, vec![]),
-        None,
-        no_clinic,
-    );
+    let r = builtin(long_run_crash(), &facts(5, vec![]));
     assert_eq!(r.start, Some(Start::Resume));
     assert_eq!(r.delay_ms(), 10_000);
     assert!(r.counts_as_crash && !r.clear_session);
@@ -386,11 +349,9 @@ fn crash_of_a_long_run_resumes_after_cooldown() {
 /// it is resumed again (a resume failed only when it never showed life).
 #[test]
 fn quick_crash_of_a_resumed_run_that_showed_life_resumes_it_again() {
-    let r = decide(
-        &Incident::Exit(exit(1, Start::Resume, 2_000)),
+    let r = builtin(
+        Incident::Exit(exit(1, Start::Resume, 2_000)),
         &facts(5, vec![]),
-        None,
-        no_clinic,
     );
     assert_eq!(r.start, Some(Start::Resume));
     assert!(!r.clear_session);
@@ -402,7 +363,7 @@ fn resumed_run_without_life_starts_fresh_and_clears_the_id_however_long_it_ran()
     for runtime_ms in [500, 120_000] {
         let mut e = exit(1, Start::Resume, runtime_ms);
         e.showed_life = false;
-        let r = decide(&Incident::Exit(e), &facts(5, vec![]), None, no_clinic);
+        let r = builtin(Incident::Exit(e), &facts(5, vec![]));
         assert_eq!(r.start, Some(Start::Fresh));
         assert_eq!(r.reason, EndReason::NoLife);
         assert!(r.clear_session);
@@ -416,7 +377,7 @@ fn a_command_that_cannot_run_goes_to_safe_mode_on_the_first_exit() {
     let mut e = exit(127, Start::Fresh, 3);
     e.showed_life = false;
     e.session_id = None;
-    let r = decide(&Incident::Exit(e), &facts(5, vec![]), None, no_clinic);
+    let r = builtin(Incident::Exit(e), &facts(5, vec![]));
     assert_eq!(r.start, Some(Start::SafeMode));
     assert!(r.counts_as_crash && !r.clean_exit_marker);
     assert!(
@@ -430,12 +391,7 @@ fn a_command_that_cannot_run_goes_to_safe_mode_on_the_first_exit() {
 
 #[test]
 fn clean_exit_enters_safe_mode_with_marker_and_no_quarantine() {
-    let r = decide(
-        &Incident::Exit(exit(0, Start::Resume, 1)),
-        &facts(5, vec![]),
-        None,
-        no_clinic,
-    );
+    let r = builtin(Incident::Exit(exit(0, Start::Resume, 1)), &facts(5, vec![]));
     assert_eq!(r.start, Some(Start::SafeMode));
     assert!(r.clean_exit_marker && !r.counts_as_crash);
     assert_eq!((r.quarantine, r.critical), (None, None));
@@ -446,13 +402,7 @@ fn backoff_doubles_up_to_the_maximum() {
     let delays: Vec<u64> = (0..8)
         .map(|n| {
             let recent = (0..n).map(|i| NOW - 10 - i).collect();
-            decide(
-                &Incident::Exit(exit(1, Start::Fresh, 600_000)),
-                &facts(100, recent),
-                None,
-                no_clinic,
-            )
-            .delay_ms()
+            builtin(long_run_crash(), &facts(100, recent)).delay_ms()
         })
         .collect();
     assert_eq!(
@@ -465,22 +415,15 @@ fn backoff_doubles_up_to_the_maximum() {
 
 #[test]
 fn crashes_outside_the_window_do_not_count() {
-    let r = decide(
-        &Incident::Exit(exit(1, Start::Fresh, 600_000)),
-        &facts(3, vec![NOW - 7200, NOW - 50]),
-        None,
-        no_clinic,
-    );
+    let r = builtin(long_run_crash(), &facts(3, vec![NOW - 7200, NOW - 50]));
     assert_eq!(r.start, Some(Start::Resume));
 }
 
 #[test]
 fn requested_stops_are_not_crashes_and_fresh_comes_from_the_marker_only() {
-    let r = decide(
-        &Incident::Exit(requested(EndReason::OperatorRestart, true)),
+    let r = builtin(
+        Incident::Exit(requested(EndReason::OperatorRestart, true)),
         &facts(1, vec![]),
-        None,
-        no_clinic,
     );
     assert_eq!(r.start, Some(Start::Fresh));
     assert_eq!(r.delay, Duration::ZERO);
@@ -492,24 +435,11 @@ fn requested_stops_are_not_crashes_and_fresh_comes_from_the_marker_only() {
 /// says so; the decision is the built-in one.
 #[test]
 fn a_broken_policy_falls_back_to_the_builtin_decision() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("policies");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("custom.lua"),
+    let (_tmp, policies, f) = custom_policy(
         "function on_exit(agent, exit) error('boom') end\n\
          function on_unhealthy(agent, health) error('boom') end\n",
-    )
-    .unwrap();
-    let policies = Policies::new(Some(&dir));
-    let mut f = facts(5, vec![]);
-    f.info.policy = Some("policies/custom.lua".into());
-    let r = decide(
-        &Incident::Exit(exit(1, Start::Fresh, 600_000)),
-        &f,
-        Some(&policies),
-        no_clinic,
     );
+    let r = decide(&long_run_crash(), &f, Some(&policies), no_clinic);
     assert_eq!(r.start, Some(Start::Resume));
     assert_eq!(r.decided_by, policy::BUILTIN);
     let r = decide(
@@ -529,23 +459,9 @@ fn a_broken_policy_falls_back_to_the_builtin_decision() {
 
 #[test]
 fn a_policy_asking_for_no_delay_still_waits_the_shortest_cooldown() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("policies");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("custom.lua"),
-        "function on_exit(agent, exit) return {action = 'resume', delay = 0} end\n",
-    )
-    .unwrap();
-    let policies = Policies::new(Some(&dir));
-    let mut f = facts(5, vec![]);
-    f.info.policy = Some("policies/custom.lua".into());
-    let r = decide(
-        &Incident::Exit(exit(1, Start::Fresh, 600_000)),
-        &f,
-        Some(&policies),
-        no_clinic,
-    );
+    let (_tmp, policies, f) =
+        custom_policy("function on_exit(agent, exit) return {action = 'resume', delay = 0} end\n");
+    let r = decide(&long_run_crash(), &f, Some(&policies), no_clinic);
     assert_eq!(r.delay_ms(), 100);
     assert!(r.decided_by.contains("custom.lua"), "{}", r.decided_by);
 }
@@ -581,19 +497,14 @@ fn a_revival_is_held_while_phoenix_run_stops_and_spends_nothing() {
         stopping: true,
         ..facts(5, vec![])
     };
-    let r = decide(&unhealthy(&["silence"], false), &f, None, no_clinic);
+    let r = builtin(unhealthy(&["silence"], false), &f);
     assert_eq!(r.start, Some(Start::Resume));
     assert!(r.held.is_some() && !r.spends_revival);
 }
 
 #[test]
 fn recoveries_round_trip_through_json() {
-    let r = decide(
-        &Incident::Exit(exit(1, Start::Fresh, 600_000)),
-        &facts(5, vec![]),
-        None,
-        no_clinic,
-    );
+    let r = builtin(long_run_crash(), &facts(5, vec![]));
     let v = serde_json::to_value(&r).unwrap();
     assert_eq!(v["start"], "resume");
     assert_eq!(v["reason"], "crash");

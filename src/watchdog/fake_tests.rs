@@ -5,8 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use super::*;
-use crate::apply::Applier;
-use crate::plan::{self, PlanOptions};
+use crate::apply::testing::apply_once;
 use crate::world::fake::{Call, FakeRuntime};
 
 use crate::world::fake::unit_fleet as fleet_spec;
@@ -14,21 +13,7 @@ use crate::world::fake::unit_fleet as fleet_spec;
 /// The fleet applied on `fake`: one live pane per agent, its state dir made.
 fn applied(dir: &Path, agents: &[&str], fake: &FakeRuntime) -> Spec {
     let spec = fleet_spec(dir, agents);
-    let world = world::observe(&spec, fake).unwrap();
-    let plan = plan::diff(
-        &spec,
-        &world,
-        &PlanOptions {
-            prune: false,
-            hooks_exe: None,
-        },
-    );
-    let report = Applier {
-        spec: &spec,
-        runtime: fake,
-        exe: "/usr/bin/phoenix".into(),
-    }
-    .apply(&plan);
+    let report = apply_once(&spec, fake, false);
     assert_eq!(report.failed(), 0, "{report:?}");
     fake.clear_calls();
     spec

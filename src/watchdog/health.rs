@@ -206,142 +206,187 @@ fn human(secs: i64) -> String {
     crate::spec::duration::format(Duration::from_secs(secs.max(0) as u64))
 }
 
-/// Every check of one agent.
+/// Every check of one agent. Only a live CLI can be silent, looping or wedged.
 pub fn assess(i: &Inputs, limits: &Limits) -> Vec<Finding> {
     let mut found = Vec::new();
-    let mut add = |check, reason: String, summary: String, unambiguous| {
-        found.push(Finding {
+    let alive = match &i.process {
+        Some(Process::Alive { .. }) => true,
+        Some(Process::Gone { why }) => {
+            found.push(Finding::new(
+                Check::Process,
+                "process_dead".into(),
+                format!("the CLI process is gone: {why}"),
+                true,
+            ));
+            false
+        }
+        None => false,
+    };
+    if !alive {
+        return found;
+    }
+    // A finished turn waiting for input is idle, not silent, and its loops are over.
+    let working = i.status.as_deref() == Some("working");
+    let turn = current_turn(&i.recent_calls);
+    found.extend(turn_failed(i));
+    if working {
+        found.extend(silence(i, limits));
+        found.extend(runaway(i, limits));
+    }
+    found.extend(error_cascade(&turn, limits));
+    if working && let Some(summary) = repetition(&turn, limits.repeat as usize) {
+        found.push(Finding::new(
+            Check::Repetition,
+            "repetition_loop".into(),
+            summary,
+            false,
+        ));
+    }
+    found.extend(spend(i, limits));
+    found.extend(wedged_screen(i, limits));
+    found
+}
+
+impl Finding {
+    fn new(check: Check, reason: String, summary: String, unambiguous: bool) -> Finding {
+        Finding {
             check,
             reason,
             summary,
             unambiguous,
-        })
-    };
-    let alive = matches!(i.process, Some(Process::Alive { .. }));
-    if let Some(Process::Gone { why }) = &i.process {
-        add(
-            Check::Process,
-            "process_dead".into(),
-            format!("the CLI process is gone: {why}"),
-            true,
-        );
-    }
-    let working = i.status.as_deref() == Some("working");
-
-    // Nothing will happen after a failed turn unless someone types: unambiguous.
-    if alive && i.status.as_deref() == Some("failed") {
-        let error = i.turn_error.as_deref().unwrap_or("no error text");
-        add(
-            Check::TurnFailed,
-            "turn_failed".into(),
-            format!(
-                "the last turn ended in an API error and the CLI waits for input: {}",
-                error.chars().take(200).collect::<String>()
-            ),
-            true,
-        );
-    }
-
-    // A finished turn waiting for input is idle, not silent. A working agent is silent only
-    // when no sign of life of its current turn is recent, and never while its CLI says it is
-    // retrying an API call.
-    if alive && working {
-        let retrying = i.screen.as_deref().and_then(retry_banner);
-        if let (None, Some((last, what))) = (retrying, last_sign_of_life(i)) {
-            let quiet = i.now - last;
-            if quiet > limits.silence.as_secs() as i64 {
-                add(
-                    Check::Silence,
-                    format!("silent_for_{}", minutes(quiet)),
-                    format!(
-                        "no sign of life for {} while working, the last one {what} (silence = {})",
-                        human(quiet),
-                        human(limits.silence.as_secs() as i64)
-                    ),
-                    false,
-                );
-            }
-        }
-        if let Some(since) = i.working_since {
-            let busy = i.now - since;
-            if busy > limits.runaway.as_secs() as i64 {
-                add(
-                    Check::Runaway,
-                    format!("working_for_{}", minutes(busy)),
-                    format!(
-                        "working for {} without finishing a turn (runaway = {})",
-                        human(busy),
-                        human(limits.runaway.as_secs() as i64)
-                    ),
-                    false,
-                );
-            }
         }
     }
+}
 
-    // Loops and cascades are made of the calls of one turn (the latest, also once it ended):
-    // the same successful command at the end of every turn is a habit, and failures of
-    // earlier turns or sessions are history.
-    let turn: Vec<&Call> = {
-        let first = i.recent_calls.iter().rposition(|c| !c.this_turn);
-        i.recent_calls[first.map_or(0, |k| k + 1)..]
-            .iter()
-            .collect()
-    };
-    let failing = turn.iter().rev().take_while(|c| !c.ok).count() as u32;
-    if alive && failing > limits.error_cascade {
-        let tool = &turn[turn.len() - 1].tool;
-        add(
-            Check::ErrorCascade,
-            format!("{failing}_consecutive_tool_errors"),
-            format!(
-                "{failing} failed tool calls in a row, the last one `{tool}` (error_cascade = {})",
-                limits.error_cascade
-            ),
+/// Nothing will happen after a failed turn unless someone types: unambiguous.
+fn turn_failed(i: &Inputs) -> Option<Finding> {
+    if i.status.as_deref() != Some("failed") {
+        return None;
+    }
+    let error = i.turn_error.as_deref().unwrap_or("no error text");
+    Some(Finding::new(
+        Check::TurnFailed,
+        "turn_failed".into(),
+        format!(
+            "the last turn ended in an API error and the CLI waits for input: {}",
+            error.chars().take(200).collect::<String>()
+        ),
+        true,
+    ))
+}
+
+/// A working agent is silent only when no sign of life of its current turn is recent, and
+/// never while its CLI says it is retrying an API call.
+fn silence(i: &Inputs, limits: &Limits) -> Option<Finding> {
+    if i.screen.as_deref().and_then(retry_banner).is_some() {
+        return None;
+    }
+    let (last, what) = last_sign_of_life(i)?;
+    let quiet = i.now - last;
+    let summary = format!(
+        "no sign of life for {} while working, the last one {what}",
+        human(quiet)
+    );
+    too_long(
+        Check::Silence,
+        "silent_for",
+        quiet,
+        limits.silence,
+        "silence",
+        summary,
+    )
+}
+
+fn runaway(i: &Inputs, limits: &Limits) -> Option<Finding> {
+    let busy = i.now - i.working_since?;
+    let summary = format!("working for {} without finishing a turn", human(busy));
+    too_long(
+        Check::Runaway,
+        "working_for",
+        busy,
+        limits.runaway,
+        "runaway",
+        summary,
+    )
+}
+
+/// A stretch of `secs` longer than the threshold `name` (`limit`): the reason says how long
+/// (`silent_for_15_minutes`), the summary ends with the threshold.
+fn too_long(
+    check: Check,
+    reason: &str,
+    secs: i64,
+    limit: Duration,
+    name: &str,
+    summary: String,
+) -> Option<Finding> {
+    let limit = limit.as_secs() as i64;
+    (secs > limit).then(|| {
+        Finding::new(
+            check,
+            format!("{reason}_{}", minutes(secs)),
+            format!("{summary} ({name} = {})", human(limit)),
             false,
-        );
-    }
+        )
+    })
+}
 
-    // A loop is going on: only while the agent works.
-    if alive
-        && working
-        && let Some(summary) = repetition(&turn, limits.repeat as usize)
-    {
-        add(Check::Repetition, "repetition_loop".into(), summary, false);
-    }
+/// Loops and cascades are made of the calls of one turn (the latest, also once it ended):
+/// the same successful command at the end of every turn is a habit, and failures of earlier
+/// turns or sessions are history.
+fn current_turn(calls: &[Call]) -> Vec<&Call> {
+    let first = calls.iter().rposition(|c| !c.this_turn);
+    calls[first.map_or(0, |k| k + 1)..].iter().collect()
+}
 
-    if let (Some(tokens), Some(max)) = (i.tokens, limits.max_tokens)
-        && alive
-        && tokens > max
-    {
-        add(
+fn error_cascade(turn: &[&Call], limits: &Limits) -> Option<Finding> {
+    let failing = turn.iter().rev().take_while(|c| !c.ok).count() as u32;
+    if failing <= limits.error_cascade {
+        return None;
+    }
+    let tool = &turn[turn.len() - 1].tool;
+    Some(Finding::new(
+        Check::ErrorCascade,
+        format!("{failing}_consecutive_tool_errors"),
+        format!(
+            "{failing} failed tool calls in a row, the last one `{tool}` (error_cascade = {})",
+            limits.error_cascade
+        ),
+        false,
+    ))
+}
+
+fn spend(i: &Inputs, limits: &Limits) -> Option<Finding> {
+    let (tokens, max) = (i.tokens?, limits.max_tokens?);
+    (tokens > max).then(|| {
+        Finding::new(
             Check::Spend,
             "token_limit_exceeded".into(),
             format!("the session used {tokens} tokens (max_tokens = {max})"),
             true,
-        );
-    }
+        )
+    })
+}
 
-    // A CLI that shows it is retrying is waiting on purpose: its banner names an API error
-    // that it handles itself.
-    if let (true, true, Some(screen)) = (alive, i.screen_unchanged, &i.screen)
-        && retry_banner(screen).is_none()
-    {
-        let lower = screen.to_lowercase();
-        if let Some(p) = limits
-            .screen_patterns
-            .iter()
-            .find(|p| lower.contains(p.as_str()))
-        {
-            add(
-                Check::Screen,
-                "stuck_on_screen".into(),
-                format!("the screen shows \"{p}\" and has not changed since the last pass"),
-                false,
-            );
-        }
+/// A screen that shows a wedge phrase and did not change since the previous pass. A CLI that
+/// shows it is retrying is waiting on purpose: its banner names an API error that it handles
+/// itself.
+fn wedged_screen(i: &Inputs, limits: &Limits) -> Option<Finding> {
+    let screen = i.screen.as_deref().filter(|_| i.screen_unchanged)?;
+    if retry_banner(screen).is_some() {
+        return None;
     }
-    found
+    let lower = screen.to_lowercase();
+    let p = limits
+        .screen_patterns
+        .iter()
+        .find(|p| lower.contains(p.as_str()))?;
+    Some(Finding::new(
+        Check::Screen,
+        "stuck_on_screen".into(),
+        format!("the screen shows \"{p}\" and has not changed since the last pass"),
+        false,
+    ))
 }
 
 /// The latest sign of life of the current turn and what it was: a tool call, a hook (prompt,
@@ -399,393 +444,5 @@ fn repetition(calls: &[&Call], n: usize) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn limits() -> Limits {
-        Limits {
-            silence: Duration::from_secs(600),
-            error_cascade: 5,
-            runaway: Duration::from_secs(7200),
-            repeat: 3,
-            max_tokens: Some(1000),
-            screen_patterns: SCREEN_PATTERNS.iter().map(|s| s.to_string()).collect(),
-        }
-    }
-
-    fn working(now: i64) -> Inputs {
-        Inputs {
-            now,
-            process: Some(Process::Alive { pid: 1 }),
-            status: Some("working".into()),
-            last_tool_call: Some(now - 5),
-            working_since: Some(now - 60),
-            ..Inputs::default()
-        }
-    }
-
-    fn call(tool: &str, input: &str, ok: bool) -> Call {
-        Call {
-            tool: tool.into(),
-            ok,
-            input: Some(input.into()),
-            this_turn: true,
-        }
-    }
-
-    /// The same call made in an earlier turn or session.
-    fn earlier(c: Call) -> Call {
-        Call {
-            this_turn: false,
-            ..c
-        }
-    }
-
-    fn checks(i: &Inputs) -> Vec<Check> {
-        assess(i, &limits()).iter().map(|f| f.check).collect()
-    }
-
-    #[test]
-    fn a_failed_turn_is_found_at_once_while_the_cli_waits() {
-        let mut i = working(10_000);
-        i.status = Some("failed".into());
-        i.turn_error = Some("invalid_request: prompt is too long".into());
-        let found = assess(&i, &limits());
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].check, Check::TurnFailed);
-        assert!(found[0].unambiguous);
-        assert!(found[0].summary.contains("prompt is too long"));
-        i.process = None;
-        assert!(!checks(&i).contains(&Check::TurnFailed));
-    }
-
-    #[test]
-    fn a_busy_agent_is_healthy() {
-        assert!(checks(&working(10_000)).is_empty());
-    }
-
-    #[test]
-    fn silence_only_while_working_and_alive() {
-        let mut i = working(10_000);
-        i.last_tool_call = Some(10_000 - 900);
-        i.working_since = Some(10_000 - 1000);
-        let found = assess(&i, &limits());
-        assert_eq!(found[0].check, Check::Silence);
-        assert_eq!(found[0].reason, "silent_for_15_minutes");
-        i.status = Some("idle".into());
-        assert!(checks(&i).is_empty(), "a finished turn waiting is idle");
-    }
-
-    #[test]
-    fn missing_tool_log_falls_back_to_last_active() {
-        let mut i = working(10_000);
-        i.last_tool_call = None;
-        i.working_since = None;
-        i.last_active = Some(10_000 - 700);
-        assert_eq!(checks(&i), [Check::Silence]);
-        i.last_active = None;
-        assert!(checks(&i).is_empty());
-    }
-
-    #[test]
-    fn error_cascade_needs_more_than_the_threshold() {
-        let mut i = working(10_000);
-        i.recent_calls = (0..5)
-            .map(|k| call("Bash", &k.to_string(), false))
-            .collect();
-        assert!(checks(&i).is_empty());
-        i.recent_calls.push(call("Bash", "x", false));
-        assert_eq!(checks(&i), [Check::ErrorCascade]);
-        i.recent_calls.push(call("Bash", "y", true));
-        assert!(checks(&i).is_empty());
-    }
-
-    #[test]
-    fn runaway_after_the_threshold_without_a_completion() {
-        let mut i = working(100_000);
-        i.working_since = Some(100_000 - 7300);
-        assert_eq!(checks(&i), [Check::Runaway]);
-    }
-
-    #[test]
-    fn repetition_same_call_or_fail_fix_alternation() {
-        let mut i = working(10_000);
-        i.recent_calls = vec![call("Read", "a", true); 3];
-        assert_eq!(checks(&i), [Check::Repetition]);
-        i.recent_calls = vec![
-            call("Read", "a", true),
-            call("Read", "b", true),
-            call("Read", "a", true),
-        ];
-        assert!(checks(&i).is_empty());
-        i.recent_calls = (0..6)
-            .map(|k| {
-                if k % 2 == 0 {
-                    call("Bash", "test", false)
-                } else {
-                    call("Edit", "fix", true)
-                }
-            })
-            .collect();
-        assert_eq!(checks(&i), [Check::Repetition]);
-        // Without recorded inputs, identical-looking calls are not a loop.
-        i.recent_calls = vec![
-            Call {
-                tool: "Read".into(),
-                ok: true,
-                input: None,
-                this_turn: true,
-            };
-            3
-        ];
-        assert!(checks(&i).is_empty());
-    }
-
-    #[test]
-    fn dead_process_and_spend_are_unambiguous() {
-        let mut i = working(10_000);
-        i.process = Some(Process::Gone {
-            why: "pane is dead".into(),
-        });
-        let found = assess(&i, &limits());
-        assert_eq!(found.len(), 1);
-        assert!(found[0].unambiguous);
-        let mut i = working(10_000);
-        i.tokens = Some(5000);
-        let found = assess(&i, &limits());
-        assert_eq!(found[0].check, Check::Spend);
-        assert!(found[0].unambiguous);
-    }
-
-    #[test]
-    fn a_wedged_screen_counts_only_when_it_did_not_change() {
-        let mut i = working(10_000);
-        i.screen = Some("API Error: 529 {\"type\":\"overloaded_error\"}".into());
-        assert!(checks(&i).is_empty());
-        i.screen_unchanged = true;
-        assert_eq!(checks(&i), [Check::Screen]);
-    }
-
-    #[test]
-    fn gemini_waiting_for_a_choice_after_a_404_is_a_wedged_screen() {
-        let mut i = working(10_000);
-        i.screen = Some(
-            " > summarise the changelog\n│ It seems like you don't have access to gemini-3.8-flash.      │\n\
-             │ Your admin might have disabled the access.        │\n│ ● 1. Keep trying   │\n│   2. Stop  │\n"
-                .into(),
-        );
-        i.screen_unchanged = true;
-        assert_eq!(checks(&i), [Check::Screen]);
-    }
-
-    const NOW: i64 = 1_000_000;
-    const RETRY_BANNER: &str = "● Running the tests\n  ⎿  API Error (429 {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\"}}) · Retrying in 32 seconds… (attempt 5/10)\n\n✻ Thinking… (esc to interrupt)\n\n> \n";
-
-    /// An agent in the middle of a turn that began `turn_age` seconds ago, whose last tool
-    /// call was `quiet` seconds ago.
-    fn turn(turn_age: i64, quiet: i64) -> Inputs {
-        Inputs {
-            now: NOW,
-            process: Some(Process::Alive { pid: 1 }),
-            status: Some("working".into()),
-            last_tool_call: Some(NOW - quiet),
-            last_active: Some(NOW - turn_age),
-            working_since: Some(NOW - turn_age),
-            ..Inputs::default()
-        }
-    }
-
-    fn idle(since: i64) -> Inputs {
-        Inputs {
-            status: Some("idle".into()),
-            ..turn(since, since)
-        }
-    }
-
-    fn with(mut i: Inputs, f: impl FnOnce(&mut Inputs)) -> Inputs {
-        f(&mut i);
-        i
-    }
-
-    /// Healthy agents that look odd: every check must leave each of them alone.
-    #[test]
-    fn healthy_agents_that_look_odd_stay_healthy() {
-        let cargo_test = || call("Bash", "cargo test", true);
-        let failing_test = || call("Bash", "cargo test", false);
-        let cases: Vec<(&str, Inputs)> = vec![
-            (
-                "a turn started 2 s ago after 15 minutes idle (its last tool call is older)",
-                turn(2, 900),
-            ),
-            (
-                "a turn started 2 s ago after 3 hours idle: not a runaway either",
-                turn(2, 3 * 3600),
-            ),
-            (
-                "a new session after a long idle, its session start 5 s ago",
-                with(turn(5, 5 * 3600), |i| {
-                    i.last_active = Some(NOW - 5 * 3600);
-                    i.recent_calls = vec![earlier(failing_test()); 8];
-                }),
-            ),
-            (
-                "long reasoning: no tool call for 20 minutes, the spinner moved at this pass",
-                with(turn(1500, 1200), |i| {
-                    i.screen_changed_at = Some(NOW);
-                    i.screen = Some("✻ Thinking… (1200s · ↓ 8k tokens)".into());
-                }),
-            ),
-            (
-                "long reasoning: no tool call for 20 minutes, the transcript written 1 minute ago",
-                with(turn(1500, 1200), |i| i.transcript_written = Some(NOW - 60)),
-            ),
-            (
-                "API retry backoff: the CLI's retry banner on a screen that did not change",
-                with(turn(1500, 1200), |i| {
-                    i.screen = Some(RETRY_BANNER.into());
-                    i.screen_unchanged = true;
-                }),
-            ),
-            (
-                "API retry backoff: the transcript says the next attempt is due in 30 s",
-                with(turn(1500, 1200), |i| {
-                    i.transcript_written = Some(NOW - 900);
-                    i.retry_at = Some(NOW + 30);
-                }),
-            ),
-            (
-                "Codex reconnecting after a dropped stream",
-                with(turn(1500, 1200), |i| {
-                    i.screen = Some(
-                        "■ stream error: connection reset; retrying 2/5 in 400ms…\n\n› ".into(),
-                    );
-                    i.screen_unchanged = true;
-                }),
-            ),
-            ("idle at the prompt for 3 hours", idle(3 * 3600)),
-            (
-                "idle at the prompt of a new session, the one before ended with failures",
-                with(idle(3600), |i| {
-                    i.recent_calls = vec![earlier(failing_test()); 8]
-                }),
-            ),
-            (
-                "idle at the prompt after running the same command 5 times in one turn",
-                with(idle(3600), |i| i.recent_calls = vec![cargo_test(); 5]),
-            ),
-            (
-                "the same command at the end of each of 5 turns, working on the 6th",
-                with(turn(30, 10), |i| {
-                    i.recent_calls = vec![earlier(cargo_test()); 5];
-                    i.recent_calls.push(cargo_test());
-                }),
-            ),
-            (
-                "tests that failed in each of 6 earlier turns, one more failure now",
-                with(turn(30, 10), |i| {
-                    i.recent_calls = vec![earlier(failing_test()); 6];
-                    i.recent_calls.push(failing_test());
-                }),
-            ),
-        ];
-        for (name, inputs) in cases {
-            let found = assess(&inputs, &limits());
-            assert!(found.is_empty(), "{name}: {found:#?}");
-        }
-    }
-
-    /// The unhealthy cases still fire.
-    #[test]
-    fn unhealthy_agents_are_still_found() {
-        let quiet_screen = "● Reading the code\n\n✻ Thinking…\n\n> \n";
-        let cases: Vec<(&str, Inputs, &[Check])> = vec![
-            (
-                "a working turn silent for 15 minutes, screen unchanged",
-                with(turn(1200, 900), |i| {
-                    i.last_active = Some(NOW - 900);
-                    i.screen = Some(quiet_screen.into());
-                    i.screen_unchanged = true;
-                    i.screen_changed_at = Some(NOW - 1000);
-                    i.transcript_written = Some(NOW - 900);
-                }),
-                &[Check::Silence],
-            ),
-            (
-                "a retry the transcript announced long ago, nothing since",
-                with(turn(3000, 2000), |i| i.retry_at = Some(NOW - 1200)),
-                &[Check::Silence],
-            ),
-            (
-                "a retry banner far above the bottom of a screen that stopped",
-                with(turn(1200, 900), |i| {
-                    let filler = "log line\n".repeat(20);
-                    i.screen = Some(format!("{RETRY_BANNER}{filler}> "));
-                }),
-                &[Check::Silence],
-            ),
-            (
-                "the same failing call 6 times within one turn",
-                with(turn(60, 5), |i| {
-                    i.recent_calls = vec![call("Bash", "cargo build", false); 6]
-                }),
-                &[Check::ErrorCascade, Check::Repetition],
-            ),
-            (
-                "the same call repeated within the turn after earlier turns ran it too",
-                with(turn(60, 5), |i| {
-                    i.recent_calls = vec![earlier(call("Read", "a", true)); 2];
-                    i.recent_calls.extend(vec![call("Read", "a", true); 3]);
-                }),
-                &[Check::Repetition],
-            ),
-            (
-                "6 failed calls in the turn that just ended, idle at the prompt",
-                with(idle(60), |i| {
-                    i.recent_calls = (0..6)
-                        .map(|k| call("Bash", &k.to_string(), false))
-                        .collect()
-                }),
-                &[Check::ErrorCascade],
-            ),
-            (
-                "working for 3 hours without finishing a turn",
-                turn(3 * 3600, 5),
-                &[Check::Runaway],
-            ),
-        ];
-        for (name, inputs, want) in cases {
-            let found: Vec<Check> = assess(&inputs, &limits()).iter().map(|f| f.check).collect();
-            assert_eq!(found, want, "{name}");
-        }
-    }
-
-    #[test]
-    fn the_current_turn_is_from_its_start_or_else_a_window() {
-        assert!(in_current_turn(Some(1000), Some(1000), Some(5000)));
-        assert!(!in_current_turn(Some(999), Some(1000), Some(5000)));
-        // No turn start on record: calls close to the latest one.
-        assert!(in_current_turn(
-            Some(5000 - TURN_WINDOW_MS),
-            None,
-            Some(5000)
-        ));
-        assert!(!in_current_turn(
-            Some(4999 - TURN_WINDOW_MS),
-            None,
-            Some(5000)
-        ));
-        assert!(!in_current_turn(None, Some(0), Some(5000)));
-    }
-
-    #[test]
-    fn a_retry_banner_counts_only_near_the_bottom() {
-        assert_eq!(retry_banner(RETRY_BANNER), Some("retrying in "));
-        assert_eq!(
-            retry_banner("⠏ Reconnecting... 2/5"),
-            Some("reconnecting...")
-        );
-        let old = format!("{RETRY_BANNER}{}> ", "line\n".repeat(20));
-        assert_eq!(retry_banner(&old), None);
-        assert_eq!(retry_banner("✻ Thinking…"), None);
-    }
-}
+#[path = "health_tests.rs"]
+mod tests;

@@ -11,7 +11,7 @@ use crate::spec::AgentSpec;
 use crate::state::bounded::{self, Links};
 use crate::state::jsonl::tail_jsonl;
 use crate::state::{self, AgentDir, AgentState, Loaded, Op};
-use crate::world::World;
+use crate::world::{PaneObs, World};
 
 /// Tool calls kept for the repetition and cascade checks.
 const RECENT_CALLS: usize = 64;
@@ -88,6 +88,7 @@ fn turn_boundary(op: &Op) -> bool {
         )
 }
 
+/// Everything the checks need to know about one agent, or why it is not checked at all.
 pub fn observe(
     agent: &AgentSpec,
     world: &World,
@@ -96,16 +97,15 @@ pub fn observe(
     count_tokens: bool,
     now: i64,
 ) -> Observed {
-    let mut inputs = Inputs {
-        now,
-        screen_changed_at: previous.screen_changed_at,
-        ..Inputs::default()
-    };
     let pane = world.pane_of(&agent.name);
     let mut observed = Observed {
         agent: agent.name.clone(),
-        inputs: Inputs::default(),
-        skip: None,
+        inputs: Inputs {
+            now,
+            screen_changed_at: previous.screen_changed_at,
+            ..Inputs::default()
+        },
+        skip: not_checked(agent, pane, dir),
         task: None,
         pane: pane.map(|p| p.id.clone()),
         wants_screen: None,
@@ -113,177 +113,35 @@ pub fn observe(
         screen_moved_hash: None,
         failed_turn: None,
     };
-    let quarantined = crate::recovery::record::load(dir).safe_mode.is_some();
-    // Starting a fleet is `apply`'s decision (or `phoenix run`'s), never a watchdog pass's:
-    // an agent phoenix never started has nothing to revive.
-    let never_started = !dir.file(state::STARTED_SPEC).exists();
-    observed.skip = if !agent.enabled {
-        Some("disabled in phoenix.toml".into())
-    } else if never_started && pane.is_none() {
-        Some("never started (`phoenix apply` starts it)".into())
-    } else if dir.has_marker(state::STOPPED) {
-        Some(format!(
-            "stopped with `phoenix stop` (`phoenix start {}` starts it)",
-            agent.name
-        ))
-    } else if dir.has_marker(state::CLEAN_EXIT) {
-        Some("stopped on purpose (.clean-exit)".into())
-    } else if quarantined || pane.and_then(|p| p.phase.as_deref()) == Some("safe") {
-        Some("in safe mode, waiting for a person".into())
-    } else if pane.and_then(|p| p.phase.as_deref()) == Some("cooldown") {
-        Some("its wrapper is restarting it".into())
-    } else {
-        None
-    };
     if observed.skip.is_some() {
-        observed.inputs = inputs;
         return observed;
     }
-
-    inputs.process = Some(match pane {
-        None if !world.server_running => Process::Gone {
-            why: format!("{} is not running", world.location()),
-        },
-        None => Process::Gone {
-            why: format!("no pane in {}", world.location()),
-        },
-        Some(p) if p.dead => Process::Gone {
-            why: format!("pane {} is dead", p.id),
-        },
-        Some(p) => match p.agent_process() {
-            Some(proc) => Process::Alive { pid: proc.pid },
-            None => Process::Gone {
-                why: format!("no CLI process under the wrapper in pane {}", p.id),
-            },
-        },
-    });
-
-    // state.json as it is: the watchdog must not trigger a rollback write.
-    let state: Option<AgentState> = match state::store::read_state_file(&dir.file(state::STATE)) {
-        Ok(Loaded::Valid(s)) => Some(s),
-        Ok(Loaded::Corrupt(why)) => {
-            inputs.notes.push(format!(
-                "state.json is not valid JSON or not a regular file ({why}): status unknown"
-            ));
-            None
-        }
-        Ok(Loaded::Missing) => {
-            inputs
-                .notes
-                .push("no state.json: status unknown, silence and runaway not checked".into());
-            None
-        }
-        Err(e) => {
-            inputs.notes.push(format!(
-                "{e}: status unknown, silence and runaway not checked"
-            ));
-            None
-        }
-    };
-    let field = |get: fn(&AgentState) -> Option<&String>| state.as_ref().and_then(get).cloned();
-    inputs.status = state.as_ref().map(|s| s.status.as_str().to_string());
-    if inputs.status.as_deref() == Some("failed") {
-        // The failed turn's own error, never one an earlier session left behind.
-        inputs.turn_error = state
-            .as_ref()
-            .and_then(state::agent::session_error)
-            .map(|(e, _)| e.to_string());
-        // The turn-failed hook sets `last_active` with the status; nothing else touches it
-        // until the next session or prompt.
-        observed.failed_turn = Some(format!(
-            "{}|{}",
-            field(|s| s.last_active.as_ref()).unwrap_or_default(),
-            inputs.turn_error.as_deref().unwrap_or("")
-        ));
-    }
-    inputs.last_active = field(|s| s.last_active.as_ref())
-        .as_deref()
-        .and_then(seconds);
-    observed.task = field(|s| s.current_task.as_ref());
-
+    observed.inputs.process = Some(process(pane, world));
+    let state = read_state(dir, &mut observed.inputs.notes);
+    let state = state.as_ref();
+    let transcript = state
+        .and_then(|s| s.transcript_path.as_deref())
+        .map(Path::new);
+    observed.read_status(state);
     let ops = state::op::tail(&dir.file(state::OPS_LOG));
-    // A CLI may end a turn that failed on an API error without any hook (Codex), so the status
-    // stays `working`: its session file says the turn failed, and the CLI waits at its prompt.
-    // Only an error of the current run counts: a Codex started afresh runs its SessionStart
-    // hook, and records its new rollout, only with its first prompt.
-    if inputs.status.as_deref() == Some("working")
-        && let Some(path) = field(|s| s.transcript_path.as_ref())
-        && let Some(error) = agent.cli.adapter().last_turn_error(Path::new(&path))
-    {
-        let started = ops
-            .iter()
-            .rev()
-            .find(|o| matches!(o.op, Op::AgentStart(_)))
-            .and_then(|o| o.ts.as_deref())
-            .and_then(seconds);
-        if of_this_run(error.ts.as_deref().and_then(seconds), started) {
-            inputs.status = Some("failed".into());
-            inputs.turn_error = Some(error.to_string());
-            observed.failed_turn = Some(format!("{}|{error}", error.ts.as_deref().unwrap_or("")));
-            inputs
-                .notes
-                .push("the session file says the last turn ended in an API error".into());
-        }
+    if let Some(path) = transcript {
+        observed.read_failed_turn_in(agent, path, &ops);
     }
-    let prompted = field(|s| s.turn_started.as_ref());
-    inputs.working_since =
-        latest_of(&ops, turn_boundary, prompted.as_deref()).map(|ms| ms.div_euclid(1000));
-    let turn_started_ms = latest_of(&ops, turn_start, prompted.as_deref());
-
-    let tool_log = dir.file(state::TOOL_USE);
-    if tool_log.exists() {
-        let lines = tail_jsonl(&tool_log);
-        inputs.tool_count = lines.len() as u64;
-        inputs.last_tool_call = lines
-            .iter()
-            .rev()
-            .find_map(|l| l.get("ts").and_then(Value::as_str).and_then(seconds));
-        let at = |l: &Value| l.get("ts").and_then(Value::as_str).and_then(millis);
-        let latest_ms = lines.iter().rev().find_map(at);
-        inputs.recent_calls = lines
-            .iter()
-            .skip(lines.len().saturating_sub(RECENT_CALLS))
-            .map(|l| Call {
-                tool: l["tool"].as_str().unwrap_or("?").to_string(),
-                ok: l["ok"].as_bool().unwrap_or(true),
-                input: l["input_digest"].as_str().map(str::to_string),
-                this_turn: health::in_current_turn(at(l), turn_started_ms, latest_ms),
-            })
-            .collect();
-        if lines.is_empty() {
-            inputs.notes.push(
-                "tool_use.jsonl has no readable line: silence uses the other signs of life".into(),
-            );
-        }
-    } else {
-        inputs
-            .notes
-            .push("no tool_use.jsonl yet: silence uses the other signs of life".into());
-    }
+    let inputs = &mut observed.inputs;
+    let prompted = state.and_then(|s| s.turn_started.as_deref());
+    inputs.working_since = latest_of(&ops, turn_boundary, prompted).map(|ms| ms.div_euclid(1000));
+    let turn_started_ms = latest_of(&ops, turn_start, prompted);
+    read_tool_calls(&dir.file(state::TOOL_USE), turn_started_ms, inputs);
 
     // The transcript moves while the model works without calling tools (its messages, and
     // retry records where the CLI writes them): one stat, and its tail only while working.
     if inputs.status.as_deref() == Some("working")
-        && let Some(path) = field(|s| s.transcript_path.as_ref())
+        && let Some(path) = transcript
     {
-        let (written, retry_at) = transcript_life(Path::new(&path));
-        inputs.transcript_written = written;
-        inputs.retry_at = retry_at;
+        (inputs.transcript_written, inputs.retry_at) = transcript_life(path);
     }
-
     if count_tokens {
-        match field(|s| s.transcript_path.as_ref()) {
-            Some(path) => match read_tokens(Path::new(&path)) {
-                Ok(tokens) => inputs.tokens = tokens,
-                Err(e) if e.is_not_found() => {}
-                Err(e) => inputs
-                    .notes
-                    .push(format!("transcript: {e}: token use not checked")),
-            },
-            None => inputs
-                .notes
-                .push("no transcript recorded: token use not checked".into()),
-        }
+        read_token_use(transcript, inputs);
     }
 
     // The screen is read only when no tool call happened since the previous pass: a wedged
@@ -294,8 +152,179 @@ pub fn observe(
     observed.wants_screen = pane
         .filter(|p| !p.dead && !progressed)
         .map(|p| p.id.clone());
-    observed.inputs = inputs;
     observed
+}
+
+/// Why the agent is not checked at all: disabled, never started, stopped on purpose, in safe
+/// mode, or being restarted by its wrapper.
+fn not_checked(agent: &AgentSpec, pane: Option<&PaneObs>, dir: &AgentDir) -> Option<String> {
+    let quarantined = crate::recovery::record::load(dir).safe_mode.is_some();
+    // Starting a fleet is `apply`'s decision (or `phoenix run`'s), never a watchdog pass's:
+    // an agent phoenix never started has nothing to revive.
+    let never_started = !dir.file(state::STARTED_SPEC).exists();
+    let phase = pane.and_then(|p| p.phase.as_deref());
+    if !agent.enabled {
+        Some("disabled in phoenix.toml".into())
+    } else if never_started && pane.is_none() {
+        Some("never started (`phoenix apply` starts it)".into())
+    } else if dir.has_marker(state::STOPPED) {
+        Some(format!(
+            "stopped with `phoenix stop` (`phoenix start {}` starts it)",
+            agent.name
+        ))
+    } else if dir.has_marker(state::CLEAN_EXIT) {
+        Some("stopped on purpose (.clean-exit)".into())
+    } else if quarantined || phase == Some("safe") {
+        Some("in safe mode, waiting for a person".into())
+    } else if phase == Some("cooldown") {
+        Some("its wrapper is restarting it".into())
+    } else {
+        None
+    }
+}
+
+/// Is the agent's CLI there: its pane, alive, with the CLI under the wrapper?
+fn process(pane: Option<&PaneObs>, world: &World) -> Process {
+    let gone = |why: String| Process::Gone { why };
+    match pane {
+        None if !world.server_running => gone(format!("{} is not running", world.location())),
+        None => gone(format!("no pane in {}", world.location())),
+        Some(p) if p.dead => gone(format!("pane {} is dead", p.id)),
+        Some(p) => match p.agent_process() {
+            Some(proc) => Process::Alive { pid: proc.pid },
+            None => gone(format!("no CLI process under the wrapper in pane {}", p.id)),
+        },
+    }
+}
+
+/// state.json as it is: the watchdog must not trigger a rollback write. What cannot be read
+/// is said in `notes`.
+fn read_state(dir: &AgentDir, notes: &mut Vec<String>) -> Option<AgentState> {
+    match state::store::read_state_file(&dir.file(state::STATE)) {
+        Ok(Loaded::Valid(s)) => Some(s),
+        Ok(Loaded::Corrupt(why)) => {
+            notes.push(format!(
+                "state.json is not valid JSON or not a regular file ({why}): status unknown"
+            ));
+            None
+        }
+        Ok(Loaded::Missing) => {
+            notes.push("no state.json: status unknown, silence and runaway not checked".into());
+            None
+        }
+        Err(e) => {
+            notes.push(format!(
+                "{e}: status unknown, silence and runaway not checked"
+            ));
+            None
+        }
+    }
+}
+
+impl Observed {
+    /// The status state.json records, the failed turn it is about, the latest hook, the task.
+    fn read_status(&mut self, state: Option<&AgentState>) {
+        let inputs = &mut self.inputs;
+        let last_active = state.and_then(|s| s.last_active.as_deref());
+        inputs.status = state.map(|s| s.status.as_str().to_string());
+        if inputs.status.as_deref() == Some("failed") {
+            // The failed turn's own error, never one an earlier session left behind.
+            inputs.turn_error = state
+                .and_then(state::agent::session_error)
+                .map(|(e, _)| e.to_string());
+            // The turn-failed hook sets `last_active` with the status; nothing else touches it
+            // until the next session or prompt.
+            self.failed_turn = Some(format!(
+                "{}|{}",
+                last_active.unwrap_or_default(),
+                inputs.turn_error.as_deref().unwrap_or("")
+            ));
+        }
+        inputs.last_active = last_active.and_then(seconds);
+        self.task = state.and_then(|s| s.current_task.clone());
+    }
+
+    /// A CLI may end a turn that failed on an API error without any hook (Codex), so the
+    /// status stays `working`: its session file says the turn failed, and the CLI waits at
+    /// its prompt. Only an error of the current run counts: a Codex started afresh runs its
+    /// SessionStart hook, and records its new rollout, only with its first prompt.
+    fn read_failed_turn_in(
+        &mut self,
+        agent: &AgentSpec,
+        transcript: &Path,
+        ops: &[state::op::Line],
+    ) {
+        if self.inputs.status.as_deref() != Some("working") {
+            return;
+        }
+        let Some(error) = agent.cli.adapter().last_turn_error(transcript) else {
+            return;
+        };
+        let started = ops
+            .iter()
+            .rev()
+            .find(|o| matches!(o.op, Op::AgentStart(_)))
+            .and_then(|o| o.ts.as_deref())
+            .and_then(seconds);
+        if of_this_run(error.ts.as_deref().and_then(seconds), started) {
+            self.inputs.status = Some("failed".into());
+            self.inputs.turn_error = Some(error.to_string());
+            self.failed_turn = Some(format!("{}|{error}", error.ts.as_deref().unwrap_or("")));
+            self.inputs
+                .notes
+                .push("the session file says the last turn ended in an API error".into());
+        }
+    }
+}
+
+/// The tool calls tool_use.jsonl records: how many, the latest one's time, and the recent
+/// ones (which of them the current turn made).
+fn read_tool_calls(tool_log: &Path, turn_started_ms: Option<i64>, inputs: &mut Inputs) {
+    if !tool_log.exists() {
+        inputs
+            .notes
+            .push("no tool_use.jsonl yet: silence uses the other signs of life".into());
+        return;
+    }
+    let lines = tail_jsonl(tool_log);
+    inputs.tool_count = lines.len() as u64;
+    inputs.last_tool_call = lines
+        .iter()
+        .rev()
+        .find_map(|l| l.get("ts").and_then(Value::as_str).and_then(seconds));
+    let at = |l: &Value| l.get("ts").and_then(Value::as_str).and_then(millis);
+    let latest_ms = lines.iter().rev().find_map(at);
+    inputs.recent_calls = lines
+        .iter()
+        .skip(lines.len().saturating_sub(RECENT_CALLS))
+        .map(|l| Call {
+            tool: l["tool"].as_str().unwrap_or("?").to_string(),
+            ok: l["ok"].as_bool().unwrap_or(true),
+            input: l["input_digest"].as_str().map(str::to_string),
+            this_turn: health::in_current_turn(at(l), turn_started_ms, latest_ms),
+        })
+        .collect();
+    if lines.is_empty() {
+        inputs.notes.push(
+            "tool_use.jsonl has no readable line: silence uses the other signs of life".into(),
+        );
+    }
+}
+
+/// The tokens the session's transcript says it used, or why they are not checked.
+fn read_token_use(transcript: Option<&Path>, inputs: &mut Inputs) {
+    match transcript {
+        Some(path) => match read_tokens(path) {
+            Ok(tokens) => inputs.tokens = tokens,
+            Err(e) if e.is_not_found() => {}
+            Err(e) => inputs
+                .notes
+                .push(format!("transcript: {e}: token use not checked")),
+        },
+        None => inputs
+            .notes
+            .push("no transcript recorded: token use not checked".into()),
+    }
 }
 
 /// The time of the latest op among `events`, or the prompt state.json recorded
@@ -475,26 +504,27 @@ mod tests {
     #[test]
     fn tokens_from_each_transcript_shape() {
         let dir = tempfile::tempdir().unwrap();
-        let claude = dir.path().join("c.jsonl");
-        std::fs::write(
-            &claude,
-            "{\"type\":\"assistant\",\"message\":{\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":100,\"output_tokens\":5}}}\n\
-             not json\n\
-             {\"type\":\"assistant\",\"message\":{\"usage\":{\"input_tokens\":20,\"output_tokens\":5}}}\n",
-        )
-        .unwrap();
-        assert_eq!(tokens_used(&claude), Some(140));
-        let codex = dir.path().join("x.jsonl");
-        std::fs::write(
-            &codex,
-            "{\"type\":\"event_msg\",\"payload\":{\"type\":\"token_count\",\"info\":{\"total_token_usage\":{\"total_tokens\":500}}}}\n\
-             {\"type\":\"event_msg\",\"payload\":{\"type\":\"token_count\",\"info\":{\"total_token_usage\":{\"total_tokens\":900}}}}\n",
-        )
-        .unwrap();
-        assert_eq!(tokens_used(&codex), Some(900));
-        let none = dir.path().join("n.jsonl");
-        std::fs::write(&none, "{\"type\":\"user\"}\n").unwrap();
-        assert_eq!(tokens_used(&none), None);
+        let shapes = [
+            (
+                "claude",
+                "{\"type\":\"assistant\",\"message\":{\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":100,\"output_tokens\":5}}}\n\
+                 not json\n\
+                 {\"type\":\"assistant\",\"message\":{\"usage\":{\"input_tokens\":20,\"output_tokens\":5}}}\n",
+                Some(140),
+            ),
+            (
+                "codex",
+                "{\"type\":\"event_msg\",\"payload\":{\"type\":\"token_count\",\"info\":{\"total_token_usage\":{\"total_tokens\":500}}}}\n\
+                 {\"type\":\"event_msg\",\"payload\":{\"type\":\"token_count\",\"info\":{\"total_token_usage\":{\"total_tokens\":900}}}}\n",
+                Some(900),
+            ),
+            ("no usage", "{\"type\":\"user\"}\n", None),
+        ];
+        for (k, (shape, text, tokens)) in shapes.into_iter().enumerate() {
+            let path = dir.path().join(format!("{k}.jsonl"));
+            std::fs::write(&path, text).unwrap();
+            assert_eq!(tokens_used(&path), tokens, "{shape}");
+        }
         assert_eq!(tokens_used(&dir.path().join("missing")), None);
     }
 

@@ -1,0 +1,284 @@
+//! The diff itself: what each declared agent needs, what runs undeclared, who is held back.
+
+use crate::spec::{AgentSpec, Spec};
+use crate::world::{AgentObs, PaneObs, World};
+
+use super::{
+    Action, Attention, Change, FORMAT_VERSION, Plan, PlanOptions, Unmanaged, change, hooks,
+};
+
+/// Compute what must change for `world` to match `spec`. Pure: no I/O.
+pub fn diff(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
+    let mut changes = declared_changes(spec, world);
+    if let Some(exe) = &options.hooks_exe {
+        changes.extend(hooks::fleet_hook_changes(spec, world, exe, options.prune));
+    }
+    let (pruned, unmanaged) = undeclared(spec, world, options.prune);
+    changes.extend(pruned);
+    let attention = spec
+        .agents
+        .iter()
+        .filter(|a| a.enabled)
+        .filter_map(|a| held_back(a, world, &changes))
+        .collect();
+    sort_for_apply(spec, &mut changes);
+    Plan {
+        format_version: FORMAT_VERSION,
+        changes,
+        unmanaged,
+        attention,
+    }
+}
+
+/// Per declared agent: its extra panes, then what it needs itself (or only its state dir).
+fn declared_changes(spec: &Spec, world: &World) -> Vec<Change> {
+    let mut changes = Vec::new();
+    for agent in &spec.agents {
+        changes.extend(extra_panes(&agent.name, world));
+        if let Some(c) = diff_agent(agent, world) {
+            changes.push(c);
+        } else if !world.agents.get(&agent.name).is_some_and(|a| a.state_dir) {
+            changes.push(change(
+                &agent.name,
+                Action::InitState,
+                "state directory is missing".into(),
+            ));
+        }
+    }
+    changes
+}
+
+/// Agents that run but are not declared: pruned with `--prune`, otherwise only listed.
+fn undeclared(spec: &Spec, world: &World, prune: bool) -> (Vec<Change>, Vec<Unmanaged>) {
+    let mut pruned = Vec::new();
+    let mut unmanaged = Vec::new();
+    for (name, pane) in world.running_agents() {
+        if spec.agent(name).is_some() {
+            continue;
+        }
+        if prune {
+            pruned.push(change(
+                name,
+                Action::Prune {
+                    pane: pane.id.clone(),
+                },
+                "not declared in phoenix.toml".into(),
+            ));
+        } else {
+            unmanaged.push(Unmanaged {
+                agent: name.to_string(),
+                pane: pane.id.clone(),
+            });
+        }
+    }
+    (pruned, unmanaged)
+}
+
+/// A declared, enabled agent that no change acts on but that is not running on purpose: stopped
+/// by `phoenix stop`, or its wrapper holds it in safe mode or cooldown.
+fn held_back(a: &AgentSpec, world: &World, changes: &[Change]) -> Option<Attention> {
+    let changed = |stop_only: bool| {
+        changes
+            .iter()
+            .any(|c| c.agent == a.name && (!stop_only || matches!(c.action, Action::Stop { .. })))
+    };
+    // A stopped agent is held back even while its hook files change under it.
+    if world.agents.get(&a.name).is_some_and(|o| o.stopped) {
+        if changed(true) {
+            return None;
+        }
+        return Some(Attention {
+            agent: a.name.clone(),
+            pane: world
+                .pane_of(&a.name)
+                .map(|p| p.id.clone())
+                .unwrap_or_default(),
+            state: "stopped",
+            hint: format!(
+                "stopped on purpose with `phoenix stop`: start it again with `phoenix start {}`",
+                a.name
+            ),
+        });
+    }
+    if changed(false) {
+        return None;
+    }
+    let pane = world.pane_of(&a.name).filter(|p| !p.dead)?;
+    let (state, hint) = match pane.phase.as_deref()? {
+        "safe" => (
+            "safe-mode",
+            format!(
+                "stopped until a person acts: see why with `phoenix status {0}`, start it again with `phoenix restart {0}`",
+                a.name
+            ),
+        ),
+        "cooldown" => (
+            "cooldown",
+            "restarting after a crash: its wrapper starts it again when the cooldown ends"
+                .to_string(),
+        ),
+        _ => return None,
+    };
+    Some(Attention {
+        agent: a.name.clone(),
+        pane: pane.id.clone(),
+        state,
+        hint,
+    })
+}
+
+/// The order apply runs changes in: by kind (hooks before starts), then as declared. The sort
+/// is stable, so changes of one kind for one agent keep the order they were found in.
+fn sort_for_apply(spec: &Spec, changes: &mut [Change]) {
+    let position = |name: &str| {
+        spec.agents
+            .iter()
+            .position(|a| a.name == name)
+            .unwrap_or(usize::MAX)
+    };
+    changes.sort_by(|a, b| {
+        (a.action.order(), position(&a.agent), &a.agent).cmp(&(
+            b.action.order(),
+            position(&b.agent),
+            &b.agent,
+        ))
+    });
+}
+
+/// One agent, one pane: any other pane tagged for it goes (the oldest live one stays).
+fn extra_panes(name: &str, world: &World) -> Vec<Change> {
+    let Some(keep) = world.pane_of(name) else {
+        return Vec::new();
+    };
+    world
+        .extra_panes(name)
+        .map(|extra| {
+            change(
+                name,
+                Action::RemoveExtra {
+                    pane: extra.id.clone(),
+                    keep: keep.id.clone(),
+                },
+                format!(
+                    "a second pane for the agent, which runs in {}{}",
+                    keep.id,
+                    if extra.dead {
+                        " (this one is dead)"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        })
+        .collect()
+}
+
+/// What one declared agent needs: stop, start, replace or restart (or nothing).
+fn diff_agent(agent: &AgentSpec, world: &World) -> Option<Change> {
+    let name = agent.name.as_str();
+    let pane = world.pane_of(name);
+    let obs = world.agents.get(name);
+    let clean_exit = obs.is_some_and(|o| o.clean_exit);
+    let stop =
+        |reason: String| pane.map(|p| change(name, Action::Stop { pane: p.id.clone() }, reason));
+
+    if !agent.enabled {
+        return stop("disabled in phoenix.toml".into());
+    }
+    if obs.is_some_and(|o| o.stopped) {
+        return stop(format!(
+            "stopped with `phoenix stop` (`phoenix start {name}` starts it again)"
+        ));
+    }
+    let Some(pane) = pane else {
+        if clean_exit {
+            return None; // It stopped on purpose; `phoenix restart` clears the marker.
+        }
+        return Some(change(name, Action::Start, not_running(agent, world)));
+    };
+    if let Some(replace) = drift(agent, pane, obs) {
+        return Some(replace);
+    }
+    if clean_exit {
+        return None;
+    }
+    let reason = why_restart(agent, pane, world.observed_at)?;
+    Some(change(
+        name,
+        Action::Restart {
+            pane: pane.id.clone(),
+        },
+        reason,
+    ))
+}
+
+fn not_running(agent: &AgentSpec, world: &World) -> String {
+    if world.server_running {
+        format!(
+            "not running (no window `{}:{}`)",
+            agent.session, agent.window
+        )
+    } else {
+        format!("not running (no {} yet)", world.location())
+    }
+}
+
+/// A pane started from another spec than the declared one is replaced, listing the fields.
+fn drift(agent: &AgentSpec, pane: &PaneObs, obs: Option<&AgentObs>) -> Option<Change> {
+    let launch = agent.launch();
+    let started = obs.and_then(|o| o.started.as_ref());
+    // An agent an older phoenix started with `./` in its workdir runs where it should.
+    let started_untidy = started.is_some_and(|before| {
+        pane.fingerprint.as_deref() == Some(before.fingerprint().as_str())
+            && before.tidied() == launch
+    });
+    if pane.fingerprint.as_deref() == Some(launch.fingerprint().as_str()) || started_untidy {
+        return None;
+    }
+    let changed = started
+        .map(|before| before.diff(&launch))
+        .unwrap_or_default();
+    let fields: Vec<&str> = changed.iter().map(|c| c.field.as_str()).collect();
+    let reason = if fields.is_empty() {
+        "started with a different spec".to_string()
+    } else {
+        format!("spec changed: {}", fields.join(", "))
+    };
+    Some(change(
+        &agent.name,
+        Action::Replace {
+            pane: pane.id.clone(),
+            changed,
+        },
+        reason,
+    ))
+}
+
+/// Why a pane of the right spec needs a restart: it is dead, or its agent process is gone.
+fn why_restart(agent: &AgentSpec, pane: &PaneObs, now: i64) -> Option<String> {
+    if pane.dead {
+        let status = match (pane.dead_signal, pane.dead_status) {
+            (Some(sig), _) => format!(" (killed by signal {sig})"),
+            (None, Some(code)) => format!(" (exit status {code})"),
+            (None, None) => String::new(),
+        };
+        return Some(format!("pane {} is dead{status}", pane.id));
+    }
+    if pane.agent_process().is_none() && !wrapper_is_waiting(pane, now) {
+        return Some(format!(
+            "pane {} exists but no `{}` process under it",
+            pane.id,
+            agent.program()
+        ));
+    }
+    None
+}
+
+/// How long a freshly started pane may take to start its agent before it counts as missing.
+pub const STARTUP_GRACE_SECS: i64 = 10;
+
+/// The wrapper deliberately has no child while it starts, cools down or sits in safe mode.
+fn wrapper_is_waiting(pane: &PaneObs, now: i64) -> bool {
+    let just_started = pane.started.is_some_and(|t| now - t < STARTUP_GRACE_SECS);
+    just_started || matches!(pane.phase.as_deref(), Some("cooldown" | "safe"))
+}

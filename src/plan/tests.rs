@@ -1,0 +1,451 @@
+//! The diff's unit tests: worlds built by hand, plans checked as values and as text.
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::hooks::config::{self as hook_config, Target};
+use crate::spec::{LoadOptions, Spec, parse};
+use crate::world::{AgentObs, FileObs, PaneObs, ProcInfo, World};
+
+fn spec(src: &str) -> Spec {
+    parse(
+        src,
+        std::path::Path::new("/fleet/phoenix.toml"),
+        LoadOptions {
+            check_filesystem: false,
+        },
+    )
+    .unwrap()
+}
+
+fn two_agents() -> Spec {
+    spec(
+        "[[agent]]\nname = \"a\"\ncommand = \"claude\"\n[[agent]]\nname = \"b\"\ncommand = \"x\"\n",
+    )
+}
+
+fn pane(agent: &str, fp: &str, alive_child: bool) -> PaneObs {
+    PaneObs {
+        id: format!("%{}", agent.len()),
+        session: "phoenix".into(),
+        window: agent.into(),
+        pid: 100,
+        dead: false,
+        dead_status: None,
+        dead_signal: None,
+        agent: Some(agent.into()),
+        fleet: None,
+        fingerprint: Some(fp.into()),
+        phase: None,
+        started: Some(0),
+        processes: if alive_child {
+            vec![ProcInfo {
+                pid: 101,
+                ppid: 100,
+                comm: "claude".into(),
+                started: 0,
+                pgid: 101,
+            }]
+        } else {
+            vec![]
+        },
+    }
+}
+
+fn world_with(spec: &Spec, panes: Vec<PaneObs>) -> World {
+    World {
+        observed_at: 1_000_000,
+        server_running: true,
+        location: String::new(),
+        hook_files: Default::default(),
+        panes,
+        agents: spec
+            .agents
+            .iter()
+            .map(|a| {
+                (
+                    a.name.clone(),
+                    AgentObs {
+                        state_dir: true,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn empty_world_starts_everything() {
+    let s = two_agents();
+    let plan = diff(&s, &World::default(), &PlanOptions::default());
+    assert_eq!(plan.summary().start, 2);
+    assert!(plan.to_string().contains("Plan: 2 to start, 0 to restart"));
+}
+
+#[test]
+fn converged_world_has_nothing_to_do() {
+    let s = two_agents();
+    let panes = s
+        .agents
+        .iter()
+        .map(|a| pane(&a.name, &a.launch().fingerprint(), true))
+        .collect();
+    let plan = diff(&s, &world_with(&s, panes), &PlanOptions::default());
+    assert!(plan.is_empty(), "{plan}");
+}
+
+#[test]
+fn missing_process_is_a_restart_with_reason() {
+    let s = two_agents();
+    let a = &s.agents[0];
+    let plan = diff(
+        &s,
+        &world_with(&s, vec![pane("a", &a.launch().fingerprint(), false)]),
+        &PlanOptions::default(),
+    );
+    let c = plan.changes.iter().find(|c| c.agent == "a").unwrap();
+    assert_eq!(c.symbol, "~");
+    assert!(
+        c.reason.contains("no `claude` process under it"),
+        "{}",
+        c.reason
+    );
+}
+
+#[test]
+fn a_second_pane_for_an_agent_is_removed_and_the_oldest_live_one_stays() {
+    let s = two_agents();
+    let fp = |i: usize| s.agents[i].launch().fingerprint();
+    let with_id = |mut p: PaneObs, id: &str| {
+        p.id = id.into();
+        p
+    };
+    let mut dead_first = with_id(pane("a", &fp(0), true), "%1");
+    dead_first.dead = true;
+    let panes = vec![
+        with_id(pane("a", &fp(0), true), "%9"),
+        dead_first,
+        with_id(pane("a", &fp(0), true), "%4"),
+        with_id(pane("b", &fp(1), true), "%2"),
+    ];
+    let world = world_with(&s, panes);
+    assert_eq!(world.pane_of("a").unwrap().id, "%4");
+    let plan = diff(&s, &world, &PlanOptions::default());
+    let removed: Vec<(&str, &str)> = plan
+        .changes
+        .iter()
+        .map(|c| match &c.action {
+            Action::RemoveExtra { pane, keep } => (pane.as_str(), keep.as_str()),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(removed, [("%9", "%4"), ("%1", "%4")]);
+    assert_eq!(plan.summary().remove, 2);
+    let text = plan.to_string();
+    assert!(
+        text.contains("- agent `a`: remove %9 — a second pane for the agent, which runs in %4"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_stopped_agent_is_neither_started_nor_left_running() {
+    let s = two_agents();
+    let fp = |i: usize| s.agents[i].launch().fingerprint();
+    let mut world = world_with(&s, vec![pane("b", &fp(1), false)]);
+    for name in ["a", "b"] {
+        let obs = world.agents.entry(name.into()).or_default();
+        obs.state_dir = true;
+        obs.stopped = true;
+    }
+    let plan = diff(&s, &world, &PlanOptions::default());
+    let actions: Vec<_> = plan
+        .changes
+        .iter()
+        .map(|c| (&*c.agent, c.action.symbol()))
+        .collect();
+    assert_eq!(actions, [("b", "-")], "{plan}");
+    let held: Vec<_> = plan
+        .attention
+        .iter()
+        .map(|a| (&*a.agent, a.state))
+        .collect();
+    assert_eq!(held, [("a", "stopped")]);
+    let text = plan.to_string();
+    assert!(text.contains("`phoenix start a`"), "{text}");
+    assert!(text.contains("stopped with `phoenix stop`"), "{text}");
+}
+
+#[test]
+fn held_back_agents_are_listed_but_not_counted_as_changes() {
+    let s = two_agents();
+    let fp = |i: usize| s.agents[i].launch().fingerprint();
+    let mut a = pane("a", &fp(0), false);
+    a.phase = Some("safe".into());
+    let mut b = pane("b", &fp(1), false);
+    b.phase = Some("cooldown".into());
+    let plan = diff(&s, &world_with(&s, vec![a, b]), &PlanOptions::default());
+    assert!(plan.is_empty(), "{plan}");
+    let states: Vec<_> = plan
+        .attention
+        .iter()
+        .map(|a| (&*a.agent, a.state))
+        .collect();
+    assert_eq!(states, [("a", "safe-mode"), ("b", "cooldown")]);
+    let text = plan.to_string();
+    assert!(text.starts_with("No changes to apply."), "{text}");
+    assert!(text.contains("`phoenix restart a`"), "{text}");
+    assert!(!text.contains("matches phoenix.toml"), "{text}");
+    // Undeclared panes are no converged fleet either.
+    let plan = diff(
+        &s,
+        &world_with(
+            &s,
+            vec![
+                pane("a", &fp(0), true),
+                pane("b", &fp(1), true),
+                pane("old", "x", true),
+            ],
+        ),
+        &PlanOptions::default(),
+    );
+    assert!(plan.is_empty() && plan.attention.is_empty());
+    assert!(
+        plan.to_string().starts_with("No changes to apply."),
+        "{plan}"
+    );
+}
+
+#[test]
+fn waiting_wrapper_is_left_alone() {
+    let s = two_agents();
+    let mut p = pane("a", &s.agents[0].launch().fingerprint(), false);
+    p.phase = Some("cooldown".into());
+    let plan = diff(&s, &world_with(&s, vec![p]), &PlanOptions::default());
+    assert!(plan.changes.iter().all(|c| c.agent != "a"));
+}
+
+#[test]
+fn dead_pane_with_clean_exit_is_left_alone() {
+    let s = two_agents();
+    let mut p = pane("a", &s.agents[0].launch().fingerprint(), false);
+    p.dead = true;
+    let mut w = world_with(&s, vec![p]);
+    w.agents.get_mut("a").unwrap().clean_exit = true;
+    let plan = diff(&s, &w, &PlanOptions::default());
+    assert!(plan.changes.iter().all(|c| c.agent != "a"), "{plan}");
+}
+
+#[test]
+fn drift_is_a_replacement_listing_fields() {
+    let s = two_agents();
+    let mut old = s.agents[0].launch();
+    old.command = "claude --model opus".into();
+    let mut w = world_with(&s, vec![pane("a", &old.fingerprint(), true)]);
+    w.agents.get_mut("a").unwrap().started = Some(old);
+    let plan = diff(&s, &w, &PlanOptions::default());
+    let c = plan.changes.iter().find(|c| c.agent == "a").unwrap();
+    assert_eq!(c.symbol, "-/+");
+    assert!(c.reason.contains("command"));
+    assert!(
+        plan.to_string()
+            .contains("command: \"claude --model opus\" → \"claude\"")
+    );
+}
+
+#[test]
+fn a_workdir_recorded_with_dot_steps_is_not_drift() {
+    let s = two_agents();
+    let mut old = s.agents[0].launch();
+    old.workdir = old.workdir.join("sub/..").join(".");
+    assert_ne!(old.fingerprint(), s.agents[0].launch().fingerprint());
+    let mut w = world_with(&s, vec![pane("a", &old.fingerprint(), true)]);
+    w.agents.get_mut("a").unwrap().started = Some(old.clone());
+    let plan = diff(&s, &w, &PlanOptions::default());
+    assert!(plan.changes.iter().all(|c| c.agent != "a"), "{plan}");
+    // A real change of workdir still is.
+    old.workdir = old.workdir.join("elsewhere");
+    let mut w = world_with(&s, vec![pane("a", &old.fingerprint(), true)]);
+    w.agents.get_mut("a").unwrap().started = Some(old);
+    let plan = diff(&s, &w, &PlanOptions::default());
+    assert!(
+        plan.changes
+            .iter()
+            .any(|c| c.agent == "a" && c.symbol == "-/+"),
+        "{plan}"
+    );
+}
+
+#[test]
+fn drift_in_env_shows_which_variable_changed_but_not_its_value() {
+    let s = two_agents();
+    let mut old = s.agents[0].launch();
+    old.env.insert("API_TOKEN".into(), "sk-old-secret".into());
+    let mut w = world_with(&s, vec![pane("a", &old.fingerprint(), true)]);
+    w.agents.get_mut("a").unwrap().started = Some(old);
+    let text = diff(&s, &w, &PlanOptions::default()).to_string();
+    assert!(text.contains("env: {\"API_TOKEN\":\"(hidden #"), "{text}");
+    assert!(!text.contains("sk-old-secret"), "{text}");
+}
+
+#[test]
+fn undeclared_agents_are_only_removed_with_prune() {
+    let s = two_agents();
+    let w = world_with(&s, vec![pane("old", "x", true)]);
+    let plan = diff(&s, &w, &PlanOptions::default());
+    assert!(plan.changes.iter().all(|c| c.agent != "old"));
+    assert_eq!(plan.unmanaged.len(), 1);
+    let plan = diff(
+        &s,
+        &w,
+        &PlanOptions {
+            prune: true,
+            ..Default::default()
+        },
+    );
+    let c = plan.changes.iter().find(|c| c.agent == "old").unwrap();
+    assert!(matches!(c.action, Action::Prune { .. }));
+}
+
+#[test]
+fn json_has_format_version_and_summary() {
+    let s = two_agents();
+    let v = diff(&s, &World::default(), &PlanOptions::default()).to_json();
+    assert_eq!(v["format_version"], 1);
+    assert_eq!(v["summary"]["start"], 2);
+    assert_eq!(v["changes"][0]["action"]["type"], "start");
+}
+
+fn with_hooks(prune: bool) -> PlanOptions {
+    PlanOptions {
+        prune,
+        hooks_exe: Some("/bin/phoenix".into()),
+    }
+}
+
+fn claude_agent() -> Spec {
+    spec("[[agent]]\nname = \"a\"\ncli = \"claude\"\nworkdir = \"/w\"\n")
+}
+
+#[test]
+fn hook_files_are_planned_before_starts_and_only_with_an_exe() {
+    let s = claude_agent();
+    let plan = diff(&s, &World::default(), &PlanOptions::default());
+    assert_eq!(plan.summary().hooks, 0);
+    let plan = diff(&s, &World::default(), &with_hooks(false));
+    assert_eq!(plan.summary().hooks, 1);
+    let first = &plan.changes[0];
+    assert_eq!(first.symbol, "+");
+    let Action::InstallHooks {
+        path,
+        cli,
+        create,
+        diff,
+    } = &first.action
+    else {
+        panic!("{plan}");
+    };
+    assert_eq!(path, Path::new("/w/.claude/settings.json"));
+    assert_eq!((*cli, *create), (Cli::Claude, true));
+    assert!(diff.contains("--agent a --cli claude"), "{diff}");
+    assert!(matches!(plan.changes[1].action, Action::Start));
+    assert!(plan.to_string().contains("1 hook file to update"), "{plan}");
+}
+
+#[test]
+fn installed_hooks_are_converged() {
+    let s = claude_agent();
+    let desired = Target::new(Path::new("/bin/phoenix"), &s.file, &s.agents[0])
+        .desired()
+        .unwrap();
+    let mut w = World::default();
+    w.hook_files.insert(
+        "/w/.claude/settings.json".into(),
+        FileObs::Text(hook_config::pretty(&desired)),
+    );
+    let plan = diff(&s, &w, &with_hooks(false));
+    assert_eq!(plan.summary().hooks, 0, "{plan}");
+}
+
+#[test]
+fn a_pruned_agent_loses_only_its_hook_entries() {
+    let s = claude_agent();
+    let old = spec("[[agent]]\nname = \"old\"\ncli = \"claude\"\nworkdir = \"/o\"\n");
+    let theirs = Target::new(Path::new("/bin/phoenix"), &old.file, &old.agents[0])
+        .desired()
+        .unwrap();
+    let path = PathBuf::from("/o/.claude/settings.json");
+    let mut text = hook_config::merge(
+        Some(r#"{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "echo mine"}]}]}}"#),
+        "old",
+        Some(&theirs),
+    )
+    .unwrap()
+    .unwrap();
+    text["model"] = "opus".into();
+    let mut w = World::default();
+    w.hook_files
+        .insert(path.clone(), FileObs::Text(hook_config::pretty(&text)));
+    w.agents.insert(
+        "old".into(),
+        AgentObs {
+            state_dir: true,
+            installed_hooks: vec![path.clone()],
+            ..Default::default()
+        },
+    );
+    let plan = diff(&s, &w, &with_hooks(false));
+    assert!(plan.changes.iter().all(|c| c.agent != "old"), "{plan}");
+    let plan = diff(&s, &w, &with_hooks(true));
+    let c = plan.changes.iter().find(|c| c.agent == "old").unwrap();
+    assert_eq!(c.symbol, "-");
+    let Action::RemoveHooks { diff, .. } = &c.action else {
+        panic!("{plan}");
+    };
+    assert!(
+        diff.contains("-            \"command\": \"/bin/phoenix"),
+        "{diff}"
+    );
+    assert!(
+        !diff.contains("-            \"command\": \"echo mine"),
+        "{diff}"
+    );
+}
+
+#[test]
+fn an_actions_name_is_its_json_type() {
+    let pane = || "%1".to_string();
+    let path = || PathBuf::from("/w/.claude/settings.json");
+    let actions = [
+        Action::InitState,
+        Action::Start,
+        Action::Restart { pane: pane() },
+        Action::Replace {
+            pane: pane(),
+            changed: Vec::new(),
+        },
+        Action::Stop { pane: pane() },
+        Action::Prune { pane: pane() },
+        Action::RemoveExtra {
+            pane: pane(),
+            keep: "%2".into(),
+        },
+        Action::InstallHooks {
+            path: path(),
+            cli: Cli::Claude,
+            create: true,
+            diff: String::new(),
+        },
+        Action::RemoveHooks {
+            path: path(),
+            diff: String::new(),
+        },
+    ];
+    for action in actions {
+        assert_eq!(
+            serde_json::to_value(&action).unwrap()["type"],
+            action.name()
+        );
+    }
+}
