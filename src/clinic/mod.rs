@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::policy::{
-    Diagnosis, Policies, Prescription, PrescriptionAction, RootCause, Trauma, builtin,
+    Decided, Diagnosis, Policies, Prescription, PrescriptionAction, RootCause, Trauma, builtin,
 };
 use crate::render::Templates;
 use crate::spec::ClinicSettings;
@@ -150,11 +150,7 @@ impl Clinic<'_> {
                 }
             }
         }
-        let d = self.policies.diagnose(trauma);
-        if let Some(e) = &d.error {
-            problems.push(e.to_string());
-        }
-        (d.value, d.by)
+        noted(self.policies.diagnose(trauma), problems)
     }
 
     /// The policy's prescription, unless the task has used up its recoveries.
@@ -173,11 +169,7 @@ impl Clinic<'_> {
                 "clinic (max_recoveries)".into(),
             );
         }
-        let p = self.policies.prescribe(diagnosis, trauma);
-        if let Some(e) = &p.error {
-            problems.push(e.to_string());
-        }
-        (p.value, p.by)
+        noted(self.policies.prescribe(diagnosis, trauma), problems)
     }
 
     /// Render what the next start gets.
@@ -345,6 +337,15 @@ impl Clinic<'_> {
             history,
         }
     }
+}
+
+/// A policy's decision and who made it, with why the policy's answer was not used (if it
+/// was not) noted in `problems`.
+fn noted<T>(decided: Decided<T>, problems: &mut Vec<String>) -> (T, String) {
+    if let Some(e) = &decided.error {
+        problems.push(e.to_string());
+    }
+    (decided.value, decided.by)
 }
 
 /// Where the steps of one recovery are written: the agent's ops.jsonl and the fleet's
