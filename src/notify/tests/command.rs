@@ -4,12 +4,12 @@
 use std::fs;
 use std::time::{Duration, Instant};
 
-use super::{message, only, strings};
+use super::{message, only, sh_with_path, strings};
 use crate::notify::*;
 
-fn command_settings(argv: &[&str]) -> NotifySettings {
+fn command_settings(argv: Vec<String>) -> NotifySettings {
     NotifySettings {
-        command: Some(strings(argv)),
+        command: Some(argv),
         ..NotifySettings::default()
     }
 }
@@ -20,14 +20,7 @@ fn the_command_gets_the_message_on_stdin_and_in_its_environment() {
     // A space in the path: the argv reaches the program as it is, no shell splits it.
     let out = tmp.path().join("out dir");
     fs::create_dir(&out).unwrap();
-    let out_arg = out.to_str().unwrap();
-    let settings = command_settings(&[
-        "sh",
-        "-c",
-        "cat > \"$1/stdin\"; env > \"$1/env\"",
-        "sh",
-        out_arg,
-    ]);
+    let settings = command_settings(sh_with_path("cat > \"$1/stdin\"; env > \"$1/env\"", &out));
     let fleet = FleetDir::new(tmp.path().join(".phoenix"));
     let sent = only(Notifier::new(&settings, &fleet).send(&message(
         Kind::Failure,
@@ -56,16 +49,16 @@ fn the_command_gets_the_message_on_stdin_and_in_its_environment() {
 fn a_failing_command_is_reported_with_its_exit_code_and_first_error_line() {
     let tmp = tempfile::tempdir().unwrap();
     let fleet = FleetDir::new(tmp.path());
-    let settings = command_settings(&[
+    let settings = command_settings(strings(&[
         "sh",
         "-c",
         "cat >/dev/null; echo 'no display' >&2; echo 'second line' >&2; exit 3",
-    ]);
+    ]));
     let sent = only(Notifier::new(&settings, &fleet).send(&message(Kind::Failure, "a", "x")));
     assert!(!sent.ok);
     assert_eq!(sent.detail, "`sh` failed (exit 3): no display");
 
-    let settings = command_settings(&["phoenix-test-no-such-program", "x"]);
+    let settings = command_settings(strings(&["phoenix-test-no-such-program", "x"]));
     let sent = only(Notifier::new(&settings, &fleet).send(&message(Kind::Failure, "a", "x")));
     assert!(!sent.ok);
     assert_eq!(
@@ -79,13 +72,7 @@ fn a_hanging_command_is_killed_with_what_it_started() {
     let tmp = tempfile::tempdir().unwrap();
     let fleet = FleetDir::new(tmp.path());
     let pid_file = tmp.path().join("pid");
-    let settings = command_settings(&[
-        "sh",
-        "-c",
-        "sleep 30 & echo $! > \"$1\"; wait",
-        "sh",
-        pid_file.to_str().unwrap(),
-    ]);
+    let settings = command_settings(sh_with_path("sleep 30 & echo $! > \"$1\"; wait", &pid_file));
     let notifier =
         Notifier::new(&settings, &fleet).with_command_timeout(Duration::from_millis(300));
     let started = Instant::now();

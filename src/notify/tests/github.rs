@@ -71,8 +71,21 @@ impl FakeGh {
         }
     }
 
+    /// What the notifier reports for an investigation of `agent` (GitHub is its one channel).
+    fn investigate(&self, agent: &str, title: &str) -> Sent {
+        only(
+            self.notifier()
+                .send(&message(Kind::Investigation, agent, title)),
+        )
+    }
+
     fn notifier(&self) -> Notifier<'_> {
-        Notifier::new(&self.settings, &self.fleet).with_gh(self.dir.path().join("gh"))
+        self.notifier_with(&self.settings)
+    }
+
+    /// A notifier with other `settings` that calls this fake `gh`.
+    pub(super) fn notifier_with<'a>(&'a self, settings: &'a NotifySettings) -> Notifier<'a> {
+        Notifier::new(settings, &self.fleet).with_gh(self.dir.path().join("gh"))
     }
 
     /// What `gh issue list` answers from now on.
@@ -133,10 +146,7 @@ fn investigations_open_one_issue_per_agent_and_respect_the_cooldown() {
         {"number": 2, "title": "[Watchdog] agent `alpha-2`: looping",
          "url": "https://github.com/acme/fleet/issues/2"},
     ]));
-    let again = only(
-        gh.notifier()
-            .send(&message(Kind::Investigation, "alpha", "looping")),
-    );
+    let again = gh.investigate("alpha", "looping");
     assert!(again.ok, "{again:?}");
     assert_eq!(
         again.url.as_deref(),
@@ -146,10 +156,7 @@ fn investigations_open_one_issue_per_agent_and_respect_the_cooldown() {
     assert_eq!(gh.creates().len(), 1);
 
     // 3. Another agent within the cooldown (a new Notifier: the time survives restarts).
-    let beta = only(
-        gh.notifier()
-            .send(&message(Kind::Investigation, "beta", "crashed")),
-    );
+    let beta = gh.investigate("beta", "crashed");
     assert!(!beta.ok, "{beta:?}");
     assert!(
         beta.detail.starts_with("cooldown: last issue created at "),
@@ -165,10 +172,7 @@ fn investigations_open_one_issue_per_agent_and_respect_the_cooldown() {
 
     // 4. Once the cooldown is over, it gets its issue.
     gh.age_last_issue(Duration::from_secs(3601));
-    let beta = only(
-        gh.notifier()
-            .send(&message(Kind::Investigation, "beta", "crashed")),
-    );
+    let beta = gh.investigate("beta", "crashed");
     assert!(beta.ok, "{beta:?}");
     assert_eq!(
         beta.url.as_deref(),
@@ -195,11 +199,7 @@ fn investigations_open_one_issue_per_agent_and_respect_the_cooldown() {
 /// The first step of the scenario above: `gh issue list` finds nothing, `gh issue create`
 /// opens issue 1 with the message as its body, and the time is kept for the cooldown.
 fn a_first_investigation_opens_an_issue(gh: &FakeGh) {
-    let first = only(gh.notifier().send(&message(
-        Kind::Investigation,
-        "alpha",
-        "stuck on a prompt",
-    )));
+    let first = gh.investigate("alpha", "stuck on a prompt");
     assert!(first.ok, "{first:?}");
     assert_eq!(first.channel, "github");
     assert_eq!(
@@ -268,12 +268,7 @@ fn two_processes_at_once_create_one_issue() {
             .into_iter()
             .map(|agent| {
                 let gh = &gh;
-                s.spawn(move || {
-                    only(
-                        gh.notifier()
-                            .send(&message(Kind::Investigation, agent, "stuck")),
-                    )
-                })
+                s.spawn(move || gh.investigate(agent, "stuck"))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -298,10 +293,7 @@ fn gh_failures_are_reported_not_raised() {
     );
 
     fs::write(gh.dir.path().join("fail-create"), "").unwrap();
-    let sent = only(
-        gh.notifier()
-            .send(&message(Kind::Investigation, "alpha", "stuck")),
-    );
+    let sent = gh.investigate("alpha", "stuck");
     assert!(!sent.ok);
     assert_eq!(
         sent.detail,
@@ -315,10 +307,7 @@ fn gh_failures_are_reported_not_raised() {
     );
 
     gh.set_open(json!({"not": "a list"}));
-    let sent = only(
-        gh.notifier()
-            .send(&message(Kind::Investigation, "alpha", "stuck")),
-    );
+    let sent = gh.investigate("alpha", "stuck");
     assert!(
         sent.detail
             .starts_with("`gh issue list` answered with unexpected JSON"),

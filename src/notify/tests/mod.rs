@@ -6,6 +6,7 @@ mod github;
 mod webhook;
 
 use std::fs;
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
@@ -28,6 +29,11 @@ fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
 
+/// `sh -c script` with `path` as its `$1` (a path with a space reaches it whole).
+fn sh_with_path(script: &str, path: &Path) -> Vec<String> {
+    strings(&["sh", "-c", script, "sh", path.to_str().unwrap()])
+}
+
 /// The one report of a send to one channel.
 fn only(sent: Vec<Sent>) -> Sent {
     assert_eq!(sent.len(), 1, "{sent:?}");
@@ -46,16 +52,10 @@ fn one_failing_channel_does_not_stop_the_others_and_the_issue_url_is_passed_on()
             timeout: Duration::from_secs(1),
             retries: 0,
         }),
-        command: Some(strings(&[
-            "sh",
-            "-c",
-            "env > \"$1\"",
-            "sh",
-            out.to_str().unwrap(),
-        ])),
+        command: Some(sh_with_path("env > \"$1\"", &out)),
         ..gh.settings.clone()
     };
-    let notifier = Notifier::new(&settings, &gh.fleet).with_gh(gh.dir.path().join("gh"));
+    let notifier = gh.notifier_with(&settings);
     let sent = notifier.send(&message(Kind::Investigation, "alpha", "stuck"));
     let summary: Vec<(&str, bool)> = sent.iter().map(|s| (s.channel.as_str(), s.ok)).collect();
     assert_eq!(
@@ -104,18 +104,12 @@ fn an_agent_s_channels_limit_where_its_messages_go() {
     let gh = FakeGh::new();
     let out = gh.dir.path().join("command-ran");
     let settings = NotifySettings {
-        command: Some(strings(&[
-            "sh",
-            "-c",
-            "cat > \"$1\"",
-            "sh",
-            out.to_str().unwrap(),
-        ])),
+        command: Some(sh_with_path("cat > \"$1\"", &out)),
         ..gh.settings.clone()
     };
     let only_command = vec!["command".to_string()];
-    let sent = Notifier::new(&settings, &gh.fleet)
-        .with_gh(gh.dir.path().join("gh"))
+    let sent = gh
+        .notifier_with(&settings)
         .only(Some(&only_command))
         .send(&message(Kind::Investigation, "alpha", "stuck"));
     let channels: Vec<&str> = sent.iter().map(|s| s.channel.as_str()).collect();
