@@ -147,11 +147,7 @@ fn investigations_open_one_issue_per_agent_and_respect_the_cooldown() {
          "url": "https://github.com/acme/fleet/issues/2"},
     ]));
     let again = gh.investigate("alpha", "looping");
-    assert!(again.ok, "{again:?}");
-    assert_eq!(
-        again.url.as_deref(),
-        Some("https://github.com/acme/fleet/issues/1")
-    );
+    assert_issue(&again, 1);
     assert_eq!(again.detail, "open issue already tracks this agent");
     assert_eq!(gh.creates().len(), 1);
 
@@ -173,11 +169,7 @@ fn investigations_open_one_issue_per_agent_and_respect_the_cooldown() {
     // 4. Once the cooldown is over, it gets its issue.
     gh.age_last_issue(Duration::from_secs(3601));
     let beta = gh.investigate("beta", "crashed");
-    assert!(beta.ok, "{beta:?}");
-    assert_eq!(
-        beta.url.as_deref(),
-        Some("https://github.com/acme/fleet/issues/2")
-    );
+    assert_issue(&beta, 2);
     let creates = gh.creates();
     assert_eq!(creates.len(), 2);
     assert!(
@@ -196,16 +188,19 @@ fn investigations_open_one_issue_per_agent_and_respect_the_cooldown() {
     assert_eq!(gh.calls().len(), before);
 }
 
+/// `sent` reports issue `number` of the fake repository.
+fn assert_issue(sent: &Sent, number: u32) {
+    assert!(sent.ok, "{sent:?}");
+    let url = format!("https://github.com/acme/fleet/issues/{number}");
+    assert_eq!(sent.url.as_deref(), Some(url.as_str()));
+}
+
 /// The first step of the scenario above: `gh issue list` finds nothing, `gh issue create`
 /// opens issue 1 with the message as its body, and the time is kept for the cooldown.
 fn a_first_investigation_opens_an_issue(gh: &FakeGh) {
     let first = gh.investigate("alpha", "stuck on a prompt");
-    assert!(first.ok, "{first:?}");
     assert_eq!(first.channel, "github");
-    assert_eq!(
-        first.url.as_deref(),
-        Some("https://github.com/acme/fleet/issues/1")
-    );
+    assert_issue(&first, 1);
     let calls = gh.calls();
     assert_eq!(calls.len(), 2);
     assert_eq!(
