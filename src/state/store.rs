@@ -457,12 +457,7 @@ mod tests {
     use super::*;
     use crate::state::FleetDir;
 
-    fn agent() -> (tempfile::TempDir, AgentDir) {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = FleetDir::new(tmp.path().join(".phoenix")).agent("a");
-        dir.ensure().unwrap();
-        (tmp, dir)
-    }
+    use crate::state::testing::temp_agent as agent;
 
     #[test]
     fn missing_state_reads_as_empty_and_first_write_creates_last_good() {

@@ -39,8 +39,7 @@ fn handoff(agent: &str, i: usize, summary: &str, body: &str) -> handoff::Handoff
 
 #[test]
 fn a_common_word_ranks_the_newest_matches_and_an_agent_is_searched_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let fleet = FleetDir::new(dir.path().join(".phoenix"));
+    let (_tmp, fleet) = crate::state::testing::temp_fleet();
     let store = Store::open(&fleet).unwrap();
     // The oldest handoff is the best match for "deploy" (in its title), but 2,100 newer
     // ones mention it too.
@@ -116,8 +115,7 @@ fn every_handoff_is_found(fleet: &FleetDir, n: usize) {
 
 #[test]
 fn a_partly_corrupt_index_is_rebuilt_into_a_new_file() {
-    let tmp = tempfile::tempdir().unwrap();
-    let fleet = FleetDir::new(tmp.path().join(".phoenix"));
+    let (_tmp, fleet) = crate::state::testing::temp_fleet();
     let dir = fleet.agent("a");
     dir.ensure().unwrap();
     let n = 400;

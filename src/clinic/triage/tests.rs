@@ -5,13 +5,7 @@ use serde_json::json;
 
 use super::*;
 
-/// A new agent dir in a temp dir.
-fn agent_dir() -> (tempfile::TempDir, AgentDir) {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = crate::state::FleetDir::new(tmp.path()).agent("a");
-    dir.ensure().unwrap();
-    (tmp, dir)
-}
+use crate::state::testing::temp_agent as agent_dir;
 
 /// Triage of the latest session of the agent in `dir`.
 fn triage_latest(dir: &AgentDir, transcript: Option<PathBuf>, output: Option<&str>) -> Trauma {

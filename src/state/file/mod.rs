@@ -198,9 +198,11 @@ pub fn read_text(path: &Path) -> Option<String> {
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// Open (creating 0600) a lock file, never through a link.
+/// Open (creating 0600) a lock file, never through a link; readable, since a lock file may
+/// name its holder for whoever waits (`state::lock`).
 pub fn open_lock(path: &Path) -> io::Result<File> {
     OpenOptions::new()
+        .read(true)
         .create(true)
         .truncate(false)
         .write(true)

@@ -6,19 +6,13 @@ use std::os::unix::fs::symlink;
 use serde::Serialize;
 
 use super::*;
-use crate::state::AgentDir;
 
 #[derive(Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 struct Doc {
     items: Vec<String>,
 }
 
-fn agent() -> (tempfile::TempDir, AgentDir) {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = FleetDir::new(tmp.path().join(".phoenix")).agent("a");
-    dir.ensure().unwrap();
-    (tmp, dir)
-}
+use crate::state::testing::temp_agent as agent;
 
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(dir)
