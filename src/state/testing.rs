@@ -1,5 +1,7 @@
 //! Test fixtures of the state dir: a fleet, or one agent of it, in a temp dir removed on drop.
 
+use std::path::Path;
+
 use tempfile::TempDir;
 
 use super::{AgentDir, FleetDir};
@@ -10,6 +12,17 @@ pub fn temp_fleet() -> (TempDir, FleetDir) {
     let fleet = FleetDir::new(tmp.path().join(".phoenix"));
     fleet.ensure().unwrap();
     (tmp, fleet)
+}
+
+/// The names in `dir`, sorted.
+pub fn file_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 /// Agent `a` of such a fleet, its dir created.

@@ -151,11 +151,6 @@ fn a_partly_corrupt_index_is_rebuilt_into_a_new_file() {
     }
     every_handoff_is_found(&fleet, n);
 
-    let leftovers: Vec<String> = std::fs::read_dir(&fleet.root)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(".tmp."))
-        .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let names = crate::state::testing::file_names(&fleet.root);
+    assert!(!names.iter().any(|n| n.contains(".tmp.")), "{names:?}");
 }

@@ -14,15 +14,7 @@ struct Doc {
 
 use crate::state::testing::temp_agent as agent;
 
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
+use crate::state::testing::file_names as names;
 
 #[test]
 fn a_corrupt_file_never_reaches_its_last_good_copy_and_is_rolled_back() {
