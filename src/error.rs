@@ -27,8 +27,55 @@ pub mod exit {
 /// A boxed error from another crate or layer, kept whole as the source of a [`Error::Context`].
 pub type Source = Box<dyn StdError + Send + Sync + 'static>;
 
-#[derive(Debug)]
-pub enum Error {
+/// The error enum, its transparent wrapping of each layer's own error and the `From` of that
+/// error, from one list of the layers (so a layer is added in one place).
+macro_rules! errors_of_layers {
+    ($($(#[$doc:meta])* $variant:ident($ty:ty)),* $(,)?) => {
+        #[derive(Debug)]
+        pub enum Error {
+            $($(#[$doc])* $variant($ty),)*
+            /// An upper layer's own error (`continuity::inject::InjectError`, …), kept whole:
+            /// its module converts it (this one stays at the bottom of the imports).
+            Layer(Source),
+            /// A step failed; `message` says what, `hint` what to do about it.
+            Failed {
+                message: String,
+                hint: Option<String>,
+            },
+            /// The command line asks for something that cannot be: a usage error.
+            Usage {
+                message: String,
+            },
+            /// `context` is what was being done when `source` happened.
+            Context {
+                context: String,
+                source: Source,
+            },
+        }
+
+        impl Error {
+            /// The layer's own error a wrapping variant stands for (its message and sources
+            /// are that error's: the wrapper is transparent).
+            fn inner(&self) -> Option<&(dyn StdError + 'static)> {
+                Some(match self {
+                    $(Error::$variant(e) => e,)*
+                    Error::Layer(e) => &**e,
+                    Error::Failed { .. } | Error::Usage { .. } | Error::Context { .. } => {
+                        return None;
+                    }
+                })
+            }
+        }
+
+        $(impl From<$ty> for Error {
+            fn from(e: $ty) -> Error {
+                Error::$variant(e)
+            }
+        })*
+    };
+}
+
+errors_of_layers!(
     /// phoenix.toml could not be read or is invalid (diagnostics with file:line:column).
     Load(crate::spec::LoadError),
     /// The runtime the agents run in failed.
@@ -41,45 +88,7 @@ pub enum Error {
     Policy(crate::policy::Error),
     Io(std::io::Error),
     Json(serde_json::Error),
-    /// An upper layer's own error (`continuity::inject::InjectError`, …), kept whole: its
-    /// module converts it (this one stays at the bottom of the imports).
-    Layer(Source),
-    /// A step failed; `message` says what, `hint` what to do about it.
-    Failed {
-        message: String,
-        hint: Option<String>,
-    },
-    /// The command line asks for something that cannot be: a usage error.
-    Usage {
-        message: String,
-    },
-    /// `context` is what was being done when `source` happened.
-    Context {
-        context: String,
-        source: Source,
-    },
-}
-
-impl Error {
-    /// The layer's own error a wrapping variant stands for (its message and sources are
-    /// that error's: the wrapper is transparent).
-    fn inner(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(match self {
-            Error::Load(e) => e,
-            Error::Runtime(e) => e,
-            Error::State(e) => e,
-            Error::Lock(e) => e,
-            Error::Read(e) => e,
-            Error::Store(e) => e,
-            Error::Render(e) => e,
-            Error::Policy(e) => e,
-            Error::Io(e) => e,
-            Error::Json(e) => e,
-            Error::Layer(e) => &**e,
-            Error::Failed { .. } | Error::Usage { .. } | Error::Context { .. } => return None,
-        })
-    }
-}
+);
 
 /// `{}` is this error's own message (anyhow walks the sources itself); `{:#}` is the whole
 /// chain, outer to inner, as anyhow prints it.
@@ -107,29 +116,6 @@ impl StdError for Error {
         }
     }
 }
-
-macro_rules! from_layer {
-    ($($variant:ident($ty:ty)),* $(,)?) => {
-        $(impl From<$ty> for Error {
-            fn from(e: $ty) -> Error {
-                Error::$variant(e)
-            }
-        })*
-    };
-}
-
-from_layer!(
-    Load(crate::spec::LoadError),
-    Runtime(crate::world::RuntimeError),
-    State(crate::state::store::StateError),
-    Lock(crate::state::lock::LockError),
-    Read(crate::state::bounded::ReadError),
-    Store(crate::store::StoreError),
-    Render(crate::render::Error),
-    Policy(crate::policy::Error),
-    Io(std::io::Error),
-    Json(serde_json::Error),
-);
 
 impl From<nix::Error> for Error {
     fn from(e: nix::Error) -> Error {

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::policy::{
-    Diagnosis, Policies, Prescription, PrescriptionAction, RootCause, Trauma, builtin,
+    Decided, Diagnosis, Policies, Prescription, PrescriptionAction, RootCause, Trauma, builtin,
 };
 use crate::render::Templates;
 use crate::spec::ClinicSettings;
@@ -126,6 +126,16 @@ pub struct Clinic<'a> {
 }
 
 impl Clinic<'_> {
+    /// Template `name` rendered (the built-in one when the user's is broken), with what went
+    /// wrong noted in `problems`; `None` when not even the built-in one renders.
+    fn render(&self, name: &str, ctx: &Value, problems: &mut Vec<String>) -> Option<String> {
+        let (text, broken) = self.templates.render_or_builtin(name, ctx);
+        if let Some(e) = broken {
+            problems.push(e.to_string());
+        }
+        text.map_err(|e| problems.push(e.to_string())).ok()
+    }
+
     /// The external command first (if configured), then the policy chain.
     pub fn diagnose(&self, trauma: &Trauma, problems: &mut Vec<String>) -> (Diagnosis, String) {
         if let Some(argv) = &self.settings.diagnose_command {
@@ -133,23 +143,14 @@ impl Clinic<'_> {
                 "trauma": trauma,
                 "root_causes": RootCause::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
             });
-            let (text, broken) = self.templates.render_or_builtin("trauma.md.j2", &ctx);
-            if let Some(e) = broken {
-                problems.push(e.to_string());
-            }
-            match text {
-                Ok(text) => match command::diagnose(argv, &text, self.settings.diagnose_timeout) {
+            if let Some(text) = self.render("trauma.md.j2", &ctx, problems) {
+                match command::diagnose(argv, &text, self.settings.diagnose_timeout) {
                     Ok(d) => return (d, format!("diagnose_command `{}`", argv.join(" "))),
                     Err(e) => problems.push(format!("{e}; diagnosing by patterns instead")),
-                },
-                Err(e) => problems.push(e.to_string()),
+                }
             }
         }
-        let d = self.policies.diagnose(trauma);
-        if let Some(e) = &d.error {
-            problems.push(e.to_string());
-        }
-        (d.value, d.by)
+        noted(self.policies.diagnose(trauma), problems)
     }
 
     /// The policy's prescription, unless the task has used up its recoveries.
@@ -168,11 +169,7 @@ impl Clinic<'_> {
                 "clinic (max_recoveries)".into(),
             );
         }
-        let p = self.policies.prescribe(diagnosis, trauma);
-        if let Some(e) = &p.error {
-            problems.push(e.to_string());
-        }
-        (p.value, p.by)
+        noted(self.policies.prescribe(diagnosis, trauma), problems)
     }
 
     /// Render what the next start gets.
@@ -189,13 +186,7 @@ impl Clinic<'_> {
             "trauma": trauma, "attempt": attempt, "max_recoveries": self.settings.max_recoveries,
             "reason": prescription.reason.clone().unwrap_or_else(|| diagnosis.root_cause.to_string()),
         });
-        let mut render = |name: &str| {
-            let (text, broken) = self.templates.render_or_builtin(name, &ctx);
-            if let Some(e) = broken {
-                problems.push(e.to_string());
-            }
-            text.map_err(|e| problems.push(e.to_string())).ok()
-        };
+        let mut render = |name: &str| self.render(name, &ctx, problems);
         let delay = prescription.delay.unwrap_or_default();
         match prescription.action {
             PrescriptionAction::Retry => Rehab {
@@ -268,33 +259,14 @@ impl Clinic<'_> {
             }
             return None;
         }
-        let record = |step: state::op::Make, reason: &str, action: &str, details: Value| {
-            if !apply {
-                return;
-            }
-            let _ = dir.ensure();
-            let op = step(details.as_object().cloned().unwrap_or_default());
-            let _ = self
-                .fleet
-                .record_critical(op.name(), &agent, reason, action, details);
-            let _ = dir.record(op);
+        let chart = Chart {
+            fleet: &self.fleet,
+            dir,
+            agent: &agent,
+            apply,
         };
-        record(
-            Op::ClinicTriage,
-            &format!(
-                "{}: {}",
-                trauma.error_type,
-                crate::text::shorten(&trauma.error_message, 200)
-            ),
-            "diagnosing",
-            json!({
-                "error_type": trauma.error_type, "error_message": trauma.error_message,
-                "original_prompt": trauma.original_prompt, "exit": trauma.exit,
-                "tool_calls": trauma.tool_calls.len(), "recoveries": trauma.recoveries,
-            }),
-        );
-
-        record(
+        chart.triaged(&trauma);
+        chart.record(
             Op::ClinicDiagnosis,
             &format!("{}: {}", diagnosis.root_cause, diagnosis.explanation),
             "prescribing",
@@ -302,7 +274,7 @@ impl Clinic<'_> {
         );
 
         let (prescription, prescribed_by) = self.prescribe(&diagnosis, &trauma, &mut problems);
-        record(
+        chart.record(
             Op::ClinicPrescription,
             prescription
                 .reason
@@ -314,23 +286,16 @@ impl Clinic<'_> {
         );
 
         let rehab = self.rehabilitation(&diagnosis, &prescription, &trauma, attempt, &mut problems);
-        let action_taken = match rehab.start {
-            Start::Resume if rehab.inject.is_some() => "resume with injected reminder",
-            Start::Resume => "resume after backoff",
-            Start::Fresh if rehab.inject.is_some() => "fresh session with injected context",
-            Start::Fresh => "fresh session",
-            Start::SafeMode => "safe_mode",
-        };
         let spent = (apply && rehab.start != Start::SafeMode)
             .then(|| self.spend(&trauma, &diagnosis, &prescription, counter));
-        record(
+        chart.record(
             if rehab.start == Start::SafeMode {
                 Op::ClinicAbort
             } else {
                 Op::ClinicRehabilitation
             },
             &format!("{}: {}", diagnosis.root_cause, prescription.action.as_str()),
-            action_taken,
+            rehab.action_taken(),
             json!({"rehab": rehab, "problems": problems}),
         );
         Some(Recovery {
@@ -370,6 +335,69 @@ impl Clinic<'_> {
             recoveries: trauma.recoveries + 1,
             updated: Some(state::now_rfc3339()),
             history,
+        }
+    }
+}
+
+/// A policy's decision and who made it, with why the policy's answer was not used (if it
+/// was not) noted in `problems`.
+fn noted<T>(decided: Decided<T>, problems: &mut Vec<String>) -> (T, String) {
+    if let Some(e) = &decided.error {
+        problems.push(e.to_string());
+    }
+    (decided.value, decided.by)
+}
+
+/// Where the steps of one recovery are written: the agent's ops.jsonl and the fleet's
+/// critical events, or nowhere at all in a dry run.
+struct Chart<'a> {
+    fleet: &'a FleetDir,
+    dir: &'a AgentDir,
+    agent: &'a str,
+    apply: bool,
+}
+
+impl Chart<'_> {
+    fn record(&self, step: state::op::Make, reason: &str, action: &str, details: Value) {
+        if !self.apply {
+            return;
+        }
+        let _ = self.dir.ensure();
+        let op = step(details.as_object().cloned().unwrap_or_default());
+        let _ = self
+            .fleet
+            .record_critical(op.name(), self.agent, reason, action, details);
+        let _ = self.dir.record(op);
+    }
+
+    /// The first step: what triage found.
+    fn triaged(&self, trauma: &Trauma) {
+        self.record(
+            Op::ClinicTriage,
+            &format!(
+                "{}: {}",
+                trauma.error_type,
+                crate::text::shorten(&trauma.error_message, 200)
+            ),
+            "diagnosing",
+            json!({
+                "error_type": trauma.error_type, "error_message": trauma.error_message,
+                "original_prompt": trauma.original_prompt, "exit": trauma.exit,
+                "tool_calls": trauma.tool_calls.len(), "recoveries": trauma.recoveries,
+            }),
+        );
+    }
+}
+
+impl Rehab {
+    /// What the next start does, in the words of the critical event.
+    fn action_taken(&self) -> &'static str {
+        match self.start {
+            Start::Resume if self.inject.is_some() => "resume with injected reminder",
+            Start::Resume => "resume after backoff",
+            Start::Fresh if self.inject.is_some() => "fresh session with injected context",
+            Start::Fresh => "fresh session",
+            Start::SafeMode => "safe_mode",
         }
     }
 }

@@ -330,85 +330,89 @@ pub async fn serve(
                 continue;
             }
         };
-        let admitted = table
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .admit(limits.max_connections);
+        let admitted = locked(&table).admit(limits.max_connections);
         let Some((id, slot)) = admitted else {
-            // Full of requests in progress: say so if the socket takes it at once, and close.
-            let _ = stream.try_write(
-                b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-            );
-            tracing::warn!(
-                "{} connections with requests in progress: refusing another",
-                limits.max_connections
-            );
+            refuse(&stream, limits.max_connections);
             continue;
         };
-        let (router, table, mut stop) = (router.clone(), table.clone(), stop_rx.clone());
+        let connection = serve_connection(stream, slot, router.clone(), limits, stop_rx.clone());
+        let table = table.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn({
-                let slot = slot.clone();
-                move |request: Request<Incoming>| {
-                    let busy = Busy::new(&slot);
-                    let router = router.clone();
-                    let within = limits.timeout;
-                    let request = request.map(|inner| {
-                        Body::new(Deadline {
-                            inner,
-                            deadline: Box::pin(tokio::time::sleep(within)),
-                            within,
-                        })
-                    });
-                    async move {
-                        let response = router
-                            .oneshot(request)
-                            .await
-                            .unwrap_or_else(|never: Infallible| match never {});
-                        Ok::<_, Infallible>(
-                            response.map(|inner| Body::new(Tracked { inner, _busy: busy })),
-                        )
-                    }
-                }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.timeout);
-            let connection =
-                builder.serve_connection(TokioIo::new(Stall::new(stream, limits.timeout)), service);
-            let mut connection = std::pin::pin!(connection);
-            let mut draining = false;
-            loop {
-                tokio::select! {
-                    _ = connection.as_mut() => break,
-                    _ = slot.evict.notified() => break,
-                    changed = stop.changed(), if !draining => {
-                        draining = true;
-                        if changed.is_ok() {
-                            connection.as_mut().graceful_shutdown();
-                        }
-                    }
-                }
-            }
-            table
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .open
-                .remove(&id);
+            connection.await;
+            locked(&table).open.remove(&id);
         });
     }
     drop(listener);
     let _ = stop_tx.send(true);
     let deadline = Instant::now() + DRAIN;
-    while !table
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .open
-        .is_empty()
-        && Instant::now() < deadline
-    {
+    while !locked(&table).open.is_empty() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The table of open connections, whatever a panicking holder left in it.
+fn locked(table: &Mutex<Table>) -> std::sync::MutexGuard<'_, Table> {
+    table.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Full of requests in progress: say so if the socket takes it at once, and close.
+fn refuse(stream: &tokio::net::TcpStream, max_connections: usize) {
+    let _ = stream.try_write(
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+    );
+    tracing::warn!("{max_connections} connections with requests in progress: refusing another");
+}
+
+/// Serve one admitted connection until it closes, is evicted to make room, or (once `stop`
+/// changes) has finished the request in flight.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    slot: Arc<Slot>,
+    router: axum::Router,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+) {
+    let service = hyper::service::service_fn({
+        let slot = slot.clone();
+        move |request: Request<Incoming>| {
+            let busy = Busy::new(&slot);
+            let router = router.clone();
+            let within = limits.timeout;
+            let request = request.map(|inner| {
+                Body::new(Deadline {
+                    inner,
+                    deadline: Box::pin(tokio::time::sleep(within)),
+                    within,
+                })
+            });
+            async move {
+                let response = router
+                    .oneshot(request)
+                    .await
+                    .unwrap_or_else(|never: Infallible| match never {});
+                Ok::<_, Infallible>(response.map(|inner| Body::new(Tracked { inner, _busy: busy })))
+            }
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.timeout);
+    let connection =
+        builder.serve_connection(TokioIo::new(Stall::new(stream, limits.timeout)), service);
+    let mut connection = std::pin::pin!(connection);
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            _ = connection.as_mut() => break,
+            _ = slot.evict.notified() => break,
+            changed = stop.changed(), if !draining => {
+                draining = true;
+                if changed.is_ok() {
+                    connection.as_mut().graceful_shutdown();
+                }
+            }
+        }
     }
 }
 

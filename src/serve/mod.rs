@@ -8,6 +8,7 @@ pub mod assets;
 pub mod auth;
 pub mod conn;
 pub mod error;
+pub mod extract;
 pub mod live;
 pub mod openapi;
 pub mod routes;

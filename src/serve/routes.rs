@@ -3,8 +3,7 @@
 //! library functions the CLI calls, and answers JSON. Field names are stable; `/openapi.json`
 //! describes them.
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -14,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::App;
 use super::error::ApiError;
+use super::extract::{AgentName, JsonBody, PathParam, QueryParams};
 use crate::continuity::{self, Trigger, ledger};
 use crate::spec::{AgentSpec, Spec};
 use crate::state::{FleetDir, Retention, events};
@@ -104,13 +104,8 @@ fn ok(value: impl serde::Serialize) -> ApiResult {
     Ok(Json(value).into_response())
 }
 
-/// A path parameter: its rejection (bad percent-encoding) is an `ApiError` too.
-fn param(p: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
-    Ok(p?.0)
-}
-
 /// An agent name from a path or a query: validated before it is used anywhere.
-fn valid_agent(name: &str) -> Result<(), ApiError> {
+pub(super) fn valid_agent(name: &str) -> Result<(), ApiError> {
     if crate::spec::valid_name(name) {
         Ok(())
     } else {
@@ -180,9 +175,7 @@ async fn status(State(app): State<App>) -> ApiResult {
     ok(blocking(move || status_json(&app)).await?)
 }
 
-async fn agent(State(app): State<App>, name: Result<Path<String>, PathRejection>) -> ApiResult {
-    let name = param(name)?;
-    valid_agent(&name)?;
+async fn agent(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
     ok(blocking(move || {
         let spec = app.spec()?;
         let world = observe(&spec)?;
@@ -195,12 +188,7 @@ async fn agent(State(app): State<App>, name: Result<Path<String>, PathRejection>
     .await?)
 }
 
-async fn agent_state(
-    State(app): State<App>,
-    name: Result<Path<String>, PathRejection>,
-) -> ApiResult {
-    let name = param(name)?;
-    valid_agent(&name)?;
+async fn agent_state(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
     ok(blocking(move || {
         let (spec, _) = spec_and_agent(&app, &name)?;
         fleet(&spec)
@@ -211,12 +199,7 @@ async fn agent_state(
     .await?)
 }
 
-async fn agent_ledger(
-    State(app): State<App>,
-    name: Result<Path<String>, PathRejection>,
-) -> ApiResult {
-    let name = param(name)?;
-    valid_agent(&name)?;
+async fn agent_ledger(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
     ok(blocking(move || {
         let (spec, _) = spec_and_agent(&app, &name)?;
         let dir = fleet(&spec).agent(&name);
@@ -229,12 +212,7 @@ async fn agent_ledger(
     .await?)
 }
 
-async fn agent_handoffs(
-    State(app): State<App>,
-    name: Result<Path<String>, PathRejection>,
-) -> ApiResult {
-    let name = param(name)?;
-    valid_agent(&name)?;
+async fn agent_handoffs(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
     ok(blocking(move || {
         let (spec, _) = spec_and_agent(&app, &name)?;
         let list: Vec<Value> = continuity::handoffs(&spec, [name.as_str()])
@@ -252,11 +230,7 @@ struct HandoffsQuery {
     agent: Option<String>,
 }
 
-async fn handoffs(
-    State(app): State<App>,
-    query: Result<Query<HandoffsQuery>, QueryRejection>,
-) -> ApiResult {
-    let Query(q) = query?;
+async fn handoffs(State(app): State<App>, QueryParams(q): QueryParams<HandoffsQuery>) -> ApiResult {
     if let Some(a) = &q.agent {
         valid_agent(a)?;
     }
@@ -277,11 +251,9 @@ async fn handoffs(
 
 async fn show_handoff(
     State(app): State<App>,
-    id: Result<Path<String>, PathRejection>,
-    query: Result<Query<HandoffsQuery>, QueryRejection>,
+    PathParam(id): PathParam,
+    QueryParams(q): QueryParams<HandoffsQuery>,
 ) -> ApiResult {
-    let id = param(id)?;
-    let Query(q) = query?;
     if !continuity::valid_handoff_id(&id) {
         return Err(ApiError::bad_request(
             format!("`{}` is not a valid handoff id", shown(&id)),
@@ -306,9 +278,7 @@ async fn show_handoff(
     .await?)
 }
 
-async fn brief(State(app): State<App>, name: Result<Path<String>, PathRejection>) -> ApiResult {
-    let name = param(name)?;
-    valid_agent(&name)?;
+async fn brief(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
     ok(blocking(move || {
         let (spec, _) = spec_and_agent(&app, &name)?;
         let dir = fleet(&spec).agent(&name);
@@ -333,11 +303,7 @@ struct SearchQuery {
 
 const KINDS: [&str; 4] = ["handoff", "brief", "decision", "event"];
 
-async fn search(
-    State(app): State<App>,
-    query: Result<Query<SearchQuery>, QueryRejection>,
-) -> ApiResult {
-    let Query(q) = query?;
+async fn search(State(app): State<App>, QueryParams(q): QueryParams<SearchQuery>) -> ApiResult {
     let text = q.q.unwrap_or_default();
     if text.trim().is_empty() {
         return Err(ApiError::bad_request(
@@ -393,9 +359,8 @@ struct EventsQuery {
 
 async fn critical_events(
     State(app): State<App>,
-    query: Result<Query<EventsQuery>, QueryRejection>,
+    QueryParams(q): QueryParams<EventsQuery>,
 ) -> ApiResult {
-    let Query(q) = query?;
     let since = match q.since.as_deref() {
         None | Some("") => None,
         Some(s) => Some(parse_since(s)?),
@@ -506,12 +471,9 @@ struct SaveBody {
 
 async fn save_handoff(
     State(app): State<App>,
-    name: Result<Path<String>, PathRejection>,
-    body: Result<Json<SaveBody>, JsonRejection>,
+    AgentName(name): AgentName,
+    JsonBody(body): JsonBody<SaveBody>,
 ) -> ApiResult {
-    let name = param(name)?;
-    valid_agent(&name)?;
-    let Json(body) = body?;
     let reason = body.reason.as_deref().unwrap_or("manual");
     let trigger = Trigger::parse(reason).ok_or_else(|| {
         ApiError::bad_request(
@@ -545,12 +507,9 @@ struct InjectBody {
 
 async fn inject(
     State(app): State<App>,
-    name: Result<Path<String>, PathRejection>,
-    body: Result<Json<InjectBody>, JsonRejection>,
+    AgentName(name): AgentName,
+    JsonBody(body): JsonBody<InjectBody>,
 ) -> ApiResult {
-    let name = param(name)?;
-    valid_agent(&name)?;
-    let Json(body) = body?;
     if body.handoff_id.is_some() && body.text.is_some() {
         return Err(ApiError::bad_request(
             "give either `handoff_id` or `text`, not both",
@@ -638,12 +597,9 @@ struct RestartBody {
 
 async fn restart(
     State(app): State<App>,
-    name: Result<Path<String>, PathRejection>,
-    body: Result<Json<RestartBody>, JsonRejection>,
+    AgentName(name): AgentName,
+    JsonBody(body): JsonBody<RestartBody>,
 ) -> ApiResult {
-    let name = param(name)?;
-    valid_agent(&name)?;
-    let Json(body) = body?;
     ok(blocking(move || {
         let (_, agent) = spec_and_agent(&app, &name)?;
         if !agent.enabled {
@@ -675,12 +631,9 @@ struct ResolveBody {
 
 async fn resolve(
     State(app): State<App>,
-    name: Result<Path<String>, PathRejection>,
-    body: Result<Json<ResolveBody>, JsonRejection>,
+    AgentName(name): AgentName,
+    JsonBody(body): JsonBody<ResolveBody>,
 ) -> ApiResult {
-    let name = param(name)?;
-    valid_agent(&name)?;
-    let Json(body) = body?;
     if body.reason.trim().is_empty() {
         return Err(ApiError::bad_request(
             "`reason` is empty",

@@ -239,8 +239,7 @@ mod tests {
 
     #[test]
     fn an_agents_ends_are_read_among_names_this_build_does_not_write() {
-        let tmp = tempfile::tempdir().unwrap();
-        let fleet = FleetDir::new(tmp.path());
+        let (_tmp, fleet) = crate::state::testing::temp_fleet();
         let dir = fleet.agent("a");
         dir.ensure().unwrap();
         let ops = "{\"ts\":\"2026-01-01T00:00:00Z\",\"agent\":\"a\",\"event\":\"from_the_future\",\"x\":1}\n\

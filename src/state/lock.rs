@@ -3,9 +3,8 @@
 //! An exclusive `flock` on `<state_dir>/fleet.lock`, released by the kernel when the holder
 //! exits, even after `kill -9`; the file names the holder for whoever waits.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -74,18 +73,10 @@ impl FleetLock {
         let mut pause = Duration::from_millis(10);
         loop {
             // Opened afresh each time: a flock attempt consumes the file on failure.
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&path)
-                .map_err(|source| LockError::Open {
-                    path: path.clone(),
-                    source,
-                })?;
+            let file = super::file::open_lock(&path).map_err(|source| LockError::Open {
+                path: path.clone(),
+                source,
+            })?;
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(mut lock) => {
                     let _ = lock.set_len(0);
@@ -133,8 +124,7 @@ mod tests {
 
     #[test]
     fn a_second_taker_waits_then_times_out_naming_the_holder() {
-        let dir = tempfile::tempdir().unwrap();
-        let fleet = FleetDir::new(dir.path());
+        let (_tmp, fleet) = crate::state::testing::temp_fleet();
         let first = FleetLock::acquire(&fleet, "apply", Duration::ZERO, |_| {}).unwrap();
         let mut told = None;
         let err = FleetLock::acquire(&fleet, "reconcile", Duration::from_millis(50), |h| {

@@ -10,6 +10,8 @@ pub mod jsonl;
 pub mod lock;
 pub mod op;
 pub mod store;
+#[cfg(test)]
+pub mod testing;
 
 pub use agent::{AgentState, OpenLoop, ResolvedItem, Retention, Status};
 pub use file::{JsonFile, Loaded};
@@ -263,8 +265,7 @@ mod tests {
 
     #[test]
     fn agent_dirs_are_private() {
-        let tmp = tempfile::tempdir().unwrap();
-        let fleet = FleetDir::new(tmp.path().join(".phoenix"));
+        let (_tmp, fleet) = testing::temp_fleet();
         let agent = fleet.agent("a");
         agent.ensure().unwrap();
         for p in [&fleet.root, &agent.path] {

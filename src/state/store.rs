@@ -457,12 +457,7 @@ mod tests {
     use super::*;
     use crate::state::FleetDir;
 
-    fn agent() -> (tempfile::TempDir, AgentDir) {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = FleetDir::new(tmp.path().join(".phoenix")).agent("a");
-        dir.ensure().unwrap();
-        (tmp, dir)
-    }
+    use crate::state::testing::{file_names, temp_agent as agent};
 
     #[test]
     fn missing_state_reads_as_empty_and_first_write_creates_last_good() {
@@ -490,12 +485,8 @@ mod tests {
         assert_eq!(dir.read_state().unwrap().open_ids(), ["one", "two"]);
         let ino = |f: &str| fs::metadata(dir.file(f)).unwrap().ino();
         assert_ne!(ino(STATE), ino(LAST_GOOD));
-        let leftovers = fs::read_dir(&dir.path)
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
-            .count();
-        assert_eq!(leftovers, 0);
+        let names = file_names(&dir.path);
+        assert!(!names.iter().any(|n| n.contains(".tmp.")), "{names:?}");
     }
 
     #[test]
@@ -521,12 +512,9 @@ mod tests {
                 .unwrap()
                 .contains("last good")
         );
-        let kept = fs::read_dir(&dir.path)
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().contains(".corrupt-"))
-            .count();
-        assert_eq!(kept, 1);
+        let names = file_names(&dir.path);
+        let kept = names.iter().filter(|n| n.contains(".corrupt-")).count();
+        assert_eq!(kept, 1, "{names:?}");
     }
 
     #[test]
