@@ -57,11 +57,8 @@ impl Policies {
         agent: &AgentInfo,
         exit: &ExitInfo,
     ) -> Decided<ExitDecision> {
-        let (a, x) = (agent.clone(), exit.clone());
-        let args = move |lua: &Lua| args2(lua, &a, &x);
-        self.decide(record, policy, "on_exit", args, || {
-            builtin::on_exit(agent, exit)
-        })
+        let fallback = || builtin::on_exit(agent, exit);
+        self.decide2(record, policy, "on_exit", agent, exit, fallback)
     }
 
     pub(crate) fn decide_unhealthy<H: Serialize>(
@@ -72,10 +69,8 @@ impl Policies {
         health: &H,
         fallback: impl FnOnce() -> UnhealthyDecision,
     ) -> Decided<UnhealthyDecision> {
-        let a = agent.clone();
-        let h = serde_json::to_value(health).unwrap_or(serde_json::Value::Null);
-        let args = move |lua: &Lua| args2(lua, &a, &h);
-        self.decide(record, policy, "on_unhealthy", args, fallback)
+        let health = serde_json::to_value(health).unwrap_or(serde_json::Value::Null);
+        self.decide2(record, policy, "on_unhealthy", agent, &health, fallback)
     }
 
     pub(crate) fn decide_diagnosis(
@@ -98,11 +93,28 @@ impl Policies {
         diagnosis: &Diagnosis,
         trauma: &Trauma,
     ) -> Decided<Prescription> {
-        let (d, t) = (diagnosis.clone(), trauma.clone());
-        let args = move |lua: &Lua| args2(lua, &d, &t);
-        self.decide(record, policy, "prescribe", args, || {
-            builtin::prescribe(diagnosis, trauma)
-        })
+        let fallback = || builtin::prescribe(diagnosis, trauma);
+        self.decide2(record, policy, "prescribe", diagnosis, trauma, fallback)
+    }
+
+    /// `decide` for an entry point that takes two arguments.
+    fn decide2<A, B, T>(
+        &self,
+        record: Option<&str>,
+        policy: Option<&str>,
+        function: &'static str,
+        a: &A,
+        b: &B,
+        fallback: impl FnOnce() -> T,
+    ) -> Decided<T>
+    where
+        A: Serialize + Clone + Send + 'static,
+        B: Serialize + Clone + Send + 'static,
+        T: FromPolicy + Send + 'static,
+    {
+        let (a, b) = (a.clone(), b.clone());
+        let args = move |lua: &Lua| args2(lua, &a, &b);
+        self.decide(record, policy, function, args, fallback)
     }
 
     /// Run every built-in fixture through the policy chain of `policy` (the default when

@@ -263,21 +263,10 @@ fn one_state_serves_many_calls_and_keeps_policies_apart() {
         ("a.lua", "function on_exit() return 'resume' end"),
         ("b.lua", "function on_exit() return 'fresh' end"),
     ]);
+    let action = |file: &str| policies.on_exit(&agent_with(file), &crash()).value.action;
     for _ in 0..100 {
-        assert_eq!(
-            policies
-                .on_exit(&agent_with("a.lua"), &crash())
-                .value
-                .action,
-            Start::Resume
-        );
-        assert_eq!(
-            policies
-                .on_exit(&agent_with("b.lua"), &crash())
-                .value
-                .action,
-            Start::Fresh
-        );
+        assert_eq!(action("a.lua"), Start::Resume);
+        assert_eq!(action("b.lua"), Start::Fresh);
     }
     // After a memory bomb the state still works.
     std::fs::write(
@@ -286,13 +275,7 @@ fn one_state_serves_many_calls_and_keeps_policies_apart() {
     )
     .unwrap();
     assert!(policies.on_exit(&agent_with("c.lua"), &crash()).fell_back());
-    assert_eq!(
-        policies
-            .on_exit(&agent_with("a.lua"), &crash())
-            .value
-            .action,
-        Start::Resume
-    );
+    assert_eq!(action("a.lua"), Start::Resume);
 }
 
 #[test]
