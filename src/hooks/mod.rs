@@ -188,6 +188,26 @@ impl Hook<'_> {
         }
     }
 
+    /// The fleet's spec; when it does not load, under a wrapper, the last valid copy (which
+    /// keeps the state current meanwhile, the problem noted for the log).
+    fn load_spec(&mut self, config: &Path) -> Result<Spec, String> {
+        let e = match spec::load_for_hook(config) {
+            Ok(spec) => return Ok(spec),
+            Err(e) => e,
+        };
+        let why = format!(
+            "{} (run `phoenix validate` for details)",
+            first_line(&e.to_string())
+        );
+        let fallback = std::env::var_os("PHOENIX_STATE_DIR")
+            .map(std::path::PathBuf::from)
+            .and_then(|d| d.parent()?.parent().map(Path::to_path_buf))
+            .and_then(|root| spec::load_last_good_for_hook(config, &root));
+        let spec = fallback.ok_or_else(|| why.clone())?;
+        self.pending_problem = Some(format!("{why}; used the last valid copy of the config"));
+        Ok(spec)
+    }
+
     fn handle(&mut self, config: &Path) -> Result<Reply, String> {
         let Some(event) = Event::parse(self.event_name) else {
             return Err(format!(
@@ -204,28 +224,7 @@ impl Hook<'_> {
         {
             return Ok(Reply::Nothing);
         }
-        let spec = match spec::load_for_hook(config) {
-            Ok(spec) => spec,
-            Err(e) => {
-                let why = format!(
-                    "{} (run `phoenix validate` for details)",
-                    first_line(&e.to_string())
-                );
-                // Under a wrapper, the last valid config keeps the state current meanwhile.
-                let fallback = std::env::var_os("PHOENIX_STATE_DIR")
-                    .map(std::path::PathBuf::from)
-                    .and_then(|d| d.parent()?.parent().map(Path::to_path_buf))
-                    .and_then(|root| spec::load_last_good_for_hook(config, &root));
-                match fallback {
-                    Some(spec) => {
-                        self.pending_problem =
-                            Some(format!("{why}; used the last valid copy of the config"));
-                        spec
-                    }
-                    None => return Err(why),
-                }
-            }
-        };
+        let spec = self.load_spec(config)?;
         let agent = spec.agent(self.agent).ok_or_else(|| {
             format!(
                 "agent `{}` is not declared in `{}`",
