@@ -84,37 +84,28 @@ impl<'a> Target<'a> {
         }
     }
 
+    /// The words of `phoenix --config … hook <hook> --agent NAME --cli CLI`.
+    fn words(&self, hook: &str) -> Vec<String> {
+        let exe = self.exe.to_string_lossy();
+        let config = self.config.to_string_lossy();
+        let cli = self.cli.as_str();
+        [
+            &exe, "--config", &config, "hook", hook, "--agent", self.agent, "--cli", cli,
+        ]
+        .map(str::to_string)
+        .to_vec()
+    }
+
     /// `phoenix --config … hook <hook> --agent NAME --cli CLI`, every word quoted.
     pub fn command(&self, hook: &str) -> String {
-        let words = [
-            self.exe.to_string_lossy().as_ref(),
-            "--config",
-            self.config.to_string_lossy().as_ref(),
-            "hook",
-            hook,
-            "--agent",
-            self.agent,
-            "--cli",
-            self.cli.as_str(),
-        ]
-        .map(sh_quote);
-        words.join(" ")
+        let quoted: Vec<String> = self.words(hook).iter().map(|w| sh_quote(w)).collect();
+        quoted.join(" ")
     }
 
     /// The `notify` line for a CLI's config (`AgentCli::notify_config`; its payload arrives as
     /// the last argument).
     pub fn notify_command(&self) -> Vec<String> {
-        vec![
-            self.exe.to_string_lossy().into_owned(),
-            "--config".into(),
-            self.config.to_string_lossy().into_owned(),
-            "hook".into(),
-            "turn-complete".into(),
-            "--agent".into(),
-            self.agent.to_string(),
-            "--cli".into(),
-            self.cli.as_str().into(),
-        ]
+        self.words("turn-complete")
     }
 
     /// phoenix's part of the hook file: `{"hooks": {Event: [group, …]}}`, or `None` for a CLI
@@ -428,30 +419,41 @@ mod tests {
         assert_eq!(sh_quote(""), "''");
     }
 
+    /// The first group `cli` gets for `event` has `matcher` and a handler with `fields`.
+    fn assert_first_group(cli: Cli, event: &str, matcher: &str, fields: Value) {
+        let v = target(cli).desired().unwrap();
+        let group = &v["hooks"][event][0];
+        assert_eq!(group["matcher"], matcher, "{cli} {event}");
+        for (key, want) in fields.as_object().unwrap() {
+            assert_eq!(&group["hooks"][0][key], want, "{cli} {event} {key}");
+        }
+    }
+
     #[test]
     fn claude_config_matches_the_reference() {
+        let fields = json!({"type": "command", "timeout": 10});
+        assert_first_group(
+            Cli::Claude,
+            "SessionStart",
+            "startup|resume|clear|compact",
+            fields,
+        );
+        assert_first_group(Cli::Claude, "PreCompact", "manual|auto", json!({}));
+        assert_first_group(Cli::Claude, "PreToolUse", "*", json!({}));
         let v = target(Cli::Claude).desired().unwrap();
-        let start = &v["hooks"]["SessionStart"][0];
-        assert_eq!(start["matcher"], "startup|resume|clear|compact");
-        assert_eq!(start["hooks"][0]["type"], "command");
-        assert_eq!(start["hooks"][0]["timeout"], 10);
         assert!(
             v["hooks"]["PostToolUseFailure"][0]["hooks"][0]["command"]
                 .as_str()
                 .unwrap()
                 .contains("hook tool-error --agent trades")
         );
-        assert_eq!(v["hooks"]["PreCompact"][0]["matcher"], "manual|auto");
-        assert_eq!(v["hooks"]["PreToolUse"][0]["matcher"], "*");
     }
 
     #[test]
     fn gemini_timeouts_are_milliseconds_and_hooks_are_named() {
+        let fields = json!({"name": "phoenix-heartbeat", "timeout": 5000});
+        assert_first_group(Cli::Gemini, "AfterTool", ".*", fields);
         let v = target(Cli::Gemini).desired().unwrap();
-        let after = &v["hooks"]["AfterTool"][0];
-        assert_eq!(after["matcher"], ".*");
-        assert_eq!(after["hooks"][0]["name"], "phoenix-heartbeat");
-        assert_eq!(after["hooks"][0]["timeout"], 5000);
         assert_eq!(v["hooks"]["PreCompress"][0]["hooks"][0]["timeout"], 30000);
         for (_, groups) in v["hooks"].as_object().unwrap() {
             for g in groups.as_array().unwrap() {

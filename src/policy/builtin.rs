@@ -666,17 +666,23 @@ mod tests {
     /// told which model and where.
     #[test]
     fn model_not_found_names_the_model_and_stops_for_a_person() {
-        let trauma = Trauma {
-            error_type: "api_error".into(),
-            error_message: r#"API Error: 404 {"type":"error","error":{"type":"not_found_error","message":"model: claude-nope-4"},"request_id":"req_1"}"#.into(),
-            ..Trauma::default()
+        // Diagnosed as an unavailable model, named in the explanation.
+        let diagnosed = |error_type: &str, error_message: &str, model: &str| {
+            let trauma = Trauma {
+                error_type: error_type.into(),
+                error_message: error_message.into(),
+                ..Trauma::default()
+            };
+            let d = diagnose(&trauma);
+            assert_eq!(d.root_cause, RootCause::ModelUnavailable, "{error_message}");
+            let named = format!("`{model}`");
+            assert!(d.explanation.contains(&named), "{}", d.explanation);
+            (d, trauma)
         };
-        let d = diagnose(&trauma);
-        assert_eq!(d.root_cause, RootCause::ModelUnavailable);
-        assert!(
-            d.explanation.contains("`claude-nope-4`"),
-            "{}",
-            d.explanation
+        let (d, trauma) = diagnosed(
+            "api_error",
+            r#"API Error: 404 {"type":"error","error":{"type":"not_found_error","message":"model: claude-nope-4"},"request_id":"req_1"}"#,
+            "claude-nope-4",
         );
         let p = prescribe(&d, &trauma);
         assert_eq!(p.action, PrescriptionAction::Abort);
@@ -702,17 +708,10 @@ mod tests {
         assert_eq!(model_named("no model here"), None);
         assert_eq!(model_named("you do not have access to it"), None);
         // What Gemini CLI 0.61 shows (a dialog, the turn waits) when the API answers 404.
-        let gemini = Trauma {
-            error_type: "screen".into(),
-            error_message: "It seems like you don't have access to gemini-3.8-flash.\nYour admin might have disabled the access.".into(),
-            ..Trauma::default()
-        };
-        let d = diagnose(&gemini);
-        assert_eq!(d.root_cause, RootCause::ModelUnavailable);
-        assert!(
-            d.explanation.contains("`gemini-3.8-flash`"),
-            "{}",
-            d.explanation
+        diagnosed(
+            "screen",
+            "It seems like you don't have access to gemini-3.8-flash.\nYour admin might have disabled the access.",
+            "gemini-3.8-flash",
         );
     }
 

@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::*;
 
@@ -213,47 +213,20 @@ fn outcome<T: Serialize>(call: Call, d: Decided<T>) -> Outcome {
 pub fn run_quiet(policies: &Policies, policy: Option<&str>, fixture: &Fixture) -> Outcome {
     let (mut result, elapsed) = timed(|| match &fixture.args {
         Args::OnExit(agent, exit) => {
-            let (a, x) = (agent.clone(), exit.clone());
-            let d = policies.decide(
-                None,
-                policy,
-                "on_exit",
-                move |lua| args2(lua, &a, &x),
-                || builtin::on_exit(agent, exit),
-            );
+            let d = policies.decide_exit(None, policy, agent, exit);
             outcome(Call::OnExit, d)
         }
         Args::OnUnhealthy(agent, health) => {
-            let (a, h) = (agent.clone(), health.clone());
-            let d = policies.decide(
-                None,
-                policy,
-                "on_unhealthy",
-                move |lua| args2(lua, &a, &h),
-                || builtin::on_unhealthy(agent, health),
-            );
+            let fallback = || builtin::on_unhealthy(agent, health);
+            let d = policies.decide_unhealthy(None, policy, agent, health, fallback);
             outcome(Call::OnUnhealthy, d)
         }
         Args::Diagnose(trauma) => {
-            let t = trauma.clone();
-            let d = policies.decide(
-                None,
-                policy,
-                "diagnose",
-                move |lua| Ok(mlua::MultiValue::from_iter([to_lua(lua, &t)?])),
-                || builtin::diagnose(trauma),
-            );
+            let d = policies.decide_diagnosis(None, policy, trauma);
             outcome(Call::Diagnose, d)
         }
         Args::Prescribe(diagnosis, trauma) => {
-            let (dg, t) = (diagnosis.clone(), trauma.clone());
-            let d = policies.decide(
-                None,
-                policy,
-                "prescribe",
-                move |lua| args2(lua, &dg, &t),
-                || builtin::prescribe(diagnosis, trauma),
-            );
+            let d = policies.decide_prescription(None, policy, diagnosis, trauma);
             outcome(Call::Prescribe, d)
         }
     });

@@ -537,114 +537,116 @@ mod tests {
         assert_eq!(r, Err(Halt::LuaError));
     }
 
+    /// Subjects the copy is compared with Lua on.
+    const SUBJECTS: [&str; 7] = [
+        "",
+        "hello world",
+        "error: connection refused\nwarning: retry 3 of 5\n",
+        "f(a(b)c) [x] {y}",
+        "THE (quick) brown fox 123 jumps; over 0x1F",
+        "aaa",
+        "key = value\nother=1",
+    ];
+
+    /// Patterns the copy is compared with Lua on: every class, set, quantifier, anchor, capture
+    /// and back-reference.
+    const PATTERNS: [&str; 44] = [
+        "",
+        "o",
+        "l+",
+        "l*",
+        "l-o",
+        "l?o",
+        "^h",
+        "^$",
+        "d$",
+        "%a+",
+        "%d+",
+        "%s",
+        "%S+",
+        "%w+%s*=%s*%w+",
+        "%x+",
+        "%p",
+        "%u%l*",
+        "[aeiou]",
+        "[^%s]+",
+        "[a-f]+",
+        "[%]]",
+        "%b()",
+        "%b[]",
+        "%f[%w]%w+",
+        "%f[%W]",
+        "(%a+) (%a+)",
+        "()o()",
+        "(a)%1",
+        "(a*(.)%w(%s*))",
+        ".-",
+        ".-b",
+        "(.-)\n",
+        "error: (.-)\n",
+        "retry (%d+) of (%d+)",
+        "x*",
+        "[%a_][%w_]*",
+        "a.a",
+        "%.",
+        "%%",
+        "%z",
+        "%c",
+        "%g+",
+        "$x",
+        "^(a-)a$",
+    ];
+
+    /// `string.find` and `string.gmatch` from `init`: the copy finds what Lua finds.
+    fn agree_from(lua: &mlua::Lua, subject: &str, pattern: &str, init: i64) {
+        let mut charge = |_: u64| true;
+        let (s, p) = (subject.as_bytes(), pattern.as_bytes());
+        let theirs: bool = lua
+            .load("local s, p, i = ... return (string.find(s, p, i)) ~= nil")
+            .call((subject, pattern, init))
+            .unwrap();
+        let ours = find(s, p, init, false, true, &mut charge);
+        assert_eq!(ours, Ok(theirs), "find {subject:?} {pattern:?} {init}");
+        let theirs: u64 = lua
+            .load("local s, p, i = ... local n = 0 for _ in string.gmatch(s, p, i) do n = n + 1 end return n")
+            .call((subject, pattern, init))
+            .unwrap();
+        let ours = gmatch(s, p, init, &mut charge);
+        assert_eq!(ours, Ok(theirs), "gmatch {subject:?} {pattern:?} {init}");
+    }
+
+    /// `string.gsub` and a plain `string.find`: the copy counts what Lua counts.
+    fn agree_whole(lua: &mlua::Lua, subject: &str, pattern: &str) {
+        let mut charge = |_: u64| true;
+        let (s, p) = (subject.as_bytes(), pattern.as_bytes());
+        let theirs: i64 = lua
+            .load("local s, p = ... return select(2, string.gsub(s, p, '<%0>'))")
+            .call((subject, pattern))
+            .unwrap();
+        assert_eq!(
+            gsub(s, p, None, &mut charge),
+            Ok(theirs),
+            "gsub {subject:?} {pattern:?}"
+        );
+        let theirs: bool = lua
+            .load("local s, p = ... return string.find(s, p, 1, true) ~= nil")
+            .call((subject, pattern))
+            .unwrap();
+        let ours = find(s, p, 1, true, true, &mut charge);
+        assert_eq!(ours, Ok(theirs), "plain {subject:?} {pattern:?}");
+    }
+
     /// The copy finds what Lua finds: same matches, same counts, for every subject, pattern
     /// and start in the table (Lua's own functions are the reference).
     #[test]
     fn the_copy_agrees_with_lua() {
         let lua = mlua::Lua::new();
-        let subjects = [
-            "",
-            "hello world",
-            "error: connection refused\nwarning: retry 3 of 5\n",
-            "f(a(b)c) [x] {y}",
-            "THE (quick) brown fox 123 jumps; over 0x1F",
-            "aaa",
-            "key = value\nother=1",
-        ];
-        let patterns = [
-            "",
-            "o",
-            "l+",
-            "l*",
-            "l-o",
-            "l?o",
-            "^h",
-            "^$",
-            "d$",
-            "%a+",
-            "%d+",
-            "%s",
-            "%S+",
-            "%w+%s*=%s*%w+",
-            "%x+",
-            "%p",
-            "%u%l*",
-            "[aeiou]",
-            "[^%s]+",
-            "[a-f]+",
-            "[%]]",
-            "%b()",
-            "%b[]",
-            "%f[%w]%w+",
-            "%f[%W]",
-            "(%a+) (%a+)",
-            "()o()",
-            "(a)%1",
-            "(a*(.)%w(%s*))",
-            ".-",
-            ".-b",
-            "(.-)\n",
-            "error: (.-)\n",
-            "retry (%d+) of (%d+)",
-            "x*",
-            "[%a_][%w_]*",
-            "a.a",
-            "%.",
-            "%%",
-            "%z",
-            "%c",
-            "%g+",
-            "$x",
-            "^(a-)a$",
-        ];
-        for subject in subjects {
-            for pattern in patterns {
+        for subject in SUBJECTS {
+            for pattern in PATTERNS {
                 for init in [1, 2, -3, 0, 100] {
-                    let mut charge = |_: u64| true;
-                    let ours = find(
-                        subject.as_bytes(),
-                        pattern.as_bytes(),
-                        init,
-                        false,
-                        true,
-                        &mut charge,
-                    );
-                    let theirs: mlua::Value = lua
-                        .load("local s, p, i = ... return (string.find(s, p, i)) ~= nil")
-                        .call((subject, pattern, init))
-                        .unwrap();
-                    assert_eq!(
-                        ours,
-                        Ok(theirs.as_boolean().unwrap()),
-                        "find {subject:?} {pattern:?} {init}"
-                    );
-                    let ours = gmatch(subject.as_bytes(), pattern.as_bytes(), init, &mut charge);
-                    let theirs: u64 = lua
-                        .load("local s, p, i = ... local n = 0 for _ in string.gmatch(s, p, i) do n = n + 1 end return n")
-                        .call((subject, pattern, init))
-                        .unwrap();
-                    assert_eq!(ours, Ok(theirs), "gmatch {subject:?} {pattern:?} {init}");
+                    agree_from(&lua, subject, pattern, init);
                 }
-                let mut charge = |_: u64| true;
-                let ours = gsub(subject.as_bytes(), pattern.as_bytes(), None, &mut charge);
-                let theirs: i64 = lua
-                    .load("local s, p = ... return select(2, string.gsub(s, p, '<%0>'))")
-                    .call((subject, pattern))
-                    .unwrap();
-                assert_eq!(ours, Ok(theirs), "gsub {subject:?} {pattern:?}");
-                let ours = find(
-                    subject.as_bytes(),
-                    pattern.as_bytes(),
-                    1,
-                    true,
-                    true,
-                    &mut charge,
-                );
-                let theirs: bool = lua
-                    .load("local s, p = ... return string.find(s, p, 1, true) ~= nil")
-                    .call((subject, pattern))
-                    .unwrap();
-                assert_eq!(ours, Ok(theirs), "plain {subject:?} {pattern:?}");
+                agree_whole(&lua, subject, pattern);
             }
         }
     }

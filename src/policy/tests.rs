@@ -3,17 +3,34 @@
 
 use super::*;
 
-/// A policies/ dir holding one `custom.lua`, and the policies loaded from it.
-fn with_policy(source: &str) -> (tempfile::TempDir, Policies, AgentInfo) {
+/// A policies/ dir holding `files` (paths relative to it), and the policies loaded from it.
+fn policies_dir(files: &[(&str, &str)]) -> (tempfile::TempDir, Policies) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("policies");
+    for (name, source) in files {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, source).unwrap();
+    }
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("custom.lua"), source).unwrap();
     let policies = Policies::new(Some(&dir));
+    (tmp, policies)
+}
+
+/// An agent whose `[[agent]] policy` is `policies/<file>`.
+fn agent_with(file: &str) -> AgentInfo {
+    AgentInfo {
+        policy: Some(format!("policies/{file}")),
+        ..AgentInfo::default()
+    }
+}
+
+/// A policies/ dir holding one `custom.lua`, and the policies loaded from it.
+fn with_policy(source: &str) -> (tempfile::TempDir, Policies, AgentInfo) {
+    let (tmp, policies) = policies_dir(&[("custom.lua", source)]);
     let agent = AgentInfo {
         name: "a".into(),
-        policy: Some("policies/custom.lua".into()),
-        ..AgentInfo::default()
+        ..agent_with("custom.lua")
     };
     (tmp, policies, agent)
 }
@@ -47,21 +64,12 @@ fn io_is_not_there() {
 }
 
 #[test]
-fn os_execute_exit_getenv_are_not_there() {
+fn os_execute_exit_getenv_file_loaders_and_package_are_not_there() {
     for call in [
         "os.execute('true')",
         "os.exit(1)",
         "os.getenv('HOME')",
         "os.remove('x')",
-    ] {
-        let e = escape(call);
-        assert_eq!(e.failure().kind(), "runtime", "{call}: {e}");
-    }
-}
-
-#[test]
-fn file_loaders_and_package_are_not_there() {
-    for call in [
         "dofile('/etc/passwd')",
         "loadfile('/etc/passwd')",
         "package.loadlib('x', 'y')",
@@ -131,21 +139,14 @@ fn deep_recursion_is_refused() {
 
 #[test]
 fn require_only_reaches_policies() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("policies");
-    std::fs::create_dir_all(dir.join("lib")).unwrap();
-    std::fs::write(dir.join("lib/extra.lua"), "return { action = 'fresh' }").unwrap();
-    std::fs::write(
-        dir.join("custom.lua"),
-        "local extra = require('lib.extra')\nfunction on_exit() return extra end",
-    )
-    .unwrap();
-    let policies = Policies::new(Some(&dir));
-    let agent = AgentInfo {
-        policy: Some("policies/custom.lua".into()),
-        ..AgentInfo::default()
-    };
-    let d = policies.on_exit(&agent, &crash());
+    let (_tmp, policies) = policies_dir(&[
+        ("lib/extra.lua", "return { action = 'fresh' }"),
+        (
+            "custom.lua",
+            "local extra = require('lib.extra')\nfunction on_exit() return extra end",
+        ),
+    ]);
+    let d = policies.on_exit(&agent_with("custom.lua"), &crash());
     assert_eq!(d.value.action, Start::Fresh, "{:?}", d.error);
     for name in ["../secret", "/etc/passwd", "os", "lib..extra"] {
         let e = escape(&format!("require('{name}')"));
@@ -244,16 +245,11 @@ fn missing_entry_points_come_from_the_default_policy() {
 
 #[test]
 fn a_file_of_the_same_name_overrides_the_default() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("policies");
-    std::fs::create_dir_all(&dir).unwrap();
     // Only the patterns: the default recovery.lua requires them.
-    std::fs::write(
-        dir.join("patterns.lua"),
+    let (_tmp, policies) = policies_dir(&[(
+        "patterns.lua",
         "return { { cause = 'quota_exhausted', statuses = {}, phrases = { 'prompt is too long' } } }",
-    )
-    .unwrap();
-    let policies = Policies::new(Some(&dir));
+    )]);
     let d = policies.diagnose(&Trauma {
         error_message: "Prompt is too long".into(),
         ..Trauma::default()
@@ -263,37 +259,23 @@ fn a_file_of_the_same_name_overrides_the_default() {
 
 #[test]
 fn one_state_serves_many_calls_and_keeps_policies_apart() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("policies");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("a.lua"), "function on_exit() return 'resume' end").unwrap();
-    std::fs::write(dir.join("b.lua"), "function on_exit() return 'fresh' end").unwrap();
-    let policies = Policies::new(Some(&dir));
-    let agent = |p: &str| AgentInfo {
-        policy: Some(format!("policies/{p}")),
-        ..AgentInfo::default()
-    };
+    let (tmp, policies) = policies_dir(&[
+        ("a.lua", "function on_exit() return 'resume' end"),
+        ("b.lua", "function on_exit() return 'fresh' end"),
+    ]);
+    let action = |file: &str| policies.on_exit(&agent_with(file), &crash()).value.action;
     for _ in 0..100 {
-        assert_eq!(
-            policies.on_exit(&agent("a.lua"), &crash()).value.action,
-            Start::Resume
-        );
-        assert_eq!(
-            policies.on_exit(&agent("b.lua"), &crash()).value.action,
-            Start::Fresh
-        );
+        assert_eq!(action("a.lua"), Start::Resume);
+        assert_eq!(action("b.lua"), Start::Fresh);
     }
     // After a memory bomb the state still works.
     std::fs::write(
-        dir.join("c.lua"),
+        tmp.path().join("policies/c.lua"),
         "function on_exit() local s = string.rep('x', 1 << 30) end",
     )
     .unwrap();
-    assert!(policies.on_exit(&agent("c.lua"), &crash()).fell_back());
-    assert_eq!(
-        policies.on_exit(&agent("a.lua"), &crash()).value.action,
-        Start::Resume
-    );
+    assert!(policies.on_exit(&agent_with("c.lua"), &crash()).fell_back());
+    assert_eq!(action("a.lua"), Start::Resume);
 }
 
 #[test]
@@ -357,10 +339,11 @@ fn check_reports_broken_policies_up_front() {
     assert!(Policies::new(None).check(None).is_empty());
 }
 
-/// The Lua default and the Rust built-in must decide alike: the built-in is what a broken
-/// policy falls back to, and people read the Lua one.
+// The Lua default and the Rust built-in must decide alike: the built-in is what a broken
+// policy falls back to, and people read the Lua one.
+
 #[test]
-fn the_lua_default_agrees_with_the_builtin() {
+fn the_lua_default_agrees_with_the_builtin_on_exits() {
     let policies = Policies::new(None);
     let agent = AgentInfo::default();
     for (code, signal, crashes, fresh, resumed, runtime_ms, showed_life) in [
@@ -390,6 +373,12 @@ fn the_lua_default_agrees_with_the_builtin() {
         assert!(d.error.is_none(), "{:?}", d.error);
         assert_eq!(d.value, builtin::on_exit(&agent, &exit), "{exit:?}");
     }
+}
+
+#[test]
+fn the_lua_default_agrees_with_the_builtin_on_unhealthy_agents() {
+    let policies = Policies::new(None);
+    let agent = AgentInfo::default();
     for (checks, revivals) in [
         (vec![], 0),
         (vec!["runaway"], 0),
@@ -416,6 +405,11 @@ fn the_lua_default_agrees_with_the_builtin() {
             "{health:?}"
         );
     }
+}
+
+#[test]
+fn the_lua_default_agrees_with_the_builtin_on_diagnoses_and_prescriptions() {
+    let policies = Policies::new(None);
     let errors = [
         "prompt is too long: 215439 tokens > 200000 maximum",
         "context_window_exceeded: Codex ran out of room in the model's context window.",
@@ -480,21 +474,11 @@ fn policies_can_move_to_another_thread() {
 /// and the same state answers the next call.
 #[test]
 fn a_catastrophic_pattern_is_stopped_by_the_budget() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("policies");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("custom.lua"),
+    let (_tmp, policies, agent) = with_policy(
         "function on_exit(agent, exit)\n  if exit.code == 1 then string.find(string.rep('a', 200), '.-.-.-b') end\n  \
          if exit.code == 3 then for _ in ('a'):rep(300):gmatch('a-a-a-a-b') do end end\n  \
          if exit.code == 4 then pcall(string.gsub, ('a'):rep(300), 'a*a*a*a*b', 'x') end\n  return 'resume'\nend\n",
-    )
-    .unwrap();
-    let policies = Policies::with_limits(Some(&dir), Limits::default());
-    let agent = AgentInfo {
-        policy: Some("policies/custom.lua".into()),
-        ..AgentInfo::default()
-    };
+    );
     for code in [1, 3, 4] {
         let exit = ExitInfo {
             code: Some(code),
@@ -527,21 +511,11 @@ fn a_catastrophic_pattern_is_stopped_by_the_budget() {
 /// falls back with that reason, and the next calls answer.
 #[test]
 fn a_finalizer_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("policies");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("custom.lua"),
+    let (tmp, policies, agent) = with_policy(
         "function on_exit(agent, exit)\n  \
          setmetatable({}, {__gc = function() while true do pcall(function() while true do end end) end end})\n  \
          if exit.code == 1 then error('fails after making garbage') end\n  return 'resume'\nend\n",
-    )
-    .unwrap();
-    let policies = Policies::with_limits(Some(&dir), Limits::default());
-    let agent = AgentInfo {
-        policy: Some("policies/custom.lua".into()),
-        ..AgentInfo::default()
-    };
+    );
     let started = std::time::Instant::now();
     for code in [1, 2, 1, 2, 2] {
         let exit = ExitInfo {
@@ -554,7 +528,7 @@ fn a_finalizer_is_refused() {
     }
     // Set on a metatable that has none, `__gc` marks nothing and never runs.
     std::fs::write(
-        dir.join("custom.lua"),
+        tmp.path().join("policies/custom.lua"),
         "function on_exit(agent, exit)\n  local mt = {}\n  setmetatable({}, mt)\n  \
          mt.__gc = function() while true do end end\n  return 'resume'\nend\n",
     )

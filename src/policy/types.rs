@@ -84,12 +84,17 @@ pub struct RestartInfo {
 
 impl Default for RestartInfo {
     fn default() -> Self {
-        let d = crate::spec::RestartSettings::default();
+        RestartInfo::from(&crate::spec::RestartSettings::default())
+    }
+}
+
+impl From<&crate::spec::RestartSettings> for RestartInfo {
+    fn from(r: &crate::spec::RestartSettings) -> Self {
         RestartInfo {
-            cooldown: d.cooldown,
-            backoff_max: d.backoff_max,
-            max_crashes: d.max_crashes,
-            crash_window: d.crash_window,
+            cooldown: r.cooldown,
+            backoff_max: r.backoff_max,
+            max_crashes: r.max_crashes,
+            crash_window: r.crash_window,
         }
     }
 }
@@ -107,11 +112,16 @@ pub struct ThresholdInfo {
 
 impl Default for ThresholdInfo {
     fn default() -> Self {
-        let d = crate::spec::Thresholds::default();
+        ThresholdInfo::from(&crate::spec::Thresholds::default())
+    }
+}
+
+impl From<&crate::spec::Thresholds> for ThresholdInfo {
+    fn from(t: &crate::spec::Thresholds) -> Self {
         ThresholdInfo {
-            silence: d.silence,
-            error_cascade: d.error_cascade,
-            runaway: d.runaway,
+            silence: t.silence,
+            error_cascade: t.error_cascade,
+            runaway: t.runaway,
         }
     }
 }
@@ -151,23 +161,13 @@ impl AgentInfo {
                 .policy
                 .as_ref()
                 .map(|p| p.strip_prefix(&spec.dir).unwrap_or(p).display().to_string()),
-            restart: RestartInfo {
-                cooldown: agent.restart.cooldown,
-                backoff_max: agent.restart.backoff_max,
-                max_crashes: agent.restart.max_crashes,
-                crash_window: agent.restart.crash_window,
-            },
-            thresholds: ThresholdInfo {
-                silence: spec.thresholds.silence,
-                error_cascade: spec.thresholds.error_cascade,
-                runaway: spec.thresholds.runaway,
-            },
+            restart: RestartInfo::from(&agent.restart),
+            thresholds: ThresholdInfo::from(&spec.thresholds),
             max_recoveries: spec.clinic.max_recoveries,
         }
     }
 }
 
-/// How the agent CLI ended, as the wrapper saw it.
 /// How a run of the agent CLI ended, as `on_exit` sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
