@@ -2,6 +2,7 @@
 
 mod agent_state;
 mod continuity;
+mod doctor;
 mod events;
 mod fleet;
 mod generate;
@@ -414,7 +415,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             json,
         } => fleet::apply(&config, &agents, yes, prune, json),
         Command::Status { agent, json } => fleet::status(&config, agent.as_deref(), json),
-        Command::Doctor { json } => fleet::doctor(&config, json),
+        Command::Doctor { json } => doctor::doctor(&config, json),
         Command::Top { interval } => Ok(crate::top::run(&config, interval)?),
         Command::Run(options) => Ok(crate::controller::run(&config, options)?),
         Command::Restart {
