@@ -74,216 +74,322 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> crate::error::Result<i32> {
     if let Some(log) = &args.raw_log {
         return raw_log(log, out);
     }
-    let agent = args.agent.clone().unwrap_or_else(|| "demo".into());
     if args.no_hooks {
         NO_HOOKS.store(true, std::sync::atomic::Ordering::Relaxed);
     }
-    let (session_id, source) = match &args.resume {
-        Some(id) => (id.clone(), "resume"),
-        None => (new_session_id(), "startup"),
-    };
-    let transcript = Transcript::open(&session_id);
-    // As Claude Code does: a session it never wrote (no prompt, no turn) cannot be resumed.
-    if source == "resume" && transcript.path.as_ref().is_some_and(|p| !p.exists()) {
-        say!(out, "No conversation found with session ID: {session_id}");
+    let Some(session) = Session::start(&args, out) else {
         return Ok(1);
-    }
-    say!(out, "demo-agent `{agent}` session {session_id} ({source})");
-    if source == "startup"
-        && let Some(task) = &args.task
-    {
-        transcript.record(json!({"type": "user", "message": {"role": "user", "content": task}}));
-    }
-    let context = hook(
-        &agent,
-        "session-start",
-        json!({
-            "hook_event_name": "SessionStart", "session_id": session_id, "source": source,
-            "cwd": cwd(), "transcript_path": transcript.path_str(),
-        }),
-    );
-    if let Some(text) = context.as_deref().and_then(additional_context) {
+    };
+    let agent = Agent {
+        failing: args.fail_tools,
+        args,
+        session,
+        mode: Mode::Working,
+        step: 0,
+    };
+    Ok(agent.live(typed_words(), out))
+}
+
+/// The session the agent runs: its name for hooks, its id and its transcript.
+struct Session {
+    agent: String,
+    id: String,
+    transcript: Transcript,
+}
+
+impl Session {
+    /// Open (or resume) the session and show its first screen: the banner, what phoenix
+    /// injected at SessionStart, the words it understands and the prompt. `None` when asked to
+    /// resume a session that cannot be resumed (it says so on the screen).
+    fn start(args: &DemoArgs, out: &mut dyn Write) -> Option<Session> {
+        let agent = args.agent.clone().unwrap_or_else(|| "demo".into());
+        let (id, source) = match &args.resume {
+            Some(id) => (id.clone(), "resume"),
+            None => (new_session_id(), "startup"),
+        };
+        let transcript = Transcript::open(&id);
+        // As Claude Code does: a session it never wrote (no prompt, no turn) cannot be resumed.
+        if source == "resume" && transcript.path.as_ref().is_some_and(|p| !p.exists()) {
+            say!(out, "No conversation found with session ID: {id}");
+            return None;
+        }
+        say!(out, "demo-agent `{agent}` session {id} ({source})");
+        if source == "startup"
+            && let Some(task) = &args.task
+        {
+            transcript
+                .record(json!({"type": "user", "message": {"role": "user", "content": task}}));
+        }
+        let session = Session {
+            agent,
+            id,
+            transcript,
+        };
+        let transcript_path = session.transcript.path_str();
+        let context = session.hook(
+            "session-start",
+            "SessionStart",
+            json!({"source": source, "transcript_path": transcript_path}),
+        );
+        if let Some(text) = context.as_deref().and_then(additional_context) {
+            say!(
+                out,
+                "[context injected by phoenix]\n{text}\n[end of context]"
+            );
+        }
         say!(
             out,
-            "[context injected by phoenix]\n{text}\n[end of context]"
+            "type: crash | exit | silent | work | fail | ok | turn CMD | tool CMD"
+        );
+        // Bracketed paste on, as real agent CLIs have it: a pasted block (phoenix's injections)
+        // arrives between ESC[200~ and ESC[201~ and is one prompt, not one per line.
+        let _ = write!(out, "\x1b[?2004h> ");
+        let _ = out.flush();
+        Some(session)
+    }
+
+    /// Call hook `name` with a payload of `event` for this session: `fields` plus the
+    /// event's name, the session id and the working directory every payload carries.
+    fn hook(&self, name: &str, event: &str, fields: serde_json::Value) -> Option<String> {
+        let mut payload = json!({"hook_event_name": event, "session_id": self.id, "cwd": cwd()});
+        if let (Some(payload), serde_json::Value::Object(fields)) =
+            (payload.as_object_mut(), fields)
+        {
+            payload.extend(fields);
+        }
+        hook(&self.agent, name, payload)
+    }
+
+    /// A prompt submitted, as UserPromptSubmit reports it.
+    fn prompt(&self, prompt: &str) {
+        self.hook("prompt", "UserPromptSubmit", json!({"prompt": prompt}));
+    }
+
+    /// A Bash call that succeeded, as Claude Code's PostToolUse reports it.
+    fn tool_ok(&self, command: &str) {
+        self.tool_done(command, "ok");
+    }
+
+    /// A Bash call that ran, as PostToolUse reports it, with `stdout` as its output.
+    fn tool_done(&self, command: &str, stdout: &str) {
+        self.hook(
+            "heartbeat",
+            "PostToolUse",
+            json!({
+                "tool_name": "Bash", "tool_input": {"command": command},
+                "tool_response": {"stdout": stdout, "stderr": "", "interrupted": false},
+            }),
         );
     }
-    say!(
-        out,
-        "type: crash | exit | silent | work | fail | ok | turn CMD | tool CMD"
-    );
-    // Bracketed paste on, as real agent CLIs have it: a pasted block (phoenix's injections)
-    // arrives between ESC[200~ and ESC[201~ and is one prompt, not one per line.
-    let _ = write!(out, "\x1b[?2004h> ");
-    let _ = out.flush();
+}
 
+/// The lines typed (or pasted) into the pane, one prompt each, trimmed. A bracketed paste is
+/// one prompt however many lines it has.
+fn typed_words() -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel::<String>();
     std::thread::spawn(move || {
         let mut pasted: Option<String> = None;
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { break };
-            let (start, end) = (line.contains("\x1b[200~"), line.contains("\x1b[201~"));
-            let text = line.replace("\x1b[200~", "").replace("\x1b[201~", "");
-            let whole = match (pasted.take(), start, end) {
-                (None, true, false) => {
-                    pasted = Some(text);
-                    continue;
-                }
-                (Some(mut block), _, false) => {
-                    block.push('\n');
-                    block.push_str(&text);
-                    pasted = Some(block);
-                    continue;
-                }
-                (Some(mut block), _, true) => {
-                    block.push('\n');
-                    block.push_str(&text);
-                    block
-                }
-                (None, _, _) => text,
+            let Some(whole) = unpaste(&mut pasted, &line) else {
+                continue;
             };
             if tx.send(whole.trim().to_string()).is_err() {
                 break;
             }
         }
     });
+    rx
+}
 
-    let started = Instant::now();
-    let mut mode = Mode::Working;
-    let mut failing = args.fail_tools;
-    let mut step = 0u64;
-    loop {
-        if args.crash_after.is_some_and(|d| started.elapsed() >= d) {
-            say!(out, "\ndemo-agent: simulated crash");
-            fail(out, &transcript, args.fail_with.as_deref());
-            return Ok(args.exit_code);
+/// One line read: the whole prompt it completes, or `None` while a paste is still open
+/// (kept in `pasted`).
+fn unpaste(pasted: &mut Option<String>, line: &str) -> Option<String> {
+    let (start, end) = (line.contains("\x1b[200~"), line.contains("\x1b[201~"));
+    let text = line.replace("\x1b[200~", "").replace("\x1b[201~", "");
+    match (pasted.take(), start, end) {
+        (None, true, false) => {
+            *pasted = Some(text);
+            None
         }
-        if args.silent_after.is_some_and(|d| started.elapsed() >= d) {
-            mode = Mode::Silent;
+        (Some(mut block), _, end) => {
+            block.push('\n');
+            block.push_str(&text);
+            if end {
+                return Some(block);
+            }
+            *pasted = Some(block);
+            None
         }
-        match rx.recv_timeout(args.interval) {
-            Ok(word) => match word.as_str() {
-                "crash" => {
-                    say!(out, "demo-agent: crashing as asked");
-                    fail(out, &transcript, args.fail_with.as_deref());
-                    return Ok(args.exit_code);
-                }
-                "exit" | "quit" => {
-                    hook(
-                        &agent,
-                        "session-end",
-                        json!({
-                            "hook_event_name": "SessionEnd", "session_id": session_id,
-                            "reason": "prompt_input_exit", "cwd": cwd(),
-                        }),
-                    );
-                    say!(out, "demo-agent: bye");
-                    return Ok(0);
-                }
-                "silent" | "hang" => mode = Mode::Silent,
-                "work" => mode = Mode::Working,
-                "fail" => failing = true,
-                "ok" => failing = false,
-                "" => {}
-                // `say TEXT` prints TEXT (`\n` for a new line, `{}` for nothing): how a test
-                // makes the agent write `->continuity:` commands that its typed, echoed input
-                // does not contain (`->conti{}nuity:load`).
-                say if say.starts_with("say ") => {
-                    say!(out, "{}", say[4..].replace("\\n", "\n").replace("{}", ""))
-                }
-                // `tool CMD`: one Bash tool call that runs CMD through `sh -c`, as Claude Code's
-                // Bash tool does, announced before (PreToolUse) and reported after; the agent
-                // does nothing else meanwhile. The agent here is the model: a test types CMD.
-                t if t.starts_with("tool ") => {
-                    let command = &t[5..];
-                    let call = json!({
-                        "session_id": session_id, "cwd": cwd(),
-                        "tool_name": "Bash", "tool_input": {"command": command},
-                    });
-                    let mut pre = call.clone();
-                    pre["hook_event_name"] = json!("PreToolUse");
-                    hook(&agent, "pre-tool", pre);
-                    say!(out, "demo-agent: tool running `{command}`");
-                    let ok = Command::new("sh")
-                        .arg("-c")
-                        .arg(command)
-                        .status()
-                        .is_ok_and(|s| s.success());
-                    step += 1;
-                    transcript.tool_call(step, command, !ok);
-                    let mut post = call;
-                    post["hook_event_name"] = json!("PostToolUse");
-                    post["tool_response"] =
-                        json!({"stdout": "", "stderr": "", "interrupted": false});
-                    hook(&agent, "heartbeat", post);
-                    say!(out, "demo-agent: tool done");
-                    continue;
-                }
-                // `turn CMD`: one whole turn, as a model that runs CMD and is done: its prompt,
-                // one successful tool call running CMD, the end of the turn; then idle at the
-                // prompt.
-                t if t.starts_with("turn ") => {
-                    let command = &t[5..];
-                    say!(out, "demo-agent: turn running `{command}`");
-                    hook(
-                        &agent,
-                        "prompt",
-                        json!({
-                            "hook_event_name": "UserPromptSubmit", "session_id": session_id,
-                            "cwd": cwd(), "prompt": format!("please run {command}"),
-                        }),
-                    );
-                    step += 1;
-                    transcript.tool_call(step, command, false);
-                    tool_ok(&agent, &session_id, command);
-                    hook(
-                        &agent,
-                        "stop",
-                        json!({"hook_event_name": "Stop", "session_id": session_id, "cwd": cwd()}),
-                    );
-                    say!(out, "demo-agent: turn done");
-                    mode = Mode::Silent;
-                    continue;
-                }
-                // Several words are a prompt, as a person (or phoenix) would type it.
-                prompt if prompt.contains(' ') => {
-                    say!(out, "demo-agent: prompt received: {prompt}");
-                    hook(
-                        &agent,
-                        "prompt",
-                        json!({
-                            "hook_event_name": "UserPromptSubmit", "session_id": session_id,
-                            "cwd": cwd(), "prompt": prompt,
-                        }),
-                    );
-                }
-                other => say!(out, "demo-agent: unknown word `{other}`"),
-            },
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            // stdin closed: keep working, like a CLI left running without a terminal.
-            Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(args.interval),
+        (None, _, _) => Some(text),
+    }
+}
+
+/// What the agent does after hearing a word.
+enum Heard {
+    /// Carry on: one step of work unless silent.
+    Carry,
+    /// A tool call or a turn took the time of a step: no step this time.
+    Busy,
+    /// Exit with this code.
+    Exit(i32),
+}
+
+/// The agent at work: its flags, its session and what the words typed so far have made it.
+struct Agent {
+    args: DemoArgs,
+    session: Session,
+    mode: Mode,
+    failing: bool,
+    step: u64,
+}
+
+impl Agent {
+    /// Work in a loop, one step per interval, hearing the words typed meanwhile, until a crash
+    /// or an exit; returns the exit code.
+    fn live(mut self, words: mpsc::Receiver<String>, out: &mut dyn Write) -> i32 {
+        let started = Instant::now();
+        loop {
+            if self
+                .args
+                .crash_after
+                .is_some_and(|d| started.elapsed() >= d)
+            {
+                say!(out, "\ndemo-agent: simulated crash");
+                return self.crash(out);
+            }
+            if self
+                .args
+                .silent_after
+                .is_some_and(|d| started.elapsed() >= d)
+            {
+                self.mode = Mode::Silent;
+            }
+            match words.recv_timeout(self.args.interval) {
+                Ok(word) => match self.hear(&word, out) {
+                    Heard::Exit(code) => return code,
+                    Heard::Busy => continue,
+                    Heard::Carry => {}
+                },
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                // stdin closed: keep working, like a CLI left running without a terminal.
+                Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(self.args.interval),
+            }
+            if self.mode == Mode::Working {
+                self.work_step(out);
+            }
         }
-        if mode == Mode::Silent {
-            continue;
+    }
+
+    fn crash(&self, out: &mut dyn Write) -> i32 {
+        fail(
+            out,
+            &self.session.transcript,
+            self.args.fail_with.as_deref(),
+        );
+        self.args.exit_code
+    }
+
+    fn hear(&mut self, word: &str, out: &mut dyn Write) -> Heard {
+        match word {
+            "crash" => {
+                say!(out, "demo-agent: crashing as asked");
+                return Heard::Exit(self.crash(out));
+            }
+            "exit" | "quit" => {
+                self.session.hook(
+                    "session-end",
+                    "SessionEnd",
+                    json!({"reason": "prompt_input_exit"}),
+                );
+                say!(out, "demo-agent: bye");
+                return Heard::Exit(0);
+            }
+            "silent" | "hang" => self.mode = Mode::Silent,
+            "work" => self.mode = Mode::Working,
+            "fail" => self.failing = true,
+            "ok" => self.failing = false,
+            "" => {}
+            // `say TEXT` prints TEXT (`\n` for a new line, `{}` for nothing): how a test
+            // makes the agent write `->continuity:` commands that its typed, echoed input
+            // does not contain (`->conti{}nuity:load`).
+            say if say.starts_with("say ") => {
+                say!(out, "{}", say[4..].replace("\\n", "\n").replace("{}", ""))
+            }
+            t if t.starts_with("tool ") => {
+                self.tool(&t[5..], out);
+                return Heard::Busy;
+            }
+            t if t.starts_with("turn ") => {
+                self.turn(&t[5..], out);
+                return Heard::Busy;
+            }
+            // Several words are a prompt, as a person (or phoenix) would type it.
+            prompt if prompt.contains(' ') => {
+                say!(out, "demo-agent: prompt received: {prompt}");
+                self.session.prompt(prompt);
+            }
+            other => say!(out, "demo-agent: unknown word `{other}`"),
         }
-        step += 1;
+        Heard::Carry
+    }
+
+    /// `tool CMD`: one Bash tool call that runs CMD through `sh -c`, as Claude Code's Bash tool
+    /// does, announced before (PreToolUse) and reported after; the agent does nothing else
+    /// meanwhile. The agent here is the model: a test types CMD.
+    fn tool(&mut self, command: &str, out: &mut dyn Write) {
+        self.session.hook(
+            "pre-tool",
+            "PreToolUse",
+            json!({"tool_name": "Bash", "tool_input": {"command": command}}),
+        );
+        say!(out, "demo-agent: tool running `{command}`");
+        let ok = Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .status()
+            .is_ok_and(|s| s.success());
+        self.step += 1;
+        self.session.transcript.tool_call(self.step, command, !ok);
+        self.session.tool_done(command, "");
+        say!(out, "demo-agent: tool done");
+    }
+
+    /// `turn CMD`: one whole turn, as a model that runs CMD and is done: its prompt, one
+    /// successful tool call running CMD, the end of the turn; then idle at the prompt.
+    fn turn(&mut self, command: &str, out: &mut dyn Write) {
+        say!(out, "demo-agent: turn running `{command}`");
+        self.session.prompt(&format!("please run {command}"));
+        self.step += 1;
+        self.session.transcript.tool_call(self.step, command, false);
+        self.session.tool_ok(command);
+        self.session.hook("stop", "Stop", json!({}));
+        say!(out, "demo-agent: turn done");
+        self.mode = Mode::Silent;
+    }
+
+    /// One step of work: a Bash call that succeeds, or fails when told to.
+    fn work_step(&mut self, out: &mut dyn Write) {
+        self.step += 1;
+        let step = self.step;
         let command = format!("demo step {step}");
-        transcript.tool_call(step, &command, failing);
-        if failing {
-            say!(out, "working: step {step} (tool failed)");
-            hook(
-                &agent,
-                "tool-error",
-                json!({
-                    "hook_event_name": "PostToolUseFailure", "session_id": session_id, "cwd": cwd(),
-                    "tool_name": "Bash", "tool_input": {"command": command},
-                    "error": "Exit code 1\ndemo failure", "is_interrupt": false,
-                }),
-            );
-        } else {
+        self.session
+            .transcript
+            .tool_call(step, &command, self.failing);
+        if !self.failing {
             say!(out, "working: step {step}");
-            tool_ok(&agent, &session_id, &command);
+            self.session.tool_ok(&command);
+            return;
         }
+        say!(out, "working: step {step} (tool failed)");
+        self.session.hook(
+            "tool-error",
+            "PostToolUseFailure",
+            json!({
+                "tool_name": "Bash", "tool_input": {"command": command},
+                "error": "Exit code 1\ndemo failure", "is_interrupt": false,
+            }),
+        );
     }
 }
 
@@ -401,23 +507,11 @@ fn additional_context(stdout: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Call `phoenix hook EVENT --agent NAME` with the payload on stdin, like a CLI does.
-/// Returns the hook's stdout. Without PHOENIX_CONFIG (run by hand) there is nothing to call.
+/// `--no-hooks`: the agent calls no hook at all.
 static NO_HOOKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// A Bash call that succeeded, as Claude Code's PostToolUse reports it.
-fn tool_ok(agent: &str, session_id: &str, command: &str) {
-    hook(
-        agent,
-        "heartbeat",
-        json!({
-            "hook_event_name": "PostToolUse", "session_id": session_id, "cwd": cwd(),
-            "tool_name": "Bash", "tool_input": {"command": command},
-            "tool_response": {"stdout": "ok", "stderr": "", "interrupted": false},
-        }),
-    );
-}
-
+/// Call `phoenix hook EVENT --agent NAME` with the payload on stdin, like a CLI does.
+/// Returns the hook's stdout. Without PHOENIX_CONFIG (run by hand) there is nothing to call.
 fn hook(agent: &str, event: &str, payload: serde_json::Value) -> Option<String> {
     if NO_HOOKS.load(std::sync::atomic::Ordering::Relaxed) {
         return None;

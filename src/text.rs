@@ -1,5 +1,6 @@
 //! Small text helpers shared by every layer: shortening for one-line displays and prompts,
-//! counted nouns, and finding the JSON object in an answer wrapped in prose.
+//! counted nouns, and finding the JSON object in an answer wrapped in prose; for the tests,
+//! the crate's own source text.
 
 use serde_json::Value;
 
@@ -51,6 +52,33 @@ pub fn counted(n: usize, noun: &str) -> String {
     } else {
         format!("{n} {noun}s")
     }
+}
+
+/// Every Rust file below `src/` as (its path there, `/`-separated, and its text): for the
+/// tests that check a rule over the whole source (imports, who names tmux, who branches on
+/// the kind of CLI).
+#[cfg(test)]
+pub(crate) fn crate_sources() -> Vec<(String, String)> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    files
+        .into_iter()
+        .map(|file| {
+            let rel = file.strip_prefix(&src).unwrap().to_string_lossy();
+            (rel.into_owned(), std::fs::read_to_string(&file).unwrap())
+        })
+        .collect()
 }
 
 #[cfg(test)]

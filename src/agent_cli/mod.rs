@@ -389,31 +389,12 @@ mod tests {
     /// kinds freely.
     #[test]
     fn no_code_outside_agent_cli_branches_on_the_cli_kind() {
-        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-            for entry in fs::read_dir(dir).unwrap().flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    walk(&path, out);
-                } else if path.extension().is_some_and(|e| e == "rs") {
-                    out.push(path);
-                }
-            }
-        }
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let mut files = Vec::new();
-        walk(&src, &mut files);
         let kinds = ["Cli::Claude", "Cli::Codex", "Cli::Gemini", "Cli::Custom"];
         let mut found = Vec::new();
-        for file in files {
-            let rel = file
-                .strip_prefix(&src)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
+        for (rel, text) in crate::text::crate_sources() {
             if rel.starts_with("agent_cli/") || rel.ends_with("tests.rs") {
                 continue;
             }
-            let text = fs::read_to_string(&file).unwrap();
             let code = text.split("#[cfg(test)]").next().unwrap_or("");
             let mut in_name_table = false;
             for (n, line) in code.lines().enumerate() {

@@ -54,9 +54,9 @@ fn main() {
                     .exec();
                 eprintln!("phoenix-hook: cannot hand the session start to phoenix: {err}");
             }
-            run(hook)
+            phoenix::cli::hook::run(hook)
         }
-        Some(hook) => run(hook),
+        Some(hook) => phoenix::cli::hook::run(hook),
         None => {
             // A hook must never fail its CLI: say what was wrong and exit 0.
             eprintln!("phoenix-hook: cannot understand {args:?}; {USAGE}");
@@ -67,28 +67,8 @@ fn main() {
     std::process::exit(code);
 }
 
-fn config(hook: &phoenix::hooks::HookArgs) -> std::path::PathBuf {
-    hook.config
-        .clone()
-        .or_else(|| std::env::var_os("PHOENIX_CONFIG").map(Into::into))
-        .unwrap_or_else(|| phoenix::spec::DEFAULT_CONFIG.into())
-}
-
 /// Does the fleet have a search index to find related decisions in?
 fn has_index(hook: &phoenix::hooks::HookArgs) -> bool {
-    phoenix::spec::load(&config(hook))
+    phoenix::spec::load(&phoenix::cli::hook::config(hook))
         .is_ok_and(|spec| spec.fleet.state_dir.join(phoenix::store::INDEX).exists())
-}
-
-fn run(hook: phoenix::hooks::HookArgs) -> i32 {
-    let config = config(&hook);
-    phoenix::hooks::run(
-        &config,
-        &hook.event,
-        &hook.agent,
-        hook.cli.as_deref(),
-        hook.payload,
-        &mut std::io::stdout().lock(),
-        &mut std::io::stderr(),
-    )
 }

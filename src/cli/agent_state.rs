@@ -152,71 +152,68 @@ pub fn state(config: &Path, cmd: StateCommand) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let mut text = String::new();
-    let mut row = |k: &str, v: String| {
-        let _ = writeln!(text, "{k:<12} {v}");
+    for (key, value) in state_rows(&state) {
+        let _ = writeln!(text, "{key:<12} {value}");
+    }
+    state_lists(&mut text, &state);
+    let brief = match dir.brief() {
+        Some(b) => format!(
+            "{} ({} lines)",
+            dir.file(state::BRIEF).display(),
+            b.lines().count()
+        ),
+        None => "none".into(),
     };
-    row("agent", state.agent.clone());
-    row("status", state.status.to_string());
-    row(
-        "last active",
-        state.last_active.clone().unwrap_or_else(|| "-".into()),
-    );
-    row(
-        "session",
-        match (&state.session_id, &state.session_source) {
-            (Some(id), Some(src)) => format!("{id} ({src})"),
-            (Some(id), None) => id.clone(),
-            _ => "-".into(),
-        },
-    );
-    row(
-        "task",
-        state.current_task.clone().unwrap_or_else(|| "-".into()),
-    );
+    let _ = writeln!(text, "{:<12} {brief}", "brief");
+    out(&text);
+    Ok(0)
+}
+
+/// `state show`'s first rows: who, where the session is, what goes wrong (only when
+/// something does).
+fn state_rows(state: &AgentState) -> Vec<(&'static str, String)> {
+    let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let session = match (&state.session_id, &state.session_source) {
+        (Some(id), Some(src)) => format!("{id} ({src})"),
+        (Some(id), None) => id.clone(),
+        _ => "-".into(),
+    };
+    let mut rows = vec![
+        ("agent", state.agent.clone()),
+        ("status", state.status.to_string()),
+        ("last active", or_dash(&state.last_active)),
+        ("session", session),
+        ("task", or_dash(&state.current_task)),
+    ];
     if state.consecutive_errors > 0 {
-        row(
-            "errors",
-            format!(
-                "{} consecutive (last: {})",
-                state.consecutive_errors,
-                state.last_error.as_deref().unwrap_or("?")
-            ),
-        );
+        let last = state.last_error.as_deref().unwrap_or("?");
+        let errors = format!("{} consecutive (last: {last})", state.consecutive_errors);
+        rows.push(("errors", errors));
     }
     if state.compactions > 0 {
-        row(
+        let last = state.last_compaction.as_deref().unwrap_or("?");
+        rows.push((
             "compactions",
-            format!(
-                "{} (last {})",
-                state.compactions,
-                state.last_compaction.as_deref().unwrap_or("?")
-            ),
-        );
+            format!("{} (last {last})", state.compactions),
+        ));
     }
     if let Some(end) = &state.last_session_end {
-        row(
-            "last end",
-            format!(
-                "{} {}{}",
-                end.ts,
-                end.reason,
-                if end.clean { " (clean exit)" } else { "" }
-            ),
-        );
+        let clean = if end.clean { " (clean exit)" } else { "" };
+        rows.push(("last end", format!("{} {}{clean}", end.ts, end.reason)));
     }
+    rows
+}
+
+/// `state show`'s lists: the open loops (stale ones marked), the resolved ones, the numbers.
+fn state_lists(text: &mut String, state: &AgentState) {
     let stale = state.open_loops.iter().filter(|l| l.stale).count();
-    row(
-        "open loops",
-        format!("{} ({stale} stale)", state.open_loops.len()),
-    );
+    let open = format!("{} ({stale} stale)", state.open_loops.len());
+    let _ = writeln!(text, "{:<12} {open}", "open loops");
     for l in &state.open_loops {
         let mark = if l.stale { ", stale" } else { "" };
         let _ = writeln!(text, "  - [{}] {} (added {}{mark})", l.id, l.text, l.added);
     }
-    let mut row = |k: &str, v: String| {
-        let _ = writeln!(text, "{k:<12} {v}");
-    };
-    row("resolved", state.resolved.len().to_string());
+    let _ = writeln!(text, "{:<12} {}", "resolved", state.resolved.len());
     for r in &state.resolved {
         let _ = writeln!(text, "  - [{}] {} ({})", r.id, r.reason, r.resolved_date);
     }
@@ -226,22 +223,6 @@ pub fn state(config: &Path, cmd: StateCommand) -> anyhow::Result<i32> {
             let _ = writeln!(text, "  {k}: {v}");
         }
     }
-    let brief = dir.brief();
-    let _ = writeln!(
-        text,
-        "{:<12} {}",
-        "brief",
-        match brief {
-            Some(b) => format!(
-                "{} ({} lines)",
-                dir.file(state::BRIEF).display(),
-                b.lines().count()
-            ),
-            None => "none".into(),
-        }
-    );
-    out(&text);
-    Ok(0)
 }
 
 pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {

@@ -153,174 +153,204 @@ fn read_body(file: Option<&Path>, no_input: bool) -> anyhow::Result<Option<Strin
 
 pub fn handoff(config: &Path, cmd: HandoffCommand) -> anyhow::Result<i32> {
     let spec = super::load_without_fs_checks(config)?;
-    let fleet = FleetDir::new(&spec.fleet.state_dir);
     match cmd {
         HandoffCommand::Save {
-            agent: name,
+            agent,
             reason,
             file,
             no_input,
             json,
-        } => {
-            let a = agent(&spec, &name)?;
-            let Some(trigger) = Trigger::parse(&reason) else {
-                bail!(
-                    "unknown reason `{reason}` ({})",
-                    crate::diag::suggest(&reason, &Trigger::NAMES)
-                );
-            };
-            let body = read_body(file.as_deref(), no_input)?;
-            let h = continuity::save(&spec, a, trigger, body.as_deref())?;
-            for note in &h.notes {
-                eprintln!("note: {note}");
-            }
-            if json {
-                output::json(continuity::summary_json(&h));
-            } else {
-                out(&format!(
-                    "saved handoff {} for agent `{name}` ({})\n",
-                    h.id,
-                    handoff::path(&fleet.agent(&name), &h.id).display()
-                ));
-            }
-            Ok(0)
-        }
-        HandoffCommand::List { agent: name, json } => {
-            let names: Vec<String> = match &name {
-                Some(n) => {
-                    agent(&spec, n)?;
-                    vec![n.clone()]
-                }
-                None => spec.agent_names().iter().map(|s| s.to_string()).collect(),
-            };
-            let all = continuity::handoffs(&spec, names.iter().map(String::as_str));
-            if json {
-                let list: Vec<_> = all.iter().map(continuity::summary_json).collect();
-                output::json(json!({"handoffs": list}));
-                return Ok(0);
-            }
-            if all.is_empty() {
-                out("no handoffs yet\n");
-            }
-            let mut text = String::new();
-            for h in &all {
-                text.push_str(&format!(
-                    "{}  {:<12} {:<14} {}\n",
-                    h.id,
-                    h.agent,
-                    h.trigger.as_str(),
-                    h.summary
-                ));
-            }
-            out(&text);
-            Ok(0)
-        }
-        HandoffCommand::Show {
-            id,
-            agent: name,
-            json,
-        } => {
-            let found = continuity::find_handoff(&spec, &id, name.as_deref())
-                .with_context(|| format!("no handoff `{id}` (see `phoenix handoff list`)"))?;
-            if json {
-                output::json(&found);
-            } else {
-                out(&handoff::to_text(&found));
-            }
-            Ok(0)
-        }
+        } => save(&spec, &agent, &reason, file.as_deref(), no_input, json),
+        HandoffCommand::List { agent, json } => list(&spec, agent.as_deref(), json),
+        HandoffCommand::Show { id, agent, json } => show(&spec, &id, agent.as_deref(), json),
         HandoffCommand::Search {
             query,
-            agent: name,
+            agent,
             kind,
             limit,
             json,
-        } => {
-            let started = std::time::Instant::now();
-            let hits =
-                crate::store::search(&fleet, &query, name.as_deref(), kind.as_deref(), limit)?;
-            let took = started.elapsed();
-            if json {
-                output::json(json!({"hits": hits}));
-                return Ok(0);
-            }
-            if hits.is_empty() {
-                out(&format!("nothing found for `{query}`\n"));
-                return Ok(0);
-            }
-            let mut text = String::new();
-            for h in &hits {
-                text.push_str(&format!(
-                    "{:<9} {:<12} {}  {}\n          {}\n",
-                    h.kind,
-                    h.agent,
-                    h.reference,
-                    h.title,
-                    h.snippet.replace('\n', " ")
-                ));
-            }
-            text.push_str(&format!("{} result(s) in {took:.1?}\n", hits.len()));
-            out(&text);
-            Ok(0)
-        }
-        HandoffCommand::Inject {
-            agent: name,
-            id,
+        } => search(
+            &spec,
+            &query,
+            agent.as_deref(),
+            kind.as_deref(),
+            limit,
             json,
-        } => {
-            let a = agent(&spec, &name)?;
-            let dir = fleet.agent(&name);
-            let h = match id {
-                Some(id) => continuity::find_handoff(&spec, &id, Some(&name))
-                    .with_context(|| format!("agent `{name}` has no handoff `{id}`"))?,
-                None => continuity::latest_for_startup(&dir).with_context(|| {
-                    format!("agent `{name}` has no handoff yet (save one with `phoenix handoff save {name}`)")
-                })?,
-            };
-            let report =
-                continuity::inject::to_agent(&spec, a, &continuity::inject::handoff_text(&h))?;
-            if json {
-                output::json(&report);
-            } else {
-                out(&format!(
-                    "handoff {} injected into agent `{name}` in {} ({})\n",
-                    h.id, report.pane, report.confirmed_by
-                ));
-            }
-            Ok(0)
-        }
-        HandoffCommand::Clear { agent: name, yes } => {
-            agent(&spec, &name)?;
-            if !yes {
-                bail!("this forgets agent `{name}`'s ledger and handoffs; pass --yes to go ahead");
-            }
-            let dir = fleet.agent(&name);
-            let archive = dir.file(handoff::DIR).join("archive").join(
-                jiff::Timestamp::now()
-                    .strftime("%Y%m%dT%H%M%SZ")
-                    .to_string(),
-            );
-            let ids = handoff::list_ids(&dir);
-            if !ids.is_empty() {
-                crate::state::create_private_dir(&archive)?;
-            }
-            for id in &ids {
-                std::fs::rename(handoff::path(&dir, id), archive.join(format!("{id}.md")))?;
-            }
-            let _ = std::fs::remove_file(dir.file(ledger::LEDGER));
-            let _ = dir.record_op(
-                Op::ContinuityCleared,
-                json!({"handoffs": ids.len(), "archive": archive}),
-            );
-            Store::rebuild_fresh(&fleet)?;
-            out(&format!(
-                "cleared agent `{name}`: {} handoff(s) archived in {}, ledger removed\n",
-                ids.len(),
-                archive.display()
-            ));
-            Ok(0)
-        }
+        ),
+        HandoffCommand::Inject { agent, id, json } => inject(&spec, &agent, id.as_deref(), json),
+        HandoffCommand::Clear { agent, yes } => clear(&spec, &agent, yes),
     }
+}
+
+/// `handoff save`: a handoff from the body given (or from what phoenix knows only).
+fn save(
+    spec: &Spec,
+    name: &str,
+    reason: &str,
+    file: Option<&Path>,
+    no_input: bool,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let a = agent(spec, name)?;
+    let Some(trigger) = Trigger::parse(reason) else {
+        bail!(
+            "unknown reason `{reason}` ({})",
+            crate::diag::suggest(reason, &Trigger::NAMES)
+        );
+    };
+    let body = read_body(file, no_input)?;
+    let h = continuity::save(spec, a, trigger, body.as_deref())?;
+    for note in &h.notes {
+        eprintln!("note: {note}");
+    }
+    if json {
+        output::json(continuity::summary_json(&h));
+    } else {
+        let dir = FleetDir::new(&spec.fleet.state_dir).agent(name);
+        out(&format!(
+            "saved handoff {} for agent `{name}` ({})\n",
+            h.id,
+            handoff::path(&dir, &h.id).display()
+        ));
+    }
+    Ok(0)
+}
+
+/// `handoff list`: one line a handoff, the agent's or every agent's.
+fn list(spec: &Spec, name: Option<&str>, json: bool) -> anyhow::Result<i32> {
+    let names: Vec<String> = match name {
+        Some(n) => {
+            agent(spec, n)?;
+            vec![n.to_string()]
+        }
+        None => spec.agent_names().iter().map(|s| s.to_string()).collect(),
+    };
+    let all = continuity::handoffs(spec, names.iter().map(String::as_str));
+    if json {
+        let list: Vec<_> = all.iter().map(continuity::summary_json).collect();
+        output::json(json!({"handoffs": list}));
+        return Ok(0);
+    }
+    if all.is_empty() {
+        out("no handoffs yet\n");
+    }
+    let text: String = all
+        .iter()
+        .map(|h| {
+            let trigger = h.trigger.as_str();
+            format!("{}  {:<12} {trigger:<14} {}\n", h.id, h.agent, h.summary)
+        })
+        .collect();
+    out(&text);
+    Ok(0)
+}
+
+/// `handoff show`: one handoff, whole.
+fn show(spec: &Spec, id: &str, name: Option<&str>, json: bool) -> anyhow::Result<i32> {
+    let found = continuity::find_handoff(spec, id, name)
+        .with_context(|| format!("no handoff `{id}` (see `phoenix handoff list`)"))?;
+    if json {
+        output::json(&found);
+    } else {
+        out(&handoff::to_text(&found));
+    }
+    Ok(0)
+}
+
+/// `handoff search`: the ranked hits, two lines each, and how long the search took.
+fn search(
+    spec: &Spec,
+    query: &str,
+    name: Option<&str>,
+    kind: Option<&str>,
+    limit: usize,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    let started = std::time::Instant::now();
+    let hits = crate::store::search(&fleet, query, name, kind, limit)?;
+    let took = started.elapsed();
+    if json {
+        output::json(json!({"hits": hits}));
+        return Ok(0);
+    }
+    if hits.is_empty() {
+        out(&format!("nothing found for `{query}`\n"));
+        return Ok(0);
+    }
+    let mut text: String = hits
+        .iter()
+        .map(|h| {
+            let snippet = h.snippet.replace('\n', " ");
+            let (kind, agent) = (&h.kind, &h.agent);
+            format!(
+                "{kind:<9} {agent:<12} {}  {}\n          {snippet}\n",
+                h.reference, h.title
+            )
+        })
+        .collect();
+    text.push_str(&format!("{} result(s) in {took:.1?}\n", hits.len()));
+    out(&text);
+    Ok(0)
+}
+
+/// `handoff inject`: paste a handoff (the latest by default) into the agent's pane.
+fn inject(spec: &Spec, name: &str, id: Option<&str>, json: bool) -> anyhow::Result<i32> {
+    let a = agent(spec, name)?;
+    let dir = FleetDir::new(&spec.fleet.state_dir).agent(name);
+    let h = match id {
+        Some(id) => continuity::find_handoff(spec, id, Some(name))
+            .with_context(|| format!("agent `{name}` has no handoff `{id}`"))?,
+        None => continuity::latest_for_startup(&dir).with_context(|| {
+            format!(
+                "agent `{name}` has no handoff yet (save one with `phoenix handoff save {name}`)"
+            )
+        })?,
+    };
+    let report = continuity::inject::to_agent(spec, a, &continuity::inject::handoff_text(&h))?;
+    if json {
+        output::json(&report);
+    } else {
+        out(&format!(
+            "handoff {} injected into agent `{name}` in {} ({})\n",
+            h.id, report.pane, report.confirmed_by
+        ));
+    }
+    Ok(0)
+}
+
+/// `handoff clear`: archive the agent's handoffs, remove its ledger, reindex.
+fn clear(spec: &Spec, name: &str, yes: bool) -> anyhow::Result<i32> {
+    agent(spec, name)?;
+    if !yes {
+        bail!("this forgets agent `{name}`'s ledger and handoffs; pass --yes to go ahead");
+    }
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    let dir = fleet.agent(name);
+    let archive = dir.file(handoff::DIR).join("archive").join(
+        jiff::Timestamp::now()
+            .strftime("%Y%m%dT%H%M%SZ")
+            .to_string(),
+    );
+    let ids = handoff::list_ids(&dir);
+    if !ids.is_empty() {
+        crate::state::create_private_dir(&archive)?;
+    }
+    for id in &ids {
+        std::fs::rename(handoff::path(&dir, id), archive.join(format!("{id}.md")))?;
+    }
+    let _ = std::fs::remove_file(dir.file(ledger::LEDGER));
+    let _ = dir.record_op(
+        Op::ContinuityCleared,
+        json!({"handoffs": ids.len(), "archive": archive}),
+    );
+    Store::rebuild_fresh(&fleet)?;
+    out(&format!(
+        "cleared agent `{name}`: {} handoff(s) archived in {}, ledger removed\n",
+        ids.len(),
+        archive.display()
+    ));
+    Ok(0)
 }
 
 pub fn reindex(config: &Path, json: bool) -> anyhow::Result<i32> {

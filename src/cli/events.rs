@@ -8,29 +8,39 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{out, output};
-use crate::spec::{self, LoadOptions};
 use crate::state::{FleetDir, events as critical};
 
-pub struct EventsArgs<'a> {
-    pub agent: Option<&'a str>,
-    pub event: Option<&'a str>,
+// `phoenix events`' arguments (their help is the variant's, in `Command`).
+#[derive(Debug, clap::Args)]
+pub struct EventsArgs {
+    /// Only this agent's events.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Only events whose name starts with this (e.g. `clinic`, `policy_error`).
+    #[arg(long)]
+    pub event: Option<String>,
+    /// Only the last N events.
+    #[arg(long, short = 'n')]
     pub limit: Option<usize>,
-    /// Only events recorded within this long before now.
+    /// Only events of the last DURATION (e.g. `1h`, `30m`, `7d`).
+    #[arg(long, value_parser = super::parse_duration_arg)]
     pub since: Option<Duration>,
+    /// A JSON document `{format_version, events: […]}` (with --follow: one JSON object per
+    /// line, each with `format_version`).
+    #[arg(long)]
     pub json: bool,
+    /// Keep printing events as they are recorded.
+    #[arg(long, short = 'f')]
     pub follow: bool,
-    /// Every step of the agents' ops.jsonl too.
+    /// Every step of the agents' ops.jsonl too (hooks, spawns, restarts), not only the
+    /// critical events and each session's end.
+    #[arg(long)]
     pub all: bool,
 }
 
-pub fn events(config: &Path, args: EventsArgs<'_>) -> anyhow::Result<i32> {
-    let spec = spec::load_with(
-        config,
-        LoadOptions {
-            check_filesystem: false,
-        },
-    )?;
-    if let Some(agent) = args.agent {
+pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
+    let spec = super::load_without_fs_checks(config)?;
+    if let Some(agent) = args.agent.as_deref() {
         // An agent that was pruned from the spec may still have events: warn, do not refuse.
         if spec.agent(agent).is_none() {
             eprintln!(
@@ -43,8 +53,8 @@ pub fn events(config: &Path, args: EventsArgs<'_>) -> anyhow::Result<i32> {
     let path = fleet.critical_events_path();
     let declared = spec.agent_names();
     let filter = critical::Filter {
-        agent: args.agent,
-        event: args.event,
+        agent: args.agent.as_deref(),
+        event: args.event.as_deref(),
         limit: args.limit,
         since: args.since.and_then(critical::Filter::since_age),
         agents: &declared,
@@ -68,6 +78,7 @@ pub fn events(config: &Path, args: EventsArgs<'_>) -> anyhow::Result<i32> {
     if events.is_empty() && !args.follow && !args.json {
         let whose = args
             .agent
+            .as_deref()
             .map(|a| format!(" for agent `{a}`"))
             .unwrap_or_default();
         out(&format!(

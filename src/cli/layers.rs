@@ -4,7 +4,7 @@
 //! writes to what the edge hands it); the state layer imports nothing above it; nothing below
 //! the controller imports it; the generic rooms take no helpers from the Clinic.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// `(module, modules it must not import)`; `*` is every module but `cli` itself.
 const RULES: &[(&str, &[&str])] = &[
@@ -51,17 +51,6 @@ const OWN_SCREEN: &[(&str, &str)] = &[
         "safe mode's prompt is the wrapper's own pane, read and answered by a person",
     ),
 ];
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// The top-level modules a source file names through `crate::` (comments left out).
 fn imports(text: &str) -> Vec<String> {
@@ -118,12 +107,9 @@ fn prints(text: &str) -> bool {
 
 #[test]
 fn no_module_imports_what_it_must_not() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
     let mut broken = Vec::new();
-    for file in files {
-        let rel = file.strip_prefix(&src).unwrap();
+    for (rel, text) in crate::text::crate_sources() {
+        let rel = Path::new(&rel);
         let module = rel
             .components()
             .next()
@@ -133,7 +119,6 @@ fn no_module_imports_what_it_must_not() {
         if ["cli", "main", "lib", "bin"].contains(&module) {
             continue;
         }
-        let text = std::fs::read_to_string(&file).unwrap();
         if prints(&text) && !OWN_SCREEN.iter().any(|(f, _)| Path::new(f) == rel) {
             broken.push(format!(
                 "src/{}: prints (only cli/ prints: take a writer from the edge)",

@@ -389,7 +389,16 @@ pub fn attach(config: &Path, name: &str) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn service_uninstall(config: &Path) -> anyhow::Result<i32> {
+/// `phoenix service install|uninstall|status`.
+pub fn service(config: &Path, command: super::ServiceCommand) -> anyhow::Result<i32> {
+    match command {
+        super::ServiceCommand::Install { print } => super::fleet::service_install(config, print),
+        super::ServiceCommand::Uninstall => service_uninstall(config),
+        super::ServiceCommand::Status { json } => service_status(config, json),
+    }
+}
+
+fn service_uninstall(config: &Path) -> anyhow::Result<i32> {
     use crate::supervise::service;
     let spec = spec::load(config)?;
     match service::uninstall(&spec)? {
@@ -408,7 +417,7 @@ pub fn service_uninstall(config: &Path) -> anyhow::Result<i32> {
 
 /// `phoenix service status`: whether the unit is installed and whether a daemon supervises
 /// this fleet (exit 3, as `systemctl status`, when none does).
-pub fn service_status(config: &Path, json: bool) -> anyhow::Result<i32> {
+fn service_status(config: &Path, json: bool) -> anyhow::Result<i32> {
     use crate::supervise::service;
     let spec = spec::load(config)?;
     let unit = service::unit_path(&spec)?;

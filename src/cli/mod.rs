@@ -2,9 +2,11 @@
 
 mod agent_state;
 mod continuity;
+mod doctor;
 mod events;
 mod fleet;
 mod generate;
+pub mod hook;
 #[cfg(test)]
 mod layers;
 mod lifecycle;
@@ -121,17 +123,7 @@ pub enum Command {
         json: bool,
     },
     /// The controller daemon: reconcile on an interval and on events, run the schedules.
-    Run {
-        /// Log format on stderr.
-        #[arg(long, value_enum, default_value = "human")]
-        log_format: crate::controller::LogFormat,
-        /// More log detail (-v debug, -vv trace).
-        #[arg(short, long, action = clap::ArgAction::Count)]
-        verbose: u8,
-        /// Less log detail (-q warnings only, -qq errors only).
-        #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "verbose")]
-        quiet: u8,
-    },
+    Run(crate::controller::RunOptions),
     /// Restart agents on purpose: clears `.clean-exit` and their crash quarantine. Waits (up to
     /// 60 s) while another phoenix holds the fleet lock. A stopped agent needs `phoenix start`.
     Restart {
@@ -196,19 +188,7 @@ pub enum Command {
         agent: String,
     },
     /// Entry point for the agent CLIs' hooks (reads the payload on stdin). Always exits 0.
-    Hook {
-        /// session-start, prompt, heartbeat, tool-error, pre-tool, pre-compact, stop,
-        /// turn-failed, turn-complete, session-end
-        event: String,
-        #[arg(long)]
-        agent: String,
-        /// The calling CLI (claude, codex, gemini, custom): decides the output format even when
-        /// phoenix.toml cannot be read. Default: the agent's `cli`.
-        #[arg(long)]
-        cli: Option<String>,
-        /// Payload as an argument instead of stdin (Codex `notify` passes it this way).
-        payload: Option<String>,
-    },
+    Hook(hook::HookCall),
     /// The hook configuration phoenix installs in agents' workdirs.
     #[command(subcommand)]
     Hooks(agent_state::HooksCommand),
@@ -232,21 +212,7 @@ pub enum Command {
     Policy(policy::PolicyCommand),
     /// Run the recovery pipeline (triage, diagnosis, prescription, rehabilitation) on an
     /// agent's latest exit, record every step and print the decision.
-    Clinic {
-        agent: String,
-        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
-        #[arg(long)]
-        json: bool,
-        /// The tail of the agent CLI's output (`-` for stdin), to find the error in.
-        #[arg(long)]
-        output: Option<PathBuf>,
-        /// The CLI's transcript (default: the latest one its hooks reported).
-        #[arg(long)]
-        transcript: Option<PathBuf>,
-        /// Decide and print only: record nothing, write nothing.
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Clinic(policy::ClinicArgs),
     /// Check every agent's health (process, silence, error cascade, runaway, repetition,
     /// spend, wedged screen) and heal the unhealthy ones through the `on_unhealthy` policy.
     /// Exit code with --once: 0 all healthy (or only suspect), 1 something was unhealthy.
@@ -260,7 +226,7 @@ pub enum Command {
     },
     /// Notifications: send a test message through every channel of `[notify]`.
     #[command(subcommand)]
-    Notify(NotifyCommand),
+    Notify(notify::NotifyCommand),
     /// An agent's ledger: current task, completed, in progress, blocked, key decisions,
     /// uncertain items, files.
     Ledger {
@@ -297,31 +263,7 @@ pub enum Command {
     },
     /// The fleet's critical events, oldest first: crash loops, policy fallbacks, each step
     /// of a Clinic recovery, state rolled back, and each session's end (--all: every step).
-    Events {
-        /// Only this agent's events.
-        #[arg(long)]
-        agent: Option<String>,
-        /// Only events whose name starts with this (e.g. `clinic`, `policy_error`).
-        #[arg(long)]
-        event: Option<String>,
-        /// Only the last N events.
-        #[arg(long, short = 'n')]
-        limit: Option<usize>,
-        /// Only events of the last DURATION (e.g. `1h`, `30m`, `7d`).
-        #[arg(long, value_parser = parse_duration_arg)]
-        since: Option<std::time::Duration>,
-        /// A JSON document `{format_version, events: […]}` (with --follow: one JSON object per
-        /// line, each with `format_version`).
-        #[arg(long)]
-        json: bool,
-        /// Keep printing events as they are recorded.
-        #[arg(long, short = 'f')]
-        follow: bool,
-        /// Every step of the agents' ops.jsonl too (hooks, spawns, restarts), not only the
-        /// critical events and each session's end.
-        #[arg(long)]
-        all: bool,
-    },
+    Events(events::EventsArgs),
     /// Serve the HTTP API and the web dashboard: fleet status, state, ledgers, handoffs,
     /// briefs, critical events and the plan; save/inject handoffs, restart, resolve loops, run
     /// the watchdog. Loopback only unless `PHOENIX_TOKEN` is set; with a token, every action
@@ -343,23 +285,6 @@ pub enum Command {
     Man,
     /// Print the JSON Schema of phoenix.toml, for editors: `phoenix schema > phoenix.schema.json`.
     Schema,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum NotifyCommand {
-    /// Send a test message through every configured channel and say how each one did.
-    Test {
-        /// The agent the message is about (default: the first one declared).
-        #[arg(long)]
-        agent: Option<String>,
-        /// Send it as a failure message (webhook and command only) instead of an
-        /// investigation report (also opens a GitHub issue).
-        #[arg(long)]
-        failure: bool,
-        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
-        #[arg(long)]
-        json: bool,
-    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -396,19 +321,7 @@ pub fn main() -> i32 {
     // The hook fast path: the shape phoenix writes into hook files, without clap.
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(hook) = crate::hooks::HookArgs::parse(&args) {
-        let config = hook
-            .config
-            .or_else(|| std::env::var_os("PHOENIX_CONFIG").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from(crate::spec::DEFAULT_CONFIG));
-        return crate::hooks::run(
-            &config,
-            &hook.event,
-            &hook.agent,
-            hook.cli.as_deref(),
-            hook.payload,
-            &mut std::io::stdout().lock(),
-            &mut std::io::stderr(),
-        );
+        return hook::run(hook);
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -502,20 +415,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             json,
         } => fleet::apply(&config, &agents, yes, prune, json),
         Command::Status { agent, json } => fleet::status(&config, agent.as_deref(), json),
-        Command::Doctor { json } => fleet::doctor(&config, json),
+        Command::Doctor { json } => doctor::doctor(&config, json),
         Command::Top { interval } => Ok(crate::top::run(&config, interval)?),
-        Command::Run {
-            log_format,
-            verbose,
-            quiet,
-        } => Ok(crate::controller::run(
-            &config,
-            crate::controller::RunOptions {
-                log_format,
-                verbose,
-                quiet,
-            },
-        )?),
+        Command::Run(options) => Ok(crate::controller::run(&config, options)?),
         Command::Restart {
             agents,
             all,
@@ -531,30 +433,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             follow,
         } => logs::logs(&config, &agent, lines, follow),
         Command::Attach { agent } => lifecycle::attach(&config, &agent),
-        Command::Service {
-            command: ServiceCommand::Install { print },
-        } => fleet::service_install(&config, print),
-        Command::Service {
-            command: ServiceCommand::Uninstall,
-        } => lifecycle::service_uninstall(&config),
-        Command::Service {
-            command: ServiceCommand::Status { json },
-        } => lifecycle::service_status(&config, json),
+        Command::Service { command } => lifecycle::service(&config, command),
         Command::Wrap { agent } => Ok(crate::supervise::wrap(&config, &agent)?),
-        Command::Hook {
-            event,
-            agent,
-            cli,
-            payload,
-        } => Ok(crate::hooks::run(
-            &config,
-            &event,
-            &agent,
-            cli.as_deref(),
-            payload,
-            &mut std::io::stdout().lock(),
-            &mut std::io::stderr(),
-        )),
+        Command::Hook(call) => Ok(hook::run(call.with_config(config))),
         Command::Hooks(cmd) => agent_state::hooks(&config, cmd),
         Command::Loop(cmd) => agent_state::loops(&config, cmd),
         Command::Resolve { agent, id, reason } => {
@@ -562,22 +443,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::State(cmd) => agent_state::state(&config, cmd),
         Command::Policy(cmd) => policy::policy(cmd),
-        Command::Clinic {
-            agent,
-            json,
-            output,
-            transcript,
-            dry_run,
-        } => policy::clinic(
-            &config,
-            policy::ClinicArgs {
-                agent: &agent,
-                json,
-                output: output.as_deref(),
-                transcript: transcript.as_deref(),
-                dry_run,
-            },
-        ),
+        Command::Clinic(args) => policy::clinic(&config, args),
         Command::Ledger { agent, json } => continuity::ledger(&config, &agent, json),
         Command::Handoff(cmd) => continuity::handoff(&config, cmd),
         Command::Reindex { json } => continuity::reindex(&config, json),
@@ -588,40 +454,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         } => continuity::brief(&config, &agent, generate, json),
         Command::Tap { agent } => Ok(crate::continuity::tap::run(&config, &agent, err_line)?),
         Command::Watchdog { once, json } => watchdog::run(&config, once, json),
-        Command::Notify(NotifyCommand::Test {
-            agent,
-            failure,
-            json,
-        }) => notify::test(
-            &config,
-            agent.as_deref(),
-            if failure {
-                crate::notify::Kind::Failure
-            } else {
-                crate::notify::Kind::Investigation
-            },
-            json,
-        ),
-        Command::Events {
-            agent,
-            event,
-            limit,
-            since,
-            json,
-            follow,
-            all,
-        } => events::events(
-            &config,
-            events::EventsArgs {
-                agent: agent.as_deref(),
-                event: event.as_deref(),
-                limit,
-                since,
-                json,
-                follow,
-                all,
-            },
-        ),
+        Command::Notify(cmd) => notify::notify(&config, cmd),
+        Command::Events(args) => events::events(&config, args),
         Command::Serve { listen } => Ok(crate::serve::run(
             &config,
             &listen,

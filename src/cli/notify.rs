@@ -6,18 +6,46 @@ use std::path::Path;
 
 use super::out;
 use crate::notify::{Kind, Message, Notifier, TEST_AGENT, TEST_TITLE, render_line};
-use crate::spec::{self, LoadOptions};
 use crate::state::FleetDir;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum NotifyCommand {
+    /// Send a test message through every configured channel and say how each one did.
+    Test {
+        /// The agent the message is about (default: the first one declared).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Send it as a failure message (webhook and command only) instead of an
+        /// investigation report (also opens a GitHub issue).
+        #[arg(long)]
+        failure: bool,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn notify(config: &Path, cmd: NotifyCommand) -> anyhow::Result<i32> {
+    match cmd {
+        NotifyCommand::Test {
+            agent,
+            failure,
+            json,
+        } => {
+            let kind = if failure {
+                Kind::Failure
+            } else {
+                Kind::Investigation
+            };
+            test(config, agent.as_deref(), kind, json)
+        }
+    }
+}
 
 /// `phoenix notify test`: send a clearly labelled test message through every channel and
 /// report each. Exit code 0 when all delivered, 1 when one failed or none is configured.
-pub fn test(config: &Path, agent: Option<&str>, kind: Kind, json: bool) -> anyhow::Result<i32> {
-    let spec = spec::load_with(
-        config,
-        LoadOptions {
-            check_filesystem: false,
-        },
-    )?;
+fn test(config: &Path, agent: Option<&str>, kind: Kind, json: bool) -> anyhow::Result<i32> {
+    let spec = super::load_without_fs_checks(config)?;
     let notify = &spec.notify;
     if notify.is_empty() {
         eprintln!(

@@ -15,7 +15,7 @@ use crate::diag::{Diagnostic, FileDiagnostics, Located};
 use crate::policy::fixture::{self, Fixture};
 use crate::policy::{self, AgentInfo, Policies};
 use crate::render::Templates;
-use crate::spec::{self, Spec};
+use crate::spec::Spec;
 use crate::state::FleetDir;
 
 #[derive(Debug, Subcommand)]
@@ -267,54 +267,40 @@ pub fn validate_extras(spec: &Spec, json: bool) -> Option<i32> {
     Some(1)
 }
 
-/// `phoenix clinic AGENT`: run the recovery pipeline on the agent's latest exit.
-pub struct ClinicArgs<'a> {
-    pub agent: &'a str,
+// `phoenix clinic AGENT`: run the recovery pipeline on the agent's latest exit (the help is
+// the variant's, in `Command`).
+#[derive(Debug, clap::Args)]
+pub struct ClinicArgs {
+    pub agent: String,
+    /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
+    #[arg(long)]
     pub json: bool,
-    pub output: Option<&'a Path>,
-    pub transcript: Option<&'a Path>,
+    /// The tail of the agent CLI's output (`-` for stdin), to find the error in.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// The CLI's transcript (default: the latest one its hooks reported).
+    #[arg(long)]
+    pub transcript: Option<PathBuf>,
+    /// Decide and print only: record nothing, write nothing.
+    #[arg(long)]
     pub dry_run: bool,
 }
 
-pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
-    let spec = spec::load_with(
-        config,
-        spec::LoadOptions {
-            check_filesystem: false,
-        },
-    )?;
-    let agent = spec.agent(args.agent).with_context(|| {
+pub fn clinic(config: &Path, args: ClinicArgs) -> anyhow::Result<i32> {
+    let spec = super::load_without_fs_checks(config)?;
+    let agent = spec.agent(&args.agent).with_context(|| {
         format!(
             "agent `{}` is not declared in {} ({})",
             args.agent,
             spec.file.display(),
-            spec.declared_hint(args.agent)
+            spec.declared_hint(&args.agent)
         )
     })?;
-    let output = match args.output {
-        Some(p) if p == Path::new("-") => {
-            let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s)?;
-            Some(s)
-        }
-        Some(p) => Some(
-            crate::state::bounded::read_string(p, 16 << 20, crate::state::bounded::Links::Follow)
-                .with_context(|| format!("cannot read output `{}`", p.display()))?,
-        ),
-        None => None,
-    };
+    let output = read_output(args.output.as_deref())?;
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let dir = fleet.agent(&agent.name);
-    let ops = crate::state::op::tail(&dir.file(crate::state::OPS_LOG));
-    let exited = ops
-        .iter()
-        .any(|o| matches!(o.op, crate::state::Op::AgentExit(_)));
-    if !exited && output.is_none() && args.transcript.is_none() {
-        bail!(
-            "agent `{}` has no recorded exit (no `agent_exit` in {}): nothing to recover from; pass --output or --transcript to diagnose anyway",
-            agent.name,
-            dir.file(crate::state::OPS_LOG).display()
-        );
+    if output.is_none() && args.transcript.is_none() {
+        require_an_exit(&agent.name, &dir)?;
     }
     let mut policies = Policies::for_spec(&spec);
     if args.dry_run {
@@ -335,7 +321,7 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
             agent: AgentInfo::from_spec(&spec, agent),
             dir: &dir,
             exit: None,
-            transcript: args.transcript.map(Path::to_path_buf),
+            transcript: args.transcript.clone(),
             output,
             // A person asks after the wrapper has moved on: the crash is the last exit's.
             session: crate::clinic::triage::Session::LastExited,
@@ -348,9 +334,45 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
     }
     if args.json {
         output::json(&recovery);
-        return Ok(0);
+    } else {
+        out(&recovery_text(&recovery, args.dry_run));
     }
-    let r = &recovery;
+    Ok(0)
+}
+
+/// `--output`: the CLI's output from a file, or from stdin for `-`.
+fn read_output(path: Option<&Path>) -> anyhow::Result<Option<String>> {
+    let Some(path) = path else { return Ok(None) };
+    if path == Path::new("-") {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s)?;
+        return Ok(Some(s));
+    }
+    let text =
+        crate::state::bounded::read_string(path, 16 << 20, crate::state::bounded::Links::Follow)
+            .with_context(|| format!("cannot read output `{}`", path.display()))?;
+    Ok(Some(text))
+}
+
+/// Without an output or a transcript to diagnose, the agent must have exited once.
+fn require_an_exit(name: &str, dir: &crate::state::AgentDir) -> anyhow::Result<()> {
+    let ops_log = dir.file(crate::state::OPS_LOG);
+    let ops = crate::state::op::tail(&ops_log);
+    if !ops
+        .iter()
+        .any(|o| matches!(o.op, crate::state::Op::AgentExit(_)))
+    {
+        bail!(
+            "agent `{name}` has no recorded exit (no `agent_exit` in {}): nothing to recover from; pass --output or --transcript to diagnose anyway",
+            ops_log.display()
+        );
+    }
+    Ok(())
+}
+
+/// The recovery for a person: one line a stage, then what the next session and the
+/// notification get.
+fn recovery_text(r: &crate::clinic::Recovery, dry_run: bool) -> String {
     let mut text = format!(
         "agent `{}`: recovery {} of {}\n",
         r.agent, r.attempt, r.max_recoveries
@@ -367,14 +389,11 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
         r.diagnosis.explanation,
         r.diagnosed_by
     ));
+    let reason = r.prescription.reason.as_deref();
     text.push_str(&format!(
         "prescription:  {}{}  [{}]\n",
         r.prescription.action.as_str(),
-        r.prescription
-            .reason
-            .as_deref()
-            .map(|s| format!(": {s}"))
-            .unwrap_or_default(),
+        reason.map(|s| format!(": {s}")).unwrap_or_default(),
         r.prescribed_by
     ));
     let start = match r.rehab.start {
@@ -382,29 +401,29 @@ pub fn clinic(config: &Path, args: ClinicArgs<'_>) -> anyhow::Result<i32> {
         crate::recovery::Start::Fresh => "fresh session",
         crate::recovery::Start::SafeMode => "safe mode",
     };
+    let injected = if r.rehab.inject.is_some() {
+        ", with injected context"
+    } else {
+        ""
+    };
     text.push_str(&format!(
-        "rehabilitation: {start} after {}s{}\n",
-        r.rehab.delay.as_secs_f64(),
-        if r.rehab.inject.is_some() {
-            ", with injected context"
-        } else {
-            ""
-        }
+        "rehabilitation: {start} after {}s{injected}\n",
+        r.rehab.delay.as_secs_f64()
     ));
-    if let Some(inject) = &r.rehab.inject {
-        text.push_str("\n--- injected into the next session ---\n");
-        text.push_str(inject);
-    }
-    if let Some(notify) = &r.rehab.notify {
-        text.push_str("\n--- notification ---\n");
-        text.push_str(notify);
+    let sections = [
+        ("injected into the next session", &r.rehab.inject),
+        ("notification", &r.rehab.notify),
+    ];
+    for (title, body) in sections {
+        if let Some(body) = body {
+            text.push_str(&format!("\n--- {title} ---\n{body}"));
+        }
     }
     for p in &r.problems {
         text.push_str(&format!("warning: {p}\n"));
     }
-    if args.dry_run {
+    if dry_run {
         text.push_str("\n(dry run: nothing was recorded or written)\n");
     }
-    out(&text);
-    Ok(0)
+    text
 }

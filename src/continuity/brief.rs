@@ -11,7 +11,6 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::ledger;
-use crate::clinic::triage;
 use crate::error::Error;
 use crate::process::RunError;
 use crate::render::Templates;
@@ -52,11 +51,7 @@ fn context(
         .unwrap_or_else(|_| AgentState::new(&agent.name));
     state.normalize(jiff::Timestamp::now(), Retention::from(&spec.thresholds));
     let ledger = ledger::load(dir);
-    let facts = state
-        .transcript_path
-        .as_deref()
-        .map(|p| triage::TranscriptFacts::read(std::path::Path::new(p)))
-        .unwrap_or_default();
+    let facts = super::transcript_facts(&state);
     let last_words = facts.last_words(5, 800);
     let day_ago = jiff::Timestamp::now().as_second() - 86_400;
     let events: Vec<Value> =

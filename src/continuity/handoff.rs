@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::ledger::{self, SaveText};
-use crate::clinic::triage;
 use crate::render::Templates;
 use crate::spec::AgentSpec;
 use crate::state::Op;
@@ -122,11 +121,7 @@ pub fn build(
         .into_iter()
         .rev()
         .collect();
-    let facts = state
-        .transcript_path
-        .as_deref()
-        .map(|p| triage::TranscriptFacts::read(std::path::Path::new(p)))
-        .unwrap_or_default();
+    let facts = super::transcript_facts(&state);
     let last_words = facts.last_words(3, 600);
     let notes: Vec<String> = facts.note.clone().into_iter().collect();
     let previous = list_ids(dir).pop();

@@ -22,7 +22,16 @@ use crate::error::Error;
 use crate::render::Templates;
 use crate::spec::{AgentSpec, Spec};
 use crate::state::Op;
-use crate::state::{AgentDir, FleetDir};
+use crate::state::{AgentDir, AgentState, FleetDir};
+
+/// What the transcript the agent's hooks last reported says (nothing without one).
+fn transcript_facts(state: &AgentState) -> crate::clinic::triage::TranscriptFacts {
+    state
+        .transcript_path
+        .as_deref()
+        .map(|p| crate::clinic::triage::TranscriptFacts::read(Path::new(p)))
+        .unwrap_or_default()
+}
 
 /// Save a handoff for `agent` from what phoenix knows (state.json, the ledger, the last tool
 /// calls, the transcript's last words), before a restart, after a crash, before a compaction,

@@ -122,75 +122,12 @@ pub fn render(
     start: Start,
     inputs: &Inputs<'_>,
 ) -> (Option<String>, Option<String>) {
-    let state = inputs.state;
     let brief = inputs.brief.map(str::trim).filter(|b| !b.is_empty());
     let ledger = inputs.ledger.filter(|l| !ledger_is_empty(l));
-    let task = state
-        .current_task
-        .as_deref()
-        .or(ledger.and_then(|l| l.current_task.as_deref()));
-    let start_name = match start {
-        Start::Resumed => return (None, None),
-        Start::Fresh
-            if state.open_loops.is_empty()
-                && state.numbers.is_empty()
-                && brief.is_none()
-                && inputs.handoff.is_none()
-                && inputs.interrupted_tool.is_none()
-                && ledger.is_none() =>
-        {
-            return (None, None);
-        }
-        Start::Recovery => "recovery",
-        Start::Compacted => "compacted",
-        Start::Fresh => "fresh",
+    let Some(start_name) = start_name(start, inputs, brief.is_some() || ledger.is_some()) else {
+        return (None, None);
     };
-    let mut ctx = Context {
-        agent: &state.agent,
-        start: start_name,
-        last_active: state.last_active.as_deref(),
-        task,
-        recent_tools: inputs
-            .recent_tools
-            .iter()
-            .map(|t| {
-                let error = t.get("error").and_then(Value::as_str).map(str::to_string);
-                Tool {
-                    tool: t.get("tool").and_then(Value::as_str).unwrap_or("?").into(),
-                    ok: error.is_none(),
-                    error,
-                }
-            })
-            .collect(),
-        open_loops: &state.open_loops,
-        resolve_command: inputs.resolve_command,
-        numbers: state
-            .numbers
-            .iter()
-            .map(|(name, value)| Number { name, value })
-            .collect(),
-        ledger,
-        handoff: inputs.handoff.map(|h| {
-            let body = cut(&h.body, MAX_HANDOFF_CHARS);
-            HandoffCtx {
-                id: &h.id,
-                trigger: h.trigger.as_str(),
-                created_at: &h.created_at,
-                summary: &h.summary,
-                body: body.text,
-                truncated: body.truncated,
-            }
-        }),
-        related: inputs.related,
-        brief: brief.map(|b| cut(b, MAX_CONTEXT_CHARS)),
-        interrupted_tool: inputs.interrupted_tool.map(|t| InterruptedTool {
-            tool: t["tool"].as_str().unwrap_or("?").to_string(),
-            input: t["input"]
-                .as_str()
-                .filter(|i| !i.is_empty())
-                .map(str::to_string),
-        }),
-    };
+    let mut ctx = Context::new(inputs, start_name, brief, ledger);
     let mut problem = None;
     let mut render = |ctx: &Context<'_>| {
         let (text, override_error) = templates.render_or_builtin("startup.md.j2", ctx);
@@ -226,6 +163,95 @@ pub fn render(
         text.push_str("\n… (startup context truncated)\n");
     }
     (Some(text), problem)
+}
+
+/// The template's name for `start`; `None` when there is nothing worth injecting: a resumed
+/// transcript has it all, a fresh one with nothing saved has nothing to be told.
+/// `saved`: a brief or a ledger worth showing.
+fn start_name(start: Start, inputs: &Inputs<'_>, saved: bool) -> Option<&'static str> {
+    let state = inputs.state;
+    match start {
+        Start::Resumed => None,
+        Start::Fresh
+            if state.open_loops.is_empty()
+                && state.numbers.is_empty()
+                && !saved
+                && inputs.handoff.is_none()
+                && inputs.interrupted_tool.is_none() =>
+        {
+            None
+        }
+        Start::Recovery => Some("recovery"),
+        Start::Compacted => Some("compacted"),
+        Start::Fresh => Some("fresh"),
+    }
+}
+
+impl<'a> Context<'a> {
+    fn new(
+        inputs: &Inputs<'a>,
+        start: &'static str,
+        brief: Option<&str>,
+        ledger: Option<&'a Ledger>,
+    ) -> Context<'a> {
+        let state = inputs.state;
+        let task = state
+            .current_task
+            .as_deref()
+            .or(ledger.and_then(|l| l.current_task.as_deref()));
+        Context {
+            agent: &state.agent,
+            start,
+            last_active: state.last_active.as_deref(),
+            task,
+            recent_tools: inputs.recent_tools.iter().map(Tool::from_record).collect(),
+            open_loops: &state.open_loops,
+            resolve_command: inputs.resolve_command,
+            numbers: state
+                .numbers
+                .iter()
+                .map(|(name, value)| Number { name, value })
+                .collect(),
+            ledger,
+            handoff: inputs.handoff.map(HandoffCtx::new),
+            related: inputs.related,
+            brief: brief.map(|b| cut(b, MAX_CONTEXT_CHARS)),
+            interrupted_tool: inputs.interrupted_tool.map(|t| InterruptedTool {
+                tool: t["tool"].as_str().unwrap_or("?").to_string(),
+                input: t["input"]
+                    .as_str()
+                    .filter(|i| !i.is_empty())
+                    .map(str::to_string),
+            }),
+        }
+    }
+}
+
+impl Tool {
+    /// One line of tool_use.jsonl.
+    fn from_record(t: &Value) -> Tool {
+        let error = t.get("error").and_then(Value::as_str).map(str::to_string);
+        Tool {
+            tool: t.get("tool").and_then(Value::as_str).unwrap_or("?").into(),
+            ok: error.is_none(),
+            error,
+        }
+    }
+}
+
+impl<'a> HandoffCtx<'a> {
+    /// The handoff, its body cut to leave room for the brief.
+    fn new(h: &'a Handoff) -> HandoffCtx<'a> {
+        let body = cut(&h.body, MAX_HANDOFF_CHARS);
+        HandoffCtx {
+            id: &h.id,
+            trigger: h.trigger.as_str(),
+            created_at: &h.created_at,
+            summary: &h.summary,
+            body: body.text,
+            truncated: body.truncated,
+        }
+    }
 }
 
 fn ledger_is_empty(l: &Ledger) -> bool {

@@ -9,10 +9,17 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+// `phoenix run`'s options (the command line's help is the `Run` variant's, in the CLI).
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct RunOptions {
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value = "human")]
     pub log_format: LogFormat,
+    /// More log detail (-v debug, -vv trace).
+    #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Less log detail (-q warnings only, -qq errors only).
+    #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "verbose")]
     pub quiet: u8,
 }
 

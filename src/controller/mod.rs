@@ -13,9 +13,8 @@ pub mod requeue;
 mod wake;
 
 use std::collections::{BTreeSet, HashSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -344,15 +343,8 @@ impl Controller {
 /// One daemon per state dir: an exclusive flock, released by the kernel even after `kill -9`.
 fn acquire_lock(fleet: &FleetDir) -> crate::error::Result<nix::fcntl::Flock<File>> {
     let path = fleet.root.join(crate::state::daemon::DAEMON_LOCK);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        // Never through a link planted in the state dir (the pid is written into it).
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
+    // Never through a link planted in the state dir (the pid is written into it).
+    let file = crate::state::file::open_lock(&path)
         .with_context(|| format!("cannot open lock file `{}`", path.display()))?;
     match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
         Ok(lock) => {

@@ -106,19 +106,34 @@ pub fn stop_previous(dir: &AgentDir) -> Vec<ProcInfo> {
         );
     }
     add_marked(&table, dir, &spared, &mut targets);
+    let stopped = stop_recorded(
+        dir,
+        targets,
+        Op::PreviousAgentStopped,
+        recorded.as_ref().map(|r| r.pid),
+        "a previous wrapper of this agent ended without stopping its agent",
+    );
+    forget_agent(dir);
+    interrupted_call(dir, &stopped);
+    stopped
+}
+
+/// Stop `targets` and, when there were any, record them as `op` with the agent's pid and
+/// why they were stopped. The processes stopped.
+fn stop_recorded(
+    dir: &AgentDir,
+    targets: Vec<ProcInfo>,
+    op: crate::state::op::Make,
+    agent_pid: Option<u32>,
+    why: &str,
+) -> Vec<ProcInfo> {
     let (stopped, listing) = stop(targets);
     if !stopped.is_empty() {
         let _ = dir.record_op(
-            Op::PreviousAgentStopped,
-            json!({
-                "agent_pid": recorded.as_ref().map(|r| r.pid),
-                "processes": listing,
-                "why": "a previous wrapper of this agent ended without stopping its agent",
-            }),
+            op,
+            json!({"agent_pid": agent_pid, "processes": listing, "why": why}),
         );
     }
-    forget_agent(dir);
-    interrupted_call(dir, &stopped);
     stopped
 }
 
@@ -135,17 +150,13 @@ pub fn sweep(dir: &AgentDir, agent: u32) -> Vec<ProcInfo> {
         .filter(|p| p.pgid != own_group && !spared.contains(&p.pid))
         .collect();
     add_marked(&table, dir, &spared, &mut targets);
-    let (stopped, listing) = stop(targets);
-    if !stopped.is_empty() {
-        let _ = dir.record_op(
-            Op::StraysStopped,
-            json!({
-                "agent_pid": agent,
-                "processes": listing,
-                "why": "processes the agent started outlived it; stopped before the next start",
-            }),
-        );
-    }
+    let stopped = stop_recorded(
+        dir,
+        targets,
+        Op::StraysStopped,
+        Some(agent),
+        "processes the agent started outlived it; stopped before the next start",
+    );
     // agent.pid stays: it also names this wrapper, which a successor waits for.
     interrupted_call(dir, &stopped);
     stopped

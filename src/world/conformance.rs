@@ -22,30 +22,37 @@ fn launch(agent: &str, window: &str, fingerprint: &str) -> Launch {
     }
 }
 
-/// Wait (up to 10 s: a real server is asynchronous) until `pane` in the listing satisfies
-/// `ok`; the pane as it was then.
-fn until(runtime: &dyn Runtime, pane: &str, what: &str, ok: impl Fn(&PaneObs) -> bool) -> PaneObs {
+/// Call `attempt` until what it returns is `done`, for up to 10 s (a real server is
+/// asynchronous); the last thing it returned.
+fn retry<T>(mut attempt: impl FnMut() -> T, done: impl Fn(&T) -> bool) -> T {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let found = runtime
-            .list()
-            .ok()
-            .flatten()
-            .and_then(|panes| panes.into_iter().find(|p| p.id == pane));
-        match found {
-            Some(p) if ok(&p) => return p,
-            other => assert!(
-                Instant::now() < deadline,
-                "{}: pane {pane} never became {what}: {other:?} (its process: {:?})",
-                runtime.name(),
-                other.as_ref().and_then(|p| std::fs::read_to_string(format!(
-                    "/proc/{}/stat",
-                    p.pid
-                ))
-                .ok())
-            ),
+        let got = attempt();
+        if done(&got) || Instant::now() > deadline {
+            return got;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Wait (up to 10 s) until `pane` in the listing satisfies `ok`; the pane as it was then.
+fn until(runtime: &dyn Runtime, pane: &str, what: &str, ok: impl Fn(&PaneObs) -> bool) -> PaneObs {
+    let found = retry(
+        || {
+            let panes = runtime.list().ok().flatten().unwrap_or_default();
+            panes.into_iter().find(|p| p.id == pane)
+        },
+        |found| found.as_ref().is_some_and(&ok),
+    );
+    match found {
+        Some(p) if ok(&p) => p,
+        other => panic!(
+            "{}: pane {pane} never became {what}: {other:?} (its process: {:?})",
+            runtime.name(),
+            other
+                .as_ref()
+                .and_then(|p| std::fs::read_to_string(format!("/proc/{}/stat", p.pid)).ok())
+        ),
     }
 }
 
@@ -60,8 +67,33 @@ pub(crate) fn conforms(runtime: &dyn Runtime, exited: &dyn Fn(&str, i32)) {
         None,
         "{name}: a fresh runtime has no server"
     );
+    let (one, two) = starts(runtime);
+    tags(runtime, &one, &two);
+    pastes(runtime, &one);
+    // Enter ends the line; the program exits with it; the pane stays, dead, with the status.
+    runtime.press_enter(&one).unwrap();
+    exited(&one, 7);
+    let dead = dies_with_its_status(runtime, &one);
+    // respawn: the same pane, alive again, tagged with the new launch.
+    runtime
+        .respawn(&one, &launch("one", "w-one", "fp-3"))
+        .unwrap();
+    let back = until(runtime, &one, "respawned", |p| !p.dead);
+    assert_eq!(back.fingerprint.as_deref(), Some("fp-3"), "{name}");
+    assert_ne!(back.pid, dead.pid, "{name}: a new process");
+    pipes_and_stops(runtime, &two);
+    // This test runs in no pane of this runtime.
+    assert_eq!(runtime.own_pane(), None, "{name}");
+    // kill_server: nothing left, an empty world again.
+    runtime.kill_server().unwrap();
+    assert_eq!(runtime.list().unwrap(), None, "{name}: after kill_server");
+    runtime.kill_server().unwrap();
+}
 
-    // start: pane ids, tags on from the first moment, one session for both.
+/// start: pane ids, tags on from the first moment, one session for both; pids of the pane's
+/// own process (a missing pane has none). The two panes' ids.
+fn starts(runtime: &dyn Runtime) -> (String, String) {
+    let name = runtime.name();
     let one = runtime.start(&launch("one", "w-one", "fp-1")).unwrap();
     let two = runtime.start(&launch("two", "w-two", "fp-2")).unwrap();
     assert!(
@@ -85,59 +117,53 @@ pub(crate) fn conforms(runtime: &dyn Runtime, exited: &dyn Fn(&str, i32)) {
     assert_eq!(p.phase, None, "{name}");
     let listed = runtime.list().unwrap().unwrap();
     assert_eq!(listed.len(), 2, "{name}: {listed:?}");
-
-    // pids: of the pane's own process; a missing pane has none.
     assert_eq!(runtime.pane_pid(&one).unwrap(), Some(p.pid), "{name}");
     assert_eq!(runtime.pane_pid("%9999").unwrap(), None, "{name}");
+    (one, two)
+}
 
-    // tags: set, read back, listed; another pane's are its own.
-    runtime.set_tag(&one, Tag::Phase, "cooldown").unwrap();
+/// tags: set, read back, listed; another pane's are its own.
+fn tags(runtime: &dyn Runtime, one: &str, two: &str) {
+    let name = runtime.name();
+    runtime.set_tag(one, Tag::Phase, "cooldown").unwrap();
     assert_eq!(
-        runtime.tag(&one, Tag::Phase).unwrap().as_deref(),
+        runtime.tag(one, Tag::Phase).unwrap().as_deref(),
         Some("cooldown")
     );
-    assert_eq!(runtime.tag(&two, Tag::Phase).unwrap(), None, "{name}");
-    runtime.set_phase(&one, "running").unwrap();
-    until(runtime, &one, "tagged running", |p| {
+    assert_eq!(runtime.tag(two, Tag::Phase).unwrap(), None, "{name}");
+    runtime.set_phase(one, "running").unwrap();
+    until(runtime, one, "tagged running", |p| {
         p.phase.as_deref() == Some("running")
     });
     assert_eq!(
-        runtime.tag(&one, Tag::Agent).unwrap().as_deref(),
+        runtime.tag(one, Tag::Agent).unwrap().as_deref(),
         Some("one")
     );
+}
 
-    // paste: the text reaches the pane, made inert (the BEL is dropped: else the line would
-    // not be a number and the status below not 7); capture reads it; a pane that cannot be
-    // read is left out of capture_many, the others are not.
-    runtime.paste(&one, "7\u{7}").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let screen = loop {
-        let screen = runtime.capture(&one, 10).unwrap();
-        if screen.contains('7') || Instant::now() > deadline {
-            break screen;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+/// paste: the text reaches the pane, made inert (the BEL is dropped: else the line would not
+/// be a number and the status below not 7); capture reads it; a pane that cannot be read is
+/// left out of capture_many, the others are not.
+fn pastes(runtime: &dyn Runtime, one: &str) {
+    let name = runtime.name();
+    runtime.paste(one, "7\u{7}").unwrap();
+    let screen = retry(|| runtime.capture(one, 10).unwrap(), |s| s.contains('7'));
     assert!(screen.contains('7'), "{name}: {screen:?}");
     assert!(runtime.capture("%9999", 10).is_err(), "{name}");
-    let screens = runtime.capture_many(&[one.clone(), "%9999".into()], 10);
+    let screens = runtime.capture_many(&[one.to_string(), "%9999".into()], 10);
     assert_eq!(screens.keys().collect::<Vec<_>>(), [&one], "{name}");
+}
 
-    // Enter ends the line; the program exits with it; the pane stays, dead, with the status.
-    runtime.press_enter(&one).unwrap();
-    exited(&one, 7);
-    // tmux lists the pane dead (its terminal closed) before it has reaped the process and
-    // so has its status; seen in the parallel unit-test run, tmux sometimes leaves the
-    // process an unreaped zombie for longer than this waits. A status, when there is one,
-    // must be the program's.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let dead = loop {
-        let p = until(runtime, &one, "dead", |p| p.dead);
-        if p.dead_status.is_some() || p.dead_signal.is_some() || Instant::now() > deadline {
-            break p;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+/// The pane listed dead, with the program's status. tmux lists the pane dead (its terminal
+/// closed) before it has reaped the process and so has its status; seen in the parallel
+/// unit-test run, tmux sometimes leaves the process an unreaped zombie for longer than this
+/// waits. A status, when there is one, must be the program's.
+fn dies_with_its_status(runtime: &dyn Runtime, one: &str) -> PaneObs {
+    let name = runtime.name();
+    let dead = retry(
+        || until(runtime, one, "dead", |p| p.dead),
+        |p| p.dead_status.is_some() || p.dead_signal.is_some(),
+    );
     if dead.dead_status.is_none() && dead.dead_signal.is_none() {
         let zombie =
             std::fs::read_to_string(format!("/proc/{}/stat", dead.pid)).is_ok_and(|stat| {
@@ -152,33 +178,20 @@ pub(crate) fn conforms(runtime: &dyn Runtime, exited: &dyn Fn(&str, i32)) {
     } else {
         assert_eq!(dead.dead_status, Some(7), "{name}: {dead:?}");
     }
+    dead
+}
 
-    // respawn: the same pane, alive again, tagged with the new launch.
-    runtime
-        .respawn(&one, &launch("one", "w-one", "fp-3"))
-        .unwrap();
-    let back = until(runtime, &one, "respawned", |p| !p.dead);
-    assert_eq!(back.fingerprint.as_deref(), Some("fp-3"), "{name}");
-    assert_ne!(back.pid, dead.pid, "{name}: a new process");
-
-    // pipe: a live pane takes one; a missing pane is an error.
-    runtime.pipe_output(&two, "cat >/dev/null").unwrap();
+/// pipe: a live pane takes one, a missing pane is an error; stop: the pane is gone, stopping
+/// it again is fine.
+fn pipes_and_stops(runtime: &dyn Runtime, two: &str) {
+    let name = runtime.name();
+    runtime.pipe_output(two, "cat >/dev/null").unwrap();
     assert!(
         runtime.pipe_output("%9999", "cat >/dev/null").is_err(),
         "{name}"
     );
-
-    // stop: the pane is gone; stopping it again is fine.
-    runtime.stop(&two).unwrap();
+    runtime.stop(two).unwrap();
     let listed = runtime.list().unwrap().unwrap_or_default();
     assert!(listed.iter().all(|p| p.id != two), "{name}: {listed:?}");
-    runtime.stop(&two).unwrap();
-
-    // This test runs in no pane of this runtime.
-    assert_eq!(runtime.own_pane(), None, "{name}");
-
-    // kill_server: nothing left, an empty world again.
-    runtime.kill_server().unwrap();
-    assert_eq!(runtime.list().unwrap(), None, "{name}: after kill_server");
-    runtime.kill_server().unwrap();
+    runtime.stop(two).unwrap();
 }

@@ -141,8 +141,8 @@ pub enum Tag {
     Phase,
 }
 
-/// One line of `phoenix doctor` about the runtime.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One line of `phoenix doctor` (about the runtime here; the CLI adds its own).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Check {
     pub check: String,
     pub ok: bool,

@@ -711,30 +711,11 @@ mod tests {
     /// words left elsewhere are the user's: the config file's keys and the help's one line.
     #[test]
     fn only_this_file_names_tmux() {
-        fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-            for entry in std::fs::read_dir(dir).unwrap().flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    files(&path, out);
-                } else if path.extension().is_some_and(|e| e == "rs") {
-                    out.push(path);
-                }
-            }
-        }
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let mut all = Vec::new();
-        files(&src, &mut all);
         let mut found = Vec::new();
-        for path in all {
-            let rel = path
-                .strip_prefix(&src)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
+        for (rel, text) in crate::text::crate_sources() {
             if rel == "world/tmux.rs" {
                 continue;
             }
-            let text = std::fs::read_to_string(&path).unwrap();
             for (n, line) in text.lines().enumerate() {
                 let code = line.trim_start();
                 if code.starts_with("//") {

@@ -1,0 +1,155 @@
+//! `phoenix doctor`: the environment checks (the host, the config, the state dir, the daemon,
+//! the runtime's server, each agent's command and workdir), one line each.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::{out, output};
+use crate::spec::{self, AgentSpec, Spec};
+use crate::state::FleetDir;
+use crate::world::{self, Check};
+
+pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
+    let mut checks = world::host_checks();
+    match spec::load(config) {
+        Err(e) => checks.push(Check {
+            check: "config".into(),
+            ok: false,
+            detail: format!("{}: {}", config.display(), first_line(&e.to_string())),
+            fix: Some(
+                e.hint()
+                    .unwrap_or_else(|| "run `phoenix validate` for details".into()),
+            ),
+        }),
+        Ok(spec) => checks.extend(fleet_checks(&spec)),
+    }
+    let failed = checks.iter().filter(|c| !c.ok).count();
+    if json {
+        output::json(json!({"ok": failed == 0, "checks": checks}));
+    } else {
+        out(&checks_text(&checks, failed));
+    }
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// What a spec that loads lets doctor check.
+fn fleet_checks(spec: &Spec) -> Vec<Check> {
+    let config = Check {
+        check: "config".into(),
+        ok: true,
+        detail: format!(
+            "{} ({})",
+            spec.file.display(),
+            crate::text::counted(spec.agents.len(), "agent")
+        ),
+        fix: None,
+    };
+    let server =
+        world::runtime_for(spec).server_check(&spec.fleet.id, world::leftover_problem(spec));
+    let mut checks = vec![
+        config,
+        state_dir_check(&spec.fleet.state_dir),
+        daemon_check(&spec.fleet.state_dir),
+        server,
+    ];
+    checks.extend(spec.agents.iter().flat_map(agent_checks));
+    checks
+}
+
+/// Checked without creating anything: the nearest existing directory must take a new file
+/// (doctor only looks).
+fn state_dir_check(state: &Path) -> Check {
+    let existing = state
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"));
+    let probe = if existing.is_dir() {
+        nix::unistd::access(
+            existing,
+            nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+        )
+        .map_err(std::io::Error::from)
+    } else {
+        Err(std::io::Error::other(format!(
+            "`{}` is not a directory",
+            existing.display()
+        )))
+    };
+    Check {
+        check: "state dir".into(),
+        ok: probe.is_ok(),
+        detail: state.display().to_string(),
+        fix: probe
+            .err()
+            .map(|e| format!("cannot write there ({e}); fix permissions or set `state_dir`")),
+    }
+}
+
+/// Not a failure: a fleet may run without the daemon. Said, so nobody assumes it.
+fn daemon_check(state: &Path) -> Check {
+    let detail = match crate::state::daemon::daemon_pid(&FleetDir::new(state)) {
+        Some(pid) => format!("`phoenix run` supervises this fleet (pid {pid})"),
+        None => "not running: `phoenix run` (or `phoenix service install`) keeps \
+                 the fleet converged and runs the watchdog"
+            .into(),
+    };
+    Check {
+        check: "daemon".into(),
+        ok: true,
+        detail,
+        fix: None,
+    }
+}
+
+/// The agent's command is found and its workdir exists.
+fn agent_checks(agent: &AgentSpec) -> [Check; 2] {
+    let program = agent.argv.first().map(String::as_str).unwrap_or("");
+    let found = agent.command_problem().is_none();
+    let dir_ok = agent.workdir.is_dir();
+    [
+        Check {
+            check: format!("agent `{}` command", agent.name),
+            ok: found,
+            detail: format!("`{program}` ({})", agent.cli),
+            fix: (!found).then(|| {
+                format!(
+                    "install `{program}` or fix `command` for agent `{}`",
+                    agent.name
+                )
+            }),
+        },
+        Check {
+            check: format!("agent `{}` workdir", agent.name),
+            ok: dir_ok,
+            detail: agent.workdir.display().to_string(),
+            fix: (!dir_ok).then(|| "create it or fix `workdir`".into()),
+        },
+    ]
+}
+
+/// One line a check, its fix under it, and the verdict.
+fn checks_text(checks: &[Check], failed: usize) -> String {
+    let mut text = String::new();
+    for c in checks {
+        text.push_str(&format!(
+            "{} {:<28} {}\n",
+            if c.ok { "ok  " } else { "FAIL" },
+            c.check,
+            c.detail
+        ));
+        if let Some(fix) = &c.fix {
+            text.push_str(&format!("     → {fix}\n"));
+        }
+    }
+    text.push_str(&if failed == 0 {
+        "\nAll checks passed.\n".to_string()
+    } else {
+        format!("\n{failed} check(s) failed.\n")
+    });
+    text
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
