@@ -14,6 +14,7 @@ pub mod diag;
 pub mod error;
 pub use error::Error;
 pub mod hooks;
+pub mod hosts;
 pub mod notify;
 pub mod plan;
 pub mod policy;

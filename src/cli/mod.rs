@@ -7,6 +7,7 @@ mod events;
 mod fleet;
 mod generate;
 pub mod hook;
+mod hosts;
 #[cfg(test)]
 mod layers;
 mod lifecycle;
@@ -256,6 +257,10 @@ pub enum Command {
     },
     /// Read an agent's pane output on stdin and act on its `->continuity:` commands (started
     /// by the wrapper through `tmux pipe-pane`).
+    /// The host side of a multi-host fleet: one JSON request on stdin, one JSON reply on
+    /// stdout (run over ssh by the operator's phoenix; see docs/multi-host.md).
+    #[command(hide = true)]
+    Host,
     #[command(hide = true)]
     Tap {
         #[arg(long)]
@@ -452,6 +457,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             generate,
             json,
         } => continuity::brief(&config, &agent, generate, json),
+        Command::Host => Ok(hosts::host()),
         Command::Tap { agent } => Ok(crate::continuity::tap::run(&config, &agent, err_line)?),
         Command::Watchdog { once, json } => watchdog::run(&config, once, json),
         Command::Notify(cmd) => notify::notify(&config, cmd),

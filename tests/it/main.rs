@@ -6,6 +6,7 @@ mod continuity;
 mod dashboard;
 mod fleet;
 mod hooks;
+mod hosts;
 mod inert;
 mod policy;
 mod real_cli;

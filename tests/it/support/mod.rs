@@ -10,6 +10,7 @@ pub mod real;
 pub mod scenarios;
 pub mod scripted;
 pub mod serve;
+pub mod sshd;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

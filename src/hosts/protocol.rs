@@ -1,0 +1,128 @@
+//! The host protocol: what the operator's phoenix sends to `phoenix host` on a host (one JSON
+//! request on stdin) and what comes back (one JSON reply on stdout). Everything travels in
+//! the JSON, nothing in the remote command line but the program and the word `host`, so no
+//! name, path or secret of the spec ever reaches a remote shell or a process list.
+//!
+//! The envelope (`format_version`, `phoenix_version`, `os`, `arch`, `ok`, `error`) stays the
+//! same in every version, so two phoenixes of different versions can always tell each other
+//! which versions they are, whatever else changed.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The version of the request and reply formats. Bumped on any change a peer of the other
+/// version would misread; both sides must agree exactly.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The largest request a host reads (a spec slice with its policies and templates).
+pub const MAX_REQUEST_BYTES: u64 = 16 << 20;
+
+pub fn phoenix_version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    pub format_version: u32,
+    pub phoenix_version: String,
+    #[serde(flatten)]
+    pub call: Call,
+}
+
+impl Request {
+    pub fn new(call: Call) -> Request {
+        Request {
+            format_version: FORMAT_VERSION,
+            phoenix_version: phoenix_version().to_string(),
+            call,
+        }
+    }
+}
+
+/// What the operator asks a host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "verb", rename_all = "snake_case")]
+pub enum Call {
+    /// Who are you: versions, OS and architecture only.
+    Hello,
+    /// `doctor` for the host: tmux, the host's directory, each agent's CLI and workdir there.
+    Check {
+        /// The host's directory (`~` is the remote user's home).
+        dir: String,
+        /// The host's slice of phoenix.toml, as TOML text.
+        slice: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    pub format_version: u32,
+    pub phoenix_version: String,
+    /// `std::env::consts::OS` and `ARCH` of the host's phoenix: `hosts install` copies this
+    /// binary only to a host where both are the same.
+    pub os: String,
+    pub arch: String,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RemoteError>,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub result: Value,
+}
+
+impl Reply {
+    pub fn ok(result: Value) -> Reply {
+        Reply {
+            result,
+            ..Reply::envelope(true)
+        }
+    }
+
+    pub fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
+        Reply {
+            error: Some(RemoteError {
+                kind,
+                message: message.into(),
+            }),
+            ..Reply::envelope(false)
+        }
+    }
+
+    fn envelope(ok: bool) -> Reply {
+        Reply {
+            format_version: FORMAT_VERSION,
+            phoenix_version: phoenix_version().to_string(),
+            os: std::env::consts::OS.to_string(),
+            arch: std::env::consts::ARCH.to_string(),
+            ok,
+            error: None,
+            result: Value::Null,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RemoteError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The request's `format_version` is not the host's.
+    VersionMismatch,
+    /// The request could not be read (not JSON, too large, an unknown verb).
+    BadRequest,
+    /// The host understood the request and could not carry it out.
+    Failed,
+}
+
+/// The result of [`Call::Check`]: one row per check, as `phoenix doctor` shows them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckRow {
+    pub check: String,
+    pub ok: bool,
+    pub detail: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}

@@ -1,0 +1,217 @@
+//! The host's side of the protocol: `phoenix host` reads one request from stdin and answers
+//! with one reply. It never trusts the request beyond its shape: a bad one gets an error
+//! reply, never a panic or a partial action.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::protocol::{
+    Call, CheckRow, ErrorKind, FORMAT_VERSION, MAX_REQUEST_BYTES, Reply, Request,
+};
+use crate::spec::{self, LoadOptions};
+
+/// Read the request from `input` (at most [`MAX_REQUEST_BYTES`]) and answer it.
+pub fn answer_from(input: impl Read) -> Reply {
+    let mut bytes = Vec::new();
+    if let Err(e) = input.take(MAX_REQUEST_BYTES + 1).read_to_end(&mut bytes) {
+        return Reply::error(
+            ErrorKind::BadRequest,
+            format!("cannot read the request: {e}"),
+        );
+    }
+    if bytes.len() as u64 > MAX_REQUEST_BYTES {
+        return Reply::error(
+            ErrorKind::BadRequest,
+            format!("the request is larger than {MAX_REQUEST_BYTES} bytes"),
+        );
+    }
+    answer(&bytes)
+}
+
+pub fn answer(bytes: &[u8]) -> Reply {
+    // The version first, from the bare JSON: a request of another version may not parse.
+    let value: Value = match serde_json::from_slice(bytes) {
+        Ok(v) => v,
+        Err(e) => return Reply::error(ErrorKind::BadRequest, format!("not JSON: {e}")),
+    };
+    let theirs = value.get("format_version").and_then(Value::as_u64);
+    if theirs != Some(u64::from(FORMAT_VERSION)) {
+        let version = value
+            .get("phoenix_version")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown");
+        return Reply::error(
+            ErrorKind::VersionMismatch,
+            format!(
+                "the operator's phoenix {version} speaks host protocol {}; this host's phoenix {} speaks {FORMAT_VERSION}",
+                theirs.map_or("unknown".to_string(), |v| v.to_string()),
+                super::protocol::phoenix_version()
+            ),
+        );
+    }
+    let request: Request = match serde_json::from_value(value) {
+        Ok(r) => r,
+        Err(e) => return Reply::error(ErrorKind::BadRequest, format!("bad request: {e}")),
+    };
+    match request.call {
+        Call::Hello => Reply::ok(Value::Null),
+        Call::Check { dir, slice } => {
+            Reply::ok(serde_json::to_value(check(&dir, &slice)).unwrap_or_default())
+        }
+    }
+}
+
+/// `doctor` on this host for its slice of the fleet.
+fn check(dir: &str, slice: &str) -> Vec<CheckRow> {
+    let dir = spec::expand_path(dir, Path::new("/"));
+    let mut rows = vec![CheckRow {
+        check: "phoenix".into(),
+        ok: true,
+        detail: format!(
+            "{} ({}-{})",
+            super::protocol::phoenix_version(),
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        ),
+        fix: None,
+    }];
+    rows.extend(crate::world::host_checks().into_iter().map(|c| CheckRow {
+        check: c.check,
+        ok: c.ok,
+        detail: c.detail,
+        fix: c.fix,
+    }));
+    rows.push(dir_row(&dir));
+    let file = dir.join("phoenix.toml");
+    let options = LoadOptions {
+        check_filesystem: false,
+    };
+    match spec::parse(slice, &file, options) {
+        Ok(spec) => rows.extend(spec.agents.iter().flat_map(agent_rows)),
+        Err(e) => rows.push(CheckRow {
+            check: "fleet slice".into(),
+            ok: false,
+            detail: crate::text::shorten(&e.to_string(), 400),
+            fix: Some("run `phoenix validate` on the operator's phoenix.toml".into()),
+        }),
+    }
+    rows
+}
+
+/// The host's directory can be created or written by this user.
+fn dir_row(dir: &Path) -> CheckRow {
+    let existing: PathBuf = dir
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"))
+        .to_path_buf();
+    let writable =
+        existing.is_dir() && nix::unistd::access(&existing, nix::unistd::AccessFlags::W_OK).is_ok();
+    CheckRow {
+        check: "dir".into(),
+        ok: writable,
+        detail: if existing == dir {
+            dir.display().to_string()
+        } else {
+            format!(
+                "{} (to be created in {})",
+                dir.display(),
+                existing.display()
+            )
+        },
+        fix: (!writable).then(|| {
+            format!(
+                "make `{}` writable for this user or set another `dir`",
+                existing.display()
+            )
+        }),
+    }
+}
+
+fn agent_rows(agent: &spec::AgentSpec) -> [CheckRow; 2] {
+    let program = agent.argv.first().map(String::as_str).unwrap_or("");
+    let problem = agent.command_problem();
+    let workdir_ok = agent.workdir.is_dir();
+    [
+        CheckRow {
+            check: format!("agent `{}` command", agent.name),
+            ok: problem.is_none(),
+            detail: problem.unwrap_or_else(|| format!("`{program}` ({})", agent.cli)),
+            fix: None,
+        },
+        CheckRow {
+            check: format!("agent `{}` workdir", agent.name),
+            ok: workdir_ok,
+            detail: agent.workdir.display().to_string(),
+            fix: (!workdir_ok).then(|| "create it on this host or fix `workdir`".into()),
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_of_another_version_gets_a_mismatch_naming_both_versions() {
+        let reply = answer(
+            br#"{"format_version": 99, "phoenix_version": "9.9.9", "verb": "hello", "future": 1}"#,
+        );
+        assert!(!reply.ok);
+        let error = reply.error.unwrap();
+        assert_eq!(error.kind, ErrorKind::VersionMismatch);
+        assert!(error.message.contains("9.9.9"), "{}", error.message);
+        assert!(error.message.contains("protocol 99"), "{}", error.message);
+        assert_eq!(reply.format_version, FORMAT_VERSION);
+    }
+
+    #[test]
+    fn garbage_and_unknown_verbs_are_bad_requests_not_panics() {
+        for input in [
+            &b"\xff\xfe"[..],
+            b"[]",
+            b"{}",
+            br#"{"format_version": 1, "phoenix_version": "x", "verb": "format_disk"}"#,
+            br#"{"format_version": 1, "phoenix_version": "x", "verb": "check"}"#,
+        ] {
+            let reply = answer(input);
+            assert!(!reply.ok, "{input:?}");
+            assert!(
+                matches!(
+                    reply.error.as_ref().map(|e| e.kind),
+                    Some(ErrorKind::BadRequest | ErrorKind::VersionMismatch)
+                ),
+                "{reply:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_oversized_request_is_refused_unread() {
+        let reply = answer_from(std::io::repeat(b' ').take(MAX_REQUEST_BYTES + 10));
+        assert_eq!(reply.error.unwrap().kind, ErrorKind::BadRequest);
+    }
+
+    #[test]
+    fn check_reports_a_missing_workdir_and_command_of_the_slice() {
+        let tmp = tempfile::tempdir().unwrap();
+        let slice = format!(
+            "[fleet]\nname = \"f\"\n\n[[agent]]\nname = \"a\"\ncli = \"custom\"\ncommand = \"no-such-program-x\"\nworkdir = \"{}\"\n",
+            tmp.path().join("missing").display()
+        );
+        let request = serde_json::to_vec(&Request::new(Call::Check {
+            dir: tmp.path().join("host").display().to_string(),
+            slice,
+        }))
+        .unwrap();
+        let reply = answer(&request);
+        assert!(reply.ok, "{reply:?}");
+        let rows: Vec<CheckRow> = serde_json::from_value(reply.result).unwrap();
+        let row = |name: &str| rows.iter().find(|r| r.check == name).unwrap().clone();
+        assert!(row("dir").ok, "{rows:?}");
+        assert!(!row("agent `a` command").ok, "{rows:?}");
+        assert!(!row("agent `a` workdir").ok, "{rows:?}");
+    }
+}
