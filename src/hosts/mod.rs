@@ -5,6 +5,7 @@
 
 pub mod protocol;
 pub mod serve;
+pub mod slice;
 pub mod ssh;
 
 use std::ffi::OsString;

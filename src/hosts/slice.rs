@@ -1,0 +1,95 @@
+//! A host's slice of phoenix.toml: the operator's file as it is (comments, defaults,
+//! thresholds, policies, schedules), with only that host's agents and without what means
+//! something on the operator's machine only (the `[[host]]` table, the state directory, the
+//! tmux socket, the ssh config). The host's own phoenix runs it like any phoenix.toml.
+
+use toml_edit::{DocumentMut, Item};
+
+/// Keys of `[fleet]` that name places on the operator's machine: on a host they take their
+/// defaults, inside the host's `dir`.
+const OPERATOR_ONLY_FLEET_KEYS: [&str; 3] = ["state_dir", "tmux_socket", "ssh_config"];
+
+/// The slice of `source` (a phoenix.toml that already validated) for `host`.
+pub fn for_host(source: &str, host: &str) -> Result<String, toml_edit::TomlError> {
+    let mut doc: DocumentMut = source.parse()?;
+    doc.remove("host");
+    if let Some(fleet) = doc.get_mut("fleet").and_then(Item::as_table_like_mut) {
+        for key in OPERATOR_ONLY_FLEET_KEYS {
+            fleet.remove(key);
+        }
+    }
+    if let Some(agents) = doc.get_mut("agent").and_then(Item::as_array_of_tables_mut) {
+        agents.retain(|agent| agent.get("host").and_then(Item::as_str) == Some(host));
+        for agent in agents.iter_mut() {
+            agent.remove("host");
+        }
+        if agents.is_empty() {
+            doc.remove("agent");
+        }
+    }
+    Ok(doc.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOURCE: &str = r#"# the research fleet
+[fleet]
+name = "research"
+state_dir = "/home/op/.phoenix"
+tmux_socket = "ops"
+
+[thresholds]
+silence = "5m"   # a comment that stays
+
+[[host]]
+name = "gpu-1"
+ssh = "deploy@gpu-1"
+
+[[agent]]
+name = "local"
+command = "demo"
+
+[[agent]]
+name = "trades"
+host = "gpu-1"
+command = "claude --model opus"
+
+[[agent]]
+name = "other"
+host = "gpu-2"
+"#;
+
+    #[test]
+    fn a_slice_keeps_its_hosts_agents_and_the_shared_settings_only() {
+        let slice = for_host(SOURCE, "gpu-1").unwrap();
+        assert!(slice.contains("name = \"trades\""), "{slice}");
+        assert!(
+            slice.contains("command = \"claude --model opus\""),
+            "{slice}"
+        );
+        assert!(
+            slice.contains("silence = \"5m\"   # a comment that stays"),
+            "{slice}"
+        );
+        assert!(slice.contains("name = \"research\""), "{slice}");
+        for gone in [
+            "\"local\"",
+            "\"other\"",
+            "[[host]]",
+            "host =",
+            "state_dir",
+            "tmux_socket",
+        ] {
+            assert!(!slice.contains(gone), "{gone} in {slice}");
+        }
+    }
+
+    #[test]
+    fn a_host_without_agents_gets_a_fleet_without_agents() {
+        let slice = for_host(SOURCE, "gpu-9").unwrap();
+        assert!(!slice.contains("[[agent]]"), "{slice}");
+        assert!(slice.contains("[thresholds]"), "{slice}");
+    }
+}
