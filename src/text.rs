@@ -57,6 +57,20 @@ pub fn counted(n: usize, noun: &str) -> String {
 /// Every Rust file below `src/` as (its path there, `/`-separated, and its text): for the
 /// tests that check a rule over the whole source (imports, who names tmux, who branches on
 /// the kind of CLI).
+/// Quote one word for a POSIX shell: the hook commands the CLIs run through `sh -c`, the
+/// pipe command tmux runs, the one command line ssh hands to a host's login shell.
+pub fn sh_quote(word: &str) -> String {
+    let safe = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-./=:,+@%".contains(&b));
+    if safe {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn crate_sources() -> Vec<(String, String)> {
     fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {

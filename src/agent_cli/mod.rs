@@ -30,6 +30,11 @@ pub const HOOKED: [Cli; 3] = [Cli::Claude, Cli::Codex, Cli::Gemini];
 /// A CLI settings, hooks or trust file larger than this is not read.
 pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
+/// The hook file of `cli` in `workdir`, where the CLI reads project hooks from.
+pub fn hook_path_in(cli: Cli, workdir: &std::path::Path) -> Option<std::path::PathBuf> {
+    cli.adapter().hook_file().map(|p| workdir.join(p))
+}
+
 impl Cli {
     /// What phoenix knows about this CLI.
     pub fn adapter(self) -> &'static dyn AgentCli {

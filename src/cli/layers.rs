@@ -172,3 +172,79 @@ fn imports_are_found_in_paths_and_lists() {
     let text = "use crate::cli::out;\nuse crate::{clinic, state::Op};\n// crate::cli in a comment\nlet x = crate::text::shorten(a, 3);";
     assert_eq!(imports(text), ["cli", "clinic", "state", "text"]);
 }
+
+/// The top-level modules and the ones each imports outside its unit tests (`cli`, `main`,
+/// `lib` and `bin` left out: they are the edge).
+fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let mut graph: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for (rel, text) in crate::text::crate_sources() {
+        let module = rel
+            .split('/')
+            .next()
+            .unwrap_or("")
+            .trim_end_matches(".rs")
+            .to_string();
+        if ["cli", "main", "lib", "bin"].contains(&module.as_str()) {
+            continue;
+        }
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+        let deps = graph.entry(module.clone()).or_default();
+        deps.extend(imports(code).into_iter().filter(|m| *m != module));
+    }
+    let modules: std::collections::BTreeSet<String> = graph.keys().cloned().collect();
+    for deps in graph.values_mut() {
+        deps.retain(|d| modules.contains(d));
+    }
+    graph
+}
+
+/// A path that leads from `from` back to `from`, if there is one.
+fn cycle_through(
+    graph: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    from: &str,
+) -> Option<Vec<String>> {
+    let mut stack = vec![vec![from.to_string()]];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(path) = stack.pop() {
+        let last = path.last().unwrap();
+        for next in graph.get(last).into_iter().flatten() {
+            if next == from {
+                return Some([path.clone(), vec![from.to_string()]].concat());
+            }
+            if seen.insert(next.clone()) {
+                stack.push([path.clone(), vec![next.clone()]].concat());
+            }
+        }
+    }
+    None
+}
+
+/// Imports flow one way: a module that imports, directly or not, one that imports it back
+/// ties both into one room (the renovation removed the last such cycle).
+#[test]
+fn the_top_level_modules_import_each_other_in_no_cycle() {
+    let graph = module_graph();
+    assert!(graph.len() > 20, "{graph:?}");
+    let cycles: Vec<String> = graph
+        .keys()
+        .filter_map(|m| cycle_through(&graph, m))
+        .map(|path| path.join(" → "))
+        .collect();
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn a_cycle_is_found() {
+    let graph = [("a", "b"), ("b", "c"), ("c", "a"), ("d", "a")]
+        .into_iter()
+        .fold(
+            std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new(),
+            |mut g, (from, to)| {
+                g.entry(from.into()).or_default().insert(to.into());
+                g
+            },
+        );
+    assert_eq!(cycle_through(&graph, "a").unwrap(), ["a", "b", "c", "a"]);
+    assert!(cycle_through(&graph, "d").is_none());
+}

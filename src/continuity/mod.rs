@@ -7,7 +7,7 @@
 pub mod brief;
 pub mod handoff;
 pub mod inject;
-pub mod ledger;
+pub use crate::state::ledger;
 pub mod startup;
 pub mod tap;
 
@@ -161,7 +161,7 @@ pub fn resolve_command(spec: &Spec, agent: &str) -> String {
         "resolve",
         agent,
     ]
-    .map(crate::hooks::config::sh_quote)
+    .map(crate::text::sh_quote)
     .join(" ")
 }
 
@@ -182,11 +182,4 @@ pub fn summary_json(h: &Handoff) -> Value {
     })
 }
 
-/// Does `path` look like a handoff file name phoenix wrote?
-pub fn is_handoff_file(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "md")
-        && path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.len() > 17 && n.as_bytes()[8] == b'T')
-}
+pub use crate::state::handoff::is_handoff_file;

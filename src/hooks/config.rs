@@ -22,7 +22,7 @@ pub fn relative_path(cli: Cli) -> Option<&'static str> {
 }
 
 pub fn path_in(cli: Cli, workdir: &Path) -> Option<PathBuf> {
-    relative_path(cli).map(|p| workdir.join(p))
+    crate::agent_cli::hook_path_in(cli, workdir)
 }
 
 /// The CLI whose hook file this is, from its last two path components.
@@ -48,18 +48,7 @@ pub fn has_agent_entries(text: &str, agent: &str) -> bool {
         .any(|h| is_phoenix_handler(h, agent))
 }
 
-/// Quote one word for a POSIX shell (the CLIs run hook commands through `sh -c`/`$SHELL -lc`).
-pub fn sh_quote(word: &str) -> String {
-    let safe = !word.is_empty()
-        && word
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_-./=:,+@%".contains(&b));
-    if safe {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
-}
+pub use crate::text::sh_quote;
 
 /// Everything the generated commands depend on.
 #[derive(Debug, Clone)]

@@ -15,6 +15,7 @@ use std::time::Duration;
 use protocol::{Call, ErrorKind, FORMAT_VERSION, Reply, Request};
 
 use crate::process::Finished;
+use crate::text::sh_quote;
 
 /// How the operator reaches a host. Every call runs one program there with JSON on stdin;
 /// what it printed and how it ended come back.
@@ -160,10 +161,6 @@ pub fn remote_command(words: &[&str]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-fn sh_quote(word: &str) -> String {
-    crate::hooks::config::sh_quote(word)
 }
 
 /// Ask the host's phoenix (`phoenix`, as the spec names the program there) one thing.

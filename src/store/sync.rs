@@ -7,8 +7,8 @@ use rusqlite::{OptionalExtension, params};
 use serde_json::Value;
 
 use super::{PENDING, Store, StoreError};
-use crate::continuity::{handoff, ledger};
 use crate::state::AgentDir;
+use crate::state::{handoff, ledger};
 
 fn mtime_and_size(path: &Path) -> Option<(i64, i64)> {
     let m = std::fs::metadata(path).ok()?;

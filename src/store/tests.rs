@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::*;
-use crate::continuity::handoff;
+use crate::state::handoff;
 
 #[test]
 fn queries_cannot_inject_fts_syntax() {

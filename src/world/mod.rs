@@ -266,7 +266,7 @@ impl FileObs {
     /// Bounded: the file is in an agent's workdir, and a FIFO there must not hang `plan`.
     pub fn read(path: &Path) -> FileObs {
         use crate::state::bounded::{self, Links};
-        match bounded::read_string(path, crate::hooks::config::MAX_CONFIG_BYTES, Links::Follow) {
+        match bounded::read_string(path, crate::agent_cli::MAX_CONFIG_BYTES, Links::Follow) {
             Ok(text) => FileObs::Text(text),
             Err(e) if e.is_not_found() => FileObs::Missing,
             Err(e) => FileObs::Unreadable(e.to_string()),
@@ -422,9 +422,9 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError
     let mut paths: Vec<PathBuf> = workdirs
         .into_iter()
         .flat_map(|w| {
-            crate::hooks::config::HOOKED
+            crate::agent_cli::HOOKED
                 .into_iter()
-                .filter_map(move |cli| crate::hooks::config::path_in(cli, w))
+                .filter_map(move |cli| crate::agent_cli::hook_path_in(cli, w))
         })
         .collect();
     paths.extend(
