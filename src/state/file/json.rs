@@ -256,14 +256,13 @@ impl<T: Serialize + DeserializeOwned> JsonFile<T> {
         let stamp = jiff::Timestamp::now()
             .strftime("%Y%m%dT%H%M%S%.3fZ")
             .to_string();
-        let kept = self.file(&format!("{}.corrupt-{stamp}", self.name));
-        let kept = fs::rename(&path, &kept).ok().map(|_| {
+        let kept = self.set_aside(&path, &format!("{}.corrupt-{stamp}", self.name));
+        if let Some(kept) = &kept
             // Kept as private as the file it was (a link's target is not touched).
-            if fs::symlink_metadata(&kept).is_ok_and(|m| m.is_file()) {
-                let _ = fs::set_permissions(&kept, fs::Permissions::from_mode(0o600));
-            }
-            kept
-        });
+            && fs::symlink_metadata(kept).is_ok_and(|m| m.is_file())
+        {
+            let _ = fs::set_permissions(kept, fs::Permissions::from_mode(0o600));
+        }
         self.prune_corrupt_copies();
         let good = self.last_good_path();
         let restored = match read_bounded(&good, STATE_FILE_LIMIT) {
@@ -296,6 +295,31 @@ impl<T: Serialize + DeserializeOwned> JsonFile<T> {
             details,
         );
         restored
+    }
+
+    /// Move `path` to `name` in this directory, or to `name-01`, `name-02`, … when that is
+    /// taken: two corruptions within one millisecond each keep their own copy (a plain rename
+    /// would replace the first copy's evidence with the second).
+    pub(super) fn set_aside(&self, path: &std::path::Path, name: &str) -> Option<PathBuf> {
+        use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+        (0..100).find_map(|n| {
+            let kept = if n == 0 {
+                self.file(name)
+            } else {
+                self.file(&format!("{name}-{n:02}"))
+            };
+            match renameat2(
+                AT_FDCWD,
+                path,
+                AT_FDCWD,
+                &kept,
+                RenameFlags::RENAME_NOREPLACE,
+            ) {
+                Ok(()) => Some(Some(kept)),
+                Err(nix::errno::Errno::EEXIST) => None,
+                Err(_) => Some(None),
+            }
+        })?
     }
 
     fn prune_corrupt_copies(&self) {

@@ -48,6 +48,48 @@ fn a_corrupt_file_never_reaches_its_last_good_copy_and_is_rolled_back() {
     assert!(ops.contains("doc_rollback"), "{ops}");
 }
 
+/// Two corruptions within one millisecond: each keeps its own copy of the bad bytes.
+#[test]
+fn corruptions_in_one_millisecond_keep_both_copies() {
+    let (_tmp, dir) = agent();
+    let file = JsonFile::<Doc>::new(&dir, "doc.json", "doc");
+    for i in 0..3 {
+        fs::write(file.path(), format!("garbage {i}")).unwrap();
+        assert_eq!(file.load().unwrap(), None);
+    }
+    let mut kept: Vec<String> = names(&dir.path)
+        .into_iter()
+        .filter(|n| n.starts_with("doc.json.corrupt-"))
+        .map(|n| fs::read_to_string(dir.file(&n)).unwrap())
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ["garbage 0", "garbage 1", "garbage 2"]);
+}
+
+/// Setting aside never replaces a copy already there, whatever the clock says.
+#[test]
+fn a_copy_of_the_same_name_is_never_replaced() {
+    let (_tmp, dir) = agent();
+    let file = JsonFile::<Doc>::new(&dir, "doc.json", "doc");
+    fs::write(dir.file("doc.json.corrupt-X"), "first").unwrap();
+    for second in ["second", "third"] {
+        fs::write(file.path(), second).unwrap();
+        file.set_aside(&file.path(), "doc.json.corrupt-X").unwrap();
+    }
+    assert_eq!(
+        fs::read_to_string(dir.file("doc.json.corrupt-X")).unwrap(),
+        "first"
+    );
+    assert_eq!(
+        fs::read_to_string(dir.file("doc.json.corrupt-X-01")).unwrap(),
+        "second"
+    );
+    assert_eq!(
+        fs::read_to_string(dir.file("doc.json.corrupt-X-02")).unwrap(),
+        "third"
+    );
+}
+
 #[test]
 fn corrupt_copies_are_bounded() {
     let (_tmp, dir) = agent();
