@@ -6,7 +6,7 @@ use std::path::Path;
 use serde_json::json;
 
 use super::{out, output};
-use crate::spec::{self, AgentSpec, Spec};
+use crate::spec::{self, Spec};
 use crate::state::FleetDir;
 use crate::world::{self, Check};
 
@@ -53,7 +53,7 @@ fn fleet_checks(spec: &Spec) -> Vec<Check> {
         daemon_check(&spec.fleet.state_dir),
         server,
     ];
-    checks.extend(spec.agents.iter().flat_map(agent_checks));
+    checks.extend(spec.agents.iter().flat_map(world::agent_checks));
     checks
 }
 
@@ -100,32 +100,6 @@ fn daemon_check(state: &Path) -> Check {
         detail,
         fix: None,
     }
-}
-
-/// The agent's command is found and its workdir exists.
-fn agent_checks(agent: &AgentSpec) -> [Check; 2] {
-    let program = agent.argv.first().map(String::as_str).unwrap_or("");
-    let found = agent.command_problem().is_none();
-    let dir_ok = agent.workdir.is_dir();
-    [
-        Check {
-            check: format!("agent `{}` command", agent.name),
-            ok: found,
-            detail: format!("`{program}` ({})", agent.cli),
-            fix: (!found).then(|| {
-                format!(
-                    "install `{program}` or fix `command` for agent `{}`",
-                    agent.name
-                )
-            }),
-        },
-        Check {
-            check: format!("agent `{}` workdir", agent.name),
-            ok: dir_ok,
-            detail: agent.workdir.display().to_string(),
-            fix: (!dir_ok).then(|| "create it or fix `workdir`".into()),
-        },
-    ]
 }
 
 /// One line a check, its fix under it, and the verdict.

@@ -116,13 +116,3 @@ pub enum ErrorKind {
     /// The host understood the request and could not carry it out.
     Failed,
 }
-
-/// The result of [`Call::Check`]: one row per check, as `phoenix doctor` shows them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckRow {
-    pub check: String,
-    pub ok: bool,
-    pub detail: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
-}

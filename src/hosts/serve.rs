@@ -7,10 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::protocol::{
-    Call, CheckRow, ErrorKind, FORMAT_VERSION, MAX_REQUEST_BYTES, Reply, Request,
-};
+use super::protocol::{Call, ErrorKind, FORMAT_VERSION, MAX_REQUEST_BYTES, Reply, Request};
 use crate::spec::{self, LoadOptions};
+use crate::world::{self, Check};
 
 /// Read the request from `input` (at most [`MAX_REQUEST_BYTES`]) and answer it.
 pub fn answer_from(input: impl Read) -> Reply {
@@ -64,9 +63,9 @@ pub fn answer(bytes: &[u8]) -> Reply {
 }
 
 /// `doctor` on this host for its slice of the fleet.
-fn check(dir: &str, slice: &str) -> Vec<CheckRow> {
+fn check(dir: &str, slice: &str) -> Vec<Check> {
     let dir = spec::expand_path(dir, Path::new("/"));
-    let mut rows = vec![CheckRow {
+    let mut rows = vec![Check {
         check: "phoenix".into(),
         ok: true,
         detail: format!(
@@ -77,20 +76,15 @@ fn check(dir: &str, slice: &str) -> Vec<CheckRow> {
         ),
         fix: None,
     }];
-    rows.extend(crate::world::host_checks().into_iter().map(|c| CheckRow {
-        check: c.check,
-        ok: c.ok,
-        detail: c.detail,
-        fix: c.fix,
-    }));
+    rows.extend(world::host_checks());
     rows.push(dir_row(&dir));
     let file = dir.join("phoenix.toml");
     let options = LoadOptions {
         check_filesystem: false,
     };
     match spec::parse(slice, &file, options) {
-        Ok(spec) => rows.extend(spec.agents.iter().flat_map(agent_rows)),
-        Err(e) => rows.push(CheckRow {
+        Ok(spec) => rows.extend(spec.agents.iter().flat_map(world::agent_checks)),
+        Err(e) => rows.push(Check {
             check: "fleet slice".into(),
             ok: false,
             detail: crate::text::shorten(&e.to_string(), 400),
@@ -101,7 +95,7 @@ fn check(dir: &str, slice: &str) -> Vec<CheckRow> {
 }
 
 /// The host's directory can be created or written by this user.
-fn dir_row(dir: &Path) -> CheckRow {
+fn dir_row(dir: &Path) -> Check {
     let existing: PathBuf = dir
         .ancestors()
         .find(|p| p.exists())
@@ -109,7 +103,7 @@ fn dir_row(dir: &Path) -> CheckRow {
         .to_path_buf();
     let writable =
         existing.is_dir() && nix::unistd::access(&existing, nix::unistd::AccessFlags::W_OK).is_ok();
-    CheckRow {
+    Check {
         check: "dir".into(),
         ok: writable,
         detail: if existing == dir {
@@ -128,26 +122,6 @@ fn dir_row(dir: &Path) -> CheckRow {
             )
         }),
     }
-}
-
-fn agent_rows(agent: &spec::AgentSpec) -> [CheckRow; 2] {
-    let program = agent.argv.first().map(String::as_str).unwrap_or("");
-    let problem = agent.command_problem();
-    let workdir_ok = agent.workdir.is_dir();
-    [
-        CheckRow {
-            check: format!("agent `{}` command", agent.name),
-            ok: problem.is_none(),
-            detail: problem.unwrap_or_else(|| format!("`{program}` ({})", agent.cli)),
-            fix: None,
-        },
-        CheckRow {
-            check: format!("agent `{}` workdir", agent.name),
-            ok: workdir_ok,
-            detail: agent.workdir.display().to_string(),
-            fix: (!workdir_ok).then(|| "create it on this host or fix `workdir`".into()),
-        },
-    ]
 }
 
 #[cfg(test)]
@@ -208,7 +182,7 @@ mod tests {
         .unwrap();
         let reply = answer(&request);
         assert!(reply.ok, "{reply:?}");
-        let rows: Vec<CheckRow> = serde_json::from_value(reply.result).unwrap();
+        let rows: Vec<Check> = serde_json::from_value(reply.result).unwrap();
         let row = |name: &str| rows.iter().find(|r| r.check == name).unwrap().clone();
         assert!(row("dir").ok, "{rows:?}");
         assert!(!row("agent `a` command").ok, "{rows:?}");

@@ -141,13 +141,41 @@ pub enum Tag {
     Phase,
 }
 
-/// One line of `phoenix doctor` (about the runtime here; the CLI adds its own).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One line of `phoenix doctor` (about the runtime here; the CLI adds its own), and of a
+/// host's answer to `phoenix hosts check`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Check {
     pub check: String,
     pub ok: bool,
     pub detail: String,
+    #[serde(default)]
     pub fix: Option<String>,
+}
+
+/// Whether an agent's command and workdir are there on this machine.
+pub fn agent_checks(agent: &crate::spec::AgentSpec) -> [Check; 2] {
+    let program = agent.argv.first().map(String::as_str).unwrap_or("");
+    let found = agent.command_problem().is_none();
+    let dir_ok = agent.workdir.is_dir();
+    [
+        Check {
+            check: format!("agent `{}` command", agent.name),
+            ok: found,
+            detail: format!("`{program}` ({})", agent.cli),
+            fix: (!found).then(|| {
+                format!(
+                    "install `{program}` or fix `command` for agent `{}`",
+                    agent.name
+                )
+            }),
+        },
+        Check {
+            check: format!("agent `{}` workdir", agent.name),
+            ok: dir_ok,
+            detail: agent.workdir.display().to_string(),
+            fix: (!dir_ok).then(|| "create it or fix `workdir`".into()),
+        },
+    ]
 }
 
 /// A runtime shared by the parts of one fleet (the wrapper's threads, the daemon's passes).

@@ -52,13 +52,21 @@ impl Drop for Net {
     }
 }
 
+/// One sshd known as `alias` and the ssh config naming it; `None` (said once) without sshd.
+fn one_host(alias: &str) -> Option<(Sshd, Net)> {
+    if !sshd::available() {
+        return None;
+    }
+    let server = Sshd::start(alias);
+    let net = Net::new(&[&server]);
+    Some((server, net))
+}
+
 #[test]
 fn a_host_answers_over_real_ssh_and_the_connection_is_shared() {
-    if !sshd::available() {
+    let Some((server, net)) = one_host("gpu-1") else {
         return;
-    }
-    let server = Sshd::start("gpu-1");
-    let net = Net::new(&[&server]);
+    };
     let ssh = net.ssh(&server);
     let reply = hosts::ask(&ssh, PHOENIX, Call::Hello, Duration::from_secs(20)).unwrap();
     assert!(reply.ok);
@@ -78,11 +86,9 @@ fn a_host_answers_over_real_ssh_and_the_connection_is_shared() {
 
 #[test]
 fn another_protocol_version_on_the_host_names_both_versions_and_the_fix() {
-    if !sshd::available() {
+    let Some((server, net)) = one_host("old") else {
         return;
-    }
-    let server = Sshd::start("old");
-    let net = Net::new(&[&server]);
+    };
     // A stand-in for an older phoenix: it answers with its envelope in protocol 0.
     let old = net.tmp.path().join("old-phoenix");
     std::fs::write(
@@ -113,11 +119,9 @@ fn another_protocol_version_on_the_host_names_both_versions_and_the_fix() {
 
 #[test]
 fn a_missing_phoenix_and_a_hostile_path_are_reported_and_nothing_runs() {
-    if !sshd::available() {
+    let Some((server, net)) = one_host("bare") else {
         return;
-    }
-    let server = Sshd::start("bare");
-    let net = Net::new(&[&server]);
+    };
     let ssh = net.ssh(&server);
     let err = hosts::ask(
         &ssh,
@@ -146,11 +150,9 @@ fn a_missing_phoenix_and_a_hostile_path_are_reported_and_nothing_runs() {
 
 #[test]
 fn an_unreachable_host_costs_at_most_its_connect_timeout() {
-    if !sshd::available() {
+    let Some((mut server, net)) = one_host("down") else {
         return;
-    }
-    let mut server = Sshd::start("down");
-    let net = Net::new(&[&server]);
+    };
     server.stop();
     let started = Instant::now();
     let err = hosts::ask(
