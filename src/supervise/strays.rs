@@ -140,7 +140,9 @@ fn stop_recorded(
 /// After the agent (pid `agent`) exited: every process of its run still alive, the
 /// wrapper's descendants outside its own process group (its own helpers, a `tmux` call,
 /// stay in it) and whatever carries the agent's marker, is stopped and recorded.
-pub fn sweep(dir: &AgentDir, agent: u32) -> Vec<ProcInfo> {
+///
+/// `held`: [`hold_interrupted_call`] set the agent's call in flight aside at its exit.
+pub fn sweep(dir: &AgentDir, agent: u32, held: bool) -> Vec<ProcInfo> {
     let table = ProcTable::read();
     let spared = spared(&table);
     let own_group = nix::unistd::getpgrp().as_raw() as u32;
@@ -158,18 +160,39 @@ pub fn sweep(dir: &AgentDir, agent: u32) -> Vec<ProcInfo> {
         "processes the agent started outlived it; stopped before the next start",
     );
     // agent.pid stays: it also names this wrapper, which a successor waits for.
-    interrupted_call(dir, &stopped);
+    if held {
+        record_interrupted_call(dir, &stopped);
+    } else {
+        interrupted_call(dir, &stopped);
+    }
     stopped
+}
+
+/// The agent's exit was just seen: the call its PreToolUse hook noted and no PostToolUse
+/// cleared is interrupted, so it is set aside before anything is signalled. A CLI whose
+/// launcher died reports its stopped tool as finished on its way out (the Gemini CLI's
+/// AfterTool hook did, under load), and that report must not erase the interruption.
+/// Whether a call was set aside.
+pub fn hold_interrupted_call(dir: &AgentDir) -> bool {
+    std::fs::rename(
+        dir.file(state::IN_FLIGHT),
+        dir.file(state::INTERRUPTED_TOOL),
+    )
+    .is_ok()
 }
 
 /// The tool call the agent was running when it ended (its PreToolUse hook noted it, no
 /// PostToolUse cleared it) is kept for the next session's startup context to name, and
 /// recorded with what was stopped.
 fn interrupted_call(dir: &AgentDir, stopped: &[ProcInfo]) {
-    let kept = dir.file(state::INTERRUPTED_TOOL);
-    if std::fs::rename(dir.file(state::IN_FLIGHT), &kept).is_err() {
-        return;
+    if hold_interrupted_call(dir) {
+        record_interrupted_call(dir, stopped);
     }
+}
+
+/// Record the call [`hold_interrupted_call`] set aside, with what was stopped.
+fn record_interrupted_call(dir: &AgentDir, stopped: &[ProcInfo]) {
+    let kept = dir.file(state::INTERRUPTED_TOOL);
     let call = state::bounded::read_whole(&kept, 16 * 1024, state::bounded::Links::Refuse)
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())

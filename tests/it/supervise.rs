@@ -1610,6 +1610,61 @@ fn the_tool_call_a_killed_agent_was_running_is_stopped_and_named_to_the_next_ses
     );
 }
 
+/// A CLI's worker outlives its killed launcher and, as the wrapper stops what is left, reports
+/// its stopped tool as finished (the Gemini CLI's AfterTool did, under load): the call was
+/// interrupted all the same, and is recorded and named to the next session.
+#[test]
+fn a_call_the_dying_agent_reports_finished_is_still_named_as_interrupted() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["alpha"])[0];
+    let pane = pane_of(&fleet, "alpha");
+    wait_session_id(&fleet, "alpha");
+    let payload = fleet.path().join("done.json");
+    std::fs::write(
+        &payload,
+        r#"{"hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"c"},"tool_response":{"stdout":"","stderr":"","interrupted":false}}"#,
+    )
+    .unwrap();
+    let reported = fleet.path().join("REPORTED");
+    // Stopped, the tool's shell reports the call done through the agent's own hook.
+    type_into(
+        &fleet,
+        &pane,
+        &format!(
+            "tool trap '{} hook heartbeat --agent alpha < {}; touch {}; exit 1' TERM; sleep 100 & wait",
+            support::PHOENIX,
+            payload.display(),
+            reported.display()
+        ),
+    );
+    wait_until(Duration::from_secs(10), "the tool is in flight", || {
+        fleet.agent_dir("alpha").join("in_flight.json").exists()
+    });
+    kill9(pid);
+
+    let interrupted = wait_ops(&fleet, "alpha", "tool_interrupted", 1);
+    assert!(reported.exists(), "the dying tool reported its call done");
+    assert!(
+        interrupted[0]["input"]
+            .as_str()
+            .unwrap()
+            .contains("sleep 100"),
+        "{interrupted:?}"
+    );
+    support::wait_for_screen(
+        &fleet,
+        &pane,
+        "interrupted and has been stopped: Bash",
+        Duration::from_secs(20),
+    );
+}
+
 /// status, doctor and top's snapshot say whether `phoenix run` supervises this fleet.
 #[test]
 fn status_and_doctor_say_whether_the_daemon_runs() {

@@ -200,13 +200,15 @@ impl Wrapper {
     /// the terminal back.
     fn clean_up_after(&self, pid: u32) {
         term::set_child(None);
+        // Before anything is signalled: what is left of a dying CLI may report its call done.
+        let held = crate::supervise::strays::hold_interrupted_call(&self.dir);
         // Whatever the agent left behind in its process group (tool processes, a hook still
         // writing) ends with it: orphans would fight the next run for the terminal, and a
         // late hook would look like the next run showing life.
         term::signal_group(pid, Signal::SIGTERM);
         // And so does everything else it started, in sessions of its own too: a tool that
         // outlived a killed CLI would otherwise finish beside its rerun in the next session.
-        let stopped = crate::supervise::strays::sweep(&self.dir, pid);
+        let stopped = crate::supervise::strays::sweep(&self.dir, pid, held);
         if !stopped.is_empty() && term::stop_signal().is_none() {
             say(&format!(
                 "stopped {} process(es) `{}` left behind",

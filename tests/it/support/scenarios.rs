@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Fleet, kill9, wait_until};
+use super::{Fleet, kill9, wait_until, wait_until_explained};
 
 /// The shell command the model asks for: a job in a process session of its own that appends
 /// to `F` after 5 s, while the call itself takes a minute.
@@ -56,12 +56,23 @@ pub fn killed_mid_tool_leaves_no_orphan(
     let pid = fleet.agent_status(agent)["pid"].as_u64().unwrap() as u32;
     kill9(pid);
 
-    wait_until(Duration::from_secs(30), "the interruption recorded", || {
-        fleet
-            .ops(agent)
-            .iter()
-            .any(|o| o["event"] == "tool_interrupted")
-    });
+    wait_until_explained(
+        Duration::from_secs(30),
+        "the interruption recorded",
+        || {
+            fleet
+                .ops(agent)
+                .iter()
+                .any(|o| o["event"] == "tool_interrupted")
+        },
+        || {
+            format!(
+                "ops: {:#?}\ntool_use.jsonl: {}",
+                fleet.ops(agent),
+                std::fs::read_to_string(dir.join("tool_use.jsonl")).unwrap_or_default()
+            )
+        },
+    );
     let ops = fleet.ops(agent);
     let strays = ops
         .iter()
