@@ -300,6 +300,13 @@ impl Controller {
     }
 
     fn reload(&mut self) {
+        // A save that truncates, then writes, leaves an empty file for a moment; under load
+        // that moment can outlast the debounce. Empty is a valid config (no agents) that no
+        // one means to switch to: wait for the write's own event instead.
+        if std::fs::metadata(&self.config).is_ok_and(|m| m.len() == 0) {
+            debug!("config file is empty: waiting for the save to finish");
+            return;
+        }
         let digest = wake::config_digest(&self.config);
         if digest == self.config_digest {
             debug!("config file event without a change");

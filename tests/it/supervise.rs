@@ -1038,6 +1038,43 @@ fn config_edit_is_picked_up_by_the_daemon() {
     assert_eq!(reloads(&log), 2, "{log}");
 }
 
+/// A save that truncates before it writes leaves an empty phoenix.toml for a moment (longer
+/// than the debounce under load): an empty file is a fleet of no agents, and the daemon must
+/// wait for the write rather than switch to it.
+#[test]
+fn an_emptied_config_is_a_save_in_progress_not_a_fleet_of_none() {
+    let fleet = Fleet::new();
+    let header = format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1h\"\n\n",
+        fleet.socket
+    );
+    fleet.raw_toml(&format!("{header}{}", resumable_agent("alpha", "")));
+    let daemon = Daemon::start(&fleet, &["--log-format", "json", "-v"]);
+    fleet.wait_running(&["alpha"]);
+    std::fs::File::create(fleet.config()).unwrap();
+    wait_until(Duration::from_secs(10), "the empty file seen", || {
+        daemon.log().contains("config file is empty")
+    });
+    assert!(
+        !daemon.log().contains("config reloaded"),
+        "{}",
+        daemon.log()
+    );
+    fleet.raw_toml(&format!(
+        "{header}{}\n{}",
+        resumable_agent("alpha", ""),
+        resumable_agent("beta", "")
+    ));
+    fleet.wait_running(&["alpha", "beta"]);
+    let log = daemon.log();
+    assert_eq!(log.matches("config reloaded").count(), 1, "{log}");
+    assert!(
+        !log.contains("take effect when the daemon restarts"),
+        "{log}"
+    );
+    daemon.stop();
+}
+
 #[test]
 fn schedules_run_with_a_log_line() {
     let fleet = Fleet::new();
