@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use super::{Transport, TransportError, remote_command};
 use crate::process::{self, Finished, RunError};
+pub use crate::spec::check_destination;
 
 /// ssh's own exit status for "could not connect or authenticate" (any other status is the
 /// remote command's).
@@ -146,27 +147,6 @@ pub fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
     }
     if meta.permissions().mode() & 0o077 != 0 {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
-}
-
-/// An ssh destination as the spec may give it: `user@host`, `host`, an alias, `[::1]`,
-/// `ssh://user@host:2222`. No white space, no shell metacharacters, and never a leading `-`
-/// (`-oProxyCommand=…` would be an option, and run a command).
-pub fn check_destination(destination: &str) -> Result<(), String> {
-    if destination.is_empty() {
-        return Err("is empty".into());
-    }
-    if destination.starts_with('-') {
-        return Err("starts with `-` (ssh would read it as an option)".into());
-    }
-    if let Some(bad) = destination
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || "@._-:[]/%+".contains(*c)))
-    {
-        return Err(format!(
-            "contains {bad:?}: only letters, digits and @ . _ - : [ ] / % + are allowed (options belong in ~/.ssh/config)"
-        ));
     }
     Ok(())
 }

@@ -4,8 +4,8 @@
 use toml::de::{DeTable, DeValue};
 
 use super::raw::{
-    RawAgent, RawBrief, RawClinic, RawFleet, RawGithub, RawNotify, RawRestart, RawSchedules,
-    RawSpec, RawThresholds, RawTmux, RawWatchdog, RawWebhook, fields_of,
+    RawAgent, RawBrief, RawClinic, RawFleet, RawGithub, RawHost, RawNotify, RawRestart,
+    RawSchedules, RawSpec, RawThresholds, RawTmux, RawWatchdog, RawWebhook, fields_of,
 };
 use crate::diag::{Diagnostic, did_you_mean};
 
@@ -26,6 +26,7 @@ enum Section {
     Webhook,
     Watchdog,
     Brief,
+    Host,
 }
 
 impl Section {
@@ -44,6 +45,7 @@ impl Section {
             Section::Webhook => fields_of::<RawWebhook>(),
             Section::Watchdog => fields_of::<RawWatchdog>(),
             Section::Brief => fields_of::<RawBrief>(),
+            Section::Host => fields_of::<RawHost>(),
         }
     }
 
@@ -63,6 +65,7 @@ impl Section {
             Section::Webhook => "[notify.webhook]",
             Section::Watchdog => "[watchdog]",
             Section::Brief => "[brief]",
+            Section::Host => "[[host]]",
         }
     }
 
@@ -77,6 +80,7 @@ impl Section {
             (Section::Root, "notify") => Some(Section::Notify),
             (Section::Root, "watchdog") => Some(Section::Watchdog),
             (Section::Root, "brief") => Some(Section::Brief),
+            (Section::Root, "host") => Some(Section::Host),
             (Section::Notify, "github") => Some(Section::Github),
             (Section::Notify, "webhook") => Some(Section::Webhook),
             (Section::Defaults | Section::Agent, "tmux") => Some(Section::Tmux),

@@ -9,6 +9,7 @@ pub mod schema;
 
 mod agent;
 pub mod floors;
+mod host;
 mod keys;
 mod load;
 mod paths;
@@ -24,6 +25,7 @@ pub use agent::{
     AgentSpec, Cli, DEFAULT_CONTINUE_PROMPT, FieldChange, LaunchSpec, RestartSettings, SESSION_ID,
 };
 pub use floors::Floor;
+pub use host::{HostSpec, RemoteAgent, check_destination, check_remote_path, default_dir};
 pub use load::{
     LAST_GOOD_CONFIG, LoadError, LoadOptions, MAX_CONFIG_BYTES, load, load_for_hook,
     load_last_good_for_hook, load_with, parse, remember_good,
@@ -52,7 +54,12 @@ pub struct Spec {
     pub notify: NotifySettings,
     pub watchdog: WatchdogSettings,
     pub brief: BriefSettings,
+    /// The agents that run on this machine.
     pub agents: Vec<AgentSpec>,
+    /// The other machines (`[[host]]`), in the order written.
+    pub hosts: Vec<HostSpec>,
+    /// The agents declared to run on one of `hosts`: never started here.
+    pub remote_agents: Vec<RemoteAgent>,
     /// What is allowed but probably not meant (`cooldown` longer than `backoff_max`); shown by
     /// `validate`, `plan` and `apply`, never fatal.
     pub warnings: Vec<Located>,
@@ -84,3 +91,6 @@ impl Spec {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod host_tests;

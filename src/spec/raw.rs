@@ -121,6 +121,23 @@ pub struct RawSpec {
     /// The agents: one [[agent]] table each.
     #[serde(default, rename = "agent")]
     pub agents: Vec<Spanned<RawAgent>>,
+    /// Other machines, reached over ssh, each running its own phoenix for the agents declared
+    /// with its name in `host`: one [[host]] table each.
+    #[serde(default, rename = "host")]
+    pub hosts: Vec<Spanned<RawHost>>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawHost {
+    /// The host's name, used by the agents' `host` key (letters, digits, `_`, `-`).
+    pub name: Option<Spanned<String>>,
+    /// What `ssh` is given: `user@host`, a ~/.ssh/config alias or `ssh://user@host:port`.
+    pub ssh: Option<Spanned<String>>,
+    /// Where the host keeps its slice of the fleet. Default "~/.phoenix-hosts/<fleet name>".
+    pub dir: Option<Spanned<String>>,
+    /// The phoenix program on the host. Default "phoenix" (on the remote PATH).
+    pub phoenix: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -134,6 +151,8 @@ pub struct RawFleet {
     pub tmux_socket: Option<Spanned<String>>,
     /// How often `phoenix run` reconciles, e.g. "30s" (the default); at least "1s".
     pub reconcile_interval: Option<Spanned<String>>,
+    /// An ssh config file for reaching the [[host]]s (`ssh -F`). Default: ssh's own.
+    pub ssh_config: Option<Spanned<String>>,
 }
 
 /// Used both for `[defaults]` and for each `[[agent]]`; `name` is only allowed in the latter.
@@ -167,6 +186,8 @@ pub struct RawAgent {
     pub notify: Option<Spanned<Vec<String>>>,
     /// A Lua policy file of its own. Default: policies/recovery.lua.
     pub policy: Option<Spanned<String>>,
+    /// The [[host]] the agent runs on; absent: this machine. Not allowed in [defaults].
+    pub host: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

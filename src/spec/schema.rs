@@ -116,8 +116,8 @@ mod tests {
 
     const EXAMPLE: &str = include_str!("../../phoenix.toml.example");
 
-    /// The example with its commented-out keys (`# workdir = "~/src"`) switched on: those
-    /// document keys too. The socket's `<hash>` placeholder is what `phoenix init` fills in.
+    /// The example with its commented-out keys (`# workdir = "~/src"`) and tables switched
+    /// on: those document keys too. The socket's `<hash>` placeholder is what `phoenix init` fills in.
     fn example_with_every_key() -> String {
         EXAMPLE
             .replace("phoenix-research-<hash>", "phoenix-research-0123abcd")
@@ -128,7 +128,9 @@ mod tests {
                     && rest.split_once(" = ").is_some_and(|(k, _)| {
                         !k.is_empty() && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
                     });
-                if is_key { rest } else { line }
+                // A commented-out table (`# [[host]]`) is switched on with its keys.
+                let is_table = rest != line && rest.starts_with('[') && rest.ends_with(']');
+                if is_key || is_table { rest } else { line }
             })
             .collect::<Vec<_>>()
             .join("\n")

@@ -137,6 +137,8 @@ pub struct Fleet {
     /// where this fleet's agents may still run after an upgrade.
     pub legacy_socket: Option<String>,
     pub reconcile_interval: Duration,
+    /// `ssh -F` for reaching the hosts; `None`: ssh's own config.
+    pub ssh_config: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize)]

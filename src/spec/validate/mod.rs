@@ -3,6 +3,7 @@
 //! section live here; the sections and the agents have their own files.
 
 mod agent;
+mod hosts;
 mod sections;
 
 use std::collections::HashMap;
@@ -13,8 +14,8 @@ use std::time::Duration;
 
 use super::raw::{RawAgent, RawSchedules, RawSpec, Spanned, Whole};
 use super::{
-    AgentSpec, Fleet, Floor, LoadOptions, RestartSettings, Schedule, Schedules, Spec, duration,
-    expand_path,
+    AgentSpec, Fleet, Floor, HostSpec, LoadOptions, RemoteAgent, RestartSettings, Schedule,
+    Schedules, Spec, duration, expand_path,
 };
 use crate::diag::{Diagnostic, FileDiagnostics, Located};
 
@@ -230,7 +231,8 @@ impl Validator<'_> {
         let notify = self.notify(&raw.notify);
         let watchdog = self.watchdog(&raw.watchdog);
         let brief = self.brief(&raw.brief);
-        let agents = self.agents(&raw, &fleet);
+        let hosts = self.hosts(&raw.hosts, &fleet.name);
+        let (agents, remote_agents) = self.agents(&raw, &fleet, &hosts);
         Spec {
             warnings: self.located_warnings(file),
             file: file.to_path_buf(),
@@ -243,6 +245,8 @@ impl Validator<'_> {
             watchdog,
             brief,
             agents,
+            hosts,
+            remote_agents,
         }
     }
 
@@ -262,7 +266,15 @@ impl Validator<'_> {
 
     /// Every valid `[[agent]]` with `[defaults]` applied, each with a name and a tmux window
     /// of its own.
-    fn agents(&mut self, raw: &RawSpec, fleet: &Fleet) -> Vec<AgentSpec> {
+    ///
+    /// The agents of another host are checked as far as this machine can (their files are
+    /// the host's to check) and come back apart: they never start here.
+    fn agents(
+        &mut self,
+        raw: &RawSpec,
+        fleet: &Fleet,
+        hosts: &[HostSpec],
+    ) -> (Vec<AgentSpec>, Vec<RemoteAgent>) {
         if let Some(name) = &raw.defaults.name {
             self.error(
                 "`name` is not allowed in [defaults]".into(),
@@ -270,30 +282,58 @@ impl Validator<'_> {
                 "each [[agent]] needs its own name",
             );
         }
+        if let Some(host) = &raw.defaults.host {
+            self.error(
+                "`host` is not allowed in [defaults]".into(),
+                Some(host.span()),
+                "give each [[agent]] that runs on another machine its own `host`",
+            );
+        }
         let default_restart =
             self.restart(raw.defaults.restart.as_ref(), &RestartSettings::default());
         let mut taken = Taken::default();
-        let mut agents = Vec::new();
+        let (mut agents, mut remote) = (Vec::new(), Vec::new());
         for raw_agent in &raw.agents {
-            let Some(agent) = self.agent(
+            let host = self.agent_host(raw_agent.get_ref(), hosts);
+            let options = self.options;
+            if host.is_some() {
+                self.options.check_filesystem = false;
+            }
+            let agent = self.agent(
                 raw_agent.get_ref(),
                 raw_agent.span(),
                 &raw.defaults,
                 fleet,
                 &default_restart,
-            ) else {
+            );
+            self.options = options;
+            let Some(agent) = agent else {
                 continue;
             };
-            if self.claim(&mut taken, &agent, raw_agent) {
-                agents.push(agent);
+            if !self.claim(&mut taken, &agent, raw_agent, host.as_deref()) {
+                continue;
+            }
+            match host {
+                Some(host) => remote.push(RemoteAgent {
+                    name: agent.name,
+                    host,
+                    enabled: agent.enabled,
+                }),
+                None => agents.push(agent),
             }
         }
-        agents
+        (agents, remote)
     }
 
     /// Whether `agent` may join the fleet: an earlier agent must not have its name or its
     /// tmux window. Either is reported at the name.
-    fn claim(&mut self, taken: &mut Taken, agent: &AgentSpec, raw: &Spanned<RawAgent>) -> bool {
+    fn claim(
+        &mut self,
+        taken: &mut Taken,
+        agent: &AgentSpec,
+        raw: &Spanned<RawAgent>,
+        host: Option<&str>,
+    ) -> bool {
         let name_span = raw.get_ref().name.as_ref().map(|n| n.span());
         if let Some(first) = taken.names.get(&agent.name) {
             let (line, _) = crate::diag::line_col(self.source, first.start);
@@ -308,13 +348,18 @@ impl Validator<'_> {
         taken
             .names
             .insert(agent.name.clone(), name_span.clone().unwrap_or(raw.span()));
-        let window = (agent.session.clone(), agent.window.clone());
+        // Each host has its own tmux server: a window is taken per host.
+        let window = (
+            host.map(str::to_string),
+            agent.session.clone(),
+            agent.window.clone(),
+        );
         if let Some(other) = taken.windows.get(&window) {
             self.diags.push(
                 Diagnostic::new(
                     format!(
                         "agent `{}` uses tmux window `{}:{}`, already used by agent `{other}`",
-                        agent.name, window.0, window.1
+                        agent.name, window.1, window.2
                     ),
                     name_span,
                 )
@@ -345,5 +390,6 @@ impl Validator<'_> {
 #[derive(Default)]
 struct Taken {
     names: HashMap<String, Range<usize>>,
-    windows: HashMap<(String, String), String>,
+    /// Keyed by host (`None`: this machine), session and window.
+    windows: HashMap<(Option<String>, String, String), String>,
 }

@@ -212,6 +212,7 @@ impl Validator<'_> {
             state_dir,
             socket,
             reconcile_interval: self.reconcile_interval(&raw.reconcile_interval),
+            ssh_config: raw.ssh_config.as_ref().map(|p| self.path(p.get_ref())),
         }
     }
 
