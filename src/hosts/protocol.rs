@@ -52,6 +52,50 @@ pub enum Call {
         /// The host's slice of phoenix.toml, as TOML text.
         slice: String,
     },
+    /// `plan --json` for the host's slice as sent, against what runs there: the host's own
+    /// phoenix.toml is not touched (the host's daemon must not act on a dry run).
+    Plan {
+        dir: String,
+        slice: String,
+        #[serde(default)]
+        prune: bool,
+    },
+    /// Make the slice the host's phoenix.toml (each file whole: the policies and templates
+    /// first, phoenix.toml last, every one written to a temporary name and renamed), then
+    /// `apply --yes --json` there.
+    Apply {
+        dir: String,
+        slice: String,
+        /// Policies and templates next to phoenix.toml, by path relative to it (only under
+        /// `policies/` and `templates/`).
+        #[serde(default)]
+        files: std::collections::BTreeMap<String, String>,
+        /// Only these agents (all of the slice when empty).
+        #[serde(default)]
+        agents: Vec<String>,
+        #[serde(default)]
+        prune: bool,
+    },
+    /// One of phoenix's own commands on the host's fleet (`status --json`, `events`,
+    /// `restart NAME`, …): the words go to the host's phoenix as an argv, never to a shell.
+    /// Only the commands in [`RUN_COMMANDS`].
+    Run { dir: String, args: Vec<String> },
+}
+
+/// What [`Call::Run`] may run on a host: reading the fleet and acting on its agents, never
+/// a daemon, a hook, a server or anything that writes the host's phoenix.toml.
+pub const RUN_COMMANDS: &[&str] = &[
+    "status", "events", "logs", "handoff", "ledger", "reindex", "restart", "stop", "start",
+    "watchdog", "validate", "doctor", "state", "loop", "resolve", "brief",
+];
+
+/// What a [`Call::Run`] (and the apply of [`Call::Apply`]) printed and how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ran {
+    /// The exit code (`None`: killed by a signal or the timeout).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -2,12 +2,16 @@
 //! with one reply. It never trusts the request beyond its shape: a bad one gets an error
 //! reply, never a panic or a partial action.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use super::protocol::{Call, ErrorKind, FORMAT_VERSION, MAX_REQUEST_BYTES, Reply, Request};
+use super::protocol::{
+    Call, ErrorKind, FORMAT_VERSION, MAX_REQUEST_BYTES, RUN_COMMANDS, Ran, Reply, Request,
+};
 use crate::spec::{self, LoadOptions};
 use crate::world::{self, Check};
 
@@ -59,7 +63,159 @@ pub fn answer(bytes: &[u8]) -> Reply {
         Call::Check { dir, slice } => {
             Reply::ok(serde_json::to_value(check(&dir, &slice)).unwrap_or_default())
         }
+        Call::Plan { dir, slice, prune } => reply(plan(&dir, &slice, prune)),
+        Call::Apply {
+            dir,
+            slice,
+            files,
+            agents,
+            prune,
+        } => reply(apply(&dir, &slice, &files, &agents, prune)),
+        Call::Run { dir, args } => reply(run(&dir, &args)),
     }
+}
+
+fn reply(result: Result<Value, String>) -> Reply {
+    match result {
+        Ok(value) => Reply::ok(value),
+        Err(message) => Reply::error(ErrorKind::Failed, message),
+    }
+}
+
+/// How long a host's own `apply` may take (starting agents waits for their panes).
+const APPLY_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a host's own read or action may take.
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The host's directory, as the spec wrote it (`~/…` is this user's home).
+fn host_dir(dir: &str) -> PathBuf {
+    spec::expand_path(dir, Path::new("/"))
+}
+
+/// The slice as the host's own phoenix.toml would read it, its workdirs checked here.
+fn parse_slice(dir: &Path, slice: &str) -> Result<spec::Spec, String> {
+    spec::parse(
+        slice,
+        &dir.join(spec::DEFAULT_CONFIG),
+        LoadOptions::default(),
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// `plan --json` of the slice against this host's world; nothing is written.
+fn plan(dir: &str, slice: &str, prune: bool) -> Result<Value, String> {
+    let dir = host_dir(dir);
+    let spec = parse_slice(&dir, slice)?;
+    let runtime = world::runtime_for(&spec);
+    let world = crate::status::observe(&spec, &*runtime).map_err(|e| e.to_string())?;
+    let options = crate::plan::PlanOptions::for_this_binary(prune)
+        .map_err(|e| format!("cannot find this phoenix: {e}"))?;
+    let plan = crate::plan::diff(&spec, &world, &options);
+    let warnings: Vec<String> = spec.warnings.iter().map(|w| w.message.clone()).collect();
+    Ok(serde_json::json!({"plan": plan.to_json(), "warnings": warnings}))
+}
+
+/// Write the slice (a valid one only) as the host's phoenix.toml, then apply it.
+fn apply(
+    dir: &str,
+    slice: &str,
+    files: &BTreeMap<String, String>,
+    agents: &[String],
+    prune: bool,
+) -> Result<Value, String> {
+    let dir = host_dir(dir);
+    parse_slice(&dir, slice)?;
+    write_slice(&dir, slice, files)?;
+    let mut args = vec!["apply".to_string(), "--yes".into(), "--json".into()];
+    if prune {
+        args.push("--prune".into());
+    }
+    args.extend(agents.iter().cloned());
+    let ran = phoenix_here(&dir, &args, APPLY_TIMEOUT)?;
+    Ok(serde_json::to_value(ran).unwrap_or_default())
+}
+
+/// One of [`RUN_COMMANDS`] on this host's fleet.
+fn run(dir: &str, args: &[String]) -> Result<Value, String> {
+    let verb = args.first().map(String::as_str).unwrap_or("");
+    if !RUN_COMMANDS.contains(&verb) {
+        return Err(format!(
+            "`{}` is not a command a host runs for the operator (only {})",
+            crate::text::shorten(verb, 40),
+            RUN_COMMANDS.join(", ")
+        ));
+    }
+    let dir = host_dir(dir);
+    if !dir.join(spec::DEFAULT_CONFIG).is_file() {
+        return Err(format!(
+            "no fleet here yet: `{}` has no phoenix.toml (run `phoenix apply` on the operator)",
+            dir.display()
+        ));
+    }
+    let ran = phoenix_here(&dir, args, RUN_TIMEOUT)?;
+    Ok(serde_json::to_value(ran).unwrap_or_default())
+}
+
+/// This phoenix, on the fleet in `dir`, with `args` as its argv.
+fn phoenix_here(dir: &Path, args: &[String], timeout: Duration) -> Result<Ran, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this phoenix: {e}"))?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .arg("--config")
+        .arg(dir.join(spec::DEFAULT_CONFIG))
+        .args(args)
+        .current_dir(dir);
+    match crate::process::run(command, b"", timeout) {
+        Ok(finished) => Ok(Ran {
+            code: finished.status.code(),
+            stdout: finished.stdout,
+            stderr: finished.stderr,
+        }),
+        Err(crate::process::RunError::Timeout) => Err(format!(
+            "`phoenix {}` did not finish within {}",
+            args.first().map(String::as_str).unwrap_or(""),
+            spec::duration::format(timeout)
+        )),
+        Err(crate::process::RunError::Spawn(e)) => Err(format!("cannot run phoenix: {e}")),
+    }
+}
+
+/// The slice's files, each whole (temporary name, fsync, rename), phoenix.toml last: a
+/// daemon here that reloads mid-push sees the old slice or the new one, never a mix of
+/// halves. Only files under `policies/` and `templates/`, never outside `dir`.
+fn write_slice(dir: &Path, slice: &str, files: &BTreeMap<String, String>) -> Result<(), String> {
+    crate::hosts::ssh::ensure_private_dir(dir)
+        .map_err(|e| format!("cannot make `{}`: {e}", dir.display()))?;
+    for (relative, text) in files {
+        let path = slice_file(dir, relative)?;
+        if let Some(parent) = path.parent() {
+            crate::hosts::ssh::ensure_private_dir(parent)
+                .map_err(|e| format!("cannot make `{}`: {e}", parent.display()))?;
+        }
+        crate::state::file::write_atomic(&path, text.as_bytes(), 0o600, true)
+            .map_err(|e| format!("cannot write `{}`: {e}", path.display()))?;
+    }
+    let config = dir.join(spec::DEFAULT_CONFIG);
+    crate::state::file::write_atomic(&config, slice.as_bytes(), 0o600, true)
+        .map_err(|e| format!("cannot write `{}`: {e}", config.display()))
+}
+
+/// Where a pushed file goes: a plain relative path under `policies/` or `templates/`.
+fn slice_file(dir: &Path, relative: &str) -> Result<PathBuf, String> {
+    let path = Path::new(relative);
+    let plain = path
+        .components()
+        .all(|c| matches!(c, std::path::Component::Normal(_)));
+    let allowed = ["policies", "templates"]
+        .iter()
+        .any(|top| path.starts_with(top));
+    if !plain || !allowed || relative.chars().any(char::is_control) {
+        return Err(format!(
+            "`{}` is not a file a slice carries (only plain paths under policies/ and templates/)",
+            crate::text::shorten(relative, 80)
+        ));
+    }
+    Ok(dir.join(path))
 }
 
 /// `doctor` on this host for its slice of the fleet.

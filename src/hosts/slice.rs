@@ -9,14 +9,22 @@ use toml_edit::{DocumentMut, Item};
 /// defaults, inside the host's `dir`.
 const OPERATOR_ONLY_FLEET_KEYS: [&str; 3] = ["state_dir", "tmux_socket", "ssh_config"];
 
-/// The slice of `source` (a phoenix.toml that already validated) for `host`.
-pub fn for_host(source: &str, host: &str) -> Result<String, toml_edit::TomlError> {
+/// The slice of `source` (a phoenix.toml that already validated) for `host`; `tmux_socket`
+/// is the host's own (`[[host]] tmux_socket`), if it names one.
+pub fn for_host(
+    source: &str,
+    host: &str,
+    tmux_socket: Option<&str>,
+) -> Result<String, toml_edit::TomlError> {
     let mut doc: DocumentMut = source.parse()?;
     doc.remove("host");
     if let Some(fleet) = doc.get_mut("fleet").and_then(Item::as_table_like_mut) {
         for key in OPERATOR_ONLY_FLEET_KEYS {
             fleet.remove(key);
         }
+    }
+    if let Some(socket) = tmux_socket {
+        doc["fleet"]["tmux_socket"] = toml_edit::value(socket);
     }
     if let Some(agents) = doc.get_mut("agent").and_then(Item::as_array_of_tables_mut) {
         agents.retain(|agent| agent.get("host").and_then(Item::as_str) == Some(host));
@@ -63,7 +71,7 @@ host = "gpu-2"
 
     #[test]
     fn a_slice_keeps_its_hosts_agents_and_the_shared_settings_only() {
-        let slice = for_host(SOURCE, "gpu-1").unwrap();
+        let slice = for_host(SOURCE, "gpu-1", None).unwrap();
         assert!(slice.contains("name = \"trades\""), "{slice}");
         assert!(
             slice.contains("command = \"claude --model opus\""),
@@ -88,8 +96,14 @@ host = "gpu-2"
 
     #[test]
     fn a_host_without_agents_gets_a_fleet_without_agents() {
-        let slice = for_host(SOURCE, "gpu-9").unwrap();
+        let slice = for_host(SOURCE, "gpu-9", Some("phx-9")).unwrap();
         assert!(!slice.contains("[[agent]]"), "{slice}");
         assert!(slice.contains("[thresholds]"), "{slice}");
+        assert!(slice.contains("tmux_socket = \"phx-9\""), "{slice}");
+        // A file without [fleet] gets one for the host's socket.
+        let bare = for_host("[[agent]]\nname = \"a\"\nhost = \"h\"\n", "h", Some("s")).unwrap();
+        let doc: toml::Table = toml::from_str(&bare).unwrap();
+        assert_eq!(doc["fleet"]["tmux_socket"].as_str(), Some("s"), "{bare}");
+        assert!(doc["agent"][0].get("host").is_none(), "{bare}");
     }
 }

@@ -145,6 +145,10 @@ pub fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
     if !meta.is_dir() {
         return Err(std::io::Error::other("not a directory (a symlink?)"));
     }
+    // One made by someone else (in a shared temporary directory) would be theirs to read.
+    if std::os::unix::fs::MetadataExt::uid(&meta) != nix::unistd::getuid().as_raw() {
+        return Err(std::io::Error::other("owned by another user"));
+    }
     if meta.permissions().mode() & 0o077 != 0 {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     }

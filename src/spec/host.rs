@@ -16,6 +16,8 @@ pub struct HostSpec {
     pub dir: String,
     /// The phoenix program on the host. Default `phoenix` (found on the remote PATH).
     pub phoenix: String,
+    /// The host's tmux server (`tmux -L`); `None`: the host's default for its slice.
+    pub tmux_socket: Option<String>,
 }
 
 /// An agent declared with `host = "…"`: it runs there, never on this machine. The operator

@@ -138,6 +138,8 @@ pub struct RawHost {
     pub dir: Option<Spanned<String>>,
     /// The phoenix program on the host. Default "phoenix" (on the remote PATH).
     pub phoenix: Option<Spanned<String>>,
+    /// The host's private tmux server (`tmux -L`). Default: phoenix-<name>-<hash of its dir>.
+    pub tmux_socket: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

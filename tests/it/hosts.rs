@@ -178,3 +178,111 @@ fn an_unreachable_host_costs_at_most_its_connect_timeout() {
     }
     assert!(err.hint().unwrap().contains("ssh"));
 }
+
+/// Kills a host's tmux server when the test ends, however it ends.
+struct TmuxServer(String);
+
+impl Drop for TmuxServer {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tmux")
+            .args(["-L", &self.0, "kill-server"])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+#[test]
+fn a_host_plans_applies_and_reports_its_slice_over_real_ssh() {
+    let Some((server, net)) = one_host("h1") else {
+        return;
+    };
+    let ssh = net.ssh(&server);
+    let socket = TmuxServer(format!("phx-host-{}", std::process::id()));
+    let dir = net.tmp.path().join("h1 dir");
+    let slice = format!(
+        "[fleet]\nname = \"t\"\ntmux_socket = \"{}\"\n\n[[agent]]\nname = \"a\"\ncommand = \"{PHOENIX} demo-agent --interval 200ms\"\n",
+        socket.0
+    );
+    let dir_text = dir.display().to_string();
+    let plan = hosts::ask(
+        &ssh,
+        PHOENIX,
+        Call::Plan {
+            dir: dir_text.clone(),
+            slice: slice.clone(),
+            prune: false,
+        },
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    let changes = &plan.result["plan"]["changes"];
+    assert_eq!(changes[0]["agent"], "a", "{}", plan.result);
+    assert!(!dir.exists(), "a plan wrote the host's directory");
+
+    let applied = hosts::ask(
+        &ssh,
+        PHOENIX,
+        Call::Apply {
+            dir: dir_text.clone(),
+            slice,
+            files: [("policies/recovery.lua".to_string(), "-- x\n".to_string())].into(),
+            agents: vec![],
+            prune: false,
+        },
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    assert_eq!(applied.result["code"], 0, "{}", applied.result);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("policies/recovery.lua")).unwrap(),
+        "-- x\n"
+    );
+    let status = hosts::ask(
+        &ssh,
+        PHOENIX,
+        Call::Run {
+            dir: dir_text.clone(),
+            args: vec!["status".into(), "--json".into()],
+        },
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_str(status.result["stdout"].as_str().unwrap()).unwrap();
+    assert_eq!(doc["agents"][0]["agent"], "a", "{doc}");
+    assert_eq!(doc["agents"][0]["declared"], true, "{doc}");
+
+    // Only phoenix's own reads and actions run there, and pushed files stay in the slice.
+    let refused = hosts::ask(
+        &ssh,
+        PHOENIX,
+        Call::Run {
+            dir: dir_text.clone(),
+            args: vec!["run".into()],
+        },
+        Duration::from_secs(30),
+    )
+    .unwrap_err();
+    assert!(
+        refused.to_string().contains("not a command a host runs"),
+        "{refused}"
+    );
+    let escaped = hosts::ask(
+        &ssh,
+        PHOENIX,
+        Call::Apply {
+            dir: dir_text,
+            slice: "[fleet]\nname = \"t\"\n".into(),
+            files: [("policies/../../evil".to_string(), "x".to_string())].into(),
+            agents: vec![],
+            prune: false,
+        },
+        Duration::from_secs(30),
+    )
+    .unwrap_err();
+    assert!(
+        escaped.to_string().contains("not a file a slice carries"),
+        "{escaped}"
+    );
+    assert!(!net.tmp.path().join("evil").exists());
+}

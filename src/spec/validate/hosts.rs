@@ -55,12 +55,14 @@ impl Validator<'_> {
             };
             let dir = self.remote_path(&host.dir, &name, "dir", default_dir(fleet));
             let phoenix = self.remote_path(&host.phoenix, &name, "phoenix", "phoenix".into());
+            let tmux_socket = host.tmux_socket.as_ref().map(|s| self.tmux_socket(s));
             if self.diags.len() == errors_before {
                 hosts.push(HostSpec {
                     name,
                     ssh,
                     dir,
                     phoenix,
+                    tmux_socket,
                 });
             }
         }

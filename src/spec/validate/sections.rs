@@ -217,7 +217,7 @@ impl Validator<'_> {
     }
 
     /// A socket name is a plain file name in tmux's socket directory.
-    fn tmux_socket(&mut self, value: &Spanned<String>) -> String {
+    pub(super) fn tmux_socket(&mut self, value: &Spanned<String>) -> String {
         let s = value.get_ref();
         let ok = !s.is_empty()
             && s.len() <= 64
