@@ -8,6 +8,7 @@ use phoenix::hosts::protocol::Call;
 use phoenix::hosts::ssh::Ssh;
 use phoenix::hosts::{self, HostError, TransportError};
 
+use crate::support::hosts::HostedFleet;
 use crate::support::sshd::{self, Sshd};
 
 const PHOENIX: &str = env!("CARGO_BIN_EXE_phoenix");
@@ -285,4 +286,22 @@ fn a_host_plans_applies_and_reports_its_slice_over_real_ssh() {
         "{escaped}"
     );
     assert!(!net.tmp.path().join("evil").exists());
+}
+
+#[test]
+fn validate_checks_hosts_here_and_leaves_a_hosts_workdir_to_the_host() {
+    let Some(net) = HostedFleet::start(&["gpu-1"]) else {
+        return;
+    };
+    net.toml(&format!(
+        "{}workdir = \"/only/on/gpu-1\"\n",
+        HostedFleet::demo_agent("far", Some("gpu-1"))
+    ));
+    net.run(&["validate"]).status(0);
+    net.toml(&HostedFleet::demo_agent("far", Some("gpu-2")));
+    net.run(&["validate"])
+        .status(1)
+        .stderr_has("agent `far`: host `gpu-2` is not declared")
+        .stderr_has("did you mean `gpu-1`?");
+    assert_eq!(net.hosts[0].socket, format!("{}-gpu-1", net.fleet.socket));
 }

@@ -4,6 +4,7 @@
 
 pub mod browser;
 pub mod gemini_server;
+pub mod hosts;
 pub mod model_server;
 pub mod openai_server;
 pub mod real;
@@ -339,29 +340,42 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        // What runs in the panes (wrappers, the CLIs, their tools), found while the server is
-        // still there: the hangup ends most of it, and what outlives it is killed.
-        let pids = self
-            .tmux(&["list-panes", "-a", "-F", "#{pane_pid}"])
-            .map(|out| descendants(out.lines().filter_map(|l| l.trim().parse().ok())))
-            .unwrap_or_default();
-        let _ = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .arg("kill-server")
-            .env_remove("TMUX")
-            .stderr(Stdio::null())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        for pid in pids.into_iter().filter(|p| alive(*p)) {
-            kill9(pid);
-        }
-        // The server is gone; its socket file may not be.
-        let _ = phoenix::world::connect(&self.socket).kill_server();
+        kill_tmux_server(&self.socket);
     }
+}
+
+/// Kill the tmux server on `socket` and everything that runs in its panes (wrappers, the
+/// CLIs, their tools), found while the server is still there: the hangup ends most of it,
+/// and what outlives it is killed.
+pub fn kill_tmux_server(socket: &str) {
+    let pids = Command::new("tmux")
+        .args(["-L", socket, "list-panes", "-a", "-F", "#{pane_pid}"])
+        .env_remove("TMUX")
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            descendants(out.lines().filter_map(|l| l.trim().parse().ok()))
+        })
+        .unwrap_or_default();
+    let _ = Command::new("tmux")
+        .arg("-L")
+        .arg(socket)
+        .arg("kill-server")
+        .env_remove("TMUX")
+        .stderr(Stdio::null())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for pid in pids.into_iter().filter(|p| alive(*p)) {
+        kill9(pid);
+    }
+    // The server is gone; its socket file may not be.
+    let _ = phoenix::world::connect(socket).kill_server();
 }
 
 /// `roots` and every process below them (by parent pid, from /proc).
