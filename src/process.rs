@@ -53,9 +53,28 @@ pub fn first_line(text: &str) -> String {
 /// longer than `timeout` (plus a few milliseconds), even if the program left something behind
 /// that holds its output open.
 pub fn run(mut command: Command, input: &[u8], timeout: Duration) -> Result<Finished, RunError> {
+    command.stdin(Stdio::piped());
+    run_with(command, Some(input.to_vec()), timeout)
+}
+
+/// [`run`] with `input` (a file opened for reading) as its stdin: a large file (a binary
+/// copied to a host) goes to the program without being read into memory here.
+pub fn run_file(
+    mut command: Command,
+    input: std::fs::File,
+    timeout: Duration,
+) -> Result<Finished, RunError> {
+    command.stdin(Stdio::from(input));
+    run_with(command, None, timeout)
+}
+
+fn run_with(
+    mut command: Command,
+    input: Option<Vec<u8>>,
+    timeout: Duration,
+) -> Result<Finished, RunError> {
     let started = Instant::now();
     command
-        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own process group, so a timeout kills whatever it started too.
@@ -65,8 +84,7 @@ pub fn run(mut command: Command, input: &[u8], timeout: Duration) -> Result<Fini
 
     // Write and read on threads: a program that answers before reading all of its input (or
     // never reads it) must not deadlock with us. A failed write (it closed stdin) is fine.
-    if let Some(mut stdin) = child.stdin.take() {
-        let input = input.to_vec();
+    if let (Some(mut stdin), Some(input)) = (child.stdin.take(), input) {
         std::thread::spawn(move || {
             let _ = stdin.write_all(&input);
         });

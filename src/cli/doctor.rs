@@ -104,23 +104,30 @@ fn daemon_check(state: &Path) -> Check {
 
 /// One line a check, its fix under it, and the verdict.
 fn checks_text(checks: &[Check], failed: usize) -> String {
-    let mut text = String::new();
-    for c in checks {
-        text.push_str(&format!(
-            "{} {:<28} {}\n",
-            if c.ok { "ok  " } else { "FAIL" },
-            c.check,
-            c.detail
-        ));
-        if let Some(fix) = &c.fix {
-            text.push_str(&format!("     → {fix}\n"));
-        }
-    }
+    let mut text = check_rows(checks, "");
     text.push_str(&if failed == 0 {
         "\nAll checks passed.\n".to_string()
     } else {
         format!("\n{failed} check(s) failed.\n")
     });
+    text
+}
+
+/// One line a check (`ok  ` or `FAIL`, its name, what was found), its fix under it; every
+/// line after `indent`.
+pub(super) fn check_rows(checks: &[Check], indent: &str) -> String {
+    let mut text = String::new();
+    for c in checks {
+        text.push_str(&format!(
+            "{indent}{} {:<28} {}\n",
+            if c.ok { "ok  " } else { "FAIL" },
+            c.check,
+            c.detail
+        ));
+        if let Some(fix) = &c.fix {
+            text.push_str(&format!("{indent}     → {fix}\n"));
+        }
+    }
     text
 }
 

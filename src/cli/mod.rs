@@ -255,12 +255,16 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Read an agent's pane output on stdin and act on its `->continuity:` commands (started
-    /// by the wrapper through `tmux pipe-pane`).
+    /// The hosts of a fleet across machines: check them all, install phoenix and its daemon
+    /// on one (see docs/multi-host.md).
+    #[command(subcommand)]
+    Hosts(hosts::HostsCommand),
     /// The host side of a multi-host fleet: one JSON request on stdin, one JSON reply on
     /// stdout (run over ssh by the operator's phoenix; see docs/multi-host.md).
     #[command(hide = true)]
     Host,
+    /// Read an agent's pane output on stdin and act on its `->continuity:` commands (started
+    /// by the wrapper through `tmux pipe-pane`).
     #[command(hide = true)]
     Tap {
         #[arg(long)]
@@ -458,6 +462,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             json,
         } => continuity::brief(&config, &agent, generate, json),
         Command::Host => Ok(hosts::host()),
+        Command::Hosts(cmd) => hosts::hosts(&config, cmd),
         Command::Tap { agent } => Ok(crate::continuity::tap::run(&config, &agent, err_line)?),
         Command::Watchdog { once, json } => watchdog::run(&config, once, json),
         Command::Notify(cmd) => notify::notify(&config, cmd),

@@ -3,7 +3,9 @@
 //! through a [`Transport`] (OpenSSH today, see `docs/multi-host.md` for `kubectl exec`) and
 //! speaks the versioned JSON [`protocol`] with `phoenix host` there.
 
+pub mod check;
 pub mod fleet;
+pub mod install;
 pub mod protocol;
 pub mod serve;
 pub mod slice;
@@ -31,6 +33,14 @@ pub trait Transport: Send + Sync {
         &self,
         remote: &[&str],
         input: &[u8],
+        timeout: Duration,
+    ) -> Result<Finished, TransportError>;
+    /// [`Transport::call`] with a file as stdin, streamed (`hosts install` copies phoenix
+    /// itself this way: no scp or sftp needed on the host).
+    fn call_file(
+        &self,
+        remote: &[&str],
+        input: std::fs::File,
         timeout: Duration,
     ) -> Result<Finished, TransportError>;
     /// The local argv that runs `remote` on the host with a terminal (for `attach`).

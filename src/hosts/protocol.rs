@@ -80,6 +80,34 @@ pub enum Call {
     /// `restart NAME`, …): the words go to the host's phoenix as an argv, never to a shell.
     /// Only the commands in [`RUN_COMMANDS`].
     Run { dir: String, args: Vec<String> },
+    /// Install this host's daemon, `<this phoenix> --config <dir>/phoenix.toml run`, as a
+    /// systemd user unit named after `fleet` and start it; where there is no systemd user
+    /// manager, write nothing and answer with the unit and the command to run instead. Sent by
+    /// `hosts install` to the phoenix it has just copied there.
+    Install { dir: String, fleet: String },
+}
+
+/// What [`Call::Install`] did on the host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Installed {
+    /// `phoenix-<fleet>.service`.
+    pub unit_name: String,
+    /// The unit, as written (or as it would be on a host with systemd).
+    pub unit: String,
+    /// Where the unit was written; `None` when it was not.
+    pub unit_path: Option<String>,
+    /// The daemon's command line, quoted for a shell: what to run where there is no systemd.
+    pub command: String,
+    /// A systemd user manager answered there.
+    pub systemd: bool,
+    /// `systemctl --user enable --now` succeeded.
+    pub started: bool,
+    /// The host's directory has a phoenix.toml already (until the first apply pushes one, the
+    /// daemon cannot start: systemd retries it).
+    pub has_slice: bool,
+    /// What went wrong, when something did (systemd missing or refusing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 /// What [`Call::Run`] may run on a host: reading the fleet and acting on its agents, never

@@ -72,6 +72,10 @@ pub fn answer(bytes: &[u8]) -> Reply {
             prune,
         } => reply(apply(&dir, &slice, &files, &agents, prune)),
         Call::Run { dir, args } => reply(run(&dir, &args)),
+        Call::Install { dir, fleet } => reply(
+            super::install::serve(&host_dir(&dir), &fleet)
+                .map(|installed| serde_json::to_value(installed).unwrap_or_default()),
+        ),
     }
 }
 
@@ -239,13 +243,29 @@ fn check(dir: &str, slice: &str) -> Vec<Check> {
         check_filesystem: false,
     };
     match spec::parse(slice, &file, options) {
-        Ok(spec) => rows.extend(spec.agents.iter().flat_map(world::agent_checks)),
+        Ok(spec) => rows.extend(spec.agents.iter().flat_map(|a| agent_rows(a, &dir))),
         Err(e) => rows.push(Check {
             check: "fleet slice".into(),
             ok: false,
             detail: crate::text::shorten(&e.to_string(), 400),
             fix: Some("run `phoenix validate` on the operator's phoenix.toml".into()),
         }),
+    }
+    rows
+}
+
+/// An agent's rows; a workdir that is the host's directory itself is there once the first
+/// apply has made that (the default workdir of a host's agent).
+fn agent_rows(agent: &spec::AgentSpec, dir: &Path) -> [Check; 2] {
+    let mut rows = world::agent_checks(agent);
+    let workdir = &mut rows[1];
+    if !workdir.ok && agent.workdir == dir {
+        workdir.ok = true;
+        workdir.detail = format!(
+            "{} (the host's dir: made by the first apply)",
+            dir.display()
+        );
+        workdir.fix = None;
     }
     rows
 }

@@ -98,7 +98,33 @@ impl Transport for Ssh {
         timeout: Duration,
     ) -> Result<Finished, TransportError> {
         let command = self.command(remote)?;
-        match process::run(command, input, timeout) {
+        self.finished(process::run(command, input, timeout), timeout)
+    }
+
+    fn call_file(
+        &self,
+        remote: &[&str],
+        input: std::fs::File,
+        timeout: Duration,
+    ) -> Result<Finished, TransportError> {
+        let command = self.command(remote)?;
+        self.finished(process::run_file(command, input, timeout), timeout)
+    }
+
+    fn interactive(&self, remote: &[&str]) -> Vec<OsString> {
+        self.argv(remote, true)
+    }
+}
+
+impl Ssh {
+    /// How ssh's run ended, as the transport reports it: its own failure (exit 255) is an
+    /// unreachable host, anything else the remote command's.
+    fn finished(
+        &self,
+        run: Result<Finished, RunError>,
+        timeout: Duration,
+    ) -> Result<Finished, TransportError> {
+        match run {
             Ok(finished) if finished.status.code() == Some(SSH_FAILED) => {
                 Err(TransportError::Unreachable {
                     host: self.host.clone(),
@@ -115,10 +141,6 @@ impl Transport for Ssh {
                 detail: format!("cannot run `ssh`: {e} (install openssh-client)"),
             }),
         }
-    }
-
-    fn interactive(&self, remote: &[&str]) -> Vec<OsString> {
-        self.argv(remote, true)
     }
 }
 

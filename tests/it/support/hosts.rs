@@ -166,7 +166,7 @@ fn stop_daemon(state_dir: &Path) {
 
 /// `ssh -O exit` for every master connection the operator's phoenix left (ControlPersist
 /// keeps them for a while after the last call).
-fn close_shared_connections(state_dir: &Path, ssh_config: &Path) {
+pub fn close_shared_connections(state_dir: &Path, ssh_config: &Path) {
     let control = phoenix::hosts::fleet::control_dir(state_dir);
     let Ok(entries) = std::fs::read_dir(&control) else {
         return;
