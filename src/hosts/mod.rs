@@ -3,8 +3,10 @@
 //! through a [`Transport`] (OpenSSH today, see `docs/multi-host.md` for `kubectl exec`) and
 //! speaks the versioned JSON [`protocol`] with `phoenix host` there.
 
+pub mod actions;
 pub mod fleet;
 pub mod protocol;
+pub mod reads;
 pub mod serve;
 pub mod slice;
 pub mod ssh;
