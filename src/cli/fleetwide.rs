@@ -164,14 +164,9 @@ fn status_table(spec: &Spec, doc: &Value, rows: &[Value], location: String) -> S
 /// A host's line under the table: its daemon, or why it did not answer.
 fn host_line(host: &Value) -> String {
     let name = host["host"].as_str().unwrap_or("?");
-    if host["reachable"] != true {
-        let mut line = format!(
-            "host `{name}`: {}\n",
-            output::paint(
-                output::REMOVE,
-                host["error"].as_str().unwrap_or("no answer")
-            )
-        );
+    if let Some(error) = host["error"].as_str() {
+        // The error names the host itself (`host `gpu-2` is unreachable: …`).
+        let mut line = format!("{}\n", output::paint(output::REMOVE, error));
         if let Some(hint) = host["hint"].as_str() {
             line.push_str(&format!("  = hint: {hint}\n"));
         }

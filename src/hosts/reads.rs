@@ -89,9 +89,17 @@ pub fn document_of(host: &str, ran: &Ran) -> Result<Value, HostError> {
     Ok(doc)
 }
 
-/// A host that did not answer, as the `hosts` list of a merged document shows it.
+/// A host that did not answer, as the `hosts` list of a merged document shows it:
+/// `reachable` is false when ssh did not get through (or the host did not answer in time),
+/// true when the host's phoenix answered with an error of its own.
 pub fn unreachable(host: &str, error: &HostError) -> Value {
-    json!({"host": host, "reachable": false, "error": error.to_string(), "hint": error.hint()})
+    let reachable = !matches!(error, HostError::Transport(_));
+    json!({"host": host, "reachable": reachable, "error": error.to_string(), "hint": error.hint()})
+}
+
+/// The host's answer when the operator never applied to it: it has no phoenix.toml yet.
+fn not_applied(error: &HostError) -> bool {
+    matches!(error, HostError::Remote { message, .. } if message.starts_with("no fleet here yet"))
 }
 
 /// Every row of `rows` with `"host": host` (`None`: this machine).
@@ -166,8 +174,9 @@ pub fn statuses(spec: &Spec, agent: Option<&str>) -> Vec<Answer> {
 /// This machine's status document with every host's rows after its own, each labelled, and
 /// `hosts`: per host whether it answered, and its tmux server and daemon if it did. A host
 /// that did not answer has its agents (as phoenix.toml declares them) as `unknown` rows; an
-/// agent phoenix.toml puts on a host that does not know it yet is `declared` (not started),
-/// as a local agent that was never applied. Without `[[host]]`s, `local` as it is.
+/// agent phoenix.toml puts on a host that does not know it yet (or on a host never applied
+/// to) is `declared` (not started), as a local agent that was never applied. Without
+/// `[[host]]`s, `local` as it is.
 pub fn status_document(
     spec: &Spec,
     mut local: Value,
@@ -200,9 +209,14 @@ pub fn status_document(
                 }));
             }
             Err(error) => {
-                let mut unknown: Vec<Value> = declared
-                    .map(|a| placeholder(a, "unknown", "unknown"))
-                    .collect();
+                // A host never applied to runs none of them: declared, as a local agent
+                // never applied; otherwise nobody knows.
+                let (state, health) = match not_applied(&error) {
+                    true => ("declared", "down"),
+                    false => ("unknown", "unknown"),
+                };
+                let mut unknown: Vec<Value> =
+                    declared.map(|a| placeholder(a, state, health)).collect();
                 label(&mut unknown, Some(host));
                 rows.extend(unknown);
                 hosts.push(unreachable(host, &error));

@@ -9,6 +9,7 @@ use phoenix::hosts::protocol::Call;
 use serde_json::Value;
 
 use crate::support::hosts::HostedFleet;
+use crate::support::serve::Server;
 use crate::support::{read_jsonl, wait_until};
 
 /// One local agent `here`, `far1` on gpu-1 and `far2` on gpu-2.
@@ -54,6 +55,51 @@ fn start(net: &HostedFleet, hosts: &[&str]) {
                 .all(|r| r["state"] == "running")
         });
     }
+}
+
+/// A status document without what moves between two reads of it.
+fn steady(mut doc: Value) -> Value {
+    doc["observed_at"] = Value::Null;
+    for a in doc["agents"].as_array_mut().unwrap() {
+        for moving in [
+            "uptime_secs",
+            "last_activity",
+            "context",
+            "watchdog",
+            "health",
+        ] {
+            a[moving] = Value::Null;
+        }
+    }
+    for h in doc["hosts"].as_array_mut().unwrap() {
+        h["observed_at"] = Value::Null;
+    }
+    doc
+}
+
+fn host_entry<'a>(doc: &'a Value, host: &str) -> &'a Value {
+    doc["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["host"] == host)
+        .unwrap_or_else(|| panic!("no host {host}: {doc}"))
+}
+
+/// `ssh -O exit` for the operator's shared connection to `host`, as when a host goes down
+/// (the connection dies with it).
+fn close_shared_connection(net: &HostedFleet, host: &str) {
+    let control = fleet::control_dir(&net.fleet.state_dir());
+    let status = std::process::Command::new("ssh")
+        .arg("-F")
+        .arg(&net.ssh_config)
+        .arg("-o")
+        .arg(format!("ControlPath={}/%C", control.display()))
+        .args(["-O", "exit", &net.host(host).sshd.alias])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "no shared connection to {host}");
 }
 
 fn row<'a>(doc: &'a Value, agent: &str) -> &'a Value {
@@ -104,6 +150,14 @@ fn status_events_logs_and_search_show_every_host_with_rows_labelled() {
     let hosts = doc["hosts"].as_array().unwrap();
     assert_eq!(hosts.len(), 2, "{doc}");
     assert!(hosts.iter().all(|h| h["reachable"] == true), "{doc}");
+
+    // The API's status is the same merged document.
+    let server = Server::start(&net.fleet, &[]);
+    let (code, api) = server.get("/api/status");
+    assert_eq!(code, 200, "{api}");
+    let cli = net.run(&["status", "--json"]).status(0).json();
+    assert_eq!(steady(api), steady(cli));
+    drop(server);
 
     // One agent of a host: as its host describes it.
     net.run(&["status", "far1"])
@@ -182,7 +236,23 @@ fn a_stopped_host_is_shown_unreachable_and_the_others_still_answer_at_once() {
         return;
     };
     start(&net, &["gpu-1"]);
+    // gpu-2 answers, but was never applied to: its agent is declared, not started.
+    let doc = net.run(&["status", "--json"]).status(3).json();
+    assert_eq!(row(&doc, "far2")["state"], "declared", "{doc}");
+    assert_eq!(row(&doc, "far1")["state"], "running", "{doc}");
+    let gpu2 = host_entry(&doc, "gpu-2");
+    assert_eq!(gpu2["reachable"], true, "{doc}");
+    assert!(
+        gpu2["error"]
+            .as_str()
+            .unwrap()
+            .contains("no fleet here yet"),
+        "{doc}"
+    );
+
+    // Then it goes away: its server stops, and with it the shared connection.
     net.host_mut("gpu-2").sshd.stop();
+    close_shared_connection(&net, "gpu-2");
 
     let started = Instant::now();
     let run = net.run(&["status", "--json"]);
@@ -196,12 +266,7 @@ fn a_stopped_host_is_shown_unreachable_and_the_others_still_answer_at_once() {
     let far2 = row(&doc, "far2");
     assert_eq!(far2["state"], "unknown", "{doc}");
     assert_eq!(far2["host"], "gpu-2", "{doc}");
-    let gpu2 = doc["hosts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|h| h["host"] == "gpu-2")
-        .unwrap();
+    let gpu2 = host_entry(&doc, "gpu-2");
     assert_eq!(gpu2["reachable"], false, "{doc}");
     assert!(
         gpu2["error"].as_str().unwrap().contains("unreachable"),
@@ -211,7 +276,7 @@ fn a_stopped_host_is_shown_unreachable_and_the_others_still_answer_at_once() {
     let table = net.run(&["status"]);
     table
         .status(3)
-        .stdout_has("host `gpu-2`: host `gpu-2` is unreachable")
+        .stdout_has("host `gpu-2` is unreachable")
         .stdout_has("= hint:");
     assert!(
         table
@@ -221,6 +286,22 @@ fn a_stopped_host_is_shown_unreachable_and_the_others_still_answer_at_once() {
         "{}",
         table.stdout()
     );
+
+    // A host that takes the connection and never speaks (hung, or a black hole further
+    // along) costs its connect timeout, not the read's, and the others are shown.
+    let silent = std::net::TcpListener::bind(("127.0.0.1", net.host("gpu-2").sshd.port)).unwrap();
+    let started = Instant::now();
+    let run = net.run(&["status", "--json"]);
+    let took = started.elapsed();
+    drop(silent);
+    assert!(
+        took < fleet::CONNECT_TIMEOUT + Duration::from_secs(3),
+        "{took:?}"
+    );
+    let doc = run.status(3).json();
+    assert_eq!(row(&doc, "far1")["state"], "running", "{doc}");
+    assert_eq!(row(&doc, "far2")["state"], "unknown", "{doc}");
+    assert_eq!(host_entry(&doc, "gpu-2")["reachable"], false, "{doc}");
 
     // Acting on it says so, and still acts on the rest.
     let restarted = net.run(&["restart", "far2", "far1", "--json"]);
@@ -238,6 +319,71 @@ fn a_stopped_host_is_shown_unreachable_and_the_others_still_answer_at_once() {
     assert_eq!(result("far2")["ok"], false, "{results}");
     assert_eq!(result("far1")["ok"], true, "{results}");
     assert_eq!(result("far1")["host"], "gpu-1", "{results}");
+}
+
+#[test]
+fn attach_to_an_agent_of_a_host_opens_its_pane_there_over_ssh() {
+    let Some(net) = declared() else {
+        return;
+    };
+    start(&net, &["gpu-1"]);
+    let gpu1 = net.host("gpu-1");
+    let pane = gpu1.status()[0]["pane"].as_str().unwrap().to_string();
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no `script` (util-linux) on PATH for a terminal");
+        return;
+    }
+    let cmd = format!(
+        "{} --config {} attach far1",
+        env!("CARGO_BIN_EXE_phoenix"),
+        net.fleet.config().display()
+    );
+    // A pseudo-terminal whose input stays open (a closed one would end the client at once).
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", net.fleet.path().join("home"))
+        .env("TERM", "xterm")
+        .current_dir(net.fleet.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let clients = || {
+        let out = std::process::Command::new("tmux")
+            .args(["-L", &gpu1.socket, "list-clients", "-F"])
+            .arg("#{client_name}\t#{pane_id}")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    wait_until(
+        Duration::from_secs(15),
+        "a client on the host's server",
+        || !clients().is_empty(),
+    );
+    let listed = clients();
+    let (client, on) = listed.split_once('\t').unwrap();
+    assert_eq!(on, pane, "{listed}");
+    std::process::Command::new("tmux")
+        .args(["-L", &gpu1.socket, "detach-client", "-t", client])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "attach did not return");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
 }
 
 #[test]
