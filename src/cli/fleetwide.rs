@@ -35,12 +35,13 @@ fn host_width<'a>(labels: impl Iterator<Item = &'a str>) -> usize {
 // ---- one agent of a host: what its host printed ----
 
 /// `args` run by the phoenix of `host` on its fleet, its stdout and stderr printed as they
-/// came, its exit code returned.
+/// came, its exit code returned. Waited for as long as an action (`brief --generate` may
+/// run the brief command): the host's own phoenix gives up first and says why.
 pub fn on_host(spec: &Spec, host: &str, args: &[String]) -> anyhow::Result<i32> {
     let link = reads::link_to(spec, host)
         .with_context(|| format!("host `{host}` is not declared in {}", spec.file.display()))?;
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
-    let ran = link.run(&words, reads::READ_TIMEOUT)?;
+    let ran = link.run(&words, actions::ACTION_TIMEOUT)?;
     out(&ran.stdout);
     if !ran.stderr.is_empty() {
         eprint!("{}", ran.stderr);
