@@ -92,7 +92,21 @@ fn agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a spec::AgentSpec> 
         .ok_or_else(|| super::lifecycle::unknown_agent(spec, name))
 }
 
+/// `args` with `--json` when asked for, then `--` and `agent`: one agent's read on its host.
+fn agent_args(args: &[&str], json: bool, agent: &str) -> Vec<String> {
+    let mut words: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    if json {
+        words.push("--json".into());
+    }
+    words.extend(["--".to_string(), agent.to_string()]);
+    words
+}
+
 pub fn ledger(config: &Path, name: &str, json: bool) -> anyhow::Result<i32> {
+    let on_host = agent_args(&["ledger"], json, name);
+    if let Some(code) = super::fleetwide::agent_read(config, name, &on_host)? {
+        return Ok(code);
+    }
     let spec = super::load_without_fs_checks(config)?;
     agent(&spec, name)?;
     let ledger = ledger::load(&FleetDir::new(&spec.fleet.state_dir).agent(name));
@@ -216,8 +230,15 @@ fn save(
     Ok(0)
 }
 
-/// `handoff list`: one line a handoff, the agent's or every agent's.
+/// `handoff list`: one line a handoff, the agent's or every agent's (every host's too).
 fn list(spec: &Spec, name: Option<&str>, json: bool) -> anyhow::Result<i32> {
+    if let Some(host) = name.and_then(|n| crate::hosts::reads::host_of(spec, n)) {
+        let args = agent_args(&["handoff", "list"], json, name.unwrap_or_default());
+        return super::fleetwide::on_host(spec, host, &args);
+    }
+    if name.is_none() && !spec.hosts.is_empty() {
+        return super::fleetwide::list(spec, json);
+    }
     let names: Vec<String> = match name {
         Some(n) => {
             agent(spec, n)?;
@@ -247,8 +268,21 @@ fn list(spec: &Spec, name: Option<&str>, json: bool) -> anyhow::Result<i32> {
 
 /// `handoff show`: one handoff, whole.
 fn show(spec: &Spec, id: &str, name: Option<&str>, json: bool) -> anyhow::Result<i32> {
-    let found = continuity::find_handoff(spec, id, name)
-        .with_context(|| format!("no handoff `{id}` (see `phoenix handoff list`)"))?;
+    let mut on_host = vec!["handoff".to_string(), "show".into()];
+    on_host.extend(name.map(|n| format!("--agent={n}")));
+    on_host.extend(json.then(|| "--json".to_string()));
+    on_host.extend(["--".to_string(), id.to_string()]);
+    if let Some(host) = name.and_then(|n| crate::hosts::reads::host_of(spec, n)) {
+        return super::fleetwide::on_host(spec, host, &on_host);
+    }
+    let found = continuity::find_handoff(spec, id, name);
+    if found.is_none()
+        && name.is_none()
+        && let Some(code) = super::fleetwide::show_anywhere(spec, &on_host)?
+    {
+        return Ok(code);
+    }
+    let found = found.with_context(|| format!("no handoff `{id}` (see `phoenix handoff list`)"))?;
     if json {
         output::json(&found);
     } else {
@@ -266,6 +300,9 @@ fn search(
     limit: usize,
     json: bool,
 ) -> anyhow::Result<i32> {
+    if !spec.hosts.is_empty() {
+        return super::fleetwide::search(spec, query, name, kind, limit, json);
+    }
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let started = std::time::Instant::now();
     let hits = crate::store::search(&fleet, query, name, kind, limit)?;
@@ -372,6 +409,14 @@ pub fn reindex(config: &Path, json: bool) -> anyhow::Result<i32> {
 }
 
 pub fn brief(config: &Path, name: &str, generate: bool, json: bool) -> anyhow::Result<i32> {
+    let verb: &[&str] = if generate {
+        &["brief", "--generate"]
+    } else {
+        &["brief"]
+    };
+    if let Some(code) = super::fleetwide::agent_read(config, name, &agent_args(verb, json, name))? {
+        return Ok(code);
+    }
     let spec = super::load_without_fs_checks(config)?;
     let a = agent(&spec, name)?;
     let dir = FleetDir::new(&spec.fleet.state_dir).agent(name);

@@ -42,7 +42,8 @@ pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
     let spec = super::load_without_fs_checks(config)?;
     if let Some(agent) = args.agent.as_deref() {
         // An agent that was pruned from the spec may still have events: warn, do not refuse.
-        if spec.agent(agent).is_none() {
+        let remote = crate::hosts::reads::host_of(&spec, agent).is_some();
+        if spec.agent(agent).is_none() && !remote {
             eprintln!(
                 "warning: agent `{agent}` is not declared in {}; showing its recorded events anyway",
                 spec.file.display()
@@ -51,6 +52,22 @@ pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
     }
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let path = fleet.critical_events_path();
+    let remote = args
+        .agent
+        .as_deref()
+        .and_then(|a| crate::hosts::reads::host_of(&spec, a));
+    if let (Some(host), true) = (remote, args.follow) {
+        // One agent of a host, followed: its host's own `events --follow`, over ssh -t.
+        let mut words = vec!["events".to_string(), "--follow".into()];
+        words.extend(host_args(&args));
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        return super::fleetwide::exec_on_host(&spec, host, &words);
+    }
+    if args.follow && !spec.hosts.is_empty() {
+        eprintln!(
+            "warning: --follow follows this machine's events only; `phoenix events` (without --follow) shows every host's, and `phoenix events --follow --agent AGENT` follows an agent of a host"
+        );
+    }
     let declared = spec.agent_names();
     let filter = critical::Filter {
         agent: args.agent.as_deref(),
@@ -64,12 +81,20 @@ pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
     let mut follower = args
         .follow
         .then(|| critical::Follower::new(&fleet, &filter));
-    let (events, skipped) = critical::read(&fleet, &filter);
+    let (events, skipped) = match remote {
+        Some(_) => (Vec::new(), 0),
+        None => critical::read(&fleet, &filter),
+    };
     if skipped > 0 {
         eprintln!(
             "warning: {skipped} line(s) of {} are not valid JSON and were skipped",
             path.display()
         );
+    }
+    if !spec.hosts.is_empty() && !args.follow {
+        let mut words = vec!["events".to_string(), "--json".into()];
+        words.extend(host_args(&args));
+        return super::fleetwide::events(&spec, &args, &words, events);
     }
     if args.json && !args.follow {
         output::json(serde_json::json!({"events": events}));
@@ -105,15 +130,38 @@ pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
     }
 }
 
+/// The options of `args` that a host's `events` is given (its values glued to their option,
+/// so none can be read as another option).
+fn host_args(args: &EventsArgs) -> Vec<String> {
+    let mut words = Vec::new();
+    words.extend(args.agent.as_ref().map(|a| format!("--agent={a}")));
+    words.extend(args.event.as_ref().map(|e| format!("--event={e}")));
+    words.extend(args.limit.map(|n| format!("--limit={n}")));
+    words.extend(args.since.map(|d| format!("--since={}s", d.as_secs())));
+    if args.all {
+        words.push("--all".into());
+    }
+    words
+}
+
 /// One event for a person (`ts  agent  event  reason → action`) or as a JSON line.
 fn line(e: &Value, json: bool) -> String {
     if json {
         return format!("{}\n", output::document(e));
     }
+    line_on(e, None)
+}
+
+/// One event for a person, with its host (and the host column's width) when the fleet has
+/// hosts: `ts  host  agent  event  reason → action`.
+pub(super) fn line_on(e: &Value, host: Option<(&str, usize)>) -> String {
     let field = |k: &str| e[k].as_str().unwrap_or("-").to_string();
     let action = field("action_taken");
+    let host = host
+        .map(|(name, width)| format!("{name:<width$} "))
+        .unwrap_or_default();
     format!(
-        "{}  {:<12} {:<22} {}{}\n",
+        "{}  {host}{:<12} {:<22} {}{}\n",
         field("ts"),
         field("agent"),
         field("event"),

@@ -302,6 +302,10 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
     if let Some(problem) = world::leftover_problem(spec) {
         eprintln!("warning: {problem}");
     }
+    let remote = agent.is_some_and(|a| crate::hosts::reads::host_of(spec, a).is_some());
+    if !spec.hosts.is_empty() && (agent.is_none() || json || remote) {
+        return super::fleetwide::status(&ctx, agent, json);
+    }
     let world = observe(&ctx)?;
     let rows = match agent {
         Some(name) => vec![
@@ -454,7 +458,7 @@ fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -
 
 /// Whether `phoenix run` supervises this fleet: without it, each agent's wrapper still
 /// restarts it, but drift, the watchdog and schedules wait for a person.
-fn daemon_line(spec: &Spec) -> String {
+pub(super) fn daemon_line(spec: &Spec) -> String {
     match crate::state::daemon::daemon_pid(&FleetDir::new(&spec.fleet.state_dir)) {
         Some(pid) => format!("\ndaemon: `phoenix run` supervises this fleet (pid {pid})\n"),
         None => "\ndaemon: not running (crashes are still restarted by each agent's wrapper; \
@@ -463,7 +467,7 @@ fn daemon_line(spec: &Spec) -> String {
     }
 }
 
-fn human_secs(secs: i64) -> String {
+pub(super) fn human_secs(secs: i64) -> String {
     let secs = secs.max(0);
     match secs {
         0..60 => format!("{secs}s"),

@@ -10,6 +10,7 @@ use serde_json::json;
 use super::out;
 use crate::apply::{Applier, ApplyReport};
 use crate::context::FleetContext;
+use crate::hosts::actions;
 use crate::plan::{self, Action, Change, Plan, PlanOptions};
 use crate::spec::{self, Spec};
 use crate::state::lock::{FleetLock, LOCK_WAIT};
@@ -174,9 +175,49 @@ fn results_of(agents: &[String], report: &ApplyReport, idle: &str) -> Vec<AgentR
 /// first, so a daemon reconciling in between already leaves the agent down.
 pub fn stop(config: &Path, names: &[String], json: bool) -> anyhow::Result<i32> {
     let ctx = load(config)?;
+    let (local, targets) = actions::split(&ctx.spec, names);
+    if !targets.is_empty() {
+        let local = declared(&ctx.spec, &local)?;
+        return super::fleetwide::act(
+            &ctx.spec,
+            "stop",
+            &[],
+            &targets,
+            || hosted(&local, || stop_results(&ctx, &local)),
+            json,
+        );
+    }
     let agents = declared(&ctx.spec, names)?;
-    let _lock = lock(&ctx, "stop")?;
-    for agent in &agents {
+    Ok(finish(
+        "stop",
+        stop_results(&ctx, &agents)?,
+        json!({}),
+        json,
+    ))
+}
+
+/// The results of this machine's agents as a fleet with hosts shows them (none asked: none).
+fn hosted(
+    agents: &[String],
+    results: impl FnOnce() -> anyhow::Result<Vec<AgentResult>>,
+) -> anyhow::Result<Vec<actions::AgentResult>> {
+    if agents.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(results()?
+        .into_iter()
+        .map(|r| actions::AgentResult {
+            agent: r.agent,
+            host: None,
+            ok: r.ok,
+            detail: r.detail,
+        })
+        .collect())
+}
+
+fn stop_results(ctx: &FleetContext, agents: &[String]) -> anyhow::Result<Vec<AgentResult>> {
+    let _lock = lock(ctx, "stop")?;
+    for agent in agents {
         let dir = ctx.dir.agent(agent);
         dir.ensure()
             .and_then(|()| dir.set_marker(state::STOPPED))
@@ -199,29 +240,50 @@ pub fn stop(config: &Path, names: &[String], json: bool) -> anyhow::Result<i32> 
             )
         })
         .collect();
-    let report = applier(&ctx)?.apply(&Plan::of(changes));
-    let mut results = results_of(&agents, &report, "was not running");
+    let report = applier(ctx)?.apply(&Plan::of(changes));
+    let mut results = results_of(agents, &report, "was not running");
     for r in results.iter_mut().filter(|r| r.ok) {
         r.detail = format!(
             "{}; it stays down until `phoenix start {}`",
             r.detail, r.agent
         );
     }
-    Ok(finish("stop", results, json!({}), json))
+    Ok(results)
 }
 
 /// `phoenix start AGENT…`: lift a `stop` (and a clean exit's hold, and the crash counts, as a
 /// restart by a person does), then apply what the plan holds for these agents.
 pub fn start(config: &Path, names: &[String], json: bool) -> anyhow::Result<i32> {
     let ctx = load(config)?;
+    let (local, targets) = actions::split(&ctx.spec, names);
+    if !targets.is_empty() {
+        let local = declared(&ctx.spec, &local)?;
+        return super::fleetwide::act(
+            &ctx.spec,
+            "start",
+            &[],
+            &targets,
+            || hosted(&local, || start_results(&ctx, &local)),
+            json,
+        );
+    }
     let agents = declared(&ctx.spec, names)?;
-    for agent in &agents {
+    Ok(finish(
+        "start",
+        start_results(&ctx, &agents)?,
+        json!({}),
+        json,
+    ))
+}
+
+fn start_results(ctx: &FleetContext, agents: &[String]) -> anyhow::Result<Vec<AgentResult>> {
+    for agent in agents {
         if !ctx.spec.agent(agent).is_some_and(|a| a.enabled) {
             bail!("agent `{agent}` is disabled in phoenix.toml: set `enabled = true` first");
         }
     }
-    let lock = lock(&ctx, "start")?;
-    for agent in &agents {
+    let lock = lock(ctx, "start")?;
+    for agent in agents {
         let dir = ctx.dir.agent(agent);
         for marker in [state::STOPPED, state::CLEAN_EXIT] {
             dir.clear_marker(marker)
@@ -239,17 +301,12 @@ pub fn start(config: &Path, names: &[String], json: bool) -> anyhow::Result<i32>
         &world,
         &PlanOptions::for_this_binary(false).context("cannot find the phoenix binary")?,
     );
-    target(&mut plan, &ctx.spec, &agents)?;
+    target(&mut plan, &ctx.spec, agents)?;
     let applied_at = jiff::Timestamp::now();
-    let mut report = applier(&ctx)?.apply(&plan);
+    let mut report = applier(ctx)?.apply(&plan);
     drop(lock);
     super::fleet::confirm_started(&ctx.spec, ctx.runtime(), &mut report, applied_at);
-    Ok(finish(
-        "start",
-        results_of(&agents, &report, "already running"),
-        json!({}),
-        json,
-    ))
+    Ok(results_of(agents, &report, "already running"))
 }
 
 /// `phoenix restart AGENT… | --all`: each through the one restart (lock, clean slate, resume).
@@ -261,6 +318,11 @@ pub fn restart(
     json: bool,
 ) -> anyhow::Result<i32> {
     let ctx = load(config)?;
+    let (local, targets) = if all {
+        (Vec::new(), actions::every_host(&ctx.spec))
+    } else {
+        actions::split(&ctx.spec, names)
+    };
     let agents = if all {
         // Held back on purpose: `--all` restarts what should run, not what a person stopped.
         ctx.spec
@@ -270,20 +332,37 @@ pub fn restart(
             .map(|a| a.name.clone())
             .collect()
     } else {
-        declared(&ctx.spec, names)?
+        declared(&ctx.spec, &local)?
     };
-    if agents.is_empty() {
+    if agents.is_empty() && targets.is_empty() {
         bail!("no agent to restart: every agent is disabled or stopped");
+    }
+    if !targets.is_empty() {
+        let flags: &[&str] = if fresh { &["--fresh"] } else { &[] };
+        return super::fleetwide::act(
+            &ctx.spec,
+            "restart",
+            flags,
+            &targets,
+            || hosted(&agents, || Ok(restart_results(&ctx, &agents, fresh))),
+            json,
+        );
     }
     if let [agent] = agents.as_slice()
         && !all
     {
         return super::fleet::restart(config, agent, fresh, json);
     }
-    let results = agents
+    let results = restart_results(&ctx, &agents, fresh);
+    Ok(finish("restart", results, json!({}), json))
+}
+
+/// Each agent through the one restart, in turn.
+fn restart_results(ctx: &FleetContext, agents: &[String], fresh: bool) -> Vec<AgentResult> {
+    agents
         .iter()
         .map(|agent| {
-            match crate::controller::request::restart_with(&ctx, agent, fresh, &tell_waiting) {
+            match crate::controller::request::restart_with(ctx, agent, fresh, &tell_waiting) {
                 Ok(r) => AgentResult {
                     agent: agent.clone(),
                     ok: true,
@@ -299,8 +378,7 @@ pub fn restart(
                 },
             }
         })
-        .collect();
-    Ok(finish("restart", results, json!({}), json))
+        .collect()
 }
 
 /// `phoenix down`: stop every agent of this fleet (declared or not), and its tmux server once
@@ -373,6 +451,10 @@ pub fn down(config: &Path, remove_hooks: bool, json: bool) -> anyhow::Result<i32
 /// `phoenix attach AGENT`: the private tmux server, at the agent's pane.
 pub fn attach(config: &Path, name: &str) -> anyhow::Result<i32> {
     let ctx = load(config)?;
+    if let Some(host) = crate::hosts::reads::host_of(&ctx.spec, name) {
+        // The host's own `attach`, over ssh -t: its tmux server is there.
+        return super::fleetwide::exec_on_host(&ctx.spec, host, &["attach", "--", name]);
+    }
     let agent = declared(&ctx.spec, &[name.to_string()])?.remove(0);
     let world = crate::status::observe(&ctx.spec, ctx.runtime())?;
     let Some(pane) = world.pane_of(&agent) else {

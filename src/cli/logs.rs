@@ -18,7 +18,21 @@ use crate::state::{self, op};
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 
 pub fn logs(config: &Path, name: &str, lines: usize, follow: bool) -> anyhow::Result<i32> {
-    let ctx = FleetContext::new(config, crate::spec::load(config)?);
+    let spec = crate::spec::load(config)?;
+    if let Some(host) = crate::hosts::reads::host_of(&spec, name) {
+        // An agent of a host: its host's own `logs`, and with --follow over ssh -t.
+        let n = lines.to_string();
+        let mut args = vec!["logs", "--lines", n.as_str()];
+        if follow {
+            args.push("--follow");
+            args.extend(["--", name]);
+            return super::fleetwide::exec_on_host(&spec, host, &args);
+        }
+        args.extend(["--", name]);
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        return super::fleetwide::on_host(&spec, host, &args);
+    }
+    let ctx = FleetContext::new(config, spec);
     let agent = super::lifecycle::declared(&ctx.spec, &[name.to_string()])?.remove(0);
     let dir = ctx.dir.agent(&agent);
     let ops_path = dir.file(state::OPS_LOG);

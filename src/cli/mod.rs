@@ -5,6 +5,7 @@ mod continuity;
 mod doctor;
 mod events;
 mod fleet;
+mod fleetwide;
 mod generate;
 pub mod hook;
 mod hosts;

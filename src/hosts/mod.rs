@@ -4,9 +4,11 @@
 //! speaks the versioned JSON [`protocol`] with `phoenix host` there.
 
 pub mod check;
+pub mod actions;
 pub mod fleet;
 pub mod install;
 pub mod protocol;
+pub mod reads;
 pub mod serve;
 pub mod slice;
 pub mod ssh;

@@ -165,6 +165,17 @@ fn fleet(spec: &Spec) -> FleetDir {
 /// The fleet status document (`GET /api/status`, the live stream).
 pub fn status_json(app: &App) -> Result<Value, ApiError> {
     let spec = app.spec()?;
+    if !spec.hosts.is_empty() {
+        // Every host's rows too, as `status --json` shows them (one function renders both).
+        let runtime = crate::world::runtime_for(&spec);
+        return crate::hosts::reads::fleet_status(&spec, &*runtime, None).map_err(|e| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("{e:#}"),
+                "run `phoenix doctor` on the server",
+            )
+        });
+    }
     let world = observe(&spec)?;
     let rows = crate::status::rows(&spec, &world);
     let daemon = crate::state::daemon::daemon_pid(&fleet(&spec));
