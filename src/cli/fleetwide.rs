@@ -180,7 +180,7 @@ fn host_line(host: &Value) -> String {
     let server = if host["server_running"] == true {
         ""
     } else {
-        ", no tmux server yet"
+        ", nothing started there yet"
     };
     format!("host `{name}`: {daemon}{server}\n")
 }

@@ -3,8 +3,8 @@
 //! through a [`Transport`] (OpenSSH today, see `docs/multi-host.md` for `kubectl exec`) and
 //! speaks the versioned JSON [`protocol`] with `phoenix host` there.
 
-pub mod check;
 pub mod actions;
+pub mod check;
 pub mod fleet;
 pub mod install;
 pub mod protocol;
