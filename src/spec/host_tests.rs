@@ -54,6 +54,11 @@ fn agents_of_other_hosts_are_kept_apart_and_not_checked_here() {
     assert_eq!(spec.hosts[0].phoenix, "phoenix");
     assert_eq!(spec.hosts[1].ssh, "ssh://deploy@gpu-2:2222");
     assert_eq!(spec.hosts[1].dir, "~/phoenix/research");
+    assert!(
+        spec.declared_hint("there2").contains("did you mean `there`?"),
+        "{}",
+        spec.declared_hint("there2")
+    );
 }
 
 #[test]

@@ -76,7 +76,9 @@ impl Spec {
 
     /// For an agent name that is not declared: the likely typo's fix, then every name.
     pub fn declared_hint(&self, name: &str) -> String {
-        let names = self.agent_names();
+        // The agents of other hosts are declared too: a typo of one of them is still a typo.
+        let mut names = self.agent_names();
+        names.extend(self.remote_agents.iter().map(|a| a.name.as_str()));
         match did_you_mean(name, &names) {
             Some(s) => format!("did you mean `{s}`? declared: {}", names.join(", ")),
             None => format!("declared: {}", names.join(", ")),
