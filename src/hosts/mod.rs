@@ -3,6 +3,7 @@
 //! through a [`Transport`] (OpenSSH today, see `docs/multi-host.md` for `kubectl exec`) and
 //! speaks the versioned JSON [`protocol`] with `phoenix host` there.
 
+pub mod combined;
 pub mod fleet;
 pub mod protocol;
 pub mod serve;
