@@ -31,6 +31,11 @@ pub struct Failure {
 
 impl From<HostError> for Failure {
     fn from(e: HostError) -> Failure {
+        if let HostError::Remote { host, message, .. } = &e {
+            // The host's own error as its phoenix prints it, without a second `error:`.
+            let message = message.strip_prefix("error: ").unwrap_or(message);
+            return Failure::of(host, message.to_string());
+        }
         Failure {
             unreachable: matches!(
                 e,
