@@ -33,7 +33,10 @@ impl From<HostError> for Failure {
     fn from(e: HostError) -> Failure {
         if let HostError::Remote { host, message, .. } = &e {
             // The host's own error as its phoenix prints it, without a second `error:`.
-            let message = message.strip_prefix("error: ").unwrap_or(message);
+            let message = message
+                .strip_prefix("error: ")
+                .unwrap_or(message)
+                .trim_end();
             return Failure::of(host, message.to_string());
         }
         Failure {
