@@ -257,6 +257,9 @@ impl Combined<'_> {
             && !held(self.local)
             && !self.answered().any(|p| held(&p.plan));
         let names: Vec<&str> = self.hosts.iter().map(|h| h.host.as_str()).collect();
+        if quiet && names.is_empty() {
+            return "No changes. The fleet matches phoenix.toml.\n".into();
+        }
         if quiet {
             return format!(
                 "No changes. The fleet matches phoenix.toml here and on {}.\n",
@@ -429,5 +432,89 @@ impl Labels {
             }
         }
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Action, Change};
+    use crate::spec::FieldChange;
+
+    fn replace(agent: &str) -> Change {
+        let action = Action::Replace {
+            pane: "%3".into(),
+            changed: vec![FieldChange {
+                field: "command".into(),
+                before: "a".into(),
+                after: "b".into(),
+            }],
+        };
+        Change {
+            agent: agent.into(),
+            symbol: action.symbol(),
+            action,
+            reason: "spec changed: command".into(),
+        }
+    }
+
+    #[test]
+    fn every_part_is_a_group_of_lines_labelled_with_it_and_aligned() {
+        let local = Plan::of(vec![]);
+        let hosts = vec![
+            HostPlan {
+                host: "gpu-10".into(),
+                agents: vec!["a".into()],
+                outcome: Ok(Planned {
+                    plan: Plan::of(vec![replace("a")]),
+                    warnings: vec![],
+                    push: vec![SliceFile {
+                        path: "policies/p.lua".into(),
+                        new: false,
+                    }],
+                }),
+            },
+            HostPlan {
+                host: "g".into(),
+                agents: vec!["b".into(), "c".into()],
+                outcome: Err(Failure {
+                    message: "host `g` is unreachable: refused".into(),
+                    hint: None,
+                    unreachable: true,
+                }),
+            },
+        ];
+        let combined = Combined {
+            local: &local,
+            hosts: &hosts,
+            skip_unreachable: true,
+        };
+        // Colour is stripped on the way out where it is off; here, by hand.
+        let text = anstream::adapter::strip_str(&combined.render()).to_string();
+        let expected = "\
+phoenix will perform these actions:
+
+local:      no changes
+
+gpu-10:   ~ slice: write policies/p.lua (changed)
+gpu-10: -/+ agent `a`: replace in %3 — spec changed: command
+                command: \"a\" → \"b\"
+
+g:      error: host `g` is unreachable: refused
+g:        ? agent `b`: unknown (host unreachable)
+g:        ? agent `c`: unknown (host unreachable)
+
+Plan: 0 to start, 0 to restart, 1 to replace, 0 to remove, 1 host slice to write.
+
+Skipped: host `g`, unreachable.
+";
+        assert_eq!(text, expected);
+        assert!(!combined.failed() && !combined.is_empty());
+        let strict = Combined {
+            skip_unreachable: false,
+            ..combined
+        };
+        assert!(strict.failed());
+        assert_eq!(strict.blocking_unreachable(), ["g"]);
     }
 }

@@ -508,6 +508,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn apply_names_are_split_by_where_the_agent_runs_and_an_unknown_one_is_refused() {
+        let spec = crate::spec::parse(
+            "[[host]]\nname = \"gpu-1\"\nssh = \"a@b\"\n\n[[host]]\nname = \"gpu-2\"\nssh = \"c@d\"\n\n\
+             [[agent]]\nname = \"here\"\ncommand = \"x\"\n\n\
+             [[agent]]\nname = \"trades\"\ncommand = \"x\"\nhost = \"gpu-1\"\n\n\
+             [[agent]]\nname = \"tests\"\ncommand = \"x\"\nhost = \"gpu-2\"\n",
+            std::path::Path::new("/fleet/phoenix.toml"),
+            crate::spec::LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .unwrap();
+        let all = Targets::split(&spec, &[]).unwrap();
+        assert!(all.includes("gpu-1") && all.includes("gpu-2") && all.of("gpu-1").is_empty());
+        let names = ["trades", "here", "trades"].map(String::from);
+        let some = Targets::split(&spec, &names).unwrap();
+        assert_eq!(some.local, ["here"]);
+        assert_eq!(some.of("gpu-1"), ["trades"]);
+        assert!(!some.includes("gpu-2"));
+        let error = Targets::split(&spec, &["test".to_string()]).unwrap_err();
+        assert!(error.to_string().contains("no agent `test`"), "{error}");
+        let hint = error.hint().unwrap();
+        assert!(hint.contains("did you mean `tests`?"), "{hint}");
+        assert!(hint.contains("here, trades, tests"), "{hint}");
+    }
+
+    #[test]
     fn a_slice_is_pushed_only_where_the_host_lacks_it() {
         let files: BTreeMap<String, String> = [
             ("policies/a.lua".to_string(), "-- a\n".to_string()),
