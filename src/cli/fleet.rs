@@ -72,20 +72,15 @@ pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
     }
 }
 
-pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
+pub fn plan(config: &Path, json: bool, prune: bool, skip_unreachable: bool) -> anyhow::Result<i32> {
     let ctx = load(config)?;
     let spec = &ctx.spec;
     print_warnings(spec);
     super::lifecycle::commands_exist(&ctx, &[])?;
-    if let Some(problem) = world::leftover_problem(spec) {
-        eprintln!("warning: {problem}");
+    if !spec.hosts.is_empty() {
+        return super::fleet_hosts::plan(&ctx, json, prune, skip_unreachable);
     }
-    let world = observe(&ctx)?;
-    let plan = plan::diff(
-        spec,
-        &world,
-        &PlanOptions::for_this_binary(prune).context("cannot find the phoenix binary")?,
-    );
+    let plan = local_plan(&ctx, prune)?;
     if json {
         output::json(plan.to_json());
     } else {
@@ -94,42 +89,42 @@ pub fn plan(config: &Path, json: bool, prune: bool) -> anyhow::Result<i32> {
     Ok(if plan.is_empty() { 0 } else { 2 })
 }
 
+/// This machine's plan, read-only.
+pub(super) fn local_plan(ctx: &FleetContext, prune: bool) -> anyhow::Result<plan::Plan> {
+    if let Some(problem) = world::leftover_problem(&ctx.spec) {
+        eprintln!("warning: {problem}");
+    }
+    let world = observe(ctx)?;
+    Ok(plan::diff(
+        &ctx.spec,
+        &world,
+        &PlanOptions::for_this_binary(prune).context("cannot find the phoenix binary")?,
+    ))
+}
+
 pub fn apply(
     config: &Path,
     targets: &[String],
     yes: bool,
     prune: bool,
     json: bool,
+    skip_unreachable: bool,
 ) -> anyhow::Result<i32> {
     let ctx = load(config)?;
     let spec = &ctx.spec;
     print_warnings(spec);
+    if !spec.hosts.is_empty() {
+        let options = super::fleet_hosts::ApplyOptions {
+            yes,
+            prune,
+            json,
+            skip_unreachable,
+        };
+        return super::fleet_hosts::apply(&ctx, targets, options);
+    }
     super::lifecycle::declared(spec, targets)?;
     super::lifecycle::commands_exist(&ctx, targets)?;
-    if let Some(problem) = world::leftover_problem(spec) {
-        bail!("{problem}");
-    }
-    let fleet = &ctx.dir;
-    if !fleet.root.exists() {
-        // A first apply where the runtime cannot work leaves nothing behind, not even a
-        // state dir.
-        observe(&ctx)?;
-    }
-    fleet.ensure().with_context(|| {
-        format!(
-            "cannot create state dir `{}`",
-            spec.fleet.state_dir.display()
-        )
-    })?;
-    // Held from the observation to the last step (and through the confirmation prompt), so
-    // that what was planned is still true when it is applied.
-    let lock = lock_fleet(fleet, "apply")?;
-    let world = observe(&ctx)?;
-    let mut plan = plan::diff(
-        spec,
-        &world,
-        &PlanOptions::for_this_binary(prune).context("cannot find the phoenix binary")?,
-    );
+    let (lock, mut plan) = lock_and_plan(&ctx, prune)?;
     super::lifecycle::target(&mut plan, spec, targets)?;
     if plan.is_empty() {
         if json {
@@ -146,37 +141,93 @@ pub fn apply(
         out("Apply cancelled.\n");
         return Ok(1);
     }
-    let runtime = ctx.runtime();
-    let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
-    let applied_at = jiff::Timestamp::now();
-    let report = Applier { spec, runtime, exe }.apply(&plan);
-    drop(lock);
-    let mut report = report;
-    confirm_started(spec, runtime, &mut report, applied_at);
+    let report = apply_locally(&ctx, &plan, lock)?;
     let failed = report.failed();
     if json {
         output::json(json!({"steps": report.steps, "failed": failed}));
     } else {
         let mut text = String::from("\n");
         for s in &report.steps {
-            let mark = if s.ok { "✓" } else { "✗" };
-            text.push_str(&format!(
-                "{mark} agent `{}`: {} — {}\n",
-                s.agent, s.action, s.detail
-            ));
+            text.push_str(&step_line(s.ok, &s.agent, &s.action, &s.detail));
+            text.push('\n');
         }
         text.push_str(&format!(
-            "\nApply {}: {} succeeded, {failed} failed.\n",
-            if failed == 0 {
-                "complete"
-            } else {
-                "finished with errors"
-            },
-            report.steps.len() - failed
+            "\n{}\n",
+            apply_summary(report.steps.len() - failed, failed)
         ));
         out(&text);
     }
     Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// `✓ agent `a`: start — pane %1 (running, pid 42)`: one step of an apply.
+pub(super) fn step_line(ok: bool, agent: &str, action: &str, detail: &str) -> String {
+    let mark = if ok { "✓" } else { "✗" };
+    format!("{mark} agent `{agent}`: {action} — {detail}")
+}
+
+/// `Apply complete: 2 succeeded, 0 failed.`
+pub(super) fn apply_summary(succeeded: usize, failed: usize) -> String {
+    format!(
+        "Apply {}: {succeeded} succeeded, {failed} failed.",
+        if failed == 0 {
+            "complete"
+        } else {
+            "finished with errors"
+        },
+    )
+}
+
+/// This machine's fleet locked (held from the observation to the last step, confirmation
+/// included, so that what was planned is still true when it is applied) and its plan.
+pub(super) fn lock_and_plan(
+    ctx: &FleetContext,
+    prune: bool,
+) -> anyhow::Result<(FleetLock, plan::Plan)> {
+    let spec = &ctx.spec;
+    if let Some(problem) = world::leftover_problem(spec) {
+        bail!("{problem}");
+    }
+    let fleet = &ctx.dir;
+    if !fleet.root.exists() {
+        // A first apply where the runtime cannot work leaves nothing behind, not even a
+        // state dir.
+        observe(ctx)?;
+    }
+    fleet.ensure().with_context(|| {
+        format!(
+            "cannot create state dir `{}`",
+            spec.fleet.state_dir.display()
+        )
+    })?;
+    let lock = lock_fleet(fleet, "apply")?;
+    let world = observe(ctx)?;
+    let plan = plan::diff(
+        spec,
+        &world,
+        &PlanOptions::for_this_binary(prune).context("cannot find the phoenix binary")?,
+    );
+    Ok((lock, plan))
+}
+
+/// Carry out this machine's `plan` under `lock`, then check that what started runs.
+pub(super) fn apply_locally(
+    ctx: &FleetContext,
+    plan: &plan::Plan,
+    lock: FleetLock,
+) -> anyhow::Result<crate::apply::ApplyReport> {
+    let runtime = ctx.runtime();
+    let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
+    let applied_at = jiff::Timestamp::now();
+    let mut report = Applier {
+        spec: &ctx.spec,
+        runtime,
+        exe,
+    }
+    .apply(plan);
+    drop(lock);
+    confirm_started(&ctx.spec, runtime, &mut report, applied_at);
+    Ok(report)
 }
 
 /// Take the fleet lock, saying on stderr whom we wait for if another phoenix holds it.
@@ -282,7 +333,7 @@ fn spawn_failure(dir: &crate::state::AgentDir, since: jiff::Timestamp) -> Option
         })
 }
 
-fn confirm() -> anyhow::Result<bool> {
+pub(super) fn confirm() -> anyhow::Result<bool> {
     if !std::io::stdin().is_terminal() {
         bail!("refusing to apply without confirmation: not on a terminal (pass --yes)");
     }

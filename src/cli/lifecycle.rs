@@ -89,10 +89,7 @@ pub fn target(plan: &mut Plan, spec: &Spec, names: &[String]) -> anyhow::Result<
     if names.is_empty() {
         return Ok(());
     }
-    let agents = declared(spec, names)?;
-    plan.changes.retain(|c| agents.contains(&c.agent));
-    plan.unmanaged.clear();
-    plan.attention.retain(|a| agents.contains(&a.agent));
+    plan.only(&declared(spec, names)?);
     Ok(())
 }
 

@@ -5,6 +5,7 @@ mod continuity;
 mod doctor;
 mod events;
 mod fleet;
+mod fleet_hosts;
 mod fleetwide;
 mod generate;
 pub mod hook;
@@ -82,6 +83,10 @@ pub enum Command {
         /// Also remove agents that run but are no longer declared.
         #[arg(long)]
         prune: bool,
+        /// With `[[host]]`s: plan the rest when a host cannot be reached (its agents show as
+        /// unknown) instead of exiting 1.
+        #[arg(long)]
+        skip_unreachable: bool,
     },
     /// Converge the fleet on phoenix.toml.
     ///
@@ -101,6 +106,10 @@ pub enum Command {
         /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
+        /// With `[[host]]`s: apply this machine and the other hosts when a host cannot be
+        /// reached, instead of applying nothing.
+        #[arg(long)]
+        skip_unreachable: bool,
     },
     /// One line per agent: state, pid, uptime, pane, last activity (--json adds health, open
     /// loops, crashes and how fresh the agent's saved context is).
@@ -417,13 +426,18 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Init { cli, force } => scaffold::init(&config, cli, force),
         Command::Validate { json } => fleet::validate(&config, json),
-        Command::Plan { json, prune } => fleet::plan(&config, json, prune),
+        Command::Plan {
+            json,
+            prune,
+            skip_unreachable,
+        } => fleet::plan(&config, json, prune, skip_unreachable),
         Command::Apply {
             agents,
             yes,
             prune,
             json,
-        } => fleet::apply(&config, &agents, yes, prune, json),
+            skip_unreachable,
+        } => fleet::apply(&config, &agents, yes, prune, json, skip_unreachable),
         Command::Status { agent, json } => fleet::status(&config, agent.as_deref(), json),
         Command::Doctor { json } => doctor::doctor(&config, json),
         Command::Top { interval } => Ok(crate::top::run(&config, interval)?),

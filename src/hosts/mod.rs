@@ -5,6 +5,7 @@
 
 pub mod actions;
 pub mod check;
+pub mod combined;
 pub mod fleet;
 pub mod install;
 pub mod protocol;

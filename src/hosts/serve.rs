@@ -116,7 +116,40 @@ fn plan(dir: &str, slice: &str, prune: bool) -> Result<Value, String> {
         .map_err(|e| format!("cannot find this phoenix: {e}"))?;
     let plan = crate::plan::diff(&spec, &world, &options);
     let warnings: Vec<String> = spec.warnings.iter().map(|w| w.message.clone()).collect();
-    Ok(serde_json::json!({"plan": plan.to_json(), "warnings": warnings}))
+    Ok(serde_json::json!({
+        "plan": plan.to_json(),
+        "warnings": warnings,
+        "files": slice_digests(&dir),
+    }))
+}
+
+/// At most this many files of a slice are looked at on the host.
+const MAX_DIGESTS: usize = 1000;
+
+/// What the host has of a slice (its phoenix.toml, the files under `policies/` and
+/// `templates/`), each by path and [`crate::state::digest`] of its bytes: the operator pushes
+/// a slice that differs even when no agent changes. A file too large or not regular is absent.
+fn slice_digests(dir: &Path) -> BTreeMap<String, String> {
+    use crate::state::bounded::{Links, read_whole};
+    let mut paths = vec![spec::DEFAULT_CONFIG.to_string()];
+    for top in ["policies", "templates"] {
+        let Ok(entries) = std::fs::read_dir(dir.join(top)) else {
+            continue;
+        };
+        paths.extend(
+            entries
+                .flatten()
+                .take(MAX_DIGESTS)
+                .filter_map(|e| e.file_name().to_str().map(|name| format!("{top}/{name}"))),
+        );
+    }
+    paths
+        .into_iter()
+        .filter_map(|relative| {
+            let bytes = read_whole(&dir.join(&relative), spec::MAX_CONFIG_BYTES, Links::Refuse);
+            Some((relative, crate::state::digest(&bytes.ok()?)))
+        })
+        .collect()
 }
 
 /// Write the slice (a valid one only) as the host's phoenix.toml, then apply it.

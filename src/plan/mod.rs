@@ -9,11 +9,12 @@ mod tests;
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::spec::{Cli, FieldChange};
 
 pub use diff::{STARTUP_GRACE_SECS, diff};
+pub use render::{attention_line, plural, render_change, summary_line, unmanaged_line};
 
 /// Bumped whenever the JSON shape changes incompatibly.
 pub const FORMAT_VERSION: u32 = 1;
@@ -37,40 +38,45 @@ impl PlanOptions {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// Read back from its JSON too: a host of a multi-host fleet sends the operator its plan.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Plan {
     pub format_version: u32,
     pub changes: Vec<Change>,
     /// Agents running but not declared; removed only with `--prune`.
+    #[serde(default)]
     pub unmanaged: Vec<Unmanaged>,
     /// Declared agents whose wrapper holds them back (safe mode, cooldown): not changes, as
     /// an apply would not act on them, but no plan may call such a fleet converged.
+    #[serde(default)]
     pub attention: Vec<Attention>,
 }
 
 /// A declared agent that is not running on purpose of its wrapper, and what acts on it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attention {
     pub agent: String,
     pub pane: String,
     /// `safe-mode` (a crash limit or a diagnosis stopped it), `cooldown` (restarting) or
     /// `stopped` (`phoenix stop`).
-    pub state: &'static str,
+    #[serde(deserialize_with = "attention_state")]
+    pub state: Word,
     /// For people: what to run.
     pub hint: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Change {
     /// The agent this change is about.
     pub agent: String,
     pub action: Action,
-    pub symbol: &'static str,
+    #[serde(deserialize_with = "symbol")]
+    pub symbol: Word,
     /// For people only; apply never looks at it.
     pub reason: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Action {
     /// Create the agent's state dir (the agent itself is fine).
@@ -155,7 +161,7 @@ impl Action {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unmanaged {
     pub agent: String,
     pub pane: String,
@@ -189,6 +195,14 @@ impl Plan {
         self.changes.is_empty()
     }
 
+    /// Only what is about `agents` (`apply AGENT…`, Terraform's `-target`): their changes and
+    /// what holds them back; nothing undeclared is removed.
+    pub fn only(&mut self, agents: &[String]) {
+        self.changes.retain(|c| agents.contains(&c.agent));
+        self.unmanaged.clear();
+        self.attention.retain(|a| agents.contains(&a.agent));
+    }
+
     pub fn summary(&self) -> Summary {
         let mut s = Summary::default();
         for c in &self.changes {
@@ -210,6 +224,45 @@ impl Plan {
         v["summary"] = serde_json::to_value(self.summary()).expect("summary serialises");
         v
     }
+}
+
+impl std::ops::AddAssign for Summary {
+    fn add_assign(&mut self, other: Summary) {
+        self.start += other.start;
+        self.restart += other.restart;
+        self.replace += other.replace;
+        self.stop += other.stop;
+        self.remove += other.remove;
+        self.init += other.init;
+        self.hooks += other.hooks;
+    }
+}
+
+/// One of a fixed set of words. Behind an alias because serde's derive would otherwise
+/// borrow a `&str` field from the input, which a `'static` one cannot be.
+pub type Word = &'static str;
+
+/// A word of a plan read back from JSON as one of the words this phoenix writes (`"?"` or
+/// `"held"` for one it does not know), so a plan keeps its `&'static str`s wherever it came from.
+fn known<'de, D: Deserializer<'de>>(
+    d: D,
+    words: &[&'static str],
+    unknown: &'static str,
+) -> Result<&'static str, D::Error> {
+    let word = String::deserialize(d)?;
+    Ok(words
+        .iter()
+        .find(|w| **w == word)
+        .copied()
+        .unwrap_or(unknown))
+}
+
+fn symbol<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
+    known(d, &["+", "~", "-/+", "-"], "?")
+}
+
+fn attention_state<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
+    known(d, &["safe-mode", "cooldown", "stopped"], "held")
 }
 
 fn change(agent: &str, action: Action, reason: String) -> Change {

@@ -2,7 +2,7 @@
 
 use std::fmt::{self, Write as _};
 
-use super::{Action, Change, Plan};
+use super::{Action, Attention, Change, Plan, Summary, Unmanaged};
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -13,23 +13,9 @@ impl fmt::Display for Plan {
         } else {
             writeln!(f, "phoenix will perform these actions:\n")?;
             for c in &self.changes {
-                writeln!(f, "{}", render_change(c))?;
+                writeln!(f, "{}", render_change(c, 5))?;
             }
-            let s = self.summary();
-            let mut line = format!(
-                "\nPlan: {} to start, {} to restart, {} to replace, {} to remove",
-                s.start, s.restart, s.replace, s.remove
-            );
-            if s.stop > 0 {
-                let _ = write!(line, ", {} to stop", s.stop);
-            }
-            if s.init > 0 {
-                let _ = write!(line, ", {} state dir{} to create", s.init, plural(s.init));
-            }
-            if s.hooks > 0 {
-                let _ = write!(line, ", {} hook file{} to update", s.hooks, plural(s.hooks));
-            }
-            writeln!(f, "{line}.")?;
+            writeln!(f, "\n{}.", summary_line(&self.summary()))?;
         }
         if !self.unmanaged.is_empty() {
             writeln!(
@@ -37,29 +23,60 @@ impl fmt::Display for Plan {
                 "\nRunning but not in phoenix.toml (use --prune to remove):"
             )?;
             for u in &self.unmanaged {
-                writeln!(f, "  ? agent `{}` in pane {}", u.agent, u.pane)?;
+                writeln!(f, "  {}", unmanaged_line(u))?;
             }
         }
         if !self.attention.is_empty() {
             writeln!(f, "\nDeclared but held back by phoenix (not changes):")?;
             for a in &self.attention {
-                let pane = if a.pane.is_empty() {
-                    String::new()
-                } else {
-                    format!(" in pane {}", a.pane)
-                };
-                writeln!(f, "  ! agent `{}`{pane}: {}; {}", a.agent, a.state, a.hint)?;
+                writeln!(f, "  {}", attention_line(a))?;
             }
         }
         Ok(())
     }
 }
 
-fn plural(n: usize) -> &'static str {
+/// `Plan: 1 to start, 0 to restart, 0 to replace, 0 to remove` and the counts that are not 0
+/// of the rest (without the final full stop).
+pub fn summary_line(s: &Summary) -> String {
+    let mut line = format!(
+        "Plan: {} to start, {} to restart, {} to replace, {} to remove",
+        s.start, s.restart, s.replace, s.remove
+    );
+    if s.stop > 0 {
+        let _ = write!(line, ", {} to stop", s.stop);
+    }
+    if s.init > 0 {
+        let _ = write!(line, ", {} state dir{} to create", s.init, plural(s.init));
+    }
+    if s.hooks > 0 {
+        let _ = write!(line, ", {} hook file{} to update", s.hooks, plural(s.hooks));
+    }
+    line
+}
+
+/// `? agent `x` in pane %3`: running here but not declared.
+pub fn unmanaged_line(u: &Unmanaged) -> String {
+    format!("? agent `{}` in pane {}", u.agent, u.pane)
+}
+
+/// `! agent `x` in pane %3: safe-mode; what to do`: declared but held back.
+pub fn attention_line(a: &Attention) -> String {
+    let pane = if a.pane.is_empty() {
+        String::new()
+    } else {
+        format!(" in pane {}", a.pane)
+    };
+    format!("! agent `{}`{pane}: {}; {}", a.agent, a.state, a.hint)
+}
+
+pub fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
-fn render_change(c: &Change) -> String {
+/// One change: its symbol right-aligned in `width` columns, what and why; a hook file's diff
+/// and a replacement's changed fields follow on lines of their own, indented past the symbol.
+pub fn render_change(c: &Change, width: usize) -> String {
     let what = match &c.action {
         Action::InitState => "create state dir".to_string(),
         Action::Start => "start".to_string(),
@@ -72,19 +89,19 @@ fn render_change(c: &Change) -> String {
             format!("remove phoenix hooks from {}", path.display())
         }
     };
-    let mut out = format!("{:>5} agent `{}`: {what} — {}", c.symbol, c.agent, c.reason);
+    let mut out = format!(
+        "{:>width$} agent `{}`: {what} — {}",
+        c.symbol, c.agent, c.reason
+    );
+    let indent = " ".repeat(width + 5);
     if let Action::InstallHooks { diff, .. } | Action::RemoveHooks { diff, .. } = &c.action {
         for line in diff.lines() {
-            let _ = write!(out, "\n          {line}");
+            let _ = write!(out, "\n{indent}{line}");
         }
     }
     if let Action::Replace { changed, .. } = &c.action {
         for fc in changed {
-            let _ = write!(
-                out,
-                "\n          {}: {} → {}",
-                fc.field, fc.before, fc.after
-            );
+            let _ = write!(out, "\n{indent}{}: {} → {}", fc.field, fc.before, fc.after);
         }
     }
     out

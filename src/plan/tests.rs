@@ -449,3 +449,37 @@ fn an_actions_name_is_its_json_type() {
         );
     }
 }
+
+#[test]
+fn a_plan_read_back_from_its_json_is_the_same_plan() {
+    // A host of a multi-host fleet sends its plan as JSON; the operator renders it as its own.
+    let s = two_agents();
+    let mut a = pane("a", "stale", true);
+    a.phase = Some("safe".into());
+    let mut undeclared = pane("x", "f", true);
+    undeclared.id = "%7".into();
+    let world = world_with(&s, vec![a, undeclared]);
+    let mut plan = diff(
+        &s,
+        &world,
+        &PlanOptions {
+            prune: false,
+            hooks_exe: None,
+        },
+    );
+    plan.attention.push(Attention {
+        agent: "b".into(),
+        pane: String::new(),
+        state: "cooldown",
+        hint: "wait".into(),
+    });
+    assert!(
+        !plan.changes.is_empty() && !plan.unmanaged.is_empty(),
+        "{plan}"
+    );
+    let back: Plan = serde_json::from_value(plan.to_json()).unwrap();
+    assert_eq!(back.changes, plan.changes);
+    assert_eq!(back.unmanaged, plan.unmanaged);
+    assert_eq!(back.attention, plan.attention);
+    assert_eq!(back.to_string(), plan.to_string());
+}

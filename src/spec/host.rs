@@ -4,6 +4,9 @@
 
 use serde::Serialize;
 
+/// What `plan` and `apply` label this machine's part with: no `[[host]]` may take the name.
+pub const THIS_MACHINE: &str = "local";
+
 /// One `[[host]]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HostSpec {

@@ -55,7 +55,8 @@ fn agents_of_other_hosts_are_kept_apart_and_not_checked_here() {
     assert_eq!(spec.hosts[1].ssh, "ssh://deploy@gpu-2:2222");
     assert_eq!(spec.hosts[1].dir, "~/phoenix/research");
     assert!(
-        spec.declared_hint("there2").contains("did you mean `there`?"),
+        spec.declared_hint("there2")
+            .contains("did you mean `there`?"),
         "{}",
         spec.declared_hint("there2")
     );
@@ -94,6 +95,10 @@ host = "gpu-4"
 [[host]]
 name = "gpu-44"
 ssh = "e@f"
+
+[[host]]
+name = "local"
+ssh = "g@h"
 "#;
     let errs = parse(
         src,
@@ -126,6 +131,7 @@ ssh = "e@f"
         18
     );
     assert_eq!(said("duplicate host name `gpu-3`").line, 21);
+    assert_eq!(said("a host cannot be named `local`").line, 34);
     let undeclared = said("agent `a`: host `gpu-4` is not declared");
     assert_eq!(undeclared.line, 27);
     assert!(

@@ -25,7 +25,9 @@ pub use agent::{
     AgentSpec, Cli, DEFAULT_CONTINUE_PROMPT, FieldChange, LaunchSpec, RestartSettings, SESSION_ID,
 };
 pub use floors::Floor;
-pub use host::{HostSpec, RemoteAgent, check_destination, check_remote_path, default_dir};
+pub use host::{
+    HostSpec, RemoteAgent, THIS_MACHINE, check_destination, check_remote_path, default_dir,
+};
 pub use load::{
     LAST_GOOD_CONFIG, LoadError, LoadOptions, MAX_CONFIG_BYTES, load, load_for_hook,
     load_last_good_for_hook, load_with, parse, remember_good,

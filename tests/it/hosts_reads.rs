@@ -46,7 +46,7 @@ fn start(net: &HostedFleet, hosts: &[&str]) {
         let reply = reply.unwrap();
         assert_eq!(reply.result["code"], 0, "{}", reply.result);
     }
-    net.run(&["apply", "--yes"]).status(0);
+    net.run(&["apply", "--yes", "here"]).status(0);
     for host in hosts {
         wait_until(Duration::from_secs(30), "the host's agent runs", || {
             net.host(host)

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use super::super::raw::{RawAgent, RawHost, Spanned};
-use super::super::{HostSpec, check_destination, check_remote_path, default_dir};
+use super::super::{HostSpec, THIS_MACHINE, check_destination, check_remote_path, default_dir};
 use super::Validator;
 use crate::diag::did_you_mean;
 
@@ -24,6 +24,13 @@ impl Validator<'_> {
                 continue;
             };
             let name = self.name(raw_name, "host name");
+            if name == THIS_MACHINE {
+                self.error(
+                    format!("a host cannot be named `{THIS_MACHINE}`"),
+                    Some(raw_name.span()),
+                    "`local` labels this machine's part of `plan` and `apply`: give the host another name",
+                );
+            }
             if let Some(first) = seen.get(&name) {
                 let (line, _) = crate::diag::line_col(self.source, *first);
                 self.error(

@@ -250,11 +250,12 @@ impl Fleet {
         assert_eq!(doc["format_version"], 1, "{doc}");
         let rows: Vec<serde_json::Value> =
             serde_json::from_value(doc["agents"].clone()).expect("status json agents");
-        // 3 exactly when a declared, enabled agent is down or stopped.
+        // 3 exactly when a declared, enabled agent is down or stopped, or on a host that did
+        // not answer (unknown).
         let down = rows.iter().any(|r| {
             r["declared"] == true
                 && r["enabled"] == true
-                && (r["health"] == "down" || r["health"] == "stopped")
+                && matches!(r["health"].as_str(), Some("down" | "stopped" | "unknown"))
         });
         run.status(if down { 3 } else { 0 });
         rows
