@@ -52,7 +52,18 @@ pub fn first_line(text: &str) -> String {
 /// Run `command` with `input` on stdin, killing its process group after `timeout`. Never waits
 /// longer than `timeout` (plus a few milliseconds), even if the program left something behind
 /// that holds its output open.
-pub fn run(mut command: Command, input: &[u8], timeout: Duration) -> Result<Finished, RunError> {
+pub fn run(command: Command, input: &[u8], timeout: Duration) -> Result<Finished, RunError> {
+    run_limited(command, input, timeout, MAX_OUTPUT)
+}
+
+/// [`run`], keeping up to `max_output` bytes of stdout and of stderr (a host's reply that
+/// carries an agent's context is larger than a helper's output).
+pub fn run_limited(
+    mut command: Command,
+    input: &[u8],
+    timeout: Duration,
+    max_output: u64,
+) -> Result<Finished, RunError> {
     let started = Instant::now();
     command
         .stdin(Stdio::piped())
@@ -92,7 +103,7 @@ pub fn run(mut command: Command, input: &[u8], timeout: Duration) -> Result<Fini
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
             if let Some(mut pipe) = pipe {
-                let _ = (&mut pipe).take(MAX_OUTPUT).read_to_end(&mut bytes);
+                let _ = (&mut pipe).take(max_output).read_to_end(&mut bytes);
                 // Drain the rest, or a program that writes more would block and time out.
                 let _ = io::copy(&mut pipe, &mut io::sink());
             }

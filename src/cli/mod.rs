@@ -12,6 +12,7 @@ mod hosts;
 mod layers;
 mod lifecycle;
 mod logs;
+mod moves;
 mod notify;
 mod output;
 mod policy;
@@ -166,6 +167,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Move an agent to another machine with its context: a handoff saved where it runs
+    /// (reason `move`), stopped there, its state (ledger, handoffs, open loops, brief)
+    /// carried, started fresh on the target with that context, and its `host` in
+    /// phoenix.toml rewritten. Nothing stops until the target can run it (CLI and workdir
+    /// there); if a later step fails it starts again where it was. See docs/multi-host.md.
+    Move(moves::MoveArgs),
+    /// The operator's view of its hosts.
+    #[command(subcommand)]
+    Hosts(moves::HostsCommand),
     /// An agent's recent steps (ops.jsonl) and its pane's recent output, oldest first.
     Logs {
         agent: String,
@@ -438,6 +448,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             follow,
         } => logs::logs(&config, &agent, lines, follow),
         Command::Attach { agent } => lifecycle::attach(&config, &agent),
+        Command::Move(args) => moves::run(&config, args),
+        Command::Hosts(cmd) => moves::hosts(&config, cmd),
         Command::Service { command } => lifecycle::service(&config, command),
         Command::Wrap { agent } => Ok(crate::supervise::wrap(&config, &agent)?),
         Command::Hook(call) => Ok(hook::run(call.with_config(config))),

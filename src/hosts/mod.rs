@@ -3,9 +3,14 @@
 //! through a [`Transport`] (OpenSSH today, see `docs/multi-host.md` for `kubectl exec`) and
 //! speaks the versioned JSON [`protocol`] with `phoenix host` there.
 
+pub mod carry;
 pub mod fleet;
+pub mod mirror;
+pub mod moves;
+mod moving;
 pub mod protocol;
 pub mod serve;
+mod side;
 pub mod slice;
 pub mod ssh;
 

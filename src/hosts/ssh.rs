@@ -98,7 +98,7 @@ impl Transport for Ssh {
         timeout: Duration,
     ) -> Result<Finished, TransportError> {
         let command = self.command(remote)?;
-        match process::run(command, input, timeout) {
+        match process::run_limited(command, input, timeout, super::protocol::MAX_REPLY_BYTES) {
             Ok(finished) if finished.status.code() == Some(SSH_FAILED) => {
                 Err(TransportError::Unreachable {
                     host: self.host.clone(),

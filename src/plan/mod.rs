@@ -53,8 +53,8 @@ pub struct Plan {
 pub struct Attention {
     pub agent: String,
     pub pane: String,
-    /// `safe-mode` (a crash limit or a diagnosis stopped it), `cooldown` (restarting) or
-    /// `stopped` (`phoenix stop`).
+    /// `safe-mode` (a crash limit or a diagnosis stopped it), `cooldown` (restarting),
+    /// `stopped` (`phoenix stop`) or `moved` (the operator placed it on another machine).
     pub state: &'static str,
     /// For people: what to run.
     pub hint: String,

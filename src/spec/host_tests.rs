@@ -89,6 +89,10 @@ host = "gpu-4"
 [[host]]
 name = "gpu-44"
 ssh = "e@f"
+
+[[host]]
+name = "local"
+ssh = "g@h"
 "#;
     let errs = parse(
         src,
@@ -121,6 +125,7 @@ ssh = "e@f"
         18
     );
     assert_eq!(said("duplicate host name `gpu-3`").line, 21);
+    assert_eq!(said("host name `local` is reserved").line, 34);
     let undeclared = said("agent `a`: host `gpu-4` is not declared");
     assert_eq!(undeclared.line, 27);
     assert!(

@@ -24,6 +24,13 @@ impl Validator<'_> {
                 continue;
             };
             let name = self.name(raw_name, "host name");
+            if name == "local" {
+                self.error(
+                    "host name `local` is reserved".into(),
+                    Some(raw_name.span()),
+                    "it means this machine (`phoenix move AGENT --to local`): name the host otherwise",
+                );
+            }
             if let Some(first) = seen.get(&name) {
                 let (line, _) = crate::diag::line_col(self.source, *first);
                 self.error(
