@@ -119,6 +119,18 @@ pub struct GitState {
     pub uncommitted_files: usize,
 }
 
+/// An agent name from a request is a valid name before it becomes a path.
+pub fn check_name(agent: &str) -> Result<(), String> {
+    if spec::valid_name(agent) {
+        return Ok(());
+    }
+    Err(format!(
+        "`{}` is not an agent name ({})",
+        crate::text::shorten(agent, 80),
+        spec::NAME_HINT
+    ))
+}
+
 /// The path under the agent's state dir that `relative` names, if it is a carried file: one
 /// of [`CARRIED`] or `handoffs/<id>.md` with a plain handoff id. Never anything else.
 pub fn carried_path(relative: &str) -> Option<PathBuf> {
@@ -229,13 +241,7 @@ pub fn export(dir: &AgentDir, newer_than: Option<&str>) -> AgentContext {
 
 /// Why `context` cannot be written for `agent`, if it cannot.
 pub fn check(context: &AgentContext, agent: &str) -> Result<(), String> {
-    if !spec::valid_name(agent) {
-        return Err(format!(
-            "`{}` is not an agent name ({})",
-            crate::text::shorten(agent, 80),
-            spec::NAME_HINT
-        ));
-    }
+    check_name(agent)?;
     if context.agent != agent {
         return Err(format!(
             "the context is agent `{}`'s, not `{agent}`'s",
@@ -364,13 +370,7 @@ fn without_session(text: &str, agent: &str) -> Result<String, String> {
 /// What `fleet` has of `agent`; `spec` (this machine's phoenix.toml, if it has one) says
 /// whether it is declared, where its workdir is and whether its pane runs.
 pub fn summarize(spec: Option<&Spec>, fleet: &FleetDir, agent: &str) -> Result<Summary, String> {
-    if !spec::valid_name(agent) {
-        return Err(format!(
-            "`{}` is not an agent name ({})",
-            crate::text::shorten(agent, 80),
-            spec::NAME_HINT
-        ));
-    }
+    check_name(agent)?;
     let dir = fleet.agent(agent);
     let declared = spec.and_then(|s| s.agent(agent));
     let running = match spec {
@@ -461,13 +461,7 @@ pub fn fence_here(
     fleet: &FleetDir,
     fences: &BTreeMap<String, Fence>,
 ) -> Result<Fenced, String> {
-    if let Some(bad) = fences.keys().find(|a| !spec::valid_name(a)) {
-        return Err(format!(
-            "`{}` is not an agent name ({})",
-            crate::text::shorten(bad, 80),
-            spec::NAME_HINT
-        ));
-    }
+    fences.keys().try_for_each(|a| check_name(a))?;
     fleet
         .ensure()
         .map_err(|e| format!("cannot make `{}`: {e}", fleet.root.display()))?;
@@ -478,13 +472,32 @@ pub fn fence_here(
             ..Fenced::default()
         });
     };
-    let lock = crate::state::lock::FleetLock::acquire(
-        fleet,
-        "fence",
-        crate::state::lock::LOCK_WAIT,
-        |_| {},
-    )
-    .map_err(|e| e.to_string())?;
+    // Every stale copy, whether this word or an earlier one fenced it.
+    let (stopped, failed) = stop_here(spec, fleet, "fence", |_, obs| {
+        obs.is_some_and(|o| o.fenced.is_some())
+    })?;
+    Ok(Fenced {
+        recorded,
+        stopped: stopped.into_iter().map(|(agent, _)| agent).collect(),
+        failed,
+    })
+}
+
+/// The agents a [`stop_here`] stopped, each with its pane's process (the wrapper), and the
+/// stops that failed.
+type Stops = (Vec<(String, u32)>, Vec<String>);
+
+/// Stop, with the fleet lock, every pane that `plan` would stop of the agents `which`
+/// picks (by name and what the world knows of them), as planned stops.
+fn stop_here(
+    spec: &Spec,
+    fleet: &FleetDir,
+    what: &str,
+    which: impl Fn(&str, Option<&crate::world::AgentObs>) -> bool,
+) -> Result<Stops, String> {
+    let lock =
+        crate::state::lock::FleetLock::acquire(fleet, what, crate::state::lock::LOCK_WAIT, |_| {})
+            .map_err(|e| e.to_string())?;
     let runtime = crate::world::runtime_for(spec);
     let world = crate::status::observe(spec, &*runtime).map_err(|e| e.to_string())?;
     let options = crate::plan::PlanOptions::for_this_binary(false)
@@ -493,13 +506,9 @@ pub fn fence_here(
         .changes
         .into_iter()
         .filter(|c| matches!(c.action, crate::plan::Action::Stop { .. }))
-        .filter(|c| {
-            world
-                .agents
-                .get(&c.agent)
-                .is_some_and(|o| o.fenced.is_some())
-        })
+        .filter(|c| which(&c.agent, world.agents.get(&c.agent)))
         .collect();
+    let pid_of = |agent: &str| world.pane_of(agent).map_or(0, |p| p.pid);
     let applier = crate::apply::Applier {
         spec,
         runtime: &*runtime,
@@ -508,14 +517,70 @@ pub fn fence_here(
     let report = applier.apply(&crate::plan::Plan::of(stops));
     drop(lock);
     let (stopped, failed): (Vec<_>, Vec<_>) = report.steps.into_iter().partition(|s| s.ok);
-    Ok(Fenced {
-        recorded,
-        stopped: stopped.into_iter().map(|s| s.agent).collect(),
-        failed: failed
+    Ok((
+        stopped
+            .into_iter()
+            .map(|s| {
+                let pid = pid_of(&s.agent);
+                (s.agent, pid)
+            })
+            .collect(),
+        failed
             .into_iter()
             .map(|s| format!("{}: {}", s.agent, s.detail))
             .collect(),
+    ))
+}
+
+/// How long a stopped agent's wrapper may take to finish (it records the session's end and
+/// saves its own handoff as it goes).
+const WRAPPER_EXIT_WAIT: Duration = Duration::from_secs(15);
+
+/// What a machine gives for an agent leaving it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Left {
+    /// The handoff saved for the move.
+    pub handoff: Option<HandoffRef>,
+    pub context: AgentContext,
+}
+
+/// Agent `agent` leaves this machine: stopped as `phoenix stop` does (it stays down here),
+/// its wrapper waited for, then a handoff saved with reason `move` (the newest, made from
+/// everything the session did), and its context read.
+pub fn leave(spec: Option<&Spec>, fleet: &FleetDir, agent: &str) -> Result<Left, String> {
+    check_name(agent)?;
+    let Some((spec, declared)) = spec.and_then(|s| Some((s, s.agent(agent)?))) else {
+        return Err(format!("agent `{agent}` is not declared here"));
+    };
+    let dir = fleet.agent(agent);
+    dir.ensure()
+        .and_then(|()| dir.set_marker(state::STOPPED))
+        .map_err(|e| format!("cannot record the stop in `{}`: {e}", dir.path.display()))?;
+    let (stopped, failed) = stop_here(spec, fleet, "move", |a, _| a == agent)?;
+    if let Some(why) = failed.first() {
+        return Err(format!("cannot stop it: {why}"));
+    }
+    for (_, pid) in stopped {
+        wait_gone(pid, WRAPPER_EXIT_WAIT);
+    }
+    let handoff = crate::continuity::save(spec, declared, crate::continuity::Trigger::Move, None)
+        .map_err(|e| format!("cannot save the move handoff: {e}"))?;
+    Ok(Left {
+        handoff: Some(HandoffRef::of(&handoff)),
+        context: export(&dir, None),
     })
+}
+
+/// Wait until process `pid` is gone, at most `limit`.
+fn wait_gone(pid: u32, limit: Duration) {
+    if pid == 0 {
+        return;
+    }
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    let deadline = std::time::Instant::now() + limit;
+    while nix::sys::signal::kill(pid, None).is_ok() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The most one mirror reply carries; an agent that does not fit waits for the next pass
@@ -540,13 +605,7 @@ pub fn mirror_export(
     let mut mirrored = Mirrored::default();
     let mut total = 0;
     for (agent, newest) in agents {
-        if !spec::valid_name(agent) {
-            return Err(format!(
-                "`{}` is not an agent name ({})",
-                crate::text::shorten(agent, 80),
-                spec::NAME_HINT
-            ));
-        }
+        check_name(agent)?;
         let dir = fleet.agent(agent);
         if !dir.exists() {
             continue;

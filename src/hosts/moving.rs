@@ -1,8 +1,9 @@
 //! Carrying a move out: `phoenix move`, and the combined `apply` for the moves its plan
 //! shows. In order: check the target can run the agent (its CLI, its workdir) and does not
-//! run it already, save a handoff on the source (reason `move`), stop the agent there as a
-//! planned stop, carry its externalized state to the target, start it there fresh with that
-//! context, record the placement, fence the source off and write the agent's new `host` into
+//! run it already, stop the agent on the source as a planned stop and save a handoff there
+//! (reason `move`: saved after the stop, it is the newest and holds all the session did),
+//! carry its externalized state to the target, start it there fresh with that context,
+//! record the placement, fence the source off and write the agent's new `host` into
 //! phoenix.toml. Nothing stops before every check passed; once the agent stopped, a failing
 //! step starts it again where it was. With `--from-unreachable` the context comes from the
 //! operator's mirror and the source is owed its fence until it answers again ([`cleanup`]).
@@ -300,7 +301,7 @@ impl Moving<'_> {
         Ok((context, Some(at)))
     }
 
-    /// Check the source, save the move handoff, stop the agent; its context as left.
+    /// Check the source, stop the agent there, save the move handoff; its context as left.
     fn stop_source(&mut self) -> Result<AgentContext, Error> {
         let (agent, from, to) = (self.agent, self.from.clone(), self.to.clone());
         let source = side(self.spec, self.links, &from)?;
@@ -313,38 +314,21 @@ impl Moving<'_> {
         self.report
             .warnings
             .extend(git_warnings(&summary, &from, &to));
-        (self.on_step)(&format!("saving a handoff on {from}"));
-        let ran = source.phoenix(
-            &[
-                "handoff",
-                "save",
-                agent,
-                "--reason",
-                "move",
-                "--no-input",
-                "--json",
-            ],
-            READ_TIMEOUT,
-        )?;
-        if let Some(why) = failure(&ran) {
-            return Err(Error::msg(format!(
-                "cannot save `{agent}`'s move handoff on {from} ({why}); nothing was stopped"
-            )));
+        // Stopped first, the handoff after: it is then the newest, made from everything the
+        // session did (the wrapper's own handoff as it stops comes before it).
+        (self.on_step)(&format!(
+            "stopping `{agent}` on {from} and saving its handoff"
+        ));
+        match source.leave(agent) {
+            Ok(left) => {
+                self.report.handoff = left.handoff.map(|h| h.id);
+                Ok(left.context)
+            }
+            Err(e) => {
+                let cause = Error::msg(format!("leaving {from} failed: {e}"));
+                Err(self.roll_back(cause, true))
+            }
         }
-        self.report.handoff = serde_json::from_str::<serde_json::Value>(ran.stdout.trim())
-            .ok()
-            .and_then(|doc| doc["id"].as_str().map(str::to_string));
-        (self.on_step)(&format!("stopping `{agent}` on {from}"));
-        let stopped = source.phoenix(&["stop", agent, "--json"], READ_TIMEOUT);
-        if let Some(why) = stopped
-            .as_ref()
-            .map_or_else(|e| Some(e.to_string()), failure)
-        {
-            let cause = Error::msg(format!("cannot stop it on {from}: {why}"));
-            return Err(self.roll_back(cause, true));
-        }
-        (self.on_step)(&format!("reading its context on {from}"));
-        source.export(agent).map_err(|e| self.roll_back(e, true))
     }
 
     /// Import the context on the target and start the agent there fresh.

@@ -88,6 +88,10 @@ pub enum Call {
     /// One agent's externalized state ([`super::carry::AgentContext`]): state.json, the
     /// ledger, the handoffs (newest first, bounded), brief.md, the resolved log.
     Export { dir: String, agent: String },
+    /// The agent leaves this host for another: stopped as `phoenix stop` does, its wrapper
+    /// waited for, a handoff saved with reason `move`, its context read
+    /// ([`super::carry::Left`]).
+    Leave { dir: String, agent: String },
     /// Make `context` the agent's externalized state here (before its slice is pushed and it
     /// starts fresh), and record `fence` (the operator's placement of it, here).
     Import {

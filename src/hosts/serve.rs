@@ -78,6 +78,10 @@ pub fn answer(bytes: &[u8]) -> Reply {
                 .and_then(|(spec, fleet)| json(carry::summarize(spec.as_ref(), &fleet, &agent)?)),
         ),
         Call::Export { dir, agent } => reply(export(&dir, &agent)),
+        Call::Leave { dir, agent } => reply(
+            carry::host_fleet(&dir)
+                .and_then(|(spec, fleet)| json(carry::leave(spec.as_ref(), &fleet, &agent)?)),
+        ),
         Call::Import {
             dir,
             agent,
@@ -104,13 +108,7 @@ fn json(value: impl serde::Serialize) -> Result<Value, String> {
 
 /// One agent's context, for a move: the agent's name is checked before it becomes a path.
 fn export(dir: &str, agent: &str) -> Result<Value, String> {
-    if !spec::valid_name(agent) {
-        return Err(format!(
-            "`{}` is not an agent name ({})",
-            crate::text::shorten(agent, 80),
-            spec::NAME_HINT
-        ));
-    }
+    carry::check_name(agent)?;
     let (_, fleet) = carry::host_fleet(dir)?;
     let dir = fleet.agent(agent);
     if !dir.exists() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use super::carry::{self, AgentContext, Fenced, Imported, Summary};
+use super::carry::{self, AgentContext, Fenced, Imported, Left, Summary};
 use super::fleet::{APPLY_TIMEOUT, Link, READ_TIMEOUT};
 use super::protocol::{Call, Ran};
 use crate::error::Error;
@@ -65,16 +65,19 @@ impl Side<'_> {
         }
     }
 
-    pub fn export(&self, agent: &str) -> Result<AgentContext, Error> {
+    /// The agent leaves: stopped, a `move` handoff saved, its context read.
+    pub fn leave(&self, agent: &str) -> Result<Left, Error> {
         match self {
-            Side::Local(spec) => Ok(carry::export(&Self::fleet(spec).agent(agent), None)),
+            Side::Local(spec) => {
+                carry::leave(Some(spec), &Self::fleet(spec), agent).map_err(Error::msg)
+            }
             Side::Host(link) => Self::ask(
                 link,
-                Call::Export {
+                Call::Leave {
                     dir: link.host.dir.clone(),
                     agent: agent.to_string(),
                 },
-                READ_TIMEOUT,
+                APPLY_TIMEOUT,
             ),
         }
     }

@@ -7,6 +7,7 @@ mod dashboard;
 mod fleet;
 mod hooks;
 mod hosts;
+mod hosts_move;
 mod inert;
 mod policy;
 mod real_cli;
