@@ -233,6 +233,43 @@ pub fn stale(placements: &Placements, observed: &[(Place, Vec<String>)]) -> Vec<
     found
 }
 
+/// Record where `spec` places every agent that has no record yet (generation 0), so that a
+/// later change of its `host` is a move. The combined `apply` calls this once the spec is
+/// applied (an agent placed before the record existed is where it was declared); the agents
+/// recorded now.
+pub fn adopt(spec: &Spec) -> crate::error::Result<Vec<String>> {
+    let state_dir = &spec.fleet.state_dir;
+    let _lock = lock(state_dir, "adopt placements", |_| {})?;
+    let mut placements = load(state_dir)?;
+    let since = state::now_rfc3339();
+    let declared = spec
+        .agent_names()
+        .into_iter()
+        .map(str::to_string)
+        .chain(spec.remote_agents.iter().map(|a| a.name.clone()));
+    let mut adopted = Vec::new();
+    for agent in declared {
+        if placements.agents.contains_key(&agent) {
+            continue;
+        }
+        let place = Place::in_spec(spec, &agent).expect("a declared agent has a place");
+        placements.agents.insert(
+            agent.clone(),
+            Placement {
+                place,
+                generation: 0,
+                since: since.clone(),
+                owed_fences: Vec::new(),
+            },
+        );
+        adopted.push(agent);
+    }
+    if !adopted.is_empty() {
+        save(state_dir, &placements)?;
+    }
+    Ok(adopted)
+}
+
 fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(PLACEMENTS)
 }
@@ -387,5 +424,21 @@ mod tests {
         assert_eq!(load(tmp.path()).unwrap(), placements);
         std::fs::write(path(tmp.path()), "{").unwrap();
         assert!(load(tmp.path()).is_err());
+        let _ = std::fs::remove_file(path(tmp.path()));
+    }
+
+    #[test]
+    fn adopting_records_where_the_spec_places_the_unrecorded_agents() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut spec = spec();
+        spec.fleet.state_dir = tmp.path().join(".phoenix");
+        assert_eq!(adopt(&spec).unwrap(), ["here", "trades", "new"]);
+        let placements = load(&spec.fleet.state_dir).unwrap();
+        assert_eq!(
+            placements.agents["trades"].place,
+            Place::Host("gpu-2".into())
+        );
+        assert!(planned(&spec, &placements).is_empty());
+        assert!(adopt(&spec).unwrap().is_empty());
     }
 }

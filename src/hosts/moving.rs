@@ -247,6 +247,10 @@ impl Moving<'_> {
                 ),
             ));
         }
+        if to.host().is_some() {
+            // The policies and templates its slice carries: a problem with them is found now.
+            fleet::slice_files(self.spec)?;
+        }
         let (context, mirrored_at) = if options.from_unreachable {
             self.context_in_mirror()?
         } else {
@@ -456,7 +460,7 @@ impl Moving<'_> {
 
     /// Write phoenix.toml with the agent on `to`, unless someone changed the file meanwhile.
     fn write_spec(&mut self) -> Result<(), Error> {
-        if self.moved == self.text {
+        if self.moved == self.text || self.spec_written {
             return Ok(());
         }
         let file = real_path(&self.spec.file);

@@ -157,7 +157,11 @@ fn an_agent_moves_between_hosts_with_its_handoff_and_back_home() {
     assert_eq!(placements["agents"]["trades"]["place"], "gpu-2");
 
     // Home to the operator's machine: the same steps, in-process on this side.
-    net.run(&["move", "trades", "--to", "local"]).status(0);
+    let home = net.run(&["move", "trades", "--to", "local"]);
+    assert!(!home.stdout().contains("warning"), "{}", home.stdout());
+    home.status(0)
+        .stdout_has("✓ agent `trades` moved gpu-2 → local (generation 2)")
+        .stdout_has("phoenix.toml now declares it on this machine");
     net.fleet.wait_running(&["trades"]);
     assert_eq!(row(gpu2, "trades")["state"], "moved");
     let toml = std::fs::read_to_string(net.fleet.config()).unwrap();
@@ -195,6 +199,52 @@ fn a_move_to_a_host_without_the_workdir_refuses_before_stopping_anything() {
         .status(1)
         .stderr_has("no host `gpu-3`")
         .stderr_has("did you mean `gpu-1`?");
+}
+
+/// The target takes the checks but fails to take the context (its state dir holds a file
+/// where the agent's dir goes): the agent starts again on the source, nothing is lost, and
+/// once the target is fixed the move goes through.
+#[test]
+fn a_move_that_fails_after_the_stop_starts_the_agent_again_where_it_was() {
+    let Some(net) = HostedFleet::start(&["gpu-1", "gpu-2"]) else {
+        return;
+    };
+    for host in &net.hosts {
+        mkdir(&host.dir.join("work"));
+    }
+    net.toml(&agent("trades", "gpu-1"));
+    start_on(&net, "gpu-1");
+    let (gpu1, gpu2) = (net.host("gpu-1"), net.host("gpu-2"));
+    let pid = wait_running(gpu1, "trades");
+    let blocker = gpu2.agent_dir("trades");
+    mkdir(blocker.parent().unwrap());
+    std::fs::write(&blocker, "not a directory").unwrap();
+    let before = std::fs::read_to_string(net.fleet.config()).unwrap();
+
+    net.run(&["move", "trades", "--to", "gpu-2"])
+        .status(1)
+        .stderr_has("moving `trades` to gpu-2 failed: ")
+        .stderr_has("it was started again on gpu-1");
+    let again = wait_running(gpu1, "trades");
+    assert_ne!(again, pid, "it was never stopped");
+    assert_eq!(std::fs::read_to_string(net.fleet.config()).unwrap(), before);
+    let handoffs = gpu1.run(&["handoff", "list", "trades", "--json"]).json();
+    let triggers: Vec<&str> = handoffs["handoffs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h["trigger_reason"].as_str())
+        .collect();
+    assert!(triggers.contains(&"move"), "{handoffs}");
+
+    std::fs::remove_file(&blocker).unwrap();
+    let report = net
+        .run(&["move", "trades", "--to", "gpu-2", "--json"])
+        .status(0)
+        .json();
+    assert_eq!(report["move"]["generation"], 2, "{report}");
+    wait_running(gpu2, "trades");
+    assert_eq!(row(gpu1, "trades")["state"], "moved");
 }
 
 /// Close the operator's shared ssh connections: a stopped sshd keeps the sessions it
