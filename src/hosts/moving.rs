@@ -243,7 +243,7 @@ impl Moving<'_> {
                     problems.join("; ")
                 ),
                 format!(
-                    "fix it on {to} (`phoenix hosts check` lists what each host lacks), then move again"
+                    "install the CLI or create the workdir on {to} (or fix `command` or `workdir` in phoenix.toml), then move again"
                 ),
             ));
         }
