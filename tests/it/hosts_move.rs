@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use phoenix::hosts::carry::AgentContext;
 use phoenix::hosts::fleet::{self, APPLY_TIMEOUT, Link, READ_TIMEOUT};
+use phoenix::hosts::moves::{self, Move, Place};
 use phoenix::hosts::protocol::Call;
 use phoenix::state::fence::Fence;
 
@@ -98,6 +99,17 @@ fn startup_context(host: &Host, agent: &str) -> String {
     text
 }
 
+fn git(dir: &Path, args: &[&str]) -> bool {
+    Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 fn mkdir(path: &Path) {
     std::fs::create_dir_all(path).unwrap();
 }
@@ -169,6 +181,12 @@ fn an_agent_moves_between_hosts_with_its_handoff_and_back_home() {
     net.run(&["move", "trades", "--to", "local"])
         .status(0)
         .stdout_has("placed on local already");
+    // And out again, to where it was fenced off before: the newer generation lifts it.
+    net.run(&["move", "trades", "--to", "gpu-1"]).status(0);
+    wait_running(gpu1, "trades");
+    // Not declared here any more, and not running.
+    let here = net.fleet.status();
+    assert!(here.iter().all(|r| r["agent"] != "trades"), "{here:?}");
 }
 
 #[test]
@@ -176,7 +194,24 @@ fn a_move_to_a_host_without_the_workdir_refuses_before_stopping_anything() {
     let Some(net) = HostedFleet::start(&["gpu-1", "gpu-2"]) else {
         return;
     };
-    mkdir(&net.host("gpu-1").dir.join("work"));
+    let work = net.host("gpu-1").dir.join("work");
+    mkdir(&work);
+    // A commit no remote has, where git is installed: the move warns about it.
+    let committed = git(&work, &["init", "-q"])
+        && git(
+            &work,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                "x",
+            ],
+        );
     net.toml(&agent("trades", "gpu-1"));
     start_on(&net, "gpu-1");
     let gpu1 = net.host("gpu-1");
@@ -194,6 +229,24 @@ fn a_move_to_a_host_without_the_workdir_refuses_before_stopping_anything() {
     );
     assert_eq!(std::fs::read_to_string(net.fleet.config()).unwrap(), before);
     assert!(!net.fleet.state_dir().join("hosts/placements.json").exists());
+    // What the combined plan shows for this move: the problem, and the source's context.
+    let planned = Move {
+        agent: "trades".into(),
+        from: Place::Host("gpu-1".into()),
+        to: Place::Host("gpu-2".into()),
+    };
+    let preview = moves::preview(&net.fleet.spec(), &planned).unwrap();
+    assert!(preview.problems[0].contains("workdir"), "{preview:?}");
+    assert!(
+        preview.line().starts_with("move gpu-1 → gpu-2 ("),
+        "{}",
+        preview.line()
+    );
+    assert_eq!(
+        preview.warnings.len(),
+        usize::from(committed),
+        "{preview:?}"
+    );
     // An unknown target is named with what there is.
     net.run(&["move", "trades", "--to", "gpu-3"])
         .status(1)
