@@ -52,9 +52,20 @@ pub fn first_line(text: &str) -> String {
 /// Run `command` with `input` on stdin, killing its process group after `timeout`. Never waits
 /// longer than `timeout` (plus a few milliseconds), even if the program left something behind
 /// that holds its output open.
-pub fn run(mut command: Command, input: &[u8], timeout: Duration) -> Result<Finished, RunError> {
+pub fn run(command: Command, input: &[u8], timeout: Duration) -> Result<Finished, RunError> {
+    run_limited(command, input, timeout, MAX_OUTPUT)
+}
+
+/// [`run`], keeping up to `max_output` bytes of stdout and of stderr (a host's reply that
+/// carries an agent's context is larger than a helper's output).
+pub fn run_limited(
+    mut command: Command,
+    input: &[u8],
+    timeout: Duration,
+    max_output: u64,
+) -> Result<Finished, RunError> {
     command.stdin(Stdio::piped());
-    run_with(command, Some(input.to_vec()), timeout)
+    run_with(command, Some(input.to_vec()), timeout, max_output)
 }
 
 /// [`run`] with `input` (a file opened for reading) as its stdin: a large file (a binary
@@ -65,13 +76,14 @@ pub fn run_file(
     timeout: Duration,
 ) -> Result<Finished, RunError> {
     command.stdin(Stdio::from(input));
-    run_with(command, None, timeout)
+    run_with(command, None, timeout, MAX_OUTPUT)
 }
 
 fn run_with(
     mut command: Command,
     input: Option<Vec<u8>>,
     timeout: Duration,
+    max_output: u64,
 ) -> Result<Finished, RunError> {
     let started = Instant::now();
     command
@@ -110,7 +122,7 @@ fn run_with(
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
             if let Some(mut pipe) = pipe {
-                let _ = (&mut pipe).take(MAX_OUTPUT).read_to_end(&mut bytes);
+                let _ = (&mut pipe).take(max_output).read_to_end(&mut bytes);
                 // Drain the rest, or a program that writes more would block and time out.
                 let _ = io::copy(&mut pipe, &mut io::sink());
             }

@@ -143,6 +143,12 @@ pub fn carry_out(
             "agent `{name}` is stopped (`phoenix stop`): start it again with `phoenix start {name}`"
         );
     }
+    if let Some(fence) = state::fence::refused(&fleet, name) {
+        bail!(
+            "agent `{name}` was {}: it does not run on this machine (`phoenix move` on the operator's machine places it)",
+            fence.describe()
+        );
+    }
     dir.ensure()
         .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
     // One change of the fleet at a time: a reconcile or an apply racing this restart would

@@ -72,7 +72,8 @@ pub struct AgentStatus {
     pub declared: bool,
     pub enabled: bool,
     /// declared (not started), running, starting, cooldown, safe-mode, dead, stopped (clean
-    /// exit), disabled, pruned-pending (running but no longer declared)
+    /// exit), moved (the operator placed it on another machine), disabled, pruned-pending
+    /// (running but no longer declared)
     pub state: &'static str,
     /// healthy, warning (the watchdog's last pass found something), recovering (being
     /// restarted), down (dead, in safe mode, not started), stopped (on purpose), disabled,
@@ -232,6 +233,7 @@ pub fn rows(spec: &Spec, world: &World) -> Vec<AgentStatus> {
         let state = match (declared, pane) {
             (None, _) => "pruned-pending",
             (Some(a), _) if !a.enabled => "disabled",
+            (Some(_), _) if obs.is_some_and(|o| o.fenced.is_some()) && process.is_none() => "moved",
             (Some(_), _) if obs.is_some_and(|o| o.stopped) && process.is_none() => "stopped",
             (Some(_), _) if obs.is_some_and(|o| o.clean_exit) && process.is_none() => "stopped",
             (Some(_), None) => "declared",
@@ -257,7 +259,7 @@ pub fn rows(spec: &Spec, world: &World) -> Vec<AgentStatus> {
             "running" if watchdog.is_empty() => "healthy",
             "running" => "warning",
             "starting" | "cooldown" => "recovering",
-            "stopped" => "stopped",
+            "stopped" | "moved" => "stopped",
             "disabled" => "disabled",
             "pruned-pending" => "unmanaged",
             _ => "down",

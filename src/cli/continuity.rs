@@ -23,7 +23,7 @@ pub enum HandoffCommand {
     /// Completed: … / Next: …` text an agent writes inside `->continuity:save <<< … >>>`.
     Save {
         agent: String,
-        /// Why: manual, auto_restart, context_limit, crash, pre_compact.
+        /// Why: manual, auto_restart, context_limit, crash, pre_compact, move.
         #[arg(long, default_value = "manual")]
         reason: String,
         #[arg(long)]

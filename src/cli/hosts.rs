@@ -35,6 +35,14 @@ pub enum HostsCommand {
         #[arg(long)]
         print: bool,
     },
+    /// Copy every host's agent contexts (handoffs, ledgers, state) into the operator's
+    /// mirror, `<state_dir>/hosts/mirror/`: what `phoenix move --from-unreachable` starts
+    /// from when a host is gone. Only what is new travels.
+    Mirror {
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Answer the one request on stdin with one reply on stdout. Always exits 0: whatever went
@@ -52,6 +60,7 @@ pub fn hosts(config: &Path, command: HostsCommand) -> anyhow::Result<i32> {
     match command {
         HostsCommand::Check { json } => check(config, json),
         HostsCommand::Install { host, print } => install(config, &host, print),
+        HostsCommand::Mirror { json } => super::moves::mirror(config, json),
     }
 }
 

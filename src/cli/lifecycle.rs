@@ -278,6 +278,13 @@ fn start_results(ctx: &FleetContext, agents: &[String]) -> anyhow::Result<Vec<Ag
         if !ctx.spec.agent(agent).is_some_and(|a| a.enabled) {
             bail!("agent `{agent}` is disabled in phoenix.toml: set `enabled = true` first");
         }
+        // Started here, a copy the operator moved away would run twice.
+        if let Some(fence) = state::fence::refused(&ctx.dir, agent) {
+            bail!(
+                "agent `{agent}` was {}: this copy is stale and stays down (`phoenix move` on the operator's machine places it)",
+                fence.describe()
+            );
+        }
     }
     let lock = lock(ctx, "start")?;
     for agent in agents {

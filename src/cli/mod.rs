@@ -14,6 +14,7 @@ mod hosts;
 mod layers;
 mod lifecycle;
 mod logs;
+mod moves;
 mod notify;
 mod output;
 mod policy;
@@ -176,6 +177,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Move an agent to another machine with its context: a handoff saved where it runs
+    /// (reason `move`), stopped there, its state (ledger, handoffs, open loops, brief)
+    /// carried, started fresh on the target with that context, and its `host` in
+    /// phoenix.toml rewritten. Nothing stops until the target can run it (CLI and workdir
+    /// there); if a later step fails it starts again where it was. See docs/multi-host.md.
+    Move(moves::MoveArgs),
     /// An agent's recent steps (ops.jsonl) and its pane's recent output, oldest first.
     Logs {
         agent: String,
@@ -266,7 +273,7 @@ pub enum Command {
         json: bool,
     },
     /// The hosts of a fleet across machines: check them all, install phoenix and its daemon
-    /// on one (see docs/multi-host.md).
+    /// on one, mirror their agents' contexts (see docs/multi-host.md).
     #[command(subcommand)]
     Hosts(hosts::HostsCommand),
     /// The host side of a multi-host fleet: one JSON request on stdin, one JSON reply on
@@ -457,6 +464,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             follow,
         } => logs::logs(&config, &agent, lines, follow),
         Command::Attach { agent } => lifecycle::attach(&config, &agent),
+        Command::Move(args) => moves::run(&config, args),
         Command::Service { command } => lifecycle::service(&config, command),
         Command::Wrap { agent } => Ok(crate::supervise::wrap(&config, &agent)?),
         Command::Hook(call) => Ok(hook::run(call.with_config(config))),

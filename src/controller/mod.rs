@@ -39,7 +39,12 @@ use wake::{Event, PaneWatch};
 struct Busy {
     watchdog: Arc<AtomicBool>,
     brief: Arc<AtomicBool>,
+    mirror: Arc<AtomicBool>,
 }
+
+/// How often the operator's daemon refreshes its mirror of the hosts' agent contexts (what
+/// `phoenix move --from-unreachable` starts from), at most.
+const MIRROR_EVERY: Duration = Duration::from_secs(60);
 
 /// Events arriving together (many wrappers, an editor's several writes) make one reconcile.
 const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -142,6 +147,7 @@ impl Controller {
         );
         let mut next = requeue(Duration::ZERO);
         let mut attempt = 0u32;
+        let mut mirrored: Option<Instant> = None;
         loop {
             if self.stopping.load(Ordering::SeqCst) {
                 info!("asked to stop: stopping");
@@ -168,6 +174,7 @@ impl Controller {
             }
             self.serve_requests();
             (next, attempt) = self.pass(attempt, &mut panes, &tx);
+            self.start_mirror(&busy.mirror, &mut mirrored);
         }
         info!("phoenix run: stopped");
         Ok(0)
@@ -260,6 +267,36 @@ impl Controller {
             let fleet = crate::state::FleetDir::new(&spec.fleet.state_dir);
             if let Err(e) = crate::store::Store::open_checked(&fleet) {
                 warn!(error = %e, "cannot bring the search index up to date");
+            }
+            busy.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Refresh the mirror of the hosts' agent contexts off the loop (each host bounded by its
+    /// own timeout), at most every [`MIRROR_EVERY`]; only a fleet with `[[host]]`s has one.
+    fn start_mirror(&self, busy: &Arc<AtomicBool>, last: &mut Option<Instant>) {
+        if self.spec.hosts.is_empty() || last.is_some_and(|t| t.elapsed() < MIRROR_EVERY) {
+            return;
+        }
+        if busy.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let (spec, busy) = (self.spec.clone(), busy.clone());
+        tokio::task::spawn_blocking(move || {
+            match crate::hosts::mirror::refresh(&spec) {
+                Ok(hosts) => {
+                    for h in hosts {
+                        match &h.error {
+                            Some(e) => warn!(host = %h.host, error = %e, "mirror not refreshed"),
+                            None => debug!(
+                                host = %h.host, agents = h.agents.len(),
+                                new_handoffs = h.new_handoffs, "mirror refreshed"
+                            ),
+                        }
+                    }
+                }
+                Err(e) => warn!(error = %e, "cannot refresh the mirror of the hosts"),
             }
             busy.store(false, Ordering::SeqCst);
         });

@@ -4,13 +4,18 @@
 //! speaks the versioned JSON [`protocol`] with `phoenix host` there.
 
 pub mod actions;
+pub mod carry;
 pub mod check;
 pub mod combined;
 pub mod fleet;
 pub mod install;
+pub mod mirror;
+pub mod moves;
+mod moving;
 pub mod protocol;
 pub mod reads;
 pub mod serve;
+mod side;
 pub mod slice;
 pub mod ssh;
 

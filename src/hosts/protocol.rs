@@ -16,6 +16,8 @@ pub const FORMAT_VERSION: u32 = 1;
 
 /// The largest request a host reads (a spec slice with its policies and templates).
 pub const MAX_REQUEST_BYTES: u64 = 16 << 20;
+/// The largest reply the operator reads (an agent's exported context, as JSON).
+pub const MAX_REPLY_BYTES: u64 = 32 << 20;
 
 pub fn phoenix_version() -> &'static str {
     env!("CARGO_PKG_VERSION")
@@ -85,6 +87,37 @@ pub enum Call {
     /// manager, write nothing and answer with the unit and the command to run instead. Sent by
     /// `hosts install` to the phoenix it has just copied there.
     Install { dir: String, fleet: String },
+    /// What one agent has here, for a move: whether it runs, its latest handoff, its workdir
+    /// and whether that holds unpushed commits ([`super::carry::Summary`]).
+    Context { dir: String, agent: String },
+    /// One agent's externalized state ([`super::carry::AgentContext`]): state.json, the
+    /// ledger, the handoffs (newest first, bounded), brief.md, the resolved log.
+    Export { dir: String, agent: String },
+    /// The agent leaves this host for another: stopped as `phoenix stop` does, its wrapper
+    /// waited for, a handoff saved with reason `move`, its context read
+    /// ([`super::carry::Left`]).
+    Leave { dir: String, agent: String },
+    /// Make `context` the agent's externalized state here (before its slice is pushed and it
+    /// starts fresh), and record `fence` (the operator's placement of it, here).
+    Import {
+        dir: String,
+        agent: String,
+        context: super::carry::AgentContext,
+        fence: crate::state::fence::Fence,
+    },
+    /// The operator's placements of moved agents: recorded (a lower generation never
+    /// overrides a higher one), and a copy of an agent placed elsewhere that runs here is
+    /// stopped.
+    Fence {
+        dir: String,
+        fences: std::collections::BTreeMap<String, crate::state::fence::Fence>,
+    },
+    /// The handoffs, ledgers and state of these agents for the operator's mirror: each with
+    /// the newest handoff id the mirror already holds (only newer handoffs come back).
+    Mirror {
+        dir: String,
+        agents: std::collections::BTreeMap<String, Option<String>>,
+    },
 }
 
 /// What [`Call::Install`] did on the host.

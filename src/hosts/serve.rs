@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::carry;
 use super::protocol::{
     Call, ErrorKind, FORMAT_VERSION, MAX_REQUEST_BYTES, RUN_COMMANDS, Ran, Reply, Request,
 };
@@ -76,7 +77,51 @@ pub fn answer(bytes: &[u8]) -> Reply {
             super::install::serve(&host_dir(&dir), &fleet)
                 .map(|installed| serde_json::to_value(installed).unwrap_or_default()),
         ),
+        Call::Context { dir, agent } => reply(
+            carry::host_fleet(&dir)
+                .and_then(|(spec, fleet)| json(carry::summarize(spec.as_ref(), &fleet, &agent)?)),
+        ),
+        Call::Export { dir, agent } => reply(export(&dir, &agent)),
+        Call::Leave { dir, agent } => reply(
+            carry::host_fleet(&dir)
+                .and_then(|(spec, fleet)| json(carry::leave(spec.as_ref(), &fleet, &agent)?)),
+        ),
+        Call::Import {
+            dir,
+            agent,
+            context,
+            fence,
+        } => reply(
+            carry::host_fleet(&dir)
+                .and_then(|(_, fleet)| json(carry::import(&fleet, &agent, &context, &fence)?)),
+        ),
+        Call::Fence { dir, fences } => reply(
+            carry::host_fleet(&dir)
+                .and_then(|(spec, fleet)| json(carry::fence_here(spec.as_ref(), &fleet, &fences)?)),
+        ),
+        Call::Mirror { dir, agents } => reply(
+            carry::host_fleet(&dir)
+                .and_then(|(_, fleet)| json(carry::mirror_export(&fleet, &agents)?)),
+        ),
     }
+}
+
+fn json(value: impl serde::Serialize) -> Result<Value, String> {
+    serde_json::to_value(value).map_err(|e| e.to_string())
+}
+
+/// One agent's context, for a move: the agent's name is checked before it becomes a path.
+fn export(dir: &str, agent: &str) -> Result<Value, String> {
+    carry::check_name(agent)?;
+    let (_, fleet) = carry::host_fleet(dir)?;
+    let dir = fleet.agent(agent);
+    if !dir.exists() {
+        return Err(format!(
+            "agent `{agent}` has no state here (`{}` does not exist)",
+            dir.path.display()
+        ));
+    }
+    json(carry::export(&dir, None))
 }
 
 fn reply(result: Result<Value, String>) -> Reply {

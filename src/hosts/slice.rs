@@ -38,6 +38,35 @@ pub fn for_host(
     Ok(doc.to_string())
 }
 
+/// `source` with agent `agent` declared on `host` (`None`: this machine), everything else
+/// as written: how `phoenix move` records a move in phoenix.toml. `None` when no `[[agent]]`
+/// has that name.
+pub fn with_host(
+    source: &str,
+    agent: &str,
+    host: Option<&str>,
+) -> Result<Option<String>, toml_edit::TomlError> {
+    let mut doc: DocumentMut = source.parse()?;
+    let Some(agents) = doc.get_mut("agent").and_then(Item::as_array_of_tables_mut) else {
+        return Ok(None);
+    };
+    let Some(table) = agents
+        .iter_mut()
+        .find(|a| a.get("name").and_then(Item::as_str) == Some(agent))
+    else {
+        return Ok(None);
+    };
+    match host {
+        Some(host) => {
+            table["host"] = toml_edit::value(host);
+        }
+        None => {
+            table.remove("host");
+        }
+    }
+    Ok(Some(doc.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +134,38 @@ host = "gpu-2"
         let doc: toml::Table = toml::from_str(&bare).unwrap();
         assert_eq!(doc["fleet"]["tmux_socket"].as_str(), Some("s"), "{bare}");
         assert!(doc["agent"][0].get("host").is_none(), "{bare}");
+    }
+
+    #[test]
+    fn a_move_rewrites_only_the_agents_host() {
+        let moved = with_host(SOURCE, "trades", Some("gpu-2")).unwrap().unwrap();
+        assert!(
+            moved.contains("name = \"trades\"\nhost = \"gpu-2\""),
+            "{moved}"
+        );
+        assert!(moved.contains("silence = \"5m\"   # a comment that stays"));
+        assert!(
+            for_host(&moved, "gpu-2", None)
+                .unwrap()
+                .contains("\"trades\"")
+        );
+        let home = with_host(&moved, "trades", None).unwrap().unwrap();
+        assert!(
+            !for_host(&home, "gpu-2", None)
+                .unwrap()
+                .contains("\"trades\"")
+        );
+        assert!(
+            !for_host(&home, "gpu-1", None)
+                .unwrap()
+                .contains("\"trades\"")
+        );
+        let local = with_host(SOURCE, "local", Some("gpu-1")).unwrap().unwrap();
+        assert!(
+            for_host(&local, "gpu-1", None)
+                .unwrap()
+                .contains("\"local\"")
+        );
+        assert_eq!(with_host(SOURCE, "nobody", None).unwrap(), None);
     }
 }

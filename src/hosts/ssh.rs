@@ -98,7 +98,10 @@ impl Transport for Ssh {
         timeout: Duration,
     ) -> Result<Finished, TransportError> {
         let command = self.command(remote)?;
-        self.finished(process::run(command, input, timeout), timeout)
+        self.finished(
+            process::run_limited(command, input, timeout, super::protocol::MAX_REPLY_BYTES),
+            timeout,
+        )
     }
 
     fn call_file(

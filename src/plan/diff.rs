@@ -56,7 +56,16 @@ fn undeclared(spec: &Spec, world: &World, prune: bool) -> (Vec<Change>, Vec<Unma
         if spec.agent(name).is_some() {
             continue;
         }
-        if prune {
+        // A stale copy of an agent the operator moved away stops whether pruning or not.
+        if let Some(fence) = world.agents.get(name).and_then(|o| o.fenced.as_ref()) {
+            pruned.push(change(
+                name,
+                Action::Stop {
+                    pane: pane.id.clone(),
+                },
+                format!("{}: this copy is stale", fence.describe()),
+            ));
+        } else if prune {
             pruned.push(change(
                 name,
                 Action::Prune {
@@ -82,6 +91,20 @@ fn held_back(a: &AgentSpec, world: &World, changes: &[Change]) -> Option<Attenti
             .iter()
             .any(|c| c.agent == a.name && (!stop_only || matches!(c.action, Action::Stop { .. })))
     };
+    if let Some(fence) = world.agents.get(&a.name).and_then(|o| o.fenced.as_ref()) {
+        if changed(true) {
+            return None;
+        }
+        return Some(Attention {
+            agent: a.name.clone(),
+            pane: String::new(),
+            state: "moved",
+            hint: format!(
+                "{}: it runs there, not here (`phoenix move` on the operator's machine places it)",
+                fence.describe()
+            ),
+        });
+    }
     // A stopped agent is held back even while its hook files change under it.
     if world.agents.get(&a.name).is_some_and(|o| o.stopped) {
         if changed(true) {
@@ -184,6 +207,9 @@ fn diff_agent(agent: &AgentSpec, world: &World) -> Option<Change> {
 
     if !agent.enabled {
         return stop("disabled in phoenix.toml".into());
+    }
+    if let Some(fence) = obs.and_then(|o| o.fenced.as_ref()) {
+        return stop(format!("{}: this copy is stale", fence.describe()));
     }
     if obs.is_some_and(|o| o.stopped) {
         return stop(format!(

@@ -57,8 +57,8 @@ pub struct Plan {
 pub struct Attention {
     pub agent: String,
     pub pane: String,
-    /// `safe-mode` (a crash limit or a diagnosis stopped it), `cooldown` (restarting) or
-    /// `stopped` (`phoenix stop`).
+    /// `safe-mode` (a crash limit or a diagnosis stopped it), `cooldown` (restarting),
+    /// `stopped` (`phoenix stop`) or `moved` (the operator placed it on another machine).
     #[serde(deserialize_with = "attention_state")]
     pub state: Word,
     /// For people: what to run.
@@ -262,7 +262,7 @@ fn symbol<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
 }
 
 fn attention_state<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
-    known(d, &["safe-mode", "cooldown", "stopped"], "held")
+    known(d, &["safe-mode", "cooldown", "stopped", "moved"], "held")
 }
 
 fn change(agent: &str, action: Action, reason: String) -> Change {

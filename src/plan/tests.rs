@@ -177,6 +177,47 @@ fn a_stopped_agent_is_neither_started_nor_left_running() {
     assert!(text.contains("stopped with `phoenix stop`"), "{text}");
 }
 
+/// The operator moved `a` and `gone` to another machine: a copy here is stale. Declared or
+/// not, it is stopped (without `--prune`) and never started again.
+#[test]
+fn an_agent_moved_elsewhere_is_stopped_here_and_never_started() {
+    let s = two_agents();
+    let fp = |i: usize| s.agents[i].launch().fingerprint();
+    let mut world = world_with(&s, vec![pane("b", &fp(1), true), pane("gone", "x", true)]);
+    world.panes[1].id = "%9".into();
+    let fence = crate::state::fence::Fence {
+        generation: 3,
+        here: false,
+        runs_on: "gpu-2".into(),
+        since: String::new(),
+    };
+    for name in ["a", "gone"] {
+        world.agents.entry(name.into()).or_default().fenced = Some(fence.clone());
+    }
+    let plan = diff(&s, &world, &PlanOptions::default());
+    let actions: Vec<_> = plan
+        .changes
+        .iter()
+        .map(|c| (&*c.agent, c.action.symbol(), c.reason.as_str()))
+        .collect();
+    assert_eq!(
+        actions,
+        [(
+            "gone",
+            "-",
+            "moved to gpu-2 (generation 3): this copy is stale"
+        )],
+        "{plan}"
+    );
+    assert!(plan.unmanaged.is_empty(), "{plan}");
+    let held: Vec<_> = plan
+        .attention
+        .iter()
+        .map(|a| (&*a.agent, a.state))
+        .collect();
+    assert_eq!(held, [("a", "moved")]);
+}
+
 #[test]
 fn held_back_agents_are_listed_but_not_counted_as_changes() {
     let s = two_agents();

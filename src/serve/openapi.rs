@@ -179,7 +179,7 @@ pub fn document() -> Value {
                     "agents": {"type": "array", "items": r("AgentStatus")}}},
                 "AgentStatus": {"type": "object", "properties": {
                     "agent": {"type": "string"}, "declared": {"type": "boolean"}, "enabled": {"type": "boolean"},
-                    "state": {"type": "string", "enum": ["declared", "running", "starting", "cooldown", "safe-mode", "dead", "stopped", "disabled", "pruned-pending"]},
+                    "state": {"type": "string", "enum": ["declared", "running", "starting", "cooldown", "safe-mode", "dead", "stopped", "moved", "disabled", "pruned-pending"]},
                     "health": {"type": "string", "enum": ["healthy", "warning", "recovering", "down", "stopped", "disabled", "unmanaged"]},
                     "watchdog": {"type": "array", "items": {"type": "string"}, "description": "What the watchdog's last pass found."},
                     "pane": {"type": ["string", "null"]}, "pid": {"type": ["integer", "null"]},

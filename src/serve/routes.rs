@@ -474,7 +474,7 @@ async fn method_not_allowed() -> ApiError {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SaveBody {
-    /// manual (default), auto_restart, context_limit, crash, pre_compact
+    /// manual (default), auto_restart, context_limit, crash, pre_compact, move
     reason: Option<String>,
     /// `Current task: … / Completed: … / Next: …`, as `phoenix handoff save` reads on stdin.
     body: Option<String>,

@@ -22,6 +22,8 @@ pub enum Trigger {
     ContextLimit,
     Crash,
     PreCompact,
+    /// Saved on the source machine as the operator moves the agent to another (`phoenix move`).
+    Move,
 }
 
 impl Trigger {
@@ -32,6 +34,7 @@ impl Trigger {
             Trigger::ContextLimit => "context_limit",
             Trigger::Crash => "crash",
             Trigger::PreCompact => "pre_compact",
+            Trigger::Move => "move",
         }
     }
 
@@ -39,12 +42,13 @@ impl Trigger {
         serde_json::from_value(Value::String(s.to_string())).ok()
     }
 
-    pub const NAMES: [&'static str; 5] = [
+    pub const NAMES: [&'static str; 6] = [
         "manual",
         "auto_restart",
         "context_limit",
         "crash",
         "pre_compact",
+        "move",
     ];
 }
 

@@ -5,6 +5,7 @@ pub mod agent;
 pub mod bounded;
 pub mod daemon;
 pub mod events;
+pub mod fence;
 pub mod file;
 pub mod handoff;
 pub mod jsonl;

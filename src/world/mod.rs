@@ -274,6 +274,8 @@ pub struct AgentObs {
     pub clean_exit: bool,
     /// `phoenix stop` holds it down until `phoenix start`.
     pub stopped: bool,
+    /// The operator moved it to another machine (`phoenix move`): it must not run here.
+    pub fenced: Option<state::fence::Fence>,
     /// The launch spec recorded when the agent was last started (for drift details).
     pub started: Option<LaunchSpec>,
     pub last_activity: Option<jiff::Timestamp>,
@@ -416,6 +418,9 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError
     }
 
     let fleet = FleetDir::new(&spec.fleet.state_dir);
+    // An unreadable fences file fences nothing: it is rolled back to its last good copy, and
+    // the operator's next word writes it again.
+    let fences = state::fence::load(&fleet).unwrap_or_default();
     let mut names: Vec<String> = spec.agents.iter().map(|a| a.name.clone()).collect();
     names.extend(panes.iter().filter_map(|p| p.agent.clone()));
     names.extend(fleet.agent_names());
@@ -429,6 +434,7 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError
                 state_dir: dir.exists(),
                 clean_exit: dir.has_marker(state::CLEAN_EXIT),
                 stopped: dir.has_marker(state::STOPPED),
+                fenced: fences.refused(&name).cloned(),
                 started: state::JsonFile::new(&dir, state::STARTED_SPEC, "started_spec")
                     .load()
                     .ok()

@@ -7,6 +7,7 @@ mod dashboard;
 mod fleet;
 mod hooks;
 mod hosts;
+mod hosts_move;
 mod hosts_plan;
 mod hosts_reads;
 mod inert;

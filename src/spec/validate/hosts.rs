@@ -28,7 +28,7 @@ impl Validator<'_> {
                 self.error(
                     format!("a host cannot be named `{THIS_MACHINE}`"),
                     Some(raw_name.span()),
-                    "`local` labels this machine's part of `plan` and `apply`: give the host another name",
+                    "`local` means this machine (its part of `plan` and `apply`, `phoenix move AGENT --to local`): give the host another name",
                 );
             }
             if let Some(first) = seen.get(&name) {
