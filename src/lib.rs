@@ -28,6 +28,7 @@ pub mod state;
 pub mod status;
 pub mod store;
 pub mod supervise;
+pub mod telemetry;
 pub mod text;
 pub mod top;
 pub mod watchdog;

@@ -35,6 +35,21 @@ const RULES: &[(&str, &[&str])] = &[
     ("apply", &["controller", "restart"]),
     ("plan", &["controller", "restart"]),
     ("world", &["controller", "restart"]),
+    // The exporter is fed by the controller (its journal, its passes); it knows nothing above
+    // the spec and the state it reads.
+    (
+        "telemetry",
+        &[
+            "controller",
+            "recovery",
+            "watchdog",
+            "supervise",
+            "serve",
+            "top",
+            "apply",
+            "plan",
+        ],
+    ),
     ("process", &["clinic"]),
     ("notify", &["clinic"]),
     ("serve", &["clinic"]),

@@ -4,14 +4,23 @@
 //! Each agent's wrapper restarts it and records the step, not the daemon, so the daemon learns
 //! of them by following the ops logs of the state dir — the same follower as
 //! `phoenix events --follow`. New agent dirs are picked up as they appear.
+//!
+//! With `[telemetry]` on, the same follower feeds the OTLP exporter: every event a log record,
+//! every recovery a span (telemetry/records.rs). That is why the hooks need not export.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tracing::{error, info, warn};
 
 use crate::state::FleetDir;
 use crate::state::events::{Filter, Follower};
+use crate::telemetry::Telemetry;
+use crate::telemetry::records::Recorder;
+
+/// Dropped telemetry records are logged at most this often.
+const DROPS_REPORTED_EVERY: Duration = Duration::from_secs(60);
 
 /// How often the ops logs are read: a crash shows up in the journal within this.
 const POLL: Duration = Duration::from_millis(500);
@@ -22,6 +31,16 @@ pub struct Journal {
     fleet: FleetDir,
     known: Vec<String>,
     follower: Follower,
+    export: Option<Export>,
+}
+
+/// The exporter the events also go to, and what the log said of it last.
+struct Export {
+    telemetry: Arc<Telemetry>,
+    recorder: Recorder,
+    dropped_logged: u64,
+    failed_logged: u64,
+    logged_at: Option<Instant>,
 }
 
 impl Journal {
@@ -35,7 +54,20 @@ impl Journal {
             fleet,
             known,
             follower,
+            export: None,
         }
+    }
+
+    /// Also hand every event to `telemetry`.
+    pub fn exporting(mut self, telemetry: Option<Arc<Telemetry>>) -> Journal {
+        self.export = telemetry.map(|telemetry| Export {
+            telemetry,
+            recorder: Recorder::default(),
+            dropped_logged: 0,
+            failed_logged: 0,
+            logged_at: None,
+        });
+        self
     }
 
     /// Log the steps a person watching the journal needs, until the task is dropped.
@@ -50,9 +82,41 @@ impl Journal {
             }
             for event in self.follower.poll(&filter(&[])) {
                 log(&event);
+                if let Some(export) = &mut self.export {
+                    for record in export.recorder.records(&event) {
+                        export.telemetry.send(record);
+                    }
+                }
+            }
+            if let Some(export) = &mut self.export {
+                export.report();
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+}
+
+impl Export {
+    /// Say in the log how many records were dropped or refused since it last did, at most
+    /// once a minute: the counts a person needs to trust (or distrust) the collector's view.
+    fn report(&mut self) {
+        if self
+            .logged_at
+            .is_some_and(|at| at.elapsed() < DROPS_REPORTED_EVERY)
+        {
+            return;
+        }
+        let (queued, dropped, failed) = self.telemetry.counts().snapshot();
+        if dropped == self.dropped_logged && failed == self.failed_logged {
+            return;
+        }
+        warn!(
+            endpoint = %self.telemetry.endpoint(), queued, dropped, failed_posts = failed,
+            "telemetry: records dropped (queue full) or posts refused by the collector"
+        );
+        self.dropped_logged = dropped;
+        self.failed_logged = failed;
+        self.logged_at = Some(Instant::now());
     }
 }
 

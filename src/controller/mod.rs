@@ -30,6 +30,7 @@ pub use requeue::{Backoff, ReconcileError, Requeue, await_change, error_policy, 
 
 use crate::spec::{self, Spec};
 use crate::state::FleetDir;
+use crate::telemetry::{Attr, Record, SpanRecord, Telemetry};
 use crate::world::{self, SharedRuntime};
 use jobs::Jobs;
 use wake::{Event, PaneWatch};
@@ -70,9 +71,29 @@ pub fn run(config: &Path, options: RunOptions) -> crate::error::Result<i32> {
         .build()
         .context("cannot start the async runtime")?;
     let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
-    let controller = Controller::new(config, world::runtime_for(&spec), spec, exe);
-    runtime.block_on(controller.serve(fifo))
+    let telemetry = Telemetry::start(&spec)?.map(Arc::new);
+    let controller =
+        Controller::new(config, world::runtime_for(&spec), spec, exe).exporting(telemetry.clone());
+    let code = runtime.block_on(controller.serve(fifo));
+    // The journal's task holds the exporter too: gone with the runtime.
+    drop(runtime);
+    // The last records (this stop, the last pass) go out, unless the collector is too slow.
+    if let Some(t) = telemetry.and_then(Arc::into_inner) {
+        let (queued, dropped, failed) = t.counts().snapshot();
+        let flushed = t.shutdown(TELEMETRY_SHUTDOWN);
+        info!(
+            queued,
+            dropped,
+            failed_posts = failed,
+            flushed,
+            "telemetry: exporter stopped"
+        );
+    }
+    code
 }
+
+/// How long a stopping daemon waits for its last telemetry records to be posted.
+const TELEMETRY_SHUTDOWN: Duration = Duration::from_secs(3);
 
 /// The controller of one fleet: its spec, its runtime, and what it remembers between passes.
 pub struct Controller {
@@ -95,6 +116,8 @@ pub struct Controller {
     /// Set by SIGTERM/SIGINT the moment they arrive, even while a pass blocks the loop: no
     /// agent is started after it (the rest of the pass is abandoned).
     stopping: Arc<AtomicBool>,
+    /// `[telemetry]`'s exporter, when it is on (its endpoint is read once, at start).
+    telemetry: Option<Arc<Telemetry>>,
 }
 
 impl Controller {
@@ -110,7 +133,13 @@ impl Controller {
             backoff: Backoff::default(),
             poked: BTreeSet::new(),
             stopping: Arc::new(AtomicBool::new(false)),
+            telemetry: None,
         }
+    }
+
+    pub fn exporting(mut self, telemetry: Option<Arc<Telemetry>>) -> Controller {
+        self.telemetry = telemetry;
+        self
     }
 
     async fn serve(mut self, fifo: PathBuf) -> crate::error::Result<i32> {
@@ -132,7 +161,8 @@ impl Controller {
             }
         };
         // Every crash, restart, revival and safe-mode entry in the log (journal.rs).
-        let journal = journal::Journal::new(FleetDir::new(&self.spec.fleet.state_dir));
+        let journal = journal::Journal::new(FleetDir::new(&self.spec.fleet.state_dir))
+            .exporting(self.telemetry.clone());
         tokio::spawn(journal.follow());
         let mut panes = PaneWatch::default();
         let mut jobs = Jobs::new(&self.spec);
@@ -143,6 +173,7 @@ impl Controller {
             socket = %self.spec.fleet.socket,
             interval = %spec::duration::format(self.spec.fleet.reconcile_interval),
             agents = self.spec.agents.len(),
+            telemetry = self.telemetry.as_ref().map(|t| t.endpoint()).unwrap_or("off"),
             "phoenix run: supervising the fleet"
         );
         let mut next = requeue(Duration::ZERO);
@@ -204,7 +235,10 @@ impl Controller {
         panes: &mut PaneWatch,
         tx: &UnboundedSender<Event>,
     ) -> (Requeue, u32) {
-        match self.reconcile(Instant::now()) {
+        let started = std::time::SystemTime::now();
+        let result = self.reconcile(Instant::now());
+        self.export_pass(started, &result);
+        match result {
             Ok(done) => {
                 if let Some(pids) = done.pids {
                     panes.refresh(&pids, tx);
@@ -218,6 +252,31 @@ impl Controller {
                 (next, attempt)
             }
         }
+    }
+
+    /// A pass as a `reconcile` span (only queued: the export thread posts it).
+    fn export_pass(
+        &self,
+        started: std::time::SystemTime,
+        result: &Result<reconcile::Reconciled, ReconcileError>,
+    ) {
+        let Some(telemetry) = &self.telemetry else {
+            return;
+        };
+        let mut attributes = vec![(
+            "agents".to_string(),
+            Attr::Int(self.spec.agents.len() as i64),
+        )];
+        if let Ok(done) = result {
+            attributes.push(("changes".into(), Attr::Int(done.changes as i64)));
+        }
+        telemetry.send(Record::Span(SpanRecord {
+            name: "reconcile",
+            start: started,
+            end: std::time::SystemTime::now(),
+            attributes,
+            error: result.as_ref().err().map(|e| e.to_string()),
+        }));
     }
 
     /// Start the `[schedules]` jobs that are due, unless the daemon is stopping.
@@ -352,6 +411,9 @@ impl Controller {
         self.config_digest = digest;
         match spec::load(&self.config) {
             Ok(mut spec) => {
+                if spec.telemetry != self.spec.telemetry {
+                    warn!("`[telemetry]` changes take effect when the daemon restarts");
+                }
                 if spec.fleet.state_dir != self.spec.fleet.state_dir
                     || spec.fleet.socket != self.spec.fleet.socket
                     || spec.fleet.id != self.spec.fleet.id

@@ -28,6 +28,8 @@ const START_WINDOW: Duration = Duration::from_secs(60);
 pub(super) struct Reconciled {
     pub requeue: Requeue,
     pub pids: Option<Vec<u32>>,
+    /// Changes the pass applied (tried).
+    pub changes: usize,
 }
 
 impl Controller {
@@ -49,6 +51,7 @@ impl Controller {
                 return Ok(Reconciled {
                     requeue: requeue(LOCK_RETRY),
                     pids: None,
+                    changes: 0,
                 });
             }
             Err(e) => return Err(ReconcileError::Lock(e)),
@@ -85,6 +88,7 @@ impl Controller {
         Ok(Reconciled {
             requeue: requeue(self.spec.fleet.reconcile_interval).min(self.backoff.next_due(now)),
             pids,
+            changes: plan.changes.len(),
         })
     }
 

@@ -5,7 +5,8 @@ use toml::de::{DeTable, DeValue};
 
 use super::raw::{
     RawAgent, RawBrief, RawClinic, RawFleet, RawGithub, RawHost, RawNotify, RawRestart,
-    RawSchedules, RawSpec, RawThresholds, RawTmux, RawWatchdog, RawWebhook, fields_of,
+    RawSchedules, RawSpec, RawTelemetry, RawThresholds, RawTmux, RawWatchdog, RawWebhook,
+    fields_of,
 };
 use crate::diag::{Diagnostic, did_you_mean};
 
@@ -26,6 +27,7 @@ enum Section {
     Webhook,
     Watchdog,
     Brief,
+    Telemetry,
     Host,
 }
 
@@ -45,6 +47,7 @@ impl Section {
             Section::Webhook => fields_of::<RawWebhook>(),
             Section::Watchdog => fields_of::<RawWatchdog>(),
             Section::Brief => fields_of::<RawBrief>(),
+            Section::Telemetry => fields_of::<RawTelemetry>(),
             Section::Host => fields_of::<RawHost>(),
         }
     }
@@ -65,6 +68,7 @@ impl Section {
             Section::Webhook => "[notify.webhook]",
             Section::Watchdog => "[watchdog]",
             Section::Brief => "[brief]",
+            Section::Telemetry => "[telemetry]",
             Section::Host => "[[host]]",
         }
     }
@@ -80,6 +84,7 @@ impl Section {
             (Section::Root, "notify") => Some(Section::Notify),
             (Section::Root, "watchdog") => Some(Section::Watchdog),
             (Section::Root, "brief") => Some(Section::Brief),
+            (Section::Root, "telemetry") => Some(Section::Telemetry),
             (Section::Root, "host") => Some(Section::Host),
             (Section::Notify, "github") => Some(Section::Github),
             (Section::Notify, "webhook") => Some(Section::Webhook),

@@ -36,7 +36,7 @@ pub use paths::{expand_path, fleet_id, tidy};
 pub use schedule::{Schedule, Schedules};
 pub use settings::{
     BriefSettings, ClinicSettings, Fleet, GithubNotify, MAX_WEBHOOK_RETRIES, NotifySettings,
-    Thresholds, WatchdogSettings, WebhookFormat, WebhookNotify,
+    TelemetrySettings, Thresholds, WatchdogSettings, WebhookFormat, WebhookNotify,
 };
 pub use validate::{NAME_HINT, valid_name};
 
@@ -56,6 +56,7 @@ pub struct Spec {
     pub notify: NotifySettings,
     pub watchdog: WatchdogSettings,
     pub brief: BriefSettings,
+    pub telemetry: TelemetrySettings,
     /// The agents that run on this machine.
     pub agents: Vec<AgentSpec>,
     /// The other machines (`[[host]]`), in the order written.

@@ -118,6 +118,9 @@ pub struct RawSpec {
     #[serde(default)]
     /// How briefs are generated.
     pub brief: RawBrief,
+    #[serde(default)]
+    /// Export of events over OpenTelemetry (OTLP/HTTP). Off unless `otlp_endpoint` is set.
+    pub telemetry: RawTelemetry,
     /// The agents: one [[agent]] table each.
     #[serde(default, rename = "agent")]
     pub agents: Vec<Spanned<RawAgent>>,
@@ -313,6 +316,14 @@ pub struct RawWatchdog {
     pub max_revivals: Option<Spanned<Whole<u32>>>,
     /// Extra stuck-screen phrases per CLI (claude, codex, gemini, custom, all).
     pub screen_patterns: Option<Spanned<BTreeMap<String, Vec<String>>>>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawTelemetry {
+    /// The OTLP/HTTP base URL (http or https), e.g. "http://localhost:4318"; phoenix posts
+    /// protobuf to its /v1/logs and /v1/traces. Default: no export.
+    pub otlp_endpoint: Option<Spanned<String>>,
 }
 
 /// The field names serde knows for a struct, read from its `Deserialize` impl so that the

@@ -1,5 +1,5 @@
 //! The fleet-wide sections of phoenix.toml once validated: `[fleet]`, `[thresholds]`,
-//! `[clinic]`, `[notify]`, `[watchdog]` and `[brief]`, with their defaults.
+//! `[clinic]`, `[notify]`, `[watchdog]`, `[brief]` and `[telemetry]`, with their defaults.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -26,6 +26,14 @@ impl Default for BriefSettings {
             timeout: Duration::from_secs(300),
         }
     }
+}
+
+/// `[telemetry]`: where phoenix exports its events over OpenTelemetry (off by default).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TelemetrySettings {
+    /// The OTLP/HTTP base URL, without a trailing `/`: logs go to `<it>/v1/logs`, spans to
+    /// `<it>/v1/traces` (as `OTEL_EXPORTER_OTLP_ENDPOINT` is read by the OpenTelemetry SDKs).
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `[notify]`: where investigation reports and failure messages go.

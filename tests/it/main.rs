@@ -18,6 +18,7 @@ mod real_gemini;
 mod serve;
 mod supervise;
 mod support;
+mod telemetry;
 mod top;
 mod validate;
 mod watchdog;

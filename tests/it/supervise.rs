@@ -104,13 +104,14 @@ fn exists(path: &Path) -> bool {
 }
 
 /// `phoenix run` in the background, its log in a file; stopped (SIGTERM, then SIGKILL) on drop.
-struct Daemon {
+/// Shared with telemetry.rs.
+pub(crate) struct Daemon {
     child: Option<Child>,
     log: std::path::PathBuf,
 }
 
 impl Daemon {
-    fn start(fleet: &Fleet, args: &[&str]) -> Daemon {
+    pub(crate) fn start(fleet: &Fleet, args: &[&str]) -> Daemon {
         let n = std::fs::read_dir(fleet.path()).unwrap().count();
         let log = fleet.path().join(format!("daemon-{n}.log"));
         let mut all = vec!["run"];
@@ -131,7 +132,7 @@ impl Daemon {
         d
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
@@ -150,7 +151,7 @@ impl Daemon {
     }
 
     /// SIGTERM and wait; returns the exit code.
-    fn stop(self) -> Option<i32> {
+    pub(crate) fn stop(self) -> Option<i32> {
         self.stop_with("-TERM")
     }
 

@@ -231,6 +231,7 @@ impl Validator<'_> {
         let notify = self.notify(&raw.notify);
         let watchdog = self.watchdog(&raw.watchdog);
         let brief = self.brief(&raw.brief);
+        let telemetry = self.telemetry(&raw.telemetry);
         let hosts = self.hosts(&raw.hosts, &fleet.name);
         let (agents, remote_agents) = self.agents(&raw, &fleet, &hosts);
         Spec {
@@ -244,6 +245,7 @@ impl Validator<'_> {
             notify,
             watchdog,
             brief,
+            telemetry,
             agents,
             hosts,
             remote_agents,

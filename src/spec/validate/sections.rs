@@ -1,5 +1,5 @@
 //! Validation of the fleet-wide sections: `[fleet]`, `[thresholds]`, the `restart` tables,
-//! `[clinic]`, `[notify]`, `[watchdog]` and `[brief]`.
+//! `[clinic]`, `[notify]`, `[watchdog]`, `[brief]` and `[telemetry]`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -8,13 +8,13 @@ use std::time::Duration;
 use super::Validator;
 use crate::diag::suggest;
 use crate::spec::raw::{
-    RawBrief, RawClinic, RawFleet, RawNotify, RawRestart, RawThresholds, RawWatchdog, RawWebhook,
-    Spanned,
+    RawBrief, RawClinic, RawFleet, RawNotify, RawRestart, RawTelemetry, RawThresholds, RawWatchdog,
+    RawWebhook, Spanned,
 };
 use crate::spec::{
     BriefSettings, ClinicSettings, Fleet, GithubNotify, MAX_WEBHOOK_RETRIES, NotifySettings,
-    RestartSettings, Thresholds, WatchdogSettings, WebhookFormat, WebhookNotify, duration,
-    fleet_id, floors,
+    RestartSettings, TelemetrySettings, Thresholds, WatchdogSettings, WebhookFormat, WebhookNotify,
+    duration, fleet_id, floors,
 };
 
 impl Validator<'_> {
@@ -29,6 +29,23 @@ impl Validator<'_> {
             command,
             timeout: self.duration_min(&raw.timeout, "timeout", d.timeout, floors::TIMEOUT),
         }
+    }
+
+    pub(super) fn telemetry(&mut self, raw: &RawTelemetry) -> TelemetrySettings {
+        let otlp_endpoint = raw.otlp_endpoint.as_ref().and_then(|e| {
+            match otlp_endpoint(e.get_ref()) {
+                Ok(url) => Some(url),
+                Err(why) => {
+                    self.error(
+                        format!("[telemetry]: `otlp_endpoint` {why}"),
+                        Some(e.span()),
+                        "the OTLP/HTTP base URL of a collector, e.g. \"http://localhost:4318\"; phoenix posts to its /v1/logs and /v1/traces",
+                    );
+                    None
+                }
+            }
+        });
+        TelemetrySettings { otlp_endpoint }
     }
 
     pub(super) fn notify(&mut self, raw: &RawNotify) -> NotifySettings {
@@ -362,5 +379,54 @@ impl Validator<'_> {
             );
         }
         restart
+    }
+}
+
+/// An OTLP/HTTP base URL as written, checked: http or https with a host, no query; without its
+/// trailing `/` (the signal paths are appended to it).
+pub(crate) fn otlp_endpoint(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|e| format!("`{text}` is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        Some(other) => return Err(format!("must be http or https, not `{other}`")),
+        None => return Err(format!("`{text}` has no scheme (http:// or https://)")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("`{text}` has no host"));
+    }
+    if uri.query().is_some() || text.contains('#') {
+        return Err(format!("`{text}` must not have a query or fragment"));
+    }
+    Ok(text.trim_end_matches('/').to_string())
+}
+
+#[cfg(test)]
+mod telemetry_tests {
+    use super::otlp_endpoint;
+
+    #[test]
+    fn an_otlp_endpoint_is_an_http_or_https_url_with_a_host() {
+        assert_eq!(
+            otlp_endpoint("http://localhost:4318/").unwrap(),
+            "http://localhost:4318"
+        );
+        assert_eq!(
+            otlp_endpoint("https://otel.example.com/prefix").unwrap(),
+            "https://otel.example.com/prefix"
+        );
+        for bad in [
+            "localhost:4318",
+            "grpc://x:4317",
+            "ftp://x",
+            "http://",
+            "http://x/?a=1",
+            "not a url",
+            "",
+        ] {
+            assert!(otlp_endpoint(bad).is_err(), "{bad}");
+        }
     }
 }

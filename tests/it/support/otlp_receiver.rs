@@ -1,0 +1,198 @@
+//! A loopback OTLP/HTTP receiver: accepts `POST /v1/logs` and `POST /v1/traces` (protobuf),
+//! decodes them with the `opentelemetry-proto` messages and keeps what arrived, flattened for
+//! assertions. HTTP/1.1 with keep-alive, as exporters pool their connections. Stops on drop.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use prost::Message;
+
+/// One log record or span as received, with its resource's attributes.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// The log record's body, or the span's name.
+    pub text: String,
+    pub attributes: BTreeMap<String, String>,
+    pub resource: BTreeMap<String, String>,
+    pub severity: String,
+}
+
+#[derive(Default)]
+struct Store {
+    logs: Vec<Received>,
+    spans: Vec<Received>,
+    /// Every request line seen, for failure messages.
+    requests: Vec<String>,
+}
+
+pub struct OtlpReceiver {
+    pub url: String,
+    store: Arc<Mutex<Store>>,
+    stop: Arc<AtomicBool>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl OtlpReceiver {
+    pub fn start() -> OtlpReceiver {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the OTLP receiver");
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let store = Arc::new(Mutex::new(Store::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st) = (store.clone(), stop.clone());
+        let accept = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if st.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                let s = s.clone();
+                std::thread::spawn(move || serve(conn, &s));
+            }
+        });
+        OtlpReceiver {
+            url,
+            store,
+            stop,
+            accept: Some(accept),
+        }
+    }
+
+    pub fn logs(&self) -> Vec<Received> {
+        self.store.lock().unwrap().logs.clone()
+    }
+
+    pub fn spans(&self) -> Vec<Received> {
+        self.store.lock().unwrap().spans.clone()
+    }
+
+    pub fn requests(&self) -> Vec<String> {
+        self.store.lock().unwrap().requests.clone()
+    }
+}
+
+impl Drop for OtlpReceiver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so that it sees the flag.
+        let _ = TcpStream::connect(self.url.trim_start_matches("http://"));
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Requests on one connection until the client closes it (or stays silent for 30 s).
+fn serve(conn: TcpStream, store: &Mutex<Store>) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut writer = conn.try_clone().expect("clone the connection");
+    let mut reader = BufReader::new(conn);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let request_line = line.trim().to_string();
+        let mut length = 0usize;
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                return;
+            }
+            let header = header.trim();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let status = receive(&request_line, &body, store);
+        let answer = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n"
+        );
+        if writer.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn receive(request_line: &str, body: &[u8], store: &Mutex<Store>) -> &'static str {
+    let mut store = store.lock().unwrap();
+    store.requests.push(request_line.to_string());
+    let path = request_line.split_whitespace().nth(1).unwrap_or("");
+    if !request_line.starts_with("POST ") {
+        return "405 Method Not Allowed";
+    }
+    match path {
+        "/v1/logs" => {
+            let Ok(req) = ExportLogsServiceRequest::decode(body) else {
+                return "400 Bad Request";
+            };
+            for rl in req.resource_logs {
+                let resource = attrs(&rl.resource.map(|r| r.attributes).unwrap_or_default());
+                for record in rl.scope_logs.into_iter().flat_map(|s| s.log_records) {
+                    store.logs.push(Received {
+                        text: record.body.as_ref().map(text).unwrap_or_default(),
+                        attributes: attrs(&record.attributes),
+                        resource: resource.clone(),
+                        severity: record.severity_text,
+                    });
+                }
+            }
+            "200 OK"
+        }
+        "/v1/traces" => {
+            let Ok(req) = ExportTraceServiceRequest::decode(body) else {
+                return "400 Bad Request";
+            };
+            for rs in req.resource_spans {
+                let resource = attrs(&rs.resource.map(|r| r.attributes).unwrap_or_default());
+                for span in rs.scope_spans.into_iter().flat_map(|s| s.spans) {
+                    store.spans.push(Received {
+                        text: span.name,
+                        attributes: attrs(&span.attributes),
+                        resource: resource.clone(),
+                        severity: String::new(),
+                    });
+                }
+            }
+            "200 OK"
+        }
+        _ => "404 Not Found",
+    }
+}
+
+fn attrs(kvs: &[KeyValue]) -> BTreeMap<String, String> {
+    kvs.iter()
+        .map(|kv| {
+            (
+                kv.key.clone(),
+                kv.value.as_ref().map(text).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn text(v: &AnyValue) -> String {
+    match &v.value {
+        Some(any_value::Value::StringValue(s)) => s.clone(),
+        Some(any_value::Value::IntValue(n)) => n.to_string(),
+        Some(any_value::Value::BoolValue(b)) => b.to_string(),
+        Some(any_value::Value::DoubleValue(f)) => f.to_string(),
+        other => format!("{other:?}"),
+    }
+}
