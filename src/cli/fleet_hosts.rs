@@ -23,11 +23,13 @@ pub fn plan(
     skip_unreachable: bool,
 ) -> anyhow::Result<i32> {
     let spec = &ctx.spec;
-    let hosts = Hosts::prepare(spec, Targets::all())?;
+    let mut hosts = Hosts::prepare(spec, Targets::all())?;
     let placements = moves::load(&spec.fleet.state_dir)?;
+    let planned = replan::planned(spec, &placements, &Targets::all());
+    hosts.reslice(spec, &replan::text_before(spec, &planned)?)?;
     let (local, mut remote, previews) = std::thread::scope(|scope| {
         let remote = scope.spawn(|| hosts.plan(prune));
-        let previews = scope.spawn(|| replan::previews(spec, &placements, &Targets::all()));
+        let previews = scope.spawn(|| replan::previews(spec, &planned));
         let local = fleet::local_plan(ctx, prune);
         (
             local,
@@ -82,9 +84,14 @@ pub fn apply(ctx: &FleetContext, names: &[String], o: ApplyOptions) -> anyhow::R
     }
     let mut hosts = Hosts::prepare(spec, targets.clone())?;
     let placements = moves::load(&spec.fleet.state_dir)?;
+    let planned = replan::planned(spec, &placements, &targets);
+    // Until its move, a moved agent stays declared where it runs: no target starts it
+    // without its context, no source removes it without its handoff.
+    let before = replan::text_before(spec, &planned)?;
+    hosts.reslice(spec, &before)?;
     let (local, mut remote, previews) = std::thread::scope(|scope| {
         let remote = scope.spawn(|| hosts.plan(o.prune));
-        let previews = scope.spawn(|| replan::previews(spec, &placements, &targets));
+        let previews = scope.spawn(|| replan::previews(spec, &planned));
         let local = fleet::lock_and_plan(ctx, o.prune);
         (
             local,
@@ -135,10 +142,6 @@ pub fn apply(ctx: &FleetContext, names: &[String], o: ApplyOptions) -> anyhow::R
     }
     // A stale copy on a host stops before that host applies (its copy is no part of it).
     let mut settled = moves::settle(spec, &found.to_settle(|on| on != &Place::Local))?;
-    // Until its move, a moved agent stays declared where it runs: no target starts it
-    // without its context, no source removes it without its handoff.
-    let before = found.text_before(spec)?;
-    hosts.reslice(spec, &before)?;
     let (local_report, mut applied) = std::thread::scope(|scope| {
         let applied = scope.spawn(|| hosts.apply(&remote, o.prune));
         let local_report = fleet::apply_locally(ctx, &local, lock);
@@ -148,7 +151,7 @@ pub fn apply(ctx: &FleetContext, names: &[String], o: ApplyOptions) -> anyhow::R
         )
     });
     let local_report = local_report?;
-    let (moved, after) = found.carry_out(spec, before, &|agent, step| {
+    let carried = found.carry_out(spec, before, &|agent, step| {
         if !o.json {
             eprintln!("  {agent}: {step}…");
         }
@@ -159,15 +162,15 @@ pub fn apply(ctx: &FleetContext, names: &[String], o: ApplyOptions) -> anyhow::R
     )?);
     if !targets.named {
         // The sources of the moves get their slice without the agents that left.
-        let left = hosts.changed_by(spec, &after)?;
+        let left = hosts.outdated(spec, &carried.after, &carried.sent)?;
         if !left.is_empty() {
-            hosts.reslice(spec, &after)?;
+            hosts.reslice(spec, &carried.after)?;
             merge(&mut applied, hosts.apply_again(&remote, &left, o.prune));
         }
     }
     adopt(spec);
     let done = Done {
-        moves: &moved,
+        moves: &carried.done,
         settled: &settled,
     };
     Ok(report(&local_report, &applied, &done, &o))

@@ -271,15 +271,26 @@ impl Hosts {
         Ok(())
     }
 
-    /// The hosts whose slice of `text` differs from the one they are sent now.
-    pub fn changed_by(&self, spec: &Spec, text: &str) -> Result<Vec<String>> {
-        let mut changed = Vec::new();
+    /// The hosts whose slice of `text` differs from the one they have: the one they are
+    /// sent now, or the one cut from `sent`'s text for them (a move sent it since).
+    pub fn outdated(
+        &self,
+        spec: &Spec,
+        text: &str,
+        sent: &BTreeMap<String, String>,
+    ) -> Result<Vec<String>> {
+        let mut outdated = Vec::new();
         for (link, slice) in self.links.iter().zip(&self.slices) {
-            if &fleet::slice_of(spec, text, link.name())? != slice {
-                changed.push(link.name().to_string());
+            let host = link.name();
+            let theirs = match sent.get(host) {
+                Some(sent) => fleet::slice_of(spec, sent, host)?,
+                None => slice.clone(),
+            };
+            if fleet::slice_of(spec, text, host)? != theirs {
+                outdated.push(host.to_string());
             }
         }
-        Ok(changed)
+        Ok(outdated)
     }
 
     /// Every host's plan for its slice, asked in parallel, in the spec's order.

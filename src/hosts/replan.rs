@@ -5,7 +5,7 @@
 //! agent on a machine it was moved away from is stale: the plan shows it, `apply` stops it
 //! ([`moves::settle`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
@@ -25,13 +25,32 @@ pub fn record_places_elsewhere(spec: &Spec) -> Result<bool> {
         .any(|p| p.place != Place::Local || !p.owed_fences.is_empty()))
 }
 
-/// The moves phoenix.toml asks for (of the agents `targets` names, when it names some),
-/// each previewed; all asked at once, as each asks its two machines.
-pub fn previews(spec: &Spec, placements: &Placements, targets: &Targets) -> Vec<Preview> {
-    let planned: Vec<Move> = moves::planned(spec, placements)
+/// The moves phoenix.toml asks for against the record (of the agents `targets` names, when
+/// it names some).
+pub fn planned(spec: &Spec, placements: &Placements, targets: &Targets) -> Vec<Move> {
+    moves::planned(spec, placements)
         .into_iter()
         .filter(|m| targets.takes(&m.agent))
-        .collect();
+        .collect()
+}
+
+/// phoenix.toml's text with every move of `planned` still undone: each moved agent where it
+/// is placed. The hosts plan and apply their slices of it (a target does not start a moved
+/// agent without its context, a source does not remove it before its handoff); each move
+/// then sends its target the slice with the agent.
+pub fn text_before(spec: &Spec, planned: &[Move]) -> Result<String> {
+    let text = crate::state::bounded::read_string(
+        &spec.file,
+        crate::spec::MAX_CONFIG_BYTES,
+        crate::state::bounded::Links::Follow,
+    )?;
+    planned
+        .iter()
+        .try_fold(text, |text, m| with_agent_on(spec, &text, m, &m.from))
+}
+
+/// Each move previewed; all asked at once, as each asks its two machines.
+pub fn previews(spec: &Spec, planned: &[Move]) -> Vec<Preview> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = planned
             .iter()
@@ -102,9 +121,9 @@ impl Moves {
         found
     }
 
-    /// Take out of `place`'s plan every line of a moved agent (its start on the target, its
-    /// removal on the source) and of a stale copy there: the move's or the copy's line says
-    /// what happens to it.
+    /// Take out of `place`'s plan every line of a moved agent (on this machine, planned on
+    /// phoenix.toml as it is: its start here as a target, its removal as a source) and of a
+    /// stale copy there: the move's or the copy's line says what happens to it.
     fn leave_out(&self, plan: &mut Plan, place: &Place) {
         let shown = |agent: &str| {
             self.moves.iter().any(|m| m.planned.agent == agent)
@@ -137,33 +156,19 @@ impl Moves {
             .collect()
     }
 
-    /// phoenix.toml's text with every move still undone: each moved agent where it is
-    /// placed. What the hosts are sent before the moves, so that no target starts a moved
-    /// agent without its context and no source removes it before its handoff.
-    pub fn text_before(&self, spec: &Spec) -> Result<String> {
-        let text = crate::state::bounded::read_string(
-            &spec.file,
-            crate::spec::MAX_CONFIG_BYTES,
-            crate::state::bounded::Links::Follow,
-        )?;
-        self.moves.iter().try_fold(text, |text, m| {
-            with_agent_on(spec, &text, &m.planned, &m.planned.from)
-        })
-    }
-
     /// Carry out the moves one at a time, in the order planned: each is sent phoenix.toml as
     /// it stands after the moves before it (so a target's slice never declares an agent whose
     /// own move has not happened), and each takes the record's lock. A move the plan found
-    /// a problem with is not tried; one that fails does not stop the others. What each did,
-    /// and the text with the moves that went through.
+    /// a problem with is not tried; one that fails does not stop the others.
     pub fn carry_out(
         &self,
         spec: &Spec,
         before: String,
         on_step: &dyn Fn(&str, &str),
-    ) -> Result<(Vec<MoveDone>, String)> {
+    ) -> Result<Carried> {
         let mut text = before;
         let mut done = Vec::new();
+        let mut sent = BTreeMap::new();
         for m in &self.moves {
             let planned = &m.planned;
             if !m.problems.is_empty() {
@@ -181,6 +186,9 @@ impl Moves {
             match moves::carry_out(spec, &planned.agent, &planned.to, &options, &step) {
                 Ok(report) => {
                     text = with_agent_on(spec, &text, planned, &planned.to)?;
+                    if let Place::Host(host) = &planned.to {
+                        sent.insert(host.clone(), text.clone());
+                    }
                     done.push(MoveDone {
                         planned: planned.clone(),
                         ok: true,
@@ -191,8 +199,21 @@ impl Moves {
                 Err(e) => done.push(MoveDone::failed(planned, said(&e))),
             }
         }
-        Ok((done, text))
+        Ok(Carried {
+            done,
+            after: text,
+            sent,
+        })
     }
+}
+
+/// What [`Moves::carry_out`] did.
+pub struct Carried {
+    pub done: Vec<MoveDone>,
+    /// phoenix.toml's text with the moves that went through (those that did not, undone).
+    pub after: String,
+    /// Per host a move went to, the text its slice was last cut from.
+    pub sent: BTreeMap<String, String>,
 }
 
 /// The agents a plan shows running where phoenix.toml does not declare them (or declares
