@@ -231,3 +231,58 @@ fn settled_rows(s: &Settled) -> Vec<String> {
     );
     rows
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hosts::moves::{Move, Place};
+
+    #[test]
+    fn a_move_shows_in_its_targets_group_with_its_problems_and_a_stale_copy_where_it_runs() {
+        let gpu = |n: &str| Place::Host(n.into());
+        let moves = Moves {
+            moves: vec![Preview {
+                planned: Move {
+                    agent: "trades".into(),
+                    from: gpu("gpu-1"),
+                    to: gpu("gpu-2"),
+                },
+                source: Some(Default::default()),
+                problems: vec!["workdir `/srv/t` missing there".into()],
+                warnings: vec!["2 commit(s) no remote has".into()],
+            }],
+            stale: vec![
+                Stale {
+                    agent: "tests".into(),
+                    on: gpu("gpu-1"),
+                    placed: Place::Local,
+                    generation: 3,
+                    running: Some(true),
+                },
+                Stale {
+                    agent: "old".into(),
+                    on: gpu("gpu-3"),
+                    placed: Place::Local,
+                    generation: 1,
+                    running: None,
+                },
+            ],
+        };
+        assert_eq!(
+            plan_rows(&moves, "gpu-2"),
+            [
+                "  ~ agent `trades`: move gpu-1 → gpu-2 (ledger and open loops carried)\n      \
+               ✗ cannot move: workdir `/srv/t` missing there\n      \
+               warning: 2 commit(s) no remote has"
+            ]
+        );
+        assert_eq!(
+            plan_rows(&moves, "gpu-1"),
+            ["  - agent `tests`: stop stale copy (placed on local, generation 3)"]
+        );
+        assert_eq!(places(&moves), ["gpu-1", "gpu-2", "gpu-3"]);
+        // The copy not observed is shown, but is nothing to do yet.
+        assert_eq!(summary(&moves), ", 1 to move, 1 stale copy to stop");
+        assert!(footer(&moves).contains("Cannot move: `trades`"));
+    }
+}
