@@ -141,7 +141,7 @@ pub fn apply(ctx: &FleetContext, names: &[String], o: ApplyOptions) -> anyhow::R
         return Ok(1);
     }
     // A stale copy on a host stops before that host applies (its copy is no part of it).
-    let mut settled = moves::settle(spec, &found.to_settle(|on| on != &Place::Local))?;
+    let mut settled = settle(spec, &found, |on| on != &Place::Local)?;
     let (local_report, mut applied) = std::thread::scope(|scope| {
         let applied = scope.spawn(|| hosts.apply(&remote, o.prune));
         let local_report = fleet::apply_locally(ctx, &local, lock);
@@ -156,17 +156,12 @@ pub fn apply(ctx: &FleetContext, names: &[String], o: ApplyOptions) -> anyhow::R
             eprintln!("  {agent}: {step}…");
         }
     })?;
-    settled.extend(moves::settle(
-        spec,
-        &found.to_settle(|on| on == &Place::Local),
-    )?);
+    settled.extend(settle(spec, &found, |on| on == &Place::Local)?);
     if !targets.named {
         // The sources of the moves get their slice without the agents that left.
         let left = hosts.outdated(spec, &carried.after, &carried.sent)?;
-        if !left.is_empty() {
-            hosts.reslice(spec, &carried.after)?;
-            merge(&mut applied, hosts.apply_again(&remote, &left, o.prune));
-        }
+        hosts.reslice(spec, &carried.after)?;
+        merge(&mut applied, hosts.apply_again(&remote, &left, o.prune));
     }
     adopt(spec);
     let done = Done {
@@ -174,6 +169,19 @@ pub fn apply(ctx: &FleetContext, names: &[String], o: ApplyOptions) -> anyhow::R
         settled: &settled,
     };
     Ok(report(&local_report, &applied, &done, &o))
+}
+
+/// Stop the stale copies on the machines where `on` holds, and tell those machines.
+fn settle(
+    spec: &crate::spec::Spec,
+    found: &Moves,
+    on: impl Fn(&Place) -> bool,
+) -> anyhow::Result<Vec<moves::Settled>> {
+    let stale = found.to_settle(on);
+    if stale.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(moves::settle(spec, &stale)?)
 }
 
 /// Record where every agent runs that has no record yet: from now on a change of its `host`

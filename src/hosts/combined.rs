@@ -354,6 +354,9 @@ impl Hosts {
     /// Apply the slices as they are now on `hosts` (those whose plan answered): after the
     /// moves of an apply, the slices the moved agents left.
     pub fn apply_again(&self, plans: &[HostPlan], hosts: &[String], prune: bool) -> Vec<HostApply> {
+        if hosts.is_empty() {
+            return Vec::new();
+        }
         let mut done = self.apply_where(plans, prune, |host, _| hosts.iter().any(|h| h == host));
         done.retain(|h| hosts.contains(&h.host));
         done
