@@ -77,7 +77,7 @@ pub fn plan(config: &Path, json: bool, prune: bool, skip_unreachable: bool) -> a
     let spec = &ctx.spec;
     print_warnings(spec);
     super::lifecycle::commands_exist(&ctx, &[])?;
-    if !spec.hosts.is_empty() {
+    if combined(spec)? {
         return super::fleet_hosts::plan(&ctx, json, prune, skip_unreachable);
     }
     let plan = local_plan(&ctx, prune)?;
@@ -87,6 +87,13 @@ pub fn plan(config: &Path, json: bool, prune: bool, skip_unreachable: bool) -> a
         out(&output::plan(&plan.to_string()));
     }
     Ok(if plan.is_empty() { 0 } else { 2 })
+}
+
+/// Whether `plan` and `apply` cover the hosts too: there are `[[host]]`s, or the placement
+/// record has an agent on a machine that is not this one (phoenix.toml lost its hosts: the
+/// agents declared here again are moves, not plain starts).
+fn combined(spec: &Spec) -> anyhow::Result<bool> {
+    Ok(!spec.hosts.is_empty() || crate::hosts::replan::record_places_elsewhere(spec)?)
 }
 
 /// This machine's plan, read-only.
@@ -113,7 +120,7 @@ pub fn apply(
     let ctx = load(config)?;
     let spec = &ctx.spec;
     print_warnings(spec);
-    if !spec.hosts.is_empty() {
+    if combined(spec)? {
         let options = super::fleet_hosts::ApplyOptions {
             yes,
             prune,

@@ -5,12 +5,15 @@
 use serde_json::{Value, json};
 
 use super::fleet;
+use super::fleet_moves::{self, Done};
 use super::output::{self, out};
 use crate::context::FleetContext;
 use crate::hosts::combined::{
     ApplyOutcome, Failure, HostApply, HostPlan, Hosts, LOCAL, Planned, SliceFile, Targets,
     local_json,
 };
+use crate::hosts::moves::{self, Place};
+use crate::hosts::replan::{self, Moves};
 use crate::plan::{self, Plan, Summary};
 
 pub fn plan(
@@ -19,18 +22,35 @@ pub fn plan(
     prune: bool,
     skip_unreachable: bool,
 ) -> anyhow::Result<i32> {
-    let hosts = Hosts::prepare(&ctx.spec, Targets::all())?;
-    let (local, remote) = std::thread::scope(|scope| {
+    let spec = &ctx.spec;
+    let mut hosts = Hosts::prepare(spec, Targets::all())?;
+    let placements = moves::load(&spec.fleet.state_dir)?;
+    let planned = replan::planned(spec, &placements, &Targets::all());
+    hosts.reslice(spec, &replan::text_before(spec, &planned)?)?;
+    let (local, mut remote, previews) = std::thread::scope(|scope| {
         let remote = scope.spawn(|| hosts.plan(prune));
+        let previews = scope.spawn(|| replan::previews(spec, &planned));
         let local = fleet::local_plan(ctx, prune);
         (
             local,
             remote.join().expect("planning the hosts does not panic"),
+            previews
+                .join()
+                .expect("previewing the moves does not panic"),
         )
     });
+    let mut local = local?;
+    let found = Moves::found(
+        &placements,
+        previews,
+        &mut local,
+        &mut remote,
+        &Targets::all(),
+    );
     let combined = Combined {
-        local: &local?,
+        local: &local,
         hosts: &remote,
+        moves: &found,
         skip_unreachable,
     };
     if json {
@@ -62,22 +82,34 @@ pub fn apply(ctx: &FleetContext, names: &[String], o: ApplyOptions) -> anyhow::R
     if local_takes_part {
         super::lifecycle::commands_exist(ctx, &targets.local)?;
     }
-    let hosts = Hosts::prepare(spec, targets.clone())?;
-    let (local, remote) = std::thread::scope(|scope| {
+    let mut hosts = Hosts::prepare(spec, targets.clone())?;
+    let placements = moves::load(&spec.fleet.state_dir)?;
+    let planned = replan::planned(spec, &placements, &targets);
+    // Until its move, a moved agent stays declared where it runs: no target starts it
+    // without its context, no source removes it without its handoff.
+    let before = replan::text_before(spec, &planned)?;
+    hosts.reslice(spec, &before)?;
+    let (local, mut remote, previews) = std::thread::scope(|scope| {
         let remote = scope.spawn(|| hosts.plan(o.prune));
+        let previews = scope.spawn(|| replan::previews(spec, &planned));
         let local = fleet::lock_and_plan(ctx, o.prune);
         (
             local,
             remote.join().expect("planning the hosts does not panic"),
+            previews
+                .join()
+                .expect("previewing the moves does not panic"),
         )
     });
     let (lock, mut local) = local?;
     if targets.named {
         local.only(&targets.local);
     }
+    let found = Moves::found(&placements, previews, &mut local, &mut remote, &targets);
     let combined = Combined {
         local: &local,
         hosts: &remote,
+        moves: &found,
         skip_unreachable: o.skip_unreachable,
     };
     if !o.json {
@@ -98,18 +130,19 @@ pub fn apply(ctx: &FleetContext, names: &[String], o: ApplyOptions) -> anyhow::R
         .into());
     }
     if combined.is_empty() {
+        drop(lock);
+        adopt(spec);
         let parts: Vec<HostApply> = remote.iter().map(unasked).collect();
-        return Ok(report(
-            &crate::apply::ApplyReport { steps: vec![] },
-            &parts,
-            &o,
-        ));
+        let report = crate::apply::ApplyReport { steps: vec![] };
+        return Ok(self::report(&report, &parts, &Done::none(), &o));
     }
     if !o.yes && !fleet::confirm()? {
         out("Apply cancelled.\n");
         return Ok(1);
     }
-    let (local_report, applied) = std::thread::scope(|scope| {
+    // A stale copy on a host stops before that host applies (its copy is no part of it).
+    let mut settled = settle(spec, &found, |on| on != &Place::Local)?;
+    let (local_report, mut applied) = std::thread::scope(|scope| {
         let applied = scope.spawn(|| hosts.apply(&remote, o.prune));
         let local_report = fleet::apply_locally(ctx, &local, lock);
         (
@@ -117,7 +150,72 @@ pub fn apply(ctx: &FleetContext, names: &[String], o: ApplyOptions) -> anyhow::R
             applied.join().expect("applying on hosts does not panic"),
         )
     });
-    Ok(report(&local_report?, &applied, &o))
+    let local_report = local_report?;
+    let carried = found.carry_out(spec, before, &|agent, step| {
+        if !o.json {
+            eprintln!("  {agent}: {step}…");
+        }
+    })?;
+    settled.extend(settle(spec, &found, |on| on == &Place::Local)?);
+    if !targets.named {
+        // The sources of the moves get their slice without the agents that left.
+        let left = hosts.outdated(spec, &carried.after, &carried.sent)?;
+        hosts.reslice(spec, &carried.after)?;
+        merge(&mut applied, hosts.apply_again(&remote, &left, o.prune));
+    }
+    adopt(spec);
+    let done = Done {
+        moves: &carried.done,
+        settled: &settled,
+    };
+    Ok(report(&local_report, &applied, &done, &o))
+}
+
+/// Stop the stale copies on the machines where `on` holds, and tell those machines.
+fn settle(
+    spec: &crate::spec::Spec,
+    found: &Moves,
+    on: impl Fn(&Place) -> bool,
+) -> anyhow::Result<Vec<moves::Settled>> {
+    let stale = found.to_settle(on);
+    if stale.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(moves::settle(spec, &stale)?)
+}
+
+/// Record where every agent runs that has no record yet: from now on a change of its `host`
+/// is a move. A record that cannot be written is worth a warning, not a failed apply.
+fn adopt(spec: &crate::spec::Spec) {
+    if let Err(e) = moves::adopt(spec) {
+        eprintln!("warning: {e}");
+    }
+}
+
+/// A second apply of a host (its slice after the moves) folded into its first.
+fn merge(applied: &mut [HostApply], again: Vec<HostApply>) {
+    for second in again {
+        let Some(first) = applied.iter_mut().find(|h| h.host == second.host) else {
+            continue;
+        };
+        first.outcome = match (
+            std::mem::replace(&mut first.outcome, ApplyOutcome::Unchanged),
+            second.outcome,
+        ) {
+            (ApplyOutcome::Applied(mut a), ApplyOutcome::Applied(b)) => {
+                for file in b.pushed {
+                    if !a.pushed.contains(&file) {
+                        a.pushed.push(file);
+                    }
+                }
+                a.failed += b.failed;
+                a.steps.extend(b.steps);
+                ApplyOutcome::Applied(a)
+            }
+            (ApplyOutcome::Applied(_) | ApplyOutcome::Unchanged, b) => b,
+            (a, _) => a,
+        };
+    }
 }
 
 /// A host that is not asked to apply: nothing to do there, or its plan had no answer.
@@ -132,21 +230,34 @@ fn unasked(plan: &HostPlan) -> HostApply {
 }
 
 /// Print what every part did; the exit code (1 when anything failed).
-fn report(local: &crate::apply::ApplyReport, hosts: &[HostApply], o: &ApplyOptions) -> i32 {
+fn report(
+    local: &crate::apply::ApplyReport,
+    hosts: &[HostApply],
+    done: &Done,
+    o: &ApplyOptions,
+) -> i32 {
     let failed = local.failed()
         + hosts
             .iter()
             .map(|h| h.failed(o.skip_unreachable))
-            .sum::<usize>();
+            .sum::<usize>()
+        + done.failed();
     if o.json {
         let mut parts = vec![json!({
             "host": LOCAL, "reachable": true, "error": null, "hint": null,
             "apply": {"pushed": [], "steps": local.steps, "failed": local.failed()},
         })];
         parts.extend(hosts.iter().map(HostApply::to_json));
-        output::json(json!({"hosts": parts, "failed": failed}));
+        let (moves, stale) = done.json();
+        output::json(json!({"hosts": parts, "moves": moves, "stale": stale, "failed": failed}));
     } else {
-        out(&render_applied(local, hosts, failed, o.skip_unreachable));
+        out(&render_applied(
+            local,
+            hosts,
+            done,
+            failed,
+            o.skip_unreachable,
+        ));
     }
     i32::from(failed > 0)
 }
@@ -154,24 +265,34 @@ fn report(local: &crate::apply::ApplyReport, hosts: &[HostApply], o: &ApplyOptio
 fn render_applied(
     local: &crate::apply::ApplyReport,
     hosts: &[HostApply],
+    done: &Done,
     failed: usize,
     skip_unreachable: bool,
 ) -> String {
-    let labels = Labels::new(hosts.iter().map(|h| h.host.as_str()));
+    let labels = Labels::new(
+        hosts
+            .iter()
+            .map(|h| h.host.clone())
+            .chain(done.places())
+            .collect::<Vec<_>>()
+            .iter()
+            .map(String::as_str),
+    );
     let mut text = String::from("\n");
-    let mut succeeded = 0;
+    let mut succeeded = done.succeeded();
     let step = |ok, agent: &str, action: &str, detail: &str| {
         format!("  {}", fleet::step_line(ok, agent, action, detail))
     };
-    let local_rows: Vec<String> = local
+    let mut local_rows: Vec<String> = local
         .steps
         .iter()
         .map(|s| step(s.ok, &s.agent, &s.action, &s.detail))
         .collect();
+    local_rows.extend(done.rows(LOCAL));
     succeeded += local.steps.iter().filter(|s| s.ok).count();
     text.push_str(&labels.rows(LOCAL, &local_rows, "nothing to do"));
     for host in hosts {
-        let rows: Vec<String> = match &host.outcome {
+        let mut rows: Vec<String> = match &host.outcome {
             ApplyOutcome::Unchanged => vec![],
             ApplyOutcome::Applied(applied) => {
                 let mut rows = Vec::new();
@@ -194,7 +315,13 @@ fn render_applied(
             ApplyOutcome::NotPlanned(f) => vec![failure_row("  ✗ not applied: ", f)],
             ApplyOutcome::Failed(f) => vec![failure_row("  ✗ ", f)],
         };
+        rows.extend(done.rows(&host.host));
         text.push_str(&labels.rows(&host.host, &rows, "nothing to do"));
+    }
+    for place in done.places() {
+        if place != LOCAL && !hosts.iter().any(|h| h.host == place) {
+            text.push_str(&labels.rows(&place, &done.rows(&place), "nothing to do"));
+        }
     }
     text.push_str(&format!("\n{}\n", fleet::apply_summary(succeeded, failed)));
     text
@@ -207,10 +334,11 @@ fn failure_row(prefix: &str, f: &Failure) -> String {
     }
 }
 
-/// The combined plan: this machine's and every host's.
+/// The combined plan: this machine's and every host's, and the moves between them.
 struct Combined<'a> {
     local: &'a Plan,
     hosts: &'a [HostPlan],
+    moves: &'a Moves,
     skip_unreachable: bool,
 }
 
@@ -227,13 +355,15 @@ impl Combined<'_> {
 
     /// Nothing to change anywhere that answered.
     fn is_empty(&self) -> bool {
-        self.local.is_empty() && self.answered().all(Planned::is_empty)
+        self.local.is_empty() && self.answered().all(Planned::is_empty) && self.moves.is_empty()
     }
 
-    /// A host answered with an error, or could not be reached without `--skip-unreachable`.
+    /// A host answered with an error, or could not be reached without `--skip-unreachable`,
+    /// or a move would be refused.
     fn failed(&self) -> bool {
         self.failures()
             .any(|(_, f)| !(f.unreachable && self.skip_unreachable))
+            || self.moves.refused().next().is_some()
     }
 
     /// The unreachable hosts that stop an apply (none with `--skip-unreachable`).
@@ -247,13 +377,15 @@ impl Combined<'_> {
     fn to_json(&self) -> Value {
         let mut parts = vec![local_json(self.local)];
         parts.extend(self.hosts.iter().map(HostPlan::to_json));
-        json!({"hosts": parts})
+        let (moves, stale) = fleet_moves::plan_json(self.moves);
+        json!({"hosts": parts, "moves": moves, "stale": stale})
     }
 
     fn render(&self) -> String {
         let held = |p: &Plan| !p.unmanaged.is_empty() || !p.attention.is_empty();
         let quiet = self.is_empty()
             && self.failures().next().is_none()
+            && self.moves.stale.is_empty()
             && !held(self.local)
             && !self.answered().any(|p| held(&p.plan));
         let names: Vec<&str> = self.hosts.iter().map(|h| h.host.as_str()).collect();
@@ -266,17 +398,28 @@ impl Combined<'_> {
                 names.join(", ")
             );
         }
-        let labels = Labels::new(names.iter().copied());
+        let elsewhere: Vec<String> = fleet_moves::places(self.moves)
+            .into_iter()
+            .filter(|p| p != LOCAL && !names.contains(&p.as_str()))
+            .collect();
+        let labels = Labels::new(
+            names
+                .iter()
+                .copied()
+                .chain(elsewhere.iter().map(String::as_str)),
+        );
         let mut text = String::from(if self.is_empty() {
             "No changes to apply.\n"
         } else {
             "phoenix will perform these actions:\n"
         });
-        text.push_str(&labels.rows(LOCAL, &plan_rows(self.local), "no changes"));
+        let mut local_rows = plan_rows(self.local);
+        local_rows.extend(fleet_moves::plan_rows(self.moves, LOCAL));
+        text.push_str(&labels.rows(LOCAL, &local_rows, "no changes"));
         let mut summary = self.local.summary();
         let mut slices = 0;
         for host in self.hosts {
-            let rows = match &host.outcome {
+            let mut rows = match &host.outcome {
                 Ok(planned) => {
                     summary += planned.plan.summary();
                     slices += usize::from(!planned.push.is_empty());
@@ -286,12 +429,22 @@ impl Combined<'_> {
                 }
                 Err(failure) => unknown_rows(&host.agents, failure),
             };
+            rows.extend(fleet_moves::plan_rows(self.moves, &host.host));
             text.push_str(&labels.rows(&host.host, &rows, "no changes"));
         }
+        for place in &elsewhere {
+            let rows = fleet_moves::plan_rows(self.moves, place);
+            text.push_str(&labels.rows(place, &rows, "no changes"));
+        }
         if !self.is_empty() {
-            text.push_str(&format!("\n{}.\n", summary_line(&summary, slices)));
+            text.push_str(&format!(
+                "\n{}{}.\n",
+                summary_line(&summary, slices),
+                fleet_moves::summary(self.moves)
+            ));
         }
         text.push_str(&self.footer());
+        text.push_str(&fleet_moves::footer(self.moves));
         text
     }
 
@@ -472,6 +625,7 @@ mod tests {
                         path: "policies/p.lua".into(),
                         new: false,
                     }],
+                    digests: Default::default(),
                 }),
             },
             HostPlan {
@@ -484,9 +638,11 @@ mod tests {
                 }),
             },
         ];
+        let moves = Moves::default();
         let combined = Combined {
             local: &local,
             hosts: &hosts,
+            moves: &moves,
             skip_unreachable: true,
         };
         // Colour is stripped on the way out where it is off; here, by hand.

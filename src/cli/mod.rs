@@ -6,6 +6,7 @@ mod doctor;
 mod events;
 mod fleet;
 mod fleet_hosts;
+mod fleet_moves;
 mod fleetwide;
 mod generate;
 pub mod hook;

@@ -53,6 +53,7 @@ pub fn run(config: &Path, args: MoveArgs) -> anyhow::Result<i32> {
     let to = Place::parse(&spec, &to)?;
     let options = MoveOptions {
         from_unreachable: args.from_unreachable,
+        from_text: None,
     };
     let json = args.json;
     let report = moves::carry_out(&spec, &agent, &to, &options, &|step| {

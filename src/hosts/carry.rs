@@ -532,6 +532,38 @@ fn stop_here(
     ))
 }
 
+/// Start `agent` here as `spec` declares it (what `phoenix apply AGENT` does: its state,
+/// its hooks, its pane), with the fleet lock.
+pub fn start_here(spec: &Spec, fleet: &FleetDir, agent: &str) -> Result<(), String> {
+    fleet
+        .ensure()
+        .map_err(|e| format!("cannot make `{}`: {e}", fleet.root.display()))?;
+    let lock = crate::state::lock::FleetLock::acquire(
+        fleet,
+        "move",
+        crate::state::lock::LOCK_WAIT,
+        |_| {},
+    )
+    .map_err(|e| e.to_string())?;
+    let runtime = crate::world::runtime_for(spec);
+    let world = crate::status::observe(spec, &*runtime).map_err(|e| e.to_string())?;
+    let options = crate::plan::PlanOptions::for_this_binary(false)
+        .map_err(|e| format!("cannot find this phoenix: {e}"))?;
+    let mut plan = crate::plan::diff(spec, &world, &options);
+    plan.only(&[agent.to_string()]);
+    let applier = crate::apply::Applier {
+        spec,
+        runtime: &*runtime,
+        exe: std::env::current_exe().map_err(|e| format!("cannot find this phoenix: {e}"))?,
+    };
+    let report = applier.apply(&plan);
+    drop(lock);
+    match report.steps.iter().find(|s| !s.ok) {
+        Some(s) => Err(format!("{}: {}", s.action, s.detail)),
+        None => Ok(()),
+    }
+}
+
 /// How long a stopped agent's wrapper may take to finish (it records the session's end and
 /// saves its own handoff as it goes).
 const WRAPPER_EXIT_WAIT: Duration = Duration::from_secs(15);

@@ -80,6 +80,8 @@ pub struct Planned {
     /// The files `apply` writes there first: a slice that changed without changing an agent
     /// (a threshold, a policy) still goes to the host, whose daemon runs on it.
     pub push: Vec<SliceFile>,
+    /// What the host has of a slice: path → digest.
+    pub digests: BTreeMap<String, String>,
 }
 
 impl Planned {
@@ -178,6 +180,13 @@ impl Targets {
         Ok(targets)
     }
 
+    /// Whether `agent` takes part: every agent when no names were given.
+    pub fn takes(&self, agent: &str) -> bool {
+        !self.named
+            || self.local.iter().any(|a| a == agent)
+            || self.hosts.values().flatten().any(|a| a == agent)
+    }
+
     /// Whether `host` takes part: every host when no names were given.
     pub fn includes(&self, host: &str) -> bool {
         !self.named || self.hosts.contains_key(host)
@@ -251,6 +260,39 @@ impl Hosts {
         self.links.is_empty()
     }
 
+    /// Cut every slice from `text` (phoenix.toml as it is to be, step by step, during the
+    /// moves of an apply) instead of the file.
+    pub fn reslice(&mut self, spec: &Spec, text: &str) -> Result<()> {
+        self.slices = self
+            .links
+            .iter()
+            .map(|l| fleet::slice_of(spec, text, l.name()))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(())
+    }
+
+    /// The hosts whose slice of `text` differs from the one they have: the one they are
+    /// sent now, or the one cut from `sent`'s text for them (a move sent it since).
+    pub fn outdated(
+        &self,
+        spec: &Spec,
+        text: &str,
+        sent: &BTreeMap<String, String>,
+    ) -> Result<Vec<String>> {
+        let mut outdated = Vec::new();
+        for (link, slice) in self.links.iter().zip(&self.slices) {
+            let host = link.name();
+            let theirs = match sent.get(host) {
+                Some(sent) => fleet::slice_of(spec, sent, host)?,
+                None => slice.clone(),
+            };
+            if fleet::slice_of(spec, text, host)? != theirs {
+                outdated.push(host.to_string());
+            }
+        }
+        Ok(outdated)
+    }
+
     /// Every host's plan for its slice, asked in parallel, in the spec's order.
     pub fn plan(&self, prune: bool) -> Vec<HostPlan> {
         let outcomes = fleet::each(&self.links, |link| {
@@ -298,6 +340,7 @@ impl Hosts {
             plan,
             warnings: answer.warnings,
             push: to_push(slice, &self.files, &answer.files),
+            digests: answer.files,
         })
     }
 
@@ -305,6 +348,26 @@ impl Hosts {
     /// whole, then the host applies it (only the names given, if any). A host whose plan
     /// failed or found nothing to do is not asked; one failing host does not stop the others.
     pub fn apply(&self, plans: &[HostPlan], prune: bool) -> Vec<HostApply> {
+        self.apply_where(plans, prune, |_, planned| !planned.is_empty())
+    }
+
+    /// Apply the slices as they are now on `hosts` (those whose plan answered): after the
+    /// moves of an apply, the slices the moved agents left.
+    pub fn apply_again(&self, plans: &[HostPlan], hosts: &[String], prune: bool) -> Vec<HostApply> {
+        if hosts.is_empty() {
+            return Vec::new();
+        }
+        let mut done = self.apply_where(plans, prune, |host, _| hosts.iter().any(|h| h == host));
+        done.retain(|h| hosts.contains(&h.host));
+        done
+    }
+
+    fn apply_where(
+        &self,
+        plans: &[HostPlan],
+        prune: bool,
+        asked: impl Fn(&str, &Planned) -> bool + Sync,
+    ) -> Vec<HostApply> {
         let outcomes = fleet::each(&self.links, |link| {
             let i = self.index(link);
             match plans
@@ -312,8 +375,10 @@ impl Hosts {
                 .find(|p| p.host == link.name())
                 .map(|p| &p.outcome)
             {
-                Some(Ok(planned)) if !planned.is_empty() => {
-                    self.apply_one(link, &self.slices[i], &planned.push, prune)
+                Some(Ok(planned)) if asked(link.name(), planned) => {
+                    // What the host had at plan time against the slice it is sent now.
+                    let push = to_push(&self.slices[i], &self.files, &planned.digests);
+                    self.apply_one(link, &self.slices[i], &push, prune)
                 }
                 Some(Ok(_)) => ApplyOutcome::Unchanged,
                 Some(Err(failure)) => ApplyOutcome::NotPlanned(failure.clone()),

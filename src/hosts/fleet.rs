@@ -113,13 +113,17 @@ pub fn slice(spec: &Spec, host: &str) -> crate::error::Result<String> {
         read_whole(&spec.file, crate::spec::MAX_CONFIG_BYTES, Links::Follow).map_err(|e| {
             crate::error::Error::msg(format!("cannot read `{}`: {e}", spec.file.display()))
         })?;
-    let source = String::from_utf8_lossy(&bytes);
+    slice_of(spec, &String::from_utf8_lossy(&bytes), host)
+}
+
+/// The host's slice of `source`, a text of the spec's phoenix.toml (see [`super::slice`]).
+pub fn slice_of(spec: &Spec, source: &str, host: &str) -> crate::error::Result<String> {
     let socket = spec
         .hosts
         .iter()
         .find(|h| h.name == host)
         .and_then(|h| h.tmux_socket.as_deref());
-    super::slice::for_host(&source, host, socket).map_err(|e| {
+    super::slice::for_host(source, host, socket).map_err(|e| {
         crate::error::Error::msg(format!(
             "cannot cut host `{host}`'s slice of `{}`: {e}",
             spec.file.display()

@@ -14,6 +14,7 @@ pub mod moves;
 mod moving;
 pub mod protocol;
 pub mod reads;
+pub mod replan;
 pub mod serve;
 mod side;
 pub mod slice;

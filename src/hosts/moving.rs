@@ -26,6 +26,10 @@ pub struct MoveOptions {
     /// The source host is gone: start from the operator's mirror of its context, and owe
     /// it the fence until it answers again.
     pub from_unreachable: bool,
+    /// phoenix.toml declares the move already (the combined `apply`): the text to move
+    /// from, with the agent still where it is placed (and any move not carried out yet still
+    /// at its source). Slices are cut from it, and phoenix.toml is not written.
+    pub from_text: Option<String>,
 }
 
 /// What travelled.
@@ -108,7 +112,8 @@ pub fn preview(spec: &Spec, planned: &Move) -> crate::error::Result<Preview> {
         Ok(problems) => preview.problems = problems,
         Err(e) => preview.problems.push(e.to_string()),
     }
-    match side(spec, &links, &planned.from).and_then(|s| s.summary(&planned.agent)) {
+    let before = spec_at(spec, &text, &planned.agent, &planned.from)?;
+    match side(&before, &links, &planned.from).and_then(|s| s.summary(&planned.agent)) {
         Ok(summary) => {
             preview.warnings = git_warnings(&summary, &planned.from, &planned.to);
             preview.source = Some(summary);
@@ -143,11 +148,22 @@ pub fn carry_out(
     let from = placements
         .place_of(spec, agent)
         .expect("a declared agent has a place");
-    let text = spec_text(&spec.file)?;
+    let declared = options.from_text.is_some();
+    let text = match &options.from_text {
+        Some(text) => text.clone(),
+        None => spec_text(&spec.file)?,
+    };
     let moved = moved_text(spec, &text, agent, to)?;
     let links = fleet::links(spec);
+    let (before, after) = (
+        spec_at(spec, &text, agent, &from)?,
+        spec_at(spec, &moved, agent, to)?,
+    );
     let mut move_ = Moving {
         spec,
+        before: &before,
+        after: &after,
+        declared,
         links: &links,
         agent,
         from: from.clone(),
@@ -213,6 +229,12 @@ pub fn carry_out(
 /// A move under way.
 struct Moving<'a> {
     spec: &'a Spec,
+    /// The spec with the agent on `from`, and on `to`: what each end runs on when it is
+    /// the operator's machine.
+    before: &'a Spec,
+    after: &'a Spec,
+    /// phoenix.toml declares the move already: never written.
+    declared: bool,
     links: &'a [Link],
     agent: &'a str,
     from: Place,
@@ -233,7 +255,7 @@ struct Moving<'a> {
 impl Moving<'_> {
     fn run(&mut self, placements: &mut Placements, options: &MoveOptions) -> Result<(), Error> {
         let (agent, to) = (self.agent, self.to.clone());
-        let target = side(self.spec, self.links, &to)?;
+        let target = side(self.after, self.links, &to)?;
         (self.on_step)(&format!("checking that {to} can run `{agent}`"));
         let problems = target_problems(&target, self.spec, &self.moved, agent)?;
         if !problems.is_empty() {
@@ -281,7 +303,7 @@ impl Moving<'_> {
                 "agent `{agent}` runs on this machine: --from-unreachable moves an agent off a host that is gone"
             )));
         };
-        if let Ok(source) = side(self.spec, self.links, from)
+        if let Ok(source) = side(self.before, self.links, from)
             && source.hello().is_ok()
         {
             return Err(Error::with_hint(
@@ -308,7 +330,7 @@ impl Moving<'_> {
     /// Check the source, stop the agent there, save the move handoff; its context as left.
     fn stop_source(&mut self) -> Result<AgentContext, Error> {
         let (agent, from, to) = (self.agent, self.from.clone(), self.to.clone());
-        let source = side(self.spec, self.links, &from)?;
+        let source = side(self.before, self.links, &from)?;
         let summary = source.summary(agent).map_err(|e| {
             Error::with_hint(
                 format!("cannot reach `{agent}` on {from}: {e}; nothing was stopped"),
@@ -386,7 +408,7 @@ impl Moving<'_> {
         owed.retain(|p| p != &self.to);
         let fences = BTreeMap::from([(agent.to_string(), self.fence(false))]);
         let delivered = !options.from_unreachable
-            && side(self.spec, self.links, &from)
+            && side(self.before, self.links, &from)
                 .and_then(|s| s.fence(&fences))
                 .map_err(|e| {
                     self.report.warnings.push(format!(
@@ -433,7 +455,7 @@ impl Moving<'_> {
                     ..self.fence(false)
                 },
             )]);
-            owed_target = side(self.spec, self.links, &to)
+            owed_target = side(self.after, self.links, &to)
                 .and_then(|t| t.fence(&fences))
                 .is_err();
         }
@@ -443,8 +465,14 @@ impl Moving<'_> {
                 "moving `{agent}` to {to} failed: {cause}; it runs nowhere (its context is still in the mirror)"
             ));
         }
+        if self.declared && from == Place::Local {
+            // The panes here run on phoenix.toml, which places the agent on `to` now.
+            return Error::msg(format!(
+                "moving `{agent}` to {to} failed: {cause}; it stays stopped on this machine with its context (phoenix.toml places it on {to}: fix that and `phoenix apply` again, or set its `host` back)"
+            ));
+        }
         (self.on_step)(&format!("starting `{agent}` again on {from}"));
-        let restarted = side(self.spec, self.links, &from)
+        let restarted = side(self.before, self.links, &from)
             .and_then(|s| s.phoenix(&["start", agent, "--json"], READ_TIMEOUT));
         let again = match restarted
             .as_ref()
@@ -460,7 +488,7 @@ impl Moving<'_> {
 
     /// Write phoenix.toml with the agent on `to`, unless someone changed the file meanwhile.
     fn write_spec(&mut self) -> Result<(), Error> {
-        if self.moved == self.text || self.spec_written {
+        if self.declared || self.moved == self.text || self.spec_written {
             return Ok(());
         }
         let file = real_path(&self.spec.file);
@@ -481,6 +509,23 @@ impl Moving<'_> {
             self.spec_written = false;
         }
     }
+}
+
+/// `spec` with `agent` declared on `place` in `text` (the operator's machine runs on it),
+/// or `spec` itself when `place` is a host (a host is sent its slice of the text).
+fn spec_at(spec: &Spec, text: &str, agent: &str, place: &Place) -> Result<Spec, Error> {
+    if place.host().is_some() {
+        return Ok(spec.clone());
+    }
+    let text = moved_text(spec, text, agent, place)?;
+    crate::spec::parse(
+        &text,
+        &spec.file,
+        crate::spec::LoadOptions {
+            check_filesystem: false,
+        },
+    )
+    .map_err(|e| Error::msg(e.to_string()))
 }
 
 /// One end of a move.

@@ -193,13 +193,24 @@ impl Side<'_> {
     }
 
     /// Start `agent` as `spec_text` declares it: a host gets its slice of it pushed and
-    /// applies it for this agent; the operator's machine applies its phoenix.toml (already
-    /// written) for it.
+    /// applies it for this agent; the operator's machine applies its own spec (the agent
+    /// declared here, as phoenix.toml is already written) for it.
     pub fn start(&self, spec_text: &str, spec: &Spec, agent: &str) -> Result<Ran, Error> {
         match self {
-            Side::Local(spec) => {
-                run_here(spec, &["apply", "--yes", "--json", agent], APPLY_TIMEOUT)
-            }
+            // In this process: a `phoenix apply` here would plan the whole fleet again,
+            // this move included.
+            Side::Local(spec) => Ok(match carry::start_here(spec, &Self::fleet(spec), agent) {
+                Ok(()) => Ran {
+                    code: Some(0),
+                    stdout: String::new(),
+                    stderr: String::new(),
+                },
+                Err(why) => Ran {
+                    code: Some(1),
+                    stdout: String::new(),
+                    stderr: why,
+                },
+            }),
             Side::Host(link) => Self::ask(
                 link,
                 Call::Apply {

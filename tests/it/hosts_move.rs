@@ -19,7 +19,7 @@ use crate::support::{read_jsonl, wait_until};
 const WAIT: Duration = Duration::from_secs(30);
 
 /// The demo agent `name` on `host`, working in `work` next to that machine's phoenix.toml.
-fn agent(name: &str, host: &str) -> String {
+pub(crate) fn agent(name: &str, host: &str) -> String {
     format!(
         "{}workdir = \"work\"\n",
         HostedFleet::demo_agent(name, Some(host))
@@ -50,14 +50,14 @@ fn start_on(net: &HostedFleet, host: &str) {
     assert_eq!(reply.result["code"], 0, "{}", reply.result);
 }
 
-fn row(host: &Host, agent: &str) -> serde_json::Value {
+pub(crate) fn row(host: &Host, agent: &str) -> serde_json::Value {
     host.status()
         .into_iter()
         .find(|r| r["agent"] == agent)
         .unwrap_or_default()
 }
 
-fn wait_running(host: &Host, agent: &str) -> u64 {
+pub(crate) fn wait_running(host: &Host, agent: &str) -> u64 {
     let mut pid = 0;
     wait_until(WAIT, &format!("`{agent}` running on {}", host.name), || {
         let r = row(host, agent);
@@ -81,7 +81,7 @@ fn screen(host: &Host, agent: &str) -> String {
 
 /// Wait for the agent's fresh session on `host` to get its startup context through the
 /// session-start hook; what its pane shows then.
-fn startup_context(host: &Host, agent: &str) -> String {
+pub(crate) fn startup_context(host: &Host, agent: &str) -> String {
     wait_until(
         WAIT,
         &format!("`{agent}`'s startup context on {}", host.name),
@@ -99,7 +99,7 @@ fn startup_context(host: &Host, agent: &str) -> String {
     text
 }
 
-fn git(dir: &Path, args: &[&str]) -> bool {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> bool {
     Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -110,7 +110,7 @@ fn git(dir: &Path, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn mkdir(path: &Path) {
+pub(crate) fn mkdir(path: &Path) {
     std::fs::create_dir_all(path).unwrap();
 }
 
@@ -306,7 +306,7 @@ fn a_move_that_fails_after_the_stop_starts_the_agent_again_where_it_was() {
 
 /// Close the operator's shared ssh connections: a stopped sshd keeps the sessions it
 /// already serves, a gone host would not.
-fn drop_connections(net: &HostedFleet) {
+pub(crate) fn drop_connections(net: &HostedFleet) {
     let control = fleet::control_dir(&net.fleet.state_dir());
     for entry in std::fs::read_dir(control).into_iter().flatten().flatten() {
         let _ = Command::new("ssh")

@@ -8,6 +8,7 @@ mod fleet;
 mod hooks;
 mod hosts;
 mod hosts_move;
+mod hosts_move_apply;
 mod hosts_plan;
 mod hosts_reads;
 mod inert;
