@@ -90,10 +90,14 @@ pub struct Controller {
     /// Set by SIGTERM/SIGINT the moment they arrive, even while a pass blocks the loop: no
     /// agent is started after it (the rest of the pass is abandoned).
     stopping: Arc<AtomicBool>,
+    /// Every pass so far, kept in the state dir for `/metrics` (counted on after a restart).
+    stats: crate::state::daemon::ReconcileStats,
 }
 
 impl Controller {
     pub fn new(config: &Path, runtime: SharedRuntime, spec: Spec, exe: PathBuf) -> Controller {
+        let stats =
+            crate::state::daemon::ReconcileStats::load(&FleetDir::new(&spec.fleet.state_dir));
         Controller {
             config: config.to_path_buf(),
             config_digest: wake::config_digest(config),
@@ -105,6 +109,7 @@ impl Controller {
             backoff: Backoff::default(),
             poked: BTreeSet::new(),
             stopping: Arc::new(AtomicBool::new(false)),
+            stats,
         }
     }
 
@@ -197,7 +202,10 @@ impl Controller {
         panes: &mut PaneWatch,
         tx: &UnboundedSender<Event>,
     ) -> (Requeue, u32) {
-        match self.reconcile(Instant::now()) {
+        let started = Instant::now();
+        let result = self.reconcile(started);
+        self.count_pass(started.elapsed(), result.is_ok());
+        match result {
             Ok(done) => {
                 if let Some(pids) = done.pids {
                     panes.refresh(&pids, tx);
@@ -210,6 +218,16 @@ impl Controller {
                 let next = error_policy(&e, attempt).at_most(self.spec.fleet.reconcile_interval);
                 (next, attempt)
             }
+        }
+    }
+
+    /// Count the pass for `/metrics`. A state dir that cannot be written is the pass's own
+    /// problem, reported there; the count is not worth a second warning on every pass.
+    fn count_pass(&mut self, took: Duration, ok: bool) {
+        self.stats.observe(took.as_secs_f64(), ok);
+        let fleet = FleetDir::new(&self.spec.fleet.state_dir);
+        if let Err(e) = self.stats.save(&fleet) {
+            debug!(error = %e, "cannot record the reconcile pass for /metrics");
         }
     }
 
