@@ -8,6 +8,7 @@ mod fleet;
 mod hooks;
 mod hosts;
 mod inert;
+mod metrics;
 mod policy;
 mod real_cli;
 mod real_codex;

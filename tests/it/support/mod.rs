@@ -7,6 +7,7 @@ pub mod gemini_server;
 pub mod hosts;
 pub mod model_server;
 pub mod openai_server;
+pub mod prometheus;
 pub mod real;
 pub mod scenarios;
 pub mod scripted;
