@@ -211,50 +211,114 @@ impl Families {
     }
 }
 
-/// A gauge per agent, set from a sample where it has a value.
-fn per_agent(
-    f: &Families,
-    agents: &[AgentSample],
-    name: &str,
-    help: &str,
-    value: impl Fn(&AgentSample) -> Option<f64>,
-) -> Result<()> {
-    let gauge = f.gauge(name, help, &[])?;
-    for a in agents {
-        if let Some(v) = value(a) {
-            gauge
-                .with_label_values(&a.labels.values(f.hosted, &[]))
-                .set(v);
-        }
-    }
-    Ok(())
+fn flag(b: bool) -> Option<f64> {
+    Some(if b { 1.0 } else { 0.0 })
 }
 
-/// A counter per agent and key (its extra label values), from the counts of its logs.
-fn counted<'a>(
-    f: &Families,
-    agents: &'a [AgentSample],
-    (name, help, extra): (&str, &str, &[&'static str]),
-    counts: impl Fn(&'a AgentSample) -> Vec<(Vec<&'a str>, u64)>,
-) -> Result<()> {
-    let counter = f.counter(name, help, extra)?;
-    for a in agents {
-        for (keys, n) in counts(a) {
-            counter
-                .with_label_values(&a.labels.values(f.hosted, &keys))
-                .inc_by(n);
-        }
-    }
-    Ok(())
-}
+/// A per-agent gauge: name, help, and its value for an agent (none: no series for it).
+type Gauge = (&'static str, &'static str, fn(&AgentSample) -> Option<f64>);
+
+const GAUGES: &[Gauge] = &[
+    (
+        "phoenix_agent_up",
+        "1 when the agent's CLI runs under its wrapper, else 0.",
+        |a| flag(a.row.state == "running"),
+    ),
+    (
+        "phoenix_agent_safe_mode",
+        "1 when the agent is in safe mode (a crash limit or a diagnosis stopped it).",
+        |a| flag(a.row.in_safe_mode()),
+    ),
+    (
+        "phoenix_agent_crashes_in_window",
+        "Crashes within the agent's crash_window.",
+        |a| Some(a.row.crashes as f64),
+    ),
+    (
+        "phoenix_agent_last_activity_age_seconds",
+        "Seconds since the agent last showed activity (state.json, tool_use.jsonl, ops.jsonl).",
+        |a| a.idle_seconds,
+    ),
+    (
+        "phoenix_agent_open_loops",
+        "Open loops in state.json.",
+        |a| Some(a.row.open_loops as f64),
+    ),
+    (
+        "phoenix_agent_stale_loops",
+        "Open loops older than thresholds.stale_after.",
+        |a| Some(a.row.stale_loops as f64),
+    ),
+    (
+        "phoenix_agent_session_tokens",
+        "Tokens the current session's transcript reports (Codex: its cumulative count; Claude Code and Gemini: summed over its last 32 MiB).",
+        |a| a.tokens.map(|t| t as f64),
+    ),
+];
+
+/// A per-agent counter: name, help, its own labels, and its counts for an agent by the
+/// values of those labels.
+type Counter = (
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    fn(&AgentSample) -> Vec<(Vec<&str>, u64)>,
+);
+
+const COUNTERS: &[Counter] = &[
+    (
+        "phoenix_agent_restarts_total",
+        "Starts of the agent after its first, by why the run before ended (an EndReason, operator_restart, watchdog_restart or unknown).",
+        &["reason"],
+        |a| by_one(&a.ops.restarts),
+    ),
+    (
+        "phoenix_agent_watchdog_findings_total",
+        "Findings of watchdog passes that acted on the agent, by check.",
+        &["check"],
+        |a| by_one(&a.ops.findings),
+    ),
+    (
+        "phoenix_agent_handoffs_saved_total",
+        "Handoffs saved, by trigger.",
+        &["trigger"],
+        |a| by_one(&a.ops.handoffs),
+    ),
+    (
+        "phoenix_agent_clinic_recoveries_total",
+        "Clinic recoveries, by diagnosis (root cause) and outcome (rehabilitated or aborted).",
+        &["diagnosis", "outcome"],
+        |a| {
+            a.ops
+                .recoveries
+                .iter()
+                .map(|(k, n)| (vec![k.0.as_str(), k.1.as_str()], *n))
+                .collect()
+        },
+    ),
+    (
+        "phoenix_agent_injections_total",
+        "Text given to the running agent, by kind and outcome (delivered or failed).",
+        &["kind", "outcome"],
+        |a| {
+            a.ops
+                .injections
+                .iter()
+                .map(|(k, n)| (vec![k.0, k.1], *n))
+                .collect()
+        },
+    ),
+    (
+        "phoenix_hook_errors_total",
+        "Problems the agent's hooks ran into, by hook event.",
+        &["event"],
+        |a| by_one(&a.hook_errors.0),
+    ),
+];
 
 /// Counts keyed by one label value.
 fn by_one(counts: &std::collections::BTreeMap<String, u64>) -> Vec<(Vec<&str>, u64)> {
     counts.iter().map(|(k, n)| (vec![k.as_str()], *n)).collect()
-}
-
-fn flag(b: bool) -> Option<f64> {
-    Some(if b { 1.0 } else { 0.0 })
 }
 
 /// The text of one scrape.
@@ -263,55 +327,16 @@ pub fn encode(fleet: &FleetSample, agents: &[AgentSample]) -> Result<String> {
         registry: Registry::new(),
         hosted: agents.iter().any(|a| a.labels.host.is_some()),
     };
-    per_agent(
-        &f,
-        agents,
-        "phoenix_agent_up",
-        "1 when the agent's CLI runs under its wrapper, else 0.",
-        |a| flag(a.row.state == "running"),
-    )?;
-    per_agent(
-        &f,
-        agents,
-        "phoenix_agent_safe_mode",
-        "1 when the agent is in safe mode (a crash limit or a diagnosis stopped it).",
-        |a| flag(a.row.in_safe_mode()),
-    )?;
-    per_agent(
-        &f,
-        agents,
-        "phoenix_agent_crashes_in_window",
-        "Crashes within the agent's crash_window.",
-        |a| Some(a.row.crashes as f64),
-    )?;
-    per_agent(
-        &f,
-        agents,
-        "phoenix_agent_last_activity_age_seconds",
-        "Seconds since the agent last showed activity (state.json, tool_use.jsonl, ops.jsonl).",
-        |a| a.idle_seconds,
-    )?;
-    per_agent(
-        &f,
-        agents,
-        "phoenix_agent_open_loops",
-        "Open loops in state.json.",
-        |a| Some(a.row.open_loops as f64),
-    )?;
-    per_agent(
-        &f,
-        agents,
-        "phoenix_agent_stale_loops",
-        "Open loops older than thresholds.stale_after.",
-        |a| Some(a.row.stale_loops as f64),
-    )?;
-    per_agent(
-        &f,
-        agents,
-        "phoenix_agent_session_tokens",
-        "Tokens the current session's transcript reports (Codex: its cumulative count; Claude Code and Gemini: summed over its last 32 MiB).",
-        |a| a.tokens.map(|t| t as f64),
-    )?;
+    for (name, help, value) in GAUGES {
+        let gauge = f.gauge(name, help, &[])?;
+        for a in agents {
+            if let Some(v) = value(a) {
+                gauge
+                    .with_label_values(&a.labels.values(f.hosted, &[]))
+                    .set(v);
+            }
+        }
+    }
     let health = f.gauge(
         "phoenix_agent_health_check_failing",
         "1 when the watchdog's last pass found this check failing for the running agent, else 0.",
@@ -325,78 +350,16 @@ pub fn encode(fleet: &FleetSample, agents: &[AgentSample]) -> Result<String> {
                 .set(if failing { 1.0 } else { 0.0 });
         }
     }
-    counted(
-        &f,
-        agents,
-        (
-            "phoenix_agent_restarts_total",
-            "Starts of the agent after its first, by why the run before ended (an EndReason, operator_restart, watchdog_restart or unknown).",
-            &["reason"],
-        ),
-        |a| by_one(&a.ops.restarts),
-    )?;
-    counted(
-        &f,
-        agents,
-        (
-            "phoenix_agent_watchdog_findings_total",
-            "Findings of watchdog passes that acted on the agent, by check.",
-            &["check"],
-        ),
-        |a| by_one(&a.ops.findings),
-    )?;
-    counted(
-        &f,
-        agents,
-        (
-            "phoenix_agent_handoffs_saved_total",
-            "Handoffs saved, by trigger.",
-            &["trigger"],
-        ),
-        |a| by_one(&a.ops.handoffs),
-    )?;
-    counted(
-        &f,
-        agents,
-        (
-            "phoenix_agent_clinic_recoveries_total",
-            "Clinic recoveries, by diagnosis (root cause) and outcome (rehabilitated or aborted).",
-            &["diagnosis", "outcome"],
-        ),
-        |a| {
-            a.ops
-                .recoveries
-                .iter()
-                .map(|(k, n)| (vec![k.0.as_str(), k.1.as_str()], *n))
-                .collect()
-        },
-    )?;
-    counted(
-        &f,
-        agents,
-        (
-            "phoenix_agent_injections_total",
-            "Text given to the running agent, by kind and outcome (delivered or failed).",
-            &["kind", "outcome"],
-        ),
-        |a| {
-            a.ops
-                .injections
-                .iter()
-                .map(|(k, n)| (vec![k.0, k.1], *n))
-                .collect()
-        },
-    )?;
-    counted(
-        &f,
-        agents,
-        (
-            "phoenix_hook_errors_total",
-            "Problems the agent's hooks ran into, by hook event.",
-            &["event"],
-        ),
-        |a| by_one(&a.hook_errors.0),
-    )?;
+    for (name, help, extra, counts) in COUNTERS {
+        let counter = f.counter(name, help, extra)?;
+        for a in agents {
+            for (keys, n) in counts(a) {
+                counter
+                    .with_label_values(&a.labels.values(f.hosted, &keys))
+                    .inc_by(n);
+            }
+        }
+    }
     fleet_families(&f, fleet)?;
     let mut text = String::new();
     TextEncoder::new()
