@@ -89,4 +89,36 @@ fn main() {
         percentile(&times, 0.99),
         times[times.len() - 1],
     );
+    parts(&fleet);
+}
+
+/// Where a scrape's time goes, in this process: the look at tmux and /proc, the rows, the
+/// logs, the encoding.
+fn parts(fleet: &Fleet) {
+    use phoenix::metrics::{Collector, encode};
+    let spec = fleet.spec();
+    let runtime = phoenix::world::runtime_for(&spec);
+    let collector = Collector::new();
+    collector.scrape(&spec, &*runtime).unwrap();
+    let median = |f: &mut dyn FnMut()| {
+        let mut times: Vec<Duration> = (0..50)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed()
+            })
+            .collect();
+        times.sort();
+        percentile(&times, 0.5)
+    };
+    let world = phoenix::status::observe_lean(&spec, &*runtime).unwrap();
+    let (fleet_sample, agents) = collector.sample(&spec, &*runtime).unwrap();
+    println!(
+        "in process, p50: observe {:.1?}, rows {:.1?}, sample (both and the logs) {:.1?}, encode {:.1?}, scrape {:.1?}",
+        median(&mut || drop(phoenix::status::observe_lean(&spec, &*runtime).unwrap())),
+        median(&mut || drop(phoenix::status::lean_rows(&spec, &world))),
+        median(&mut || drop(collector.sample(&spec, &*runtime).unwrap())),
+        median(&mut || drop(encode(&fleet_sample, &agents).unwrap())),
+        median(&mut || drop(collector.scrape(&spec, &*runtime).unwrap())),
+    );
 }

@@ -19,10 +19,23 @@ use crate::world::{self, Runtime, World};
 /// Observe the fleet's world, tiered like every runtime step: retry once, then find out why
 /// and say what to do.
 pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> crate::error::Result<World> {
-    world::observe(spec, runtime)
+    observe_by(spec, runtime, world::observe)
+}
+
+/// `observe` of only what the rows need (no hook files, no launch specs): for `/metrics`.
+pub fn observe_lean(spec: &Spec, runtime: &dyn Runtime) -> crate::error::Result<World> {
+    observe_by(spec, runtime, world::observe_status)
+}
+
+fn observe_by(
+    spec: &Spec,
+    runtime: &dyn Runtime,
+    look: fn(&Spec, &dyn Runtime) -> Result<World, world::RuntimeError>,
+) -> crate::error::Result<World> {
+    look(spec, runtime)
         .or_else(|_| {
             std::thread::sleep(Duration::from_millis(200));
-            world::observe(spec, runtime)
+            look(spec, runtime)
         })
         .map_err(|e| match runtime.diagnose(&e) {
             Some(why) if matches!(e, world::RuntimeError::NotInstalled) => Error::msg(why),

@@ -10,9 +10,8 @@ pub mod tally;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use prometheus::core::{Collector as PromCollector, Desc};
-use prometheus::proto::{Bucket, Histogram, Metric, MetricFamily, MetricType};
-use prometheus::{GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::TextEncoder;
+use prometheus::proto::{Bucket, Histogram, LabelPair, Metric, MetricFamily, MetricType};
 
 use crate::error::{Error, Result};
 use crate::spec::Spec;
@@ -35,7 +34,8 @@ const SCRAPE_READ_BUDGET: u64 = 32 << 20;
 
 /// Who a per-agent series is about. `host` names the machine of a multi-host fleet's agent:
 /// `None` for the agents of this machine, the only ones a scrape here sees so far; once any
-/// series has a host, every series of the scrape gets the label (empty for this machine's).
+/// series has a host, every series of the scrape gets the label (empty for this machine's),
+/// as a metric's series must all have the same label names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentLabels {
     pub agent: String,
@@ -44,22 +44,23 @@ pub struct AgentLabels {
 }
 
 impl AgentLabels {
-    fn names(hosted: bool) -> Vec<&'static str> {
-        let mut names = vec!["agent", "cli"];
+    /// The label pairs of a series about this agent: `agent`, `cli`, `host` when the scrape
+    /// has hosts, then the series' own (`extra`: name and value).
+    fn pairs(&self, hosted: bool, extra: &[(&str, &str)]) -> Vec<LabelPair> {
+        let mut pairs = vec![pair("agent", &self.agent), pair("cli", &self.cli)];
         if hosted {
-            names.push("host");
+            pairs.push(pair("host", self.host.as_deref().unwrap_or("")));
         }
-        names
+        pairs.extend(extra.iter().map(|(n, v)| pair(n, v)));
+        pairs
     }
+}
 
-    fn values<'a>(&'a self, hosted: bool, extra: &[&'a str]) -> Vec<&'a str> {
-        let mut values = vec![self.agent.as_str(), self.cli.as_str()];
-        if hosted {
-            values.push(self.host.as_deref().unwrap_or(""));
-        }
-        values.extend_from_slice(extra);
-        values
-    }
+fn pair(name: &str, value: &str) -> LabelPair {
+    let mut p = LabelPair::default();
+    p.set_name(name.to_string());
+    p.set_value(value.to_string());
+    p
 }
 
 /// One agent as a scrape sees it.
@@ -125,7 +126,7 @@ impl Collector {
         spec: &Spec,
         runtime: &dyn Runtime,
     ) -> Result<(FleetSample, Vec<AgentSample>)> {
-        let world = crate::status::observe(spec, runtime)?;
+        let world = crate::status::observe_lean(spec, runtime)?;
         let rows = crate::status::lean_rows(spec, &world);
         let dirs = FleetDir::new(&spec.fleet.state_dir);
         let now = jiff::Timestamp::now();
@@ -177,40 +178,6 @@ impl Collector {
     }
 }
 
-fn prom(e: prometheus::Error) -> Error {
-    Error::msg(format!("cannot build the metrics: {e}"))
-}
-
-/// The metric families of one scrape, registered as they are made.
-struct Families {
-    registry: Registry,
-    hosted: bool,
-}
-
-impl Families {
-    fn names(&self, extra: &[&'static str]) -> Vec<&'static str> {
-        let mut names = AgentLabels::names(self.hosted);
-        names.extend_from_slice(extra);
-        names
-    }
-
-    fn gauge(&self, name: &str, help: &str, extra: &[&'static str]) -> Result<GaugeVec> {
-        let vec = GaugeVec::new(Opts::new(name, help), &self.names(extra)).map_err(prom)?;
-        self.registry
-            .register(Box::new(vec.clone()))
-            .map_err(prom)?;
-        Ok(vec)
-    }
-
-    fn counter(&self, name: &str, help: &str, extra: &[&'static str]) -> Result<IntCounterVec> {
-        let vec = IntCounterVec::new(Opts::new(name, help), &self.names(extra)).map_err(prom)?;
-        self.registry
-            .register(Box::new(vec.clone()))
-            .map_err(prom)?;
-        Ok(vec)
-    }
-}
-
 fn flag(b: bool) -> Option<f64> {
     Some(if b { 1.0 } else { 0.0 })
 }
@@ -256,199 +223,206 @@ const GAUGES: &[Gauge] = &[
     ),
 ];
 
-/// A per-agent counter: name, help, its own labels, and its counts for an agent by the
-/// values of those labels.
+/// A per-agent counter: name, help, and its counts for an agent, each with the series' own
+/// labels.
 type Counter = (
     &'static str,
     &'static str,
-    &'static [&'static str],
-    fn(&AgentSample) -> Vec<(Vec<&str>, u64)>,
+    fn(&AgentSample) -> Vec<(Vec<(&'static str, &str)>, u64)>,
 );
 
 const COUNTERS: &[Counter] = &[
     (
         "phoenix_agent_restarts_total",
         "Starts of the agent after its first, by why the run before ended (an EndReason, operator_restart, watchdog_restart or unknown).",
-        &["reason"],
-        |a| by_one(&a.ops.restarts),
+        |a| by_one("reason", &a.ops.restarts),
     ),
     (
         "phoenix_agent_watchdog_findings_total",
         "Findings of watchdog passes that acted on the agent, by check.",
-        &["check"],
-        |a| by_one(&a.ops.findings),
+        |a| by_one("check", &a.ops.findings),
     ),
     (
         "phoenix_agent_handoffs_saved_total",
         "Handoffs saved, by trigger.",
-        &["trigger"],
-        |a| by_one(&a.ops.handoffs),
+        |a| by_one("trigger", &a.ops.handoffs),
     ),
     (
         "phoenix_agent_clinic_recoveries_total",
         "Clinic recoveries, by diagnosis (root cause) and outcome (rehabilitated or aborted).",
-        &["diagnosis", "outcome"],
         |a| {
             a.ops
                 .recoveries
                 .iter()
-                .map(|(k, n)| (vec![k.0.as_str(), k.1.as_str()], *n))
+                .map(|((d, o), n)| (vec![("diagnosis", d.as_str()), ("outcome", o.as_str())], *n))
                 .collect()
         },
     ),
     (
         "phoenix_agent_injections_total",
         "Text given to the running agent, by kind and outcome (delivered or failed).",
-        &["kind", "outcome"],
         |a| {
             a.ops
                 .injections
                 .iter()
-                .map(|(k, n)| (vec![k.0, k.1], *n))
+                .map(|((k, o), n)| (vec![("kind", *k), ("outcome", *o)], *n))
                 .collect()
         },
     ),
     (
         "phoenix_hook_errors_total",
         "Problems the agent's hooks ran into, by hook event.",
-        &["event"],
-        |a| by_one(&a.hook_errors.0),
+        |a| by_one("event", &a.hook_errors.0),
     ),
 ];
 
-/// Counts keyed by one label value.
-fn by_one(counts: &std::collections::BTreeMap<String, u64>) -> Vec<(Vec<&str>, u64)> {
-    counts.iter().map(|(k, n)| (vec![k.as_str()], *n)).collect()
+/// Counts keyed by the value of one label.
+fn by_one<'a>(
+    label: &'static str,
+    counts: &'a std::collections::BTreeMap<String, u64>,
+) -> Vec<(Vec<(&'static str, &'a str)>, u64)> {
+    counts
+        .iter()
+        .map(|(k, n)| (vec![(label, k.as_str())], *n))
+        .collect()
 }
 
-/// The text of one scrape.
-pub fn encode(fleet: &FleetSample, agents: &[AgentSample]) -> Result<String> {
-    let f = Families {
-        registry: Registry::new(),
-        hosted: agents.iter().any(|a| a.labels.host.is_some()),
-    };
-    for (name, help, value) in GAUGES {
-        let gauge = f.gauge(name, help, &[])?;
-        for a in agents {
-            if let Some(v) = value(a) {
-                gauge
-                    .with_label_values(&a.labels.values(f.hosted, &[]))
-                    .set(v);
-            }
-        }
+/// A family of the crate's model; `None` without series (the encoder refuses an empty one).
+fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<Metric>) -> Option<MetricFamily> {
+    if metrics.is_empty() {
+        return None;
     }
-    let health = f.gauge(
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_string());
+    f.set_help(help.to_string());
+    f.set_field_type(kind);
+    f.set_metric(metrics);
+    Some(f)
+}
+
+fn gauge(labels: Vec<LabelPair>, value: f64) -> Metric {
+    let mut g = prometheus::proto::Gauge::default();
+    g.set_value(value);
+    let mut m = Metric::from_gauge(g);
+    m.set_label(labels);
+    m
+}
+
+/// The text of one scrape. The families are built in the `prometheus` crate's model and
+/// written by its encoder (names, escaping, the format's grammar); not through its registry
+/// of live metrics, whose per-series locks and hashing would cost a large fleet's scrape
+/// several milliseconds for values that are read once.
+pub fn encode(fleet: &FleetSample, agents: &[AgentSample]) -> Result<String> {
+    let hosted = agents.iter().any(|a| a.labels.host.is_some());
+    let mut families = Vec::new();
+    for (name, help, value) in GAUGES {
+        let metrics = agents
+            .iter()
+            .filter_map(|a| Some(gauge(a.labels.pairs(hosted, &[]), value(a)?)))
+            .collect();
+        families.extend(family(name, help, MetricType::GAUGE, metrics));
+    }
+    let health = agents
+        .iter()
+        .flat_map(|a| {
+            Check::ALL.iter().map(move |check| {
+                let failing = a.row.watchdog.contains(&check.as_str());
+                let labels = a.labels.pairs(hosted, &[("check", check.as_str())]);
+                gauge(labels, if failing { 1.0 } else { 0.0 })
+            })
+        })
+        .collect();
+    families.extend(family(
         "phoenix_agent_health_check_failing",
         "1 when the watchdog's last pass found this check failing for the running agent, else 0.",
-        &["check"],
-    )?;
-    for a in agents {
-        for check in Check::ALL {
-            let failing = a.row.watchdog.contains(&check.as_str());
-            health
-                .with_label_values(&a.labels.values(f.hosted, &[check.as_str()]))
-                .set(if failing { 1.0 } else { 0.0 });
-        }
+        MetricType::GAUGE,
+        health,
+    ));
+    for (name, help, counts) in COUNTERS {
+        let metrics = agents
+            .iter()
+            .flat_map(|a| {
+                counts(a).into_iter().map(|(extra, n)| {
+                    let mut c = prometheus::proto::Counter::default();
+                    c.set_value(n as f64);
+                    let mut m = Metric::default();
+                    m.set_counter(c);
+                    m.set_label(a.labels.pairs(hosted, &extra));
+                    m
+                })
+            })
+            .collect();
+        families.extend(family(name, help, MetricType::COUNTER, metrics));
     }
-    for (name, help, extra, counts) in COUNTERS {
-        let counter = f.counter(name, help, extra)?;
-        for a in agents {
-            for (keys, n) in counts(a) {
-                counter
-                    .with_label_values(&a.labels.values(f.hosted, &keys))
-                    .inc_by(n);
-            }
-        }
-    }
-    fleet_families(&f, fleet)?;
-    let mut text = String::new();
+    families.extend(fleet_families(fleet));
+    families.sort_by(|a, b| a.name().cmp(b.name()));
+    let mut text = String::with_capacity(families.len() * 4096);
     TextEncoder::new()
-        .encode_utf8(&f.registry.gather(), &mut text)
-        .map_err(prom)?;
+        .encode_utf8(&families, &mut text)
+        .map_err(|e| Error::msg(format!("cannot write the metrics: {e}")))?;
     Ok(text)
 }
 
-fn fleet_families(f: &Families, fleet: &FleetSample) -> Result<()> {
-    let daemon = prometheus::IntGauge::new(
-        "phoenix_daemon_running",
-        "1 when a `phoenix run` supervises this fleet's state dir, else 0.",
-    )
-    .map_err(prom)?;
-    daemon.set(i64::from(fleet.daemon_running));
-    f.registry.register(Box::new(daemon)).map_err(prom)?;
-    let passes = IntCounterVec::new(
-        Opts::new(
+/// The daemon and its reconcile passes, from the counts it keeps in the state dir (a
+/// histogram of this process's own would count only the passes it ran).
+fn fleet_families(fleet: &FleetSample) -> Vec<MetricFamily> {
+    let stats = &fleet.reconcile;
+    let passes = [("ok", stats.ok), ("error", stats.failed)]
+        .into_iter()
+        .map(|(outcome, n)| {
+            let mut c = prometheus::proto::Counter::default();
+            c.set_value(n as f64);
+            let mut m = Metric::default();
+            m.set_counter(c);
+            m.set_label(vec![pair("outcome", outcome)]);
+            m
+        })
+        .collect();
+    let mut cumulative = 0;
+    let buckets = stats
+        .bounds
+        .iter()
+        .zip(&stats.buckets)
+        .map(|(bound, n)| {
+            cumulative += n;
+            let mut b = Bucket::default();
+            b.set_upper_bound(*bound);
+            b.set_cumulative_count(cumulative);
+            b
+        })
+        .collect();
+    let mut h = Histogram::default();
+    h.set_sample_count(stats.buckets.iter().sum());
+    h.set_sample_sum(stats.sum_seconds);
+    h.set_bucket(buckets);
+    let mut histogram = Metric::default();
+    histogram.set_histogram(h);
+    [
+        family(
+            "phoenix_daemon_running",
+            "1 when a `phoenix run` supervises this fleet's state dir, else 0.",
+            MetricType::GAUGE,
+            vec![gauge(
+                Vec::new(),
+                if fleet.daemon_running { 1.0 } else { 0.0 },
+            )],
+        ),
+        family(
             "phoenix_reconcile_passes_total",
             "Reconcile passes of the daemon, by outcome (ok or error), across its restarts.",
+            MetricType::COUNTER,
+            passes,
         ),
-        &["outcome"],
-    )
-    .map_err(prom)?;
-    passes.with_label_values(&["ok"]).inc_by(fleet.reconcile.ok);
-    passes
-        .with_label_values(&["error"])
-        .inc_by(fleet.reconcile.failed);
-    f.registry.register(Box::new(passes)).map_err(prom)?;
-    f.registry
-        .register(Box::new(ReconcileHistogram::new(&fleet.reconcile)?))
-        .map_err(prom)
-}
-
-/// The reconcile duration histogram, from the counts the daemon keeps in the state dir (a
-/// histogram made here would count only this process's observations).
-struct ReconcileHistogram {
-    desc: Desc,
-    family: MetricFamily,
-}
-
-impl ReconcileHistogram {
-    const NAME: &str = "phoenix_reconcile_duration_seconds";
-    const HELP: &str = "How long the daemon's reconcile passes took.";
-
-    fn new(stats: &ReconcileStats) -> Result<Self> {
-        let desc = Desc::new(
-            Self::NAME.into(),
-            Self::HELP.into(),
-            Vec::new(),
-            HashMap::new(),
-        )
-        .map_err(prom)?;
-        let mut cumulative = 0;
-        let buckets = stats
-            .bounds
-            .iter()
-            .zip(&stats.buckets)
-            .map(|(bound, n)| {
-                cumulative += n;
-                let mut b = Bucket::default();
-                b.set_upper_bound(*bound);
-                b.set_cumulative_count(cumulative);
-                b
-            })
-            .collect();
-        let mut h = Histogram::default();
-        h.set_sample_count(stats.buckets.iter().sum());
-        h.set_sample_sum(stats.sum_seconds);
-        h.set_bucket(buckets);
-        let mut m = Metric::default();
-        m.set_histogram(h);
-        let mut family = MetricFamily::default();
-        family.set_name(Self::NAME.into());
-        family.set_help(Self::HELP.into());
-        family.set_field_type(MetricType::HISTOGRAM);
-        family.set_metric(vec![m]);
-        Ok(ReconcileHistogram { desc, family })
-    }
-}
-
-impl PromCollector for ReconcileHistogram {
-    fn desc(&self) -> Vec<&Desc> {
-        vec![&self.desc]
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        vec![self.family.clone()]
-    }
+        family(
+            "phoenix_reconcile_duration_seconds",
+            "How long the daemon's reconcile passes took.",
+            MetricType::HISTOGRAM,
+            vec![histogram],
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 #[cfg(test)]

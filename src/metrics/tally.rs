@@ -60,6 +60,17 @@ impl<T: Tally> Tailed<T> {
     /// (what is read is taken off it; the rest waits for the next scrape). A missing or
     /// unreadable file leaves the counts as they are.
     pub fn advance(&mut self, path: &Path, links: Links, budget: &mut u64) {
+        // The usual case, a log that did not grow, costs one stat.
+        let stat = match links {
+            Links::Follow => std::fs::metadata(path),
+            Links::Refuse => std::fs::symlink_metadata(path),
+        };
+        if let Ok(m) = stat
+            && self.file == Some((m.dev(), m.ino()))
+            && m.len() == self.offset
+        {
+            return;
+        }
         let Ok((mut file, meta)) = bounded::open_regular(path, links) else {
             return;
         };

@@ -41,8 +41,8 @@ fn sample(agent: &str, state: &'static str) -> AgentSample {
     }
 }
 
-/// The value of the sample line that starts with `series` (name and labels as written: in
-/// the order of their names).
+/// The value of the sample line that starts with `series` (name and labels as written:
+/// `agent`, `cli`, then the series' own).
 fn value(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
@@ -70,18 +70,14 @@ fn every_agent_fact_is_a_labelled_series() {
     assert_eq!(
         value(
             &text,
-            &format!(
-                "phoenix_agent_health_check_failing{{agent=\"a\",check=\"silence\",cli=\"claude\"}}"
-            )
+            &format!("phoenix_agent_health_check_failing{{{a},check=\"silence\"}}")
         ),
         Some(1.0)
     );
     assert_eq!(
         value(
             &text,
-            &format!(
-                "phoenix_agent_health_check_failing{{agent=\"b\",check=\"silence\",cli=\"claude\"}}"
-            )
+            &format!("phoenix_agent_health_check_failing{{{b},check=\"silence\"}}")
         ),
         Some(0.0)
     );

@@ -397,6 +397,17 @@ fn wraps(argv: &[String], file: &Path, agent: &str) -> bool {
 /// Observe everything relevant to `spec` with one runtime call and one /proc pass. Only this
 /// fleet's panes are in the result (see [`is_ours`]).
 pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError> {
+    observe_with(spec, runtime, true)
+}
+
+/// `observe` without what only a plan needs (the hook files in every workdir, the launch spec
+/// each agent was started with, the panes' start times and grandchildren): what the fleet's
+/// status is made of, for `/metrics`, which is scraped every few seconds.
+pub fn observe_status(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError> {
+    observe_with(spec, runtime, false)
+}
+
+fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<World, RuntimeError> {
     let listed = runtime.list()?;
     let server_running = listed.is_some();
     let mut panes: Vec<PaneObs> = listed
@@ -408,9 +419,17 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError
     // so; for the others they are this host's, from /proc.
     let local = |p: &PaneObs| !p.dead && p.started.is_none() && p.processes.is_empty();
     if panes.iter().any(local) {
-        let table = ProcTable::read();
+        // A status needs each wrapper's children only: read those when the kernel lists them,
+        // not every process of the machine (most of the time of a `/metrics` scrape).
+        let pids: Vec<u32> = panes.iter().filter(|p| local(p)).map(|p| p.pid).collect();
+        let (table, whole) = match (!for_plan).then(|| ProcTable::children_of(&pids)).flatten() {
+            Some(table) => (table, false),
+            None => (ProcTable::read(), true),
+        };
         for pane in panes.iter_mut().filter(|p| local(p)) {
-            pane.started = table.get(pane.pid).map(|p| p.started);
+            if whole {
+                pane.started = table.get(pane.pid).map(|p| p.started);
+            }
             pane.processes = table.descendants(pane.pid);
         }
     }
@@ -429,18 +448,30 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError
                 state_dir: dir.exists(),
                 clean_exit: dir.has_marker(state::CLEAN_EXIT),
                 stopped: dir.has_marker(state::STOPPED),
-                started: state::JsonFile::new(&dir, state::STARTED_SPEC, "started_spec")
-                    .load()
-                    .ok()
+                started: for_plan
+                    .then(|| {
+                        state::JsonFile::new(&dir, state::STARTED_SPEC, "started_spec")
+                            .load()
+                            .ok()
+                            .flatten()
+                    })
                     .flatten(),
                 last_activity: dir.last_activity(),
-                installed_hooks: dir.installed_hooks(),
+                installed_hooks: if for_plan {
+                    dir.installed_hooks()
+                } else {
+                    Vec::new()
+                },
             };
             (name, obs)
         })
         .collect::<BTreeMap<String, AgentObs>>();
 
-    let mut workdirs: Vec<&Path> = spec.agents.iter().map(|a| a.workdir.as_path()).collect();
+    let mut workdirs: Vec<&Path> = if for_plan {
+        spec.agents.iter().map(|a| a.workdir.as_path()).collect()
+    } else {
+        Vec::new()
+    };
     workdirs.extend(
         agents
             .values()

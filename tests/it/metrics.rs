@@ -31,8 +31,8 @@ fn fleet() -> Fleet {
     fleet
 }
 
-/// The value of the series written exactly as `series` (name and labels, labels in the order
-/// of their names), if the text has it.
+/// The value of the series written exactly as `series` (name and labels: `agent`, `cli`, then
+/// the series' own), if the text has it.
 fn value(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
