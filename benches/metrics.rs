@@ -81,15 +81,40 @@ fn main() {
     for _ in 0..10 {
         scrape(&server); // warm up
     }
+    // The work of a scrape, apart from how busy the machine is: the CPU time of the server
+    // (with the tmux clients it ran) and of the tmux server, per scrape.
+    let tmux = fleet
+        .tmux(&["display-message", "-p", "#{pid}"])
+        .and_then(|p| p.trim().parse::<u32>().ok())
+        .expect("the tmux server's pid");
+    let cpu = || cpu_ms(server.child.id()) + cpu_ms(tmux);
+    let before = cpu();
     let mut times: Vec<Duration> = (0..SCRAPES).map(|_| scrape(&server)).collect();
+    let per_scrape = (cpu() - before) / SCRAPES as f64;
     times.sort();
     println!(
-        "GET /metrics, {AGENTS} agents: p50 {:.1?}  p99 {:.1?}  max {:.1?}  ({SCRAPES} scrapes)",
+        "GET /metrics, {AGENTS} agents: p50 {:.1?}  p99 {:.1?}  max {:.1?}  ({SCRAPES} scrapes); \
+         CPU per scrape (server, its tmux clients and the tmux server) {per_scrape:.1} ms",
         percentile(&times, 0.5),
         percentile(&times, 0.99),
         times[times.len() - 1],
     );
     parts(&fleet);
+}
+
+/// CPU time of `pid` and its reaped children, in milliseconds (/proc/PID/stat).
+fn cpu_ms(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_name = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+    let fields: Vec<f64> = after_name
+        .split(' ')
+        .map(|f| f.parse().unwrap_or(0.0))
+        .collect();
+    // utime, stime, cutime, cstime: fields 14-17, the 12th-15th after the name.
+    let ticks: f64 = fields.iter().skip(11).take(4).sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks * 1000.0 / hz
 }
 
 /// Where a scrape's time goes, in this process: the look at tmux and /proc, the rows, the
@@ -112,6 +137,13 @@ fn parts(fleet: &Fleet) {
         percentile(&times, 0.5)
     };
     let world = phoenix::status::observe_lean(&spec, &*runtime).unwrap();
+    let pids: Vec<u32> = world.panes.iter().map(|p| p.pid).collect();
+    println!(
+        "in process, p50: list the panes {:.1?}, their wrappers' children {:.1?}, every process {:.1?}",
+        median(&mut || drop(runtime.list().unwrap())),
+        median(&mut || drop(phoenix::world::ProcTable::children_of(&pids))),
+        median(&mut || drop(phoenix::world::ProcTable::read())),
+    );
     let (fleet_sample, agents) = collector.sample(&spec, &*runtime).unwrap();
     println!(
         "in process, p50: observe {:.1?}, rows {:.1?}, sample (both and the logs) {:.1?}, encode {:.1?}, scrape {:.1?}",
