@@ -245,6 +245,7 @@ mod tests {
         let Some(table) = ProcTable::children_of(&[me, 999_999_999]) else {
             eprintln!("SKIPPED: this kernel keeps no /proc/PID/task/TID/children lists");
             let _ = child.kill();
+            let _ = child.wait();
             return;
         };
         let kids = table.descendants(me);
