@@ -19,10 +19,23 @@ use crate::world::{self, Runtime, World};
 /// Observe the fleet's world, tiered like every runtime step: retry once, then find out why
 /// and say what to do.
 pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> crate::error::Result<World> {
-    world::observe(spec, runtime)
+    observe_by(spec, runtime, world::observe)
+}
+
+/// `observe` of only what the rows need (no hook files, no launch specs): for `/metrics`.
+pub fn observe_lean(spec: &Spec, runtime: &dyn Runtime) -> crate::error::Result<World> {
+    observe_by(spec, runtime, world::observe_status)
+}
+
+fn observe_by(
+    spec: &Spec,
+    runtime: &dyn Runtime,
+    look: fn(&Spec, &dyn Runtime) -> Result<World, world::RuntimeError>,
+) -> crate::error::Result<World> {
+    look(spec, runtime)
         .or_else(|_| {
             std::thread::sleep(Duration::from_millis(200));
-            world::observe(spec, runtime)
+            look(spec, runtime)
         })
         .map_err(|e| match runtime.diagnose(&e) {
             Some(why) if matches!(e, world::RuntimeError::NotInstalled) => Error::msg(why),
@@ -58,6 +71,12 @@ pub fn document(
 }
 
 impl AgentStatus {
+    /// In safe mode: its wrapper waits in safe mode, or a crash limit or a diagnosis put it
+    /// there while the CLI still runs (then its health is `down`).
+    pub fn in_safe_mode(&self) -> bool {
+        self.state == "safe-mode" || (self.state == "running" && self.health == "down")
+    }
+
     /// Declared and enabled, yet not running and not on its way back: dead, never started,
     /// in safe mode (a crash limit or a diagnosis stopped it) or stopped.
     pub fn is_down(&self) -> bool {
@@ -66,7 +85,7 @@ impl AgentStatus {
 }
 
 /// One agent's row.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct AgentStatus {
     pub agent: String,
     pub declared: bool,
@@ -98,6 +117,10 @@ pub struct AgentStatus {
     /// Crash history and the last stop reason; only when one agent is asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub supervision: Option<crate::recovery::record::Summary>,
+    /// The session's transcript as state.json names it: `/metrics` counts its tokens. Not in
+    /// the JSON (a path in the user's home is no status).
+    #[serde(skip)]
+    pub transcript: Option<String>,
 }
 
 /// How fresh an agent's saved context is: what a new session would get back, and how much
@@ -214,6 +237,16 @@ fn tool_calls_after(dir: &AgentDir, since: Option<jiff::Timestamp>) -> (u64, boo
 
 /// One row per declared agent, then one per agent that runs but is no longer declared.
 pub fn rows(spec: &Spec, world: &World) -> Vec<AgentStatus> {
+    rows_with(spec, world, true)
+}
+
+/// `rows` without the context meter (the handoffs dir and the tail of tool_use.jsonl of every
+/// agent): what a `/metrics` scrape needs, at a fraction of the reads.
+pub fn lean_rows(spec: &Spec, world: &World) -> Vec<AgentStatus> {
+    rows_with(spec, world, false)
+}
+
+fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus> {
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let now = jiff::Timestamp::now();
     let mut names: Vec<String> = spec.agent_names().into_iter().map(String::from).collect();
@@ -296,8 +329,13 @@ pub fn rows(spec: &Spec, world: &World) -> Vec<AgentStatus> {
                 .map_or(0, |s| s.open_loops.iter().filter(|l| l.stale).count()),
             crashes,
             max_crashes: declared.map(|a| a.restart.max_crashes),
-            context: context(&dir, agent_state.as_ref(), now),
+            context: if with_context {
+                context(&dir, agent_state.as_ref(), now)
+            } else {
+                Context::default()
+            },
             supervision: None,
+            transcript: agent_state.as_ref().and_then(|s| s.transcript_path.clone()),
             agent: name,
         });
     }

@@ -53,6 +53,9 @@ const RULES: &[(&str, &[&str])] = &[
     ("process", &["clinic"]),
     ("notify", &["clinic"]),
     ("serve", &["clinic"]),
+    // `/metrics` reads the fleet; the servers that answer it (serve, the daemon's listener)
+    // sit above it.
+    ("metrics", &["controller", "serve", "top", "clinic"]),
 ];
 
 /// Files below `cli/` that write to the terminal themselves, and why that is their own channel.

@@ -136,7 +136,16 @@ pub enum Command {
         json: bool,
     },
     /// The controller daemon: reconcile on an interval and on events, run the schedules.
-    Run(crate::controller::RunOptions),
+    Run {
+        #[command(flatten)]
+        options: crate::controller::RunOptions,
+        /// Also serve Prometheus metrics at `http://ADDR/metrics` (the same as `phoenix serve`'s
+        /// `/metrics`); without a value on 127.0.0.1:7879. Any address but loopback needs
+        /// `PHOENIX_TOKEN`, sent by the scraper as `Authorization: Bearer <token>`.
+        #[arg(long, value_name = "ADDR", num_args = 0..=1,
+              default_missing_value = crate::serve::DEFAULT_METRICS_LISTEN)]
+        metrics_listen: Option<String>,
+    },
     /// Restart agents on purpose: clears `.clean-exit` and their crash quarantine. Waits (up to
     /// 60 s) while another phoenix holds the fleet lock. A stopped agent needs `phoenix start`.
     Restart {
@@ -449,7 +458,21 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Status { agent, json } => fleet::status(&config, agent.as_deref(), json),
         Command::Doctor { json } => doctor::doctor(&config, json),
         Command::Top { interval } => Ok(crate::top::run(&config, interval)?),
-        Command::Run(options) => Ok(crate::controller::run(&config, options)?),
+        Command::Run {
+            options,
+            metrics_listen,
+        } => {
+            if let Some(listen) = metrics_listen {
+                // Logging first: the listener says where it is in the daemon's log.
+                crate::controller::init_tracing(options);
+                crate::serve::metrics::listen(
+                    &config,
+                    &listen,
+                    std::env::var(crate::serve::auth::TOKEN_ENV).ok(),
+                )?;
+            }
+            Ok(crate::controller::run(&config, options)?)
+        }
         Command::Restart {
             agents,
             all,

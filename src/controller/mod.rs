@@ -118,10 +118,14 @@ pub struct Controller {
     stopping: Arc<AtomicBool>,
     /// `[telemetry]`'s exporter, when it is on (its endpoint is read once, at start).
     telemetry: Option<Arc<Telemetry>>,
+    /// Every pass so far, kept in the state dir for `/metrics` (counted on after a restart).
+    stats: crate::state::daemon::ReconcileStats,
 }
 
 impl Controller {
     pub fn new(config: &Path, runtime: SharedRuntime, spec: Spec, exe: PathBuf) -> Controller {
+        let stats =
+            crate::state::daemon::ReconcileStats::load(&FleetDir::new(&spec.fleet.state_dir));
         Controller {
             config: config.to_path_buf(),
             config_digest: wake::config_digest(config),
@@ -134,6 +138,7 @@ impl Controller {
             poked: BTreeSet::new(),
             stopping: Arc::new(AtomicBool::new(false)),
             telemetry: None,
+            stats,
         }
     }
 
@@ -235,9 +240,11 @@ impl Controller {
         panes: &mut PaneWatch,
         tx: &UnboundedSender<Event>,
     ) -> (Requeue, u32) {
-        let started = std::time::SystemTime::now();
-        let result = self.reconcile(Instant::now());
-        self.export_pass(started, &result);
+        let started_at = std::time::SystemTime::now();
+        let started = Instant::now();
+        let result = self.reconcile(started);
+        self.export_pass(started_at, &result);
+        self.count_pass(started.elapsed(), result.is_ok());
         match result {
             Ok(done) => {
                 if let Some(pids) = done.pids {
@@ -277,6 +284,16 @@ impl Controller {
             attributes,
             error: result.as_ref().err().map(|e| e.to_string()),
         }));
+    }
+
+    /// Count the pass for `/metrics`. A state dir that cannot be written is the pass's own
+    /// problem, reported there; the count is not worth a second warning on every pass.
+    fn count_pass(&mut self, took: Duration, ok: bool) {
+        self.stats.observe(took.as_secs_f64(), ok);
+        let fleet = FleetDir::new(&self.spec.fleet.state_dir);
+        if let Err(e) = self.stats.save(&fleet) {
+            debug!(error = %e, "cannot record the reconcile pass for /metrics");
+        }
     }
 
     /// Start the `[schedules]` jobs that are due, unless the daemon is stopping.

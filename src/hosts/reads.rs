@@ -237,23 +237,11 @@ fn placeholder(agent: &RemoteAgent, state: &'static str, health: &'static str) -
         enabled: agent.enabled,
         state: if agent.enabled { state } else { "disabled" },
         health: if agent.enabled { health } else { "disabled" },
-        watchdog: Vec::new(),
-        pane: None,
-        pid: None,
-        uptime_secs: None,
-        last_activity: None,
-        cli: None,
-        status: None,
-        current_task: None,
-        open_loops: 0,
-        stale_loops: 0,
-        crashes: 0,
-        max_crashes: None,
         context: crate::status::Context {
             level: "unknown",
             ..Default::default()
         },
-        supervision: None,
+        ..Default::default()
     };
     serde_json::to_value(row).unwrap_or_default()
 }

@@ -1,5 +1,6 @@
-//! Who may talk to `phoenix serve`. By default it listens on loopback only. Any other address
-//! needs a token (`PHOENIX_TOKEN`), and then every API call must carry it; on loopback a token,
+//! Who may talk to `phoenix serve` (and to `phoenix run --metrics-listen`). By default it
+//! listens on loopback only. Any other address needs a token (`PHOENIX_TOKEN`), and then every
+//! API call and every `/metrics` scrape must carry it; on loopback a token,
 //! when set, guards every mutating call. Tokens are compared in constant time. Browsers get two
 //! more checks: on a loopback address the `Host` must be a loopback name (a DNS-rebinding page
 //! cannot pass as `localhost`), and a mutating request from a page of another origin is refused.
@@ -123,7 +124,8 @@ impl Policy {
                 ));
             }
         }
-        let api = path.starts_with("/api/");
+        // `/metrics` is read like the API: by anyone on loopback, with the token elsewhere.
+        let api = path.starts_with("/api/") || path == "/metrics";
         let needs_token = api && (mutating || self.reads_need_token);
         let Some(token) = &self.token else {
             return Ok(());
@@ -323,6 +325,13 @@ mod tests {
                 .status,
             StatusCode::UNAUTHORIZED
         );
+        assert_eq!(
+            lan.check(&Method::GET, "/metrics", &h).unwrap_err().status,
+            StatusCode::UNAUTHORIZED,
+            "the fleet's metrics are data too"
+        );
+        let lo_host = headers(&[("host", "127.0.0.1:1")]);
+        assert!(lo.check(&Method::GET, "/metrics", &lo_host).is_ok());
         // The page itself carries no data: it loads, then asks for the token.
         assert!(lan.check(&Method::GET, "/", &h).is_ok());
         assert!(lan.check(&Method::GET, "/openapi.json", &h).is_ok());

@@ -2,7 +2,7 @@
 //! in one process on the tokio runtime (axum). Loopback only unless a token is set
 //! (`auth`); blocking work — tmux, SQLite, files — runs on the blocking pool through the
 //! library functions the CLI uses (`routes`); the dashboard is embedded (`assets`) and kept
-//! live by server-sent events (`live`).
+//! live by server-sent events (`live`). `/metrics` is the fleet for Prometheus (`metrics`).
 
 pub mod assets;
 pub mod auth;
@@ -10,6 +10,7 @@ pub mod conn;
 pub mod error;
 pub mod extract;
 pub mod live;
+pub mod metrics;
 pub mod openapi;
 pub mod routes;
 
@@ -26,6 +27,8 @@ use crate::spec::{self, LoadOptions, Spec};
 use error::ApiError;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+/// `phoenix run --metrics-listen` without an address.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:7879";
 /// Request bodies larger than this are refused (413).
 pub const BODY_LIMIT: usize = 64 * 1024;
 
@@ -40,6 +43,8 @@ pub struct Inner {
     pub live: live::Hub,
     /// Flips to true on SIGTERM/SIGINT: live streams end so the server can stop.
     pub shutdown: watch::Receiver<bool>,
+    /// How far `/metrics` has counted each agent's logs.
+    pub metrics: crate::metrics::Collector,
 }
 
 impl std::ops::Deref for App {
@@ -56,6 +61,7 @@ impl App {
             policy,
             live: live::Hub::default(),
             shutdown,
+            metrics: crate::metrics::Collector::new(),
         }))
     }
 
@@ -80,7 +86,9 @@ pub fn app(app: App) -> axum::Router {
         .layer(axum::middleware::map_response(security_headers))
 }
 
-async fn security_headers(mut response: axum::response::Response) -> axum::response::Response {
+pub(crate) async fn security_headers(
+    mut response: axum::response::Response,
+) -> axum::response::Response {
     let h = response.headers_mut();
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
@@ -146,7 +154,7 @@ pub fn run(
         let state = App::new(config, policy, stop_rx.clone());
         tokio::spawn(live::Hub::run(state.clone(), stop_rx));
         listening(&format!(
-            "phoenix serve: fleet `{}` on http://{local}/ (API under /api, description at /openapi.json){}\n",
+            "phoenix serve: fleet `{}` on http://{local}/ (API under /api, description at /openapi.json, Prometheus metrics at /metrics){}\n",
             spec.fleet.name,
             if state.policy.token.is_some() {
                 "; token required for actions"

@@ -74,7 +74,7 @@ pub fn document() -> Value {
             "version": env!("CARGO_PKG_VERSION"),
             "description": "The fleet's status, state, ledgers, handoffs, briefs, critical events and plan; \
                 and actions: save or inject a handoff, inject text, restart, resolve an open loop, run a \
-                watchdog pass. Errors are `{error, hint}`. When the server has a token (`PHOENIX_TOKEN`), \
+                watchdog pass; `/metrics` for Prometheus. Errors are `{error, hint}`. When the server has a token (`PHOENIX_TOKEN`), \
                 every action needs `Authorization: Bearer <token>`; on a non-loopback address every API \
                 call does.",
         },
@@ -162,6 +162,14 @@ pub fn document() -> Value {
                 "responses": {"200": {"description": "An event stream.", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
                               "401": ok("The token is missing or wrong.", r("Error")),
                               "503": ok("32 live streams are open already.", r("Error"))}}},
+            "/metrics": {"get": {
+                "summary": "The fleet for Prometheus: per agent (labels `agent`, `cli`) up, restarts by reason, crashes in the window, safe mode, failing health checks, watchdog findings, seconds since activity, open and stale loops, handoffs saved, Clinic recoveries, injections, session tokens, hook errors; fleet-wide reconcile passes and their durations. The names are listed in the README (Metrics).",
+                "responses": {"200": {"description": "The Prometheus text format, version 0.0.4.",
+                                      "content": {"text/plain; version=0.0.4": {"schema": {"type": "string"}}}},
+                              "401": ok("The token is missing or wrong (off loopback every scrape needs it).", r("Error")),
+                              "403": ok("A foreign host.", r("Error")),
+                              "500": ok("phoenix.toml cannot be loaded.", r("Error")),
+                              "503": ok("The fleet's runtime (its server) cannot be observed.", r("Error"))}}},
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",

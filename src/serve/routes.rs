@@ -37,6 +37,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/plan"),
     ("post", "/api/watchdog"),
     ("get", "/api/stream"),
+    ("get", "/metrics"),
 ];
 
 pub fn router(app: App) -> Router {
@@ -60,6 +61,7 @@ pub fn router(app: App) -> Router {
         .route("/api/plan", get(plan))
         .route("/api/watchdog", post(watchdog))
         .route("/api/stream", get(stream))
+        .route("/metrics", get(super::metrics::metrics))
         .route("/openapi.json", get(openapi))
         .merge(super::assets::router())
         .fallback(not_found)
@@ -74,7 +76,7 @@ type ApiResult = Result<Response, ApiError>;
 static WORKERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
 
 /// Run blocking work (tmux, SQLite, files) on the blocking pool.
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let _permit = WORKERS.acquire().await.map_err(|e| {

@@ -1,6 +1,7 @@
-//! The daemon's two files in the fleet's state dir: its lock (whose holder is the running
-//! `phoenix run`) and its wake-up FIFO, which wrappers, the watchdog and commands poke and
-//! through which an operator's restart is handed to the controller.
+//! The daemon's files in the fleet's state dir: its lock (whose holder is the running
+//! `phoenix run`), its wake-up FIFO, which wrappers, the watchdog and commands poke and
+//! through which an operator's restart is handed to the controller, and the running count of
+//! its reconcile passes (`/metrics` reads it, whichever process serves it).
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -12,6 +13,80 @@ use super::FleetDir;
 /// nothing to connect to when no daemon runs).
 pub const DAEMON_FIFO: &str = "daemon.fifo";
 pub const DAEMON_LOCK: &str = "daemon.lock";
+/// The daemon's reconcile passes so far, counted across its restarts.
+pub const RECONCILE_STATS: &str = "reconcile_stats.json";
+
+/// Upper bounds (seconds) of the reconcile duration histogram: a quiet pass takes a few
+/// milliseconds (one tmux call), one that starts agents seconds.
+pub const RECONCILE_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Every reconcile pass the daemons of this state dir ran: the counters of `/metrics`. Kept in
+/// a file, not in the daemon's memory, so that a restarted daemon counts on from where the
+/// last one stopped and `phoenix serve` reports the same numbers as the daemon itself.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReconcileStats {
+    pub ok: u64,
+    pub failed: u64,
+    /// The histogram's bounds when it was written: another build's bounds start it afresh.
+    pub bounds: Vec<f64>,
+    /// Passes per bucket (not cumulative); one more than `bounds`, the last past them all.
+    pub buckets: Vec<u64>,
+    pub sum_seconds: f64,
+}
+
+impl Default for ReconcileStats {
+    fn default() -> Self {
+        ReconcileStats {
+            ok: 0,
+            failed: 0,
+            bounds: RECONCILE_BUCKETS.to_vec(),
+            buckets: vec![0; RECONCILE_BUCKETS.len() + 1],
+            sum_seconds: 0.0,
+        }
+    }
+}
+
+impl ReconcileStats {
+    /// The counts so far; none when there is no file, an unreadable one or one of another
+    /// histogram shape (a reset, which Prometheus expects of a counter now and then).
+    pub fn load(fleet: &FleetDir) -> ReconcileStats {
+        let path = fleet.root.join(RECONCILE_STATS);
+        super::file::read_bounded(&path, 64 * 1024)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<ReconcileStats>(&b).ok())
+            .filter(|s| s.bounds == RECONCILE_BUCKETS && s.buckets.len() == s.bounds.len() + 1)
+            .unwrap_or_default()
+    }
+
+    /// Count one pass that took `seconds`.
+    pub fn observe(&mut self, seconds: f64, ok: bool) {
+        if ok {
+            self.ok += 1;
+        } else {
+            self.failed += 1;
+        }
+        let at = self
+            .bounds
+            .iter()
+            .position(|b| seconds <= *b)
+            .unwrap_or(self.bounds.len());
+        self.buckets[at] += 1;
+        self.sum_seconds += seconds;
+    }
+
+    /// Write the counts (atomically; not synced: a power cut costs the last few passes, which
+    /// Prometheus reads as a counter reset).
+    pub fn save(&self, fleet: &FleetDir) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        super::file::write_atomic(&fleet.root.join(RECONCILE_STATS), &bytes, 0o600, false)
+    }
+
+    pub fn passes(&self) -> u64 {
+        self.ok + self.failed
+    }
+}
 
 /// The pid of the `phoenix run` that supervises this state dir, if one does: the process
 /// holding the flock on `daemon.lock`, read from /proc/locks. Only looks: taking the lock to
@@ -88,6 +163,34 @@ mod tests {
         poke(&fleet, "agent");
         assert_eq!(std::fs::read(&target).unwrap(), b"precious");
         assert_eq!(std::fs::read(fifo_path(&fleet)).unwrap(), b"precious");
+    }
+
+    #[test]
+    fn reconcile_passes_are_counted_on_across_daemons() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fleet = FleetDir::new(tmp.path());
+        assert_eq!(ReconcileStats::load(&fleet), ReconcileStats::default());
+        let mut stats = ReconcileStats::load(&fleet);
+        stats.observe(0.003, true);
+        stats.observe(0.2, true);
+        stats.observe(99.0, false);
+        stats.save(&fleet).unwrap();
+        let mut again = ReconcileStats::load(&fleet);
+        assert_eq!((again.ok, again.failed), (2, 1));
+        assert_eq!(again.buckets[0], 1, "≤ 5 ms");
+        assert_eq!(again.buckets[5], 1, "≤ 250 ms");
+        assert_eq!(again.buckets[12], 1, "past every bound");
+        again.observe(0.01, true);
+        assert_eq!(again.passes(), 4);
+        // Another build's buckets, or a broken file: counted afresh.
+        std::fs::write(
+            tmp.path().join(RECONCILE_STATS),
+            br#"{"ok":5,"failed":0,"bounds":[1.0],"buckets":[5,0],"sum_seconds":1.0}"#,
+        )
+        .unwrap();
+        assert_eq!(ReconcileStats::load(&fleet), ReconcileStats::default());
+        std::fs::write(tmp.path().join(RECONCILE_STATS), b"{").unwrap();
+        assert_eq!(ReconcileStats::load(&fleet), ReconcileStats::default());
     }
 
     #[test]

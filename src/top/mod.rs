@@ -365,6 +365,7 @@ mod tests {
             max_crashes: Some(5),
             context: Default::default(),
             supervision: None,
+            transcript: None,
         }
     }
 

@@ -21,6 +21,18 @@ pub enum Check {
 }
 
 impl Check {
+    /// Every check, in the order of the assessment.
+    pub const ALL: [Check; 8] = [
+        Check::Process,
+        Check::Silence,
+        Check::ErrorCascade,
+        Check::Runaway,
+        Check::Repetition,
+        Check::Spend,
+        Check::Screen,
+        Check::TurnFailed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Check::Process => "process",

@@ -18,7 +18,7 @@ const RECENT_CALLS: usize = 64;
 /// Lines of the pane read for the screen check.
 pub const SCREEN_LINES: usize = 40;
 /// How much of a transcript's end is read for token use.
-const TRANSCRIPT_TAIL_BYTES: u64 = 32 * 1024 * 1024;
+pub const TRANSCRIPT_TAIL_BYTES: u64 = 32 * 1024 * 1024;
 
 /// One agent as observed, or why it was not checked.
 pub struct Observed {
@@ -454,34 +454,54 @@ pub fn tokens_used(path: &Path) -> Option<u64> {
 /// transcript's tail is a lower bound, enough to tell it is over a limit.
 fn read_tokens(path: &Path) -> Result<Option<u64>, bounded::ReadError> {
     let tail = bounded::read_tail(path, TRANSCRIPT_TAIL_BYTES, Links::Follow)?;
-    let mut summed: u64 = 0;
-    let mut cumulative: Option<u64> = None;
-    let mut seen = false;
+    let mut count = TokenCount::default();
     for line in tail.lines_text().lines() {
+        count.line(line);
+    }
+    Ok(count.total())
+}
+
+/// The tokens of a transcript read line by line, in any number of pieces: the watchdog reads
+/// a tail at once, `/metrics` what each scrape finds appended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TokenCount {
+    summed: u64,
+    cumulative: Option<u64>,
+    seen: bool,
+}
+
+impl TokenCount {
+    /// Count one line of the transcript (a line that is not JSON counts nothing).
+    pub fn line(&mut self, line: &str) {
         let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
+            return;
         };
         if let Some(usage) = v.get("message").and_then(|m| m.get("usage")) {
-            seen = true;
+            self.seen = true;
             for key in [
                 "input_tokens",
                 "cache_creation_input_tokens",
                 "cache_read_input_tokens",
                 "output_tokens",
             ] {
-                summed += usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+                self.summed += usage.get(key).and_then(Value::as_u64).unwrap_or(0);
             }
         } else if let Some(total) = v
             .pointer("/payload/info/total_token_usage/total_tokens")
             .and_then(Value::as_u64)
         {
-            cumulative = Some(total);
+            self.cumulative = Some(total);
         } else if let Some(total) = v.pointer("/tokens/total").and_then(Value::as_u64) {
-            seen = true;
-            summed += total;
+            self.seen = true;
+            self.summed += total;
         }
     }
-    Ok(cumulative.or(seen.then_some(summed)))
+
+    /// Codex's latest cumulative count, else the sum of the others' per-message counts; `None`
+    /// when no line said anything about tokens.
+    pub fn total(&self) -> Option<u64> {
+        self.cumulative.or(self.seen.then_some(self.summed))
+    }
 }
 
 #[cfg(test)]

@@ -396,57 +396,134 @@ fn wraps(argv: &[String], file: &Path, agent: &str) -> bool {
             .is_some_and(|c| canonical(Path::new(c)).is_some_and(|c| Some(c) == canonical(file)))
 }
 
+/// What the state dir says of one agent (its launch spec and installed hook files: for a plan).
+fn agent_obs(
+    fleet: &FleetDir,
+    name: &str,
+    for_plan: bool,
+    fences: &state::fence::Fences,
+) -> AgentObs {
+    let dir = fleet.agent(name);
+    AgentObs {
+        state_dir: dir.exists(),
+        clean_exit: dir.has_marker(state::CLEAN_EXIT),
+        stopped: dir.has_marker(state::STOPPED),
+        fenced: fences.refused(name).cloned(),
+        started: for_plan
+            .then(|| {
+                state::JsonFile::new(&dir, state::STARTED_SPEC, "started_spec")
+                    .load()
+                    .ok()
+                    .flatten()
+            })
+            .flatten(),
+        last_activity: dir.last_activity(),
+        installed_hooks: if for_plan {
+            dir.installed_hooks()
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// The processes of the panes a runtime does not describe itself (the fake does; a remote host
+/// would have to): this host's, from /proc. A status needs each wrapper's children only: those
+/// are read from the kernel's children lists when it keeps them, not every process of the
+/// machine (most of the time of a `/metrics` scrape).
+fn read_processes(panes: &mut [PaneObs], for_plan: bool) {
+    let local = |p: &PaneObs| !p.dead && p.started.is_none() && p.processes.is_empty();
+    if !panes.iter().any(local) {
+        return;
+    }
+    let pids: Vec<u32> = panes.iter().filter(|p| local(p)).map(|p| p.pid).collect();
+    let (table, whole) = match (!for_plan).then(|| ProcTable::children_of(&pids)).flatten() {
+        Some(table) => (table, false),
+        None => (ProcTable::read(), true),
+    };
+    for pane in panes.iter_mut().filter(|p| local(p)) {
+        if whole {
+            pane.started = table.get(pane.pid).map(|p| p.started);
+        }
+        pane.processes = table.descendants(pane.pid);
+    }
+}
+
 /// Observe everything relevant to `spec` with one runtime call and one /proc pass. Only this
 /// fleet's panes are in the result (see [`is_ours`]).
 pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError> {
-    let listed = runtime.list()?;
-    let server_running = listed.is_some();
-    let mut panes: Vec<PaneObs> = listed
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|p| is_ours(p, spec))
-        .collect();
-    // A runtime that knows its panes' processes (the fake; a remote host would have to) says
-    // so; for the others they are this host's, from /proc.
-    let local = |p: &PaneObs| !p.dead && p.started.is_none() && p.processes.is_empty();
-    if panes.iter().any(local) {
-        let table = ProcTable::read();
-        for pane in panes.iter_mut().filter(|p| local(p)) {
-            pane.started = table.get(pane.pid).map(|p| p.started);
-            pane.processes = table.descendants(pane.pid);
-        }
-    }
+    observe_with(spec, runtime, true)
+}
 
+/// `observe` without what only a plan needs (the hook files in every workdir, the launch spec
+/// each agent was started with, the panes' start times and grandchildren): what the fleet's
+/// status is made of, for `/metrics`, which is scraped every few seconds.
+pub fn observe_status(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError> {
+    observe_with(spec, runtime, false)
+}
+
+fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<World, RuntimeError> {
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     // An unreadable fences file fences nothing: it is rolled back to its last good copy, and
     // the operator's next word writes it again.
     let fences = state::fence::load(&fleet).unwrap_or_default();
     let mut names: Vec<String> = spec.agents.iter().map(|a| a.name.clone()).collect();
-    names.extend(panes.iter().filter_map(|p| p.agent.clone()));
     names.extend(fleet.agent_names());
     names.sort();
     names.dedup();
-    let agents = names
-        .into_iter()
-        .map(|name| {
-            let dir = fleet.agent(&name);
-            let obs = AgentObs {
-                state_dir: dir.exists(),
-                clean_exit: dir.has_marker(state::CLEAN_EXIT),
-                stopped: dir.has_marker(state::STOPPED),
-                fenced: fences.refused(&name).cloned(),
-                started: state::JsonFile::new(&dir, state::STARTED_SPEC, "started_spec")
-                    .load()
-                    .ok()
-                    .flatten(),
-                last_activity: dir.last_activity(),
-                installed_hooks: dir.installed_hooks(),
-            };
-            (name, obs)
-        })
-        .collect::<BTreeMap<String, AgentObs>>();
+    let look = |names: Vec<String>| -> BTreeMap<String, AgentObs> {
+        names
+            .into_iter()
+            .map(|name| {
+                let obs = agent_obs(&fleet, &name, for_plan, &fences);
+                (name, obs)
+            })
+            .collect()
+    };
+    let ours = |listed: Option<Vec<PaneObs>>| -> (Vec<PaneObs>, bool) {
+        let running = listed.is_some();
+        let panes = listed
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| is_ours(p, spec))
+            .collect();
+        (panes, running)
+    };
+    let (panes, server_running, mut agents) = if for_plan {
+        // The panes and their processes first, the files after: a marker written before a
+        // pane or its agent ended (a clean exit's) is then always seen with the end, and a
+        // plan never restarts an agent that stopped on purpose.
+        let (mut panes, running) = ours(runtime.list()?);
+        read_processes(&mut panes, true);
+        (panes, running, look(names))
+    } else {
+        // A status may see an end a moment before its marker: the runtime is asked while the
+        // state dir is read (a tmux call is mostly its client starting and the server
+        // answering; the other core reads the files meanwhile).
+        let (listed, agents) = std::thread::scope(|s| {
+            let listing = s.spawn(|| runtime.list());
+            let agents = look(names);
+            let listed = listing
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (listed, agents)
+        });
+        let (mut panes, running) = ours(listed?);
+        read_processes(&mut panes, false);
+        (panes, running, agents)
+    };
+    // Agents that run without being declared or having a state dir.
+    let unknown: Vec<String> = panes
+        .iter()
+        .filter_map(|p| p.agent.clone())
+        .filter(|a| !agents.contains_key(a))
+        .collect();
+    agents.extend(look(unknown));
 
-    let mut workdirs: Vec<&Path> = spec.agents.iter().map(|a| a.workdir.as_path()).collect();
+    let mut workdirs: Vec<&Path> = if for_plan {
+        spec.agents.iter().map(|a| a.workdir.as_path()).collect()
+    } else {
+        Vec::new()
+    };
     workdirs.extend(
         agents
             .values()

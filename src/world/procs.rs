@@ -55,6 +55,59 @@ impl ProcTable {
         table
     }
 
+    /// The direct children of each of `pids`, from the kernel's list of each one's children
+    /// (`/proc/<pid>/task/<tid>/children`): a few reads per pid instead of one for every
+    /// process of the machine. The main thread's list is read first, the other threads' only
+    /// when no child there leads a process group (a wrapper starts its agent from its main
+    /// thread, as a group of its own). `None` when the kernel keeps no such lists.
+    pub fn children_of(pids: &[u32]) -> Option<ProcTable> {
+        let boot = boot_time();
+        let ticks = clock_ticks();
+        let mut table = ProcTable::default();
+        let listed = |pid: u32, tid: u32| -> Option<Vec<u32>> {
+            let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")).ok()?;
+            Some(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect(),
+            )
+        };
+        for &pid in pids {
+            let mut kids = match listed(pid, pid) {
+                Some(kids) => kids,
+                // A process gone meanwhile has no list; a kernel without lists has none at all.
+                None if std::path::Path::new(&format!("/proc/{pid}")).exists() => return None,
+                None => continue,
+            };
+            let mut infos = read_stats(&kids, boot, ticks);
+            if !infos.iter().any(|p| p.pgid == p.pid) {
+                let tids = fs::read_dir(format!("/proc/{pid}/task"))
+                    .into_iter()
+                    .flatten();
+                for tid in tids
+                    .flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                {
+                    let more: Vec<u32> = listed(pid, tid)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|k| !kids.contains(k))
+                        .collect();
+                    infos.extend(read_stats(&more, boot, ticks));
+                    kids.extend(more);
+                }
+            }
+            for info in infos {
+                table.children.entry(info.ppid).or_default().push(info.pid);
+                table.procs.insert(info.pid, info);
+            }
+        }
+        for kids in table.children.values_mut() {
+            kids.sort_unstable();
+        }
+        Some(table)
+    }
+
     /// Every process in the snapshot, in no particular order.
     pub fn all(&self) -> impl Iterator<Item = &ProcInfo> {
         self.procs.values()
@@ -148,6 +201,16 @@ fn parse_stat(pid: u32, stat: &str, boot: i64, ticks: i64) -> Option<ProcInfo> {
     })
 }
 
+/// The processes `pids` that still exist, from their stat.
+fn read_stats(pids: &[u32], boot: i64, ticks: i64) -> Vec<ProcInfo> {
+    pids.iter()
+        .filter_map(|&pid| {
+            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            parse_stat(pid, &stat, boot, ticks)
+        })
+        .collect()
+}
+
 fn boot_time() -> i64 {
     fs::read_to_string("/proc/stat")
         .ok()
@@ -168,6 +231,33 @@ fn clock_ticks() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_children_of_a_process_are_read_from_its_list() {
+        use std::os::unix::process::CommandExt;
+        // Spawned from the test's thread, not the main one: found through the other lists.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let me = std::process::id();
+        let Some(table) = ProcTable::children_of(&[me, 999_999_999]) else {
+            eprintln!("SKIPPED: this kernel keeps no /proc/PID/task/TID/children lists");
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
+        };
+        let kids = table.descendants(me);
+        let _ = child.kill();
+        let _ = child.wait();
+        let sleep = kids
+            .iter()
+            .find(|p| p.pid == child.id())
+            .expect("the child");
+        assert_eq!((sleep.ppid, sleep.pgid), (me, child.id()));
+        assert_eq!(sleep.comm, "sleep");
+    }
 
     #[test]
     fn parses_names_with_spaces_and_parens() {

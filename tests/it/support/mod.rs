@@ -8,6 +8,7 @@ pub mod hosts;
 pub mod model_server;
 pub mod openai_server;
 pub mod otlp_receiver;
+pub mod prometheus;
 pub mod real;
 pub mod scenarios;
 pub mod scripted;
