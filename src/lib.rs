@@ -30,5 +30,6 @@ pub mod store;
 pub mod supervise;
 pub mod text;
 pub mod top;
+pub mod usage;
 pub mod watchdog;
 pub mod world;
