@@ -152,8 +152,7 @@ ops! {
     UsageRollback = "usage_rollback",
     /// usage.jsonl cut back to what its state covers: lines of an update that did not finish.
     UsageLedgerRepaired = "usage_ledger_repaired",
-    /// Usage an agent reported itself (`->continuity:usage`), or why it was not recorded.
-    TapUsage = "tap_usage",
+    /// Usage an agent reported itself (`->continuity:usage`) that could not be recorded.
     TapUsageFailed = "tap_usage_failed",
 }
 
