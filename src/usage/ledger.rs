@@ -36,6 +36,9 @@ pub const REPORTED: &str = "usage_reported.jsonl";
 const MAX_SOURCES: usize = 64;
 /// Bytes read from one file per update at most: a larger backlog is read over several.
 pub const SOURCE_BUDGET: u64 = 256 << 20;
+/// Bytes read from one file by a look that writes nothing (`phoenix status`, the dashboard's
+/// stream, every few seconds): what is further behind waits for the next update.
+const PEEK_BUDGET: u64 = 16 << 20;
 /// Bytes of ops.jsonl read per update at most.
 const OPS_BUDGET: u64 = 64 << 20;
 /// Days whose totals the state keeps (today's for status and budgets, a week for a glance).
@@ -105,7 +108,8 @@ fn state_file(dir: &AgentDir) -> JsonFile<LedgerState> {
 }
 
 /// Bring the agent's ledger up to date with its session files, or with `persist` false only
-/// say what an update would find (nothing is written: `phoenix status` reads this way).
+/// say what an update would find (nothing is written: `phoenix status` reads this way, at most
+/// `PEEK_BUDGET` bytes of each file beyond what the ledger has).
 pub fn update(dir: &AgentDir, cli: Cli, persist: bool) -> crate::error::Result<Update> {
     let now = jiff::Timestamp::now();
     let mut update = Update {
@@ -128,7 +132,14 @@ pub fn update(dir: &AgentDir, cli: Cli, persist: bool) -> crate::error::Result<U
     };
     let before = Marks::of(&state);
     let current = discover(dir, cli, &mut state, now.as_second(), &mut update.notes);
-    let entries = read_sources(&mut state, current.as_deref(), now.as_second(), &mut update);
+    let budget = if persist { SOURCE_BUDGET } else { PEEK_BUDGET };
+    let entries = read_sources(
+        &mut state,
+        current.as_deref(),
+        now.as_second(),
+        budget,
+        &mut update,
+    );
     let lines = by_hour(&entries, now.as_second());
     add_to_days(&mut state.days, &lines);
     if persist {
@@ -301,12 +312,13 @@ fn read_sources(
     state: &mut LedgerState,
     current: Option<&str>,
     now: i64,
+    budget: u64,
     update: &mut Update,
 ) -> Vec<Entry> {
     let mut entries = Vec::new();
     state.sources.retain_mut(|f| {
         let is_current = current == Some(f.source.path.as_str());
-        match f.source.read(SOURCE_BUDGET) {
+        match f.source.read(budget) {
             Ok((new, lines)) => {
                 if lines.skipped > 0 {
                     update.notes.push(format!(

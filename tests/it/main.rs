@@ -16,5 +16,6 @@ mod serve;
 mod supervise;
 mod support;
 mod top;
+mod usage;
 mod validate;
 mod watchdog;
