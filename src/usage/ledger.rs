@@ -121,17 +121,28 @@ pub fn update(dir: &AgentDir, cli: Cli, persist: bool) -> crate::error::Result<U
     }
     let file = state_file(dir);
     let _lock = persist.then(|| file.lock()).transpose()?;
-    let mut state = if persist {
+    let (mut state, kept) = if persist {
         let loaded = file.load_locked()?;
-        repair_ledger(dir, loaded.is_none(), loaded.unwrap_or_default())?
+        let kept = loaded.is_some();
+        (repair_ledger(dir, !kept, loaded.unwrap_or_default())?, kept)
     } else {
         match file.read()? {
-            state::Loaded::Valid(s) => s,
-            _ => LedgerState::default(),
+            state::Loaded::Valid(s) => (s, true),
+            _ => (LedgerState::default(), false),
         }
     };
     let before = Marks::of(&state);
-    let current = discover(dir, cli, &mut state, now.as_second(), &mut update.notes);
+    // A look without a ledger yet follows the current session only: reading all of ops.jsonl
+    // on every `status` would cost more than it tells.
+    let sessions = persist || kept;
+    let current = discover(
+        dir,
+        cli,
+        &mut state,
+        sessions,
+        now.as_second(),
+        &mut update.notes,
+    );
     let budget = if persist { SOURCE_BUDGET } else { PEEK_BUDGET };
     let entries = read_sources(
         &mut state,
@@ -226,27 +237,32 @@ fn repair_ledger(
     Ok(state)
 }
 
-/// Follow the files of every session started since the last update, the current one's, the
-/// ones the CLI keeps beside them, and the agent's own reports. Returns the current session's
-/// file.
+/// Follow the files of every session started since the last update (with `sessions`), the
+/// current one's, the ones the CLI keeps beside them, and the agent's own reports. Returns the
+/// current session's file.
 fn discover(
     dir: &AgentDir,
     cli: Cli,
     state: &mut LedgerState,
+    sessions: bool,
     now: i64,
     notes: &mut Vec<String>,
 ) -> Option<String> {
     let mut named = Vec::new();
-    match source::read_lines(&dir.file(OPS_LOG), &mut state.ops, OPS_BUDGET, |line| {
-        if line.contains("\"transcript_path\"")
-            && let Some(path) = started_session(line)
-        {
-            named.push(path);
+    let found = sessions.then(|| {
+        source::read_lines(&dir.file(OPS_LOG), &mut state.ops, OPS_BUDGET, |line| {
+            if line.contains("\"transcript_path\"")
+                && let Some(path) = started_session(line)
+            {
+                named.push(path);
+            }
+        })
+    });
+    match found {
+        Some(Err(e)) if !e.is_not_found() => {
+            notes.push(format!("{OPS_LOG}: {e}: new sessions not found"));
         }
-    }) {
-        Ok(_) => {}
-        Err(e) if e.is_not_found() => {}
-        Err(e) => notes.push(format!("{OPS_LOG}: {e}: new sessions not found")),
+        _ => {}
     }
     let current = match read_state_file(&dir.file(state::STATE)) {
         Ok(Loaded::Valid(s)) => s.transcript_path.filter(|p| !p.is_empty()),

@@ -72,7 +72,9 @@ pub fn read_lines(
     }
     file.seek(SeekFrom::Start(cursor.offset)).map_err(io)?;
     let mut reader = file.take(end - cursor.offset);
-    let mut buf = vec![0u8; CHUNK];
+    // No larger than what is to be read: a few kilobytes for a turn (a 4 MiB buffer zeroed
+    // and faulted in on every update cost more than the rest of it).
+    let mut buf = vec![0u8; (end - cursor.offset).min(CHUNK as u64) as usize];
     // The line being read, from `line_start` on; `skipping`: it is too long to keep.
     let mut line: Vec<u8> = Vec::new();
     let mut line_start = cursor.offset;
