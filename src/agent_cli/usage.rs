@@ -151,6 +151,20 @@ mod tests {
                 },
             })
         );
+        // Written by the real Claude Code 2.1.197 against the scripted model server of the
+        // real-CLI suite (the final output count, the extra usage fields of that build).
+        let real = r#"{"parentUuid":"16bda033-9004-4070-904e-d58487196272","isSidechain":false,"message":{"id":"msg_0008","type":"message","role":"assistant","model":"claude-scripted","content":[{"type":"text","text":"Giving up on the listing."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":10,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":5,"server_tool_use":{"web_search_requests":0,"web_fetch_requests":0},"service_tier":"standard","cache_creation":{"ephemeral_1h_input_tokens":0,"ephemeral_5m_input_tokens":0},"inference_geo":"","iterations":[],"speed":"standard"},"stop_details":null},"requestId":"req_1","type":"assistant","uuid":"52486e28-8e5f-4170-88e4-bc6b020e027a","timestamp":"2026-11-27T23:20:17.985Z","userType":"external","entrypoint":"cli","cwd":"/tmp/phoenix-test-hIfQ6h/work","sessionId":"cec43045-9119-415f-897f-3046956b428e","version":"2.1.197","gitBranch":"HEAD"}"#;
+        let Some(Record::Response {
+            id, model, tokens, ..
+        }) = read(real)
+        else {
+            panic!("a response")
+        };
+        assert_eq!(
+            (id.as_deref(), model.as_deref()),
+            (Some("msg_0008"), Some("claude-scripted"))
+        );
+        assert_eq!((tokens.input, tokens.output, tokens.total()), (10, 5, 15));
         // A user record, a summary, the API error Claude Code writes as a synthetic assistant
         // message with zero usage: nothing to count.
         for other in [
