@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use super::source::{self, Cursor, Entry, Kind, Source};
 use crate::agent_cli::usage::Tokens;
 use crate::spec::Cli;
-use crate::state::bounded::ReadError;
+use crate::state::bounded::{Links, ReadError};
 use crate::state::file::{self as files, STATE_FILE_LIMIT};
 use crate::state::store::{Loaded, read_state_file};
 use crate::state::{self, AgentDir, FleetDir, JsonFile, OPS_LOG, Op};
@@ -194,11 +194,14 @@ fn repair_ledger(
     mut state: LedgerState,
 ) -> crate::error::Result<LedgerState> {
     let path = dir.file(LEDGER);
-    let len = match std::fs::symlink_metadata(&path) {
-        Ok(meta) => meta.len(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
-        Err(e) => return Err(e.into()),
-    };
+    // Opened as the append will be: a link or anything else planted there is moved aside
+    // (and recorded) before its length means anything.
+    let (ledger, refused) = files::open_append(&path)?;
+    if let Some(aside) = refused {
+        files::report_refused(&path, &aside);
+    }
+    let len = ledger.metadata()?.len();
+    drop(ledger);
     let fleet = FleetDir::new(dir.fleet_root());
     if no_state && len > 0 {
         let stamp = jiff::Timestamp::now()
@@ -250,7 +253,8 @@ fn discover(
 ) -> Option<String> {
     let mut named = Vec::new();
     let found = sessions.then(|| {
-        source::read_lines(&dir.file(OPS_LOG), &mut state.ops, OPS_BUDGET, |line| {
+        let ops = dir.file(OPS_LOG);
+        source::read_lines(&ops, &mut state.ops, OPS_BUDGET, Links::Refuse, |line| {
             if line.contains("\"transcript_path\"")
                 && let Some(path) = started_session(line)
             {

@@ -202,3 +202,18 @@ fn an_agent_without_a_state_dir_has_nothing_and_gets_none() {
     assert!(u.today.is_empty());
     assert!(!dir.path.exists());
 }
+
+#[test]
+fn a_link_planted_as_the_ledger_is_moved_aside_not_followed() {
+    let (tmp, dir) = temp_agent();
+    let elsewhere = tmp.path().join("elsewhere.txt");
+    std::fs::write(&elsewhere, "keep me\n").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.file(LEDGER)).unwrap();
+    let t = tmp.path().join("s1.jsonl");
+    append(&t, &claude("m1", 100, 10));
+    start_session(&dir, &t);
+    assert_eq!(today_total(&update(&dir, Cli::Claude, true).unwrap()), 110);
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "keep me\n");
+    assert!(!dir.file(LEDGER).is_symlink());
+    assert_eq!(lines(&dir).0.len(), 1);
+}

@@ -44,18 +44,20 @@ pub struct Lines {
 }
 
 /// Call `each` with every whole line written after `cursor`, at most `budget` bytes of the
-/// file, and move the cursor past them.
+/// file, and move the cursor past them. `links`: a file of phoenix's own state dir is never
+/// read through a link, a CLI's is.
 pub fn read_lines(
     path: &Path,
     cursor: &mut Cursor,
     budget: u64,
+    links: Links,
     mut each: impl FnMut(&str),
 ) -> Result<Lines, ReadError> {
     let io = |source| ReadError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let (mut file, meta) = bounded::open_regular(path, Links::Follow)?;
+    let (mut file, meta) = bounded::open_regular(path, links)?;
     let mut found = Lines::default();
     if (meta.dev(), meta.ino()) != (cursor.dev, cursor.ino) || meta.len() < cursor.offset {
         found.restarted = cursor.offset > 0 || cursor.ino != 0;
@@ -176,7 +178,11 @@ impl Source {
         let path = std::path::PathBuf::from(&self.path);
         let kind = self.kind;
         let mut records: Vec<Record> = Vec::new();
-        let lines = read_lines(&path, &mut cursor, budget, |line| {
+        let links = match kind {
+            Kind::Session => Links::Follow,
+            Kind::Reported => Links::Refuse,
+        };
+        let lines = read_lines(&path, &mut cursor, budget, links, |line| {
             if !records::may_hold_usage(line) && kind == Kind::Session {
                 return;
             }
