@@ -32,8 +32,11 @@ pub const STATE: &str = "usage_state.json";
 /// What the agent reported itself (`->continuity:usage`).
 pub const REPORTED: &str = "usage_reported.jsonl";
 
-/// Session files followed at most: the ones that changed least recently go first.
-const MAX_SOURCES: usize = 64;
+/// Files followed at most: the sessions that changed least recently are forgotten first.
+const MAX_SOURCES: usize = 256;
+/// A file unchanged this long keeps no response ids: its CLI repeats a response only within
+/// its turn.
+const RECENT_IDS_FOR_SECS: i64 = 86_400;
 /// Bytes read from one file per update at most: a larger backlog is read over several.
 pub const SOURCE_BUDGET: u64 = 256 << 20;
 /// Bytes read from one file by a look that writes nothing (`phoenix status`, the dashboard's
@@ -68,8 +71,9 @@ pub struct LedgerState {
 pub struct Followed {
     #[serde(flatten)]
     pub source: Source,
-    /// Found beside a session's file (a subagent's), not named by a hook.
-    pub beside: bool,
+    /// The session file it was found beside (a subagent's), not named by a hook.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub beside: Option<String>,
     /// When it was first followed, and when it last gave usage (seconds since the epoch).
     pub added: i64,
     pub changed: i64,
@@ -276,12 +280,12 @@ fn discover(
     let mains: Vec<String> = state
         .sources
         .iter()
-        .filter(|f| f.source.kind == Kind::Session && !f.beside)
+        .filter(|f| f.source.kind == Kind::Session && f.beside.is_none())
         .map(|f| f.source.path.clone())
         .chain(named.iter().cloned())
         .collect();
     for path in &named {
-        follow(state, path, Kind::Session, false, now);
+        follow(state, path, Kind::Session, None, now);
     }
     for main in mains {
         for file in cli
@@ -290,14 +294,15 @@ fn discover(
             .into_iter()
             .skip(1)
         {
-            follow(state, &file.to_string_lossy(), Kind::Session, true, now);
+            let beside = Some(main.clone());
+            follow(state, &file.to_string_lossy(), Kind::Session, beside, now);
         }
     }
     follow(
         state,
         &dir.file(REPORTED).to_string_lossy(),
         Kind::Reported,
-        false,
+        None,
         now,
     );
     current
@@ -314,7 +319,7 @@ fn started_session(line: &str) -> Option<String> {
         .filter(|p| !p.is_empty())
 }
 
-fn follow(state: &mut LedgerState, path: &str, kind: Kind, beside: bool, now: i64) {
+fn follow(state: &mut LedgerState, path: &str, kind: Kind, beside: Option<String>, now: i64) {
     if state.sources.iter().any(|f| f.source.path == path) {
         return;
     }
@@ -326,8 +331,8 @@ fn follow(state: &mut LedgerState, path: &str, kind: Kind, beside: bool, now: i6
     });
 }
 
-/// Read every followed file; forget those gone for good, and the least recently changed past
-/// `MAX_SOURCES`.
+/// Read every followed file; forget those gone for good, and the sessions that changed least
+/// recently past `MAX_SOURCES`.
 fn read_sources(
     state: &mut LedgerState,
     current: Option<&str>,
@@ -372,13 +377,46 @@ fn read_sources(
             }
         }
     });
-    if state.sources.len() > MAX_SOURCES {
+    for f in &mut state.sources {
+        if now - f.changed > RECENT_IDS_FOR_SECS {
+            f.source.recent.clear();
+        }
+    }
+    evict(state, current);
+    entries
+}
+
+/// Forget the sessions that changed least recently until `MAX_SOURCES` files are followed: a
+/// session goes with the files beside it (one of those forgotten alone would be found beside
+/// it again, and read again from its start), and the current one stays.
+fn evict(state: &mut LedgerState, current: Option<&str>) {
+    if state.sources.len() <= MAX_SOURCES {
+        return;
+    }
+    let mut sessions: Vec<(i64, String)> = state
+        .sources
+        .iter()
+        .filter(|f| f.source.kind == Kind::Session && f.beside.is_none())
+        .filter(|f| current != Some(f.source.path.as_str()))
+        .map(|main| {
+            let last = state
+                .sources
+                .iter()
+                .filter(|f| f.beside.as_deref() == Some(main.source.path.as_str()))
+                .map(|f| f.changed)
+                .fold(main.changed, i64::max);
+            (last, main.source.path.clone())
+        })
+        .collect();
+    sessions.sort();
+    for (_, main) in sessions {
+        if state.sources.len() <= MAX_SOURCES {
+            break;
+        }
         state
             .sources
-            .sort_by_key(|f| std::cmp::Reverse((f.source.kind == Kind::Reported, f.changed)));
-        state.sources.truncate(MAX_SOURCES);
+            .retain(|f| f.source.path != main && f.beside.as_deref() != Some(main.as_str()));
     }
-    entries
 }
 
 /// The entries as ledger lines: per local hour and model, in order.

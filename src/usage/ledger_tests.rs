@@ -217,3 +217,38 @@ fn a_link_planted_as_the_ledger_is_moved_aside_not_followed() {
     assert!(!dir.file(LEDGER).is_symlink());
     assert_eq!(lines(&dir).0.len(), 1);
 }
+
+#[test]
+fn the_oldest_sessions_are_forgotten_whole_and_the_current_one_never() {
+    let followed = |path: &str, beside: Option<&str>, changed: i64| Followed {
+        source: Source::new(path, Kind::Session),
+        beside: beside.map(str::to_string),
+        added: 0,
+        changed,
+    };
+    let mut state = LedgerState::default();
+    // The current session changed first of all, with files beside it.
+    state.sources.push(followed("cur", None, 0));
+    for k in 0..10 {
+        state
+            .sources
+            .push(followed(&format!("cur-sub-{k}"), Some("cur"), 0));
+    }
+    // An old session whose subagent changed late: it goes last, and whole.
+    state.sources.push(followed("old", None, 1));
+    state.sources.push(followed("old-sub", Some("old"), 10_000));
+    for k in 0..MAX_SOURCES {
+        state
+            .sources
+            .push(followed(&format!("s{k}"), None, 2 + k as i64));
+    }
+    evict(&mut state, Some("cur"));
+    assert_eq!(state.sources.len(), MAX_SOURCES);
+    let has = |p: &str| state.sources.iter().any(|f| f.source.path == p);
+    assert!(has("cur") && has("cur-sub-9"), "the current session stays");
+    assert!(
+        has("old") && has("old-sub"),
+        "changed lately through its subagent"
+    );
+    assert!(!has("s0") && !has("s12") && has("s13"), "13 too many");
+}

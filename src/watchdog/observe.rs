@@ -1,6 +1,8 @@
 //! What the watchdog reads about one agent: the process tree from the world observation, and
 //! state.json, tool_use.jsonl, ops.jsonl, the transcript and the pane's screen. Read-only: it
 //! never writes to these files, and a missing or corrupt one only narrows what can be checked.
+//! The one thing it writes is the agent's usage ledger (`crate::usage`), brought up to date
+//! from the session files for the spend and budget checks.
 
 use std::path::Path;
 
