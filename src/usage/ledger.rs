@@ -34,6 +34,8 @@ pub const REPORTED: &str = "usage_reported.jsonl";
 
 /// Files followed at most: the sessions that changed least recently are forgotten first.
 const MAX_SOURCES: usize = 256;
+/// Forgotten files whose offsets are kept at most (the oldest go first).
+const MAX_FORGOTTEN: usize = 512;
 /// A file unchanged this long keeps no response ids: its CLI repeats a response only within
 /// its turn.
 const RECENT_IDS_FOR_SECS: i64 = 86_400;
@@ -61,6 +63,10 @@ pub struct LedgerState {
     /// How far ops.jsonl was read for the sessions' files.
     pub ops: Cursor,
     pub sources: Vec<Followed>,
+    /// Where the files of sessions forgotten past `MAX_SOURCES` were read up to: a session
+    /// resumed later goes on from there instead of being read again from its start.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub forgotten: Vec<Source>,
     /// Tokens per local day (`YYYY-MM-DD`) and model, the last `DAYS_KEPT` days.
     pub days: BTreeMap<String, BTreeMap<String, Tokens>>,
 }
@@ -323,8 +329,12 @@ fn follow(state: &mut LedgerState, path: &str, kind: Kind, beside: Option<String
     if state.sources.iter().any(|f| f.source.path == path) {
         return;
     }
+    let source = match state.forgotten.iter().position(|s| s.path == path) {
+        Some(k) => state.forgotten.remove(k),
+        None => Source::new(path, kind),
+    };
     state.sources.push(Followed {
-        source: Source::new(path, kind),
+        source,
         beside,
         added: now,
         changed: now,
@@ -413,10 +423,19 @@ fn evict(state: &mut LedgerState, current: Option<&str>) {
         if state.sources.len() <= MAX_SOURCES {
             break;
         }
+        let (gone, kept) = std::mem::take(&mut state.sources)
+            .into_iter()
+            .partition(|f| f.source.path == main || f.beside.as_deref() == Some(main.as_str()));
+        state.sources = kept;
         state
-            .sources
-            .retain(|f| f.source.path != main && f.beside.as_deref() != Some(main.as_str()));
+            .forgotten
+            .extend(gone.into_iter().map(|f: Followed| Source {
+                recent: Vec::new(),
+                ..f.source
+            }));
     }
+    let over = state.forgotten.len().saturating_sub(MAX_FORGOTTEN);
+    state.forgotten.drain(..over);
 }
 
 /// The entries as ledger lines: per local hour and model, in order.

@@ -57,6 +57,17 @@ pub fn read_lines(
         path: path.to_path_buf(),
         source,
     };
+    // Nothing new (the usual case, for every file followed, on every pass): one stat.
+    let stat = match links {
+        Links::Follow => std::fs::metadata(path),
+        Links::Refuse => std::fs::symlink_metadata(path),
+    };
+    if let Ok(meta) = stat
+        && meta.is_file()
+        && (meta.dev(), meta.ino(), meta.len()) == (cursor.dev, cursor.ino, cursor.offset)
+    {
+        return Ok(Lines::default());
+    }
     let (mut file, meta) = bounded::open_regular(path, links)?;
     let mut found = Lines::default();
     if (meta.dev(), meta.ino()) != (cursor.dev, cursor.ino) || meta.len() < cursor.offset {
