@@ -255,7 +255,11 @@ fn the_oldest_sessions_are_forgotten_whole_and_the_current_one_never() {
     assert_eq!(state.forgotten.len(), 13);
     state.forgotten[0].cursor.offset = 4096;
     follow(&mut state, "s0", Kind::Session, None, 99);
-    let back = state.sources.iter().find(|f| f.source.path == "s0").unwrap();
+    let back = state
+        .sources
+        .iter()
+        .find(|f| f.source.path == "s0")
+        .unwrap();
     assert_eq!(back.source.cursor.offset, 4096);
     assert_eq!(state.forgotten.len(), 12);
 }
