@@ -111,9 +111,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Tokens and estimated cost per agent (--by day: per day), read from each CLI's own
-    /// session record into a usage ledger per agent; prices from a built-in table under
-    /// `[prices]` in phoenix.toml, and a model in neither shown as "unpriced".
+    /// Tokens and estimated cost per agent (--by day: per agent and day).
+    ///
+    /// Read from each CLI's own session record into a usage ledger per agent (each byte once);
+    /// prices from a built-in table under `[prices]` in phoenix.toml, a model in neither shown
+    /// as "unpriced", never as free.
     Usage(usage::UsageArgs),
     /// The fleet live in the terminal: agents, events, and keys to restart, inject into or
     /// open an agent's pane (works over ssh in 80×24).
