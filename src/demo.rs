@@ -45,6 +45,10 @@ pub struct DemoArgs {
     /// Behave like a CLI without hooks: continuity then goes through the pane only.
     #[arg(long)]
     pub no_hooks: bool,
+    /// The model its transcript says answered (the usage ledger prices it; `claude-demo` is in
+    /// no price table: unpriced).
+    #[arg(long, default_value = "claude-demo")]
+    pub model: String,
     /// Be a raw-mode terminal program instead: log every byte received to this file, echo it
     /// back to the terminal as is (as a TUI renders what it is given), ask for bracketed
     /// paste, and answer each Enter outside a paste with a `received N` line.
@@ -107,7 +111,7 @@ impl Session {
             Some(id) => (id.clone(), "resume"),
             None => (new_session_id(), "startup"),
         };
-        let transcript = Transcript::open(&id);
+        let transcript = Transcript::open(&id, &args.model);
         // As Claude Code does: a session it never wrote (no prompt, no turn) cannot be resumed.
         if source == "resume" && transcript.path.as_ref().is_some_and(|p| !p.exists()) {
             say!(out, "No conversation found with session ID: {id}");
@@ -436,20 +440,29 @@ fn raw_log(path: &std::path::Path, out: &mut dyn Write) -> crate::error::Result<
     }
 }
 
+/// What each step's model response used, as Claude Code records it (`message.usage`):
+/// input, cache writes, cache reads, output. 2,150 tokens a step.
+const STEP_USAGE: (u64, u64, u64, u64) = (1200, 0, 800, 150);
+
 /// A Claude Code-shaped transcript, written under `$PHOENIX_STATE_DIR/transcripts/` when
-/// phoenix runs the demo agent (nowhere otherwise), so triage has one to read.
+/// phoenix runs the demo agent (nowhere otherwise), so triage has one to read and the usage
+/// ledger counts its tokens.
 struct Transcript {
     path: Option<std::path::PathBuf>,
+    model: String,
 }
 
 impl Transcript {
-    fn open(session_id: &str) -> Transcript {
+    fn open(session_id: &str, model: &str) -> Transcript {
         let path = std::env::var_os("PHOENIX_STATE_DIR").map(|dir| {
             let dir = std::path::PathBuf::from(dir).join("transcripts");
             let _ = crate::state::create_private_dir(&dir);
             dir.join(format!("{session_id}.jsonl"))
         });
-        Transcript { path }
+        Transcript {
+            path,
+            model: model.to_string(),
+        }
     }
 
     fn path_str(&self) -> String {
@@ -467,12 +480,18 @@ impl Transcript {
 
     fn tool_call(&self, step: u64, command: &str, failing: bool) {
         let id = format!("toolu_demo_{step}");
-        self.record(
-            json!({"type": "assistant", "message": {"role": "assistant", "content": [
+        let (input, cache_write, cache_read, output) = STEP_USAGE;
+        self.record(json!({"type": "assistant", "message": {
+            // Unique, as a real message id is: a resumed session counts its steps afresh.
+            "id": format!("msg_demo_{}", new_session_id().replace('-', "")), "type": "message",
+            "role": "assistant", "model": self.model,
+            "content": [
                 {"type": "text", "text": format!("Step {step}: running `{command}`.")},
                 {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": command}},
-            ]}}),
-        );
+            ],
+            "usage": {"input_tokens": input, "cache_creation_input_tokens": cache_write,
+                      "cache_read_input_tokens": cache_read, "output_tokens": output},
+        }}));
         let result = if failing {
             "Exit code 1\ndemo failure"
         } else {

@@ -32,5 +32,6 @@ pub mod supervise;
 pub mod telemetry;
 pub mod text;
 pub mod top;
+pub mod usage;
 pub mod watchdog;
 pub mod world;

@@ -1,6 +1,7 @@
 //! The fleet as an operator sees it: one row per agent — state, health, pid, uptime, last
-//! activity, open loops, crashes and how fresh its saved context is. `phoenix status`, the
-//! HTTP API and the dashboard all print these rows. Read-only: nothing here writes a file.
+//! activity, open loops, crashes, how fresh its saved context is, and its tokens and cost
+//! today. `phoenix status`, the HTTP API and the dashboard all print these rows. Read-only:
+//! nothing here writes a file.
 
 use std::time::Duration;
 
@@ -114,6 +115,9 @@ pub struct AgentStatus {
     pub crashes: usize,
     pub max_crashes: Option<u32>,
     pub context: Context,
+    /// Tokens and estimated cost today (the local day), from its usage ledger and what its
+    /// session files gained since (read, not written); `None` without a state dir.
+    pub usage_today: Option<crate::usage::Today>,
     /// Crash history and the last stop reason; only when one agent is asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub supervision: Option<crate::recovery::record::Summary>,
@@ -249,6 +253,7 @@ pub fn lean_rows(spec: &Spec, world: &World) -> Vec<AgentStatus> {
 fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus> {
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let now = jiff::Timestamp::now();
+    let prices = crate::usage::Prices::new(&spec.prices);
     let mut names: Vec<String> = spec.agent_names().into_iter().map(String::from).collect();
     for (name, _) in world.running_agents() {
         if !names.iter().any(|n| n == name) {
@@ -334,12 +339,32 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             } else {
                 Context::default()
             },
+            // A lean row (a `/metrics` scrape) reads no ledger.
+            usage_today: if with_context {
+                usage_today(&dir, declared.map(|a| a.cli), &prices)
+            } else {
+                None
+            },
             supervision: None,
             transcript: agent_state.as_ref().and_then(|s| s.transcript_path.clone()),
             agent: name,
         });
     }
     rows
+}
+
+/// Today's usage, as an update of the ledger would find it, without writing anything.
+fn usage_today(
+    dir: &AgentDir,
+    cli: Option<crate::spec::Cli>,
+    prices: &crate::usage::Prices,
+) -> Option<crate::usage::Today> {
+    if !dir.exists() {
+        return None;
+    }
+    let cli = cli.unwrap_or(crate::spec::Cli::Custom);
+    let update = crate::usage::update(dir, cli, false).ok()?;
+    Some(crate::usage::Today::of(&update, prices))
 }
 
 /// One agent's row with its supervision summary (crash history, last stop), or `None` when

@@ -11,8 +11,19 @@
 //!   an empty transcript (#24265, #12235): phoenix keeps the last session id it is told.
 //! - PreCompact exit 2 vetoes the compaction (v2.1.105): the hook always exits 0.
 //! - SessionEnd work is killed at exit (about 1.5 s, #41577): the hook only records.
+//! - Its transcript writes one `assistant` record per content block of a response, each with
+//!   the response's `message.usage`: a response is counted once, by `message.id`. Subagents
+//!   write their own transcripts in `<session>/subagents/`, and their tokens are billed too.
 
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::usage::{self, Record, Tokens};
 use super::{AgentCli, HookEntry, SESSION_STARTS, entry as e};
+
+/// Subagent transcripts looked at per session at most.
+const MAX_SUBAGENT_FILES: usize = 256;
 
 /// Claude Code's adapter.
 pub struct Claude;
@@ -56,5 +67,45 @@ impl AgentCli for Claude {
     /// screen after the hook, 4.5 s with 1.5 s).
     fn ready_after_session_start(&self) -> bool {
         true
+    }
+
+    /// `{"type":"assistant","message":{"id","model","usage":{input_tokens,
+    /// cache_creation_input_tokens, cache_read_input_tokens, output_tokens}},"timestamp"}`.
+    /// An API error is written as a `<synthetic>` response with zero usage: nothing.
+    fn usage_record(&self, record: &Value) -> Option<Record> {
+        if record.get("type").and_then(Value::as_str) != Some("assistant") {
+            return None;
+        }
+        let u = record.pointer("/message/usage")?;
+        let tokens = Tokens {
+            input: usage::count(u, "input_tokens"),
+            output: usage::count(u, "output_tokens"),
+            cache_write: usage::count(u, "cache_creation_input_tokens"),
+            cache_read: usage::count(u, "cache_read_input_tokens"),
+        };
+        (!tokens.is_zero()).then(|| Record::Response {
+            id: usage::text(record, "/message/id"),
+            model: usage::text(record, "/message/model"),
+            at: usage::text(record, "/timestamp"),
+            tokens,
+        })
+    }
+
+    /// The transcript and its subagents' (`<dir>/<session>/subagents/*.jsonl`).
+    fn usage_files(&self, transcript: &Path) -> Vec<PathBuf> {
+        let mut files = vec![transcript.to_path_buf()];
+        let subagents = transcript.with_extension("").join("subagents");
+        let Ok(entries) = std::fs::read_dir(&subagents) else {
+            return files;
+        };
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .take(MAX_SUBAGENT_FILES)
+            .collect();
+        found.sort();
+        files.extend(found);
+        files
     }
 }

@@ -35,7 +35,7 @@ use serde_json::{Value, json};
 
 use super::{
     AgentCli, HookEntry, Planned, SESSION_STARTS, ShellExit, TrustRequest, Trusted, TurnError,
-    entry as e, first_line, is_phoenix_handler, read_optional, write_planned,
+    entry as e, first_line, is_phoenix_handler, read_optional, usage, write_planned,
 };
 use crate::state::bounded::{self, Links};
 
@@ -135,6 +135,36 @@ impl AgentCli for Codex {
 
     fn session_start_at_launch(&self) -> bool {
         false
+    }
+
+    /// The rollout's running total (`event_msg` `token_count`: `info.total_token_usage` with
+    /// `input_tokens` counting `cached_input_tokens` in, and `output_tokens` the reasoning
+    /// tokens), and the model of each turn (`turn_context`). A total is used rather than each
+    /// `last_token_usage`, as Codex may send the same count twice.
+    fn usage_record(&self, record: &Value) -> Option<usage::Record> {
+        match record.get("type").and_then(Value::as_str)? {
+            "turn_context" => usage::text(record, "/payload/model").map(usage::Record::Model),
+            "event_msg" if record.pointer("/payload/type")? == "token_count" => {
+                let u = record.pointer("/payload/info/total_token_usage")?;
+                let output = usage::count(u, "output_tokens");
+                let all_input = u
+                    .get("input_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or_else(|| usage::count(u, "total_tokens").saturating_sub(output));
+                let cache_read = usage::count(u, "cached_input_tokens");
+                let cache_write = usage::count(u, "cache_write_input_tokens");
+                Some(usage::Record::Total {
+                    at: usage::text(record, "/timestamp"),
+                    tokens: usage::Tokens {
+                        input: all_input.saturating_sub(cache_read + cache_write),
+                        output,
+                        cache_write,
+                        cache_read,
+                    },
+                })
+            }
+            _ => None,
+        }
     }
 }
 

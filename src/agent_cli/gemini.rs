@@ -156,6 +156,35 @@ impl AgentCli for Gemini {
         super::failed_turn::last_turn_error(transcript)
     }
 
+    /// A response's `tokens`, its usageMetadata as `recordMessageTokens` writes it: `input`
+    /// (promptTokenCount, the cached part included), `cached`, `output` (candidates),
+    /// `thoughts` and `tool` (the tool-use prompt). The message is appended again on each
+    /// update with the same `id`.
+    fn usage_record(&self, record: &Value) -> Option<super::usage::Record> {
+        use super::usage::{Record, Tokens, count, text};
+        if record.get("type").and_then(Value::as_str) != Some("gemini") {
+            return None;
+        }
+        let t = record.get("tokens").filter(|t| t.is_object())?;
+        let cached = count(t, "cached");
+        let mut tokens = Tokens {
+            input: count(t, "input").saturating_sub(cached) + count(t, "tool"),
+            output: count(t, "output") + count(t, "thoughts"),
+            cache_write: 0,
+            cache_read: cached,
+        };
+        if tokens.is_zero() {
+            // A record giving only the total: all of it is priced as input.
+            tokens.input = count(t, "total");
+        }
+        (!tokens.is_zero()).then(|| Record::Response {
+            id: text(record, "/id"),
+            model: text(record, "/model"),
+            at: text(record, "/timestamp"),
+            tokens,
+        })
+    }
+
     fn session_file(&self, reported: &Path) -> PathBuf {
         session_chat(reported)
     }

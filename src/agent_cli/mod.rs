@@ -12,6 +12,7 @@ pub mod codex;
 pub mod custom;
 pub mod failed_turn;
 pub mod gemini;
+pub mod usage;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -133,6 +134,18 @@ pub trait AgentCli: Sync {
     /// CLI that has no hook of its own for such a turn.
     fn last_turn_error(&self, _transcript: &Path) -> Option<TurnError> {
         None
+    }
+
+    /// The tokens one parsed line of this CLI's session record reports (`None`: none, or not
+    /// this CLI's shape).
+    fn usage_record(&self, _record: &Value) -> Option<usage::Record> {
+        None
+    }
+
+    /// The files that hold the usage of the session whose record is `transcript`: that file,
+    /// and any the CLI keeps beside it (Claude Code's subagents).
+    fn usage_files(&self, transcript: &Path) -> Vec<PathBuf> {
+        vec![transcript.to_path_buf()]
     }
 
     /// Will the CLI really compact now? Asked by the pre-compact hook (`trigger` is `auto` or

@@ -392,8 +392,8 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
         return Ok(code);
     }
     let mut text = format!(
-        "{:<20} {:<14} {:<10} {:>8} {:>8} {:<6} {}\n",
-        "AGENT", "STATE", "HEALTH", "PID", "UPTIME", "PANE", "LAST ACTIVITY"
+        "{:<20} {:<14} {:<10} {:>8} {:>8} {:<6} {:>8} {:<18} {}\n",
+        "AGENT", "STATE", "HEALTH", "PID", "UPTIME", "PANE", "TOKENS", "COST", "LAST ACTIVITY"
     );
     for r in &rows {
         let ago = r
@@ -402,17 +402,29 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
             .and_then(|t| t.parse::<jiff::Timestamp>().ok())
             .map(|t| format!("{} ago", human_secs(now.as_second() - t.as_second())))
             .unwrap_or_else(|| "-".into());
+        let (tokens, cost) = r
+            .usage_today
+            .as_ref()
+            .map_or(("-".into(), "-".into()), |u| {
+                (
+                    crate::usage::short_count(u.spent.tokens.total),
+                    u.spent.cost_text(),
+                )
+            });
         text.push_str(&format!(
-            "{:<20} {:<14} {} {:>8} {:>8} {:<6} {}\n",
+            "{:<20} {:<14} {} {:>8} {:>8} {:<6} {:>8} {:<18} {}\n",
             r.agent,
             r.state,
             output::paint(output::health(r.health), &format!("{:<10}", r.health)),
             r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
             r.uptime_secs.map(human_secs).unwrap_or_else(|| "-".into()),
             r.pane.as_deref().unwrap_or("-"),
+            tokens,
+            cost,
             ago
         ));
     }
+    text.push_str("(TOKENS and COST: today, the local day; `phoenix usage` for more)\n");
     if !world.server_running {
         text.push_str(&format!(
             "\n(no {} yet: run `phoenix apply` to start the fleet)\n",
@@ -503,6 +515,7 @@ fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -
             r.context.level, r.context.score, r.context.tool_calls_since
         ),
     ));
+    rows.push(("Today", today(r, declared)));
     let mut text: String = rows
         .into_iter()
         .map(|(k, v)| format!("{:<15} {v}\n", format!("{k}:")))
@@ -512,6 +525,41 @@ fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -
         text.push_str(&summary.to_string());
     }
     text
+}
+
+/// `status AGENT`'s line on today's usage: tokens by kind, cost, and the budget.
+fn today(r: &crate::status::AgentStatus, declared: Option<&crate::spec::AgentSpec>) -> String {
+    use crate::usage::{short_count, thousands, usd_text};
+    let Some(u) = &r.usage_today else {
+        return "-".into();
+    };
+    let t = &u.spent.tokens;
+    let mut line = format!(
+        "{} tokens (input {}, output {}, cache write {}, cache read {}), {}",
+        thousands(t.total),
+        short_count(t.tokens.input),
+        short_count(t.tokens.output),
+        short_count(t.tokens.cache_write),
+        short_count(t.tokens.cache_read),
+        u.spent.cost_text()
+    );
+    if !u.spent.unpriced_models.is_empty() {
+        line.push_str(&format!(
+            " (unpriced: {})",
+            u.spent.unpriced_models.join(", ")
+        ));
+    }
+    if let Some(b) = declared.and_then(|a| a.budget) {
+        let limits: Vec<String> = [
+            b.tokens_per_day.map(|n| format!("{} tokens", thousands(n))),
+            b.usd_per_day.map(usd_text),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        line.push_str(&format!("; budget {} a day", limits.join(", ")));
+    }
+    line
 }
 
 /// Whether `phoenix run` supervises this fleet: without it, each agent's wrapper still

@@ -20,6 +20,7 @@ mod notify;
 mod output;
 mod policy;
 mod scaffold;
+mod usage;
 mod watchdog;
 
 use std::io::Write;
@@ -122,6 +123,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Tokens and estimated cost per agent (--by day: per agent and day).
+    ///
+    /// Read from each CLI's own session record into a usage ledger per agent (each byte once);
+    /// prices from a built-in table under `[prices]` in phoenix.toml, a model in neither shown
+    /// as "unpriced", never as free.
+    Usage(usage::UsageArgs),
     /// The fleet live in the terminal: agents, events, and keys to restart, inject into or
     /// open an agent's pane (works over ssh in 80×24).
     Top {
@@ -457,6 +464,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         } => fleet::apply(&config, &agents, yes, prune, json, skip_unreachable),
         Command::Status { agent, json } => fleet::status(&config, agent.as_deref(), json),
         Command::Doctor { json } => doctor::doctor(&config, json),
+        Command::Usage(args) => usage::usage(&config, args),
         Command::Top { interval } => Ok(crate::top::run(&config, interval)?),
         Command::Run {
             options,

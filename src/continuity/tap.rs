@@ -10,7 +10,14 @@
 //! ->continuity:load
 //! ->continuity:uncertain "API rate limit handling unclear"
 //! ->continuity:search "authentication patterns"
+//! ->continuity:usage model=my-model input=1200 output=300 cache_write=0 cache_read=800
 //! ```
+//!
+//! `usage` is how a custom CLI reports what a model call cost (the CLIs phoenix knows are
+//! read from their own session records): one line per call, token counts by kind, any of
+//! them left out counting 0. It goes to the agent's `usage_reported.jsonl`, which its usage
+//! ledger reads; it is not rate-limited like the others (a busy agent makes many calls), only
+//! capped per minute.
 //!
 //! Only what the agent itself says counts: a marker at the start of a line (after at most
 //! three spaces and one speaker bullet such as Claude Code's `⏺`), outside fenced code
@@ -29,6 +36,8 @@ pub enum Command {
     Load,
     Uncertain(String),
     Search(String),
+    /// Tokens of one model call, and the model.
+    Usage(super::tap_usage::Reported),
 }
 
 const MARKER: &str = "->continuity:";
@@ -219,6 +228,7 @@ impl Tap {
             "load" => out.push(Command::Load),
             "uncertain" if !arg.is_empty() => out.push(Command::Uncertain(unquote(arg))),
             "search" if !arg.is_empty() => out.push(Command::Search(unquote(arg))),
+            "usage" => out.extend(super::tap_usage::Reported::parse(arg).map(Command::Usage)),
             _ => {}
         }
     }
@@ -250,15 +260,21 @@ impl Command {
             Command::Load => "load",
             Command::Uncertain(_) => "uncertain",
             Command::Search(_) => "search",
+            Command::Usage(_) => "usage",
         }
     }
 
     /// What identifies the command for echo and repeat checks: its verb and its text with
     /// whitespace collapsed (a pane may wrap or re-indent an echo), cut to a bounded length.
     fn key(&self) -> String {
+        let usage;
         let text = match self {
             Command::Save(t) | Command::Uncertain(t) | Command::Search(t) => t.as_str(),
             Command::Load => "",
+            Command::Usage(r) => {
+                usage = format!("{:?} {:?}", r.model, r.tokens);
+                usage.as_str()
+            }
         };
         let mut key = self.verb().to_string();
         for word in text.split_whitespace() {
@@ -435,6 +451,7 @@ struct Gate {
     limiter: Limiter,
     /// When the `tap_ignored` records of the last minute were written.
     notes: std::collections::VecDeque<std::time::Instant>,
+    usage: super::tap_usage::UsageGate,
 }
 
 impl Gate {
@@ -445,6 +462,7 @@ impl Gate {
             dir: None,
             limiter: Limiter::default(),
             notes: Default::default(),
+            usage: Default::default(),
         }
     }
 
@@ -466,6 +484,17 @@ impl Gate {
     fn pass(&mut self, command: Command) -> Option<Command> {
         if self.dir().is_some_and(|d| is_echo(d, &command)) {
             self.note(&command, "the echo of text phoenix pasted");
+            return None;
+        }
+        // Recorded here and now: one append, and many calls in a row are usual.
+        if let Command::Usage(reported) = &command {
+            let result = match self.dir().cloned() {
+                Some(dir) => self.usage.record(&dir, reported),
+                None => Ok(()),
+            };
+            if let Err(why) = result {
+                self.note(&command, &why);
+            }
             return None;
         }
         if let Err(why) = self
@@ -563,6 +592,8 @@ fn act(config: &std::path::Path, name: &str, command: Command, log: fn(&str)) {
                 .map_err(|e| format!("{e:#}")),
             },
         ),
+        // Recorded by the gate as it is read: never queued.
+        Command::Usage(_) => return,
         Command::Search(query) => (
             (Op::TapSearch, Op::TapSearchFailed),
             crate::store::search(&fleet, &query, None, None, 5)

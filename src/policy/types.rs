@@ -260,7 +260,7 @@ pub struct ExitDecision {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Finding {
-    /// process, silence, error_cascade, runaway, repetition, spend, screen, turn_failed
+    /// process, silence, error_cascade, runaway, repetition, spend, screen, turn_failed, budget
     pub check: String,
     /// Machine-readable, e.g. `silent_for_15_minutes`.
     pub reason: String,

@@ -471,6 +471,9 @@ fn when_unhealthy(
     policies: Option<&Policies>,
     clinic: impl FnOnce(Option<&ExitInfo>) -> Option<crate::clinic::Recovery>,
 ) -> Recovery {
+    if let Some(over) = u.findings.iter().find(|f| f.check == BUDGET_CHECK) {
+        return over_budget(&over.summary);
+    }
     let health = policy::Health {
         findings: u.findings.clone(),
         task: u.task.clone(),
@@ -538,6 +541,26 @@ fn when_unhealthy(
         }
     }
     r
+}
+
+/// The watchdog's finding of a day past the agent's `budget`.
+pub const BUDGET_CHECK: &str = "budget";
+
+/// A day past the budget: the operator's own limit, so no policy revives the agent past it.
+/// It stops for a person (its session ends with a handoff, as any stop by the watchdog) with
+/// the budget as the reason, and the failure message goes out.
+fn over_budget(summary: &str) -> Recovery {
+    let why = format!("budget: {summary}");
+    Recovery {
+        start: Some(Start::SafeMode),
+        notify: Some(Notify::Failure(None)),
+        quarantine: Some(why.clone()),
+        unhealthy: Some(UnhealthyDecision {
+            action: UnhealthyAction::SafeMode,
+            reason: Some(why.clone()),
+        }),
+        ..Recovery::new(EndReason::WatchdogKill, why, BUDGET_CHECK.into())
+    }
 }
 
 #[cfg(test)]

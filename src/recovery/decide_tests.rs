@@ -458,6 +458,25 @@ fn a_broken_policy_falls_back_to_the_builtin_decision() {
 }
 
 #[test]
+fn a_day_past_the_budget_stops_for_a_person_whatever_the_policy_says() {
+    let (_tmp, policies, f) = custom_policy(
+        "function on_unhealthy(agent, health) return {action = 'revive', reason = 'always'} end\n",
+    );
+    let r = decide(
+        &unhealthy(&["silence", "budget"], false),
+        &f,
+        Some(&policies),
+        no_clinic,
+    );
+    assert_eq!(r.start, Some(Start::SafeMode));
+    assert_eq!(r.decided_by, "budget");
+    assert_eq!(r.quarantine.as_deref(), Some("budget: budget found"));
+    assert_eq!(r.notify, Some(Notify::Failure(None)));
+    assert_eq!(r.reason, EndReason::WatchdogKill);
+    assert!(!r.spends_revival);
+}
+
+#[test]
 fn a_policy_asking_for_no_delay_still_waits_the_shortest_cooldown() {
     let (_tmp, policies, f) =
         custom_policy("function on_exit(agent, exit) return {action = 'resume', delay = 0} end\n");

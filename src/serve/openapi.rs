@@ -79,7 +79,7 @@ pub fn document() -> Value {
                 call does.",
         },
         "paths": {
-            "/api/status": {"get": op("Every agent: state, health, pid, uptime, last activity, open loops, crashes, context freshness.",
+            "/api/status": {"get": op("Every agent: state, health, pid, uptime, last activity, open loops, crashes, context freshness, tokens and cost today.",
                 vec![], ok("The fleet.", r("FleetStatus")), &[401, 403, 500, 503])},
             "/api/agents/{agent}": {"get": op("One agent's status, with its supervision summary (crash history, last stop).",
                 vec![agent_param()], ok("The agent.", r("AgentStatus")), &[400, 401, 403, 404, 500, 503])},
@@ -199,7 +199,16 @@ pub fn document() -> Value {
                     "crashes": {"type": "integer", "description": "Within the agent's crash_window."},
                     "max_crashes": {"type": ["integer", "null"]},
                     "context": r("Context"),
+                    "usage_today": {"oneOf": [r("UsageToday"), {"type": "null"}]},
                     "supervision": {"type": "object", "description": "Only from /api/agents/{agent}."}}},
+                "UsageToday": {"type": "object", "description": "Tokens and estimated cost today (the local day), from the agent's usage ledger.", "properties": {
+                    "day": {"type": "string", "format": "date"},
+                    "tokens": {"type": "object", "properties": {
+                        "input": {"type": "integer"}, "output": {"type": "integer"},
+                        "cache_write": {"type": "integer"}, "cache_read": {"type": "integer"},
+                        "total": {"type": "integer"}}},
+                    "cost_usd": {"type": ["number", "null"], "description": "Of the priced models; null when none is priced."},
+                    "unpriced_models": {"type": "array", "items": {"type": "string"}, "description": "Counted, cost unknown (never taken as 0)."}}},
                 "Context": {"type": "object", "description": "How fresh the agent's saved context is.", "properties": {
                     "handoffs": {"type": "integer"},
                     "last_handoff": {"type": ["string", "null"], "format": "date-time"},

@@ -125,6 +125,9 @@ pub struct AgentSpec {
     /// `[[agent]] policy`: a Lua policy file of its own (entry points it lacks come from
     /// policies/recovery.lua).
     pub policy: Option<PathBuf>,
+    /// What it may spend per day; `None`: no limit. Not part of the launch: a new budget
+    /// applies from the next watchdog pass without a restart.
+    pub budget: Option<super::Budget>,
 }
 
 /// The part of an agent's spec that, when changed, means the running agent must be replaced.

@@ -4,9 +4,9 @@
 use toml::de::{DeTable, DeValue};
 
 use super::raw::{
-    RawAgent, RawBrief, RawClinic, RawFleet, RawGithub, RawHost, RawNotify, RawRestart,
-    RawSchedules, RawSpec, RawTelemetry, RawThresholds, RawTmux, RawWatchdog, RawWebhook,
-    fields_of,
+    RawAgent, RawBrief, RawBudget, RawClinic, RawFleet, RawGithub, RawHost, RawNotify, RawPrice,
+    RawRestart, RawSchedules, RawSpec, RawTelemetry, RawThresholds, RawTmux, RawWatchdog,
+    RawWebhook, fields_of,
 };
 use crate::diag::{Diagnostic, did_you_mean};
 
@@ -29,6 +29,10 @@ enum Section {
     Brief,
     Telemetry,
     Host,
+    Budget,
+    /// `[prices]`: its keys are model names, each a `Price` table.
+    Prices,
+    Price,
 }
 
 impl Section {
@@ -49,6 +53,9 @@ impl Section {
             Section::Brief => fields_of::<RawBrief>(),
             Section::Telemetry => fields_of::<RawTelemetry>(),
             Section::Host => fields_of::<RawHost>(),
+            Section::Budget => fields_of::<RawBudget>(),
+            Section::Prices => &[],
+            Section::Price => fields_of::<RawPrice>(),
         }
     }
 
@@ -70,6 +77,9 @@ impl Section {
             Section::Brief => "[brief]",
             Section::Telemetry => "[telemetry]",
             Section::Host => "[[host]]",
+            Section::Budget => "the `budget` table",
+            Section::Prices => "[prices]",
+            Section::Price => "a [prices] table",
         }
     }
 
@@ -86,6 +96,10 @@ impl Section {
             (Section::Root, "brief") => Some(Section::Brief),
             (Section::Root, "telemetry") => Some(Section::Telemetry),
             (Section::Root, "host") => Some(Section::Host),
+            (Section::Root, "prices") => Some(Section::Prices),
+            // Any model name.
+            (Section::Prices, _) => Some(Section::Price),
+            (Section::Defaults | Section::Agent, "budget") => Some(Section::Budget),
             (Section::Notify, "github") => Some(Section::Github),
             (Section::Notify, "webhook") => Some(Section::Webhook),
             (Section::Defaults | Section::Agent, "tmux") => Some(Section::Tmux),
@@ -102,9 +116,11 @@ pub(super) fn check_all(document: &DeTable<'_>, diags: &mut Vec<Diagnostic>) {
 
 fn check_keys(table: &DeTable<'_>, section: Section, diags: &mut Vec<Diagnostic>) {
     let known = section.fields();
+    // A table whose keys are names (models), not fields.
+    let named = matches!(section, Section::Prices);
     for (key, value) in table {
         let name = key.get_ref().as_ref();
-        if !known.contains(&name) {
+        if !named && !known.contains(&name) {
             let mut d = Diagnostic::new(
                 format!("unknown key `{name}` in {}", section.label()),
                 Some(key.span()),

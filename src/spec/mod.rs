@@ -35,8 +35,9 @@ pub use load::{
 pub use paths::{expand_path, fleet_id, tidy};
 pub use schedule::{Schedule, Schedules};
 pub use settings::{
-    BriefSettings, ClinicSettings, Fleet, GithubNotify, MAX_WEBHOOK_RETRIES, NotifySettings,
-    TelemetrySettings, Thresholds, WatchdogSettings, WebhookFormat, WebhookNotify,
+    BriefSettings, Budget, ClinicSettings, Fleet, GithubNotify, MAX_WEBHOOK_RETRIES,
+    NotifySettings, Price, TelemetrySettings, Thresholds, WatchdogSettings, WebhookFormat,
+    WebhookNotify,
 };
 pub use validate::{NAME_HINT, valid_name};
 
@@ -63,6 +64,8 @@ pub struct Spec {
     pub hosts: Vec<HostSpec>,
     /// The agents declared to run on one of `hosts`: never started here.
     pub remote_agents: Vec<RemoteAgent>,
+    /// `[prices]`: prices per model name, over the built-in table (`crate::usage::prices`).
+    pub prices: std::collections::BTreeMap<String, Price>,
     /// What is allowed but probably not meant (`cooldown` longer than `backoff_max`); shown by
     /// `validate`, `plan` and `apply`, never fatal.
     pub warnings: Vec<Located>,

@@ -128,6 +128,32 @@ pub struct RawSpec {
     /// with its name in `host`: one [[host]] table each.
     #[serde(default, rename = "host")]
     pub hosts: Vec<Spanned<RawHost>>,
+    /// Prices per model in USD per million tokens, over phoenix's built-in table: one table
+    /// per model name, e.g. [prices."my-model"].
+    #[serde(default)]
+    pub prices: BTreeMap<String, Spanned<RawPrice>>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawPrice {
+    /// USD per million input tokens (required).
+    pub input: Option<Spanned<f64>>,
+    /// USD per million output tokens, reasoning included (required).
+    pub output: Option<Spanned<f64>>,
+    /// USD per million tokens written to a prompt cache. Default: the input price.
+    pub cache_write: Option<Spanned<f64>>,
+    /// USD per million tokens read from a prompt cache. Default: the input price.
+    pub cache_read: Option<Spanned<f64>>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawBudget {
+    /// Tokens per day (all kinds) before the agent is stopped.
+    pub tokens_per_day: Option<Spanned<Whole<u64>>>,
+    /// Estimated USD per day before the agent is stopped.
+    pub usd_per_day: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -193,6 +219,9 @@ pub struct RawAgent {
     pub policy: Option<Spanned<String>>,
     /// The [[host]] the agent runs on; absent: this machine. Not allowed in [defaults].
     pub host: Option<Spanned<String>>,
+    /// What the agent may spend per day (the local calendar day) before the watchdog stops
+    /// it for a person.
+    pub budget: Option<RawBudget>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

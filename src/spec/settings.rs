@@ -199,6 +199,26 @@ impl Default for Thresholds {
     }
 }
 
+/// `[prices."<model>"]`: what a model costs, in USD per million tokens of each kind.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    pub cache_write: f64,
+    pub cache_read: f64,
+}
+
+/// `budget = { tokens_per_day, usd_per_day }` of an agent: what it may spend in a day (the
+/// local calendar day) before the watchdog stops it for a person.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Budget {
+    pub tokens_per_day: Option<u64>,
+    /// Finite and above zero (validated), so equality is that of the numbers.
+    pub usd_per_day: Option<f64>,
+}
+
+impl Eq for Budget {}
+
 /// Durations serialised the way phoenix.toml writes them ("10m").
 pub(super) mod human {
     use std::time::Duration;

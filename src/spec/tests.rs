@@ -662,3 +662,51 @@ fn paths_are_shown_without_dot_and_dot_dot_steps() {
     assert_eq!(s.fleet.state_dir, s.dir.join("st"));
     assert_eq!(s.agents[0].workdir, s.dir.join("w"));
 }
+
+#[test]
+fn budgets_inherit_key_by_key_and_prices_default_their_cache_rates() {
+    let spec = parse_str(
+        "[defaults]\nbudget = { tokens_per_day = 1000, usd_per_day = 2.5 }\n\
+         [prices.\"my-model\"]\ninput = 1\noutput = 4.0\ncache_read = 0.1\n\
+         [[agent]]\nname = \"a\"\ncommand = \"x\"\nbudget = { usd_per_day = 1 }\n\
+         [[agent]]\nname = \"b\"\ncommand = \"x\"\n",
+    )
+    .unwrap();
+    let budget = |name: &str| spec.agent(name).unwrap().budget;
+    assert_eq!(
+        budget("a"),
+        Some(Budget {
+            tokens_per_day: Some(1000),
+            usd_per_day: Some(1.0)
+        })
+    );
+    assert_eq!(budget("b").unwrap().usd_per_day, Some(2.5));
+    let p = spec.prices["my-model"];
+    assert_eq!(
+        (p.input, p.output, p.cache_write, p.cache_read),
+        (1.0, 4.0, 1.0, 0.1)
+    );
+    let none = parse_str("[[agent]]\nname = \"a\"\ncommand = \"x\"\n").unwrap();
+    assert_eq!(none.agents[0].budget, None);
+    assert!(none.prices.is_empty());
+}
+
+#[test]
+fn bad_budgets_and_prices_are_reported_where_written() {
+    let errs = errors(
+        "[prices.\"m\"]\ninput = -1.0\n[prices.\"n\"]\ninput = 1\noutput = 1\ncahce_read = 1\n\
+         [[agent]]\nname = \"a\"\ncommand = \"x\"\nbudget = { tokens_per_day = 0, usd_per_day = 0, tokens = 5 }\n",
+    );
+    assert_reported(
+        &errs,
+        &[
+            "`prices.\"m\".input` must be a number, 0 or more",
+            "[prices.\"m\"] has no `output`",
+            "unknown key `cahce_read` in a [prices] table",
+            "`budget.tokens_per_day` must be at least 1",
+            "`budget.usd_per_day` must be above 0",
+            "unknown key `tokens` in the `budget` table",
+        ],
+    );
+    assert!(errs.iter().all(|e| e.line > 0), "{errs:?}");
+}

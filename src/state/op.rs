@@ -148,6 +148,12 @@ ops! {
     StartedSpecRollback = "started_spec_rollback",
     ClinicRollback = "clinic_rollback",
     WatchdogRollback = "watchdog_rollback",
+    /// The usage ledger's state (`usage_state.json`) rolled back.
+    UsageRollback = "usage_rollback",
+    /// usage.jsonl cut back to what its state covers: lines of an update that did not finish.
+    UsageLedgerRepaired = "usage_ledger_repaired",
+    /// Usage an agent reported itself (`->continuity:usage`) that could not be recorded.
+    TapUsageFailed = "tap_usage_failed",
 }
 
 /// The constructor of an op from its fields (`Op::AgentStart`): what writers pass.

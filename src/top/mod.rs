@@ -364,6 +364,7 @@ mod tests {
             crashes: 0,
             max_crashes: Some(5),
             context: Default::default(),
+            usage_today: None,
             supervision: None,
             transcript: None,
         }

@@ -18,6 +18,8 @@ pub enum Check {
     Screen,
     /// The CLI said the last turn failed (an API error it gave up on) and waits for input.
     TurnFailed,
+    /// The agent spent more today than its `budget` allows.
+    Budget,
 }
 
 impl Check {
@@ -43,6 +45,7 @@ impl Check {
             Check::Spend => "spend",
             Check::Screen => "screen",
             Check::TurnFailed => "turn_failed",
+            Check::Budget => "budget",
         }
     }
 }
@@ -146,8 +149,10 @@ pub struct Inputs {
     /// When the current turn began: its prompt, the start of the session, or the end of the
     /// turn before, whichever is latest.
     pub working_since: Option<i64>,
-    /// Tokens the current session has used, from its transcript.
+    /// Tokens the current session has used, from its transcript (the usage ledger).
     pub tokens: Option<u64>,
+    /// What the agent spent today (the usage ledger, priced).
+    pub spent_today: Option<crate::usage::Spent>,
     /// The error of the last turn, when the CLI reported it failed (status `failed`).
     pub turn_error: Option<String>,
     /// The pane's visible text.
@@ -166,6 +171,8 @@ pub struct Limits {
     pub runaway: Duration,
     pub repeat: u32,
     pub max_tokens: Option<u64>,
+    /// The agent's `budget`.
+    pub budget: Option<crate::spec::Budget>,
     /// Lowercase phrases that mean a wedged screen for this agent's CLI.
     pub screen_patterns: Vec<String>,
 }
@@ -255,6 +262,7 @@ pub fn assess(i: &Inputs, limits: &Limits) -> Vec<Finding> {
         ));
     }
     found.extend(spend(i, limits));
+    found.extend(over_budget(i, limits));
     found.extend(wedged_screen(i, limits));
     found
 }
@@ -375,6 +383,47 @@ fn spend(i: &Inputs, limits: &Limits) -> Option<Finding> {
             Check::Spend,
             "token_limit_exceeded".into(),
             format!("the session used {tokens} tokens (max_tokens = {max})"),
+            true,
+        )
+    })
+}
+
+/// Today's spend past the agent's budget: tokens, or the estimated cost of its priced models
+/// (tokens of an unpriced model cost nothing known, and are named). Unambiguous: the
+/// recovery stops the agent for a person, whatever the policy.
+fn over_budget(i: &Inputs, limits: &Limits) -> Option<Finding> {
+    use crate::usage::{thousands, usd_text};
+    let (spent, budget) = (i.spent_today.as_ref()?, limits.budget?);
+    let tokens = spent.tokens.total;
+    if let Some(max) = budget.tokens_per_day
+        && tokens > max
+    {
+        return Some(Finding::new(
+            Check::Budget,
+            "daily_token_budget_exceeded".into(),
+            format!(
+                "{} tokens used today (budget tokens_per_day = {})",
+                thousands(tokens),
+                thousands(max)
+            ),
+            true,
+        ));
+    }
+    let (max, usd) = (budget.usd_per_day?, spent.cost_usd?);
+    let unpriced = if spent.unpriced_models.is_empty() {
+        String::new()
+    } else {
+        format!(", besides unpriced {}", spent.unpriced_models.join(", "))
+    };
+    (usd > max).then(|| {
+        Finding::new(
+            Check::Budget,
+            "daily_cost_budget_exceeded".into(),
+            format!(
+                "an estimated {} spent today{unpriced} (budget usd_per_day = {})",
+                usd_text(usd),
+                usd_text(max)
+            ),
             true,
         )
     })

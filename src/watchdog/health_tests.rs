@@ -10,6 +10,7 @@ fn limits() -> Limits {
         runaway: Duration::from_secs(7200),
         repeat: 3,
         max_tokens: Some(1000),
+        budget: None,
         screen_patterns: SCREEN_PATTERNS.iter().map(|s| s.to_string()).collect(),
     }
 }
@@ -156,6 +157,48 @@ fn dead_process_and_spend_are_unambiguous() {
     let found = assess(&i, &limits());
     assert_eq!(found[0].check, Check::Spend);
     assert!(found[0].unambiguous);
+}
+
+#[test]
+fn a_day_past_its_budget_is_unambiguous_and_unpriced_models_do_not_count_as_dollars() {
+    use crate::usage::{Prices, Spent, Tokens};
+    let spent = |model: &str, input: u64| {
+        let mut by_model = std::collections::BTreeMap::new();
+        let t = Tokens {
+            input,
+            ..Tokens::default()
+        };
+        by_model.insert(model.to_string(), t);
+        Spent::of(&by_model, &Prices::default())
+    };
+    let budget = |tokens_per_day, usd_per_day| Limits {
+        budget: Some(crate::spec::Budget {
+            tokens_per_day,
+            usd_per_day,
+        }),
+        ..limits()
+    };
+    let mut i = working(10_000);
+    i.status = Some("idle".into());
+    i.spent_today = Some(spent("claude-opus-4-6", 2_000_000));
+    let found = assess(&i, &budget(Some(1_000_000), None));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].check, Check::Budget);
+    assert!(found[0].unambiguous);
+    assert_eq!(
+        found[0].summary,
+        "2,000,000 tokens used today (budget tokens_per_day = 1,000,000)"
+    );
+    // $10 of Opus input against $5.
+    let found = assess(&i, &budget(None, Some(5.0)));
+    assert_eq!(found[0].reason, "daily_cost_budget_exceeded");
+    assert!(found[0].summary.contains("$10.00"), "{}", found[0].summary);
+    assert!(assess(&i, &budget(Some(2_000_000), Some(10.0))).is_empty());
+    // A model without a price has no known cost: the dollar budget cannot see it.
+    i.spent_today = Some(spent("claude-scripted", 2_000_000));
+    assert!(assess(&i, &budget(None, Some(0.01))).is_empty());
+    assert_eq!(assess(&i, &budget(Some(10), None)).len(), 1);
+    assert!(assess(&i, &limits()).is_empty(), "no budget, no finding");
 }
 
 #[test]

@@ -166,14 +166,18 @@ impl<'a> Watchdog<'a> {
             world::World::default()
         });
         let world = Arc::new(world);
-        let count_tokens = self.spec.thresholds.max_tokens.is_some();
+        // The wrapper's pass (`only`) is about a failed turn: no ledger to bring up to date.
+        let usage = self.only.is_none().then(|| observe::UsageCheck {
+            prices: crate::usage::Prices::new(&self.spec.prices),
+            max_tokens: self.spec.thresholds.max_tokens.is_some(),
+        });
         let mut observed = observe_all(
             checked,
             &self.fleet,
             OBSERVE_TIMEOUT,
             move |agent: &AgentSpec, dir: &AgentDir| {
                 let memory = Memory::load(dir);
-                let observed = observe::observe(agent, &world, dir, &memory, count_tokens, now);
+                let observed = observe::observe(agent, &world, dir, &memory, usage.as_ref(), now);
                 (memory, observed)
             },
         );
@@ -208,6 +212,7 @@ impl<'a> Watchdog<'a> {
             runaway: t.runaway,
             repeat: t.repeat,
             max_tokens: t.max_tokens,
+            budget: agent.budget,
             screen_patterns,
         }
     }

@@ -1,6 +1,8 @@
 //! What the watchdog reads about one agent: the process tree from the world observation, and
 //! state.json, tool_use.jsonl, ops.jsonl, the transcript and the pane's screen. Read-only: it
 //! never writes to these files, and a missing or corrupt one only narrows what can be checked.
+//! The one thing it writes is the agent's usage ledger (`crate::usage`), brought up to date
+//! from the session files for the spend and budget checks.
 
 use std::path::Path;
 
@@ -19,6 +21,17 @@ const RECENT_CALLS: usize = 64;
 pub const SCREEN_LINES: usize = 40;
 /// How much of a transcript's end is read for token use.
 pub const TRANSCRIPT_TAIL_BYTES: u64 = 32 * 1024 * 1024;
+/// How much of a transcript is read for `tokens_used`.
+const TRANSCRIPT_BYTES: u64 = 256 * 1024 * 1024;
+
+/// What a pass asks of the agents' usage ledgers: bring each up to date, price today's tokens
+/// (the budget check), and give the current session's tokens to the spend check when
+/// `max_tokens` is set.
+#[derive(Debug, Clone)]
+pub struct UsageCheck {
+    pub prices: crate::usage::Prices,
+    pub max_tokens: bool,
+}
 
 /// One agent as observed, or why it was not checked.
 pub struct Observed {
@@ -94,7 +107,7 @@ pub fn observe(
     world: &World,
     dir: &AgentDir,
     previous: &super::Memory,
-    count_tokens: bool,
+    usage: Option<&UsageCheck>,
     now: i64,
 ) -> Observed {
     let pane = world.pane_of(&agent.name);
@@ -140,8 +153,8 @@ pub fn observe(
     {
         (inputs.transcript_written, inputs.retry_at) = transcript_life(path);
     }
-    if count_tokens {
-        read_token_use(transcript, inputs);
+    if let Some(check) = usage {
+        read_usage(agent, dir, transcript, check, inputs);
     }
 
     // The screen is read only when no tool call happened since the previous pass: a wedged
@@ -311,19 +324,37 @@ fn read_tool_calls(tool_log: &Path, turn_started_ms: Option<i64>, inputs: &mut I
     }
 }
 
-/// The tokens the session's transcript says it used, or why they are not checked.
-fn read_token_use(transcript: Option<&Path>, inputs: &mut Inputs) {
-    match transcript {
-        Some(path) => match read_tokens(path) {
-            Ok(tokens) => inputs.tokens = tokens,
-            Err(e) if e.is_not_found() => {}
-            Err(e) => inputs
-                .notes
-                .push(format!("transcript: {e}: token use not checked")),
-        },
-        None => inputs
+/// The agent's usage ledger brought up to date: today's spend for the budget check, and the
+/// current session's tokens for the spend check (or why they are not checked).
+fn read_usage(
+    agent: &AgentSpec,
+    dir: &AgentDir,
+    transcript: Option<&Path>,
+    check: &UsageCheck,
+    inputs: &mut Inputs,
+) {
+    let update = match crate::usage::update(dir, agent.cli, true) {
+        Ok(u) => u,
+        Err(e) => {
+            inputs.notes.push(format!(
+                "usage ledger: {e}: token use and budget not checked"
+            ));
+            return;
+        }
+    };
+    inputs.notes.extend(update.notes.iter().cloned());
+    inputs.spent_today = Some(crate::usage::Today::of(&update, &check.prices).spent);
+    if !check.max_tokens {
+        return;
+    }
+    match (transcript, &update.session_unreadable) {
+        (None, _) => inputs
             .notes
             .push("no transcript recorded: token use not checked".into()),
+        (Some(_), Some(why)) => inputs
+            .notes
+            .push(format!("transcript: {why}: token use not checked")),
+        (Some(_), None) => inputs.tokens = update.session.map(|t| t.total()),
     }
 }
 
@@ -443,22 +474,13 @@ fn digest(text: &str) -> String {
     state::digest(text.trim_end().as_bytes())
 }
 
-/// Tokens a session used, from its transcript: Claude Code's `message.usage` per assistant
-/// message, Codex's cumulative `token_count` events, Gemini's `tokens.total`.
+/// Tokens a session used, from its transcript (read whole, each response once): Claude
+/// Code's `message.usage` per assistant message, Codex's running `token_count` total, Gemini's
+/// `tokens`.
 pub fn tokens_used(path: &Path) -> Option<u64> {
-    read_tokens(path).ok().flatten()
-}
-
-/// `tokens_used`, or why the transcript was not read. Only its last `TRANSCRIPT_TAIL_BYTES`
-/// are read: Codex's count is cumulative, and the sum of a longer Claude Code or Gemini
-/// transcript's tail is a lower bound, enough to tell it is over a limit.
-fn read_tokens(path: &Path) -> Result<Option<u64>, bounded::ReadError> {
-    let tail = bounded::read_tail(path, TRANSCRIPT_TAIL_BYTES, Links::Follow)?;
-    let mut count = TokenCount::default();
-    for line in tail.lines_text().lines() {
-        count.line(line);
-    }
-    Ok(count.total())
+    crate::usage::source::tokens_in(path, TRANSCRIPT_BYTES)
+        .ok()
+        .flatten()
 }
 
 /// The tokens of a transcript read line by line, in any number of pieces: the watchdog reads

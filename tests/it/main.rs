@@ -22,5 +22,6 @@ mod supervise;
 mod support;
 mod telemetry;
 mod top;
+mod usage;
 mod validate;
 mod watchdog;

@@ -899,7 +899,7 @@ fn live_streams_are_limited_and_the_api_still_answers() {
 
 /// `GET /api/status` returns what `phoenix status --json` prints: one function renders both
 /// (they once differed: a bare array on the command line, an object over HTTP). Only what
-/// moves between two reads (the time, uptimes, activity) is set aside.
+/// moves between two reads (the time, uptimes, activity, tokens used today) is set aside.
 #[test]
 fn api_status_is_exactly_what_status_json_prints() {
     let fleet = fleet();
@@ -913,6 +913,7 @@ fn api_status_is_exactly_what_status_json_prints() {
                 "context",
                 "watchdog",
                 "health",
+                "usage_today",
             ] {
                 a[moving] = Value::Null;
             }

@@ -54,6 +54,7 @@ impl Validator<'_> {
         let notify = notify.map(|list| self.notify_channels(list, &name));
         let policy = raw.policy.as_ref().or(defaults.policy.as_ref());
         let policy = policy.and_then(|p| self.policy(p, &name));
+        let budget = self.budget(raw.budget.as_ref(), defaults.budget.as_ref(), &name);
         if self.diags.len() > errors_before {
             return None;
         }
@@ -77,6 +78,7 @@ impl Validator<'_> {
             tap: raw.tap.or(defaults.tap).unwrap_or(true),
             notify,
             policy,
+            budget,
         })
     }
 

@@ -5,6 +5,7 @@
 mod agent;
 mod hosts;
 mod sections;
+mod usage;
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -234,6 +235,7 @@ impl Validator<'_> {
         let telemetry = self.telemetry(&raw.telemetry);
         let hosts = self.hosts(&raw.hosts, &fleet.name);
         let (agents, remote_agents) = self.agents(&raw, &fleet, &hosts);
+        let prices = self.prices(&raw.prices);
         Spec {
             warnings: self.located_warnings(file),
             file: file.to_path_buf(),
@@ -249,6 +251,7 @@ impl Validator<'_> {
             agents,
             hosts,
             remote_agents,
+            prices,
         }
     }
 

@@ -140,6 +140,20 @@ fn open_append_regular(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
+/// Cut the regular file at `path` back to `len` bytes (an append-only log whose last writes
+/// are to be undone), never through a link.
+pub fn truncate(path: &Path, len: u64) -> io::Result<()> {
+    let file = OpenOptions::new()
+        .write(true)
+        .custom_flags(SAFE_FLAGS)
+        .open(path)
+        .map_err(|e| explain_link(e, path))?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular(path));
+    }
+    file.set_len(len)
+}
+
 /// Record that something planted at `path` (a link…) was moved aside to `aside`: a critical
 /// event of the fleet whose state dir holds it (`<root>/<file>` or `<root>/agents/<a>/<file>`).
 pub fn report_refused(path: &Path, aside: &Path) {

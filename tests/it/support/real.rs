@@ -163,6 +163,19 @@ pub fn failing_shell_calls_are_an_error_cascade<P: Protocol>(cli: &RealCli<P>) {
     assert!(events.contains("6_consecutive_tool_errors"), "{events}");
     let failed = super::read_jsonl(&run.dir.join("tool_use.jsonl"));
     assert!(failed.iter().all(cli.failed_shell_call), "{failed:?}");
+    // The CLI's own session record was read into the usage ledger: the six responses, each
+    // at least the 10 input tokens the scripted server reports, under the model it named.
+    let usage = fleet.run(&["usage", cli.agent, "--json"]).status(0).json();
+    let counted = &usage["agents"][0];
+    assert!(
+        counted["tokens"]["total"].as_u64().unwrap_or(0) >= 60,
+        "{usage}"
+    );
+    let models = counted["models"].as_array().unwrap();
+    assert!(
+        !models.is_empty() && models.iter().all(|m| m["model"] != "unknown"),
+        "{usage}"
+    );
 }
 
 /// An agent idle for longer than the silence threshold gets a prompt whose answer is slow:
