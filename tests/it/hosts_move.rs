@@ -307,18 +307,7 @@ fn a_move_that_fails_after_the_stop_starts_the_agent_again_where_it_was() {
 /// Close the operator's shared ssh connections: a stopped sshd keeps the sessions it
 /// already serves, a gone host would not.
 pub(crate) fn drop_connections(net: &HostedFleet) {
-    let control = fleet::control_dir(&net.fleet.state_dir());
-    for entry in std::fs::read_dir(control).into_iter().flatten().flatten() {
-        let _ = Command::new("ssh")
-            .arg("-F")
-            .arg(&net.ssh_config)
-            .arg("-o")
-            .arg(format!("ControlPath={}", entry.path().display()))
-            .args(["-O", "exit", "x"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
+    crate::support::hosts::close_shared_connections(&net.fleet.state_dir(), &net.ssh_config);
 }
 
 #[test]

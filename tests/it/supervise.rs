@@ -1579,9 +1579,9 @@ fn a_new_wrapper_stops_the_agent_its_killed_predecessor_left_running() {
     );
 }
 
-#[test]
-fn the_tool_call_a_killed_agent_was_running_is_stopped_and_named_to_the_next_session() {
-    let fleet = Fleet::new();
+/// A resumable demo agent `alpha` applied, running and with its session recorded: its pid
+/// and pane.
+fn resumable_alpha_with_a_session(fleet: &Fleet) -> (u32, String) {
     fleet.toml(&format!(
         "{}{}",
         fast_restarts(5),
@@ -1589,8 +1589,15 @@ fn the_tool_call_a_killed_agent_was_running_is_stopped_and_named_to_the_next_ses
     ));
     fleet.run(&["apply", "--yes"]).status(0);
     let pid = fleet.wait_running(&["alpha"])[0];
-    let pane = pane_of(&fleet, "alpha");
-    wait_session_id(&fleet, "alpha");
+    let pane = pane_of(fleet, "alpha");
+    wait_session_id(fleet, "alpha");
+    (pid, pane)
+}
+
+#[test]
+fn the_tool_call_a_killed_agent_was_running_is_stopped_and_named_to_the_next_session() {
+    let fleet = Fleet::new();
+    let (pid, pane) = resumable_alpha_with_a_session(&fleet);
     let (pidfile, mark) = (fleet.path().join("tool.pid"), fleet.path().join("MARK"));
     // A tool that leaves a job in a session of its own (as `setsid … &` does), then waits.
     type_into(
@@ -1654,15 +1661,7 @@ fn the_tool_call_a_killed_agent_was_running_is_stopped_and_named_to_the_next_ses
 #[test]
 fn a_call_the_dying_agent_reports_finished_is_still_named_as_interrupted() {
     let fleet = Fleet::new();
-    fleet.toml(&format!(
-        "{}{}",
-        fast_restarts(5),
-        resumable_agent("alpha", "")
-    ));
-    fleet.run(&["apply", "--yes"]).status(0);
-    let pid = fleet.wait_running(&["alpha"])[0];
-    let pane = pane_of(&fleet, "alpha");
-    wait_session_id(&fleet, "alpha");
+    let (pid, pane) = resumable_alpha_with_a_session(&fleet);
     let payload = fleet.path().join("done.json");
     std::fs::write(
         &payload,
