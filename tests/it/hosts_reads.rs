@@ -67,6 +67,8 @@ fn steady(mut doc: Value) -> Value {
             "context",
             "watchdog",
             "health",
+            // Demo agents spend tokens between the two reads.
+            "usage_today",
         ] {
             a[moving] = Value::Null;
         }
