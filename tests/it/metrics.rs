@@ -5,9 +5,9 @@
 
 use crate::support;
 
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use crate::supervise::Daemon;
 use support::prometheus::{self, Prometheus};
 use support::serve::Server;
 use support::{Fleet, wait_until};
@@ -167,60 +167,18 @@ fn a_real_prometheus_answers_for_the_restarts_of_an_agent() {
     assert_eq!(result[0]["metric"]["job"], "phoenix", "{result}");
 }
 
-/// `phoenix run` in the background with `args`, its log in a file; stopped on drop.
-struct Daemon {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Daemon {
-    fn start(fleet: &Fleet, args: &[&str]) -> Daemon {
-        let n = std::fs::read_dir(fleet.path()).unwrap().count();
-        let log = fleet.path().join(format!("daemon-{n}.log"));
-        let mut all = vec!["run"];
-        all.extend_from_slice(args);
-        let child = fleet
-            .command(&all)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn phoenix run");
-        Daemon { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// `http://ADDR` of its metrics listener, from its log.
-    fn metrics_url(&self) -> String {
-        let mut url = None;
-        wait_until(Duration::from_secs(15), "the metrics listener", || {
-            url = self
-                .log()
-                .split_whitespace()
-                .find(|w| w.starts_with("http://") && w.ends_with("/metrics"))
-                .map(|w| w.trim_end_matches("/metrics").to_string());
-            url.is_some()
-        });
-        url.unwrap()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        for _ in 0..100 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `http://ADDR` of the daemon's metrics listener, from its log.
+fn metrics_url(daemon: &Daemon) -> String {
+    let mut url = None;
+    wait_until(Duration::from_secs(15), "the metrics listener", || {
+        url = daemon
+            .log()
+            .split_whitespace()
+            .find(|w| w.starts_with("http://") && w.ends_with("/metrics"))
+            .map(|w| w.trim_end_matches("/metrics").to_string());
+        url.is_some()
+    });
+    url.unwrap()
 }
 
 fn passes(text: &str) -> f64 {
@@ -239,7 +197,7 @@ fn the_daemon_serves_metrics_and_its_pass_count_survives_it() {
         agent("alpha")
     ));
     let daemon = Daemon::start(&fleet, &["--metrics-listen", "127.0.0.1:0"]);
-    let url = daemon.metrics_url();
+    let url = metrics_url(&daemon);
     let mut text = String::new();
     wait_until(
         Duration::from_secs(20),
@@ -264,7 +222,7 @@ fn the_daemon_serves_metrics_and_its_pass_count_survives_it() {
         prometheus::check_metrics(&text).unwrap_or_else(|e| panic!("promtool: {e}\n{text}"));
     }
     let before = passes(&scrape(&url, None).2);
-    drop(daemon);
+    daemon.stop();
 
     // `phoenix serve` reads the same count, and a new daemon counts on from it.
     let server = Server::start(&fleet, &[]);
@@ -276,7 +234,7 @@ fn the_daemon_serves_metrics_and_its_pass_count_survives_it() {
         "{served}"
     );
     let daemon = Daemon::start(&fleet, &["--metrics-listen", "127.0.0.1:0"]);
-    let url = daemon.metrics_url();
+    let url = metrics_url(&daemon);
     let first = passes(&scrape(&url, None).2);
     assert!(first >= before, "the count went down: {before} -> {first}");
 }

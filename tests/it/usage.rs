@@ -6,7 +6,7 @@
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -175,22 +175,6 @@ fn usage_counts_each_response_once_and_prices_it_per_model() {
     assert!(err["error"]["hint"].as_str().unwrap().contains("priced"));
 }
 
-/// A notify command that appends what it is sent to `notified.log`.
-fn recorder(fleet: &Fleet) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let script = fleet.path().join("record-notify.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\n{{ echo \"== $PHOENIX_NOTIFY_KIND $PHOENIX_AGENT\"; cat; echo; }} >> '{}'\n",
-            fleet.path().join("notified.log").display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    script
-}
-
 fn verdict<'a>(report: &'a Value, agent: &str) -> &'a Value {
     report["agents"]
         .as_array()
@@ -209,7 +193,7 @@ fn handoffs(dir: &Path) -> usize {
 #[test]
 fn a_day_past_the_budget_stops_the_agent_with_a_handoff_safe_mode_and_a_notification() {
     let fleet = Fleet::new();
-    let notify = recorder(&fleet);
+    let notify = support::notify_recorder(&fleet);
     // 3 steps pass 5,000 tokens; one Opus step costs $0.01015.
     fleet.toml(&format!(
         "[notify]\ncommand = [\"{}\"]\n\n{FAST}{}{}{}",

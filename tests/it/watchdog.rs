@@ -24,21 +24,6 @@ fn agent(name: &str, flags: &str) -> String {
 const FAST: &str =
     "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\n\n";
 
-/// A notify command that appends what it is sent to `notified.log`.
-fn recorder(fleet: &Fleet) -> PathBuf {
-    let script = fleet.path().join("record-notify.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\n{{ echo \"== $PHOENIX_NOTIFY_KIND $PHOENIX_AGENT\"; cat; echo; }} >> '{}'\n",
-            fleet.path().join("notified.log").display()
-        ),
-    )
-    .unwrap();
-    make_executable(&script);
-    script
-}
-
 fn make_executable(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -86,7 +71,7 @@ fn wait_silent(fleet: &Fleet, agent: &str, quiet: Duration) {
 #[test]
 fn silence_is_confirmed_revived_once_then_unrecoverable() {
     let fleet = Fleet::new();
-    let notify = recorder(&fleet);
+    let notify = support::notify_recorder(&fleet);
     fleet.toml(&format!(
         "[thresholds]\nsilence = \"2s\"\n\n[notify]\ncommand = [\"{}\"]\n\n{FAST}{}",
         notify.display(),
@@ -286,7 +271,7 @@ fn an_error_cascade_opens_one_watchdog_issue() {
 #[test]
 fn runaway_work_is_reported_not_interrupted() {
     let fleet = Fleet::new();
-    let notify = recorder(&fleet);
+    let notify = support::notify_recorder(&fleet);
     fleet.toml(&format!(
         "[thresholds]\nrunaway = \"2s\"\n\n[notify]\ncommand = [\"{}\"]\n\n{FAST}{}",
         notify.display(),
@@ -624,7 +609,7 @@ fn wrapper_checked(fleet: &Fleet, agent: &str, within: Duration, after: usize) -
 #[test]
 fn a_full_context_is_cleared_at_once_without_a_daemon_then_given_up_on_after_the_clinic_limit() {
     let fleet = Fleet::new();
-    let notify = recorder(&fleet);
+    let notify = support::notify_recorder(&fleet);
     fleet.toml(&format!(
         "[watchdog]\nmax_revivals = 5\n\n[clinic]\nmax_recoveries = 1\n\n[notify]\ncommand = [\"{}\"]\n\n{FAST}{}",
         notify.display(),

@@ -625,3 +625,19 @@ impl Fleet {
         )
     }
 }
+
+/// A notify command that appends what it is sent to `notified.log` in the fleet's directory.
+pub fn notify_recorder(fleet: &Fleet) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = fleet.path().join("record-notify.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n{{ echo \"== $PHOENIX_NOTIFY_KIND $PHOENIX_AGENT\"; cat; echo; }} >> '{}'\n",
+            fleet.path().join("notified.log").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
