@@ -92,6 +92,31 @@ fn main() {
             times[times.len() - 1]
         );
     };
+    // The floor under every host read: one command over the same warm shared connection.
+    // The remote user's login shell runs it (ssh has no other way), so its startup files
+    // count here, and in every read below.
+    let spec = phoenix::spec::load(&config).expect("the bench's phoenix.toml");
+    let link = &phoenix::hosts::fleet::links(&spec)[0];
+    let argv = link.transport.argv(&["true"], false);
+    let mut floor: Vec<Duration> = (0..RUNS)
+        .map(|_| {
+            let started = Instant::now();
+            let ok = Command::new(&argv[0])
+                .args(&argv[1..])
+                .stdin(Stdio::null())
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "ssh true failed");
+            started.elapsed()
+        })
+        .collect();
+    floor.sort();
+    println!(
+        "ssh HOST true over the warm connection (the floor of every host read), {RUNS} runs: median {:.1?}  p90 {:.1?}",
+        floor[RUNS / 2],
+        floor[(RUNS - 1) * 9 / 10]
+    );
     measure("plan", &["plan"], "goal: ≤ 1 s");
     measure("status --json", &["status", "--json"], "goal: ≤ 300 ms");
 

@@ -234,8 +234,44 @@ fn run(dir: &str, args: &[String]) -> Result<Value, String> {
             dir.display()
         ));
     }
-    let ran = phoenix_here(&dir, args, RUN_TIMEOUT)?;
+    let ran = match status_here(&dir, args) {
+        Some(ran) => ran,
+        None => phoenix_here(&dir, args, RUN_TIMEOUT)?,
+    };
     Ok(serde_json::to_value(ran).unwrap_or_default())
+}
+
+/// `status --json [-- AGENT]`, the read the operator asks most often (every `status`, every
+/// `top` refresh, every dashboard update), answered in this process instead of a second
+/// phoenix: what `phoenix status --json` would print, for one process start less. `None`
+/// for anything else and for every error, which the command itself then reports in its own
+/// words.
+fn status_here(dir: &Path, args: &[String]) -> Option<Ran> {
+    let agent = match args {
+        [status, json] if status == "status" && json == "--json" => None,
+        [status, json, dashes, agent]
+            if status == "status" && json == "--json" && dashes == "--" =>
+        {
+            Some(agent.as_str())
+        }
+        _ => return None,
+    };
+    let spec = spec::load(&dir.join(spec::DEFAULT_CONFIG)).ok()?;
+    if !spec.hosts.is_empty() {
+        // A host's slice never declares hosts; a fleet here that does is not a slice.
+        return None;
+    }
+    let runtime = world::runtime_for(&spec);
+    let doc = crate::hosts::reads::fleet_status(&spec, &*runtime, agent).ok()?;
+    let down = doc["agents"]
+        .as_array()
+        .is_some_and(|rows| rows.iter().any(crate::hosts::reads::is_down));
+    Some(Ran {
+        // As the command: 3 when something declared is not running.
+        code: Some(if down { 3 } else { 0 }),
+        stdout: serde_json::to_string(&doc).ok()?,
+        stderr: String::new(),
+    })
 }
 
 /// This phoenix, on the fleet in `dir`, with `args` as its argv.
@@ -420,6 +456,25 @@ mod tests {
     fn an_oversized_request_is_refused_unread() {
         let reply = answer_from(std::io::repeat(b' ').take(MAX_REQUEST_BYTES + 10));
         assert_eq!(reply.error.unwrap().kind, ErrorKind::BadRequest);
+    }
+
+    #[test]
+    fn only_status_json_is_answered_in_process_and_a_fleet_it_cannot_read_falls_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // Other commands, and status without --json, go to the command itself.
+        for args in [
+            words(&["events", "--json"]),
+            words(&["status"]),
+            words(&["status", "--json", "extra"]),
+            words(&["status", "--json", "x", "y"]),
+        ] {
+            assert!(status_here(dir.path(), &args).is_none(), "{args:?}");
+        }
+        // No phoenix.toml (or one that does not load): the command reports it in its words.
+        assert!(status_here(dir.path(), &words(&["status", "--json"])).is_none());
+        std::fs::write(dir.path().join(spec::DEFAULT_CONFIG), "[[agent]\n").unwrap();
+        assert!(status_here(dir.path(), &words(&["status", "--json"])).is_none());
     }
 
     #[test]
