@@ -71,6 +71,8 @@ pub struct AgentSample {
     pub ops: OpsTally,
     pub hook_errors: HookErrors,
     pub tokens: Option<u64>,
+    /// Today's tokens and their estimated cost, as the usage ledger last saved them.
+    pub today: crate::usage::Spent,
     /// Seconds since the agent last showed activity.
     pub idle_seconds: Option<f64>,
 }
@@ -135,6 +137,7 @@ impl Collector {
         // come back).
         logs.retain(|name, _| rows.iter().any(|r| &r.agent == name));
         let mut budget = SCRAPE_READ_BUDGET;
+        let prices = crate::usage::Prices::new(&spec.prices);
         let mut agents = Vec::with_capacity(rows.len());
         for row in rows {
             let dir = dirs.agent(&row.agent);
@@ -166,6 +169,7 @@ impl Collector {
                 ops: log.ops.tally.clone(),
                 hook_errors: log.hook_errors.tally.clone(),
                 tokens,
+                today: crate::usage::Spent::of(&crate::usage::ledger::saved_today(&dir), &prices),
                 idle_seconds,
                 row,
             });
@@ -322,6 +326,48 @@ pub fn encode(fleet: &FleetSample, agents: &[AgentSample]) -> Result<String> {
             .collect();
         families.extend(family(name, help, MetricType::GAUGE, metrics));
     }
+    let tokens_today = agents
+        .iter()
+        .flat_map(|a| {
+            let t = &a.today.tokens.tokens;
+            [
+                ("input", t.input),
+                ("output", t.output),
+                ("cache_write", t.cache_write),
+                ("cache_read", t.cache_read),
+            ]
+            .map(|(kind, n)| gauge(a.labels.pairs(hosted, &[("kind", kind)]), n as f64))
+        })
+        .collect();
+    families.extend(family(
+        "phoenix_agent_tokens_today",
+        "Tokens the agent used today (local day), by kind, from its usage ledger as the daemon last updated it.",
+        MetricType::GAUGE,
+        tokens_today,
+    ));
+    // Only priced usage has a cost: an agent whose models are all unpriced has no series
+    // (never a 0 that reads as free), and `unpriced` says when a cost leaves some out.
+    let cost_today = agents
+        .iter()
+        .filter_map(|a| {
+            let usd = a.today.cost_usd?;
+            let unpriced = if a.today.unpriced_models.is_empty() {
+                "false"
+            } else {
+                "true"
+            };
+            Some(gauge(
+                a.labels.pairs(hosted, &[("unpriced", unpriced)]),
+                usd,
+            ))
+        })
+        .collect();
+    families.extend(family(
+        "phoenix_agent_cost_usd_today",
+        "Estimated cost in USD of the agent's priced usage today (built-in prices or [prices]); unpriced=\"true\" when some of its models have no price.",
+        MetricType::GAUGE,
+        cost_today,
+    ));
     let health = agents
         .iter()
         .flat_map(|a| {

@@ -37,8 +37,56 @@ fn sample(agent: &str, state: &'static str) -> AgentSample {
         ops,
         hook_errors,
         tokens: Some(1234),
+        today: crate::usage::Spent::default(),
         idle_seconds: Some(12.5),
     }
+}
+
+#[test]
+fn todays_tokens_by_kind_and_the_cost_of_priced_usage_only() {
+    let prices = crate::usage::Prices::new(&Default::default());
+    let tokens = crate::usage::Tokens {
+        input: 1_000_000,
+        output: 10,
+        cache_write: 0,
+        cache_read: 5,
+    };
+    let mut priced = sample("p", "running");
+    let model = [("claude-sonnet-4-5".to_string(), tokens)].into();
+    priced.today = crate::usage::Spent::of(&model, &prices);
+    let usd = priced.today.cost_usd.expect("a built-in price");
+    let mut unpriced = sample("u", "running");
+    let model = [("a-model-nobody-prices".to_string(), tokens)].into();
+    unpriced.today = crate::usage::Spent::of(&model, &prices);
+    let text = encode(&FleetSample::default(), &[priced, unpriced]).unwrap();
+    let p = "agent=\"p\",cli=\"claude\"";
+    let u = "agent=\"u\",cli=\"claude\"";
+    assert_eq!(
+        value(
+            &text,
+            &format!("phoenix_agent_tokens_today{{{p},kind=\"input\"}}")
+        ),
+        Some(1_000_000.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!("phoenix_agent_tokens_today{{{u},kind=\"cache_read\"}}")
+        ),
+        Some(5.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!("phoenix_agent_cost_usd_today{{{p},unpriced=\"false\"}}")
+        ),
+        Some(usd)
+    );
+    assert!(usd > 1.0, "a million input tokens cost dollars: {usd}");
+    assert!(
+        !text.contains(&format!("phoenix_agent_cost_usd_today{{{u}")),
+        "an unpriced model has no cost series, never 0: {text}"
+    );
 }
 
 /// The value of the sample line that starts with `series` (name and labels as written:

@@ -527,6 +527,17 @@ fn compact(path: &Path) -> io::Result<u64> {
     Ok(out.len() as u64)
 }
 
+/// Today's tokens per model as the last update saved them (the daemon's watchdog updates
+/// every pass): one small file read, nothing followed, nothing written. For `/metrics`, whose
+/// scrapes of a large fleet cannot afford to follow every session file.
+pub fn saved_today(dir: &AgentDir) -> BTreeMap<String, Tokens> {
+    let today = super::local_day(jiff::Timestamp::now().as_second());
+    match state_file(dir).read() {
+        Ok(state::Loaded::Valid(mut s)) => s.days.remove(&today).unwrap_or_default(),
+        _ => BTreeMap::new(),
+    }
+}
+
 /// Every line of the agent's ledger, and what could not be read.
 pub fn lines(dir: &AgentDir) -> (Vec<Line>, Option<String>) {
     let path = dir.file(LEDGER);

@@ -270,3 +270,84 @@ fn metrics_off_loopback_need_the_token() {
         "{body}"
     );
 }
+
+/// Today's tokens by kind and their cost in `/metrics` are what `phoenix usage` counted (the
+/// ledger the daemon's watchdog keeps up to date; here `usage` brings it up to date), and a
+/// model without a price has tokens but no cost series.
+#[test]
+fn metrics_show_todays_tokens_and_cost_as_the_usage_ledger_counted_them() {
+    let fleet = Fleet::new();
+    let agent = |name: &str, flags: &str| {
+        format!(
+            "[[agent]]\nname = \"{name}\"\ncli = \"custom\"\n\
+             command = \"phoenix demo-agent --interval 150ms {flags}\"\n"
+        )
+    };
+    fleet.toml(&format!(
+        "{FAST}{}{}",
+        agent("priced", "--model claude-opus-4-6"),
+        agent("plain", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["priced", "plain"]);
+    wait_until(Duration::from_secs(20), "a few steps of both", || {
+        let doc = fleet.run(&["usage", "--json"]).status(0).json();
+        doc["agents"].as_array().is_some_and(|rows| {
+            rows.iter()
+                .all(|r| r["tokens"]["total"].as_u64().unwrap_or(0) > 0)
+        })
+    });
+    // Stopped, then counted: the numbers hold still for the comparison.
+    fleet.run(&["down"]).status(0);
+    let usage = fleet.run(&["usage", "--json"]).status(0).json();
+    let row = |name: &str| {
+        usage["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["agent"] == name)
+            .unwrap()
+            .clone()
+    };
+    let server = Server::start(&fleet, &[]);
+    let (code, _, text) = scrape(&server.url, None);
+    assert_eq!(code, 200, "{text}");
+    let series = |name: &str, agent: &str, extra: &str| {
+        value(
+            &text,
+            &format!("{name}{{agent=\"{agent}\",cli=\"custom\",{extra}}}"),
+        )
+    };
+    for name in ["priced", "plain"] {
+        let tokens = &row(name)["tokens"];
+        for kind in ["input", "output", "cache_read"] {
+            assert_eq!(
+                series(
+                    "phoenix_agent_tokens_today",
+                    name,
+                    &format!("kind=\"{kind}\"")
+                ),
+                tokens[kind].as_f64(),
+                "{name} {kind}:\n{text}"
+            );
+        }
+    }
+    let cost = series(
+        "phoenix_agent_cost_usd_today",
+        "priced",
+        "unpriced=\"false\"",
+    )
+    .unwrap_or_else(|| panic!("no cost for priced:\n{text}"));
+    assert!(
+        (cost - row("priced")["cost_usd"].as_f64().unwrap()).abs() < 1e-6,
+        "{cost} vs {}",
+        row("priced")
+    );
+    assert!(
+        !text.contains("phoenix_agent_cost_usd_today{agent=\"plain\""),
+        "unpriced is no cost, never 0:\n{text}"
+    );
+    if prometheus::available() {
+        prometheus::check_metrics(&text).unwrap_or_else(|e| panic!("promtool: {e}\n{text}"));
+    }
+}
