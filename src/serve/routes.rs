@@ -413,8 +413,37 @@ async fn search(State(app): State<App>, QueryParams(q): QueryParams<SearchQuery>
             limit,
         )
         .map_err(|e| ApiError::internal(&e.into()))?;
+        if spec.hosts.is_empty() {
+            return Ok(json!({
+                "query": text, "results": hits,
+                "ms": started.elapsed().as_secs_f64() * 1000.0,
+            }));
+        }
+        // Every host's index too (only the agent's host with an agent), merged by rank.
+        let local: Vec<Value> = match q.agent.as_deref().and_then(|a| reads::host_of(&spec, a)) {
+            Some(_) => Vec::new(),
+            None => hits
+                .iter()
+                .map(|h| serde_json::to_value(h).unwrap_or_default())
+                .collect(),
+        };
+        let mut links = crate::hosts::fleet::links(&spec);
+        if let Some(agent) = &q.agent {
+            links.retain(|l| reads::host_of(&spec, agent) == Some(l.name()));
+        }
+        let mut args = vec![
+            "handoff".to_string(),
+            "search".into(),
+            "--json".into(),
+            format!("--limit={limit}"),
+        ];
+        args.extend(q.agent.as_ref().map(|a| format!("--agent={a}")));
+        args.extend(q.kind.as_ref().map(|k| format!("--kind={k}")));
+        args.extend(["--".into(), text.clone()]);
+        let answers = reads::ask_json(&links, &args, reads::READ_TIMEOUT);
+        let merged = reads::merge_hits(local, answers, limit);
         Ok(json!({
-            "query": text, "results": hits,
+            "query": text, "results": merged.rows, "hosts": merged.unreachable,
             "ms": started.elapsed().as_secs_f64() * 1000.0,
         }))
     })

@@ -144,6 +144,36 @@ fn the_api_reads_and_restarts_agents_of_hosts_and_labels_every_row() {
     assert_eq!(code, 200, "{shown}");
     assert_eq!(shown["host"], "gpu-2", "{shown}");
 
+    let body = net.host("gpu-2").dir.join("body.md");
+    std::fs::write(
+        &body,
+        "Current task: feed the quokka colony\nNext: count them\n",
+    )
+    .unwrap();
+    net.host("gpu-2")
+        .run(&["handoff", "save", "far2", "--file", body.to_str().unwrap()])
+        .status(0);
+    let (code, found) = server.get("/api/search?q=quokka");
+    assert_eq!(code, 200, "{found}");
+    assert!(
+        found["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["host"] == "gpu-2"),
+        "{found}"
+    );
+
+    // /metrics: this machine's agents, with `host="local"` in a fleet across hosts.
+    let (code, text, _) = server.get_text("/metrics");
+    assert_eq!(code, 200, "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("phoenix_agent_up{")
+            && l.contains(r#"agent="here""#)
+            && l.contains(r#"host="local""#)),
+        "{text}"
+    );
+
     // Restart through the API: the agent restarts on its host.
     let before = pid_on(&net, "gpu-1", "far1").unwrap();
     let (code, report) = server.post("/api/agents/far1/restart", &json!({}));
