@@ -63,11 +63,6 @@ pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
         let words: Vec<&str> = words.iter().map(String::as_str).collect();
         return super::fleetwide::exec_on_host(&spec, host, &words);
     }
-    if args.follow && !spec.hosts.is_empty() {
-        eprintln!(
-            "warning: --follow follows this machine's events only; `phoenix events` (without --follow) shows every host's, and `phoenix events --follow --agent AGENT` follows an agent of a host"
-        );
-    }
     let declared = spec.agent_names();
     let filter = critical::Filter {
         agent: args.agent.as_deref(),
@@ -81,6 +76,9 @@ pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
     let mut follower = args
         .follow
         .then(|| critical::Follower::new(&fleet, &filter));
+    // Every host followed too, from now on (their past comes with the merged read below).
+    let hosts = (args.follow && !spec.hosts.is_empty())
+        .then(|| crate::hosts::follow::start(&spec, &follow_args(&args)));
     let (events, skipped) = match remote {
         Some(_) => (Vec::new(), 0),
         None => critical::read(&fleet, &filter),
@@ -91,10 +89,19 @@ pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
             path.display()
         );
     }
-    if !spec.hosts.is_empty() && !args.follow {
+    if !spec.hosts.is_empty() {
         let mut words = vec!["events".to_string(), "--json".into()];
         words.extend(host_args(&args));
-        return super::fleetwide::events(&spec, &args, &words, events);
+        let (Some(hosts), Some(mut follower)) = (hosts, follower) else {
+            return super::fleetwide::events(&spec, &args, &words, events);
+        };
+        let filter = critical::Filter {
+            limit: None,
+            ..filter
+        };
+        return super::fleetwide::follow(&spec, &args, &words, events, hosts, || {
+            follower.poll(&filter)
+        });
     }
     if args.json && !args.follow {
         output::json(serde_json::json!({"events": events}));
@@ -144,8 +151,20 @@ fn host_args(args: &EventsArgs) -> Vec<String> {
     words
 }
 
+/// The options of `args` that a host's `events --follow` is given: which events, not how
+/// many or since when (it follows from now on).
+fn follow_args(args: &EventsArgs) -> Vec<String> {
+    let mut words = Vec::new();
+    words.extend(args.agent.as_ref().map(|a| format!("--agent={a}")));
+    words.extend(args.event.as_ref().map(|e| format!("--event={e}")));
+    if args.all {
+        words.push("--all".into());
+    }
+    words
+}
+
 /// One event for a person (`ts  agent  event  reason → action`) or as a JSON line.
-fn line(e: &Value, json: bool) -> String {
+pub(super) fn line(e: &Value, json: bool) -> String {
     if json {
         return format!("{}\n", output::document(e));
     }

@@ -220,6 +220,54 @@ pub fn events(
     Ok(0)
 }
 
+/// `events --follow` of this machine and every host: the merged past first (as `events`
+/// shows it), then each new event as it comes, from here (`poll_local`) or from a host
+/// (`hosts`), labelled with its host. A host that cannot be followed is said once on
+/// stderr, and again when it is back; the others go on meanwhile. Runs until interrupted.
+pub fn follow(
+    spec: &Spec,
+    args: &super::events::EventsArgs,
+    host_args: &[String],
+    local: Vec<Value>,
+    hosts: std::sync::mpsc::Receiver<crate::hosts::follow::Followed>,
+    mut poll_local: impl FnMut() -> Vec<Value>,
+) -> anyhow::Result<i32> {
+    use crate::hosts::follow::Followed;
+    let links = crate::hosts::fleet::links(spec);
+    let answers = reads::ask_json(&links, host_args, reads::READ_TIMEOUT);
+    let merged = reads::merge_events(local, answers, args.limit);
+    warn_unreachable(&merged, "past events");
+    let width = host_width(spec.hosts.iter().map(|h| h.name.as_str()));
+    let show = |e: &Value| match args.json {
+        true => super::events::line(e, true),
+        false => super::events::line_on(e, Some((host_label(e), width))),
+    };
+    out(&merged.rows.iter().map(show).collect::<String>());
+    loop {
+        let mut text = String::new();
+        for mut e in poll_local() {
+            reads::label(std::slice::from_mut(&mut e), None);
+            text.push_str(&show(&e));
+        }
+        while let Ok(followed) = hosts.try_recv() {
+            match followed {
+                Followed::Event(e) => text.push_str(&show(&e)),
+                Followed::Down { error, hint, .. } => {
+                    eprintln!("warning: {error}; its events are shown when it answers again");
+                    if let Some(hint) = hint {
+                        eprintln!("  = hint: {hint}");
+                    }
+                }
+                Followed::Back { host } => {
+                    eprintln!("host `{host}` answers again: following its events");
+                }
+            }
+        }
+        out(&text);
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
 /// The hosts that did not answer, on stderr: what is shown is without them.
 fn warn_unreachable(merged: &Merged, what: &str) {
     for host in &merged.unreachable {

@@ -7,6 +7,7 @@ mod events;
 mod fleet;
 mod fleet_hosts;
 mod fleet_moves;
+mod fleet_usage;
 mod fleetwide;
 mod generate;
 pub mod hook;

@@ -35,10 +35,24 @@ pub struct UsageArgs {
 pub fn usage(config: &Path, args: UsageArgs) -> anyhow::Result<i32> {
     let spec = load_without_fs_checks(config)?;
     let query = Query {
-        agent: args.agent,
+        agent: args.agent.clone(),
         since: args.since,
         by_day: args.by == Some(By::Day),
     };
+    if !spec.hosts.is_empty() {
+        // Every host's agents too (an agent of a host: its host's report alone).
+        let remote = args
+            .agent
+            .as_deref()
+            .is_some_and(|a| crate::hosts::reads::host_of(&spec, a).is_some());
+        let local = match remote {
+            true => None,
+            false => Some(serde_json::to_value(crate::usage::report::report(
+                &spec, &query,
+            )?)?),
+        };
+        return super::fleet_usage::usage(&spec, &args, local);
+    }
     let report = crate::usage::report::report(&spec, &query)?;
     if args.json {
         output::json(&report);

@@ -8,6 +8,7 @@ pub mod carry;
 pub mod check;
 pub mod combined;
 pub mod fleet;
+pub mod follow;
 pub mod install;
 pub mod mirror;
 pub mod moves;

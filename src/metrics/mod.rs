@@ -33,8 +33,9 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 const SCRAPE_READ_BUDGET: u64 = 32 << 20;
 
 /// Who a per-agent series is about. `host` names the machine of a multi-host fleet's agent:
-/// `None` for the agents of this machine, the only ones a scrape here sees so far; once any
-/// series has a host, every series of the scrape gets the label (empty for this machine's),
+/// `local` for the agents of this machine when the fleet has `[[host]]`s (`None` without),
+/// the only ones a scrape here sees so far; once any series has a host, every series of the
+/// scrape gets the label (empty for an agent without one),
 /// as a metric's series must all have the same label names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentLabels {
@@ -164,7 +165,9 @@ impl Collector {
                 labels: AgentLabels {
                     agent: row.agent.clone(),
                     cli: row.cli.clone().unwrap_or_else(|| "unknown".into()),
-                    host: None,
+                    // A fleet across machines: this machine's agents are `local`'s, as
+                    // `plan` labels them (no `[[host]]` may take the name).
+                    host: (!spec.hosts.is_empty()).then(|| crate::spec::THIS_MACHINE.into()),
                 },
                 ops: log.ops.tally.clone(),
                 hook_errors: log.hook_errors.tally.clone(),

@@ -12,6 +12,7 @@ pub mod extract;
 pub mod live;
 pub mod metrics;
 pub mod openapi;
+pub mod remote;
 pub mod routes;
 
 use std::net::{Ipv4Addr, SocketAddr};

@@ -36,6 +36,8 @@ fn errors(codes: &[u16]) -> Vec<(String, Value)> {
                 415 => "The body is not `application/json`.",
                 500 => "phoenix.toml cannot be loaded, or the action failed.",
                 503 => "The fleet's runtime (its server) cannot be observed.",
+                502 => "The agent runs on a host that cannot be reached (or has no phoenix that answers).",
+                504 => "The agent's host did not answer in time.",
                 _ => "Error.",
             };
             (c.to_string(), ok(what, r("Error")))
@@ -65,8 +67,8 @@ fn action(summary: &str, body: Value, code: &str, response: Value, error_codes: 
 }
 
 pub fn document() -> Value {
-    let reads = [400, 401, 403, 404, 500];
-    let acts = [400, 401, 403, 404, 409, 413, 415, 500];
+    let reads = [400, 401, 403, 404, 409, 500, 502, 504];
+    let acts = [400, 401, 403, 404, 409, 413, 415, 500, 502, 504];
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -74,7 +76,8 @@ pub fn document() -> Value {
             "version": env!("CARGO_PKG_VERSION"),
             "description": "The fleet's status, state, ledgers, handoffs, briefs, critical events and plan; \
                 and actions: save or inject a handoff, inject text, restart, resolve an open loop, run a \
-                watchdog pass; `/metrics` for Prometheus. Errors are `{error, hint}`. When the server has a token (`PHOENIX_TOKEN`), \
+                watchdog pass; `/metrics` for Prometheus. In a fleet with `[[host]]`s, the per-agent routes of an agent \
+                of a host are answered by that host over ssh, and every row and document carries `host`. Errors are `{error, hint}`. When the server has a token (`PHOENIX_TOKEN`), \
                 every action needs `Authorization: Bearer <token>`; on a non-loopback address every API \
                 call does.",
         },
@@ -82,7 +85,7 @@ pub fn document() -> Value {
             "/api/status": {"get": op("Every agent: state, health, pid, uptime, last activity, open loops, crashes, context freshness, tokens and cost today.",
                 vec![], ok("The fleet.", r("FleetStatus")), &[401, 403, 500, 503])},
             "/api/agents/{agent}": {"get": op("One agent's status, with its supervision summary (crash history, last stop).",
-                vec![agent_param()], ok("The agent.", r("AgentStatus")), &[400, 401, 403, 404, 500, 503])},
+                vec![agent_param()], ok("The agent.", r("AgentStatus")), &[400, 401, 403, 404, 409, 500, 502, 503, 504])},
             "/api/agents/{agent}/state": {"get": op("The agent's state.json, open loops flagged stale.",
                 vec![agent_param()], ok("state.json.", r("AgentState")), &reads)},
             "/api/agents/{agent}/ledger": {"get": op("The agent's ledger.",
@@ -187,8 +190,9 @@ pub fn document() -> Value {
                     "agents": {"type": "array", "items": r("AgentStatus")}}},
                 "AgentStatus": {"type": "object", "properties": {
                     "agent": {"type": "string"}, "declared": {"type": "boolean"}, "enabled": {"type": "boolean"},
-                    "state": {"type": "string", "enum": ["declared", "running", "starting", "cooldown", "safe-mode", "dead", "stopped", "moved", "disabled", "pruned-pending"]},
-                    "health": {"type": "string", "enum": ["healthy", "warning", "recovering", "down", "stopped", "disabled", "unmanaged"]},
+                    "host": {"type": ["string", "null"], "description": "With `[[host]]`s: the host the agent runs on, null for this machine."},
+                    "state": {"type": "string", "enum": ["declared", "unknown", "running", "starting", "cooldown", "safe-mode", "dead", "stopped", "moved", "disabled", "pruned-pending"]},
+                    "health": {"type": "string", "enum": ["healthy", "warning", "recovering", "down", "stopped", "disabled", "unmanaged", "unknown"]},
                     "watchdog": {"type": "array", "items": {"type": "string"}, "description": "What the watchdog's last pass found."},
                     "pane": {"type": ["string", "null"]}, "pid": {"type": ["integer", "null"]},
                     "uptime_secs": {"type": ["integer", "null"]},

@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use super::App;
 use super::error::ApiError;
 use super::extract::{AgentName, JsonBody, PathParam, QueryParams};
+use super::remote;
 use crate::continuity::{self, Trigger, ledger};
+use crate::hosts::reads;
 use crate::spec::{AgentSpec, Spec};
 use crate::state::{FleetDir, Retention, events};
 
@@ -158,6 +160,13 @@ fn spec_and_agent(app: &App, name: &str) -> Result<(Spec, AgentSpec), ApiError> 
     Ok((spec, agent))
 }
 
+/// The spec and the host of agent `name`, when phoenix.toml puts it on one: its routes
+/// are then answered by that host's phoenix ([`remote`]).
+fn on_host(app: &App, name: &str) -> Result<Option<(Spec, String)>, ApiError> {
+    let spec = app.spec()?;
+    Ok(remote::host_of(&spec, name).map(|host| (spec, host)))
+}
+
 fn fleet(spec: &Spec) -> FleetDir {
     FleetDir::new(&spec.fleet.state_dir)
 }
@@ -190,43 +199,66 @@ async fn status(State(app): State<App>) -> ApiResult {
 
 async fn agent(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
     ok(blocking(move || {
+        if let Some((spec, host)) = on_host(&app, &name)? {
+            let args = ["status", "--json", "--", name.as_str()];
+            let mut doc = remote::run(&spec, &host, &args, reads::STATUS_TIMEOUT)?;
+            let mut row = doc["agents"][0].take();
+            row["host"] = Value::from(host);
+            return Ok(row);
+        }
         let spec = app.spec()?;
         let world = observe(&spec)?;
-        crate::status::agent(&spec, &world, &name).ok_or_else(|| {
+        let row = crate::status::agent(&spec, &world, &name).ok_or_else(|| {
             declared(&spec, &name)
                 .err()
                 .unwrap_or_else(|| ApiError::not_found(format!("no agent `{name}`"), ""))
-        })
+        })?;
+        Ok(serde_json::to_value(row).unwrap_or_default())
     })
     .await?)
 }
 
 async fn agent_state(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
     ok(blocking(move || {
+        if let Some((spec, host)) = on_host(&app, &name)? {
+            let args = ["state", "show", "--json", "--", name.as_str()];
+            return remote::run(&spec, &host, &args, remote::READ_TIMEOUT);
+        }
         let (spec, _) = spec_and_agent(&app, &name)?;
-        fleet(&spec)
+        let state = fleet(&spec)
             .agent(&name)
             .shown_state(Retention::from(&spec.thresholds))
-            .map_err(|e| ApiError::internal(&e.into()))
+            .map_err(|e| ApiError::internal(&e.into()))?;
+        Ok(serde_json::to_value(state).unwrap_or_default())
     })
     .await?)
 }
 
 async fn agent_ledger(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
     ok(blocking(move || {
+        if let Some((spec, host)) = on_host(&app, &name)? {
+            let args = ["ledger", "--json", "--", name.as_str()];
+            return remote::run(&spec, &host, &args, remote::READ_TIMEOUT);
+        }
         let (spec, _) = spec_and_agent(&app, &name)?;
         let dir = fleet(&spec).agent(&name);
         let mut ledger = ledger::load(&dir);
         if ledger.agent.is_empty() {
             ledger.agent = name;
         }
-        Ok(ledger)
+        Ok(serde_json::to_value(ledger).unwrap_or_default())
     })
     .await?)
 }
 
 async fn agent_handoffs(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
     ok(blocking(move || {
+        if let Some((spec, host)) = on_host(&app, &name)? {
+            let args = ["handoff", "list", "--json", "--", name.as_str()];
+            let mut doc = remote::run(&spec, &host, &args, remote::READ_TIMEOUT)?;
+            doc["agent"] = Value::from(name);
+            return Ok(doc);
+        }
         let (spec, _) = spec_and_agent(&app, &name)?;
         let list: Vec<Value> = continuity::handoffs(&spec, [name.as_str()])
             .iter()
@@ -249,6 +281,11 @@ async fn handoffs(State(app): State<App>, QueryParams(q): QueryParams<HandoffsQu
     }
     ok(blocking(move || {
         let spec = app.spec()?;
+        if let Some(host) = q.agent.as_deref().and_then(|a| remote::host_of(&spec, a)) {
+            let agent = q.agent.as_deref().unwrap_or_default();
+            let args = ["handoff", "list", "--json", "--", agent];
+            return remote::run(&spec, &host, &args, remote::READ_TIMEOUT);
+        }
         let names: Vec<String> = match &q.agent {
             Some(a) => vec![declared(&spec, a)?.name.clone()],
             None => spec.agent_names().iter().map(|s| s.to_string()).collect(),
@@ -257,7 +294,13 @@ async fn handoffs(State(app): State<App>, QueryParams(q): QueryParams<HandoffsQu
             .iter()
             .map(continuity::summary_json)
             .collect();
-        Ok(json!({"handoffs": list}))
+        let doc = json!({"handoffs": list});
+        if spec.hosts.is_empty() || q.agent.is_some() {
+            return Ok(doc);
+        }
+        let args = ["handoff".to_string(), "list".into(), "--json".into()];
+        let answers = remote::ask_all(&spec, &args, remote::READ_TIMEOUT);
+        Ok(remote::merged(doc, "handoffs", answers, false))
     })
     .await?)
 }
@@ -278,21 +321,38 @@ async fn show_handoff(
     }
     ok(blocking(move || {
         let spec = app.spec()?;
+        if let Some(host) = q.agent.as_deref().and_then(|a| remote::host_of(&spec, a)) {
+            let agent = format!("--agent={}", q.agent.as_deref().unwrap_or_default());
+            let args = [
+                "handoff",
+                "show",
+                "--json",
+                agent.as_str(),
+                "--",
+                id.as_str(),
+            ];
+            return remote::run(&spec, &host, &args, remote::READ_TIMEOUT);
+        }
         if let Some(a) = &q.agent {
             declared(&spec, a)?;
         }
-        continuity::find_handoff(&spec, &id, q.agent.as_deref()).ok_or_else(|| {
+        let found = continuity::find_handoff(&spec, &id, q.agent.as_deref()).ok_or_else(|| {
             ApiError::not_found(
                 format!("no handoff `{id}`"),
                 "`GET /api/handoffs` lists them",
             )
-        })
+        })?;
+        Ok(serde_json::to_value(found).unwrap_or_default())
     })
     .await?)
 }
 
 async fn brief(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
     ok(blocking(move || {
+        if let Some((spec, host)) = on_host(&app, &name)? {
+            let args = ["brief", "--json", "--", name.as_str()];
+            return remote::run(&spec, &host, &args, remote::READ_TIMEOUT);
+        }
         let (spec, _) = spec_and_agent(&app, &name)?;
         let dir = fleet(&spec).agent(&name);
         let updated_at = std::fs::metadata(dir.file(crate::state::BRIEF))
@@ -353,8 +413,37 @@ async fn search(State(app): State<App>, QueryParams(q): QueryParams<SearchQuery>
             limit,
         )
         .map_err(|e| ApiError::internal(&e.into()))?;
+        if spec.hosts.is_empty() {
+            return Ok(json!({
+                "query": text, "results": hits,
+                "ms": started.elapsed().as_secs_f64() * 1000.0,
+            }));
+        }
+        // Every host's index too (only the agent's host with an agent), merged by rank.
+        let local: Vec<Value> = match q.agent.as_deref().and_then(|a| reads::host_of(&spec, a)) {
+            Some(_) => Vec::new(),
+            None => hits
+                .iter()
+                .map(|h| serde_json::to_value(h).unwrap_or_default())
+                .collect(),
+        };
+        let mut links = crate::hosts::fleet::links(&spec);
+        if let Some(agent) = &q.agent {
+            links.retain(|l| reads::host_of(&spec, agent) == Some(l.name()));
+        }
+        let mut args = vec![
+            "handoff".to_string(),
+            "search".into(),
+            "--json".into(),
+            format!("--limit={limit}"),
+        ];
+        args.extend(q.agent.as_ref().map(|a| format!("--agent={a}")));
+        args.extend(q.kind.as_ref().map(|k| format!("--kind={k}")));
+        args.extend(["--".into(), text.clone()]);
+        let answers = reads::ask_json(&links, &args, reads::READ_TIMEOUT);
+        let merged = reads::merge_hits(local, answers, limit);
         Ok(json!({
-            "query": text, "results": hits,
+            "query": text, "results": merged.rows, "hosts": merged.unreachable,
             "ms": started.elapsed().as_secs_f64() * 1000.0,
         }))
     })
@@ -394,9 +483,46 @@ async fn critical_events(
             all_steps: false,
         };
         let (list, skipped) = events::read(&fleet(&spec), &filter);
-        Ok(json!({"events": list, "skipped_lines": skipped}))
+        let doc = json!({"events": list, "skipped_lines": skipped});
+        if spec.hosts.is_empty() {
+            return Ok(doc);
+        }
+        Ok(host_events(&spec, doc, &q, since, limit))
     })
     .await?)
+}
+
+/// `doc` (this machine's events) with every host's that `q` asks for merged in, one
+/// timeline, each with its host; an agent of this machine asks no host.
+fn host_events(
+    spec: &Spec,
+    doc: Value,
+    q: &EventsQuery,
+    since: Option<jiff::Timestamp>,
+    limit: usize,
+) -> Value {
+    let mut links = crate::hosts::fleet::links(spec);
+    if let Some(agent) = &q.agent {
+        links.retain(|l| reads::host_of(spec, agent) == Some(l.name()));
+    }
+    let mut args = vec![
+        "events".to_string(),
+        "--json".into(),
+        format!("--limit={limit}"),
+    ];
+    args.extend(q.agent.as_ref().map(|a| format!("--agent={a}")));
+    args.extend(q.event.as_ref().map(|e| format!("--event={e}")));
+    if let Some(since) = since {
+        let age = jiff::Timestamp::now().as_second() - since.as_second();
+        args.push(format!("--since={}s", age.max(1)));
+    }
+    let answers = reads::ask_json(&links, &args, reads::READ_TIMEOUT);
+    let mut doc = remote::merged(doc, "events", answers, true);
+    if let Some(list) = doc["events"].as_array_mut() {
+        let extra = list.len().saturating_sub(limit);
+        list.drain(..extra);
+    }
+    doc
 }
 
 /// `since`: an age (`90s`, `30m`, `1h`, `7d`) or an RFC 3339 time.
@@ -488,6 +614,7 @@ async fn save_handoff(
     JsonBody(body): JsonBody<SaveBody>,
 ) -> ApiResult {
     let reason = body.reason.as_deref().unwrap_or("manual");
+    let flag = format!("--reason={reason}");
     let trigger = Trigger::parse(reason).ok_or_else(|| {
         ApiError::bad_request(
             format!("unknown reason `{}`", shown(reason)),
@@ -496,6 +623,16 @@ async fn save_handoff(
     })?;
     let text = body.body.filter(|b| !b.trim().is_empty());
     let h = blocking(move || {
+        if let Some((spec, host)) = on_host(&app, &name)? {
+            if text.is_some() {
+                return Err(ApiError::bad_request(
+                    format!("agent `{name}` runs on host `{host}`: notes cannot be sent there yet"),
+                    format!("save without `body` (phoenix adds what it knows), or run `phoenix handoff save {name}` on {host}"),
+                ));
+            }
+            let args = ["handoff", "save", "--no-input", "--json", flag.as_str(), "--", name.as_str()];
+            return remote::run(&spec, &host, &args, remote::ACTION_TIMEOUT);
+        }
         let (spec, agent) = spec_and_agent(&app, &name)?;
         let h = continuity::save(&spec, &agent, trigger, text.as_deref()).map_err(|e| {
             ApiError::internal(&crate::error::Error::msg(format!(
@@ -503,10 +640,10 @@ async fn save_handoff(
             )))
         })?;
         tracing::info!("saved handoff {} for agent `{name}`", h.id);
-        Ok(h)
+        Ok(continuity::summary_json(&h))
     })
     .await?;
-    Ok((StatusCode::CREATED, Json(continuity::summary_json(&h))).into_response())
+    Ok((StatusCode::CREATED, Json(h)).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -556,6 +693,9 @@ async fn inject(
         }
     }
     ok(blocking(move || {
+        if let Some((spec, host)) = on_host(&app, &name)? {
+            return inject_on_host(&spec, &host, &name, body);
+        }
         let (spec, agent) = spec_and_agent(&app, &name)?;
         let (text, handoff_id) = match body.text {
             Some(text) => (text, None),
@@ -600,6 +740,30 @@ async fn inject(
     .await?)
 }
 
+/// `inject` of an agent of a host: its handoff (the latest, or `handoff_id`) pasted there by
+/// its host's `phoenix handoff inject`.
+fn inject_on_host(
+    spec: &Spec,
+    host: &str,
+    name: &str,
+    body: InjectBody,
+) -> Result<Value, ApiError> {
+    if body.text.is_some() {
+        return Err(ApiError::bad_request(
+            format!("agent `{name}` runs on host `{host}`: text cannot be injected there yet"),
+            "inject a handoff (`{}` for the latest, or `handoff_id`)",
+        ));
+    }
+    let id = body.handoff_id.map(|id| format!("--id={id}"));
+    let mut args = vec!["handoff", "inject", "--json"];
+    args.extend(id.as_deref());
+    args.extend(["--", name]);
+    let mut doc = remote::run(spec, host, &args, remote::ACTION_TIMEOUT)?;
+    doc["agent"] = Value::from(name);
+    tracing::info!("injected a handoff into agent `{name}` on host `{host}`");
+    Ok(doc)
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RestartBody {
@@ -614,6 +778,9 @@ async fn restart(
     JsonBody(body): JsonBody<RestartBody>,
 ) -> ApiResult {
     ok(blocking(move || {
+        if let Some((spec, host)) = on_host(&app, &name)? {
+            return restart_on_host(&spec, &host, &name, body.fresh);
+        }
         let (_, agent) = spec_and_agent(&app, &name)?;
         if !agent.enabled {
             return Err(ApiError::conflict(
@@ -628,9 +795,32 @@ async fn restart(
             if body.fresh { "fresh" } else { "resume" },
             report.via
         );
-        Ok(report)
+        Ok(serde_json::to_value(report).unwrap_or_default())
     })
     .await?)
+}
+
+/// `restart` of an agent of a host: its host's `phoenix restart`, whose report (the pane and
+/// pid it runs in now) comes back with `host`.
+fn restart_on_host(spec: &Spec, host: &str, name: &str, fresh: bool) -> Result<Value, ApiError> {
+    let enabled = spec
+        .remote_agents
+        .iter()
+        .any(|a| a.name == name && a.enabled);
+    if !enabled {
+        return Err(ApiError::conflict(
+            format!("agent `{name}` is disabled in phoenix.toml"),
+            "set `enabled = true` for it first",
+        ));
+    }
+    let mut args = vec!["restart", "--json"];
+    if fresh {
+        args.push("--fresh");
+    }
+    args.extend(["--", name]);
+    let doc = remote::run(spec, host, &args, remote::ACTION_TIMEOUT)?;
+    tracing::info!("restarted agent `{name}` on host `{host}`");
+    Ok(doc)
 }
 
 #[derive(Debug, Deserialize)]
@@ -660,6 +850,9 @@ async fn resolve(
         ));
     }
     ok(blocking(move || {
+        if let Some((spec, host)) = on_host(&app, &name)? {
+            return resolve_on_host(&spec, &host, &name, &body);
+        }
         let (spec, _) = spec_and_agent(&app, &name)?;
         let dir = fleet(&spec).agent(&name);
         if !dir.exists() {
@@ -685,6 +878,37 @@ async fn resolve(
         Ok(json!({"agent": name, "resolved": item}))
     })
     .await?)
+}
+
+/// `resolve` of an agent of a host: its host's `phoenix resolve`.
+fn resolve_on_host(
+    spec: &Spec,
+    host: &str,
+    name: &str,
+    body: &ResolveBody,
+) -> Result<Value, ApiError> {
+    let link = reads::link_to(spec, host)
+        .ok_or_else(|| ApiError::not_found(format!("host `{host}` is not declared"), ""))?;
+    let reason = body.reason.trim();
+    let args = ["resolve", "--", name, body.id.as_str(), reason];
+    let ran = link
+        .run(&args, remote::ACTION_TIMEOUT)
+        .map_err(|e| remote::error(&e))?;
+    if ran.code != Some(0) {
+        let said = ran.stderr.lines().find(|l| !l.trim().is_empty());
+        return Err(ApiError::not_found(
+            format!(
+                "host `{host}`: {}",
+                said.unwrap_or("the loop was not resolved")
+            ),
+            format!("`GET /api/agents/{name}/state` lists the open loops"),
+        ));
+    }
+    tracing::info!(
+        "resolved loop `{}` of agent `{name}` on host `{host}`",
+        body.id
+    );
+    Ok(json!({"agent": name, "host": host, "resolved": {"id": body.id, "reason": reason}}))
 }
 
 async fn watchdog(State(app): State<App>) -> ApiResult {

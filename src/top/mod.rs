@@ -6,8 +6,10 @@
 //! is selected, what is being asked) → a frame. Keys become [`Command`]s; only the loop in
 //! [`run`] carries them out, restarts and injections on a worker thread so the view stays live.
 
+mod hosts;
 mod view;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -36,6 +38,10 @@ pub struct Snapshot {
     pub at: Option<jiff::Timestamp>,
     /// The pid of the `phoenix run` supervising this fleet, if one does.
     pub daemon: Option<u32>,
+    /// The host of each agent of a host (this machine's agents are not in it).
+    pub hosts: BTreeMap<String, String>,
+    /// Every `[[host]]`: when it last answered, or why not (empty without hosts).
+    pub host_lines: Vec<hosts::HostLine>,
 }
 
 impl Snapshot {
@@ -43,6 +49,8 @@ impl Snapshot {
         let fleet = FleetDir::new(&spec.fleet.state_dir);
         let (rows, problem) = match status::observe(spec, runtime) {
             Ok(world) => (status::rows(spec, &world), None),
+            // Every agent runs on a host: this machine needs no tmux to show them.
+            Err(_) if spec.agents.is_empty() && !spec.hosts.is_empty() => (Vec::new(), None),
             Err(e) => (Vec::new(), Some(format!("{e:#}"))),
         };
         let declared = spec.agent_names();
@@ -61,7 +69,34 @@ impl Snapshot {
             problem,
             at: Some(jiff::Timestamp::now()),
             daemon: crate::state::daemon::daemon_pid(&fleet),
+            ..Snapshot::default()
         }
+    }
+
+    /// This machine's snapshot with what every host said last: their rows after this
+    /// machine's, their events in the one timeline, a host that did not answer in the title.
+    pub fn with_hosts(mut self, spec: &Spec, views: &[hosts::HostView]) -> Snapshot {
+        if views.is_empty() {
+            return self;
+        }
+        let now = jiff::Timestamp::now();
+        let (rows, placed, lines) = hosts::rows(spec, views, now);
+        self.rows.extend(rows);
+        self.hosts = placed;
+        self.events = hosts::events(std::mem::take(&mut self.events), views, EVENTS);
+        if let Some(said) = hosts::problems(&lines) {
+            self.problem = Some(match self.problem.take() {
+                Some(local) => format!("{local} · {said}"),
+                None => said,
+            });
+        }
+        self.host_lines = lines;
+        self
+    }
+
+    /// The host `agent` runs on, if it is an agent of a host.
+    pub fn host_of(&self, agent: &str) -> Option<&str> {
+        self.hosts.get(agent).map(String::as_str)
     }
 }
 
@@ -222,7 +257,11 @@ pub fn run(config: &Path, interval: Duration) -> crate::error::Result<i32> {
     // The fleet's runtime, once: a changed socket takes effect when top starts again, as in
     // the daemon.
     let runtime = crate::world::runtime_for(&spec);
-    let mut app = App::new(Snapshot::read(&spec, &*runtime));
+    // The hosts are asked on threads of their own, so a slow one never stalls the keys (the
+    // hosts of phoenix.toml as top started, as the runtime).
+    let watcher = hosts::Watcher::start(&spec, interval);
+    let read = |spec: &Spec| Snapshot::read(spec, &*runtime).with_hosts(spec, &watcher.views());
+    let mut app = App::new(read(&spec));
     let mut terminal = ratatui::try_init().context("cannot set up the terminal")?;
     let (done_tx, done_rx) = mpsc::channel::<String>();
     let mut next_read = Instant::now() + interval;
@@ -240,7 +279,10 @@ pub fn run(config: &Path, interval: Duration) -> crate::error::Result<i32> {
                     Some(Command::Quit) => return Ok(()),
                     Some(Command::Attach { agent, pane }) => {
                         ratatui::restore();
-                        let outcome = attach(&*runtime, &pane);
+                        let outcome = match app.snapshot.host_of(&agent) {
+                            Some(host) => attach_on_host(&spec, host, &agent),
+                            None => attach(&*runtime, &pane),
+                        };
                         terminal = ratatui::try_init().context("cannot set up the terminal")?;
                         terminal.clear()?;
                         app.message = Some(match outcome {
@@ -259,13 +301,14 @@ pub fn run(config: &Path, interval: Duration) -> crate::error::Result<i32> {
             }
             while let Ok(message) = done_rx.try_recv() {
                 app.message = Some(message);
+                watcher.poke();
                 next_read = Instant::now();
             }
             if Instant::now() >= next_read {
                 if let Ok(newer) = crate::spec::load(config) {
                     spec = newer;
                 }
-                app.refresh(Snapshot::read(&spec, &*runtime));
+                app.refresh(read(&spec));
                 next_read = Instant::now() + interval;
             }
         }
@@ -287,6 +330,9 @@ fn working_on(command: &Command) -> String {
 /// A restart or an injection, as `phoenix restart` / `phoenix handoff inject` do them; the
 /// outcome as one line for the view.
 fn carry_out(config: &Path, command: &Command) -> String {
+    if let Some(line) = carry_out_on_host(config, command) {
+        return line;
+    }
     match command {
         Command::Restart { agent, fresh } => {
             match crate::controller::request::restart(config, agent, *fresh) {
@@ -304,6 +350,71 @@ fn carry_out(config: &Path, command: &Command) -> String {
             Err(e) => format!("injection into `{agent}` failed: {e:#}"),
         },
         Command::Attach { .. } | Command::Quit => String::new(),
+    }
+}
+
+/// A restart or an injection of an agent of a host, sent to its host as `phoenix restart`
+/// and `phoenix handoff inject` send it; `None` for an agent of this machine.
+fn carry_out_on_host(config: &Path, command: &Command) -> Option<String> {
+    let spec = crate::spec::load_with(
+        config,
+        crate::spec::LoadOptions {
+            check_filesystem: false,
+        },
+    )
+    .ok()?;
+    match command {
+        Command::Restart { agent, fresh } => {
+            let host = crate::hosts::reads::host_of(&spec, agent)?;
+            let targets = [(host.to_string(), Some(vec![agent.clone()]))].into();
+            let flags: &[&str] = if *fresh { &["--fresh"] } else { &[] };
+            let results = crate::hosts::actions::act(&spec, "restart", flags, &targets);
+            Some(match results.first() {
+                Some(r) if r.ok => format!("`{agent}` on {host}: {}", r.detail),
+                Some(r) => format!("restart of `{agent}` on {host} failed: {}", r.detail),
+                None => format!("restart of `{agent}` on {host}: no answer"),
+            })
+        }
+        Command::Inject { agent, text } => {
+            let host = crate::hosts::reads::host_of(&spec, agent)?;
+            if !text.trim().is_empty() {
+                return Some(format!(
+                    "`{agent}` runs on {host}: only its latest handoff can be injected from here (empty text), or open its pane"
+                ));
+            }
+            let link = crate::hosts::reads::link_to(&spec, host)?;
+            let asked = link
+                .run(
+                    &["handoff", "inject", "--json", "--", agent],
+                    crate::hosts::actions::ACTION_TIMEOUT,
+                )
+                .and_then(|ran| crate::hosts::reads::document_of(host, &ran));
+            Some(match asked {
+                Ok(doc) => format!(
+                    "injected into `{agent}` on {host} (confirmed by {})",
+                    doc["confirmed_by"].as_str().unwrap_or("the host")
+                ),
+                Err(e) => format!("injection into `{agent}` on {host} failed: {e}"),
+            })
+        }
+        Command::Attach { .. } | Command::Quit => None,
+    }
+}
+
+/// Open the pane of an agent of a host: `ssh -t` running its host's `phoenix attach`,
+/// until the person detaches.
+fn attach_on_host(spec: &Spec, host: &str, agent: &str) -> crate::error::Result<()> {
+    let link = crate::hosts::reads::link_to(spec, host)
+        .with_context(|| format!("host `{host}` is no longer declared"))?;
+    let argv = crate::hosts::actions::interactive(&link, &["attach", agent])?;
+    let status = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .status()
+        .context("cannot run `ssh`")?;
+    if status.success() {
+        Ok(())
+    } else {
+        crate::bail!("`phoenix attach` on {host} ended with {status}")
     }
 }
 

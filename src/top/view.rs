@@ -24,16 +24,12 @@ pub fn draw(frame: &mut Frame, app: &App) {
 
     frame.render_widget(Paragraph::new(title_line(app)), title);
 
-    let header = Row::new(
-        [
-            "AGENT", "STATE", "HEALTH", "PID", "UP", "LAST", "LOOPS", "CRASH", "CONTEXT",
-        ]
-        .map(Cell::from),
-    )
-    .style(Style::new().add_modifier(Modifier::BOLD));
+    let mut header = vec![
+        "AGENT", "STATE", "HEALTH", "PID", "UP", "LAST", "LOOPS", "CRASH", "CONTEXT",
+    ];
     let now = jiff::Timestamp::now();
-    let rows: Vec<Row> = snapshot.rows.iter().map(|r| agent_row(r, now)).collect();
-    let widths = [
+    let mut rows: Vec<Row> = snapshot.rows.iter().map(|r| agent_row(r, now)).collect();
+    let mut widths = vec![
         Constraint::Length(12),
         Constraint::Length(9),
         Constraint::Length(10),
@@ -44,6 +40,26 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Constraint::Length(5),
         Constraint::Length(11),
     ];
+    if !snapshot.host_lines.is_empty() {
+        // A HOST column first; AGENT and the meter give up the room it takes.
+        header.insert(0, "HOST");
+        widths.insert(0, Constraint::Length(HOST_WIDTH));
+        widths[1] = Constraint::Length(10);
+        widths[5] = Constraint::Length(4);
+        widths[6] = Constraint::Length(4);
+        widths[9] = Constraint::Length(9);
+        rows = snapshot
+            .rows
+            .iter()
+            .map(|r| {
+                let mut cells = agent_cells(r, now);
+                cells.insert(0, host_cell(snapshot.host_of(&r.agent), r));
+                Row::new(cells)
+            })
+            .collect();
+    }
+    let header = Row::new(header.into_iter().map(Cell::from))
+        .style(Style::new().add_modifier(Modifier::BOLD));
     let mut state = TableState::default().with_selected(Some(app.selected));
     frame.render_stateful_widget(
         Table::new(rows, widths)
@@ -92,6 +108,8 @@ fn title_line(app: &App) -> Line<'static> {
             format!(" phoenix top · {} ", app.snapshot.fleet),
             Style::new().add_modifier(Modifier::BOLD),
         ),
+        // Before the counts: on a narrow terminal the end of the line is cut first.
+        hosts_span(&app.snapshot.host_lines),
         Span::raw(format!(
             "· {}: {} healthy, {} warning, {} down {}",
             crate::text::counted(rows.len(), "agent"),
@@ -107,7 +125,46 @@ fn title_line(app: &App) -> Line<'static> {
     ])
 }
 
+/// The HOST column's width: `(local)` and most host names.
+const HOST_WIDTH: u16 = 8;
+
+/// The host's cell of a row (`(local)` for this machine's agents); grey when the host did
+/// not answer last time (its row is what it said before).
+fn host_cell(host: Option<&str>, r: &AgentStatus) -> Cell<'static> {
+    let label: String = host
+        .unwrap_or("(local)")
+        .chars()
+        .take(usize::from(HOST_WIDTH))
+        .collect();
+    let style = match (host, r.health) {
+        (Some(_), "unknown") => Style::new().fg(Color::DarkGray),
+        _ => Style::new(),
+    };
+    Cell::from(label).style(style)
+}
+
+/// `· hosts 1/2 ` (how many hosts answered last time), red when one did not; nothing
+/// without hosts.
+fn hosts_span(lines: &[super::hosts::HostLine]) -> Span<'static> {
+    if lines.is_empty() {
+        return Span::raw("");
+    }
+    let answering = lines
+        .iter()
+        .filter(|l| l.error.is_none() && !l.pending)
+        .count();
+    let style = match answering == lines.len() {
+        true => Style::new(),
+        false => Style::new().fg(Color::Red),
+    };
+    Span::styled(format!("· hosts {answering}/{} ", lines.len()), style)
+}
+
 fn agent_row(r: &AgentStatus, now: jiff::Timestamp) -> Row<'static> {
+    Row::new(agent_cells(r, now))
+}
+
+fn agent_cells(r: &AgentStatus, now: jiff::Timestamp) -> Vec<Cell<'static>> {
     let health_color = match r.health {
         "healthy" => Color::Green,
         "warning" | "recovering" => Color::Yellow,
@@ -129,7 +186,7 @@ fn agent_row(r: &AgentStatus, now: jiff::Timestamp) -> Row<'static> {
         Some(max) => format!("{}/{max}", r.crashes),
         None => r.crashes.to_string(),
     };
-    Row::new(vec![
+    vec![
         Cell::from(r.agent.clone()),
         Cell::from(r.state),
         Cell::from(r.health).style(Style::new().fg(health_color)),
@@ -139,14 +196,17 @@ fn agent_row(r: &AgentStatus, now: jiff::Timestamp) -> Row<'static> {
         Cell::from(loops),
         Cell::from(crashes),
         Cell::from(meter(r)),
-    ])
+    ]
 }
 
 /// `▮▮▮▮▯ 72` — how fresh the agent's saved context is (`-` when nothing was saved).
 fn meter(r: &AgentStatus) -> Line<'static> {
     let c = &r.context;
-    if c.level == "none" {
-        return Line::from(Span::styled("- none", Style::new().fg(Color::DarkGray)));
+    if c.level == "none" || c.level == "unknown" {
+        return Line::from(Span::styled(
+            format!("- {}", c.level),
+            Style::new().fg(Color::DarkGray),
+        ));
     }
     let filled = (usize::from(c.score) + 10) / 20;
     let color = match c.level {
@@ -218,7 +278,7 @@ fn key_line(app: &App, width: usize) -> Line<'static> {
     }
 }
 
-fn short_secs(secs: i64) -> String {
+pub(super) fn short_secs(secs: i64) -> String {
     let secs = secs.max(0);
     match secs {
         0..60 => format!("{secs}s"),

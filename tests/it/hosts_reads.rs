@@ -13,7 +13,7 @@ use crate::support::serve::Server;
 use crate::support::{read_jsonl, wait_until};
 
 /// One local agent `here`, `far1` on gpu-1 and `far2` on gpu-2.
-fn declared() -> Option<HostedFleet> {
+pub(crate) fn declared() -> Option<HostedFleet> {
     let net = HostedFleet::start(&["gpu-1", "gpu-2"])?;
     net.toml(&format!(
         "{}\n{}\n{}",
@@ -26,7 +26,7 @@ fn declared() -> Option<HostedFleet> {
 
 /// The agents of `hosts` started there: each host's slice applied through the host protocol
 /// (as the combined apply will), every host at once; then this machine's agent.
-fn start(net: &HostedFleet, hosts: &[&str]) {
+pub(crate) fn start(net: &HostedFleet, hosts: &[&str]) {
     let spec = net.fleet.spec();
     let links: Vec<_> = fleet::links(&spec)
         .into_iter()
@@ -90,7 +90,7 @@ fn host_entry<'a>(doc: &'a Value, host: &str) -> &'a Value {
 
 /// `ssh -O exit` for the operator's shared connection to `host`, as when a host goes down
 /// (the connection dies with it).
-fn close_shared_connection(net: &HostedFleet, host: &str) {
+pub(crate) fn close_shared_connection(net: &HostedFleet, host: &str) {
     let control = fleet::control_dir(&net.fleet.state_dir());
     let status = std::process::Command::new("ssh")
         .arg("-F")

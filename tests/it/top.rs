@@ -9,12 +9,12 @@ use std::time::Duration;
 use support::{Fleet, wait_until};
 
 /// The terminal `top` runs in: its own tmux server, killed on drop.
-struct Screen {
+pub(crate) struct Screen {
     socket: String,
 }
 
 impl Screen {
-    fn start(fleet: &Fleet) -> Screen {
+    pub(crate) fn start(fleet: &Fleet) -> Screen {
         let screen = Screen {
             socket: format!("{}-ui", fleet.socket),
         };
@@ -35,7 +35,7 @@ impl Screen {
         screen
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let out = Command::new("tmux")
             .args(["-L", &self.socket, "capture-pane", "-p", "-t", "0"])
             .output()
@@ -43,7 +43,7 @@ impl Screen {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    fn keys(&self, keys: &[&str]) {
+    pub(crate) fn keys(&self, keys: &[&str]) {
         for k in keys {
             Command::new("tmux")
                 .args(["-L", &self.socket, "send-keys", "-t", "0", k])
@@ -60,7 +60,7 @@ impl Screen {
             .unwrap();
     }
 
-    fn wait_for(&self, what: &str) -> String {
+    pub(crate) fn wait_for(&self, what: &str) -> String {
         wait_until(Duration::from_secs(15), what, || self.text().contains(what));
         self.text()
     }

@@ -192,6 +192,20 @@ function fleetRow(agent) {
   return row;
 }
 
+// The host an agent runs on, when the fleet has hosts: `local` for this machine's, a host's
+// name otherwise (marked when that host did not answer: its row is not current).
+function hostLabel(a, doc) {
+  if (!doc.hosts) return "";
+  const host = a.host || null;
+  const down = host && (doc.hosts.find((h) => h.host === host) || {}).error;
+  return el("span", {
+    class: "host" + (host ? "" : " local") + (down ? " unreachable" : ""),
+    dataset: { host: host || "local" },
+    text: host || "local",
+    title: down || (host ? "runs on host " + host : "runs on this machine"),
+  });
+}
+
 function setText(node, text, title) {
   const value = String(text);
   if (node.textContent !== value) node.textContent = value;
@@ -206,7 +220,8 @@ function renderFleet(doc) {
   for (const a of agents) counts[a.health] = (counts[a.health] || 0) + 1;
   $("#fleet-summary").textContent = `${agents.length} agent${agents.length === 1 ? "" : "s"}` +
     Object.entries(counts).map(([k, v]) => ` · ${v} ${k}`).join("") +
-    (doc.server_running ? "" : " · tmux server not running");
+    (doc.server_running ? "" : " · tmux server not running") +
+    (doc.hosts || []).filter((h) => h.error).map((h) => " · " + h.error).join("");
   const body = $("#fleet-body");
   const seen = new Set();
   for (const a of agents) {
@@ -223,6 +238,7 @@ function renderFleet(doc) {
       tr.classList.add("changed");
     }
     cells.agent.replaceChildren(el("span", { class: "agent-name", text: a.agent }),
+      hostLabel(a, doc),
       a.current_task ? el("span", { class: "task", text: a.current_task, title: a.current_task }) : "");
     cells.health.replaceChildren(el("span", { class: "badge " + a.health, title: HEALTH_TITLE[a.health] || "" },
       a.health, el("span", { class: "state", text: a.state }),
