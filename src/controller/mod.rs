@@ -290,6 +290,9 @@ impl Controller {
     /// problem, reported there; the count is not worth a second warning on every pass.
     fn count_pass(&mut self, took: Duration, ok: bool) {
         self.stats.observe(took.as_secs_f64(), ok);
+        if let Some(telemetry) = &self.telemetry {
+            telemetry.pass_took(took);
+        }
         let fleet = FleetDir::new(&self.spec.fleet.state_dir);
         if let Err(e) = self.stats.save(&fleet) {
             debug!(error = %e, "cannot record the reconcile pass for /metrics");
@@ -444,6 +447,9 @@ impl Controller {
                 }
                 info!(agents = spec.agents.len(), "config reloaded");
                 self.spec = spec;
+                if let Some(telemetry) = &self.telemetry {
+                    telemetry.spec_changed(&self.spec);
+                }
                 // A fixed config deserves a new try of every change that failed.
                 self.backoff.clear();
             }

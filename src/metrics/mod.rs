@@ -320,6 +320,86 @@ fn gauge(labels: Vec<LabelPair>, value: f64) -> Metric {
 /// of live metrics, whose per-series locks and hashing would cost a large fleet's scrape
 /// several milliseconds for values that are read once.
 pub fn encode(fleet: &FleetSample, agents: &[AgentSample]) -> Result<String> {
+    let families = families(fleet, agents);
+    let mut text = String::with_capacity(families.len() * 4096);
+    TextEncoder::new()
+        .encode_utf8(&families, &mut text)
+        .map_err(|e| Error::msg(format!("cannot write the metrics: {e}")))?;
+    Ok(text)
+}
+
+/// A metric as declared: what every exporter of these facts needs to know before the first
+/// sample (the OTLP exporter creates its instruments from it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Described {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: MetricType,
+}
+
+/// Every metric [`families`] can write, whether or not a sample has series for it.
+pub fn catalogue() -> Vec<Described> {
+    let gauge = |(name, help, _): &Gauge| Described {
+        name,
+        help,
+        kind: MetricType::GAUGE,
+    };
+    let counter = |(name, help, _): &Counter| Described {
+        name,
+        help,
+        kind: MetricType::COUNTER,
+    };
+    let mut all: Vec<Described> = GAUGES.iter().map(gauge).collect();
+    all.extend(COUNTERS.iter().map(counter));
+    for (name, help) in [TOKENS_TODAY, COST_TODAY, HEALTH, DAEMON_RUNNING] {
+        all.push(Described {
+            name,
+            help,
+            kind: MetricType::GAUGE,
+        });
+    }
+    all.push(Described {
+        name: PASSES.0,
+        help: PASSES.1,
+        kind: MetricType::COUNTER,
+    });
+    all.push(Described {
+        name: DURATION.0,
+        help: DURATION.1,
+        kind: MetricType::HISTOGRAM,
+    });
+    all
+}
+
+const TOKENS_TODAY: (&str, &str) = (
+    "phoenix_agent_tokens_today",
+    "Tokens the agent used today (local day), by kind, from its usage ledger as the daemon last updated it.",
+);
+const COST_TODAY: (&str, &str) = (
+    "phoenix_agent_cost_usd_today",
+    "Estimated cost in USD of the agent's priced usage today (built-in prices or [prices]); unpriced=\"true\" when some of its models have no price.",
+);
+const HEALTH: (&str, &str) = (
+    "phoenix_agent_health_check_failing",
+    "1 when the watchdog's last pass found this check failing for the running agent, else 0.",
+);
+const DAEMON_RUNNING: (&str, &str) = (
+    "phoenix_daemon_running",
+    "1 when a `phoenix run` supervises this fleet's state dir, else 0.",
+);
+const PASSES: (&str, &str) = (
+    "phoenix_reconcile_passes_total",
+    "Reconcile passes of the daemon, by outcome (ok or error), across its restarts.",
+);
+/// The reconcile histogram's name and help.
+pub const DURATION: (&str, &str) = (
+    "phoenix_reconcile_duration_seconds",
+    "How long the daemon's reconcile passes took.",
+);
+
+/// The families of one sample in the `prometheus` crate's model, sorted by name; a metric
+/// without series has no family.
+pub fn families(fleet: &FleetSample, agents: &[AgentSample]) -> Vec<MetricFamily> {
     let hosted = agents.iter().any(|a| a.labels.host.is_some());
     let mut families = Vec::new();
     for (name, help, value) in GAUGES {
@@ -343,8 +423,8 @@ pub fn encode(fleet: &FleetSample, agents: &[AgentSample]) -> Result<String> {
         })
         .collect();
     families.extend(family(
-        "phoenix_agent_tokens_today",
-        "Tokens the agent used today (local day), by kind, from its usage ledger as the daemon last updated it.",
+        TOKENS_TODAY.0,
+        TOKENS_TODAY.1,
         MetricType::GAUGE,
         tokens_today,
     ));
@@ -366,8 +446,8 @@ pub fn encode(fleet: &FleetSample, agents: &[AgentSample]) -> Result<String> {
         })
         .collect();
     families.extend(family(
-        "phoenix_agent_cost_usd_today",
-        "Estimated cost in USD of the agent's priced usage today (built-in prices or [prices]); unpriced=\"true\" when some of its models have no price.",
+        COST_TODAY.0,
+        COST_TODAY.1,
         MetricType::GAUGE,
         cost_today,
     ));
@@ -381,12 +461,7 @@ pub fn encode(fleet: &FleetSample, agents: &[AgentSample]) -> Result<String> {
             })
         })
         .collect();
-    families.extend(family(
-        "phoenix_agent_health_check_failing",
-        "1 when the watchdog's last pass found this check failing for the running agent, else 0.",
-        MetricType::GAUGE,
-        health,
-    ));
+    families.extend(family(HEALTH.0, HEALTH.1, MetricType::GAUGE, health));
     for (name, help, counts) in COUNTERS {
         let metrics = agents
             .iter()
@@ -405,11 +480,7 @@ pub fn encode(fleet: &FleetSample, agents: &[AgentSample]) -> Result<String> {
     }
     families.extend(fleet_families(fleet));
     families.sort_by(|a, b| a.name().cmp(b.name()));
-    let mut text = String::with_capacity(families.len() * 4096);
-    TextEncoder::new()
-        .encode_utf8(&families, &mut text)
-        .map_err(|e| Error::msg(format!("cannot write the metrics: {e}")))?;
-    Ok(text)
+    families
 }
 
 /// The daemon and its reconcile passes, from the counts it keeps in the state dir (a
@@ -448,23 +519,18 @@ fn fleet_families(fleet: &FleetSample) -> Vec<MetricFamily> {
     histogram.set_histogram(h);
     [
         family(
-            "phoenix_daemon_running",
-            "1 when a `phoenix run` supervises this fleet's state dir, else 0.",
+            DAEMON_RUNNING.0,
+            DAEMON_RUNNING.1,
             MetricType::GAUGE,
             vec![gauge(
                 Vec::new(),
                 if fleet.daemon_running { 1.0 } else { 0.0 },
             )],
         ),
+        family(PASSES.0, PASSES.1, MetricType::COUNTER, passes),
         family(
-            "phoenix_reconcile_passes_total",
-            "Reconcile passes of the daemon, by outcome (ok or error), across its restarts.",
-            MetricType::COUNTER,
-            passes,
-        ),
-        family(
-            "phoenix_reconcile_duration_seconds",
-            "How long the daemon's reconcile passes took.",
+            DURATION.0,
+            DURATION.1,
             MetricType::HISTOGRAM,
             vec![histogram],
         ),

@@ -261,3 +261,29 @@ fn label_values_are_escaped_by_the_encoder() {
     let text = encode(&FleetSample::default(), &[odd]).unwrap();
     assert!(text.contains(r#"cli="say \"hi\"\\\n""#), "{text}");
 }
+
+#[test]
+fn the_catalogue_declares_every_family_a_sample_writes_once() {
+    let prices = crate::usage::Prices::new(&Default::default());
+    let mut agent = sample("a", "running");
+    agent.ops.findings.insert("silence".into(), 1);
+    agent.ops.handoffs.insert("pre_compact".into(), 1);
+    let tokens = crate::usage::Tokens {
+        input: 10,
+        ..Default::default()
+    };
+    agent.today =
+        crate::usage::Spent::of(&[("claude-sonnet-4-5".to_string(), tokens)].into(), &prices);
+    let catalogue = catalogue();
+    let families = families(&FleetSample::default(), &[agent]);
+    assert_eq!(families.len(), catalogue.len(), "a sample with every fact");
+    for f in &families {
+        assert!(
+            catalogue
+                .iter()
+                .any(|d| d.name == f.name() && d.kind == f.get_field_type() && d.help == f.help()),
+            "{} is not declared as written",
+            f.name()
+        );
+    }
+}

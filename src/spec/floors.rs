@@ -60,3 +60,7 @@ pub const TIMEOUT: Floor = floor(
     1000,
     "how long the command or request may take; zero would fail every time",
 );
+pub const METRICS_INTERVAL: Floor = floor(
+    1000,
+    "how often the daemon samples the fleet (tmux, each agent's state files) and exports its metrics over OTLP",
+);

@@ -351,8 +351,10 @@ pub struct RawWatchdog {
 #[schemars(deny_unknown_fields)]
 pub struct RawTelemetry {
     /// The OTLP/HTTP base URL (http or https), e.g. "http://localhost:4318"; phoenix posts
-    /// protobuf to its /v1/logs and /v1/traces. Default: no export.
+    /// protobuf to its /v1/logs, /v1/traces and /v1/metrics. Default: no export.
     pub otlp_endpoint: Option<Spanned<String>>,
+    /// How often the fleet's metrics are sampled and exported. Default "60s".
+    pub metrics_interval: Option<Spanned<String>>,
 }
 
 /// The field names serde knows for a struct, read from its `Deserialize` impl so that the

@@ -29,11 +29,23 @@ impl Default for BriefSettings {
 }
 
 /// `[telemetry]`: where phoenix exports its events over OpenTelemetry (off by default).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TelemetrySettings {
     /// The OTLP/HTTP base URL, without a trailing `/`: logs go to `<it>/v1/logs`, spans to
-    /// `<it>/v1/traces` (as `OTEL_EXPORTER_OTLP_ENDPOINT` is read by the OpenTelemetry SDKs).
+    /// `<it>/v1/traces`, metrics to `<it>/v1/metrics` (as `OTEL_EXPORTER_OTLP_ENDPOINT` is
+    /// read by the OpenTelemetry SDKs).
     pub otlp_endpoint: Option<String>,
+    /// How often the fleet's metrics (those of `/metrics`) are sampled and exported.
+    pub metrics_interval: Duration,
+}
+
+impl Default for TelemetrySettings {
+    fn default() -> Self {
+        TelemetrySettings {
+            otlp_endpoint: None,
+            metrics_interval: Duration::from_secs(60),
+        }
+    }
 }
 
 /// `[notify]`: where investigation reports and failure messages go.

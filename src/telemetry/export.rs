@@ -1,20 +1,25 @@
 //! The export thread: records from the queue into the OpenTelemetry SDK's logger and tracer,
-//! whose batch processors post them to the collector.
+//! whose batch processors post them to the collector; and the meter provider, whose periodic
+//! reader posts the fleet's metrics on a thread of its own.
 
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, LoggerProvider as _, Severity};
+use opentelemetry::metrics::Histogram;
 use opentelemetry::trace::{Span as _, Status, Tracer as _, TracerProvider as _};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::logs::{BatchLogProcessor, SdkLoggerProvider};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
 
 use super::http::UreqClient;
+use super::metrics::Sampler;
 use super::{Attr, Counts, Level, LogRecord, Record, SCOPE, SpanRecord};
+use crate::spec::Spec;
 
 /// Records handed to the SDK between two flushes. The SDK's own queue is larger (2048), so
 /// the SDK never drops: a slow collector makes the flush (on this thread) wait instead, the
@@ -27,18 +32,31 @@ const SCHEDULED_DELAY: Duration = Duration::from_secs(1);
 pub(super) struct Exporter {
     logs: SdkLoggerProvider,
     traces: SdkTracerProvider,
+    metrics: SdkMeterProvider,
+}
+
+/// Who every record, span and data point comes from.
+fn resource(fleet: &str) -> Resource {
+    Resource::builder_empty()
+        .with_attributes([
+            KeyValue::new("service.name", "phoenix"),
+            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+            KeyValue::new("phoenix.fleet", fleet.to_string()),
+            KeyValue::new("host.name", super::host_name()),
+        ])
+        .build()
 }
 
 impl Exporter {
-    pub fn new(endpoint: &str, fleet: &str, counts: Arc<Counts>) -> crate::error::Result<Exporter> {
-        let resource = Resource::builder_empty()
-            .with_attributes([
-                KeyValue::new("service.name", "phoenix"),
-                KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
-                KeyValue::new("phoenix.fleet", fleet.to_string()),
-                KeyValue::new("host.name", super::host_name()),
-            ])
-            .build();
+    /// The providers posting to `endpoint`, and the histogram the daemon records its passes
+    /// into; `sampler` answers the metric instruments.
+    pub fn new(
+        endpoint: &str,
+        spec: &Spec,
+        counts: Arc<Counts>,
+        sampler: Arc<Sampler>,
+    ) -> crate::error::Result<(Exporter, Histogram<f64>)> {
+        let resource = resource(&spec.fleet.name);
         let client = || UreqClient::new(super::EXPORT_TIMEOUT, counts.clone());
         let failed = |what: &str, e: &dyn std::fmt::Display| {
             crate::error::Error::msg(format!("cannot set up the OTLP {what} exporter: {e}"))
@@ -72,7 +90,7 @@ impl Exporter {
             )
             .build();
         let traces = SdkTracerProvider::builder()
-            .with_resource(resource)
+            .with_resource(resource.clone())
             .with_span_processor(
                 BatchSpanProcessor::builder(span_exporter)
                     .with_batch_config(
@@ -83,7 +101,21 @@ impl Exporter {
                     .build(),
             )
             .build();
-        Ok(Exporter { logs, traces })
+        let (metrics, durations) = super::metrics::start(
+            endpoint,
+            resource,
+            client(),
+            spec.telemetry.metrics_interval,
+            sampler,
+        )?;
+        Ok((
+            Exporter {
+                logs,
+                traces,
+                metrics,
+            },
+            durations,
+        ))
     }
 
     /// Until the daemon drops its sender: each record into the SDK; then what is left is
@@ -106,6 +138,8 @@ impl Exporter {
         }
         let _ = self.logs.shutdown();
         let _ = self.traces.shutdown();
+        // A last collection and export of the metrics.
+        let _ = self.metrics.shutdown();
     }
 }
 

@@ -1,22 +1,27 @@
-//! OpenTelemetry export (`[telemetry] otlp_endpoint`): the daemon's events as OTLP log records
-//! and its reconcile passes and the agents' recoveries as spans, posted over OTLP/HTTP
-//! (protobuf) by the `opentelemetry` SDK.
+//! OpenTelemetry export (`[telemetry] otlp_endpoint`): the daemon's events as OTLP log records,
+//! its reconcile passes and the agents' recoveries as spans, and the fleet's metrics (those of
+//! `/metrics`, every `metrics_interval`), posted over OTLP/HTTP (protobuf) by the
+//! `opentelemetry` SDK.
 //!
 //! Only `phoenix run` exports. The hooks (a process per tool call) and the wrappers write their
 //! steps to ops.jsonl as always, and the daemon, which already follows every ops log for its
 //! journal, turns each step into a record: a hook never opens a connection, and an unreachable
 //! collector never slows a tool call. Nothing here blocks its caller either: records go into a
 //! bounded queue ([`QUEUE`]) that one export thread drains; when it is full a record is dropped
-//! and counted ([`Counts`]), never waited for.
+//! and counted ([`Counts`]), never waited for. The metrics are sampled and posted on the SDK's
+//! own reader thread (`metrics`).
 
 mod export;
 mod http;
+mod metrics;
 pub mod records;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
+
+use opentelemetry::metrics::Histogram;
 
 use crate::spec::Spec;
 
@@ -117,6 +122,10 @@ pub struct Telemetry {
     /// Told when the export thread is done (a Mutex only to make the handle `Sync`).
     done: Mutex<Receiver<()>>,
     endpoint: String,
+    /// Answers the metric instruments from the fleet as the daemon last loaded it.
+    sampler: Arc<metrics::Sampler>,
+    /// The reconcile passes' durations (an in-memory update; the reader thread exports it).
+    durations: Histogram<f64>,
 }
 
 impl Telemetry {
@@ -128,7 +137,9 @@ impl Telemetry {
         let counts = Arc::new(Counts::default());
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
         let (done_tx, done) = std::sync::mpsc::sync_channel(1);
-        let exporter = export::Exporter::new(&endpoint, &spec.fleet.name, counts.clone())?;
+        let sampler = Arc::new(metrics::Sampler::new(spec, crate::world::runtime_for(spec)));
+        let (exporter, durations) =
+            export::Exporter::new(&endpoint, spec, counts.clone(), sampler.clone())?;
         std::thread::Builder::new()
             .name("phoenix-otlp".into())
             .spawn(move || {
@@ -143,7 +154,20 @@ impl Telemetry {
             counts,
             done: Mutex::new(done),
             endpoint,
+            sampler,
+            durations,
         }))
+    }
+
+    /// The daemon reloaded its config: the metrics describe the new fleet from the next
+    /// sample on.
+    pub fn spec_changed(&self, spec: &Spec) {
+        self.sampler.spec_changed(spec);
+    }
+
+    /// One reconcile pass took `took`, for the duration histogram.
+    pub fn pass_took(&self, took: Duration) {
+        self.durations.record(took.as_secs_f64(), &[]);
     }
 
     pub fn endpoint(&self) -> &str {

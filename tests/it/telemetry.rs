@@ -1,16 +1,21 @@
-//! `[telemetry] otlp_endpoint`: the daemon exports the fleet's events as OTLP log records and
-//! its reconcile passes and the agents' recoveries as spans, to a real OTLP/HTTP receiver on
-//! loopback (protobuf decoded with the `opentelemetry-proto` messages).
+//! `[telemetry] otlp_endpoint`: the daemon exports the fleet's events as OTLP log records, its
+//! reconcile passes and the agents' recoveries as spans, and the fleet's metrics, to a real
+//! OTLP/HTTP receiver on loopback (protobuf decoded with the `opentelemetry-proto` messages).
 
 use std::time::Duration;
 
 use crate::supervise::Daemon;
-use crate::support::otlp_receiver::{OtlpReceiver, Received};
+use crate::support::otlp_receiver::{OtlpReceiver, Point, Received};
 use crate::support::{Fleet, kill9, wait_until};
 
 fn config(endpoint: &str) -> String {
+    config_with(endpoint, "")
+}
+
+/// The demo fleet exporting to `endpoint`, with more `[telemetry]` keys (`telemetry`).
+fn config_with(endpoint: &str, telemetry: &str) -> String {
     format!(
-        "[telemetry]\notlp_endpoint = \"{endpoint}\"\n\n\
+        "[telemetry]\notlp_endpoint = \"{endpoint}\"\n{telemetry}\n\
          [defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nmax_crashes = 5\n\n{}",
         Fleet::demo_agent("alpha", "")
     )
@@ -88,11 +93,71 @@ fn a_crash_under_the_daemon_arrives_as_a_log_record_with_its_agent_and_a_pass_as
 
     let requests = receiver.requests();
     assert!(
-        requests
-            .iter()
-            .all(|r| r == "POST /v1/logs HTTP/1.1" || r == "POST /v1/traces HTTP/1.1"),
+        requests.iter().all(|r| [
+            "POST /v1/logs HTTP/1.1",
+            "POST /v1/traces HTTP/1.1",
+            "POST /v1/metrics HTTP/1.1"
+        ]
+        .contains(&r.as_str())),
         "{requests:?}"
     );
+    assert_eq!(daemon.stop(), Some(0));
+}
+
+/// The facts of `/metrics`, under the same names, arrive as OTLP metrics: a restart the
+/// operator asked for as a cumulative monotonic sum with the agent's attributes, the agent's
+/// state as a gauge, the daemon's passes as a histogram.
+#[test]
+fn an_agents_restart_arrives_as_an_otlp_counter_with_its_agent() {
+    let receiver = OtlpReceiver::start();
+    let fleet = Fleet::new();
+    fleet.toml(&config_with(&receiver.url, "metrics_interval = \"1s\"\n"));
+    let daemon = Daemon::start(&fleet, &[]);
+    fleet.wait_running(&["alpha"]);
+    fleet.run(&["restart", "alpha"]).status(0);
+
+    // The latest point of `metric` about alpha.
+    let alphas = |metric: &str| -> Option<Point> {
+        receiver.points().into_iter().rev().find(|p| {
+            p.metric == metric && p.attributes.get("agent").map(String::as_str) == Some("alpha")
+        })
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "alpha's restart as an OTLP counter",
+        || alphas("phoenix_agent_restarts_total").is_some_and(|p| p.value >= 1.0),
+    );
+    let restarts = alphas("phoenix_agent_restarts_total").unwrap();
+    assert_eq!(restarts.kind, "sum", "{restarts:?}");
+    assert!(restarts.monotonic_cumulative, "{restarts:?}");
+    let attr = |p: &Point, key: &str| p.attributes.get(key).cloned().unwrap_or_default();
+    assert_eq!(
+        attr(&restarts, "reason"),
+        "operator_restart",
+        "{restarts:?}"
+    );
+    assert_eq!(attr(&restarts, "cli"), "custom", "{restarts:?}");
+    let resource = |key: &str| restarts.resource.get(key).cloned().unwrap_or_default();
+    assert_eq!(resource("service.name"), "phoenix");
+    assert_eq!(resource("phoenix.fleet"), "test");
+    assert!(!resource("host.name").is_empty(), "{restarts:?}");
+
+    wait_until(Duration::from_secs(30), "alpha up again", || {
+        alphas("phoenix_agent_up").is_some_and(|p| p.value == 1.0)
+    });
+    assert_eq!(alphas("phoenix_agent_up").unwrap().kind, "gauge");
+    let health = alphas("phoenix_agent_health_check_failing").expect("alpha's health by check");
+    assert!(health.attributes.contains_key("check"), "{health:?}");
+
+    let passes = receiver
+        .points()
+        .into_iter()
+        .rev()
+        .find(|p| p.metric == "phoenix_reconcile_duration_seconds")
+        .expect("the reconcile passes as a histogram");
+    assert_eq!(passes.kind, "histogram", "{passes:?}");
+    assert!(passes.value >= 1.0, "{passes:?}");
+    assert!(!passes.bounds.is_empty(), "{passes:?}");
     assert_eq!(daemon.stop(), Some(0));
 }
 
@@ -133,4 +198,13 @@ fn an_otlp_endpoint_must_be_an_http_url() {
         .stderr_has("`otlp_endpoint` must be http or https");
     fleet.toml("[telemetry]\notlp_endpoint = \"http://localhost:4318\"\n");
     fleet.run(&["validate"]).status(0);
+    fleet.toml(
+        "[telemetry]\notlp_endpoint = \"http://localhost:4318\"\nmetrics_interval = \"100ms\"\n",
+    );
+    fleet
+        .run(&["validate"])
+        .status(1)
+        .stderr_has("`metrics_interval` = \"100ms\" is too short: the minimum is 1s")
+        .stderr_has("phoenix.toml:")
+        .stderr_has("| metrics_interval = \"100ms\"");
 }

@@ -39,13 +39,22 @@ impl Validator<'_> {
                     self.error(
                         format!("[telemetry]: `otlp_endpoint` {why}"),
                         Some(e.span()),
-                        "the OTLP/HTTP base URL of a collector, e.g. \"http://localhost:4318\"; phoenix posts to its /v1/logs and /v1/traces",
+                        "the OTLP/HTTP base URL of a collector, e.g. \"http://localhost:4318\"; phoenix posts to its /v1/logs, /v1/traces and /v1/metrics",
                     );
                     None
                 }
             }
         });
-        TelemetrySettings { otlp_endpoint }
+        let metrics_interval = self.duration_min(
+            &raw.metrics_interval,
+            "metrics_interval",
+            TelemetrySettings::default().metrics_interval,
+            floors::METRICS_INTERVAL,
+        );
+        TelemetrySettings {
+            otlp_endpoint,
+            metrics_interval,
+        }
     }
 
     pub(super) fn notify(&mut self, raw: &RawNotify) -> NotifySettings {

@@ -1,4 +1,4 @@
-//! A loopback OTLP/HTTP receiver: accepts `POST /v1/logs` and `POST /v1/traces` (protobuf),
+//! A loopback OTLP/HTTP receiver: accepts `POST /v1/logs`, `/v1/traces` and `/v1/metrics` (protobuf),
 //! decodes them with the `opentelemetry-proto` messages and keeps what arrived, flattened for
 //! assertions. HTTP/1.1 with keep-alive, as exporters pool their connections. Stops on drop.
 
@@ -11,8 +11,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{AggregationTemporality, metric, number_data_point};
 use prost::Message;
 
 /// One log record or span as received, with its resource's attributes.
@@ -25,10 +27,27 @@ pub struct Received {
     pub severity: String,
 }
 
+/// One data point of a metric as received, with its resource's attributes.
+#[derive(Debug, Clone)]
+pub struct Point {
+    pub metric: String,
+    /// `gauge`, `sum` or `histogram`.
+    pub kind: &'static str,
+    /// A sum's: monotonic and cumulative.
+    pub monotonic_cumulative: bool,
+    pub attributes: BTreeMap<String, String>,
+    pub resource: BTreeMap<String, String>,
+    /// A gauge's or sum's value; a histogram's count.
+    pub value: f64,
+    /// A histogram's bucket bounds.
+    pub bounds: Vec<f64>,
+}
+
 #[derive(Default)]
 struct Store {
     logs: Vec<Received>,
     spans: Vec<Received>,
+    points: Vec<Point>,
     /// Every request line seen, for failure messages.
     requests: Vec<String>,
 }
@@ -71,6 +90,11 @@ impl OtlpReceiver {
 
     pub fn spans(&self) -> Vec<Received> {
         self.store.lock().unwrap().spans.clone()
+    }
+
+    /// Every data point received so far, oldest first.
+    pub fn points(&self) -> Vec<Point> {
+        self.store.lock().unwrap().points.clone()
     }
 
     pub fn requests(&self) -> Vec<String> {
@@ -172,7 +196,65 @@ fn receive(request_line: &str, body: &[u8], store: &Mutex<Store>) -> &'static st
             }
             "200 OK"
         }
+        "/v1/metrics" => {
+            let Ok(req) = ExportMetricsServiceRequest::decode(body) else {
+                return "400 Bad Request";
+            };
+            for rm in req.resource_metrics {
+                let resource = attrs(&rm.resource.map(|r| r.attributes).unwrap_or_default());
+                for m in rm.scope_metrics.into_iter().flat_map(|s| s.metrics) {
+                    store.points.extend(points(&m.name, m.data, &resource));
+                }
+            }
+            "200 OK"
+        }
         _ => "404 Not Found",
+    }
+}
+
+/// The data points of one metric, flattened.
+fn points(
+    name: &str,
+    data: Option<metric::Data>,
+    resource: &BTreeMap<String, String>,
+) -> Vec<Point> {
+    let point = |kind, monotonic_cumulative, attributes: &[KeyValue], value, bounds| Point {
+        metric: name.to_string(),
+        kind,
+        monotonic_cumulative,
+        attributes: attrs(attributes),
+        resource: resource.clone(),
+        value,
+        bounds,
+    };
+    let number = |v: Option<number_data_point::Value>| match v {
+        Some(number_data_point::Value::AsDouble(f)) => f,
+        Some(number_data_point::Value::AsInt(n)) => n as f64,
+        None => f64::NAN,
+    };
+    match data {
+        Some(metric::Data::Gauge(g)) => g
+            .data_points
+            .iter()
+            .map(|p| point("gauge", false, &p.attributes, number(p.value), vec![]))
+            .collect(),
+        Some(metric::Data::Sum(s)) => {
+            let mc = s.is_monotonic
+                && s.aggregation_temporality == AggregationTemporality::Cumulative as i32;
+            s.data_points
+                .iter()
+                .map(|p| point("sum", mc, &p.attributes, number(p.value), vec![]))
+                .collect()
+        }
+        Some(metric::Data::Histogram(h)) => h
+            .data_points
+            .iter()
+            .map(|p| {
+                let bounds = p.explicit_bounds.clone();
+                point("histogram", false, &p.attributes, p.count as f64, bounds)
+            })
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
