@@ -106,6 +106,7 @@ impl Exporter {
             resource,
             client(),
             spec.telemetry.metrics_interval,
+            super::metrics::series_limit(spec.agents.len()),
             sampler,
         )?;
         Ok((

@@ -117,11 +117,20 @@ fn series_of(family: &MetricFamily, mut each: impl FnMut(Vec<KeyValue>, f64)) {
 
 /// The meter provider posting to `<endpoint>/v1/metrics` every `interval`, its instruments
 /// registered, and the histogram the daemon records its passes into.
+/// Series per metric the exporter keeps for a fleet of `agents`: room for every agent's
+/// series of the widest metric (a health series per watchdog check, restarts by each
+/// reason), with margin for agents added by a reload, and never below the SDK's default.
+pub(super) fn series_limit(agents: usize) -> usize {
+    const PER_AGENT: usize = 16;
+    (agents + 16).saturating_mul(PER_AGENT).max(2000)
+}
+
 pub(super) fn start(
     endpoint: &str,
     resource: Resource,
     client: UreqClient,
     interval: Duration,
+    series_limit: usize,
     sampler: Arc<Sampler>,
 ) -> crate::error::Result<(SdkMeterProvider, Histogram<f64>)> {
     let exporter = opentelemetry_otlp::MetricExporter::builder()
@@ -136,6 +145,16 @@ pub(super) fn start(
         })?;
     let provider = SdkMeterProvider::builder()
         .with_resource(resource)
+        // The SDK keeps 2,000 series per metric by default and folds the rest into one
+        // "overflow" point: a fleet of a few hundred agents (a health series per check)
+        // would lose its agents' names. The SDK sizes its tables to the limit up front, so
+        // the limit follows the fleet instead of being large for every fleet.
+        .with_view(move |_: &opentelemetry_sdk::metrics::Instrument| {
+            opentelemetry_sdk::metrics::Stream::builder()
+                .with_cardinality_limit(series_limit)
+                .build()
+                .ok()
+        })
         .with_reader(
             PeriodicReader::builder(exporter)
                 .with_interval(interval)
