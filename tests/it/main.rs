@@ -25,3 +25,4 @@ mod top;
 mod usage;
 mod validate;
 mod watchdog;
+mod workspaces;
