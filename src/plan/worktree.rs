@@ -197,3 +197,90 @@ fn leftover(rec: &Recorded, obs: &WorktreeObs, options: &PlanOptions) -> Result<
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workspace::Work;
+
+    fn leftover_world(work: Work) -> (Spec, World) {
+        let spec = crate::spec::parse(
+            "",
+            std::path::Path::new("/fleet/phoenix.toml"),
+            crate::spec::LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .unwrap();
+        let rec = Recorded {
+            agent: "old".into(),
+            repo: "/src/app".into(),
+            path: "/src/app/.worktrees/old".into(),
+            branch: "agent/old".into(),
+            base: "main".into(),
+        };
+        let obs = WorktreeObs {
+            path: rec.path.clone(),
+            checkout: Checkout::Worktree {
+                branch: Some("agent/old".into()),
+            },
+            base: "main".into(),
+            branch_exists: true,
+            branch_elsewhere: None,
+            work: Some(work),
+            problem: None,
+        };
+        let mut world = World::default();
+        world.workspaces.leftover.push((rec, obs));
+        (spec, world)
+    }
+
+    fn options(prune: bool, force: bool) -> PlanOptions {
+        PlanOptions {
+            prune,
+            hooks_exe: None,
+            force_remove_worktrees: force,
+        }
+    }
+
+    #[test]
+    fn a_worktree_with_work_is_kept_with_the_reason_unless_forced() {
+        let work = Work {
+            changes: vec!["M src/a.rs".into(), "?? notes.md".into()],
+            commits: vec!["3f2a1bc wip".into()],
+            commit_count: 1,
+            unknown: None,
+        };
+        let (spec, world) = leftover_world(work);
+        let kept = plan(&spec, &world, &options(true, false));
+        assert!(kept.changes.is_empty());
+        assert_eq!(
+            kept.kept[0].why,
+            "2 uncommitted changes (M src/a.rs, ?? notes.md); 1 commit not on `main` and not pushed (3f2a1bc wip) (`--force-remove-worktrees` removes it anyway)"
+        );
+        let forced = plan(&spec, &world, &options(true, true));
+        assert!(matches!(
+            forced.changes[0].action,
+            Action::RemoveWorktree { force: true, .. }
+        ));
+        // Without --prune nothing is removed, whatever the flag.
+        let not_pruning = plan(&spec, &world, &options(false, true));
+        assert!(not_pruning.changes.is_empty() && not_pruning.kept.len() == 1);
+    }
+
+    #[test]
+    fn a_clean_worktree_is_removed_with_prune_and_a_git_failure_keeps_it() {
+        let (spec, world) = leftover_world(Work::default());
+        let p = plan(&spec, &world, &options(true, false));
+        assert!(matches!(
+            p.changes[0].action,
+            Action::RemoveWorktree { force: false, .. }
+        ));
+        let (spec, world) = leftover_world(Work {
+            unknown: Some("git failed".into()),
+            ..Work::default()
+        });
+        let p = plan(&spec, &world, &options(true, false));
+        assert!(p.changes.is_empty(), "cannot tell: nothing counts as safe");
+    }
+}
