@@ -89,6 +89,7 @@ impl Applier<'_> {
             }
             Action::Start => {
                 let agent = agent()?;
+                crate::workspace::steps::ready(agent)?;
                 ensure_dir(dir)?;
                 let launch = self.launch(agent, dir)?;
                 let pane = self.tiered(agent, || self.runtime.start(&launch))?;
@@ -96,6 +97,7 @@ impl Applier<'_> {
             }
             Action::Restart { pane } | Action::Replace { pane, .. } => {
                 let agent = agent()?;
+                crate::workspace::steps::ready(agent)?;
                 ensure_dir(dir)?;
                 if matches!(change.action, Action::Replace { .. }) {
                     // The wrapper being replaced records this as the session's end reason.
@@ -121,6 +123,7 @@ impl Applier<'_> {
             // edit between plan and apply is kept.
             Action::InstallHooks { path, .. } => {
                 let agent = agent()?;
+                crate::workspace::steps::ready(agent)?;
                 let hook_exe = hook_config::hook_binary(&self.exe);
                 let desired = hook_config::Target::new(&hook_exe, &self.spec.file, agent).desired();
                 ensure_dir(dir)?;
@@ -139,6 +142,9 @@ impl Applier<'_> {
                 }
                 Ok(detail)
             }
+            Action::CreateWorktree { .. }
+            | Action::SwitchWorktree { .. }
+            | Action::RemoveWorktree { .. } => worktree_step(&change.action, &change.agent, dir),
         }
     }
 
@@ -189,6 +195,53 @@ impl Applier<'_> {
                 op().map_err(|e| diagnose(self.runtime, &e, agent))
             }
         }
+    }
+}
+
+/// A worktree change, carried out by `workspace::steps` (which looks again before it acts).
+fn worktree_step(action: &Action, agent: &str, dir: &AgentDir) -> Result<String, String> {
+    use crate::workspace::{Recorded, steps};
+    match action {
+        Action::CreateWorktree {
+            repo,
+            path,
+            branch,
+            base,
+            ..
+        } => steps::create(
+            dir,
+            &steps::Create {
+                agent,
+                repo,
+                path,
+                branch,
+                base,
+            },
+        ),
+        Action::SwitchWorktree {
+            repo,
+            path,
+            branch,
+            base,
+            ..
+        } => steps::switch(path, branch, base, repo),
+        Action::RemoveWorktree {
+            repo,
+            path,
+            branch,
+            base,
+            force,
+        } => {
+            let rec = Recorded {
+                agent: agent.to_string(),
+                repo: repo.clone(),
+                path: path.clone(),
+                branch: branch.clone(),
+                base: base.clone(),
+            };
+            steps::remove(dir, &rec, *force)
+        }
+        _ => Err("not a worktree change".into()),
     }
 }
 
@@ -245,6 +298,7 @@ pub(crate) mod testing {
         let options = PlanOptions {
             prune,
             hooks_exe: None,
+            force_remove_worktrees: false,
         };
         plan::diff(spec, &world, &options)
     }

@@ -34,4 +34,5 @@ pub mod text;
 pub mod top;
 pub mod usage;
 pub mod watchdog;
+pub mod workspace;
 pub mod world;

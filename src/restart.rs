@@ -311,6 +311,7 @@ mod tests {
         let world = world::observe(&ctx.spec, fake).unwrap();
         let options = PlanOptions {
             prune: false,
+            force_remove_worktrees: false,
             hooks_exe: None,
         };
         let plan = crate::plan::diff(&ctx.spec, &world, &options);

@@ -118,6 +118,10 @@ pub struct AgentStatus {
     /// Tokens and estimated cost today (the local day), from its usage ledger and what its
     /// session files gained since (read, not written); `None` without a state dir.
     pub usage_today: Option<crate::usage::Today>,
+    /// Its git worktree (`workspace`): branch, ahead/behind its base, changed files. Not in
+    /// a lean row (a `/metrics` scrape runs no git).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::workspace::WorktreeStatus>,
     /// Crash history and the last stop reason; only when one agent is asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub supervision: Option<crate::recovery::record::Summary>,
@@ -261,6 +265,12 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
         }
     }
     let mut rows = Vec::with_capacity(names.len());
+    // All worktrees at once, in parallel (a `git status` each).
+    let mut worktrees = if with_context {
+        crate::workspace::statuses(spec)
+    } else {
+        Default::default()
+    };
     for name in names {
         let declared = spec.agent(&name);
         let pane = world.pane_of(&name);
@@ -345,6 +355,7 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             } else {
                 None
             },
+            worktree: worktrees.remove(&name),
             supervision: None,
             transcript: agent_state.as_ref().and_then(|s| s.transcript_path.clone()),
             agent: name,

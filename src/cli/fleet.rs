@@ -72,13 +72,43 @@ pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
     }
 }
 
-pub fn plan(config: &Path, json: bool, prune: bool, skip_unreachable: bool) -> anyhow::Result<i32> {
+/// What `--prune` removes: undeclared agents, and the worktrees phoenix made that no agent
+/// works in; those holding work only with `--force-remove-worktrees`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Pruning {
+    pub prune: bool,
+    pub force_remove_worktrees: bool,
+}
+
+impl From<bool> for Pruning {
+    fn from(prune: bool) -> Pruning {
+        Pruning {
+            prune,
+            force_remove_worktrees: false,
+        }
+    }
+}
+
+impl Pruning {
+    fn options(self) -> anyhow::Result<PlanOptions> {
+        Ok(PlanOptions::for_this_binary(self.prune)
+            .context("cannot find the phoenix binary")?
+            .forcing_worktree_removal(self.force_remove_worktrees))
+    }
+}
+
+pub fn plan(
+    config: &Path,
+    json: bool,
+    prune: Pruning,
+    skip_unreachable: bool,
+) -> anyhow::Result<i32> {
     let ctx = load(config)?;
     let spec = &ctx.spec;
     print_warnings(spec);
     super::lifecycle::commands_exist(&ctx, &[])?;
     if combined(spec)? {
-        return super::fleet_hosts::plan(&ctx, json, prune, skip_unreachable);
+        return super::fleet_hosts::plan(&ctx, json, prune.prune, skip_unreachable);
     }
     let plan = local_plan(&ctx, prune)?;
     if json {
@@ -97,23 +127,22 @@ fn combined(spec: &Spec) -> anyhow::Result<bool> {
 }
 
 /// This machine's plan, read-only.
-pub(super) fn local_plan(ctx: &FleetContext, prune: bool) -> anyhow::Result<plan::Plan> {
+pub(super) fn local_plan(
+    ctx: &FleetContext,
+    prune: impl Into<Pruning>,
+) -> anyhow::Result<plan::Plan> {
     if let Some(problem) = world::leftover_problem(&ctx.spec) {
         eprintln!("warning: {problem}");
     }
     let world = observe(ctx)?;
-    Ok(plan::diff(
-        &ctx.spec,
-        &world,
-        &PlanOptions::for_this_binary(prune).context("cannot find the phoenix binary")?,
-    ))
+    Ok(plan::diff(&ctx.spec, &world, &prune.into().options()?))
 }
 
 pub fn apply(
     config: &Path,
     targets: &[String],
     yes: bool,
-    prune: bool,
+    prune: Pruning,
     json: bool,
     skip_unreachable: bool,
 ) -> anyhow::Result<i32> {
@@ -123,7 +152,7 @@ pub fn apply(
     if combined(spec)? {
         let options = super::fleet_hosts::ApplyOptions {
             yes,
-            prune,
+            prune: prune.prune,
             json,
             skip_unreachable,
         };
@@ -189,8 +218,9 @@ pub(super) fn apply_summary(succeeded: usize, failed: usize) -> String {
 /// included, so that what was planned is still true when it is applied) and its plan.
 pub(super) fn lock_and_plan(
     ctx: &FleetContext,
-    prune: bool,
+    prune: impl Into<Pruning>,
 ) -> anyhow::Result<(FleetLock, plan::Plan)> {
+    let options = prune.into().options()?;
     let spec = &ctx.spec;
     if let Some(problem) = world::leftover_problem(spec) {
         bail!("{problem}");
@@ -209,11 +239,7 @@ pub(super) fn lock_and_plan(
     })?;
     let lock = lock_fleet(fleet, "apply")?;
     let world = observe(ctx)?;
-    let plan = plan::diff(
-        spec,
-        &world,
-        &PlanOptions::for_this_binary(prune).context("cannot find the phoenix binary")?,
-    );
+    let plan = plan::diff(spec, &world, &options);
     Ok((lock, plan))
 }
 
@@ -425,6 +451,7 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
         ));
     }
     text.push_str("(TOKENS and COST: today, the local day; `phoenix usage` for more)\n");
+    text.push_str(&worktree_table(&rows));
     if !world.server_running {
         text.push_str(&format!(
             "\n(no {} yet: run `phoenix apply` to start the fleet)\n",
@@ -438,6 +465,48 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
 
 /// `phoenix status AGENT`, as `kubectl describe`: everything known about one agent, one
 /// labelled line each, then its supervision record (last stop, crashes, latest crash).
+/// The agents' worktrees under the status table, when any agent has one: branch, commits
+/// ahead/behind its base, changed files, and what is wrong.
+fn worktree_table(rows: &[crate::status::AgentStatus]) -> String {
+    let with: Vec<_> = rows
+        .iter()
+        .filter_map(|r| r.worktree.as_ref().map(|w| (r, w)))
+        .collect();
+    if with.is_empty() {
+        return String::new();
+    }
+    let mut text = format!(
+        "\n{:<20} {:<24} {:<18} {:>7}  {}\n",
+        "AGENT", "BRANCH", "AHEAD/BEHIND", "CHANGED", "WORKTREE"
+    );
+    for (r, w) in with {
+        text.push_str(&format!(
+            "{:<20} {:<24} {:<18} {:>7}  {}\n",
+            r.agent,
+            w.branch.as_deref().unwrap_or("-"),
+            ahead_behind(w),
+            w.dirty.map_or("-".into(), |d| d.to_string()),
+            worktree_where(w),
+        ));
+    }
+    text
+}
+
+/// `+2 -0 main`: commits ahead of and behind the base.
+fn ahead_behind(w: &crate::workspace::WorktreeStatus) -> String {
+    match (w.ahead, w.behind, &w.base) {
+        (Some(a), Some(b), Some(base)) => format!("+{a} -{b} {base}"),
+        _ => "-".into(),
+    }
+}
+
+fn worktree_where(w: &crate::workspace::WorktreeStatus) -> String {
+    match &w.problem {
+        Some(p) => format!("{} ({p})", w.path),
+        None => w.path.clone(),
+    }
+}
+
 fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -> String {
     let dash = || "-".to_string();
     let declared = spec.agent(&r.agent);
@@ -457,6 +526,20 @@ fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -
             declared
                 .map(|a| a.workdir.display().to_string())
                 .unwrap_or_else(dash),
+        ),
+        (
+            "Worktree",
+            r.worktree.as_ref().map_or_else(dash, |w| {
+                format!(
+                    "branch {}, {} ahead/behind, {} changed file(s){}",
+                    w.branch.as_deref().unwrap_or("-"),
+                    ahead_behind(w),
+                    w.dirty.map_or("?".into(), |d| d.to_string()),
+                    w.problem
+                        .as_ref()
+                        .map_or(String::new(), |p| format!(" — {p}"))
+                )
+            }),
         ),
         ("State", r.state.to_string()),
         (

@@ -395,7 +395,9 @@ pub fn down(config: &Path, remove_hooks: bool, json: bool) -> anyhow::Result<i32
             "warning: `phoenix run` (pid {pid}) supervises this fleet and will start it again; stop it first (`phoenix service status` names its unit)"
         );
     }
-    let world = crate::status::observe(&ctx.spec, ctx.runtime())?;
+    let mut world = crate::status::observe(&ctx.spec, ctx.runtime())?;
+    // `down` stops agents; their worktrees stay (only `apply --prune` removes one).
+    world.workspaces = Default::default();
     let lock = world.server_running || remove_hooks;
     let _lock = if lock {
         Some(self::lock(&ctx, "down")?)
@@ -408,6 +410,7 @@ pub fn down(config: &Path, remove_hooks: bool, json: bool) -> anyhow::Result<i32
     nothing.agents.clear();
     let options = PlanOptions {
         prune: true,
+        force_remove_worktrees: false,
         hooks_exe: if remove_hooks {
             PlanOptions::for_this_binary(true)
                 .context("cannot find the phoenix binary")?

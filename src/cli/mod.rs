@@ -84,9 +84,14 @@ pub enum Command {
         /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
-        /// Also remove agents that run but are no longer declared.
+        /// Also remove agents that run but are no longer declared, and the worktrees phoenix
+        /// made that no agent works in (only those where nothing would be lost).
         #[arg(long)]
         prune: bool,
+        /// With --prune: remove those worktrees even with uncommitted changes or commits that
+        /// are neither on their base nor pushed (their branches stay).
+        #[arg(long, requires = "prune")]
+        force_remove_worktrees: bool,
         /// With `[[host]]`s: plan the rest when a host cannot be reached (its agents show as
         /// unknown) instead of exiting 1.
         #[arg(long)]
@@ -104,9 +109,14 @@ pub enum Command {
         /// Do not ask for confirmation.
         #[arg(long, short = 'y')]
         yes: bool,
-        /// Also remove agents that run but are no longer declared.
+        /// Also remove agents that run but are no longer declared, and the worktrees phoenix
+        /// made that no agent works in (only those where nothing would be lost).
         #[arg(long)]
         prune: bool,
+        /// With --prune: remove those worktrees even with uncommitted changes or commits that
+        /// are neither on their base nor pushed (their branches stay).
+        #[arg(long, requires = "prune")]
+        force_remove_worktrees: bool,
         /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
@@ -454,15 +464,29 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Plan {
             json,
             prune,
+            force_remove_worktrees,
             skip_unreachable,
-        } => fleet::plan(&config, json, prune, skip_unreachable),
+        } => {
+            let prune = fleet::Pruning {
+                prune,
+                force_remove_worktrees,
+            };
+            fleet::plan(&config, json, prune, skip_unreachable)
+        }
         Command::Apply {
             agents,
             yes,
             prune,
+            force_remove_worktrees,
             json,
             skip_unreachable,
-        } => fleet::apply(&config, &agents, yes, prune, json, skip_unreachable),
+        } => {
+            let prune = fleet::Pruning {
+                prune,
+                force_remove_worktrees,
+            };
+            fleet::apply(&config, &agents, yes, prune, json, skip_unreachable)
+        }
         Command::Status { agent, json } => fleet::status(&config, agent.as_deref(), json),
         Command::Doctor { json } => doctor::doctor(&config, json),
         Command::Usage(args) => usage::usage(&config, args),

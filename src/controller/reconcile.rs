@@ -61,6 +61,7 @@ impl Controller {
         // (re)starts runs without the hooks `plan` says it lacks.
         let options = PlanOptions {
             prune: false,
+            force_remove_worktrees: false,
             hooks_exe: Some(crate::hooks::config::hook_binary(&self.exe)),
         };
         let mut plan = plan::diff(&self.spec, &world, &options);

@@ -137,6 +137,45 @@ host = "gpu-2"
     }
 
     #[test]
+    fn a_workspace_survives_the_slice_and_names_a_repo_on_the_host() {
+        let source = "[defaults]\nworkspace = { repo = \"~/src/app\", base = \"main\" }\n\n\
+                      [[host]]\nname = \"gpu-1\"\nssh = \"deploy@gpu-1\"\n\n\
+                      [[agent]]\nname = \"auth\"\nhost = \"gpu-1\"\ncommand = \"x\"\n\
+                      workspace = { repo = \"~/src/api\", branch = \"agent/{name}\", worktrees = \"/srv/wt\" }\n\n\
+                      [[agent]]\nname = \"ui\"\nhost = \"gpu-1\"\ncommand = \"x\"\n";
+        let operator = crate::spec::parse(
+            source,
+            std::path::Path::new("/home/op/fleet/phoenix.toml"),
+            crate::spec::LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .unwrap();
+        assert!(operator.agents.is_empty(), "both run on the host");
+        let slice = for_host(source, "gpu-1", None).unwrap();
+        // The host reads its slice as its own phoenix.toml: `~` is the host user's home.
+        let host = crate::spec::parse(
+            &slice,
+            std::path::Path::new("/home/deploy/.phoenix-hosts/f/phoenix.toml"),
+            crate::spec::LoadOptions {
+                check_filesystem: false,
+            },
+        )
+        .unwrap();
+        let home = std::path::PathBuf::from(std::env::var("HOME").unwrap());
+        let auth = host.agent("auth").unwrap().workspace.clone().unwrap();
+        assert_eq!(auth.repo, home.join("src/api"));
+        assert_eq!(auth.branch, "agent/auth");
+        assert_eq!(auth.path, std::path::Path::new("/srv/wt/auth"));
+        assert_eq!(host.agent("auth").unwrap().workdir, auth.path);
+        // The `[defaults]` workspace travels too.
+        let ui = host.agent("ui").unwrap().workspace.clone().unwrap();
+        assert_eq!(ui.repo, home.join("src/app"));
+        assert_eq!(ui.base.as_deref(), Some("main"));
+        assert_eq!(ui.path, home.join("src/app/.worktrees/ui"));
+    }
+
+    #[test]
     fn a_move_rewrites_only_the_agents_host() {
         let moved = with_host(SOURCE, "trades", Some("gpu-2")).unwrap().unwrap();
         assert!(

@@ -5,6 +5,7 @@ use crate::world::{AgentObs, PaneObs, World};
 
 use super::{
     Action, Attention, Change, FORMAT_VERSION, Plan, PlanOptions, Unmanaged, change, hooks,
+    worktree,
 };
 
 /// Compute what must change for `world` to match `spec`. Pure: no I/O.
@@ -15,18 +16,46 @@ pub fn diff(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
     }
     let (pruned, unmanaged) = undeclared(spec, world, options.prune);
     changes.extend(pruned);
-    let attention = spec
+    let mut attention: Vec<Attention> = spec
         .agents
         .iter()
         .filter(|a| a.enabled)
         .filter_map(|a| held_back(a, world, &changes))
         .collect();
+    let worktrees = worktree::plan(spec, world, options);
+    add_worktree_changes(&mut changes, worktrees.changes);
+    attention.extend(worktrees.attention);
     sort_for_apply(spec, &mut changes);
     Plan {
         format_version: FORMAT_VERSION,
         changes,
         unmanaged,
         attention,
+        kept_worktrees: worktrees.kept,
+    }
+}
+
+/// The worktree changes, less a restart for an agent whose own diff already starts, restarts,
+/// replaces or stops it.
+fn add_worktree_changes(changes: &mut Vec<Change>, worktree_changes: Vec<Change>) {
+    let acted_on = |changes: &[Change], agent: &str| {
+        changes.iter().any(|c| {
+            c.agent == agent
+                && matches!(
+                    c.action,
+                    Action::Start
+                        | Action::Restart { .. }
+                        | Action::Replace { .. }
+                        | Action::Stop { .. }
+                        | Action::Prune { .. }
+                )
+        })
+    };
+    for c in worktree_changes {
+        if matches!(c.action, Action::Restart { .. }) && acted_on(changes, &c.agent) {
+            continue;
+        }
+        changes.push(c);
     }
 }
 

@@ -6,6 +6,7 @@ mod hooks;
 mod render;
 #[cfg(test)]
 mod tests;
+mod worktree;
 
 use std::path::PathBuf;
 
@@ -14,7 +15,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::spec::{Cli, FieldChange};
 
 pub use diff::{STARTUP_GRACE_SECS, diff};
-pub use render::{attention_line, plural, render_change, summary_line, unmanaged_line};
+pub use render::{
+    attention_line, kept_worktree_line, plural, render_change, summary_line, unmanaged_line,
+};
 
 /// Bumped whenever the JSON shape changes incompatibly.
 pub const FORMAT_VERSION: u32 = 1;
@@ -25,6 +28,9 @@ pub struct PlanOptions {
     pub prune: bool,
     /// The phoenix binary that hook commands call. Hook files are planned only when set.
     pub hooks_exe: Option<PathBuf>,
+    /// With `prune`: remove worktrees phoenix made even when they hold uncommitted changes
+    /// or commits that are neither on their base nor pushed.
+    pub force_remove_worktrees: bool,
 }
 
 impl PlanOptions {
@@ -34,7 +40,14 @@ impl PlanOptions {
         Ok(PlanOptions {
             prune,
             hooks_exe: Some(crate::hooks::config::hook_binary(&std::env::current_exe()?)),
+            force_remove_worktrees: false,
         })
+    }
+
+    /// These options, removing worktrees that hold work when `force` (`--force-remove-worktrees`).
+    pub fn forcing_worktree_removal(mut self, force: bool) -> PlanOptions {
+        self.force_remove_worktrees = force;
+        self
     }
 }
 
@@ -50,6 +63,19 @@ pub struct Plan {
     /// an apply would not act on them, but no plan may call such a fleet converged.
     #[serde(default)]
     pub attention: Vec<Attention>,
+    /// Worktrees phoenix made that no agent works in any more, and why they stay.
+    #[serde(default)]
+    pub kept_worktrees: Vec<KeptWorktree>,
+}
+
+/// A worktree no agent works in that the plan does not remove, and why: not pruning, or
+/// something in it would be lost (a `git status` summary).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptWorktree {
+    pub agent: String,
+    pub path: String,
+    pub branch: String,
+    pub why: String,
 }
 
 /// A declared agent that is not running on purpose of its wrapper, and what acts on it.
@@ -58,7 +84,8 @@ pub struct Attention {
     pub agent: String,
     pub pane: String,
     /// `safe-mode` (a crash limit or a diagnosis stopped it), `cooldown` (restarting),
-    /// `stopped` (`phoenix stop`) or `moved` (the operator placed it on another machine).
+    /// `stopped` (`phoenix stop`), `moved` (the operator placed it on another machine) or
+    /// `worktree` (its worktree needs a person first).
     #[serde(deserialize_with = "attention_state")]
     pub state: Word,
     /// For people: what to run.
@@ -118,19 +145,48 @@ pub enum Action {
         path: PathBuf,
         diff: String,
     },
+    /// Make the agent's git worktree (`git worktree add`); its branch from `base` when new.
+    CreateWorktree {
+        repo: PathBuf,
+        path: PathBuf,
+        branch: String,
+        base: String,
+        new_branch: bool,
+        /// git still lists it: its record is cleared first.
+        removed_by_hand: bool,
+    },
+    /// Put the agent's worktree back on its branch (nothing in it is lost by the switch).
+    SwitchWorktree {
+        repo: PathBuf,
+        path: PathBuf,
+        from: Option<String>,
+        branch: String,
+        base: String,
+    },
+    /// Remove a worktree phoenix made that no agent works in (`--prune`); the branch stays.
+    RemoveWorktree {
+        repo: PathBuf,
+        path: PathBuf,
+        branch: String,
+        base: String,
+        /// Even with uncommitted changes (`--force-remove-worktrees`).
+        force: bool,
+    },
 }
 
 impl Action {
     pub fn symbol(&self) -> &'static str {
         match self {
-            Action::InitState | Action::Start => "+",
+            Action::InitState | Action::Start | Action::CreateWorktree { .. } => "+",
+            Action::SwitchWorktree { .. } => "~",
             Action::InstallHooks { create: true, .. } => "+",
             Action::Restart { .. } | Action::InstallHooks { .. } => "~",
             Action::Replace { .. } => "-/+",
             Action::Stop { .. }
             | Action::Prune { .. }
             | Action::RemoveExtra { .. }
-            | Action::RemoveHooks { .. } => "-",
+            | Action::RemoveHooks { .. }
+            | Action::RemoveWorktree { .. } => "-",
         }
     }
 
@@ -140,6 +196,9 @@ impl Action {
     fn kind(&self) -> (&'static str, u8) {
         match self {
             Action::InitState => ("init_state", 0),
+            // Before the hooks written into it and the agent started in it.
+            Action::CreateWorktree { .. } => ("create_worktree", 0),
+            Action::SwitchWorktree { .. } => ("switch_worktree", 0),
             Action::InstallHooks { .. } => ("install_hooks", 1),
             Action::RemoveHooks { .. } => ("remove_hooks", 1),
             Action::Start => ("start", 2),
@@ -148,6 +207,8 @@ impl Action {
             Action::Stop { .. } => ("stop", 5),
             Action::Prune { .. } => ("prune", 6),
             Action::RemoveExtra { .. } => ("remove_extra", 7),
+            // After its agent stopped and its hooks went.
+            Action::RemoveWorktree { .. } => ("remove_worktree", 8),
         }
     }
 
@@ -178,6 +239,9 @@ pub struct Summary {
     pub init: usize,
     /// Hook files to write or clean.
     pub hooks: usize,
+    /// Worktrees to create, switch back or remove.
+    #[serde(default)]
+    pub worktrees: usize,
 }
 
 impl Plan {
@@ -188,6 +252,7 @@ impl Plan {
             changes,
             unmanaged: Vec::new(),
             attention: Vec::new(),
+            kept_worktrees: Vec::new(),
         }
     }
 
@@ -201,6 +266,7 @@ impl Plan {
         self.changes.retain(|c| agents.contains(&c.agent));
         self.unmanaged.clear();
         self.attention.retain(|a| agents.contains(&a.agent));
+        self.kept_worktrees.retain(|k| agents.contains(&k.agent));
     }
 
     pub fn summary(&self) -> Summary {
@@ -214,6 +280,9 @@ impl Plan {
                 Action::Stop { .. } => s.stop += 1,
                 Action::Prune { .. } | Action::RemoveExtra { .. } => s.remove += 1,
                 Action::InstallHooks { .. } | Action::RemoveHooks { .. } => s.hooks += 1,
+                Action::CreateWorktree { .. }
+                | Action::SwitchWorktree { .. }
+                | Action::RemoveWorktree { .. } => s.worktrees += 1,
             }
         }
         s
@@ -235,6 +304,7 @@ impl std::ops::AddAssign for Summary {
         self.remove += other.remove;
         self.init += other.init;
         self.hooks += other.hooks;
+        self.worktrees += other.worktrees;
     }
 }
 
@@ -262,7 +332,11 @@ fn symbol<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
 }
 
 fn attention_state<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
-    known(d, &["safe-mode", "cooldown", "stopped", "moved"], "held")
+    known(
+        d,
+        &["safe-mode", "cooldown", "stopped", "moved", "worktree"],
+        "held",
+    )
 }
 
 fn change(agent: &str, action: Action, reason: String) -> Change {

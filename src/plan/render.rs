@@ -6,7 +6,11 @@ use super::{Action, Attention, Change, Plan, Summary, Unmanaged};
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.changes.is_empty() && self.unmanaged.is_empty() && self.attention.is_empty() {
+        if self.changes.is_empty()
+            && self.unmanaged.is_empty()
+            && self.attention.is_empty()
+            && self.kept_worktrees.is_empty()
+        {
             writeln!(f, "No changes. The fleet matches phoenix.toml.")?;
         } else if self.changes.is_empty() {
             writeln!(f, "No changes to apply.")?;
@@ -32,6 +36,12 @@ impl fmt::Display for Plan {
                 writeln!(f, "  {}", attention_line(a))?;
             }
         }
+        if !self.kept_worktrees.is_empty() {
+            writeln!(f, "\nWorktrees no agent works in, kept (not changes):")?;
+            for k in &self.kept_worktrees {
+                writeln!(f, "  {}", kept_worktree_line(k))?;
+            }
+        }
         Ok(())
     }
 }
@@ -52,6 +62,14 @@ pub fn summary_line(s: &Summary) -> String {
     if s.hooks > 0 {
         let _ = write!(line, ", {} hook file{} to update", s.hooks, plural(s.hooks));
     }
+    if s.worktrees > 0 {
+        let _ = write!(
+            line,
+            ", {} worktree{} to change",
+            s.worktrees,
+            plural(s.worktrees)
+        );
+    }
     line
 }
 
@@ -68,6 +86,47 @@ pub fn attention_line(a: &Attention) -> String {
         format!(" in pane {}", a.pane)
     };
     format!("! agent `{}`{pane}: {}; {}", a.agent, a.state, a.hint)
+}
+
+/// `+ worktree ~/src/app/.worktrees/auth on branch agent/auth (from main) for agent `auth` — why`:
+/// a worktree change names the worktree first, as that is what changes on disk.
+fn worktree_line(c: &Change, width: usize) -> String {
+    use crate::workspace::display;
+    let what = match &c.action {
+        Action::CreateWorktree {
+            path,
+            branch,
+            base,
+            new_branch,
+            ..
+        } => {
+            let from = if *new_branch {
+                format!("from {base}")
+            } else {
+                "existing branch".into()
+            };
+            format!("worktree {} on branch {branch} ({from})", display(path))
+        }
+        Action::SwitchWorktree { path, branch, .. } => {
+            format!("worktree {} back to branch {branch}", display(path))
+        }
+        Action::RemoveWorktree { path, branch, .. } => {
+            format!("worktree {} (branch {branch} stays)", display(path))
+        }
+        _ => String::new(),
+    };
+    format!(
+        "{:>width$} {what} for agent `{}` — {}",
+        c.symbol, c.agent, c.reason
+    )
+}
+
+/// `! worktree ~/src/app/.worktrees/old of agent `old` kept: why`.
+pub fn kept_worktree_line(k: &super::KeptWorktree) -> String {
+    format!(
+        "! worktree {} of agent `{}` (branch {}) kept: {}",
+        k.path, k.agent, k.branch, k.why
+    )
 }
 
 pub fn plural(n: usize) -> &'static str {
@@ -88,6 +147,9 @@ pub fn render_change(c: &Change, width: usize) -> String {
         Action::RemoveHooks { path, .. } => {
             format!("remove phoenix hooks from {}", path.display())
         }
+        Action::CreateWorktree { .. }
+        | Action::SwitchWorktree { .. }
+        | Action::RemoveWorktree { .. } => return worktree_line(c, width),
     };
     let mut out = format!(
         "{:>width$} agent `{}`: {what} — {}",

@@ -58,6 +58,7 @@ fn world_with(spec: &Spec, panes: Vec<PaneObs>) -> World {
         server_running: true,
         location: String::new(),
         hook_files: Default::default(),
+        workspaces: Default::default(),
         panes,
         agents: spec
             .agents
@@ -362,6 +363,7 @@ fn with_hooks(prune: bool) -> PlanOptions {
     PlanOptions {
         prune,
         hooks_exe: Some("/bin/phoenix".into()),
+        force_remove_worktrees: false,
     }
 }
 
@@ -506,6 +508,7 @@ fn a_plan_read_back_from_its_json_is_the_same_plan() {
         &PlanOptions {
             prune: false,
             hooks_exe: None,
+            force_remove_worktrees: false,
         },
     );
     plan.attention.push(Attention {

@@ -109,6 +109,8 @@ pub struct AgentSpec {
     pub resume_command: Option<String>,
     pub resume_argv: Option<Vec<String>>,
     pub workdir: PathBuf,
+    /// A git worktree of its own (then `workdir` is the worktree).
+    pub workspace: Option<super::WorkspaceSpec>,
     pub env: BTreeMap<String, String>,
     pub session: String,
     pub window: String,

@@ -6,7 +6,7 @@ use toml::de::{DeTable, DeValue};
 use super::raw::{
     RawAgent, RawBrief, RawBudget, RawClinic, RawFleet, RawGithub, RawHost, RawNotify, RawPrice,
     RawRestart, RawSchedules, RawSpec, RawTelemetry, RawThresholds, RawTmux, RawWatchdog,
-    RawWebhook, fields_of,
+    RawWebhook, RawWorkspace, fields_of,
 };
 use crate::diag::{Diagnostic, did_you_mean};
 
@@ -30,6 +30,7 @@ enum Section {
     Telemetry,
     Host,
     Budget,
+    Workspace,
     /// `[prices]`: its keys are model names, each a `Price` table.
     Prices,
     Price,
@@ -54,6 +55,7 @@ impl Section {
             Section::Telemetry => fields_of::<RawTelemetry>(),
             Section::Host => fields_of::<RawHost>(),
             Section::Budget => fields_of::<RawBudget>(),
+            Section::Workspace => fields_of::<RawWorkspace>(),
             Section::Prices => &[],
             Section::Price => fields_of::<RawPrice>(),
         }
@@ -78,6 +80,7 @@ impl Section {
             Section::Telemetry => "[telemetry]",
             Section::Host => "[[host]]",
             Section::Budget => "the `budget` table",
+            Section::Workspace => "the `workspace` table",
             Section::Prices => "[prices]",
             Section::Price => "a [prices] table",
         }
@@ -100,6 +103,7 @@ impl Section {
             // Any model name.
             (Section::Prices, _) => Some(Section::Price),
             (Section::Defaults | Section::Agent, "budget") => Some(Section::Budget),
+            (Section::Defaults | Section::Agent, "workspace") => Some(Section::Workspace),
             (Section::Notify, "github") => Some(Section::Github),
             (Section::Notify, "webhook") => Some(Section::Webhook),
             (Section::Defaults | Section::Agent, "tmux") => Some(Section::Tmux),

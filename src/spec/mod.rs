@@ -16,6 +16,7 @@ mod paths;
 mod schedule;
 mod settings;
 mod validate;
+pub mod workspace;
 
 use std::path::PathBuf;
 
@@ -40,6 +41,7 @@ pub use settings::{
     WebhookNotify,
 };
 pub use validate::{NAME_HINT, valid_name};
+pub use workspace::WorkspaceSpec;
 
 pub const DEFAULT_CONFIG: &str = "phoenix.toml";
 

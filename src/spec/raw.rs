@@ -201,6 +201,8 @@ pub struct RawAgent {
     pub resume_command: Option<Spanned<String>>,
     /// Where the agent runs (relative to this file; default: its directory).
     pub workdir: Option<Spanned<String>>,
+    /// A git worktree of its own instead of a `workdir`: { repo, branch, base, worktrees }.
+    pub workspace: Option<Spanned<RawWorkspace>>,
     /// Extra environment variables.
     pub env: Option<BTreeMap<Spanned<String>, Spanned<String>>>,
     /// The agent's tmux session and window.
@@ -222,6 +224,20 @@ pub struct RawAgent {
     /// What the agent may spend per day (the local calendar day) before the watchdog stops
     /// it for a person.
     pub budget: Option<RawBudget>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawWorkspace {
+    /// The git repository (relative to this file); required.
+    pub repo: Option<Spanned<String>>,
+    /// The agent's branch; `{name}` is the agent's name. Default "agent/{name}".
+    pub branch: Option<Spanned<String>>,
+    /// What a new branch starts from. Default: the branch the repo has checked out.
+    pub base: Option<Spanned<String>>,
+    /// The directory holding the worktrees, one per agent (relative to the repo).
+    /// Default ".worktrees" inside the repo.
+    pub worktrees: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

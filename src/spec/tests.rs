@@ -710,3 +710,81 @@ fn bad_budgets_and_prices_are_reported_where_written() {
     );
     assert!(errs.iter().all(|e| e.line > 0), "{errs:?}");
 }
+
+#[test]
+fn a_workspace_gives_the_agent_its_worktree_as_workdir() {
+    let s = parse_str(
+        "[defaults]\nworkspace = { repo = \"/src/my app\", base = \"main\" }\n\
+         [[agent]]\nname = \"auth\"\ncommand = \"x\"\n\
+         [[agent]]\nname = \"ui\"\ncommand = \"x\"\nworkspace = { repo = \"/src/app\", branch = \"wip/{name}-1\", worktrees = \"~/wt\" }\n\
+         [[agent]]\nname = \"plain\"\ncommand = \"x\"\nworkdir = \"/srv\"\n",
+    )
+    .unwrap();
+    let auth = s.agent("auth").unwrap();
+    let ws = auth.workspace.as_ref().unwrap();
+    assert_eq!(ws.repo, Path::new("/src/my app"));
+    assert_eq!(ws.branch, "agent/auth");
+    assert_eq!(ws.base.as_deref(), Some("main"));
+    assert_eq!(ws.path, Path::new("/src/my app/.worktrees/auth"));
+    assert_eq!(auth.workdir, ws.path);
+    let ui = s.agent("ui").unwrap().workspace.clone().unwrap();
+    assert_eq!(ui.branch, "wip/ui-1");
+    assert_eq!(ui.base, None);
+    let home = std::env::var("HOME").unwrap();
+    assert_eq!(ui.path, Path::new(&home).join("wt/ui"));
+    // Its own `workdir` overrides the `[defaults]` workspace.
+    let plain = s.agent("plain").unwrap();
+    assert!(plain.workspace.is_none());
+    assert_eq!(plain.workdir, Path::new("/srv"));
+}
+
+#[test]
+fn workspace_mistakes_are_reported_where_written() {
+    let errs = errors(
+        "[[agent]]\nname = \"a\"\ncommand = \"x\"\nworkdir = \"/srv\"\nworkspace = { repo = \"/r\" }\n\
+         [[agent]]\nname = \"b\"\ncommand = \"x\"\nworkspace = { repo = \"/r\", branch = \"x; rm -rf ~\" }\n\
+         [[agent]]\nname = \"c\"\ncommand = \"x\"\nworkspace = { repo = \"/r\", branch = \"--upload-pack=evil\" }\n\
+         [[agent]]\nname = \"d\"\ncommand = \"x\"\nworkspace = { branch = \"x\" }\n\
+         [[agent]]\nname = \"e\"\ncommand = \"x\"\nworkspace = { repo = \"/r\", branch = \"same\" }\n\
+         [[agent]]\nname = \"f\"\ncommand = \"x\"\nworkspace = { repo = \"/r\", branch = \"same\" }\n\
+         [[agent]]\nname = \"g\"\ncommand = \"x\"\nworkspace = { repo = \"/r\", base = \"-b\", brnch = \"x\" }\n",
+    );
+    assert_reported(
+        &errs,
+        &[
+            "agent `a`: `workspace` and `workdir` exclude each other",
+            "agent `b`: workspace branch `x; rm -rf ~` contains ' '",
+            "agent `c`: workspace branch `--upload-pack=evil` starts with `-`",
+            "agent `d`: `workspace` has no `repo`",
+            "agent `f`: branch `same` of `/r` is already agent `e`'s",
+            "agent `g`: workspace base `-b` starts with `-`",
+            "unknown key `brnch` in the `workspace` table",
+        ],
+    );
+    let line_of = |part: &str| errs.iter().find(|e| e.message.contains(part)).unwrap().line;
+    assert_eq!(line_of("agent `b`"), 9);
+    assert_eq!(line_of("agent `c`"), 13);
+}
+
+#[test]
+fn a_workspace_repo_must_be_a_git_repository_when_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("plain")).unwrap();
+    let src = "[[agent]]\nname = \"a\"\ncommand = \"x\"\nworkspace = { repo = \"plain\" }\n\
+               [[agent]]\nname = \"b\"\ncommand = \"x\"\nworkspace = { repo = \"gone\" }\n";
+    let errs = parse(
+        src,
+        &dir.path().join("phoenix.toml"),
+        LoadOptions::default(),
+    )
+    .unwrap_err()
+    .located();
+    assert_reported(
+        &errs,
+        &[
+            "is not a git repository",
+            "workspace repo `",
+            "does not exist",
+        ],
+    );
+}

@@ -457,6 +457,7 @@ mod tests {
 
     fn row(agent: &str, pane: Option<&str>) -> AgentStatus {
         AgentStatus {
+            worktree: None,
             agent: agent.into(),
             declared: true,
             enabled: true,

@@ -321,6 +321,8 @@ pub struct World {
     /// started before (their recorded launch spec), keyed by path. Not in the JSON form.
     #[serde(skip)]
     pub hook_files: BTreeMap<PathBuf, FileObs>,
+    /// Agents' git worktrees (`workspace`): only observed for a plan.
+    pub workspaces: crate::workspace::Observed,
 }
 
 impl World {
@@ -549,6 +551,11 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
             .entry(path)
             .or_insert_with_key(|p| FileObs::read(p));
     }
+    let workspaces = if for_plan {
+        crate::workspace::observe(spec, &fleet, agents.keys().map(String::as_str))
+    } else {
+        crate::workspace::Observed::default()
+    };
     Ok(World {
         observed_at: jiff::Timestamp::now().as_second(),
         server_running,
@@ -556,5 +563,6 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
         panes,
         agents,
         hook_files,
+        workspaces,
     })
 }

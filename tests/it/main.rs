@@ -26,3 +26,4 @@ mod top;
 mod usage;
 mod validate;
 mod watchdog;
+mod workspaces;

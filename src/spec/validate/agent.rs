@@ -46,7 +46,7 @@ impl Validator<'_> {
             .as_ref()
             .or(defaults.resume_command.as_ref());
         let (resume_command, resume_argv) = self.resume_command(resume, &name).unzip();
-        let workdir = self.workdir(raw.workdir.as_ref().or(defaults.workdir.as_ref()), &name);
+        let (workdir, workspace) = self.place(raw, defaults, &name);
         let env = self.env([defaults.env.as_ref(), raw.env.as_ref()], &name);
         let (session, window) = self.tmux_window(raw, defaults, &fleet.name, &name);
         let restart = self.restart(raw.restart.as_ref(), default_restart);
@@ -66,6 +66,7 @@ impl Validator<'_> {
             resume_command,
             resume_argv,
             workdir,
+            workspace,
             env,
             session,
             window,
@@ -168,7 +169,7 @@ impl Validator<'_> {
     }
 
     /// Where the agent runs; without a `workdir`, next to phoenix.toml.
-    fn workdir(&mut self, value: Option<&Spanned<String>>, name: &str) -> PathBuf {
+    pub(super) fn workdir(&mut self, value: Option<&Spanned<String>>, name: &str) -> PathBuf {
         let Some(w) = value else {
             return self.dir.to_path_buf();
         };
@@ -192,7 +193,14 @@ impl Validator<'_> {
     }
 
     /// Reports that the `key` path of agent `name` is not there.
-    fn missing(&mut self, name: &str, key: &str, path: &Path, at: &Spanned<String>, kind: &str) {
+    pub(super) fn missing(
+        &mut self,
+        name: &str,
+        key: &str,
+        path: &Path,
+        at: &Spanned<String>,
+        kind: &str,
+    ) {
         self.error(
             format!("agent `{name}`: {key} `{}` does not exist", path.display()),
             Some(at.span()),

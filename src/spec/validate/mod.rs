@@ -6,6 +6,7 @@ mod agent;
 mod hosts;
 mod sections;
 mod usage;
+mod workspace;
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -315,7 +316,9 @@ impl Validator<'_> {
             let Some(agent) = agent else {
                 continue;
             };
-            if !self.claim(&mut taken, &agent, raw_agent, host.as_deref()) {
+            if !self.claim(&mut taken, &agent, raw_agent, host.as_deref())
+                || !self.claim_branch(&mut taken, &agent, raw_agent, host.as_deref())
+            {
                 continue;
             }
             match host {
@@ -397,4 +400,6 @@ struct Taken {
     names: HashMap<String, Range<usize>>,
     /// Keyed by host (`None`: this machine), session and window.
     windows: HashMap<(Option<String>, String, String), String>,
+    /// Keyed by host, repository and branch: the agent whose worktree has that branch.
+    branches: HashMap<(Option<String>, PathBuf, String), String>,
 }
