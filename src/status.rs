@@ -118,6 +118,8 @@ pub struct AgentStatus {
     /// Tokens and estimated cost today (the local day), from its usage ledger and what its
     /// session files gained since (read, not written); `None` without a state dir.
     pub usage_today: Option<crate::usage::Today>,
+    /// Messages in its inbox not yet delivered (`phoenix inbox AGENT` lists them).
+    pub messages_pending: usize,
     /// Crash history and the last stop reason; only when one agent is asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub supervision: Option<crate::recovery::record::Summary>,
@@ -345,6 +347,8 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             } else {
                 None
             },
+            // One stat for an empty inbox.
+            messages_pending: state::inbox::pending(&dir).len(),
             supervision: None,
             transcript: agent_state.as_ref().and_then(|s| s.transcript_path.clone()),
             agent: name,

@@ -147,7 +147,7 @@ pub struct Installed {
 /// a daemon, a hook, a server or anything that writes the host's phoenix.toml.
 pub const RUN_COMMANDS: &[&str] = &[
     "status", "events", "logs", "handoff", "ledger", "reindex", "restart", "stop", "start",
-    "watchdog", "validate", "doctor", "state", "loop", "resolve", "brief",
+    "watchdog", "validate", "doctor", "state", "loop", "resolve", "brief", "send", "inbox",
 ];
 
 /// What a [`Call::Run`] (and the apply of [`Call::Apply`]) printed and how it ended.

@@ -1,5 +1,5 @@
 //! One frame of `phoenix top`: a title line, the agents table, the events, the key line.
-//! Column widths add up to 78 so that 80 columns show everything.
+//! Column widths and spacing add up to 79 so that 80 columns show everything.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout};
@@ -26,7 +26,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
 
     let header = Row::new(
         [
-            "AGENT", "STATE", "HEALTH", "PID", "UP", "LAST", "LOOPS", "CRASH", "CONTEXT",
+            "AGENT", "STATE", "HEALTH", "PID", "UP", "LAST", "LOOPS", "CRASH", "CONTEXT", "MSG",
         ]
         .map(Cell::from),
     )
@@ -42,7 +42,10 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Constraint::Length(5),
         Constraint::Length(5),
         Constraint::Length(5),
-        Constraint::Length(11),
+        // The meter is 9 wide (`▮▮▮▮▯ 100`).
+        Constraint::Length(9),
+        // Messages waiting in the agent's inbox.
+        Constraint::Length(3),
     ];
     let mut state = TableState::default().with_selected(Some(app.selected));
     frame.render_stateful_widget(
@@ -139,6 +142,10 @@ fn agent_row(r: &AgentStatus, now: jiff::Timestamp) -> Row<'static> {
         Cell::from(loops),
         Cell::from(crashes),
         Cell::from(meter(r)),
+        match r.messages_pending {
+            0 => Cell::from("-").style(Style::new().fg(Color::DarkGray)),
+            n => Cell::from(n.to_string()).style(Style::new().fg(Color::Cyan)),
+        },
     ])
 }
 

@@ -12,6 +12,7 @@ mod hosts_move_apply;
 mod hosts_plan;
 mod hosts_reads;
 mod inert;
+mod messages;
 mod metrics;
 mod policy;
 mod real_cli;
