@@ -63,7 +63,9 @@ pub fn send(spec: &Spec, to: &str, from: &str, text: &str, urgent: bool) -> Resu
         });
     }
     let dir = FleetDir::new(&spec.fleet.state_dir).agent(to);
-    let message = inbox::send(&dir, from, text, urgent).map_err(|source| Error::Inbox {
+    // The paste rule, applied once on the way in: the inbox keeps only inert text.
+    let text = crate::world::inert::keyboard_text(text);
+    let message = inbox::send(&dir, from, &text, urgent).map_err(|source| Error::Inbox {
         to: to.to_string(),
         source,
     })?;

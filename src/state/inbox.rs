@@ -57,6 +57,8 @@ impl Message {
 pub enum SendError {
     #[error("the message is empty (after removing control characters)")]
     Empty,
+    #[error("the message contains control characters (only newlines and tabs may be kept)")]
+    NotSanitized,
     #[error(
         "the message has {len} bytes, more than the {MAX_TEXT_BYTES} a message may have; write the text to a file and send its path"
     )]
@@ -121,13 +123,20 @@ pub fn urgent_pending(dir: &AgentDir) -> bool {
     has_pending(dir) && file::read_text(&dir.file(PENDING)).is_some_and(|t| t.trim() == "urgent")
 }
 
-/// Put a message in `dir`'s inbox: `text` sanitized (the paste rule: no control characters
-/// but newline and tab) and bounded, `from` validated. Returns it as stored.
+/// Put a message in `dir`'s inbox: `text` must already follow the paste rule (no control
+/// characters but newline and tab: `world::inert::keyboard_text` makes it so; the caller
+/// sanitizes, this layer only checks) and is bounded, `from` validated. Returns it as stored.
 pub fn send(dir: &AgentDir, from: &str, text: &str, urgent: bool) -> Result<Message, SendError> {
     if !valid_sender(from) {
         return Err(SendError::BadSender(from.chars().take(80).collect()));
     }
-    let text = crate::world::inert::keyboard_text(text).trim().to_string();
+    let text = text.trim().to_string();
+    if text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return Err(SendError::NotSanitized);
+    }
     if text.is_empty() {
         return Err(SendError::Empty);
     }
@@ -223,8 +232,12 @@ mod tests {
         let (_tmp, fleet) = crate::state::testing::temp_fleet();
         let dir = fleet.agent("bob");
         assert!(!has_pending(&dir));
-        let m = send(&dir, "alice", "hello\x1b[201~ there\r\n", false).unwrap();
-        assert_eq!(m.text, "hello[201~ there");
+        assert!(matches!(
+            send(&dir, "alice", "hello\x1b[201~ there", false),
+            Err(SendError::NotSanitized)
+        ));
+        let m = send(&dir, "alice", " hello [201~ there\n", false).unwrap();
+        assert_eq!(m.text, "hello [201~ there");
         assert!(has_pending(&dir) && !urgent_pending(&dir));
         let mode = std::fs::metadata(dir.file(INBOX)).unwrap().permissions();
         assert_eq!(mode.mode() & 0o777, 0o600);
@@ -250,7 +263,7 @@ mod tests {
         let err = send(&dir, "alice", &big, false).unwrap_err();
         assert!(err.to_string().contains("more than the 16384"), "{err}");
         assert!(matches!(
-            send(&dir, "alice", "\x1b\x07 ", false),
+            send(&dir, "alice", " \n ", false),
             Err(SendError::Empty)
         ));
         assert!(matches!(

@@ -309,3 +309,38 @@ fn an_agent_sends_through_its_output_and_its_shell() {
         .stdout_has("agent `bob`: 0 pending, 2 delivered")
         .stdout_has("from alice");
 }
+
+#[test]
+fn the_api_takes_a_message_with_the_rules_of_every_action() {
+    let fleet = fleet_with(&["bob"]);
+    let token = "tok-0123456789abcdef-secret";
+    let server = support::serve::Server::start(&fleet, &[("PHOENIX_TOKEN", token)]);
+    let body = serde_json::json!({"text": "from the dashboard", "from": "ops"});
+    let (code, _) = server.post_as("/api/agents/bob/messages", &body, None);
+    assert_eq!(code, 401, "an action needs the token");
+    assert_eq!(inbox(&fleet, "bob")["pending"], serde_json::json!([]));
+    let (code, message) = server.post_as("/api/agents/bob/messages", &body, Some(token));
+    assert_eq!(code, 201, "{message}");
+    assert_eq!(message["from"], "ops");
+    let doc = wait_delivered(&fleet, "bob", 1);
+    assert_eq!(doc["delivered"][0]["id"], message["id"], "{doc}");
+    let (code, listed) = server.get("/api/agents/bob/messages");
+    assert_eq!(code, 200);
+    assert_eq!(listed["delivered"][0]["text"], "from the dashboard");
+
+    let big = serde_json::json!({"text": "x".repeat(16 * 1024 + 1)});
+    let (code, err) = server.post_as("/api/agents/bob/messages", &big, Some(token));
+    assert_eq!(code, 400, "{err}");
+    assert!(
+        err["error"].as_str().unwrap().contains("16385 bytes"),
+        "{err}"
+    );
+    let (code, _) = server.post_as(
+        "/api/agents/nobody/messages",
+        &serde_json::json!({"text": "hi"}),
+        Some(token),
+    );
+    assert_eq!(code, 404);
+    let (_, doc) = server.get("/openapi.json");
+    assert!(doc["paths"]["/api/agents/{agent}/messages"]["post"].is_object());
+}
