@@ -18,6 +18,7 @@ mod policy;
 mod real_cli;
 mod real_codex;
 mod real_gemini;
+mod real_messages;
 mod serve;
 mod supervise;
 mod support;
