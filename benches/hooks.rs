@@ -184,6 +184,20 @@ fn main() {
     })
     .to_string()
     .into_bytes();
+    let prompt = serde_json::json!({
+        "session_id": "bench-session", "transcript_path": "/home/u/.claude/projects/-r/bench-session.jsonl",
+        "cwd": "/home/u/r", "permission_mode": "default", "hook_event_name": "UserPromptSubmit",
+        "prompt": "fix the failing test in src/parse.rs"
+    })
+    .to_string()
+    .into_bytes();
+    let stop = serde_json::json!({
+        "session_id": "bench-session", "transcript_path": "/home/u/.claude/projects/-r/bench-session.jsonl",
+        "cwd": "/home/u/r", "permission_mode": "default", "hook_event_name": "Stop",
+        "stop_hook_active": false, "last_assistant_message": "done"
+    })
+    .to_string()
+    .into_bytes();
     let phoenix_args = |event: &str| -> Vec<String> {
         [
             "--config",
@@ -278,6 +292,23 @@ fn main() {
             reset: None,
         },
         Case {
+            // The turn boundaries, where messages are given: an empty inbox costs a stat.
+            name: "phoenix-hook prompt (empty inbox)",
+            program: hook_exe.clone(),
+            args: phoenix_args("prompt"),
+            stdin: prompt.clone(),
+            env: vec![],
+            reset: None,
+        },
+        Case {
+            name: "phoenix-hook stop (empty inbox)",
+            program: hook_exe.clone(),
+            args: phoenix_args("stop"),
+            stdin: stop.clone(),
+            env: vec![],
+            reset: None,
+        },
+        Case {
             name: "phoenix-hook session-start (recovery + brief)",
             program: hook_exe.clone(),
             args: phoenix_args("session-start"),
@@ -297,14 +328,28 @@ fn main() {
     // Another build of phoenix-hook, timed in the same interleaved rounds (a fair comparison
     // on a busy machine), e.g. one built with a different release profile.
     if let Some(other) = std::env::var_os("PHOENIX_BENCH_OTHER_HOOK") {
-        cases.push(Case {
-            name: "phoenix-hook heartbeat, PHOENIX_BENCH_OTHER_HOOK",
-            program: other.to_string_lossy().into_owned(),
-            args: phoenix_args("heartbeat"),
-            stdin: post_tool.clone(),
-            env: vec![],
-            reset: None,
-        });
+        for (name, event, stdin) in [
+            (
+                "phoenix-hook heartbeat, PHOENIX_BENCH_OTHER_HOOK",
+                "heartbeat",
+                &post_tool,
+            ),
+            (
+                "phoenix-hook prompt, PHOENIX_BENCH_OTHER_HOOK",
+                "prompt",
+                &prompt,
+            ),
+            ("phoenix-hook stop, PHOENIX_BENCH_OTHER_HOOK", "stop", &stop),
+        ] {
+            cases.push(Case {
+                name,
+                program: other.to_string_lossy().into_owned(),
+                args: phoenix_args(event),
+                stdin: stdin.clone(),
+                env: vec![],
+                reset: None,
+            });
+        }
     }
     let python = Path::new("/usr/bin/python3");
     if python.exists() {

@@ -195,6 +195,11 @@ fn typed_words() -> mpsc::Receiver<String> {
         let mut pasted: Option<String> = None;
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { break };
+            // Escape is the interrupt key of the CLIs it stands in for.
+            let (line, interrupted) = escape_keys(&line);
+            if interrupted && tx.send(INTERRUPT.to_string()).is_err() {
+                break;
+            }
             let Some(whole) = unpaste(&mut pasted, &line) else {
                 continue;
             };
@@ -204,6 +209,29 @@ fn typed_words() -> mpsc::Receiver<String> {
         }
     });
     rx
+}
+
+/// The word an Escape key press becomes.
+const INTERRUPT: &str = "\x1b";
+
+/// `line` without the Escape key presses in it (an ESC that starts no paste marker), and
+/// whether there was one.
+fn escape_keys(line: &str) -> (String, bool) {
+    let mut out = String::with_capacity(line.len());
+    let mut pressed = false;
+    let mut rest = line;
+    while let Some(at) = rest.find('\x1b') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at..];
+        if after.starts_with("\x1b[200~") || after.starts_with("\x1b[201~") {
+            out.push('\x1b');
+        } else {
+            pressed = true;
+        }
+        rest = &after[1..];
+    }
+    out.push_str(rest);
+    (out, pressed)
 }
 
 /// One line read: the whole prompt it completes, or `None` while a paste is still open
@@ -310,6 +338,10 @@ impl Agent {
                 return Heard::Exit(0);
             }
             "silent" | "hang" => self.mode = Mode::Silent,
+            INTERRUPT => {
+                say!(out, "demo-agent: interrupted");
+                self.mode = Mode::Silent;
+            }
             "work" => self.mode = Mode::Working,
             "fail" => self.failing = true,
             "ok" => self.failing = false,
@@ -325,7 +357,11 @@ impl Agent {
                 return Heard::Busy;
             }
             t if t.starts_with("turn ") => {
-                self.turn(&t[5..], out);
+                self.turn(&t[5..], false, out);
+                return Heard::Busy;
+            }
+            t if t.starts_with("run-turn ") => {
+                self.turn(&t[9..], true, out);
                 return Heard::Busy;
             }
             // Several words are a prompt, as a person (or phoenix) would type it.
@@ -361,11 +397,19 @@ impl Agent {
 
     /// `turn CMD`: one whole turn, as a model that runs CMD and is done: its prompt, one
     /// successful tool call running CMD, the end of the turn; then idle at the prompt.
-    fn turn(&mut self, command: &str, out: &mut dyn Write) {
+    /// `run-turn CMD` runs CMD for real, through `sh -c` (the agent does nothing else
+    /// meanwhile): a turn that takes as long as CMD.
+    fn turn(&mut self, command: &str, run: bool, out: &mut dyn Write) {
         say!(out, "demo-agent: turn running `{command}`");
         self.session.prompt(&format!("please run {command}"));
         self.step += 1;
-        self.session.transcript.tool_call(self.step, command, false);
+        let ok = !run
+            || Command::new("sh")
+                .arg("-c")
+                .arg(command)
+                .status()
+                .is_ok_and(|s| s.success());
+        self.session.transcript.tool_call(self.step, command, !ok);
         self.session.tool_ok(command);
         self.session.hook("stop", "Stop", json!({}));
         say!(out, "demo-agent: turn done");

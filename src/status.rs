@@ -122,6 +122,8 @@ pub struct AgentStatus {
     /// a lean row (a `/metrics` scrape runs no git).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worktree: Option<crate::workspace::WorktreeStatus>,
+    /// Messages in its inbox not yet delivered (`phoenix inbox AGENT` lists them).
+    pub messages_pending: usize,
     /// Crash history and the last stop reason; only when one agent is asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub supervision: Option<crate::recovery::record::Summary>,
@@ -356,6 +358,8 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
                 None
             },
             worktree: worktrees.remove(&name),
+            // One stat for an empty inbox.
+            messages_pending: state::inbox::pending(&dir).len(),
             supervision: None,
             transcript: agent_state.as_ref().and_then(|s| s.transcript_path.clone()),
             agent: name,

@@ -16,6 +16,7 @@ mod hosts;
 mod layers;
 mod lifecycle;
 mod logs;
+mod messages;
 mod moves;
 mod notify;
 mod output;
@@ -284,6 +285,17 @@ pub enum Command {
     /// Handoffs: what a session knew, saved for the next one.
     #[command(subcommand)]
     Handoff(continuity::HandoffCommand),
+    /// Send an agent a message: kept in its inbox and given to it at its next turn boundary
+    /// (--urgent: at once, interrupting its turn); a new session gets it in its startup
+    /// context. An agent sends one the same way, or writes `->continuity:send AGENT <<< … >>>`.
+    Send(messages::SendArgs),
+    /// An agent's messages: pending ones, then delivered ones (when, and what confirmed it).
+    Inbox {
+        agent: String,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
+        #[arg(long)]
+        json: bool,
+    },
     /// Show an agent's brief (brief.md), or write a new one with --generate: the built-in
     /// generator, or `[brief] command`.
     Brief {
@@ -535,6 +547,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Clinic(args) => policy::clinic(&config, args),
         Command::Ledger { agent, json } => continuity::ledger(&config, &agent, json),
         Command::Handoff(cmd) => continuity::handoff(&config, cmd),
+        Command::Send(args) => messages::send(&config, args),
+        Command::Inbox { agent, json } => messages::inbox(&config, &agent, json),
         Command::Reindex { json } => continuity::reindex(&config, json),
         Command::Brief {
             agent,

@@ -7,9 +7,11 @@
 pub mod brief;
 pub mod handoff;
 pub mod inject;
+pub mod messages;
 pub use crate::state::ledger;
 pub mod startup;
 pub mod tap;
+mod tap_act;
 pub mod tap_usage;
 
 pub use handoff::{Handoff, Trigger};
@@ -118,8 +120,10 @@ pub fn valid_handoff_id(id: &str) -> bool {
 }
 
 /// The startup context for a CLI without a session-start hook (`templates/startup.md.j2`,
-/// the same text the hook gives), or `None` when there is nothing to give.
-pub fn startup_text(spec: &Spec, dir: &AgentDir) -> Option<String> {
+/// the same text the hook gives), or `None` when there is nothing to give. The inbox's
+/// messages it carries are held (no other delivery gives them meanwhile) until the caller
+/// says whether the paste was confirmed (`StartupText::delivered`).
+pub fn startup_text(spec: &Spec, dir: &AgentDir) -> Option<StartupText> {
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let state = dir
         .read_state()
@@ -131,10 +135,11 @@ pub fn startup_text(spec: &Spec, dir: &AgentDir) -> Option<String> {
     };
     let gathered = startup::Gathered::read(&fleet, dir, state, start);
     let resolve = resolve_command(spec, &dir.name);
+    let messages = messages::ForContext::take(dir);
     let (text, problem) = startup::render(
         &Templates::for_spec(spec),
         start,
-        &gathered.inputs(&[], &resolve),
+        &gathered.inputs(&[], &resolve, messages.as_ref()),
     );
     if text.is_some() && gathered.interrupted_tool.is_some() {
         let _ = std::fs::remove_file(dir.file(crate::state::INTERRUPTED_TOOL));
@@ -145,7 +150,22 @@ pub fn startup_text(spec: &Spec, dir: &AgentDir) -> Option<String> {
             json!({"template": "startup.md.j2", "error": problem}),
         );
     }
-    text
+    text.map(|text| StartupText { text, messages })
+}
+
+/// A startup context to paste, and the messages it carries.
+pub struct StartupText {
+    pub text: String,
+    messages: Option<messages::ForContext>,
+}
+
+impl StartupText {
+    /// The paste was confirmed: the messages it carried are delivered.
+    pub fn delivered(self, dir: &AgentDir, how: &str) {
+        if let Some(m) = self.messages {
+            m.delivered(dir, how);
+        }
+    }
 }
 
 /// How an agent resolves an open loop from its shell: phoenix's own path (not the hook-only

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::continuity::{Handoff, Ledger, ledger};
 use crate::render::Templates;
+use crate::state::inbox::Message;
 use crate::state::{self, AgentDir, AgentState, FleetDir, Status};
 use crate::store::{Hit, Store};
 
@@ -45,6 +46,10 @@ pub struct Inputs<'a> {
     pub related: &'a [Hit],
     /// The tool call the last session was running when it ended (`interrupted_tool.json`).
     pub interrupted_tool: Option<&'a Value>,
+    /// Messages waiting in the inbox that this context delivers, oldest first.
+    pub messages: &'a [Message],
+    /// Messages still waiting after those (they come at the next turn boundary).
+    pub messages_left: usize,
 }
 
 #[derive(Serialize)]
@@ -62,6 +67,8 @@ struct Context<'a> {
     related: &'a [Hit],
     brief: Option<Cut>,
     interrupted_tool: Option<InterruptedTool>,
+    messages: &'a [Message],
+    messages_left: usize,
 }
 
 #[derive(Serialize)]
@@ -177,7 +184,8 @@ fn start_name(start: Start, inputs: &Inputs<'_>, saved: bool) -> Option<&'static
                 && state.numbers.is_empty()
                 && !saved
                 && inputs.handoff.is_none()
-                && inputs.interrupted_tool.is_none() =>
+                && inputs.interrupted_tool.is_none()
+                && inputs.messages.is_empty() =>
         {
             None
         }
@@ -223,6 +231,8 @@ impl<'a> Context<'a> {
                     .filter(|i| !i.is_empty())
                     .map(str::to_string),
             }),
+            messages: inputs.messages,
+            messages_left: inputs.messages_left,
         }
     }
 }
@@ -364,7 +374,13 @@ impl Gathered {
         }
     }
 
-    pub fn inputs<'a>(&'a self, recent_tools: &'a [Value], resolve_command: &'a str) -> Inputs<'a> {
+    /// The inputs of the template; `messages`: the inbox's, taken for this context.
+    pub fn inputs<'a>(
+        &'a self,
+        recent_tools: &'a [Value],
+        resolve_command: &'a str,
+        messages: Option<&'a super::messages::ForContext>,
+    ) -> Inputs<'a> {
         Inputs {
             state: &self.state,
             ledger: Some(&self.ledger),
@@ -374,6 +390,8 @@ impl Gathered {
             handoff: self.handoff.as_ref(),
             related: &self.related,
             interrupted_tool: self.interrupted_tool.as_ref(),
+            messages: messages.map_or(&[], |m| m.messages.as_slice()),
+            messages_left: messages.map_or(0, |m| m.left),
         }
     }
 }
@@ -409,6 +427,8 @@ mod tests {
             handoff: None,
             related: &[],
             interrupted_tool: None,
+            messages: &[],
+            messages_left: 0,
         }
     }
 

@@ -11,7 +11,11 @@
 //! ->continuity:uncertain "API rate limit handling unclear"
 //! ->continuity:search "authentication patterns"
 //! ->continuity:usage model=my-model input=1200 output=300 cache_write=0 cache_read=800
+//! ->continuity:send reviewer <<< the parser is done, please review src/parse.rs >>>
 //! ```
+//!
+//! `send` puts a message in another agent's inbox (`continuity::messages`), signed by this
+//! agent; like `save`, its text may span lines up to a `>>>`.
 //!
 //! `usage` is how a custom CLI reports what a model call cost (the CLIs phoenix knows are
 //! read from their own session records): one line per call, token counts by kind, any of
@@ -27,7 +31,6 @@
 //! does trigger is rate-limited, and the queue of actions is bounded.
 
 use crate::state::Op;
-use crate::state::op::Make;
 
 /// A command found in the output.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +41,11 @@ pub enum Command {
     Search(String),
     /// Tokens of one model call, and the model.
     Usage(super::tap_usage::Reported),
+    /// A message for another agent: `send AGENT <<< text >>>`.
+    Send {
+        to: String,
+        text: String,
+    },
 }
 
 const MARKER: &str = "->continuity:";
@@ -59,8 +67,8 @@ const SPEAKER_BULLETS: &[char] = &['⏺', '●', '•', '✦', '◆'];
 pub struct Tap {
     /// Bytes of an incomplete line (or escape sequence, or UTF-8 character).
     partial: Vec<u8>,
-    /// Inside `save <<<` … `>>>`.
-    block: Option<String>,
+    /// Inside `save <<<` (or `send AGENT <<<`) … `>>>`: the recipient of a send, and the text.
+    block: Option<(Option<String>, String)>,
     /// An escape sequence left open at the end of the last chunk.
     in_escape: Escape,
     /// Inside a fenced code block (quoted text, not the agent's own words): its lines so far.
@@ -165,12 +173,13 @@ impl Tap {
         // is a CRLF line end).
         let raw = raw.trim_end_matches('\r');
         let line = raw.rsplit('\r').next().unwrap_or(raw);
-        if let Some(block) = &mut self.block {
+        if let Some((to, block)) = &mut self.block {
             if let Some(end) = line.find(">>>") {
                 block.push_str(&line[..end]);
                 let text = std::mem::take(block).trim().to_string();
+                let to = to.take();
                 self.block = None;
-                out.push(Command::Save(text));
+                out.push(block_command(to, text));
                 return;
             }
             if block.len() < MAX_BLOCK {
@@ -209,28 +218,59 @@ impl Tap {
             .unwrap_or((rest, ""));
         match verb {
             "save" => match arg.strip_prefix("<<<") {
-                Some(after) => {
-                    // Everything on one line: `save <<< text >>>`.
-                    if let Some(end) = after.find(">>>") {
-                        out.push(Command::Save(after[..end].trim().to_string()));
-                    } else {
-                        let mut block = String::new();
-                        if !after.trim().is_empty() {
-                            block.push_str(after.trim());
-                            block.push('\n');
-                        }
-                        self.block = Some(block);
-                    }
-                }
+                Some(after) => self.open_block(None, after, out),
                 None if !arg.is_empty() => out.push(Command::Save(unquote(arg))),
                 None => {}
             },
+            "send" => {
+                let (to, rest) = arg
+                    .split_once(char::is_whitespace)
+                    .map(|(t, r)| (t, r.trim()))
+                    .unwrap_or((arg, ""));
+                // No recipient (`send <<< …`): nothing to send.
+                if to.is_empty() || to.starts_with("<<<") {
+                    return;
+                }
+                match rest.strip_prefix("<<<") {
+                    Some(after) => self.open_block(Some(to.to_string()), after, out),
+                    None if !rest.is_empty() => out.push(Command::Send {
+                        to: to.to_string(),
+                        text: unquote(rest),
+                    }),
+                    None => {}
+                }
+            }
             "load" => out.push(Command::Load),
             "uncertain" if !arg.is_empty() => out.push(Command::Uncertain(unquote(arg))),
             "search" if !arg.is_empty() => out.push(Command::Search(unquote(arg))),
             "usage" => out.extend(super::tap_usage::Reported::parse(arg).map(Command::Usage)),
             _ => {}
         }
+    }
+}
+
+impl Tap {
+    /// `<<<` seen, `after` the rest of its line: the whole block if `>>>` ends it there
+    /// (`save <<< text >>>`), else the start of a block that further lines complete.
+    fn open_block(&mut self, to: Option<String>, after: &str, out: &mut Vec<Command>) {
+        if let Some(end) = after.find(">>>") {
+            out.push(block_command(to, after[..end].trim().to_string()));
+            return;
+        }
+        let mut block = String::new();
+        if !after.trim().is_empty() {
+            block.push_str(after.trim());
+            block.push('\n');
+        }
+        self.block = Some((to, block));
+    }
+}
+
+/// A finished block: a save, or a send to `to`.
+fn block_command(to: Option<String>, text: String) -> Command {
+    match to {
+        Some(to) => Command::Send { to, text },
+        None => Command::Save(text),
     }
 }
 
@@ -261,6 +301,7 @@ impl Command {
             Command::Uncertain(_) => "uncertain",
             Command::Search(_) => "search",
             Command::Usage(_) => "usage",
+            Command::Send { .. } => "send",
         }
     }
 
@@ -271,6 +312,10 @@ impl Command {
         let text = match self {
             Command::Save(t) | Command::Uncertain(t) | Command::Search(t) => t.as_str(),
             Command::Load => "",
+            Command::Send { to, text } => {
+                usage = format!("{to} {text}");
+                usage.as_str()
+            }
             Command::Usage(r) => {
                 usage = format!("{:?} {:?}", r.model, r.tokens);
                 usage.as_str()
@@ -413,7 +458,7 @@ pub fn run(config: &std::path::Path, agent: &str, log: fn(&str)) -> crate::error
         let (config, name) = (config.clone(), name.clone());
         std::thread::spawn(move || {
             for command in rx {
-                act(&config, &name, command, log);
+                super::tap_act::act(&config, &name, command, log);
             }
         })
     };
@@ -524,103 +569,6 @@ impl Gate {
     }
 }
 
-fn act(config: &std::path::Path, name: &str, command: Command, log: fn(&str)) {
-    use serde_json::json;
-
-    let spec = match crate::spec::load_with(
-        config,
-        crate::spec::LoadOptions {
-            check_filesystem: false,
-        },
-    ) {
-        Ok(s) => s,
-        Err(e) => {
-            log(&format!("phoenix tap: {e}"));
-            return;
-        }
-    };
-    let Some(agent) = spec.agent(name) else {
-        return;
-    };
-    let fleet = crate::state::FleetDir::new(&spec.fleet.state_dir);
-    let dir = fleet.agent(name);
-    let ((done, failed), result): ((Make, Make), Result<serde_json::Value, String>) = match command {
-        Command::Save(text) => (
-            (Op::TapSave, Op::TapSaveFailed),
-            super::auto_handoff(&spec, agent, super::Trigger::Manual, Some(&text))
-                .map(|h| json!({"handoff": h.id}))
-                .map_err(|e| e.to_string()),
-        ),
-        Command::Uncertain(item) => (
-            (Op::TapUncertain, Op::TapUncertainFailed),
-            super::ledger::update(&dir, |l| {
-                if !l.uncertain.contains(&item) {
-                    l.uncertain.push(item.clone());
-                }
-            })
-            .map(|_| json!({"item": item}))
-            .map_err(|e| e.to_string()),
-        ),
-        Command::Load => (
-            (Op::TapLoad, Op::TapLoadFailed),
-            match super::latest_for_startup(&dir) {
-                Some(h) => {
-                    // The task the agent is on now (its last prompt), else the last saved one.
-                    let task = dir
-                        .read_state()
-                        .ok()
-                        .and_then(|s| s.current_task)
-                        .or_else(|| super::ledger::load(&dir).current_task);
-                    let text = format!(
-                        "[phoenix] continuity:load — latest handoff {} ({}){}\n{}",
-                        h.id,
-                        h.trigger.as_str(),
-                        task.map(|t| format!("; current task: {t}"))
-                            .unwrap_or_default(),
-                        h.body.trim()
-                    );
-                    super::inject::to_agent(&spec, agent, &text)
-                        .map(|r| json!({"handoff": h.id, "confirmed_by": r.confirmed_by}))
-                        .map_err(|e| format!("{e:#}"))
-                }
-                None => super::inject::to_agent(
-                    &spec,
-                    agent,
-                    "[phoenix] continuity:load — no handoff saved yet for this agent",
-                )
-                .map(|_| json!({"handoff": null}))
-                .map_err(|e| format!("{e:#}")),
-            },
-        ),
-        // Recorded by the gate as it is read: never queued.
-        Command::Usage(_) => return,
-        Command::Search(query) => (
-            (Op::TapSearch, Op::TapSearchFailed),
-            crate::store::search(&fleet, &query, None, None, 5)
-                .map_err(|e| e.to_string())
-                .and_then(|hits| {
-                    let mut text = format!("[phoenix] continuity:search \"{query}\": {} result(s)", hits.len());
-                    for h in &hits {
-                        text.push_str(&format!(
-                            "\n- {} {} {}: {}",
-                            h.kind,
-                            h.agent,
-                            h.reference,
-                            h.snippet.replace('\n', " ")
-                        ));
-                    }
-                    super::inject::to_agent(&spec, agent, &text)
-                        .map(|r| json!({"query": query, "results": hits.len(), "confirmed_by": r.confirmed_by}))
-                        .map_err(|e| format!("{e:#}"))
-                }),
-        ),
-    };
-    let _ = match result {
-        Ok(details) => dir.record_op(done, details),
-        Err(error) => dir.record_op(failed, json!({"error": error})),
-    };
-}
-
 fn unquote(s: &str) -> String {
     let s = s.trim();
     s.strip_prefix('"')
@@ -636,6 +584,27 @@ mod tests {
     fn all(chunks: &[&[u8]]) -> Vec<Command> {
         let mut tap = Tap::new();
         chunks.iter().flat_map(|c| tap.feed(c)).collect()
+    }
+
+    #[test]
+    fn send_takes_a_recipient_and_a_block_on_one_line_or_many() {
+        let out = all(&[
+            b"->continuity:send reviewer <<< parser done >>>\n",
+            b"\x1b[1m->continuity:send ops <<<\nline one\r\n",
+            b"line two\n>>>\n->continuity:send lead \"quoted\"\n->continuity:send <<< x >>>\n",
+        ]);
+        let send = |to: &str, text: &str| Command::Send {
+            to: to.into(),
+            text: text.into(),
+        };
+        assert_eq!(
+            out,
+            [
+                send("reviewer", "parser done"),
+                send("ops", "line one\nline two"),
+                send("lead", "quoted"),
+            ]
+        );
     }
 
     #[test]

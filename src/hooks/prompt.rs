@@ -56,6 +56,7 @@ impl Hook<'_> {
             Ok(())
         })?;
         let held = self.take_prompt_context(ctx);
+        let held = self.with_messages(ctx, held);
         // Once per prompt: confirms that text phoenix injected was submitted.
         let _ = ctx.dir.record_op(
             Op::Prompt,
@@ -72,6 +73,25 @@ impl Hook<'_> {
                 text,
             },
             None => Reply::Nothing,
+        })
+    }
+
+    /// `held` with the inbox's pending messages after it, for a prompt somebody typed: it
+    /// starts a turn, and what was sent meanwhile goes along. Not for text phoenix typed (a
+    /// pasted block of these very messages is confirmed by this hook, not given again). An
+    /// empty inbox costs one `stat`.
+    fn with_messages(&self, ctx: &Ctx<'_>, held: Option<String>) -> Option<String> {
+        if self.payload.prompt().is_none_or(is_phoenix_text) {
+            return held;
+        }
+        let Some(messages) = crate::continuity::messages::ForContext::take(ctx.dir) else {
+            return held;
+        };
+        let block = messages.text(ctx.spec, &ctx.agent.name);
+        messages.delivered(ctx.dir, "prompt hook");
+        Some(match held {
+            Some(held) => format!("{held}\n\n{block}"),
+            None => block,
         })
     }
 

@@ -130,13 +130,23 @@ impl Hook<'_> {
         // A resumed transcript has it all already; a new context gets the latest handoff and
         // the earlier decisions that match its task.
         let gathered = startup::Gathered::read(&fleet, dir, shown, start);
+        // Messages no session has had yet come with a new context (a resumed transcript
+        // gets them at its first turn boundary instead).
+        let messages = (start != Start::Resumed)
+            .then(|| crate::continuity::messages::ForContext::take(dir))
+            .flatten();
         let (text, template_problem) = startup::render(
             &crate::render::Templates::for_spec(ctx.spec),
             start,
-            &gathered.inputs(&recent, &resolve_command),
+            &gathered.inputs(&recent, &resolve_command, messages.as_ref()),
         );
         if let Some(problem) = template_problem {
             self.problem(&problem);
+        }
+        if let Some(messages) = messages
+            && text.is_some()
+        {
+            messages.delivered(dir, "session start");
         }
         if text.is_some() && gathered.interrupted_tool.is_some() {
             // Named once, to the session that follows the interruption.

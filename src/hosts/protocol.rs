@@ -147,7 +147,8 @@ pub struct Installed {
 /// a daemon, a hook, a server or anything that writes the host's phoenix.toml.
 pub const RUN_COMMANDS: &[&str] = &[
     "status", "events", "logs", "handoff", "ledger", "reindex", "restart", "stop", "start",
-    "watchdog", "validate", "doctor", "state", "loop", "resolve", "brief", "usage",
+    "watchdog", "validate", "doctor", "state", "loop", "resolve", "brief", "usage", "send",
+    "inbox",
 ];
 
 /// What a [`Call::Run`] (and the apply of [`Call::Apply`]) printed and how it ended.

@@ -44,6 +44,10 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     ),
     ("brief.md.j2", include_str!("../../templates/brief.md.j2")),
     (
+        "messages.md.j2",
+        include_str!("../../templates/messages.md.j2"),
+    ),
+    (
         "brief_prompt.md.j2",
         include_str!("../../templates/brief_prompt.md.j2"),
     ),

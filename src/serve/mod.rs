@@ -10,6 +10,7 @@ pub mod conn;
 pub mod error;
 pub mod extract;
 pub mod live;
+mod messages;
 pub mod metrics;
 pub mod openapi;
 pub mod remote;

@@ -122,6 +122,21 @@ pub fn document() -> Value {
                     "id": {"type": "string"}, "reason": {"type": "string"}}}),
                 "200", ok("Resolved.", json!({"type": "object", "properties": {
                     "agent": {"type": "string"}, "resolved": {"type": "object"}}})), &acts)},
+            "/api/agents/{agent}/messages": {
+                "get": op("The agent's inbox: pending messages, then delivered ones, oldest first.",
+                    vec![agent_param()], ok("The inbox.", json!({"type": "object", "properties": {
+                        "agent": {"type": "string"},
+                        "pending": {"type": "array", "items": r("Message")},
+                        "delivered": {"type": "array", "items": r("Message")}}})), &reads),
+                "post": action(
+                    "Send the agent a message: kept in its inbox and given to it at its next turn boundary (after its current turn), or at once, interrupting it, when `urgent`. A new session gets pending messages in its startup context.",
+                    json!({"type": "object", "additionalProperties": false, "required": ["text"], "properties": {
+                        "text": {"type": "string", "maxLength": crate::state::inbox::MAX_TEXT_BYTES,
+                                 "description": "At most 16 KiB (bytes, after control characters other than newlines and tabs are dropped)."},
+                        "from": {"type": "string", "default": "operator", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$"},
+                        "urgent": {"type": "boolean", "default": false}}}),
+                    "201", ok("In the inbox.", r("Message")), &acts),
+            },
             "/api/handoffs": {"get": op("Every agent's handoffs (or one agent's).",
                 vec![query("agent", "Only this agent's.", json!({"type": "string"}))],
                 ok("Handoff summaries.", json!({"type": "object", "properties": {
@@ -269,6 +284,12 @@ pub fn document() -> Value {
                     "chars": {"type": "integer"}, "pane": {"type": "string"}, "attempts": {"type": "integer"},
                     "confirmed_by": {"type": "string", "enum": ["prompt hook", "input line cleared"]},
                     "waited_ms": {"type": "integer"}}},
+                "Message": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "from": {"type": "string"},
+                    "sent_at": {"type": "string", "format": "date-time"}, "text": {"type": "string"},
+                    "urgent": {"type": "boolean"},
+                    "delivered_at": {"type": "string", "format": "date-time", "description": "Absent while pending."},
+                    "confirmed_by": {"type": "string", "enum": ["prompt hook", "input line cleared", "session start"]}}},
                 "RestartReport": {"type": "object", "properties": {
                     "agent": {"type": "string"}, "fresh": {"type": "boolean"},
                     "via": {"type": "string", "enum": ["wrapper", "respawn", "start"]},

@@ -32,6 +32,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/agents/{agent}/inject"),
     ("post", "/api/agents/{agent}/restart"),
     ("post", "/api/agents/{agent}/resolve"),
+    ("get", "/api/agents/{agent}/messages"),
+    ("post", "/api/agents/{agent}/messages"),
     ("get", "/api/handoffs"),
     ("get", "/api/handoffs/{id}"),
     ("get", "/api/search"),
@@ -56,6 +58,10 @@ pub fn router(app: App) -> Router {
         .route("/api/agents/{agent}/inject", post(inject))
         .route("/api/agents/{agent}/restart", post(restart))
         .route("/api/agents/{agent}/resolve", post(resolve))
+        .route(
+            "/api/agents/{agent}/messages",
+            get(super::messages::list).post(super::messages::send),
+        )
         .route("/api/handoffs", get(handoffs))
         .route("/api/handoffs/{id}", get(show_handoff))
         .route("/api/search", get(search))

@@ -8,6 +8,7 @@ pub mod events;
 pub mod fence;
 pub mod file;
 pub mod handoff;
+pub mod inbox;
 pub mod jsonl;
 pub mod ledger;
 pub mod lock;

@@ -116,6 +116,12 @@ ops! {
     TapIgnored = "tap_ignored",
     TapNoteFailed = "tap_note_failed",
     TapSave = "tap_save",
+    // Messages between agents (state/inbox.rs, continuity/messages.rs).
+    MessageReceived = "message_received",
+    MessagesDelivered = "messages_delivered",
+    MessagesDeliveryFailed = "messages_delivery_failed",
+    TapSend = "tap_send",
+    TapSendFailed = "tap_send_failed",
     TapSaveFailed = "tap_save_failed",
     TapUncertain = "tap_uncertain",
     TapUncertainFailed = "tap_uncertain_failed",

@@ -477,6 +477,7 @@ mod tests {
             max_crashes: Some(5),
             context: Default::default(),
             usage_today: None,
+            messages_pending: 0,
             supervision: None,
             transcript: None,
         }

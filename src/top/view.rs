@@ -1,5 +1,5 @@
 //! One frame of `phoenix top`: a title line, the agents table, the events, the key line.
-//! Column widths add up to 78 so that 80 columns show everything.
+//! Column widths and spacing add up to 79 so that 80 columns show everything.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout};
@@ -25,7 +25,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
     frame.render_widget(Paragraph::new(title_line(app)), title);
 
     let mut header = vec![
-        "AGENT", "STATE", "HEALTH", "PID", "UP", "LAST", "LOOPS", "CRASH", "CONTEXT",
+        "AGENT", "STATE", "HEALTH", "PID", "UP", "LAST", "LOOPS", "CRASH", "CONTEXT", "MSG",
     ];
     let now = jiff::Timestamp::now();
     let mut rows: Vec<Row> = snapshot.rows.iter().map(|r| agent_row(r, now)).collect();
@@ -38,7 +38,10 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Constraint::Length(5),
         Constraint::Length(5),
         Constraint::Length(5),
-        Constraint::Length(11),
+        // The meter is 9 wide (`▮▮▮▮▯ 100`).
+        Constraint::Length(9),
+        // Messages waiting in the agent's inbox.
+        Constraint::Length(3),
     ];
     if !snapshot.host_lines.is_empty() {
         // A HOST column first; AGENT and the meter give up the room it takes.
@@ -196,6 +199,10 @@ fn agent_cells(r: &AgentStatus, now: jiff::Timestamp) -> Vec<Cell<'static>> {
         Cell::from(loops),
         Cell::from(crashes),
         Cell::from(meter(r)),
+        match r.messages_pending {
+            0 => Cell::from("-").style(Style::new().fg(Color::DarkGray)),
+            n => Cell::from(n.to_string()).style(Style::new().fg(Color::Cyan)),
+        },
     ]
 }
 

@@ -34,6 +34,9 @@ pub enum Call {
     Enter {
         pane: String,
     },
+    Interrupt {
+        pane: String,
+    },
     Capture {
         pane: String,
     },
@@ -240,6 +243,7 @@ fn verb(call: &Call) -> &'static str {
         Call::Stop { .. } => "stop",
         Call::Paste { .. } => "paste",
         Call::Enter { .. } => "enter",
+        Call::Interrupt { .. } => "interrupt",
         Call::Capture { .. } => "capture",
         Call::Pipe { .. } => "pipe",
         Call::Show { .. } => "show",
@@ -451,6 +455,12 @@ impl Runtime for FakeRuntime {
         self.call(Call::Enter { pane: pane.into() }, |state| {
             state.live_pane(pane)?.screen.push('\n');
             Ok(())
+        })
+    }
+
+    fn interrupt(&self, pane: &str) -> Result<(), RuntimeError> {
+        self.call(Call::Interrupt { pane: pane.into() }, |state| {
+            state.live_pane(pane).map(drop)
         })
     }
 

@@ -230,6 +230,9 @@ pub trait Runtime: Send + Sync {
     fn paste(&self, pane: &str, text: &str) -> Result<(), RuntimeError>;
     /// Press Enter in `pane` (a key, no text).
     fn press_enter(&self, pane: &str) -> Result<(), RuntimeError>;
+    /// Interrupt what the program in `pane` is doing, as a person would: Escape, the key
+    /// that stops the turn of Claude Code, Codex CLI and Gemini CLI (a key, no text).
+    fn interrupt(&self, pane: &str) -> Result<(), RuntimeError>;
     /// Give `text` to the program in `pane` as one paste, then press Enter.
     fn send_input(&self, pane: &str, text: &str) -> Result<(), RuntimeError> {
         self.paste(pane, text)?;

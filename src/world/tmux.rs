@@ -281,6 +281,11 @@ impl Runtime for Tmux {
         self.run(["send-keys", "-t", pane, "Enter"]).map(drop)
     }
 
+    /// Press Escape in `pane` (a key name, no text).
+    fn interrupt(&self, pane: &str) -> Result<(), RuntimeError> {
+        self.run(["send-keys", "-t", pane, "Escape"]).map(drop)
+    }
+
     /// Stream `pane`'s output to `shell_command` (`-o`: keep a pipe already there). tmux
     /// format-expands the command before `sh -c` runs it, so its `#` are escaped: a path with
     /// `#(…)` in it is a path, not a command. The caller quotes the words for the shell.

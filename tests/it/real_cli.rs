@@ -15,7 +15,7 @@ use support::real::{self, RealCli, Run};
 /// The Claude Code version the suite is pinned to.
 const CLAUDE_CODE: &str = "@anthropic-ai/claude-code@2.1.197";
 
-fn claude_bin() -> PathBuf {
+pub(crate) fn claude_bin() -> PathBuf {
     // One install at a time, pinned: parallel tests each ran `npm install` when the binary was
     // missing, and one exec'd it while another's install was still writing it (ETXTBSY).
     support::npm_cli("real-cli", CLAUDE_CODE, "claude")
@@ -47,7 +47,7 @@ const CLAUDE_CLI: RealCli<Messages> = RealCli {
 };
 
 /// The model calls that play a scripted turn: the ones that offer tools (not the title).
-fn turn_requests(server: &ModelServer) -> Vec<Request> {
+pub(crate) fn turn_requests(server: &ModelServer) -> Vec<Request> {
     server
         .message_requests()
         .into_iter()
@@ -67,7 +67,7 @@ fn cc_agent(fleet: &support::Fleet, server: &ModelServer) -> String {
 }
 
 /// A HOME in which Claude Code skips onboarding and trusts `workdir`.
-fn prepared_home(root: &Path, workdir: &Path, key: &str) -> PathBuf {
+pub(crate) fn prepared_home(root: &Path, workdir: &Path, key: &str) -> PathBuf {
     let home = root.join("home");
     std::fs::create_dir_all(home.join(".claude")).unwrap();
     let state = serde_json::json!({
@@ -100,7 +100,7 @@ fn claude_command(bin: &Path, home: &Path, server: &ModelServer, key: &str) -> C
 }
 
 /// The suite runs only when asked for (see `support::opted_in`).
-fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     support::opted_in(
         support::REAL_CLIS,
         "tests/it/real_cli.rs (the real Claude Code CLI)",
@@ -153,7 +153,13 @@ fn scripted_server_drives_a_real_bash_call() {
 }
 
 /// An agent declaration that runs the real Claude Code interactively against `server`.
-fn claude_agent(name: &str, bin: &Path, home: &Path, server: &ModelServer, key: &str) -> String {
+pub(crate) fn claude_agent(
+    name: &str,
+    bin: &Path,
+    home: &Path,
+    server: &ModelServer,
+    key: &str,
+) -> String {
     format!(
         "[[agent]]\nname = \"{name}\"\ncli = \"claude\"\ncommand = \"'{}' --dangerously-skip-permissions\"\nworkdir = \"work\"\n\
          env = {{ HOME = \"{}\", ANTHROPIC_BASE_URL = \"{}\", ANTHROPIC_API_KEY = \"{key}\", IS_SANDBOX = \"1\", \
@@ -165,7 +171,7 @@ fn claude_agent(name: &str, bin: &Path, home: &Path, server: &ModelServer, key: 
 }
 
 /// Wait until the interactive prompt is up, then type `prompt` and press Enter.
-fn type_prompt(fleet: &support::Fleet, pane: &str, prompt: &str) {
+pub(crate) fn type_prompt(fleet: &support::Fleet, pane: &str, prompt: &str) {
     support::wait_until(std::time::Duration::from_secs(30), "claude prompt", || {
         fleet
             .tmux(&["capture-pane", "-p", "-t", pane])

@@ -183,7 +183,7 @@ function fleetRow(agent) {
   const cells = {};
   const tr = el("tr", { dataset: { agent }, onclick: () => selectAgent(agent) });
   for (const [name, cls] of [["agent", ""], ["health", "health"], ["pid", "num pid"], ["uptime", "num uptime"],
-    ["activity", "activity"], ["loops", "num loops"], ["crashes", "num crashes"], ["context", "context"], ["actions", "actions-cell"]]) {
+    ["activity", "activity"], ["loops", "num loops"], ["crashes", "num crashes"], ["messages", "num messages"], ["context", "context"], ["actions", "actions-cell"]]) {
     cells[name] = el("td", { class: cls || null });
     tr.append(cells[name]);
   }
@@ -248,6 +248,8 @@ function renderFleet(doc) {
     setText(cells.activity, ago(a.last_activity), a.last_activity || "");
     setText(cells.loops, a.open_loops + (a.stale_loops ? ` (${a.stale_loops} stale)` : ""));
     setText(cells.crashes, a.max_crashes ? `${a.crashes}/${a.max_crashes}` : a.crashes);
+    setText(cells.messages, a.messages_pending || "–",
+      a.messages_pending ? `${a.messages_pending} message(s) waiting for the end of its turn` : "no message waiting");
     cells.context.replaceChildren(meter(a.context));
     if (row.declared !== a.declared) {
       row.declared = a.declared;
@@ -255,7 +257,8 @@ function renderFleet(doc) {
         actionButton("Restart", "restart", a.agent, "Restart, resuming its session"),
         actionButton("Fresh", "fresh", a.agent, "Restart with a fresh session"),
         actionButton("Save handoff", "save", a.agent, "Save a handoff now"),
-        actionButton("Inject", "inject", a.agent, "Give it its latest handoff, or text")) : "");
+        actionButton("Inject", "inject", a.agent, "Give it its latest handoff, or text"),
+        actionButton("Message", "message", a.agent, "Send it a message, given at the end of its turn")) : "");
     }
     body.append(tr); // keeps the server's order; moving a node keeps it alive
   }
@@ -265,7 +268,7 @@ function renderFleet(doc) {
   for (const stray of [...body.children]) {
     if (!stray.dataset.agent) stray.remove();
   }
-  if (!agents.length) body.replaceChildren(el("tr", {}, el("td", { colspan: 9, class: "empty", text: "No agents declared." })));
+  if (!agents.length) body.replaceChildren(el("tr", {}, el("td", { colspan: 10, class: "empty", text: "No agents declared." })));
   if (!state.rendered) {
     state.rendered = true;
     performance.mark("fleet-rendered");
@@ -575,6 +578,19 @@ async function act(action, agent, button) {
       const h = await api(path + "/handoffs", { method: "POST", body: { reason: "manual", body: area.value } });
       toast(`Saved handoff ${h.id}`, "");
       loadHandoffs();
+      loadStatus();
+    } catch (e) { fail(e); } finally { busy(button, false); }
+  } else if (action === "message") {
+    const area = el("textarea", { id: "message-text", placeholder: "What the agent should know" });
+    const urgent = el("input", { type: "checkbox", id: "message-urgent" });
+    const ok = await confirmAction(`Send ${agent} a message?`, "It is kept in the agent's inbox and given to it when its current turn ends (urgent: at once, interrupting it).",
+      [el("label", { for: "message-text", text: "Message" }), area,
+        el("label", { for: "message-urgent" }, urgent, " urgent")]);
+    if (!ok) return;
+    busy(button, true);
+    try {
+      const m = await api(path + "/messages", { method: "POST", body: { text: area.value, urgent: urgent.checked } });
+      toast(`Message ${m.id} for ${agent}`, m.urgent ? "urgent: given at once" : "given at the end of its turn");
       loadStatus();
     } catch (e) { fail(e); } finally { busy(button, false); }
   } else if (action === "inject") {

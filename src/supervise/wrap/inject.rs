@@ -1,5 +1,6 @@
-//! What the wrapper pastes into a CLI without hooks: the startup context, and the request to
-//! continue after an interrupted turn.
+//! What the wrapper pastes into the agent's pane: the startup context of a CLI without hooks,
+//! the request to continue after an interrupted turn, and the inbox's messages at a turn
+//! boundary.
 
 use super::*;
 
@@ -30,7 +31,7 @@ impl Wrapper {
                 }
                 std::thread::sleep(Duration::from_millis(200));
             }
-            let Some(text) = crate::continuity::startup_text(&spec, &dir) else {
+            let Some(startup) = crate::continuity::startup_text(&spec, &dir) else {
                 return;
             };
             let runtime = world::runtime_for(&spec);
@@ -38,14 +39,15 @@ impl Wrapper {
                 &*runtime,
                 &pane,
                 &dir,
-                &text,
+                &startup.text,
                 &crate::continuity::inject::Options::default(),
             ) {
                 Ok(r) => {
                     let _ = dir.record_op(
                         Op::StartupContextInjected,
-                        json!({"chars": text.len(), "confirmed_by": r.confirmed_by}),
+                        json!({"chars": startup.text.len(), "confirmed_by": r.confirmed_by}),
                     );
+                    startup.delivered(&dir, r.confirmed_by);
                 }
                 Err(e) => {
                     let _ =
@@ -126,5 +128,39 @@ impl Wrapper {
                 }
             }
         });
+    }
+
+    /// Is the agent between turns, where messages may be given? An urgent message does not
+    /// wait. A hooked CLI is between turns when its Stop hook left it `idle` (not while it
+    /// works, recovers or failed). A custom CLI that calls the hooks all the same says so too
+    /// (its prompt hook makes it `working` until its Stop hook); one that calls none is never
+    /// `working`, and gets them when its screen is still, which the delivery waits for.
+    /// Called only with messages pending: one read of state.json.
+    pub(super) fn at_turn_boundary(&self) -> bool {
+        if crate::state::inbox::urgent_pending(&self.dir) {
+            return true;
+        }
+        let status = self.dir.read_state().map(|s| s.status).ok();
+        if self.agent.cli.adapter().has_session_start_hook() {
+            status == Some(state::Status::Idle)
+        } else {
+            status != Some(state::Status::Working)
+        }
+    }
+
+    /// Give the pending messages to the agent as one block, on a thread of its own (the
+    /// wrapper keeps supervising meanwhile); a failure is recorded and tried again later.
+    pub(super) fn deliver_messages(&self) -> Option<std::thread::JoinHandle<()>> {
+        let pane = self.pane.clone()?;
+        let (spec, dir) = (self.spec.clone(), self.dir.clone());
+        let hooked = self.agent.cli.adapter().has_session_start_hook();
+        Some(std::thread::spawn(move || {
+            let runtime = world::runtime_for(&spec);
+            if let Err(e) =
+                crate::continuity::messages::deliver(&spec, &*runtime, &pane, &dir, hooked)
+            {
+                let _ = dir.record_op(Op::MessagesDeliveryFailed, json!({"error": e}));
+            }
+        }))
     }
 }

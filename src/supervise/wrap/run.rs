@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// How soon after a delivery attempt the wrapper looks at the inbox again.
+const MESSAGE_RETRY: Duration = Duration::from_secs(2);
+
 /// A started agent process, and when it was spawned (RFC 3339).
 struct Spawned {
     child: std::process::Child,
@@ -143,6 +146,8 @@ impl Wrapper {
         let mut stop_sent: Option<Instant> = None;
         let mut treating: Option<std::thread::JoinHandle<()>> = None;
         let mut next_reap = Instant::now() + ORPHAN_REAP_EVERY;
+        let mut delivering: Option<std::thread::JoinHandle<()>> = None;
+        let mut next_delivery = Instant::now();
         let status = loop {
             // Once alive, a tick costs one stat (the turn-failed marker): often enough that a
             // failed turn waits a quarter of a second for its decision, not a second.
@@ -171,6 +176,17 @@ impl Wrapper {
             {
                 let _ = self.dir.clear_marker(state::TURN_FAILED);
                 treating = Some(self.treat_failed_turn());
+            }
+            // Messages wait for a turn boundary; an empty inbox costs one stat a tick.
+            if showed_life
+                && stop_sent.is_none()
+                && Instant::now() >= next_delivery
+                && delivering.as_ref().is_none_or(|t| t.is_finished())
+                && crate::state::inbox::has_pending(&self.dir)
+                && self.at_turn_boundary()
+            {
+                delivering = self.deliver_messages();
+                next_delivery = Instant::now() + MESSAGE_RETRY;
             }
             if !showed_life && stop_sent.is_none() && Instant::now() >= deadline {
                 say(&format!(

@@ -1,0 +1,143 @@
+//! `phoenix send` and `phoenix inbox`: messages between agents (and from the operator), kept
+//! in the recipient's inbox until its next turn boundary.
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::Context;
+use serde_json::json;
+
+use super::{out, output};
+use crate::state::FleetDir;
+use crate::state::inbox::{self, Message};
+
+#[derive(Debug, clap::Args)]
+pub struct SendArgs {
+    /// The recipient: an agent of this fleet (on this machine or on one of its hosts).
+    pub agent: String,
+    /// The message; `-` reads it from stdin. At most 16 KiB; control characters are dropped.
+    pub text: String,
+    /// Who sends it (default: `$PHOENIX_AGENT`, set for every agent phoenix runs, else
+    /// `operator`).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Interrupt the recipient's turn and deliver at once, instead of at its next turn
+    /// boundary.
+    #[arg(long)]
+    pub urgent: bool,
+    /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `phoenix send AGENT TEXT`.
+pub fn send(config: &Path, args: SendArgs) -> anyhow::Result<i32> {
+    let spec = super::load_without_fs_checks(config)?;
+    let from = args
+        .from
+        .clone()
+        .or_else(|| std::env::var("PHOENIX_AGENT").ok())
+        .unwrap_or_else(|| "operator".to_string());
+    let text = if args.text == "-" {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .take(inbox::MAX_TEXT_BYTES as u64 * 4 + 1)
+            .read_to_end(&mut bytes)
+            .context("cannot read the message from stdin")?;
+        String::from_utf8_lossy(&bytes).into_owned()
+    } else {
+        args.text.clone()
+    };
+    if let Some(host) = crate::hosts::reads::host_of(&spec, &args.agent) {
+        let mut words = vec!["send".to_string(), format!("--from={from}")];
+        words.extend(args.urgent.then(|| "--urgent".to_string()));
+        words.extend(args.json.then(|| "--json".to_string()));
+        words.extend(["--".to_string(), args.agent.clone(), text]);
+        return super::fleetwide::on_host(&spec, host, &words);
+    }
+    let message = crate::continuity::messages::send(&spec, &args.agent, &from, &text, args.urgent)?;
+    let running = recipient_running(&spec, &args.agent);
+    if args.json {
+        output::json(json!({"agent": args.agent, "message": message, "agent_running": running}));
+        return Ok(0);
+    }
+    let when = match (args.urgent, running) {
+        (_, false) => "it gets it when it starts (in its startup context)",
+        (true, true) => "it is interrupted and gets it now",
+        (false, true) => "it gets it at the end of its current turn",
+    };
+    out(&format!(
+        "message {} for agent `{}` from `{from}`: {when}\n",
+        message.id, args.agent
+    ));
+    Ok(0)
+}
+
+/// `phoenix inbox AGENT`: pending messages, then delivered ones, oldest first.
+pub fn inbox(config: &Path, agent: &str, json: bool) -> anyhow::Result<i32> {
+    let mut on_host = vec!["inbox".to_string()];
+    on_host.extend(json.then(|| "--json".to_string()));
+    on_host.extend(["--".to_string(), agent.to_string()]);
+    if let Some(code) = super::fleetwide::agent_read(config, agent, &on_host)? {
+        return Ok(code);
+    }
+    let spec = super::load_without_fs_checks(config)?;
+    if spec.agent(agent).is_none() {
+        return Err(super::lifecycle::unknown_agent(&spec, agent));
+    }
+    let dir = FleetDir::new(&spec.fleet.state_dir).agent(agent);
+    let messages =
+        inbox::read(&dir).with_context(|| format!("cannot read agent `{agent}`'s inbox"))?;
+    let (pending, delivered): (Vec<&Message>, Vec<&Message>) =
+        messages.iter().partition(|m| m.is_pending());
+    if json {
+        output::json(json!({"agent": agent, "pending": pending, "delivered": delivered}));
+        return Ok(0);
+    }
+    let mut text = format!(
+        "agent `{agent}`: {} pending, {} delivered\n",
+        pending.len(),
+        delivered.len()
+    );
+    for m in &pending {
+        text.push_str(&line(m, "pending"));
+    }
+    for m in &delivered {
+        let how = format!(
+            "delivered {} ({})",
+            m.delivered_at.as_deref().unwrap_or("?"),
+            m.confirmed_by.as_deref().unwrap_or("?")
+        );
+        text.push_str(&line(m, &how));
+    }
+    out(&text);
+    Ok(0)
+}
+
+/// One message for people: who, when, its state, and its first line.
+fn line(m: &Message, state: &str) -> String {
+    let first = m.text.lines().next().unwrap_or("");
+    let more = if m.text.lines().nth(1).is_some() {
+        " …"
+    } else {
+        ""
+    };
+    format!(
+        "  {} from {} at {}{}, {state}\n    {}{more}\n",
+        m.id,
+        m.from,
+        m.sent_at,
+        if m.urgent { " (urgent)" } else { "" },
+        crate::text::shorten(first, 120)
+    )
+}
+
+/// Is the agent's CLI running in its pane now? (What `send` tells the sender to expect.)
+fn recipient_running(spec: &crate::spec::Spec, agent: &str) -> bool {
+    let runtime = crate::world::runtime_for(spec);
+    crate::status::observe_lean(spec, &*runtime).is_ok_and(|world| {
+        world
+            .pane_of(agent)
+            .is_some_and(|p| !p.dead && p.agent_process().is_some())
+    })
+}
