@@ -134,7 +134,23 @@ pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
         for e in follower.poll(&filter) {
             out(&line(&e, args.json));
         }
+        if reader_gone() {
+            return Ok(0);
+        }
     }
+}
+
+/// Nobody reads stdout any more (the ssh session of an operator following this host's events
+/// ended): `--follow` ends now instead of lingering until its next line meets a closed pipe.
+fn reader_gone() -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::empty())];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
 }
 
 /// The options of `args` that a host's `events` is given (its values glued to their option,
