@@ -52,6 +52,10 @@ impl AgentCli for Gemini {
         Some(".gemini/settings.json")
     }
 
+    fn approval_prompts(&self) -> &'static [super::ApprovalPrompt] {
+        &[super::GEMINI_APPROVAL]
+    }
+
     fn hook_entries(&self) -> Vec<HookEntry> {
         vec![
             e(
@@ -84,6 +88,14 @@ impl AgentCli for Gemini {
                 "pre-tool",
                 5_000,
                 "phoenix-pre-tool",
+            ),
+            // A tool waits for confirmation (`ToolPermission`): the agent waits for a person.
+            e(
+                "Notification",
+                None,
+                "notification",
+                5_000,
+                "phoenix-notification",
             ),
         ]
     }

@@ -365,6 +365,7 @@ mod tests {
             max_crashes: Some(5),
             context: Default::default(),
             usage_today: None,
+            needs_input: None,
             supervision: None,
             transcript: None,
         }
