@@ -13,6 +13,7 @@ mod hosts_plan;
 mod hosts_reads;
 mod inert;
 mod metrics;
+mod needs_input;
 mod policy;
 mod real_cli;
 mod real_codex;
