@@ -15,6 +15,7 @@ mod inert;
 mod metrics;
 mod needs_input;
 mod policy;
+mod real_claude_waits;
 mod real_cli;
 mod real_codex;
 mod real_gemini;

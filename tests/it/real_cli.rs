@@ -15,7 +15,7 @@ use support::real::{self, RealCli, Run};
 /// The Claude Code version the suite is pinned to.
 const CLAUDE_CODE: &str = "@anthropic-ai/claude-code@2.1.197";
 
-fn claude_bin() -> PathBuf {
+pub(crate) fn claude_bin() -> PathBuf {
     // One install at a time, pinned: parallel tests each ran `npm install` when the binary was
     // missing, and one exec'd it while another's install was still writing it (ETXTBSY).
     support::npm_cli("real-cli", CLAUDE_CODE, "claude")
@@ -67,7 +67,7 @@ fn cc_agent(fleet: &support::Fleet, server: &ModelServer) -> String {
 }
 
 /// A HOME in which Claude Code skips onboarding and trusts `workdir`.
-fn prepared_home(root: &Path, workdir: &Path, key: &str) -> PathBuf {
+pub(crate) fn prepared_home(root: &Path, workdir: &Path, key: &str) -> PathBuf {
     let home = root.join("home");
     std::fs::create_dir_all(home.join(".claude")).unwrap();
     let state = serde_json::json!({
@@ -100,7 +100,7 @@ fn claude_command(bin: &Path, home: &Path, server: &ModelServer, key: &str) -> C
 }
 
 /// The suite runs only when asked for (see `support::opted_in`).
-fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     support::opted_in(
         support::REAL_CLIS,
         "tests/it/real_cli.rs (the real Claude Code CLI)",
