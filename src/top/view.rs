@@ -94,17 +94,6 @@ fn title_line(app: &App) -> Line<'static> {
             format!(" phoenix top · {} ", app.snapshot.fleet),
             Style::new().add_modifier(Modifier::BOLD),
         ),
-        Span::raw(format!(
-            "· {}: {} healthy, {} warning, {} down {}",
-            crate::text::counted(rows.len(), "agent"),
-            count("healthy"),
-            count("warning"),
-            count("down") + count("recovering"),
-            match app.snapshot.daemon {
-                Some(pid) => format!("· daemon pid {pid} "),
-                None => "· no daemon ".to_string(),
-            },
-        )),
         Span::styled(
             if waiting > 0 {
                 format!(
@@ -116,6 +105,17 @@ fn title_line(app: &App) -> Line<'static> {
             },
             Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD),
         ),
+        Span::raw(format!(
+            "· {}: {} healthy, {} warning, {} down {}",
+            crate::text::counted(rows.len(), "agent"),
+            count("healthy"),
+            count("warning"),
+            count("down") + count("recovering"),
+            match app.snapshot.daemon {
+                Some(pid) => format!("· daemon pid {pid} "),
+                None => "· no daemon ".to_string(),
+            },
+        )),
         Span::styled(format!("· {at}"), Style::new().fg(Color::DarkGray)),
     ])
 }

@@ -398,3 +398,28 @@ fn approval_prompts_on_the_screen_need_a_human_but_the_word_approve_does_not() {
     assert!(chatty.get("needs_input").is_none(), "{chatty}");
     assert!(pushes_about(&receiver, "chatty").is_empty());
 }
+
+/// With `phoenix serve` running, a push leads to its dashboard (ntfy's `click`), and once it
+/// stops, no longer.
+#[test]
+fn an_ntfy_push_links_to_the_dashboard_of_a_running_serve() {
+    let receiver = HttpReceiver::start();
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "[notify]\nntfy = {{ url = \"{}/fleet-alerts\" }}\n\n{}",
+        receiver.url,
+        Fleet::demo_agent("alpha", "")
+    ));
+    std::fs::create_dir_all(fleet.state_dir()).unwrap();
+    let server = support::serve::Server::start(&fleet, &[]);
+    let test = || {
+        run(&fleet, &receiver, &["notify", "test", "--needs-input"]);
+        receiver.to("/").last().unwrap().json()
+    };
+    let push = test();
+    assert_eq!(push["click"], format!("{}/", server.url), "{push}");
+    assert_eq!(push["priority"], 4, "the default is high: {push}");
+    drop(server);
+    let push = test();
+    assert!(push.get("click").is_none(), "{push}");
+}
