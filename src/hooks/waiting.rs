@@ -1,5 +1,6 @@
 //! Waiting for a person: Claude Code's `Notification` hook says its CLI shows a permission
-//! prompt, an elicitation dialog, or has sat at its prompt for a while. The wait is recorded
+//! prompt, an elicitation dialog, or has sat at its prompt for a while (a wait only with open
+//! loops: idle without them is finished work). The wait is recorded
 //! in state.json (`needs_input`) with one `needs_input` op, and the wrapper is told to send
 //! the notification (this hook never waits for a network); the next prompt, tool call, turn
 //! end or session clears it again.
@@ -58,6 +59,11 @@ impl Hook<'_> {
         let started = ctx.dir.update_state(ctx.retention, |s| {
             // The same wait told again (an idle reminder) keeps its start.
             if s.needs_input.as_ref().is_some_and(|n| n.reason == reason) {
+                return Ok(false);
+            }
+            // Idle at its prompt without open loops is finished work, not a wait: as for
+            // every CLI (`thresholds.waiting`), only unfinished work needs a person.
+            if reason == "idle_prompt" && s.open_loops.is_empty() {
                 return Ok(false);
             }
             s.needs_input = Some(NeedsInput {

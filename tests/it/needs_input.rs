@@ -235,6 +235,34 @@ fn a_permission_prompt_from_the_hook_is_sent_by_the_wrapper_and_ends_with_the_ne
         )
         .status(0);
     assert!(state(&fleet, "alpha").get("needs_input").is_none());
+    // Claude idle at its prompt: finished work without open loops, a wait with them.
+    let idle = br#"{"hook_event_name":"Notification","message":"Claude is waiting for your input","notification_type":"idle_prompt"}"#;
+    let idle_hook = || {
+        fleet
+            .run_within_input(
+                &[
+                    "hook",
+                    "notification",
+                    "--agent",
+                    "alpha",
+                    "--cli",
+                    "claude",
+                ],
+                idle,
+                Duration::from_secs(20),
+            )
+            .status(0);
+    };
+    idle_hook();
+    assert!(state(&fleet, "alpha").get("needs_input").is_none());
+    fleet
+        .run(&["loop", "add", "alpha", "docs", "finish the docs"])
+        .status(0);
+    idle_hook();
+    assert_eq!(
+        state(&fleet, "alpha")["needs_input"]["reason"],
+        "idle_prompt"
+    );
 }
 
 /// Idle at its prompt with open loops past `thresholds.waiting`: a human is needed, told
