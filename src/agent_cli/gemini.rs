@@ -89,14 +89,6 @@ impl AgentCli for Gemini {
                 5_000,
                 "phoenix-pre-tool",
             ),
-            // A tool waits for confirmation (`ToolPermission`): the agent waits for a person.
-            e(
-                "Notification",
-                None,
-                "notification",
-                5_000,
-                "phoenix-notification",
-            ),
         ]
     }
 
