@@ -124,6 +124,10 @@ pub struct AgentStatus {
     pub worktree: Option<crate::workspace::WorktreeStatus>,
     /// Messages in its inbox not yet delivered (`phoenix inbox AGENT` lists them).
     pub messages_pending: usize,
+    /// What the agent waits for, when it waits for a person: its CLI said so (a permission
+    /// prompt), or the watchdog saw it (an approval prompt, idle with open loops). Only for
+    /// a running agent.
+    pub needs_input: Option<crate::state::NeedsInput>,
     /// Crash history and the last stop reason; only when one agent is asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub supervision: Option<crate::recovery::record::Summary>,
@@ -295,15 +299,11 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
                 (None, _) => "starting",
             },
         };
-        let watchdog: Vec<&'static str> = if state == "running" {
-            crate::watchdog::Memory::load(&dir)
-                .pending
-                .iter()
-                .map(|c| c.as_str())
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let memory = (state == "running").then(|| crate::watchdog::Memory::load(&dir));
+        let watchdog: Vec<&'static str> = memory
+            .iter()
+            .flat_map(|m| m.pending.iter().map(|c| c.as_str()))
+            .collect();
         let health = match state {
             "running" if record.safe_mode.is_some() => "down",
             "running" if watchdog.is_empty() => "healthy",
@@ -360,6 +360,12 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             worktree: worktrees.remove(&name),
             // One stat for an empty inbox.
             messages_pending: state::inbox::pending(&dir).len(),
+            needs_input: memory.and_then(|m| {
+                agent_state
+                    .as_ref()
+                    .and_then(|s| s.needs_input.clone())
+                    .or(m.needs_input)
+            }),
             supervision: None,
             transcript: agent_state.as_ref().and_then(|s| s.transcript_path.clone()),
             agent: name,

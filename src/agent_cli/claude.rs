@@ -38,6 +38,10 @@ impl AgentCli for Claude {
         Some(".claude/settings.json")
     }
 
+    fn approval_prompts(&self) -> &'static [super::ApprovalPrompt] {
+        &[super::CLAUDE_APPROVAL]
+    }
+
     fn hook_entries(&self) -> Vec<HookEntry> {
         vec![
             e("SessionStart", SESSION_STARTS, "session-start", 10, ""),
@@ -53,6 +57,15 @@ impl AgentCli for Claude {
             // The call about to run is noted, so an exit while it runs can be named to the
             // next session (and the structured-file guard snapshots what the call will edit).
             e("PreToolUse", Some("*"), "pre-tool", 5, ""),
+            // A permission prompt, an elicitation dialog, a minute idle at its prompt: the
+            // agent waits for a person (the matcher is the notification type).
+            e(
+                "Notification",
+                Some("permission_prompt|idle_prompt|elicitation_dialog"),
+                "notification",
+                5,
+                "",
+            ),
         ]
     }
 

@@ -65,6 +65,10 @@ impl AgentCli for Codex {
         Some(".codex/hooks.json")
     }
 
+    fn approval_prompts(&self) -> &'static [super::ApprovalPrompt] {
+        &[super::CODEX_APPROVAL]
+    }
+
     fn hook_entries(&self) -> Vec<HookEntry> {
         vec![
             e("SessionStart", SESSION_STARTS, "session-start", 10, ""),

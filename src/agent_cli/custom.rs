@@ -12,4 +12,13 @@ impl AgentCli for Custom {
     fn has_session_start_hook(&self) -> bool {
         false
     }
+
+    /// A custom program often wraps one of the known CLIs: their prompts, each whole.
+    fn approval_prompts(&self) -> &'static [super::ApprovalPrompt] {
+        &[
+            super::CLAUDE_APPROVAL,
+            super::CODEX_APPROVAL,
+            super::GEMINI_APPROVAL,
+        ]
+    }
 }

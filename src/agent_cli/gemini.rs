@@ -52,6 +52,10 @@ impl AgentCli for Gemini {
         Some(".gemini/settings.json")
     }
 
+    fn approval_prompts(&self) -> &'static [super::ApprovalPrompt] {
+        &[super::GEMINI_APPROVAL]
+    }
+
     fn hook_entries(&self) -> Vec<HookEntry> {
         vec![
             e(

@@ -187,12 +187,70 @@ pub trait AgentCli: Sync {
         false
     }
 
+    /// The approval prompts the CLI shows when a tool call waits for a person's yes or no (the
+    /// watchdog reads them off the screen); none when it has none known.
+    fn approval_prompts(&self) -> &'static [ApprovalPrompt] {
+        &[]
+    }
+
     /// May a started CLI show life only in its pane (no hook at launch)? Then a change in the
     /// pane counts as a sign of life too.
     fn life_shows_in_pane(&self) -> bool {
         true
     }
 }
+
+/// A CLI's approval prompt as its screen shows it: one of the questions, and below it one of
+/// the answers offered (lowercase). Both must be there: a question alone may be quoted in
+/// ordinary output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApprovalPrompt {
+    pub questions: &'static [&'static str],
+    pub answers: &'static [&'static str],
+}
+
+/// Claude Code's permission dialog (2.1): "Do you want to proceed?", "Do you want to make
+/// this edit to x?", with "No, and tell Claude what to do differently (esc)". Its
+/// Notification hook says so first; the screen covers hooks that do not run.
+pub const CLAUDE_APPROVAL: ApprovalPrompt = ApprovalPrompt {
+    questions: &[
+        "do you want to proceed?",
+        "do you want to make this edit to",
+        "do you want to create ",
+    ],
+    answers: &["no, and tell claude what to do differently"],
+};
+
+/// Codex CLI's approval overlay (0.169, read from its binary): "Would you like to run the
+/// following command?" and its siblings, with "Yes, just this once", "Yes, and don't ask
+/// again …", "No, and tell Codex what to do differently".
+pub const CODEX_APPROVAL: ApprovalPrompt = ApprovalPrompt {
+    questions: &[
+        "would you like to run the following command?",
+        "would you like to make the following edits?",
+        "would you like to grant these permissions?",
+        "would you like to send input to the existing terminal?",
+        "do you want to approve network access to",
+    ],
+    answers: &[
+        "no, and tell codex what to do differently",
+        "no, continue without running it",
+        "yes, just this once",
+        "yes, and don't ask again",
+    ],
+};
+
+/// Gemini CLI's tool confirmation (0.61, read from its bundle): "Allow execution of [Shell]?",
+/// "Apply this change?", "Do you want to proceed?", with "Allow once" and "No, suggest
+/// changes (esc)".
+pub const GEMINI_APPROVAL: ApprovalPrompt = ApprovalPrompt {
+    questions: &[
+        "allow execution of",
+        "apply this change?",
+        "do you want to proceed?",
+    ],
+    answers: &["no, suggest changes (esc)", "allow once"],
+};
 
 /// One hook phoenix installs.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -452,6 +452,14 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
     }
     text.push_str("(TOKENS and COST: today, the local day; `phoenix usage` for more)\n");
     text.push_str(&worktree_table(&rows));
+    for r in &rows {
+        if let Some(wait) = &r.needs_input {
+            text.push_str(&output::paint(
+                output::health("warning"),
+                &format!("needs a human: {} ({})\n", r.agent, waiting_text(wait, now)),
+            ));
+        }
+    }
     if !world.server_running {
         text.push_str(&format!(
             "\n(no {} yet: run `phoenix apply` to start the fleet)\n",
@@ -564,6 +572,13 @@ fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -
             "Open loops",
             format!("{} ({} stale)", r.open_loops, r.stale_loops),
         ),
+        (
+            "Needs input",
+            r.needs_input
+                .as_ref()
+                .map(|w| waiting_text(w, now))
+                .unwrap_or_else(|| "no".into()),
+        ),
     ];
     if let Some(a) = declared {
         let next = if a.resume_command.is_some() {
@@ -608,6 +623,21 @@ fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -
         text.push_str(&summary.to_string());
     }
     text
+}
+
+/// A wait for a person in a few words: `permission_prompt for 3m: Claude needs your
+/// permission to use Bash`.
+fn waiting_text(wait: &crate::state::NeedsInput, now: jiff::Timestamp) -> String {
+    let since = wait
+        .since
+        .parse::<jiff::Timestamp>()
+        .map(|t| format!(" for {}", human_secs(now.as_second() - t.as_second())))
+        .unwrap_or_default();
+    if wait.message.is_empty() {
+        format!("{}{since}", wait.reason)
+    } else {
+        format!("{}{since}: {}", wait.reason, wait.message)
+    }
 }
 
 /// `status AGENT`'s line on today's usage: tokens by kind, cost, and the budget.

@@ -17,8 +17,11 @@ pub enum NotifyCommand {
         agent: Option<String>,
         /// Send it as a failure message (webhook and command only) instead of an
         /// investigation report (also opens a GitHub issue).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "needs_input")]
         failure: bool,
+        /// Send it as a "needs a human" alert (webhook, ntfy and command) instead.
+        #[arg(long)]
+        needs_input: bool,
         /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
@@ -30,10 +33,13 @@ pub fn notify(config: &Path, cmd: NotifyCommand) -> anyhow::Result<i32> {
         NotifyCommand::Test {
             agent,
             failure,
+            needs_input,
             json,
         } => {
             let kind = if failure {
                 Kind::Failure
+            } else if needs_input {
+                Kind::NeedsInput
             } else {
                 Kind::Investigation
             };
@@ -80,7 +86,7 @@ fn test(config: &Path, agent: Option<&str>, kind: Kind, json: bool) -> anyhow::R
     };
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let sent = Notifier::new(notify, &fleet).send(&msg);
-    let skipped_github = kind == Kind::Failure && notify.github.is_some();
+    let skipped_github = kind != Kind::Investigation && notify.github.is_some();
     let failed = sent.is_empty() || sent.iter().any(|s| !s.ok);
     if json {
         let report = serde_json::json!({
@@ -98,7 +104,11 @@ fn test(config: &Path, agent: Option<&str>, kind: Kind, json: bool) -> anyhow::R
         }
         if skipped_github {
             text.push_str(
-                "skip github   failure messages do not open issues (try --kind investigation)\n",
+                &format!(
+                    "skip github   {} messages do not open issues (leave out --{} for an investigation)\n",
+                    kind.as_str(),
+                    if kind == Kind::Failure { "failure" } else { "needs-input" }
+                ),
             );
         }
         out(&text);

@@ -17,6 +17,7 @@ mod session;
 mod tool;
 pub mod trust;
 mod turn;
+mod waiting;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -28,6 +29,7 @@ pub use args::{HookArgs, fallback_output, is_hook_invocation};
 use output::Reply;
 use payload::{Outcome, Payload};
 pub use prompt::is_phoenix_text;
+pub use waiting::{WAITING_TYPES, waiting_reason};
 
 /// Payloads are read whole up to this size (a tool response can be large); the rest is
 /// drained so that the CLI never sees a broken pipe, and ignored.
@@ -52,10 +54,13 @@ pub enum Event {
     /// Codex's legacy `notify` (`agent-turn-complete`), payload as the last argument.
     TurnComplete,
     SessionEnd,
+    /// The CLI tells its user something (Claude Code's `Notification`): a permission prompt,
+    /// an idle prompt: the agent may wait for a person.
+    Notification,
 }
 
 impl Event {
-    pub const NAMES: [&'static str; 10] = [
+    pub const NAMES: [&'static str; 11] = [
         "session-start",
         "prompt",
         "heartbeat",
@@ -66,6 +71,7 @@ impl Event {
         "turn-failed",
         "turn-complete",
         "session-end",
+        "notification",
     ];
 
     pub fn parse(s: &str) -> Option<Event> {
@@ -80,6 +86,7 @@ impl Event {
             "turn-failed" => Event::TurnFailed,
             "turn-complete" => Event::TurnComplete,
             "session-end" => Event::SessionEnd,
+            "notification" => Event::Notification,
             _ => return None,
         })
     }
@@ -268,6 +275,7 @@ impl Hook<'_> {
             Event::Stop | Event::TurnComplete => self.stop(&ctx),
             Event::TurnFailed => self.turn_failed(&ctx),
             Event::SessionEnd => self.session_end(&ctx),
+            Event::Notification => self.notification(&ctx),
         }
         .map_err(|e| e.to_string())
     }

@@ -43,7 +43,7 @@ impl Hook<'_> {
             .map(task_line);
         let session_id = self.payload.session_id().map(str::to_string);
         let now = state::rfc3339(ctx.now);
-        ctx.dir.update_state(ctx.retention, |s| {
+        let ended = ctx.dir.update_state(ctx.retention, |s| {
             if task.is_some() {
                 s.current_task = task;
             }
@@ -53,8 +53,9 @@ impl Hook<'_> {
             s.status = Status::Working;
             s.turn_started = Some(now.clone());
             s.last_active = Some(now);
-            Ok(())
+            Ok(super::waiting::clear(s))
         })?;
+        super::waiting::record_input_given(ctx, ended, "prompt");
         let held = self.take_prompt_context(ctx);
         let held = self.with_messages(ctx, held);
         // Once per prompt: confirms that text phoenix injected was submitted.

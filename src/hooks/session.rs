@@ -101,10 +101,11 @@ impl Hook<'_> {
             if !interrupted && source != "compact" {
                 s.status = Status::Idle;
             }
-            Ok(())
+            Ok(super::waiting::clear(s))
         });
-        if let Err(e) = update {
-            self.problem(&e.to_string());
+        match update {
+            Ok(ended) => super::waiting::record_input_given(ctx, ended, "session_start"),
+            Err(e) => self.problem(&e.to_string()),
         }
     }
 
@@ -160,7 +161,7 @@ impl Hook<'_> {
         let reason = self.payload.str("reason").unwrap_or("other").to_string();
         let clean = USER_EXITS.contains(&reason.as_str());
         let now = state::rfc3339(ctx.now);
-        dir.update_state(ctx.retention, |s| {
+        let ended = dir.update_state(ctx.retention, |s| {
             s.last_session_end = Some(state::agent::SessionEnd {
                 ts: now.clone(),
                 reason: reason.clone(),
@@ -171,8 +172,9 @@ impl Hook<'_> {
             if clean || s.status != Status::Working {
                 s.status = Status::Stopped;
             }
-            Ok(())
+            Ok(super::waiting::clear(s))
         })?;
+        super::waiting::record_input_given(ctx, ended, "session_end");
         if clean {
             dir.set_marker(state::CLEAN_EXIT)
                 .map_err(|source| StateError::Io {

@@ -110,15 +110,17 @@ impl Hook<'_> {
                     }
                 };
                 if needs_write {
-                    result = dir.update_state(ctx.retention, |s| {
+                    let ended = dir.update_state(ctx.retention, |s| {
                         s.status = Status::Working;
                         s.consecutive_errors = 0;
                         s.last_active = Some(now);
                         if session_id.is_some() {
                             s.session_id = session_id.clone();
                         }
-                        Ok(())
+                        // A tool ran: a permission asked for was given.
+                        Ok(super::waiting::clear(s))
                     });
+                    result = ended.map(|e| super::waiting::record_input_given(ctx, e, "tool_call"));
                 }
             }
             Outcome::Failed(error) => {
@@ -131,10 +133,13 @@ impl Hook<'_> {
                     }
                     s.record_error(error.clone(), &now);
                     s.last_active = Some(now);
-                    Ok(s.consecutive_errors)
+                    Ok((s.consecutive_errors, super::waiting::clear(s)))
                 });
                 match count {
-                    Ok(n) => line["consecutive_errors"] = json!(n),
+                    Ok((n, ended)) => {
+                        line["consecutive_errors"] = json!(n);
+                        super::waiting::record_input_given(ctx, ended, "tool_call");
+                    }
                     Err(e) => result = Err(e),
                 }
             }
@@ -172,6 +177,7 @@ fn heartbeat_needs_write(
     });
     state.status != Status::Working
         || state.consecutive_errors != 0
+        || state.needs_input.is_some()
         || !fresh
         || session_id.is_some_and(|id| state.session_id.as_deref() != Some(id))
 }

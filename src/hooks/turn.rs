@@ -42,7 +42,7 @@ impl Hook<'_> {
     ) -> Result<Reply, StateError> {
         let session_id = self.payload.session_id().map(str::to_string);
         let now = state::rfc3339(ctx.now);
-        ctx.dir.update_state(ctx.retention, |s| {
+        let ended = ctx.dir.update_state(ctx.retention, |s| {
             s.status = status.clone();
             if session_id.is_some() {
                 s.session_id = session_id.clone();
@@ -51,8 +51,9 @@ impl Hook<'_> {
                 s.record_error(error.clone(), &now);
             }
             s.last_active = Some(now);
-            Ok(())
+            Ok(super::waiting::clear(s))
         })?;
+        super::waiting::record_input_given(ctx, ended, "turn_end");
         fields["session_id"] = json!(session_id);
         let _ = ctx.dir.record_op(op, fields);
         Ok(Reply::Nothing)

@@ -7,7 +7,7 @@
 
 mod command;
 mod github;
-
+pub mod ntfy;
 mod webhook;
 
 #[cfg(test)]
@@ -34,6 +34,11 @@ pub enum Kind {
     Investigation,
     /// Something failed (an unrecoverable agent, a failed recovery): a message, never an issue.
     Failure,
+    /// An agent waits for a person (a permission prompt, idle with open loops): a message,
+    /// never an issue.
+    #[serde(rename = "needs_input")]
+    #[value(name = "needs-input")]
+    NeedsInput,
 }
 
 impl Kind {
@@ -41,6 +46,7 @@ impl Kind {
         match self {
             Kind::Investigation => "investigation",
             Kind::Failure => "failure",
+            Kind::NeedsInput => "needs_input",
         }
     }
 }
@@ -60,7 +66,7 @@ pub struct Message {
 /// What one channel did with a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Sent {
-    /// `github`, `webhook` or `command`.
+    /// `github`, `webhook`, `ntfy` or `command`.
     pub channel: String,
     pub ok: bool,
     /// The GitHub issue (created or already open). Never a webhook URL: those are secrets.
@@ -107,7 +113,7 @@ impl<'a> Notifier<'a> {
         }
     }
 
-    /// Use only these of the configured channels (`github`, `webhook`, `command`).
+    /// Use only these of the configured channels (`github`, `webhook`, `ntfy`, `command`).
     pub fn only(mut self, channels: Option<&[String]>) -> Self {
         self.channels = channels.map(<[String]>::to_vec);
         self
@@ -152,7 +158,7 @@ impl<'a> Notifier<'a> {
     }
 
     /// Send `msg` through every configured channel: GitHub first (investigations only), so the
-    /// webhook and the command can point to the issue, then the webhook, then the command.
+    /// others can point to the issue, then the webhook, ntfy, then the command.
     pub fn send(&self, msg: &Message) -> Vec<Sent> {
         let mut sent = Vec::new();
         let mut issue_url = None;
@@ -181,6 +187,22 @@ impl<'a> Notifier<'a> {
             let url = self.var(&w.url_env);
             sent.push(guarded("webhook", || {
                 webhook::send(w, url.as_deref(), msg, issue_url.as_deref())
+            }));
+        }
+        if let Some(n) = self.settings.ntfy.as_ref().filter(|_| self.allowed("ntfy")) {
+            let from_env = n.url_env.as_deref().and_then(|v| self.var(v));
+            let url = from_env.clone().or_else(|| n.url.clone());
+            let token = n.token_env.as_deref().and_then(|v| self.var(v));
+            sent.push(guarded("ntfy", || {
+                ntfy::send(
+                    n,
+                    url.as_deref(),
+                    from_env.is_some(),
+                    token.as_deref(),
+                    self.fleet,
+                    msg,
+                    issue_url.as_deref(),
+                )
             }));
         }
         if let Some(argv) = self

@@ -64,51 +64,84 @@ pub(crate) fn send(
         Some(url) => url,
     };
     let body = payload(settings, msg, issue_url).to_string();
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(settings.timeout))
-        .http_status_as_error(false)
-        .user_agent(concat!("phoenix/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .into();
-    let attempts = settings.retries.saturating_add(1);
-    let mut attempt = 1;
-    loop {
-        match post(&agent, url, &body, settings.timeout) {
-            Ok(status) => {
-                let after = if attempt > 1 {
-                    format!(" (attempt {attempt})")
-                } else {
-                    String::new()
-                };
-                return Sent::new(CHANNEL, true, format!("HTTP {status} from ${var}{after}"));
-            }
-            Err(f) if f.retry && attempt < attempts => {
-                std::thread::sleep(BACKOFF * attempt);
-                attempt += 1;
-            }
-            Err(f) => {
-                let tries = if attempt == 1 {
-                    "1 attempt".to_string()
-                } else {
-                    format!("{attempt} attempts")
-                };
-                let reason = redact(&f.reason, url, var);
-                return Sent::new(
-                    CHANNEL,
-                    false,
-                    format!("POST to ${var} failed: {reason} ({tries})"),
-                );
+    let post = Post {
+        channel: CHANNEL,
+        secret_var: var,
+        headers: Vec::new(),
+        timeout: settings.timeout,
+        retries: settings.retries,
+    };
+    post.send(url, &body)
+}
+
+/// One JSON POST with retries, for the channels that speak HTTP (webhook, ntfy). The URL is
+/// named only as `$secret_var` in what it reports.
+pub(crate) struct Post<'a> {
+    pub channel: &'a str,
+    /// The variable the URL came from (or a label for a URL written in the config).
+    pub secret_var: &'a str,
+    /// Extra headers (an authorization).
+    pub headers: Vec<(&'static str, String)>,
+    pub timeout: Duration,
+    pub retries: u32,
+}
+
+impl Post<'_> {
+    pub(crate) fn send(&self, url: &str, body: &str) -> Sent {
+        let (channel, var) = (self.channel, self.secret_var);
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(self.timeout))
+            .http_status_as_error(false)
+            .user_agent(concat!("phoenix/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        let attempts = self.retries.saturating_add(1);
+        let mut attempt = 1;
+        loop {
+            match post(&agent, url, body, self.timeout, &self.headers) {
+                Ok(status) => {
+                    let after = if attempt > 1 {
+                        format!(" (attempt {attempt})")
+                    } else {
+                        String::new()
+                    };
+                    return Sent::new(channel, true, format!("HTTP {status} from ${var}{after}"));
+                }
+                Err(f) if f.retry && attempt < attempts => {
+                    std::thread::sleep(BACKOFF * attempt);
+                    attempt += 1;
+                }
+                Err(f) => {
+                    let tries = if attempt == 1 {
+                        "1 attempt".to_string()
+                    } else {
+                        format!("{attempt} attempts")
+                    };
+                    let reason = redact(&f.reason, url, var);
+                    return Sent::new(
+                        channel,
+                        false,
+                        format!("POST to ${var} failed: {reason} ({tries})"),
+                    );
+                }
             }
         }
     }
 }
 
 /// One attempt: the 2xx status, or why it failed.
-fn post(agent: &ureq::Agent, url: &str, body: &str, timeout: Duration) -> Result<u16, Failure> {
-    let result = agent
-        .post(url)
-        .header("Content-Type", "application/json")
-        .send(body);
+fn post(
+    agent: &ureq::Agent,
+    url: &str,
+    body: &str,
+    timeout: Duration,
+    headers: &[(&'static str, String)],
+) -> Result<u16, Failure> {
+    let mut request = agent.post(url).header("Content-Type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    let result = request.send(body);
     let mut response = match result {
         Ok(r) => r,
         Err(e) => return Err(failure(e, timeout)),

@@ -165,14 +165,31 @@ pub fn run(
             }
         ));
         tracing::info!("listening on http://{local}/");
+        let info = announce(&spec, local);
         conn::serve(listener, app(state), limits, async move {
             shutdown_signal().await;
             tracing::info!("stopping: finishing the requests in flight");
             let _ = stop_tx.send(true);
         })
         .await;
+        if let Some(path) = info {
+            let _ = std::fs::remove_file(path);
+        }
         Ok(0)
     })
+}
+
+/// Say where the dashboard is (`serve.json` in the state dir: its URL and this pid), so that
+/// a "needs a human" push can link to it. Best effort: without a state dir, nothing.
+fn announce(spec: &Spec, local: SocketAddr) -> Option<std::path::PathBuf> {
+    let fleet = crate::state::FleetDir::new(&spec.fleet.state_dir);
+    if !fleet.root.is_dir() {
+        return None;
+    }
+    let path = fleet.root.join(crate::notify::ntfy::SERVE_INFO);
+    let info = serde_json::json!({"url": format!("http://{local}/"), "pid": std::process::id()});
+    crate::state::file::write_atomic(&path, info.to_string().as_bytes(), 0o600, false).ok()?;
+    Some(path)
 }
 
 async fn shutdown_signal() {

@@ -219,7 +219,13 @@ pub fn document() -> Value {
                     "max_crashes": {"type": ["integer", "null"]},
                     "context": r("Context"),
                     "usage_today": {"oneOf": [r("UsageToday"), {"type": "null"}]},
+                    "needs_input": {"oneOf": [r("NeedsInput"), {"type": "null"}]},
                     "supervision": {"type": "object", "description": "Only from /api/agents/{agent}."}}},
+                "NeedsInput": {"type": "object", "description": "What a running agent waits for, when it waits for a person.", "properties": {
+                    "reason": {"type": "string", "enum": ["permission_prompt", "idle_prompt", "elicitation_dialog", "approval_prompt", "idle_with_open_loops"]},
+                    "message": {"type": "string", "description": "What the CLI or the screen said, one line."},
+                    "since": {"type": "string", "format": "date-time"},
+                    "source": {"type": "string", "enum": ["hook", "watchdog"]}}},
                 "UsageToday": {"type": "object", "description": "Tokens and estimated cost today (the local day), from the agent's usage ledger.", "properties": {
                     "day": {"type": "string", "format": "date"},
                     "tokens": {"type": "object", "properties": {

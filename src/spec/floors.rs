@@ -56,6 +56,14 @@ pub const ISSUE_COOLDOWN: Floor = floor(
     1000,
     "at most one new GitHub issue per fleet within this long; zero would open one per report",
 );
+pub const WAITING: Floor = floor(
+    1000,
+    "idle at its prompt with open loops for this long, an agent needs a person; zero would call every finished turn a wait",
+);
+pub const INPUT_COOLDOWN: Floor = floor(
+    0,
+    "at most one \"needs a human\" notification per agent within this long; \"0s\" sends one per wait",
+);
 pub const TIMEOUT: Floor = floor(
     1000,
     "how long the command or request may take; zero would fail every time",

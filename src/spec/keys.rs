@@ -4,8 +4,8 @@
 use toml::de::{DeTable, DeValue};
 
 use super::raw::{
-    RawAgent, RawBrief, RawBudget, RawClinic, RawFleet, RawGithub, RawHost, RawNotify, RawPrice,
-    RawRestart, RawSchedules, RawSpec, RawTelemetry, RawThresholds, RawTmux, RawWatchdog,
+    RawAgent, RawBrief, RawBudget, RawClinic, RawFleet, RawGithub, RawHost, RawNotify, RawNtfy,
+    RawPrice, RawRestart, RawSchedules, RawSpec, RawTelemetry, RawThresholds, RawTmux, RawWatchdog,
     RawWebhook, RawWorkspace, fields_of,
 };
 use crate::diag::{Diagnostic, did_you_mean};
@@ -25,6 +25,7 @@ enum Section {
     Notify,
     Github,
     Webhook,
+    Ntfy,
     Watchdog,
     Brief,
     Telemetry,
@@ -50,6 +51,7 @@ impl Section {
             Section::Notify => fields_of::<RawNotify>(),
             Section::Github => fields_of::<RawGithub>(),
             Section::Webhook => fields_of::<RawWebhook>(),
+            Section::Ntfy => fields_of::<RawNtfy>(),
             Section::Watchdog => fields_of::<RawWatchdog>(),
             Section::Brief => fields_of::<RawBrief>(),
             Section::Telemetry => fields_of::<RawTelemetry>(),
@@ -75,6 +77,7 @@ impl Section {
             Section::Notify => "[notify]",
             Section::Github => "[notify.github]",
             Section::Webhook => "[notify.webhook]",
+            Section::Ntfy => "[notify.ntfy]",
             Section::Watchdog => "[watchdog]",
             Section::Brief => "[brief]",
             Section::Telemetry => "[telemetry]",
@@ -106,6 +109,7 @@ impl Section {
             (Section::Defaults | Section::Agent, "workspace") => Some(Section::Workspace),
             (Section::Notify, "github") => Some(Section::Github),
             (Section::Notify, "webhook") => Some(Section::Webhook),
+            (Section::Notify, "ntfy") => Some(Section::Ntfy),
             (Section::Defaults | Section::Agent, "tmux") => Some(Section::Tmux),
             (Section::Defaults | Section::Agent, "restart") => Some(Section::Restart),
             _ => None,

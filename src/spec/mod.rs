@@ -37,8 +37,8 @@ pub use paths::{expand_path, fleet_id, tidy};
 pub use schedule::{Schedule, Schedules};
 pub use settings::{
     BriefSettings, Budget, ClinicSettings, Fleet, GithubNotify, MAX_WEBHOOK_RETRIES,
-    NotifySettings, Price, TelemetrySettings, Thresholds, WatchdogSettings, WebhookFormat,
-    WebhookNotify,
+    NotifySettings, NtfyNotify, Price, TelemetrySettings, Thresholds, WatchdogSettings,
+    WebhookFormat, WebhookNotify,
 };
 pub use validate::{NAME_HINT, valid_name};
 pub use workspace::WorkspaceSpec;

@@ -285,6 +285,8 @@ pub struct RawThresholds {
     pub max_tokens: Option<Spanned<Whole<u64>>>,
     /// critical_events.jsonl keeps this long. Default "30d".
     pub events_retention: Option<Spanned<String>>,
+    /// Idle at its prompt with open loops this long: the agent needs a person. Default "30m".
+    pub waiting: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -319,6 +321,27 @@ pub struct RawNotify {
     pub command: Option<Spanned<Vec<String>>>,
     /// At most one new GitHub issue per fleet within this long. Default "1h".
     pub issue_cooldown: Option<Spanned<String>>,
+    /// A push to an ntfy topic.
+    pub ntfy: Option<Spanned<RawNtfy>>,
+    /// At most one "needs a human" notification per agent within this long. Default "10m".
+    pub input_cooldown: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawNtfy {
+    /// The topic URL, e.g. "https://ntfy.sh/my-fleet" (this or `url_env`).
+    pub url: Option<Spanned<String>>,
+    /// The environment variable holding the topic URL (this or `url`).
+    pub url_env: Option<Spanned<String>>,
+    /// min | low | default | high | urgent, or 1 to 5. Default "high".
+    pub priority: Option<Spanned<String>>,
+    /// Where tapping the notification leads. Default: the dashboard of a running `phoenix serve`.
+    pub click: Option<Spanned<String>>,
+    /// The environment variable holding an access token (sent as a bearer token).
+    pub token_env: Option<Spanned<String>>,
+    /// How long one POST may take. Default "10s".
+    pub timeout: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

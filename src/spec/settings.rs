@@ -57,6 +57,10 @@ pub struct NotifySettings {
     pub command: Option<Vec<String>>,
     /// At most one new GitHub issue per fleet (project) within this long.
     pub issue_cooldown: Duration,
+    /// A push to an ntfy topic.
+    pub ntfy: Option<NtfyNotify>,
+    /// At most one "needs a human" notification per agent within this long.
+    pub input_cooldown: Duration,
 }
 
 impl Default for NotifySettings {
@@ -66,13 +70,18 @@ impl Default for NotifySettings {
             webhook: None,
             command: None,
             issue_cooldown: Duration::from_secs(3600),
+            ntfy: None,
+            input_cooldown: Duration::from_secs(600),
         }
     }
 }
 
 impl NotifySettings {
     pub fn is_empty(&self) -> bool {
-        self.github.is_none() && self.webhook.is_none() && self.command.is_none()
+        self.github.is_none()
+            && self.webhook.is_none()
+            && self.command.is_none()
+            && self.ntfy.is_none()
     }
 }
 
@@ -102,6 +111,24 @@ pub struct WebhookNotify {
     pub timeout: Duration,
     /// Extra attempts after a failed one.
     pub retries: u32,
+}
+
+/// `[notify] ntfy = { … }`: a push to an ntfy topic (ntfy.sh or a server of your own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NtfyNotify {
+    /// The topic URL written in phoenix.toml.
+    pub url: Option<String>,
+    /// The environment variable holding the topic URL (a secret topic); when it is set, it
+    /// wins over `url`. At least one of the two is given.
+    pub url_env: Option<String>,
+    /// 1 (min) to 5 (urgent).
+    pub priority: u8,
+    /// Where tapping the notification leads; the dashboard of a running `phoenix serve` when
+    /// not set.
+    pub click: Option<String>,
+    /// The environment variable holding an access token.
+    pub token_env: Option<String>,
+    pub timeout: Duration,
 }
 
 /// `[watchdog]`: how the watchdog heals.
@@ -179,6 +206,9 @@ pub struct Thresholds {
     /// critical_events.jsonl keeps this long.
     #[serde(with = "human")]
     pub events_retention: Duration,
+    /// Idle at its prompt with open loops for this long: the agent needs a person.
+    #[serde(with = "human")]
+    pub waiting: Duration,
 }
 
 impl From<&Thresholds> for crate::state::Retention {
@@ -207,6 +237,7 @@ impl Default for Thresholds {
             repeat: 5,
             max_tokens: None,
             events_retention: Duration::from_secs(30 * 86_400),
+            waiting: Duration::from_secs(30 * 60),
         }
     }
 }

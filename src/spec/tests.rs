@@ -788,3 +788,43 @@ fn a_workspace_repo_must_be_a_git_repository_when_checked() {
         ],
     );
 }
+
+#[test]
+fn ntfy_and_waiting_are_read_and_their_mistakes_located() {
+    let spec = parse_str(
+        "[thresholds]\nwaiting = \"45m\"\n[notify]\ninput_cooldown = \"0s\"\n\
+         ntfy = { url = \"https://ntfy.sh/fleet-alerts\", priority = \"urgent\" }\n\
+         [[agent]]\nname = \"a\"\ncommand = \"x\"\nnotify = [\"ntfy\"]\n",
+    )
+    .unwrap();
+    assert_eq!(spec.thresholds.waiting, Duration::from_secs(45 * 60));
+    assert_eq!(spec.notify.input_cooldown, Duration::ZERO);
+    let ntfy = spec.notify.ntfy.as_ref().unwrap();
+    assert_eq!(ntfy.url.as_deref(), Some("https://ntfy.sh/fleet-alerts"));
+    assert_eq!((ntfy.priority, ntfy.click.as_deref()), (5, None));
+    assert_eq!(Thresholds::default().waiting, Duration::from_secs(30 * 60));
+
+    let errs = errors(
+        "[thresholds]\nwaiting = \"0s\"\n[notify]\n\
+         ntfy = { url = \"ntfy.sh/x\", priority = \"loud\" }\n\
+         [notify.webhook]\nurl_env = \"U\"\n[[agent]]\nname = \"a\"\ncommand = \"x\"\n",
+    );
+    assert_reported(
+        &errs,
+        &[
+            "`waiting` = \"0s\" is too short",
+            "[notify.ntfy]: `url` = \"ntfy.sh/x\" is not an http(s) URL",
+        ],
+    );
+    let url = errs.iter().find(|e| e.message.contains("ntfy")).unwrap();
+    assert_eq!(url.line, 4, "{url:?}");
+    let errs = errors(
+        "[notify]\nntfy = { priority = \"loud\" }\n[[agent]]\nname = \"a\"\ncommand = \"x\"\n",
+    );
+    assert_reported(&errs, &["[notify.ntfy]: no topic"]);
+    let errs = errors(
+        "[notify]\nntfy = { url = \"https://ntfy.sh/a\", priority = \"loud\", clik = \"x\" }\n\
+         [[agent]]\nname = \"a\"\ncommand = \"x\"\n",
+    );
+    assert_reported(&errs, &["unknown key `clik` in [notify.ntfy]"]);
+}

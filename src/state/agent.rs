@@ -143,6 +143,10 @@ pub struct AgentState {
     /// How the last session ended: `{ts, reason, clean}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_session_end: Option<SessionEnd>,
+    /// The CLI said it waits for a person (a permission prompt, input): set by the
+    /// notification hook, cleared by the next prompt, tool call, turn end or session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needs_input: Option<NeedsInput>,
 
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -156,6 +160,29 @@ pub struct SessionEnd {
     /// A user-initiated exit (`/exit`, logout): not a crash, not an interruption.
     #[serde(default)]
     pub clean: bool,
+}
+
+/// An agent waiting for a person, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NeedsInput {
+    /// `permission_prompt`, `idle_prompt`, `elicitation_dialog` (Claude Code's notification
+    /// types), `approval_prompt` (seen on the screen), `idle_with_open_loops`.
+    pub reason: String,
+    /// What the CLI or the screen said, one line.
+    #[serde(default)]
+    pub message: String,
+    /// RFC 3339: when the wait began.
+    pub since: String,
+    /// `hook` (the CLI said so) or `watchdog` (seen by a watchdog pass).
+    #[serde(default)]
+    pub source: String,
+}
+
+impl NeedsInput {
+    /// The same wait, told apart from the next one: a notification goes out once per wait.
+    pub fn key(&self) -> String {
+        format!("{}|{}", self.reason, self.since)
+    }
 }
 
 fn is_zero(n: &u32) -> bool {

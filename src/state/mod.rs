@@ -17,7 +17,7 @@ pub mod store;
 #[cfg(test)]
 pub mod testing;
 
-pub use agent::{AgentState, OpenLoop, ResolvedItem, Retention, Status};
+pub use agent::{AgentState, NeedsInput, OpenLoop, ResolvedItem, Retention, Status};
 pub use file::{JsonFile, Loaded};
 pub use op::Op;
 pub use store::{BRIEF, HOOK_ERRORS, LAST_GOOD, RESOLVED_LOG, STATE, StateError, TOOL_USE};
@@ -39,6 +39,9 @@ pub const FRESH: &str = ".fresh";
 /// Marker the turn-failed hook leaves for the agent's wrapper: a turn ended in an API error
 /// and nobody will type the next prompt, so the wrapper asks the watchdog's decision now.
 pub const TURN_FAILED: &str = ".turn-failed";
+/// Marker the notification hook leaves for the agent's wrapper: the CLI waits for a person
+/// (a permission prompt), so the wrapper sends the "needs a human" notification now.
+pub const NEEDS_INPUT: &str = ".needs-input";
 /// The effective launch spec the running agent was started with (drift detection).
 pub const STARTED_SPEC: &str = "started_spec.json";
 pub const OPS_LOG: &str = "ops.jsonl";

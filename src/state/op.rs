@@ -104,6 +104,10 @@ ops! {
     TurnComplete = "turn_complete" | "hook_stop",
     TurnFailed = "turn_failed",
     SessionEnd = "session_end",
+    /// The agent waits for a person (`reason`, `message`, `source`).
+    NeedsInput = "needs_input",
+    /// A wait for a person is over: the agent got input or went on (`reason`, `by`).
+    InputGiven = "input_given",
     ClinicContextInjected = "clinic_context_injected",
     GuardRestored = "guard_restored",
     // Continuity (continuity/, cli/continuity.rs).

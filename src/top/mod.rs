@@ -478,6 +478,7 @@ mod tests {
             context: Default::default(),
             usage_today: None,
             messages_pending: 0,
+            needs_input: None,
             supervision: None,
             transcript: None,
         }

@@ -1,5 +1,5 @@
 //! One frame of `phoenix top`: a title line, the agents table, the events, the key line.
-//! Column widths and spacing add up to 79 so that 80 columns show everything.
+//! Column widths add up to 80 so that 80 columns show everything.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout};
@@ -25,7 +25,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
     frame.render_widget(Paragraph::new(title_line(app)), title);
 
     let mut header = vec![
-        "AGENT", "STATE", "HEALTH", "PID", "UP", "LAST", "LOOPS", "CRASH", "CONTEXT", "MSG",
+        "AGENT", "STATE", "HEALTH", "PID", "UP", "LAST", "LOOPS", "CRASH", "CONTEXT", "TODAY",
     ];
     let now = jiff::Timestamp::now();
     let mut rows: Vec<Row> = snapshot.rows.iter().map(|r| agent_row(r, now)).collect();
@@ -34,14 +34,12 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Constraint::Length(9),
         Constraint::Length(10),
         Constraint::Length(7),
+        Constraint::Length(4),
+        Constraint::Length(4),
         Constraint::Length(5),
         Constraint::Length(5),
-        Constraint::Length(5),
-        Constraint::Length(5),
-        // The meter is 9 wide (`▮▮▮▮▯ 100`).
         Constraint::Length(9),
-        // Messages waiting in the agent's inbox.
-        Constraint::Length(3),
+        Constraint::Length(6),
     ];
     if !snapshot.host_lines.is_empty() {
         // A HOST column first; AGENT and the meter give up the room it takes.
@@ -97,6 +95,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
 fn title_line(app: &App) -> Line<'static> {
     let rows = &app.snapshot.rows;
     let count = |h: &str| rows.iter().filter(|r| r.health == h).count();
+    let waiting = rows.iter().filter(|r| r.needs_input.is_some()).count();
     let at = app
         .snapshot
         .at
@@ -113,6 +112,17 @@ fn title_line(app: &App) -> Line<'static> {
         ),
         // Before the counts: on a narrow terminal the end of the line is cut first.
         hosts_span(&app.snapshot.host_lines),
+        Span::styled(
+            if waiting > 0 {
+                format!(
+                    "· {waiting} need{} a human ",
+                    if waiting == 1 { "s" } else { "" }
+                )
+            } else {
+                String::new()
+            },
+            Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD),
+        ),
         Span::raw(format!(
             "· {}: {} healthy, {} warning, {} down {}",
             crate::text::counted(rows.len(), "agent"),
@@ -189,21 +199,47 @@ fn agent_cells(r: &AgentStatus, now: jiff::Timestamp) -> Vec<Cell<'static>> {
         Some(max) => format!("{}/{max}", r.crashes),
         None => r.crashes.to_string(),
     };
+    // Waiting for a person says more than the health it has meanwhile.
+    let health = match &r.needs_input {
+        Some(_) => Cell::from("needs you")
+            .style(Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD)),
+        None => Cell::from(r.health).style(Style::new().fg(health_color)),
+    };
+    // Messages waiting for its turn to end: a mark after the name (the 80 columns have no
+    // room for a column of their own).
+    let name = match r.messages_pending {
+        0 => Line::from(r.agent.clone()),
+        n => Line::from(vec![
+            Span::raw(r.agent.clone()),
+            Span::styled(format!(" ✉{n}"), Style::new().fg(Color::Cyan)),
+        ]),
+    };
     vec![
-        Cell::from(r.agent.clone()),
+        Cell::from(name),
         Cell::from(r.state),
-        Cell::from(r.health).style(Style::new().fg(health_color)),
+        health,
         Cell::from(r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())),
         Cell::from(r.uptime_secs.map(short_secs).unwrap_or_else(|| "-".into())),
         Cell::from(ago),
         Cell::from(loops),
         Cell::from(crashes),
         Cell::from(meter(r)),
-        match r.messages_pending {
-            0 => Cell::from("-").style(Style::new().fg(Color::DarkGray)),
-            n => Cell::from(n.to_string()).style(Style::new().fg(Color::Cyan)),
-        },
+        Cell::from(today(r)),
     ]
+}
+
+/// Today's spend in six characters: its estimated cost when priced (`$12.34`), else its
+/// tokens (`123.4k`), `-` without a ledger.
+fn today(r: &AgentStatus) -> String {
+    let Some(u) = &r.usage_today else {
+        return "-".into();
+    };
+    match u.spent.cost_usd {
+        Some(usd) if usd < 100.0 => format!("${usd:.2}"),
+        Some(usd) => format!("${usd:.0}"),
+        None if u.spent.tokens.total == 0 => "-".into(),
+        None => crate::usage::short_count(u.spent.tokens.total),
+    }
 }
 
 /// `▮▮▮▮▯ 72` — how fresh the agent's saved context is (`-` when nothing was saved).
@@ -277,12 +313,33 @@ fn key_line(app: &App, width: usize) -> Line<'static> {
         }
         Mode::Browse => match &app.message {
             Some(m) => Line::from(format!(" {m}")),
+            None if selected_wait(app).is_some() => {
+                let (agent, wait) = selected_wait(app).expect("checked");
+                let said = if wait.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", wait.message)
+                };
+                Line::from(Span::styled(
+                    format!(
+                        " {agent} needs a human ({}{said}) · a opens its pane",
+                        wait.reason
+                    ),
+                    Style::new().fg(Color::Magenta),
+                ))
+            }
             None => Line::from(Span::styled(
                 " ↑↓ select · r restart · R fresh · i inject · a open pane · q quit",
                 Style::new().fg(Color::DarkGray),
             )),
         },
     }
+}
+
+/// The selected agent's wait for a person, if it waits.
+fn selected_wait(app: &App) -> Option<(&str, &crate::state::NeedsInput)> {
+    let r = app.snapshot.rows.get(app.selected)?;
+    Some((r.agent.as_str(), r.needs_input.as_ref()?))
 }
 
 pub(super) fn short_secs(secs: i64) -> String {

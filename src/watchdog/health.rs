@@ -159,6 +159,9 @@ pub struct Inputs {
     pub screen: Option<String>,
     /// The screen did not change since the previous pass.
     pub screen_unchanged: bool,
+    /// The agent waits for a person (its CLI said so, or its screen asks for an approval):
+    /// quiet on purpose, neither silent, runaway nor wedged.
+    pub waiting_for_person: bool,
     /// Why a check could not run (missing or corrupt logs).
     pub notes: Vec<String>,
 }
@@ -248,7 +251,7 @@ pub fn assess(i: &Inputs, limits: &Limits) -> Vec<Finding> {
     let working = i.status.as_deref() == Some("working");
     let turn = current_turn(&i.recent_calls);
     found.extend(turn_failed(i));
-    if working {
+    if working && !i.waiting_for_person {
         found.extend(silence(i, limits));
         found.extend(runaway(i, limits));
     }
@@ -263,7 +266,9 @@ pub fn assess(i: &Inputs, limits: &Limits) -> Vec<Finding> {
     }
     found.extend(spend(i, limits));
     found.extend(over_budget(i, limits));
-    found.extend(wedged_screen(i, limits));
+    if !i.waiting_for_person {
+        found.extend(wedged_screen(i, limits));
+    }
     found
 }
 

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::health::{Check, Finding};
 use super::observe::Observed;
 use super::report::AgentReport;
-use crate::state::{self, AgentDir};
+use crate::state::{self, AgentDir, NeedsInput};
 
 /// The watchdog's memory of one agent between passes (`watchdog.json` in its state dir).
 pub const MEMORY: &str = "watchdog.json";
@@ -41,6 +41,16 @@ pub struct Memory {
     /// agent's wrapper at once, the daemon, a cron `watchdog --once`), it is handled once.
     #[serde(default)]
     pub failed_turn_handled: Option<String>,
+    /// What a pass found the agent waiting for (an approval prompt on its screen, idle with
+    /// open loops), with the time the wait began; the hook's own word is in state.json.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needs_input: Option<NeedsInput>,
+    /// The wait last notified (`NeedsInput::key`) and when: once per wait, and at most one
+    /// per agent within `[notify] input_cooldown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_notified: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_notified_at: Option<i64>,
     /// The revivals an older phoenix kept here, kept as they are until the restart ledger
     /// has read them (it reads them once, when it is first written); never read otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]

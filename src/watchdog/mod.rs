@@ -9,9 +9,11 @@ mod events;
 mod heal;
 pub mod health;
 mod memory;
+pub mod needs_input;
 pub mod observe;
 mod observers;
 mod report;
+pub mod waiting;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -223,7 +225,7 @@ impl<'a> Watchdog<'a> {
         &self,
         agent: &AgentSpec,
         mut memory: Memory,
-        seen: Observed,
+        mut seen: Observed,
         now: i64,
         policies: &mut Option<Policies>,
     ) -> AgentReport {
@@ -238,6 +240,7 @@ impl<'a> Watchdog<'a> {
             if self.only.is_none() {
                 // A stop for a person or a restart ends the episode: start counting afresh.
                 memory.pending.clear();
+                memory.needs_input = None;
                 memory.last_pass = Some(now);
                 let _ = dir
                     .path
@@ -245,6 +248,17 @@ impl<'a> Watchdog<'a> {
                     .then(|| memory.save_if_changed(&before, &dir));
             }
             return report;
+        }
+        // A wait for a person is no illness: it quiets the checks that would call it one.
+        let wait = self
+            .only
+            .is_none()
+            .then(|| self.waits(agent, &dir, &seen, &mut memory))
+            .flatten();
+        seen.inputs.waiting_for_person = wait.is_some();
+        if let Some(wait) = &wait {
+            self.notify_wait(agent, wait, &mut memory, now, &mut report);
+            report.needs_input = Some(wait.clone());
         }
         let found = self.findings(agent, &seen, &memory, &mut report);
         // Confirm before acting: the same check in the previous pass, or evidence that needs

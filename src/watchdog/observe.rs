@@ -50,6 +50,10 @@ pub struct Observed {
     /// Which failed turn the status `failed` is about (when it was recorded, with the error):
     /// a turn already handled, by the wrapper or an earlier pass, is not handled again.
     pub failed_turn: Option<String>,
+    /// What the CLI said it waits for (state.json's `needs_input`, from its hook).
+    pub hook_wait: Option<crate::state::NeedsInput>,
+    /// Open loops in state.json.
+    pub open_loops: usize,
 }
 
 impl Observed {
@@ -125,6 +129,8 @@ pub fn observe(
         screen_hash: None,
         screen_moved_hash: None,
         failed_turn: None,
+        hook_wait: None,
+        open_loops: 0,
     };
     if observed.skip.is_some() {
         return observed;
@@ -255,6 +261,8 @@ impl Observed {
         }
         inputs.last_active = last_active.and_then(seconds);
         self.task = state.and_then(|s| s.current_task.clone());
+        self.hook_wait = state.and_then(|s| s.needs_input.clone());
+        self.open_loops = state.map_or(0, |s| s.open_loops.len());
     }
 
     /// A CLI may end a turn that failed on an API error without any hook (Codex), so the

@@ -32,6 +32,9 @@ pub struct AgentReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub issue_url: Option<String>,
     pub notifications: Vec<Sent>,
+    /// What the agent waits for, when it waits for a person.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub needs_input: Option<crate::state::NeedsInput>,
     pub notes: Vec<String>,
     pub problems: Vec<String>,
 }
@@ -51,6 +54,7 @@ impl AgentReport {
             action_taken: None,
             issue_url: None,
             notifications: Vec::new(),
+            needs_input: None,
             notes,
             problems: Vec::new(),
         }

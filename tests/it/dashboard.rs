@@ -278,3 +278,97 @@ fn reloading_the_dashboard_again_and_again_never_stalls() {
         );
     }
 }
+
+/// The dashboard's fleet table shows each agent's tokens and estimated cost today, and who
+/// waits for a person (a badge with the reason, the row marked, the count in the summary);
+/// when the wait ends, so does the badge.
+#[test]
+fn the_dashboard_shows_spend_today_and_who_needs_a_human() {
+    if !enabled() {
+        return;
+    }
+    let Ok((chromium, chromedriver)) = browser::find_or_install() else {
+        eprintln!("SKIPPED the_dashboard_shows_spend…: no headless Chromium");
+        return;
+    };
+    let fleet = Fleet::new();
+    fleet.toml(
+        "[defaults]\ncli = \"custom\"\n\
+         [prices]\n\"claude-demo\" = { input = 1000.0, output = 1000.0, cache_write = 1000.0, cache_read = 1000.0 }\n\
+         [[agent]]\nname = \"asker\"\ncommand = \"phoenix demo-agent --interval 1s\"\n\
+         [[agent]]\nname = \"worker\"\ncommand = \"phoenix demo-agent --interval 1s\"\n",
+    );
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["asker", "worker"]);
+    wait_until(Duration::from_secs(20), "usage recorded", || {
+        fleet.status().iter().all(|r| {
+            r["usage_today"]["cost_usd"]
+                .as_f64()
+                .is_some_and(|c| c > 0.0)
+        })
+    });
+    // A quiet agent asks for permission (a tool call would end the wait at once).
+    let pane = fleet.agent_status("asker")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    fleet
+        .tmux(&["send-keys", "-t", &pane, "-l", "silent"])
+        .unwrap();
+    fleet.tmux(&["send-keys", "-t", &pane, "Enter"]).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    fleet
+        .run_within_input(
+            &["hook", "notification", "--agent", "asker", "--cli", "claude"],
+            br#"{"hook_event_name":"Notification","message":"Claude needs your permission to use Bash","notification_type":"permission_prompt"}"#,
+            Duration::from_secs(20),
+        )
+        .status(0);
+
+    let server = Server::start(&fleet, &[]);
+    let browser = Browser::start(&chromium, &chromedriver, 1400, 900);
+    browser.goto(&format!("{}/", server.url));
+    browser.wait_js(
+        "the fleet table",
+        Duration::from_secs(15),
+        "return document.body.dataset.ready === 'true' && \
+         document.querySelectorAll('#fleet-body tr[data-agent]').length === 2",
+    );
+    let cell = |agent: &str, class: &str| {
+        browser.js(
+            "const c = document.querySelector(`#fleet-body tr[data-agent='${arguments[0]}'] td.${arguments[1]}`); \
+             return c ? c.textContent : null;",
+            json!([agent, class]),
+        )
+    };
+    for agent in ["asker", "worker"] {
+        let today = cell(agent, "today");
+        assert!(today.as_str().unwrap().contains('$'), "{agent}: {today}");
+    }
+    assert_eq!(cell("asker", "needs-input"), "permission prompt");
+    assert_eq!(cell("worker", "needs-input"), "–");
+    let marked = browser.js(
+        "return [...document.querySelectorAll('#fleet-body tr.needs-input')].map(r => r.dataset.agent);",
+        json!([]),
+    );
+    assert_eq!(marked, json!(["asker"]));
+    let summary = browser.js(
+        "return document.querySelector('#fleet-summary').textContent;",
+        json!([]),
+    );
+    assert!(
+        summary.as_str().unwrap().contains("1 needs a human"),
+        "{summary}"
+    );
+
+    // The permission is given: the next tool call ends the wait, the live page follows.
+    fleet
+        .tmux(&["send-keys", "-t", &pane, "-l", "work"])
+        .unwrap();
+    fleet.tmux(&["send-keys", "-t", &pane, "Enter"]).unwrap();
+    browser.wait_js(
+        "the badge gone",
+        Duration::from_secs(30),
+        "return !document.querySelector('#fleet-body tr.needs-input');",
+    );
+}

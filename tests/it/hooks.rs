@@ -124,6 +124,7 @@ fn phoenix_event(cli: &str, hook: &str) -> Option<&'static str> {
         (_, "PreCompact" | "PreCompress") => "pre-compact",
         (_, "Stop" | "AfterAgent") => "stop",
         (_, "SessionEnd") => "session-end",
+        (_, "Notification") => "notification",
         _ => return None,
     })
 }

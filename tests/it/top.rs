@@ -178,3 +178,66 @@ fn a_refresh_interval_below_the_minimum_is_refused() {
             .stderr_has("is too short: the minimum is 200ms");
     }
 }
+
+/// Who waits for a person and what each agent spent today: `needs you` in the agent's row,
+/// the count in the title, the wait itself on the key line for the selected agent, and the
+/// estimated cost today in TODAY (priced from `[prices]`); an agent that waits for nobody
+/// shows its health as before.
+#[test]
+fn top_shows_who_needs_a_human_and_what_each_spent_today() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "[prices]\n\"claude-demo\" = {{ input = 1000.0, output = 1000.0, cache_write = 1000.0, cache_read = 1000.0 }}\n\n{}{}",
+        "[[agent]]\nname = \"alpha\"\ncommand = \"phoenix demo-agent --interval 1s\"\n",
+        "[[agent]]\nname = \"bravo\"\ncommand = \"phoenix demo-agent --interval 1s\"\n"
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha", "bravo"]);
+    wait_until(Duration::from_secs(20), "usage recorded", || {
+        fleet.status().iter().all(|r| {
+            r["usage_today"]["cost_usd"]
+                .as_f64()
+                .is_some_and(|c| c > 0.0)
+        })
+    });
+    // A quiet agent (no tool call would end its wait at once) asks for permission.
+    let pane = fleet.agent_status("alpha")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    fleet
+        .tmux(&["send-keys", "-t", &pane, "-l", "silent"])
+        .unwrap();
+    fleet.tmux(&["send-keys", "-t", &pane, "Enter"]).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    fleet
+        .run_within_input(
+            &["hook", "notification", "--agent", "alpha", "--cli", "claude"],
+            br#"{"hook_event_name":"Notification","message":"Claude needs your permission to use Bash","notification_type":"permission_prompt"}"#,
+            Duration::from_secs(20),
+        )
+        .status(0);
+
+    let screen = Screen::start(&fleet);
+    let text = screen.wait_for("1 needs a human");
+    let row = |agent: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(agent))
+            .unwrap_or_else(|| panic!("no {agent} row in\n{text}"))
+            .to_string()
+    };
+    assert!(text.contains("TODAY"), "{text}");
+    assert!(row("alpha").contains("needs you"), "{text}");
+    assert!(row("alpha").contains('$'), "{text}");
+    assert!(!row("bravo").contains("needs you"), "{text}");
+    assert!(row("bravo").contains("healthy"), "{text}");
+    assert!(row("bravo").contains('$'), "{text}");
+    // The selected agent (alpha, the first) says what it waits for.
+    assert!(
+        text.contains("alpha needs a human (permission_prompt"),
+        "{text}"
+    );
+    assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+    screen.keys(&["q"]);
+    screen.wait_for("top-exited-0");
+}

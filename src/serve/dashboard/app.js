@@ -183,7 +183,8 @@ function fleetRow(agent) {
   const cells = {};
   const tr = el("tr", { dataset: { agent }, onclick: () => selectAgent(agent) });
   for (const [name, cls] of [["agent", ""], ["health", "health"], ["pid", "num pid"], ["uptime", "num uptime"],
-    ["activity", "activity"], ["loops", "num loops"], ["crashes", "num crashes"], ["messages", "num messages"], ["context", "context"], ["actions", "actions-cell"]]) {
+    ["activity", "activity"], ["loops", "num loops"], ["crashes", "num crashes"], ["messages", "num messages"], ["context", "context"], ["today", "num today"],
+    ["needs", "needs-input"], ["actions", "actions-cell"]]) {
     cells[name] = el("td", { class: cls || null });
     tr.append(cells[name]);
   }
@@ -206,6 +207,20 @@ function hostLabel(a, doc) {
   });
 }
 
+// Today's usage: tokens ("12.3k"), the estimated cost ("$0.42", "unpriced") and a title with
+// the kinds of tokens.
+function today(u) {
+  if (!u) return ["–", "", ""];
+  const t = u.tokens || {};
+  const total = t.total || 0;
+  const short = total >= 1e6 ? (total / 1e6).toFixed(1) + "M" : total >= 1e3 ? (total / 1e3).toFixed(1) + "k" : String(total);
+  const priced = u.cost_usd === null || u.cost_usd === undefined ? "" : "$" + Number(u.cost_usd).toFixed(2);
+  const unpriced = (u.unpriced_models || []).length ? "unpriced" : "";
+  const cost = [priced, unpriced].filter(Boolean).join(" + ");
+  return [total ? short : "–", total ? cost : "", `${u.day}: ${total} tokens` +
+    (unpriced ? ` (unpriced: ${u.unpriced_models.join(", ")})` : "")];
+}
+
 function setText(node, text, title) {
   const value = String(text);
   if (node.textContent !== value) node.textContent = value;
@@ -218,8 +233,10 @@ function renderFleet(doc) {
   const agents = doc.agents || [];
   const counts = {};
   for (const a of agents) counts[a.health] = (counts[a.health] || 0) + 1;
+  const waiting = agents.filter((a) => a.needs_input).length;
   $("#fleet-summary").textContent = `${agents.length} agent${agents.length === 1 ? "" : "s"}` +
     Object.entries(counts).map(([k, v]) => ` · ${v} ${k}`).join("") +
+    (waiting ? ` · ${waiting} need${waiting === 1 ? "s" : ""} a human` : "") +
     (doc.server_running ? "" : " · tmux server not running") +
     (doc.hosts || []).filter((h) => h.error).map((h) => " · " + h.error).join("");
   const body = $("#fleet-body");
@@ -251,6 +268,16 @@ function renderFleet(doc) {
     setText(cells.messages, a.messages_pending || "–",
       a.messages_pending ? `${a.messages_pending} message(s) waiting for the end of its turn` : "no message waiting");
     cells.context.replaceChildren(meter(a.context));
+    const [tokens, cost, usageTitle] = today(a.usage_today);
+    setText(cells.today, tokens + (cost ? " · " + cost : ""), usageTitle);
+    tr.classList.toggle("needs-input", !!a.needs_input);
+    if (a.needs_input) {
+      const w = a.needs_input;
+      cells.needs.replaceChildren(el("span", { class: "badge waiting", title: `${w.message || w.reason} (since ${w.since}, seen by ${w.source})` },
+        w.reason.replace(/_/g, " ")));
+    } else {
+      setText(cells.needs, "–");
+    }
     if (row.declared !== a.declared) {
       row.declared = a.declared;
       cells.actions.replaceChildren(a.declared ? el("span", { class: "actions" },
@@ -268,7 +295,7 @@ function renderFleet(doc) {
   for (const stray of [...body.children]) {
     if (!stray.dataset.agent) stray.remove();
   }
-  if (!agents.length) body.replaceChildren(el("tr", {}, el("td", { colspan: 10, class: "empty", text: "No agents declared." })));
+  if (!agents.length) body.replaceChildren(el("tr", {}, el("td", { colspan: 12, class: "empty", text: "No agents declared." })));
   if (!state.rendered) {
     state.rendered = true;
     performance.mark("fleet-rendered");

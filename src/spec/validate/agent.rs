@@ -259,7 +259,7 @@ impl Validator<'_> {
 
     /// The `[notify]` channels named in the agent's `notify` list.
     fn notify_channels(&mut self, list: &Spanned<Vec<String>>, name: &str) -> Vec<String> {
-        const CHANNELS: [&str; 3] = ["github", "webhook", "command"];
+        const CHANNELS: [&str; 4] = ["github", "webhook", "command", "ntfy"];
         let unknown = list
             .get_ref()
             .iter()

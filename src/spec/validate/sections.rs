@@ -8,13 +8,13 @@ use std::time::Duration;
 use super::Validator;
 use crate::diag::suggest;
 use crate::spec::raw::{
-    RawBrief, RawClinic, RawFleet, RawNotify, RawRestart, RawTelemetry, RawThresholds, RawWatchdog,
-    RawWebhook, Spanned,
+    RawBrief, RawClinic, RawFleet, RawNotify, RawNtfy, RawRestart, RawTelemetry, RawThresholds,
+    RawWatchdog, RawWebhook, Spanned,
 };
 use crate::spec::{
     BriefSettings, ClinicSettings, Fleet, GithubNotify, MAX_WEBHOOK_RETRIES, NotifySettings,
-    RestartSettings, TelemetrySettings, Thresholds, WatchdogSettings, WebhookFormat, WebhookNotify,
-    duration, fleet_id, floors,
+    NtfyNotify, RestartSettings, TelemetrySettings, Thresholds, WatchdogSettings, WebhookFormat,
+    WebhookNotify, duration, fleet_id, floors,
 };
 
 impl Validator<'_> {
@@ -89,6 +89,7 @@ impl Validator<'_> {
             "[notify]: `command` is empty",
             "the program and its arguments, e.g. [\"notify-send\", \"phoenix\"]; it gets the message on stdin",
         );
+        let ntfy = raw.ntfy.as_ref().and_then(|n| self.ntfy(n));
         NotifySettings {
             github,
             webhook,
@@ -99,7 +100,100 @@ impl Validator<'_> {
                 d.issue_cooldown,
                 floors::ISSUE_COOLDOWN,
             ),
+            ntfy,
+            input_cooldown: self.duration_min(
+                &raw.input_cooldown,
+                "input_cooldown",
+                d.input_cooldown,
+                floors::INPUT_COOLDOWN,
+            ),
         }
+    }
+
+    fn ntfy(&mut self, raw: &Spanned<RawNtfy>) -> Option<NtfyNotify> {
+        let n = raw.get_ref();
+        let url = match &n.url {
+            Some(u) if !is_http_url(u.get_ref()) => {
+                self.error(
+                    format!(
+                        "[notify.ntfy]: `url` = \"{}\" is not an http(s) URL",
+                        u.get_ref()
+                    ),
+                    Some(u.span()),
+                    "the topic's URL, e.g. url = \"https://ntfy.sh/my-fleet-alerts\"",
+                );
+                return None;
+            }
+            other => other.as_ref().map(|u| u.get_ref().clone()),
+        };
+        let url_env = match &n.url_env {
+            Some(v) if !super::is_env_name(v.get_ref()) => {
+                self.error(
+                    "[notify.ntfy]: `url_env` must name an environment variable".into(),
+                    Some(v.span()),
+                    "e.g. url_env = \"PHOENIX_NTFY_URL\" (for a topic whose name is its secret)",
+                );
+                return None;
+            }
+            other => other.as_ref().map(|v| v.get_ref().clone()),
+        };
+        if url.is_none() && url_env.is_none() {
+            self.error(
+                "[notify.ntfy]: no topic: give `url` or `url_env`".into(),
+                Some(raw.span()),
+                "e.g. ntfy = { url = \"https://ntfy.sh/my-fleet-alerts\" }, or url_env = \"PHOENIX_NTFY_URL\" for a secret topic",
+            );
+            return None;
+        }
+        let priority = match n.priority.as_ref() {
+            None => 4,
+            Some(p) => match ntfy_priority(p.get_ref()) {
+                Some(level) => level,
+                None => {
+                    self.error(
+                        format!("[notify.ntfy]: unknown priority `{}`", p.get_ref()),
+                        Some(p.span()),
+                        "one of min, low, default, high, urgent (or 1 to 5)",
+                    );
+                    return None;
+                }
+            },
+        };
+        let click = match n.click.as_ref() {
+            Some(c) if !is_http_url(c.get_ref()) => {
+                self.error(
+                    format!("[notify.ntfy]: `click` = \"{}\" is not an http(s) URL", c.get_ref()),
+                    Some(c.span()),
+                    "where tapping the notification leads, e.g. the dashboard: click = \"https://fleet.example.com/\"",
+                );
+                return None;
+            }
+            other => other.map(|c| c.get_ref().clone()),
+        };
+        let token_env = match n.token_env.as_ref() {
+            Some(t) if !super::is_env_name(t.get_ref()) => {
+                self.error(
+                    "[notify.ntfy]: `token_env` must name an environment variable".into(),
+                    Some(t.span()),
+                    "the token is a secret: put it in the environment, e.g. token_env = \"PHOENIX_NTFY_TOKEN\"",
+                );
+                return None;
+            }
+            other => other.map(|t| t.get_ref().clone()),
+        };
+        Some(NtfyNotify {
+            url,
+            url_env,
+            priority,
+            click,
+            token_env,
+            timeout: self.duration_min(
+                &n.timeout,
+                "timeout",
+                Duration::from_secs(10),
+                floors::TIMEOUT,
+            ),
+        })
     }
 
     fn webhook(&mut self, raw: &Spanned<RawWebhook>) -> Option<WebhookNotify> {
@@ -319,6 +413,7 @@ impl Validator<'_> {
                     "tokens per session before the watchdog stops the agent; leave it out for no limit",
                 )
             }),
+            waiting: self.duration_min(&raw.waiting, "waiting", d.waiting, floors::WAITING),
             events_retention: self.duration_min(
                 &raw.events_retention,
                 "events_retention",
@@ -410,6 +505,28 @@ pub(crate) fn otlp_endpoint(text: &str) -> Result<String, String> {
         return Err(format!("`{text}` must not have a query or fragment"));
     }
     Ok(text.trim_end_matches('/').to_string())
+}
+
+/// An `http://` or `https://` URL with a host.
+fn is_http_url(text: &str) -> bool {
+    let rest = text
+        .strip_prefix("https://")
+        .or_else(|| text.strip_prefix("http://"));
+    rest.is_some_and(|r| {
+        !r.is_empty() && !r.starts_with('/') && !r.chars().any(char::is_whitespace)
+    })
+}
+
+/// ntfy's priority names and numbers (1 = min … 5 = urgent, `max` for 5 too).
+pub(crate) fn ntfy_priority(text: &str) -> Option<u8> {
+    Some(match text.trim().to_ascii_lowercase().as_str() {
+        "min" | "1" => 1,
+        "low" | "2" => 2,
+        "default" | "3" => 3,
+        "high" | "4" => 4,
+        "urgent" | "max" | "5" => 5,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

@@ -145,6 +145,7 @@ impl Wrapper {
         let mut showed_life = false;
         let mut stop_sent: Option<Instant> = None;
         let mut treating: Option<std::thread::JoinHandle<()>> = None;
+        let mut notifying: Option<std::thread::JoinHandle<()>> = None;
         let mut next_reap = Instant::now() + ORPHAN_REAP_EVERY;
         let mut delivering: Option<std::thread::JoinHandle<()>> = None;
         let mut next_delivery = Instant::now();
@@ -187,6 +188,12 @@ impl Wrapper {
             {
                 delivering = self.deliver_messages();
                 next_delivery = Instant::now() + MESSAGE_RETRY;
+            }
+            if self.dir.has_marker(state::NEEDS_INPUT)
+                && notifying.as_ref().is_none_or(|t| t.is_finished())
+            {
+                let _ = self.dir.clear_marker(state::NEEDS_INPUT);
+                notifying = Some(self.notify_waiting());
             }
             if !showed_life && stop_sent.is_none() && Instant::now() >= deadline {
                 say(&format!(
@@ -274,6 +281,15 @@ impl Wrapper {
     /// the pass's memory says the turn was handled, so no later pass handles it again. A full
     /// context stops this run for a fresh session with a handoff; 401/quota quarantine it.
     /// On a thread: the pass may notify people, and supervision goes on meanwhile.
+    /// The hook said the CLI waits for a person: the notification goes out now, from a
+    /// thread (a slow channel never holds up the wrapper), once per wait.
+    pub(super) fn notify_waiting(&self) -> std::thread::JoinHandle<()> {
+        let (spec, name) = (self.spec.clone(), self.agent.name.clone());
+        std::thread::spawn(move || {
+            crate::watchdog::needs_input::notify_now(&spec, &name);
+        })
+    }
+
     pub(super) fn treat_failed_turn(&self) -> std::thread::JoinHandle<()> {
         let (spec, runtime) = (self.spec.clone(), self.runtime.clone());
         let (name, dir) = (self.agent.name.clone(), self.dir.clone());

@@ -5,6 +5,7 @@
 pub mod browser;
 pub mod gemini_server;
 pub mod hosts;
+pub mod http_receiver;
 pub mod model_server;
 pub mod openai_server;
 pub mod otlp_receiver;
