@@ -3,12 +3,7 @@
 //! assertions. HTTP/1.1 with keep-alive, as exporters pool their connections. Stops on drop.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -16,6 +11,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{AggregationTemporality, metric, number_data_point};
 use prost::Message;
+
+use super::http_receiver::{Answer, Loopback};
 
 /// One log record or span as received, with its resource's attributes.
 #[derive(Debug, Clone)]
@@ -55,32 +52,22 @@ struct Store {
 pub struct OtlpReceiver {
     pub url: String,
     store: Arc<Mutex<Store>>,
-    stop: Arc<AtomicBool>,
-    accept: Option<JoinHandle<()>>,
+    _server: Loopback,
 }
 
 impl OtlpReceiver {
     pub fn start() -> OtlpReceiver {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the OTLP receiver");
-        let url = format!("http://{}", listener.local_addr().unwrap());
         let store = Arc::new(Mutex::new(Store::default()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s, st) = (store.clone(), stop.clone());
-        let accept = std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                if st.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(conn) = conn else { continue };
-                let s = s.clone();
-                std::thread::spawn(move || serve(conn, &s));
-            }
+        let s = store.clone();
+        let server = Loopback::start(move |raw| Answer {
+            status: receive(&raw.line, &raw.body, &s),
+            content_type: "application/x-protobuf",
+            body: b"",
         });
         OtlpReceiver {
-            url,
+            url: server.url.clone(),
             store,
-            stop,
-            accept: Some(accept),
+            _server: server,
         }
     }
 
@@ -99,58 +86,6 @@ impl OtlpReceiver {
 
     pub fn requests(&self) -> Vec<String> {
         self.store.lock().unwrap().requests.clone()
-    }
-}
-
-impl Drop for OtlpReceiver {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the accept loop so that it sees the flag.
-        let _ = TcpStream::connect(self.url.trim_start_matches("http://"));
-        if let Some(t) = self.accept.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Requests on one connection until the client closes it (or stays silent for 30 s).
-fn serve(conn: TcpStream, store: &Mutex<Store>) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
-    let mut writer = conn.try_clone().expect("clone the connection");
-    let mut reader = BufReader::new(conn);
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let request_line = line.trim().to_string();
-        let mut length = 0usize;
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            let header = header.trim();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse().unwrap_or(0);
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let status = receive(&request_line, &body, store);
-        let answer = format!(
-            "HTTP/1.1 {status}\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n"
-        );
-        if writer.write_all(answer.as_bytes()).is_err() {
-            return;
-        }
     }
 }
 
