@@ -291,39 +291,11 @@ fn the_dashboard_shows_spend_today_and_who_needs_a_human() {
         eprintln!("SKIPPED the_dashboard_shows_spend…: no headless Chromium");
         return;
     };
-    let fleet = Fleet::new();
-    fleet.toml(
-        "[defaults]\ncli = \"custom\"\n\
-         [prices]\n\"claude-demo\" = { input = 1000.0, output = 1000.0, cache_write = 1000.0, cache_read = 1000.0 }\n\
-         [[agent]]\nname = \"asker\"\ncommand = \"phoenix demo-agent --interval 1s\"\n\
-         [[agent]]\nname = \"worker\"\ncommand = \"phoenix demo-agent --interval 1s\"\n",
+    let (fleet, pane) = support::spending_fleet_with_a_waiting_agent(
+        "[defaults]\ncli = \"custom\"\n",
+        "asker",
+        "worker",
     );
-    fleet.run(&["apply", "--yes"]).status(0);
-    fleet.wait_running(&["asker", "worker"]);
-    wait_until(Duration::from_secs(20), "usage recorded", || {
-        fleet.status().iter().all(|r| {
-            r["usage_today"]["cost_usd"]
-                .as_f64()
-                .is_some_and(|c| c > 0.0)
-        })
-    });
-    // A quiet agent asks for permission (a tool call would end the wait at once).
-    let pane = fleet.agent_status("asker")["pane"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    fleet
-        .tmux(&["send-keys", "-t", &pane, "-l", "silent"])
-        .unwrap();
-    fleet.tmux(&["send-keys", "-t", &pane, "Enter"]).unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    fleet
-        .run_within_input(
-            &["hook", "notification", "--agent", "asker", "--cli", "claude"],
-            br#"{"hook_event_name":"Notification","message":"Claude needs your permission to use Bash","notification_type":"permission_prompt"}"#,
-            Duration::from_secs(20),
-        )
-        .status(0);
 
     let server = Server::start(&fleet, &[]);
     let browser = Browser::start(&chromium, &chromedriver, 1400, 900);

@@ -185,38 +185,7 @@ fn a_refresh_interval_below_the_minimum_is_refused() {
 /// shows its health as before.
 #[test]
 fn top_shows_who_needs_a_human_and_what_each_spent_today() {
-    let fleet = Fleet::new();
-    fleet.toml(&format!(
-        "[prices]\n\"claude-demo\" = {{ input = 1000.0, output = 1000.0, cache_write = 1000.0, cache_read = 1000.0 }}\n\n{}{}",
-        "[[agent]]\nname = \"alpha\"\ncommand = \"phoenix demo-agent --interval 1s\"\n",
-        "[[agent]]\nname = \"bravo\"\ncommand = \"phoenix demo-agent --interval 1s\"\n"
-    ));
-    fleet.run(&["apply", "--yes"]).status(0);
-    fleet.wait_running(&["alpha", "bravo"]);
-    wait_until(Duration::from_secs(20), "usage recorded", || {
-        fleet.status().iter().all(|r| {
-            r["usage_today"]["cost_usd"]
-                .as_f64()
-                .is_some_and(|c| c > 0.0)
-        })
-    });
-    // A quiet agent (no tool call would end its wait at once) asks for permission.
-    let pane = fleet.agent_status("alpha")["pane"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    fleet
-        .tmux(&["send-keys", "-t", &pane, "-l", "silent"])
-        .unwrap();
-    fleet.tmux(&["send-keys", "-t", &pane, "Enter"]).unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    fleet
-        .run_within_input(
-            &["hook", "notification", "--agent", "alpha", "--cli", "claude"],
-            br#"{"hook_event_name":"Notification","message":"Claude needs your permission to use Bash","notification_type":"permission_prompt"}"#,
-            Duration::from_secs(20),
-        )
-        .status(0);
+    let (fleet, _) = support::spending_fleet_with_a_waiting_agent("", "alpha", "bravo");
 
     let screen = Screen::start(&fleet);
     let text = screen.wait_for("1 needs a human");

@@ -642,3 +642,48 @@ pub fn notify_recorder(fleet: &Fleet) -> PathBuf {
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     script
 }
+
+/// Two demo agents, `asker` and `other`, whose model is priced (so both have a cost today
+/// once they recorded usage), and `asker` quiet at its prompt after a Claude-shaped
+/// permission prompt came through the real Notification hook: a fleet where one agent
+/// needs a human and both spent something, for the views that show either. `head` goes
+/// first in phoenix.toml. With the asker's pane.
+pub fn spending_fleet_with_a_waiting_agent(
+    head: &str,
+    asker: &str,
+    other: &str,
+) -> (Fleet, String) {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{head}[prices]\n\"claude-demo\" = {{ input = 1000.0, output = 1000.0, cache_write = 1000.0, cache_read = 1000.0 }}\n\
+         [[agent]]\nname = \"{asker}\"\ncommand = \"phoenix demo-agent --interval 1s\"\n\
+         [[agent]]\nname = \"{other}\"\ncommand = \"phoenix demo-agent --interval 1s\"\n"
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&[asker, other]);
+    wait_until(Duration::from_secs(20), "usage recorded", || {
+        fleet.status().iter().all(|r| {
+            r["usage_today"]["cost_usd"]
+                .as_f64()
+                .is_some_and(|c| c > 0.0)
+        })
+    });
+    // A quiet agent asks for permission (a tool call would end the wait at once).
+    let pane = fleet.agent_status(asker)["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    fleet
+        .tmux(&["send-keys", "-t", &pane, "-l", "silent"])
+        .unwrap();
+    fleet.tmux(&["send-keys", "-t", &pane, "Enter"]).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    fleet
+        .run_within_input(
+            &["hook", "notification", "--agent", asker, "--cli", "claude"],
+            br#"{"hook_event_name":"Notification","message":"Claude needs your permission to use Bash","notification_type":"permission_prompt"}"#,
+            Duration::from_secs(20),
+        )
+        .status(0);
+    (fleet, pane)
+}
