@@ -296,8 +296,14 @@ pub fn search_the_index() {
 }
 
 /// Did the last session stop mid-task, with neither a clean-exit marker nor a clean session
-/// end after its last activity?
+/// end after its last activity? A tool call the wrapper set aside at the agent's exit
+/// (`interrupted_tool.json`) settles it whatever the state says: a CLI whose launcher was
+/// killed can still report its turn as finished on its way out (the Gemini CLI's AfterAgent
+/// hook did), and the next session must still be told what was stopped.
 pub fn was_interrupted(dir: &AgentDir, state: &AgentState) -> bool {
+    if dir.file(state::INTERRUPTED_TOOL).exists() {
+        return true;
+    }
     if state.status != Status::Working {
         return false;
     }

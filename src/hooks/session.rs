@@ -226,5 +226,9 @@ mod tests {
         );
         s.status = Status::Idle;
         assert!(!crate::continuity::startup::was_interrupted(&dir, &s));
+        // A call set aside at the agent's exit outweighs a turn reported finished on the
+        // way out (a relaunched Gemini CLI whose launcher was killed does that).
+        std::fs::write(dir.file(state::INTERRUPTED_TOOL), r#"{"tool":"Bash"}"#).unwrap();
+        assert!(crate::continuity::startup::was_interrupted(&dir, &s));
     }
 }
