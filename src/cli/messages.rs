@@ -103,8 +103,13 @@ pub fn inbox(config: &Path, agent: &str, json: bool) -> anyhow::Result<i32> {
         text.push_str(&line(m, "pending"));
     }
     for m in &delivered {
+        let waiting = if m.handed_to.is_some() {
+            ", until that session's first prompt"
+        } else {
+            ""
+        };
         let how = format!(
-            "delivered {} ({})",
+            "delivered {} ({}{waiting})",
             m.delivered_at.as_deref().unwrap_or("?"),
             m.confirmed_by.as_deref().unwrap_or("?")
         );

@@ -174,7 +174,7 @@ pub fn deliver(
     let report =
         super::inject::deliver(runtime, pane, dir, &text, &opts).map_err(|e| e.to_string())?;
     let ids: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
-    mark(dir, &ids, report.confirmed_by, urgent);
+    mark(dir, &ids, report.confirmed_by, urgent, None);
     Ok(Some(Delivered {
         ids,
         confirmed_by: report.confirmed_by,
@@ -183,10 +183,14 @@ pub fn deliver(
 }
 
 /// Mark `ids` delivered and record it; a failure to mark is recorded (they come again).
-fn mark(dir: &AgentDir, ids: &[String], confirmed_by: &str, urgent: bool) {
-    let fields = json!({"ids": ids, "count": ids.len(), "confirmed_by": confirmed_by,
-                        "urgent": urgent});
-    match inbox::mark_delivered(dir, ids, confirmed_by) {
+/// `handed_to`: the session whose startup context carried them (see [`reopen_unconfirmed`]).
+fn mark(dir: &AgentDir, ids: &[String], confirmed_by: &str, urgent: bool, handed_to: Option<&str>) {
+    let mut fields = json!({"ids": ids, "count": ids.len(), "confirmed_by": confirmed_by,
+                            "urgent": urgent});
+    if let Some(session) = handed_to {
+        fields["session_id"] = json!(session);
+    }
+    match inbox::mark_delivered(dir, ids, confirmed_by, handed_to) {
         Ok(()) => {
             let _ = dir.record_op(Op::MessagesDelivered, fields);
         }
@@ -233,9 +237,50 @@ impl ForContext {
 
     /// They were handed over (`how`: `session start`, `prompt hook`).
     pub fn delivered(self, dir: &AgentDir, how: &str) {
+        self.handed(dir, how, None);
+    }
+
+    /// They were handed to session `session` in its startup context: delivered once its first
+    /// prompt confirms them ([`confirm_handed`]), pending again if another session starts
+    /// before that ([`reopen_unconfirmed`]). Without a session id they count as delivered.
+    pub fn handed(self, dir: &AgentDir, how: &str, session: Option<&str>) {
         let ids: Vec<String> = self.messages.iter().map(|m| m.id.clone()).collect();
         let urgent = self.messages.iter().any(|m| m.urgent);
-        mark(dir, &ids, how, urgent);
+        mark(dir, &ids, how, urgent, session);
+    }
+}
+
+/// A new session `session` starts: messages an earlier session was handed at its start but
+/// never confirmed with a prompt are pending again, for this one. That earlier session ended
+/// before it showed them to the model (stopped or killed while starting), or its CLI
+/// superseded it (Claude Code's resume announces a session it then drops). Recorded.
+pub fn reopen_unconfirmed(dir: &AgentDir, session: Option<&str>) {
+    match inbox::reopen_handed(dir, session) {
+        Ok(ids) if ids.is_empty() => {}
+        Ok(ids) => {
+            let _ = dir.record_op(
+                Op::MessagesReopened,
+                json!({"ids": ids, "count": ids.len(), "session_id": session,
+                       "why": "the session whose startup context carried them ended before its first prompt"}),
+            );
+        }
+        Err(e) => {
+            let _ = dir.record_op(
+                Op::MessagesDeliveryFailed,
+                json!({"error": format!("cannot reopen messages no session confirmed: {e}")}),
+            );
+        }
+    }
+}
+
+/// Session `session` had its first prompt: the messages its startup context carried reached
+/// the model. An inbox with nothing waiting costs one `stat`.
+pub fn confirm_handed(dir: &AgentDir, session: &str) {
+    if let Err(e) = inbox::confirm_handed(dir, session) {
+        let _ = dir.record_op(
+            Op::MessagesDeliveryFailed,
+            json!({"error": format!("cannot confirm messages handed at session start: {e}")}),
+        );
     }
 }
 
@@ -252,6 +297,7 @@ mod tests {
             urgent: n == 2,
             delivered_at: None,
             confirmed_by: None,
+            handed_to: None,
         }
     }
 

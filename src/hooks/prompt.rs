@@ -56,6 +56,9 @@ impl Hook<'_> {
             Ok(super::waiting::clear(s))
         })?;
         super::waiting::record_input_given(ctx, ended, "prompt");
+        if let Some(session) = self.payload.session_id() {
+            crate::continuity::messages::confirm_handed(ctx.dir, session);
+        }
         let held = self.take_prompt_context(ctx);
         let held = self.with_messages(ctx, held);
         // Once per prompt: confirms that text phoenix injected was submitted.

@@ -26,8 +26,10 @@ impl Hook<'_> {
         use crate::continuity::startup::{self, Start};
         let dir = ctx.dir;
         let source = self.payload.str("source").unwrap_or("startup").to_string();
-        // Whatever an earlier session held back for its first prompt is not for this one.
+        // Whatever an earlier session held back for its first prompt is not for this one, and
+        // the messages an earlier session was handed but never confirmed are for this one.
         super::prompt::drop_held_context(dir);
+        crate::continuity::messages::reopen_unconfirmed(dir, self.payload.session_id());
         let state = self.state_or_new(ctx);
         let interrupted = source != "compact" && startup::was_interrupted(dir, &state);
         let start = match (interrupted, source.as_str()) {
@@ -147,7 +149,7 @@ impl Hook<'_> {
         if let Some(messages) = messages
             && text.is_some()
         {
-            messages.delivered(dir, "session start");
+            messages.handed(dir, "session start", self.payload.session_id());
         }
         if text.is_some() && gathered.interrupted_tool.is_some() {
             // Named once, to the session that follows the interruption.

@@ -23,7 +23,13 @@ use crate::state::ledger::LEDGER;
 use crate::state::{self, AgentDir, FleetDir};
 
 /// The files of an agent's state dir that carry its context, besides its handoffs.
-pub const CARRIED: [&str; 4] = [state::STATE, LEDGER, state::BRIEF, state::RESOLVED_LOG];
+pub const CARRIED: [&str; 5] = [
+    state::STATE,
+    LEDGER,
+    state::BRIEF,
+    state::RESOLVED_LOG,
+    state::inbox::INBOX,
+];
 /// The most one context carries: the request that imports it stays well under the host
 /// protocol's 16 MiB, JSON escapes included.
 pub const MAX_CONTEXT_BYTES: usize = 8 << 20;
@@ -46,7 +52,8 @@ const SESSION_KEYS: [&str; 5] = [
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentContext {
     pub agent: String,
-    /// `state.json`, `ledger.json`, `brief.md`, `resolved.jsonl`, `handoffs/<id>.md`.
+    /// `state.json`, `ledger.json`, `brief.md`, `resolved.jsonl`, `inbox.jsonl`,
+    /// `handoffs/<id>.md`.
     pub files: BTreeMap<String, String>,
     /// What was not carried, and why (too large, not text, past the bounds).
     #[serde(default)]
@@ -335,6 +342,7 @@ pub fn import(
         dir.clear_marker(state::STOPPED)?;
         dir.clear_marker(state::CLEAN_EXIT)?;
         remove(&dir.file(state::INTERRUPTED_TOOL))?;
+        state::inbox::carried_in(&dir)?;
         dir.set_marker(state::FRESH)
     })();
     marked.map_err(|e| {

@@ -17,6 +17,9 @@ use super::{AgentDir, file};
 pub const INBOX: &str = "inbox.jsonl";
 /// Exists while a message is pending; says `urgent` when one of them is.
 pub const PENDING: &str = "inbox.pending";
+/// Exists while a message handed to a session at its start waits for that session's first
+/// prompt to confirm it reached the model.
+pub const HANDED: &str = "inbox.handed";
 const LOCK: &str = ".inbox.lock";
 /// The largest message, in bytes (after sanitizing): a message is a note, not a file. A longer
 /// text belongs in a file whose path the message names.
@@ -44,6 +47,11 @@ pub struct Message {
     /// How the delivery was confirmed: `prompt hook`, `input line cleared`, `session start`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmed_by: Option<String>,
+    /// The session whose startup context carried this message, until that session's first
+    /// prompt confirms it: a session that ends (or is superseded) before any prompt never
+    /// showed it to the model, and the message is pending again ([`reopen_handed`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handed_to: Option<String>,
 }
 
 impl Message {
@@ -157,6 +165,7 @@ pub fn send(dir: &AgentDir, from: &str, text: &str, urgent: bool) -> Result<Mess
         urgent,
         delivered_at: None,
         confirmed_by: None,
+        handed_to: None,
     };
     let _lock = file::lock(&dir.file(LOCK)).map_err(io)?;
     let mut messages = read(dir).map_err(io)?;
@@ -172,7 +181,14 @@ pub fn send(dir: &AgentDir, from: &str, text: &str, urgent: bool) -> Result<Mess
 }
 
 /// Mark the messages `ids` delivered (confirmed by `how`), if they still are pending.
-pub fn mark_delivered(dir: &AgentDir, ids: &[String], how: &str) -> io::Result<()> {
+/// `handed_to`: the session whose startup context carried them, which still has to confirm
+/// them with its first prompt ([`confirm_handed`]).
+pub fn mark_delivered(
+    dir: &AgentDir,
+    ids: &[String],
+    how: &str,
+    handed_to: Option<&str>,
+) -> io::Result<()> {
     let _lock = file::lock(&dir.file(LOCK))?;
     let mut messages = read(dir)?;
     let now = super::now_rfc3339();
@@ -180,9 +196,74 @@ pub fn mark_delivered(dir: &AgentDir, ids: &[String], how: &str) -> io::Result<(
         if ids.contains(&m.id) {
             m.delivered_at = Some(now.clone());
             m.confirmed_by = Some(how.to_string());
+            m.handed_to = handed_to.map(str::to_string);
         }
     }
     write_locked(dir, messages)
+}
+
+/// Session `session` had its first prompt: what its startup context carried reached the model.
+/// Nothing waiting costs one `stat`. Returns how many were confirmed.
+pub fn confirm_handed(dir: &AgentDir, session: &str) -> io::Result<usize> {
+    change_handed(dir, |to| to == session, |m| m.handed_to = None)
+}
+
+/// Messages handed to a session other than `session` that never confirmed them (it ended, or a
+/// CLI started it and then superseded it, before any prompt) are pending again. Nothing waiting
+/// costs one `stat`. Returns their ids.
+pub fn reopen_handed(dir: &AgentDir, session: Option<&str>) -> io::Result<Vec<String>> {
+    let mut reopened = Vec::new();
+    change_handed(
+        dir,
+        |to| Some(to) != session,
+        |m| {
+            m.delivered_at = None;
+            m.confirmed_by = None;
+            m.handed_to = None;
+            reopened.push(m.id.clone());
+        },
+    )?;
+    Ok(reopened)
+}
+
+/// `inbox.jsonl` was just carried in from another machine (an agent's move): a session there
+/// never confirmed what it was handed, so that is pending again, and the markers are made to
+/// match the file (or cleared, with no inbox carried).
+pub fn carried_in(dir: &AgentDir) -> io::Result<()> {
+    let _lock = file::lock(&dir.file(LOCK))?;
+    if std::fs::symlink_metadata(dir.file(INBOX)).is_err() {
+        dir.clear_marker(HANDED)?;
+        return dir.clear_marker(PENDING);
+    }
+    let mut messages = read(dir)?;
+    for m in messages.iter_mut().filter(|m| m.handed_to.is_some()) {
+        m.delivered_at = None;
+        m.confirmed_by = None;
+        m.handed_to = None;
+    }
+    write_locked(dir, messages)
+}
+
+/// Apply `change` to every message handed to a session `which` picks.
+fn change_handed(
+    dir: &AgentDir,
+    which: impl Fn(&str) -> bool,
+    mut change: impl FnMut(&mut Message),
+) -> io::Result<usize> {
+    if std::fs::symlink_metadata(dir.file(HANDED)).is_err() {
+        return Ok(0);
+    }
+    let _lock = file::lock(&dir.file(LOCK))?;
+    let mut messages = read(dir)?;
+    let mut changed = 0;
+    for m in messages.iter_mut() {
+        if m.handed_to.as_deref().is_some_and(&which) {
+            change(m);
+            changed += 1;
+        }
+    }
+    write_locked(dir, messages)?;
+    Ok(changed)
 }
 
 /// Write the inbox (the lock held): the oldest delivered messages beyond the ones kept are
@@ -201,6 +282,11 @@ fn write_locked(dir: &AgentDir, mut messages: Vec<Message>) -> io::Result<()> {
         bytes.push(b'\n');
     }
     super::atomic_write(&dir.file(INBOX), &bytes)?;
+    if messages.iter().any(|m| m.handed_to.is_some()) {
+        super::atomic_write(&dir.file(HANDED), b"handed\n")?;
+    } else {
+        dir.clear_marker(HANDED)?;
+    }
     let pending: Vec<&Message> = messages.iter().filter(|m| m.is_pending()).collect();
     if pending.is_empty() {
         dir.clear_marker(PENDING)
@@ -244,11 +330,11 @@ mod tests {
         send(&dir, "operator", "now", true).unwrap();
         assert!(urgent_pending(&dir));
         assert_eq!(pending(&dir).len(), 2);
-        mark_delivered(&dir, std::slice::from_ref(&m.id), "prompt hook").unwrap();
+        mark_delivered(&dir, std::slice::from_ref(&m.id), "prompt hook", None).unwrap();
         let left = pending(&dir);
         assert_eq!(left.len(), 1);
         assert!(urgent_pending(&dir));
-        mark_delivered(&dir, &[left[0].id.clone()], "prompt hook").unwrap();
+        mark_delivered(&dir, &[left[0].id.clone()], "prompt hook", None).unwrap();
         assert!(!has_pending(&dir));
         let all = read(&dir).unwrap();
         assert_eq!(all.len(), 2);
@@ -284,7 +370,7 @@ mod tests {
         assert!(matches!(err, SendError::Full { .. }), "{err}");
         for _ in 0..3 {
             let ids: Vec<String> = pending(&dir).into_iter().map(|m| m.id).collect();
-            mark_delivered(&dir, &ids, "prompt hook").unwrap();
+            mark_delivered(&dir, &ids, "prompt hook", None).unwrap();
             for i in 0..MAX_PENDING {
                 send(&dir, "alice", &format!("again {i}"), false).unwrap();
             }
@@ -304,5 +390,32 @@ mod tests {
         std::os::unix::fs::symlink(&target, dir.file(INBOX)).unwrap();
         assert!(send(&dir, "alice", "hi", false).is_err());
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "");
+    }
+
+    #[test]
+    fn a_message_handed_to_a_session_that_never_prompts_is_pending_again_for_the_next() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = super::super::FleetDir::new(tmp.path()).agent("a");
+        dir.ensure().unwrap();
+        let m = send(&dir, "ci", "the build is green", false).unwrap();
+        let ids = std::slice::from_ref(&m.id);
+        mark_delivered(&dir, ids, "session start", Some("s1")).unwrap();
+        assert!(pending(&dir).is_empty());
+        assert!(dir.file(HANDED).exists());
+        // The same session starting again (a second announcement) keeps it.
+        assert!(reopen_handed(&dir, Some("s1")).unwrap().is_empty());
+        // Another session starts before s1 ever prompted: it is pending again.
+        assert_eq!(reopen_handed(&dir, Some("s2")).unwrap(), vec![m.id.clone()]);
+        assert_eq!(pending(&dir).len(), 1);
+        assert!(!dir.file(HANDED).exists());
+        // Handed to s2, whose first prompt confirms it: nothing reopens it afterwards.
+        mark_delivered(&dir, ids, "session start", Some("s2")).unwrap();
+        assert_eq!(confirm_handed(&dir, "s1").unwrap(), 0);
+        assert_eq!(confirm_handed(&dir, "s2").unwrap(), 1);
+        assert!(!dir.file(HANDED).exists());
+        assert!(reopen_handed(&dir, Some("s3")).unwrap().is_empty());
+        let kept = &read(&dir).unwrap()[0];
+        assert_eq!(kept.confirmed_by.as_deref(), Some("session start"));
+        assert_eq!(kept.handed_to, None);
     }
 }

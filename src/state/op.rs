@@ -124,6 +124,8 @@ ops! {
     MessageReceived = "message_received",
     MessagesDelivered = "messages_delivered",
     MessagesDeliveryFailed = "messages_delivery_failed",
+    /// Messages a session was handed at its start, which it ended before confirming.
+    MessagesReopened = "messages_reopened",
     TapSend = "tap_send",
     TapSendFailed = "tap_send_failed",
     TapSaveFailed = "tap_save_failed",

@@ -129,6 +129,8 @@ fn an_agent_moves_between_hosts_with_its_handoff_and_back_home() {
     wait_running(gpu1, "trades");
     gpu1.run(&["loop", "add", "trades", "ship-parser", "ship the parser"])
         .status(0);
+    gpu1.run(&["send", "trades", "rebase onto main first", "--from", "ci"])
+        .status(0);
 
     let report = net
         .run(&["move", "trades", "--to", "gpu-2", "--json"])
@@ -152,6 +154,15 @@ fn an_agent_moves_between_hosts_with_its_handoff_and_back_home() {
         "{text}"
     );
     assert!(text.contains("ship the parser"), "{text}");
+    // Its inbox came along: the message is there (delivered on gpu-1 before the move, or
+    // pending when it left and given to the new session).
+    let inbox = gpu2.run(&["inbox", "trades", "--json"]).status(0).json();
+    let texts: Vec<&serde_json::Value> = ["pending", "delivered"]
+        .iter()
+        .flat_map(|k| inbox[*k].as_array().into_iter().flatten())
+        .map(|m| &m["text"])
+        .collect();
+    assert_eq!(texts, ["rebase onto main first"], "{inbox}");
     // gpu-1 no longer runs it, and refuses to start it again.
     let left = row(gpu1, "trades");
     assert_eq!(left["state"], "moved", "{left}");
