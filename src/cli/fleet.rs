@@ -72,29 +72,10 @@ pub fn validate(config: &Path, json: bool) -> anyhow::Result<i32> {
     }
 }
 
-/// What `--prune` removes: undeclared agents, and the worktrees phoenix made that no agent
-/// works in; those holding work only with `--force-remove-worktrees`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Pruning {
-    pub prune: bool,
-    pub force_remove_worktrees: bool,
-}
+pub use crate::plan::Pruning;
 
-impl From<bool> for Pruning {
-    fn from(prune: bool) -> Pruning {
-        Pruning {
-            prune,
-            force_remove_worktrees: false,
-        }
-    }
-}
-
-impl Pruning {
-    fn options(self) -> anyhow::Result<PlanOptions> {
-        Ok(PlanOptions::for_this_binary(self.prune)
-            .context("cannot find the phoenix binary")?
-            .forcing_worktree_removal(self.force_remove_worktrees))
-    }
+fn plan_options(pruning: Pruning) -> anyhow::Result<PlanOptions> {
+    pruning.options().context("cannot find the phoenix binary")
 }
 
 pub fn plan(
@@ -108,7 +89,7 @@ pub fn plan(
     print_warnings(spec);
     super::lifecycle::commands_exist(&ctx, &[])?;
     if combined(spec)? {
-        return super::fleet_hosts::plan(&ctx, json, prune.prune, skip_unreachable);
+        return super::fleet_hosts::plan(&ctx, json, prune, skip_unreachable);
     }
     let plan = local_plan(&ctx, prune)?;
     if json {
@@ -135,7 +116,7 @@ pub(super) fn local_plan(
         eprintln!("warning: {problem}");
     }
     let world = observe(ctx)?;
-    Ok(plan::diff(&ctx.spec, &world, &prune.into().options()?))
+    Ok(plan::diff(&ctx.spec, &world, &plan_options(prune.into())?))
 }
 
 pub fn apply(
@@ -152,7 +133,7 @@ pub fn apply(
     if combined(spec)? {
         let options = super::fleet_hosts::ApplyOptions {
             yes,
-            prune: prune.prune,
+            prune,
             json,
             skip_unreachable,
         };
@@ -220,7 +201,7 @@ pub(super) fn lock_and_plan(
     ctx: &FleetContext,
     prune: impl Into<Pruning>,
 ) -> anyhow::Result<(FleetLock, plan::Plan)> {
-    let options = prune.into().options()?;
+    let options = plan_options(prune.into())?;
     let spec = &ctx.spec;
     if let Some(problem) = world::leftover_problem(spec) {
         bail!("{problem}");

@@ -19,7 +19,7 @@ use crate::plan::{self, Plan, Summary};
 pub fn plan(
     ctx: &FleetContext,
     json: bool,
-    prune: bool,
+    prune: plan::Pruning,
     skip_unreachable: bool,
 ) -> anyhow::Result<i32> {
     let spec = &ctx.spec;
@@ -69,7 +69,7 @@ pub fn plan(
 
 pub struct ApplyOptions {
     pub yes: bool,
-    pub prune: bool,
+    pub prune: plan::Pruning,
     pub json: bool,
     pub skip_unreachable: bool,
 }
@@ -499,7 +499,8 @@ fn summary_line(summary: &Summary, slices: usize) -> String {
     line
 }
 
-/// A plan's rows: its changes, then what runs undeclared and what is held back.
+/// A plan's rows: its changes, then what runs undeclared, what is held back, and the
+/// worktrees kept that no agent works in.
 fn plan_rows(plan: &Plan) -> Vec<String> {
     let mut rows: Vec<String> = plan
         .changes
@@ -516,6 +517,11 @@ fn plan_rows(plan: &Plan) -> Vec<String> {
         plan.attention
             .iter()
             .map(|a| format!("  {}", plan::attention_line(a))),
+    );
+    rows.extend(
+        plan.kept_worktrees
+            .iter()
+            .map(|k| format!("  {}", plan::kept_worktree_line(k))),
     );
     rows
 }

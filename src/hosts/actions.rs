@@ -155,6 +155,18 @@ fn results_of(
     vec![result(agent, true, detail)]
 }
 
+/// `text` pasted into `agent`'s pane by the host `link` reaches, confirmed there: its report
+/// (`pane`, `attempts`, `confirmed_by`, `waited_ms`). The text travels in the request on
+/// stdin, never in an argv; the host's paste makes it inert.
+pub fn inject_text(link: &Link, agent: &str, text: &str) -> Result<Value, HostError> {
+    let call = super::protocol::Call::Inject {
+        dir: link.host.dir.clone(),
+        agent: agent.to_string(),
+        text: text.to_string(),
+    };
+    link.ask(call, ACTION_TIMEOUT).map(|reply| reply.result)
+}
+
 /// The host's phoenix.toml, as its own phoenix is given it (`~/` stays the remote home).
 pub fn remote_config(link: &Link) -> String {
     format!(

@@ -14,6 +14,7 @@ use super::{HostError, TransportError};
 use crate::diag::did_you_mean;
 use crate::error::{Error, Result};
 use crate::plan::Plan;
+use crate::plan::Pruning;
 use crate::spec::Spec;
 
 /// This machine's label in a combined plan: a `[[host]]` may not take the name.
@@ -294,7 +295,7 @@ impl Hosts {
     }
 
     /// Every host's plan for its slice, asked in parallel, in the spec's order.
-    pub fn plan(&self, prune: bool) -> Vec<HostPlan> {
+    pub fn plan(&self, prune: Pruning) -> Vec<HostPlan> {
         let outcomes = fleet::each(&self.links, |link| {
             self.plan_one(link, &self.slices[self.index(link)], prune)
         });
@@ -321,7 +322,7 @@ impl Hosts {
         &self,
         link: &Link,
         slice: &str,
-        prune: bool,
+        prune: Pruning,
     ) -> std::result::Result<Planned, Failure> {
         let call = Call::Plan {
             dir: link.host.dir.clone(),
@@ -347,13 +348,18 @@ impl Hosts {
     /// Apply every host's part that planned something, in parallel: the slice is pushed
     /// whole, then the host applies it (only the names given, if any). A host whose plan
     /// failed or found nothing to do is not asked; one failing host does not stop the others.
-    pub fn apply(&self, plans: &[HostPlan], prune: bool) -> Vec<HostApply> {
+    pub fn apply(&self, plans: &[HostPlan], prune: Pruning) -> Vec<HostApply> {
         self.apply_where(plans, prune, |_, planned| !planned.is_empty())
     }
 
     /// Apply the slices as they are now on `hosts` (those whose plan answered): after the
     /// moves of an apply, the slices the moved agents left.
-    pub fn apply_again(&self, plans: &[HostPlan], hosts: &[String], prune: bool) -> Vec<HostApply> {
+    pub fn apply_again(
+        &self,
+        plans: &[HostPlan],
+        hosts: &[String],
+        prune: Pruning,
+    ) -> Vec<HostApply> {
         if hosts.is_empty() {
             return Vec::new();
         }
@@ -365,7 +371,7 @@ impl Hosts {
     fn apply_where(
         &self,
         plans: &[HostPlan],
-        prune: bool,
+        prune: Pruning,
         asked: impl Fn(&str, &Planned) -> bool + Sync,
     ) -> Vec<HostApply> {
         let outcomes = fleet::each(&self.links, |link| {
@@ -395,7 +401,13 @@ impl Hosts {
             .collect()
     }
 
-    fn apply_one(&self, link: &Link, slice: &str, push: &[SliceFile], prune: bool) -> ApplyOutcome {
+    fn apply_one(
+        &self,
+        link: &Link,
+        slice: &str,
+        push: &[SliceFile],
+        prune: Pruning,
+    ) -> ApplyOutcome {
         let call = Call::Apply {
             dir: link.host.dir.clone(),
             slice: slice.to_string(),

@@ -59,8 +59,9 @@ pub enum Call {
     Plan {
         dir: String,
         slice: String,
-        #[serde(default)]
-        prune: bool,
+        /// `--prune`, `--force-remove-worktrees`.
+        #[serde(flatten)]
+        prune: crate::plan::Pruning,
     },
     /// Make the slice the host's phoenix.toml (each file whole: the policies and templates
     /// first, phoenix.toml last, every one written to a temporary name and renamed), then
@@ -75,13 +76,21 @@ pub enum Call {
         /// Only these agents (all of the slice when empty).
         #[serde(default)]
         agents: Vec<String>,
-        #[serde(default)]
-        prune: bool,
+        #[serde(flatten)]
+        prune: crate::plan::Pruning,
     },
     /// One of phoenix's own commands on the host's fleet (`status --json`, `events`,
     /// `restart NAME`, …): the words go to the host's phoenix as an argv, never to a shell.
     /// Only the commands in [`RUN_COMMANDS`].
     Run { dir: String, args: Vec<String> },
+    /// Paste `text` into one agent's pane on the host and confirm it was submitted, as the
+    /// API's inject does on the operator's machine (the runtime's paste makes it inert there
+    /// too). Text travels in the request, never in an argv.
+    Inject {
+        dir: String,
+        agent: String,
+        text: String,
+    },
     /// Install this host's daemon, `<this phoenix> --config <dir>/phoenix.toml run`, as a
     /// systemd user unit named after `fleet` and start it; where there is no systemd user
     /// manager, write nothing and answer with the unit and the command to run instead. Sent by

@@ -73,6 +73,7 @@ pub fn answer(bytes: &[u8]) -> Reply {
             prune,
         } => reply(apply(&dir, &slice, &files, &agents, prune)),
         Call::Run { dir, args } => reply(run(&dir, &args)),
+        Call::Inject { dir, agent, text } => reply(inject(&dir, &agent, &text)),
         Call::Install { dir, fleet } => reply(
             super::install::serve(&host_dir(&dir), &fleet)
                 .map(|installed| serde_json::to_value(installed).unwrap_or_default()),
@@ -104,6 +105,25 @@ pub fn answer(bytes: &[u8]) -> Reply {
                 .and_then(|(_, fleet)| json(carry::mirror_export(&fleet, &agents)?)),
         ),
     }
+}
+
+/// `text` pasted into `agent`'s pane here and confirmed: what the API's inject answers.
+fn inject(dir: &str, agent: &str, text: &str) -> Result<Value, String> {
+    let (Some(spec), _) = carry::host_fleet(dir)? else {
+        return Err(format!("this host has no phoenix.toml in `{dir}`"));
+    };
+    let declared = spec.agent(agent).ok_or_else(|| {
+        format!(
+            "agent `{}` is not declared on this host",
+            crate::text::shorten(agent, 64)
+        )
+    })?;
+    let report =
+        crate::continuity::inject::to_agent(&spec, declared, text).map_err(|e| e.to_string())?;
+    Ok(serde_json::json!({
+        "agent": agent, "chars": text.len(), "pane": report.pane, "attempts": report.attempts,
+        "confirmed_by": report.confirmed_by, "waited_ms": report.waited_ms,
+    }))
 }
 
 fn json(value: impl serde::Serialize) -> Result<Value, String> {
@@ -152,12 +172,13 @@ fn parse_slice(dir: &Path, slice: &str) -> Result<spec::Spec, String> {
 }
 
 /// `plan --json` of the slice against this host's world; nothing is written.
-fn plan(dir: &str, slice: &str, prune: bool) -> Result<Value, String> {
+fn plan(dir: &str, slice: &str, prune: crate::plan::Pruning) -> Result<Value, String> {
     let dir = host_dir(dir);
     let spec = parse_slice(&dir, slice)?;
     let runtime = world::runtime_for(&spec);
     let world = crate::status::observe(&spec, &*runtime).map_err(|e| e.to_string())?;
-    let options = crate::plan::PlanOptions::for_this_binary(prune)
+    let options = prune
+        .options()
         .map_err(|e| format!("cannot find this phoenix: {e}"))?;
     let plan = crate::plan::diff(&spec, &world, &options);
     let warnings: Vec<String> = spec.warnings.iter().map(|w| w.message.clone()).collect();
@@ -203,14 +224,17 @@ fn apply(
     slice: &str,
     files: &BTreeMap<String, String>,
     agents: &[String],
-    prune: bool,
+    prune: crate::plan::Pruning,
 ) -> Result<Value, String> {
     let dir = host_dir(dir);
     parse_slice(&dir, slice)?;
     write_slice(&dir, slice, files)?;
     let mut args = vec!["apply".to_string(), "--yes".into(), "--json".into()];
-    if prune {
+    if prune.prune {
         args.push("--prune".into());
+    }
+    if prune.force_remove_worktrees {
+        args.push("--force-remove-worktrees".into());
     }
     args.extend(agents.iter().cloned());
     let ran = phoenix_here(&dir, &args, APPLY_TIMEOUT)?;

@@ -218,7 +218,7 @@ impl Side<'_> {
                     slice: self.slice(spec_text, spec)?,
                     files: super::fleet::slice_files(spec)?,
                     agents: vec![agent.to_string()],
-                    prune: false,
+                    prune: Default::default(),
                 },
                 APPLY_TIMEOUT,
             ),

@@ -33,6 +33,34 @@ pub struct PlanOptions {
     pub force_remove_worktrees: bool,
 }
 
+/// What `--prune` removes: undeclared agents, and the worktrees phoenix made that no agent
+/// works in; those holding work only with `--force-remove-worktrees`. Sent to every host of a
+/// multi-host fleet as it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pruning {
+    #[serde(default)]
+    pub prune: bool,
+    #[serde(default)]
+    pub force_remove_worktrees: bool,
+}
+
+impl From<bool> for Pruning {
+    fn from(prune: bool) -> Pruning {
+        Pruning {
+            prune,
+            force_remove_worktrees: false,
+        }
+    }
+}
+
+impl Pruning {
+    /// Plan options of this phoenix binary that prune this way.
+    pub fn options(self) -> std::io::Result<PlanOptions> {
+        Ok(PlanOptions::for_this_binary(self.prune)?
+            .forcing_worktree_removal(self.force_remove_worktrees))
+    }
+}
+
 impl PlanOptions {
     /// Options for a plan made by this phoenix binary: the hook commands it plans call the
     /// hook binary next to it.

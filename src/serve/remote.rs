@@ -46,6 +46,21 @@ pub fn run(spec: &Spec, host: &str, args: &[&str], timeout: Duration) -> Result<
     Ok(doc)
 }
 
+/// `text` pasted into `agent`'s pane by its host `host` (its report, with `"host"`).
+pub fn inject(spec: &Spec, host: &str, agent: &str, text: &str) -> Result<Value, ApiError> {
+    let link = reads::link_to(spec, host).ok_or_else(|| {
+        ApiError::not_found(
+            format!("host `{host}` is not declared"),
+            "phoenix.toml changed while serving",
+        )
+    })?;
+    let mut doc = crate::hosts::actions::inject_text(&link, agent, text).map_err(|e| error(&e))?;
+    if let Value::Object(fields) = &mut doc {
+        fields.insert("host".into(), Value::from(host));
+    }
+    Ok(doc)
+}
+
 /// A host's failure as the API says it: unreachable 502, too slow 504, its phoenix's own
 /// refusal 409 (what it said).
 pub fn error(e: &HostError) -> ApiError {

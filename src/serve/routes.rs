@@ -746,19 +746,22 @@ async fn inject(
     .await?)
 }
 
-/// `inject` of an agent of a host: its handoff (the latest, or `handoff_id`) pasted there by
-/// its host's `phoenix handoff inject`.
+/// `inject` of an agent of a host: the text pasted there by its host (in the request, never an
+/// argv), or its handoff (the latest, or `handoff_id`) by its host's `phoenix handoff inject`.
 fn inject_on_host(
     spec: &Spec,
     host: &str,
     name: &str,
     body: InjectBody,
 ) -> Result<Value, ApiError> {
-    if body.text.is_some() {
-        return Err(ApiError::bad_request(
-            format!("agent `{name}` runs on host `{host}`: text cannot be injected there yet"),
-            "inject a handoff (`{}` for the latest, or `handoff_id`)",
-        ));
+    if let Some(text) = body.text {
+        let mut doc = remote::inject(spec, host, name, &text)?;
+        doc["handoff_id"] = Value::Null;
+        tracing::info!(
+            "injected {} characters into agent `{name}` on host `{host}`",
+            text.len()
+        );
+        return Ok(doc);
     }
     let id = body.handoff_id.map(|id| format!("--id={id}"));
     let mut args = vec!["handoff", "inject", "--json"];

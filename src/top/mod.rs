@@ -354,7 +354,8 @@ fn carry_out(config: &Path, command: &Command) -> String {
 }
 
 /// A restart or an injection of an agent of a host, sent to its host as `phoenix restart`
-/// and `phoenix handoff inject` send it; `None` for an agent of this machine.
+/// and `phoenix handoff inject` send it (typed text in the host protocol's request); `None`
+/// for an agent of this machine.
 fn carry_out_on_host(config: &Path, command: &Command) -> Option<String> {
     let spec = crate::spec::load_with(
         config,
@@ -377,18 +378,16 @@ fn carry_out_on_host(config: &Path, command: &Command) -> Option<String> {
         }
         Command::Inject { agent, text } => {
             let host = crate::hosts::reads::host_of(&spec, agent)?;
-            if !text.trim().is_empty() {
-                return Some(format!(
-                    "`{agent}` runs on {host}: only its latest handoff can be injected from here (empty text), or open its pane"
-                ));
-            }
             let link = crate::hosts::reads::link_to(&spec, host)?;
-            let asked = link
-                .run(
+            let asked = if text.trim().is_empty() {
+                link.run(
                     &["handoff", "inject", "--json", "--", agent],
                     crate::hosts::actions::ACTION_TIMEOUT,
                 )
-                .and_then(|ran| crate::hosts::reads::document_of(host, &ran));
+                .and_then(|ran| crate::hosts::reads::document_of(host, &ran))
+            } else {
+                crate::hosts::actions::inject_text(&link, agent, text)
+            };
             Some(match asked {
                 Ok(doc) => format!(
                     "injected into `{agent}` on {host} (confirmed by {})",

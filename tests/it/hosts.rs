@@ -211,7 +211,7 @@ fn a_host_plans_applies_and_reports_its_slice_over_real_ssh() {
         Call::Plan {
             dir: dir_text.clone(),
             slice: slice.clone(),
-            prune: false,
+            prune: Default::default(),
         },
         Duration::from_secs(30),
     )
@@ -228,7 +228,7 @@ fn a_host_plans_applies_and_reports_its_slice_over_real_ssh() {
             slice,
             files: [("policies/recovery.lua".to_string(), "-- x\n".to_string())].into(),
             agents: vec![],
-            prune: false,
+            prune: Default::default(),
         },
         Duration::from_secs(60),
     )
@@ -276,7 +276,7 @@ fn a_host_plans_applies_and_reports_its_slice_over_real_ssh() {
             slice: "[fleet]\nname = \"t\"\n".into(),
             files: [("policies/../../evil".to_string(), "x".to_string())].into(),
             agents: vec![],
-            prune: false,
+            prune: Default::default(),
         },
         Duration::from_secs(30),
     )
@@ -549,7 +549,7 @@ fn a_hosts_own_daemon_restarts_its_killed_agent_with_the_operator_gone() {
                 slice: phoenix::hosts::fleet::slice(&spec, "gpu-1").unwrap(),
                 files: phoenix::hosts::fleet::slice_files(&spec).unwrap(),
                 agents: vec![],
-                prune: false,
+                prune: Default::default(),
             },
             phoenix::hosts::fleet::APPLY_TIMEOUT,
         )

@@ -42,7 +42,7 @@ fn start_on(net: &HostedFleet, host: &str) {
                 slice: fleet::slice(&spec, host).unwrap(),
                 files: Default::default(),
                 agents: vec![],
-                prune: false,
+                prune: Default::default(),
             },
             APPLY_TIMEOUT,
         )

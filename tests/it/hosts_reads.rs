@@ -38,7 +38,7 @@ pub(crate) fn start(net: &HostedFleet, hosts: &[&str]) {
             slice: fleet::slice(&spec, link.name()).unwrap(),
             files: Default::default(),
             agents: vec![],
-            prune: false,
+            prune: Default::default(),
         };
         link.ask(call, APPLY_TIMEOUT)
     });

@@ -188,6 +188,41 @@ fn the_api_reads_and_restarts_agents_of_hosts_and_labels_every_row() {
         "{ops:?}"
     );
 
+    // Text injected through the API is pasted by far1's host (carried in the request).
+    wait_until(Duration::from_secs(20), "far1 up again", || {
+        pid_on(&net, "gpu-1", "far1").is_some()
+    });
+    // The demo agent prints until told `silent`: injection waits for a still screen.
+    let pane = crate::hosts_move::row(net.host("gpu-1"), "far1")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for keys in [&["-l", "silent"][..], &["Enter"]] {
+        let sent = std::process::Command::new("tmux")
+            .args(["-L", &net.host("gpu-1").socket, "send-keys", "-t", &pane])
+            .args(keys)
+            .env_remove("TMUX")
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+    let (code, injected) = server.post(
+        "/api/agents/far1/inject",
+        &json!({"text": "look at the flaky test; then rest"}),
+    );
+    assert_eq!(code, 200, "{injected}");
+    assert_eq!(
+        (&injected["host"], &injected["agent"], &injected["chars"]),
+        (&json!("gpu-1"), &json!("far1"), &json!(33)),
+        "{injected}"
+    );
+    let ops = read_jsonl(&net.host("gpu-1").agent_dir("far1").join("ops.jsonl"));
+    assert!(
+        ops.iter()
+            .any(|o| o["event"] == "context_injected" && o["chars"] == 33),
+        "{ops:?}"
+    );
+
     // The fleet's events: every host's, labelled.
     let (code, events) = server.get("/api/events?limit=1000");
     assert_eq!(code, 200, "{events}");

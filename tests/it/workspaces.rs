@@ -29,7 +29,11 @@ fn git(dir: &Path, args: &[&str]) -> String {
 
 /// A repository with one commit on `main`, at `rel` under the fleet's home.
 fn repo(fleet: &Fleet, rel: &str) -> PathBuf {
-    let dir = fleet.path().join("home").join(rel);
+    repo_at(fleet.path().join("home").join(rel))
+}
+
+/// A repository with one commit on `main`, at `dir`.
+fn repo_at(dir: PathBuf) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     git(&dir, &["init", "-q", "-b", "main"]);
     git(&dir, &["config", "user.email", "test@example.com"]);
@@ -255,6 +259,34 @@ fn prune_removes_a_clean_worktree_and_keeps_one_with_work_until_forced() {
     let run = fleet.run(&["plan", "--force-remove-worktrees"]);
     assert_ne!(run.code(), Some(0));
     run.stderr_has("--prune");
+}
+
+/// `--prune` and `--force-remove-worktrees` reach a host's own plan and apply: there too a
+/// worktree with work is kept by `--prune` and removed only when forced.
+#[test]
+fn a_hosts_worktree_with_work_is_kept_by_prune_and_removed_only_when_forced() {
+    let Some(net) = support::hosts::HostedFleet::start(&["gpu-1"]) else {
+        return;
+    };
+    let repo = repo_at(net.host("gpu-1").dir.join("app"));
+    let ws = format!("{{ repo = \"{}\", base = \"main\" }}", repo.display());
+    net.toml(&format!("{}host = \"gpu-1\"\n", agent("dirty", &ws)));
+    net.run(&["apply", "--yes"]).status(0);
+    let wt = repo.join(".worktrees").join("dirty");
+    assert_eq!(branch_of(&wt), "agent/dirty");
+    std::fs::write(wt.join("notes.md"), "unsaved thoughts").unwrap();
+
+    net.toml("");
+    net.run(&["plan", "--prune"]).stdout_has(
+        "kept: 1 uncommitted change (?? notes.md) (`--force-remove-worktrees` removes it anyway)",
+    );
+    net.run(&["apply", "--yes", "--prune"]).status(0);
+    assert!(wt.join("notes.md").is_file(), "kept without the flag");
+    net.run(&["plan", "--prune", "--force-remove-worktrees"])
+        .stdout_has("--force-remove-worktrees: removed with 1 uncommitted change (?? notes.md)");
+    net.run(&["apply", "--yes", "--prune", "--force-remove-worktrees"])
+        .status(0);
+    assert!(!wt.exists(), "removed when forced");
 }
 
 #[test]
