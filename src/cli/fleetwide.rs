@@ -243,6 +243,14 @@ pub fn follow(
         false => super::events::line_on(e, Some((host_label(e), width))),
     };
     out(&merged.rows.iter().map(show).collect::<String>());
+    // A host's stream begins where the follow began, so its first events may be among the
+    // past just shown: those are not shown twice.
+    let mut shown: std::collections::HashSet<String> = merged
+        .rows
+        .iter()
+        .filter(|e| e["host"].is_string())
+        .map(event_key)
+        .collect();
     loop {
         let mut text = String::new();
         for mut e in poll_local() {
@@ -251,7 +259,11 @@ pub fn follow(
         }
         while let Ok(followed) = hosts.try_recv() {
             match followed {
-                Followed::Event(e) => text.push_str(&show(&e)),
+                Followed::Event(e) => {
+                    if shown.is_empty() || !shown.remove(&event_key(&e)) {
+                        text.push_str(&show(&e));
+                    }
+                }
                 Followed::Down { error, hint, .. } => {
                     eprintln!("warning: {error}; its events are shown when it answers again");
                     if let Some(hint) = hint {
@@ -266,6 +278,15 @@ pub fn follow(
         out(&text);
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
+}
+
+/// What tells one host's event from another: its host, time, name, agent and reason.
+fn event_key(e: &Value) -> String {
+    ["host", "ts", "event", "agent", "reason"]
+        .iter()
+        .map(|k| e[*k].to_string())
+        .collect::<Vec<_>>()
+        .join("\u{0}")
 }
 
 /// The hosts that did not answer, on stderr: what is shown is without them.

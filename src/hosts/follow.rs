@@ -36,22 +36,28 @@ pub enum Followed {
 }
 
 /// Follow every host of `spec` with `filters` (the options of `events` a host is given, as
-/// `--agent=…`); the followers run until the receiver is dropped.
+/// `--agent=…`) from now on; the followers run until the receiver is dropped.
+///
+/// "Now" is this moment, not when a host's own follower begins: reaching a host takes a
+/// while (a connection, its phoenix starting), and what it records meanwhile is asked for
+/// with `--since`. The caller's read of the past may hold some of those events too: it
+/// leaves out the ones it showed ([`Followed::Event`] of an event already shown).
 pub fn start(spec: &Spec, filters: &[String]) -> Receiver<Followed> {
     let (tx, rx) = channel();
+    let since = jiff::Timestamp::now();
     for link in links(spec) {
         let (tx, filters) = (tx.clone(), filters.to_vec());
-        std::thread::spawn(move || follow(&link, &filters, &tx));
+        std::thread::spawn(move || follow(&link, &filters, since, &tx));
     }
     rx
 }
 
-/// One host, for as long as anyone listens.
-fn follow(link: &Link, filters: &[String], tx: &Sender<Followed>) {
+/// One host, for as long as anyone listens: its events from `since` on.
+fn follow(link: &Link, filters: &[String], since: jiff::Timestamp, tx: &Sender<Followed>) {
     let host = link.name().to_string();
-    // When the last stream stopped (events from then on are asked for again), and whether
-    // the host was reported down.
-    let mut gap_since: Option<jiff::Timestamp> = None;
+    // Since when events are asked for again (the follow's start, or when the last stream
+    // stopped), and whether the host was reported down.
+    let mut gap_since = since;
     let mut reported = false;
     let mut last: Option<jiff::Timestamp> = None;
     let mut seen_at_last: HashSet<String> = HashSet::new();
@@ -62,7 +68,6 @@ fn follow(link: &Link, filters: &[String], tx: &Sender<Followed>) {
     };
     loop {
         if let Err(e) = link.ask(Call::Hello, CONNECT_TIMEOUT + Duration::from_secs(10)) {
-            gap_since.get_or_insert_with(jiff::Timestamp::now);
             if !reported && tx.send(down(e.to_string(), e.hint())).is_err() {
                 return;
             }
@@ -74,14 +79,11 @@ fn follow(link: &Link, filters: &[String], tx: &Sender<Followed>) {
         {
             return;
         }
-        // From where it was left: nothing old at first, what happened meanwhile after a gap.
-        let from = match gap_since.take() {
-            None => "--limit=0".to_string(),
-            Some(gap) => {
-                let since = last.map_or(gap, |l| l.min(gap));
-                let age = jiff::Timestamp::now().as_second() - since.as_second();
-                format!("--since={}s", age.max(0) + 1)
-            }
+        // From where it was left: what happened since the follow began, or since a gap.
+        let from = {
+            let since = last.map_or(gap_since, |l| l.min(gap_since));
+            let age = jiff::Timestamp::now().as_second() - since.as_second();
+            format!("--since={}s", age.max(0) + 1)
         };
         let ended = stream(link, filters, &from, |event| {
             let ts = event["ts"].as_str().and_then(|t| t.parse().ok());
@@ -101,7 +103,7 @@ fn follow(link: &Link, filters: &[String], tx: &Sender<Followed>) {
             seen_at_last.insert(key);
             tx.send(Followed::Event(event)).is_ok()
         });
-        gap_since = Some(jiff::Timestamp::now());
+        gap_since = jiff::Timestamp::now();
         match ended {
             // Nobody listens any more.
             Ok(false) => return,
