@@ -10,6 +10,7 @@ pub mod inject;
 pub use crate::state::ledger;
 pub mod startup;
 pub mod tap;
+pub mod tap_host;
 pub mod tap_usage;
 
 pub use handoff::{Handoff, Trigger};
