@@ -39,6 +39,9 @@ use probe::{LifeProbe, without_our_lines};
 /// Lines of the pane kept in a crash record: what 50 lines of history and the pane's 50 rows
 /// held, taken from the end of the one read of the pane after the exit.
 const EVIDENCE_LINES: usize = 100;
+/// The pane read after an exit stands for the pane before the next start only after a
+/// cooldown this short.
+const SCREEN_KEPT_FOR: Duration = Duration::from_secs(1);
 /// How long an agent gets to exit after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// How long the wrapper's pass for a failed turn waits for another pass to let go.
@@ -269,6 +272,8 @@ impl Wrapper {
             }
             self.reload();
             if let Some(q) = record::load(&self.dir).safe_mode {
+                // What a person types in safe mode is on the screen now: read it anew.
+                self.screen = None;
                 match self.safe_mode(&format!("quarantined since {}: {}", q.since, q.reason))? {
                     SafeOutcome::Start => {}
                     SafeOutcome::Quit => return Ok(0),
@@ -334,8 +339,11 @@ impl Wrapper {
                         SafeOutcome::Stopped(code) => return Ok(code),
                     }
                 }
-                // Nothing ran in the pane since the exit but the wrapper's own lines.
-                Some(Start::Resume | Start::Fresh) => self.screen = run.screen,
+                // Nothing ran in the pane since the exit but the wrapper's own lines; after a
+                // long cooldown a person may have typed there: then it is read anew.
+                Some(Start::Resume | Start::Fresh) => {
+                    self.screen = run.screen.filter(|_| decision.delay <= SCREEN_KEPT_FOR);
+                }
             }
         }
     }
