@@ -1,7 +1,8 @@
 //! `phoenix serve` with 200 live agents: latency of `GET /api/status` (p50, p99, max over
-//! sequential requests; each one observes tmux and reads every agent's state dir), of a few
-//! other reads, and the dashboard's page load in headless Chromium (navigation to `load`, and
-//! to the first rendered fleet table of 200 rows). Run with `cargo bench --bench serve`.
+//! sequential requests), its throughput and latency under `CLIENTS` concurrent keep-alive
+//! clients (goal: ≥ 1,000 requests/s, p99 ≤ 50 ms), a few other reads, and the dashboard's
+//! page load in headless Chromium (navigation to `load`, and to the first rendered fleet table
+//! of 200 rows). Run with `cargo bench --bench serve`.
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;
@@ -16,6 +17,10 @@ use support::serve::Server;
 const AGENTS: usize = 200;
 const REQUESTS: usize = 300;
 const PAGE_LOADS: usize = 15;
+/// Concurrent clients of the throughput run, and how long each round lasts.
+const CLIENTS: usize = 20;
+const LOAD_SECS: u64 = 5;
+const LOAD_ROUNDS: usize = 3;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -43,6 +48,48 @@ fn report(what: &str, times: &[Duration]) {
         times[times.len() - 1],
         times.len()
     );
+}
+
+/// `CLIENTS` threads, each with its own keep-alive connection, asking `path` for `secs`:
+/// requests per second over all of them, and the sorted latencies.
+fn load(server: &Server, path: &str, secs: u64) -> (f64, Vec<Duration>) {
+    let url = format!("{}{path}", server.url);
+    let until = Instant::now() + Duration::from_secs(secs);
+    let started = Instant::now();
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let agent = ureq::Agent::new_with_config(
+                    ureq::Agent::config_builder()
+                        .http_status_as_error(false)
+                        .timeout_global(Some(Duration::from_secs(60)))
+                        .build(),
+                );
+                let mut times = Vec::new();
+                while Instant::now() < until {
+                    let t = Instant::now();
+                    let mut res = agent.get(&url).call().expect("GET");
+                    let body = res.body_mut().read_to_vec().expect("body");
+                    times.push(t.elapsed());
+                    assert_eq!(
+                        res.status().as_u16(),
+                        200,
+                        "{}",
+                        String::from_utf8_lossy(&body)
+                    );
+                }
+                times
+            })
+        })
+        .collect();
+    let mut times: Vec<Duration> = threads
+        .into_iter()
+        .flat_map(|t| t.join().expect("client thread"))
+        .collect();
+    let rate = times.len() as f64 / started.elapsed().as_secs_f64();
+    times.sort();
+    (rate, times)
 }
 
 fn main() {
@@ -80,6 +127,17 @@ fn main() {
         &format!("GET /api/status, {AGENTS} agents"),
         &time_get(&server, "/api/status", REQUESTS),
     );
+    for round in 1..=LOAD_ROUNDS {
+        let (rate, times) = load(&server, "/api/status", LOAD_SECS);
+        println!(
+            "GET /api/status, {AGENTS} agents, {CLIENTS} concurrent clients, round {round}: \
+             {rate:.0} requests/s, p50 {:.1?}  p99 {:.1?}  max {:.1?}  ({} requests in {LOAD_SECS} s)",
+            percentile(&times, 0.5),
+            percentile(&times, 0.99),
+            times[times.len() - 1],
+            times.len()
+        );
+    }
     report(
         "GET /api/agents/agent-100",
         &time_get(&server, "/api/agents/agent-100", 100),

@@ -52,7 +52,8 @@ fn observe_by(
 }
 
 /// The fleet's status as one JSON document: what `phoenix status --json` prints and
-/// `GET /api/status` returns, byte for byte the same shape (one function renders both).
+/// `GET /api/status` returns, the same shape (one function renders both; the API puts
+/// `observed_age_ms` first).
 /// `daemon_pid`: the `phoenix run` supervising this fleet, if any.
 pub fn document(
     spec: &Spec,
@@ -64,6 +65,9 @@ pub fn document(
         "format_version": crate::plan::FORMAT_VERSION,
         "fleet": spec.fleet.name,
         "observed_at": jiff::Timestamp::from_second(world.observed_at).ok().map(|t| t.to_string()),
+        // How old the observation was when it was served: `phoenix serve` shares one among
+        // its readers (`serve::snapshot`); the command line observes now.
+        "observed_age_ms": 0,
         "server_running": world.server_running,
         "tmux_socket": spec.fleet.socket,
         "daemon": {"running": daemon_pid.is_some(), "pid": daemon_pid},

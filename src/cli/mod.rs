@@ -321,11 +321,14 @@ pub enum Command {
     #[command(hide = true)]
     Host,
     /// Read an agent's pane output on stdin and act on its `->continuity:` commands (started
-    /// by the wrapper through `tmux pipe-pane`).
+    /// by the wrapper through `tmux pipe-pane`). With `--hand-over`, give stdin to the
+    /// wrapper listening there, which reads it itself, and exit (read it here if none does).
     #[command(hide = true)]
     Tap {
         #[arg(long)]
         agent: String,
+        #[arg(long)]
+        hand_over: Option<String>,
     },
     /// The fleet's critical events, oldest first: crash loops, policy fallbacks, each step
     /// of a Clinic recovery, state rolled back, and each session's end (--all: every step).
@@ -557,7 +560,14 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         } => continuity::brief(&config, &agent, generate, json),
         Command::Host => Ok(hosts::host()),
         Command::Hosts(cmd) => hosts::hosts(&config, cmd),
-        Command::Tap { agent } => Ok(crate::continuity::tap::run(&config, &agent, err_line)?),
+        Command::Tap { agent, hand_over } => {
+            if let Some(name) = hand_over
+                && crate::continuity::tap_host::hand_over(&name).unwrap_or(false)
+            {
+                return Ok(0);
+            }
+            Ok(crate::continuity::tap::run(&config, &agent, err_line)?)
+        }
         Command::Watchdog { once, json } => watchdog::run(&config, once, json),
         Command::Notify(cmd) => notify::notify(&config, cmd),
         Command::Events(args) => events::events(&config, args),

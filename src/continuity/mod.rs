@@ -12,6 +12,7 @@ pub use crate::state::ledger;
 pub mod startup;
 pub mod tap;
 mod tap_act;
+pub mod tap_host;
 pub mod tap_usage;
 
 pub use handoff::{Handoff, Trigger};

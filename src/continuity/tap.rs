@@ -450,7 +450,13 @@ impl Limiter {
 /// is always read promptly. A failing action is logged in ops.jsonl, never fatal; what cannot
 /// be logged there (an unreadable phoenix.toml) goes to `log`, which the edge hands in.
 pub fn run(config: &std::path::Path, agent: &str, log: fn(&str)) -> crate::error::Result<i32> {
-    use std::io::Read;
+    read(std::io::stdin().lock(), config, agent, log);
+    Ok(0)
+}
+
+/// Read the pane's output from `input` until it closes, acting on its commands (`run`; the
+/// wrapper's own tap reads the pipe handed to it, `super::tap_host`).
+pub fn read(mut input: impl std::io::Read, config: &std::path::Path, agent: &str, log: fn(&str)) {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Command>(QUEUE);
     let config = config.to_path_buf();
     let name = agent.to_string();
@@ -464,10 +470,10 @@ pub fn run(config: &std::path::Path, agent: &str, log: fn(&str)) -> crate::error
     };
     let mut tap = Tap::new();
     let mut gate = Gate::new(&config, &name);
-    let mut stdin = std::io::stdin().lock();
-    let mut buf = vec![0u8; 64 * 1024];
+    // Small: a wrapper reads its pane with it for the agent's whole life.
+    let mut buf = vec![0u8; 16 * 1024];
     loop {
-        match stdin.read(&mut buf) {
+        match input.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
                 for c in tap.feed(&buf[..n]) {
@@ -484,7 +490,6 @@ pub fn run(config: &std::path::Path, agent: &str, log: fn(&str)) -> crate::error
     }
     drop(tx);
     let _ = worker.join();
-    Ok(0)
 }
 
 /// What stands between a command found in the output and the worker: the echo check and the

@@ -20,7 +20,7 @@ use crate::state::daemon::ReconcileStats;
 use crate::state::{self, FleetDir};
 use crate::status::AgentStatus;
 use crate::watchdog::Check;
-use crate::world::Runtime;
+use crate::world::{Runtime, World};
 use tally::{HookErrors, OpsTally, Tailed, Tokens};
 
 /// The content type of the text format written here (version 0.0.4, which every Prometheus
@@ -123,6 +123,12 @@ impl Collector {
         encode(&fleet, &agents)
     }
 
+    /// One scrape of a world observed already (`phoenix serve` shares one among its readers).
+    pub fn scrape_world(&self, spec: &Spec, world: &World) -> Result<String> {
+        let (fleet, agents) = self.sample_of(spec, world);
+        encode(&fleet, &agents)
+    }
+
     /// The facts of one scrape.
     pub fn sample(
         &self,
@@ -130,7 +136,12 @@ impl Collector {
         runtime: &dyn Runtime,
     ) -> Result<(FleetSample, Vec<AgentSample>)> {
         let world = crate::status::observe_lean(spec, runtime)?;
-        let rows = crate::status::lean_rows(spec, &world);
+        Ok(self.sample_of(spec, &world))
+    }
+
+    /// The facts of one scrape of `world`.
+    fn sample_of(&self, spec: &Spec, world: &World) -> (FleetSample, Vec<AgentSample>) {
+        let rows = crate::status::lean_rows(spec, world);
         let dirs = FleetDir::new(&spec.fleet.state_dir);
         let now = jiff::Timestamp::now();
         let mut logs = self.logs.lock().unwrap_or_else(|e| e.into_inner());
@@ -181,7 +192,7 @@ impl Collector {
             reconcile: ReconcileStats::load(&dirs),
             daemon_running: state::daemon::daemon_pid(&dirs).is_some(),
         };
-        Ok((fleet, agents))
+        (fleet, agents)
     }
 }
 

@@ -46,6 +46,8 @@ impl Hub {
     pub async fn run(app: App, mut shutdown: watch::Receiver<bool>) {
         let hub = app.live.clone();
         let mut last_error = String::new();
+        // The last document sent, without its age (which changes every time).
+        let mut last_sent: Option<String> = None;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(INTERVAL) => {}
@@ -54,32 +56,29 @@ impl Hub {
             if hub.status.receiver_count() == 0 {
                 continue;
             }
+            let status = app.snapshot.read(&app).await;
             let observer = app.clone();
-            let Ok(result) = tokio::task::spawn_blocking(move || {
-                let status = super::routes::status_json(&observer).map(|v| v.to_string());
-                let events = observer
+            let Ok(events) = tokio::task::spawn_blocking(move || {
+                observer
                     .spec()
                     .ok()
                     .map(|s| crate::state::FleetDir::new(&s.fleet.state_dir).critical_events_path())
                     .and_then(|p| std::fs::metadata(p).ok())
-                    .map_or(0, |m| m.len());
-                (status, events)
+                    .map_or(0, |m| m.len())
             })
             .await
             else {
                 continue;
             };
-            let (status, events) = result;
             match status {
-                Ok(text) => {
+                Ok(observed) => {
                     last_error.clear();
-                    hub.status.send_if_modified(|current| {
-                        let changed = current.as_deref() != Some(text.as_str());
-                        if changed {
-                            *current = Some(text.into());
-                        }
-                        changed
-                    });
+                    if last_sent.as_deref() != Some(observed.status_without_age()) {
+                        last_sent = Some(observed.status_without_age().to_string());
+                        let text = observed.status_body();
+                        hub.status
+                            .send_modify(|current| *current = Some(text.into()));
+                    }
                 }
                 // Said once, not every second.
                 Err(e) if e.error != last_error => {

@@ -17,13 +17,19 @@ use super::error::ApiError;
 use super::{App, auth, conn};
 use crate::error::Context;
 
-/// The handler, on the blocking pool (tmux, files): the scrape's text, or 503 when the
-/// fleet's runtime cannot be observed (the server itself is fine).
+/// The handler, on the blocking pool (files): the scrape's text from the shared observation
+/// of the fleet (`snapshot`), or 503 when the fleet's runtime cannot be observed (the server
+/// itself is fine).
 pub async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
+    let observed = app.snapshot.read(&app).await?;
     let text = super::routes::blocking(move || {
-        let spec = app.spec()?;
-        let runtime = crate::world::runtime_for(&spec);
-        app.metrics.scrape(&spec, &*runtime).map_err(|e| {
+        let spec = &observed.spec;
+        let scraped = match &observed.world {
+            Some(world) => app.metrics.scrape_world(spec, world),
+            // A fleet across hosts: this host's agents, observed for the scrape.
+            None => app.metrics.scrape(spec, &*crate::world::runtime_for(spec)),
+        };
+        scraped.map_err(|e| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("{e:#}"),

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod remote;
 pub mod routes;
+pub mod snapshot;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -47,6 +48,8 @@ pub struct Inner {
     pub shutdown: watch::Receiver<bool>,
     /// How far `/metrics` has counted each agent's logs.
     pub metrics: crate::metrics::Collector,
+    /// The fleet as last observed, shared by the status reads.
+    pub snapshot: snapshot::Snapshot,
 }
 
 impl std::ops::Deref for App {
@@ -64,6 +67,7 @@ impl App {
             live: live::Hub::default(),
             shutdown,
             metrics: crate::metrics::Collector::new(),
+            snapshot: snapshot::Snapshot::default(),
         }))
     }
 
@@ -83,6 +87,10 @@ impl App {
 /// The whole application: routes, the auth guard, the body limit, security headers.
 pub fn app(app: App) -> axum::Router {
     routes::router(app.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            snapshot::invalidate_after_writes,
+        ))
         .layer(axum::middleware::from_fn_with_state(app, auth::guard))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::map_response(security_headers))

@@ -199,6 +199,7 @@ pub fn document() -> Value {
                 "FleetStatus": {"type": "object", "properties": {
                     "format_version": {"type": "integer"},
                     "fleet": {"type": "string"}, "observed_at": {"type": "string", "format": "date-time"},
+                    "observed_age_ms": {"type": "integer", "description": "How old the shared observation was when sent (at most about 1 s; a write through the API makes the next read observe anew)."},
                     "server_running": {"type": "boolean"}, "tmux_socket": {"type": "string"},
                     "daemon": {"type": "object", "properties": {
                         "running": {"type": "boolean"}, "pid": {"type": ["integer", "null"]}}},

@@ -179,31 +179,42 @@ fn fleet(spec: &Spec) -> FleetDir {
 
 // ---- reads ----
 
-/// The fleet status document (`GET /api/status`, the live stream).
-pub fn status_json(app: &App) -> Result<Value, ApiError> {
-    let spec = app.spec()?;
+/// Observe the fleet now: its world (`None` for a fleet across hosts, whose document is read
+/// from every host) and the status document (`GET /api/status`, the live stream), which
+/// `serve::snapshot` keeps for every reader.
+pub fn observe_status(spec: &Spec) -> Result<(Option<crate::world::World>, Value), ApiError> {
     if !spec.hosts.is_empty() {
         // Every host's rows too, as `status --json` shows them (one function renders both).
-        let runtime = crate::world::runtime_for(&spec);
-        return crate::hosts::reads::fleet_status(&spec, &*runtime, None).map_err(|e| {
+        let runtime = crate::world::runtime_for(spec);
+        let doc = crate::hosts::reads::fleet_status(spec, &*runtime, None).map_err(|e| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("{e:#}"),
                 "run `phoenix doctor` on the server",
             )
-        });
+        })?;
+        return Ok((None, doc));
     }
-    let world = observe(&spec)?;
-    let rows = crate::status::rows(&spec, &world);
-    let daemon = crate::state::daemon::daemon_pid(&fleet(&spec));
-    Ok(crate::status::document(&spec, &world, &rows, daemon))
+    let world = observe(spec)?;
+    let rows = crate::status::rows(spec, &world);
+    let daemon = crate::state::daemon::daemon_pid(&fleet(spec));
+    let doc = crate::status::document(spec, &world, &rows, daemon);
+    Ok((Some(world), doc))
 }
 
+/// The fleet's status from the shared observation (`serve::snapshot`), with its age.
 async fn status(State(app): State<App>) -> ApiResult {
-    ok(blocking(move || status_json(&app)).await?)
+    let observed = app.snapshot.read(&app).await?;
+    let mut response = observed.status_body().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
 }
 
 async fn agent(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
+    let observed = app.snapshot.read(&app).await?;
     ok(blocking(move || {
         if let Some((spec, host)) = on_host(&app, &name)? {
             let args = ["status", "--json", "--", name.as_str()];
@@ -212,10 +223,14 @@ async fn agent(State(app): State<App>, AgentName(name): AgentName) -> ApiResult 
             row["host"] = Value::from(host);
             return Ok(row);
         }
-        let spec = app.spec()?;
-        let world = observe(&spec)?;
-        let row = crate::status::agent(&spec, &world, &name).ok_or_else(|| {
-            declared(&spec, &name)
+        let spec = &observed.spec;
+        // A fleet across hosts has no world of its own in the observation: observed here.
+        let world = match &observed.world {
+            Some(world) => world.clone(),
+            None => std::sync::Arc::new(observe(spec)?),
+        };
+        let row = crate::status::agent(spec, &world, &name).ok_or_else(|| {
+            declared(spec, &name)
                 .err()
                 .unwrap_or_else(|| ApiError::not_found(format!("no agent `{name}`"), ""))
         })?;
@@ -562,8 +577,7 @@ async fn plan(State(app): State<App>) -> ApiResult {
 }
 
 async fn stream(State(app): State<App>) -> ApiResult {
-    let probe = app.clone();
-    let first = blocking(move || status_json(&probe)).await?.to_string();
+    let first = app.snapshot.read(&app).await?.status_body();
     // Checked after the last await, right before subscribing: no other stream slips between.
     if app.live.listeners() >= super::live::MAX_STREAMS {
         return Err(ApiError::new(

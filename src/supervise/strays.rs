@@ -90,7 +90,7 @@ fn forget_agent(dir: &AgentDir) {
 pub fn stop_previous(dir: &AgentDir) -> Vec<ProcInfo> {
     let recorded = recorded(dir);
     let table = ProcTable::read();
-    let spared = spared(&table);
+    let spared = Spared::of(&table);
     let mut targets = Vec::new();
     // The recorded agent is stopped whatever it runs (`phoenix demo-agent` is phoenix too).
     if let Some(r) = &recorded
@@ -102,7 +102,7 @@ pub fn stop_previous(dir: &AgentDir) -> Vec<ProcInfo> {
             table
                 .descendants(agent.pid)
                 .into_iter()
-                .filter(|p| !spared.contains(&p.pid)),
+                .filter(|p| !spared.spares(p.pid)),
         );
     }
     add_marked(&table, dir, &spared, &mut targets);
@@ -144,12 +144,12 @@ fn stop_recorded(
 /// `held`: [`hold_interrupted_call`] set the agent's call in flight aside at its exit.
 pub fn sweep(dir: &AgentDir, agent: u32, held: bool) -> Vec<ProcInfo> {
     let table = ProcTable::read();
-    let spared = spared(&table);
+    let spared = Spared::of(&table);
     let own_group = nix::unistd::getpgrp().as_raw() as u32;
     let mut targets: Vec<ProcInfo> = table
         .descendants(std::process::id())
         .into_iter()
-        .filter(|p| p.pgid != own_group && !spared.contains(&p.pid))
+        .filter(|p| p.pgid != own_group && !spared.spares(p.pid))
         .collect();
     add_marked(&table, dir, &spared, &mut targets);
     let stopped = stop_recorded(
@@ -212,20 +212,26 @@ fn record_interrupted_call(dir: &AgentDir, stopped: &[ProcInfo]) {
 /// Nor are phoenix's own programs the agent's hooks started (a `phoenix handoff save` the
 /// pre-compact hook detached, a hook still writing): they are bounded, end by themselves, and
 /// what they save is what the next session starts from. The agent's process group was
-/// signalled already; this only spares the detached ones.
-fn spared(table: &ProcTable) -> Vec<u32> {
-    let own = own_programs();
-    let mut out = ancestors(table);
-    out.extend(
-        table
-            .all()
-            .filter(|p| {
-                std::fs::read_link(format!("/proc/{}/exe", p.pid))
-                    .is_ok_and(|exe| own.contains(&exe))
-            })
-            .map(|p| p.pid),
-    );
-    out
+/// signalled already; this only spares the detached ones. Which program a process runs is
+/// looked up only for the processes that would be stopped, not for the whole table.
+struct Spared {
+    ancestors: Vec<u32>,
+    own: Vec<std::path::PathBuf>,
+}
+
+impl Spared {
+    fn of(table: &ProcTable) -> Spared {
+        Spared {
+            ancestors: ancestors(table),
+            own: own_programs(),
+        }
+    }
+
+    fn spares(&self, pid: u32) -> bool {
+        self.ancestors.contains(&pid)
+            || std::fs::read_link(format!("/proc/{pid}/exe"))
+                .is_ok_and(|exe| self.own.contains(&exe))
+    }
 }
 
 /// This process and the chain of its parents.
@@ -253,12 +259,12 @@ fn own_programs() -> Vec<std::path::PathBuf> {
 
 /// Processes whose environment says they belong to this agent's runs (the wrapper gives the
 /// agent `PHOENIX_STATE_DIR`, and children inherit it): found even after they left the tree.
-fn add_marked(table: &ProcTable, dir: &AgentDir, spared: &[u32], out: &mut Vec<ProcInfo>) {
+fn add_marked(table: &ProcTable, dir: &AgentDir, spared: &Spared, out: &mut Vec<ProcInfo>) {
     let value = dir.path.as_os_str().as_bytes();
     for p in table.all() {
-        if !spared.contains(&p.pid)
-            && !out.iter().any(|o| o.pid == p.pid)
+        if !out.iter().any(|o| o.pid == p.pid)
             && procs::environ_has(p.pid, "PHOENIX_STATE_DIR", value)
+            && !spared.spares(p.pid)
         {
             out.push(p.clone());
         }

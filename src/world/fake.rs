@@ -480,8 +480,8 @@ impl Runtime for FakeRuntime {
         };
         self.call(call, |state| {
             let p = state.pane_mut(pane)?;
-            // `-o`: a pipe already there is kept.
-            p.pipe.get_or_insert_with(|| shell_command.to_string());
+            // A pipe already there is replaced.
+            p.pipe = Some(shell_command.to_string());
             Ok(())
         })
     }

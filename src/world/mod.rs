@@ -246,8 +246,9 @@ pub trait Runtime: Send + Sync {
             .filter_map(|p| self.capture(p, lines).ok().map(|t| (p.clone(), t)))
             .collect()
     }
-    /// Stream `pane`'s output to `shell_command` (keeping a pipe already there). The caller
-    /// quotes the words for the shell; the runtime keeps its own expansions out of it.
+    /// Stream `pane`'s output to `shell_command`, replacing a pipe already there (whose
+    /// command then sees its input end). The caller quotes the words for the shell; the
+    /// runtime keeps its own expansions out of it.
     fn pipe_output(&self, pane: &str, shell_command: &str) -> Result<(), RuntimeError>;
     /// Show `pane` to the person at this terminal until they leave it (the runtime gets the
     /// terminal).

@@ -286,13 +286,14 @@ impl Runtime for Tmux {
         self.run(["send-keys", "-t", pane, "Escape"]).map(drop)
     }
 
-    /// Stream `pane`'s output to `shell_command` (`-o`: keep a pipe already there). tmux
-    /// format-expands the command before `sh -c` runs it, so its `#` are escaped: a path with
-    /// `#(…)` in it is a path, not a command. The caller quotes the words for the shell.
+    /// Stream `pane`'s output to `shell_command`, replacing a pipe already there: tmux's
+    /// `-o` would instead close an existing pipe and open none, and the pipe of a wrapper
+    /// killed with its tap is still there until the pane next prints. tmux format-expands
+    /// the command before `sh -c` runs it, so its `#` are escaped: a path with `#(…)` in it
+    /// is a path, not a command. The caller quotes the words for the shell.
     fn pipe_output(&self, pane: &str, shell_command: &str) -> Result<(), RuntimeError> {
         let command = super::inert::format_literal(shell_command);
-        self.run(["pipe-pane", "-o", "-t", pane, &command])
-            .map(drop)
+        self.run(["pipe-pane", "-t", pane, &command]).map(drop)
     }
 
     /// Show `pane` to the person at this terminal: switch this client to it when running

@@ -60,6 +60,8 @@ pub(crate) fn start(net: &HostedFleet, hosts: &[&str]) {
 /// A status document without what moves between two reads of it.
 fn steady(mut doc: Value) -> Value {
     doc["observed_at"] = Value::Null;
+    // `phoenix serve` shares one observation among its readers and says how old it is.
+    doc["observed_age_ms"] = Value::Null;
     for a in doc["agents"].as_array_mut().unwrap() {
         for moving in [
             "uptime_secs",

@@ -897,6 +897,40 @@ fn live_streams_are_limited_and_the_api_still_answers() {
     drop(streams);
 }
 
+/// Status reads share one observation of the fleet and say how old it is; a restart through
+/// the API shows in the very next read: the write makes the shared observation stale.
+#[test]
+fn a_restart_through_the_api_shows_in_the_next_status_read() {
+    let fleet = fleet();
+    let server = Server::start(&fleet, &[]);
+    let pid_of = |doc: &Value, name: &str| {
+        doc["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["agent"] == name)
+            .map(|a| a["pid"].clone())
+            .unwrap()
+    };
+    let (code, first) = server.get("/api/status");
+    assert_eq!(code, 200, "{first}");
+    assert!(first["observed_age_ms"].is_u64(), "{first}");
+    let before = pid_of(&first, "alpha");
+    assert!(before.is_u64(), "{first}");
+    let (code, restarted) = server.post("/api/agents/alpha/restart", &json!({}));
+    assert_eq!(code, 200, "{restarted}");
+    assert!(
+        restarted["pid"].is_u64(),
+        "the restart waits for the new process: {restarted}"
+    );
+    let (_, next) = server.get("/api/status");
+    assert_eq!(pid_of(&next, "alpha"), restarted["pid"], "{next}");
+    assert_ne!(pid_of(&next, "alpha"), before);
+    // One agent's read comes from the same observation.
+    let (_, alpha) = server.get("/api/agents/alpha");
+    assert_eq!(alpha["pid"], restarted["pid"], "{alpha}");
+}
+
 /// `GET /api/status` returns what `phoenix status --json` prints: one function renders both
 /// (they once differed: a bare array on the command line, an object over HTTP). Only what
 /// moves between two reads (the time, uptimes, activity, tokens used today) is set aside.
@@ -906,6 +940,7 @@ fn api_status_is_exactly_what_status_json_prints() {
     let server = Server::start(&fleet, &[]);
     let steady = |mut doc: Value| {
         doc["observed_at"] = Value::Null;
+        doc["observed_age_ms"] = Value::Null;
         for a in doc["agents"].as_array_mut().unwrap() {
             for moving in [
                 "uptime_secs",

@@ -3,15 +3,61 @@
 
 use super::*;
 
+/// What an exit's bookkeeping needs, owned: it runs on a thread of its own.
+pub(super) struct Books {
+    pub(super) spec: Spec,
+    pub(super) agent: AgentSpec,
+    pub(super) fleet: FleetDir,
+    pub(super) dir: AgentDir,
+}
+
+/// An exit's bookkeeping, under way on its thread.
+#[must_use = "the bookkeeping must be finished before anything else happens"]
+pub(super) struct Aftermath(Option<std::thread::JoinHandle<()>>);
+
+impl Aftermath {
+    /// Run `job` on a thread; here and now if no thread can be had.
+    fn start(job: impl FnOnce() + Send + 'static) -> Aftermath {
+        let job = std::sync::Arc::new(std::sync::Mutex::new(Some(job)));
+        let on_thread = job.clone();
+        let spawned = std::thread::Builder::new()
+            .name("exit bookkeeping".into())
+            .spawn(move || {
+                let job = on_thread.lock().ok().and_then(|mut j| j.take());
+                if let Some(job) = job {
+                    job();
+                }
+            });
+        match spawned {
+            Ok(t) => Aftermath(Some(t)),
+            Err(_) => {
+                let job = job.lock().ok().and_then(|mut j| j.take());
+                if let Some(job) = job {
+                    job();
+                }
+                Aftermath(None)
+            }
+        }
+    }
+
+    /// Wait until all of it is written.
+    pub(super) fn finish(self) {
+        if let Some(t) = self.0 {
+            let _ = t.join();
+        }
+    }
+}
+
 impl Wrapper {
     /// The exit is an incident: build it with its facts, let the recovery pipeline decide
-    /// (the policy, and the Clinic for a crash it can name), keep the evidence, record the one
-    /// reason, and let the executor carry the answer out.
+    /// (the policy, and the Clinic for a crash it can name) and answer at once; what cannot
+    /// change the answer — keeping the evidence, the handoff, the executor's writes, the one
+    /// recorded reason — goes on meanwhile (`Aftermath`), to be finished before the next start.
     pub(super) fn after_exit(
         &mut self,
         run: &Run,
         requested: Option<recovery::StopRequest>,
-    ) -> Recovery {
+    ) -> (Recovery, Aftermath) {
         let saved = record::load(&self.dir);
         let facts = Facts {
             recent_crashes: saved.recent_crash_times(),
@@ -37,7 +83,7 @@ impl Wrapper {
             now: jiff::Timestamp::now().as_second(),
         };
         let incident = Incident::Exit(exit.clone());
-        let pane_tail = self.crash_evidence(&incident);
+        let pane_tail = self.crash_evidence(&incident, run.screen.as_deref());
         // Lua is loaded here, after an exit, never on a hook's path; a new state each time
         // picks up edited policies. Stops requested on purpose need no policy.
         let policies = exit
@@ -62,11 +108,6 @@ impl Wrapper {
                 session: crate::clinic::triage::Session::Latest,
             })
         });
-
-        if decision.counts_as_crash {
-            self.keep_crash(&decision, run, &exit, pane_tail);
-        }
-        self.hand_off(&decision);
         // The sessions a fresh start leaves behind: the one this run resumed and the one
         // its hooks recorded last.
         let sessions: Vec<String> = run
@@ -75,13 +116,47 @@ impl Wrapper {
             .cloned()
             .chain(record::recorded_session(&self.dir).map(|s| s.id))
             .collect();
+        self.announce(&decision, session_id.is_some());
+        let books = self.books();
+        let run = run.clone();
+        let answer = decision.clone();
+        let job = move || books.keep(&run, &exit, &answer, pane_tail, &sessions);
+        (decision, Aftermath::start(job))
+    }
+
+    /// The evidence of a crash, from the pane as the exit left it: only what this session
+    /// printed (the scrollback above its start is another's), its last `EVIDENCE_LINES`.
+    fn crash_evidence(&self, incident: &Incident, screen: Option<&str>) -> Option<String> {
+        let screen = screen.filter(|_| incident.is_crash())?;
+        let text = crate::clinic::triage::this_session(screen, &self.agent.name);
+        let lines: Vec<&str> = text.trim_end().lines().collect();
+        Some(lines[lines.len().saturating_sub(EVIDENCE_LINES)..].join("\n"))
+    }
+}
+
+impl Books {
+    /// Everything an exit leaves on disk once decided, in the order it always had: the
+    /// crash's evidence, the handoff, the executor's writes, the one recorded reason; then
+    /// the controller is woken.
+    fn keep(
+        &self,
+        run: &Run,
+        exit: &ExitFacts,
+        decision: &Recovery,
+        pane_tail: Option<String>,
+        sessions: &[String],
+    ) {
+        if decision.counts_as_crash {
+            self.keep_crash(decision, run, exit, pane_tail);
+        }
+        self.hand_off(decision);
         for problem in recovery::execute::after_exit(
             &self.fleet,
             &self.dir,
             &self.agent,
-            &decision,
-            (code, signal),
-            &sessions,
+            decision,
+            (exit.code, exit.signal),
+            sessions,
         ) {
             say(&problem);
         }
@@ -94,27 +169,7 @@ impl Wrapper {
                 "decided_by": decision.decided_by,
             }),
         );
-        self.announce(&decision, session_id.is_some());
         crate::state::daemon::poke(&self.fleet, &self.agent.name);
-        decision
-    }
-
-    /// The evidence of a crash, taken before anything else: only what this session printed
-    /// (the scrollback above its start is another's).
-    fn crash_evidence(&self, incident: &Incident) -> Option<String> {
-        incident
-            .is_crash()
-            .then(|| {
-                self.pane
-                    .as_ref()
-                    .and_then(|p| self.runtime.capture(p, EVIDENCE_LINES).ok())
-            })
-            .flatten()
-            .map(|t| {
-                crate::clinic::triage::this_session(&t, &self.agent.name)
-                    .trim_end()
-                    .to_string()
-            })
     }
 
     /// The crash record and the ledger entry of a crash.
@@ -171,6 +226,23 @@ impl Wrapper {
         }
     }
 
+    /// The one `agent_exit` line for this run: the supervisor's single reason for the end of
+    /// the session (the CLI's own SessionEnd hook may log its view separately).
+    pub(super) fn record_end(&self, run: &Run, reason: EndReason, extra: serde_json::Value) {
+        let (code, signal) = status_parts(run.status);
+        let mut fields = json!({
+            "reason": reason, "code": code, "signal": signal,
+            "runtime_ms": run.runtime.as_millis() as u64, "mode": run.mode,
+            "session_id": run.session_id, "showed_life": run.showed_life,
+        });
+        if let (Some(f), serde_json::Value::Object(x)) = (fields.as_object_mut(), extra) {
+            f.extend(x);
+        }
+        let _ = self.dir.record_op(Op::AgentExit, fields);
+    }
+}
+
+impl Wrapper {
     /// Say in the pane how the run ended and what comes next.
     fn announce(&self, decision: &Recovery, resumable: bool) {
         let delay = decision.delay;
@@ -188,21 +260,6 @@ impl Wrapper {
             decision.reason.as_str(),
             decision.explain
         ));
-    }
-
-    /// The one `agent_exit` line for this run: the supervisor's single reason for the end of
-    /// the session (the CLI's own SessionEnd hook may log its view separately).
-    pub(super) fn record_end(&self, run: &Run, reason: EndReason, extra: serde_json::Value) {
-        let (code, signal) = status_parts(run.status);
-        let mut fields = json!({
-            "reason": reason, "code": code, "signal": signal,
-            "runtime_ms": run.runtime.as_millis() as u64, "mode": run.mode,
-            "session_id": run.session_id, "showed_life": run.showed_life,
-        });
-        if let (Some(f), serde_json::Value::Object(x)) = (fields.as_object_mut(), extra) {
-            f.extend(x);
-        }
-        let _ = self.dir.record_op(Op::AgentExit, fields);
     }
 
     /// Wait before the next start; false if the wrapper was told to stop meanwhile.

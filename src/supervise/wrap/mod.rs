@@ -36,8 +36,12 @@ mod safe;
 pub use argv::{base_argv, resume_argv};
 use probe::{LifeProbe, without_our_lines};
 
-/// Lines of the pane kept in a crash record.
-const EVIDENCE_LINES: usize = 50;
+/// Lines of the pane kept in a crash record: what 50 lines of history and the pane's 50 rows
+/// held, taken from the end of the one read of the pane after the exit.
+const EVIDENCE_LINES: usize = 100;
+/// The pane read after an exit stands for the pane before the next start only after a
+/// cooldown this short.
+const SCREEN_KEPT_FOR: Duration = Duration::from_secs(1);
 /// How long an agent gets to exit after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// How long the wrapper's pass for a failed turn waits for another pass to let go.
@@ -55,8 +59,27 @@ fn enter_workdir(agent: &AgentSpec) {
     let _ = std::env::set_current_dir(&agent.workdir);
 }
 
+/// A wrapper runs for every agent for as long as the agent does: its threads (the tap, the
+/// wait for the agent, an exit's bookkeeping) share one malloc arena instead of one each.
+fn one_arena() {
+    // SAFETY: mallopt only sets a tuning parameter of this process's allocator.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
+/// Give freed heap pages back after the work around a start (the spec, the state files):
+/// they would stay resident for the whole run of the agent otherwise.
+fn give_back_freed_memory() {
+    // SAFETY: malloc_trim only returns free memory at the allocator's discretion.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Run the agent in the foreground of this pane and keep it alive.
 pub fn wrap(config: &Path, agent_name: &str) -> crate::error::Result<i32> {
+    one_arena();
     term::install_handlers();
     let spec = spec::load(config)?;
     let agent = find_agent(&spec, agent_name)?.clone();
@@ -94,6 +117,8 @@ pub fn wrap(config: &Path, agent_name: &str) -> crate::error::Result<i32> {
         pane,
         terminal: Terminal::open(),
         interrupted_by: None,
+        screen: None,
+        phase: Default::default(),
     };
     // A session that died with its pane or its host, mid-task, is owed the nudge as well.
     let state = wrapper.dir.read_state().ok();
@@ -156,9 +181,15 @@ struct Wrapper {
     /// Why the next session must be told to go on (the last one was interrupted mid-task):
     /// kept until a run shows life and the continuation prompt is sent.
     interrupted_by: Option<&'static str>,
+    /// The pane as the last exit left it (its one capture), for the next start's life check
+    /// when that start follows the exit directly.
+    screen: Option<String>,
+    /// The pane's phase being set on a thread: joined before it is set again.
+    phase: std::cell::RefCell<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// One finished run of the agent CLI.
+#[derive(Clone)]
 struct Run {
     argv: Vec<String>,
     mode: Start,
@@ -166,6 +197,8 @@ struct Run {
     status: Option<ExitStatus>,
     runtime: Duration,
     showed_life: bool,
+    /// The pane after the exit (`None` without a pane or when it could not be read).
+    screen: Option<String>,
 }
 
 enum SafeOutcome {
@@ -176,9 +209,12 @@ enum SafeOutcome {
 }
 
 impl Wrapper {
-    /// Stream the pane's output to `phoenix tap` for its `->continuity:` commands. tmux runs
-    /// the pipe command through `sh -c`, so every word is quoted (and `pipe_output` keeps tmux
-    /// from format-expanding it); `-o` keeps an existing pipe.
+    /// Read the pane's output for its `->continuity:` commands. tmux gives a pane's output
+    /// only to a command it starts (`pipe-pane`): that command, `phoenix tap --hand-over`,
+    /// passes the pipe to this wrapper, which reads it on a thread (`tap_host`), and exits; a
+    /// wrapper that cannot listen leaves the reading to it. tmux runs the command through
+    /// `sh -c`, so every word is quoted (and `pipe_output` keeps tmux from format-expanding
+    /// it), and `exec` replaces that shell: no `sh` stays behind per agent.
     fn start_tap(&self) {
         let (Some(pane), true) = (&self.pane, self.agent.tap) else {
             return;
@@ -186,17 +222,36 @@ impl Wrapper {
         let Ok(exe) = std::env::current_exe() else {
             return;
         };
+        let host = crate::continuity::tap_host::Host::start(&self.spec.file, &self.agent.name)
+            .map_err(|e| {
+                let _ = self.dir.record_op(
+                    Op::TapFailed,
+                    json!({"error": format!("the wrapper cannot read the pane itself ({e}); a `phoenix tap` process does")}),
+                );
+            })
+            .ok();
         use crate::hooks::config::sh_quote;
-        let command = [
-            exe.to_string_lossy().as_ref(),
+        let exe = exe.to_string_lossy();
+        let file = self.spec.file.to_string_lossy();
+        let mut words = vec![
+            exe.as_ref(),
             "--config",
-            self.spec.file.to_string_lossy().as_ref(),
+            file.as_ref(),
             "tap",
             "--agent",
             self.agent.name.as_str(),
-        ]
-        .map(sh_quote)
-        .join(" ");
+        ];
+        if let Some(host) = &host {
+            words.extend(["--hand-over", host.name.as_str()]);
+        }
+        let command = format!(
+            "exec {}",
+            words
+                .into_iter()
+                .map(sh_quote)
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
         match self.runtime.pipe_output(pane, &command) {
             Ok(()) => {
                 let _ = self.dir.record_op(Op::TapStarted, json!({"pane": pane}));
@@ -217,6 +272,8 @@ impl Wrapper {
             }
             self.reload();
             if let Some(q) = record::load(&self.dir).safe_mode {
+                // What a person types in safe mode is on the screen now: read it anew.
+                self.screen = None;
                 match self.safe_mode(&format!("quarantined since {}: {}", q.since, q.reason))? {
                     SafeOutcome::Start => {}
                     SafeOutcome::Quit => return Ok(0),
@@ -231,7 +288,8 @@ impl Wrapper {
                 let reason = requested
                     .map(|r| r.reason)
                     .unwrap_or(EndReason::RuntimeStop);
-                self.record_end(&run, reason, json!({"wrapper_signal": sig}));
+                self.books()
+                    .record_end(&run, reason, json!({"wrapper_signal": sig}));
                 // The pane is being replaced or closed: save what this session knew first.
                 if let Err(e) = crate::continuity::auto_handoff(
                     &self.spec,
@@ -246,7 +304,18 @@ impl Wrapper {
                 crate::state::daemon::poke(&self.fleet, &self.agent.name);
                 return Ok(128 + sig);
             }
-            let decision = self.after_exit(&run, requested);
+            let (decision, aftermath) = self.after_exit(&run, requested);
+            // The exit's bookkeeping (evidence, handoff, the executor's writes, the record of
+            // the end) runs during the cooldown and is done before anything else happens here:
+            // the next start, safe mode, or the wrapper's own end.
+            let go_on = match decision.start {
+                Some(Start::Resume | Start::Fresh) => self.cooldown(decision.delay),
+                Some(Start::SafeMode) | None => true,
+            };
+            aftermath.finish();
+            if !go_on {
+                return Ok(128 + term::stop_signal().unwrap_or(0));
+            }
             match decision.reason {
                 EndReason::Crash | EndReason::WatchdogKill | EndReason::PlannedCycle => {
                     self.interrupted(decision.reason.as_str(), run.session_id.as_deref());
@@ -270,10 +339,10 @@ impl Wrapper {
                         SafeOutcome::Stopped(code) => return Ok(code),
                     }
                 }
+                // Nothing ran in the pane since the exit but the wrapper's own lines; after a
+                // long cooldown a person may have typed there: then it is read anew.
                 Some(Start::Resume | Start::Fresh) => {
-                    if !self.cooldown(decision.delay) {
-                        return Ok(128 + term::stop_signal().unwrap_or(0));
-                    }
+                    self.screen = run.screen.filter(|_| decision.delay <= SCREEN_KEPT_FOR);
                 }
             }
         }
@@ -322,8 +391,38 @@ impl Wrapper {
     }
 
     fn set_phase(&self, phase: &str) {
+        self.phase_set();
         if let Some(pane) = &self.pane {
             let _ = self.runtime.set_phase(pane, phase);
+        }
+    }
+
+    /// Set the pane's phase on a thread (a tmux call), while the wrapper goes on deciding.
+    fn set_phase_meanwhile(&self, phase: &'static str) {
+        self.phase_set();
+        if let Some(pane) = self.pane.clone() {
+            let runtime = self.runtime.clone();
+            *self.phase.borrow_mut() = Some(std::thread::spawn(move || {
+                let _ = runtime.set_phase(&pane, phase);
+            }));
+        }
+    }
+
+    /// A phase being set is set: phases are set in order.
+    fn phase_set(&self) {
+        let pending = self.phase.borrow_mut().take();
+        if let Some(t) = pending {
+            let _ = t.join();
+        }
+    }
+
+    /// What an exit's bookkeeping needs, owned (it runs on a thread of its own).
+    fn books(&self) -> exit::Books {
+        exit::Books {
+            spec: self.spec.clone(),
+            agent: self.agent.clone(),
+            fleet: self.fleet.clone(),
+            dir: self.dir.clone(),
         }
     }
 }

@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// Lines of the pane read to see it change (history above the screen, and the screen).
+pub(super) const SCREEN_LINES: usize = 200;
+
 /// Watches for the first sign of life of a started agent: its hooks write `state.json`,
 /// `tool_use.jsonl`, `session_id` or hook lines in `ops.jsonl`; a CLI without a hook at launch
 /// (`AgentCli::life_shows_in_pane`) may instead just print in its pane.
@@ -12,7 +15,7 @@ pub(super) struct LifeProbe {
     pane: Option<(SharedRuntime, String, String)>,
     /// When the pane may be read next, and the wait after that: a tmux call per agent every
     /// 100 ms would swamp the server of a large fleet of quiet agents.
-    pub(super) next_capture: Instant,
+    next_capture: Instant,
     capture_every: Duration,
     /// No hook is guaranteed and no pane can be read: being alive has to do.
     blind: bool,
@@ -24,6 +27,7 @@ impl LifeProbe {
         cli: Cli,
         runtime: &SharedRuntime,
         pane: &Option<String>,
+        baseline: Option<String>,
     ) -> LifeProbe {
         let stamp = |p: &Path| {
             std::fs::metadata(p)
@@ -42,8 +46,12 @@ impl LifeProbe {
         let ops_len = std::fs::metadata(&ops).map(|m| m.len()).unwrap_or(0);
         // A CLI whose hooks may not fire at launch: a change in the pane counts too.
         let watch_pane = cli.adapter().life_shows_in_pane();
+        // The pane before this start: as the last exit left it, else read now.
         let pane = pane.as_ref().filter(|_| watch_pane).and_then(|p| {
-            let snapshot = runtime.capture(p, 200).ok()?;
+            let snapshot = match baseline {
+                Some(screen) => screen,
+                None => runtime.capture(p, SCREEN_LINES).ok()?,
+            };
             Some((runtime.clone(), p.clone(), without_our_lines(&snapshot)))
         });
         LifeProbe {
@@ -58,6 +66,36 @@ impl LifeProbe {
     }
 
     pub(super) fn shown(&mut self) -> bool {
+        if self.shown_in_files() {
+            return true;
+        }
+        if let Some((runtime, pane, snapshot)) = &self.pane
+            && Instant::now() >= self.next_capture
+        {
+            self.next_capture = Instant::now() + self.capture_every;
+            self.capture_every = (self.capture_every * 2).min(Duration::from_secs(2));
+            if let Ok(now) = runtime.capture(pane, SCREEN_LINES)
+                && without_our_lines(&now) != *snapshot
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The last look, after the exit, at the pane as it was read then (`screen`) whatever
+    /// the throttle says.
+    pub(super) fn shown_at_exit(&mut self, screen: Option<&str>) -> bool {
+        if self.shown_in_files() {
+            return true;
+        }
+        match (&self.pane, screen) {
+            (Some((_, _, snapshot)), Some(now)) => without_our_lines(now) != *snapshot,
+            _ => false,
+        }
+    }
+
+    fn shown_in_files(&mut self) -> bool {
         if self.blind {
             return true;
         }
@@ -69,21 +107,7 @@ impl LifeProbe {
                 return true;
             }
         }
-        if self.hook_in_ops() {
-            return true;
-        }
-        if let Some((runtime, pane, snapshot)) = &self.pane
-            && Instant::now() >= self.next_capture
-        {
-            self.next_capture = Instant::now() + self.capture_every;
-            self.capture_every = (self.capture_every * 2).min(Duration::from_secs(2));
-            if let Ok(now) = runtime.capture(pane, 200)
-                && without_our_lines(&now) != *snapshot
-            {
-                return true;
-            }
-        }
-        false
+        self.hook_in_ops()
     }
 
     /// Has a hook written an op since the last look: the CLI runs, and runs its hooks.

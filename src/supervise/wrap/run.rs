@@ -18,7 +18,15 @@ impl Wrapper {
     pub(super) fn run_once(&mut self) -> Run {
         let (mode, session_id, argv) = self.choose_start();
         self.trust_hooks();
-        let mut probe = LifeProbe::new(&self.dir, self.agent.cli, &self.runtime, &self.pane);
+        // The pane as the last exit left it, if this start follows that exit directly.
+        let baseline = self.screen.take();
+        let mut probe = LifeProbe::new(
+            &self.dir,
+            self.agent.cli,
+            &self.runtime,
+            &self.pane,
+            baseline,
+        );
         let started = Instant::now();
         // Where this run's ops begin: its session-start hook may well come before it shows life.
         let ops_at_start = ops_len(&self.dir);
@@ -32,12 +40,17 @@ impl Wrapper {
             json!({"argv": argv, "pid": pid, "mode": mode.as_str(), "session_id": session_id,
                    "spawned": child.spawned}),
         );
+        give_back_freed_memory();
         let (status, mut showed_life) = self.watch(child.child, started, ops_at_start, &mut probe);
         self.clean_up_after(pid);
+        // The one read of the pane after this exit: the last look for life, the crash's
+        // evidence, and what the next start's life check compares with.
+        let screen = self
+            .pane
+            .as_ref()
+            .and_then(|p| self.runtime.capture(p, probe::SCREEN_LINES).ok());
         if !showed_life {
-            // The last look reads the pane whatever the throttle says.
-            probe.next_capture = Instant::now();
-            showed_life = probe.shown();
+            showed_life = probe.shown_at_exit(screen.as_deref());
         }
         let mode = self.check_resumed(mode, session_id.as_deref(), showed_life);
         Run {
@@ -47,6 +60,7 @@ impl Wrapper {
             status,
             runtime: started.elapsed(),
             showed_life,
+            screen,
         }
     }
 
@@ -239,10 +253,11 @@ impl Wrapper {
                 self.agent.name
             ));
         }
-        // While deciding, nothing runs here on purpose: say so before anything else. A wrapper
+        // While deciding, nothing runs here on purpose: say so before anything else (on a
+        // thread: the tmux call is not waited for, and the next phase waits for it). A wrapper
         // told to stop stays quiet: its pane may already belong to its replacement.
         if term::stop_signal().is_none() {
-            self.set_phase("cooldown");
+            self.set_phase_meanwhile("cooldown");
         }
         if let Some(t) = &self.terminal {
             t.take_back();
@@ -370,6 +385,7 @@ impl Wrapper {
             status: Some(ExitStatus::from_raw(code << 8)),
             runtime: Duration::ZERO,
             showed_life: false,
+            screen: None,
         }
     }
 
