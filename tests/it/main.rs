@@ -17,6 +17,7 @@ mod policy;
 mod real_cli;
 mod real_codex;
 mod real_gemini;
+mod scale;
 mod serve;
 mod supervise;
 mod support;
