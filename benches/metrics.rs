@@ -143,9 +143,9 @@ fn parts(fleet: &Fleet) {
     let world = phoenix::status::observe_lean(&spec, &*runtime).unwrap();
     let pids: Vec<u32> = world.panes.iter().map(|p| p.pid).collect();
     println!(
-        "in process, p50: list the panes {:.1?}, their wrappers' children {:.1?}, every process {:.1?}",
+        "in process, p50: list the panes {:.1?}, the panes' process trees {:.1?}, every process {:.1?}",
         median(&mut || drop(runtime.list().unwrap())),
-        median(&mut || drop(phoenix::world::ProcTable::children_of(&pids))),
+        median(&mut || drop(phoenix::world::ProcTable::trees(&pids))),
         median(&mut || drop(phoenix::world::ProcTable::read())),
     );
     let (fleet_sample, agents) = collector.sample(&spec, &*runtime).unwrap();

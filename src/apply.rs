@@ -14,7 +14,7 @@ use crate::recovery::{EndReason, execute};
 use crate::spec::{AgentSpec, Spec};
 use crate::state::op::Make;
 use crate::state::{self, AgentDir, FleetDir, Op};
-use crate::world::{Launch, Runtime, RuntimeError};
+use crate::world::{Launch, Runtime, RuntimeError, Started};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct StepOutcome {
@@ -44,18 +44,40 @@ pub struct Applier<'a> {
     pub exe: PathBuf,
 }
 
+/// Workers that prepare starts side by side: each writes and syncs its agent's launch spec,
+/// mostly waiting for the disk.
+const PREPARE_WORKERS: usize = 8;
+
 impl Applier<'_> {
+    /// Carry out `plan`: every change but the starts one by one in plan order, then the starts
+    /// together (`Runtime::start_many`: a few runtime calls for the whole fleet), each start
+    /// that failed retried on its own once. Each step is recorded in its agent's ops.jsonl.
     pub fn apply(&self, plan: &Plan) -> ApplyReport {
         let fleet = FleetDir::new(&self.spec.fleet.state_dir);
-        let steps = plan
-            .changes
-            .iter()
-            .map(|change| {
-                let dir = fleet.agent(&change.agent);
-                let (ok, detail) = match self.step(change, &dir) {
+        let changes = &plan.changes;
+        let mut results: Vec<Option<Result<String, String>>> = Vec::with_capacity(changes.len());
+        let mut starts: Vec<usize> = Vec::new();
+        for (i, change) in changes.iter().enumerate() {
+            if matches!(change.action, Action::Start) {
+                starts.push(i);
+                results.push(None);
+            } else {
+                results.push(Some(self.step(change, &fleet.agent(&change.agent))));
+            }
+        }
+        let started = self.start_all(&fleet, starts.iter().map(|&i| &changes[i]).collect());
+        for (i, result) in starts.into_iter().zip(started) {
+            results[i] = Some(result);
+        }
+        let steps = parallel_map(
+            changes.iter().zip(results).collect(),
+            PREPARE_WORKERS,
+            |(change, result)| {
+                let (ok, detail) = match result.expect("every change has a result") {
                     Ok(detail) => (true, detail),
                     Err(e) => (false, e),
                 };
+                let dir = fleet.agent(&change.agent);
                 let action = change.action.name();
                 let event: Make = if ok { Op::Apply } else { Op::ApplyFailed };
                 if dir.exists() {
@@ -71,9 +93,48 @@ impl Applier<'_> {
                     ok,
                     detail,
                 }
-            })
-            .collect();
+            },
+        );
         ApplyReport { steps }
+    }
+
+    /// Start the agents of `changes` (all `Start`s): their state dirs and launch specs
+    /// written side by side, then one `start_many`; a start that failed there is retried once
+    /// on its own, one never tried there gets the whole tiered treatment.
+    fn start_all(&self, fleet: &FleetDir, changes: Vec<&Change>) -> Vec<Result<String, String>> {
+        let prepared: Vec<Result<(&AgentSpec, Launch), String>> =
+            parallel_map(changes, PREPARE_WORKERS, |change| {
+                let agent = self
+                    .spec
+                    .agent(&change.agent)
+                    .ok_or_else(|| format!("agent `{}` is not declared", change.agent))?;
+                crate::workspace::steps::ready(agent)?;
+                let dir = fleet.agent(&change.agent);
+                ensure_dir(&dir)?;
+                Ok((agent, self.launch(agent, &dir)?))
+            });
+        let launches: Vec<Launch> = prepared
+            .iter()
+            .filter_map(|p| p.as_ref().ok().map(|(_, l)| l.clone()))
+            .collect();
+        let mut started = self.runtime.start_many(&launches).into_iter();
+        prepared
+            .into_iter()
+            .map(|p| {
+                let (agent, launch) = p?;
+                let pane = match started.next().unwrap_or(Started::NotTried) {
+                    Started::Pane(pane) => Ok(pane),
+                    Started::Failed(_) => {
+                        std::thread::sleep(Duration::from_millis(200));
+                        self.runtime
+                            .start(&launch)
+                            .map_err(|e| diagnose(self.runtime, &e, agent))
+                    }
+                    Started::NotTried => self.tiered(agent, || self.runtime.start(&launch)),
+                }?;
+                Ok(format!("started in pane {pane}"))
+            })
+            .collect()
     }
 
     fn step(&self, change: &Change, dir: &AgentDir) -> Result<String, String> {
@@ -243,6 +304,40 @@ fn worktree_step(action: &Action, agent: &str, dir: &AgentDir) -> Result<String,
         }
         _ => Err("not a worktree change".into()),
     }
+}
+
+/// `f` of every item, on up to `workers` threads side by side; the results in item order.
+fn parallel_map<T: Send, R: Send>(
+    items: Vec<T>,
+    workers: usize,
+    f: impl Fn(T) -> R + Sync,
+) -> Vec<R> {
+    let n = items.len();
+    if n < 2 {
+        return items.into_iter().map(f).collect();
+    }
+    let queue = std::sync::Mutex::new(items.into_iter().enumerate());
+    let mut results: Vec<Option<R>> = (0..n).map(|_| None).collect();
+    let done = std::sync::Mutex::new(Vec::with_capacity(n));
+    std::thread::scope(|s| {
+        for _ in 0..workers.min(n) {
+            s.spawn(|| {
+                loop {
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+                    let Some((i, item)) = next else { break };
+                    let r = f(item);
+                    done.lock().unwrap_or_else(|e| e.into_inner()).push((i, r));
+                }
+            });
+        }
+    });
+    for (i, r) in done.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        results[i] = Some(r);
+    }
+    results
+        .into_iter()
+        .map(|r| r.expect("every item was mapped"))
+        .collect()
 }
 
 fn ensure_dir(dir: &AgentDir) -> Result<(), String> {

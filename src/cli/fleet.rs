@@ -256,8 +256,10 @@ fn tell_waiting(holder: &str) {
     )
 }
 
-/// How long apply waits for started agents to show a process before reporting.
+/// How long apply waits for started agents to show a process before reporting, and how much
+/// longer for each agent started: a thousand wrappers starting at once share the machine.
 const START_CONFIRM: std::time::Duration = std::time::Duration::from_secs(3);
+const START_CONFIRM_PER_AGENT: std::time::Duration = std::time::Duration::from_millis(15);
 
 /// Wait briefly until every agent started by this apply has its process, and say so: a step
 /// that "worked" but left an empty pane is worth knowing about right away.
@@ -277,7 +279,8 @@ pub(super) fn confirm_started(
     if started.is_empty() {
         return;
     }
-    let deadline = std::time::Instant::now() + START_CONFIRM;
+    let deadline =
+        std::time::Instant::now() + START_CONFIRM + START_CONFIRM_PER_AGENT * started.len() as u32;
     let mut pids = vec![None; started.len()];
     let mut spawn_errors: Vec<Option<String>> = vec![None; started.len()];
     let fleet = crate::state::FleetDir::new(&spec.fleet.state_dir);

@@ -113,6 +113,16 @@ pub fn search(
     kind: Option<&str>,
     limit: usize,
 ) -> Result<Vec<Hit>, StoreError> {
+    // A query only reads: an index that is there and current is opened read-only (no lock,
+    // no write, no fsync); one that is behind the files is caught up first, as before.
+    if let Some(store) = Store::open_for_read(fleet)
+        && store.is_current().unwrap_or(false)
+    {
+        match store.search(query, agent, kind, limit) {
+            Err(e) if e.is_corruption() => {}
+            other => return other,
+        }
+    }
     match Store::open(fleet)?.search(query, agent, kind, limit) {
         Err(e) if e.is_corruption() => Store::rebuild_fresh(fleet)?
             .0

@@ -10,7 +10,10 @@ use super::{PENDING, Store, StoreError};
 use crate::state::AgentDir;
 use crate::state::{handoff, ledger};
 
-fn mtime_and_size(path: &Path) -> Option<(i64, i64)> {
+/// A file's modification time (ns) and size, as the index records them.
+type Stamp = (i64, i64);
+
+fn mtime_and_size(path: &Path) -> Option<Stamp> {
     let m = std::fs::metadata(path).ok()?;
     let mtime = m
         .modified()
@@ -101,19 +104,24 @@ impl Store {
         )
     }
 
-    /// Has `path` changed since it was last indexed? Records the new stamp if so.
-    fn changed(&self, path: &Path) -> Result<bool, StoreError> {
-        let key = path.to_string_lossy().to_string();
-        let now = mtime_and_size(path);
-        let before: Option<(i64, i64)> = self
+    /// The stamp `path` had when it was last indexed, and the one it has now.
+    fn stamps(&self, path: &Path) -> Result<(Option<Stamp>, Option<Stamp>), StoreError> {
+        let before = self
             .conn
             .query_row(
                 "SELECT mtime, size FROM sources WHERE path = ?1",
-                params![key],
+                params![path.to_string_lossy()],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .optional()
             .map_err(self.err())?;
+        Ok((before, mtime_and_size(path)))
+    }
+
+    /// Has `path` changed since it was last indexed? Records the new stamp if so.
+    fn changed(&self, path: &Path) -> Result<bool, StoreError> {
+        let key = path.to_string_lossy().to_string();
+        let (before, now) = self.stamps(path)?;
         if now == before {
             return Ok(false);
         }
@@ -131,6 +139,36 @@ impl Store {
                 .map_err(self.err())?,
         };
         Ok(true)
+    }
+
+    /// Whether the index already holds everything `catch_up` would add (nothing pending, no
+    /// brief or ledger changed, no new critical event), found by reading only: a search of an
+    /// index that is current needs no write at all.
+    pub(super) fn is_current(&self) -> Result<bool, StoreError> {
+        if self.fleet.root.join(PENDING).exists() {
+            return Ok(false);
+        }
+        for dir in self.agent_dirs() {
+            for path in [dir.file("brief.md"), dir.file(ledger::LEDGER)] {
+                let (before, now) = self.stamps(&path)?;
+                if before != now {
+                    return Ok(false);
+                }
+            }
+        }
+        let size =
+            std::fs::metadata(self.fleet.critical_events_path()).map_or(0, |m| m.len() as i64);
+        let offset: i64 = self
+            .conn
+            .query_row(
+                "SELECT size FROM sources WHERE path = 'events-offset'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())?
+            .unwrap_or(0);
+        Ok(size == offset)
     }
 
     /// Index what changed since the last open: pending handoffs, changed briefs and ledgers,

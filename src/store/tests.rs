@@ -154,3 +154,32 @@ fn a_partly_corrupt_index_is_rebuilt_into_a_new_file() {
     let names = crate::state::testing::file_names(&fleet.root);
     assert!(!names.iter().any(|n| n.contains(".tmp.")), "{names:?}");
 }
+
+/// The index file's size and modification time, and how much its write-ahead log holds.
+fn index_files(fleet: &FleetDir) -> (u64, std::time::SystemTime, u64) {
+    let index = std::fs::metadata(fleet.root.join(INDEX)).unwrap();
+    let wal = std::fs::metadata(format!("{}-wal", fleet.root.join(INDEX).display()))
+        .map_or(0, |m| m.len());
+    (index.len(), index.modified().unwrap(), wal)
+}
+
+#[test]
+fn a_search_of_a_current_index_writes_nothing_and_a_new_handoff_is_still_found() {
+    let (_tmp, fleet) = crate::state::testing::temp_fleet();
+    let dir = fleet.agent("a");
+    dir.ensure().unwrap();
+    handoff::write(&dir, &handoff("a", 1, "first", "alpha words")).unwrap();
+    note_pending(&fleet, &dir, "20260101T000001Z-x");
+    assert_eq!(search(&fleet, "alpha", None, None, 5).unwrap().len(), 1);
+    let before = index_files(&fleet);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    for _ in 0..3 {
+        assert_eq!(search(&fleet, "alpha", None, None, 5).unwrap().len(), 1);
+    }
+    // (A read-only reader of a WAL index leaves an empty log and the shared memory behind.)
+    assert_eq!(index_files(&fleet), before, "a query wrote to the index");
+    // A handoff written since is indexed by the next search, as before.
+    handoff::write(&dir, &handoff("a", 2, "second", "beta words")).unwrap();
+    note_pending(&fleet, &dir, "20260101T000002Z-x");
+    assert_eq!(search(&fleet, "beta", None, None, 5).unwrap().len(), 1);
+}

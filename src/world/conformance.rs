@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Launch, PaneObs, Runtime, Tag};
+use super::{Launch, PaneObs, Runtime, Started, Tag};
 
 /// The program every pane runs: it waits for one line and exits with it as its status, so
 /// the suite can end it through the runtime's own keyboard.
@@ -82,6 +82,7 @@ pub(crate) fn conforms(runtime: &dyn Runtime, exited: &dyn Fn(&str, i32)) {
     assert_eq!(back.fingerprint.as_deref(), Some("fp-3"), "{name}");
     assert_ne!(back.pid, dead.pid, "{name}: a new process");
     pipes_and_stops(runtime, &two);
+    starts_many(runtime);
     // This test runs in no pane of this runtime.
     assert_eq!(runtime.own_pane(), None, "{name}");
     // kill_server: nothing left, an empty world again.
@@ -194,4 +195,51 @@ fn pipes_and_stops(runtime: &dyn Runtime, two: &str) {
     let listed = runtime.list().unwrap().unwrap_or_default();
     assert!(listed.iter().all(|p| p.id != two), "{name}: {listed:?}");
     runtime.stop(two).unwrap();
+}
+
+/// start_many: each launch started once, in order, tagged, in its own session whether that
+/// session exists already or is made by the same batch; a value ending in `;` does not split
+/// the batch.
+fn starts_many(runtime: &dyn Runtime) {
+    let name = runtime.name();
+    let mut other = launch("four", "w-four", "fp-4");
+    other.session = "conformance-2".into();
+    let mut odd = launch("five", "w-five", "fp-5");
+    odd.session = "conformance-2".into();
+    odd.argv.extend(["#{pane_id}".into(), "x;".into()]);
+    let launches = [launch("three", "w-three", "fp-3"), other, odd];
+    let started = runtime.start_many(&launches);
+    let panes: Vec<String> = started
+        .into_iter()
+        .map(|s| match s {
+            Started::Pane(p) => p,
+            other => panic!("{name}: {other:?}"),
+        })
+        .collect();
+    assert_eq!(panes.len(), 3, "{name}");
+    for (pane, l) in panes.iter().zip(&launches) {
+        let p = until(runtime, pane, "alive", |p| !p.dead);
+        assert_eq!(
+            (
+                p.agent.as_deref(),
+                p.fingerprint.as_deref(),
+                p.session.as_str()
+            ),
+            (
+                Some(l.agent.as_str()),
+                Some(l.fingerprint.as_str()),
+                l.session.as_str()
+            ),
+            "{name}: {p:?}"
+        );
+    }
+    let listed = runtime.list().unwrap().unwrap_or_default();
+    let fives: Vec<&PaneObs> = listed
+        .iter()
+        .filter(|p| p.agent.as_deref() == Some("five"))
+        .collect();
+    assert_eq!(fives.len(), 1, "{name}: started once");
+    for pane in &panes {
+        runtime.stop(pane).unwrap();
+    }
 }

@@ -119,6 +119,17 @@ pub struct Launch {
     pub fingerprint: String,
 }
 
+/// What became of one launch of `Runtime::start_many`.
+#[derive(Debug)]
+pub enum Started {
+    /// Started in this pane.
+    Pane(String),
+    /// Tried, and it failed: the runtime made no pane for it.
+    Failed(RuntimeError),
+    /// Not tried: an earlier launch of the same batch failed first. Nothing was started.
+    NotTried,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     #[error("`{program}` was not found on PATH", program = tmux::PROGRAM)]
@@ -222,6 +233,18 @@ pub trait Runtime: Send + Sync {
     fn list(&self) -> Result<Option<Vec<PaneObs>>, RuntimeError>;
     /// Start an agent; returns the new pane's id.
     fn start(&self, launch: &Launch) -> Result<String, RuntimeError>;
+    /// Start several agents at once, as few round trips to the runtime as it can manage; what
+    /// became of each launch, in order. A launch is started at most once: a failed or untried
+    /// one has no pane.
+    fn start_many(&self, launches: &[Launch]) -> Vec<Started> {
+        launches
+            .iter()
+            .map(|l| match self.start(l) {
+                Ok(pane) => Started::Pane(pane),
+                Err(e) => Started::Failed(e),
+            })
+            .collect()
+    }
     /// Replace whatever runs in `pane` with a fresh launch.
     fn respawn(&self, pane: &str, launch: &Launch) -> Result<(), RuntimeError>;
     fn stop(&self, pane: &str) -> Result<(), RuntimeError>;
@@ -433,23 +456,18 @@ fn agent_obs(
 }
 
 /// The processes of the panes a runtime does not describe itself (the fake does; a remote host
-/// would have to): this host's, from /proc. A status needs each wrapper's children only: those
-/// are read from the kernel's children lists when it keeps them, not every process of the
-/// machine (most of the time of a `/metrics` scrape).
-fn read_processes(panes: &mut [PaneObs], for_plan: bool) {
+/// would have to): this host's, from /proc. Only this fleet's process trees are read, from the
+/// panes' own processes down (the kernel's children lists), not every process of the machine;
+/// the whole table only where the kernel keeps no such lists.
+fn read_processes(panes: &mut [PaneObs]) {
     let local = |p: &PaneObs| !p.dead && p.started.is_none() && p.processes.is_empty();
     if !panes.iter().any(local) {
         return;
     }
     let pids: Vec<u32> = panes.iter().filter(|p| local(p)).map(|p| p.pid).collect();
-    let (table, whole) = match (!for_plan).then(|| ProcTable::children_of(&pids)).flatten() {
-        Some(table) => (table, false),
-        None => (ProcTable::read(), true),
-    };
+    let table = ProcTable::trees(&pids).unwrap_or_else(ProcTable::read);
     for pane in panes.iter_mut().filter(|p| local(p)) {
-        if whole {
-            pane.started = table.get(pane.pid).map(|p| p.started);
-        }
+        pane.started = table.get(pane.pid).map(|p| p.started);
         pane.processes = table.descendants(pane.pid);
     }
 }
@@ -461,7 +479,7 @@ pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError
 }
 
 /// `observe` without what only a plan needs (the hook files in every workdir, the launch spec
-/// each agent was started with, the panes' start times and grandchildren): what the fleet's
+/// each agent was started with): what the fleet's
 /// status is made of, for `/metrics`, which is scraped every few seconds.
 pub fn observe_status(spec: &Spec, runtime: &dyn Runtime) -> Result<World, RuntimeError> {
     observe_with(spec, runtime, false)
@@ -499,7 +517,7 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
         // pane or its agent ended (a clean exit's) is then always seen with the end, and a
         // plan never restarts an agent that stopped on purpose.
         let (mut panes, running) = ours(runtime.list()?);
-        read_processes(&mut panes, true);
+        read_processes(&mut panes);
         (panes, running, look(names))
     } else {
         // A status may see an end a moment before its marker: the runtime is asked while the
@@ -514,7 +532,7 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
             (listed, agents)
         });
         let (mut panes, running) = ours(listed?);
-        read_processes(&mut panes, false);
+        read_processes(&mut panes);
         (panes, running, agents)
     };
     // Agents that run without being declared or having a state dir.

@@ -1,4 +1,5 @@
-//! Process trees from /proc: one pass over all processes, then descendants per pane.
+//! Process trees from /proc: the trees under the panes' own processes (from the kernel's
+//! children lists), or one pass over all processes where the kernel keeps no such lists.
 
 use std::collections::HashMap;
 use std::fs;
@@ -55,30 +56,30 @@ impl ProcTable {
         table
     }
 
-    /// The direct children of each of `pids`, from the kernel's list of each one's children
-    /// (`/proc/<pid>/task/<tid>/children`): a few reads per pid instead of one for every
-    /// process of the machine. The main thread's list is read first, the other threads' only
-    /// when no child there leads a process group (a wrapper starts its agent from its main
-    /// thread, as a group of its own). `None` when the kernel keeps no such lists.
-    pub fn children_of(pids: &[u32]) -> Option<ProcTable> {
+    /// The process trees under each of `pids` (the pids themselves included), from the
+    /// kernel's list of each process's children (`/proc/<pid>/task/<tid>/children`): a few
+    /// reads per process of the trees instead of one for every process of the machine. For a
+    /// root, its main thread's list is read first, the other threads' only when no child there
+    /// leads a process group (a wrapper starts its agent from its main thread, as a group of
+    /// its own); below the roots, each process's main thread's list. `None` when the kernel
+    /// keeps no such lists.
+    pub fn trees(pids: &[u32]) -> Option<ProcTable> {
         let boot = boot_time();
         let ticks = clock_ticks();
         let mut table = ProcTable::default();
-        let listed = |pid: u32, tid: u32| -> Option<Vec<u32>> {
-            let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")).ok()?;
-            Some(
-                text.split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .collect(),
-            )
-        };
+        let mut below: Vec<u32> = Vec::new();
         for &pid in pids {
-            let mut kids = match listed(pid, pid) {
+            let mut kids = match children_listed(pid, pid) {
                 Some(kids) => kids,
                 // A process gone meanwhile has no list; a kernel without lists has none at all.
                 None if std::path::Path::new(&format!("/proc/{pid}")).exists() => return None,
                 None => continue,
             };
+            table.procs.extend(
+                read_stats(&[pid], boot, ticks)
+                    .into_iter()
+                    .map(|p| (pid, p)),
+            );
             let mut infos = read_stats(&kids, boot, ticks);
             if !infos.iter().any(|p| p.pgid == p.pid) {
                 let tids = fs::read_dir(format!("/proc/{pid}/task"))
@@ -88,7 +89,7 @@ impl ProcTable {
                     .flatten()
                     .filter_map(|e| e.file_name().to_str()?.parse().ok())
                 {
-                    let more: Vec<u32> = listed(pid, tid)
+                    let more: Vec<u32> = children_listed(pid, tid)
                         .unwrap_or_default()
                         .into_iter()
                         .filter(|k| !kids.contains(k))
@@ -97,15 +98,26 @@ impl ProcTable {
                     kids.extend(more);
                 }
             }
-            for info in infos {
-                table.children.entry(info.ppid).or_default().push(info.pid);
-                table.procs.insert(info.pid, info);
-            }
+            below.extend(infos.iter().map(|p| p.pid));
+            table.add(infos);
+        }
+        while let Some(pid) = below.pop() {
+            let infos = read_stats(&children_listed(pid, pid).unwrap_or_default(), boot, ticks);
+            below.extend(infos.iter().map(|p| p.pid));
+            table.add(infos);
         }
         for kids in table.children.values_mut() {
             kids.sort_unstable();
+            kids.dedup();
         }
         Some(table)
+    }
+
+    fn add(&mut self, infos: Vec<ProcInfo>) {
+        for info in infos {
+            self.children.entry(info.ppid).or_default().push(info.pid);
+            self.procs.insert(info.pid, info);
+        }
     }
 
     /// Every process in the snapshot, in no particular order.
@@ -201,6 +213,16 @@ fn parse_stat(pid: u32, stat: &str, boot: i64, ticks: i64) -> Option<ProcInfo> {
     })
 }
 
+/// The children the kernel lists for thread `tid` of `pid`.
+fn children_listed(pid: u32, tid: u32) -> Option<Vec<u32>> {
+    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")).ok()?;
+    Some(
+        text.split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect(),
+    )
+}
+
 /// The processes `pids` that still exist, from their stat.
 fn read_stats(pids: &[u32], boot: i64, ticks: i64) -> Vec<ProcInfo> {
     pids.iter()
@@ -242,7 +264,7 @@ mod tests {
             .spawn()
             .unwrap();
         let me = std::process::id();
-        let Some(table) = ProcTable::children_of(&[me, 999_999_999]) else {
+        let Some(table) = ProcTable::trees(&[me, 999_999_999]) else {
             eprintln!("SKIPPED: this kernel keeps no /proc/PID/task/TID/children lists");
             let _ = child.kill();
             let _ = child.wait();

@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use super::{Check, Launch, PaneObs, Runtime, RuntimeError, Tag};
+use super::{Check, Launch, PaneObs, Runtime, RuntimeError, Started, Tag};
 use crate::spec::Spec;
+
+mod batch;
 
 /// The program this adapter runs.
 pub(super) const PROGRAM: &str = "tmux";
@@ -79,11 +81,18 @@ impl Tmux {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
-        let mut cmd = self.command();
         let args: Vec<std::ffi::OsString> =
             args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        check(self.output(&args)?, &args)
+    }
+
+    /// `run`, with what tmux printed whether it succeeded or not (a sequence that failed half
+    /// way printed what its first half made).
+    fn output<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Result<Output, RuntimeError> {
+        let args: Vec<std::ffi::OsString> = args.iter().map(|a| a.as_ref().to_owned()).collect();
+        let mut cmd = self.command();
         cmd.args(args.iter().map(|a| super::inert::command_argument(a)));
-        let output = cmd.output().map_err(|e| {
+        cmd.output().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 RuntimeError::NotInstalled
             } else {
@@ -92,31 +101,7 @@ impl Tmux {
                     stderr: e.to_string(),
                 }
             }
-        })?;
-        check(output, &args)
-    }
-
-    fn has_session(&self, session: &str) -> bool {
-        self.run(["has-session", "-t", &format!("={session}")])
-            .is_ok()
-    }
-
-    fn label_args(launch: &Launch, target: Option<&str>) -> Vec<String> {
-        let mut args = Vec::new();
-        // The fleet tag goes on in the same tmux call that creates the pane: no other phoenix
-        // ever sees the pane untagged.
-        for (tag, value) in [
-            (Tag::Fleet, launch.fleet.as_str()),
-            (Tag::Agent, launch.agent.as_str()),
-            (Tag::Fingerprint, launch.fingerprint.as_str()),
-        ] {
-            args.extend([";".to_string(), "set-option".into(), "-p".into()]);
-            if let Some(t) = target {
-                args.extend(["-t".into(), t.into()]);
-            }
-            args.extend([option(tag).into(), value.into()]);
-        }
-        args
+        })
     }
 }
 
@@ -190,51 +175,15 @@ impl Runtime for Tmux {
     }
 
     fn start(&self, launch: &Launch) -> Result<String, RuntimeError> {
-        let workdir = PANE_START_DIR.to_string();
-        let mut args: Vec<String> = if self.has_session(&launch.session) {
-            vec![
-                "new-window".into(),
-                "-P".into(),
-                "-F".into(),
-                "#{pane_id}".into(),
-                "-t".into(),
-                format!("={}:", launch.session),
-                "-n".into(),
-                launch.window.clone(),
-                "-c".into(),
-                workdir,
-            ]
-        } else {
-            vec![
-                "new-session".into(),
-                "-d".into(),
-                "-P".into(),
-                "-F".into(),
-                "#{pane_id}".into(),
-                "-x".into(),
-                "200".into(),
-                "-y".into(),
-                "50".into(),
-                "-s".into(),
-                launch.session.clone(),
-                "-n".into(),
-                launch.window.clone(),
-                "-c".into(),
-                workdir,
-            ]
-        };
-        args.extend(launch.argv.iter().cloned());
-        // Keep dead panes so exits can be observed and inspected; the server is ours alone.
-        args.extend([";", "set-option", "-g", "remain-on-exit", "on"].map(String::from));
-        args.extend(Self::label_args(launch, None));
-        let out = self.run(&args)?;
-        let pane = out.lines().next().unwrap_or("").trim().to_string();
-        if !pane.starts_with('%') {
-            return Err(RuntimeError::Parse(format!(
-                "expected a pane id from tmux, got `{pane}`"
-            )));
+        match self.start_batch(std::slice::from_ref(launch)).pop() {
+            Some(Started::Pane(pane)) => Ok(pane),
+            Some(Started::Failed(e)) => Err(e),
+            _ => Err(RuntimeError::Parse("tmux was not asked to start it".into())),
         }
-        Ok(pane)
+    }
+
+    fn start_many(&self, launches: &[Launch]) -> Vec<Started> {
+        self.start_batch(launches)
     }
 
     fn respawn(&self, pane: &str, launch: &Launch) -> Result<(), RuntimeError> {
@@ -247,7 +196,7 @@ impl Runtime for Tmux {
             PANE_START_DIR.into(),
         ];
         args.extend(launch.argv.iter().cloned());
-        args.extend(Self::label_args(launch, Some(pane)));
+        args.extend(batch::label_args(launch, pane));
         self.run(&args).map(drop)
     }
 
@@ -719,7 +668,7 @@ mod tests {
     fn only_this_file_names_tmux() {
         let mut found = Vec::new();
         for (rel, text) in crate::text::crate_sources() {
-            if rel == "world/tmux.rs" {
+            if rel == "world/tmux.rs" || rel.starts_with("world/tmux/") {
                 continue;
             }
             for (n, line) in text.lines().enumerate() {

@@ -22,6 +22,7 @@ mod real_cli;
 mod real_codex;
 mod real_gemini;
 mod real_messages;
+mod scale;
 mod serve;
 mod supervise;
 mod support;

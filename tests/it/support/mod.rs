@@ -31,6 +31,9 @@ pub const REAL_CLIS: &str = "PHOENIX_TEST_REAL_CLIS";
 /// Opt-in for the browser suite (a headless Chromium and chromedriver, installed with apt-get
 /// when missing). `.ci/run` sets it.
 pub const BROWSER: &str = "PHOENIX_TEST_BROWSER";
+/// Opt-in for the 1,000-agent suite (a real server with 2,000 processes for a minute or two).
+/// `.ci/run` sets it.
+pub const SCALE: &str = "PHOENIX_TEST_SCALE";
 
 /// Whether an opt-in suite runs: `var` is `1`. If not, says once per test binary why its tests
 /// pass without running, on the real stderr (the test harness captures `eprintln!` of

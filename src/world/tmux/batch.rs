@@ -1,0 +1,172 @@
+//! Starting many agents with few tmux calls: the server is asked once which sessions exist,
+//! then the windows are created as command sequences (`new-window … ; set-option … ; …`), as
+//! many per call as a command line holds. Every value still goes as its own argument (made
+//! inert by `Tmux::run`), never through a shell or a format.
+
+use std::collections::BTreeSet;
+
+use super::{PANE_START_DIR, Tmux, check, is_no_server, option};
+use crate::world::{Launch, RuntimeError, Started, Tag};
+
+/// A tmux client sends its command line to the server as one message of at most 16 KiB
+/// (`command too long` beyond it); this leaves room for the message's own framing.
+const CALL_BYTES: usize = 12 * 1024;
+
+impl Tmux {
+    /// The sessions the server has now; none when there is no server yet.
+    fn sessions(&self) -> Result<BTreeSet<String>, RuntimeError> {
+        match self.run(["list-sessions", "-F", "#{session_name}"]) {
+            Ok(out) => Ok(out.lines().map(str::to_string).collect()),
+            Err(e) if is_no_server(&e) => Ok(BTreeSet::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Start every launch; see `Runtime::start_many`. One `list-sessions`, then one call per
+    /// chunk of launches. A call that fails stops where tmux stopped: the launches before it
+    /// have their panes (tmux printed their ids), the one it stopped at failed, the rest were
+    /// not tried.
+    pub(super) fn start_batch(&self, launches: &[Launch]) -> Vec<Started> {
+        let mut sessions = match self.sessions() {
+            Ok(s) => s,
+            Err(e) => {
+                let mut e = Some(e);
+                return launches
+                    .iter()
+                    .map(|_| e.take().map_or(Started::NotTried, Started::Failed))
+                    .collect();
+            }
+        };
+        let mut out = Vec::with_capacity(launches.len());
+        let mut chunk: Vec<Vec<String>> = Vec::new();
+        let mut bytes = 0;
+        for launch in launches {
+            let commands = commands_for(launch, sessions.insert(launch.session.clone()));
+            let size: usize = commands.iter().map(|a| a.len() + 2).sum();
+            if !chunk.is_empty() && bytes + size > CALL_BYTES {
+                out.extend(self.run_chunk(std::mem::take(&mut chunk)));
+                bytes = 0;
+            }
+            bytes += size;
+            chunk.push(commands);
+        }
+        if !chunk.is_empty() {
+            out.extend(self.run_chunk(chunk));
+        }
+        out
+    }
+
+    /// One call for the launches of `chunk` (each given as its commands); what became of each.
+    fn run_chunk(&self, chunk: Vec<Vec<String>>) -> Vec<Started> {
+        let n = chunk.len();
+        let mut args: Vec<String> = Vec::new();
+        for (i, commands) in chunk.into_iter().enumerate() {
+            if i > 0 {
+                args.push(";".into());
+            }
+            args.extend(commands);
+            if i == 0 {
+                // Keep dead panes so exits can be observed and inspected; the server is ours
+                // alone. Set once the server surely exists, in every call.
+                args.extend([";", "set-option", "-g", "remain-on-exit", "on"].map(String::from));
+            }
+        }
+        let (out, error) = match self.output(&args) {
+            Ok(output) => {
+                let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+                let described: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+                (stdout, check(output, &described).err())
+            }
+            Err(e) => (String::new(), Some(e)),
+        };
+        // `-P` prints each new pane's id as it is made: the first lines are the panes made,
+        // and tmux stops a sequence at its first failing command.
+        let made: Vec<&str> = out
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with('%'))
+            .collect();
+        let mut error = error;
+        (0..n)
+            .map(|i| match (made.get(i), &error) {
+                (Some(pane), _) => Started::Pane(pane.to_string()),
+                (None, Some(_)) if i == made.len() => {
+                    Started::Failed(error.take().expect("checked just above"))
+                }
+                (None, Some(_)) => Started::NotTried,
+                // The call succeeded without saying which pane it made (as `start` always said).
+                (None, None) => Started::Failed(parse_error(&out)),
+            })
+            .collect()
+    }
+}
+
+/// A call that succeeded without saying which pane it made.
+fn parse_error(out: &str) -> RuntimeError {
+    RuntimeError::Parse(format!(
+        "expected a pane id from tmux, got `{}`",
+        out.trim()
+    ))
+}
+
+/// The commands that start `launch`: its window (and session, when `new`), then its tags, in
+/// the same call, so that no other phoenix ever sees the pane untagged.
+fn commands_for(launch: &Launch, new_session: bool) -> Vec<String> {
+    let mut args: Vec<String> = if new_session {
+        [
+            "new-session",
+            "-d",
+            "-P",
+            "-F",
+            "#{pane_id}",
+            "-x",
+            "200",
+            "-y",
+            "50",
+            "-s",
+        ]
+        .map(String::from)
+        .to_vec()
+    } else {
+        vec![
+            "new-window".into(),
+            "-P".into(),
+            "-F".into(),
+            "#{pane_id}".into(),
+            "-t".into(),
+            format!("={}:", launch.session),
+        ]
+    };
+    if new_session {
+        args.push(launch.session.clone());
+    }
+    // tmux format-expands `-c`, so the agent's workdir never goes there: the wrapper changes
+    // into it itself.
+    args.extend([
+        "-n".into(),
+        launch.window.clone(),
+        "-c".into(),
+        PANE_START_DIR.into(),
+    ]);
+    args.extend(launch.argv.iter().cloned());
+    // The new window is its session's current one (`new-window` without `-d` selects it), so
+    // `=session:` names the new pane. Not the implicit target: after `new-session -d` that is
+    // another session's pane.
+    args.extend(label_args(launch, &format!("={}:", launch.session)));
+    args
+}
+
+/// `set-option -p` of the fleet, agent and fingerprint tags on the pane `target`, each after a
+/// `;`.
+pub(super) fn label_args(launch: &Launch, target: &str) -> Vec<String> {
+    let mut args = Vec::new();
+    for (tag, value) in [
+        (Tag::Fleet, launch.fleet.as_str()),
+        (Tag::Agent, launch.agent.as_str()),
+        (Tag::Fingerprint, launch.fingerprint.as_str()),
+    ] {
+        args.extend([";", "set-option", "-p", "-t", target].map(String::from));
+        args.extend([option(tag).into(), value.into()]);
+    }
+    args
+}
