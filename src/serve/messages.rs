@@ -32,8 +32,23 @@ pub(super) async fn send(
     JsonBody(body): JsonBody<MessageBody>,
 ) -> Result<Response, ApiError> {
     let message = blocking(move || {
-        let spec = app.spec()?;
         let from = body.from.as_deref().unwrap_or("operator");
+        if let Some((spec, host)) = super::routes::on_host(&app, &name)? {
+            // Its host keeps its inbox: sent there as `phoenix send` sends it.
+            let mut args = vec![
+                "send".to_string(),
+                format!("--from={from}"),
+                "--json".into(),
+            ];
+            args.extend(body.urgent.then(|| "--urgent".to_string()));
+            args.extend(["--".to_string(), name.clone(), body.text.clone()]);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let doc = super::remote::run(&spec, &host, &args, super::remote::ACTION_TIMEOUT)?;
+            let mut message = doc["message"].clone();
+            message["host"] = serde_json::Value::from(host);
+            return Ok(message);
+        }
+        let spec = app.spec()?;
         messages::send(&spec, &name, from, &body.text, body.urgent).map_err(|e| match &e {
             Error::UnknownAgent { .. } => {
                 ApiError::not_found(e.to_string(), "`GET /api/status` lists the agents")
@@ -57,6 +72,7 @@ pub(super) async fn send(
                 ),
             ),
         })
+        .map(|m| serde_json::to_value(m).unwrap_or_default())
     })
     .await?;
     Ok((StatusCode::CREATED, Json(message)).into_response())
@@ -67,6 +83,10 @@ pub(super) async fn list(
     AgentName(name): AgentName,
 ) -> Result<Response, ApiError> {
     let value = blocking(move || {
+        if let Some((spec, host)) = super::routes::on_host(&app, &name)? {
+            let args = ["inbox", "--json", "--", name.as_str()];
+            return super::remote::run(&spec, &host, &args, super::remote::READ_TIMEOUT);
+        }
         let spec = app.spec()?;
         if spec.agent(&name).is_none() {
             return Err(ApiError::not_found(

@@ -168,7 +168,7 @@ fn spec_and_agent(app: &App, name: &str) -> Result<(Spec, AgentSpec), ApiError> 
 
 /// The spec and the host of agent `name`, when phoenix.toml puts it on one: its routes
 /// are then answered by that host's phoenix ([`remote`]).
-fn on_host(app: &App, name: &str) -> Result<Option<(Spec, String)>, ApiError> {
+pub(super) fn on_host(app: &App, name: &str) -> Result<Option<(Spec, String)>, ApiError> {
     let spec = app.spec()?;
     Ok(remote::host_of(&spec, name).map(|host| (spec, host)))
 }

@@ -223,6 +223,30 @@ fn the_api_reads_and_restarts_agents_of_hosts_and_labels_every_row() {
         "{ops:?}"
     );
 
+    // A message for an agent of a host goes to its inbox there, and is read from there.
+    let (code, sent) = server.post(
+        "/api/agents/far2/messages",
+        &json!({"text": "rebase onto main", "from": "ci"}),
+    );
+    assert_eq!(code, 201, "{sent}");
+    assert_eq!(
+        (&sent["host"], &sent["from"]),
+        (&json!("gpu-2"), &json!("ci"))
+    );
+    let on_host = net.host("gpu-2").run(&["inbox", "far2", "--json"]).json();
+    let texts = |doc: &Value| -> Vec<Value> {
+        ["pending", "delivered"]
+            .iter()
+            .flat_map(|k| doc[*k].as_array().cloned().unwrap_or_default())
+            .map(|m| m["text"].clone())
+            .collect()
+    };
+    assert_eq!(texts(&on_host), [json!("rebase onto main")], "{on_host}");
+    let (code, listed) = server.get("/api/agents/far2/messages");
+    assert_eq!(code, 200, "{listed}");
+    assert_eq!(listed["host"], "gpu-2", "{listed}");
+    assert_eq!(texts(&listed), [json!("rebase onto main")], "{listed}");
+
     // The fleet's events: every host's, labelled.
     let (code, events) = server.get("/api/events?limit=1000");
     assert_eq!(code, 200, "{events}");
