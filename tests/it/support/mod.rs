@@ -348,7 +348,27 @@ impl Fleet {
 impl Drop for Fleet {
     fn drop(&mut self) {
         kill_tmux_server(&self.socket);
+        // A hook's detached writer (the handoff a pre-compact hook saves, then indexes) may
+        // still work in the fleet's directory: removing it now would leave what it writes next.
+        let until = Instant::now() + Duration::from_secs(5);
+        while working_in(self.path()) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
+}
+
+/// Does a process work in `dir` (its working directory inside it)?
+fn working_in(dir: &Path) -> bool {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .any(|e| std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir)))
 }
 
 /// Kill the tmux server on `socket` and everything that runs in its panes (wrappers, the
