@@ -179,7 +179,9 @@ pub fn carry_out(
     let pane = world.pane_of(name);
     let old_pid = pane.and_then(|p| p.agent_process()).map(|p| p.pid);
     let wrapper_running_agent = pane.is_some_and(|p| {
-        !p.dead && p.agent_process().is_some() && p.phase.as_deref() == Some("running")
+        !p.dead
+            && p.agent_process().is_some()
+            && matches!(p.phase.as_deref(), None | Some("running"))
     });
     let via = if wrapper_running_agent {
         let pid = old_pid.expect("checked above");

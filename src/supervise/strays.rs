@@ -29,6 +29,11 @@ struct Recorded {
     /// The wrapper that started it, and when that wrapper started.
     #[serde(default)]
     wrapper: Option<(u32, i64)>,
+    /// The run ended and its wrapper stopped everything it left (`sweep`): a successor has
+    /// nothing to look for. False while a run may be going on (a record from before this
+    /// field, too).
+    #[serde(default)]
+    swept: bool,
 }
 
 /// How long a new wrapper waits for the one it replaces to finish its exit.
@@ -64,17 +69,53 @@ pub fn become_subreaper() -> bool {
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 }
 }
 
+/// A run is about to start: until its agent is recorded, a successor of a wrapper killed now
+/// must look for what it may have left (no pid to go by, so everything with the marker).
+pub fn run_starting(dir: &AgentDir) {
+    save(
+        dir,
+        &Recorded {
+            pid: 0,
+            started: 0,
+            wrapper: this_wrapper(),
+            swept: false,
+        },
+    );
+}
+
 /// Record the agent just started.
 pub fn record_agent(dir: &AgentDir, pid: u32) {
     let Some(info) = procs::live(pid) else {
         return;
     };
-    let record = Recorded {
-        pid,
-        started: info.started,
-        wrapper: procs::live(std::process::id()).map(|w| (w.pid, w.started)),
-    };
-    if let Ok(bytes) = serde_json::to_vec(&record) {
+    save(
+        dir,
+        &Recorded {
+            pid,
+            started: info.started,
+            wrapper: this_wrapper(),
+            swept: false,
+        },
+    );
+}
+
+/// The run's processes are all stopped: a wrapper started after this one ends (killed in its
+/// cooldown, say) has nothing of it to look for.
+fn record_swept(dir: &AgentDir) {
+    if let Some(mut record) = recorded(dir) {
+        record.swept = true;
+        save(dir, &record);
+    }
+}
+
+/// This wrapper and when it started, read once.
+fn this_wrapper() -> Option<(u32, i64)> {
+    static ME: std::sync::OnceLock<Option<(u32, i64)>> = std::sync::OnceLock::new();
+    *ME.get_or_init(|| procs::live(std::process::id()).map(|w| (w.pid, w.started)))
+}
+
+fn save(dir: &AgentDir, record: &Recorded) {
+    if let Ok(bytes) = serde_json::to_vec(record) {
         let _ = state::file::write_atomic(&dir.file(AGENT_PID), &bytes, 0o600, false);
     }
 }
@@ -87,8 +128,23 @@ fn forget_agent(dir: &AgentDir) {
 /// Before a wrapper's first start: the agent a previous wrapper of this agent left running
 /// (that wrapper was killed; same pid and same start time), its process tree, and anything
 /// else still carrying the agent's marker, are stopped, so one session never runs twice.
+///
+/// Only when a run may have been left: every start is recorded before its spawn and every
+/// ended run swept, so an agent never started, or whose last run was swept, has nothing to
+/// look for, and a thousand wrappers starting at once do not each read every process of the
+/// machine. A record that cannot be read is looked behind.
 pub fn stop_previous(dir: &AgentDir) -> Vec<ProcInfo> {
+    let record_file = dir.file(AGENT_PID);
     let recorded = recorded(dir);
+    let nothing_left = match &recorded {
+        Some(r) => r.swept,
+        None => std::fs::symlink_metadata(&record_file).is_err(),
+    };
+    if nothing_left {
+        forget_agent(dir);
+        interrupted_call(dir, &[]);
+        return Vec::new();
+    }
     let table = ProcTable::read();
     let spared = Spared::of(&table);
     let mut targets = Vec::new();
@@ -160,6 +216,7 @@ pub fn sweep(dir: &AgentDir, agent: u32, held: bool) -> Vec<ProcInfo> {
         "processes the agent started outlived it; stopped before the next start",
     );
     // agent.pid stays: it also names this wrapper, which a successor waits for.
+    record_swept(dir);
     if held {
         record_interrupted_call(dir, &stopped);
     } else {
@@ -313,7 +370,9 @@ fn stop(targets: Vec<ProcInfo>) -> (Vec<ProcInfo>, serde_json::Value) {
 pub fn reap_ended_orphans(agent: u32) {
     let me = std::process::id();
     let own_group = nix::unistd::getpgrp().as_raw() as u32;
-    for kid in ProcTable::read().descendants(me) {
+    // Its own children only: a thousand wrappers would each read every process otherwise.
+    let table = ProcTable::trees(&[me]).unwrap_or_else(ProcTable::read);
+    for kid in table.descendants(me) {
         // `live` is None for a zombie: it has ended and waits to be collected.
         if kid.ppid == me
             && kid.pid != agent

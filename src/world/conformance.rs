@@ -74,12 +74,18 @@ pub(crate) fn conforms(runtime: &dyn Runtime, exited: &dyn Fn(&str, i32)) {
     runtime.press_enter(&one).unwrap();
     exited(&one, 7);
     let dead = dies_with_its_status(runtime, &one);
-    // respawn: the same pane, alive again, tagged with the new launch.
+    // respawn: the same pane, alive again, tagged with the new launch, the old wrapper's
+    // phase gone (a wrapper's first start sets none: no phase reads as running).
+    assert_eq!(dead.phase.as_deref(), Some("running"), "{name}");
     runtime
         .respawn(&one, &launch("one", "w-one", "fp-3"))
         .unwrap();
     let back = until(runtime, &one, "respawned", |p| !p.dead);
     assert_eq!(back.fingerprint.as_deref(), Some("fp-3"), "{name}");
+    assert_eq!(
+        back.phase, None,
+        "{name}: a respawned pane starts with no phase"
+    );
     assert_ne!(back.pid, dead.pid, "{name}: a new process");
     pipes_and_stops(runtime, &two);
     starts_many(runtime);

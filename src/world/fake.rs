@@ -421,6 +421,8 @@ impl Runtime for FakeRuntime {
             p.dead_status = None;
             p.dead_signal = None;
             p.screen.clear();
+            // As tmux's respawn: the old wrapper's phase goes with it.
+            p.tags.remove(&Tag::Phase);
             p.tags.extend(launch_tags(launch));
             Ok(())
         })

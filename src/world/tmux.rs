@@ -380,14 +380,26 @@ impl Runtime for Tmux {
     }
 
     /// `TMUX_PANE` names a pane of whichever server started this process, and `%3` on the
-    /// fleet's server may be another agent's pane: it counts only if that pane's process is
-    /// this one.
+    /// fleet's server may be another agent's pane: it counts only if this process is that
+    /// pane's own, which tmux forks and execs directly (a pane's command given as separate
+    /// words never goes through a shell). So this process's parent must be the server that
+    /// `TMUX` names (`socket,pid,session`), and that socket the fleet's: no tmux call, which a
+    /// thousand wrappers starting at once would queue on the one server for.
     fn own_pane(&self) -> Option<String> {
         let pane = std::env::var("TMUX_PANE")
             .ok()
             .filter(|p| p.starts_with('%'))?;
-        let pid = self.pane_pid(&pane).ok()??;
-        (pid == std::process::id()).then_some(pane)
+        let tmux = std::env::var("TMUX").ok()?;
+        let mut fields = tmux.rsplitn(3, ',');
+        let (_session, server, socket) = (fields.next()?, fields.next()?, fields.next()?);
+        let server: u32 = server.parse().ok()?;
+        if server != std::os::unix::process::parent_id() {
+            return None;
+        }
+        use std::os::unix::fs::MetadataExt;
+        let theirs = std::fs::metadata(socket).ok()?;
+        let ours = std::fs::metadata(socket_dir().join(&self.socket)).ok()?;
+        (theirs.dev() == ours.dev() && theirs.ino() == ours.ino()).then_some(pane)
     }
 
     fn kill_server(&self) -> Result<(), RuntimeError> {

@@ -21,7 +21,7 @@ use crate::policy::{AgentInfo, Policies};
 use crate::recovery::record::{self, CrashEntry, CrashRecord};
 use crate::recovery::{self, EndReason, ExitFacts, Facts, Incident, Recovery, Start};
 use crate::render::Templates;
-use crate::spec::{self, AgentSpec, Cli, Spec};
+use crate::spec::{self, AgentSpec, Spec};
 use crate::state::Op;
 use crate::state::{self, AgentDir, FleetDir};
 use crate::world::{self, SharedRuntime};
@@ -39,9 +39,6 @@ use probe::{LifeProbe, without_our_lines};
 /// Lines of the pane kept in a crash record: what 50 lines of history and the pane's 50 rows
 /// held, taken from the end of the one read of the pane after the exit.
 const EVIDENCE_LINES: usize = 100;
-/// The pane read after an exit stands for the pane before the next start only after a
-/// cooldown this short.
-const SCREEN_KEPT_FOR: Duration = Duration::from_secs(1);
 /// How long an agent gets to exit after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// How long the wrapper's pass for a failed turn waits for another pass to let go.
@@ -117,8 +114,8 @@ pub fn wrap(config: &Path, agent_name: &str) -> crate::error::Result<i32> {
         pane,
         terminal: Terminal::open(),
         interrupted_by: None,
-        screen: None,
         phase: Default::default(),
+        phase_changed: Default::default(),
     };
     // A session that died with its pane or its host, mid-task, is owed the nudge as well.
     let state = wrapper.dir.read_state().ok();
@@ -181,11 +178,10 @@ struct Wrapper {
     /// Why the next session must be told to go on (the last one was interrupted mid-task):
     /// kept until a run shows life and the continuation prompt is sent.
     interrupted_by: Option<&'static str>,
-    /// The pane as the last exit left it (its one capture), for the next start's life check
-    /// when that start follows the exit directly.
-    screen: Option<String>,
     /// The pane's phase being set on a thread: joined before it is set again.
     phase: std::cell::RefCell<Option<std::thread::JoinHandle<()>>>,
+    /// This wrapper has set the pane's phase (it starts with none).
+    phase_changed: std::cell::Cell<bool>,
 }
 
 /// One finished run of the agent CLI.
@@ -266,14 +262,16 @@ impl Wrapper {
 
     fn run(&mut self) -> crate::error::Result<i32> {
         self.start_tap();
+        // The spec was read a moment ago: read again only between runs.
+        let mut first = true;
         loop {
             if let Some(sig) = term::stop_signal() {
                 return Ok(128 + sig);
             }
-            self.reload();
+            if !std::mem::take(&mut first) {
+                self.reload();
+            }
             if let Some(q) = record::load(&self.dir).safe_mode {
-                // What a person types in safe mode is on the screen now: read it anew.
-                self.screen = None;
                 match self.safe_mode(&format!("quarantined since {}: {}", q.since, q.reason))? {
                     SafeOutcome::Start => {}
                     SafeOutcome::Quit => return Ok(0),
@@ -339,11 +337,7 @@ impl Wrapper {
                         SafeOutcome::Stopped(code) => return Ok(code),
                     }
                 }
-                // Nothing ran in the pane since the exit but the wrapper's own lines; after a
-                // long cooldown a person may have typed there: then it is read anew.
-                Some(Start::Resume | Start::Fresh) => {
-                    self.screen = run.screen.filter(|_| decision.delay <= SCREEN_KEPT_FOR);
-                }
+                Some(Start::Resume | Start::Fresh) => {}
             }
         }
     }
@@ -390,7 +384,16 @@ impl Wrapper {
         }
     }
 
+    /// The pane's phase after the agent is started: only once the wrapper has set another
+    /// (a pane starts with none, which reads as running once the agent is there).
+    fn set_running(&self) {
+        if self.phase_changed.get() {
+            self.set_phase("running");
+        }
+    }
+
     fn set_phase(&self, phase: &str) {
+        self.phase_changed.set(true);
         self.phase_set();
         if let Some(pane) = &self.pane {
             let _ = self.runtime.set_phase(pane, phase);
@@ -399,6 +402,7 @@ impl Wrapper {
 
     /// Set the pane's phase on a thread (a tmux call), while the wrapper goes on deciding.
     fn set_phase_meanwhile(&self, phase: &'static str) {
+        self.phase_changed.set(true);
         self.phase_set();
         if let Some(pane) = self.pane.clone() {
             let runtime = self.runtime.clone();

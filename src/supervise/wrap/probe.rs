@@ -7,11 +7,14 @@ pub(super) const SCREEN_LINES: usize = 200;
 
 /// Watches for the first sign of life of a started agent: its hooks write `state.json`,
 /// `tool_use.jsonl`, `session_id` or hook lines in `ops.jsonl`; a CLI without a hook at launch
-/// (`AgentCli::life_shows_in_pane`) may instead just print in its pane.
+/// (`AgentCli::life_shows_in_pane`) may instead just print in its pane: anything below the
+/// start banner the wrapper printed just before it, but the wrapper's own lines. No read of
+/// the pane before the start is needed to compare with, so a start costs no tmux call.
 pub(super) struct LifeProbe {
     files: Vec<(PathBuf, Option<(u64, SystemTime)>)>,
     ops: PathBuf,
     ops_len: u64,
+    /// The runtime, the pane and the agent's name (its banner).
     pane: Option<(SharedRuntime, String, String)>,
     /// When the pane may be read next, and the wait after that: a tmux call per agent every
     /// 100 ms would swamp the server of a large fleet of quiet agents.
@@ -24,10 +27,9 @@ pub(super) struct LifeProbe {
 impl LifeProbe {
     pub(super) fn new(
         dir: &AgentDir,
-        cli: Cli,
+        agent: &AgentSpec,
         runtime: &SharedRuntime,
         pane: &Option<String>,
-        baseline: Option<String>,
     ) -> LifeProbe {
         let stamp = |p: &Path| {
             std::fs::metadata(p)
@@ -44,16 +46,12 @@ impl LifeProbe {
             .collect();
         let ops = dir.file(state::OPS_LOG);
         let ops_len = std::fs::metadata(&ops).map(|m| m.len()).unwrap_or(0);
-        // A CLI whose hooks may not fire at launch: a change in the pane counts too.
-        let watch_pane = cli.adapter().life_shows_in_pane();
-        // The pane before this start: as the last exit left it, else read now.
-        let pane = pane.as_ref().filter(|_| watch_pane).and_then(|p| {
-            let snapshot = match baseline {
-                Some(screen) => screen,
-                None => runtime.capture(p, SCREEN_LINES).ok()?,
-            };
-            Some((runtime.clone(), p.clone(), without_our_lines(&snapshot)))
-        });
+        // A CLI whose hooks may not fire at launch: what it prints counts too.
+        let watch_pane = agent.cli.adapter().life_shows_in_pane();
+        let pane = pane
+            .as_ref()
+            .filter(|_| watch_pane)
+            .map(|p| (runtime.clone(), p.clone(), agent.name.clone()));
         LifeProbe {
             files,
             ops,
@@ -69,13 +67,13 @@ impl LifeProbe {
         if self.shown_in_files() {
             return true;
         }
-        if let Some((runtime, pane, snapshot)) = &self.pane
+        if let Some((runtime, pane, agent)) = &self.pane
             && Instant::now() >= self.next_capture
         {
             self.next_capture = Instant::now() + self.capture_every;
             self.capture_every = (self.capture_every * 2).min(Duration::from_secs(2));
             if let Ok(now) = runtime.capture(pane, SCREEN_LINES)
-                && without_our_lines(&now) != *snapshot
+                && printed(&now, agent)
             {
                 return true;
             }
@@ -90,7 +88,7 @@ impl LifeProbe {
             return true;
         }
         match (&self.pane, screen) {
-            (Some((_, _, snapshot)), Some(now)) => without_our_lines(now) != *snapshot,
+            (Some((_, _, agent)), Some(now)) => printed(now, agent),
             _ => false,
         }
     }
@@ -118,6 +116,13 @@ impl LifeProbe {
     }
 }
 
+/// Has the session started last printed anything in `screen`: below its start banner (all of
+/// it when the banner is gone: scrolled out, or the CLI cleared the screen), a line that is
+/// not the wrapper's own.
+fn printed(screen: &str, agent: &str) -> bool {
+    !without_our_lines(crate::clinic::triage::this_session(screen, agent)).is_empty()
+}
+
 pub(super) fn without_our_lines(screen: &str) -> String {
     screen
         .lines()
@@ -134,6 +139,28 @@ pub(super) fn without_our_lines(screen: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_what_follows_the_start_banner_and_is_not_ours_shows_life() {
+        let before = "old session's last words\n[phoenix] `a` ended (crash)\n";
+        let started = format!("{before}[phoenix] starting `a` (fresh session)\n");
+        assert!(!printed(&started, "a"), "the previous session's output");
+        assert!(!printed(&format!("{started}\n[phoenix] a note\n  \n"), "a"));
+        assert!(printed(&format!("{started}ready>\n"), "a"));
+        // Another agent's banner is not this one's.
+        assert!(printed(
+            "[phoenix] starting `b` (fresh session)\nhello\n",
+            "a"
+        ));
+        // The screen was cleared (or the banner scrolled out): all of it is this session's.
+        assert!(printed("  welcome\n", "a"));
+        assert!(!printed("", "a"));
+        // The agent quoting a banner starts nothing.
+        assert!(printed(
+            &format!("{started}echo '[phoenix] starting `a`'\n"),
+            "a"
+        ));
+    }
 
     #[test]
     pub(super) fn pane_comparison_ignores_the_wrappers_own_lines() {

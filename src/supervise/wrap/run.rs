@@ -18,15 +18,7 @@ impl Wrapper {
     pub(super) fn run_once(&mut self) -> Run {
         let (mode, session_id, argv) = self.choose_start();
         self.trust_hooks();
-        // The pane as the last exit left it, if this start follows that exit directly.
-        let baseline = self.screen.take();
-        let mut probe = LifeProbe::new(
-            &self.dir,
-            self.agent.cli,
-            &self.runtime,
-            &self.pane,
-            baseline,
-        );
+        let mut probe = LifeProbe::new(&self.dir, &self.agent, &self.runtime, &self.pane);
         let started = Instant::now();
         // Where this run's ops begin: its session-start hook may well come before it shows life.
         let ops_at_start = ops_len(&self.dir);
@@ -122,6 +114,7 @@ impl Wrapper {
         // Taken before the spawn: what the CLI writes (its first transcript record may come
         // before `agent_start` is recorded) is this session's from here on.
         let spawned = state::now_rfc3339();
+        crate::supervise::strays::run_starting(&self.dir);
         let child = cmd.spawn().map_err(|e| {
             let code = match e.kind() {
                 std::io::ErrorKind::PermissionDenied => 126,
@@ -136,7 +129,7 @@ impl Wrapper {
             t.give_to(pid);
         }
         // Set only now that the child exists: a reconciler must never see `running` without it.
-        self.set_phase("running");
+        self.set_running();
         Ok(Spawned { child, spawned })
     }
 

@@ -157,9 +157,21 @@ fn commands_for(launch: &Launch, new_session: bool) -> Vec<String> {
 }
 
 /// `set-option -p` of the fleet, agent and fingerprint tags on the pane `target`, each after a
-/// `;`.
+/// `;`, and its phase unset: a pane starts with no phase (a respawned one kept its old
+/// wrapper's), which reads as running once its agent is there, so a wrapper's first start
+/// needs no tmux call of its own.
 pub(super) fn label_args(launch: &Launch, target: &str) -> Vec<String> {
-    let mut args = Vec::new();
+    let mut args: Vec<String> = [
+        ";",
+        "set-option",
+        "-p",
+        "-u",
+        "-t",
+        target,
+        option(Tag::Phase),
+    ]
+    .map(String::from)
+    .to_vec();
     for (tag, value) in [
         (Tag::Fleet, launch.fleet.as_str()),
         (Tag::Agent, launch.agent.as_str()),
