@@ -48,7 +48,7 @@ fn median(mut times: Vec<Duration>) -> Duration {
 
 /// `n` windows running `sleep` in one session, by tmux alone, chunked as apply chunks them.
 fn floor(n: usize) -> Duration {
-    let socket = format!("phx-bench-floor-{}", std::process::id());
+    let socket = fresh_socket("floor");
     let _server = KillServer(socket.clone());
     let started = Instant::now();
     let mut args: Vec<String> = [
@@ -102,11 +102,11 @@ fn tmux(socket: &str, args: &[String]) {
 fn apply(n: usize) -> (Duration, Vec<Duration>, Vec<Duration>) {
     let exe = env!("CARGO_BIN_EXE_phoenix");
     let dir = tempfile::tempdir().expect("temp dir");
-    let socket = format!("phx-bench-apply-{}", std::process::id());
+    let socket = fresh_socket("apply");
     let mut toml = format!("[fleet]\nname = \"bench\"\ntmux_socket = \"{socket}\"\n\n");
     for i in 0..n {
         toml.push_str(&format!(
-            "[[agent]]\nname = \"a{i:04}\"\ncli = \"custom\"\ncommand = \"sleep 86400\"\n\n"
+            "[[agent]]\nname = \"a{i:04}\"\ncli = \"custom\"\ncommand = \"sh -c 'echo ready; exec sleep 86400'\"\n\n"
         ));
     }
     let config = dir.path().join("phoenix.toml");
@@ -137,6 +137,14 @@ fn apply(n: usize) -> (Duration, Vec<Duration>, Vec<Duration>) {
     let plans = (0..READS).map(|_| run(&["plan"], 0).0).collect();
     let statuses = (0..READS).map(|_| run(&["status"], 0).0).collect();
     (apply, plans, statuses)
+}
+
+/// A socket name no earlier run used: a server told to `kill-server` still answers (and then
+/// drops) clients on its socket for a moment, so a name is never reused.
+fn fresh_socket(what: &str) -> String {
+    static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("phx-bench-{what}-{}-{run}", std::process::id())
 }
 
 struct KillServer(String);

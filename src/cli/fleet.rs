@@ -282,15 +282,20 @@ pub(super) fn confirm_started(
     let deadline =
         std::time::Instant::now() + START_CONFIRM + START_CONFIRM_PER_AGENT * started.len() as u32;
     let mut pids = vec![None; started.len()];
+    // Whether the process seen has become the agent's command: until its exec the child runs
+    // the wrapper's program, and an exec that fails is a spawn failure.
+    let mut execed = vec![false; started.len()];
+    let wrapper = wrapper_comm();
     let mut spawn_errors: Vec<Option<String>> = vec![None; started.len()];
     let fleet = crate::state::FleetDir::new(&spec.fleet.state_dir);
     loop {
         if let Ok(world) = world::observe(spec, runtime) {
-            for (slot, &i) in pids.iter_mut().zip(&started) {
-                *slot = world
+            for ((slot, done), &i) in pids.iter_mut().zip(&mut execed).zip(&started) {
+                let agent = world
                     .pane_of(&report.steps[i].agent)
-                    .and_then(|p| p.agent_process())
-                    .map(|p| p.pid);
+                    .and_then(|p| p.agent_process());
+                *slot = agent.map(|p| p.pid);
+                *done = agent.is_some_and(|p| Some(&p.comm) != wrapper.as_ref());
             }
         }
         for ((error, pid), &i) in spawn_errors.iter_mut().zip(&pids).zip(&started) {
@@ -308,10 +313,16 @@ pub(super) fn confirm_started(
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     // A command that cannot run still forks for an instant: a process seen under the wrapper
-    // is believed only if no spawn failure follows it.
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    for (error, &i) in spawn_errors.iter_mut().zip(&started) {
-        if error.is_none() {
+    // that still runs the wrapper's program is believed only if no spawn failure follows it.
+    if pids
+        .iter()
+        .zip(&execed)
+        .any(|(pid, done)| pid.is_some() && !done)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    for ((error, done), &i) in spawn_errors.iter_mut().zip(&execed).zip(&started) {
+        if error.is_none() && !done {
             *error = spawn_failure(&fleet.agent(&report.steps[i].agent), since);
         }
     }
@@ -333,6 +344,20 @@ pub(super) fn confirm_started(
                 .push_str(" (no agent process yet: check `phoenix status` and the pane)"),
         }
     }
+}
+
+/// The kernel's name (`comm`, 15 bytes at most) of the program wrappers run: this one's.
+fn wrapper_comm() -> Option<String> {
+    let exe = std::env::current_exe().ok()?;
+    let name = exe.file_name()?.to_string_lossy().into_owned();
+    Some(
+        name.chars()
+            .scan(0, |len, c| {
+                *len += c.len_utf8();
+                (*len <= 15).then_some(c)
+            })
+            .collect(),
+    )
 }
 
 /// The wrapper's `spawn_failed` record since `since`, if the agent's command could not run.

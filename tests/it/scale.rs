@@ -20,7 +20,7 @@ fn fleet_of(n: usize) -> Fleet {
     let mut body = String::new();
     for i in 0..n {
         body.push_str(&format!(
-            "[[agent]]\nname = \"a{i:04}\"\ncli = \"custom\"\ncommand = \"sleep 86400\"\n\n"
+            "[[agent]]\nname = \"a{i:04}\"\ncli = \"custom\"\ncommand = \"sh -c 'echo ready; exec sleep 86400'\"\n\n"
         ));
     }
     fleet.toml(&body);
