@@ -113,6 +113,11 @@ impl Applier<'_> {
                 ensure_dir(&dir)?;
                 Ok((agent, self.launch(agent, &dir)?))
             });
+        // The copy of phoenix.toml hooks fall back to, kept now: otherwise each of the wrappers
+        // starting at once finds it missing and validates and writes it again.
+        if prepared.iter().any(Result::is_ok) {
+            let _ = crate::spec::remember_good(self.spec);
+        }
         let launches: Vec<Launch> = prepared
             .iter()
             .filter_map(|p| p.as_ref().ok().map(|(_, l)| l.clone()))

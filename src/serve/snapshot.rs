@@ -1,11 +1,13 @@
 //! One observed fleet for every reader of `phoenix serve`: `GET /api/status`, `GET
 //! /api/agents/{agent}` and the live stream read the last observation instead of observing
-//! tmux, /proc and every state dir once per request. It is refreshed by whoever reads it when
-//! it is too old (one refresh at a time; the other readers wait for it and share it), when
-//! something changed in the state dir (a hook, a wrapper's exit or start: they all write
-//! there), when phoenix.toml changed, and after every write through the API, so that a
-//! restart or a stop asked for over HTTP shows in the very next read. How old the observation
-//! is goes out with it (`observed_age_ms`).
+//! tmux, /proc and every state dir once per request. It is refreshed in the background, one
+//! refresh at a time, when a reader finds it getting old or something changed in the state dir
+//! (a hook, a wrapper's exit or start: they all write there); readers keep getting the last
+//! one meanwhile, so no request waits for an observation of the whole fleet. A reader waits
+//! only when there is none yet, when it would be older than `MAX_AGE`, when phoenix.toml
+//! changed, and after every write through the API, so that a restart or a stop asked for over
+//! HTTP shows in the very next read. How old the observation is goes out with it
+//! (`observed_age_ms`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,8 +24,11 @@ use super::error::ApiError;
 use crate::spec::Spec;
 use crate::world::World;
 
-/// An observation older than this is never served: the next reader refreshes it.
+/// An observation older than this is never served: the next reader waits for a new one.
 pub const MAX_AGE: Duration = Duration::from_secs(1);
+/// A reader that finds the observation this old starts a refresh in the background: it is
+/// replaced long before `MAX_AGE` while it is being read.
+pub const REFRESH_AGE: Duration = Duration::from_millis(250);
 /// After a change in the state dir the observation is refreshed, but not more often than this:
 /// a busy fleet's hooks write many times a second.
 pub const MIN_AGE: Duration = Duration::from_millis(50);
@@ -94,8 +99,10 @@ pub struct Snapshot {
     writes: AtomicU64,
     /// Bumped by the state dir's watcher.
     changes: Arc<AtomicU64>,
-    /// One refresh at a time; readers that find it stale wait for the one in progress.
+    /// One refresh at a time; readers that must wait wait for the one in progress.
     refreshing: tokio::sync::Mutex<()>,
+    /// A refresh runs in the background.
+    background: std::sync::atomic::AtomicBool,
     watcher: Mutex<Option<(PathBuf, notify::RecommendedWatcher)>>,
 }
 
@@ -105,27 +112,47 @@ impl Snapshot {
         self.writes.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// The current observation if it may still be served.
-    fn fresh(&self, config: &Path) -> Option<Arc<Observed>> {
+    /// The current observation and what may be done with it.
+    fn current(&self, config: &Path) -> Option<(Arc<Observed>, Verdict)> {
         let current = self.current.lock().ok()?.clone()?;
-        may_serve(
+        let verdict = verdict(
             current.age(),
             current.writes != self.writes.load(Ordering::SeqCst),
             current.changes != self.changes.load(Ordering::SeqCst),
             current.config != ConfigStamp::of(config),
-        )
-        .then_some(current)
+        );
+        Some((current, verdict))
     }
 
-    /// The fleet as last observed, refreshed first when it is stale.
+    /// The fleet as last observed; observed first when it may not be served any more.
     pub async fn read(&self, app: &App) -> Result<Arc<Observed>, ApiError> {
-        if let Some(o) = self.fresh(&app.config) {
-            return Ok(o);
+        match self.current(&app.config) {
+            Some((current, Verdict::Serve)) => Ok(current),
+            Some((current, Verdict::ServeAndRefresh)) => {
+                self.refresh_in_background(app);
+                Ok(current)
+            }
+            _ => self.refresh(app).await,
         }
+    }
+
+    /// One refresh on a task of its own, unless one is running: readers go on meanwhile.
+    fn refresh_in_background(&self, app: &App) {
+        if self.background.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let app = app.clone();
+        tokio::spawn(async move {
+            let _ = app.snapshot.refresh(&app).await;
+            app.snapshot.background.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Observe the fleet now, unless the refresh that held the lock just did.
+    async fn refresh(&self, app: &App) -> Result<Arc<Observed>, ApiError> {
         let _one = self.refreshing.lock().await;
-        // Whoever held the lock may have just refreshed it.
-        if let Some(o) = self.fresh(&app.config) {
-            return Ok(o);
+        if let Some((current, Verdict::Serve)) = self.current(&app.config) {
+            return Ok(current);
         }
         let (writes, changes) = (
             self.writes.load(Ordering::SeqCst),
@@ -174,11 +201,27 @@ impl Snapshot {
     }
 }
 
-/// Whether an observation of this age may be served: never after a write through the API or
-/// an edit of phoenix.toml since, never when older than `MAX_AGE`, and after a change in the
-/// state dir only while younger than `MIN_AGE`.
-fn may_serve(age: Duration, written: bool, changed: bool, config_changed: bool) -> bool {
-    !written && !config_changed && (age < MIN_AGE || (age < MAX_AGE && !changed))
+/// What a reader does with the last observation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Serve,
+    /// Serve it, and have a new one observed for the next readers.
+    ServeAndRefresh,
+    /// Wait for a new one.
+    Wait,
+}
+
+/// What may be done with an observation of this age: never served after a write through the
+/// API or an edit of phoenix.toml since, nor when older than `MAX_AGE`; refreshed (while still
+/// served) from `REFRESH_AGE` on, and after a change in the state dir from `MIN_AGE` on.
+fn verdict(age: Duration, written: bool, changed: bool, config_changed: bool) -> Verdict {
+    if written || config_changed || age >= MAX_AGE {
+        Verdict::Wait
+    } else if age >= REFRESH_AGE || (changed && age >= MIN_AGE) {
+        Verdict::ServeAndRefresh
+    } else {
+        Verdict::Serve
+    }
 }
 
 /// Observe the fleet now: the spec, the world (one runtime listing, /proc, the state dirs) and
@@ -236,18 +279,22 @@ mod tests {
     #[test]
     fn staleness_is_bounded_and_writes_are_seen_at_once() {
         let ms = Duration::from_millis;
-        assert!(may_serve(ms(0), false, false, false));
-        assert!(may_serve(ms(900), false, false, false));
-        assert!(
-            !may_serve(MAX_AGE, false, false, false),
+        use Verdict::*;
+        assert_eq!(verdict(ms(0), false, false, false), Serve);
+        // Getting old: still served while a new one is observed.
+        assert_eq!(verdict(REFRESH_AGE, false, false, false), ServeAndRefresh);
+        assert_eq!(verdict(ms(900), false, false, false), ServeAndRefresh);
+        assert_eq!(
+            verdict(MAX_AGE, false, false, false),
+            Wait,
             "never older than MAX_AGE"
         );
         // A hook wrote: refreshed, though not more often than MIN_AGE.
-        assert!(may_serve(ms(20), false, true, false));
-        assert!(!may_serve(ms(60), false, true, false));
+        assert_eq!(verdict(ms(20), false, true, false), Serve);
+        assert_eq!(verdict(ms(60), false, true, false), ServeAndRefresh);
         // A write through the API or an edited config: never served again.
-        assert!(!may_serve(ms(0), true, false, false));
-        assert!(!may_serve(ms(0), false, false, true));
+        assert_eq!(verdict(ms(0), true, false, false), Wait);
+        assert_eq!(verdict(ms(0), false, false, true), Wait);
     }
 
     #[test]
