@@ -245,6 +245,9 @@ impl Applier<'_> {
             workdir: agent.workdir.clone(),
             argv: wrap_argv(&self.exe, &self.spec.file, &agent.name),
             fingerprint: spec.fingerprint(),
+            tap: agent
+                .tap
+                .then(|| tap_argv(&self.exe, &self.spec.file, &agent.name)),
         })
     }
 
@@ -344,7 +347,6 @@ fn parallel_map<T: Send, R: Send>(
         .map(|r| r.expect("every item was mapped"))
         .collect()
 }
-
 fn ensure_dir(dir: &AgentDir) -> Result<(), String> {
     dir.ensure().map_err(|e| {
         format!(
@@ -363,6 +365,20 @@ pub fn wrap_argv(exe: &Path, config: &Path, agent: &str) -> Vec<String> {
         "wrap".into(),
         "--agent".into(),
         agent.into(),
+    ]
+}
+
+/// The tap that reads an agent's pane (`phoenix tap`), to which the runtime appends the pid
+/// of the pane's process: the wrapper it hands the pane's output to.
+pub fn tap_argv(exe: &Path, config: &Path, agent: &str) -> Vec<String> {
+    vec![
+        exe.to_string_lossy().into_owned(),
+        "--config".into(),
+        config.to_string_lossy().into_owned(),
+        "tap".into(),
+        "--agent".into(),
+        agent.into(),
+        "--wrapper".into(),
     ]
 }
 

@@ -321,14 +321,14 @@ pub enum Command {
     #[command(hide = true)]
     Host,
     /// Read an agent's pane output on stdin and act on its `->continuity:` commands (started
-    /// by the wrapper through `tmux pipe-pane`). With `--hand-over`, give stdin to the
-    /// wrapper listening there, which reads it itself, and exit (read it here if none does).
+    /// with the agent's pane through `tmux pipe-pane`). With `--wrapper PID`, give stdin to
+    /// that wrapper, which reads it itself, and exit (read it here if it does not take it).
     #[command(hide = true)]
     Tap {
         #[arg(long)]
         agent: String,
         #[arg(long)]
-        hand_over: Option<String>,
+        wrapper: Option<u32>,
     },
     /// The fleet's critical events, oldest first: crash loops, policy fallbacks, each step
     /// of a Clinic recovery, state rolled back, and each session's end (--all: every step).
@@ -560,9 +560,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         } => continuity::brief(&config, &agent, generate, json),
         Command::Host => Ok(hosts::host()),
         Command::Hosts(cmd) => hosts::hosts(&config, cmd),
-        Command::Tap { agent, hand_over } => {
-            if let Some(name) = hand_over
-                && crate::continuity::tap_host::hand_over(&name).unwrap_or(false)
+        Command::Tap { agent, wrapper } => {
+            if let Some(pid) = wrapper
+                && crate::continuity::tap_host::hand_over(pid).unwrap_or(false)
             {
                 return Ok(0);
             }

@@ -159,7 +159,14 @@ fn parse_inner(
     let mut diags = Vec::new();
     keys::check_all(document.get_ref(), &mut diags);
 
-    let (raw, type_errors) = deserialize_all(source);
+    // The document just parsed, read into the raw spec without parsing the text again (a
+    // hook reads phoenix.toml on every tool call, a wrapper at each start); only a document
+    // with a value of the wrong type is read again, for every such error at its line.
+    use serde::Deserialize;
+    let (raw, type_errors) = match RawSpec::deserialize(toml::de::Deserializer::from(document)) {
+        Ok(raw) => (Some(raw), Vec::new()),
+        Err(_) => deserialize_all(source),
+    };
     let Some(raw) = raw else {
         diags.extend(type_errors);
         return Err(fail(diags));

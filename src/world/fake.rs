@@ -40,10 +40,6 @@ pub enum Call {
     Capture {
         pane: String,
     },
-    Pipe {
-        pane: String,
-        command: String,
-    },
     Show {
         pane: String,
     },
@@ -74,7 +70,7 @@ pub struct FakePane {
     pub tags: BTreeMap<Tag, String>,
     /// What `capture` returns: pasted text lands here, and a test may set it.
     pub screen: String,
-    /// The shell command its output is piped to, if any.
+    /// The tap its output streams to, if any (the launch's words).
     pub pipe: Option<String>,
 }
 
@@ -245,7 +241,6 @@ fn verb(call: &Call) -> &'static str {
         Call::Enter { .. } => "enter",
         Call::Interrupt { .. } => "interrupt",
         Call::Capture { .. } => "capture",
-        Call::Pipe { .. } => "pipe",
         Call::Show { .. } => "show",
         Call::SetTag { .. } => "set_tag",
         Call::KillServer => "kill_server",
@@ -394,6 +389,7 @@ impl Runtime for FakeRuntime {
         let id = self.call(call, |state| {
             let mut pane = new_pane(state, &launch.session, &launch.window, launch.argv.clone());
             pane.tags = launch_tags(launch);
+            pane.pipe = launch.tap.as_ref().map(|t| t.join(" "));
             let id = pane.id.clone();
             state.panes.insert(number(&id).unwrap_or_default(), pane);
             Ok(id)
@@ -417,6 +413,7 @@ impl Runtime for FakeRuntime {
             p.agent_pid = Some(agent);
             p.started = jiff::Timestamp::now().as_second();
             p.argv = launch.argv.clone();
+            p.pipe = launch.tap.as_ref().map(|t| t.join(" "));
             p.dead = false;
             p.dead_status = None;
             p.dead_signal = None;
@@ -472,19 +469,6 @@ impl Runtime for FakeRuntime {
             let all: Vec<&str> = screen.lines().collect();
             let from = all.len().saturating_sub(lines);
             Ok(all[from..].iter().map(|l| format!("{l}\n")).collect())
-        })
-    }
-
-    fn pipe_output(&self, pane: &str, shell_command: &str) -> Result<(), RuntimeError> {
-        let call = Call::Pipe {
-            pane: pane.into(),
-            command: shell_command.into(),
-        };
-        self.call(call, |state| {
-            let p = state.pane_mut(pane)?;
-            // A pipe already there is replaced.
-            p.pipe = Some(shell_command.to_string());
-            Ok(())
         })
     }
 

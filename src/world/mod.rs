@@ -117,6 +117,10 @@ pub struct Launch {
     pub workdir: PathBuf,
     pub argv: Vec<String>,
     pub fingerprint: String,
+    /// The program the pane's output streams to (`phoenix tap`), started with the pane in
+    /// the same call (so none of its output is missed and its wrapper needs no call of its
+    /// own), the pid of the pane's own process appended as its last argument.
+    pub tap: Option<Vec<String>>,
 }
 
 /// What became of one launch of `Runtime::start_many`.
@@ -269,10 +273,6 @@ pub trait Runtime: Send + Sync {
             .filter_map(|p| self.capture(p, lines).ok().map(|t| (p.clone(), t)))
             .collect()
     }
-    /// Stream `pane`'s output to `shell_command`, replacing a pipe already there (whose
-    /// command then sees its input end). The caller quotes the words for the shell; the
-    /// runtime keeps its own expansions out of it.
-    fn pipe_output(&self, pane: &str, shell_command: &str) -> Result<(), RuntimeError>;
     /// Show `pane` to the person at this terminal until they leave it (the runtime gets the
     /// terminal).
     fn show(&self, pane: &str) -> Result<(), RuntimeError>;

@@ -197,6 +197,7 @@ impl Runtime for Tmux {
         ];
         args.extend(launch.argv.iter().cloned());
         args.extend(batch::label_args(launch, pane));
+        args.extend(batch::tap_args(launch, pane));
         self.run(&args).map(drop)
     }
 
@@ -233,16 +234,6 @@ impl Runtime for Tmux {
     /// Press Escape in `pane` (a key name, no text).
     fn interrupt(&self, pane: &str) -> Result<(), RuntimeError> {
         self.run(["send-keys", "-t", pane, "Escape"]).map(drop)
-    }
-
-    /// Stream `pane`'s output to `shell_command`, replacing a pipe already there: tmux's
-    /// `-o` would instead close an existing pipe and open none, and the pipe of a wrapper
-    /// killed with its tap is still there until the pane next prints. tmux format-expands
-    /// the command before `sh -c` runs it, so its `#` are escaped: a path with `#(…)` in it
-    /// is a path, not a command. The caller quotes the words for the shell.
-    fn pipe_output(&self, pane: &str, shell_command: &str) -> Result<(), RuntimeError> {
-        let command = super::inert::format_literal(shell_command);
-        self.run(["pipe-pane", "-t", pane, &command]).map(drop)
     }
 
     /// Show `pane` to the person at this terminal: switch this client to it when running
@@ -711,6 +702,83 @@ mod tests {
             "tmux named outside world/tmux.rs:\n{}",
             found.join("\n")
         );
+    }
+
+    /// A launch's tap starts with its pane, in the same call: it reads the pane's output from
+    /// the first line and gets the pid of the pane's own process as its last argument. A
+    /// respawn gives the new process a new tap (the old one sees its input end). A path with a
+    /// tmux format and a quote in it stays a path (nothing expanded, nothing run).
+    #[test]
+    fn a_launch_streams_its_pane_to_its_tap() {
+        if on_path().is_none() {
+            eprintln!("tmux is not installed: skipped");
+            return;
+        }
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("it's #(touch ran) #{host}");
+        std::fs::create_dir(&dir).unwrap();
+        struct Down(Tmux);
+        impl Drop for Down {
+            fn drop(&mut self) {
+                let _ = self.0.kill_server();
+            }
+        }
+        let tmux = Down(Tmux::new(format!("phx-tap-{}", std::process::id())));
+        let launch = |line: &str, out: &str| Launch {
+            fleet: "tap-0123abcd".into(),
+            agent: "a".into(),
+            session: "tap".into(),
+            window: "a".into(),
+            workdir: "/".into(),
+            argv: ["sh", "-c", &format!("echo {line}; exec sleep 30")]
+                .map(String::from)
+                .to_vec(),
+            fingerprint: "fp".into(),
+            tap: Some(
+                [
+                    "sh",
+                    "-c",
+                    &format!("echo \"$1\" > \"$0/{out}.pid\"; exec cat > \"$0/{out}\""),
+                    &dir.to_string_lossy(),
+                ]
+                .map(String::from)
+                .to_vec(),
+            ),
+        };
+        let read = |name: &str, want: &str| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let text = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+                if text.contains(want) || std::time::Instant::now() > deadline {
+                    return text;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        };
+        let pid_of = |pane: &str| {
+            tmux.0
+                .list()
+                .unwrap()
+                .unwrap()
+                .into_iter()
+                .find(|p| p.id == pane)
+                .unwrap()
+                .pid
+        };
+        let pane = tmux.0.start(&launch("first-line", "one")).unwrap();
+        assert!(read("one", "first-line").contains("first-line"));
+        assert_eq!(read("one.pid", "\n").trim(), pid_of(&pane).to_string());
+        tmux.0
+            .respawn(&pane, &launch("after-respawn", "two"))
+            .unwrap();
+        assert!(read("two", "after-respawn").contains("after-respawn"));
+        assert_eq!(read("two.pid", "\n").trim(), pid_of(&pane).to_string());
+        assert!(!read("one", "after-respawn").contains("after-respawn"));
+        let names: Vec<_> = std::fs::read_dir(root.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
     }
 
     #[test]

@@ -206,57 +206,21 @@ enum SafeOutcome {
 
 impl Wrapper {
     /// Read the pane's output for its `->continuity:` commands. tmux gives a pane's output
-    /// only to a command it starts (`pipe-pane`): that command, `phoenix tap --hand-over`,
-    /// passes the pipe to this wrapper, which reads it on a thread (`tap_host`), and exits; a
-    /// wrapper that cannot listen leaves the reading to it. tmux runs the command through
-    /// `sh -c`, so every word is quoted (and `pipe_output` keeps tmux from format-expanding
-    /// it), and `exec` replaces that shell: no `sh` stays behind per agent.
+    /// only to a command it starts: the `pipe-pane` that made this pane with its wrapper
+    /// (`world::Launch::tap`) started `phoenix tap --wrapper PID`, which waits for this
+    /// wrapper to listen, passes the pipe over and exits; the wrapper reads it on a thread
+    /// (`tap_host`). A wrapper that cannot listen leaves the reading to that tap.
     fn start_tap(&self) {
-        let (Some(pane), true) = (&self.pane, self.agent.tap) else {
+        if self.pane.is_none() || !self.agent.tap {
             return;
-        };
-        let Ok(exe) = std::env::current_exe() else {
-            return;
-        };
-        let host = crate::continuity::tap_host::Host::start(&self.spec.file, &self.agent.name)
-            .map_err(|e| {
-                let _ = self.dir.record_op(
-                    Op::TapFailed,
-                    json!({"error": format!("the wrapper cannot read the pane itself ({e}); a `phoenix tap` process does")}),
-                );
-            })
-            .ok();
-        use crate::hooks::config::sh_quote;
-        let exe = exe.to_string_lossy();
-        let file = self.spec.file.to_string_lossy();
-        let mut words = vec![
-            exe.as_ref(),
-            "--config",
-            file.as_ref(),
-            "tap",
-            "--agent",
-            self.agent.name.as_str(),
-        ];
-        if let Some(host) = &host {
-            words.extend(["--hand-over", host.name.as_str()]);
         }
-        let command = format!(
-            "exec {}",
-            words
-                .into_iter()
-                .map(sh_quote)
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-        match self.runtime.pipe_output(pane, &command) {
-            Ok(()) => {
-                let _ = self.dir.record_op(Op::TapStarted, json!({"pane": pane}));
-            }
-            Err(e) => {
-                let _ = self
-                    .dir
-                    .record_op(Op::TapFailed, json!({"error": e.to_string()}));
-            }
+        if let Err(e) =
+            crate::continuity::tap_host::Host::start(&self.spec.file, &self.agent.name, &self.dir)
+        {
+            let _ = self.dir.record_op(
+                Op::TapFailed,
+                json!({"error": format!("the wrapper cannot read the pane itself ({e}); its `phoenix tap` process does")}),
+            );
         }
     }
 

@@ -6,6 +6,8 @@
 use std::collections::BTreeSet;
 
 use super::{PANE_START_DIR, Tmux, check, is_no_server, option};
+use crate::text::sh_quote;
+use crate::world::inert::format_literal;
 use crate::world::{Launch, RuntimeError, Started, Tag};
 
 /// A tmux client sends its command line to the server as one message of at most 16 KiB
@@ -152,7 +154,9 @@ fn commands_for(launch: &Launch, new_session: bool) -> Vec<String> {
     // The new window is its session's current one (`new-window` without `-d` selects it), so
     // `=session:` names the new pane. Not the implicit target: after `new-session -d` that is
     // another session's pane.
-    args.extend(label_args(launch, &format!("={}:", launch.session)));
+    let target = format!("={}:", launch.session);
+    args.extend(label_args(launch, &target));
+    args.extend(tap_args(launch, &target));
     args
 }
 
@@ -181,4 +185,24 @@ pub(super) fn label_args(launch: &Launch, target: &str) -> Vec<String> {
         args.extend([option(tag).into(), value.into()]);
     }
     args
+}
+
+/// `pipe-pane` of the pane `target` into the launch's tap, after a `;`; nothing without one.
+/// tmux runs the command through `sh -c` after format-expanding it: every word is quoted for
+/// the shell and made a format literal (a path with `#(…)` in it stays a path), `exec`
+/// replaces the shell, and the one format left, `#{pane_pid}`, gives the tap the pid of the
+/// pane's own process (the wrapper it hands the pipe to). `pipe-pane` without `-o` replaces a
+/// pipe already there (a respawned pane's, whose tap then sees its input end).
+pub(super) fn tap_args(launch: &Launch, target: &str) -> Vec<String> {
+    let Some(tap) = &launch.tap else {
+        return Vec::new();
+    };
+    let words: Vec<String> = tap.iter().map(|w| sh_quote(w)).collect();
+    let command = format!(
+        "{} #{{pane_pid}}",
+        format_literal(&format!("exec {}", words.join(" ")))
+    );
+    [";", "pipe-pane", "-t", target, &command]
+        .map(String::from)
+        .to_vec()
 }
