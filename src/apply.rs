@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::hooks::config as hook_config;
+use crate::parallel::parallel_map;
 use crate::plan::{Action, Change, Plan};
 use crate::recovery::{EndReason, execute};
 use crate::spec::{AgentSpec, Spec};
@@ -243,7 +244,14 @@ impl Applier<'_> {
             session: agent.session.clone(),
             window: agent.window.clone(),
             workdir: agent.workdir.clone(),
-            argv: wrap_argv(&self.exe, &self.spec.file, &agent.name),
+            argv: wrap_argv(
+                &self.exe,
+                &self.spec.file,
+                &agent.name,
+                // The agent's own part of phoenix.toml: its wrapper reads that, not the
+                // whole fleet's file.
+                crate::spec::narrow::write_part(&self.spec.file, &agent.name, &dir.path).as_deref(),
+            ),
             fingerprint: spec.fingerprint(),
             tap: agent
                 .tap
@@ -314,39 +322,6 @@ fn worktree_step(action: &Action, agent: &str, dir: &AgentDir) -> Result<String,
     }
 }
 
-/// `f` of every item, on up to `workers` threads side by side; the results in item order.
-fn parallel_map<T: Send, R: Send>(
-    items: Vec<T>,
-    workers: usize,
-    f: impl Fn(T) -> R + Sync,
-) -> Vec<R> {
-    let n = items.len();
-    if n < 2 {
-        return items.into_iter().map(f).collect();
-    }
-    let queue = std::sync::Mutex::new(items.into_iter().enumerate());
-    let mut results: Vec<Option<R>> = (0..n).map(|_| None).collect();
-    let done = std::sync::Mutex::new(Vec::with_capacity(n));
-    std::thread::scope(|s| {
-        for _ in 0..workers.min(n) {
-            s.spawn(|| {
-                loop {
-                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
-                    let Some((i, item)) = next else { break };
-                    let r = f(item);
-                    done.lock().unwrap_or_else(|e| e.into_inner()).push((i, r));
-                }
-            });
-        }
-    });
-    for (i, r) in done.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        results[i] = Some(r);
-    }
-    results
-        .into_iter()
-        .map(|r| r.expect("every item was mapped"))
-        .collect()
-}
 fn ensure_dir(dir: &AgentDir) -> Result<(), String> {
     dir.ensure().map_err(|e| {
         format!(
@@ -357,15 +332,19 @@ fn ensure_dir(dir: &AgentDir) -> Result<(), String> {
 }
 
 /// The command a pane runs: this phoenix binary, wrapping the agent.
-pub fn wrap_argv(exe: &Path, config: &Path, agent: &str) -> Vec<String> {
-    vec![
+pub fn wrap_argv(exe: &Path, config: &Path, agent: &str, part: Option<&Path>) -> Vec<String> {
+    let mut argv = vec![
         exe.to_string_lossy().into_owned(),
         "--config".into(),
         config.to_string_lossy().into_owned(),
         "wrap".into(),
         "--agent".into(),
         agent.into(),
-    ]
+    ];
+    if let Some(part) = part {
+        argv.extend(["--part".into(), part.to_string_lossy().into_owned()]);
+    }
+    argv
 }
 
 /// The tap that reads an agent's pane (`phoenix tap`), to which the runtime appends the pid
@@ -466,6 +445,9 @@ mod tests {
         assert_eq!(started(&fake), ["one", "two"]);
         for pane in fake.panes() {
             assert_eq!(pane.tags.get(&Tag::Fleet), Some(&spec.fleet.id));
+            let part = FleetDir::new(&spec.fleet.state_dir)
+                .agent(&pane.window)
+                .file(crate::spec::narrow::AGENT_CONFIG);
             assert_eq!(
                 pane.argv[1..],
                 [
@@ -473,11 +455,18 @@ mod tests {
                     &spec.file.to_string_lossy(),
                     "wrap",
                     "--agent",
-                    &pane.window
+                    &pane.window,
+                    "--part",
+                    &part.to_string_lossy(),
                 ]
                 .map(String::from)[..],
                 "{pane:?}"
             );
+            // The wrapper reads its own part of phoenix.toml, which reads as its agent.
+            let own =
+                crate::spec::narrow::load_for_agent(&spec.file, &pane.window, Some(&part)).unwrap();
+            assert_eq!(own.agents.len(), 1, "{pane:?}");
+            assert_eq!(own.agents[0].name, pane.window);
         }
         // The launch spec is on disk for drift details.
         let dir = FleetDir::new(&spec.fleet.state_dir).agent("one");

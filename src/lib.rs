@@ -17,6 +17,7 @@ pub mod hooks;
 pub mod hosts;
 pub mod metrics;
 pub mod notify;
+pub mod parallel;
 pub mod plan;
 pub mod policy;
 pub mod process;

@@ -274,14 +274,22 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             names.push(name.to_string());
         }
     }
-    let mut rows = Vec::with_capacity(names.len());
     // All worktrees at once, in parallel (a `git status` each).
     let mut worktrees = if with_context {
         crate::workspace::statuses(spec)
     } else {
         Default::default()
     };
-    for name in names {
+    let named: Vec<(String, Option<_>)> = names
+        .into_iter()
+        .map(|name| {
+            let worktree = worktrees.remove(&name);
+            (name, worktree)
+        })
+        .collect();
+    // A few files per agent: a thousand rows are read on every core.
+    let workers = crate::parallel::workers_for(named.len(), ROWS_PER_THREAD);
+    crate::parallel::parallel_map(named, workers, |(name, worktree)| {
         let declared = spec.agent(&name);
         let pane = world.pane_of(&name);
         let obs = world.agents.get(&name);
@@ -331,7 +339,7 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             .iter()
             .filter(|c| window.is_none_or(|w| now.as_second().saturating_sub(c.ts) < w))
             .count();
-        rows.push(AgentStatus {
+        AgentStatus {
             declared: declared.is_some(),
             enabled: declared.is_some_and(|a| a.enabled),
             state,
@@ -361,7 +369,7 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             } else {
                 None
             },
-            worktree: worktrees.remove(&name),
+            worktree,
             // One stat for an empty inbox.
             messages_pending: state::inbox::pending(&dir).len(),
             needs_input: memory.and_then(|m| {
@@ -373,10 +381,12 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             supervision: None,
             transcript: agent_state.as_ref().and_then(|s| s.transcript_path.clone()),
             agent: name,
-        });
-    }
-    rows
+        }
+    })
 }
+
+/// Below this many rows per thread, a status reads its agents' files on one thread.
+const ROWS_PER_THREAD: usize = 64;
 
 /// Today's usage, as an update of the ledger would find it, without writing anything.
 fn usage_today(

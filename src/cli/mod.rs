@@ -233,6 +233,10 @@ pub enum Command {
     Wrap {
         #[arg(long)]
         agent: String,
+        /// The agent's own part of the config `apply` wrote (read instead of the whole file
+        /// while it is current).
+        #[arg(long)]
+        part: Option<PathBuf>,
     },
     /// Entry point for the agent CLIs' hooks (reads the payload on stdin). Always exits 0.
     Hook(hook::HookCall),
@@ -538,7 +542,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Attach { agent } => lifecycle::attach(&config, &agent),
         Command::Move(args) => moves::run(&config, args),
         Command::Service { command } => lifecycle::service(&config, command),
-        Command::Wrap { agent } => Ok(crate::supervise::wrap(&config, &agent)?),
+        Command::Wrap { agent, part } => Ok(crate::supervise::wrap(&config, &agent, part)?),
         Command::Hook(call) => Ok(hook::run(call.with_config(config))),
         Command::Hooks(cmd) => agent_state::hooks(&config, cmd),
         Command::Loop(cmd) => agent_state::loops(&config, cmd),

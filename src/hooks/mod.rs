@@ -198,6 +198,17 @@ impl Hook<'_> {
     /// The fleet's spec; when it does not load, under a wrapper, the last valid copy (which
     /// keeps the state current meanwhile, the problem noted for the log).
     fn load_spec(&mut self, config: &Path) -> Result<Spec, String> {
+        // Under its wrapper, the agent's own part of the config (`spec::narrow`) while it is
+        // current: a fleet of a thousand agents has a phoenix.toml of a hundred kilobytes,
+        // and this runs on every tool call.
+        let part = std::env::var_os("PHOENIX_STATE_DIR")
+            .filter(|_| std::env::var("PHOENIX_AGENT").is_ok_and(|a| a == self.agent))
+            .map(|dir| Path::new(&dir).join(spec::narrow::AGENT_CONFIG));
+        if let Some(spec) =
+            part.and_then(|part| spec::narrow::load_part_for_hook(config, self.agent, &part))
+        {
+            return Ok(spec);
+        }
         let e = match spec::load_for_hook(config) {
             Ok(spec) => return Ok(spec),
             Err(e) => e,

@@ -71,7 +71,7 @@ const HOOK: LoadOptions = LoadOptions {
 };
 
 /// `source` read as [`load_for_hook`] reads its file.
-fn parse_for_hook(source: &str, file: &Path) -> Result<Spec, FileDiagnostics> {
+pub(super) fn parse_for_hook(source: &str, file: &Path) -> Result<Spec, FileDiagnostics> {
     parse_inner(source, file, HOOK, false)
 }
 
@@ -118,7 +118,7 @@ pub fn load_last_good_for_hook(path: &Path, fleet_root: &Path) -> Option<Spec> {
 /// `MAX_CONFIG_BYTES`. A symlinked config is fine: it is the operator's own.
 pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
-fn read_config(path: &Path) -> std::io::Result<String> {
+pub(super) fn read_config(path: &Path) -> std::io::Result<String> {
     use crate::state::bounded::{self, Links, ReadError};
     bounded::read_string(path, MAX_CONFIG_BYTES, Links::Follow).map_err(|e| match e {
         ReadError::Io { source, .. } => source,

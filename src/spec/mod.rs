@@ -12,6 +12,7 @@ pub mod floors;
 mod host;
 mod keys;
 mod load;
+pub mod narrow;
 mod paths;
 mod schedule;
 mod settings;

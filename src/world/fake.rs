@@ -523,8 +523,11 @@ pub(crate) fn unit_fleet(dir: &std::path::Path, agents: &[&str]) -> crate::spec:
         .iter()
         .map(|a| format!("[[agent]]\nname = \"{a}\"\ncommand = \"sh -c 'sleep 1000'\"\n"))
         .collect();
+    let source = format!("[fleet]\nname = \"unit\"\n{toml}");
+    // On disk too, as a fleet's file is (an apply cuts each agent's part from it).
+    let _ = std::fs::write(dir.join("phoenix.toml"), &source);
     crate::spec::parse(
-        &format!("[fleet]\nname = \"unit\"\n{toml}"),
+        &source,
         &dir.join("phoenix.toml"),
         crate::spec::LoadOptions {
             check_filesystem: false,

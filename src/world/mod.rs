@@ -485,6 +485,9 @@ pub fn observe_status(spec: &Spec, runtime: &dyn Runtime) -> Result<World, Runti
     observe_with(spec, runtime, false)
 }
 
+/// Below this many agents per thread, an observation reads their files on one thread.
+const AGENTS_PER_THREAD: usize = 64;
+
 fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<World, RuntimeError> {
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     // An unreadable fences file fences nothing: it is rolled back to its last good copy, and
@@ -494,14 +497,15 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
     names.extend(fleet.agent_names());
     names.sort();
     names.dedup();
+    // A few files per agent: a thousand agents are read on every core.
     let look = |names: Vec<String>| -> BTreeMap<String, AgentObs> {
-        names
-            .into_iter()
-            .map(|name| {
-                let obs = agent_obs(&fleet, &name, for_plan, &fences);
-                (name, obs)
-            })
-            .collect()
+        let workers = crate::parallel::workers_for(names.len(), AGENTS_PER_THREAD);
+        crate::parallel::parallel_map(names, workers, |name| {
+            let obs = agent_obs(&fleet, &name, for_plan, &fences);
+            (name, obs)
+        })
+        .into_iter()
+        .collect()
     };
     let ours = |listed: Option<Vec<PaneObs>>| -> (Vec<PaneObs>, bool) {
         let running = listed.is_some();

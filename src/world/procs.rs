@@ -19,6 +19,9 @@ pub struct ProcInfo {
     pub pgid: u32,
 }
 
+/// Below this many trees per thread, `ProcTable::trees` reads them on one thread.
+const ROOTS_PER_THREAD: usize = 64;
+
 /// A snapshot of every process on the host, indexed by parent.
 #[derive(Debug, Default)]
 pub struct ProcTable {
@@ -42,7 +45,7 @@ impl ProcTable {
             else {
                 continue;
             };
-            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            let Some(stat) = read_proc(&format!("/proc/{pid}/stat")) else {
                 continue;
             };
             if let Some(info) = parse_stat(pid, &stat, boot, ticks) {
@@ -64,6 +67,29 @@ impl ProcTable {
     /// its own); below the roots, each process's main thread's list. `None` when the kernel
     /// keeps no such lists.
     pub fn trees(pids: &[u32]) -> Option<ProcTable> {
+        // A few reads per process: a thousand panes' trees are read on every core.
+        let workers = crate::parallel::workers_for(pids.len(), ROOTS_PER_THREAD);
+        if workers < 2 {
+            return ProcTable::trees_of(pids);
+        }
+        let chunks: Vec<&[u32]> = pids.chunks(pids.len().div_ceil(workers)).collect();
+        let mut table = ProcTable::default();
+        for part in crate::parallel::parallel_map(chunks, workers, ProcTable::trees_of) {
+            let part = part?;
+            table.procs.extend(part.procs);
+            for (parent, kids) in part.children {
+                table.children.entry(parent).or_default().extend(kids);
+            }
+        }
+        for kids in table.children.values_mut() {
+            kids.sort_unstable();
+            kids.dedup();
+        }
+        Some(table)
+    }
+
+    /// `trees` on this thread.
+    fn trees_of(pids: &[u32]) -> Option<ProcTable> {
         let boot = boot_time();
         let ticks = clock_ticks();
         let mut table = ProcTable::default();
@@ -166,7 +192,7 @@ pub fn cmdline(pid: u32) -> Option<Vec<String>> {
 /// One process as it is now; `None` once it is gone or only a zombie (it has ended: all that
 /// is left is its exit status for its parent to collect).
 pub fn live(pid: u32) -> Option<ProcInfo> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = read_proc(&format!("/proc/{pid}/stat"))?;
     let state = stat.get(stat.rfind(')')? + 2..)?.chars().next()?;
     if matches!(state, 'Z' | 'X') {
         return None;
@@ -215,7 +241,7 @@ fn parse_stat(pid: u32, stat: &str, boot: i64, ticks: i64) -> Option<ProcInfo> {
 
 /// The children the kernel lists for thread `tid` of `pid`.
 fn children_listed(pid: u32, tid: u32) -> Option<Vec<u32>> {
-    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")).ok()?;
+    let text = read_proc(&format!("/proc/{pid}/task/{tid}/children"))?;
     Some(
         text.split_whitespace()
             .filter_map(|p| p.parse().ok())
@@ -227,10 +253,38 @@ fn children_listed(pid: u32, tid: u32) -> Option<Vec<u32>> {
 fn read_stats(pids: &[u32], boot: i64, ticks: i64) -> Vec<ProcInfo> {
     pids.iter()
         .filter_map(|&pid| {
-            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let stat = read_proc(&format!("/proc/{pid}/stat"))?;
             parse_stat(pid, &stat, boot, ticks)
         })
         .collect()
+}
+
+/// A /proc file's text in as few calls as it takes: an open, a read and a close for a
+/// short one (`fs::read_to_string` adds a stat and a read that finds the end). A read that
+/// leaves room to spare has reached the end: the kernel fills the buffer from its records
+/// while there are more (a record is a few bytes; the margin is far larger).
+fn read_proc(path: &str) -> Option<String> {
+    use std::io::Read;
+    const MARGIN: usize = 64;
+    let mut file = fs::File::open(path).ok()?;
+    let mut buf = vec![0u8; 1024];
+    let mut len = 0;
+    loop {
+        let n = match file.read(&mut buf[len..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        };
+        len += n;
+        if n == 0 || len + MARGIN < buf.len() {
+            break;
+        }
+        if len == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).ok()
 }
 
 fn boot_time() -> i64 {
@@ -253,6 +307,24 @@ fn clock_ticks() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A /proc file read in few calls is the whole file: a short one, and one of many
+    /// records longer than the first buffer.
+    #[test]
+    fn a_proc_file_is_read_whole() {
+        for path in ["/proc/cpuinfo", "/proc/self/cmdline", "/proc/stat"] {
+            let whole = fs::read_to_string(path).unwrap();
+            let fast = read_proc(path).unwrap();
+            if path == "/proc/stat" {
+                // Its counters move between the two reads; its lines stay.
+                assert_eq!(fast.lines().count(), whole.lines().count(), "{path}");
+            } else {
+                assert_eq!(fast, whole, "{path}");
+            }
+        }
+        assert!(fs::read_to_string("/proc/cpuinfo").unwrap().len() > 1024);
+        assert_eq!(read_proc("/proc/no-such-file"), None);
+    }
 
     #[test]
     fn the_children_of_a_process_are_read_from_its_list() {

@@ -75,10 +75,10 @@ fn give_back_freed_memory() {
 }
 
 /// Run the agent in the foreground of this pane and keep it alive.
-pub fn wrap(config: &Path, agent_name: &str) -> crate::error::Result<i32> {
+pub fn wrap(config: &Path, agent_name: &str, part: Option<PathBuf>) -> crate::error::Result<i32> {
     one_arena();
     term::install_handlers();
-    let spec = spec::load(config)?;
+    let spec = spec::narrow::load_for_agent(config, agent_name, part.as_deref())?;
     let agent = find_agent(&spec, agent_name)?.clone();
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let dir = fleet.agent(&agent.name);
@@ -106,6 +106,7 @@ pub fn wrap(config: &Path, agent_name: &str) -> crate::error::Result<i32> {
     let pane = runtime.own_pane();
     let mut wrapper = Wrapper {
         config: config.to_path_buf(),
+        part,
         runtime,
         spec,
         agent,
@@ -168,6 +169,9 @@ fn find_agent<'a>(spec: &'a Spec, name: &str) -> crate::error::Result<&'a AgentS
 
 struct Wrapper {
     config: PathBuf,
+    /// The agent's own part of the config (`spec::narrow`), read instead of the whole file
+    /// while it is current.
+    part: Option<PathBuf>,
     spec: Spec,
     agent: AgentSpec,
     fleet: FleetDir,
@@ -326,7 +330,7 @@ impl Wrapper {
 
     /// Pick up config edits between runs; a broken config keeps the last good one.
     fn reload(&mut self) {
-        match spec::load(&self.config) {
+        match spec::narrow::load_for_agent(&self.config, &self.agent.name, self.part.as_deref()) {
             Ok(spec) => match spec.agent(&self.agent.name) {
                 Some(agent) => {
                     let _ = spec::remember_good(&spec);
