@@ -60,6 +60,65 @@ pub fn opted_in(var: &str, suite: &str, needs: &str) -> bool {
 pub struct Fleet {
     pub dir: tempfile::TempDir,
     pub socket: String,
+    /// This fleet's share of the machine (dropped after the fleet's own cleanup).
+    _share: Share,
+}
+
+/// Fleets share the machine, except a fleet that needs it alone (the 1,000-agent suite:
+/// two thousand processes starting at once would slow every other test's agents past its
+/// timeouts): such a fleet waits until no other fleet exists, and new fleets wait while it
+/// does. A waiting fleet alone does not hold others up, so a test that makes two fleets
+/// cannot deadlock on it.
+struct Share {
+    alone: bool,
+}
+
+struct Fleets {
+    sharing: usize,
+    alone: bool,
+}
+
+static FLEETS: std::sync::Mutex<Fleets> = std::sync::Mutex::new(Fleets {
+    sharing: 0,
+    alone: false,
+});
+static FLEETS_CHANGED: std::sync::Condvar = std::sync::Condvar::new();
+
+impl Share {
+    fn take(alone: bool) -> Share {
+        let mut fleets = FLEETS.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let free = if alone {
+                !fleets.alone && fleets.sharing == 0
+            } else {
+                !fleets.alone
+            };
+            if free {
+                break;
+            }
+            fleets = FLEETS_CHANGED
+                .wait(fleets)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        if alone {
+            fleets.alone = true;
+        } else {
+            fleets.sharing += 1;
+        }
+        Share { alone }
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let mut fleets = FLEETS.lock().unwrap_or_else(|e| e.into_inner());
+        if self.alone {
+            fleets.alone = false;
+        } else {
+            fleets.sharing -= 1;
+        }
+        FLEETS_CHANGED.notify_all();
+    }
 }
 
 impl Default for Fleet {
@@ -70,6 +129,16 @@ impl Default for Fleet {
 
 impl Fleet {
     pub fn new() -> Fleet {
+        Fleet::with_share(Share::take(false))
+    }
+
+    /// A fleet with the machine to itself: it waits until every other test's fleet is gone,
+    /// and other tests wait for it (see `Share`).
+    pub fn alone() -> Fleet {
+        Fleet::with_share(Share::take(true))
+    }
+
+    fn with_share(share: Share) -> Fleet {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let socket = format!("phx-test-{}-{n}", std::process::id());
         let dir = tempfile::Builder::new()
@@ -77,7 +146,11 @@ impl Fleet {
             .tempdir()
             .expect("temp dir");
         std::fs::create_dir_all(dir.path().join("home")).unwrap();
-        Fleet { dir, socket }
+        Fleet {
+            dir,
+            socket,
+            _share: share,
+        }
     }
 
     pub fn path(&self) -> &Path {
