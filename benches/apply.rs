@@ -111,6 +111,8 @@ fn apply(n: usize) -> (Duration, Vec<Duration>, Vec<Duration>) {
     }
     let config = dir.path().join("phoenix.toml");
     std::fs::write(&config, toml).unwrap();
+    // Dropped in reverse: the server is killed first, then its wrappers are waited for.
+    let _wrappers = WaitForWrappers(config.to_string_lossy().into_owned());
     let _server = KillServer(socket.clone());
     let run = |args: &[&str], want: i32| {
         let t = Instant::now();
@@ -145,6 +147,25 @@ fn fresh_socket(what: &str) -> String {
     static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("phx-bench-{what}-{}-{run}", std::process::id())
+}
+
+/// After a run, its wrappers (each saving a handoff as its pane goes away) must be gone
+/// before the next run starts: otherwise that run measures their ending too.
+struct WaitForWrappers(String);
+
+impl Drop for WaitForWrappers {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline
+            && Command::new("pgrep")
+                .args(["-f", &self.0])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 }
 
 struct KillServer(String);

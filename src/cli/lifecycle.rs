@@ -65,13 +65,27 @@ pub fn declared(spec: &Spec, names: &[String]) -> anyhow::Result<Vec<String>> {
 /// else the plan stops before any hook file is written into a workdir, rather than leaving an
 /// agent failing to spawn.
 pub fn commands_exist(ctx: &FleetContext, targets: &[String]) -> anyhow::Result<()> {
+    // Each program looked up once where it is looked up the same way (on the same PATH, or
+    // the same path from the same workdir): a thousand agents often run a few programs.
+    let mut found: std::collections::HashMap<(&str, &std::ffi::OsStr), bool> = Default::default();
     let problems: Vec<String> = ctx
         .spec
         .agents
         .iter()
         .filter(|a| a.enabled && (targets.is_empty() || targets.contains(&a.name)))
         .filter(|a| !ctx.dir.agent(&a.name).has_marker(state::STOPPED))
-        .filter_map(|a| a.command_problem())
+        .filter_map(|a| {
+            let program = a.argv.first().map_or("", String::as_str);
+            let place: &std::ffi::OsStr = if program.contains('/') {
+                a.workdir.as_os_str()
+            } else {
+                a.env.get("PATH").map_or("".as_ref(), |p| p.as_ref())
+            };
+            let ok = *found
+                .entry((program, place))
+                .or_insert_with(|| a.command_problem().is_none());
+            if ok { None } else { a.command_problem() }
+        })
         .collect();
     if problems.is_empty() {
         return Ok(());

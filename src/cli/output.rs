@@ -92,10 +92,19 @@ pub fn document(value: impl Serialize) -> Value {
 /// Print a `--json` document (pretty, one trailing newline).
 pub fn json(value: impl Serialize) {
     let doc = document(value);
-    out(&format!(
-        "{}\n",
-        serde_json::to_string_pretty(&doc).unwrap_or_default()
-    ));
+    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    text.push('\n');
+    // Straight to stdout: JSON holds no escape sequence for anstream to strip (serde_json
+    // writes control characters as `\u` escapes), and a thousand agents' status is a
+    // megabyte it would scan byte by byte.
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush())
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(0);
+    }
 }
 
 /// An error as `--json` prints it, on stdout so a script reads one stream:

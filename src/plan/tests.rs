@@ -59,6 +59,7 @@ fn world_with(spec: &Spec, panes: Vec<PaneObs>) -> World {
         location: String::new(),
         hook_files: Default::default(),
         workspaces: Default::default(),
+        panes_by_agent: Default::default(),
         panes,
         agents: spec
             .agents

@@ -10,7 +10,7 @@ pub mod procs;
 // only the `Runtime` it implements (see `connect`).
 mod tmux;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -350,6 +350,10 @@ pub struct World {
     pub hook_files: BTreeMap<PathBuf, FileObs>,
     /// Agents' git worktrees (`workspace`): only observed for a plan.
     pub workspaces: crate::workspace::Observed,
+    /// Each agent's panes (indexes into `panes`), made at the first `pane_of`: a plan of a
+    /// thousand agents went through every pane for each agent.
+    #[serde(skip)]
+    pub(crate) panes_by_agent: std::sync::OnceLock<HashMap<String, Vec<usize>>>,
 }
 
 impl World {
@@ -365,9 +369,19 @@ impl World {
     /// The pane phoenix started for `agent`, if any. If several claim it, the one that stays
     /// is the oldest live one (tmux numbers panes in creation order), else the oldest.
     pub fn pane_of(&self, agent: &str) -> Option<&PaneObs> {
-        self.panes
+        let index = self.panes_by_agent.get_or_init(|| {
+            let mut index: HashMap<String, Vec<usize>> = HashMap::new();
+            for (i, pane) in self.panes.iter().enumerate() {
+                if let Some(agent) = &pane.agent {
+                    index.entry(agent.clone()).or_default().push(i);
+                }
+            }
+            index
+        });
+        index
+            .get(agent)?
             .iter()
-            .filter(|p| p.agent.as_deref() == Some(agent))
+            .map(|&i| &self.panes[i])
             .min_by_key(|p| (p.dead, pane_number(&p.id)))
     }
 
@@ -590,5 +604,6 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
         agents,
         hook_files,
         workspaces,
+        panes_by_agent: Default::default(),
     })
 }

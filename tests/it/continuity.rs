@@ -165,7 +165,7 @@ fn a_cli_without_hooks_talks_through_its_pane() {
     // (only the wrapper names the fleet's config; the agent's CLI is the agent).
     let config = fleet.config().to_string_lossy().into_owned();
     wait_until(Duration::from_secs(10), "only the wrapper", || {
-        let left = processes_naming(&config);
+        let left = support::processes_naming(&config);
         left.len() == 1 && left[0].iter().any(|a| a == "wrap")
     });
     type_into(
@@ -668,32 +668,4 @@ fn after_a_manual_save_automatic_handoffs_name_the_current_task() {
         shown.contains("# Handoff: fix the flaky login test"),
         "{shown}"
     );
-}
-
-/// The argv of every phoenix process whose command line names `text` (the tmux server keeps
-/// the command line of the client that started it: not phoenix's).
-fn processes_naming(text: &str) -> Vec<Vec<String>> {
-    let phoenix = std::fs::canonicalize(support::PHOENIX).unwrap();
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        if std::fs::read_link(entry.path().join("exe")).ok() != Some(phoenix.clone()) {
-            continue;
-        }
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let argv: Vec<String> = raw
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if argv.iter().any(|a| a.contains(text)) {
-            out.push(argv);
-        }
-    }
-    out
 }

@@ -60,6 +60,23 @@ fn a_thousand_agents_start_converge_and_go_down_clean() {
     agents.dedup();
     assert_eq!(agents.len(), AGENTS);
     assert_eq!(fleet.tagged_panes().len(), AGENTS, "an agent started twice");
+    // One phoenix process per agent: each tap, started with its pane, handed the pane's
+    // output to its wrapper and left.
+    let config = fleet.config().to_string_lossy().into_owned();
+    support::wait_until(
+        std::time::Duration::from_secs(60),
+        "one phoenix process per agent",
+        || {
+            let procs = support::processes_naming(&config);
+            procs.len() == AGENTS && procs.iter().all(|a| a.iter().any(|w| w == "wrap"))
+        },
+    );
+    for name in ["a0000", "a0500", "a0999"] {
+        assert!(
+            fleet.ops(name).iter().any(|o| o["event"] == "tap_started"),
+            "{name}: its wrapper reads its pane"
+        );
+    }
 
     // Converged: nothing to do.
     let plan = fleet.run(&["plan"]);

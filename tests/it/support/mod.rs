@@ -783,3 +783,31 @@ pub fn spending_fleet_with_a_waiting_agent(
         .status(0);
     (fleet, pane)
 }
+
+/// The argv of every phoenix process whose command line names `text` (the tmux server keeps
+/// the command line of the client that started it: not phoenix's).
+pub fn processes_naming(text: &str) -> Vec<Vec<String>> {
+    let phoenix = std::fs::canonicalize(PHOENIX).unwrap();
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if std::fs::read_link(entry.path().join("exe")).ok() != Some(phoenix.clone()) {
+            continue;
+        }
+        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let argv: Vec<String> = raw
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if argv.iter().any(|a| a.contains(text)) {
+            out.push(argv);
+        }
+    }
+    out
+}
