@@ -56,24 +56,52 @@ pub fn parts(source: &str) -> Option<Vec<(String, String)>> {
 /// it, the write failed): its wrapper then reads phoenix.toml whole. The parts of one text
 /// are cut once per process (an apply writes a thousand).
 pub fn write_part(config: &Path, agent: &str, dir: &Path) -> Option<PathBuf> {
-    type Cut = (String, Arc<BTreeMap<String, String>>);
+    /// The file the parts were cut from, as its metadata said then, and the parts.
+    type Cut = (FileStamp, Arc<BTreeMap<String, String>>);
     static CUT: Mutex<Option<Cut>> = Mutex::new(None);
-    let source = read_config(config).ok()?;
-    let digest = crate::state::digest(source.as_bytes());
     let parts = {
         let mut cut = CUT.lock().unwrap_or_else(|e| e.into_inner());
+        // The same file unchanged since (inode, size, change time): cut already, without
+        // reading it again for each of a thousand agents.
+        let stamp = FileStamp::of(config);
         match &*cut {
-            Some((of, parts)) if *of == digest => parts.clone(),
+            Some((of, parts)) if stamp.as_ref() == Some(of) => parts.clone(),
             _ => {
+                let source = read_config(config).ok()?;
                 let parts = Arc::new(parts(&source)?.into_iter().collect::<BTreeMap<_, _>>());
-                *cut = Some((digest, parts.clone()));
+                // Only a stamp taken before the read that still holds after it.
+                if let Some(stamp) = stamp.filter(|s| FileStamp::of(config).as_ref() == Some(s)) {
+                    *cut = Some((stamp, parts.clone()));
+                }
                 parts
             }
         }
     };
     let path = dir.join(AGENT_CONFIG);
-    crate::state::atomic_write(&path, parts.get(agent)?.as_bytes()).ok()?;
+    // Not synced: the part is checked against its digests when read, and a part a crash
+    // left short is refused (the wrapper reads phoenix.toml whole).
+    crate::state::file::write_atomic(&path, parts.get(agent)?.as_bytes(), 0o600, false).ok()?;
     Some(path)
+}
+
+/// What tells a file changed without reading it: its inode, size and change time.
+#[derive(PartialEq, Eq)]
+struct FileStamp {
+    inode: u64,
+    size: u64,
+    changed: (i64, i64),
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            inode: meta.ino(),
+            size: meta.size(),
+            changed: (meta.ctime(), meta.ctime_nsec()),
+        })
+    }
 }
 
 /// The spec `agent`'s wrapper runs with: from its part at `part` while that is current and
