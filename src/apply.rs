@@ -333,14 +333,7 @@ fn ensure_dir(dir: &AgentDir) -> Result<(), String> {
 
 /// The command a pane runs: this phoenix binary, wrapping the agent.
 pub fn wrap_argv(exe: &Path, config: &Path, agent: &str, part: Option<&Path>) -> Vec<String> {
-    let mut argv = vec![
-        exe.to_string_lossy().into_owned(),
-        "--config".into(),
-        config.to_string_lossy().into_owned(),
-        "wrap".into(),
-        "--agent".into(),
-        agent.into(),
-    ];
+    let mut argv = phoenix_argv(exe, config, "wrap", agent);
     if let Some(part) = part {
         argv.extend(["--part".into(), part.to_string_lossy().into_owned()]);
     }
@@ -350,14 +343,20 @@ pub fn wrap_argv(exe: &Path, config: &Path, agent: &str, part: Option<&Path>) ->
 /// The tap that reads an agent's pane (`phoenix tap`), to which the runtime appends the pid
 /// of the pane's process: the wrapper it hands the pane's output to.
 pub fn tap_argv(exe: &Path, config: &Path, agent: &str) -> Vec<String> {
+    let mut argv = phoenix_argv(exe, config, "tap", agent);
+    argv.push("--wrapper".into());
+    argv
+}
+
+/// `<exe> --config <config> <verb> --agent <agent>`.
+fn phoenix_argv(exe: &Path, config: &Path, verb: &str, agent: &str) -> Vec<String> {
     vec![
         exe.to_string_lossy().into_owned(),
         "--config".into(),
         config.to_string_lossy().into_owned(),
-        "tap".into(),
+        verb.into(),
         "--agent".into(),
         agent.into(),
-        "--wrapper".into(),
     ]
 }
 

@@ -41,14 +41,14 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Threads for `items` quick pieces of work (a few file reads each): one below `per_thread`
-/// items, where starting a thread would cost more than it saves; else the machine's cores.
-pub fn workers_for(items: usize, per_thread: usize) -> usize {
-    if items < per_thread {
-        1
-    } else {
-        cores().min(items / per_thread).max(1)
-    }
+/// Below this many quick pieces of work (a few file reads each) per thread, starting a
+/// thread costs more than it saves.
+const ITEMS_PER_THREAD: usize = 64;
+
+/// Threads for `items` quick pieces of work: one below `ITEMS_PER_THREAD` items, else up to
+/// the machine's cores.
+pub fn workers_for(items: usize) -> usize {
+    cores().min(items / ITEMS_PER_THREAD).max(1)
 }
 
 #[cfg(test)]

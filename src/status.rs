@@ -288,7 +288,7 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
         })
         .collect();
     // A few files per agent: a thousand rows are read on every core.
-    let workers = crate::parallel::workers_for(named.len(), ROWS_PER_THREAD);
+    let workers = crate::parallel::workers_for(named.len());
     crate::parallel::parallel_map(named, workers, |(name, worktree)| {
         let declared = spec.agent(&name);
         let pane = world.pane_of(&name);
@@ -384,9 +384,6 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
         }
     })
 }
-
-/// Below this many rows per thread, a status reads its agents' files on one thread.
-const ROWS_PER_THREAD: usize = 64;
 
 /// Today's usage, as an update of the ledger would find it, without writing anything.
 fn usage_today(

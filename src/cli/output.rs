@@ -97,14 +97,7 @@ pub fn json(value: impl Serialize) {
     // Straight to stdout: JSON holds no escape sequence for anstream to strip (serde_json
     // writes control characters as `\u` escapes), and a thousand agents' status is a
     // megabyte it would scan byte by byte.
-    let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout
-        .write_all(text.as_bytes())
-        .and_then(|_| stdout.flush())
-        && e.kind() == std::io::ErrorKind::BrokenPipe
-    {
-        std::process::exit(0);
-    }
+    write_out(std::io::stdout().lock(), &text);
 }
 
 /// An error as `--json` prints it, on stdout so a script reads one stream:
@@ -118,7 +111,11 @@ pub fn error_document(message: &str, hint: Option<&str>) -> Value {
 
 /// Write to stdout, treating a closed pipe (`phoenix status | head`) as success.
 pub fn out(text: &str) {
-    let mut stdout = anstream::stdout().lock();
+    write_out(anstream::stdout().lock(), text);
+}
+
+/// Write `text` to `stdout` and flush; a closed pipe ends the process as a success.
+fn write_out(mut stdout: impl Write, text: &str) {
     if let Err(e) = stdout
         .write_all(text.as_bytes())
         .and_then(|_| stdout.flush())

@@ -117,14 +117,27 @@ pub fn load_for_agent(config: &Path, agent: &str, part: Option<&Path>) -> Result
 /// phoenix.toml (`load_for_hook`), while that part is current and intact; `None` otherwise
 /// (the hook reads phoenix.toml itself). A hook runs on every tool call.
 pub fn load_part_for_hook(config: &Path, agent: &str, part: &Path) -> Option<Spec> {
-    part_text(config, part)
-        .and_then(|body| parse_for_hook(&body, &absolute(config)).ok())
-        .filter(|spec| spec.agent(agent).is_some())
+    read_part(config, agent, part, |body, file| {
+        parse_for_hook(body, file).ok()
+    })
 }
 
 fn from_part(config: &Path, agent: &str, part: &Path) -> Option<Spec> {
+    read_part(config, agent, part, |body, file| {
+        parse(body, file, LoadOptions::default()).ok()
+    })
+}
+
+/// The part at `part` read by `read` as if it were `config`, if it is current and intact and
+/// declares `agent`.
+fn read_part(
+    config: &Path,
+    agent: &str,
+    part: &Path,
+    read: impl FnOnce(&str, &Path) -> Option<Spec>,
+) -> Option<Spec> {
     part_text(config, part)
-        .and_then(|body| parse(&body, &absolute(config), LoadOptions::default()).ok())
+        .and_then(|body| read(&body, &absolute(config)))
         .filter(|spec| spec.agent(agent).is_some())
 }
 

@@ -369,6 +369,20 @@ impl World {
     /// The pane phoenix started for `agent`, if any. If several claim it, the one that stays
     /// is the oldest live one (tmux numbers panes in creation order), else the oldest.
     pub fn pane_of(&self, agent: &str) -> Option<&PaneObs> {
+        self.panes_for(agent)
+            .min_by_key(|p| (p.dead, pane_number(&p.id)))
+    }
+
+    /// Every other pane tagged for `agent`: a second start that should not have happened
+    /// (two phoenix processes raced, or a copy made by hand). Plans remove them.
+    pub fn extra_panes<'a>(&'a self, agent: &'a str) -> impl Iterator<Item = &'a PaneObs> {
+        let keep = self.pane_of(agent).map(|p| p.id.as_str());
+        self.panes_for(agent)
+            .filter(move |p| Some(p.id.as_str()) != keep)
+    }
+
+    /// The panes tagged for `agent`, through the index made at the first lookup.
+    fn panes_for(&self, agent: &str) -> impl Iterator<Item = &PaneObs> {
         let index = self.panes_by_agent.get_or_init(|| {
             let mut index: HashMap<String, Vec<usize>> = HashMap::new();
             for (i, pane) in self.panes.iter().enumerate() {
@@ -379,19 +393,10 @@ impl World {
             index
         });
         index
-            .get(agent)?
-            .iter()
+            .get(agent)
+            .into_iter()
+            .flatten()
             .map(|&i| &self.panes[i])
-            .min_by_key(|p| (p.dead, pane_number(&p.id)))
-    }
-
-    /// Every other pane tagged for `agent`: a second start that should not have happened
-    /// (two phoenix processes raced, or a copy made by hand). Plans remove them.
-    pub fn extra_panes<'a>(&'a self, agent: &'a str) -> impl Iterator<Item = &'a PaneObs> {
-        let keep = self.pane_of(agent).map(|p| p.id.as_str());
-        self.panes
-            .iter()
-            .filter(move |p| p.agent.as_deref() == Some(agent) && Some(p.id.as_str()) != keep)
     }
 
     /// Agents present in the runtime, whatever the spec says.
@@ -499,9 +504,6 @@ pub fn observe_status(spec: &Spec, runtime: &dyn Runtime) -> Result<World, Runti
     observe_with(spec, runtime, false)
 }
 
-/// Below this many agents per thread, an observation reads their files on one thread.
-const AGENTS_PER_THREAD: usize = 64;
-
 fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<World, RuntimeError> {
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     // An unreadable fences file fences nothing: it is rolled back to its last good copy, and
@@ -513,7 +515,7 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
     names.dedup();
     // A few files per agent: a thousand agents are read on every core.
     let look = |names: Vec<String>| -> BTreeMap<String, AgentObs> {
-        let workers = crate::parallel::workers_for(names.len(), AGENTS_PER_THREAD);
+        let workers = crate::parallel::workers_for(names.len());
         crate::parallel::parallel_map(names, workers, |name| {
             let obs = agent_obs(&fleet, &name, for_plan, &fences);
             (name, obs)

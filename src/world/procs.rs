@@ -19,9 +19,6 @@ pub struct ProcInfo {
     pub pgid: u32,
 }
 
-/// Below this many trees per thread, `ProcTable::trees` reads them on one thread.
-const ROOTS_PER_THREAD: usize = 64;
-
 /// A snapshot of every process on the host, indexed by parent.
 #[derive(Debug, Default)]
 pub struct ProcTable {
@@ -68,7 +65,7 @@ impl ProcTable {
     /// keeps no such lists.
     pub fn trees(pids: &[u32]) -> Option<ProcTable> {
         // A few reads per process: a thousand panes' trees are read on every core.
-        let workers = crate::parallel::workers_for(pids.len(), ROOTS_PER_THREAD);
+        let workers = crate::parallel::workers_for(pids.len());
         if workers < 2 {
             return ProcTable::trees_of(pids);
         }
