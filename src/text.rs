@@ -1,8 +1,67 @@
 //! Small text helpers shared by every layer: shortening for one-line displays and prompts,
-//! counted nouns, and finding the JSON object in an answer wrapped in prose; for the tests,
-//! the crate's own source text.
+//! counted nouns, finding the JSON object in an answer wrapped in prose, and the one rule for
+//! text from outside phoenix on its way to the operator's terminal; for the tests, the
+//! crate's own source text.
+
+use std::borrow::Cow;
 
 use serde_json::Value;
+
+/// Text from outside phoenix (what an agent wrote or its pane shows, what a host answered, a
+/// file's content or name) as it may reach the operator's terminal: every character a terminal
+/// would act on instead of showing, or that would hide or reorder what is shown, is shown as a
+/// visible stand-in. The keyboard's rule is `world::inert::keyboard_text`; this one is for the
+/// screen, where a person should see that something was attempted.
+///
+/// - `\n` and `\t` stay; `\r\n` is a line end; a lone `\r` (which would overwrite the line)
+///   is shown as `␍`.
+/// - The other C0 controls and DEL become their Control Pictures (ESC is `␛`, BEL `␇`): no
+///   escape sequence survives, so no OSC 52 clipboard write, OSC 0 title, CSI screen clear or
+///   DCS reaches the terminal; what it would have said stays readable (`␛]0;title␇`).
+/// - C1 controls (U+0080–U+009F: `\u{9b}` is an 8-bit CSI to many terminals), bidi controls
+///   (Trojan Source) and invisible characters (zero-width space, word joiner, BOM, line and
+///   paragraph separators, soft hyphen, Unicode tag characters) are shown as `\u{…}`.
+///
+/// Borrows when nothing needs a stand-in (the usual case: phoenix prints megabytes of status).
+pub fn terminal_text(text: &str) -> Cow<'_, str> {
+    let plain = |b: u8| (0x20..0x7f).contains(&b) || b == b'\n' || b == b'\t';
+    if text.bytes().all(plain) || !text.chars().any(needs_stand_in) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\r' if chars.peek() == Some(&'\n') => {}
+            '\n' | '\t' => out.push(c),
+            // Control Pictures: U+2400 + the code for C0, U+2421 for DEL.
+            '\0'..='\x1f' => out.push(char::from_u32(0x2400 + c as u32).unwrap_or('?')),
+            '\x7f' => out.push('\u{2421}'),
+            c if needs_stand_in(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Whether `c` is acted on, hidden or reorders text on a terminal (see [`terminal_text`]).
+pub fn needs_stand_in(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c,
+            '\u{ad}'                       // soft hyphen
+            | '\u{61c}'                    // Arabic letter mark
+            | '\u{180e}'                   // Mongolian vowel separator
+            | '\u{200b}' | '\u{200e}' | '\u{200f}' // zero-width space, LRM, RLM
+            | '\u{2028}' | '\u{2029}'       // line and paragraph separators
+            | '\u{202a}'..='\u{202e}'       // bidi embeddings and overrides
+            | '\u{2060}'..='\u{2064}'       // word joiner, invisible operators
+            | '\u{2066}'..='\u{2069}'       // bidi isolates
+            | '\u{206a}'..='\u{206f}'       // deprecated format characters
+            | '\u{feff}'                   // zero-width no-break space (BOM)
+            | '\u{fff9}'..='\u{fffb}'       // interlinear annotations
+            | '\u{e0000}'..='\u{e007f}' // tag characters: invisible ASCII
+        )
+}
 
 /// `text` cut to `max` characters, keeping the start.
 pub fn shorten(text: &str, max: usize) -> String {
@@ -97,7 +156,59 @@ pub(crate) fn crate_sources() -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod tests {
-    use super::counted;
+    use super::{counted, terminal_text};
+
+    /// Whether a terminal would act on something in `text` (ESC, C0 but `\n` and `\t`, DEL,
+    /// C1) or show it reordered or hidden.
+    fn acts_on_terminal(text: &str) -> bool {
+        text.chars().any(super::needs_stand_in)
+    }
+
+    #[test]
+    fn osc_52_clipboard_write_is_shown_not_sent() {
+        let shown = terminal_text("ok\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07done");
+        assert_eq!(shown, "ok␛]52;c;Y3VybCBldmlsIHwgc2g=␇done");
+        assert!(!acts_on_terminal(&shown));
+    }
+
+    #[test]
+    fn title_change_screen_clear_and_dcs_are_shown_not_sent() {
+        assert_eq!(terminal_text("\x1b]0;pwned\x1b\\"), "␛]0;pwned␛\\");
+        assert_eq!(terminal_text("\x1b[2J\x1b[H\x1b[3J"), "␛[2J␛[H␛[3J");
+        assert_eq!(terminal_text("\x1bP+q544e\x1b\\"), "␛P+q544e␛\\");
+        assert_eq!(terminal_text("lone \x1b"), "lone ␛");
+        assert_eq!(terminal_text("\x1b[31mred\x1b[0m"), "␛[31mred␛[0m");
+    }
+
+    #[test]
+    fn eight_bit_controls_and_invisible_characters_are_shown_as_code_points() {
+        assert_eq!(
+            terminal_text("a\u{9b}2Jb\u{9d}0;t\u{9c}"),
+            "a\\u{9b}2Jb\\u{9d}0;t\\u{9c}"
+        );
+        assert_eq!(
+            terminal_text("admin\u{202e}gnp.exe\u{2066}x\u{2069}"),
+            "admin\\u{202e}gnp.exe\\u{2066}x\\u{2069}"
+        );
+        assert_eq!(
+            terminal_text("a\u{200b}b\u{feff}c"),
+            "a\\u{200b}b\\u{feff}c"
+        );
+        assert_eq!(
+            terminal_text("hi\u{e0041}\u{e0042}"),
+            "hi\\u{e0041}\\u{e0042}"
+        );
+        assert_eq!(terminal_text("\x00\x08\x7f"), "␀␈␡");
+        assert!(!acts_on_terminal(&terminal_text("\u{85}\u{9f}\u{80}")));
+    }
+
+    #[test]
+    fn ordinary_text_newlines_and_tabs_are_kept() {
+        let text = "Current task: été → ok 日本語 👨\u{200d}👩 \u{feed}\n\tindented\nlast\n";
+        assert_eq!(terminal_text(text), text);
+        assert!(matches!(terminal_text(text), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(terminal_text("line\r\nnext\rover"), "line\nnext␍over");
+    }
 
     #[test]
     fn one_is_singular_and_zero_and_many_are_plural() {

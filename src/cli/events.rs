@@ -182,7 +182,7 @@ fn follow_args(args: &EventsArgs) -> Vec<String> {
 /// One event for a person (`ts  agent  event  reason → action`) or as a JSON line.
 pub(super) fn line(e: &Value, json: bool) -> String {
     if json {
-        return format!("{}\n", output::document(e));
+        return output::json_line(&output::document(e));
     }
     line_on(e, None)
 }

@@ -652,7 +652,7 @@ mod tests {
             skip_unreachable: true,
         };
         // Colour is stripped on the way out where it is off; here, by hand.
-        let text = anstream::adapter::strip_str(&combined.render()).to_string();
+        let text = crate::cli::output::unstyled(&combined.render());
         let expected = "\
 phoenix will perform these actions:
 

@@ -51,8 +51,7 @@ pub fn host() -> i32 {
     let reply = serve::answer_from(std::io::stdin().lock());
     // As it is: the envelope carries the host protocol's own `format_version`, not the one
     // of phoenix's `--json` documents.
-    let text = serde_json::to_string(&reply).expect("a reply serializes");
-    out(&format!("{text}\n"));
+    out(&output::json_line(&reply));
     crate::error::exit::OK
 }
 

@@ -266,3 +266,47 @@ fn a_cycle_is_found() {
     assert_eq!(cycle_through(&graph, "a").unwrap(), ["a", "b", "c", "a"]);
     assert!(cycle_through(&graph, "d").is_none());
 }
+
+/// The files of `cli/` that take stdout or stderr themselves, and why that is not the
+/// operator's terminal reading text from outside phoenix.
+const OWN_STREAMS: &[(&str, &str)] = &[
+    ("cli/output.rs", "the one writer"),
+    ("cli/hook.rs", "the hook protocol: JSON for the agent CLI"),
+    ("cli/mod.rs", "`demo-agent`, the program of a pane"),
+    ("cli/events.rs", "asks whether stdout's reader is gone"),
+    ("cli/fleet.rs", "flushes the apply prompt"),
+    ("cli/layers.rs", "these checks, which name the streams"),
+];
+
+#[test]
+fn the_cli_prints_through_the_one_writer_that_makes_outside_text_inert() {
+    let sources = crate::text::crate_sources();
+    let mut broken = Vec::new();
+    for (rel, text) in &sources {
+        let takes_a_stream = text
+            .lines()
+            .take_while(|line| line.trim() != "#[cfg(test)]")
+            .map(|line| line.split("//").next().unwrap_or(""))
+            .any(|code| {
+                ["stdout()", "stderr()"]
+                    .iter()
+                    .any(|s| code.contains(s) && !code.contains(".is_terminal()"))
+            });
+        if rel.starts_with("cli/") && takes_a_stream && !OWN_STREAMS.iter().any(|(f, _)| f == rel) {
+            broken.push(format!(
+                "src/{rel}: writes to a stream itself (use output::out/err)"
+            ));
+        }
+    }
+    let (_, cli) = sources.iter().find(|(rel, _)| rel == "cli/mod.rs").unwrap();
+    let first_module = cli.find("\nmod ").unwrap();
+    for name in ["print", "println", "eprint", "eprintln"] {
+        let defined = cli.find(&format!("macro_rules! {name} {{"));
+        if !defined.is_some_and(|at| at < first_module) {
+            broken.push(format!(
+                "src/cli/mod.rs: `{name}!` is not output's before the first `mod`"
+            ));
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}

@@ -1,5 +1,26 @@
 //! Command-line definitions (clap) and dispatch. Each subcommand calls into the modules.
 
+// Every print of the CLI goes through `output`'s writer, which shows what came from outside
+// phoenix (an agent's text, a pane, a host's answer, a path in an error) inert on the
+// operator's terminal. These shadow the standard macros in every module declared below, so a
+// plain `eprintln!` there cannot go around it (those not used today are here for tomorrow's).
+#[allow(unused_macros)]
+macro_rules! print {
+    ($($arg:tt)*) => { $crate::cli::output::out(&format!($($arg)*)) };
+}
+#[allow(unused_macros)]
+macro_rules! println {
+    () => { $crate::cli::output::out("\n") };
+    ($($arg:tt)*) => { $crate::cli::output::out(&format!("{}\n", format_args!($($arg)*))) };
+}
+macro_rules! eprint {
+    ($($arg:tt)*) => { $crate::cli::output::err(&format!($($arg)*)) };
+}
+macro_rules! eprintln {
+    () => { $crate::cli::output::err("\n") };
+    ($($arg:tt)*) => { $crate::cli::output::err(&format!("{}\n", format_args!($($arg)*))) };
+}
+
 mod agent_state;
 mod continuity;
 mod doctor;
@@ -25,7 +46,6 @@ mod scaffold;
 mod usage;
 mod watchdog;
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -403,7 +423,7 @@ pub fn main() -> i32 {
             if crate::hooks::is_hook_invocation(&args) && e.use_stderr() {
                 // Exit 2 from a hook blocks the agent (its tool call, its compaction): a
                 // malformed hook command is a logged problem, never that.
-                let _ = writeln!(std::io::stderr(), "phoenix hook: {e}");
+                eprintln!("phoenix hook: {e}");
                 out(&crate::hooks::fallback_output(&args));
                 return 0;
             }
@@ -608,39 +628,30 @@ fn parse_refresh_arg(text: &str) -> Result<std::time::Duration, String> {
 /// The one place an error is printed: its chain (`{:#}`) and, where phoenix knows one, a hint.
 /// Returns the exit code the error means ([`crate::Error::code`]; 1 for the CLI's own errors).
 pub fn report(err: &anyhow::Error) -> i32 {
-    let mut stderr = anstream::stderr().lock();
     let lib = err.downcast_ref::<crate::Error>();
     let load = lib
         .and_then(crate::Error::load)
         .or_else(|| err.downcast_ref::<crate::spec::LoadError>());
     if let Some(load) = load {
         match load {
-            crate::spec::LoadError::Invalid(d) => {
-                let _ = write!(stderr, "{d}");
-            }
-            other => {
-                let _ = writeln!(stderr, "{}: {other}", output::paint(output::ERROR, "error"));
-            }
+            crate::spec::LoadError::Invalid(d) => eprint!("{d}"),
+            other => eprintln!("{}: {other}", output::paint(output::ERROR, "error")),
         }
         if let Some(hint) = load.hint() {
-            let _ = writeln!(
-                stderr,
-                "  = {}: {hint}",
-                output::paint(output::HINT, "hint")
-            );
+            eprintln!("  = {}: {hint}", output::paint(output::HINT, "hint"));
         }
         return crate::error::exit::ERROR;
     }
-    let _ = writeln!(stderr, "{}: {err:#}", output::paint(output::ERROR, "error"));
+    eprintln!("{}: {err:#}", output::paint(output::ERROR, "error"));
     if let Some(hint) = lib.and_then(crate::Error::hint) {
-        let _ = writeln!(stderr, "  = hint: {hint}");
+        eprintln!("  = hint: {hint}");
     }
     lib.map_or(crate::error::exit::ERROR, crate::Error::code)
 }
 
 /// One line on stderr, for the library's long-running parts that say things as they go.
 fn err_line(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
+    eprintln!("{line}");
 }
 
 /// Write to stdout, treating a closed pipe (`phoenix status | head`) as success.

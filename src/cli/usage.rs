@@ -1,7 +1,6 @@
 //! `phoenix usage`: tokens and estimated cost per agent (and per day), as a table or the
 //! `--json` document (docs/json.md). The numbers come from `crate::usage::report`.
 
-use std::io::Write;
 use std::path::Path;
 
 use crate::usage::report::{AgentUsage, Query, Report};
@@ -58,10 +57,9 @@ pub fn usage(config: &Path, args: UsageArgs) -> anyhow::Result<i32> {
         output::json(&report);
         return Ok(0);
     }
-    let mut stderr = std::io::stderr().lock();
     for a in &report.agents {
         for note in &a.notes {
-            let _ = writeln!(stderr, "warning: agent `{}`: {note}", a.agent);
+            eprintln!("warning: agent `{}`: {note}", a.agent);
         }
     }
     output::out(&table(&report));
