@@ -27,6 +27,7 @@ mod serve;
 mod supervise;
 mod support;
 mod telemetry;
+mod terminal;
 mod top;
 mod usage;
 mod validate;
