@@ -557,3 +557,77 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod screen_tests {
+    use super::*;
+    use ratatui::{Terminal, backend::TestBackend};
+
+    /// The symbols of one drawn frame of `app`, cell by cell.
+    fn drawn(app: &App) -> String {
+        let mut terminal = Terminal::new(TestBackend::new(120, 30)).unwrap();
+        terminal.draw(|frame| view::draw(frame, app)).unwrap();
+        let buffer = terminal.backend().buffer();
+        buffer.content().iter().map(|cell| cell.symbol()).collect()
+    }
+
+    #[test]
+    fn an_agents_text_in_top_reaches_the_terminal_inert() {
+        let hostile = "pwn\x1b]52;c;eA==\x07\u{9b}2J\u{202e}gnp\u{200b}\u{e0041}end";
+        let mut row = tests_row("alpha");
+        row.needs_input = Some(crate::state::NeedsInput {
+            reason: "permission_prompt".into(),
+            message: hostile.into(),
+            since: "2026-01-01T00:00:00Z".into(),
+            source: "hook".into(),
+        });
+        let app = App::new(Snapshot {
+            fleet: "f".into(),
+            rows: vec![row],
+            events: vec![serde_json::json!({
+                "ts": "2026-01-01T00:00:00Z", "agent": "alpha", "event": "agent_exit",
+                "reason": hostile,
+            })],
+            problem: Some(format!("host `h`: {hostile}")),
+            ..Snapshot::default()
+        });
+        let screen = drawn(&app);
+        assert!(
+            !screen.chars().any(crate::text::needs_stand_in),
+            "{screen:?}"
+        );
+        assert!(
+            screen.contains("pwn␛]52;c;eA==␇\\u{9b}2J\\u{202e}gnp"),
+            "{screen}"
+        );
+    }
+
+    fn tests_row(agent: &str) -> AgentStatus {
+        AgentStatus {
+            worktree: None,
+            agent: agent.into(),
+            declared: true,
+            enabled: true,
+            state: "running",
+            health: "healthy",
+            watchdog: vec![],
+            pane: Some("%1".into()),
+            pid: Some(42),
+            uptime_secs: Some(90),
+            last_activity: None,
+            cli: Some("claude".into()),
+            status: Some("idle".into()),
+            current_task: None,
+            open_loops: 0,
+            stale_loops: 0,
+            crashes: 0,
+            max_crashes: Some(5),
+            context: Default::default(),
+            usage_today: None,
+            messages_pending: 0,
+            needs_input: None,
+            supervision: None,
+            transcript: None,
+        }
+    }
+}

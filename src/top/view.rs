@@ -81,7 +81,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         .map(event_line)
         .collect();
     let events_title = match &snapshot.problem {
-        Some(p) => format!(" events · {p} "),
+        Some(p) => format!(" events · {} ", outside(p)),
         None => " critical events (newest first) ".to_string(),
     };
     frame.render_widget(
@@ -267,8 +267,15 @@ fn meter(r: &AgentStatus) -> Line<'static> {
     ])
 }
 
+/// Text from outside phoenix (an agent's words, its screen, a host's error) as the terminal
+/// may show it: ratatui drops control characters but draws a title's bidi controls and
+/// invisible characters as they are; `text::terminal_text` shows them all.
+fn outside(text: &str) -> String {
+    crate::text::terminal_text(text).into_owned()
+}
+
 fn event_line(e: &Value) -> Line<'static> {
-    let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
+    let s = |k: &str| outside(e[k].as_str().unwrap_or(""));
     let time = e["ts"]
         .as_str()
         .and_then(|t| t.parse::<jiff::Timestamp>().ok())
@@ -312,18 +319,18 @@ fn key_line(app: &App, width: usize) -> Line<'static> {
             ])
         }
         Mode::Browse => match &app.message {
-            Some(m) => Line::from(format!(" {m}")),
+            Some(m) => Line::from(format!(" {}", outside(m))),
             None if selected_wait(app).is_some() => {
                 let (agent, wait) = selected_wait(app).expect("checked");
                 let said = if wait.message.is_empty() {
                     String::new()
                 } else {
-                    format!(": {}", wait.message)
+                    format!(": {}", outside(&wait.message))
                 };
                 Line::from(Span::styled(
                     format!(
                         " {agent} needs a human ({}{said}) · a opens its pane",
-                        wait.reason
+                        outside(&wait.reason)
                     ),
                     Style::new().fg(Color::Magenta),
                 ))
