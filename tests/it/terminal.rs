@@ -320,3 +320,60 @@ fn an_error_naming_a_bad_value_reaches_the_terminal_inert() {
     let shown = inert_run(&fleet, &["validate"], 1);
     assert!(shown.contains("␛]0;owned␇"), "{shown}");
 }
+
+/// A host whose phoenix answers with escape sequences in every command's stdout and stderr
+/// (a host taken over, or a phoenix that does not make its output inert): the operator's
+/// phoenix prints what the host printed, and none of it acts on the terminal.
+#[test]
+fn what_a_host_answers_reaches_the_terminal_inert() {
+    use support::hosts::HostedFleet;
+    let Some(net) = HostedFleet::start(&["gpu-1"]) else {
+        return;
+    };
+    // The host's `phoenix host` answers as phoenix does, with escapes (JSON `\u` escapes,
+    // so the reply is still read) put before what each command printed.
+    let script = net.fleet.path().join("hostile-phoenix");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = host ]; then\n  '{}' \"$@\" | sed 's/\"stdout\":\"/&\\\\u001b]52;c;cm0gLXJmIH4=\\\\u0007\\\\u001b[2J\\\\u009b2J\\\\u202ehost-out /g; s/\"stderr\":\"/&\\\\u001b]0;owned\\\\u0007host-err /g'\nelse\n  exec '{}' \"$@\"\nfi\n",
+            support::PHOENIX,
+            support::PHOENIX
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let header = net.header().replace(
+        &format!("phoenix = \"{}\"", support::PHOENIX),
+        &format!("phoenix = \"{}\"", script.display()),
+    );
+    net.fleet.raw_toml(&format!(
+        "{header}{}",
+        HostedFleet::demo_agent("far1", Some("gpu-1"))
+    ));
+    net.run(&["apply", "--yes"]);
+    wait_until(Duration::from_secs(30), "the host's agent runs", || {
+        net.host("gpu-1")
+            .status()
+            .iter()
+            .any(|r| r["state"] == "running")
+    });
+    let described = inert_run(&net.fleet, &["status", "far1"], 0);
+    assert!(
+        described.contains("␛]52;c;cm0gLXJmIH4=␇␛[2J\\u{9b}2J\\u{202e}host-out"),
+        "{described}"
+    );
+    assert!(described.contains("␛]0;owned␇host-err"), "{described}");
+    for args in [
+        &["ledger", "far1"][..],
+        &["logs", "far1", "-n", "5"],
+        &["handoff", "list", "far1"],
+        &["inbox", "far1"],
+        &["status"],
+        &["events"],
+    ] {
+        let out = on_terminal(&net.fleet, args);
+        assert_inert(args, &out);
+    }
+}
