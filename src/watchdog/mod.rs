@@ -6,6 +6,7 @@
 //! Each unhealthy agent becomes a `session_unhealthy` critical event.
 
 mod events;
+pub mod dialog;
 mod heal;
 pub mod health;
 mod memory;
