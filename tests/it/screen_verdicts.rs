@@ -176,6 +176,24 @@ fn scenes() -> Vec<Scene> {
                 stop(),
             ),
         },
+        // A turn a person interrupted: Claude Code runs no Stop for it, and says a minute
+        // later that it idles at its prompt (Notification `idle_prompt`). The question is
+        // the last line on screen, and no transcript says who wrote it.
+        Scene {
+            name: "interrupted",
+            cli: "claude",
+            body: format!(
+                "{}{}{}sleep 11
+{}",
+                draw("> plan the migration
+"),
+                prompt("claude", "plan the migration"),
+                draw(&format!("{answer}
+  ⎿  Interrupted by user")),
+                "hook notification '{\"session_id\":\"s-1\",\"hook_event_name\":\"Notification\",\
+                 \"message\":\"Claude is waiting for your input\",\"notification_type\":\"idle_prompt\"}'\n",
+            ),
+        },
         // Mid-turn, a replay above it and the model quoting the dialog above the input box.
         Scene {
             name: "quoting",
@@ -299,16 +317,17 @@ fn only_the_clis_own_dialog_mid_turn_makes_a_screen_verdict() {
     fleet.run(&["apply", "--yes"]).status(0);
     let names: Vec<&str> = scenes.iter().map(|s| s.name).collect();
     fleet.wait_running(&names);
-    let idle = ["answered", "phrases", "replayed"];
+    let idle = ["answered", "phrases", "replayed", "interrupted"];
     let last_line = |agent: &str| match agent {
         "answered" | "replayed" | "quoting" => "? for shortcuts",
         "phrases" => "Do you want to proceed?",
+        "interrupted" => "Interrupted by user",
         "asking" => "tell Claude what to do differently",
         _ => "2. Stop",
     };
     for name in &names {
         wait_until_explained(
-            std::time::Duration::from_secs(20),
+            std::time::Duration::from_secs(40),
             "the scene drawn and its turn where the hooks put it",
             || {
                 let want = if idle.contains(name) {
@@ -321,6 +340,13 @@ fn only_the_clis_own_dialog_mid_turn_makes_a_screen_verdict() {
             || format!("{name}: {}\n{}", status(&fleet, name), screen(&fleet, name)),
         );
     }
+    let ended = fleet.ops("interrupted");
+    assert!(
+        ended
+            .iter()
+            .any(|o| o["event"] == "turn_complete" && o["by"] == "idle_prompt"),
+        "the CLI idle at its prompt ended the turn: {ended:?}"
+    );
     let replayed = fleet
         .tmux(&[
             "capture-pane",
