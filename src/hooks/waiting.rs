@@ -30,9 +30,8 @@ const IDLE_PROMPT_QUIET: std::time::Duration = std::time::Duration::from_secs(10
 /// without a Stop (Claude Code runs no Stop hook for a turn a person interrupts).
 pub fn idle_prompt_ends_turn(s: &AgentState, now: jiff::Timestamp) -> bool {
     s.status == state::Status::Working
-        && s.last_active_at().is_none_or(|t| {
-            now.as_second() - t.as_second() >= IDLE_PROMPT_QUIET.as_secs() as i64
-        })
+        && s.last_active_at()
+            .is_none_or(|t| now.as_second() - t.as_second() >= IDLE_PROMPT_QUIET.as_secs() as i64)
 }
 
 /// Why the CLI waits, from a notification's type and message; `None` for a notification that

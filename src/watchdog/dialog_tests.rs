@@ -54,7 +54,10 @@ fn the_turn_is_what_the_hooks_recorded() {
 fn the_clis_dialog_mid_turn_is_a_dialog() {
     let found = dialog(CLAUDE_DIALOG, Turn::Running, claude(), "").unwrap();
     assert!(found.contains("Do you want to proceed?"), "{found}");
-    assert!(found.contains("tell Claude what to do differently"), "{found}");
+    assert!(
+        found.contains("tell Claude what to do differently"),
+        "{found}"
+    );
     assert!(!found.contains("clean the build"), "{found}");
     // A hookless CLI has only its screen to go by.
     assert!(dialog(CLAUDE_DIALOG, Turn::Unrecorded, claude(), "").is_some());
@@ -84,14 +87,18 @@ fn the_models_words_above_the_input_box_are_not_a_dialog() {
 fn words_the_transcript_holds_are_the_models_or_a_tools() {
     // A screen without an input box (a CLI that hides it while it works): the transcript
     // says the model wrote the question.
-    let screen = "● Here is the plan: move the tables, then the readers.\n  Do you want to proceed?\n";
+    let screen =
+        "● Here is the plan: move the tables, then the readers.\n  Do you want to proceed?\n";
     let words = transcript_words(
         r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Here is the plan: move the tables, then the readers.\nDo you want to proceed?"}]}}"#,
     );
     assert_eq!(dialog(screen, Turn::Running, claude(), &words), None);
     // What the transcript does not hold stays: the CLI's own dialog.
     let found = dialog(CLAUDE_DIALOG, Turn::Running, claude(), &words).unwrap();
-    assert!(found.contains("tell Claude what to do differently"), "{found}");
+    assert!(
+        found.contains("tell Claude what to do differently"),
+        "{found}"
+    );
     // Short lines could be anyone's: an answer of the dialog stays even if the model said it.
     assert!(found.contains("1. Yes"), "{found}");
 }
@@ -104,9 +111,15 @@ fn a_dialog_answer_under_the_cursor_is_not_the_input_box() {
             assert!(!is_input_line(answer, prompts), "{cli}: {answer}");
         }
     }
-    assert!(is_input_line("│ >                 │", claude().input_prompts()));
+    assert!(is_input_line(
+        "│ >                 │",
+        claude().input_prompts()
+    ));
     assert!(is_input_line("❯ ", claude().input_prompts()));
-    assert!(is_input_line("› Ask Codex", Cli::Codex.adapter().input_prompts()));
+    assert!(is_input_line(
+        "› Ask Codex",
+        Cli::Codex.adapter().input_prompts()
+    ));
     assert!(is_input_line(
         "│ > Type your message or @path/to/file │",
         Cli::Gemini.adapter().input_prompts()

@@ -229,7 +229,8 @@ fn a_wedged_screen_counts_only_when_it_did_not_change() {
 #[test]
 fn a_wedge_phrase_the_model_wrote_or_an_idle_screen_shows_is_no_wedge() {
     let answer = "● Here is the plan. Do you want to proceed?\n\n╭────╮\n│ >  │\n╰────╯\n";
-    let dialog = "● Bash(rm -rf build)\n╭────╮\n│ Do you want to proceed? │\n│ ❯ 1. Yes │\n╰────╯\n";
+    let dialog =
+        "● Bash(rm -rf build)\n╭────╮\n│ Do you want to proceed? │\n│ ❯ 1. Yes │\n╰────╯\n";
     let banner = "API Error: 529 overloaded_error";
     assert!(checks(&showing(working(10_000), answer)).is_empty());
     assert_eq!(checks(&showing(working(10_000), dialog)), [Check::Screen]);

@@ -5,8 +5,8 @@
 //! notify (an investigation report), or stop for a person (safe mode and a failure message).
 //! Each unhealthy agent becomes a `session_unhealthy` critical event.
 
-mod events;
 pub mod dialog;
+mod events;
 mod heal;
 pub mod health;
 mod memory;

@@ -65,7 +65,10 @@ pub fn assess(
     waiting: Duration,
 ) -> Option<Waiting> {
     let running = super::dialog::Turn::of(i.status.as_deref()) != super::dialog::Turn::Ended;
-    if let Some(dialog) = i.dialog.as_deref().filter(|_| i.screen_unchanged && running)
+    if let Some(dialog) = i
+        .dialog
+        .as_deref()
+        .filter(|_| i.screen_unchanged && running)
         && let Some(question) = approval_on_screen(dialog, prompts)
     {
         return Some(Waiting {

@@ -56,8 +56,7 @@ struct Scene {
 }
 
 /// The hook call of a script: `$1` the hook, `$2` its payload.
-const HOOK_FN: &str =
-    "hook() { printf '%s' \"$2\" | \"$P\" hook \"$1\" --agent \"$PHOENIX_AGENT\" --cli \"$CLI\" >/dev/null 2>&1; }";
+const HOOK_FN: &str = "hook() { printf '%s' \"$2\" | \"$P\" hook \"$1\" --agent \"$PHOENIX_AGENT\" --cli \"$CLI\" >/dev/null 2>&1; }";
 
 fn script(fleet: &Fleet, scene: &Scene) -> std::path::PathBuf {
     let transcript = fleet.path().join(format!("{}.jsonl", scene.name));
@@ -127,7 +126,8 @@ fn replay() -> String {
 }
 
 fn scenes() -> Vec<Scene> {
-    let answer = "● Here is the plan: move the tables first, then the readers.\n  Do you want to proceed?";
+    let answer =
+        "● Here is the plan: move the tables first, then the readers.\n  Do you want to proceed?";
     let quoted = "● The docs page now shows the dialog as users see it:\n  \
                   \"Do you want to proceed?\" with 1. Yes and\n  \
                   \"3. No, and tell Claude what to do differently (esc)\"\n\n\
@@ -185,11 +185,15 @@ fn scenes() -> Vec<Scene> {
             body: format!(
                 "{}{}{}sleep 11
 {}",
-                draw("> plan the migration
-"),
+                draw(
+                    "> plan the migration
+"
+                ),
                 prompt("claude", "plan the migration"),
-                draw(&format!("{answer}
-  ⎿  Interrupted by user")),
+                draw(&format!(
+                    "{answer}
+  ⎿  Interrupted by user"
+                )),
                 "hook notification '{\"session_id\":\"s-1\",\"hook_event_name\":\"Notification\",\
                  \"message\":\"Claude is waiting for your input\",\"notification_type\":\"idle_prompt\"}'\n",
             ),
