@@ -30,6 +30,17 @@ pub enum Turn {
 }
 
 impl Turn {
+    /// The turn of an agent as a pass saw it: a status only a hook wrote counts. A state.json
+    /// that no hook ever wrote to (no `last_active`: `phoenix loop add` created it for a CLI
+    /// without hooks) holds the default status, which says nothing about a turn.
+    pub fn of_inputs(i: &super::health::Inputs) -> Turn {
+        if i.last_active.is_none() {
+            return Turn::Unrecorded;
+        }
+        Turn::of(i.status.as_deref())
+    }
+
+    /// The turn a status written by the hooks says.
     pub fn of(status: Option<&str>) -> Turn {
         match status {
             Some("working") => Turn::Running,

@@ -48,6 +48,14 @@ fn the_turn_is_what_the_hooks_recorded() {
         assert_eq!(Turn::of(Some(ended)), Turn::Ended, "{ended}");
     }
     assert_eq!(Turn::of(None), Turn::Unrecorded);
+    // A status no hook wrote (a state.json `phoenix loop add` created) says nothing.
+    let mut i = crate::watchdog::health::Inputs {
+        status: Some("idle".into()),
+        ..Default::default()
+    };
+    assert_eq!(Turn::of_inputs(&i), Turn::Unrecorded);
+    i.last_active = Some(1);
+    assert_eq!(Turn::of_inputs(&i), Turn::Ended);
 }
 
 #[test]

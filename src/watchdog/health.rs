@@ -443,7 +443,7 @@ fn over_budget(i: &Inputs, limits: &Limits) -> Option<Finding> {
 /// is retrying is waiting on purpose: its banner names an API error that it handles itself.
 fn wedged_screen(i: &Inputs, limits: &Limits) -> Option<Finding> {
     // An agent whose turn ended sits at its prompt: what its screen shows is history.
-    if super::dialog::Turn::of(i.status.as_deref()) == super::dialog::Turn::Ended {
+    if super::dialog::Turn::of_inputs(i) == super::dialog::Turn::Ended {
         return None;
     }
     let dialog = i.dialog.as_deref().filter(|_| i.screen_unchanged)?;

@@ -204,7 +204,7 @@ fn a_day_past_its_budget_is_unambiguous_and_unpriced_models_do_not_count_as_doll
 /// What a pass sees of `screen`: the screen, and the CLI's dialog on it for an agent whose
 /// turn is `turn` (`observe.rs` does the same).
 fn showing(mut i: Inputs, screen: &str) -> Inputs {
-    let turn = crate::watchdog::dialog::Turn::of(i.status.as_deref());
+    let turn = crate::watchdog::dialog::Turn::of_inputs(&i);
     let cli = crate::spec::Cli::Claude.adapter();
     i.dialog = crate::watchdog::dialog::dialog(screen, turn, cli, "");
     i.screen = Some(screen.into());
@@ -238,6 +238,7 @@ fn a_wedge_phrase_the_model_wrote_or_an_idle_screen_shows_is_no_wedge() {
         for status in ["idle", "failed", "stopped"] {
             let mut i = working(10_000);
             i.status = Some(status.into());
+            i.last_active = Some(10_000 - 60);
             let mut i = showing(i, screen);
             // Whatever the screen says, an idle agent's is history.
             i.dialog = Some(screen.into());

@@ -94,7 +94,7 @@ impl Observed {
     /// only then), and its lines are not the transcript's words.
     fn dialog_on(&self, screen: &str) -> Option<String> {
         use super::dialog::{self, Turn};
-        let turn = Turn::of(self.inputs.status.as_deref());
+        let turn = Turn::of_inputs(&self.inputs);
         if turn == Turn::Ended || !self.inputs.screen_unchanged {
             return None;
         }

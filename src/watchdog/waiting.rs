@@ -64,7 +64,7 @@ pub fn assess(
     prompts: &[ApprovalPrompt],
     waiting: Duration,
 ) -> Option<Waiting> {
-    let running = super::dialog::Turn::of(i.status.as_deref()) != super::dialog::Turn::Ended;
+    let running = super::dialog::Turn::of_inputs(i) != super::dialog::Turn::Ended;
     if let Some(dialog) = i
         .dialog
         .as_deref()
@@ -205,6 +205,7 @@ mod tests {
         i.status = Some("working".into());
         assert!(assess(&i, 0, &[CODEX_APPROVAL], wait).is_some());
         i.status = Some("idle".into());
+        i.last_active = Some(0);
         assert_eq!(assess(&i, 0, &[CODEX_APPROVAL], wait), None);
         let raw = Inputs {
             screen: Some(CODEX.into()),
