@@ -42,6 +42,13 @@ impl AgentCli for Claude {
         &[super::CLAUDE_APPROVAL]
     }
 
+    /// Claude Code (2.1) draws its input box (`❯ `, `> ` in older builds) below the
+    /// conversation, also while a turn runs; its permission and choice dialogs take its place
+    /// at the bottom, with the selection cursor `❯` before an answer (`❯ 1. Yes`).
+    fn input_prompts(&self) -> &'static [&'static str] {
+        &["❯", ">"]
+    }
+
     fn hook_entries(&self) -> Vec<HookEntry> {
         vec![
             e("SessionStart", SESSION_STARTS, "session-start", 10, ""),

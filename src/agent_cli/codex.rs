@@ -69,6 +69,12 @@ impl AgentCli for Codex {
         &[super::CODEX_APPROVAL]
     }
 
+    /// Codex CLI's composer line begins `› `; its approval overlay replaces it, with the
+    /// same glyph before the selected answer (`› 1. Yes, just this once`).
+    fn input_prompts(&self) -> &'static [&'static str] {
+        &["›"]
+    }
+
     fn hook_entries(&self) -> Vec<HookEntry> {
         vec![
             e("SessionStart", SESSION_STARTS, "session-start", 10, ""),

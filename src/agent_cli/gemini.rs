@@ -56,6 +56,12 @@ impl AgentCli for Gemini {
         &[super::GEMINI_APPROVAL]
     }
 
+    /// Gemini CLI's input box reads `│ > Type your message…│`, and its history echoes each
+    /// prompt as ` > …`; its confirmations and choices are drawn below, in place of the box.
+    fn input_prompts(&self) -> &'static [&'static str] {
+        &[">"]
+    }
+
     fn hook_entries(&self) -> Vec<HookEntry> {
         vec![
             e(

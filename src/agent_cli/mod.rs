@@ -193,6 +193,14 @@ pub trait AgentCli: Sync {
         &[]
     }
 
+    /// The glyphs that begin the CLI's input box line (where a person types; also the echo of
+    /// a prompt in its history). Text with such a line below it is conversation, never one of
+    /// the CLI's dialogs, which it draws in place of its input box. A CLI phoenix knows
+    /// nothing about may use any of the known ones.
+    fn input_prompts(&self) -> &'static [&'static str] {
+        &[">", "❯", "›"]
+    }
+
     /// May a started CLI show life only in its pane (no hook at launch)? Then a change in the
     /// pane counts as a sign of life too.
     fn life_shows_in_pane(&self) -> bool {

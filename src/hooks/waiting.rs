@@ -20,6 +20,20 @@ pub const WAITING_TYPES: [&str; 3] = ["permission_prompt", "idle_prompt", "elici
 /// How much of the CLI's message is kept.
 const MESSAGE_CHARS: usize = 300;
 
+/// An `idle_prompt` comes after a minute at the prompt (Claude Code 2.1): a hook that wrote
+/// state less than this long before it belongs to a turn begun since (a prompt typed just
+/// then), which the notification must not end.
+const IDLE_PROMPT_QUIET: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Does an `idle_prompt` at `now` end the turn recorded in `s`? Only a `working` one whose
+/// latest hook is older than [`IDLE_PROMPT_QUIET`]: the CLI sits at its prompt, a turn ended
+/// without a Stop (Claude Code runs no Stop hook for a turn a person interrupts).
+pub fn idle_prompt_ends_turn(s: &AgentState, now: jiff::Timestamp) -> bool {
+    s.status == state::Status::Working
+        && s.last_active_at()
+            .is_none_or(|t| now.as_second() - t.as_second() >= IDLE_PROMPT_QUIET.as_secs() as i64)
+}
+
 /// Why the CLI waits, from a notification's type and message; `None` for a notification that
 /// asks nothing of anyone (a login that worked, an answered dialog). Builds without a type
 /// are read from their message.
@@ -55,6 +69,9 @@ impl Hook<'_> {
             .chars()
             .take(MESSAGE_CHARS)
             .collect();
+        if reason == "idle_prompt" {
+            self.idle_at_prompt(ctx)?;
+        }
         let now = state::rfc3339(ctx.now);
         let started = ctx.dir.update_state(ctx.retention, |s| {
             // The same wait told again (an idle reminder) keeps its start.
@@ -89,6 +106,28 @@ impl Hook<'_> {
     }
 }
 
+impl Hook<'_> {
+    /// The CLI says it sits idle at its prompt: a turn still recorded as running is over (its
+    /// Stop never came), so nothing its screen shows is held against it, and it is not silent.
+    fn idle_at_prompt(&self, ctx: &Ctx<'_>) -> Result<(), StateError> {
+        let ended = ctx.dir.update_state(ctx.retention, |s| {
+            if !idle_prompt_ends_turn(s, ctx.now) {
+                return Ok(false);
+            }
+            s.status = state::Status::Idle;
+            Ok(true)
+        })?;
+        if ended {
+            let _ = ctx.dir.record_op(
+                Op::TurnComplete,
+                json!({"hook": "Notification", "by": "idle_prompt",
+                       "session_id": self.payload.session_id()}),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// End a wait recorded in `s` (inside an `update_state`): the agent got input or went on.
 /// Answers the wait that ended, for `record_input_given`.
 pub(super) fn clear(s: &mut AgentState) -> Option<NeedsInput> {
@@ -108,6 +147,22 @@ pub(super) fn record_input_given(ctx: &Ctx<'_>, ended: Option<NeedsInput>, by: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idle_at_the_prompt_ends_a_turn_no_hook_ended() {
+        let now: jiff::Timestamp = "2026-02-17T02:13:00Z".parse().unwrap();
+        let mut s = AgentState::new("a");
+        s.status = state::Status::Working;
+        s.last_active = Some("2026-02-17T02:12:00Z".into());
+        assert!(idle_prompt_ends_turn(&s, now));
+        // A prompt typed just before the notification ran: that turn goes on.
+        s.last_active = Some("2026-02-17T02:12:55Z".into());
+        assert!(!idle_prompt_ends_turn(&s, now));
+        // Nothing to end.
+        s.last_active = Some("2026-02-17T02:12:00Z".into());
+        s.status = state::Status::Idle;
+        assert!(!idle_prompt_ends_turn(&s, now));
+    }
 
     #[test]
     fn only_notifications_that_wait_for_a_person_count() {

@@ -357,7 +357,9 @@ impl Watchdog<'_> {
             fleet: self.fleet.clone(),
             spent: recovery::record::load(dir).recoveries,
         };
-        let output = [seen.inputs.turn_error.clone(), seen.inputs.screen.clone()]
+        // The screen's part is the CLI's own dialog only: an error line the model wrote or a
+        // tool printed ("the build failed", "prompt is too long") must not pick the treatment.
+        let output = [seen.inputs.turn_error.clone(), seen.inputs.dialog.clone()]
             .into_iter()
             .flatten()
             .collect::<Vec<_>>()

@@ -155,8 +155,12 @@ pub struct Inputs {
     pub spent_today: Option<crate::usage::Spent>,
     /// The error of the last turn, when the CLI reported it failed (status `failed`).
     pub turn_error: Option<String>,
-    /// The pane's visible text.
+    /// The pane's visible text: signs of life (it moves, a retry banner), never a verdict.
     pub screen: Option<String>,
+    /// The CLI's own dialog on the screen (`dialog.rs`): its lines at the bottom of the
+    /// visible screen while a turn runs, without the model's and the tools' words. The only
+    /// text on a pane a verdict (wedged, waiting for a person) may rest on.
+    pub dialog: Option<String>,
     /// The screen did not change since the previous pass.
     pub screen_unchanged: bool,
     /// The agent waits for a person (its CLI said so, or its screen asks for an approval):
@@ -434,15 +438,19 @@ fn over_budget(i: &Inputs, limits: &Limits) -> Option<Finding> {
     })
 }
 
-/// A screen that shows a wedge phrase and did not change since the previous pass. A CLI that
-/// shows it is retrying is waiting on purpose: its banner names an API error that it handles
-/// itself.
+/// The CLI's own dialog (never the model's words, never an idle agent's screen) showing a
+/// wedge phrase on a screen that did not change since the previous pass. A CLI that shows it
+/// is retrying is waiting on purpose: its banner names an API error that it handles itself.
 fn wedged_screen(i: &Inputs, limits: &Limits) -> Option<Finding> {
-    let screen = i.screen.as_deref().filter(|_| i.screen_unchanged)?;
-    if retry_banner(screen).is_some() {
+    // An agent whose turn ended sits at its prompt: what its screen shows is history.
+    if super::dialog::Turn::of_inputs(i) == super::dialog::Turn::Ended {
         return None;
     }
-    let lower = screen.to_lowercase();
+    let dialog = i.dialog.as_deref().filter(|_| i.screen_unchanged)?;
+    if i.screen.as_deref().and_then(retry_banner).is_some() || retry_banner(dialog).is_some() {
+        return None;
+    }
+    let lower = dialog.to_lowercase();
     let p = limits
         .screen_patterns
         .iter()

@@ -201,24 +201,68 @@ fn a_day_past_its_budget_is_unambiguous_and_unpriced_models_do_not_count_as_doll
     assert!(assess(&i, &limits()).is_empty(), "no budget, no finding");
 }
 
+/// What a pass sees of `screen`: the screen, and the CLI's dialog on it for an agent whose
+/// turn is `turn` (`observe.rs` does the same).
+fn showing(mut i: Inputs, screen: &str) -> Inputs {
+    let turn = crate::watchdog::dialog::Turn::of_inputs(&i);
+    let cli = crate::spec::Cli::Claude.adapter();
+    i.dialog = crate::watchdog::dialog::dialog(screen, turn, cli, "");
+    i.screen = Some(screen.into());
+    i.screen_unchanged = true;
+    i
+}
+
 #[test]
 fn a_wedged_screen_counts_only_when_it_did_not_change() {
-    let mut i = working(10_000);
-    i.screen = Some("API Error: 529 {\"type\":\"overloaded_error\"}".into());
+    let mut i = showing(
+        working(10_000),
+        "API Error: 529 {\"type\":\"overloaded_error\"}",
+    );
+    i.screen_unchanged = false;
     assert!(checks(&i).is_empty());
     i.screen_unchanged = true;
     assert_eq!(checks(&i), [Check::Screen]);
 }
 
+/// Only the CLI's own dialog, mid-turn, is read: never an idle agent's screen, never the
+/// model's words above the input box, never the screen when no dialog was found.
+#[test]
+fn a_wedge_phrase_the_model_wrote_or_an_idle_screen_shows_is_no_wedge() {
+    let answer = "● Here is the plan. Do you want to proceed?\n\n╭────╮\n│ >  │\n╰────╯\n";
+    let dialog =
+        "● Bash(rm -rf build)\n╭────╮\n│ Do you want to proceed? │\n│ ❯ 1. Yes │\n╰────╯\n";
+    let banner = "API Error: 529 overloaded_error";
+    assert!(checks(&showing(working(10_000), answer)).is_empty());
+    assert_eq!(checks(&showing(working(10_000), dialog)), [Check::Screen]);
+    for screen in [answer, dialog, banner] {
+        for status in ["idle", "failed", "stopped"] {
+            let mut i = working(10_000);
+            i.status = Some(status.into());
+            i.last_active = Some(10_000 - 60);
+            let mut i = showing(i, screen);
+            // Whatever the screen says, an idle agent's is history.
+            i.dialog = Some(screen.into());
+            let found: Vec<Check> = checks(&i)
+                .into_iter()
+                .filter(|c| *c == Check::Screen)
+                .collect();
+            assert!(found.is_empty(), "{status}: {screen}");
+        }
+        // The raw screen is no verdict: only a dialog found on it is.
+        let mut i = working(10_000);
+        i.screen = Some(screen.into());
+        i.screen_unchanged = true;
+        assert!(checks(&i).is_empty(), "{screen}");
+    }
+}
+
 #[test]
 fn gemini_waiting_for_a_choice_after_a_404_is_a_wedged_screen() {
-    let mut i = working(10_000);
-    i.screen = Some(
+    let i = showing(
+        working(10_000),
         " > summarise the changelog\n│ It seems like you don't have access to gemini-3.8-flash.      │\n\
-         │ Your admin might have disabled the access.        │\n│ ● 1. Keep trying   │\n│   2. Stop  │\n"
-            .into(),
+         │ Your admin might have disabled the access.        │\n│ ● 1. Keep trying   │\n│   2. Stop  │\n",
     );
-    i.screen_unchanged = true;
     assert_eq!(checks(&i), [Check::Screen]);
 }
 

@@ -5,6 +5,7 @@
 //! notify (an investigation report), or stop for a person (safe mode and a failure message).
 //! Each unhealthy agent becomes a `session_unhealthy` critical event.
 
+pub mod dialog;
 mod events;
 mod heal;
 pub mod health;

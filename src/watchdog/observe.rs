@@ -17,8 +17,13 @@ use crate::world::{PaneObs, World};
 
 /// Tool calls kept for the repetition and cascade checks.
 const RECENT_CALLS: usize = 64;
-/// Lines of the pane read for the screen check.
-pub const SCREEN_LINES: usize = 40;
+/// Lines of the pane's history (above its visible screen) read for the screen checks: none.
+/// A CLI draws its dialogs on the visible screen; the scrollback holds what scrolled by (the
+/// model's answers, tool output, a resumed session's replay), never a dialog.
+pub const SCREEN_LINES: usize = 0;
+/// How much of the transcript's end is read for the words the model and its tools wrote,
+/// which a dialog on screen never is.
+const OWN_WORDS_TAIL_BYTES: u64 = 256 * 1024;
 /// How much of a transcript's end is read for token use.
 pub const TRANSCRIPT_TAIL_BYTES: u64 = 32 * 1024 * 1024;
 /// How much of a transcript is read for `tokens_used`.
@@ -37,6 +42,10 @@ pub struct UsageCheck {
 pub struct Observed {
     /// The agent's name: its wrapper's start banner marks where its session's screen begins.
     pub agent: String,
+    /// The agent's CLI: where it draws its dialogs.
+    pub cli: crate::spec::Cli,
+    /// The session's transcript, if the hooks recorded one: the model's and the tools' words.
+    pub transcript: Option<std::path::PathBuf>,
     pub inputs: Inputs,
     /// Not checked at all (disabled, stopped on purpose, in safe mode, being restarted).
     pub skip: Option<String>,
@@ -74,9 +83,30 @@ impl Observed {
         {
             self.inputs.screen_changed_at = Some(self.inputs.now);
         }
+        self.inputs.dialog = self.dialog_on(&text);
         self.inputs.screen = Some(text);
         self.screen_hash = Some(hash);
         self.screen_moved_hash = Some(moved);
+    }
+
+    /// The CLI's own dialog on `screen`, if one can be there: a turn runs (or no hook ever
+    /// said), the screen stays put (a verdict needs that anyway, and the transcript is read
+    /// only then), and its lines are not the transcript's words.
+    fn dialog_on(&self, screen: &str) -> Option<String> {
+        use super::dialog::{self, Turn};
+        let turn = Turn::of_inputs(&self.inputs);
+        if turn == Turn::Ended || !self.inputs.screen_unchanged {
+            return None;
+        }
+        let cli = self.cli.adapter();
+        dialog::region(screen, cli).first()?;
+        let words = self
+            .transcript
+            .as_deref()
+            .and_then(|p| bounded::read_tail(p, OWN_WORDS_TAIL_BYTES, Links::Follow).ok())
+            .map(|tail| dialog::transcript_words(&tail.lines_text()))
+            .unwrap_or_default();
+        dialog::dialog(screen, turn, cli, &words)
     }
 }
 
@@ -117,6 +147,8 @@ pub fn observe(
     let pane = world.pane_of(&agent.name);
     let mut observed = Observed {
         agent: agent.name.clone(),
+        cli: agent.cli,
+        transcript: None,
         inputs: Inputs {
             now,
             screen_changed_at: previous.screen_changed_at,
@@ -142,6 +174,7 @@ pub fn observe(
         .and_then(|s| s.transcript_path.as_deref())
         .map(Path::new);
     observed.read_status(state);
+    observed.transcript = transcript.map(Path::to_path_buf);
     let ops = state::op::tail(&dir.file(state::OPS_LOG));
     if let Some(path) = transcript {
         observed.read_failed_turn_in(agent, path, &ops);

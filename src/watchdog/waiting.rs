@@ -54,7 +54,9 @@ fn clean_line(line: &str) -> String {
 /// What this pass finds the agent waiting for, if anything. Only a live CLI waits: the
 /// caller asks only for agents whose process is there.
 ///
-/// - an approval prompt on a screen that did not change since the previous pass;
+/// - an approval prompt in the CLI's own dialog (`dialog.rs`: while a turn runs, at the
+///   bottom of the visible screen, not the model's words) on a screen that did not change
+///   since the previous pass;
 /// - idle (its last turn finished) with open loops, and no hook for `waiting`.
 pub fn assess(
     i: &Inputs,
@@ -62,8 +64,12 @@ pub fn assess(
     prompts: &[ApprovalPrompt],
     waiting: Duration,
 ) -> Option<Waiting> {
-    if let Some(screen) = i.screen.as_deref().filter(|_| i.screen_unchanged)
-        && let Some(question) = approval_on_screen(screen, prompts)
+    let running = super::dialog::Turn::of_inputs(i) != super::dialog::Turn::Ended;
+    if let Some(dialog) = i
+        .dialog
+        .as_deref()
+        .filter(|_| i.screen_unchanged && running)
+        && let Some(question) = approval_on_screen(dialog, prompts)
     {
         return Some(Waiting {
             reason: "approval_prompt",
@@ -185,7 +191,7 @@ mod tests {
     #[test]
     fn a_prompt_counts_only_once_the_screen_stays_put() {
         let mut i = Inputs {
-            screen: Some(CODEX.into()),
+            dialog: Some(CODEX.into()),
             ..Inputs::default()
         };
         let wait = Duration::from_secs(60);
@@ -195,5 +201,17 @@ mod tests {
             assess(&i, 0, &[CODEX_APPROVAL], wait).map(|w| w.reason),
             Some("approval_prompt")
         );
+        // Mid-turn too; but never once the turn ended, and never from the raw screen.
+        i.status = Some("working".into());
+        assert!(assess(&i, 0, &[CODEX_APPROVAL], wait).is_some());
+        i.status = Some("idle".into());
+        i.last_active = Some(0);
+        assert_eq!(assess(&i, 0, &[CODEX_APPROVAL], wait), None);
+        let raw = Inputs {
+            screen: Some(CODEX.into()),
+            screen_unchanged: true,
+            ..Inputs::default()
+        };
+        assert_eq!(assess(&raw, 0, &[CODEX_APPROVAL], wait), None);
     }
 }

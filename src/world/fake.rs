@@ -463,12 +463,11 @@ impl Runtime for FakeRuntime {
         })
     }
 
-    fn capture(&self, pane: &str, lines: usize) -> Result<String, RuntimeError> {
+    /// A fake pane has no history: all of its text is its visible screen, whatever `lines`.
+    fn capture(&self, pane: &str, _lines: usize) -> Result<String, RuntimeError> {
         self.call(Call::Capture { pane: pane.into() }, |state| {
             let screen = &state.pane_mut(pane)?.screen;
-            let all: Vec<&str> = screen.lines().collect();
-            let from = all.len().saturating_sub(lines);
-            Ok(all[from..].iter().map(|l| format!("{l}\n")).collect())
+            Ok(screen.lines().map(|l| format!("{l}\n")).collect())
         })
     }
 

@@ -265,6 +265,8 @@ pub trait Runtime: Send + Sync {
         self.paste(pane, text)?;
         self.press_enter(pane)
     }
+    /// The text of `pane`: its visible screen, and `lines` lines of its history above it
+    /// (0: the visible screen only).
     fn capture(&self, pane: &str, lines: usize) -> Result<String, RuntimeError>;
     /// The screens of several panes; a pane that cannot be read is left out.
     fn capture_many(&self, panes: &[String], lines: usize) -> BTreeMap<String, String> {

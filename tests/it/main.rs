@@ -23,6 +23,7 @@ mod real_codex;
 mod real_gemini;
 mod real_messages;
 mod scale;
+mod screen_verdicts;
 mod serve;
 mod supervise;
 mod support;

@@ -49,6 +49,13 @@ fn verdict<'a>(report: &'a Value, agent: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {agent} in {report}"))
 }
 
+fn read_json_file(path: &Path) -> Value {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null)
+}
+
 fn unhealthy_events(fleet: &Fleet) -> Vec<Value> {
     read_jsonl(&fleet.state_dir().join("critical_events.jsonl"))
         .into_iter()
@@ -417,6 +424,14 @@ fn a_wedged_screen_is_found_when_nothing_moves() {
     );
     fleet.run(&["apply", "--yes"]).status(0);
     fleet.wait_running(&["banner", "custom"]);
+    // A state.json no hook wrote (a loop added by hand) says nothing about a turn: a CLI
+    // without hooks still has its screen to go by.
+    fleet
+        .run(&["loop", "add", "banner", "retry", "retry the upload"])
+        .status(0);
+    let state = read_json_file(&fleet.agent_dir("banner").join("state.json"));
+    assert_eq!(state["status"], "idle", "{state}");
+    assert!(state["last_active"].is_null(), "{state}");
     // First pass: no baseline; second: the screen is read; third: it has not changed.
     watchdog(&fleet);
     watchdog(&fleet);

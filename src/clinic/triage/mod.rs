@@ -146,14 +146,13 @@ impl Evidence {
         // tool log since it started (its successor's pane output is cut by the wrapper).
         let window = session_window(&ops, input.session);
         let records = transcript.as_deref().map(tail_jsonl).unwrap_or_default();
-        // A resumed CLI prints its conversation again (Claude Code does): on its screen, the
-        // earlier sessions' words are a replay, not what this one wrote.
-        let earlier = texts(records.iter().filter(|r| {
-            let ts = str_of(r, "timestamp").and_then(|t| t.parse::<jiff::Timestamp>().ok());
-            matches!((ts, window.0), (Some(ts), Some(start)) if ts < start)
-        }));
+        // The transcript holds the model's and the tools' words, of this session and of the
+        // earlier ones a resumed CLI prints again (Claude Code does): on the screen they are
+        // no error the CLI reported ("the build failed", "prompt is too long" in an answer).
+        // The errors the transcript records are read from it (`facts`), not from the screen.
+        let said = texts(records.iter());
         let facts = transcript_facts(&records_in(records, window));
-        let output = input.output.as_deref().map(|o| without_replay(o, &earlier));
+        let output = input.output.as_deref().map(|o| without_replay(o, &said));
         Evidence {
             exit,
             window,

@@ -106,9 +106,10 @@ pub(super) fn texts<'a>(records: impl Iterator<Item = &'a Value>) -> String {
     out
 }
 
-/// `output` without the lines a resumed CLI printed again from `earlier` (the texts of its
-/// earlier sessions' transcript records). A line is compared without the marks the CLI
-/// puts before it (`● `, `⎿ `); short lines (`ok`) are kept, they could be anyone's.
+/// `output` without the lines `earlier` holds (the texts of transcript records: the model's
+/// and the tools' words, also those a resumed CLI prints again). A line is compared without
+/// the marks the CLI puts before it (`● `, `⎿ `); short lines (`ok`) are kept, they could be
+/// anyone's.
 pub fn without_replay(output: &str, earlier: &str) -> String {
     if earlier.is_empty() {
         return output.to_string();

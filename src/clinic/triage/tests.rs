@@ -276,3 +276,33 @@ fn gemini_model_not_found_dialog_on_screen_is_the_error() {
     assert_eq!(d.root_cause, crate::policy::RootCause::ModelUnavailable);
     assert!(d.explanation.contains("`gemini-3.8-flash`"), "{d:?}");
 }
+
+/// The model's words on the screen are no error its CLI reported: "prompt is too long" in an
+/// answer (the transcript holds it) does not make a crash a full context; the CLI's own line
+/// after it is the evidence.
+#[test]
+fn the_models_words_on_the_pane_are_not_the_error() {
+    let (tmp, dir) = agent_dir();
+    let transcript = tmp.path().join("t.jsonl");
+    let said = "I fixed the error: the parser failed when the prompt is too long.";
+    std::fs::write(
+        &transcript,
+        format!(
+            "{}\n",
+            json!({"type": "assistant", "message": {"role": "assistant",
+                   "content": [{"type": "text", "text": said}]}})
+        ),
+    )
+    .unwrap();
+    let pane = format!("● {said}\nSegmentation fault (core dumped)\n");
+    let t = triage_latest(&dir, Some(transcript.clone()), Some(&pane));
+    assert!(!t.error_message.contains("too long"), "{t:?}");
+    let d = crate::policy::builtin::diagnose(&t);
+    assert_ne!(
+        d.root_cause,
+        crate::policy::RootCause::ContextLengthExceeded
+    );
+    // Without a transcript that holds it, the line is the CLI's.
+    let t = triage_latest(&dir, None, Some(&pane));
+    assert!(t.error_message.contains("too long"), "{t:?}");
+}
