@@ -1,6 +1,7 @@
 //! Command-line definitions (clap) and dispatch. Each subcommand calls into the modules.
 
 mod agent_state;
+mod ask;
 mod continuity;
 mod doctor;
 mod events;
