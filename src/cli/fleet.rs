@@ -96,6 +96,7 @@ pub fn plan(
         output::json(plan.to_json());
     } else {
         out(&output::plan(&plan.to_string()));
+        out(&down_line(&ctx));
     }
     Ok(if plan.is_empty() { 0 } else { 2 })
 }
@@ -577,9 +578,17 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
             ctx.runtime.location()
         ));
     }
+    text.push_str(&down_line(&ctx));
     text.push_str(&daemon_line(spec));
     out(&text);
     Ok(code)
+}
+
+/// `fleet: taken down …` after `phoenix down`, until the operator's apply brings it up.
+fn down_line(ctx: &FleetContext) -> String {
+    crate::state::down::reason(&ctx.dir).map_or(String::new(), |why| {
+        format!("\nfleet: {why} (the daemon and the watchdog revive nothing until then)\n")
+    })
 }
 
 /// `phoenix status AGENT`, as `kubectl describe`: everything known about one agent, one

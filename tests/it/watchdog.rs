@@ -363,6 +363,12 @@ fn watchdog_once_after_down_revives_nothing_until_apply() {
         .stdout_has("`phoenix apply` brings it up");
     assert!(!fleet.server_running(), "{:?}", fleet.tagged_panes());
     assert!(unhealthy_events(&fleet).is_empty());
+    // `status` says so, and why nothing comes back.
+    fleet
+        .run(&["status"])
+        .stdout_has("fleet: the fleet was taken down with `phoenix down` (");
+    let status = fleet.run(&["status", "--json"]).json();
+    assert!(status["taken_down_at"].is_string(), "{status}");
 
     // The daemon leaves it down too, and says why.
     let daemon = crate::supervise::Daemon::start(&fleet, &[]);
@@ -377,6 +383,7 @@ fn watchdog_once_after_down_revives_nothing_until_apply() {
     fleet.run(&["apply", "--yes"]).status(0);
     fleet.wait_running(&["alpha", "beta"]);
     assert!(!fleet.state_dir().join(".down").exists());
+    assert!(fleet.run(&["status", "--json"]).json()["taken_down_at"].is_null());
     let report = watchdog(&fleet);
     assert_ne!(verdict(&report, "alpha")["verdict"], "skipped", "{report}");
 }
