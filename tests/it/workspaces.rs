@@ -322,6 +322,38 @@ fn prune_keeps_a_worktree_holding_ignored_files_until_forced() {
     assert!(!wt("keeper").exists());
 }
 
+/// A switch back to the agent's branch never overwrites an ignored file: git would, without a
+/// word, where the agent's branch tracks a file of that name; the step fails instead and the
+/// person's file stays.
+#[test]
+fn a_switch_back_never_overwrites_an_ignored_file() {
+    let fleet = Fleet::new();
+    let repo = repo(&fleet, "app");
+    fleet.toml(&agent("auth", "{ repo = \"home/app\" }"));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let wt = repo.join(".worktrees/auth");
+    // The agent's branch tracks `local.env`; on `detour` the name is ignored and holds a
+    // person's own copy.
+    commit(&wt, "local.env", "the branch's copy\n");
+    git(&wt, &["switch", "-q", "-c", "detour", "main"]);
+    std::fs::write(wt.join(".gitignore"), "*.env\n.claude/\n").unwrap();
+    git(&wt, &["add", ".gitignore"]);
+    git(&wt, &["commit", "-q", "-m", "ignore env files"]);
+    std::fs::write(wt.join("local.env"), "TOKEN=only-copy\n").unwrap();
+    assert_eq!(git(&wt, &["status", "--porcelain"]), "");
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has("back to branch agent/auth");
+    let run = fleet.run(&["apply", "--yes"]);
+    run.status(1).stdout_has("local.env");
+    assert_eq!(branch_of(&wt), "detour");
+    assert_eq!(
+        std::fs::read_to_string(wt.join("local.env")).unwrap(),
+        "TOKEN=only-copy\n"
+    );
+}
+
 /// `--prune` and `--force-remove-worktrees` reach a host's own plan and apply: there too a
 /// worktree with work is kept by `--prune` and removed only when forced.
 #[test]
