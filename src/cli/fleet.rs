@@ -265,12 +265,13 @@ pub(super) fn bring_up(ctx: &FleetContext, targets: &[String]) {
         return;
     };
     if !targets.is_empty() {
+        let when = if since.is_empty() {
+            String::new()
+        } else {
+            format!(" since {since}")
+        };
         eprintln!(
-            "note: {}; `phoenix apply` of the whole fleet brings it up (until then the daemon and the watchdog leave it alone)",
-            crate::state::down::describe(&since)
-                .split(';')
-                .next()
-                .unwrap_or_default()
+            "note: the rest of the fleet stays down (`phoenix down`{when}): `phoenix apply` of the whole fleet brings it up; until then the daemon and the watchdog leave it alone"
         );
         return;
     }

@@ -223,3 +223,48 @@ fn the_daemon_revives_a_killed_pane_while_an_apply_waits_at_its_question() {
     );
     assert_eq!(daemon.stop(), Some(0));
 }
+
+/// With `[[host]]`s too: the combined apply asks with no lock held (a restart goes through
+/// meanwhile), plans this machine again under its lock after the yes, and a plan that changed
+/// is shown whole and asked again.
+#[test]
+fn a_combined_apply_at_its_question_holds_no_lock_and_asks_again_when_the_plan_changed() {
+    let Some(net) = support::hosts::HostedFleet::start(&["gpu-1"]) else {
+        return;
+    };
+    net.toml(&format!(
+        "{}\n{}\n{}",
+        support::hosts::HostedFleet::demo_agent("here", None),
+        support::hosts::HostedFleet::demo_agent("later", None),
+        support::hosts::HostedFleet::demo_agent("far", Some("gpu-1")),
+    ));
+    let fleet = &net.fleet;
+    net.run(&["apply", "--yes", "here", "far"]).status(0);
+    fleet.wait_running(&["here"]);
+
+    let tty = Terminal::start(fleet, &["apply"]);
+    tty.wait_for(QUESTION, 1, Duration::from_secs(30));
+    assert!(tty.screen().contains("agent `later`"), "{}", tty.screen());
+    let asked = Instant::now();
+    fleet
+        .run_within(&["restart", "here"], Duration::from_secs(40))
+        .status(0);
+    assert!(asked.elapsed() < Duration::from_secs(20));
+
+    let pane = pane_of(fleet, "here");
+    fleet.tmux(&["kill-pane", "-t", &pane]);
+    wait_until(Duration::from_secs(10), "here without a pane", || {
+        fleet.agent_status("here")["pane"].is_null()
+    });
+    tty.answer("yes");
+    tty.wait_for(
+        "The plan changed while you were asked",
+        1,
+        Duration::from_secs(30),
+    );
+    tty.wait_for(QUESTION, 2, Duration::from_secs(30));
+    assert!(fleet.agent_status("later")["pane"].is_null());
+    tty.answer("yes");
+    tty.wait_for("[exited 0]", 1, Duration::from_secs(60));
+    fleet.wait_running(&["here", "later"]);
+}

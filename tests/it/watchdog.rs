@@ -379,6 +379,16 @@ fn watchdog_once_after_down_revives_nothing_until_apply() {
     assert!(!fleet.server_running(), "{}", daemon.log());
     assert_eq!(daemon.stop(), Some(0));
 
+    // An apply of one agent starts that one and leaves the rest of the fleet down.
+    fleet
+        .run(&["apply", "--yes", "alpha"])
+        .status(0)
+        .stderr_has("the rest of the fleet stays down");
+    fleet.wait_running(&["alpha"]);
+    let report = watchdog(&fleet);
+    assert_eq!(verdict(&report, "beta")["verdict"], "skipped", "{report}");
+    assert!(fleet.agent_status("beta")["pane"].is_null());
+
     // The operator brings it up: checked again.
     fleet.run(&["apply", "--yes"]).status(0);
     fleet.wait_running(&["alpha", "beta"]);
