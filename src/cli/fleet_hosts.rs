@@ -122,13 +122,13 @@ pub fn apply(ctx: &FleetContext, names: &[String], o: ApplyOptions) -> anyhow::R
         }
     };
     fleet::bring_up(ctx, names);
+    let empty = round.combined(o.skip_unreachable).is_empty();
     let Round {
         local,
         remote,
         found,
         ..
     } = round;
-    let empty = round_is_empty(&local, &remote, &found);
     let Some(lock) = lock.filter(|_| !empty) else {
         adopt(spec);
         let parts: Vec<HostApply> = remote.iter().map(unasked).collect();
@@ -194,16 +194,6 @@ impl Round {
             skip_unreachable,
         }
     }
-}
-
-fn round_is_empty(local: &Plan, remote: &[HostPlan], found: &Moves) -> bool {
-    Combined {
-        local,
-        hosts: remote,
-        moves: found,
-        skip_unreachable: false,
-    }
-    .is_empty()
 }
 
 impl Planning<'_> {
@@ -307,7 +297,7 @@ impl super::ask::Asking for HostsAsking<'_> {
     }
 
     fn is_empty(&self, round: &Round) -> bool {
-        round_is_empty(&round.local, &round.remote, &round.found)
+        round.combined(self.options.skip_unreachable).is_empty()
     }
 
     fn ask(&mut self) -> anyhow::Result<bool> {
