@@ -71,6 +71,8 @@ pub fn document(
         "server_running": world.server_running,
         "tmux_socket": spec.fleet.socket,
         "daemon": {"running": daemon_pid.is_some(), "pid": daemon_pid},
+        // Set from `phoenix down` until the operator's `phoenix apply`: nothing is revived.
+        "taken_down_at": crate::state::down::since(&crate::state::FleetDir::new(&spec.fleet.state_dir)),
         "agents": rows,
     })
 }

@@ -96,6 +96,7 @@ pub fn plan(
         output::json(plan.to_json());
     } else {
         out(&output::plan(&plan.to_string()));
+        out(&down_line(&ctx));
     }
     Ok(if plan.is_empty() { 0 } else { 2 })
 }
@@ -141,23 +142,39 @@ pub fn apply(
     }
     super::lifecycle::declared(spec, targets)?;
     super::lifecycle::commands_exist(&ctx, targets)?;
-    let (lock, mut plan) = lock_and_plan(&ctx, prune)?;
-    super::lifecycle::target(&mut plan, spec, targets)?;
-    if plan.is_empty() {
+    let (lock, plan) = if yes {
+        let (lock, mut plan) = lock_and_plan(&ctx, prune)?;
+        super::lifecycle::target(&mut plan, spec, targets)?;
+        if !plan.is_empty() && !json {
+            out(&output::plan(&plan.to_string()));
+        }
+        (Some(lock), plan)
+    } else {
+        let mut asking = LocalAsking {
+            ctx: &ctx,
+            prune,
+            targets,
+            json,
+        };
+        match super::ask::ask_then_lock(&mut asking)? {
+            super::ask::Answer::Apply { lock, checked, .. } => (Some(lock), checked),
+            super::ask::Answer::Nothing(plan) => (None, plan),
+            super::ask::Answer::Cancelled => {
+                out("Apply cancelled.\n");
+                return Ok(1);
+            }
+            super::ask::Answer::KeptChanging => return Err(super::ask::kept_changing()),
+        }
+    };
+    bring_up(&ctx, targets);
+    let Some(lock) = lock.filter(|_| !plan.is_empty()) else {
         if json {
             output::json(json!({"steps": [], "failed": 0}));
-        } else {
+        } else if yes {
             out(&output::plan(&plan.to_string()));
         }
         return Ok(0);
-    }
-    if !json {
-        out(&output::plan(&plan.to_string()));
-    }
-    if !yes && !confirm()? {
-        out("Apply cancelled.\n");
-        return Ok(1);
-    }
+    };
     let report = apply_locally(&ctx, &plan, lock)?;
     let failed = report.failed();
     if json {
@@ -175,6 +192,92 @@ pub fn apply(
         out(&text);
     }
     Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// This machine's apply asking the operator: its plan shown and asked about with no lock
+/// held, then made again under the lock.
+struct LocalAsking<'a> {
+    ctx: &'a FleetContext,
+    prune: Pruning,
+    targets: &'a [String],
+    json: bool,
+}
+
+impl super::ask::Asking for LocalAsking<'_> {
+    type Shown = plan::Plan;
+    type Checked = plan::Plan;
+    type Lock = FleetLock;
+
+    fn plan(&mut self) -> anyhow::Result<plan::Plan> {
+        let mut plan = local_plan(self.ctx, self.prune)?;
+        super::lifecycle::target(&mut plan, &self.ctx.spec, self.targets)?;
+        Ok(plan)
+    }
+
+    fn show(&mut self, plan: &plan::Plan, again: bool) -> anyhow::Result<()> {
+        if self.json {
+            if again {
+                eprintln!("the plan changed while you were asked: asking again");
+            }
+        } else {
+            if again {
+                out("\nThe plan changed while you were asked. The plan now:\n");
+            }
+            out(&output::plan(&plan.to_string()));
+        }
+        Ok(())
+    }
+
+    fn is_empty(&self, plan: &plan::Plan) -> bool {
+        plan.is_empty()
+    }
+
+    fn ask(&mut self) -> anyhow::Result<bool> {
+        confirm()
+    }
+
+    fn lock_and_check(&mut self) -> anyhow::Result<(FleetLock, plan::Plan)> {
+        let (lock, mut plan) = lock_and_plan(self.ctx, self.prune)?;
+        super::lifecycle::target(&mut plan, &self.ctx.spec, self.targets)?;
+        Ok((lock, plan))
+    }
+
+    fn same(&self, shown: &plan::Plan, checked: &plan::Plan) -> bool {
+        same_changes(shown, checked)
+    }
+}
+
+/// Whether two plans do the same: the same changes of the same agents, in the same order
+/// (their reasons are for people, and may say how long ago something happened).
+pub(super) fn same_changes(a: &plan::Plan, b: &plan::Plan) -> bool {
+    a.changes.len() == b.changes.len()
+        && a.changes
+            .iter()
+            .zip(&b.changes)
+            .all(|(a, b)| a.agent == b.agent && a.action == b.action)
+}
+
+/// The operator's `apply` of the whole fleet brings it up after `phoenix down`: from now on
+/// the daemon and the watchdog look after it again. An apply of some agents leaves the rest
+/// of the fleet down, and says so.
+pub(super) fn bring_up(ctx: &FleetContext, targets: &[String]) {
+    let Some(since) = crate::state::down::since(&ctx.dir) else {
+        return;
+    };
+    if !targets.is_empty() {
+        let when = if since.is_empty() {
+            String::new()
+        } else {
+            format!(" since {since}")
+        };
+        eprintln!(
+            "note: the rest of the fleet stays down (`phoenix down`{when}): `phoenix apply` of the whole fleet brings it up; until then the daemon and the watchdog leave it alone"
+        );
+        return;
+    }
+    if let Err(e) = crate::state::down::clear(&ctx.dir) {
+        eprintln!("warning: the fleet stays marked down: {e}");
+    }
 }
 
 /// `✓ agent `a`: start — pane %1 (running, pid 42)`: one step of an apply.
@@ -195,8 +298,9 @@ pub(super) fn apply_summary(succeeded: usize, failed: usize) -> String {
     )
 }
 
-/// This machine's fleet locked (held from the observation to the last step, confirmation
-/// included, so that what was planned is still true when it is applied) and its plan.
+/// This machine's fleet locked (held from the observation to the last step, so that what
+/// was planned is still true when it is applied; never across a question to the operator:
+/// see `ask`) and its plan.
 pub(super) fn lock_and_plan(
     ctx: &FleetContext,
     prune: impl Into<Pruning>,
@@ -475,9 +579,17 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
             ctx.runtime.location()
         ));
     }
+    text.push_str(&down_line(&ctx));
     text.push_str(&daemon_line(spec));
     out(&text);
     Ok(code)
+}
+
+/// `fleet: taken down …` after `phoenix down`, until the operator's apply brings it up.
+fn down_line(ctx: &FleetContext) -> String {
+    crate::state::down::reason(&ctx.dir).map_or(String::new(), |why| {
+        format!("\nfleet: {why} (the daemon and the watchdog revive nothing until then)\n")
+    })
 }
 
 /// `phoenix status AGENT`, as `kubectl describe`: everything known about one agent, one

@@ -15,6 +15,7 @@ use crate::hosts::combined::{
 use crate::hosts::moves::{self, Place};
 use crate::hosts::replan::{self, Moves};
 use crate::plan::{self, Plan, Summary};
+use crate::state::lock::FleetLock;
 
 pub fn plan(
     ctx: &FleetContext,
@@ -89,57 +90,51 @@ pub fn apply(ctx: &FleetContext, names: &[String], o: ApplyOptions) -> anyhow::R
     // without its context, no source removes it without its handoff.
     let before = replan::text_before(spec, &planned)?;
     hosts.reslice(spec, &before)?;
-    let (local, mut remote, previews) = std::thread::scope(|scope| {
-        let remote = scope.spawn(|| hosts.plan(o.prune));
-        let previews = scope.spawn(|| replan::previews(spec, &planned));
-        let local = fleet::lock_and_plan(ctx, o.prune);
-        (
-            local,
-            remote.join().expect("planning the hosts does not panic"),
-            previews
-                .join()
-                .expect("previewing the moves does not panic"),
-        )
-    });
-    let (lock, mut local) = local?;
-    if targets.named {
-        local.only(&targets.local);
-    }
-    let found = Moves::found(&placements, previews, &mut local, &mut remote, &targets);
-    let combined = Combined {
-        local: &local,
-        hosts: &remote,
-        moves: &found,
-        skip_unreachable: o.skip_unreachable,
+    let planning = Planning {
+        ctx,
+        hosts: &hosts,
+        placements: &placements,
+        planned: &planned,
+        targets: &targets,
+        prune: o.prune,
     };
-    if !o.json {
-        out(&combined.render());
-    }
-    let unreachable = combined.blocking_unreachable();
-    if !unreachable.is_empty() {
-        return Err(crate::Error::Failed {
-            message: format!(
-                "nothing applied: {} {} unreachable",
-                list(&unreachable, "host", "hosts"),
-                if unreachable.len() == 1 { "is" } else { "are" }
-            ),
-            hint: Some(
-                "`--skip-unreachable` applies this machine and the other hosts without it".into(),
-            ),
+    let (lock, round) = if o.yes {
+        let (lock, round) = planning.round(true)?;
+        let combined = round.combined(o.skip_unreachable);
+        if !o.json {
+            out(&combined.render());
         }
-        .into());
-    }
-    if combined.is_empty() {
-        drop(lock);
+        refuse_unreachable(&combined)?;
+        (lock, round)
+    } else {
+        let mut asking = HostsAsking {
+            planning: &planning,
+            options: &o,
+        };
+        match super::ask::ask_then_lock(&mut asking)? {
+            super::ask::Answer::Apply { lock, shown, .. } => (Some(lock), shown),
+            super::ask::Answer::Nothing(round) => (None, round),
+            super::ask::Answer::Cancelled => {
+                out("Apply cancelled.\n");
+                return Ok(1);
+            }
+            super::ask::Answer::KeptChanging => return Err(super::ask::kept_changing()),
+        }
+    };
+    fleet::bring_up(ctx, names);
+    let empty = round.combined(o.skip_unreachable).is_empty();
+    let Round {
+        local,
+        remote,
+        found,
+        ..
+    } = round;
+    let Some(lock) = lock.filter(|_| !empty) else {
         adopt(spec);
         let parts: Vec<HostApply> = remote.iter().map(unasked).collect();
         let report = crate::apply::ApplyReport { steps: vec![] };
         return Ok(self::report(&report, &parts, &Done::none(), &o));
-    }
-    if !o.yes && !fleet::confirm()? {
-        out("Apply cancelled.\n");
-        return Ok(1);
-    }
+    };
     // A stale copy on a host stops before that host applies (its copy is no part of it).
     let mut settled = settle(spec, &found, |on| on != &Place::Local)?;
     let (local_report, mut applied) = std::thread::scope(|scope| {
@@ -169,6 +164,155 @@ pub fn apply(ctx: &FleetContext, names: &[String], o: ApplyOptions) -> anyhow::R
         settled: &settled,
     };
     Ok(report(&local_report, &applied, &done, &o))
+}
+
+/// What the combined plan is made from, the same for every round of asking.
+struct Planning<'a> {
+    ctx: &'a FleetContext,
+    hosts: &'a Hosts,
+    placements: &'a moves::Placements,
+    planned: &'a [moves::Move],
+    targets: &'a Targets,
+    prune: plan::Pruning,
+}
+
+/// One combined plan: this machine's (the moves' lines taken out, and as it was planned,
+/// to compare), every host's, and the moves.
+struct Round {
+    local: Plan,
+    local_planned: Plan,
+    remote: Vec<HostPlan>,
+    found: Moves,
+}
+
+impl Round {
+    fn combined(&self, skip_unreachable: bool) -> Combined<'_> {
+        Combined {
+            local: &self.local,
+            hosts: &self.remote,
+            moves: &self.found,
+            skip_unreachable,
+        }
+    }
+}
+
+impl Planning<'_> {
+    /// Plan this machine (under its lock when `locked`), every host and the moves, side by
+    /// side.
+    fn round(&self, locked: bool) -> anyhow::Result<(Option<FleetLock>, Round)> {
+        let (local, mut remote, previews) = std::thread::scope(|scope| {
+            let remote = scope.spawn(|| self.hosts.plan(self.prune));
+            let previews = scope.spawn(|| replan::previews(&self.ctx.spec, self.planned));
+            let local = if locked {
+                fleet::lock_and_plan(self.ctx, self.prune).map(|(l, p)| (Some(l), p))
+            } else {
+                fleet::local_plan(self.ctx, self.prune).map(|p| (None, p))
+            };
+            (
+                local,
+                remote.join().expect("planning the hosts does not panic"),
+                previews
+                    .join()
+                    .expect("previewing the moves does not panic"),
+            )
+        });
+        let (lock, mut local) = local?;
+        self.narrow(&mut local);
+        let local_planned = local.clone();
+        let found = Moves::found(
+            self.placements,
+            previews,
+            &mut local,
+            &mut remote,
+            self.targets,
+        );
+        Ok((
+            lock,
+            Round {
+                local,
+                local_planned,
+                remote,
+                found,
+            },
+        ))
+    }
+
+    /// `apply AGENT…`: this machine's part of the plan about those agents only.
+    fn narrow(&self, local: &mut Plan) {
+        if self.targets.named {
+            local.only(&self.targets.local);
+        }
+    }
+}
+
+/// `nothing applied: host `b` is unreachable` unless `--skip-unreachable` says to go on.
+fn refuse_unreachable(combined: &Combined) -> anyhow::Result<()> {
+    let unreachable = combined.blocking_unreachable();
+    if unreachable.is_empty() {
+        return Ok(());
+    }
+    Err(crate::Error::Failed {
+        message: format!(
+            "nothing applied: {} {} unreachable",
+            list(&unreachable, "host", "hosts"),
+            if unreachable.len() == 1 { "is" } else { "are" }
+        ),
+        hint: Some(
+            "`--skip-unreachable` applies this machine and the other hosts without it".into(),
+        ),
+    }
+    .into())
+}
+
+/// The combined apply asking the operator: every part planned and shown with no lock held,
+/// then this machine's part planned again under its lock (each host plans its own part
+/// again under its own lock when it applies).
+struct HostsAsking<'a> {
+    planning: &'a Planning<'a>,
+    options: &'a ApplyOptions,
+}
+
+impl super::ask::Asking for HostsAsking<'_> {
+    type Shown = Round;
+    type Checked = Plan;
+    type Lock = FleetLock;
+
+    fn plan(&mut self) -> anyhow::Result<Round> {
+        Ok(self.planning.round(false)?.1)
+    }
+
+    fn show(&mut self, round: &Round, again: bool) -> anyhow::Result<()> {
+        let combined = round.combined(self.options.skip_unreachable);
+        if again {
+            if self.options.json {
+                eprintln!("the plan changed while you were asked: asking again");
+            } else {
+                out("\nThe plan changed while you were asked. The plan now:\n");
+            }
+        }
+        if !self.options.json {
+            out(&combined.render());
+        }
+        refuse_unreachable(&combined)
+    }
+
+    fn is_empty(&self, round: &Round) -> bool {
+        round.combined(self.options.skip_unreachable).is_empty()
+    }
+
+    fn ask(&mut self) -> anyhow::Result<bool> {
+        fleet::confirm()
+    }
+
+    fn lock_and_check(&mut self) -> anyhow::Result<(FleetLock, Plan)> {
+        let (lock, mut local) = fleet::lock_and_plan(self.planning.ctx, self.planning.prune)?;
+        self.planning.narrow(&mut local);
+        Ok((lock, local))
+    }
+
+    fn same(&self, round: &Round, checked: &Plan) -> bool {
+        fleet::same_changes(&round.local_planned, checked)
+    }
 }
 
 /// Stop the stale copies on the machines where `on` holds, and tell those machines.

@@ -406,18 +406,21 @@ pub fn down(config: &Path, remove_hooks: bool, json: bool) -> anyhow::Result<i32
     let ctx = load(config)?;
     if let Some(pid) = crate::state::daemon::daemon_pid(&ctx.dir) {
         eprintln!(
-            "warning: `phoenix run` (pid {pid}) supervises this fleet and will start it again; stop it first (`phoenix service status` names its unit)"
+            "note: `phoenix run` (pid {pid}) supervises this fleet: it leaves the fleet down until `phoenix apply` brings it up"
         );
     }
+    // The operator's word goes to disk first, under the lock the daemon's reconcile takes:
+    // from here on no reconcile, watchdog pass or revival brings an agent back.
+    let _lock = self::lock(&ctx, "down")?;
+    crate::state::down::set(&ctx.dir).with_context(|| {
+        format!(
+            "cannot record that the fleet is down in `{}`",
+            ctx.dir.root.display()
+        )
+    })?;
     let mut world = crate::status::observe(&ctx.spec, ctx.runtime())?;
     // `down` stops agents; their worktrees stay (only `apply --prune` removes one).
     world.workspaces = Default::default();
-    let lock = world.server_running || remove_hooks;
-    let _lock = if lock {
-        Some(self::lock(&ctx, "down")?)
-    } else {
-        None
-    };
     // Nothing declared, everything pruned: the plan's own machinery for undeclared agents
     // stops every pane and cleans every hook file phoenix wrote.
     let mut nothing = ctx.spec.clone();

@@ -22,6 +22,7 @@ macro_rules! eprintln {
 }
 
 mod agent_state;
+mod ask;
 mod continuity;
 mod doctor;
 mod events;

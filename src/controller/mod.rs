@@ -109,6 +109,8 @@ pub struct Controller {
     failed_hooks: HashSet<String>,
     /// Agents currently held back by the start-loop guard (to warn once).
     held: Vec<String>,
+    /// The last pass found the fleet taken down with `phoenix down` (to say so once).
+    held_down: bool,
     /// Agents whose last change failed, each waiting out its own delay.
     backoff: Backoff,
     /// Agents poked since the last pass: each may have an operator's restart request waiting.
@@ -133,6 +135,7 @@ impl Controller {
             spec,
             exe,
             held: Vec::new(),
+            held_down: false,
             failed_hooks: HashSet::new(),
             backoff: Backoff::default(),
             poked: BTreeSet::new(),

@@ -56,6 +56,22 @@ impl Controller {
             }
             Err(e) => return Err(ReconcileError::Lock(e)),
         };
+        // The operator took the fleet down: nothing starts until the operator's `apply`
+        // brings it up (checked under the lock, which `down` and `apply` hold as they change
+        // it). No pane process is watched meanwhile.
+        if let Some(why) = crate::state::down::reason(&fleet) {
+            if !std::mem::replace(&mut self.held_down, true) {
+                info!("{why}: the daemon starts and restarts nothing until then");
+            }
+            return Ok(Reconciled {
+                requeue: requeue(self.spec.fleet.reconcile_interval),
+                pids: Some(Vec::new()),
+                changes: 0,
+            });
+        }
+        if std::mem::take(&mut self.held_down) {
+            info!("the fleet was brought up again: reconciling it");
+        }
         let world = world::observe(&self.spec, &*self.runtime)?;
         // Hook files too: the daemon converges everything `apply` converges, or an agent it
         // (re)starts runs without the hooks `plan` says it lacks.

@@ -104,6 +104,10 @@ pub struct KeptWorktree {
     pub path: String,
     pub branch: String,
     pub why: String,
+    /// What is in it that removing it would lose (uncommitted changes, ignored files,
+    /// commits), when that is what keeps it.
+    #[serde(default)]
+    pub work: Option<crate::workspace::Work>,
 }
 
 /// A declared agent that is not running on purpose of its wrapper, and what acts on it.

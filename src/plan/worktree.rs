@@ -43,6 +43,7 @@ pub(super) fn plan(spec: &Spec, world: &World, options: &PlanOptions) -> Worktre
                 path: display(&rec.path),
                 branch: rec.branch.clone(),
                 why,
+                work: obs.work.clone().filter(|w| !w.is_safe()),
             }),
         }
     }
@@ -247,6 +248,7 @@ mod tests {
     fn a_worktree_with_work_is_kept_with_the_reason_unless_forced() {
         let work = Work {
             changes: vec!["M src/a.rs".into(), "?? notes.md".into()],
+            ignored: vec!["secret.env".into()],
             commits: vec!["3f2a1bc wip".into()],
             commit_count: 1,
             unknown: None,
@@ -256,7 +258,7 @@ mod tests {
         assert!(kept.changes.is_empty());
         assert_eq!(
             kept.kept[0].why,
-            "2 uncommitted changes (M src/a.rs, ?? notes.md); 1 commit not on `main` and not pushed (3f2a1bc wip) (`--force-remove-worktrees` removes it anyway)"
+            "2 uncommitted changes (M src/a.rs, ?? notes.md); 1 ignored file (secret.env); 1 commit not on `main` and not pushed (3f2a1bc wip) (`--force-remove-worktrees` removes it anyway)"
         );
         let forced = plan(&spec, &world, &options(true, true));
         assert!(matches!(
@@ -266,6 +268,27 @@ mod tests {
         // Without --prune nothing is removed, whatever the flag.
         let not_pruning = plan(&spec, &world, &options(false, true));
         assert!(not_pruning.changes.is_empty() && not_pruning.kept.len() == 1);
+    }
+
+    #[test]
+    fn ignored_files_alone_keep_a_worktree_and_are_listed() {
+        let work = Work {
+            ignored: vec!["secret.env".into(), "target/".into()],
+            ..Work::default()
+        };
+        let (spec, world) = leftover_world(work.clone());
+        let kept = plan(&spec, &world, &options(true, false));
+        assert!(kept.changes.is_empty());
+        assert_eq!(
+            kept.kept[0].why,
+            "2 ignored files (secret.env, target/) (`--force-remove-worktrees` removes it anyway)"
+        );
+        assert_eq!(kept.kept[0].work.as_ref(), Some(&work));
+        let forced = plan(&spec, &world, &options(true, true));
+        assert!(matches!(
+            forced.changes[0].action,
+            Action::RemoveWorktree { force: true, .. }
+        ));
     }
 
     #[test]

@@ -203,6 +203,7 @@ pub fn document() -> Value {
                     "server_running": {"type": "boolean"}, "tmux_socket": {"type": "string"},
                     "daemon": {"type": "object", "properties": {
                         "running": {"type": "boolean"}, "pid": {"type": ["integer", "null"]}}},
+                    "taken_down_at": {"type": ["string", "null"], "description": "When `phoenix down` took the fleet down (empty: its marker cannot be read); until the operator's `phoenix apply` nothing is revived. Null when the fleet is up."},
                     "agents": {"type": "array", "items": r("AgentStatus")}}},
                 "AgentStatus": {"type": "object", "properties": {
                     "agent": {"type": "string"}, "declared": {"type": "boolean"}, "enabled": {"type": "boolean"},

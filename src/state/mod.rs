@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod bounded;
 pub mod daemon;
+pub mod down;
 pub mod events;
 pub mod fence;
 pub mod file;

@@ -111,14 +111,26 @@ impl<'a> Watchdog<'a> {
             .collect();
         // Lua only when something is unhealthy.
         let mut policies: Option<Policies> = None;
-        let agents = checked
-            .iter()
-            .zip(self.observe(&checked, now))
-            .map(|(agent, observed)| match observed {
-                Ok((memory, seen)) => self.check(agent, memory, seen, now, &mut policies),
-                Err(why) => AgentReport::not_checked(agent, why),
-            })
-            .collect();
+        let agents = match state::down::reason(&self.fleet) {
+            // The operator took the fleet down: nothing is looked at, and nothing revived,
+            // until the operator's `phoenix apply` brings it up.
+            Some(why) => checked
+                .iter()
+                .map(|agent| {
+                    let dir = self.fleet.agent(&agent.name);
+                    let report = AgentReport::not_checked(agent, why.clone());
+                    self.skipped(&dir, Memory::load(&dir), now, report)
+                })
+                .collect(),
+            None => checked
+                .iter()
+                .zip(self.observe(&checked, now))
+                .map(|(agent, observed)| match observed {
+                    Ok((memory, seen)) => self.check(agent, memory, seen, now, &mut policies),
+                    Err(why) => AgentReport::not_checked(agent, why),
+                })
+                .collect(),
+        };
         let events_pruned = self
             .only
             .is_none()
@@ -238,17 +250,7 @@ impl<'a> Watchdog<'a> {
         };
         if seen.skip.is_some() {
             report.verdict = "skipped";
-            if self.only.is_none() {
-                // A stop for a person or a restart ends the episode: start counting afresh.
-                memory.pending.clear();
-                memory.needs_input = None;
-                memory.last_pass = Some(now);
-                let _ = dir
-                    .path
-                    .is_dir()
-                    .then(|| memory.save_if_changed(&before, &dir));
-            }
-            return report;
+            return self.skipped(&dir, memory, now, report);
         }
         // A wait for a person is no illness: it quiets the checks that would call it one.
         let wait = self
@@ -299,6 +301,28 @@ impl<'a> Watchdog<'a> {
         }
         if let Err(e) = memory.save_if_changed(&before, &dir) {
             report.problems.push(format!("cannot save {MEMORY}: {e}"));
+        }
+        report
+    }
+
+    /// An agent not checked on purpose (stopped, in safe mode, the fleet down, …): a stop
+    /// for a person or a restart ends the episode, so its findings start counting afresh.
+    fn skipped(
+        &self,
+        dir: &AgentDir,
+        mut memory: Memory,
+        now: i64,
+        report: AgentReport,
+    ) -> AgentReport {
+        if self.only.is_none() {
+            let before = memory.clone();
+            memory.pending.clear();
+            memory.needs_input = None;
+            memory.last_pass = Some(now);
+            let _ = dir
+                .path
+                .is_dir()
+                .then(|| memory.save_if_changed(&before, dir));
         }
         report
     }

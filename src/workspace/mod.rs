@@ -12,7 +12,7 @@ pub mod steps;
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use observe::observe;
 pub use record::Recorded;
@@ -33,11 +33,16 @@ pub enum Checkout {
 }
 
 /// What would be lost with a worktree, or changed under it by a switch of branch.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Work {
     /// Uncommitted changes as `git status --short` shows them (`M src/a.rs`, `?? notes.md`),
     /// phoenix's own hook files left out.
     pub changes: Vec<String>,
+    /// Files git ignores (`secret.env`; an ignored directory as one entry, `target/`): git
+    /// keeps no copy of them and `git worktree remove` deletes them without a word, so they
+    /// are work like any other.
+    #[serde(default)]
+    pub ignored: Vec<String>,
     /// Commits (`abc1234 subject`) on the worktree's HEAD that are neither on `base` nor
     /// pushed (on a remote-tracking branch): the first few.
     pub commits: Vec<String>,
@@ -50,11 +55,14 @@ pub struct Work {
 impl Work {
     /// Nothing would be lost.
     pub fn is_safe(&self) -> bool {
-        self.changes.is_empty() && self.commit_count == 0 && self.unknown.is_none()
+        self.changes.is_empty()
+            && self.ignored.is_empty()
+            && self.commit_count == 0
+            && self.unknown.is_none()
     }
 
-    /// For people: `2 uncommitted changes (M src/a.rs, ?? notes.md); 1 commit not on main
-    /// and not pushed (abc1234 wip)`.
+    /// For people: `2 uncommitted changes (M src/a.rs, ?? notes.md); 1 ignored file
+    /// (secret.env); 1 commit not on main and not pushed (abc1234 wip)`.
     pub fn summary(&self, base: &str) -> String {
         let mut parts = Vec::new();
         if let Some(why) = &self.unknown {
@@ -65,6 +73,13 @@ impl Work {
                 "{} ({})",
                 crate::text::counted(self.changes.len(), "uncommitted change"),
                 shown(&self.changes, self.changes.len())
+            ));
+        }
+        if !self.ignored.is_empty() {
+            parts.push(format!(
+                "{} ({})",
+                crate::text::counted(self.ignored.len(), "ignored file"),
+                shown(&self.ignored, self.ignored.len())
             ));
         }
         if self.commit_count > 0 {

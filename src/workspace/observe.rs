@@ -203,12 +203,12 @@ pub(super) fn agent_hook_files() -> Vec<&'static str> {
         .collect()
 }
 
-/// What a worktree holds that is not elsewhere: uncommitted changes, and commits not on
-/// `base` and not pushed (`detached`: not on any branch either).
+/// What a worktree holds that is not elsewhere: uncommitted changes, ignored files, and
+/// commits not on `base` and not pushed (`detached`: not on any branch either).
 pub(super) fn work_at(path: &Path, base: &str, detached: bool, ours: Vec<&str>) -> Work {
     let mut work = Work::default();
     match changes(path, &ours) {
-        Ok(c) => work.changes = c,
+        Ok(listed) => (work.changes, work.ignored) = listed,
         Err(e) => work.unknown = Some(e.to_string()),
     }
     let mut args = vec!["log", "--format=%h %s", "HEAD", "--not", "--remotes"];
@@ -229,14 +229,23 @@ pub(super) fn work_at(path: &Path, base: &str, detached: bool, ours: Vec<&str>) 
     work
 }
 
-/// `git status --short` lines of the worktree, without phoenix's hook files.
-pub(super) fn changes(path: &Path, ours: &[&str]) -> Result<Vec<String>, GitError> {
+/// `git status --short` lines of the worktree, and its ignored files (an ignored directory
+/// as one entry: `--ignored=matching` never lists what is inside one), without phoenix's hook
+/// files.
+pub(super) fn changes(path: &Path, ours: &[&str]) -> Result<(Vec<String>, Vec<String>), GitError> {
     let text = git::run(
         path,
-        &["status", "--porcelain=v1", "-z", "--untracked-files=all"],
+        &[
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=all",
+            "--ignored=matching",
+        ],
         true,
     )?;
-    let mut out = Vec::new();
+    let mut changed = Vec::new();
+    let mut ignored = Vec::new();
     let mut fields = text.split('\0').filter(|f| !f.is_empty());
     while let Some(entry) = fields.next() {
         let (xy, file) = entry.split_at(entry.len().min(3));
@@ -245,11 +254,48 @@ pub(super) fn changes(path: &Path, ours: &[&str]) -> Result<Vec<String>, GitErro
             fields.next();
         }
         // phoenix's own hook file is not the agent's work: `--prune` takes phoenix's entries
-        // out before the removal, and git's own check of the worktree comes after that.
+        // out before the removal, and the removal looks again after that.
         if ours.contains(&file) {
             continue;
         }
-        out.push(format!("{} {file}", xy.trim()));
+        if xy.starts_with("!!") {
+            if !only_ours(path, file, ours) {
+                ignored.push(file.to_string());
+            }
+        } else {
+            changed.push(format!("{} {file}", xy.trim()));
+        }
     }
-    Ok(out)
+    Ok((changed, ignored))
+}
+
+/// Whether the ignored directory `dir` (`.claude/`) of the worktree at `root` holds no file
+/// but phoenix's hook files (git lists an ignored directory even when it is empty): a few
+/// entries are looked at, anything more counts as work.
+fn only_ours(root: &Path, dir: &str, ours: &[&str]) -> bool {
+    const MOST: usize = 64;
+    let Some(dir) = dir.strip_suffix('/') else {
+        return false;
+    };
+    let mut seen = 0;
+    let mut pending = vec![dir.to_string()];
+    while let Some(rel) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(root.join(&rel)) else {
+            return false;
+        };
+        for entry in entries {
+            seen += 1;
+            let Ok(entry) = entry else { return false };
+            let Some(name) = entry.file_name().to_str().map(|n| format!("{rel}/{n}")) else {
+                return false;
+            };
+            match entry.file_type() {
+                _ if seen > MOST => return false,
+                Ok(t) if t.is_dir() => pending.push(name),
+                Ok(t) if t.is_file() && ours.contains(&name.as_str()) => {}
+                _ => return false,
+            }
+        }
+    }
+    true
 }

@@ -179,17 +179,26 @@ pub fn switch(path: &Path, branch: &str, base: &str, repo: &Path) -> Result<Stri
         ));
     }
     let fresh = !branch_exists(repo, branch).map_err(|e| e.to_string())?;
+    // An ignored file stays where it is across a switch, unless the branch tracks a file of
+    // that name: then git would overwrite it without a word, and is told to refuse instead.
     let args: Vec<&str> = if fresh {
         vec![
             "switch",
             "--no-guess",
+            "--no-overwrite-ignore",
             "-c",
             branch,
             "--end-of-options",
             base,
         ]
     } else {
-        vec!["switch", "--no-guess", "--end-of-options", branch]
+        vec![
+            "switch",
+            "--no-guess",
+            "--no-overwrite-ignore",
+            "--end-of-options",
+            branch,
+        ]
     };
     git::run(path, &args, false).map_err(|e| e.to_string())?;
     Ok(format!(
@@ -200,11 +209,15 @@ pub fn switch(path: &Path, branch: &str, base: &str, repo: &Path) -> Result<Stri
 }
 
 /// Remove a worktree phoenix made. Without `force`, only when nothing would be lost (looked
-/// at again now; git's own check of uncommitted files applies too). The branch stays.
+/// at again now, ignored files included: git's own check of uncommitted files does not count
+/// them). The branch stays.
 pub fn remove(dir: &AgentDir, rec: &Recorded, force: bool) -> Result<String, String> {
     let gone = !rec.path.exists();
     if !gone && !force {
-        let work = work_at(&rec.path, &rec.base, false, agent_hook_files());
+        // Phoenix's hook entries went out in the plan's step before this one: whatever is
+        // still in a hook file now is someone else's, and git would delete it unasked if it
+        // is ignored.
+        let work = work_at(&rec.path, &rec.base, false, Vec::new());
         if !work.is_safe() {
             return Err(format!(
                 "kept {}: {} (`--force-remove-worktrees` removes it anyway)",

@@ -17,6 +17,7 @@ mod messages;
 mod metrics;
 mod needs_input;
 mod policy;
+mod prompt;
 mod real_claude_waits;
 mod real_cli;
 mod real_codex;

@@ -333,6 +333,78 @@ fn a_dead_process_is_revived_at_once() {
     assert_ne!(new, pids);
 }
 
+/// A fleet the operator took down stays down: `watchdog --once` (twice: a finding confirmed
+/// over two passes is acted on too) and the daemon's reconciles revive nothing, and say why,
+/// until the operator's `apply` brings it up; then the watchdog looks after it again.
+#[test]
+fn watchdog_once_after_down_revives_nothing_until_apply() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{FAST}{}{}",
+        agent("alpha", ""),
+        agent("beta", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha", "beta"]);
+    fleet.run(&["down"]).status(0);
+    assert!(!fleet.server_running());
+
+    for _ in 0..2 {
+        let report = watchdog(&fleet);
+        for name in ["alpha", "beta"] {
+            let a = verdict(&report, name);
+            assert_eq!(a["verdict"], "skipped", "{a}");
+            assert!(
+                a["skipped"]
+                    .as_str()
+                    .is_some_and(|why| why.contains("taken down with `phoenix down`")),
+                "{a}"
+            );
+            assert!(a.get("action").is_none(), "{a}");
+        }
+    }
+    fleet
+        .run(&["watchdog", "--once"])
+        .status(0)
+        .stdout_has("skipped    alpha        the fleet was taken down with `phoenix down` (")
+        .stdout_has("`phoenix apply` brings it up");
+    assert!(!fleet.server_running(), "{:?}", fleet.tagged_panes());
+    assert!(unhealthy_events(&fleet).is_empty());
+    // `status` says so, and why nothing comes back.
+    fleet
+        .run(&["status"])
+        .stdout_has("fleet: the fleet was taken down with `phoenix down` (");
+    let status = fleet.run(&["status", "--json"]).json();
+    assert!(status["taken_down_at"].is_string(), "{status}");
+
+    // The daemon leaves it down too, and says why.
+    let daemon = crate::supervise::Daemon::start(&fleet, &[]);
+    wait_until(Duration::from_secs(10), "the daemon's word", || {
+        daemon.log().contains("taken down with `phoenix down`")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!fleet.server_running(), "{}", daemon.log());
+    assert_eq!(daemon.stop(), Some(0));
+
+    // An apply of one agent starts that one and leaves the rest of the fleet down.
+    fleet
+        .run(&["apply", "--yes", "alpha"])
+        .status(0)
+        .stderr_has("the rest of the fleet stays down");
+    fleet.wait_running(&["alpha"]);
+    let report = watchdog(&fleet);
+    assert_eq!(verdict(&report, "beta")["verdict"], "skipped", "{report}");
+    assert!(fleet.agent_status("beta")["pane"].is_null());
+
+    // The operator brings it up: checked again.
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha", "beta"]);
+    assert!(!fleet.state_dir().join(".down").exists());
+    assert!(fleet.run(&["status", "--json"]).json()["taken_down_at"].is_null());
+    let report = watchdog(&fleet);
+    assert_ne!(verdict(&report, "alpha")["verdict"], "skipped", "{report}");
+}
+
 /// A pass that `phoenix run` started goes on after SIGTERM: it must not revive anyone then.
 #[test]
 fn a_pass_of_a_stopping_daemon_revives_no_one() {

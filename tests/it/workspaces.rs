@@ -261,6 +261,99 @@ fn prune_removes_a_clean_worktree_and_keeps_one_with_work_until_forced() {
     run.stderr_has("--prune");
 }
 
+/// Ignored files are work: a worktree no agent works in that holds a gitignored
+/// `secret.env` is kept by `--prune` (git's own removal would delete it without a word), listed
+/// in the plan's text and JSON and in apply's, and removed only with
+/// `--force-remove-worktrees`. phoenix's own hook file in an ignored directory is not work.
+#[test]
+fn prune_keeps_a_worktree_holding_ignored_files_until_forced() {
+    let fleet = Fleet::new();
+    let repo = repo(&fleet, "app");
+    std::fs::write(repo.join(".gitignore"), "*.env\n.claude/\n").unwrap();
+    git(&repo, &["add", ".gitignore"]);
+    git(&repo, &["commit", "-q", "-m", "ignore secrets"]);
+    let ws = "{ repo = \"home/app\", base = \"main\" }";
+    fleet.toml(&format!("{}\n{}", agent("keeper", ws), agent("tidy", ws)));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let wt = |n: &str| repo.join(".worktrees").join(n);
+    // phoenix's hook file is there, in a directory git ignores.
+    assert!(wt("tidy").join(".claude/settings.json").is_file());
+    std::fs::write(wt("keeper").join("secret.env"), "TOKEN=only-copy\n").unwrap();
+    // git itself sees nothing to keep: its status without --ignored is empty.
+    assert_eq!(git(&wt("keeper"), &["status", "--porcelain"]), "");
+
+    fleet.toml("");
+    let kept = "! worktree ~/app/.worktrees/keeper of agent `keeper` (branch agent/keeper) kept: 1 ignored file (secret.env) (`--force-remove-worktrees` removes it anyway)";
+    fleet
+        .run(&["plan", "--prune"])
+        .status(2)
+        .stdout_has(kept)
+        .stdout_has("- worktree ~/app/.worktrees/tidy (branch agent/tidy stays) for agent `tidy`");
+    let plan = fleet.run(&["plan", "--prune", "--json"]).json();
+    let keeper = plan["kept_worktrees"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["agent"] == "keeper")
+        .unwrap_or_else(|| panic!("{plan}"));
+    assert_eq!(
+        keeper["work"]["ignored"],
+        serde_json::json!(["secret.env"]),
+        "{plan}"
+    );
+    assert!(keeper["why"].as_str().unwrap().contains("secret.env"));
+
+    fleet
+        .run(&["apply", "--yes", "--prune"])
+        .status(0)
+        .stdout_has(kept);
+    assert_eq!(
+        std::fs::read_to_string(wt("keeper").join("secret.env")).unwrap(),
+        "TOKEN=only-copy\n"
+    );
+    assert!(!wt("tidy").exists());
+
+    fleet
+        .run(&["plan", "--prune", "--force-remove-worktrees"])
+        .stdout_has("- worktree ~/app/.worktrees/keeper (branch agent/keeper stays) for agent `keeper` — --force-remove-worktrees: removed with 1 ignored file (secret.env)");
+    fleet
+        .run(&["apply", "--yes", "--prune", "--force-remove-worktrees"])
+        .status(0);
+    assert!(!wt("keeper").exists());
+}
+
+/// A switch back to the agent's branch never overwrites an ignored file: git would, without a
+/// word, where the agent's branch tracks a file of that name; the step fails instead and the
+/// person's file stays.
+#[test]
+fn a_switch_back_never_overwrites_an_ignored_file() {
+    let fleet = Fleet::new();
+    let repo = repo(&fleet, "app");
+    fleet.toml(&agent("auth", "{ repo = \"home/app\" }"));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let wt = repo.join(".worktrees/auth");
+    // The agent's branch tracks `local.env`; on `detour` the name is ignored and holds a
+    // person's own copy.
+    commit(&wt, "local.env", "the branch's copy\n");
+    git(&wt, &["switch", "-q", "-c", "detour", "main"]);
+    std::fs::write(wt.join(".gitignore"), "*.env\n.claude/\n").unwrap();
+    git(&wt, &["add", ".gitignore"]);
+    git(&wt, &["commit", "-q", "-m", "ignore env files"]);
+    std::fs::write(wt.join("local.env"), "TOKEN=only-copy\n").unwrap();
+    assert_eq!(git(&wt, &["status", "--porcelain"]), "");
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has("back to branch agent/auth");
+    let run = fleet.run(&["apply", "--yes"]);
+    run.status(1).stdout_has("local.env");
+    assert_eq!(branch_of(&wt), "detour");
+    assert_eq!(
+        std::fs::read_to_string(wt.join("local.env")).unwrap(),
+        "TOKEN=only-copy\n"
+    );
+}
+
 /// `--prune` and `--force-remove-worktrees` reach a host's own plan and apply: there too a
 /// worktree with work is kept by `--prune` and removed only when forced.
 #[test]
