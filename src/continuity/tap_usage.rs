@@ -53,6 +53,16 @@ impl Reported {
     }
 }
 
+impl Reported {
+    /// Why this is no model call's usage, if it is not: more tokens of a kind than any model
+    /// reads or writes in one call.
+    pub fn absurd(&self) -> Option<String> {
+        absurd(&self.tokens)
+    }
+}
+
+pub use crate::agent_cli::usage::{MAX_PER_CALL, absurd};
+
 /// The cap on reports per minute.
 #[derive(Debug, Default)]
 pub struct UsageGate {
