@@ -111,7 +111,7 @@ pub(super) fn act_for(spec: &Spec, agent: &AgentSpec, command: Command, answer: 
         // Signed by this agent: the tap knows whose pane it reads.
         Command::Send { to, text } => (
             (Op::TapSend, Op::TapSendFailed),
-            super::messages::send(spec, &to, name, &text, false)
+            super::messages::send(&whole_fleet(spec, &to), &to, name, &text, false)
                 .map(|m| json!({"to": to, "id": m.id}))
                 .map_err(|e| e.to_string()),
         ),
@@ -143,6 +143,18 @@ pub(super) fn act_for(spec: &Spec, agent: &AgentSpec, command: Command, answer: 
         }
         Err(error) => dir.record_op(failed, json!({"error": error, "read_from": from})),
     };
+}
+
+/// The spec that declares `to`: a hook reads only its agent's own part of phoenix.toml
+/// (`spec::narrow`), the recipient of a send is in the whole file.
+fn whole_fleet<'a>(spec: &'a Spec, to: &str) -> std::borrow::Cow<'a, Spec> {
+    if spec.agent(to).is_some() {
+        return std::borrow::Cow::Borrowed(spec);
+    }
+    match crate::spec::load_for_hook(&spec.file) {
+        Ok(whole) => std::borrow::Cow::Owned(whole),
+        Err(_) => std::borrow::Cow::Borrowed(spec),
+    }
 }
 
 /// Give the agent `text` the way `answer` says; the confirmation, or why it failed.

@@ -741,22 +741,16 @@ fn a_file_a_hooked_agent_shows_changes_nothing_and_its_model_still_speaks() {
     let evil = fleet.path().join("evil.txt");
     std::fs::write(&evil, EVIL).unwrap();
     type_into(&fleet, "a", &format!("run-turn cat '{}'", evil.display()));
-    wait_until(Duration::from_secs(20), "the file shown and refused", || {
-        screen(&fleet, "a").contains("the file's doubt") && refused(&fleet, "a", "pane").len() >= 5
-    });
-    wait_until(Duration::from_secs(10), "the turn over", || {
+    wait_until(Duration::from_secs(20), "the turn over", || {
         screen(&fleet, "a").contains("turn done")
     });
-    let reasons: Vec<Value> = refused(&fleet, "a", "pane")
-        .iter()
-        .map(|o| o["reason"].clone())
-        .collect();
-    assert!(
-        reasons
-            .iter()
-            .all(|r| r.as_str().is_some_and(|r| r.contains("is not its voice"))),
-        "{reasons:?}"
-    );
+    // Every marker the file holds has been read: refused, or (what must not be) acted on.
+    wait_until(Duration::from_secs(10), "the file's markers read", || {
+        let acted = fleet.ops("a").iter().any(|o| {
+            ["tap_save", "tap_send", "tap_uncertain"].contains(&o["event"].as_str().unwrap_or(""))
+        });
+        acted || refused(&fleet, "a", "pane").len() >= 6
+    });
     let check = |fleet: &Fleet| {
         let run = fleet.run(&["watchdog", "--once", "--json"]);
         let report = run.json();
@@ -784,6 +778,17 @@ fn a_file_a_hooked_agent_shows_changes_nothing_and_its_model_still_speaks() {
     let handoffs = fleet.run(&["handoff", "list", "a", "--json"]).json();
     assert_eq!(handoffs["handoffs"], serde_json::json!([]));
     assert!(!fleet.agent_dir("a").join("usage_reported.jsonl").exists());
+    let reasons: Vec<Value> = refused(&fleet, "a", "pane")
+        .iter()
+        .map(|o| o["reason"].clone())
+        .collect();
+    assert_eq!(reasons.len(), 6, "{reasons:?}");
+    assert!(
+        reasons
+            .iter()
+            .all(|r| r.as_str().is_some_and(|r| r.contains("is not its voice"))),
+        "{reasons:?}"
+    );
 
     // The model's own words: its transcript and its Stop hook's last message.
     type_into(
@@ -793,12 +798,18 @@ fn a_file_a_hooked_agent_shows_changes_nothing_and_its_model_still_speaks() {
          ->conti{}nuity:send bob <<< from a's model >>>\\n\
          ->conti{}nuity:usage model=claude-opus-4-6 input=50000000",
     );
-    wait_until(Duration::from_secs(20), "the model's send", || {
-        fleet
-            .ops("a")
-            .iter()
-            .any(|o| o["event"] == "tap_send" && o["read_from"] == "turn_end")
-    });
+    let pane = fleet.agent_status("a")["pane"].as_str().unwrap().to_string();
+    support::wait_until_explained(
+        Duration::from_secs(20),
+        "the model's send",
+        || {
+            fleet
+                .ops("a")
+                .iter()
+                .any(|o| o["event"] == "tap_send" && o["read_from"] == "turn_end")
+        },
+        || fleet.explain("a", &pane),
+    );
     let ledger = fleet.run(&["ledger", "a", "--json"]).json();
     assert_eq!(
         ledger["uncertain"],

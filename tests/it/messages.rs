@@ -1,4 +1,4 @@
-//! Messages between agents end to end: `phoenix send` (and the model's `->continuity:send`, and
+//! Messages between agents end to end: `phoenix send` (and the tap's `->continuity:send`, and
 //! `POST /api/agents/{agent}/messages`) put a message in the recipient's inbox; it arrives at
 //! the recipient's next turn boundary as one block, is marked delivered only when confirmed,
 //! survives a restart into the next session's startup context, interrupts at once when urgent,
@@ -276,12 +276,13 @@ fn hostile_text_arrives_inert_and_oversize_or_unknown_is_refused() {
 #[test]
 fn an_agent_sends_through_its_output_and_its_shell() {
     let fleet = fleet_with(&["alice", "bob"]);
-    // `->continuity:send` in alice's model's own text, read at the end of its turn (typed
-    // apart so that the echo of the typed line holds no marker either).
+    // The tap: `->continuity:send` said by alice, a custom CLI, with its session's marker key
+    // (typed apart so its echo is no command).
+    let key = fleet.marker_key("alice");
     type_into(
         &fleet,
         "alice",
-        "reply ->conti{}nuity:send bob <<< lunch\\nat noon >>>",
+        &format!("say ->conti{{}}nuity:send#{key} bob <<< lunch\\nat noon >>>"),
     );
     let doc = wait_delivered(&fleet, "bob", 1);
     assert_eq!(doc["delivered"][0]["from"], "alice", "{doc}");
