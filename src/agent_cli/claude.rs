@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::usage::{self, Record, Tokens};
-use crate::state::bounded::{self, Links};
 use super::{AgentCli, HookEntry, SESSION_STARTS, entry as e};
+use crate::state::bounded::{self, Links};
 
 /// Subagent transcripts looked at per session at most.
 const MAX_SUBAGENT_FILES: usize = 256;

@@ -504,6 +504,23 @@ mod tests {
     }
 
     #[test]
+    fn the_marker_key_is_named_and_its_echo_is_no_command() {
+        let s = state();
+        let mut i = inputs(&s, None);
+        i.marker_key = Some("k2p8m4x9q3r7t5v6w8y2");
+        let text = text(Start::Recovery, &i).unwrap();
+        assert!(text.contains("KEY is k2p8m4x9q3r7t5v6w8y2"), "{text}");
+        // Its pasted echo triggers nothing, and holds back no real marker for the echo window.
+        assert_eq!(crate::continuity::tap::Tap::commands_anywhere(&text), []);
+        i.marker_key = None;
+        assert!(!text_of(&i).contains("Markers:"));
+    }
+
+    fn text_of(i: &Inputs<'_>) -> String {
+        text(Start::Recovery, i).unwrap()
+    }
+
+    #[test]
     fn nothing_to_say_is_none() {
         let s = AgentState::new("a");
         let i = inputs(&s, Some("  \n"));

@@ -289,10 +289,13 @@ impl Tap {
                 }
                 match rest.strip_prefix("<<<") {
                     Some(after) => self.open_block(Some(to.to_string()), key.clone(), after, out),
-                    None if !rest.is_empty() => said(out, Command::Send {
-                        to: to.to_string(),
-                        text: unquote(rest),
-                    }),
+                    None if !rest.is_empty() => said(
+                        out,
+                        Command::Send {
+                            to: to.to_string(),
+                            text: unquote(rest),
+                        },
+                    ),
                     None => {}
                 }
             }
@@ -754,7 +757,14 @@ mod tests {
         let keys: Vec<Option<&str>> = out.iter().map(|s| s.key.as_deref()).collect();
         assert_eq!(
             keys,
-            [Some("k1"), Some("k2"), Some("k3"), Some("k4"), None, Some("")]
+            [
+                Some("k1"),
+                Some("k2"),
+                Some("k3"),
+                Some("k4"),
+                None,
+                Some("")
+            ]
         );
         assert_eq!(out[0].command, Command::Save("Task: x".into()));
         assert_eq!(out[1].command, Command::Load);

@@ -59,7 +59,8 @@ pub(super) fn act_for(spec: &Spec, agent: &AgentSpec, command: Command, answer: 
     let name = agent.name.as_str();
     let fleet = crate::state::FleetDir::new(&spec.fleet.state_dir);
     let dir = fleet.agent(name);
-    let ((done, failed), result): ((Make, Make), Result<serde_json::Value, String>) = match command {
+    let ((done, failed), result): ((Make, Make), Result<serde_json::Value, String>) = match command
+    {
         Command::Save(text) => (
             (Op::TapSave, Op::TapSaveFailed),
             super::auto_handoff(spec, agent, super::Trigger::Manual, Some(&text))
@@ -120,7 +121,10 @@ pub(super) fn act_for(spec: &Spec, agent: &AgentSpec, command: Command, answer: 
             crate::store::search(&fleet, &query, None, None, 5)
                 .map_err(|e| e.to_string())
                 .and_then(|hits| {
-                    let mut text = format!("[phoenix] continuity:search \"{query}\": {} result(s)", hits.len());
+                    let mut text = format!(
+                        "[phoenix] continuity:search \"{query}\": {} result(s)",
+                        hits.len()
+                    );
                     for h in &hits {
                         text.push_str(&format!(
                             "\n- {} {} {}: {}",
@@ -130,8 +134,9 @@ pub(super) fn act_for(spec: &Spec, agent: &AgentSpec, command: Command, answer: 
                             h.snippet.replace('\n', " ")
                         ));
                     }
-                    give(spec, agent, &text, answer)
-                        .map(|by| json!({"query": query, "results": hits.len(), "confirmed_by": by}))
+                    give(spec, agent, &text, answer).map(
+                        |by| json!({"query": query, "results": hits.len(), "confirmed_by": by}),
+                    )
                 }),
         ),
     };

@@ -151,7 +151,10 @@ mod tests {
         assert_eq!(crate::state::ledger::load(&dir).uncertain, ["mine"]);
         let inbox = crate::state::inbox::pending(&bob);
         assert_eq!(inbox.len(), 1);
-        assert_eq!((inbox[0].from.as_str(), inbox[0].text.as_str()), ("a", "hi\nthere"));
+        assert_eq!(
+            (inbox[0].from.as_str(), inbox[0].text.as_str()),
+            ("a", "hi\nthere")
+        );
         let ops = ops(&dir);
         assert!(
             ops.iter().any(|o| o["event"] == "marker_refused"

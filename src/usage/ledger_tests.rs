@@ -286,7 +286,9 @@ fn reported_usage_is_kept_apart_bounded_and_read_only_for_a_cli_without_hooks() 
     assert_eq!(today_total(&u), 1000);
     assert_eq!(u.reported_today["my-model"].input, 1000);
     assert!(
-        u.notes.iter().any(|n| n.contains("2 record(s) of more than")),
+        u.notes
+            .iter()
+            .any(|n| n.contains("2 record(s) of more than")),
         "{:?}",
         u.notes
     );

@@ -424,7 +424,10 @@ pub fn reported_over_budget(i: &Inputs, limits: &Limits) -> Option<String> {
 }
 
 /// The reason and summary of `spent` past `budget`, if it is.
-fn past_budget(spent: &crate::usage::Spent, budget: &crate::spec::Budget) -> Option<(String, String)> {
+fn past_budget(
+    spent: &crate::usage::Spent,
+    budget: &crate::spec::Budget,
+) -> Option<(String, String)> {
     use crate::usage::{thousands, usd_text};
     let tokens = spent.tokens.total;
     if let Some(max) = budget.tokens_per_day

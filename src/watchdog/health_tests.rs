@@ -226,9 +226,15 @@ fn usage_the_agent_reported_itself_warns_and_never_stops_it() {
     i.status = Some("idle".into());
     // What the break saw: a line on the screen worth $553 trillion.
     i.reported_today = Some(spent("claude-opus-4-6", u64::MAX));
-    assert!(assess(&i, &budget).is_empty(), "reported usage stops nothing");
+    assert!(
+        assess(&i, &budget).is_empty(),
+        "reported usage stops nothing"
+    );
     let warning = reported_over_budget(&i, &budget).unwrap();
-    assert!(warning.contains("counting usage the agent reported itself"), "{warning}");
+    assert!(
+        warning.contains("counting usage the agent reported itself"),
+        "{warning}"
+    );
     // The CLI's own records past the budget: a finding, and no second warning about it.
     i.spent_today = Some(spent("claude-opus-4-6", 2_000_000));
     assert_eq!(assess(&i, &budget).len(), 1);

@@ -356,7 +356,11 @@ fn read_usage(
         .today
         .iter()
         .map(|(model, t)| {
-            let reported = update.reported_today.get(model).copied().unwrap_or_default();
+            let reported = update
+                .reported_today
+                .get(model)
+                .copied()
+                .unwrap_or_default();
             (model.clone(), t.beyond(&reported))
         })
         .filter(|(_, t)| !t.is_zero())

@@ -173,7 +173,9 @@ fn a_cli_without_hooks_talks_through_its_pane() {
     type_into(
         &fleet,
         "plain",
-        &format!("say ->conti{{}}nuity:save#{key} <<<\\nCurrent task: Port the billing service\\nCompleted: invoices\\nKey decision: idempotent webhooks\\n>>>"),
+        &format!(
+            "say ->conti{{}}nuity:save#{key} <<<\\nCurrent task: Port the billing service\\nCompleted: invoices\\nKey decision: idempotent webhooks\\n>>>"
+        ),
     );
     wait_until(Duration::from_secs(10), "the saved handoff", || {
         fleet.ops("plain").iter().any(|o| o["event"] == "tap_save")
@@ -798,7 +800,10 @@ fn a_file_a_hooked_agent_shows_changes_nothing_and_its_model_still_speaks() {
          ->conti{}nuity:send bob <<< from a's model >>>\\n\
          ->conti{}nuity:usage model=claude-opus-4-6 input=50000000",
     );
-    let pane = fleet.agent_status("a")["pane"].as_str().unwrap().to_string();
+    let pane = fleet.agent_status("a")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
     support::wait_until_explained(
         Duration::from_secs(20),
         "the model's send",
@@ -824,7 +829,10 @@ fn a_file_a_hooked_agent_shows_changes_nothing_and_its_model_still_speaks() {
     assert_eq!(all.len(), 1, "{doc}");
     assert_eq!(
         (&all[0]["from"], &all[0]["text"]),
-        (&serde_json::json!("a"), &serde_json::json!("from a's model"))
+        (
+            &serde_json::json!("a"),
+            &serde_json::json!("from a's model")
+        )
     );
     let usage_refused = refused(&fleet, "a", "turn_end");
     assert_eq!(usage_refused.len(), 1, "{usage_refused:?}");
@@ -881,7 +889,12 @@ fn a_custom_cli_acts_only_on_markers_with_its_session_key() {
     assert_eq!(ledger["uncertain"], serde_json::json!(["mine"]), "{ledger}");
     assert!(ledger["current_task"].is_null(), "{ledger}");
     assert_eq!(inbox_count(&fleet, "bob"), 0);
-    assert!(!fleet.agent_dir("plain").join("usage_reported.jsonl").exists());
+    assert!(
+        !fleet
+            .agent_dir("plain")
+            .join("usage_reported.jsonl")
+            .exists()
+    );
     let reasons: Vec<String> = refused(&fleet, "plain", "pane")
         .iter()
         .filter_map(|o| o["reason"].as_str().map(str::to_string))
@@ -895,7 +908,10 @@ fn a_custom_cli_acts_only_on_markers_with_its_session_key() {
         5,
         "{reasons:?}"
     );
-    assert!(reasons.iter().any(|r| r.contains("wrong marker key")), "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r.contains("wrong marker key")),
+        "{reasons:?}"
+    );
     // The key is the environment's and the file's, never written to ops.jsonl.
     assert!(
         !std::fs::read_to_string(fleet.agent_dir("plain").join("ops.jsonl"))

@@ -274,12 +274,20 @@ fn a_custom_cli_reports_its_usage_through_its_pane() {
     // `{}` is dropped by the demo agent: the typed (echoed) line holds no marker. An absurd
     // call and one without the key are refused.
     for text in [
-        format!("say ->conti{{}}nuity:usage#{key} model=my-model input=1000 output=200 cache_read=50"),
-        format!("say ->conti{{}}nuity:usage#{key} model=claude-opus-4-6 input=18446744073709551615 output=18446744073709551615"),
+        format!(
+            "say ->conti{{}}nuity:usage#{key} model=my-model input=1000 output=200 cache_read=50"
+        ),
+        format!(
+            "say ->conti{{}}nuity:usage#{key} model=claude-opus-4-6 input=18446744073709551615 output=18446744073709551615"
+        ),
         "say ->conti{}nuity:usage model=claude-opus-4-6 input=5000000".to_string(),
-        format!("say ->conti{{}}nuity:usage#{key} model=my-model input=1000 output=200 cache_read=50"),
+        format!(
+            "say ->conti{{}}nuity:usage#{key} model=my-model input=1000 output=200 cache_read=50"
+        ),
     ] {
-        fleet.tmux(&["send-keys", "-t", &pane, "-l", &text]).unwrap();
+        fleet
+            .tmux(&["send-keys", "-t", &pane, "-l", &text])
+            .unwrap();
         fleet.tmux(&["send-keys", "-t", &pane, "Enter"]).unwrap();
     }
     let reported = fleet.agent_dir("bot").join("usage_reported.jsonl");
@@ -318,7 +326,9 @@ fn a_custom_cli_reports_its_usage_through_its_pane() {
     assert_ne!(bot["verdict"], "unhealthy", "{bot}");
     assert!(bot["action"].is_null(), "{bot}");
     assert!(
-        bot["notes"].to_string().contains("counting usage the agent reported itself"),
+        bot["notes"]
+            .to_string()
+            .contains("counting usage the agent reported itself"),
         "{bot}"
     );
     let events = read_jsonl(&fleet.state_dir().join("critical_events.jsonl"));
