@@ -4,14 +4,14 @@
 //! output far larger than any command.
 //!
 //! ```text
-//! ->continuity:save <<<
+//! ->continuity:save#KEY <<<
 //! Current task: …
 //! >>>
-//! ->continuity:load
-//! ->continuity:uncertain "API rate limit handling unclear"
-//! ->continuity:search "authentication patterns"
-//! ->continuity:usage model=my-model input=1200 output=300 cache_write=0 cache_read=800
-//! ->continuity:send reviewer <<< the parser is done, please review src/parse.rs >>>
+//! ->continuity:load#KEY
+//! ->continuity:uncertain#KEY "API rate limit handling unclear"
+//! ->continuity:search#KEY "authentication patterns"
+//! ->continuity:usage#KEY model=my-model input=1200 output=300 cache_write=0 cache_read=800
+//! ->continuity:send#KEY reviewer <<< the parser is done, please review src/parse.rs >>>
 //! ```
 //!
 //! `send` puts a message in another agent's inbox (`continuity::messages`), signed by this
@@ -19,9 +19,10 @@
 //!
 //! `usage` is how a custom CLI reports what a model call cost (the CLIs phoenix knows are
 //! read from their own session records): one line per call, token counts by kind, any of
-//! them left out counting 0. It goes to the agent's `usage_reported.jsonl`, which its usage
-//! ledger reads; it is not rate-limited like the others (a busy agent makes many calls), only
-//! capped per minute.
+//! them left out counting 0, at most `tap_usage::MAX_PER_CALL` of a kind. It goes to the
+//! agent's `usage_reported.jsonl`, which its usage ledger reads as reported (never enough
+//! alone to stop the agent); it is not rate-limited like the others (a busy agent makes many
+//! calls), only capped per minute.
 //!
 //! Only a custom CLI is read this way: a CLI with hooks (Claude Code, Codex, Gemini) has its
 //! markers read from its model's own text at the end of each turn (`super::turn_markers`),
