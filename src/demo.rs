@@ -143,7 +143,7 @@ impl Session {
         }
         say!(
             out,
-            "type: crash | exit | silent | work | fail | ok | turn CMD | tool CMD"
+            "type: crash | exit | silent | work | fail | ok | turn CMD | tool CMD | reply TEXT"
         );
         // Bracketed paste on, as real agent CLIs have it: a pasted block (phoenix's injections)
         // arrives between ESC[200~ and ESC[201~ and is one prompt, not one per line.
@@ -364,6 +364,10 @@ impl Agent {
                 self.turn(&t[9..], true, out);
                 return Heard::Busy;
             }
+            t if t.starts_with("reply ") => {
+                self.reply(&t[6..], out);
+                return Heard::Busy;
+            }
             // Several words are a prompt, as a person (or phoenix) would type it.
             prompt if prompt.contains(' ') => {
                 say!(out, "demo-agent: prompt received: {prompt}");
@@ -412,6 +416,31 @@ impl Agent {
         self.session.transcript.tool_call(self.step, command, !ok);
         self.session.tool_ok(command);
         self.session.hook("stop", "Stop", json!({}));
+        say!(out, "demo-agent: turn done");
+        self.mode = Mode::Silent;
+    }
+
+    /// `reply TEXT`: one turn in which the model answers TEXT (`\n` a new line, `{}` nothing,
+    /// as for `say`): in the transcript as its text, on the screen after Claude Code's `⏺`,
+    /// and as the Stop hook's `last_assistant_message`; then idle at the prompt. How a test
+    /// makes the model itself say `->continuity:` markers.
+    fn reply(&mut self, text: &str, out: &mut dyn Write) {
+        let text = text.replace("\\n", "\n").replace("{}", "");
+        // The prompt in the transcript too: where the turn's text begins.
+        self.session.transcript.record(
+            json!({"type": "user", "message": {"role": "user", "content": "please answer"}}),
+        );
+        self.session.prompt("please answer");
+        self.session.transcript.said(&text);
+        for (k, line) in text.lines().enumerate() {
+            say!(out, "{} {line}", if k == 0 { "⏺" } else { " " });
+        }
+        let transcript_path = self.session.transcript.path_str();
+        self.session.hook(
+            "stop",
+            "Stop",
+            json!({"transcript_path": transcript_path, "last_assistant_message": text}),
+        );
         say!(out, "demo-agent: turn done");
         self.mode = Mode::Silent;
     }
@@ -520,6 +549,15 @@ impl Transcript {
         let Some(path) = &self.path else { return };
         record["timestamp"] = json!(crate::state::now_rfc3339());
         let _ = crate::state::append_jsonl(path, &record);
+    }
+
+    /// The model's text answer, without a tool call or usage.
+    fn said(&self, text: &str) {
+        self.record(json!({"type": "assistant", "message": {
+            "id": format!("msg_demo_{}", new_session_id().replace('-', "")), "type": "message",
+            "role": "assistant", "model": self.model,
+            "content": [{"type": "text", "text": text}],
+        }}));
     }
 
     fn tool_call(&self, step: u64, command: &str, failing: bool) {

@@ -43,6 +43,11 @@ use crate::state::bounded::{self, Links};
 pub struct Codex;
 
 impl AgentCli for Codex {
+    /// Its turn-end hook carries the model's last message (`last_assistant_message`, or `last-assistant-message` of the legacy `notify`).
+    fn markers_at_turn_end(&self) -> bool {
+        true
+    }
+
     fn base_argv(&self, mut argv: Vec<String>) -> Vec<String> {
         let codex = argv
             .first()

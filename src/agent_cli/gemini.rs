@@ -43,6 +43,11 @@ use crate::state::bounded::{self, Links};
 pub struct Gemini;
 
 impl AgentCli for Gemini {
+    /// Its turn-end hook carries the model's last message (`last_assistant_message`: AfterAgent's `prompt_response`).
+    fn markers_at_turn_end(&self) -> bool {
+        true
+    }
+
     fn resume_argv(&self, mut base: Vec<String>, id: &str) -> Option<Vec<String>> {
         base.extend(["--resume".to_string(), id.to_string()]);
         Some(base)

@@ -166,6 +166,24 @@ pub trait AgentCli: Sync {
         false
     }
 
+    // ---- The model's own words.
+
+    /// Are the model's `->continuity:` markers read from its own text at the end of each turn
+    /// (the turn-end hook's payload, else `last_turn_text`)? Then its pane is never taken for
+    /// its voice, and its usage comes only from its session records. Without a turn-end hook
+    /// (a custom CLI) they are read from the pane, and only with the session's marker key.
+    fn markers_at_turn_end(&self) -> bool {
+        false
+    }
+
+    /// The text the model wrote in the last turn of the session at `transcript` (its
+    /// assistant messages since the last prompt: a turn-end payload carries only the last
+    /// one), or `None` when the file's end does not even contain `needle` (the cheap look,
+    /// made first). Tool output and prompts are never part of it.
+    fn last_turn_text(&self, _transcript: &Path, _needle: &str) -> Option<String> {
+        None
+    }
+
     // ---- Signs of life.
 
     /// Does phoenix install a session-start hook that gives the CLI its startup context?

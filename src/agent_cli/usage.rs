@@ -69,6 +69,29 @@ impl Tokens {
     }
 }
 
+/// Tokens of one kind a single model call may report at most. The largest context windows
+/// hold about 2 million tokens; ten million of one kind in one call is a forgery or a bug, and
+/// at a list price it would be tens of dollars a line.
+pub const MAX_PER_CALL: u64 = 10_000_000;
+
+/// Why `tokens` are no single call's, if they are not (`MAX_PER_CALL`).
+pub fn absurd(tokens: &Tokens) -> Option<String> {
+    let most = [
+        tokens.input,
+        tokens.output,
+        tokens.cache_write,
+        tokens.cache_read,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    (most > MAX_PER_CALL).then(|| {
+        format!(
+            "{most} tokens of a kind in one call, more than the {MAX_PER_CALL} any model call uses"
+        )
+    })
+}
+
 /// One line of a session record, as far as tokens go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {

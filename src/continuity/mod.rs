@@ -7,6 +7,7 @@
 pub mod brief;
 pub mod handoff;
 pub mod inject;
+pub mod marker_key;
 pub mod messages;
 pub use crate::state::ledger;
 pub mod startup;
@@ -14,6 +15,7 @@ pub mod tap;
 mod tap_act;
 pub mod tap_host;
 pub mod tap_usage;
+pub mod turn_markers;
 
 pub use handoff::{Handoff, Trigger};
 pub use ledger::{Ledger, SaveText};
@@ -137,10 +139,14 @@ pub fn startup_text(spec: &Spec, dir: &AgentDir) -> Option<StartupText> {
     let gathered = startup::Gathered::read(&fleet, dir, state, start);
     let resolve = resolve_command(spec, &dir.name);
     let messages = messages::ForContext::take(dir);
+    let key = pane_marker_key(spec, dir);
     let (text, problem) = startup::render(
         &Templates::for_spec(spec),
         start,
-        &gathered.inputs(&[], &resolve, messages.as_ref()),
+        &startup::Inputs {
+            marker_key: key.as_deref(),
+            ..gathered.inputs(&[], &resolve, messages.as_ref())
+        },
     );
     if text.is_some() && gathered.interrupted_tool.is_some() {
         let _ = std::fs::remove_file(dir.file(crate::state::INTERRUPTED_TOOL));
@@ -152,6 +158,14 @@ pub fn startup_text(spec: &Spec, dir: &AgentDir) -> Option<StartupText> {
         );
     }
     text.map(|text| StartupText { text, messages })
+}
+
+/// The marker key of the agent's session, for a custom CLI whose pane the tap reads (the
+/// key its wrapper issued when the CLI started; `marker_key`); `None` for any other.
+pub fn pane_marker_key(spec: &Spec, dir: &AgentDir) -> Option<String> {
+    spec.agent(&dir.name)
+        .filter(|a| a.tap && !a.cli.adapter().markers_at_turn_end())
+        .and_then(|_| marker_key::current(dir))
 }
 
 /// A startup context to paste, and the messages it carries.

@@ -50,6 +50,8 @@ pub struct Inputs<'a> {
     pub messages: &'a [Message],
     /// Messages still waiting after those (they come at the next turn boundary).
     pub messages_left: usize,
+    /// The session's marker key (a custom CLI read through its pane, `marker_key`).
+    pub marker_key: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -69,6 +71,7 @@ struct Context<'a> {
     interrupted_tool: Option<InterruptedTool>,
     messages: &'a [Message],
     messages_left: usize,
+    marker_key: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -233,6 +236,7 @@ impl<'a> Context<'a> {
             }),
             messages: inputs.messages,
             messages_left: inputs.messages_left,
+            marker_key: inputs.marker_key,
         }
     }
 }
@@ -398,6 +402,7 @@ impl Gathered {
             interrupted_tool: self.interrupted_tool.as_ref(),
             messages: messages.map_or(&[], |m| m.messages.as_slice()),
             messages_left: messages.map_or(0, |m| m.left),
+            marker_key: None,
         }
     }
 }
@@ -435,6 +440,7 @@ mod tests {
             interrupted_tool: None,
             messages: &[],
             messages_left: 0,
+            marker_key: None,
         }
     }
 
@@ -495,6 +501,23 @@ mod tests {
             assert!(text.contains(needle), "{needle} in\n{text}");
         }
         assert!(text.find("RECOVERY").unwrap() < text.find("brief.md").unwrap());
+    }
+
+    #[test]
+    fn the_marker_key_is_named_and_its_echo_is_no_command() {
+        let s = state();
+        let mut i = inputs(&s, None);
+        i.marker_key = Some("k2p8m4x9q3r7t5v6w8y2");
+        let text = text(Start::Recovery, &i).unwrap();
+        assert!(text.contains("KEY is k2p8m4x9q3r7t5v6w8y2"), "{text}");
+        // Its pasted echo triggers nothing, and holds back no real marker for the echo window.
+        assert_eq!(crate::continuity::tap::Tap::commands_anywhere(&text), []);
+        i.marker_key = None;
+        assert!(!text_of(&i).contains("Markers:"));
+    }
+
+    fn text_of(i: &Inputs<'_>) -> String {
+        text(Start::Recovery, i).unwrap()
     }
 
     #[test]

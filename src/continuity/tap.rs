@@ -4,14 +4,14 @@
 //! output far larger than any command.
 //!
 //! ```text
-//! ->continuity:save <<<
+//! ->continuity:save#KEY <<<
 //! Current task: …
 //! >>>
-//! ->continuity:load
-//! ->continuity:uncertain "API rate limit handling unclear"
-//! ->continuity:search "authentication patterns"
-//! ->continuity:usage model=my-model input=1200 output=300 cache_write=0 cache_read=800
-//! ->continuity:send reviewer <<< the parser is done, please review src/parse.rs >>>
+//! ->continuity:load#KEY
+//! ->continuity:uncertain#KEY "API rate limit handling unclear"
+//! ->continuity:search#KEY "authentication patterns"
+//! ->continuity:usage#KEY model=my-model input=1200 output=300 cache_write=0 cache_read=800
+//! ->continuity:send#KEY reviewer <<< the parser is done, please review src/parse.rs >>>
 //! ```
 //!
 //! `send` puts a message in another agent's inbox (`continuity::messages`), signed by this
@@ -19,9 +19,17 @@
 //!
 //! `usage` is how a custom CLI reports what a model call cost (the CLIs phoenix knows are
 //! read from their own session records): one line per call, token counts by kind, any of
-//! them left out counting 0. It goes to the agent's `usage_reported.jsonl`, which its usage
-//! ledger reads; it is not rate-limited like the others (a busy agent makes many calls), only
-//! capped per minute.
+//! them left out counting 0, at most `tap_usage::MAX_PER_CALL` of a kind. It goes to the
+//! agent's `usage_reported.jsonl`, which its usage ledger reads as reported (never enough
+//! alone to stop the agent); it is not rate-limited like the others (a busy agent makes many
+//! calls), only capped per minute.
+//!
+//! Only a custom CLI is read this way: a CLI with hooks (Claude Code, Codex, Gemini) has its
+//! markers read from its model's own text at the end of each turn (`super::turn_markers`),
+//! and its pane never speaks for it (`Gate` refuses what it shows). A custom CLI's marker
+//! carries the session's marker key after its verb (`->continuity:save#KEY <<< … >>>`,
+//! `super::marker_key`), which phoenix gives it at start and which no file it shows can
+//! know; a marker without it is refused (`marker_refused`), not acted on.
 //!
 //! Only what the agent itself says counts: a marker at the start of a line (after at most
 //! three spaces and one speaker bullet such as Claude Code's `⏺`), outside fenced code
@@ -67,8 +75,8 @@ const SPEAKER_BULLETS: &[char] = &['⏺', '●', '•', '✦', '◆'];
 pub struct Tap {
     /// Bytes of an incomplete line (or escape sequence, or UTF-8 character).
     partial: Vec<u8>,
-    /// Inside `save <<<` (or `send AGENT <<<`) … `>>>`: the recipient of a send, and the text.
-    block: Option<(Option<String>, String)>,
+    /// Inside `save <<<` (or `send AGENT <<<`) … `>>>`.
+    block: Option<Block>,
     /// An escape sequence left open at the end of the last chunk.
     in_escape: Escape,
     /// Inside a fenced code block (quoted text, not the agent's own words): its lines so far.
@@ -76,6 +84,23 @@ pub struct Tap {
     /// Find markers anywhere in a line, fences or not: what text *could* trigger, for
     /// recognising the echo of injected text.
     anywhere: bool,
+}
+
+/// A block being read: the recipient of a send (none for a save), the marker key its first
+/// line had, and the text so far.
+#[derive(Debug)]
+struct Block {
+    to: Option<String>,
+    key: Option<String>,
+    text: String,
+}
+
+/// A command and the marker key it was said with (`->continuity:VERB#KEY`), if any: the key
+/// is what tells the agent's own marker from one in text it only shows (`Gate::trusted`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Said {
+    pub command: Command,
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -108,7 +133,25 @@ impl Tap {
         out
     }
 
+    /// Every command a whole text says where the agent says it (line starts, outside
+    /// fences), with its key: the model's own text of a turn (`super::turn_markers`).
+    pub fn said_in(text: &str) -> Vec<Said> {
+        let mut tap = Tap::new();
+        let mut out = tap.feed_said(text.as_bytes());
+        out.extend(tap.feed_said(b"\n"));
+        out
+    }
+
+    /// The commands completed by `chunk`, without their keys.
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<Command> {
+        self.feed_said(chunk)
+            .into_iter()
+            .map(|s| s.command)
+            .collect()
+    }
+
+    /// The commands completed by `chunk`, each with the marker key it was said with.
+    pub fn feed_said(&mut self, chunk: &[u8]) -> Vec<Said> {
         let mut out = Vec::new();
         for &b in chunk {
             if let Some(b) = self.strip(b) {
@@ -168,23 +211,26 @@ impl Tap {
         }
     }
 
-    fn line(&mut self, raw: &str, out: &mut Vec<Command>) {
+    fn line(&mut self, raw: &str, out: &mut Vec<Said>) {
         // What a carriage return left visible: the text after the last one (a trailing one
         // is a CRLF line end).
         let raw = raw.trim_end_matches('\r');
         let line = raw.rsplit('\r').next().unwrap_or(raw);
-        if let Some((to, block)) = &mut self.block {
+        if let Some(block) = &mut self.block {
             if let Some(end) = line.find(">>>") {
-                block.push_str(&line[..end]);
-                let text = std::mem::take(block).trim().to_string();
-                let to = to.take();
-                self.block = None;
-                out.push(block_command(to, text));
+                block.text.push_str(&line[..end]);
+                if let Some(block) = self.block.take() {
+                    let text = block.text.trim().to_string();
+                    out.push(Said {
+                        command: block_command(block.to, text),
+                        key: block.key,
+                    });
+                }
                 return;
             }
-            if block.len() < MAX_BLOCK {
-                block.push_str(line);
-                block.push('\n');
+            if block.text.len() < MAX_BLOCK {
+                block.text.push_str(line);
+                block.text.push('\n');
             }
             return;
         }
@@ -212,14 +258,25 @@ impl Tap {
             return;
         };
         let rest = line[at + MARKER.len()..].trim();
-        let (verb, arg) = rest
+        let (word, arg) = rest
             .split_once(char::is_whitespace)
             .map(|(v, a)| (v, a.trim()))
             .unwrap_or((rest, ""));
+        // `VERB#KEY`: the session's marker key, glued to the verb.
+        let (verb, key) = match word.split_once('#') {
+            Some((verb, key)) => (verb, Some(key.to_string())),
+            None => (word, None),
+        };
+        let said = |out: &mut Vec<Said>, command: Command| {
+            out.push(Said {
+                command,
+                key: key.clone(),
+            })
+        };
         match verb {
             "save" => match arg.strip_prefix("<<<") {
-                Some(after) => self.open_block(None, after, out),
-                None if !arg.is_empty() => out.push(Command::Save(unquote(arg))),
+                Some(after) => self.open_block(None, key.clone(), after, out),
+                None if !arg.is_empty() => said(out, Command::Save(unquote(arg))),
                 None => {}
             },
             "send" => {
@@ -232,18 +289,25 @@ impl Tap {
                     return;
                 }
                 match rest.strip_prefix("<<<") {
-                    Some(after) => self.open_block(Some(to.to_string()), after, out),
-                    None if !rest.is_empty() => out.push(Command::Send {
-                        to: to.to_string(),
-                        text: unquote(rest),
-                    }),
+                    Some(after) => self.open_block(Some(to.to_string()), key.clone(), after, out),
+                    None if !rest.is_empty() => said(
+                        out,
+                        Command::Send {
+                            to: to.to_string(),
+                            text: unquote(rest),
+                        },
+                    ),
                     None => {}
                 }
             }
-            "load" => out.push(Command::Load),
-            "uncertain" if !arg.is_empty() => out.push(Command::Uncertain(unquote(arg))),
-            "search" if !arg.is_empty() => out.push(Command::Search(unquote(arg))),
-            "usage" => out.extend(super::tap_usage::Reported::parse(arg).map(Command::Usage)),
+            "load" => said(out, Command::Load),
+            "uncertain" if !arg.is_empty() => said(out, Command::Uncertain(unquote(arg))),
+            "search" if !arg.is_empty() => said(out, Command::Search(unquote(arg))),
+            "usage" => {
+                if let Some(r) = super::tap_usage::Reported::parse(arg) {
+                    said(out, Command::Usage(r));
+                }
+            }
             _ => {}
         }
     }
@@ -252,17 +316,26 @@ impl Tap {
 impl Tap {
     /// `<<<` seen, `after` the rest of its line: the whole block if `>>>` ends it there
     /// (`save <<< text >>>`), else the start of a block that further lines complete.
-    fn open_block(&mut self, to: Option<String>, after: &str, out: &mut Vec<Command>) {
+    fn open_block(
+        &mut self,
+        to: Option<String>,
+        key: Option<String>,
+        after: &str,
+        out: &mut Vec<Said>,
+    ) {
         if let Some(end) = after.find(">>>") {
-            out.push(block_command(to, after[..end].trim().to_string()));
+            out.push(Said {
+                command: block_command(to, after[..end].trim().to_string()),
+                key,
+            });
             return;
         }
-        let mut block = String::new();
+        let mut text = String::new();
         if !after.trim().is_empty() {
-            block.push_str(after.trim());
-            block.push('\n');
+            text.push_str(after.trim());
+            text.push('\n');
         }
-        self.block = Some((to, block));
+        self.block = Some(Block { to, key, text });
     }
 }
 
@@ -294,7 +367,7 @@ fn said_at_line_start(line: &str) -> Option<usize> {
 }
 
 impl Command {
-    fn verb(&self) -> &'static str {
+    pub(super) fn verb(&self) -> &'static str {
         match self {
             Command::Save(_) => "save",
             Command::Load => "load",
@@ -307,7 +380,7 @@ impl Command {
 
     /// What identifies the command for echo and repeat checks: its verb and its text with
     /// whitespace collapsed (a pane may wrap or re-indent an echo), cut to a bounded length.
-    fn key(&self) -> String {
+    pub(super) fn key(&self) -> String {
         let usage;
         let text = match self {
             Command::Save(t) | Command::Uncertain(t) | Command::Search(t) => t.as_str(),
@@ -476,8 +549,8 @@ pub fn read(mut input: impl std::io::Read, config: &std::path::Path, agent: &str
         match input.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
-                for c in tap.feed(&buf[..n]) {
-                    if let Some(c) = gate.pass(c)
+                for said in tap.feed_said(&buf[..n]) {
+                    if let Some(c) = gate.pass(said)
                         && let Err(std::sync::mpsc::TrySendError::Full(c)) = tx.try_send(c)
                     {
                         gate.note(&c, "the tap is still busy with earlier commands");
@@ -492,15 +565,28 @@ pub fn read(mut input: impl std::io::Read, config: &std::path::Path, agent: &str
     let _ = worker.join();
 }
 
-/// What stands between a command found in the output and the worker: the echo check and the
-/// rate limit. Ignored commands are recorded as `tap_ignored` (a bounded number a minute).
+/// What the tap knows of its agent, from the config (read once, when the first command comes).
+struct Agent {
+    dir: crate::state::AgentDir,
+    /// The CLI's name, when its markers are read at the end of its turns instead (a CLI with
+    /// hooks): its pane is never its voice.
+    turn_end_cli: Option<&'static str>,
+}
+
+/// What stands between a command found in the output and the worker: the trust check (a CLI
+/// with hooks never speaks through its pane; a custom CLI's marker carries the session's key),
+/// the echo check and the rate limit. Refused commands are recorded as `marker_refused`,
+/// ignored ones as `tap_ignored` (together a bounded number a minute; those left unrecorded
+/// are counted in the next record).
 struct Gate {
     config: std::path::PathBuf,
     name: String,
-    dir: Option<crate::state::AgentDir>,
+    agent: Option<Agent>,
     limiter: Limiter,
-    /// When the `tap_ignored` records of the last minute were written.
+    /// When the records of the last minute were written.
     notes: std::collections::VecDeque<std::time::Instant>,
+    /// Records left unwritten since the last one (the flood limit).
+    unrecorded: u64,
     usage: super::tap_usage::UsageGate,
 }
 
@@ -509,16 +595,16 @@ impl Gate {
         Gate {
             config: config.to_path_buf(),
             name: name.to_string(),
-            dir: None,
+            agent: None,
             limiter: Limiter::default(),
             notes: Default::default(),
+            unrecorded: 0,
             usage: Default::default(),
         }
     }
 
-    /// The agent's state dir, from the config (read once, when the first command comes).
-    fn dir(&mut self) -> Option<&crate::state::AgentDir> {
-        if self.dir.is_none() {
+    fn agent(&mut self) -> Option<&Agent> {
+        if self.agent.is_none() {
             let spec = crate::spec::load_with(
                 &self.config,
                 crate::spec::LoadOptions {
@@ -526,18 +612,54 @@ impl Gate {
                 },
             )
             .ok()?;
-            self.dir = Some(crate::state::FleetDir::new(&spec.fleet.state_dir).agent(&self.name));
+            let agent = spec.agent(&self.name)?;
+            let cli = agent.cli;
+            self.agent = Some(Agent {
+                dir: crate::state::FleetDir::new(&spec.fleet.state_dir).agent(&self.name),
+                turn_end_cli: cli.adapter().markers_at_turn_end().then(|| cli.as_str()),
+            });
         }
-        self.dir.as_ref()
+        self.agent.as_ref()
     }
 
-    fn pass(&mut self, command: Command) -> Option<Command> {
+    /// The agent's state dir, once the config was read.
+    fn dir(&mut self) -> Option<&crate::state::AgentDir> {
+        self.agent().map(|a| &a.dir)
+    }
+
+    /// Why `said` is not the agent's own marker, if it is not.
+    fn distrust(&mut self, said: &Said) -> Option<String> {
+        let Some(agent) = self.agent() else {
+            return Some("the agent is not in the config".into());
+        };
+        if let Some(cli) = agent.turn_end_cli {
+            return Some(format!(
+                "the pane of a `{cli}` agent is not its voice: its markers are read from its \
+                 own text at the end of each turn"
+            ));
+        }
+        let current = super::marker_key::current(&agent.dir);
+        super::marker_key::check(current.as_deref(), said.key.as_deref())
+            .err()
+            .map(str::to_string)
+    }
+
+    fn pass(&mut self, said: Said) -> Option<Command> {
+        if let Some(why) = self.distrust(&said) {
+            self.refuse(&said.command, &why);
+            return None;
+        }
+        let command = said.command;
         if self.dir().is_some_and(|d| is_echo(d, &command)) {
             self.note(&command, "the echo of text phoenix pasted");
             return None;
         }
         // Recorded here and now: one append, and many calls in a row are usual.
         if let Command::Usage(reported) = &command {
+            if let Some(why) = reported.absurd() {
+                self.refuse(&command, &why);
+                return None;
+            }
             let result = match self.dir().cloned() {
                 Some(dir) => self.usage.record(&dir, reported),
                 None => Ok(()),
@@ -557,18 +679,31 @@ impl Gate {
         Some(command)
     }
 
+    /// A command not acted on for now (an echo, a flood): `tap_ignored`.
     fn note(&mut self, command: &Command, reason: &str) {
+        self.record(Op::TapIgnored, command, reason);
+    }
+
+    /// A marker that is not the agent's own (or asks the absurd): `marker_refused`.
+    fn refuse(&mut self, command: &Command, reason: &str) {
+        self.record(Op::MarkerRefused, command, reason);
+    }
+
+    fn record(&mut self, op: crate::state::op::Make, command: &Command, reason: &str) {
         let now = std::time::Instant::now();
         self.notes
             .retain(|t| now.duration_since(*t) < std::time::Duration::from_secs(60));
         if self.notes.len() >= NOTES_PER_MINUTE {
+            self.unrecorded = self.unrecorded.saturating_add(1);
             return;
         }
         self.notes.push_back(now);
+        let unrecorded = std::mem::take(&mut self.unrecorded);
         if let Some(dir) = self.dir() {
             let _ = dir.record_op(
-                Op::TapIgnored,
-                serde_json::json!({"command": command.verb(), "reason": reason}),
+                op,
+                serde_json::json!({"command": command.verb(), "reason": reason,
+                                   "read_from": "pane", "unrecorded_before": unrecorded}),
             );
         }
     }
@@ -610,6 +745,34 @@ mod tests {
                 send("lead", "quoted"),
             ]
         );
+    }
+
+    #[test]
+    fn the_marker_key_is_glued_to_the_verb_and_kept_through_a_block() {
+        let mut tap = Tap::new();
+        let out = tap.feed_said(
+            b"->continuity:save#k1 <<<\nTask: x\n>>>\n->continuity:load#k2\n\
+              ->continuity:send#k3 bob <<< hi >>>\n->continuity:usage#k4 input=5\n\
+              ->continuity:load\n->continuity:load#\n",
+        );
+        let keys: Vec<Option<&str>> = out.iter().map(|s| s.key.as_deref()).collect();
+        assert_eq!(
+            keys,
+            [
+                Some("k1"),
+                Some("k2"),
+                Some("k3"),
+                Some("k4"),
+                None,
+                Some("")
+            ]
+        );
+        assert_eq!(out[0].command, Command::Save("Task: x".into()));
+        assert_eq!(out[1].command, Command::Load);
+        // The key is no part of what identifies a command (its echo, its repeats).
+        assert_eq!(out[1].command.key(), out[4].command.key());
+        // An example that names the syntax is no command.
+        assert_eq!(all(&[b"->continuity:VERB#KEY, where KEY is abc\n"]), []);
     }
 
     #[test]

@@ -3,13 +3,15 @@
 //! prints one line per model call:
 //!
 //! ```text
-//! ->continuity:usage model=my-model input=1200 output=300 cache_write=0 cache_read=800
+//! ->continuity:usage#KEY model=my-model input=1200 output=300 cache_write=0 cache_read=800
 //! ```
 //!
-//! Keys in any order, each count a whole number, any left out counting 0; `model` names the
+//! (`KEY` the session's marker key, `super::marker_key`.) Keys in any order, each count a whole number, any left out counting 0; `model` names the
 //! price (`[prices]`), without it the tokens are `unknown` and unpriced. The line is appended
 //! to the agent's `usage_reported.jsonl` at once (not queued like the tap's actions, nor held
-//! to their rate: a busy agent makes many calls), at most `PER_MINUTE` a minute.
+//! to their rate: a busy agent makes many calls), at most `PER_MINUTE` a minute; a call of more
+//! than `MAX_PER_CALL` tokens of a kind is refused. The ledger keeps it apart as reported: it is
+//! shown, and never stops the agent for its budget alone.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -52,6 +54,16 @@ impl Reported {
         (!r.tokens.is_zero()).then_some(r)
     }
 }
+
+impl Reported {
+    /// Why this is no model call's usage, if it is not: more tokens of a kind than any model
+    /// reads or writes in one call.
+    pub fn absurd(&self) -> Option<String> {
+        absurd(&self.tokens)
+    }
+}
+
+pub use crate::agent_cli::usage::{MAX_PER_CALL, absurd};
 
 /// The cap on reports per minute.
 #[derive(Debug, Default)]

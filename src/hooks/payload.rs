@@ -84,6 +84,20 @@ impl Payload {
         self.str("transcript_path").filter(|s| !s.is_empty())
     }
 
+    /// The model's last message of the turn, as the turn-end payload carries it: Claude's and
+    /// Codex's Stop `last_assistant_message`, Codex notify's `last-assistant-message`, Gemini
+    /// AfterAgent's `prompt_response`.
+    pub fn turn_text(&self) -> Option<&str> {
+        [
+            "last_assistant_message",
+            "last-assistant-message",
+            "prompt_response",
+        ]
+        .into_iter()
+        .find_map(|key| self.str(key))
+        .filter(|s| !s.trim().is_empty())
+    }
+
     /// The user's prompt: `prompt` (Claude, Codex, Gemini BeforeAgent) or the last of Codex
     /// notify's `input-messages`.
     pub fn prompt(&self) -> Option<&str> {

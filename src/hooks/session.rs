@@ -138,10 +138,15 @@ impl Hook<'_> {
         let messages = (start != Start::Resumed)
             .then(|| crate::continuity::messages::ForContext::take(dir))
             .flatten();
+        // A custom CLI that calls the hooks itself still speaks through its pane: the key.
+        let key = crate::continuity::pane_marker_key(ctx.spec, dir);
         let (text, template_problem) = startup::render(
             &crate::render::Templates::for_spec(ctx.spec),
             start,
-            &gathered.inputs(&recent, &resolve_command, messages.as_ref()),
+            &startup::Inputs {
+                marker_key: key.as_deref(),
+                ..gathered.inputs(&recent, &resolve_command, messages.as_ref())
+            },
         );
         if let Some(problem) = template_problem {
             self.problem(&problem);

@@ -22,13 +22,33 @@ impl Hook<'_> {
         {
             return self.record_failed_turn(ctx, &error.kind, &error.message, hook);
         }
-        self.end_turn(
+        let reply = self.end_turn(
             ctx,
             Status::Idle,
             None,
             Op::TurnComplete,
             json!({"hook": hook}),
-        )
+        )?;
+        self.act_on_markers(ctx);
+        Ok(reply)
+    }
+
+    /// The `->continuity:` markers the model wrote in this turn (a CLI with hooks: never its
+    /// pane), acted on now that the turn is over.
+    fn act_on_markers(&self, ctx: &Ctx<'_>) {
+        use crate::continuity::turn_markers;
+        if !ctx.agent.tap || !ctx.agent.cli.adapter().markers_at_turn_end() {
+            return;
+        }
+        let transcript = self.transcript();
+        let texts = turn_markers::turn_texts(
+            ctx.agent,
+            self.payload.turn_text(),
+            transcript.as_deref().map(Path::new),
+        );
+        if !texts.is_empty() {
+            turn_markers::act(ctx.spec, ctx.agent, ctx.dir, &texts);
+        }
     }
 
     /// The end of a turn: the status it leaves, the error if it failed, and one op.

@@ -118,6 +118,10 @@ ops! {
     ContextInjected = "context_injected",
     ContinuityCleared = "continuity_cleared",
     TapIgnored = "tap_ignored",
+    /// A `->continuity:` marker that is not the agent's own (text it only shows: no or a wrong
+    /// marker key, the pane of a CLI with hooks) or asks the absurd (`command`, `reason`,
+    /// `read_from`): refused, never acted on.
+    MarkerRefused = "marker_refused",
     TapNoteFailed = "tap_note_failed",
     TapSave = "tap_save",
     // Messages between agents (state/inbox.rs, continuity/messages.rs).

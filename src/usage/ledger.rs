@@ -69,6 +69,10 @@ pub struct LedgerState {
     pub forgotten: Vec<Source>,
     /// Tokens per local day (`YYYY-MM-DD`) and model, the last `DAYS_KEPT` days.
     pub days: BTreeMap<String, BTreeMap<String, Tokens>>,
+    /// The part of `days` the agent reported itself (`usage_reported.jsonl`): counted and
+    /// shown, never enough alone to stop it (the budget check warns instead).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub reported_days: BTreeMap<String, BTreeMap<String, Tokens>>,
 }
 
 /// A followed file and what the ledger keeps about it.
@@ -94,6 +98,9 @@ pub struct Line {
     pub tokens: Tokens,
     #[serde(default)]
     pub responses: u64,
+    /// Reported by the agent itself (`->continuity:usage`), not read from a CLI's records.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reported: bool,
 }
 
 /// What an update found.
@@ -103,6 +110,8 @@ pub struct Update {
     pub day: String,
     /// Today's tokens per model.
     pub today: BTreeMap<String, Tokens>,
+    /// The part of `today` the agent reported itself.
+    pub reported_today: BTreeMap<String, Tokens>,
     /// The tokens of the current session (state.json's transcript), once its file was read.
     pub session: Option<Tokens>,
     /// Why the current session's file cannot be read (not a regular file…).
@@ -154,14 +163,17 @@ pub fn update(dir: &AgentDir, cli: Cli, persist: bool) -> crate::error::Result<U
         &mut update.notes,
     );
     let budget = if persist { SOURCE_BUDGET } else { PEEK_BUDGET };
-    let entries = read_sources(
+    let (entries, reported) = read_sources(
         &mut state,
         current.as_deref(),
         now.as_second(),
         budget,
         &mut update,
     );
-    let lines = by_hour(&entries, now.as_second());
+    let mut lines = by_hour(&entries, now.as_second(), false);
+    let reported = by_hour(&reported, now.as_second(), true);
+    add_to_days(&mut state.reported_days, &reported);
+    lines.extend(reported);
     add_to_days(&mut state.days, &lines);
     if persist {
         if !lines.is_empty() {
@@ -172,6 +184,11 @@ pub fn update(dir: &AgentDir, cli: Cli, persist: bool) -> crate::error::Result<U
         }
     }
     update.today = state.days.get(&update.day).cloned().unwrap_or_default();
+    update.reported_today = state
+        .reported_days
+        .get(&update.day)
+        .cloned()
+        .unwrap_or_default();
     Ok(update)
 }
 
@@ -189,7 +206,12 @@ impl Marks {
                 .iter()
                 .map(|f| (f.source.path.clone(), f.source.cursor.clone()))
                 .collect(),
-            state.days.values().map(BTreeMap::len).sum(),
+            state
+                .days
+                .values()
+                .chain(state.reported_days.values())
+                .map(BTreeMap::len)
+                .sum(),
         )
     }
 }
@@ -304,13 +326,19 @@ fn discover(
             follow(state, &file.to_string_lossy(), Kind::Session, beside, now);
         }
     }
-    follow(
-        state,
-        &dir.file(REPORTED).to_string_lossy(),
-        Kind::Reported,
-        None,
-        now,
-    );
+    // What an agent reports itself counts only for a CLI read through its pane: one with hooks
+    // has its own records, and a file it writes (or a line it shows) is no record of them.
+    if cli.adapter().markers_at_turn_end() {
+        state.sources.retain(|f| f.source.kind != Kind::Reported);
+    } else {
+        follow(
+            state,
+            &dir.file(REPORTED).to_string_lossy(),
+            Kind::Reported,
+            None,
+            now,
+        );
+    }
     current
 }
 
@@ -349,8 +377,9 @@ fn read_sources(
     now: i64,
     budget: u64,
     update: &mut Update,
-) -> Vec<Entry> {
+) -> (Vec<Entry>, Vec<Entry>) {
     let mut entries = Vec::new();
+    let mut reported = Vec::new();
     state.sources.retain_mut(|f| {
         let is_current = current == Some(f.source.path.as_str());
         match f.source.read(budget) {
@@ -363,10 +392,21 @@ fn read_sources(
                         source::MAX_LINE >> 20
                     ));
                 }
+                if lines.absurd > 0 {
+                    update.notes.push(format!(
+                        "`{}`: {} record(s) of more than {} tokens of a kind in one call not counted",
+                        f.source.path,
+                        lines.absurd,
+                        source::MAX_PER_CALL
+                    ));
+                }
                 if !new.is_empty() {
                     f.changed = now;
                 }
-                entries.extend(new);
+                match f.source.kind {
+                    Kind::Session => entries.extend(new),
+                    Kind::Reported => reported.extend(new),
+                }
                 if is_current {
                     update.session = Some(f.source.session);
                 }
@@ -393,7 +433,7 @@ fn read_sources(
         }
     }
     evict(state, current);
-    entries
+    (entries, reported)
 }
 
 /// Forget the sessions that changed least recently until `MAX_SOURCES` files are followed: a
@@ -439,13 +479,13 @@ fn evict(state: &mut LedgerState, current: Option<&str>) {
 }
 
 /// The entries as ledger lines: per local hour and model, in order.
-fn by_hour(entries: &[Entry], now: i64) -> Vec<Line> {
+fn by_hour(entries: &[Entry], now: i64, reported: bool) -> Vec<Line> {
     let mut merged: BTreeMap<(i64, String), (Tokens, u64)> = BTreeMap::new();
     for e in entries {
         let hour = super::hour_start(e.at.unwrap_or(now));
         let slot = merged.entry((hour, e.model.clone())).or_default();
         slot.0.add(&e.tokens);
-        slot.1 += 1;
+        slot.1 = slot.1.saturating_add(1);
     }
     merged
         .into_iter()
@@ -454,6 +494,7 @@ fn by_hour(entries: &[Entry], now: i64) -> Vec<Line> {
             model,
             tokens,
             responses,
+            reported,
         })
         .collect()
 }
@@ -495,14 +536,14 @@ fn append(dir: &AgentDir, state: &mut LedgerState, lines: &[Line]) -> io::Result
 fn compact(path: &Path) -> io::Result<u64> {
     let bytes = files::read_bounded(path, STATE_FILE_LIMIT)?;
     let text = String::from_utf8_lossy(&bytes);
-    let mut merged: BTreeMap<(String, String), (Tokens, u64)> = BTreeMap::new();
+    let mut merged: BTreeMap<(String, String, bool), (Tokens, u64)> = BTreeMap::new();
     let mut unreadable = Vec::new();
     for raw in text.lines().filter(|l| !l.trim().is_empty()) {
         match serde_json::from_str::<Line>(raw) {
             Ok(l) => {
-                let slot = merged.entry((l.hour, l.model)).or_default();
+                let slot = merged.entry((l.hour, l.model, l.reported)).or_default();
                 slot.0.add(&l.tokens);
-                slot.1 += l.responses;
+                slot.1 = slot.1.saturating_add(l.responses);
             }
             // Kept as they are: what they held is for a person to look at.
             Err(_) => unreadable.push(raw.to_string()),
@@ -513,12 +554,13 @@ fn compact(path: &Path) -> io::Result<u64> {
         out.extend_from_slice(raw.as_bytes());
         out.push(b'\n');
     }
-    for ((hour, model), (tokens, responses)) in merged {
+    for ((hour, model, reported), (tokens, responses)) in merged {
         let line = Line {
             hour,
             model,
             tokens,
             responses,
+            reported,
         };
         serde_json::to_writer(&mut out, &line).map_err(io::Error::other)?;
         out.push(b'\n');

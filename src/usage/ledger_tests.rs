@@ -263,3 +263,35 @@ fn the_oldest_sessions_are_forgotten_whole_and_the_current_one_never() {
     assert_eq!(back.source.cursor.offset, 4096);
     assert_eq!(state.forgotten.len(), 12);
 }
+
+#[test]
+fn reported_usage_is_kept_apart_bounded_and_read_only_for_a_cli_without_hooks() {
+    let (_tmp, dir) = temp_agent();
+    let reported = dir.file(REPORTED);
+    let line = |input: u64| {
+        format!(
+            "{}\n",
+            json!({"ts": crate::state::now_rfc3339(), "model": "my-model", "input": input, "output": 0})
+        )
+    };
+    append(&reported, &line(1000));
+    append(&reported, &line(u64::MAX));
+    append(&reported, &line(50_000_000));
+    // A CLI with hooks: what the agent writes there is no record of its CLI.
+    let u = update(&dir, Cli::Claude, true).unwrap();
+    assert_eq!(today_total(&u), 0);
+    assert!(u.reported_today.is_empty());
+    // A custom CLI: counted, apart, and the absurd calls not at all.
+    let u = update(&dir, Cli::Custom, true).unwrap();
+    assert_eq!(today_total(&u), 1000);
+    assert_eq!(u.reported_today["my-model"].input, 1000);
+    assert!(
+        u.notes
+            .iter()
+            .any(|n| n.contains("2 record(s) of more than")),
+        "{:?}",
+        u.notes
+    );
+    let (lines, _) = lines(&dir);
+    assert!(lines.iter().all(|l| l.reported), "{lines:?}");
+}

@@ -66,6 +66,27 @@ impl Spent {
         }
     }
 
+    /// This and `other` together.
+    pub fn plus(&self, other: &Spent) -> Spent {
+        let mut tokens = self.tokens.tokens;
+        tokens.add(&other.tokens.tokens);
+        let cost_usd = match (self.cost_usd, other.cost_usd) {
+            (None, None) => None,
+            (a, b) => Some(round_usd(a.unwrap_or(0.0) + b.unwrap_or(0.0))),
+        };
+        let mut unpriced_models = self.unpriced_models.clone();
+        for m in &other.unpriced_models {
+            if !unpriced_models.contains(m) {
+                unpriced_models.push(m.clone());
+            }
+        }
+        Spent {
+            tokens: tokens.into(),
+            cost_usd,
+            unpriced_models,
+        }
+    }
+
     /// `$1.23`, `$1.23 + unpriced`, or `unpriced`; `-` for nothing spent.
     pub fn cost_text(&self) -> String {
         match (self.cost_usd, self.unpriced_models.is_empty()) {

@@ -41,7 +41,12 @@ pub struct Lines {
     pub restarted: bool,
     /// Lines longer than `MAX_LINE`, skipped.
     pub skipped: usize,
+    /// Records of more tokens than one model call uses (`MAX_PER_CALL`), not counted.
+    pub absurd: usize,
 }
+
+/// Tokens of one kind a single response may have at most.
+pub use crate::agent_cli::usage::MAX_PER_CALL;
 
 /// Call `each` with every whole line written after `cursor`, at most `budget` bytes of the
 /// file, and move the cursor past them. `links`: a file of phoenix's own state dir is never
@@ -214,7 +219,15 @@ impl Source {
             self.session = Tokens::default();
         }
         self.cursor = cursor;
+        let mut lines = lines;
         for record in records {
+            // One call's usage past any model's: a forged or broken line, not a cost.
+            if let Record::Response { tokens, .. } = &record
+                && records::absurd(tokens).is_some()
+            {
+                lines.absurd += 1;
+                continue;
+            }
             if let Some(entry) = self.count(record) {
                 self.session.add(&entry.tokens);
                 entries.push(entry);

@@ -151,8 +151,11 @@ pub struct Inputs {
     pub working_since: Option<i64>,
     /// Tokens the current session has used, from its transcript (the usage ledger).
     pub tokens: Option<u64>,
-    /// What the agent spent today (the usage ledger, priced).
+    /// What the agent spent today by its CLI's own records (the usage ledger, priced).
     pub spent_today: Option<crate::usage::Spent>,
+    /// What it reported spending today itself (a custom CLI's `->continuity:usage`): never
+    /// enough alone to stop it (`reported_over_budget`).
+    pub reported_today: Option<crate::usage::Spent>,
     /// The error of the last turn, when the CLI reported it failed (status `failed`).
     pub turn_error: Option<String>,
     /// The pane's visible text: signs of life (it moves, a retry banner), never a verdict.
@@ -397,25 +400,50 @@ fn spend(i: &Inputs, limits: &Limits) -> Option<Finding> {
     })
 }
 
-/// Today's spend past the agent's budget: tokens, or the estimated cost of its priced models
-/// (tokens of an unpriced model cost nothing known, and are named). Unambiguous: the
-/// recovery stops the agent for a person, whatever the policy.
+/// Today's spend past the agent's budget by its CLI's own records: tokens, or the estimated
+/// cost of its priced models (tokens of an unpriced model cost nothing known, and are named).
+/// Unambiguous: the recovery stops the agent for a person, whatever the policy. What the agent
+/// reported itself is not part of it (`reported_over_budget`).
 fn over_budget(i: &Inputs, limits: &Limits) -> Option<Finding> {
+    let (reason, summary) = past_budget(i.spent_today.as_ref()?, limits.budget.as_ref()?)?;
+    Some(Finding::new(Check::Budget, reason, summary, true))
+}
+
+/// What to warn about when today's spend is past the budget only with the usage the agent
+/// reported itself counted: a line it prints (or a file it writes) is no bill, so it stops
+/// nothing until the CLI's own records agree. `None`: nothing to warn about.
+pub fn reported_over_budget(i: &Inputs, limits: &Limits) -> Option<String> {
+    let budget = limits.budget.as_ref()?;
+    let reported = i.reported_today.as_ref()?;
+    let trusted = i.spent_today.clone().unwrap_or_default();
+    if past_budget(&trusted, budget).is_some() {
+        return None;
+    }
+    let (_, summary) = past_budget(&trusted.plus(reported), budget)?;
+    Some(format!(
+        "{summary}, counting usage the agent reported itself ({} tokens): not stopped, since \
+         no record of its CLI agrees",
+        crate::usage::thousands(reported.tokens.total)
+    ))
+}
+
+/// The reason and summary of `spent` past `budget`, if it is.
+fn past_budget(
+    spent: &crate::usage::Spent,
+    budget: &crate::spec::Budget,
+) -> Option<(String, String)> {
     use crate::usage::{thousands, usd_text};
-    let (spent, budget) = (i.spent_today.as_ref()?, limits.budget?);
     let tokens = spent.tokens.total;
     if let Some(max) = budget.tokens_per_day
         && tokens > max
     {
-        return Some(Finding::new(
-            Check::Budget,
+        return Some((
             "daily_token_budget_exceeded".into(),
             format!(
                 "{} tokens used today (budget tokens_per_day = {})",
                 thousands(tokens),
                 thousands(max)
             ),
-            true,
         ));
     }
     let (max, usd) = (budget.usd_per_day?, spent.cost_usd?);
@@ -425,15 +453,13 @@ fn over_budget(i: &Inputs, limits: &Limits) -> Option<Finding> {
         format!(", besides unpriced {}", spent.unpriced_models.join(", "))
     };
     (usd > max).then(|| {
-        Finding::new(
-            Check::Budget,
+        (
             "daily_cost_budget_exceeded".into(),
             format!(
                 "an estimated {} spent today{unpriced} (budget usd_per_day = {})",
                 usd_text(usd),
                 usd_text(max)
             ),
-            true,
         )
     })
 }

@@ -213,6 +213,50 @@ fn showing(mut i: Inputs, screen: &str) -> Inputs {
 }
 
 #[test]
+fn usage_the_agent_reported_itself_warns_and_never_stops_it() {
+    use crate::usage::{Prices, Spent, Tokens};
+    let spent = |model: &str, input: u64| {
+        let mut by_model = std::collections::BTreeMap::new();
+        by_model.insert(
+            model.to_string(),
+            Tokens {
+                input,
+                ..Tokens::default()
+            },
+        );
+        Spent::of(&by_model, &Prices::default())
+    };
+    let budget = Limits {
+        budget: Some(crate::spec::Budget {
+            tokens_per_day: Some(1_000_000),
+            usd_per_day: Some(5.0),
+        }),
+        ..limits()
+    };
+    let mut i = working(10_000);
+    i.status = Some("idle".into());
+    // What the break saw: a line on the screen worth $553 trillion.
+    i.reported_today = Some(spent("claude-opus-4-6", u64::MAX));
+    assert!(
+        assess(&i, &budget).is_empty(),
+        "reported usage stops nothing"
+    );
+    let warning = reported_over_budget(&i, &budget).unwrap();
+    assert!(
+        warning.contains("counting usage the agent reported itself"),
+        "{warning}"
+    );
+    // The CLI's own records past the budget: a finding, and no second warning about it.
+    i.spent_today = Some(spent("claude-opus-4-6", 2_000_000));
+    assert_eq!(assess(&i, &budget).len(), 1);
+    assert_eq!(reported_over_budget(&i, &budget), None);
+    // Within the budget with what is reported counted: nothing to say.
+    i.spent_today = Some(spent("claude-opus-4-6", 10));
+    i.reported_today = Some(spent("claude-opus-4-6", 10));
+    assert_eq!(reported_over_budget(&i, &budget), None);
+}
+
+#[test]
 fn a_wedged_screen_counts_only_when_it_did_not_change() {
     let mut i = showing(
         working(10_000),

@@ -51,6 +51,10 @@ pub struct Memory {
     pub input_notified: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_notified_at: Option<i64>,
+    /// The local day the warning that only the agent's own usage reports put it past its
+    /// budget was last sent: once a day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_budget_warned: Option<String>,
     /// The revivals an older phoenix kept here, kept as they are until the restart ledger
     /// has read them (it reads them once, when it is first written); never read otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]

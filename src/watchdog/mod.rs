@@ -264,6 +264,11 @@ impl<'a> Watchdog<'a> {
             report.needs_input = Some(wait.clone());
         }
         let found = self.findings(agent, &seen, &memory, &mut report);
+        if self.only.is_none()
+            && let Some(warning) = health::reported_over_budget(&seen.inputs, &self.limits(agent))
+        {
+            self.warn_reported_budget(agent, &warning, &mut memory, now, &mut report);
+        }
         // Confirm before acting: the same check in the previous pass, or evidence that needs
         // no second look. A session in the middle of a clean turn is never acted on at once.
         let confirmed: Vec<Finding> = found
@@ -325,6 +330,32 @@ impl<'a> Watchdog<'a> {
                 .then(|| memory.save_if_changed(&before, dir));
         }
         report
+    }
+
+    /// The budget is past only with what the agent reported itself: a note on every pass and
+    /// a `usage_reported_over_budget` critical event once a day, never a stop.
+    fn warn_reported_budget(
+        &self,
+        agent: &AgentSpec,
+        warning: &str,
+        memory: &mut Memory,
+        now: i64,
+        report: &mut AgentReport,
+    ) {
+        report.notes.push(warning.to_string());
+        let day = crate::usage::local_day(now);
+        if memory.reported_budget_warned.as_deref() == Some(day.as_str()) {
+            return;
+        }
+        memory.reported_budget_warned = Some(day);
+        let _ = self.fleet.record_critical(
+            "usage_reported_over_budget",
+            &agent.name,
+            warning,
+            "warned only: usage an agent reports itself never stops it alone",
+            serde_json::json!({"budget": agent.budget.map(|b| serde_json::json!({
+                "tokens_per_day": b.tokens_per_day, "usd_per_day": b.usd_per_day}))}),
+        );
     }
 
     /// What the checks find, less a failed turn already handled; for the wrapper's pass

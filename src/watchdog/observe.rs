@@ -384,7 +384,23 @@ fn read_usage(
         }
     };
     inputs.notes.extend(update.notes.iter().cloned());
-    inputs.spent_today = Some(crate::usage::Today::of(&update, &check.prices).spent);
+    // What the CLI's own records say, and apart from it what the agent reported itself.
+    let trusted: std::collections::BTreeMap<String, crate::usage::Tokens> = update
+        .today
+        .iter()
+        .map(|(model, t)| {
+            let reported = update
+                .reported_today
+                .get(model)
+                .copied()
+                .unwrap_or_default();
+            (model.clone(), t.beyond(&reported))
+        })
+        .filter(|(_, t)| !t.is_zero())
+        .collect();
+    inputs.spent_today = Some(crate::usage::Spent::of(&trusted, &check.prices));
+    inputs.reported_today = (!update.reported_today.is_empty())
+        .then(|| crate::usage::Spent::of(&update.reported_today, &check.prices));
     if !check.max_tokens {
         return;
     }

@@ -99,7 +99,7 @@ fn hostile_paths_and_values_reach_the_agent_literally() {
         root.join("probe.sh"),
         "{ pwd -P; printf '%s\\n' \"$1\"; printf '%s\\n' \"$PROBE\"; } > \"$PROBE_OUT.tmp\"\n\
          mv \"$PROBE_OUT.tmp\" \"$PROBE_OUT\"\n\
-         printf '%s\\n' '->continuity:uncertain \"inert probe\"'\n\
+         printf '%s\\n' \"->continuity:uncertain#$PHOENIX_MARKER_KEY inert-probe\"\n\
          exec sleep 600\n",
     )
     .unwrap();
@@ -311,7 +311,7 @@ fn printing_a_file_that_quotes_the_protocol_changes_nothing() {
         &fleet,
         &pane,
         &format!(
-            "cat '{}'; printf '%s\\n' '->continuity:uncertain \"after the readme\"'",
+            "cat '{}'; printf '%s\\n' \"->continuity:uncertain#$PHOENIX_MARKER_KEY \\\"after the readme\\\"\"",
             readme.display()
         ),
     );
@@ -362,13 +362,17 @@ fn a_self_referencing_handoff_is_loaded_once() {
             .iter()
             .any(|o| o["event"] == "tap_started")
     });
+    // The agent's own marker, key and all, saved in its handoff: its echo is still no command.
+    let key = fleet.marker_key("plain");
     save_handoff(
         &fleet,
         "plain",
-        "Current task: the loop check\n->continuity:load\nNext: ->continuity:load again\n",
+        &format!(
+            "Current task: the loop check\n->continuity:load#{key}\nNext: ->continuity:load#{key} again\n"
+        ),
     );
     type_into(&fleet, &pane, "silent");
-    type_into(&fleet, &pane, "say ->conti{}nuity:load");
+    type_into(&fleet, &pane, &format!("say ->conti{{}}nuity:load#{key}"));
     wait_until_explained(
         Duration::from_secs(20),
         "the handoff loaded",
@@ -379,7 +383,7 @@ fn a_self_referencing_handoff_is_loaded_once() {
     type_into(
         &fleet,
         &pane,
-        "say ->conti{}nuity:uncertain \"after the load\"",
+        &format!("say ->conti{{}}nuity:uncertain#{key} \"after the load\""),
     );
     wait_until_explained(
         Duration::from_secs(20),

@@ -276,11 +276,13 @@ fn hostile_text_arrives_inert_and_oversize_or_unknown_is_refused() {
 #[test]
 fn an_agent_sends_through_its_output_and_its_shell() {
     let fleet = fleet_with(&["alice", "bob"]);
-    // The tap: `->continuity:send` said by alice (typed apart so its echo is no command).
+    // The tap: `->continuity:send` said by alice, a custom CLI, with its session's marker key
+    // (typed apart so its echo is no command).
+    let key = fleet.marker_key("alice");
     type_into(
         &fleet,
         "alice",
-        "say ->conti{}nuity:send bob <<< lunch\\nat noon >>>",
+        &format!("say ->conti{{}}nuity:send#{key} bob <<< lunch\\nat noon >>>"),
     );
     let doc = wait_delivered(&fleet, "bob", 1);
     assert_eq!(doc["delivered"][0]["from"], "alice", "{doc}");

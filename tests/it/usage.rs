@@ -1,7 +1,8 @@
 //! Tokens and cost per agent end to end, with demo agents on a real private tmux server: the
 //! demo agent writes a Claude Code-shaped transcript with `usage` on each response (2,150
 //! tokens a step); `phoenix usage` counts each one once and prices it per model, `status`
-//! shows today's, a custom CLI's `->continuity:usage` lines are counted, and a day past an
+//! shows today's, a custom CLI's keyed `->continuity:usage` lines are counted (never enough
+//! alone to stop it), and a day past an
 //! agent's budget stops it for a person.
 
 use crate::support;
@@ -256,7 +257,10 @@ fn a_day_past_the_budget_stops_the_agent_with_a_handoff_safe_mode_and_a_notifica
 #[test]
 fn a_custom_cli_reports_its_usage_through_its_pane() {
     let fleet = Fleet::new();
-    fleet.toml(&format!("{FAST}{}", agent("bot", "--no-hooks", "")));
+    fleet.toml(&format!(
+        "{FAST}{}",
+        agent("bot", "--no-hooks", "budget = { tokens_per_day = 1000 }\n")
+    ));
     fleet.run(&["apply", "--yes"]).status(0);
     fleet.wait_running(&["bot"]);
     wait_until(Duration::from_secs(10), "the tap", || {
@@ -266,17 +270,37 @@ fn a_custom_cli_reports_its_usage_through_its_pane() {
         .as_str()
         .unwrap()
         .to_string();
-    // `{}` is dropped by the demo agent: the typed (echoed) line holds no marker.
+    let key = fleet.marker_key("bot");
+    // `{}` is dropped by the demo agent: the typed (echoed) line holds no marker. An absurd
+    // call and one without the key are refused.
     for text in [
-        "say ->conti{}nuity:usage model=my-model input=1000 output=200 cache_read=50",
-        "say ->conti{}nuity:usage model=my-model input=1000 output=200 cache_read=50",
+        format!(
+            "say ->conti{{}}nuity:usage#{key} model=my-model input=1000 output=200 cache_read=50"
+        ),
+        format!(
+            "say ->conti{{}}nuity:usage#{key} model=claude-opus-4-6 input=18446744073709551615 output=18446744073709551615"
+        ),
+        "say ->conti{}nuity:usage model=claude-opus-4-6 input=5000000".to_string(),
+        format!(
+            "say ->conti{{}}nuity:usage#{key} model=my-model input=1000 output=200 cache_read=50"
+        ),
     ] {
-        fleet.tmux(&["send-keys", "-t", &pane, "-l", text]).unwrap();
+        fleet
+            .tmux(&["send-keys", "-t", &pane, "-l", &text])
+            .unwrap();
         fleet.tmux(&["send-keys", "-t", &pane, "Enter"]).unwrap();
     }
     let reported = fleet.agent_dir("bot").join("usage_reported.jsonl");
     wait_until(Duration::from_secs(10), "two reports", || {
         read_jsonl(&reported).len() == 2
+    });
+    wait_until(Duration::from_secs(10), "two refused", || {
+        fleet
+            .ops("bot")
+            .iter()
+            .filter(|o| o["event"] == "marker_refused" && o["command"] == "usage")
+            .count()
+            == 2
     });
     let doc = usage(&fleet, &["bot"]);
     let models = row(&doc, "bot")["models"].as_array().unwrap().clone();
@@ -291,4 +315,37 @@ fn a_custom_cli_reports_its_usage_through_its_pane() {
     );
     assert_eq!(mine["tokens"]["cache_read"], 100);
     assert!(mine["cost_usd"].is_null(), "unpriced: {mine}");
+    assert!(
+        !models.iter().any(|m| m["model"] == "claude-opus-4-6"),
+        "{models:?}"
+    );
+
+    // 2,500 reported tokens are past its budget of 1,000 a day: a warning, no stop.
+    let report = fleet.run(&["watchdog", "--once", "--json"]).json();
+    let bot = verdict(&report, "bot");
+    assert_ne!(bot["verdict"], "unhealthy", "{bot}");
+    assert!(bot["action"].is_null(), "{bot}");
+    assert!(
+        bot["notes"]
+            .to_string()
+            .contains("counting usage the agent reported itself"),
+        "{bot}"
+    );
+    let events = read_jsonl(&fleet.state_dir().join("critical_events.jsonl"));
+    let warned: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "usage_reported_over_budget")
+        .collect();
+    assert_eq!(warned.len(), 1, "{events:?}");
+    // Once a day.
+    fleet.run(&["watchdog", "--once", "--json"]);
+    let events = read_jsonl(&fleet.state_dir().join("critical_events.jsonl"));
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["event"] == "usage_reported_over_budget")
+            .count(),
+        1
+    );
+    assert_eq!(fleet.agent_status("bot")["state"], "running");
 }

@@ -108,6 +108,7 @@ impl Wrapper {
     /// the exit code a shell would report (126 found but not executable, 127 not found).
     fn spawn(&self, argv: &[String]) -> Result<Spawned, (String, i32)> {
         let mut cmd = self.command(argv).map_err(|e| (e.to_string(), 127))?;
+        self.give_marker_key(&mut cmd);
         term::foreground(&mut cmd, self.terminal.is_some());
         // A signal left for an earlier run: what became of that turn was decided at its exit.
         let _ = self.dir.clear_marker(state::TURN_FAILED);
@@ -379,6 +380,28 @@ impl Wrapper {
             runtime: Duration::ZERO,
             showed_life: false,
             screen: None,
+        }
+    }
+
+    /// A custom CLI read through its pane gets a new marker key each start, in its
+    /// environment (`continuity::marker_key`); the startup context names it too. No other
+    /// CLI gets one, whatever the environment phoenix runs in holds.
+    fn give_marker_key(&self, cmd: &mut Command) {
+        use crate::continuity::marker_key;
+        cmd.env_remove(marker_key::ENV);
+        if !self.agent.tap || self.agent.cli.adapter().markers_at_turn_end() {
+            return;
+        }
+        match marker_key::issue(&self.dir) {
+            Ok(key) => {
+                cmd.env(marker_key::ENV, key);
+            }
+            Err(e) => {
+                let _ = self.dir.record_op(
+                    Op::TapFailed,
+                    json!({"error": format!("cannot issue the session's marker key ({e}): its markers are refused")}),
+                );
+            }
         }
     }
 

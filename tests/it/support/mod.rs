@@ -416,6 +416,16 @@ impl Fleet {
     pub fn ops(&self, agent: &str) -> Vec<serde_json::Value> {
         read_jsonl(&self.agent_dir(agent).join("ops.jsonl"))
     }
+
+    /// The marker key of a custom CLI's current session (its wrapper issues one at each start,
+    /// `$PHOENIX_MARKER_KEY`): what the agent's `->continuity:VERB#KEY` lines carry.
+    pub fn marker_key(&self, agent: &str) -> String {
+        let path = self.agent_dir(agent).join("marker_key");
+        wait_until(Duration::from_secs(10), "the session's marker key", || {
+            path.exists()
+        });
+        std::fs::read_to_string(&path).unwrap().trim().to_string()
+    }
 }
 
 impl Drop for Fleet {
