@@ -197,11 +197,9 @@ fn not_checked(agent: &AgentSpec, pane: Option<&PaneObs>, dir: &AgentDir) -> Opt
         Some("in safe mode, waiting for a person".into())
     } else if phase == Some("cooldown") {
         Some("its wrapper is restarting it".into())
-    } else if let Some(claim) = state::claim::current(dir) {
-        // One owner of a restart: a pane without its CLI is that restart under way.
-        Some(format!("{}: left to it", claim.describe()))
     } else {
-        None
+        // One owner of a restart: a pane without its CLI is that restart under way.
+        state::claim::current(dir).map(|claim| format!("{}: left to it", claim.describe()))
     }
 }
 

@@ -13,7 +13,8 @@ impl Wrapper {
         // anyone) makes into this pane arrives marked, and is dropped. Asked for before
         // anything is said, so the terminal marks pastes by the time the prompt appears; off
         // again before the next CLI starts, which asks for the modes it wants itself.
-        paste_brackets(true);
+        let tty = self.terminal.is_some();
+        paste_brackets(tty, true);
         let _ = self.dir.record_op(Op::SafeMode, json!({"why": why}));
         crate::state::daemon::poke(&self.fleet, &self.agent.name);
         let name = &self.agent.name;
@@ -28,7 +29,7 @@ impl Wrapper {
         ));
         let mut input = LineReader::default();
         let outcome = self.safe_prompt(&mut input);
-        paste_brackets(false);
+        paste_brackets(tty, false);
         outcome
     }
 
@@ -87,8 +88,12 @@ impl Wrapper {
     }
 }
 
-/// Ask the pane's terminal to mark pastes (`ESC[?2004h`), or stop asking.
-fn paste_brackets(on: bool) {
+/// Ask the pane's terminal to mark pastes (`ESC[?2004h`), or stop asking; only when stdin is a
+/// terminal (else there is nothing to ask).
+fn paste_brackets(tty: bool, on: bool) {
+    if !tty {
+        return;
+    }
     let mut out = std::io::stdout().lock();
     let _ = write!(out, "\x1b[?2004{}", if on { 'h' } else { 'l' });
     let _ = out.flush();
