@@ -18,6 +18,7 @@ use crate::plan::{Action, Change, Plan};
 use crate::recovery::{EndReason, execute, record};
 use crate::spec::{AgentSpec, Spec};
 use crate::state::Op;
+use crate::state::claim::{self, Owner};
 use crate::state::lock::{FleetLock, LOCK_WAIT};
 use crate::state::{self, FleetDir};
 use crate::world::{self, Runtime};
@@ -152,8 +153,94 @@ pub fn carry_out(
     dir.ensure()
         .with_context(|| format!("cannot create state dir `{}`", dir.path.display()))?;
     // One change of the fleet at a time: a reconcile or an apply racing this restart would
-    // otherwise see the pane dead or missing and start the agent a second time.
-    let lock = FleetLock::acquire(&fleet, "restart", LOCK_WAIT, on_wait)?;
+    // otherwise see the pane dead or missing and start the agent a second time. And one owner
+    // of this agent's restart: the claim outlasts the lock, through the new CLI's start.
+    let (lock, claim) = lock_and_claim(&fleet, name, by, on_wait)?;
+    match restart_claimed(spec, runtime, name, fresh, by) {
+        Ok(carried) => {
+            claim.starting();
+            drop(lock);
+            state::daemon::poke(&fleet, name);
+            Ok(carried)
+        }
+        Err(e) => {
+            claim.release();
+            Err(e)
+        }
+    }
+}
+
+/// Claim `dir`'s agent for a restart `by` someone who acts without the fleet lock (the
+/// watchdog stopping a CLI under its live wrapper, which starts the next one): an error when
+/// another owner's restart is in progress, which is left to finish.
+pub fn claim(dir: &state::AgentDir, by: By) -> crate::error::Result<claim::Held> {
+    match claim::take(dir, owner(by)).context("cannot claim the restart")? {
+        Ok(held) => Ok(held),
+        Err(other) => bail!(
+            "agent `{}` is {}: left to that restart",
+            dir.name,
+            other.describe()
+        ),
+    }
+}
+
+/// The owner a restart `by` someone claims the agent as.
+fn owner(by: By) -> Owner {
+    match by {
+        By::Operator => Owner::Operator,
+        By::Watchdog => Owner::Watchdog,
+    }
+}
+
+/// The fleet lock and this agent's restart claim. Another owner's restart in progress is
+/// never doubled: the watchdog leaves the agent to it; a person's restart waits until it is
+/// done (the new CLI runs, or its claim lapses), holding neither lock meanwhile, and then
+/// restarts the agent as asked.
+fn lock_and_claim(
+    fleet: &FleetDir,
+    name: &str,
+    by: By,
+    on_wait: &dyn Fn(&str),
+) -> crate::error::Result<(FleetLock, claim::Held)> {
+    let dir = fleet.agent(name);
+    let started = Instant::now();
+    let mut told = false;
+    loop {
+        let lock = FleetLock::acquire(fleet, "restart", LOCK_WAIT, on_wait)?;
+        let other = match claim::take(&dir, owner(by)).context("cannot claim the restart")? {
+            Ok(held) => return Ok((lock, held)),
+            Err(other) => other,
+        };
+        drop(lock);
+        if by == By::Watchdog {
+            bail!(
+                "agent `{name}` is {}: the watchdog leaves it to that restart",
+                other.describe()
+            );
+        }
+        if started.elapsed() >= LOCK_WAIT {
+            bail!(
+                "agent `{name}` is still {} after {}s; try again when it is done",
+                other.describe(),
+                LOCK_WAIT.as_secs()
+            );
+        }
+        if !std::mem::replace(&mut told, true) {
+            on_wait(&format!("agent `{name}` {}", other.describe()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// [`carry_out`] once the fleet lock and the agent's claim are held.
+fn restart_claimed(
+    spec: &Spec,
+    runtime: &dyn Runtime,
+    name: &str,
+    fresh: bool,
+    by: By,
+) -> crate::error::Result<Carried> {
+    let dir = FleetDir::new(&spec.fleet.state_dir).agent(name);
     let world = world::observe(spec, runtime)
         .with_context(|| format!("cannot observe {}", runtime.location()))?;
 
@@ -217,8 +304,6 @@ pub fn carry_out(
         }
         via
     };
-    drop(lock);
-    state::daemon::poke(&fleet, name);
     Ok(Carried {
         via: via.to_string(),
         old_pid,
@@ -287,7 +372,8 @@ fn signal_group(pgid: u32, sig: Signal) {
     }
 }
 
-fn process_alive(pid: u32) -> bool {
+/// Whether `pid` still runs (a zombie has ended).
+pub(crate) fn process_alive(pid: u32) -> bool {
     // Zombies count as gone: /proc/<pid>/stat state `Z`.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()

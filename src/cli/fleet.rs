@@ -485,6 +485,8 @@ pub(super) fn confirm() -> anyhow::Result<bool> {
     }
     print!("\nApply these changes? Only `yes` will be accepted: ");
     std::io::stdout().flush()?;
+    // Only an answer typed after the question counts, not keys (or a paste) sent before it.
+    crate::supervise::term::discard_input();
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
     Ok(line.trim() == "yes")

@@ -27,6 +27,10 @@ pub struct Options {
     /// the line under the cursor without having taken the text (Claude Code just after a
     /// resume swallowed the Enter), so for a CLI that runs the hook a changed line is no proof.
     pub hook_only: bool,
+    /// The process the text is for (the agent CLI a wrapper started). Once it has ended the
+    /// text is not pasted: nothing would read it, and it would wait in the terminal's input
+    /// for whatever reads next (the wrapper's safe-mode prompt, the next CLI) as if typed.
+    pub for_pid: Option<u32>,
 }
 
 impl Default for Options {
@@ -37,6 +41,7 @@ impl Default for Options {
             confirm_timeout: Duration::from_secs(3),
             attempts: 3,
             hook_only: false,
+            for_pid: None,
         }
     }
 }
@@ -182,6 +187,13 @@ fn try_deliver(
             Op::TapNoteFailed,
             serde_json::json!({"error": e.to_string()}),
         );
+    }
+    if let Some(pid) = opts.for_pid
+        && !crate::restart::process_alive(pid)
+    {
+        return Err(format!(
+            "the agent (pid {pid}) ended before the text was given: not pasted into pane {pane}"
+        ));
     }
     runtime
         .paste(pane, text)

@@ -142,12 +142,14 @@ pub struct Delivered {
 /// Paste the pending messages into `pane` as one block and mark them delivered once the
 /// paste is confirmed (`hooked`: only the prompt hook confirms). An urgent message interrupts
 /// the agent first. `Ok(None)`: nothing pending, or a delivery under way elsewhere.
+/// `for_pid`: the agent process they are for; nothing is pasted once it has ended.
 pub fn deliver(
     spec: &Spec,
     runtime: &dyn Runtime,
     pane: &str,
     dir: &AgentDir,
     hooked: bool,
+    for_pid: Option<u32>,
 ) -> Result<Option<Delivered>, String> {
     let Some(_lock) = try_delivery_lock(dir) else {
         return Ok(None);
@@ -169,6 +171,7 @@ pub fn deliver(
         confirm_timeout: Duration::from_secs(if hooked { 1 } else { 3 }),
         attempts: if hooked { 6 } else { 3 },
         hook_only: hooked,
+        for_pid,
         ..Default::default()
     };
     let report =

@@ -11,8 +11,8 @@ use super::Controller;
 use super::requeue::{LOCK_RETRY, ReconcileError, Requeue, requeue};
 use crate::apply::{Applier, StepOutcome};
 use crate::plan::{self, Action, PlanOptions};
-use crate::state::FleetDir;
 use crate::state::lock::{FleetLock, LockError};
+use crate::state::{FleetDir, claim};
 use crate::world;
 
 /// The daemon starts one agent at most this often within `START_WINDOW` before holding off:
@@ -131,7 +131,24 @@ impl Controller {
                 );
                 break;
             }
+            // One owner of a restart: the agent is claimed for the daemon while it starts,
+            // restarts or replaces it, and through the new CLI's start; one someone else
+            // claimed since this pass looked is left to them.
+            let claim = match self.claim(change) {
+                Ok(claim) => claim,
+                Err(other) => {
+                    info!(agent = %change.agent, "{}: left to it", other.describe());
+                    continue;
+                }
+            };
             let steps = applier.apply(&plan::Plan::of(vec![change.clone()])).steps;
+            if let Some(claim) = claim {
+                if steps.iter().all(|s| s.ok) {
+                    claim.starting();
+                } else {
+                    claim.release();
+                }
+            }
             for s in &steps {
                 if s.ok {
                     info!(agent = %s.agent, action = %s.action, detail = %s.detail, "applied");
@@ -162,6 +179,28 @@ impl Controller {
             };
             if let Requeue::After(wait) = self.backoff.failed(&err, now) {
                 warn!(agent = %agent, "trying this agent again in {}s; the others go on", wait.as_secs_f32());
+            }
+        }
+    }
+
+    /// Claim the agent of `change` for the daemon if the change starts it (`Ok(None)`: it
+    /// does not, or the claim cannot be written, which does not stop the fleet); the claim
+    /// someone else holds when another owner's restart is under way.
+    fn claim(&self, change: &plan::Change) -> Result<Option<claim::Held>, claim::Claim> {
+        if !matches!(
+            change.action,
+            Action::Start | Action::Restart { .. } | Action::Replace { .. }
+        ) {
+            return Ok(None);
+        }
+        let dir = FleetDir::new(&self.spec.fleet.state_dir).agent(&change.agent);
+        // The plan has already left out every agent someone restarts, but for a pane that
+        // died after its restart's owner was done: a start that failed, which is taken over.
+        match claim::take_after_failed_start(&dir, claim::Owner::Daemon) {
+            Ok(taken) => taken.map(Some),
+            Err(e) => {
+                warn!(agent = %change.agent, error = %e, "cannot claim the restart; going ahead");
+                Ok(None)
             }
         }
     }

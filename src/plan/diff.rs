@@ -113,7 +113,8 @@ fn undeclared(spec: &Spec, world: &World, prune: bool) -> (Vec<Change>, Vec<Unma
 }
 
 /// A declared, enabled agent that no change acts on but that is not running on purpose: stopped
-/// by `phoenix stop`, or its wrapper holds it in safe mode or cooldown.
+/// by `phoenix stop`, being restarted by someone, or its wrapper holds it in safe mode or
+/// cooldown.
 fn held_back(a: &AgentSpec, world: &World, changes: &[Change]) -> Option<Attention> {
     let changed = |stop_only: bool| {
         changes
@@ -154,6 +155,21 @@ fn held_back(a: &AgentSpec, world: &World, changes: &[Change]) -> Option<Attenti
     }
     if changed(false) {
         return None;
+    }
+    if let Some(claim) = world
+        .agents
+        .get(&a.name)
+        .and_then(|o| o.restarting.as_ref())
+    {
+        return Some(Attention {
+            agent: a.name.clone(),
+            pane: world
+                .pane_of(&a.name)
+                .map(|p| p.id.clone())
+                .unwrap_or_default(),
+            state: "restarting",
+            hint: format!("{}: left to it until its new CLI runs", claim.describe()),
+        });
     }
     let pane = world.pane_of(&a.name).filter(|p| !p.dead)?;
     let (state, hint) = match pane.phase.as_deref()? {
@@ -244,6 +260,14 @@ fn diff_agent(agent: &AgentSpec, world: &World) -> Option<Change> {
         return stop(format!(
             "stopped with `phoenix stop` (`phoenix start {name}` starts it again)"
         ));
+    }
+    // Someone restarts it right now (a person, the daemon, the watchdog): its pane without a
+    // CLI, or no pane yet, is that restart under way. Whatever else it needs waits for it.
+    // Only a pane that died once its owner was done is a start that failed.
+    if let Some(claim) = obs.and_then(|o| o.restarting.as_ref())
+        && (claim.acting || !pane.is_some_and(|p| p.dead))
+    {
+        return None;
     }
     let Some(pane) = pane else {
         if clean_exit {

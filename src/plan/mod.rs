@@ -116,8 +116,9 @@ pub struct Attention {
     pub agent: String,
     pub pane: String,
     /// `safe-mode` (a crash limit or a diagnosis stopped it), `cooldown` (restarting),
-    /// `stopped` (`phoenix stop`), `moved` (the operator placed it on another machine) or
-    /// `worktree` (its worktree needs a person first).
+    /// `restarting` (a person, the daemon or the watchdog restarts it right now), `stopped`
+    /// (`phoenix stop`), `moved` (the operator placed it on another machine) or `worktree`
+    /// (its worktree needs a person first).
     #[serde(deserialize_with = "attention_state")]
     pub state: Word,
     /// For people: what to run.
@@ -366,7 +367,14 @@ fn symbol<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
 fn attention_state<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
     known(
         d,
-        &["safe-mode", "cooldown", "stopped", "moved", "worktree"],
+        &[
+            "safe-mode",
+            "cooldown",
+            "restarting",
+            "stopped",
+            "moved",
+            "worktree",
+        ],
         "held",
     )
 }

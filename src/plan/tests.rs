@@ -270,6 +270,59 @@ fn waiting_wrapper_is_left_alone() {
 }
 
 #[test]
+fn an_agent_someone_restarts_is_starting_not_missing_or_dead() {
+    let s = two_agents();
+    let fp = |i: usize| s.agents[i].launch().fingerprint();
+    // `a`: its wrapper is between the old CLI and the new one, no phase set yet; `b`: its
+    // pane is not there yet. Both are being restarted by someone else right now.
+    let mut w = world_with(&s, vec![pane("a", &fp(0), false)]);
+    let claim = crate::state::claim::Claim {
+        owner: crate::state::claim::Owner::Operator,
+        pid: 1,
+        id: "1".into(),
+        until_ms: i64::MAX,
+        acting: false,
+    };
+    for agent in ["a", "b"] {
+        w.agents.get_mut(agent).unwrap().restarting = Some(claim.clone());
+    }
+    let plan = diff(&s, &w, &PlanOptions::default());
+    assert!(plan.is_empty(), "{plan}");
+    let held: Vec<_> = plan
+        .attention
+        .iter()
+        .map(|a| (&*a.agent, a.state))
+        .collect();
+    assert_eq!(held, [("a", "restarting"), ("b", "restarting")]);
+    assert!(
+        plan.to_string()
+            .contains("starting after a restart by a person (pid 1)"),
+        "{plan}"
+    );
+    // A pane that died after its owner was done is a start that failed: restarted.
+    w.panes[0].dead = true;
+    let plan = diff(&s, &w, &PlanOptions::default());
+    let symbols: Vec<_> = plan.changes.iter().map(|c| (&*c.agent, c.symbol)).collect();
+    assert_eq!(symbols, [("a", "~")], "{plan}");
+    w.agents
+        .get_mut("a")
+        .unwrap()
+        .restarting
+        .as_mut()
+        .unwrap()
+        .acting = true;
+    assert!(diff(&s, &w, &PlanOptions::default()).is_empty());
+    w.panes[0].dead = false;
+    // Without the claim the same world is a pane to restart and an agent to start.
+    for agent in ["a", "b"] {
+        w.agents.get_mut(agent).unwrap().restarting = None;
+    }
+    let plan = diff(&s, &w, &PlanOptions::default());
+    let symbols: Vec<_> = plan.changes.iter().map(|c| (&*c.agent, c.symbol)).collect();
+    assert_eq!(symbols, [("b", "+"), ("a", "~")], "{plan}");
+}
+
+#[test]
 fn dead_pane_with_clean_exit_is_left_alone() {
     let s = two_agents();
     let mut p = pane("a", &s.agents[0].launch().fingerprint(), false);

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod bounded;
+pub mod claim;
 pub mod daemon;
 pub mod down;
 pub mod events;

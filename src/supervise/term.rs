@@ -99,13 +99,27 @@ impl Terminal {
     }
 
     /// Become the foreground group again and restore the modes the agent may have changed
-    /// (a crashed CLI can leave the terminal raw, which safe mode cannot read from).
+    /// (a crashed CLI can leave the terminal raw, which safe mode cannot read from). What the
+    /// ended CLI left unread goes: text phoenix pasted into a CLI that never reads its input
+    /// (a custom CLI's startup context) would otherwise wait there, to be read as typed by
+    /// safe mode's prompt or the next CLI.
     pub fn take_back(&self) {
         let fd = stdin_fd();
         let _ = unistd::tcsetpgrp(fd, unistd::getpgrp());
         if let Some(saved) = &self.saved {
             let _ = termios::tcsetattr(fd.as_fd(), SetArg::TCSANOW, saved);
         }
+        discard_input();
+    }
+}
+
+/// Throw away whatever waits unread in the terminal's input (when stdin is a terminal): only
+/// what a person types after this counts. The wrapper ignores SIGTTOU, so this works from a
+/// background group too.
+pub fn discard_input() {
+    let fd = stdin_fd();
+    if unistd::isatty(fd).unwrap_or(false) {
+        let _ = termios::tcflush(fd, termios::FlushArg::TCIFLUSH);
     }
 }
 

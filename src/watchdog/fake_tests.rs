@@ -71,6 +71,35 @@ fn a_dead_pane_is_revived_in_place_and_only_it() {
     assert_eq!(report_of(&report, "fine").action_taken, None);
 }
 
+/// One owner of a restart: a dead pane someone else is restarting right now (their claim
+/// holds) is theirs; the pass neither revives it nor spends a revival on it.
+#[test]
+fn an_agent_someone_else_restarts_is_left_to_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fake = FakeRuntime::new();
+    let spec = applied(tmp.path(), &["gone"], &fake);
+    let pane = pane_of(&fake, "gone");
+    fake.kill(&pane, 9);
+    let dir = FleetDir::new(&spec.fleet.state_dir).agent("gone");
+    let claim = crate::state::claim::take(&dir, crate::state::claim::Owner::Operator)
+        .unwrap()
+        .unwrap();
+    let report = Watchdog::new(&spec, &fake).pass();
+    let a = report_of(&report, "gone");
+    assert_eq!(a.verdict, "skipped", "{a:?}");
+    assert!(
+        a.skipped
+            .as_deref()
+            .is_some_and(|s| s.contains("being restarted by a person")),
+        "{a:?}"
+    );
+    assert_eq!(fake.changes(), []);
+    // Its restart over, the next pass sees the dead pane again.
+    claim.release();
+    let report = Watchdog::new(&spec, &fake).pass();
+    assert_ne!(report_of(&report, "gone").verdict, "skipped");
+}
+
 #[test]
 fn a_pass_of_a_stopping_daemon_revives_no_one_on_the_fake() {
     let tmp = tempfile::tempdir().unwrap();

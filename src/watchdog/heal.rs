@@ -325,7 +325,13 @@ impl Watchdog<'_> {
         let fresh = start == Some(Start::Fresh);
         match process {
             Some(health::Process::Alive { pid }) => {
-                crate::restart::stop_under_wrapper(dir, *pid, reason, fresh)?;
+                // One owner of a restart: a person's or the daemon's under way is left to it.
+                let claim = crate::restart::claim(dir, crate::restart::By::Watchdog)?;
+                if let Err(e) = crate::restart::stop_under_wrapper(dir, *pid, reason, fresh) {
+                    claim.release();
+                    return Err(e);
+                }
+                claim.starting();
                 crate::state::daemon::poke(&self.fleet, &agent.name);
                 Ok(if fresh {
                     "started fresh by its wrapper"
@@ -382,11 +388,22 @@ impl Watchdog<'_> {
         why: &str,
         process: &Option<health::Process>,
     ) -> crate::error::Result<()> {
-        recovery::execute::quarantine(dir, why)?;
-        if let Some(health::Process::Alive { pid }) = process {
-            crate::restart::stop_under_wrapper(dir, *pid, EndReason::WatchdogKill, false)?;
+        // Claimed first: a restart someone else has under way is not stopped under them.
+        let claim = crate::restart::claim(dir, crate::restart::By::Watchdog)?;
+        let stopped = recovery::execute::quarantine(dir, why)
+            .map_err(crate::Error::from)
+            .and_then(|()| match process {
+                Some(health::Process::Alive { pid }) => {
+                    crate::restart::stop_under_wrapper(dir, *pid, EndReason::WatchdogKill, false)
+                }
+                _ => Ok(()),
+            });
+        match &stopped {
+            // The wrapper ends the claim as it shows safe mode.
+            Ok(()) => claim.starting(),
+            Err(_) => claim.release(),
         }
-        Ok(())
+        stopped
     }
 }
 

@@ -231,7 +231,8 @@ fn not_checked(agent: &AgentSpec, pane: Option<&PaneObs>, dir: &AgentDir) -> Opt
     } else if phase == Some("cooldown") {
         Some("its wrapper is restarting it".into())
     } else {
-        None
+        // One owner of a restart: a pane without its CLI is that restart under way.
+        state::claim::current(dir).map(|claim| format!("{}: left to it", claim.describe()))
     }
 }
 

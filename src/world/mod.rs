@@ -305,6 +305,9 @@ pub struct AgentObs {
     pub stopped: bool,
     /// The operator moved it to another machine (`phoenix move`): it must not run here.
     pub fenced: Option<state::fence::Fence>,
+    /// Someone restarts it right now (`state::claim`): no one else may, and a pane without
+    /// its CLI is starting, not dead.
+    pub restarting: Option<state::claim::Claim>,
     /// The launch spec recorded when the agent was last started (for drift details).
     pub started: Option<LaunchSpec>,
     pub last_activity: Option<jiff::Timestamp>,
@@ -459,6 +462,7 @@ fn agent_obs(
         clean_exit: dir.has_marker(state::CLEAN_EXIT),
         stopped: dir.has_marker(state::STOPPED),
         fenced: fences.refused(name).cloned(),
+        restarting: state::claim::current(&dir),
         started: for_plan
             .then(|| {
                 state::JsonFile::new(&dir, state::STARTED_SPEC, "started_spec")

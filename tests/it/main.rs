@@ -16,6 +16,7 @@ mod inert;
 mod messages;
 mod metrics;
 mod needs_input;
+mod one_owner;
 mod policy;
 mod prompt;
 mod real_claude_waits;

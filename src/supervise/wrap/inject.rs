@@ -9,8 +9,8 @@ impl Wrapper {
     /// open loops) pasted into its pane once it is up and quiet. A custom CLI that does call
     /// the hook (its session_start op appears) is left to the hook. On a thread of its own:
     /// the wrapper keeps supervising meanwhile. `since`: the length of ops.jsonl when the run
-    /// started.
-    pub(super) fn startup_context_without_hooks(&self, since: u64) {
+    /// started; `pid`: the agent CLI's.
+    pub(super) fn startup_context_without_hooks(&self, since: u64, pid: u32) {
         let Some(pane) = self.pane.clone() else {
             return;
         };
@@ -31,6 +31,10 @@ impl Wrapper {
                 }
                 std::thread::sleep(Duration::from_millis(200));
             }
+            // Ended meanwhile: its startup text would be read by whatever reads next.
+            if !crate::restart::process_alive(pid) {
+                return;
+            }
             let Some(startup) = crate::continuity::startup_text(&spec, &dir) else {
                 return;
             };
@@ -40,7 +44,10 @@ impl Wrapper {
                 &pane,
                 &dir,
                 &startup.text,
-                &crate::continuity::inject::Options::default(),
+                &crate::continuity::inject::Options {
+                    for_pid: Some(pid),
+                    ..Default::default()
+                },
             ) {
                 Ok(r) => {
                     let _ = dir.record_op(
@@ -61,8 +68,8 @@ impl Wrapper {
     /// session-start hook) but nobody to type the next prompt: phoenix types the agent's
     /// `continue_prompt` once the CLI waits for input, and confirms it was submitted. On a
     /// thread of its own: the wrapper keeps supervising meanwhile. `since`: the length of
-    /// ops.jsonl when the run started.
-    pub(super) fn continue_after_interruption(&mut self, since: u64) {
+    /// ops.jsonl when the run started; `pid`: the agent CLI's.
+    pub(super) fn continue_after_interruption(&mut self, since: u64, pid: u32) {
         let Some(why) = self.interrupted_by.take() else {
             return;
         };
@@ -111,6 +118,7 @@ impl Wrapper {
                 confirm_timeout: Duration::from_secs(1),
                 attempts: 6,
                 hook_only: true,
+                for_pid: Some(pid),
                 ..Default::default()
             };
             match crate::continuity::inject::deliver(&*runtime, &pane, &dir, &prompt, &opts) {
@@ -150,15 +158,20 @@ impl Wrapper {
 
     /// Give the pending messages to the agent as one block, on a thread of its own (the
     /// wrapper keeps supervising meanwhile); a failure is recorded and tried again later.
-    pub(super) fn deliver_messages(&self) -> Option<std::thread::JoinHandle<()>> {
+    pub(super) fn deliver_messages(&self, pid: u32) -> Option<std::thread::JoinHandle<()>> {
         let pane = self.pane.clone()?;
         let (spec, dir) = (self.spec.clone(), self.dir.clone());
         let hooked = self.agent.cli.adapter().has_session_start_hook();
         Some(std::thread::spawn(move || {
             let runtime = world::runtime_for(&spec);
-            if let Err(e) =
-                crate::continuity::messages::deliver(&spec, &*runtime, &pane, &dir, hooked)
-            {
+            if let Err(e) = crate::continuity::messages::deliver(
+                &spec,
+                &*runtime,
+                &pane,
+                &dir,
+                hooked,
+                Some(pid),
+            ) {
                 let _ = dir.record_op(Op::MessagesDeliveryFailed, json!({"error": e}));
             }
         }))

@@ -402,7 +402,7 @@ impl Wrapper {
 // The pane's screen. The wrapper is the program running in its pane, as the agent CLI is once
 // started: its stdout is that pane, what a person attached reads and answers (safe mode), not
 // the CLI's output channel, so it writes there itself; `say`, `blank_line` and safe mode's
-// `prompt` are the only writers.
+// `prompt` and `paste_brackets` are the only writers.
 
 /// Print to the pane. What is said quotes configs, policies and agents' errors: no escape
 /// sequence in them reaches the terminal (the paste rule, for output).

@@ -116,7 +116,11 @@ impl Wrapper {
         // before `agent_start` is recorded) is this session's from here on.
         let spawned = state::now_rfc3339();
         crate::supervise::strays::run_starting(&self.dir);
-        let child = cmd.spawn().map_err(|e| {
+        let spawned_child = cmd.spawn();
+        // Whoever restarted the agent (a person, the daemon, the watchdog) handed the start
+        // to this wrapper: it is done, and the phase set next says what runs here.
+        state::claim::end(&self.dir);
+        let child = spawned_child.map_err(|e| {
             let code = match e.kind() {
                 std::io::ErrorKind::PermissionDenied => 126,
                 _ => 127,
@@ -176,8 +180,8 @@ impl Wrapper {
                     Op::AgentAlive,
                     json!({"pid": pid, "after_ms": started.elapsed().as_millis() as u64}),
                 );
-                self.startup_context_without_hooks(ops_at_start);
-                self.continue_after_interruption(ops_at_start);
+                self.startup_context_without_hooks(ops_at_start, pid);
+                self.continue_after_interruption(ops_at_start, pid);
             }
             if stop_sent.is_none()
                 && self.dir.has_marker(state::TURN_FAILED)
@@ -194,7 +198,7 @@ impl Wrapper {
                 && crate::state::inbox::has_pending(&self.dir)
                 && self.at_turn_boundary()
             {
-                delivering = self.deliver_messages();
+                delivering = self.deliver_messages(pid);
                 next_delivery = Instant::now() + MESSAGE_RETRY;
             }
             if self.dir.has_marker(state::NEEDS_INPUT)
@@ -231,6 +235,14 @@ impl Wrapper {
     /// the terminal back.
     fn clean_up_after(&self, pid: u32) {
         term::set_child(None);
+        // While deciding, nothing runs here on purpose: say so before anything else, before
+        // the strays are stopped too (that can take seconds, in which a reconciler must not
+        // take the pane without its CLI for one to restart). On a thread: the tmux call is
+        // not waited for, and the next phase waits for it. A wrapper told to stop stays
+        // quiet: its pane may already belong to its replacement.
+        if term::stop_signal().is_none() {
+            self.set_phase_meanwhile("cooldown");
+        }
         // Before anything is signalled: what is left of a dying CLI may report its call done.
         let held = crate::supervise::strays::hold_interrupted_call(&self.dir);
         // Whatever the agent left behind in its process group (tool processes, a hook still
@@ -246,12 +258,6 @@ impl Wrapper {
                 stopped.len(),
                 self.agent.name
             ));
-        }
-        // While deciding, nothing runs here on purpose: say so before anything else (on a
-        // thread: the tmux call is not waited for, and the next phase waits for it). A wrapper
-        // told to stop stays quiet: its pane may already belong to its replacement.
-        if term::stop_signal().is_none() {
-            self.set_phase_meanwhile("cooldown");
         }
         if let Some(t) = &self.terminal {
             t.take_back();

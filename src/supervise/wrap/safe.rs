@@ -7,6 +7,14 @@ impl Wrapper {
     /// never runs a shell or any other program.
     pub(super) fn safe_mode(&self, why: &str) -> crate::error::Result<SafeOutcome> {
         self.set_phase("safe");
+        // A restart that ends here (the watchdog's stop for a person) is over: the phase says so.
+        state::claim::end(&self.dir);
+        // Pasted text is no person's answer: with bracketed paste on, every paste phoenix (or
+        // anyone) makes into this pane arrives marked, and is dropped. Asked for before
+        // anything is said, so the terminal marks pastes by the time the prompt appears; off
+        // again before the next CLI starts, which asks for the modes it wants itself.
+        let tty = self.terminal.is_some();
+        paste_brackets(tty, true);
         let _ = self.dir.record_op(Op::SafeMode, json!({"why": why}));
         crate::state::daemon::poke(&self.fleet, &self.agent.name);
         let name = &self.agent.name;
@@ -20,7 +28,19 @@ impl Wrapper {
             "or from anywhere: phoenix restart {name} [--fresh]"
         ));
         let mut input = LineReader::default();
+        let outcome = self.safe_prompt(&mut input);
+        paste_brackets(tty, false);
+        outcome
+    }
+
+    /// Draw the prompt and read the words typed after it, until one of them decides.
+    fn safe_prompt(&self, input: &mut LineReader) -> crate::error::Result<SafeOutcome> {
+        let name = &self.agent.name;
         loop {
+            // Only keys pressed after the prompt appears count: what waits unread (startup
+            // text pasted into a CLI that never read it, a message, keys typed before) goes.
+            term::discard_input();
+            input.discard();
             prompt();
             let word = loop {
                 if let Some(sig) = term::stop_signal() {
@@ -31,6 +51,9 @@ impl Wrapper {
                     None => continue,
                 }
             };
+            if input.take_dropped_paste() {
+                say("pasted text is not read here: type the word");
+            }
             match word.trim() {
                 "" => {}
                 w @ ("restart" | "fresh") => {
@@ -65,17 +88,40 @@ impl Wrapper {
     }
 }
 
+/// Ask the pane's terminal to mark pastes (`ESC[?2004h`), or stop asking; only when stdin is a
+/// terminal (else there is nothing to ask).
+fn paste_brackets(tty: bool, on: bool) {
+    if !tty {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = write!(out, "\x1b[?2004{}", if on { 'h' } else { 'l' });
+    let _ = out.flush();
+}
+
 pub(super) fn prompt() {
     let mut out = std::io::stdout().lock();
     let _ = write!(out, "{SAY} safe mode> ");
     let _ = out.flush();
 }
 
+/// What a terminal puts around pasted text once bracketed paste is asked for.
+const PASTE_START: &[u8] = b"\x1b[200~";
+const PASTE_END: &[u8] = b"\x1b[201~";
+
 /// Lines from stdin without a reader thread: a thread blocked in `read` would keep stealing
-/// the agent's input after a restart. Polls fd 0 with a timeout instead.
+/// the agent's input after a restart. Polls fd 0 with a timeout instead. What arrives inside
+/// paste brackets is dropped: only typed lines come out.
 #[derive(Default)]
 pub(super) struct LineReader {
+    /// Typed bytes, not yet a whole line.
     buf: Vec<u8>,
+    /// Bytes read but not yet sorted into typed or pasted (a bracket may be split).
+    raw: Vec<u8>,
+    /// Inside a paste.
+    pasting: bool,
+    /// A paste was dropped since [`LineReader::take_dropped_paste`] last asked.
+    dropped_paste: bool,
     closed: bool,
 }
 
@@ -100,15 +146,107 @@ impl LineReader {
             let mut chunk = [0u8; 1024];
             match std::io::stdin().lock().read(&mut chunk) {
                 Ok(0) | Err(_) => self.closed = true,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Ok(n) => self.admit(&chunk[..n]),
             }
         }
         self.take_line()
+    }
+
+    /// Sort what was read into typed bytes (kept) and pasted ones (dropped).
+    pub(super) fn admit(&mut self, bytes: &[u8]) {
+        self.raw.extend_from_slice(bytes);
+        loop {
+            let bracket = if self.pasting { PASTE_END } else { PASTE_START };
+            if let Some(at) = find(&self.raw, bracket) {
+                let before: Vec<u8> = self.raw.drain(..at + bracket.len()).collect();
+                if self.pasting {
+                    self.dropped_paste = true;
+                } else {
+                    self.buf.extend_from_slice(&before[..at]);
+                }
+                self.pasting = !self.pasting;
+                continue;
+            }
+            // A bracket may have begun at the end: keep what could be its start.
+            let keep = (1..bracket.len())
+                .rev()
+                .find(|&n| self.raw.len() >= n && self.raw.ends_with(&bracket[..n]))
+                .unwrap_or(0);
+            let done: Vec<u8> = self.raw.drain(..self.raw.len() - keep).collect();
+            if self.pasting {
+                self.dropped_paste |= !done.is_empty();
+            } else {
+                // A stray end bracket outside a paste says nothing either.
+                self.buf.extend_from_slice(&done);
+                while let Some(at) = find(&self.buf, PASTE_END) {
+                    self.buf.drain(at..at + PASTE_END.len());
+                }
+            }
+            return;
+        }
+    }
+
+    /// Forget everything read so far (the terminal's own input was flushed with it).
+    pub(super) fn discard(&mut self) {
+        self.buf.clear();
+        self.raw.clear();
+        self.pasting = false;
+    }
+
+    /// Whether a paste was dropped since the last time this was asked.
+    pub(super) fn take_dropped_paste(&mut self) -> bool {
+        std::mem::take(&mut self.dropped_paste)
     }
 
     pub(super) fn take_line(&mut self) -> Option<String> {
         let end = self.buf.iter().position(|&b| b == b'\n')?;
         let line: Vec<u8> = self.buf.drain(..=end).collect();
         Some(String::from_utf8_lossy(&line).trim().to_string())
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(reader: &mut LineReader) -> Vec<String> {
+        std::iter::from_fn(|| reader.take_line()).collect()
+    }
+
+    #[test]
+    fn pasted_lines_are_dropped_and_typed_ones_kept() {
+        let mut r = LineReader::default();
+        r.admit(b"\x1b[200~startup text\nrestart\nquit\x1b[201~\nfresh\n");
+        assert_eq!(lines(&mut r), ["", "fresh"]);
+        assert!(r.take_dropped_paste());
+        assert!(!r.take_dropped_paste());
+    }
+
+    #[test]
+    fn a_bracket_split_across_reads_still_marks_the_paste() {
+        let mut r = LineReader::default();
+        for part in [
+            &b"typed\n\x1b[2"[..],
+            b"00~rest",
+            b"art\n\x1b[20",
+            b"1~quit\n",
+        ] {
+            r.admit(part);
+        }
+        assert_eq!(lines(&mut r), ["typed", "quit"]);
+    }
+
+    #[test]
+    fn a_paste_whose_end_was_flushed_does_not_swallow_what_is_typed_next() {
+        let mut r = LineReader::default();
+        r.admit(b"\x1b[200~restart\n");
+        assert_eq!(lines(&mut r), Vec::<String>::new());
+        r.discard();
+        r.admit(b"restart\n");
+        assert_eq!(lines(&mut r), ["restart"]);
     }
 }
