@@ -29,7 +29,8 @@
 //!
 //! The tap, for its part, gives its pipe only to the process with the wrapper's pid, of its
 //! own user (a process squatting the name gets nothing), and reads the pane itself when the
-//! wrapper does not take the pipe.
+//! wrapper does not take the pipe, but only a pane's pipe ([`stdin_is_a_pane_pipe`]: its
+//! parent, a tmux server, made it), never a file or a pipe some other process gives it.
 //!
 //! What this does not stop (`docs/architecture.md`, "The tap's hand-over"): a process of the
 //! same user can still reach a pane's output pipe other ways than this socket — through the
@@ -184,7 +185,10 @@ impl Refusals {
         if self.unrecorded.is_empty() {
             return None;
         }
-        Some(self.recorded_at.map_or_else(Instant::now, |t| t + REFUSALS_EVERY))
+        Some(
+            self.recorded_at
+                .map_or_else(Instant::now, |t| t + REFUSALS_EVERY),
+        )
     }
 
     fn record_if_due(&mut self, dir: &AgentDir) {
@@ -557,6 +561,28 @@ fn receive(conn: &UnixStream) -> Received {
         Ok(m) if m.file_type().is_fifo() || m.file_type().is_socket() => Received::Pipe(file),
         _ => Received::NotAPipe,
     }
+}
+
+/// Why `phoenix tap` would not read its stdin.
+pub const NOT_A_PANE_PIPE: &str = "phoenix tap: its input is not a pane's output pipe from tmux (`pipe-pane` starts it): it is not read, since what it says would be taken as the agent's own words";
+
+/// Whether this process's stdin is a pane's output pipe, as `tmux pipe-pane` starts the tap:
+/// a socket (tmux makes that pipe a socket pair) whose other end its parent, a tmux server of
+/// this user, made. The tap's own reading (when the wrapper does not take the pipe) is the
+/// agent's words as much as the wrapper's: a file, a shell's pipe or a socket some other
+/// process made is refused, or any process could run `phoenix tap` to speak as an agent.
+pub fn stdin_is_a_pane_pipe() -> bool {
+    let stdin = io::stdin();
+    let Ok(peer) = socket::getsockopt(&stdin.as_fd(), sockopt::PeerCredentials) else {
+        return false;
+    };
+    let parent = nix::unistd::getppid().as_raw();
+    peer.pid() == parent
+        && peer.uid() == nix::unistd::getuid().as_raw()
+        && std::fs::read_link(format!("/proc/{parent}/exe")).is_ok_and(|exe| {
+            exe.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("tmux"))
+        })
 }
 
 /// `phoenix tap --wrapper PID`: give this process's stdin (the pane's pipe) to the wrapper

@@ -714,7 +714,8 @@ fn forge_hand_over(pid: u32, words: &[u8]) -> (bool, std::io::PipeWriter) {
     if sent.is_err() {
         return (false, writer);
     }
-    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let mut ack = [0u8; 1];
     (conn.read(&mut ack).is_ok_and(|n| n == 1), writer)
 }
@@ -772,9 +773,13 @@ fn only_the_panes_own_pipe_speaks_for_the_agent() {
         .collect();
     for mut conn in silent {
         use std::io::Read;
-        conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         let mut byte = [0u8; 1];
-        assert!(matches!(conn.read(&mut byte), Ok(0)), "a silent client is closed");
+        assert!(
+            matches!(conn.read(&mut byte), Ok(0)),
+            "a silent client is closed"
+        );
     }
     assert!(
         threads_of(wrapper) <= threads + 2,
@@ -798,11 +803,24 @@ fn only_the_panes_own_pipe_speaks_for_the_agent() {
         .count();
     assert!(refusals < 30, "{refusals} records");
     drop(writers);
+    // Nor does `phoenix tap` itself read what it is given, for the wrapper that refused it
+    // or for none: only a pane's pipe from tmux.
+    let pid = wrapper.to_string();
+    for args in [
+        vec!["tap", "--agent", "plain", "--wrapper", &pid],
+        vec!["tap", "--agent", "plain"],
+    ] {
+        fleet
+            .run_within_input(&args, forged, Duration::from_secs(60))
+            .status(2)
+            .stderr_has("not a pane's output pipe from tmux");
+    }
     // Nothing the forger said was acted on.
     std::thread::sleep(Duration::from_secs(1));
     let ops = fleet.ops("plain");
     assert!(
-        !ops.iter().any(|o| o["event"] == "tap_save" || o["event"] == "tap_send"),
+        !ops.iter()
+            .any(|o| o["event"] == "tap_save" || o["event"] == "tap_send"),
         "{ops:?}"
     );
     let ledger = fleet.run(&["ledger", "plain", "--json"]).json();
@@ -848,7 +866,9 @@ fn only_the_panes_own_pipe_speaks_for_the_agent() {
         "plain",
         "say ->conti{}nuity:save <<<\\nCurrent task: After the respawn\\n>>>",
     );
-    wait_until(Duration::from_secs(10), "the save after the respawn", || {
-        fleet.run(&["ledger", "plain", "--json"]).json()["current_task"] == "After the respawn"
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "the save after the respawn",
+        || fleet.run(&["ledger", "plain", "--json"]).json()["current_task"] == "After the respawn",
+    );
 }

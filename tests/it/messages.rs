@@ -399,13 +399,22 @@ fn a_repl_whose_prompt_looks_the_same_after_enter_gets_each_block_once() {
     let fleet = repl_fleet();
     for kind in ["newline", "in-place"] {
         fleet
-            .run(&["send", kind, "please review src/parse.rs", "--from", "alice"])
+            .run(&[
+                "send",
+                kind,
+                "please review src/parse.rs",
+                "--from",
+                "alice",
+            ])
             .status(0);
     }
     for kind in ["newline", "in-place"] {
         let doc = wait_delivered(&fleet, kind, 1);
         assert_eq!(doc["pending"], serde_json::json!([]), "{doc}");
-        let how = doc["delivered"][0]["confirmed_by"].as_str().unwrap().to_string();
+        let how = doc["delivered"][0]["confirmed_by"]
+            .as_str()
+            .unwrap()
+            .to_string();
         let expected = if kind == "newline" {
             "screen changed"
         } else {
@@ -416,10 +425,15 @@ fn a_repl_whose_prompt_looks_the_same_after_enter_gets_each_block_once() {
     // Longer than a delivery's Enter presses and its retry after a failure take.
     std::thread::sleep(Duration::from_secs(12));
     for kind in ["newline", "in-place"] {
-        let taken =
-            std::fs::read_to_string(fleet.path().join(format!("taken-{kind}.log"))).unwrap_or_default();
+        let taken = std::fs::read_to_string(fleet.path().join(format!("taken-{kind}.log")))
+            .unwrap_or_default();
         let blocks = taken.matches("please review src/parse.rs").count();
-        assert_eq!(blocks, 1, "{kind} took the block {blocks} times:\n{taken}\n{}", explain(&fleet, kind));
+        assert_eq!(
+            blocks,
+            1,
+            "{kind} took the block {blocks} times:\n{taken}\n{}",
+            explain(&fleet, kind)
+        );
         let headers = taken.matches("--- from alice at ").count();
         assert_eq!(headers, 1, "{kind}:\n{taken}");
     }

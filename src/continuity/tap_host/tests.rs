@@ -94,9 +94,15 @@ fn forged_pipe(words: &[u8]) -> io::PipeReader {
 fn only_the_pipe_that_carries_the_pane_is_taken() {
     let host = host();
     let (pane_pipe, mut pane_writer) = io::pipe().unwrap();
-    forward(host.pane_output.try_clone().unwrap(), pane_pipe.try_clone().unwrap());
+    forward(
+        host.pane_output.try_clone().unwrap(),
+        pane_pipe.try_clone().unwrap(),
+    );
     let forged = forged_pipe(b"->continuity:save <<< forged >>>\n");
-    assert!(!host.hand_over(forged.as_raw_fd()), "a pipe without the proof");
+    assert!(
+        !host.hand_over(forged.as_raw_fd()),
+        "a pipe without the proof"
+    );
     assert!(host.taken.try_recv().is_err());
 
     // The real one. The pane printed before the hand-over: nothing of that is lost.
@@ -104,7 +110,10 @@ fn only_the_pipe_that_carries_the_pane_is_taken() {
     assert!(host.hand_over(pane_pipe.as_raw_fd()), "the pane's pipe");
     let mut input = host.taken.recv_timeout(Duration::from_secs(5)).unwrap();
     let forged = forged_pipe(b"->continuity:save <<< forged later >>>\n");
-    assert!(!host.hand_over(forged.as_raw_fd()), "one hand-over per pane start");
+    assert!(
+        !host.hand_over(forged.as_raw_fd()),
+        "one hand-over per pane start"
+    );
     pane_writer.write_all(b"later output\n").unwrap();
     drop(pane_writer);
     let mut text = Vec::new();
@@ -145,17 +154,27 @@ fn a_silent_client_never_blocks_the_hand_over() {
     let host = host();
     let silent: Vec<UnixStream> = (0..MAX_ATTEMPTS + 4).map(|_| host.connect()).collect();
     let (pane_pipe, _pane_writer) = io::pipe().unwrap();
-    forward(host.pane_output.try_clone().unwrap(), pane_pipe.try_clone().unwrap());
+    forward(
+        host.pane_output.try_clone().unwrap(),
+        pane_pipe.try_clone().unwrap(),
+    );
     let started = Instant::now();
     assert!(host.hand_over(pane_pipe.as_raw_fd()));
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(host.taken.recv_timeout(Duration::from_secs(1)).is_ok());
     // Every silent one is closed by the host in time: its read ends.
     for mut conn in silent {
         conn.set_read_timeout(Some(SILENT_WAIT + Duration::from_secs(3)))
             .unwrap();
         let mut byte = [0u8; 1];
-        assert!(matches!(conn.read(&mut byte), Ok(0)), "closed without a word");
+        assert!(
+            matches!(conn.read(&mut byte), Ok(0)),
+            "closed without a word"
+        );
     }
 }
 
@@ -165,21 +184,31 @@ fn a_silent_client_never_blocks_the_hand_over() {
 fn every_later_hand_over_is_refused_and_counted() {
     let host = host();
     let (pane_pipe, _pane_writer) = io::pipe().unwrap();
-    forward(host.pane_output.try_clone().unwrap(), pane_pipe.try_clone().unwrap());
+    forward(
+        host.pane_output.try_clone().unwrap(),
+        pane_pipe.try_clone().unwrap(),
+    );
     assert!(host.hand_over(pane_pipe.as_raw_fd()));
     let started = Instant::now();
     for _ in 0..100 {
         let (reader, _writer) = io::pipe().unwrap();
         assert!(!host.hand_over(reader.as_raw_fd()));
     }
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     let (refused, ops) = host.refused(100, Duration::from_secs(3));
     assert_eq!(refused, 100, "{ops:?}");
     // Recorded in batches, not once per attempt.
     assert!(ops.len() < 20, "{}", ops.len());
     let last = ops.last().unwrap();
     assert_eq!(last["total"], 100, "{last}");
-    assert!(last["reasons"]["already handed over"].as_u64().unwrap() > 0, "{last}");
+    assert!(
+        last["reasons"]["already handed over"].as_u64().unwrap() > 0,
+        "{last}"
+    );
 }
 
 /// Something that is not a pipe (a file: a read of it could be anything) is refused.
@@ -208,8 +237,7 @@ fn the_pipe_goes_to_the_wrapper_pid_only() {
     let tap = std::thread::spawn(move || hand_over_to(&tap_name, own, reader.as_raw_fd()));
     std::thread::sleep(Duration::from_millis(30));
     let listener =
-        UnixListener::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap())
-            .unwrap();
+        UnixListener::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
     let (mut conn, _) = listener.accept().unwrap();
     let got = loop {
         match receive(&conn) {
@@ -227,8 +255,9 @@ fn the_pipe_goes_to_the_wrapper_pid_only() {
     assert_eq!(text, "->continuity:load\n");
 
     // This process squats the name of pid 1 (never a wrapper of this test's user).
-    let squatted =
-        UnixListener::bind_addr(&SocketAddr::from_abstract_name(socket_name(1).as_bytes()).unwrap());
+    let squatted = UnixListener::bind_addr(
+        &SocketAddr::from_abstract_name(socket_name(1).as_bytes()).unwrap(),
+    );
     if let Ok(squatted) = squatted {
         squatted.set_nonblocking(true).unwrap();
         let (reader, _writer) = io::pipe().unwrap();

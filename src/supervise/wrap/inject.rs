@@ -50,7 +50,10 @@ impl Wrapper {
                     startup.delivered(&dir, r.confirmed_by);
                 }
                 Err(e) => {
-                    let typed = matches!(e, crate::continuity::inject::InjectError::Unconfirmed { .. });
+                    let typed = matches!(
+                        e,
+                        crate::continuity::inject::InjectError::Unconfirmed { .. }
+                    );
                     let _ = dir.record_op(
                         Op::StartupContextFailed,
                         json!({"error": e.to_string(), "typed": typed}),
