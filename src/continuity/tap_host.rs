@@ -88,21 +88,21 @@ pub struct Host;
 impl Host {
     /// Listen for the pane's pipe and read what comes through it on a thread, acting on the
     /// agent's `->continuity:` commands (`config` and `agent` as for `phoenix tap`). The proofs
-    /// are written to this process's stdout: the wrapper's pane. The pipe taken is recorded in
+    /// are written to `pane`: the wrapper's stdout, its pane. The pipe taken is recorded in
     /// `dir` (`tap_started`), refused hand-overs too (`tap_refused`).
-    pub fn start(config: &Path, agent: &str, dir: &AgentDir) -> io::Result<Host> {
+    pub fn start(
+        config: &Path,
+        agent: &str,
+        dir: &AgentDir,
+        pane: Box<dyn Write + Send>,
+    ) -> io::Result<Host> {
         let (config, agent) = (config.to_path_buf(), agent.to_string());
         let read = move |input: Box<dyn Read + Send>| {
             let _ = std::thread::Builder::new()
                 .name("tap reader".into())
                 .spawn(move || super::tap::read(input, &config, &agent, |_| {}));
         };
-        start_on(
-            &socket_name(std::process::id()),
-            Box::new(io::stdout()),
-            dir,
-            Box::new(read),
-        )
+        start_on(&socket_name(std::process::id()), pane, dir, Box::new(read))
     }
 }
 
