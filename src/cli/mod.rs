@@ -591,6 +591,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             {
                 return Ok(0);
             }
+            // What it reads is taken as the agent's own words: only a pane's pipe from tmux.
+            if !crate::continuity::tap_host::stdin_is_a_pane_pipe() {
+                err_line(crate::continuity::tap_host::NOT_A_PANE_PIPE);
+                return Ok(2);
+            }
             Ok(crate::continuity::tap::run(&config, &agent, err_line)?)
         }
         Command::Watchdog { once, json } => watchdog::run(&config, once, json),

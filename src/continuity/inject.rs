@@ -1,8 +1,15 @@
-//! Injection into a running agent: the text is pasted into the pane as a bracketed paste when the agent is ready for input, and Enter
-//! submits it. Delivery is confirmed — the CLI's prompt-submit hook fires, or the text leaves
-//! the input line — and Enter is sent again a bounded number of times if it was swallowed.
-//! Nothing goes through a shell, and the text is sanitized by the runtime's paste
-//! (`world::inert::keyboard_text`): no escape sequence reaches the pane.
+//! Injection into a running agent: the text is pasted into the pane as a bracketed paste when
+//! the agent is ready for input, and Enter submits it. Delivery is confirmed — the CLI's
+//! prompt-submit hook fires, or the text leaves the input line — and Enter is sent again a
+//! bounded number of times if it was swallowed. Nothing goes through a shell, and the text is
+//! sanitized by the runtime's paste (`world::inert::keyboard_text`): no escape sequence
+//! reaches the pane.
+//!
+//! A text is typed once. Once pasted it is in the agent's input whatever the screen shows
+//! next: a screen that looks the same after Enter as before (a REPL whose last line is `> `
+//! either way) proves nothing either way, and pasting again would give the agent the text
+//! twice. An unconfirmed paste is [`InjectError::Unconfirmed`], which callers treat as given
+//! (marked, recorded as unconfirmed), never as a reason to paste again.
 
 use std::time::{Duration, Instant};
 
@@ -51,7 +58,7 @@ pub struct Report {
     pub pane: String,
     /// Enter presses it took.
     pub attempts: u32,
-    /// `prompt hook` or `input line cleared`.
+    /// `prompt hook`, `input line cleared` or `screen changed`.
     pub confirmed_by: &'static str,
     pub waited_ms: u64,
 }
@@ -69,10 +76,19 @@ pub enum InjectError {
         "agent `{0}` is not running: nothing to inject into (start it with `phoenix apply`; a new session gets its latest handoff anyway)"
     )]
     NotRunning(String),
-    /// The pane was there but the text did not get through (busy agent, unconfirmed Enter).
+    /// The pane was there but the text was not pasted (busy agent, a tmux call failed).
     #[error("{0}")]
     Delivery(String),
+    /// The text was pasted and Enter pressed, but nothing confirmed it was submitted. It is in
+    /// the agent's input: pasting it again would type it twice.
+    #[error(
+        "the text was pasted into pane {pane} but nothing confirmed it was submitted after {attempts} Enter press(es); it is not pasted again (look at the pane: it may wait in the input line)"
+    )]
+    Unconfirmed { pane: String, attempts: u32 },
 }
+
+/// How a text pasted without a confirmation is marked where it counts as given.
+pub const TYPED_UNCONFIRMED: &str = "typed, unconfirmed";
 
 impl From<InjectError> for crate::error::Error {
     fn from(e: InjectError) -> Self {
@@ -144,26 +160,27 @@ pub fn deliver(
     text: &str,
     opts: &Options,
 ) -> Result<Report, InjectError> {
-    try_deliver(runtime, pane, dir, text, opts).map_err(InjectError::Delivery)
+    try_deliver(runtime, pane, dir, text, opts)
 }
 
-/// [`deliver`], each failure said as one line.
+/// [`deliver`]; a failure before the paste is said as one line.
 fn try_deliver(
     runtime: &dyn Runtime,
     pane: &str,
     dir: &AgentDir,
     text: &str,
     opts: &Options,
-) -> Result<Report, String> {
+) -> Result<Report, InjectError> {
+    let not_pasted = InjectError::Delivery;
     let started = Instant::now();
     // Ready: the screen has stopped changing (the agent is waiting, not printing).
-    let mut last = screen(runtime, pane)?;
+    let mut last = screen(runtime, pane).map_err(not_pasted)?;
     let mut still_since = Instant::now();
     // Several looks within `quiet`, so that a short one is not mostly one sleep.
     let look = (opts.quiet / 4).clamp(Duration::from_millis(50), Duration::from_millis(150));
     loop {
         std::thread::sleep(look);
-        let now = screen(runtime, pane)?;
+        let now = screen(runtime, pane).map_err(not_pasted)?;
         if now != last {
             last = now;
             still_since = Instant::now();
@@ -171,10 +188,10 @@ fn try_deliver(
             break;
         }
         if started.elapsed() > opts.ready_timeout {
-            return Err(format!(
+            return Err(not_pasted(format!(
                 "pane {pane} kept changing for {}s: the agent is busy; try again when it waits for input",
                 opts.ready_timeout.as_secs()
-            ));
+            )));
         }
     }
     let ops_offset = std::fs::metadata(dir.file(state::OPS_LOG))
@@ -191,55 +208,61 @@ fn try_deliver(
     if let Some(pid) = opts.for_pid
         && !crate::restart::process_alive(pid)
     {
-        return Err(format!(
+        return Err(InjectError::Delivery(format!(
             "the agent (pid {pid}) ended before the text was given: not pasted into pane {pane}"
-        ));
+        )));
     }
     runtime
         .paste(pane, text)
-        .map_err(|e| format!("cannot paste into pane {pane}: {e}"))?;
+        .map_err(|e| not_pasted(format!("cannot paste into pane {pane}: {e}")))?;
+    // From here on the text is in the agent's input: whatever goes wrong, it is not pasted
+    // again (`Unconfirmed`), only Enter is pressed again.
+    let unconfirmed = |attempts| InjectError::Unconfirmed {
+        pane: pane.to_string(),
+        attempts,
+    };
+    let confirmed = |attempts, confirmed_by| Report {
+        pane: pane.to_string(),
+        attempts,
+        confirmed_by,
+        waited_ms: started.elapsed().as_millis() as u64,
+    };
     for attempt in 1..=opts.attempts {
         // Give the paste a moment to land before Enter, or a fast Enter is part of it.
         std::thread::sleep(Duration::from_millis(150));
-        let before = screen(runtime, pane)?;
+        let before = screen(runtime, pane).map_err(|_| unconfirmed(attempt - 1))?;
         runtime
             .press_enter(pane)
-            .map_err(|e| format!("cannot press Enter in pane {pane}: {e}"))?;
+            .map_err(|_| unconfirmed(attempt - 1))?;
         let deadline = Instant::now() + opts.confirm_timeout;
+        // When the line under the cursor changed, and when the screen did at all.
         let mut cleared_at: Option<Instant> = None;
+        let mut changed_at: Option<Instant> = None;
         while Instant::now() < deadline {
             if prompt_hook_since(dir, ops_offset) {
-                return Ok(Report {
-                    pane: pane.to_string(),
-                    attempts: attempt,
-                    confirmed_by: "prompt hook",
-                    waited_ms: started.elapsed().as_millis() as u64,
-                });
+                return Ok(confirmed(attempt, "prompt hook"));
             }
-            // Submitted text leaves the input line: the line the cursor was on changes. A
-            // swallowed Enter changes nothing, and is pressed again.
-            let now = screen(runtime, pane)?;
-            if !opts.hook_only
-                && cleared_at.is_none()
-                && now != before
-                && last_line(&now) != last_line(&before)
-            {
-                cleared_at = Some(Instant::now());
+            let now = screen(runtime, pane).map_err(|_| unconfirmed(attempt))?;
+            if !opts.hook_only && now != before {
+                changed_at.get_or_insert_with(Instant::now);
+                // Submitted text leaves the input line: the line the cursor was on changes.
+                // A swallowed Enter changes nothing, and is pressed again.
+                if cleared_at.is_none() && last_line(&now) != last_line(&before) {
+                    cleared_at = Some(Instant::now());
+                }
             }
             // The prompt hook is the stronger proof: give it a moment to come first.
             if cleared_at.is_some_and(|t| t.elapsed() >= HOOK_GRACE) {
-                return Ok(Report {
-                    pane: pane.to_string(),
-                    attempts: attempt,
-                    confirmed_by: "input line cleared",
-                    waited_ms: started.elapsed().as_millis() as u64,
-                });
+                return Ok(confirmed(attempt, "input line cleared"));
+            }
+            // The screen moved on after Enter, though its last line reads as before (a REPL
+            // that shows its `> ` again): the Enter was taken. Another one would submit an
+            // empty line, and the paste is never repeated.
+            if cleared_at.is_none() && changed_at.is_some_and(|t| t.elapsed() >= HOOK_GRACE) {
+                return Ok(confirmed(attempt, "screen changed"));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    Err(format!(
-        "the text was pasted into pane {pane} but not submitted after {} Enter presses",
-        opts.attempts
-    ))
+    Err(unconfirmed(opts.attempts))
 }

@@ -140,9 +140,11 @@ pub struct Delivered {
 }
 
 /// Paste the pending messages into `pane` as one block and mark them delivered once the
-/// paste is confirmed (`hooked`: only the prompt hook confirms). An urgent message interrupts
-/// the agent first. `Ok(None)`: nothing pending, or a delivery under way elsewhere.
-/// `for_pid`: the agent process they are for; nothing is pasted once it has ended.
+/// paste is confirmed (`hooked`: only the prompt hook confirms). A block pasted that nothing
+/// confirmed is marked delivered as `typed, unconfirmed` (and the failure recorded): it is
+/// never pasted twice. An urgent message interrupts the agent first. `Ok(None)`: nothing
+/// pending, or a delivery under way elsewhere. `for_pid`: the agent process they are for;
+/// nothing is pasted once it has ended.
 pub fn deliver(
     spec: &Spec,
     runtime: &dyn Runtime,
@@ -174,13 +176,25 @@ pub fn deliver(
         for_pid,
         ..Default::default()
     };
-    let report =
-        super::inject::deliver(runtime, pane, dir, &text, &opts).map_err(|e| e.to_string())?;
+    let confirmed_by = match super::inject::deliver(runtime, pane, dir, &text, &opts) {
+        Ok(report) => report.confirmed_by,
+        // Typed once: a block pasted without a confirmation is in the agent's input, and
+        // pasting it again at the next boundary would give every message twice.
+        Err(e @ super::inject::InjectError::Unconfirmed { .. }) => {
+            let _ = dir.record_op(
+                Op::MessagesDeliveryFailed,
+                json!({"ids": messages.iter().map(|m| &m.id).collect::<Vec<_>>(),
+                       "error": e.to_string(), "typed": true}),
+            );
+            super::inject::TYPED_UNCONFIRMED
+        }
+        Err(e) => return Err(e.to_string()),
+    };
     let ids: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
-    mark(dir, &ids, report.confirmed_by, urgent, None);
+    mark(dir, &ids, confirmed_by, urgent, None);
     Ok(Some(Delivered {
         ids,
-        confirmed_by: report.confirmed_by,
+        confirmed_by,
         urgent,
     }))
 }

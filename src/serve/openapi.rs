@@ -290,14 +290,14 @@ pub fn document() -> Value {
                 "InjectReport": {"type": "object", "properties": {
                     "agent": {"type": "string"}, "handoff_id": {"type": ["string", "null"]},
                     "chars": {"type": "integer"}, "pane": {"type": "string"}, "attempts": {"type": "integer"},
-                    "confirmed_by": {"type": "string", "enum": ["prompt hook", "input line cleared"]},
+                    "confirmed_by": {"type": "string", "enum": ["prompt hook", "input line cleared", "screen changed"]},
                     "waited_ms": {"type": "integer"}}},
                 "Message": {"type": "object", "properties": {
                     "id": {"type": "string"}, "from": {"type": "string"},
                     "sent_at": {"type": "string", "format": "date-time"}, "text": {"type": "string"},
                     "urgent": {"type": "boolean"},
                     "delivered_at": {"type": "string", "format": "date-time", "description": "Absent while pending."},
-                    "confirmed_by": {"type": "string", "enum": ["prompt hook", "input line cleared", "session start"]}}},
+                    "confirmed_by": {"type": "string", "enum": ["prompt hook", "input line cleared", "screen changed", "session start", "typed, unconfirmed"]}}},
                 "RestartReport": {"type": "object", "properties": {
                     "agent": {"type": "string"}, "fresh": {"type": "boolean"},
                     "via": {"type": "string", "enum": ["wrapper", "respawn", "start"]},

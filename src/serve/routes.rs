@@ -748,6 +748,10 @@ async fn inject(
             continuity::inject::InjectError::Delivery(_) => {
                 ApiError::conflict(e.to_string(), "try again when the agent waits for input")
             }
+            continuity::inject::InjectError::Unconfirmed { .. } => ApiError::conflict(
+                e.to_string(),
+                "look at the agent's pane before injecting again: the text may be there already",
+            ),
             other => ApiError::internal(&other.into()),
         })?;
         tracing::info!("injected {} characters into agent `{name}`", text.len());

@@ -44,7 +44,8 @@ pub struct Message {
     pub urgent: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivered_at: Option<String>,
-    /// How the delivery was confirmed: `prompt hook`, `input line cleared`, `session start`.
+    /// How the delivery was confirmed: `prompt hook`, `input line cleared`, `screen changed`,
+    /// `session start`, or `typed, unconfirmed` (pasted once, nothing confirmed it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmed_by: Option<String>,
     /// The session whose startup context carried this message, until that session's first

@@ -95,6 +95,8 @@ ops! {
     HandoffFailed = "handoff_failed",
     TapStarted = "tap_started",
     TapFailed = "tap_failed",
+    /// Hand-overs of a pane's pipe the wrapper refused (`refused`, `total`, `reasons`).
+    TapRefused = "tap_refused",
     // The hooks (hooks/), run by the CLI itself: a sign of its life.
     /// Older builds wrote `hook_session_start`.
     SessionStart = "session_start" | "hook_session_start",

@@ -346,3 +346,108 @@ fn the_api_takes_a_message_with_the_rules_of_every_action() {
     let (_, doc) = server.get("/openapi.json");
     assert!(doc["paths"]["/api/agents/{agent}/messages"]["post"].is_object());
 }
+
+/// A custom REPL without hooks and without echo, whose last screen line is `> ` before and
+/// after Enter: one that prints its prompt again on a line of its own (`newline`), and one that
+/// redraws it in place, so the screen after Enter is the screen before (`in-place`). Each
+/// line it takes goes to `taken.log` in its workdir.
+fn repl_fleet() -> Fleet {
+    let fleet = Fleet::new();
+    let script = fleet.path().join("repl.sh");
+    std::fs::write(
+        &script,
+        "stty -echo 2>/dev/null\n\
+         printf 'repl ready\\n> '\n\
+         while IFS= read -r line; do\n\
+           printf '%s\\n' \"$line\" >> \"taken-$1.log\"\n\
+           if [ \"$1\" = newline ]; then printf '\\n> '; else printf '\\r\\033[K> '; fi\n\
+         done\n",
+    )
+    .unwrap();
+    let mut toml = String::from(
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"10s\"\n\n",
+    );
+    for kind in ["newline", "in-place"] {
+        toml.push_str(&format!(
+            "[[agent]]\nname = \"{kind}\"\ncli = \"custom\"\nworkdir = \"{}\"\n\
+             command = \"sh {} {kind}\"\n",
+            fleet.path().display(),
+            script.display()
+        ));
+    }
+    fleet.toml(&toml);
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["newline", "in-place"]);
+    for kind in ["newline", "in-place"] {
+        support::wait_for_screen(&fleet, &pane(&fleet, kind), "repl ready", WAIT);
+        wait_until_explained(
+            WAIT,
+            "the REPL shows life",
+            || fleet.ops(kind).iter().any(|o| o["event"] == "agent_alive"),
+            || explain(&fleet, kind),
+        );
+    }
+    // A CLI without hooks is given its startup context a few seconds after it shows life:
+    // past that, a message comes only as a block of its own.
+    std::thread::sleep(Duration::from_secs(4));
+    fleet
+}
+
+/// A message block is typed once, whatever the screen shows after Enter: a REPL whose last
+/// line reads `> ` before and after got each block two or three times (the unchanged line
+/// read as a swallowed Enter, the failed delivery pasted the block again at the next try).
+#[test]
+fn a_repl_whose_prompt_looks_the_same_after_enter_gets_each_block_once() {
+    let fleet = repl_fleet();
+    for kind in ["newline", "in-place"] {
+        fleet
+            .run(&[
+                "send",
+                kind,
+                "please review src/parse.rs",
+                "--from",
+                "alice",
+            ])
+            .status(0);
+    }
+    for kind in ["newline", "in-place"] {
+        let doc = wait_delivered(&fleet, kind, 1);
+        assert_eq!(doc["pending"], serde_json::json!([]), "{doc}");
+        let how = doc["delivered"][0]["confirmed_by"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let expected = if kind == "newline" {
+            "screen changed"
+        } else {
+            "typed, unconfirmed"
+        };
+        assert_eq!(how, expected, "{kind}: {doc}");
+    }
+    // Longer than a delivery's Enter presses and its retry after a failure take.
+    std::thread::sleep(Duration::from_secs(12));
+    for kind in ["newline", "in-place"] {
+        let taken = std::fs::read_to_string(fleet.path().join(format!("taken-{kind}.log")))
+            .unwrap_or_default();
+        let blocks = taken.matches("please review src/parse.rs").count();
+        assert_eq!(
+            blocks,
+            1,
+            "{kind} took the block {blocks} times:\n{taken}\n{}",
+            explain(&fleet, kind)
+        );
+        let headers = taken.matches("--- from alice at ").count();
+        assert_eq!(headers, 1, "{kind}:\n{taken}");
+    }
+    // The REPL that moved on after Enter got one Enter: no empty line submitted after it.
+    let taken = std::fs::read_to_string(fleet.path().join("taken-newline.log")).unwrap();
+    assert!(!taken.ends_with("\n\n"), "{taken:?}");
+    // The one it never showed is recorded as typed, not confirmed, once.
+    let failed: Vec<Value> = fleet
+        .ops("in-place")
+        .into_iter()
+        .filter(|o| o["event"] == "messages_delivery_failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["typed"], true, "{failed:?}");
+}

@@ -57,8 +57,19 @@ impl Wrapper {
                     startup.delivered(&dir, r.confirmed_by);
                 }
                 Err(e) => {
-                    let _ =
-                        dir.record_op(Op::StartupContextFailed, json!({"error": e.to_string()}));
+                    let typed = matches!(
+                        e,
+                        crate::continuity::inject::InjectError::Unconfirmed { .. }
+                    );
+                    let _ = dir.record_op(
+                        Op::StartupContextFailed,
+                        json!({"error": e.to_string(), "typed": typed}),
+                    );
+                    // Typed once: the messages it carried are in the agent's input already,
+                    // and must not come again with the next delivery.
+                    if typed {
+                        startup.delivered(&dir, crate::continuity::inject::TYPED_UNCONFIRMED);
+                    }
                 }
             }
         });

@@ -218,9 +218,13 @@ impl Wrapper {
         if self.pane.is_none() || !self.agent.tap {
             return;
         }
-        if let Err(e) =
-            crate::continuity::tap_host::Host::start(&self.spec.file, &self.agent.name, &self.dir)
-        {
+        // The proofs the tap's hand-over needs go to the pane: this wrapper's stdout.
+        if let Err(e) = crate::continuity::tap_host::Host::start(
+            &self.spec.file,
+            &self.agent.name,
+            &self.dir,
+            Box::new(std::io::stdout()),
+        ) {
             let _ = self.dir.record_op(
                 Op::TapFailed,
                 json!({"error": format!("the wrapper cannot read the pane itself ({e}); its `phoenix tap` process does")}),
