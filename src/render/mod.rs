@@ -86,10 +86,14 @@ impl Error {
     pub fn message(&self) -> String {
         match self {
             Error::NotFound { .. } => self.to_string(),
-            Error::Template { source, .. } if source.kind() == ErrorKind::OutOfFuel => format!(
-                "{}: the template does more work than one render may ({FUEL} fuel); look for nested loops over large ranges",
-                source.kind()
-            ),
+            Error::Template { source, .. }
+                if source.kind() == ErrorKind::OutOfFuel && source.detail().is_none() =>
+            {
+                format!(
+                    "{}: the template does more work than one render may ({FUEL} fuel); look for nested loops over large ranges",
+                    source.kind()
+                )
+            }
             Error::Template { source, .. } => match source.detail() {
                 Some(detail) => format!("{}: {detail}", source.kind()),
                 None => source.kind().to_string(),
@@ -220,9 +224,83 @@ fn read_override(path: &Path) -> Result<String, crate::state::bounded::ReadError
     bounded::read_string(path, MAX_TEMPLATE_BYTES, Links::Follow)
 }
 
+/// The widest indent `tojson` takes. minijinja writes the indent for every line and level
+/// before it counts the output against the fuel, so `tojson(indent=100000000)` allocated
+/// without bound and aborted the process (a hook, `handoff save`, `validate`).
+pub const MAX_JSON_INDENT: usize = 16;
+
+/// `tojson`, its indent bounded and its output's size checked before it is written: the
+/// built-in filter counts the output only once it exists.
+fn tojson(
+    state: &minijinja::State,
+    value: &minijinja::Value,
+    indent: Option<minijinja::Value>,
+    kwargs: minijinja::value::Kwargs,
+) -> Result<minijinja::Value, minijinja::Error> {
+    // Out of fuel, with what was too large: `validate` reports it, a render falls back.
+    let invalid = |detail: String| minijinja::Error::new(ErrorKind::OutOfFuel, detail);
+    let given = match &indent {
+        Some(v) => Some(v.clone()),
+        None => kwargs.get::<Option<minijinja::Value>>("indent")?,
+    };
+    let width = match &given {
+        None => 0,
+        Some(v) => match bool::try_from(v.clone()) {
+            Ok(true) => 2,
+            Ok(false) => 0,
+            Err(_) => usize::try_from(v.clone())?,
+        },
+    };
+    if width > MAX_JSON_INDENT {
+        return Err(invalid(format!(
+            "tojson: an indent of {width} is more than the {MAX_JSON_INDENT} a template may use"
+        )));
+    }
+    // Pretty output is at most the compact one with each of its bytes starting a line
+    // indented once per level.
+    let compact = serde_json::to_string(value).map_err(|e| invalid(format!("tojson: {e}")))?;
+    let depth = json_depth(&compact);
+    let bound = compact
+        .len()
+        .saturating_mul(2 + width.saturating_mul(depth));
+    if width > 0 && bound > MAX_OUTPUT_BYTES {
+        return Err(invalid(format!(
+            "tojson: the output could reach {bound} bytes, more than the {MAX_OUTPUT_BYTES} one render may write"
+        )));
+    }
+    let out = minijinja::filters::tojson(value, indent, kwargs)?;
+    state.consume_fuel(out.len().unwrap_or(0) as u64 / 64)?;
+    Ok(out)
+}
+
+/// How deeply the compact JSON `text` nests (brackets outside strings).
+fn json_depth(text: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        match (in_string, escaped, b) {
+            (true, true, _) => escaped = false,
+            (true, false, b'\\') => escaped = true,
+            (true, false, b'"') => in_string = false,
+            (true, false, _) => {}
+            (false, _, b'"') => in_string = true,
+            (false, _, b'[' | b'{') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (false, _, b']' | b'}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// What one render may write at most: what its fuel pays for (one fuel per 64 bytes).
+pub const MAX_OUTPUT_BYTES: usize = FUEL as usize * 64;
+
 fn environment<'a>() -> minijinja::Environment<'a> {
     let mut env = minijinja::Environment::new();
     env.set_fuel(Some(FUEL));
+    env.add_filter("tojson", tojson);
     // A field missing from a template's context renders as nothing, as Jinja users expect.
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
     let syntax = minijinja::syntax::SyntaxConfig::builder()
@@ -316,6 +394,72 @@ mod tests {
             assert_eq!(found.len(), 1, "{found:?}");
             assert!(found[0].message().contains("nested loops"));
         }
+    }
+
+    /// Sizes the fuel never saw: `tojson` wrote its indent for every line and level before
+    /// counting the output, and a huge indent aborted the process.
+    #[test]
+    fn a_huge_indent_is_an_error_not_an_abort() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Templates::new(Some(dir.path()));
+        // Wide and deep: each of its numbers would sit on a line of its own, indented 200 times.
+        let mut wide_deep = json!((0..5000).collect::<Vec<u32>>());
+        for _ in 0..200 {
+            wide_deep = json!([wide_deep]);
+        }
+        let ctx = json!({"agent": "a", "deep": [[[[{"k": [1, 2, 3]}]]]], "wide_deep": wide_deep});
+        for huge in [
+            "{{ deep|tojson(indent=100000000) }}",
+            "{{ deep|tojson(100000000) }}",
+            "{{ agent|indent(1000000000000) }}",
+            "{{ wide_deep|tojson(indent=16) }}",
+        ] {
+            std::fs::write(dir.path().join("clinic_abort.md.j2"), huge).unwrap();
+            let started = std::time::Instant::now();
+            let err = t.render("clinic_abort.md.j2", &ctx).unwrap_err();
+            assert!(started.elapsed() < std::time::Duration::from_secs(2), "{huge}");
+            assert_eq!(
+                err.location().0,
+                "templates/clinic_abort.md.j2",
+                "{huge}: {err}"
+            );
+            let (text, broken) = t.render_or_builtin("clinic_abort.md.j2", &ctx);
+            assert!(text.is_ok() && broken.is_some(), "{huge}");
+            // (`validate` renders with an empty context: only what needs none fails there.)
+            if !huge.contains("wide_deep") {
+                let found = t.check();
+                assert_eq!(found.len(), 1, "{huge}: {found:?}");
+            }
+        }
+        let err = t
+            .render("clinic_abort.md.j2", &ctx)
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            err.message().contains("more than the 64000000 one render may write"),
+            "{}",
+            err.message()
+        );
+        std::fs::write(
+            dir.path().join("clinic_abort.md.j2"),
+            "{{ deep|tojson(indent=100000000) }}",
+        )
+        .unwrap();
+        let err = t.render("clinic_abort.md.j2", &ctx).unwrap_err();
+        assert!(
+            err.message().contains("an indent of 100000000 is more than the 16"),
+            "{}",
+            err.message()
+        );
+        // Sensible indents still work.
+        std::fs::write(
+            dir.path().join("clinic_abort.md.j2"),
+            "{{ deep|tojson(indent=2) }} {{ agent|tojson }} {{ deep|tojson(true) }}",
+        )
+        .unwrap();
+        let text = t.render("clinic_abort.md.j2", &ctx).unwrap();
+        assert!(text.contains("\n        {\n          \"k\": ["), "{text}");
+        assert!(text.contains("\"a\""), "{text}");
     }
 
     #[test]
