@@ -16,6 +16,7 @@ mod inert;
 mod messages;
 mod metrics;
 mod needs_input;
+mod planted;
 mod policy;
 mod real_claude_waits;
 mod real_cli;
