@@ -161,7 +161,10 @@ impl Budget {
         let max = self.max.load(Ordering::Relaxed);
         // One charge never adds more than the whole budget: the count cannot wrap around.
         let steps = steps.min(max.saturating_add(1));
-        let used = self.used.fetch_add(steps, Ordering::Relaxed).saturating_add(steps);
+        let used = self
+            .used
+            .fetch_add(steps, Ordering::Relaxed)
+            .saturating_add(steps);
         if used > max {
             self.exceeded.store(true, Ordering::Relaxed);
             return Err(Exceeded::Instructions {

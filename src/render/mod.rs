@@ -417,7 +417,10 @@ mod tests {
             std::fs::write(dir.path().join("clinic_abort.md.j2"), huge).unwrap();
             let started = std::time::Instant::now();
             let err = t.render("clinic_abort.md.j2", &ctx).unwrap_err();
-            assert!(started.elapsed() < std::time::Duration::from_secs(2), "{huge}");
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(2),
+                "{huge}"
+            );
             assert_eq!(
                 err.location().0,
                 "templates/clinic_abort.md.j2",
@@ -436,7 +439,8 @@ mod tests {
             .map(|_| ())
             .unwrap_err();
         assert!(
-            err.message().contains("more than the 64000000 one render may write"),
+            err.message()
+                .contains("more than the 64000000 one render may write"),
             "{}",
             err.message()
         );
@@ -447,7 +451,8 @@ mod tests {
         .unwrap();
         let err = t.render("clinic_abort.md.j2", &ctx).unwrap_err();
         assert!(
-            err.message().contains("an indent of 100000000 is more than the 16"),
+            err.message()
+                .contains("an indent of 100000000 is more than the 16"),
             "{}",
             err.message()
         );

@@ -8,7 +8,6 @@ use std::io::{Read, Seek, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-
 use super::FleetDir;
 
 pub const FLEET_LOCK: &str = "fleet.lock";

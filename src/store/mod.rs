@@ -114,11 +114,13 @@ fn ensure_dir(fleet: &FleetDir) -> Result<(), StoreError> {
 /// The files SQLite opens for the index at `path`: the database, its WAL, its shared memory
 /// and its rollback journal.
 fn index_files(path: &Path) -> impl Iterator<Item = PathBuf> + '_ {
-    ["", "-wal", "-shm", "-journal"].into_iter().map(move |suffix| {
-        let mut name = path.as_os_str().to_owned();
-        name.push(suffix);
-        PathBuf::from(name)
-    })
+    ["", "-wal", "-shm", "-journal"]
+        .into_iter()
+        .map(move |suffix| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            PathBuf::from(name)
+        })
 }
 
 /// Those of the index's files that exist and are not regular files. SQLite opens its files
@@ -132,10 +134,7 @@ fn planted(path: &Path) -> Vec<PathBuf> {
 
 /// Run `f` under the index lock, with anything planted among the index's files moved aside
 /// first (so the index is rebuilt); the refusals are recorded once the lock is released.
-fn locked<T>(
-    fleet: &FleetDir,
-    f: impl FnOnce() -> Result<T, StoreError>,
-) -> Result<T, StoreError> {
+fn locked<T>(fleet: &FleetDir, f: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
     let path = fleet.root.join(INDEX);
     let (result, refused) = {
         let _lock = index_lock(fleet)?;

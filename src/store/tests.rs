@@ -199,11 +199,10 @@ fn a_fifo_or_link_among_the_index_files_is_refused_recorded_and_rebuilt_without_
             let target = tmp.path().join("target");
             std::fs::write(&target, b"precious").unwrap();
             match planted {
-                "fifo" => nix::unistd::mkfifo(
-                    &path,
-                    nix::sys::stat::Mode::from_bits_truncate(0o600),
-                )
-                .unwrap(),
+                "fifo" => {
+                    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+                        .unwrap()
+                }
                 _ => std::os::unix::fs::symlink(&target, &path).unwrap(),
             }
             let (tx, rx) = std::sync::mpsc::channel();

@@ -136,7 +136,8 @@ fn a_fifo_or_link_at_the_index_never_hangs_session_start_or_search() {
                 .status(0);
             let path = fleet.state_dir().join(file);
             let victim = plant(&fleet, &path, what);
-            let start = br#"{"hook_event_name":"SessionStart","session_id":"s1","source":"startup"}"#;
+            let start =
+                br#"{"hook_event_name":"SessionStart","session_id":"s1","source":"startup"}"#;
             fleet
                 .run_within_input(
                     &["hook", "session-start", "--agent", "a", "--cli", "claude"],
@@ -186,7 +187,11 @@ fn a_fifo_at_the_event_log_does_not_stop_the_watchdog() {
         // A second pass is not skipped as "still running".
         let again = fleet.run_within(&["watchdog", "--once"], FINISHES);
         again.status(0);
-        assert!(!again.stderr().contains("still running"), "{}", again.stderr());
+        assert!(
+            !again.stderr().contains("still running"),
+            "{}",
+            again.stderr()
+        );
         assert!(is_regular(&log), "{what:?}");
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
         assert_eq!(
@@ -214,10 +219,7 @@ fn a_fifo_at_the_event_log_does_not_stop_the_wrapper() {
         events(&fleet).iter().any(|e| e["event"] == "crash_loop")
     });
     wait_until(Duration::from_secs(20), "safe mode", || {
-        fleet
-            .ops("a")
-            .iter()
-            .any(|o| o["event"] == "safe_mode")
+        fleet.ops("a").iter().any(|o| o["event"] == "safe_mode")
     });
     assert_eq!(refusals_of(&fleet, "critical_events.jsonl").len(), 1);
     assert!(is_regular(&log));

@@ -301,7 +301,10 @@ fn a_lock_taken_twice_by_its_holder_is_refused_and_other_threads_wait() {
         let _lock = lock(&path).unwrap();
         tx.send(()).unwrap();
     });
-    assert!(rx.recv_timeout(std::time::Duration::from_millis(200)).is_err());
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(200))
+            .is_err()
+    );
     drop(held);
     rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
     waiter.join().unwrap();
@@ -321,14 +324,24 @@ fn a_fifo_a_link_or_a_dir_at_a_lock_file_is_refused_at_once() {
     let refused = within_10s("locking planted files", move || {
         [fifo, link, dir]
             .iter()
-            .map(|p| lock(p).map(|_| ()).map_err(|e| (is_refusal(&e), e.to_string())))
+            .map(|p| {
+                lock(p)
+                    .map(|_| ())
+                    .map_err(|e| (is_refusal(&e), e.to_string()))
+            })
             .collect::<Vec<_>>()
     });
     for r in &refused {
         let (refusal, message) = r.clone().unwrap_err();
         assert!(refusal, "{message}");
     }
-    assert!(refused[0].clone().unwrap_err().1.contains("not a regular file"));
+    assert!(
+        refused[0]
+            .clone()
+            .unwrap_err()
+            .1
+            .contains("not a regular file")
+    );
     assert!(refused[1].clone().unwrap_err().1.contains("symbolic link"));
     assert_eq!(fs::read(&target).unwrap(), b"precious");
 }
@@ -342,11 +355,10 @@ fn a_fifo_or_link_at_the_event_log_or_its_lock_is_moved_aside_and_recorded_witho
             let target = tmp.path().join("target");
             fs::write(&target, b"precious").unwrap();
             match planted {
-                "fifo" => nix::unistd::mkfifo(
-                    &path,
-                    nix::sys::stat::Mode::from_bits_truncate(0o600),
-                )
-                .unwrap(),
+                "fifo" => {
+                    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+                        .unwrap()
+                }
                 "link" => symlink(&target, &path).unwrap(),
                 _ => fs::create_dir(&path).unwrap(),
             }
@@ -357,17 +369,29 @@ fn a_fifo_or_link_at_the_event_log_or_its_lock_is_moved_aside_and_recorded_witho
                     .unwrap();
             });
             let log = fs::read_to_string(fleet.critical_events_path()).unwrap();
-            let events: Vec<serde_json::Value> =
-                log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-            let names: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
-            assert_eq!(names, ["state_file_refused", "crash_loop"], "{planted} at {at}");
+            let events: Vec<serde_json::Value> = log
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let names: Vec<&str> = events
+                .iter()
+                .map(|e| e["event"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                names,
+                ["state_file_refused", "crash_loop"],
+                "{planted} at {at}"
+            );
             assert!(
                 events[0]["reason"].as_str().unwrap().contains(at),
                 "{planted} at {at}: {log}"
             );
             let aside = events[0]["details"]["moved_to"].as_str().unwrap();
             assert!(fs::symlink_metadata(aside).is_ok(), "{aside}");
-            assert!(fs::symlink_metadata(&path).unwrap().is_file(), "{planted} at {at}");
+            assert!(
+                fs::symlink_metadata(&path).unwrap().is_file(),
+                "{planted} at {at}"
+            );
             assert_eq!(fs::read(&target).unwrap(), b"precious");
         }
     }
