@@ -2,6 +2,7 @@
 //! binary against a real private tmux server (`support::Fleet`). Run one area with
 //! `cargo test --test it fleet::`.
 
+mod bounds;
 mod continuity;
 mod dashboard;
 mod fleet;
