@@ -256,21 +256,70 @@ fn tojson(
             "tojson: an indent of {width} is more than the {MAX_JSON_INDENT} a template may use"
         )));
     }
+    // Written compact first, into a buffer that stops at what the render may still write
+    // (the built-in serialises all of a value, however long, before anything counts it).
+    let room = state
+        .fuel_levels()
+        .map_or(MAX_OUTPUT_BYTES, |(_, left)| {
+            usize::try_from(left.saturating_mul(64)).unwrap_or(usize::MAX)
+        })
+        .min(MAX_OUTPUT_BYTES);
+    let mut compact = Bounded {
+        bytes: Vec::new(),
+        room,
+        state,
+        out_of_fuel: false,
+    };
+    if let Err(e) = serde_json::to_writer(&mut compact, value) {
+        return Err(match (e.is_io(), compact.out_of_fuel) {
+            (true, true) => minijinja::Error::from(ErrorKind::OutOfFuel),
+            (true, false) => invalid(format!(
+                "tojson: the output would be more than the {room} bytes this render may still write"
+            )),
+            _ => invalid(format!("tojson: {e}")),
+        });
+    }
     // Pretty output is at most the compact one with each of its bytes starting a line
     // indented once per level.
-    let compact = serde_json::to_string(value).map_err(|e| invalid(format!("tojson: {e}")))?;
-    let depth = json_depth(&compact);
+    let depth = json_depth(&String::from_utf8_lossy(&compact.bytes));
     let bound = compact
+        .bytes
         .len()
         .saturating_mul(2 + width.saturating_mul(depth));
-    if width > 0 && bound > MAX_OUTPUT_BYTES {
+    if width > 0 && bound > room {
         return Err(invalid(format!(
-            "tojson: the output could reach {bound} bytes, more than the {MAX_OUTPUT_BYTES} one render may write"
+            "tojson: the output could reach {bound} bytes, more than the {room} this render may still write"
         )));
     }
-    let out = minijinja::filters::tojson(value, indent, kwargs)?;
-    state.consume_fuel(out.len().unwrap_or(0) as u64 / 64)?;
-    Ok(out)
+    // (The engine charges the fuel for the string returned.)
+    minijinja::filters::tojson(value, indent, kwargs)
+}
+
+/// A buffer that refuses to grow past `room` bytes, and pays a fuel for each piece written
+/// (about one per value: a long sequence costs what iterating it in the template would).
+struct Bounded<'s, 'e> {
+    bytes: Vec<u8>,
+    room: usize,
+    state: &'s minijinja::State<'s, 'e>,
+    out_of_fuel: bool,
+}
+
+impl std::io::Write for Bounded<'_, '_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.room {
+            return Err(std::io::Error::other("too large"));
+        }
+        if self.state.consume_fuel(1).is_err() {
+            self.out_of_fuel = true;
+            return Err(std::io::Error::other("out of fuel"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// How deeply the compact JSON `text` nests (brackets outside strings).
@@ -375,8 +424,10 @@ mod tests {
             std::fs::write(dir.path().join("clinic_abort.md.j2"), endless).unwrap();
             let started = std::time::Instant::now();
             let (text, err) = t.render_or_builtin("clinic_abort.md.j2", &json!({"agent": "a"}));
+            // Unbounded, these take hours; a debug build on a loaded machine takes up to a
+            // second or two for the fuel's million steps.
             assert!(
-                started.elapsed() < std::time::Duration::from_secs(1),
+                started.elapsed() < std::time::Duration::from_secs(5),
                 "{:?}",
                 started.elapsed()
             );
@@ -439,8 +490,7 @@ mod tests {
             .map(|_| ())
             .unwrap_err();
         assert!(
-            err.message()
-                .contains("more than the 64000000 one render may write"),
+            err.message().contains("this render may still write"),
             "{}",
             err.message()
         );
@@ -465,6 +515,47 @@ mod tests {
         let text = t.render("clinic_abort.md.j2", &ctx).unwrap();
         assert!(text.contains("\n        {\n          \"k\": ["), "{text}");
         assert!(text.contains("\"a\""), "{text}");
+    }
+
+    /// Every built-in filter, function and operator that takes a size, at sizes far beyond
+    /// any real template: each one answers (an error, or a bounded output) within the fuel.
+    #[test]
+    fn every_size_argument_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Templates::new(Some(dir.path()));
+        for template in [
+            "{{ 'x' * 99999999 ~ 'y' * 99999999 }}",
+            "{{ ('x' * 99999999)|upper|lower|title }}",
+            "{{ ([1] * 100000000)|list|length }}",
+            "{{ range(100000)|batch(1000000000000, 'x')|list|length }}",
+            "{{ range(100000)|slice(1000000000000)|list|length }}",
+            "{{ range(100000)|join('x' * 99999999)|length }}",
+            "{{ '%1000000000d'|format(1) }}",
+            "{{ 'x'|indent(1000000000000, true) }}",
+            "{{ ('a\n' * 10000000)|indent(100) }}",
+            "{{ ('x' * 99999999)|replace('x', 'yyyyyyyy') }}",
+            "{{ range(1000000000000) }}",
+            "{{ range(100000)|pprint }}",
+            "{{ ([[1, 2]] * 1000000)|tojson(indent=16) }}",
+            "{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}",
+            "{{ ('x' * 99999999)|reverse }}",
+            "{{ ('x' * 99999999)|list|length }}",
+            "{{ 'x' * 99999999 in 'y' * 99999999 }}",
+            "{{ ('x' * 99999999)|split('')|list|length }}",
+            "{{ dict(a=1)|items|list }}{{ ('x ' * 49999999)|split|list|length }}",
+        ] {
+            std::fs::write(dir.path().join("clinic_abort.md.j2"), template).unwrap();
+            let started = std::time::Instant::now();
+            let out = t.render("clinic_abort.md.j2", &json!({}));
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "{template}: {:?}",
+                started.elapsed()
+            );
+            if let Ok(text) = out {
+                assert!(text.len() <= MAX_OUTPUT_BYTES, "{template}: {}", text.len());
+            }
+        }
     }
 
     #[test]
