@@ -382,8 +382,8 @@ fn bound_c_loops(lua: &Lua, budget: &Arc<Budget>) -> mlua::Result<()> {
     lua.load(
         r##"
         local charge = ...
-        local type, tonumber, tointeger, select, error, getmetatable, log =
-          type, tonumber, math.tointeger, select, error, getmetatable, math.log
+        local type, tonumber, tostring, tointeger, select, error, getmetatable, log =
+          type, tonumber, tostring, math.tointeger, select, error, getmetatable, math.log
         local string, table, os = string, table, os
         -- A number as `luaL_checkinteger` takes it (`"3"` is 3); nil when it is not one (the
         -- real function raises the error).
@@ -399,10 +399,19 @@ fn bound_c_loops(lua: &Lua, budget: &Arc<Budget>) -> mlua::Result<()> {
           return 0
         end
 
+        -- Each copy of a non-empty piece is a byte of a result allocated whole first, so the
+        -- memory limit bounds those; copies of nothing cost no memory and are paid for here.
+        local function len(v)
+          if type(v) == "string" then return #v end
+          if type(v) == "number" then return #tostring(v) end
+          return nil
+        end
         local rep = string.rep
         string.rep = function(s, n, sep)
           local count = num(n)
-          if count and count > 0 then charge(count, "string.rep") end
+          if count and count > 0 and len(s) == 0 and (sep == nil or len(sep) == 0) then
+            charge(count, "string.rep")
+          end
           return rep(s, n, sep)
         end
 

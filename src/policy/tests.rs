@@ -100,7 +100,7 @@ fn bytecode_cannot_be_loaded_or_made() {
 fn a_memory_bomb_is_stopped() {
     let e = escape("local s = string.rep('x', 1024 * 1024 * 1024)");
     assert!(
-        matches!(e.failure(), Failure::Memory { .. } | Failure::Budget(_))
+        matches!(e.failure(), Failure::Memory { .. })
             || e.to_string().contains("too large")
             || e.to_string().contains("memory"),
         "{e}"
@@ -595,7 +595,7 @@ fn c_loops_sized_by_an_argument_are_stopped_by_the_budget() {
     let cases = [
         "string.rep('', math.maxinteger)",
         "string.rep('', 2^62, '')",
-        "('x'):rep(1e12)",
+        "(''):rep(2^62)",
         "table.move({}, 1, 2^62, 1, {})",
         "table.move({}, math.mininteger + 1, -1, 1, {})",
         "table.concat(setmetatable({}, {__len = function() return math.maxinteger end, __index = function() return '' end}))",
