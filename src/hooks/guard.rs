@@ -16,8 +16,10 @@ use crate::state::{self, AgentDir, StateError};
 const GUARD_DIR: &str = "guard";
 /// Larger files are not snapshotted: copying them on every edit would slow the agent down.
 const MAX_GUARDED_BYTES: u64 = 8 << 20;
-/// Deeper YAML is refused as invalid (serde_json stops at 128 too).
-const MAX_YAML_DEPTH: usize = 128;
+/// YAML nested deeper than this is not checked (the parser's own stack is on the heap, but
+/// the keys kept per open mapping are not free): it is reported as too deep to check and
+/// left alone, never called invalid.
+const MAX_YAML_DEPTH: usize = 10_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -45,17 +47,48 @@ impl Kind {
     }
 }
 
-/// Why `bytes` is not a valid document of `kind`, if it is not.
-pub fn validate(kind: Kind, bytes: &[u8]) -> Result<(), String> {
+/// Why a document did not pass as valid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// It does not parse: an edit that leaves it so is undone.
+    Invalid(String),
+    /// It nests deeper than the parser goes (serde_json stops at 128 levels, toml at 80,
+    /// the YAML check at `MAX_YAML_DEPTH`), found before any error: it may well be valid, so
+    /// it is never undone, only said to be unchecked.
+    TooDeep(String),
+}
+
+impl Problem {
+    /// A parser's error, sorted: its depth limit means "not checked", anything else "invalid".
+    fn from_parser(message: String) -> Problem {
+        if message.contains("recursion") {
+            Problem::TooDeep(message)
+        } else {
+            Problem::Invalid(message)
+        }
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::Invalid(why) | Problem::TooDeep(why) => f.write_str(why),
+        }
+    }
+}
+
+/// Why `bytes` is not a valid document of `kind`, if it is not. Each check is bounded: the
+/// parsers stop at a depth (no stack overflow), and what is deeper is `TooDeep`.
+pub fn validate(kind: Kind, bytes: &[u8]) -> Result<(), Problem> {
     match kind {
         Kind::Json => serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
             .map(|_| ())
-            .map_err(|e| e.to_string()),
+            .map_err(|e| Problem::from_parser(e.to_string())),
         Kind::Toml => {
-            let text = std::str::from_utf8(bytes).map_err(|e| e.to_string())?;
+            let text = std::str::from_utf8(bytes).map_err(|e| Problem::Invalid(e.to_string()))?;
             toml::from_str::<toml::Table>(text)
                 .map(|_| ())
-                .map_err(|e| e.message().trim().to_string())
+                .map_err(|e| Problem::from_parser(e.message().trim().to_string()))
         }
         Kind::Yaml => yaml_sanity(bytes),
     }
@@ -65,15 +98,18 @@ pub fn validate(kind: Kind, bytes: &[u8]) -> Result<(), String> {
 /// nested deeper than `MAX_YAML_DEPTH`. Read as a stream of parser events, never built into a
 /// tree: building one expands every alias, and a few hundred bytes of nested aliases expand
 /// to more memory than there is (an "alias bomb"). An alias here stays one event.
-fn yaml_sanity(bytes: &[u8]) -> Result<(), String> {
+fn yaml_sanity(bytes: &[u8]) -> Result<(), Problem> {
     use yaml_rust2::parser::{Event, Parser};
-    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+    let text =
+        std::str::from_utf8(bytes).map_err(|e| Problem::Invalid(format!("not UTF-8: {e}")))?;
     let mut parser = Parser::new_from_str(text);
     // One entry per open collection: `None` for a sequence, a mapping's keys so far and
     // whether its next node is a key.
     let mut open: Vec<Option<(std::collections::HashSet<String>, bool)>> = Vec::new();
     loop {
-        let (event, mark) = parser.next_token().map_err(|e| e.to_string())?;
+        let (event, mark) = parser
+            .next_token()
+            .map_err(|e| Problem::from_parser(e.to_string()))?;
         let is_node = matches!(
             event,
             Event::Scalar(..)
@@ -86,11 +122,11 @@ fn yaml_sanity(bytes: &[u8]) -> Result<(), String> {
                 && let Event::Scalar(key, ..) = &event
                 && !keys.insert(key.clone())
             {
-                return Err(format!(
+                return Err(Problem::Invalid(format!(
                     "{key:?}: duplicated key in mapping at line {} column {}",
                     mark.line(),
                     mark.col() + 1
-                ));
+                )));
             }
             *at_key = !*at_key;
         }
@@ -104,11 +140,11 @@ fn yaml_sanity(bytes: &[u8]) -> Result<(), String> {
             _ => {}
         }
         if open.len() > MAX_YAML_DEPTH {
-            return Err(format!(
+            return Err(Problem::TooDeep(format!(
                 "nested more than {MAX_YAML_DEPTH} levels deep at line {} column {}",
                 mark.line(),
                 mark.col() + 1
-            ));
+            )));
         }
     }
 }
@@ -197,9 +233,17 @@ pub fn check(dir: &AgentDir, cwd: &Path, files: &[String]) -> Vec<String> {
         };
         // Bounded: the agent may have replaced the file with a FIFO or a huge one.
         let current = bounded::read_whole(&path, MAX_GUARDED_BYTES, Links::Follow).ok();
-        let problem = match &current {
-            Some(bytes) => validate(kind, bytes).err(),
-            None => None,
+        let problem = match current.as_deref().map(|bytes| validate(kind, bytes)) {
+            Some(Err(Problem::Invalid(why))) => Some(why),
+            Some(Err(Problem::TooDeep(why))) => {
+                // Maybe valid: never undone on a guess.
+                messages.push(format!(
+                    "phoenix could not check `{}` ({why}): it is nested too deeply to check, and was left as you wrote it.",
+                    path.display()
+                ));
+                None
+            }
+            _ => None,
         };
         if let Some(problem) = problem {
             let existed = info["existed"].as_bool().unwrap_or(false);
@@ -290,26 +334,96 @@ i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
         assert!(
             validate(Kind::Yaml, b"a: *nowhere\n")
                 .unwrap_err()
+                .to_string()
                 .contains("unknown anchor")
         );
         let err = validate(Kind::Yaml, b"a: 1\nb: 2\na: 3\n").unwrap_err();
-        assert!(err.contains("\"a\": duplicated key"), "{err}");
+        assert!(err.to_string().contains("\"a\": duplicated key"), "{err}");
         assert!(validate(Kind::Yaml, b"- {a: 1}\n- {a: 1}\n").is_ok());
-        // Deep nesting is refused, not recursed into (flow and block style).
+        // Deep nesting is never recursed into, and what is too deep to check is said so,
+        // never called invalid (flow and block style).
         let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
-        assert!(
-            validate(Kind::Yaml, deep.as_bytes())
-                .unwrap_err()
-                .contains("nested more than")
-        );
+        assert_eq!(validate(Kind::Yaml, deep.as_bytes()), Ok(()));
+        let deeper = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+        assert!(matches!(
+            validate(Kind::Yaml, deeper.as_bytes()),
+            Err(Problem::TooDeep(_))
+        ));
         let deep = "- ".repeat(100_000) + "x\n";
-        assert!(
-            validate(Kind::Yaml, deep.as_bytes())
-                .unwrap_err()
-                .contains("nested more than")
-        );
-        let fine = format!("{}1{}", "[".repeat(100), "]".repeat(100));
-        assert!(validate(Kind::Yaml, fine.as_bytes()).is_ok());
+        let err = validate(Kind::Yaml, deep.as_bytes()).unwrap_err();
+        assert!(matches!(err, Problem::TooDeep(_)), "{err}");
+        assert!(err.to_string().contains("nested more than"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn very_deep_json_is_checked_without_recursing() {
+        let deep = deep_valid(Kind::Json, 1_000_000);
+        assert_eq!(validate(Kind::Json, deep.as_bytes()), Ok(()));
+        assert!(matches!(
+            validate(Kind::Json, &deep.as_bytes()[1..]),
+            Err(Problem::Invalid(_))
+        ));
+    }
+
+    /// A valid document nested `depth` levels deep, of each kind.
+    fn deep_valid(kind: Kind, depth: usize) -> String {
+        match kind {
+            Kind::Json => format!("{}1{}", "[".repeat(depth), "]".repeat(depth)),
+            Kind::Toml => format!("a = {}1{}\n", "[".repeat(depth), "]".repeat(depth)),
+            Kind::Yaml => {
+                let mut text = String::new();
+                for level in 0..depth {
+                    text.push_str(&"  ".repeat(level));
+                    text.push_str("k:\n");
+                }
+                text.push_str(&"  ".repeat(depth));
+                text.push_str("v: 1\n");
+                text
+            }
+        }
+    }
+
+    #[test]
+    fn valid_files_nested_deeper_than_the_parsers_go_are_never_reverted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = FleetDir::new(tmp.path().join(".phoenix")).agent("a");
+        dir.ensure().unwrap();
+        for (kind, name) in [
+            (Kind::Json, "deep.json"),
+            (Kind::Toml, "deep.toml"),
+            (Kind::Yaml, "deep.yaml"),
+        ] {
+            let file = tmp.path().join(name);
+            let files = vec![name.to_string()];
+            fs::write(&file, deep_valid(kind, 2)).unwrap();
+            snapshot(&dir, tmp.path(), &files).unwrap();
+            // The agent's edit: valid, 250 levels deep.
+            let deep = deep_valid(kind, 250);
+            fs::write(&file, &deep).unwrap();
+            let messages = check(&dir, tmp.path(), &files);
+            assert_eq!(fs::read_to_string(&file).unwrap(), deep, "{name}: reverted");
+            assert!(
+                messages.iter().all(|m| !m.contains("restored")),
+                "{name}: {messages:?}"
+            );
+            // JSON and YAML are read as streams (nothing recursed into); toml stops at 80.
+            if kind == Kind::Toml {
+                assert!(
+                    messages.iter().any(|m| m.contains("too deeply to check")),
+                    "{name}: {messages:?}"
+                );
+            }
+        }
+        // A broken edit is still undone.
+        let file = tmp.path().join("deep.toml");
+        fs::write(&file, b"a = 1\n").unwrap();
+        let files = vec!["deep.toml".to_string()];
+        snapshot(&dir, tmp.path(), &files).unwrap();
+        fs::write(&file, b"a = [[[1\n").unwrap();
+        let messages = check(&dir, tmp.path(), &files);
+        assert!(messages[0].contains("restored"), "{messages:?}");
+        assert_eq!(fs::read(&file).unwrap(), b"a = 1\n");
     }
 
     #[test]

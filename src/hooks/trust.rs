@@ -28,7 +28,7 @@ pub fn ensure(agent: &AgentSpec, lock: &Path) -> Result<Option<Trusted>, String>
     // 0600 and never through a link, as every file of the state dir.
     let file = crate::state::file::open_lock(lock)
         .map_err(|e| format!("cannot open `{}`: {e}", lock.display()))?;
-    let _held = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+    let _held = crate::state::file::flock(file, true)
         .map_err(|(_, e)| format!("cannot lock `{}`: {e}", lock.display()))?;
     ensure_locked(agent)
 }

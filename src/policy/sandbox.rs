@@ -158,8 +158,13 @@ impl Budget {
             self.exceeded.store(true, Ordering::Relaxed);
             return Err(Exceeded::Outside { at: at() });
         }
-        let used = self.used.fetch_add(steps, Ordering::Relaxed) + steps;
         let max = self.max.load(Ordering::Relaxed);
+        // One charge never adds more than the whole budget: the count cannot wrap around.
+        let steps = steps.min(max.saturating_add(1));
+        let used = self
+            .used
+            .fetch_add(steps, Ordering::Relaxed)
+            .saturating_add(steps);
         if used > max {
             self.exceeded.store(true, Ordering::Relaxed);
             return Err(Exceeded::Instructions {
@@ -256,6 +261,7 @@ pub fn new_state(
     install_helpers(&lua, &globals, logs)?;
     install_require(&lua, &globals, sources)?;
     bound_patterns(&lua, &string, &budget)?;
+    bound_c_loops(&lua, &budget)?;
 
     let hook_budget = budget.clone();
     lua.set_hook(
@@ -347,6 +353,175 @@ fn bound_patterns(lua: &Lua, string: &Table, budget: &Arc<Budget>) -> mlua::Resu
         string.set(name, wrapped)?;
     }
     Ok(())
+}
+
+/// The standard functions whose work in C grows with an argument (a count, a range, a
+/// length), where the instruction hook never fires: `string.rep("", math.maxinteger)` or
+/// `table.move({}, 1, 2^62, 1, {})` would spin on in C long after the call's deadline. Each
+/// pays for that work before it runs (`charge`: steps of the call's instruction and time
+/// budget, raising the budget error when they run out); `table.insert` and `table.remove`,
+/// whose loops run up to a length a `__len` metamethod can make anything, are written in Lua
+/// (the hook counts their loops), and a length is asked for once, then passed on explicitly.
+/// Everything else in the sandbox is bounded by its arguments' real size: `string.format`
+/// widths have at most two digits, `string.byte`, `utf8.codepoint` and `table.unpack` are
+/// bounded by the Lua stack, `string.char`, `utf8.char` by their argument count, the rest
+/// by the length of a string the memory limit bounds.
+fn bound_c_loops(lua: &Lua, budget: &Arc<Budget>) -> mlua::Result<()> {
+    let spent = budget.clone();
+    let charge = lua.create_function(move |_, (steps, at): (f64, String)| {
+        // A float: a count given as 2^62 or `math.huge` pays its whole size.
+        let steps = if steps.is_nan() || steps <= 0.0 {
+            0
+        } else if steps >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            steps as u64
+        };
+        spent.spend(steps, || at).map_err(mlua::Error::external)
+    })?;
+    lua.load(
+        r##"
+        local charge = ...
+        local type, tonumber, tostring, tointeger, select, error, getmetatable, log =
+          type, tonumber, tostring, math.tointeger, select, error, getmetatable, math.log
+        local string, table, os = string, table, os
+        -- A number as `luaL_checkinteger` takes it (`"3"` is 3); nil when it is not one (the
+        -- real function raises the error).
+        local function num(v)
+          if type(v) == "number" then return v end
+          if type(v) == "string" then return tonumber(v) end
+          return nil
+        end
+        -- `last - first + 1` in floats: integers would wrap around for extreme ranges.
+        local function span(first, last)
+          first, last = num(first), num(last)
+          if first and last and last >= first then return (last + 0.0) - first + 1 end
+          return 0
+        end
+
+        -- Each copy of a non-empty piece is a byte of a result allocated whole first, so the
+        -- memory limit bounds those; copies of nothing cost no memory and are paid for here.
+        local function len(v)
+          if type(v) == "string" then return #v end
+          if type(v) == "number" then return #tostring(v) end
+          return nil
+        end
+        local rep = string.rep
+        string.rep = function(s, n, sep)
+          local count = num(n)
+          if count and count > 0 and len(s) == 0 and (sep == nil or len(sep) == 0) then
+            charge(count, "string.rep")
+          end
+          return rep(s, n, sep)
+        end
+
+        local move = table.move
+        table.move = function(a1, f, e, t, a2)
+          charge(span(f, e), "table.move")
+          return move(a1, f, e, t, a2)
+        end
+
+        local concat = table.concat
+        table.concat = function(list, sep, i, j)
+          if j == nil and type(list) == "table" then j = #list end
+          charge(span(i == nil and 1 or i, j), "table.concat")
+          return concat(list, sep, i, j)
+        end
+
+        local unpack = table.unpack
+        table.unpack = function(list, i, j)
+          if j == nil and type(list) == "table" then j = #list end
+          charge(span(i == nil and 1 or i, j), "table.unpack")
+          return unpack(list, i, j)
+        end
+
+        local insert = table.insert
+        table.insert = function(t, ...)
+          local n = select("#", ...)
+          if type(t) ~= "table" or (n ~= 1 and n ~= 2) then return insert(t, ...) end
+          local e = #t + 1
+          if n == 1 then
+            t[e] = (...)
+            return
+          end
+          local pos, v = ...
+          local p = tointeger(num(pos))
+          if p == nil then return insert(t, pos, v) end
+          if p < 1 or p > e then
+            error("bad argument #2 to 'insert' (position out of bounds)", 2)
+          end
+          for i = e, p + 1, -1 do t[i] = t[i - 1] end
+          t[p] = v
+        end
+
+        local remove = table.remove
+        table.remove = function(t, pos)
+          if type(t) ~= "table" then return remove(t, pos) end
+          local size = #t
+          local p = size
+          if pos ~= nil then
+            p = tointeger(num(pos))
+            if p == nil then return remove(t, pos) end
+            if p ~= size and (p < 1 or p > size + 1) then
+              error("bad argument #2 to 'remove' (position out of bounds)", 2)
+            end
+          end
+          local v = t[p]
+          while p < size do
+            t[p] = t[p + 1]
+            p = p + 1
+          end
+          t[p] = nil
+          return v
+        end
+
+        local sort = table.sort
+        table.sort = function(t, comp)
+          if type(t) ~= "table" then return sort(t, comp) end
+          local n = #t
+          if n > 1 then charge(n * log(n, 2), "table.sort") end
+          if getmetatable(t) == nil then return sort(t, comp) end
+          -- A `__len` may answer the C sort differently: sort a plain copy (the copy's
+          -- loops are Lua, counted by the hook) and put it back.
+          local copy = {}
+          for i = 1, n do copy[i] = t[i] end
+          sort(copy, comp)
+          for i = 1, n do t[i] = copy[i] end
+        end
+
+        -- `string.pack("c1000000000", "")` pads a byte at a time up to the size.
+        local function sizes(fmt, at)
+          if type(fmt) == "string" then
+            local total = 0
+            for digits in fmt:gmatch("%d+") do total = total + (tonumber(digits) or 0) end
+            charge(total, at)
+          end
+        end
+        local pack, unpack_ = string.pack, string.unpack
+        string.pack = function(fmt, ...)
+          sizes(fmt, "string.pack")
+          return pack(fmt, ...)
+        end
+        string.unpack = function(fmt, ...)
+          sizes(fmt, "string.unpack")
+          return unpack_(fmt, ...)
+        end
+
+        -- Compiling text and `os.date` run through their whole string in C.
+        local load_ = load
+        load = function(chunk, ...)
+          if type(chunk) == "string" then charge(#chunk, "load") end
+          return load_(chunk, ...)
+        end
+        local date = os.date
+        os.date = function(fmt, ...)
+          if type(fmt) == "string" then charge(#fmt, "os.date") end
+          return date(fmt, ...)
+        end
+        "##,
+    )
+    .set_name("=phoenix:sandbox")
+    .call::<()>(charge)
 }
 
 /// The `phoenix` table: `log`, `now`, `match`, `status`, `duration`, `format_duration`.

@@ -585,3 +585,97 @@ fn a_delay_of_nan_or_infinity_falls_back_with_the_reason() {
         d.error
     );
 }
+
+/// Standard functions whose work in C grows with an argument: the instruction hook never
+/// fires inside them, so each pays for its work before it runs. Every case is stopped by the
+/// budget at once (no worker thread is left spinning), falls back to the built-in decision,
+/// and the same state answers the next call.
+#[test]
+fn c_loops_sized_by_an_argument_are_stopped_by_the_budget() {
+    let cases = [
+        "string.rep('', math.maxinteger)",
+        "string.rep('', 2^62, '')",
+        "(''):rep(2^62)",
+        "table.move({}, 1, 2^62, 1, {})",
+        "table.move({}, math.mininteger + 1, -1, 1, {})",
+        "table.concat(setmetatable({}, {__len = function() return math.maxinteger end, __index = function() return '' end}))",
+        "table.concat({}, '', 1, 2^62)",
+        "table.unpack({}, 1, 1e8)",
+        "table.insert(setmetatable({}, {__len = function() return 2^62 end}), 1, 'x')",
+        "table.remove(setmetatable({}, {__len = function() return 2^62 end}), 1)",
+        "table.sort(setmetatable({}, {__len = function() return 2^30 end}))",
+        "string.pack('c1000000000', '')",
+        "os.date(('%c'):rep(4e6 // 2))",
+        "pcall(string.rep, '', math.maxinteger) string.rep('', math.maxinteger)",
+    ];
+    let mut source = String::from("function on_exit(agent, exit)\n");
+    for (i, case) in cases.iter().enumerate() {
+        source.push_str(&format!("  if exit.code == {} then {case} end\n", i + 10));
+    }
+    source.push_str("  return 'resume'\nend\n");
+    let (_tmp, policies, agent) = with_policy(&source);
+    for (i, case) in cases.iter().enumerate() {
+        let exit = ExitInfo {
+            code: Some(i as i32 + 10),
+            ..crash()
+        };
+        let started = std::time::Instant::now();
+        let d = policies.on_exit(&agent, &exit);
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(2), "{case}: took {took:?}");
+        let e = d.error.unwrap_or_else(|| panic!("{case}: not stopped"));
+        assert!(
+            matches!(e.failure(), Failure::Budget(_) | Failure::Memory { .. }),
+            "{case}: {e}"
+        );
+        assert_eq!(d.value, builtin::on_exit(&agent, &exit), "{case}");
+    }
+    assert_eq!(ABANDONED.load(Ordering::Acquire), 0, "no worker given up");
+    let d = policies.on_exit(
+        &agent,
+        &ExitInfo {
+            code: Some(2),
+            ..crash()
+        },
+    );
+    assert_eq!(d.value.action, Start::Resume, "{:?}", d.error);
+}
+
+/// The wrapped functions still do what Lua's do.
+#[test]
+fn the_bounded_table_and_string_functions_keep_their_meaning() {
+    let (_tmp, policies, agent) = with_policy(
+        r##"
+        function on_exit(agent, exit)
+          local t = {1, 2, 3}
+          table.insert(t, 4)
+          table.insert(t, 1, 0)
+          assert(table.concat(t, ",") == "0,1,2,3,4", table.concat(t, ","))
+          assert(table.remove(t) == 4 and table.remove(t, 1) == 0)
+          assert(table.concat(t, ",") == "1,2,3")
+          assert(not pcall(table.insert, t, 9, 1), "position out of bounds")
+          assert(not pcall(table.insert, t, 1, 2, 3), "wrong number of arguments")
+          assert(table.remove({}) == nil)
+          local u = table.move({1, 2, 3}, 1, 3, 2, {})
+          assert(u[2] == 1 and u[4] == 3)
+          local a, b, c = table.unpack({1, 2, 3})
+          assert(a == 1 and c == 3)
+          assert(select("#", table.unpack({1, 2, 3}, 2)) == 2)
+          local s = {3, 1, 2}
+          table.sort(s)
+          assert(table.concat(s) == "123")
+          table.sort(s, function(x, y) return x > y end)
+          assert(table.concat(s) == "321")
+          local m = setmetatable({}, {__len = function() return 3 end, __index = function(_, i) return 4 - i end})
+          assert(table.concat(m, "") == "321")
+          assert(("ab"):rep(3, "-") == "ab-ab-ab" and string.rep("x", 0) == "")
+          assert(string.unpack("i4", string.pack("i4", 7)) == 7)
+          assert(#os.date("%Y-%m-%d", 0) == 10)
+          assert(load("return 1 + 1")() == 2)
+          return "fresh"
+        end
+        "##,
+    );
+    let d = policies.on_exit(&agent, &crash());
+    assert_eq!(d.value.action, Start::Fresh, "{:?}", d.error);
+}

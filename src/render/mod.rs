@@ -86,10 +86,14 @@ impl Error {
     pub fn message(&self) -> String {
         match self {
             Error::NotFound { .. } => self.to_string(),
-            Error::Template { source, .. } if source.kind() == ErrorKind::OutOfFuel => format!(
-                "{}: the template does more work than one render may ({FUEL} fuel); look for nested loops over large ranges",
-                source.kind()
-            ),
+            Error::Template { source, .. }
+                if source.kind() == ErrorKind::OutOfFuel && source.detail().is_none() =>
+            {
+                format!(
+                    "{}: the template does more work than one render may ({FUEL} fuel); look for nested loops over large ranges",
+                    source.kind()
+                )
+            }
             Error::Template { source, .. } => match source.detail() {
                 Some(detail) => format!("{}: {detail}", source.kind()),
                 None => source.kind().to_string(),
@@ -220,9 +224,132 @@ fn read_override(path: &Path) -> Result<String, crate::state::bounded::ReadError
     bounded::read_string(path, MAX_TEMPLATE_BYTES, Links::Follow)
 }
 
+/// The widest indent `tojson` takes. minijinja writes the indent for every line and level
+/// before it counts the output against the fuel, so `tojson(indent=100000000)` allocated
+/// without bound and aborted the process (a hook, `handoff save`, `validate`).
+pub const MAX_JSON_INDENT: usize = 16;
+
+/// `tojson`, its indent bounded and its output's size checked before it is written: the
+/// built-in filter counts the output only once it exists.
+fn tojson(
+    state: &minijinja::State,
+    value: &minijinja::Value,
+    indent: Option<minijinja::Value>,
+    kwargs: minijinja::value::Kwargs,
+) -> Result<minijinja::Value, minijinja::Error> {
+    // Out of fuel, with what was too large: `validate` reports it, a render falls back.
+    let invalid = |detail: String| minijinja::Error::new(ErrorKind::OutOfFuel, detail);
+    let given = match &indent {
+        Some(v) => Some(v.clone()),
+        None => kwargs.get::<Option<minijinja::Value>>("indent")?,
+    };
+    let width = match &given {
+        None => 0,
+        Some(v) => match bool::try_from(v.clone()) {
+            Ok(true) => 2,
+            Ok(false) => 0,
+            Err(_) => usize::try_from(v.clone())?,
+        },
+    };
+    if width > MAX_JSON_INDENT {
+        return Err(invalid(format!(
+            "tojson: an indent of {width} is more than the {MAX_JSON_INDENT} a template may use"
+        )));
+    }
+    // Written compact first, into a buffer that stops at what the render may still write
+    // (the built-in serialises all of a value, however long, before anything counts it).
+    let room = state
+        .fuel_levels()
+        .map_or(MAX_OUTPUT_BYTES, |(_, left)| {
+            usize::try_from(left.saturating_mul(64)).unwrap_or(usize::MAX)
+        })
+        .min(MAX_OUTPUT_BYTES);
+    let mut compact = Bounded {
+        bytes: Vec::new(),
+        room,
+        state,
+        out_of_fuel: false,
+    };
+    if let Err(e) = serde_json::to_writer(&mut compact, value) {
+        return Err(match (e.is_io(), compact.out_of_fuel) {
+            (true, true) => minijinja::Error::from(ErrorKind::OutOfFuel),
+            (true, false) => invalid(format!(
+                "tojson: the output would be more than the {room} bytes this render may still write"
+            )),
+            _ => invalid(format!("tojson: {e}")),
+        });
+    }
+    // Pretty output is at most the compact one with each of its bytes starting a line
+    // indented once per level.
+    let depth = json_depth(&String::from_utf8_lossy(&compact.bytes));
+    let bound = compact
+        .bytes
+        .len()
+        .saturating_mul(2 + width.saturating_mul(depth));
+    if width > 0 && bound > room {
+        return Err(invalid(format!(
+            "tojson: the output could reach {bound} bytes, more than the {room} this render may still write"
+        )));
+    }
+    // (The engine charges the fuel for the string returned.)
+    minijinja::filters::tojson(value, indent, kwargs)
+}
+
+/// A buffer that refuses to grow past `room` bytes, and pays a fuel for each piece written
+/// (about one per value: a long sequence costs what iterating it in the template would).
+struct Bounded<'s, 'e> {
+    bytes: Vec<u8>,
+    room: usize,
+    state: &'s minijinja::State<'s, 'e>,
+    out_of_fuel: bool,
+}
+
+impl std::io::Write for Bounded<'_, '_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.room {
+            return Err(std::io::Error::other("too large"));
+        }
+        if self.state.consume_fuel(1).is_err() {
+            self.out_of_fuel = true;
+            return Err(std::io::Error::other("out of fuel"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// How deeply the compact JSON `text` nests (brackets outside strings).
+fn json_depth(text: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        match (in_string, escaped, b) {
+            (true, true, _) => escaped = false,
+            (true, false, b'\\') => escaped = true,
+            (true, false, b'"') => in_string = false,
+            (true, false, _) => {}
+            (false, _, b'"') => in_string = true,
+            (false, _, b'[' | b'{') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (false, _, b']' | b'}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// What one render may write at most: what its fuel pays for (one fuel per 64 bytes).
+pub const MAX_OUTPUT_BYTES: usize = FUEL as usize * 64;
+
 fn environment<'a>() -> minijinja::Environment<'a> {
     let mut env = minijinja::Environment::new();
     env.set_fuel(Some(FUEL));
+    env.add_filter("tojson", tojson);
     // A field missing from a template's context renders as nothing, as Jinja users expect.
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
     let syntax = minijinja::syntax::SyntaxConfig::builder()
@@ -297,8 +424,10 @@ mod tests {
             std::fs::write(dir.path().join("clinic_abort.md.j2"), endless).unwrap();
             let started = std::time::Instant::now();
             let (text, err) = t.render_or_builtin("clinic_abort.md.j2", &json!({"agent": "a"}));
+            // Unbounded, these take hours; a debug build on a loaded machine takes up to a
+            // second or two for the fuel's million steps.
             assert!(
-                started.elapsed() < std::time::Duration::from_secs(1),
+                started.elapsed() < std::time::Duration::from_secs(5),
                 "{:?}",
                 started.elapsed()
             );
@@ -315,6 +444,117 @@ mod tests {
             let found = t.check();
             assert_eq!(found.len(), 1, "{found:?}");
             assert!(found[0].message().contains("nested loops"));
+        }
+    }
+
+    /// Sizes the fuel never saw: `tojson` wrote its indent for every line and level before
+    /// counting the output, and a huge indent aborted the process.
+    #[test]
+    fn a_huge_indent_is_an_error_not_an_abort() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Templates::new(Some(dir.path()));
+        // Wide and deep: each of its numbers would sit on a line of its own, indented 200 times.
+        let mut wide_deep = json!((0..5000).collect::<Vec<u32>>());
+        for _ in 0..200 {
+            wide_deep = json!([wide_deep]);
+        }
+        let ctx = json!({"agent": "a", "deep": [[[[{"k": [1, 2, 3]}]]]], "wide_deep": wide_deep});
+        for huge in [
+            "{{ deep|tojson(indent=100000000) }}",
+            "{{ deep|tojson(100000000) }}",
+            "{{ agent|indent(1000000000000) }}",
+            "{{ wide_deep|tojson(indent=16) }}",
+        ] {
+            std::fs::write(dir.path().join("clinic_abort.md.j2"), huge).unwrap();
+            let started = std::time::Instant::now();
+            let err = t.render("clinic_abort.md.j2", &ctx).unwrap_err();
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(2),
+                "{huge}"
+            );
+            assert_eq!(
+                err.location().0,
+                "templates/clinic_abort.md.j2",
+                "{huge}: {err}"
+            );
+            let (text, broken) = t.render_or_builtin("clinic_abort.md.j2", &ctx);
+            assert!(text.is_ok() && broken.is_some(), "{huge}");
+            // (`validate` renders with an empty context: only what needs none fails there.)
+            if !huge.contains("wide_deep") {
+                let found = t.check();
+                assert_eq!(found.len(), 1, "{huge}: {found:?}");
+            }
+        }
+        let err = t
+            .render("clinic_abort.md.j2", &ctx)
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            err.message().contains("this render may still write"),
+            "{}",
+            err.message()
+        );
+        std::fs::write(
+            dir.path().join("clinic_abort.md.j2"),
+            "{{ deep|tojson(indent=100000000) }}",
+        )
+        .unwrap();
+        let err = t.render("clinic_abort.md.j2", &ctx).unwrap_err();
+        assert!(
+            err.message()
+                .contains("an indent of 100000000 is more than the 16"),
+            "{}",
+            err.message()
+        );
+        // Sensible indents still work.
+        std::fs::write(
+            dir.path().join("clinic_abort.md.j2"),
+            "{{ deep|tojson(indent=2) }} {{ agent|tojson }} {{ deep|tojson(true) }}",
+        )
+        .unwrap();
+        let text = t.render("clinic_abort.md.j2", &ctx).unwrap();
+        assert!(text.contains("\n        {\n          \"k\": ["), "{text}");
+        assert!(text.contains("\"a\""), "{text}");
+    }
+
+    /// Every built-in filter, function and operator that takes a size, at sizes far beyond
+    /// any real template: each one answers (an error, or a bounded output) within the fuel.
+    #[test]
+    fn every_size_argument_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Templates::new(Some(dir.path()));
+        for template in [
+            "{{ 'x' * 99999999 ~ 'y' * 99999999 }}",
+            "{{ ('x' * 99999999)|upper|lower|title }}",
+            "{{ ([1] * 100000000)|list|length }}",
+            "{{ range(100000)|batch(1000000000000, 'x')|list|length }}",
+            "{{ range(100000)|slice(1000000000000)|list|length }}",
+            "{{ range(100000)|join('x' * 99999999)|length }}",
+            "{{ '%1000000000d'|format(1) }}",
+            "{{ 'x'|indent(1000000000000, true) }}",
+            "{{ ('a\n' * 10000000)|indent(100) }}",
+            "{{ ('x' * 99999999)|replace('x', 'yyyyyyyy') }}",
+            "{{ range(1000000000000) }}",
+            "{{ range(100000)|pprint }}",
+            "{{ ([[1, 2]] * 1000000)|tojson(indent=16) }}",
+            "{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}",
+            "{{ ('x' * 99999999)|reverse }}",
+            "{{ ('x' * 99999999)|list|length }}",
+            "{{ 'x' * 99999999 in 'y' * 99999999 }}",
+            "{{ ('x' * 99999999)|split('')|list|length }}",
+            "{{ dict(a=1)|items|list }}{{ ('x ' * 49999999)|split|list|length }}",
+        ] {
+            std::fs::write(dir.path().join("clinic_abort.md.j2"), template).unwrap();
+            let started = std::time::Instant::now();
+            let out = t.render("clinic_abort.md.j2", &json!({}));
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "{template}: {:?}",
+                started.elapsed()
+            );
+            if let Ok(text) = out {
+                assert!(text.len() <= MAX_OUTPUT_BYTES, "{template}: {}", text.len());
+            }
         }
     }
 

@@ -14,7 +14,6 @@
 
 use std::time::Duration;
 
-use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 
 use super::AgentDir;
@@ -119,7 +118,7 @@ fn write(dir: &AgentDir, claim: &Claim) -> std::io::Result<()> {
 }
 
 /// Hold the claim lock of `dir` for the few file operations of a change of claim.
-fn locked(dir: &AgentDir) -> std::io::Result<Flock<std::fs::File>> {
+fn locked(dir: &AgentDir) -> std::io::Result<super::file::Held> {
     super::file::lock(&dir.file(CLAIM_LOCK))
 }
 

@@ -8,8 +8,6 @@ use std::io::{Read, Seek, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{Flock, FlockArg};
-
 use super::FleetDir;
 
 pub const FLEET_LOCK: &str = "fleet.lock";
@@ -23,7 +21,7 @@ pub const LOCK_WAIT: Duration = Duration::from_secs(60);
 /// Held while a fleet is being changed; dropping it releases the lock.
 #[derive(Debug)]
 pub struct FleetLock {
-    _lock: Flock<File>,
+    _lock: super::file::Held,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +33,8 @@ pub enum LockError {
     },
     #[error("cannot lock `{}`: {source}", path.display())]
     Lock { path: PathBuf, source: nix::Error },
+    #[error("`{}` is held already by this phoenix (a lock is never taken twice)", path.display())]
+    Twice { path: PathBuf },
     #[error(
         "another phoenix ({holder}) is still changing the fleet after {}s (lock `{}`); try again when it is done",
         waited.as_secs(), path.display()
@@ -77,7 +77,7 @@ impl FleetLock {
                 path: path.clone(),
                 source,
             })?;
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            match super::file::flock(file, false) {
                 Ok(mut lock) => {
                     let _ = lock.set_len(0);
                     let _ = lock.rewind();
@@ -100,6 +100,7 @@ impl FleetLock {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(200));
                 }
+                Err((_, nix::errno::Errno::EDEADLK)) => return Err(LockError::Twice { path }),
                 Err((_, source)) => return Err(LockError::Lock { path, source }),
             }
         }
@@ -126,14 +127,23 @@ mod tests {
     fn a_second_taker_waits_then_times_out_naming_the_holder() {
         let (_tmp, fleet) = crate::state::testing::temp_fleet();
         let first = FleetLock::acquire(&fleet, "apply", Duration::ZERO, |_| {}).unwrap();
-        let mut told = None;
-        let err = FleetLock::acquire(&fleet, "reconcile", Duration::from_millis(50), |h| {
-            told = Some(h.to_string())
+        // Another taker (a thread of its own: this one's second take is refused at once).
+        let other = fleet.clone();
+        let (told, err) = std::thread::spawn(move || {
+            let mut told = None;
+            let err = FleetLock::acquire(&other, "reconcile", Duration::from_millis(50), |h| {
+                told = Some(h.to_string())
+            })
+            .unwrap_err();
+            (told, err)
         })
-        .unwrap_err();
+        .join()
+        .unwrap();
         let holder = format!("pid {}, `apply`", std::process::id());
         assert_eq!(told.as_deref(), Some(holder.as_str()));
         assert!(err.to_string().contains(&holder), "{err}");
+        let twice = FleetLock::acquire(&fleet, "again", Duration::from_secs(60), |_| {});
+        assert!(matches!(twice, Err(LockError::Twice { .. })), "{twice:?}");
         drop(first);
         FleetLock::acquire(&fleet, "reconcile", Duration::ZERO, |_| {}).unwrap();
     }

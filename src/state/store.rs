@@ -4,10 +4,9 @@
 //! (Enhanced Agent Resilience Protocol §2.3).
 
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::Flock;
 use serde_json::{Value, json};
 
 use super::agent::{AgentState, OpenLoop, ResolvedItem, Retention, today};
@@ -108,7 +107,7 @@ fn failpoint(_: &'static str) -> Result<(), StateError> {
 
 /// Holds the agent's state lock until dropped.
 pub struct StateLock {
-    _lock: Flock<fs::File>,
+    _lock: file::Held,
 }
 
 impl AgentDir {
@@ -437,18 +436,57 @@ impl FleetDir {
     }
 
     /// Append any event object to `critical_events.jsonl`, under the events lock so that
-    /// pruning old events (which rewrites the file) never loses one.
+    /// pruning old events (which rewrites the file) never loses one. Something planted in
+    /// place of the log or of its lock (a link, a FIFO) is moved aside and its refusal written
+    /// into the new log here, under the lock already held: recording it as another event
+    /// would take the lock a second time.
     pub fn append_event(&self, event: &Value) -> io::Result<()> {
         if !self.root.is_dir() {
             self.ensure()?;
         }
-        let _lock = self.events_lock()?;
-        append_jsonl(&self.critical_events_path(), event)
+        let mut line = serde_json::to_vec(event).map_err(io::Error::other)?;
+        line.push(b'\n');
+        let path = self.critical_events_path();
+        let (_lock, lock_refused) = self.events_lock_checked()?;
+        let (mut log, refused) = file::open_append(&path)?;
+        let mut text = Vec::new();
+        for (what, aside) in [(self.events_lock_path(), lock_refused), (path, refused)] {
+            if let Some(aside) = aside {
+                let refusal = file::refusal_event(&what, &aside, "");
+                text.extend(serde_json::to_vec(&refusal).map_err(io::Error::other)?);
+                text.push(b'\n');
+            }
+        }
+        text.extend(line);
+        // One `write`: concurrent writers without the lock (none today) could not split it.
+        log.write_all(&text)
+    }
+
+    pub fn events_lock_path(&self) -> PathBuf {
+        self.root.join("critical_events.lock")
     }
 
     /// The lock that serialises writers of `critical_events.jsonl`.
-    pub fn events_lock(&self) -> io::Result<Flock<fs::File>> {
-        file::lock(&self.root.join("critical_events.lock"))
+    pub fn events_lock(&self) -> io::Result<file::Held> {
+        self.events_lock_checked().map(|(lock, _)| lock)
+    }
+
+    /// `events_lock`, moving aside anything planted in place of the lock file (a FIFO, a
+    /// link, a directory: refused, never waited on) and saying where it went, for the caller
+    /// to record once it holds the lock. Two processes that both move a planted file aside at
+    /// the same moment may each lock a file of their own, once: the lock only keeps a prune
+    /// from dropping an event appended meanwhile, and an event is worth less than a hook that
+    /// never finishes.
+    pub fn events_lock_checked(&self) -> io::Result<(file::Held, Option<PathBuf>)> {
+        let path = self.events_lock_path();
+        match file::lock(&path) {
+            Ok(lock) => Ok((lock, None)),
+            Err(e) if file::is_refusal(&e) => {
+                let aside = file::move_aside(&path).map_err(|_| e)?;
+                Ok((file::lock(&path)?, Some(aside)))
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

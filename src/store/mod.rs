@@ -99,9 +99,65 @@ CREATE TABLE IF NOT EXISTS sources(path TEXT PRIMARY KEY, mtime INTEGER NOT NULL
 
 /// Serialises building and catching up the index between processes (a rebuild renames a new
 /// file into place; nothing may open the old one meanwhile).
-fn index_lock(fleet: &FleetDir) -> Result<nix::fcntl::Flock<std::fs::File>, StoreError> {
+fn index_lock(fleet: &FleetDir) -> Result<crate::state::file::Held, StoreError> {
     let path = fleet.root.join(".index.lock");
     crate::state::file::lock(&path).map_err(|source| StoreError::Io { path, source })
+}
+
+fn ensure_dir(fleet: &FleetDir) -> Result<(), StoreError> {
+    fleet.ensure().map_err(|source| StoreError::Io {
+        path: fleet.root.clone(),
+        source,
+    })
+}
+
+/// The files SQLite opens for the index at `path`: the database, its WAL, its shared memory
+/// and its rollback journal.
+fn index_files(path: &Path) -> impl Iterator<Item = PathBuf> + '_ {
+    ["", "-wal", "-shm", "-journal"]
+        .into_iter()
+        .map(move |suffix| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            PathBuf::from(name)
+        })
+}
+
+/// Those of the index's files that exist and are not regular files. SQLite opens its files
+/// blocking and follows links: a FIFO there would hang every search and session start, a
+/// link would make it write where someone else chose. Checked with `lstat`, never opened.
+fn planted(path: &Path) -> Vec<PathBuf> {
+    index_files(path)
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_file()))
+        .collect()
+}
+
+/// Run `f` under the index lock, with anything planted among the index's files moved aside
+/// first (so the index is rebuilt); the refusals are recorded once the lock is released.
+fn locked<T>(fleet: &FleetDir, f: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+    let path = fleet.root.join(INDEX);
+    let (result, refused) = {
+        let _lock = index_lock(fleet)?;
+        let mut refused = Vec::new();
+        let mut failed = None;
+        for file in planted(&path) {
+            match crate::state::file::move_aside(&file) {
+                Ok(aside) => refused.push((file, aside)),
+                Err(source) => {
+                    failed = Some(StoreError::Io { path: file, source });
+                    break;
+                }
+            }
+        }
+        match failed {
+            Some(e) => (Err(e), refused),
+            None => (f(), refused),
+        }
+    };
+    for (file, aside) in refused {
+        crate::state::file::report_refused(&file, &aside);
+    }
+    result
 }
 
 /// Search the fleet's index; an index found corrupt on the way is rebuilt from the files and
@@ -157,23 +213,21 @@ impl Store {
     /// new one is built beside it and renamed over it (`rebuild_fresh`).
     pub fn open(fleet: &FleetDir) -> Result<Store, StoreError> {
         let path = fleet.root.join(INDEX);
-        fleet.ensure().map_err(|source| StoreError::Io {
-            path: fleet.root.clone(),
-            source,
-        })?;
-        let _lock = index_lock(fleet)?;
-        if !path.exists() {
-            return Ok(Store::build_fresh(fleet)?.0);
-        }
-        let opened = Store::open_existing(fleet, &path).and_then(|store| {
-            store.catch_up()?;
-            Ok(store)
-        });
-        match opened {
-            Ok(store) => Ok(store),
-            // A cache that cannot be read (or is of another schema) is rebuilt from the files.
-            Err(_) => Ok(Store::build_fresh(fleet)?.0),
-        }
+        ensure_dir(fleet)?;
+        locked(fleet, || {
+            if !path.exists() {
+                return Ok(Store::build_fresh(fleet)?.0);
+            }
+            let opened = Store::open_existing(fleet, &path).and_then(|store| {
+                store.catch_up()?;
+                Ok(store)
+            });
+            match opened {
+                Ok(store) => Ok(store),
+                // A cache that cannot be read (or is of another schema) is rebuilt from the files.
+                Err(_) => Ok(Store::build_fresh(fleet)?.0),
+            }
+        })
     }
 
     /// `open`, then check the whole file (`PRAGMA quick_check`, every page): a partly corrupt
@@ -185,8 +239,7 @@ impl Store {
             return Ok(store);
         }
         drop(store);
-        let _lock = index_lock(fleet)?;
-        Ok(Store::build_fresh(fleet)?.0)
+        locked(fleet, || Ok(Store::build_fresh(fleet)?.0))
     }
 
     /// Does the whole file pass SQLite's structural check?
@@ -199,12 +252,8 @@ impl Store {
     /// that one is in (`phoenix reindex`): the old file is never read, so a malformed one
     /// cannot make this fail. Returns the new index and the number of documents.
     pub fn rebuild_fresh(fleet: &FleetDir) -> Result<(Store, usize), StoreError> {
-        fleet.ensure().map_err(|source| StoreError::Io {
-            path: fleet.root.clone(),
-            source,
-        })?;
-        let _lock = index_lock(fleet)?;
-        Store::build_fresh(fleet)
+        ensure_dir(fleet)?;
+        locked(fleet, || Store::build_fresh(fleet))
     }
 
     /// With the index lock held: build into a private temp file (no WAL, so the file is
@@ -254,7 +303,9 @@ impl Store {
         // the schema (empty, of another version) is rebuilt, never filled in place.
         let conn = Connection::open_with_flags(
             path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | rusqlite::OpenFlags::SQLITE_OPEN_NOFOLLOW,
         )
         .map_err(err)?;
         conn.pragma_update(None, "journal_mode", "WAL")
@@ -317,9 +368,25 @@ impl Store {
     /// caller does without, it never waits for one to be built.
     pub fn open_for_read(fleet: &FleetDir) -> Option<Store> {
         let path = fleet.root.join(INDEX);
+        // A FIFO would hang the open (or the first read), a link would be followed: refused
+        // and recorded; whoever opens the index to write next moves it aside and rebuilds.
+        let planted = planted(&path);
+        if !planted.is_empty() {
+            for file in planted {
+                let _ = fleet.append_event(&serde_json::json!({
+                    "ts": crate::state::now_rfc3339(), "event": "state_file_refused", "agent": "",
+                    "reason": format!("`{}` is not a regular file of phoenix's own (a symbolic link, a FIFO?)", file.display()),
+                    "action_taken": "did not open the index; the next search moves it aside and rebuilds the index",
+                    "details": {"file": file},
+                }));
+            }
+            return None;
+        }
         let conn = Connection::open_with_flags(
             &path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | rusqlite::OpenFlags::SQLITE_OPEN_NOFOLLOW,
         )
         .ok()?;
         conn.busy_timeout(std::time::Duration::from_millis(200))

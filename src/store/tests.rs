@@ -183,3 +183,51 @@ fn a_search_of_a_current_index_writes_nothing_and_a_new_handoff_is_still_found()
     note_pending(&fleet, &dir, "20260101T000002Z-x");
     assert_eq!(search(&fleet, "beta", None, None, 5).unwrap().len(), 1);
 }
+
+#[test]
+fn a_fifo_or_link_among_the_index_files_is_refused_recorded_and_rebuilt_without_waiting() {
+    for at in ["index.db", "index.db-wal", "index.db-journal"] {
+        for planted in ["fifo", "link"] {
+            let (tmp, fleet) = crate::state::testing::temp_fleet();
+            let dir = fleet.agent("a");
+            dir.ensure().unwrap();
+            handoff::write(&dir, &handoff("a", 1, "first", "alpha words")).unwrap();
+            note_pending(&fleet, &dir, "20260101T000001Z-x");
+            assert_eq!(search(&fleet, "alpha", None, None, 5).unwrap().len(), 1);
+            let path = fleet.root.join(at);
+            let _ = std::fs::remove_file(&path);
+            let target = tmp.path().join("target");
+            std::fs::write(&target, b"precious").unwrap();
+            match planted {
+                "fifo" => {
+                    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+                        .unwrap()
+                }
+                _ => std::os::unix::fs::symlink(&target, &path).unwrap(),
+            }
+            let (tx, rx) = std::sync::mpsc::channel();
+            let reader = fleet.clone();
+            std::thread::spawn(move || {
+                // The session-start hook's read, then a search.
+                let read = Store::open_for_read(&reader).is_some();
+                let hits = search(&reader, "alpha", None, None, 5).map(|h| h.len());
+                let _ = tx.send((read, hits));
+            });
+            let (read, hits) = rx
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .unwrap_or_else(|_| panic!("{planted} at {at}: still waiting after 10 s"));
+            assert!(!read, "{planted} at {at}: opened");
+            assert_eq!(hits.unwrap(), 1, "{planted} at {at}");
+            assert!(
+                std::fs::symlink_metadata(&path).map_or(true, |m| m.is_file()),
+                "{planted} at {at} is still there"
+            );
+            assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+            let log = std::fs::read_to_string(fleet.critical_events_path()).unwrap();
+            assert!(
+                log.contains("state_file_refused") && log.contains(at),
+                "{planted} at {at}: {log}"
+            );
+        }
+    }
+}

@@ -37,7 +37,7 @@ pub fn prune_events(fleet: &FleetDir, retention: Duration) -> std::io::Result<us
     {
         return Ok(0);
     }
-    let _lock = fleet.events_lock()?;
+    let (lock, lock_refused) = fleet.events_lock_checked()?;
     // Read again under the lock: an event appended meanwhile must not be lost.
     let text = read(&path)?;
     let mut dropped = 0;
@@ -50,8 +50,13 @@ pub fn prune_events(fleet: &FleetDir, retention: Duration) -> std::io::Result<us
             kept.push('\n');
         }
     }
-    state::atomic_write(&path, kept.as_bytes())?;
-    Ok(dropped)
+    let written = state::atomic_write(&path, kept.as_bytes());
+    drop(lock);
+    // Recorded once the lock is released: recording takes it.
+    if let Some(aside) = lock_refused {
+        state::file::report_refused(&fleet.events_lock_path(), &aside);
+    }
+    written.map(|()| dropped)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! binary against a real private tmux server (`support::Fleet`). Run one area with
 //! `cargo test --test it fleet::`.
 
+mod bounds;
 mod continuity;
 mod dashboard;
 mod fleet;
@@ -17,6 +18,7 @@ mod messages;
 mod metrics;
 mod needs_input;
 mod one_owner;
+mod planted;
 mod policy;
 mod prompt;
 mod real_claude_waits;

@@ -3,13 +3,12 @@
 //! and recorded as a critical event, and a last good copy is only ever written from bytes
 //! that parse.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::marker::PhantomData;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use nix::fcntl::Flock;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -114,7 +113,7 @@ impl<T: Serialize + DeserializeOwned> JsonFile<T> {
     }
 
     /// Take the file's exclusive lock (held until dropped). Killed holders release it.
-    pub fn lock(&self) -> Result<Flock<File>, StateError> {
+    pub fn lock(&self) -> Result<super::Held, StateError> {
         let path = self.file(&self.lock);
         lock(&path).map_err(|source| StateError::Io {
             action: "lock",

@@ -102,10 +102,7 @@ pub fn open_append(path: &Path) -> io::Result<(File, Option<PathBuf>)> {
     match open_append_regular(path) {
         Ok(file) => Ok((file, None)),
         Err(e) if is_refusal(&e) => {
-            let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%S%.3fZ");
-            let name = path.file_name().unwrap_or_default().to_string_lossy();
-            let aside = path.with_file_name(format!("{name}.refused-{stamp}"));
-            fs::rename(path, &aside).map_err(|_| e)?;
+            let aside = move_aside(path).map_err(|_| e)?;
             Ok((open_append_regular(path)?, Some(aside)))
         }
         Err(e) => Err(e),
@@ -165,19 +162,24 @@ pub fn report_refused(path: &Path, aside: &Path) {
         ),
         _ => (dir, None),
     };
-    let _ = FleetDir::new(root).record_critical(
-        "state_file_refused",
+    let _ = FleetDir::new(root).append_event(&refusal_event(
+        path,
+        aside,
         agent.as_deref().unwrap_or(""),
-        &format!(
-            "`{}` was not a regular file of phoenix's own (a symbolic link?); it was not followed",
+    ));
+}
+
+/// The critical event recording that what was at `path` was moved aside to `aside`.
+pub fn refusal_event(path: &Path, aside: &Path, agent: &str) -> serde_json::Value {
+    json!({
+        "ts": super::now_rfc3339(), "event": "state_file_refused", "agent": agent,
+        "reason": format!(
+            "`{}` was not a regular file of phoenix's own (a symbolic link, a FIFO?); it was not followed",
             path.display()
         ),
-        &format!(
-            "moved it aside to `{}` and started a new file",
-            aside.display()
-        ),
-        json!({"file": path, "moved_to": aside}),
-    );
+        "action_taken": format!("moved it aside to `{}` and started a new file", aside.display()),
+        "details": {"file": path, "moved_to": aside},
+    })
 }
 
 /// Open a state file for reading: never through a link, regular files only (a FIFO cannot
@@ -212,10 +214,21 @@ pub fn read_text(path: &Path) -> Option<String> {
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// Open (creating 0600) a lock file, never through a link; readable, since a lock file may
-/// name its holder for whoever waits (`state::lock`).
+/// Open (creating 0600) a lock file, never through a link and only if it is a regular file
+/// (a FIFO, a device or a directory planted in its place is refused, never waited on);
+/// readable, since a lock file may name its holder for whoever waits (`state::lock`).
 pub fn open_lock(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
+    // Checked before opening too: a device planted here is never opened at all.
+    if let Ok(meta) = fs::symlink_metadata(path)
+        && !meta.is_file()
+    {
+        return Err(if meta.file_type().is_symlink() {
+            is_a_link(path)
+        } else {
+            not_regular(path)
+        });
+    }
+    let file = OpenOptions::new()
         .read(true)
         .create(true)
         .truncate(false)
@@ -223,13 +236,104 @@ pub fn open_lock(path: &Path) -> io::Result<File> {
         .mode(0o600)
         .custom_flags(SAFE_FLAGS)
         .open(path)
-        .map_err(|e| explain_link(e, path))
+        .map_err(|e| explain_link(e, path))?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular(path));
+    }
+    Ok(file)
 }
 
-/// Take an exclusive `flock` on `path` (see `open_lock`), blocking until it is free.
-pub fn lock(path: &Path) -> io::Result<Flock<File>> {
-    Flock::lock(open_lock(path)?, FlockArg::LockExclusive)
-        .map_err(|(_, errno)| io::Error::from(errno))
+/// Take an exclusive `flock` on `path` (see `open_lock`), blocking until it is free. A lock
+/// this thread holds already is refused at once (see `flock`).
+pub fn lock(path: &Path) -> io::Result<Held> {
+    flock(open_lock(path)?, true).map_err(|(_, errno)| match errno {
+        nix::errno::Errno::EDEADLK => taken_twice(path),
+        errno => io::Error::from(errno),
+    })
+}
+
+/// The error of a lock taken a second time by the thread that holds it.
+pub fn taken_twice(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Deadlock,
+        format!(
+            "`{}` is held already by this thread: a lock is never taken twice (it would wait for itself)",
+            path.display()
+        ),
+    )
+}
+
+/// The locks this process holds: the lock file's (device, inode) and the thread that took it.
+static HELD: std::sync::Mutex<Vec<((u64, u64), std::thread::ThreadId)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn held() -> std::sync::MutexGuard<'static, Vec<((u64, u64), std::thread::ThreadId)>> {
+    HELD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An exclusive `flock` held until dropped (the kernel releases it when the process dies).
+#[derive(Debug)]
+pub struct Held {
+    flock: Flock<File>,
+    key: (u64, u64),
+}
+
+impl std::ops::Deref for Held {
+    type Target = File;
+    fn deref(&self) -> &File {
+        &self.flock
+    }
+}
+
+impl std::ops::DerefMut for Held {
+    fn deref_mut(&mut self) -> &mut File {
+        &mut self.flock
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut held = held();
+        if let Some(i) = held.iter().position(|(key, _)| *key == self.key) {
+            held.swap_remove(i);
+        }
+    }
+}
+
+/// Take an exclusive `flock` on `file` (a lock file `open_lock` opened): waiting for it when
+/// `wait`, else failing with `EWOULDBLOCK` at once. A lock the calling thread holds already is
+/// refused with `EDEADLK`: a second open of the same file is a second open file description,
+/// and its `flock` would wait for the first one, held by the same thread, forever.
+pub fn flock(file: File, wait: bool) -> Result<Held, (File, nix::errno::Errno)> {
+    let key = match file.metadata() {
+        Ok(meta) => (meta.dev(), meta.ino()),
+        Err(e) => {
+            let errno = nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+            return Err((file, errno));
+        }
+    };
+    let me = std::thread::current().id();
+    if held().iter().any(|(k, thread)| *k == key && *thread == me) {
+        return Err((file, nix::errno::Errno::EDEADLK));
+    }
+    let arg = if wait {
+        FlockArg::LockExclusive
+    } else {
+        FlockArg::LockExclusiveNonblock
+    };
+    let flock = Flock::lock(file, arg)?;
+    held().push((key, me));
+    Ok(Held { flock, key })
+}
+
+/// Move what is at `path` aside (`<name>.refused-<time>`: the link or FIFO itself, never a
+/// link's target) so that a regular file can take its place; the path it went to.
+pub fn move_aside(path: &Path) -> io::Result<PathBuf> {
+    let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%S%.3fZ");
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let aside = path.with_file_name(format!("{name}.refused-{stamp}"));
+    fs::rename(path, &aside)?;
+    Ok(aside)
 }
 
 fn not_regular(path: &Path) -> io::Error {
@@ -268,6 +372,7 @@ pub fn is_refusal(e: &io::Error) -> bool {
         || e.kind() == io::ErrorKind::InvalidData
         || e.raw_os_error() == Some(libc::ELOOP)
         || e.raw_os_error() == Some(libc::ENXIO)
+        || e.raw_os_error() == Some(libc::EISDIR)
 }
 
 /// Create a directory (and missing parents) mode 0700 and check it: a real directory (a link

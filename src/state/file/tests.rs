@@ -266,3 +266,151 @@ fn a_state_dir_of_another_user_or_a_linked_agent_dir_is_refused() {
     assert!(err.to_string().contains("hint:"), "{err}");
     assert!(!foreign.join("agents").exists());
 }
+
+/// `f` on a thread of its own, failing the test if it has not returned within 10 s (a lock
+/// taken twice waits forever: the test must fail, not hang).
+fn within_10s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap_or_else(|_| panic!("{what} still running after 10 s (a lock taken twice?)"))
+}
+
+#[test]
+fn a_lock_taken_twice_by_its_holder_is_refused_and_other_threads_wait() {
+    let (_tmp, fleet) = crate::state::testing::temp_fleet();
+    let path = fleet.root.join("x.lock");
+    let held = lock(&path).unwrap();
+    let again = within_10s("a second lock", {
+        let path = fleet.root.join("y.lock");
+        move || {
+            // The same thread asks again: refused at once, naming the file.
+            let first = lock(&path).unwrap();
+            let second = lock(&path).unwrap_err();
+            drop(first);
+            (second.kind(), second.to_string())
+        }
+    });
+    assert_eq!(again.0, io::ErrorKind::Deadlock);
+    assert!(again.1.contains("taken twice"), "{}", again.1);
+    // Another thread waits for the holder, as before.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let _lock = lock(&path).unwrap();
+        tx.send(()).unwrap();
+    });
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(200))
+            .is_err()
+    );
+    drop(held);
+    rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    waiter.join().unwrap();
+}
+
+#[test]
+fn a_fifo_a_link_or_a_dir_at_a_lock_file_is_refused_at_once() {
+    let (tmp, fleet) = crate::state::testing::temp_fleet();
+    let fifo = fleet.root.join("fifo.lock");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let link = fleet.root.join("link.lock");
+    let target = tmp.path().join("target");
+    fs::write(&target, b"precious").unwrap();
+    symlink(&target, &link).unwrap();
+    let dir = fleet.root.join("dir.lock");
+    fs::create_dir(&dir).unwrap();
+    let refused = within_10s("locking planted files", move || {
+        [fifo, link, dir]
+            .iter()
+            .map(|p| {
+                lock(p)
+                    .map(|_| ())
+                    .map_err(|e| (is_refusal(&e), e.to_string()))
+            })
+            .collect::<Vec<_>>()
+    });
+    for r in &refused {
+        let (refusal, message) = r.clone().unwrap_err();
+        assert!(refusal, "{message}");
+    }
+    assert!(
+        refused[0]
+            .clone()
+            .unwrap_err()
+            .1
+            .contains("not a regular file")
+    );
+    assert!(refused[1].clone().unwrap_err().1.contains("symbolic link"));
+    assert_eq!(fs::read(&target).unwrap(), b"precious");
+}
+
+#[test]
+fn a_fifo_or_link_at_the_event_log_or_its_lock_is_moved_aside_and_recorded_without_waiting() {
+    for planted in ["fifo", "link", "dir"] {
+        for at in ["critical_events.jsonl", "critical_events.lock"] {
+            let (tmp, fleet) = crate::state::testing::temp_fleet();
+            let path = fleet.root.join(at);
+            let target = tmp.path().join("target");
+            fs::write(&target, b"precious").unwrap();
+            match planted {
+                "fifo" => {
+                    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+                        .unwrap()
+                }
+                "link" => symlink(&target, &path).unwrap(),
+                _ => fs::create_dir(&path).unwrap(),
+            }
+            let writer = fleet.clone();
+            within_10s("recording an event", move || {
+                writer
+                    .record_critical("crash_loop", "a", "r", "safe_mode", serde_json::json!({}))
+                    .unwrap();
+            });
+            let log = fs::read_to_string(fleet.critical_events_path()).unwrap();
+            let events: Vec<serde_json::Value> = log
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let names: Vec<&str> = events
+                .iter()
+                .map(|e| e["event"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                names,
+                ["state_file_refused", "crash_loop"],
+                "{planted} at {at}"
+            );
+            assert!(
+                events[0]["reason"].as_str().unwrap().contains(at),
+                "{planted} at {at}: {log}"
+            );
+            let aside = events[0]["details"]["moved_to"].as_str().unwrap();
+            assert!(fs::symlink_metadata(aside).is_ok(), "{aside}");
+            assert!(
+                fs::symlink_metadata(&path).unwrap().is_file(),
+                "{planted} at {at}"
+            );
+            assert_eq!(fs::read(&target).unwrap(), b"precious");
+        }
+    }
+}
+
+#[test]
+fn a_link_planted_at_an_agents_log_is_recorded_in_the_event_log_without_waiting() {
+    let (tmp, dir) = agent();
+    let target = tmp.path().join("target");
+    fs::write(&target, b"precious").unwrap();
+    symlink(&target, dir.file(crate::state::OPS_LOG)).unwrap();
+    let writer = dir.clone();
+    within_10s("recording an op", move || {
+        writer
+            .record_op(crate::state::Op::AgentStart, serde_json::Value::Null)
+            .unwrap()
+    });
+    let fleet = FleetDir::new(dir.fleet_root());
+    let log = fs::read_to_string(fleet.critical_events_path()).unwrap();
+    assert!(log.contains("state_file_refused"), "{log}");
+    assert_eq!(fs::read(&target).unwrap(), b"precious");
+}
