@@ -59,11 +59,22 @@ pub fn run(command: Command, input: &[u8], timeout: Duration) -> Result<Finished
 /// [`run`], keeping up to `max_output` bytes of stdout and of stderr (a host's reply that
 /// carries an agent's context is larger than a helper's output).
 pub fn run_limited(
-    mut command: Command,
+    command: Command,
     input: &[u8],
     timeout: Duration,
     max_output: u64,
 ) -> Result<Finished, RunError> {
+    run_limited_telling(command, input, timeout, max_output).map_err(|(e, _)| e)
+}
+
+/// [`run_limited`], and on a timeout what the program had written on stderr by then (the
+/// ssh transport reads the remote session's id there, to end that session too).
+pub fn run_limited_telling(
+    mut command: Command,
+    input: &[u8],
+    timeout: Duration,
+    max_output: u64,
+) -> Result<Finished, (RunError, String)> {
     command.stdin(Stdio::piped());
     run_with(command, Some(input.to_vec()), timeout, max_output)
 }
@@ -76,6 +87,16 @@ pub fn run_file(
     timeout: Duration,
 ) -> Result<Finished, RunError> {
     command.stdin(Stdio::from(input));
+    run_with(command, None, timeout, MAX_OUTPUT).map_err(|(e, _)| e)
+}
+
+/// [`run_file`], telling stderr on a timeout as [`run_limited_telling`] does.
+pub fn run_file_telling(
+    mut command: Command,
+    input: std::fs::File,
+    timeout: Duration,
+) -> Result<Finished, (RunError, String)> {
+    command.stdin(Stdio::from(input));
     run_with(command, None, timeout, MAX_OUTPUT)
 }
 
@@ -84,14 +105,14 @@ fn run_with(
     input: Option<Vec<u8>>,
     timeout: Duration,
     max_output: u64,
-) -> Result<Finished, RunError> {
+) -> Result<Finished, (RunError, String)> {
     let started = Instant::now();
     command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own process group, so a timeout kills whatever it started too.
         .process_group(0);
-    let mut child = spawn(&mut command)?;
+    let mut child = spawn(&mut command).map_err(|e| (e, String::new()))?;
     let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
 
     // Write and read on threads: a program that answers before reading all of its input (or
@@ -141,7 +162,20 @@ fn run_with(
                 let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(RunError::Timeout);
+                // What it said before it was killed (its pipes close with it).
+                let deadline = Instant::now() + Duration::from_millis(500);
+                let mut stderr = String::new();
+                while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+                    match rx.recv_timeout(left) {
+                        Ok((false, text)) => {
+                            stderr = text;
+                            break;
+                        }
+                        Ok((true, _)) => {}
+                        Err(_) => break,
+                    }
+                }
+                return Err((RunError::Timeout, stderr));
             }
         }
     };
