@@ -123,6 +123,9 @@ fn run_with(
         });
     }
     let (tx, rx) = mpsc::channel::<(bool, String)>();
+    // stderr as it comes: what it said before a timeout, even while something else (an ssh
+    // control master it handed its descriptors to) keeps the pipe open.
+    let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
     for (is_stdout, pipe) in [
         (
             true,
@@ -140,10 +143,27 @@ fn run_with(
         ),
     ] {
         let tx = tx.clone();
+        let said = (!is_stdout).then(|| said.clone());
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
             if let Some(mut pipe) = pipe {
-                let _ = (&mut pipe).take(max_output).read_to_end(&mut bytes);
+                let mut chunk = [0u8; 8192];
+                while (bytes.len() as u64) < max_output {
+                    let room = (max_output - bytes.len() as u64).min(chunk.len() as u64) as usize;
+                    match pipe.read(&mut chunk[..room]) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            bytes.extend_from_slice(&chunk[..n]);
+                            if let Some(said) = &said
+                                && let Ok(mut said) = said.lock()
+                            {
+                                said.extend_from_slice(&chunk[..n]);
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => break,
+                    }
+                }
                 // Drain the rest, or a program that writes more would block and time out.
                 let _ = io::copy(&mut pipe, &mut io::sink());
             }
@@ -162,19 +182,10 @@ fn run_with(
                 let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
                 let _ = child.kill();
                 let _ = child.wait();
-                // What it said before it was killed (its pipes close with it).
-                let deadline = Instant::now() + Duration::from_millis(500);
-                let mut stderr = String::new();
-                while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-                    match rx.recv_timeout(left) {
-                        Ok((false, text)) => {
-                            stderr = text;
-                            break;
-                        }
-                        Ok((true, _)) => {}
-                        Err(_) => break,
-                    }
-                }
+                let stderr = said
+                    .lock()
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default();
                 return Err((RunError::Timeout, stderr));
             }
         }

@@ -51,6 +51,24 @@ pub fn bound(value: &mut Value) {
     bound_at(value, 0);
 }
 
+/// A whole document [`bound`]: its top-level arrays (its rows) to [`MAX_ROWS`] entries
+/// instead, each entry bounded.
+pub fn bound_document(doc: &mut Value) {
+    let top = match doc {
+        Value::Object(fields) => fields.values_mut().collect::<Vec<_>>(),
+        other => vec![other],
+    };
+    for value in top {
+        match value {
+            Value::Array(rows) => {
+                rows.truncate(MAX_ROWS);
+                rows.iter_mut().for_each(|row| bound_at(row, 1));
+            }
+            other => bound_at(other, 1),
+        }
+    }
+}
+
 fn bound_at(value: &mut Value, depth: usize) {
     if depth >= MAX_DEPTH && (value.is_array() || value.is_object()) {
         *value = Value::Null;
@@ -130,14 +148,14 @@ pub fn rows(
     }
     if invalid > 0 {
         warnings.push(format!(
-            "host `{host}` sent {invalid} of its {key} without a valid agent name: left out"
+            "host `{host}` sent {invalid} {key} rows without a valid agent name: left out"
         ));
     }
     if !foreign.is_empty() {
         let names: Vec<&str> = foreign.iter().map(String::as_str).take(5).collect();
         let more = foreign.len().saturating_sub(names.len());
         warnings.push(format!(
-            "host `{host}` sent {key} of agents phoenix.toml does not place there ({}{}): left out",
+            "host `{host}` sent {key} rows of agents the fleet does not know ({}{}): left out",
             names.join(", "),
             if more > 0 {
                 format!(" and {more} more")
@@ -203,11 +221,19 @@ mod tests {
         assert_eq!(kept[1]["event"], "daemon_started");
         let said = warnings.join("\n");
         assert!(
-            said.contains("4 of its agents without a valid agent name"),
+            said.contains("4 agents rows without a valid agent name"),
             "{said}"
         );
-        assert!(said.contains("does not place there (stranger)"), "{said}");
+        assert!(
+            said.contains("the fleet does not know (stranger)"),
+            "{said}"
+        );
         assert!(!said.contains(&long), "{said}");
+        // A document's own rows are many more than a row's lists.
+        let mut doc = json!({"agents": vec![json!({"agent": "a", "note": long}); 1000]});
+        bound_document(&mut doc);
+        assert_eq!(doc["agents"].as_array().unwrap().len(), 1000);
+        assert!(doc["agents"][999]["note"].as_str().unwrap().chars().count() <= MAX_TEXT);
     }
 
     #[test]

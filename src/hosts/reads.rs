@@ -105,8 +105,8 @@ pub fn document_of(host: &str, ran: &Ran) -> Result<Value, HostError> {
         let hint = said(&error["hint"]).map(|h| format!(" ({h})"));
         return Err(failed(format!("{message}{}", hint.unwrap_or_default())));
     }
-    // Bounded and named here, whoever reads it (the agents the fleet knows: `ask_json`).
-    super::admit::document(host, &mut doc, None);
+    // Bounded here, whoever reads it (its rows admitted by `ask_json`).
+    super::admit::bound_document(&mut doc);
     Ok(doc)
 }
 

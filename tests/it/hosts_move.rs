@@ -31,7 +31,7 @@ fn link<'a>(links: &'a [Link], host: &str) -> &'a Link {
 }
 
 /// Start `host`'s slice there, as the combined apply will.
-fn start_on(net: &HostedFleet, host: &str) {
+pub(crate) fn start_on(net: &HostedFleet, host: &str) {
     let spec = net.fleet.spec();
     let links = fleet::links(&spec);
     let link = link(&links, host);
