@@ -48,8 +48,8 @@ struct Busy {
 /// `phoenix move --from-unreachable` starts from), at most.
 const MIRROR_EVERY: Duration = Duration::from_secs(60);
 /// How often the operator's daemon tells the hosts it owes a fence (they were unreachable
-/// when an agent moved away from them) where those agents run now, at most: a host that
-/// comes back with a stale copy has it stopped within this.
+/// when an agent moved away from them) where those agents run now, at most (at its passes:
+/// a host that comes back with a stale copy has it stopped at the next one).
 const FENCES_EVERY: Duration = Duration::from_secs(10);
 
 /// Events arriving together (many wrappers, an editor's several writes) make one reconcile.

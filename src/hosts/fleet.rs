@@ -50,10 +50,10 @@ impl Link {
     /// Ask the host's phoenix one thing (with the fences it is owed, if any).
     pub fn ask(&self, call: Call, timeout: Duration) -> Result<Reply, HostError> {
         let mut request = Request::new(call);
-        request.fences = self.owed.lock().map(|o| o.clone()).unwrap_or_default();
+        request.owed_fences = self.owed.lock().map(|o| o.clone()).unwrap_or_default();
         let reply = super::ask_request(&self.transport, &self.host.phoenix, &request, timeout)?;
         if let Some(done) = &reply.fenced {
-            self.delivered(&request.fences, done);
+            self.delivered(&request.owed_fences, done);
         }
         Ok(reply)
     }

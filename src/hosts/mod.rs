@@ -195,7 +195,7 @@ pub fn ask(
     ask_request(transport, phoenix, &Request::new(call), timeout)
 }
 
-/// [`ask`] with the whole request (its owed fences: see [`Request::fences`]).
+/// [`ask`] with the whole request (its owed fences: see [`Request::owed_fences`]).
 pub fn ask_request(
     transport: &dyn Transport,
     phoenix: &str,

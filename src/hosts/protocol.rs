@@ -33,8 +33,10 @@ pub struct Request {
     /// unreachable): with every request until the host has answered one, so the first
     /// contact with a host that comes back records them and stops its stale copies before
     /// the call itself is answered ([`Reply::fenced`] says what that did).
+    ///
+    /// (Not `fences`: [`Call::Fence`] has a field of that name, flattened beside it.)
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub fences: BTreeMap<String, crate::state::fence::Fence>,
+    pub owed_fences: BTreeMap<String, crate::state::fence::Fence>,
     #[serde(flatten)]
     pub call: Call,
 }
@@ -44,7 +46,7 @@ impl Request {
         Request {
             format_version: FORMAT_VERSION,
             phoenix_version: phoenix_version().to_string(),
-            fences: BTreeMap::new(),
+            owed_fences: BTreeMap::new(),
             call,
         }
     }
@@ -212,7 +214,7 @@ pub struct Reply {
     pub error: Option<RemoteError>,
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub result: Value,
-    /// What the host did with the request's [`Request::fences`] (none sent: `None`).
+    /// What the host did with the request's [`Request::owed_fences`] (none sent: `None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fenced: Option<super::carry::Fenced>,
 }

@@ -61,7 +61,7 @@ pub fn answer(bytes: &[u8]) -> Reply {
     };
     // The operator's owed word first: a stale copy here stops before anything else is done
     // or read (a status then no longer shows it running).
-    let fenced = fence_first(&request.call, &request.fences);
+    let fenced = fence_first(&request.call, &request.owed_fences);
     let mut reply = answer_call(request.call);
     reply.fenced = fenced;
     reply
@@ -506,6 +506,27 @@ mod tests {
                 "{reply:?}"
             );
         }
+    }
+
+    #[test]
+    fn owed_fences_travel_beside_every_call_even_a_fence() {
+        let fence = |generation| crate::state::fence::Fence {
+            generation,
+            here: false,
+            runs_on: "gpu-2".into(),
+            since: String::new(),
+        };
+        let mut request = Request::new(Call::Fence {
+            dir: "/x".into(),
+            fences: BTreeMap::from([("a".to_string(), fence(1))]),
+        });
+        request.owed_fences = BTreeMap::from([("b".to_string(), fence(2))]);
+        let read: Request = serde_json::from_slice(&serde_json::to_vec(&request).unwrap()).unwrap();
+        assert_eq!(read.owed_fences, request.owed_fences);
+        assert_eq!(read.call, request.call);
+        // Without any, the request is as it always was.
+        let plain = serde_json::to_value(Request::new(Call::Hello)).unwrap();
+        assert!(plain.get("owed_fences").is_none(), "{plain}");
     }
 
     #[test]

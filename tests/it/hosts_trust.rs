@@ -180,9 +180,15 @@ fn the_operators_daemon_stops_a_returning_hosts_stale_copy() {
     let daemon = moved_while_away(&mut net, &["trades"]);
     // Nobody runs a command: the operator's daemon reaches gpu-1 on its own.
     let operator = crate::supervise::Daemon::start(&net.fleet, &["-v"]);
-    wait_until(WAIT, "the stale copy on gpu-1 stopped", || {
-        row(net.host("gpu-1"), "trades")["state"] == "moved"
-    });
+    let deadline = std::time::Instant::now() + WAIT;
+    while row(net.host("gpu-1"), "trades")["state"] != "moved" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stale copy on gpu-1 was not stopped:\n{}",
+            operator.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert_eq!(row(net.host("gpu-2"), "trades")["state"], "running");
     operator.stop();
     stop(daemon);
