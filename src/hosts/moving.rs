@@ -733,6 +733,21 @@ pub fn cleanup(spec: &Spec) -> crate::error::Result<CleanupReport> {
             Err(e) => unreachable.push((link.name().to_string(), e.to_string())),
         }
     }
+    // The first contact with each host delivered the fences it was owed: the copies it
+    // stopped then are settled already.
+    let mut first_contact: Vec<Settled> = Vec::new();
+    for link in &links {
+        for fenced in link.fenced.lock().map(|f| f.clone()).unwrap_or_default() {
+            if !fenced.stopped.is_empty() || !fenced.failed.is_empty() {
+                first_contact.push(Settled {
+                    on: Place::Host(link.name().to_string()),
+                    agents: fenced.stopped.clone(),
+                    error: None,
+                    fenced: Some(fenced),
+                });
+            }
+        }
+    }
     let stale = moves::stale(&placements, &observed);
     // What is owed to a machine that cannot be reached stays owed.
     let reachable: Vec<Stale> = stale
@@ -744,7 +759,8 @@ pub fn cleanup(spec: &Spec) -> crate::error::Result<CleanupReport> {
         })
         .cloned()
         .collect();
-    let settled = settle(spec, &reachable)?;
+    let mut settled = first_contact;
+    settled.extend(settle(spec, &reachable)?);
     Ok(CleanupReport {
         stale,
         settled,
