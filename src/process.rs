@@ -59,11 +59,22 @@ pub fn run(command: Command, input: &[u8], timeout: Duration) -> Result<Finished
 /// [`run`], keeping up to `max_output` bytes of stdout and of stderr (a host's reply that
 /// carries an agent's context is larger than a helper's output).
 pub fn run_limited(
-    mut command: Command,
+    command: Command,
     input: &[u8],
     timeout: Duration,
     max_output: u64,
 ) -> Result<Finished, RunError> {
+    run_limited_telling(command, input, timeout, max_output).map_err(|(e, _)| e)
+}
+
+/// [`run_limited`], and on a timeout what the program had written on stderr by then (the
+/// ssh transport reads the remote session's id there, to end that session too).
+pub fn run_limited_telling(
+    mut command: Command,
+    input: &[u8],
+    timeout: Duration,
+    max_output: u64,
+) -> Result<Finished, (RunError, String)> {
     command.stdin(Stdio::piped());
     run_with(command, Some(input.to_vec()), timeout, max_output)
 }
@@ -76,6 +87,16 @@ pub fn run_file(
     timeout: Duration,
 ) -> Result<Finished, RunError> {
     command.stdin(Stdio::from(input));
+    run_with(command, None, timeout, MAX_OUTPUT).map_err(|(e, _)| e)
+}
+
+/// [`run_file`], telling stderr on a timeout as [`run_limited_telling`] does.
+pub fn run_file_telling(
+    mut command: Command,
+    input: std::fs::File,
+    timeout: Duration,
+) -> Result<Finished, (RunError, String)> {
+    command.stdin(Stdio::from(input));
     run_with(command, None, timeout, MAX_OUTPUT)
 }
 
@@ -84,14 +105,14 @@ fn run_with(
     input: Option<Vec<u8>>,
     timeout: Duration,
     max_output: u64,
-) -> Result<Finished, RunError> {
+) -> Result<Finished, (RunError, String)> {
     let started = Instant::now();
     command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own process group, so a timeout kills whatever it started too.
         .process_group(0);
-    let mut child = spawn(&mut command)?;
+    let mut child = spawn(&mut command).map_err(|e| (e, String::new()))?;
     let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
 
     // Write and read on threads: a program that answers before reading all of its input (or
@@ -102,6 +123,9 @@ fn run_with(
         });
     }
     let (tx, rx) = mpsc::channel::<(bool, String)>();
+    // stderr as it comes: what it said before a timeout, even while something else (an ssh
+    // control master it handed its descriptors to) keeps the pipe open.
+    let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
     for (is_stdout, pipe) in [
         (
             true,
@@ -119,10 +143,27 @@ fn run_with(
         ),
     ] {
         let tx = tx.clone();
+        let said = (!is_stdout).then(|| said.clone());
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
             if let Some(mut pipe) = pipe {
-                let _ = (&mut pipe).take(max_output).read_to_end(&mut bytes);
+                let mut chunk = [0u8; 8192];
+                while (bytes.len() as u64) < max_output {
+                    let room = (max_output - bytes.len() as u64).min(chunk.len() as u64) as usize;
+                    match pipe.read(&mut chunk[..room]) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            bytes.extend_from_slice(&chunk[..n]);
+                            if let Some(said) = &said
+                                && let Ok(mut said) = said.lock()
+                            {
+                                said.extend_from_slice(&chunk[..n]);
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => break,
+                    }
+                }
                 // Drain the rest, or a program that writes more would block and time out.
                 let _ = io::copy(&mut pipe, &mut io::sink());
             }
@@ -141,7 +182,11 @@ fn run_with(
                 let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(RunError::Timeout);
+                let stderr = said
+                    .lock()
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default();
+                return Err((RunError::Timeout, stderr));
             }
         }
     };

@@ -155,6 +155,20 @@ fn status_table(spec: &Spec, doc: &Value, rows: &[Value], location: String) -> S
             "\n(no {location} yet: run `phoenix apply` to start the fleet)\n"
         ));
     }
+    for r in rows.iter().filter(|r| reads::is_stale(r)) {
+        text.push_str(&format!(
+            "{}\n",
+            output::paint(
+                output::REMOVE,
+                &format!(
+                    "stale copy: `{}` runs on {} but is placed on {}: phoenix stops it at its next contact with that machine; `phoenix move --cleanup` stops it now",
+                    r["agent"].as_str().unwrap_or("?"),
+                    r["host"].as_str().unwrap_or("this machine"),
+                    r["stale"]["placed"].as_str().unwrap_or("?")
+                )
+            )
+        ));
+    }
     text.push_str(&super::fleet::daemon_line(spec));
     for host in doc["hosts"].as_array().into_iter().flatten() {
         text.push_str(&host_line(host));
@@ -173,6 +187,28 @@ fn host_line(host: &Value) -> String {
         }
         return line;
     }
+    let mut said = String::new();
+    for stopped in host["stale_stopped"].as_array().into_iter().flatten() {
+        said.push_str(&format!(
+            "host `{name}`: stopped the stale copy of `{}` (the agent was moved away from it)\n",
+            stopped.as_str().unwrap_or("?")
+        ));
+    }
+    for failed in host["stale_stop_failed"].as_array().into_iter().flatten() {
+        said.push_str(&format!(
+            "{}\n",
+            output::paint(
+                output::REMOVE,
+                &format!(
+                    "host `{name}`: a stale copy was not stopped ({}): its daemon stops it, or `phoenix move --cleanup`",
+                    failed.as_str().unwrap_or("?")
+                )
+            )
+        ));
+    }
+    for warning in host["warnings"].as_array().into_iter().flatten() {
+        said.push_str(&format!("warning: {}\n", warning.as_str().unwrap_or("?")));
+    }
     let daemon = match host["daemon"]["pid"].as_u64() {
         Some(pid) => format!("`phoenix run` supervises it (pid {pid})"),
         None => "daemon not running".to_string(),
@@ -182,7 +218,7 @@ fn host_line(host: &Value) -> String {
     } else {
         ", nothing started there yet"
     };
-    format!("host `{name}`: {daemon}{server}\n")
+    format!("{said}host `{name}`: {daemon}{server}\n")
 }
 
 // ---- events ----
@@ -291,6 +327,9 @@ fn event_key(e: &Value) -> String {
 
 /// The hosts that did not answer, on stderr: what is shown is without them.
 fn warn_unreachable(merged: &Merged, what: &str) {
+    for said in &merged.warnings {
+        eprintln!("warning: {said}");
+    }
     for host in &merged.unreachable {
         eprintln!(
             "warning: {}; its {what} are not shown",

@@ -41,11 +41,16 @@ struct Busy {
     watchdog: Arc<AtomicBool>,
     brief: Arc<AtomicBool>,
     mirror: Arc<AtomicBool>,
+    fences: Arc<AtomicBool>,
 }
 
 /// How often the operator's daemon refreshes its mirror of the hosts' agent contexts (what
 /// `phoenix move --from-unreachable` starts from), at most.
 const MIRROR_EVERY: Duration = Duration::from_secs(60);
+/// How often the operator's daemon tells the hosts it owes a fence (they were unreachable
+/// when an agent moved away from them) where those agents run now, at most (at its passes:
+/// a host that comes back with a stale copy has it stopped at the next one).
+const FENCES_EVERY: Duration = Duration::from_secs(10);
 
 /// Events arriving together (many wrappers, an editor's several writes) make one reconcile.
 const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -187,6 +192,7 @@ impl Controller {
         let mut next = requeue(Duration::ZERO);
         let mut attempt = 0u32;
         let mut mirrored: Option<Instant> = None;
+        let mut fenced: Option<Instant> = None;
         loop {
             if self.stopping.load(Ordering::SeqCst) {
                 info!("asked to stop: stopping");
@@ -213,6 +219,7 @@ impl Controller {
             }
             self.serve_requests();
             (next, attempt) = self.pass(attempt, &mut panes, &tx);
+            self.start_fences(&busy.fences, &mut fenced);
             self.start_mirror(&busy.mirror, &mut mirrored);
         }
         info!("phoenix run: stopped");
@@ -379,6 +386,43 @@ impl Controller {
                     }
                 }
                 Err(e) => warn!(error = %e, "cannot refresh the mirror of the hosts"),
+            }
+            busy.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Deliver the fences the placement record owes (the hosts that were unreachable when an
+    /// agent moved away from them) off the loop, at most every [`FENCES_EVERY`]: each host
+    /// that answers records them and stops its stale copies.
+    fn start_fences(&self, busy: &Arc<AtomicBool>, last: &mut Option<Instant>) {
+        if self.spec.hosts.is_empty() || last.is_some_and(|t| t.elapsed() < FENCES_EVERY) {
+            return;
+        }
+        if busy.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let (spec, busy) = (self.spec.clone(), busy.clone());
+        tokio::task::spawn_blocking(move || {
+            match crate::hosts::moves::settle_owed(&spec) {
+                Ok(settled) => {
+                    for s in settled {
+                        match (&s.error, &s.fenced) {
+                            (Some(e), _) => {
+                                debug!(on = %s.on, error = %e, "owed fences not delivered yet")
+                            }
+                            (None, Some(f)) if !f.failed.is_empty() => {
+                                warn!(on = %s.on, failed = ?f.failed, "a stale copy was not stopped; tried again")
+                            }
+                            (None, f) => info!(
+                                on = %s.on, agents = ?s.agents,
+                                stopped = ?f.as_ref().map(|f| &f.stopped),
+                                "told the machine where its moved agents run; its stale copies are stopped"
+                            ),
+                        }
+                    }
+                }
+                Err(e) => warn!(error = %e, "cannot deliver the fences the placement record owes"),
             }
             busy.store(false, Ordering::SeqCst);
         });

@@ -469,6 +469,18 @@ pub fn fence_here(
     fleet: &FleetDir,
     fences: &BTreeMap<String, Fence>,
 ) -> Result<Fenced, String> {
+    fence_within(spec, fleet, fences, crate::state::lock::LOCK_WAIT)
+}
+
+/// [`fence_here`], waiting at most `lock_wait` for the fleet lock to stop the stale copies
+/// (the fences are recorded first all the same: this host's daemon, plan and restarts refuse
+/// the copy from then on, and the daemon stops it at its next pass).
+pub fn fence_within(
+    spec: Option<&Spec>,
+    fleet: &FleetDir,
+    fences: &BTreeMap<String, Fence>,
+    lock_wait: Duration,
+) -> Result<Fenced, String> {
     fences.keys().try_for_each(|a| check_name(a))?;
     fleet
         .ensure()
@@ -481,7 +493,7 @@ pub fn fence_here(
         });
     };
     // Every stale copy, whether this word or an earlier one fenced it.
-    let (stopped, failed) = stop_here(spec, fleet, "fence", |_, obs| {
+    let (stopped, failed) = stop_here(spec, fleet, "fence", lock_wait, |_, obs| {
         obs.is_some_and(|o| o.fenced.is_some())
     })?;
     Ok(Fenced {
@@ -501,11 +513,11 @@ fn stop_here(
     spec: &Spec,
     fleet: &FleetDir,
     what: &str,
+    lock_wait: Duration,
     which: impl Fn(&str, Option<&crate::world::AgentObs>) -> bool,
 ) -> Result<Stops, String> {
-    let lock =
-        crate::state::lock::FleetLock::acquire(fleet, what, crate::state::lock::LOCK_WAIT, |_| {})
-            .map_err(|e| e.to_string())?;
+    let lock = crate::state::lock::FleetLock::acquire(fleet, what, lock_wait, |_| {})
+        .map_err(|e| e.to_string())?;
     let runtime = crate::world::runtime_for(spec);
     let world = crate::status::observe(spec, &*runtime).map_err(|e| e.to_string())?;
     let options = crate::plan::PlanOptions::for_this_binary(false)
@@ -596,7 +608,13 @@ pub fn leave(spec: Option<&Spec>, fleet: &FleetDir, agent: &str) -> Result<Left,
     dir.ensure()
         .and_then(|()| dir.set_marker(state::STOPPED))
         .map_err(|e| format!("cannot record the stop in `{}`: {e}", dir.path.display()))?;
-    let (stopped, failed) = stop_here(spec, fleet, "move", |a, _| a == agent)?;
+    let (stopped, failed) = stop_here(
+        spec,
+        fleet,
+        "move",
+        crate::state::lock::LOCK_WAIT,
+        |a, _| a == agent,
+    )?;
     if let Some(why) = failed.first() {
         return Err(format!("cannot stop it: {why}"));
     }

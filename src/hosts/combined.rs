@@ -329,17 +329,27 @@ impl Hosts {
             slice: slice.to_string(),
             prune,
         };
-        let reply = link.ask(call, fleet::READ_TIMEOUT)?;
-        let answer: PlanAnswer = serde_json::from_value(reply.result).map_err(|e| {
+        let mut result = link.ask(call, fleet::READ_TIMEOUT)?.result;
+        // The host's lines: each of a valid agent name, every field bounded.
+        let mut admitted = match result.get_mut("plan") {
+            Some(plan) => super::admit::document(link.name(), plan, None),
+            None => Vec::new(),
+        };
+        if let Some(warnings) = result.get_mut("warnings") {
+            super::admit::bound(warnings);
+        }
+        let answer: PlanAnswer = serde_json::from_value(result).map_err(|e| {
             Failure::of(link.name(), format!("the host's answer is not a plan: {e}"))
         })?;
+        let mut warnings = answer.warnings;
+        warnings.append(&mut admitted);
         let mut plan = answer.plan;
         if self.targets.named {
             plan.only(self.targets.of(link.name()));
         }
         Ok(Planned {
             plan,
-            warnings: answer.warnings,
+            warnings,
             push: to_push(slice, &self.files, &answer.files),
             digests: answer.files,
         })
@@ -554,7 +564,12 @@ fn applied(host: &str, ran: &Ran) -> std::result::Result<Vec<Step>, Failure> {
         message: String,
         hint: Option<String>,
     }
-    match serde_json::from_str::<Report>(ran.stdout.trim()) {
+    // The host's steps: each of a valid agent name, every field bounded.
+    let report = serde_json::from_str::<Value>(ran.stdout.trim()).and_then(|mut doc| {
+        super::admit::document(host, &mut doc, None);
+        serde_json::from_value::<Report>(doc)
+    });
+    match report {
         Ok(Report {
             steps: Some(steps), ..
         }) => Ok(steps),

@@ -3,13 +3,16 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use super::protocol::{Call, Ran, Reply};
+use super::carry::Fenced;
+use super::protocol::{Call, Ran, Reply, Request};
 use super::ssh::Ssh;
 use super::{HostError, Transport};
 use crate::spec::{HostSpec, Spec};
 use crate::state::bounded::{Links, read_whole};
+use crate::state::fence::Fence;
 
 /// How long ssh may take to connect to a host before it counts as unreachable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -27,6 +30,16 @@ const MAX_SLICE_FILES: usize = 200;
 pub struct Link {
     pub host: HostSpec,
     pub transport: Ssh,
+    /// The fences the operator's placement record owes this host (agents moved away from it
+    /// while it was unreachable), sent with every call until one is answered: the first
+    /// contact with a host that comes back stops its stale copies.
+    pub owed: Mutex<BTreeMap<String, Fence>>,
+    /// The operator's state dir, where the record is.
+    pub state_dir: PathBuf,
+    /// What the host did with the fences it was sent (the stale copies it stopped).
+    pub fenced: Mutex<Vec<Fenced>>,
+    /// The agents the fleet knows: the only ones a host's rows may be about.
+    pub known: std::sync::Arc<super::admit::Known>,
 }
 
 impl Link {
@@ -34,9 +47,32 @@ impl Link {
         &self.host.name
     }
 
-    /// Ask the host's phoenix one thing.
+    /// Ask the host's phoenix one thing (with the fences it is owed, if any).
     pub fn ask(&self, call: Call, timeout: Duration) -> Result<Reply, HostError> {
-        super::ask(&self.transport, &self.host.phoenix, call, timeout)
+        let mut request = Request::new(call);
+        request.owed_fences = self.owed.lock().map(|o| o.clone()).unwrap_or_default();
+        let reply = super::ask_request(&self.transport, &self.host.phoenix, &request, timeout)?;
+        if let Some(done) = &reply.fenced {
+            self.delivered(&request.owed_fences, done);
+        }
+        Ok(reply)
+    }
+
+    /// The host answered the fences it was sent: those whose copies are stopped (or never
+    /// ran) are no longer owed; a stop that failed keeps its fence owed, sent again next time.
+    fn delivered(&self, sent: &BTreeMap<String, Fence>, done: &Fenced) {
+        if let Ok(mut fenced) = self.fenced.lock() {
+            fenced.push(done.clone());
+        }
+        if !done.failed.is_empty() {
+            return;
+        }
+        if let Ok(mut owed) = self.owed.lock() {
+            owed.retain(|agent, _| !sent.contains_key(agent));
+        }
+        if let Err(e) = super::moves::fences_delivered(&self.state_dir, self.name(), sent) {
+            tracing::debug!(host = %self.name(), error = %e, "owed fences stay recorded: sent again next time");
+        }
     }
 
     /// One of phoenix's own commands (`status --json`, …) on the host's fleet.
@@ -62,9 +98,20 @@ impl Link {
 /// Every `[[host]]` of `spec`, in the order written.
 pub fn links(spec: &Spec) -> Vec<Link> {
     let control_dir = control_dir(&spec.fleet.state_dir);
+    // A record that cannot be read owes nothing here: the commands that need it (move, plan,
+    // apply) say why.
+    let placements = super::moves::load(&spec.fleet.state_dir).unwrap_or_default();
+    let known = std::sync::Arc::new(super::admit::Known::of(spec, &placements));
     spec.hosts
         .iter()
         .map(|host| Link {
+            owed: Mutex::new(super::moves::owed_to(
+                &placements,
+                &super::moves::Place::Host(host.name.clone()),
+            )),
+            state_dir: spec.fleet.state_dir.clone(),
+            fenced: Mutex::new(Vec::new()),
+            known: known.clone(),
             transport: Ssh {
                 host: host.name.clone(),
                 destination: host.ssh.clone(),

@@ -4,6 +4,7 @@
 //! speaks the versioned JSON [`protocol`] with `phoenix host` there.
 
 pub mod actions;
+pub mod admit;
 pub mod carry;
 pub mod check;
 pub mod combined;
@@ -191,7 +192,17 @@ pub fn ask(
     call: Call,
     timeout: Duration,
 ) -> Result<Reply, HostError> {
-    let request = serde_json::to_vec(&Request::new(call)).expect("a request serializes");
+    ask_request(transport, phoenix, &Request::new(call), timeout)
+}
+
+/// [`ask`] with the whole request (its owed fences: see [`Request::owed_fences`]).
+pub fn ask_request(
+    transport: &dyn Transport,
+    phoenix: &str,
+    request: &Request,
+    timeout: Duration,
+) -> Result<Reply, HostError> {
+    let request = serde_json::to_vec(request).expect("a request serializes");
     let finished = transport
         .call(&[phoenix, "host"], &request, timeout)
         .map_err(HostError::Transport)?;

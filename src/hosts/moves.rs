@@ -16,11 +16,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::spec::Spec;
+use crate::state::fence::Fence;
 use crate::state::{self, FleetDir};
 
 pub use super::moving::{
     Carried, CleanupReport, MoveOptions, MoveReport, Preview, Settled, carry_out, cleanup, preview,
-    settle,
+    settle, settle_owed,
 };
 
 /// The record, under the operator's state dir.
@@ -231,6 +232,68 @@ pub fn stale(placements: &Placements, observed: &[(Place, Vec<String>)]) -> Vec<
         }
     }
     found
+}
+
+/// The fences `on` is owed: per agent moved away from it while it was unreachable, where
+/// the agent runs now. Pure.
+pub fn owed_to(placements: &Placements, on: &Place) -> BTreeMap<String, Fence> {
+    placements
+        .agents
+        .iter()
+        .filter(|(_, p)| p.owed_fences.contains(on) && &p.place != on)
+        .map(|(agent, p)| (agent.clone(), p.fence_elsewhere()))
+        .collect()
+}
+
+impl Placement {
+    /// The word for a machine the agent was moved away from: it runs elsewhere, since when
+    /// it was placed (the same word each time it is sent, so a host records it once).
+    pub fn fence_elsewhere(&self) -> Fence {
+        Fence {
+            generation: self.generation,
+            here: false,
+            runs_on: self.place.runs_on(),
+            since: self.since.clone(),
+        }
+    }
+}
+
+/// `host` answered the fences `sent` (its stale copies are stopped, or never ran): those
+/// still owed at the same generation are owed no more. Takes the record's lock without
+/// waiting (a move or cleanup holding it settles the record itself; the fences are sent
+/// again at the next contact, and a host records a word it holds once).
+pub fn fences_delivered(
+    state_dir: &Path,
+    host: &str,
+    sent: &BTreeMap<String, Fence>,
+) -> crate::error::Result<()> {
+    if sent.is_empty() {
+        return Ok(());
+    }
+    let fleet = FleetDir::new(state_dir);
+    let _lock = state::lock::FleetLock::acquire_file(
+        &fleet,
+        MOVE_LOCK,
+        "record delivered fences",
+        std::time::Duration::ZERO,
+        |_| {},
+    )?;
+    let mut placements = load(state_dir)?;
+    let on = Place::Host(host.to_string());
+    let mut changed = false;
+    for (agent, fence) in sent {
+        if let Some(p) = placements.agents.get_mut(agent)
+            && p.generation == fence.generation
+            && p.owed_fences.contains(&on)
+        {
+            p.owed_fences.retain(|o| o != &on);
+            changed = true;
+        }
+    }
+    if changed {
+        save(state_dir, &placements)?;
+    }
+    Ok(())
 }
 
 /// Record where `spec` places every agent that has no record yet (generation 0), so that a

@@ -664,7 +664,10 @@ pub fn settle(spec: &Spec, stale: &[Stale]) -> crate::error::Result<Vec<Settled>
     let state_dir = &spec.fleet.state_dir;
     let _lock = moves::lock(state_dir, "move --cleanup", |_| {})?;
     let mut placements = moves::load(state_dir)?;
-    for done in settled.iter().filter(|s| s.error.is_none()) {
+    // A copy whose stop failed stays owed: the next contact tries again.
+    let done =
+        |s: &&Settled| s.error.is_none() && s.fenced.as_ref().is_some_and(|f| f.failed.is_empty());
+    for done in settled.iter().filter(done) {
         for agent in &done.agents {
             if let Some(p) = placements.agents.get_mut(agent) {
                 p.owed_fences.retain(|o| o != &done.on);
@@ -673,6 +676,31 @@ pub fn settle(spec: &Spec, stale: &[Stale]) -> crate::error::Result<Vec<Settled>
     }
     moves::save(state_dir, &placements)?;
     Ok(settled)
+}
+
+/// Tell every machine the record owes a fence where its moved agents run now (it records
+/// the fences and stops their stale copies): the operator's daemon does at each pass, so a
+/// host that comes back is settled without anyone running a command. Machines that cannot
+/// be reached stay owed; nothing owed, nothing asked.
+pub fn settle_owed(spec: &Spec) -> crate::error::Result<Vec<Settled>> {
+    let placements = moves::load(&spec.fleet.state_dir)?;
+    let owed: Vec<Stale> = placements
+        .agents
+        .iter()
+        .flat_map(|(agent, p)| {
+            p.owed_fences.iter().map(move |on| Stale {
+                agent: agent.clone(),
+                on: on.clone(),
+                placed: p.place.clone(),
+                generation: p.generation,
+                running: None,
+            })
+        })
+        .collect();
+    if owed.is_empty() {
+        return Ok(Vec::new());
+    }
+    settle(spec, &owed)
 }
 
 /// What `phoenix move --cleanup` found and did.
@@ -705,6 +733,21 @@ pub fn cleanup(spec: &Spec) -> crate::error::Result<CleanupReport> {
             Err(e) => unreachable.push((link.name().to_string(), e.to_string())),
         }
     }
+    // The first contact with each host delivered the fences it was owed: the copies it
+    // stopped then are settled already.
+    let mut first_contact: Vec<Settled> = Vec::new();
+    for link in &links {
+        for fenced in link.fenced.lock().map(|f| f.clone()).unwrap_or_default() {
+            if !fenced.stopped.is_empty() || !fenced.failed.is_empty() {
+                first_contact.push(Settled {
+                    on: Place::Host(link.name().to_string()),
+                    agents: fenced.stopped.clone(),
+                    error: None,
+                    fenced: Some(fenced),
+                });
+            }
+        }
+    }
     let stale = moves::stale(&placements, &observed);
     // What is owed to a machine that cannot be reached stays owed.
     let reachable: Vec<Stale> = stale
@@ -716,7 +759,8 @@ pub fn cleanup(spec: &Spec) -> crate::error::Result<CleanupReport> {
         })
         .cloned()
         .collect();
-    let settled = settle(spec, &reachable)?;
+    let mut settled = first_contact;
+    settled.extend(settle(spec, &reachable)?);
     Ok(CleanupReport {
         stale,
         settled,

@@ -7,6 +7,8 @@
 //! same in every version, so two phoenixes of different versions can always tell each other
 //! which versions they are, whatever else changed.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -27,6 +29,14 @@ pub fn phoenix_version() -> &'static str {
 pub struct Request {
     pub format_version: u32,
     pub phoenix_version: String,
+    /// The operator's placements this host is owed (agents moved away from it while it was
+    /// unreachable): with every request until the host has answered one, so the first
+    /// contact with a host that comes back records them and stops its stale copies before
+    /// the call itself is answered ([`Reply::fenced`] says what that did).
+    ///
+    /// (Not `fences`: [`Call::Fence`] has a field of that name, flattened beside it.)
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub owed_fences: BTreeMap<String, crate::state::fence::Fence>,
     #[serde(flatten)]
     pub call: Call,
 }
@@ -36,6 +46,7 @@ impl Request {
         Request {
             format_version: FORMAT_VERSION,
             phoenix_version: phoenix_version().to_string(),
+            owed_fences: BTreeMap::new(),
             call,
         }
     }
@@ -129,6 +140,27 @@ pub enum Call {
     },
 }
 
+impl Call {
+    /// The host's directory the call is about (`None`: [`Call::Hello`]).
+    pub fn dir(&self) -> Option<&str> {
+        match self {
+            Call::Hello => None,
+            Call::Check { dir, .. }
+            | Call::Plan { dir, .. }
+            | Call::Apply { dir, .. }
+            | Call::Run { dir, .. }
+            | Call::Inject { dir, .. }
+            | Call::Install { dir, .. }
+            | Call::Context { dir, .. }
+            | Call::Export { dir, .. }
+            | Call::Leave { dir, .. }
+            | Call::Import { dir, .. }
+            | Call::Fence { dir, .. }
+            | Call::Mirror { dir, .. } => Some(dir),
+        }
+    }
+}
+
 /// What [`Call::Install`] did on the host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Installed {
@@ -182,6 +214,9 @@ pub struct Reply {
     pub error: Option<RemoteError>,
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub result: Value,
+    /// What the host did with the request's [`Request::owed_fences`] (none sent: `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fenced: Option<super::carry::Fenced>,
 }
 
 impl Reply {
@@ -211,6 +246,7 @@ impl Reply {
             ok,
             error: None,
             result: Value::Null,
+            fenced: None,
         }
     }
 }

@@ -12,7 +12,9 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::HostError;
+use super::carry::Fenced;
 use super::fleet::{Link, each, links};
+use super::moves::{Place, Placements};
 use super::protocol::{ErrorKind, Ran};
 use crate::spec::{RemoteAgent, Spec};
 
@@ -46,16 +48,31 @@ pub fn agents_of<'a>(spec: &'a Spec, host: &'a str) -> impl Iterator<Item = &'a 
 pub struct Answer {
     pub host: String,
     pub result: Result<Value, HostError>,
+    /// What was left out of the host's document ([`super::admit`]).
+    pub warnings: Vec<String>,
+    /// The stale copies the host stopped as this call delivered the fences it was owed.
+    pub fenced: Vec<Fenced>,
 }
 
-/// `args` (a read that prints one `--json` document) on every link at once.
+/// `args` (a read that prints one `--json` document) on every link at once; each host's rows
+/// admitted ([`super::admit::document`]): only of agents the fleet knows, every field bounded.
 pub fn ask_json(links: &[Link], args: &[String], timeout: Duration) -> Vec<Answer> {
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
-    each(links, |link| Answer {
-        host: link.name().to_string(),
-        result: link
+    each(links, |link| {
+        let mut warnings = Vec::new();
+        let result = link
             .run(&words, timeout)
-            .and_then(|ran| document_of(link.name(), &ran)),
+            .and_then(|ran| document_of(link.name(), &ran))
+            .map(|mut doc| {
+                warnings = super::admit::document(link.name(), &mut doc, Some(&link.known));
+                doc
+            });
+        Answer {
+            host: link.name().to_string(),
+            result,
+            warnings,
+            fenced: link.fenced.lock().map(|f| f.clone()).unwrap_or_default(),
+        }
     })
 }
 
@@ -79,13 +96,17 @@ pub fn document_of(host: &str, ran: &Ran) -> Result<Value, HostError> {
             crate::text::shorten(said, 300)
         ))
     })?;
+    let mut doc = doc;
     if doc.get("ok") == Some(&Value::Bool(false))
         && let Some(error) = doc.get("error")
     {
-        let message = error["message"].as_str().unwrap_or("failed").to_string();
-        let hint = error["hint"].as_str().map(|h| format!(" ({h})"));
+        let said = |v: &Value| v.as_str().map(|s| crate::text::shorten(s, 1000));
+        let message = said(&error["message"]).unwrap_or_else(|| "failed".into());
+        let hint = said(&error["hint"]).map(|h| format!(" ({h})"));
         return Err(failed(format!("{message}{}", hint.unwrap_or_default())));
     }
+    // Bounded here, whoever reads it (its rows admitted by `ask_json`).
+    super::admit::bound_document(&mut doc);
     Ok(doc)
 }
 
@@ -186,15 +207,26 @@ pub fn status_document(
     if spec.hosts.is_empty() {
         return local;
     }
+    // A record that cannot be read marks nothing stale: `plan` and `move` say why.
+    let placements = super::moves::load(&spec.fleet.state_dir).unwrap_or_default();
     let mut rows = take_rows(&mut local, "agents");
+    let (mut rows, _) = placed_rows(spec, &placements, &Place::Local, std::mem::take(&mut rows));
     label(&mut rows, None);
     let mut hosts = Vec::new();
     for answer in answers {
         let host = answer.host.as_str();
         let declared = agents_of(spec, host).filter(|a| agent.is_none_or(|n| n == a.name));
+        let stopped: Vec<&String> = answer.fenced.iter().flat_map(|f| &f.stopped).collect();
+        let fence_failed: Vec<&String> = answer.fenced.iter().flat_map(|f| &f.failed).collect();
         match answer.result {
             Ok(mut doc) => {
-                let mut theirs = take_rows(&mut doc, "agents");
+                let (mut theirs, said) = placed_rows(
+                    spec,
+                    &placements,
+                    &Place::Host(host.to_string()),
+                    take_rows(&mut doc, "agents"),
+                );
+                let warnings: Vec<&String> = answer.warnings.iter().chain(&said).collect();
                 let missing: Vec<Value> = declared
                     .filter(|a| !theirs.iter().any(|r| r["agent"] == a.name))
                     .map(|a| placeholder(a, "declared", "down"))
@@ -206,6 +238,8 @@ pub fn status_document(
                     "host": host, "reachable": true,
                     "server_running": doc["server_running"], "daemon": doc["daemon"],
                     "observed_at": doc["observed_at"],
+                    "warnings": warnings,
+                    "stale_stopped": stopped, "stale_stop_failed": fence_failed,
                 }));
             }
             Err(error) => {
@@ -228,6 +262,79 @@ pub fn status_document(
     local
 }
 
+/// The rows of `on`'s status that are its to give: those of the agents phoenix.toml or the
+/// operator's record place there, and a stale copy's (an agent placed elsewhere whose pane
+/// still runs there: its row says `stale`, health `down`, and where it is placed). A host's
+/// row of any other agent is left out, said in a warning; this machine's rows all stay.
+pub fn placed_rows(
+    spec: &Spec,
+    placements: &Placements,
+    on: &Place,
+    rows: Vec<Value>,
+) -> (Vec<Value>, Vec<String>) {
+    let mut kept = Vec::new();
+    let mut foreign = Vec::new();
+    for mut row in rows {
+        let Some(agent) = row["agent"].as_str().map(str::to_string) else {
+            continue;
+        };
+        let declared_here = match on {
+            Place::Local => spec.agent(&agent).is_some(),
+            Place::Host(host) => agents_of(spec, host).any(|a| a.name == agent),
+        };
+        let placed = placements.place_of(spec, &agent);
+        if declared_here || placed.as_ref() == Some(on) {
+            kept.push(row);
+            continue;
+        }
+        let Some(placed) = placed else {
+            // An agent the fleet does not know: a host's row is not its to give; this
+            // machine's (a pane nobody declared) shows as it always did.
+            match on {
+                Place::Local => kept.push(row),
+                Place::Host(_) => foreign.push(agent),
+            }
+            continue;
+        };
+        if runs(&row) {
+            let generation = placements.generation(&agent);
+            let fields = row.as_object_mut().expect("a status row is an object");
+            fields.insert("state".into(), "stale".into());
+            fields.insert("health".into(), "down".into());
+            fields.insert(
+                "stale".into(),
+                json!({"placed": placed.to_string(), "generation": generation}),
+            );
+            kept.push(row);
+        } else if matches!(on, Place::Local) {
+            kept.push(row);
+        }
+        // A host's copy of an agent placed elsewhere that does not run: nothing to show.
+    }
+    let mut warnings = Vec::new();
+    if let (Place::Host(host), false) = (on, foreign.is_empty()) {
+        foreign.sort();
+        foreign.dedup();
+        let shown: Vec<&str> = foreign.iter().map(String::as_str).take(5).collect();
+        warnings.push(format!(
+            "host `{host}` sent status rows of agents phoenix.toml does not place there ({}{}): left out",
+            shown.join(", "),
+            if foreign.len() > shown.len() { ", …" } else { "" }
+        ));
+    }
+    (kept, warnings)
+}
+
+/// A status row whose pane runs (what a stale copy is).
+fn runs(row: &Value) -> bool {
+    row["pane"].is_string() && !matches!(row["state"].as_str(), Some("dead" | "moved"))
+}
+
+/// A row of a copy of an agent on a machine it was moved away from.
+pub fn is_stale(row: &Value) -> bool {
+    row["state"] == "stale"
+}
+
 /// The row of an agent of a host that its host did not describe: every field a row has, so a
 /// script reads it as any other.
 fn placeholder(agent: &RemoteAgent, state: &'static str, health: &'static str) -> Value {
@@ -247,11 +354,13 @@ fn placeholder(agent: &RemoteAgent, state: &'static str, health: &'static str) -
 }
 
 /// A row of a merged status that `status` counts as not running (its exit code 3): declared
-/// and enabled, and down, stopped or unknown (its host did not answer).
+/// and enabled, and down, stopped or unknown (its host did not answer); or a stale copy
+/// (the fleet does not run as placed until it is gone).
 pub fn is_down(row: &Value) -> bool {
-    row["declared"] == true
-        && row["enabled"] == true
-        && matches!(row["health"].as_str(), Some("down" | "stopped" | "unknown"))
+    is_stale(row)
+        || row["declared"] == true
+            && row["enabled"] == true
+            && matches!(row["health"].as_str(), Some("down" | "stopped" | "unknown"))
 }
 
 // ---- events, search, handoff lists ----
@@ -263,6 +372,8 @@ pub struct Merged {
     pub rows: Vec<Value>,
     /// The hosts that did not answer ([`unreachable`]).
     pub unreachable: Vec<Value>,
+    /// What was left out of the hosts' answers ([`super::admit`]).
+    pub warnings: Vec<String>,
 }
 
 /// `local` and the array `key` of every answer, labelled, in host order (this machine first).
@@ -271,8 +382,10 @@ pub fn merge(mut local: Vec<Value>, answers: Vec<Answer>, key: &str) -> Merged {
     let mut merged = Merged {
         rows: local,
         unreachable: Vec::new(),
+        warnings: Vec::new(),
     };
     for answer in answers {
+        merged.warnings.extend(answer.warnings);
         match answer.result {
             Ok(mut doc) => {
                 let mut rows = take_rows(&mut doc, key);
@@ -319,6 +432,9 @@ pub fn merged_document(key: &str, merged: Merged) -> Value {
     if !merged.unreachable.is_empty() {
         doc.insert("hosts".into(), Value::Array(merged.unreachable));
     }
+    if !merged.warnings.is_empty() {
+        doc.insert("warnings".into(), json!(merged.warnings));
+    }
     Value::Object(doc)
 }
 
@@ -331,6 +447,8 @@ mod tests {
         Answer {
             host: host.into(),
             result: Ok(doc),
+            warnings: Vec::new(),
+            fenced: Vec::new(),
         }
     }
 
@@ -341,6 +459,8 @@ mod tests {
                 host: host.into(),
                 detail: "Connection refused".into(),
             })),
+            warnings: Vec::new(),
+            fenced: Vec::new(),
         }
     }
 

@@ -59,7 +59,39 @@ pub fn answer(bytes: &[u8]) -> Reply {
         Ok(r) => r,
         Err(e) => return Reply::error(ErrorKind::BadRequest, format!("bad request: {e}")),
     };
-    match request.call {
+    // The operator's owed word first: a stale copy here stops before anything else is done
+    // or read (a status then no longer shows it running).
+    let fenced = fence_first(&request.call, &request.owed_fences);
+    let mut reply = answer_call(request.call);
+    reply.fenced = fenced;
+    reply
+}
+
+/// How long the fences of a request wait for this host's fleet lock to stop a stale copy:
+/// the operator's call is bounded (a status by seconds). A copy not stopped now is refused
+/// from now on and stopped by this host's daemon, or at the operator's next contact.
+const FENCE_LOCK_WAIT: Duration = Duration::from_secs(3);
+
+/// Record the fences a request carries and stop the stale copies they fence.
+fn fence_first(
+    call: &Call,
+    fences: &BTreeMap<String, crate::state::fence::Fence>,
+) -> Option<carry::Fenced> {
+    if fences.is_empty() {
+        return None;
+    }
+    let dir = call.dir()?;
+    let done = carry::host_fleet(dir).and_then(|(spec, fleet)| {
+        carry::fence_within(spec.as_ref(), &fleet, fences, FENCE_LOCK_WAIT)
+    });
+    Some(done.unwrap_or_else(|e| carry::Fenced {
+        failed: vec![e],
+        ..carry::Fenced::default()
+    }))
+}
+
+fn answer_call(call: Call) -> Reply {
+    match call {
         Call::Hello => Reply::ok(Value::Null),
         Call::Check { dir, slice } => {
             Reply::ok(serde_json::to_value(check(&dir, &slice)).unwrap_or_default())
@@ -474,6 +506,27 @@ mod tests {
                 "{reply:?}"
             );
         }
+    }
+
+    #[test]
+    fn owed_fences_travel_beside_every_call_even_a_fence() {
+        let fence = |generation| crate::state::fence::Fence {
+            generation,
+            here: false,
+            runs_on: "gpu-2".into(),
+            since: String::new(),
+        };
+        let mut request = Request::new(Call::Fence {
+            dir: "/x".into(),
+            fences: BTreeMap::from([("a".to_string(), fence(1))]),
+        });
+        request.owed_fences = BTreeMap::from([("b".to_string(), fence(2))]);
+        let read: Request = serde_json::from_slice(&serde_json::to_vec(&request).unwrap()).unwrap();
+        assert_eq!(read.owed_fences, request.owed_fences);
+        assert_eq!(read.call, request.call);
+        // Without any, the request is as it always was.
+        let plain = serde_json::to_value(Request::new(Call::Hello)).unwrap();
+        assert!(plain.get("owed_fences").is_none(), "{plain}");
     }
 
     #[test]

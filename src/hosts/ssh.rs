@@ -40,6 +40,16 @@ impl Ssh {
     /// side always goes through the login shell of the remote user (ssh has no other way), so
     /// every word is quoted for it: nothing in a name or a path is ever interpreted there.
     pub fn argv(&self, remote: &[&str], terminal: bool) -> Vec<OsString> {
+        let line = if terminal {
+            remote_command(remote)
+        } else {
+            telling_session(&remote_command(remote))
+        };
+        self.argv_of(line, terminal)
+    }
+
+    /// The local argv that runs the remote command line `line` on the host.
+    fn argv_of(&self, line: String, terminal: bool) -> Vec<OsString> {
         let mut argv: Vec<OsString> = vec!["ssh".into()];
         if let Some(config) = &self.config {
             argv.push("-F".into());
@@ -63,8 +73,23 @@ impl Ssh {
         // `--` ends ssh's options: the destination can never be read as one.
         argv.push("--".into());
         argv.push(self.destination.clone().into());
-        argv.push(remote_command(remote).into());
+        argv.push(line.into());
         argv
+    }
+
+    /// End the remote session `session` (all its processes: the remote command and whatever
+    /// it started) through the shared connection: after a timeout, so that a call given up on
+    /// here does not go on running there.
+    fn end_session(&self, session: u32) {
+        let argv = self.argv_of(
+            format!(
+                "pkill -KILL -s {session} 2>/dev/null; kill -KILL -- -{session} 2>/dev/null; true"
+            ),
+            false,
+        );
+        let mut command = Command::new(&argv[0]);
+        command.args(&argv[1..]);
+        let _ = process::run(command, b"", END_SESSION_TIMEOUT);
     }
 
     fn command(&self, remote: &[&str]) -> Result<Command, TransportError> {
@@ -98,10 +123,9 @@ impl Transport for Ssh {
         timeout: Duration,
     ) -> Result<Finished, TransportError> {
         let command = self.command(remote)?;
-        self.finished(
-            process::run_limited(command, input, timeout, super::protocol::MAX_REPLY_BYTES),
-            timeout,
-        )
+        let run =
+            process::run_limited_telling(command, input, timeout, super::protocol::MAX_REPLY_BYTES);
+        self.finished(self.ended(run), timeout)
     }
 
     fn call_file(
@@ -111,7 +135,8 @@ impl Transport for Ssh {
         timeout: Duration,
     ) -> Result<Finished, TransportError> {
         let command = self.command(remote)?;
-        self.finished(process::run_file(command, input, timeout), timeout)
+        let run = process::run_file_telling(command, input, timeout);
+        self.finished(self.ended(run), timeout)
     }
 
     fn interactive(&self, remote: &[&str]) -> Vec<OsString> {
@@ -120,6 +145,24 @@ impl Transport for Ssh {
 }
 
 impl Ssh {
+    /// A run with the remote session's line taken out of its stderr; after a timeout, the
+    /// remote session ended too (the local ssh is killed already).
+    fn ended(&self, run: Result<Finished, (RunError, String)>) -> Result<Finished, RunError> {
+        match run {
+            Ok(mut finished) => {
+                finished.stderr = without_session_line(&finished.stderr);
+                Ok(finished)
+            }
+            Err((RunError::Timeout, stderr)) => {
+                if let Some(session) = session_of(&stderr) {
+                    self.end_session(session);
+                }
+                Err(RunError::Timeout)
+            }
+            Err((e, _)) => Err(e),
+        }
+    }
+
     /// How ssh's run ended, as the transport reports it: its own failure (exit 255) is an
     /// unreachable host, anything else the remote command's.
     fn finished(
@@ -144,6 +187,40 @@ impl Ssh {
                 detail: format!("cannot run `ssh`: {e} (install openssh-client)"),
             }),
         }
+    }
+}
+
+/// How long ending a remote session after a timeout may take.
+const END_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// The first line on stderr of every remote call: the remote session's id.
+const SESSION_LINE: &str = "phoenix-remote-session ";
+
+/// `command` (a remote command line) run so that it first says its session's id on stderr:
+/// sshd makes each session's first process a session leader, and `exec` keeps its pid, so
+/// `$$` is the id of the session every process of the call runs in (what
+/// [`Ssh::end_session`] ends). The words stay as quoted; the remote login shell still
+/// expands a leading `~/`.
+fn telling_session(command: &str) -> String {
+    format!("exec sh -c 'echo {SESSION_LINE}$$ >&2; exec \"$@\"' sh {command}")
+}
+
+/// The session id a remote call said first on stderr.
+fn session_of(stderr: &str) -> Option<u32> {
+    stderr
+        .lines()
+        .next()?
+        .strip_prefix(SESSION_LINE)?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&id| id > 1)
+}
+
+fn without_session_line(stderr: &str) -> String {
+    match stderr.split_once('\n') {
+        Some((first, rest)) if first.starts_with(SESSION_LINE) => rest.to_string(),
+        None if stderr.starts_with(SESSION_LINE) => String::new(),
+        _ => stderr.to_string(),
     }
 }
 
@@ -203,7 +280,18 @@ mod tests {
             .collect();
         let dd = argv.iter().position(|a| a == "--").unwrap();
         assert_eq!(argv[dd + 1], "deploy@gpu-1.internal");
-        assert_eq!(argv[dd + 2], "phoenix host 'a b;$(rm -rf ~)'");
+        assert_eq!(
+            argv[dd + 2],
+            format!(
+                "exec sh -c 'echo {SESSION_LINE}$$ >&2; exec \"$@\"' sh phoenix host 'a b;$(rm -rf ~)'"
+            )
+        );
+        assert_eq!(session_of(&format!("{SESSION_LINE}4242\nrest")), Some(4242));
+        assert_eq!(
+            without_session_line(&format!("{SESSION_LINE}4242\nerror: x\n")),
+            "error: x\n"
+        );
+        assert_eq!(session_of("error: x"), None);
         assert_eq!(argv.len(), dd + 3);
         assert!(argv.contains(&"BatchMode=yes".to_string()));
         assert!(argv.contains(&"ConnectTimeout=5".to_string()));

@@ -92,6 +92,9 @@ impl Post<'_> {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(self.timeout))
             .http_status_as_error(false)
+            // A redirect is the receiver's answer, never followed: it could send the message
+            // (and any authorization header) to another origin.
+            .max_redirects(0)
             .user_agent(concat!("phoenix/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();
@@ -149,6 +152,15 @@ fn post(
     let status = response.status().as_u16();
     if (200..300).contains(&status) {
         return Ok(status);
+    }
+    if (300..400).contains(&status) {
+        // Where it points is not said: a URL of the receiver's choosing, maybe with a token.
+        return Err(Failure {
+            reason: format!(
+                "HTTP {status}: a redirect, not followed (phoenix posts only to the URL configured)"
+            ),
+            retry: false,
+        });
     }
     // The start of the answer often says why (Telegram: "Bad Request: chat not found").
     let answer = response

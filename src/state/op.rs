@@ -70,6 +70,8 @@ ops! {
     AgentExit = "agent_exit",
     AgentAlive = "agent_alive",
     SpawnFailed = "spawn_failed",
+    /// The wrapper did not start the agent again: the operator moved it to another machine.
+    StartFenced = "start_fenced",
     SubreaperUnavailable = "subreaper_unavailable",
     ResumeSkipped = "resume_skipped",
     ResumeMismatch = "resume_mismatch",

@@ -21,6 +21,9 @@ impl UreqClient {
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
+            // A collector's redirect is not followed (the spans would go to an origin of its
+            // choosing): the 3xx counts as a failed post.
+            .max_redirects(0)
             .user_agent(concat!("phoenix/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();

@@ -627,3 +627,53 @@ fn a_hosts_own_daemon_restarts_its_killed_agent_with_the_operator_gone() {
     let _ = daemon.kill();
     let _ = daemon.wait();
 }
+
+#[test]
+fn a_host_call_that_times_out_leaves_nothing_running_on_the_host() {
+    let Some((server, net)) = one_host("slow") else {
+        return;
+    };
+    // A host whose "phoenix" never answers, with a child of its own.
+    let slow = net.tmp.path().join("slow-phoenix");
+    std::fs::write(&slow, "#!/bin/sh\nsleep 31337 &\nsleep 31338\n").unwrap();
+    std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let ssh = net.ssh(&server);
+    // The connection is up first: the timeout is the command's, not the connect's.
+    hosts::ask(&ssh, PHOENIX, Call::Hello, Duration::from_secs(20)).unwrap();
+    let started = Instant::now();
+    let err = hosts::ask(
+        &ssh,
+        &slow.display().to_string(),
+        Call::Hello,
+        Duration::from_secs(2),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, HostError::Transport(TransportError::Timeout { .. })),
+        "{err:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let left = || {
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", "sleep 3133[78]"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+            .collect::<Vec<_>>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !left().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let running = left();
+    // Whatever a failing run left, the test does not leave it behind.
+    for pid in &running {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(running.is_empty(), "still running on the host: {running:?}");
+}

@@ -12,6 +12,7 @@ mod hosts_move;
 mod hosts_move_apply;
 mod hosts_plan;
 mod hosts_reads;
+mod hosts_trust;
 mod hosts_views;
 mod inert;
 mod messages;

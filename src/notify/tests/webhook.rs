@@ -23,6 +23,8 @@ struct Request {
 #[derive(Clone, Copy)]
 enum Answer {
     Status(u16),
+    /// `302 Found` to this port on 127.0.0.1.
+    Redirect(u16),
     /// Read the request, then never answer.
     Never,
 }
@@ -78,6 +80,12 @@ impl Server {
                             stream,
                             "HTTP/1.1 {code} Whatever\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                             body.len()
+                        );
+                    }
+                    Answer::Redirect(port) => {
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{port}/steal\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
                         );
                     }
                     Answer::Never => held.push(stream),
@@ -242,6 +250,28 @@ fn a_server_error_is_retried_then_reported_and_a_client_error_is_not_retried() {
         assert_no_secret(&sent, &url);
         assert_eq!(server.requests().len(), attempts, "HTTP {status}");
     }
+}
+
+#[test]
+fn a_redirect_is_a_failed_delivery_and_the_other_origin_is_never_reached() {
+    let elsewhere = Server::start(Answer::Status(200), 10);
+    let server = Server::start(Answer::Redirect(elsewhere.port), 10);
+    let url = server.url();
+    let tmp = tempfile::tempdir().unwrap();
+    let fleet = FleetDir::new(tmp.path());
+    let settings = webhook_settings(WebhookFormat::Json, Duration::from_secs(5), 2);
+    let notifier = Notifier::new(&settings, &fleet).with_var("PHOENIX_TEST_HOOK", &url);
+    let sent = only(notifier.send(&message(Kind::Failure, "alpha", "down")));
+    assert!(!sent.ok, "{sent:?}");
+    assert_eq!(
+        sent.detail,
+        "POST to $PHOENIX_TEST_HOOK failed: HTTP 302: a redirect, not followed (phoenix posts only to the URL configured) (1 attempt)"
+    );
+    assert_no_secret(&sent, &url);
+    // Asked once (a redirect does not fix itself), and the origin it pointed to never.
+    assert_eq!(server.requests().len(), 1);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(elsewhere.requests().is_empty(), "the redirect was followed");
 }
 
 #[test]

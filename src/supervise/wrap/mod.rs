@@ -243,6 +243,14 @@ impl Wrapper {
             if !std::mem::take(&mut first) {
                 self.reload();
             }
+            // The operator moved the agent to another machine (its fence here): this copy is
+            // stale and never starts again, whatever ended its last run.
+            if let Some(fence) = crate::state::fence::refused(&self.fleet, &self.agent.name) {
+                let _ = self
+                    .dir
+                    .record_op(Op::StartFenced, json!({"fence": fence.describe()}));
+                return Ok(0);
+            }
             if let Some(q) = record::load(&self.dir).safe_mode {
                 match self.safe_mode(&format!("quarantined since {}: {}", q.since, q.reason))? {
                     SafeOutcome::Start => {}
