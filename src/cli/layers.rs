@@ -302,7 +302,7 @@ fn the_cli_prints_through_the_one_writer_that_makes_outside_text_inert() {
     let first_module = cli.find("\nmod ").unwrap();
     for name in ["print", "println", "eprint", "eprintln"] {
         let defined = cli.find(&format!("macro_rules! {name} {{"));
-        if !defined.is_some_and(|at| at < first_module) {
+        if defined.is_none_or(|at| at >= first_module) {
             broken.push(format!(
                 "src/cli/mod.rs: `{name}!` is not output's before the first `mod`"
             ));
