@@ -226,3 +226,15 @@ fn spawn(command: &mut Command) -> Result<std::process::Child, RunError> {
         }
     }
 }
+
+/// Whether `pid` still runs (a zombie has ended).
+pub fn alive(pid: u32) -> bool {
+    // Zombies count as gone: /proc/<pid>/stat state `Z`.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().to_string())
+        })
+        .is_some_and(|rest| !rest.starts_with('Z'))
+}

@@ -372,17 +372,7 @@ fn signal_group(pgid: u32, sig: Signal) {
     }
 }
 
-/// Whether `pid` still runs (a zombie has ended).
-pub(crate) fn process_alive(pid: u32) -> bool {
-    // Zombies count as gone: /proc/<pid>/stat state `Z`.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().to_string())
-        })
-        .is_some_and(|rest| !rest.starts_with('Z'))
-}
+pub(crate) use crate::process::alive as process_alive;
 
 /// An operator's restart on the fake runtime.
 #[cfg(test)]

@@ -206,7 +206,7 @@ fn try_deliver(
         );
     }
     if let Some(pid) = opts.for_pid
-        && !crate::restart::process_alive(pid)
+        && !crate::process::alive(pid)
     {
         return Err(InjectError::Delivery(format!(
             "the agent (pid {pid}) ended before the text was given: not pasted into pane {pane}"

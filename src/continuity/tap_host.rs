@@ -564,7 +564,7 @@ fn receive(conn: &UnixStream) -> Received {
 }
 
 /// Why `phoenix tap` would not read its stdin.
-pub const NOT_A_PANE_PIPE: &str = "phoenix tap: its input is not a pane's output pipe from tmux (`pipe-pane` starts it): it is not read, since what it says would be taken as the agent's own words";
+pub const NOT_A_PANE_PIPE: &str = "phoenix tap: its input is not a pane's output pipe from the fleet's terminal server (its pane's launch starts it): it is not read, since what it says would be taken as the agent's own words";
 
 /// Whether this process's stdin is a pane's output pipe, as `tmux pipe-pane` starts the tap:
 /// a socket (tmux makes that pipe a socket pair) whose other end its parent, a tmux server of
@@ -579,10 +579,7 @@ pub fn stdin_is_a_pane_pipe() -> bool {
     let parent = nix::unistd::getppid().as_raw();
     peer.pid() == parent
         && peer.uid() == nix::unistd::getuid().as_raw()
-        && std::fs::read_link(format!("/proc/{parent}/exe")).is_ok_and(|exe| {
-            exe.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("tmux"))
-        })
+        && crate::world::is_pane_server(parent)
 }
 
 /// `phoenix tap --wrapper PID`: give this process's stdin (the pane's pipe) to the wrapper

@@ -212,6 +212,12 @@ pub fn host_checks() -> Vec<Check> {
     tmux::host_checks()
 }
 
+/// Whether process `pid` is a server of the runtime's program (the process that starts a
+/// pane's output pipe), by its executable's name.
+pub fn is_pane_server(pid: i32) -> bool {
+    tmux::is_server_process(pid)
+}
+
 /// Agents of this fleet left running on another server (after an upgrade or a rename): what
 /// to do about them, if there are any.
 pub fn leftover_problem(spec: &Spec) -> Option<String> {

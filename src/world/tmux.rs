@@ -591,6 +591,14 @@ fn version_ok(version: &str) -> bool {
 }
 
 /// tmux installed and recent enough, and a socket directory it can write.
+/// Whether `pid` runs a tmux binary (by its executable's file name: `tmux`, `tmux-3.4`, …).
+pub(super) fn is_server_process(pid: i32) -> bool {
+    std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| {
+        exe.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("tmux"))
+    })
+}
+
 pub(super) fn host_checks() -> Vec<Check> {
     let mut checks = Vec::new();
     checks.push(match (on_path(), version()) {

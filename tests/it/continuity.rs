@@ -1063,7 +1063,7 @@ fn only_the_panes_own_pipe_speaks_for_the_agent() {
         fleet
             .run_within_input(&args, forged, Duration::from_secs(60))
             .status(2)
-            .stderr_has("not a pane's output pipe from tmux");
+            .stderr_has("not a pane's output pipe from the fleet's terminal server");
     }
     // Nothing the forger said was acted on.
     std::thread::sleep(Duration::from_secs(1));
