@@ -135,6 +135,12 @@ fn held_back(a: &AgentSpec, world: &World, changes: &[Change]) -> Option<Attenti
             ),
         });
     }
+    let pane_id = || {
+        world
+            .pane_of(&a.name)
+            .map(|p| p.id.clone())
+            .unwrap_or_default()
+    };
     // A stopped agent is held back even while its hook files change under it.
     if world.agents.get(&a.name).is_some_and(|o| o.stopped) {
         if changed(true) {
@@ -142,10 +148,7 @@ fn held_back(a: &AgentSpec, world: &World, changes: &[Change]) -> Option<Attenti
         }
         return Some(Attention {
             agent: a.name.clone(),
-            pane: world
-                .pane_of(&a.name)
-                .map(|p| p.id.clone())
-                .unwrap_or_default(),
+            pane: pane_id(),
             state: "stopped",
             hint: format!(
                 "stopped on purpose with `phoenix stop`: start it again with `phoenix start {}`",
@@ -163,10 +166,7 @@ fn held_back(a: &AgentSpec, world: &World, changes: &[Change]) -> Option<Attenti
     {
         return Some(Attention {
             agent: a.name.clone(),
-            pane: world
-                .pane_of(&a.name)
-                .map(|p| p.id.clone())
-                .unwrap_or_default(),
+            pane: pane_id(),
             state: "restarting",
             hint: format!("{}: left to it until its new CLI runs", claim.describe()),
         });

@@ -454,7 +454,7 @@ mod tests {
         }
     }
 
-    fn row(agent: &str, pane: Option<&str>) -> AgentStatus {
+    pub(super) fn row(agent: &str, pane: Option<&str>) -> AgentStatus {
         AgentStatus {
             worktree: None,
             agent: agent.into(),
@@ -603,31 +603,6 @@ mod screen_tests {
     }
 
     fn tests_row(agent: &str) -> AgentStatus {
-        AgentStatus {
-            worktree: None,
-            agent: agent.into(),
-            declared: true,
-            enabled: true,
-            state: "running",
-            health: "healthy",
-            watchdog: vec![],
-            pane: Some("%1".into()),
-            pid: Some(42),
-            uptime_secs: Some(90),
-            last_activity: None,
-            cli: Some("claude".into()),
-            status: Some("idle".into()),
-            current_task: None,
-            open_loops: 0,
-            stale_loops: 0,
-            crashes: 0,
-            max_crashes: Some(5),
-            context: Default::default(),
-            usage_today: None,
-            messages_pending: 0,
-            needs_input: None,
-            supervision: None,
-            transcript: None,
-        }
+        super::tests::row(agent, Some("%1"))
     }
 }
