@@ -1,5 +1,5 @@
 //! The real Claude Code CLI, driven by a scripted model server on loopback (no network).
-//! The CLI is installed with npm into `target/real-cli/` on first use; if that fails the suite
+//! The CLI is installed with npm into `target/real-clis/claude-VERSION/` on first use; if that fails the suite
 //! fails loudly rather than passing without having run.
 //! Runs only with `PHOENIX_TEST_REAL_CLIS=1` (`.ci/run` sets it); plain `cargo test` says it
 //! skipped the suite and why.
@@ -13,12 +13,14 @@ use support::model_server::{Messages, ModelServer, Request, Turn};
 use support::real::{self, RealCli, Run};
 
 /// The Claude Code version the suite is pinned to.
-const CLAUDE_CODE: &str = "@anthropic-ai/claude-code@2.1.197";
+const CLAUDE_CODE: &str = "@anthropic-ai/claude-code";
+/// The version the suite is pinned to (`PHOENIX_TEST_CLI_VERSIONS` picks another).
+pub(crate) const CLAUDE_CODE_PINNED: &str = "2.1.197";
 
 pub(crate) fn claude_bin() -> PathBuf {
     // One install at a time, pinned: parallel tests each ran `npm install` when the binary was
     // missing, and one exec'd it while another's install was still writing it (ETXTBSY).
-    support::npm_cli("real-cli", CLAUDE_CODE, "claude")
+    support::npm_cli("claude", CLAUDE_CODE, CLAUDE_CODE_PINNED, "claude")
 }
 
 /// Claude Code in the table of the scenarios every real CLI goes through alike.

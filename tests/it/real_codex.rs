@@ -1,6 +1,6 @@
 //! The real Codex CLI, driven by a scripted Responses API server on loopback (no network),
 //! running the hooks phoenix generates. The CLI is installed with npm into
-//! `target/real-cli-codex/` on first use; if that fails the suite fails loudly rather than
+//! `target/real-clis/codex-VERSION/` on first use; if that fails the suite fails loudly rather than
 //! passing without having run.
 //! Runs only with `PHOENIX_TEST_REAL_CLIS=1` (`.ci/run` sets it); plain `cargo test` says it
 //! skipped the suite and why.
@@ -18,12 +18,14 @@ use support::real::{self, RealCli, Run, state_of};
 use support::scripted::Turn;
 
 /// The Codex CLI version the suite is pinned to.
-const CODEX: &str = "@openai/codex@0.169.0";
+const CODEX: &str = "@openai/codex";
+/// The version the suite is pinned to (`PHOENIX_TEST_CLI_VERSIONS` picks another).
+pub(crate) const CODEX_PINNED: &str = "0.169.0";
 const KEY: &str = "sk-scripted-0123456789";
 const WAIT: Duration = Duration::from_secs(30);
 
 fn codex_bin() -> PathBuf {
-    support::npm_cli("real-cli-codex", CODEX, "codex")
+    support::npm_cli("codex", CODEX, CODEX_PINNED, "codex")
 }
 
 /// Codex in the table of the scenarios every real CLI goes through alike.

@@ -1,6 +1,6 @@
 //! The real Gemini CLI, driven by a scripted Gemini API server on loopback (no network),
 //! running the hooks phoenix generates. The CLI is installed with npm into
-//! `target/real-cli-gemini/` on first use; if that fails the suite fails loudly rather than
+//! `target/real-clis/gemini-VERSION/` on first use; if that fails the suite fails loudly rather than
 //! passing without having run.
 //! Runs only with `PHOENIX_TEST_REAL_CLIS=1` (`.ci/run` sets it); plain `cargo test` says it
 //! skipped the suite and why.
@@ -18,12 +18,14 @@ use support::real::{self, RealCli, Run, state_of};
 use support::scripted::Turn;
 
 /// The Gemini CLI version the suite is pinned to.
-const GEMINI: &str = "@google/gemini-cli@0.61.0";
+const GEMINI: &str = "@google/gemini-cli";
+/// The version the suite is pinned to (`PHOENIX_TEST_CLI_VERSIONS` picks another).
+pub(crate) const GEMINI_PINNED: &str = "0.61.0";
 const KEY: &str = "scripted-gemini-key-0123456789";
 const WAIT: Duration = Duration::from_secs(30);
 
 fn gemini_bin() -> PathBuf {
-    support::npm_cli("real-cli-gemini", GEMINI, "gemini")
+    support::npm_cli("gemini", GEMINI, GEMINI_PINNED, "gemini")
 }
 
 /// Gemini CLI in the table of the scenarios every real CLI goes through alike.

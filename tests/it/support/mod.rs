@@ -616,21 +616,74 @@ pub fn kill9(pid: u32) {
     let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
 }
 
-/// The binary `bin` of the npm package `package` (pinned: `name@version`), installed into
-/// `target/<dir>` on first use. Fails loudly when npm cannot install it: a real-CLI suite
-/// that passes without having run would prove nothing.
-pub fn npm_cli(dir: &str, package: &str, bin: &str) -> PathBuf {
+/// The variable that picks other versions of the real CLIs than the suites' pins:
+/// `PHOENIX_TEST_CLI_VERSIONS=claude=latest,codex=0.171.0` (a CLI left out keeps its pin;
+/// `latest` is what the npm registry serves today).
+pub const CLI_VERSIONS: &str = "PHOENIX_TEST_CLI_VERSIONS";
+
+/// The version of `cli` (`claude`, `codex`, `gemini`, …) the real-CLI suites run: the one
+/// [`CLI_VERSIONS`] names for it, else `pinned`. `latest` is asked of the registry once.
+pub fn cli_version(cli: &str, package: &str, pinned: &str) -> String {
+    let wanted = std::env::var(CLI_VERSIONS).unwrap_or_default();
+    let chosen = wanted
+        .split(',')
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| name.trim() == cli)
+        .map(|(_, version)| version.trim().to_string())
+        .filter(|v| !v.is_empty());
+    match chosen.as_deref() {
+        None => pinned.to_string(),
+        Some("latest") => {
+            static LATEST: std::sync::Mutex<Vec<(String, String)>> =
+                std::sync::Mutex::new(Vec::new());
+            let mut known = LATEST.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, v)) = known.iter().find(|(p, _)| p == package) {
+                return v.clone();
+            }
+            let out = Command::new("npm")
+                .args(["view", package, "version"])
+                .output()
+                .unwrap_or_else(|e| panic!("npm must be installed to run the real-CLI suite: {e}"));
+            let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            assert!(
+                out.status.success() && !version.is_empty(),
+                "npm view {package} version failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            known.push((package.to_string(), version.clone()));
+            version
+        }
+        Some(version) => {
+            assert!(
+                version
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ".-+".contains(c)),
+                "{CLI_VERSIONS}: {cli}={version} is not a version"
+            );
+            version.to_string()
+        }
+    }
+}
+
+/// The binary `bin` of the npm package `package` at the version the suites run for `cli`
+/// (`pinned`, or what [`CLI_VERSIONS`] says), installed into `target/real-clis/<cli>-<version>`
+/// on first use, so that versions live side by side. Fails loudly when npm cannot install it:
+/// a real-CLI suite that passes without having run would prove nothing.
+pub fn npm_cli(cli: &str, package: &str, pinned: &str, bin: &str) -> PathBuf {
+    let version = cli_version(cli, package, pinned);
     static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // One install at a time: parallel tests each ran `npm install` when the binary was
+    // missing, and one exec'd it while another's install was still writing it (ETXTBSY).
     let _one_at_a_time = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     let prefix = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target")
-        .join(dir);
+        .join("target/real-clis")
+        .join(format!("{cli}-{version}"));
     let path = prefix.join("node_modules/.bin").join(bin);
-    let version = package.rsplit_once('@').map(|(_, v)| v).unwrap_or("");
     // `--save-exact` records the exact version: another version installed there is replaced.
     let pinned = std::fs::read_to_string(prefix.join("package.json"))
         .is_ok_and(|m| m.contains(&format!("\"{version}\"")));
     if !path.exists() || !pinned {
+        std::fs::create_dir_all(&prefix).unwrap();
         let status = Command::new("npm")
             .args([
                 "install",
@@ -640,12 +693,15 @@ pub fn npm_cli(dir: &str, package: &str, bin: &str) -> PathBuf {
                 "--prefix",
             ])
             .arg(&prefix)
-            .arg(package)
+            .arg(format!("{package}@{version}"))
             .status()
             .unwrap_or_else(|e| panic!("npm must be installed to run the real-CLI suite: {e}"));
-        assert!(status.success(), "npm install {package} failed");
+        assert!(status.success(), "npm install {package}@{version} failed");
     }
-    assert!(path.exists(), "`{bin}` missing after npm install {package}");
+    assert!(
+        path.exists(),
+        "`{bin}` missing after npm install {package}@{version}"
+    );
     path
 }
 
