@@ -132,6 +132,12 @@ fn wait_started(fleet: &Fleet, pane: &str, starts: usize) {
 /// declaration and fast restarts), `prompt` typed into it once it waits for input. Returns the
 /// agent's state dir and its pane.
 fn start_pi(fleet: &Fleet, server: &ModelServer, extra: &str, prompt: &str) -> (PathBuf, String) {
+    declare_pi(fleet, server, extra);
+    launch_pi(fleet, prompt)
+}
+
+/// phoenix.toml with the pi agent (`extra` before it, fast restarts), nothing started yet.
+fn declare_pi(fleet: &Fleet, server: &ModelServer, extra: &str) {
     let bin = pi_bin();
     workdir(fleet);
     let home = pi_home(fleet, server);
@@ -139,6 +145,10 @@ fn start_pi(fleet: &Fleet, server: &ModelServer, extra: &str, prompt: &str) -> (
         "{extra}\n[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"30s\"\n\n{}",
         pi_agent(&bin, &home)
     ));
+}
+
+/// `phoenix apply` the declared pi agent and type `prompt` once it waits for input.
+fn launch_pi(fleet: &Fleet, prompt: &str) -> (PathBuf, String) {
     fleet.run(&["apply", "--yes"]).status(0);
     fleet.wait_running(&["pi"]);
     let pane = fleet.agent_status("pi")["pane"]
@@ -164,10 +174,11 @@ fn real_pi_in_a_phoenix_pane_runs_the_extension_phoenix_wrote() {
         bash("ls /nonexistent-phoenix-dir"),
         Turn::text("Wrote it."),
     ]);
+    declare_pi(&fleet, &server, "");
     fleet
         .run(&["loop", "add", "pi", "ship-parser", "ship the parser"])
         .status(0);
-    let (dir, pane) = start_pi(&fleet, &server, "", "write the file");
+    let (dir, pane) = launch_pi(&fleet, "write the file");
     let work = workdir(&fleet);
     let hooks = std::fs::read_to_string(work.join(".pi/phoenix-hooks.json")).unwrap();
     assert!(hooks.contains("hook session-start --agent pi"), "{hooks}");
@@ -383,13 +394,56 @@ fn real_pi_context_overflow_is_left_to_pi_s_own_compaction() {
     assert_eq!(starts, 1, "{ops:?}");
 }
 
-/// Scenario 4, first half: the model hangs mid-turn → silence, revived with `--session`.
+/// Scenario 4, first half, as pi keeps its sessions: the model hangs mid-turn, after a first
+/// answer (pi writes its session file only once an answer is there; a hang on the very first
+/// request leaves nothing to resume, and the revival starts fresh) → the watchdog reports
+/// silence and revives the same session with `--session <id>`, told why.
 #[test]
 fn real_pi_hanging_on_the_model_is_found_silent_and_revived() {
     if !enabled() {
         return;
     }
-    real::hanging_model_is_found_silent_and_revived(&PI_CLI);
+    let fleet = Fleet::new();
+    let server = ModelServer::start(vec![
+        bash("echo one > one.txt"),
+        Turn::Hang,
+        Turn::text("Back after the hang."),
+    ]);
+    let (dir, pane) = start_pi(
+        &fleet,
+        &server,
+        "[thresholds]\nsilence = \"3s\"\n",
+        "index the archive",
+    );
+    wait_until_hung(&fleet, &server, &dir, &pane);
+    let id = state_of(&dir)["session_id"].as_str().unwrap().to_string();
+    std::thread::sleep(Duration::from_secs(4));
+    let found = fleet.watchdog_until_confirmed();
+    assert_eq!(found["verdict"], "unhealthy", "{found}");
+    assert_eq!(found["findings"][0]["check"], "silence", "{found}");
+    assert_eq!(found["action"], "revive", "{found}");
+    let sent = PI_CLI.sent_with_the_continue_prompt(&fleet, &server, &pane);
+    assert!(sent.contains("YOU WERE REVIVED"), "{sent}");
+    assert!(sent.contains("index the archive"), "{sent}");
+    let ops = fleet.ops("pi");
+    let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
+    assert_eq!(start["mode"], "resume", "{start}");
+    support::wait_for_screen(&fleet, &pane, "Back after the hang.", WAIT);
+    assert_eq!(state_of(&dir)["session_id"], id.as_str());
+    assert_eq!(state_of(&dir)["current_task"], "index the archive");
+}
+
+/// The first shell call ran and the model call after it hangs.
+fn wait_until_hung(fleet: &Fleet, server: &ModelServer, dir: &Path, pane: &str) {
+    support::wait_until_explained(
+        WAIT,
+        "the turn under way, its second model call hanging",
+        || {
+            turn_requests(server).len() == 2
+                && support::read_jsonl(&dir.join("tool_use.jsonl")).len() == 1
+        },
+        || fleet.explain("pi", pane),
+    );
 }
 
 /// Scenario 4, second half: six failing shell calls are an error cascade, and usage counted.
