@@ -382,7 +382,7 @@ pub struct RawBrief {
 pub struct RawWatchdog {
     /// Revivals per task. Default 1.
     pub max_revivals: Option<Spanned<Whole<u32>>>,
-    /// Extra stuck-screen phrases per CLI (claude, codex, gemini, custom, all).
+    /// Extra stuck-screen phrases per CLI (claude, codex, gemini, pi, custom, all).
     pub screen_patterns: Option<Spanned<BTreeMap<String, Vec<String>>>>,
 }
 

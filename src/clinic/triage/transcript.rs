@@ -110,7 +110,7 @@ pub fn transcript_has_turn(path: &Path) -> bool {
     !startup_only
 }
 
-/// Read the facts out of Claude Code, Codex or Gemini transcript records.
+/// Read the facts out of Claude Code, Codex, Gemini or pi transcript records.
 pub fn transcript_facts(records: &[Value]) -> TranscriptFacts {
     let mut reader = Reader::default();
     for r in records {
@@ -127,6 +127,8 @@ pub fn transcript_facts(records: &[Value]) -> TranscriptFacts {
             "error" => reader.api_error(r.get("content").map(content_text).unwrap_or_default()),
             // Codex: {type: response_item | event_msg, payload: {type, …}}.
             "response_item" | "event_msg" => reader.codex(r),
+            // pi: {type: message, message: {role: user | assistant | toolResult, …}}.
+            "message" => reader.pi(r),
             _ => {}
         }
     }
@@ -240,6 +242,36 @@ impl Reader {
                 .unwrap_or_default();
             let tool = str_of(call, "name").unwrap_or("?").to_string();
             self.finished(tool, r, failed.then_some(result));
+        }
+    }
+
+    /// A pi `message` record: a prompt, an answer (its tool calls; a failed model call has
+    /// `stopReason: "error"`), or a tool's result.
+    fn pi(&mut self, r: &Value) {
+        let m = &r["message"];
+        match str_of(m, "role").unwrap_or("") {
+            "user" => self.facts.last_prompt = Some(content_text(&m["content"])),
+            "assistant" => {
+                if str_of(m, "stopReason") == Some("error") {
+                    self.api_error(str_of(m, "errorMessage").unwrap_or("").to_string());
+                }
+                for b in m["content"].as_array().into_iter().flatten() {
+                    match str_of(b, "type").unwrap_or("") {
+                        "text" => self
+                            .facts
+                            .assistant
+                            .push(str_of(b, "text").unwrap_or("").into()),
+                        "toolCall" => self.called(str_of(b, "id"), str_of(b, "name")),
+                        _ => {}
+                    }
+                }
+            }
+            "toolResult" => {
+                let tool = self.answered(str_of(m, "toolCallId").unwrap_or(""));
+                let failure = flag(m, "isError").then(|| content_text(&m["content"]));
+                self.finished(tool, r, failure);
+            }
+            _ => {}
         }
     }
 
