@@ -74,6 +74,12 @@ pub trait AgentCli: Sync {
         None
     }
 
+    /// Every file phoenix writes into the agent's workdir for this CLI (relative): its own,
+    /// never the agent's work. The hook file, and whatever else the CLI needs.
+    fn own_files(&self) -> Vec<&'static str> {
+        self.hook_file().into_iter().collect()
+    }
+
     /// The hooks phoenix installs, in the order they are written.
     fn hook_entries(&self) -> Vec<HookEntry> {
         Vec::new()
@@ -457,6 +463,18 @@ mod tests {
                 "{cli}"
             );
         }
+    }
+
+    /// A workdir holding only what phoenix wrote holds no work of the agent's: the hook file
+    /// and, for pi, the extension written from it.
+    #[test]
+    fn own_files_are_the_hook_file_and_what_the_cli_needs_beside_it() {
+        for cli in ALL {
+            let a = cli.adapter();
+            let own = a.own_files();
+            assert_eq!(own.first().copied(), a.hook_file(), "{cli}");
+        }
+        assert!(Cli::Pi.adapter().own_files().contains(&pi::EXTENSION_FILE));
     }
 
     #[test]

@@ -51,6 +51,11 @@ impl AgentCli for Pi {
         Some(".pi/phoenix-hooks.json")
     }
 
+    /// The hook file, and the extension written from it.
+    fn own_files(&self) -> Vec<&'static str> {
+        vec![".pi/phoenix-hooks.json", EXTENSION_FILE]
+    }
+
     /// Event names are pi's; timeouts in milliseconds (the extension's unit).
     fn hook_entries(&self) -> Vec<HookEntry> {
         vec![
