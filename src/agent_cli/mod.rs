@@ -9,6 +9,7 @@
 
 pub mod claude;
 pub mod codex;
+pub mod copilot;
 pub mod custom;
 pub mod failed_turn;
 pub mod gemini;
@@ -25,9 +26,15 @@ use crate::state::bounded::{self, Links};
 pub use failed_turn::TurnError;
 
 /// Every kind of CLI, in a fixed order.
-pub const ALL: [Cli; 4] = [Cli::Claude, Cli::Codex, Cli::Gemini, Cli::Custom];
+pub const ALL: [Cli; 5] = [
+    Cli::Claude,
+    Cli::Codex,
+    Cli::Gemini,
+    Cli::Copilot,
+    Cli::Custom,
+];
 /// The CLIs phoenix writes hook files for (`custom` has none), in a fixed order.
-pub const HOOKED: [Cli; 3] = [Cli::Claude, Cli::Codex, Cli::Gemini];
+pub const HOOKED: [Cli; 4] = [Cli::Claude, Cli::Codex, Cli::Gemini, Cli::Copilot];
 /// A CLI settings, hooks or trust file larger than this is not read.
 pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -43,6 +50,7 @@ impl Cli {
             Cli::Claude => &claude::Claude,
             Cli::Codex => &codex::Codex,
             Cli::Gemini => &gemini::Gemini,
+            Cli::Copilot => &copilot::Copilot,
             Cli::Custom => &custom::Custom,
         }
     }
@@ -128,6 +136,12 @@ pub trait AgentCli: Sync {
     /// unless the CLI reports another one (Gemini after a resume, see `gemini::session_chat`).
     fn session_file(&self, reported: &Path) -> std::path::PathBuf {
         reported.to_path_buf()
+    }
+
+    /// The session file of session `id`, for a CLI whose hook payloads do not all name it
+    /// (Copilot's SessionStart); `None` when only a payload's `transcript_path` tells.
+    fn session_file_of(&self, _id: &str) -> Option<PathBuf> {
+        None
     }
 
     /// The API error the last turn ended in, read from the session file at `transcript`, for a
@@ -358,8 +372,10 @@ pub fn shell_exit_in_response(response: &Value) -> Option<ShellExit<'_>> {
 
 /// The CLI that sent a hook payload, judged by what only that CLI sends.
 pub fn guess_from_payload(event: &str, has_field: &dyn Fn(&str) -> bool) -> Option<Cli> {
-    // Gemini first: its payloads are the most distinct (event names, a `timestamp` on all).
-    [Cli::Gemini, Cli::Codex, Cli::Claude, Cli::Custom]
+    // Copilot first: it claims only fields and an event no other CLI sends, and stamps its
+    // payloads with a `timestamp` as Gemini does. Then Gemini: its payloads are the most
+    // distinct (event names, a `timestamp` on all).
+    [Cli::Copilot, Cli::Gemini, Cli::Codex, Cli::Claude, Cli::Custom]
         .into_iter()
         .find(|cli| cli.adapter().claims_payload(event, has_field))
 }
@@ -491,7 +507,13 @@ mod tests {
     /// kinds freely.
     #[test]
     fn no_code_outside_agent_cli_branches_on_the_cli_kind() {
-        let kinds = ["Cli::Claude", "Cli::Codex", "Cli::Gemini", "Cli::Custom"];
+        let kinds = [
+            "Cli::Claude",
+            "Cli::Codex",
+            "Cli::Gemini",
+            "Cli::Copilot",
+            "Cli::Custom",
+        ];
         let mut found = Vec::new();
         for (rel, text) in crate::text::crate_sources() {
             if rel.starts_with("agent_cli/") || rel.ends_with("tests.rs") {
@@ -552,6 +574,7 @@ mod tests {
                 Some(".codex/config.toml"),
             ),
             (Cli::Gemini, true, true, true, true, true, true, None),
+            (Cli::Copilot, true, false, true, true, false, false, None),
             (Cli::Custom, false, true, true, false, false, false, None),
         ];
         for (cli, hook, launch, pane, trust, compaction, resume, notify) in table {
@@ -573,7 +596,8 @@ mod tests {
             assert!(cli.adapter().compacts_now("manual", None, cwd), "{cli}");
         }
         assert!(Cli::Claude.adapter().compacts_now("auto", None, cwd));
-        // Only Codex and Gemini read a failed turn from their session file.
+        // Only Codex and Gemini read a failed turn from their session file (Copilot too, in
+        // its own shape, below).
         let failed = r#"{"id":"e1","type":"error","content":"[API Error: 400]"}"#;
         let tmp = tempfile::tempdir().unwrap();
         let chat = tmp.path().join("chat.jsonl");
@@ -582,6 +606,7 @@ mod tests {
             (Cli::Claude, false),
             (Cli::Codex, true),
             (Cli::Gemini, true),
+            (Cli::Copilot, false),
             (Cli::Custom, false),
         ] {
             assert_eq!(
@@ -599,6 +624,7 @@ mod tests {
         assert_eq!(nothing(Cli::Claude), "");
         assert_eq!(nothing(Cli::Codex), "");
         assert_eq!(nothing(Cli::Custom), "");
+        assert_eq!(nothing(Cli::Copilot), "");
         let payload = |event: &str, fields: &[&str]| {
             let fields: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
             guess_from_payload(event, &|f| fields.iter().any(|x| x == f))
@@ -611,6 +637,16 @@ mod tests {
             Some(Cli::Gemini)
         );
         assert_eq!(payload("PostToolUse", &["session_id"]), None);
+        // Copilot stamps `timestamp` too, and is told by what only it sends.
+        assert_eq!(
+            payload("PostToolUse", &["timestamp", "tool_result"]),
+            Some(Cli::Copilot)
+        );
+        assert_eq!(
+            payload("SessionStart", &["timestamp", "initial_prompt"]),
+            Some(Cli::Copilot)
+        );
+        assert_eq!(payload("ErrorOccurred", &["timestamp"]), Some(Cli::Copilot));
     }
 
     #[test]
@@ -636,6 +672,13 @@ mod tests {
                 .resume_argv(base("codex"), "s1")
                 .unwrap(),
             ["codex", "resume", "s1", "-m", "x"]
+        );
+        assert_eq!(
+            Cli::Copilot
+                .adapter()
+                .resume_argv(base("copilot"), "s1")
+                .unwrap(),
+            ["copilot", "-m", "x", "--resume=s1"]
         );
         assert_eq!(Cli::Custom.adapter().resume_argv(base("bot"), "s1"), None);
     }
