@@ -22,6 +22,8 @@
 //!   the watchdog reads (`last_turn_error`), as for Codex.
 //! - Each model call's tokens are a `session.usage_record` in `events.jsonl`; `inputTokens`
 //!   includes the cached part (`cacheReadTokens`), as the chat-completions `prompt_tokens` does.
+//! - A hook's context is read from `additionalContext` at the top of its JSON output;
+//!   `hookSpecificOutput` (Claude's shape) is ignored.
 //! - `config.json` starts with `//` comment lines ("This file is managed automatically").
 
 use std::path::{Path, PathBuf};
@@ -30,7 +32,7 @@ use serde_json::{Map, Value};
 
 use super::usage::{self, Record, Tokens};
 use super::{
-    AgentCli, HookEntry, Planned, ShellExit, TrustRequest, Trusted, TurnError, entry as e,
+    AgentCli, HookEntry, Planned, Reply, ShellExit, TrustRequest, Trusted, TurnError, entry as e,
     read_optional, write_planned,
 };
 use crate::state::bounded::{self, Links};
@@ -96,6 +98,18 @@ impl AgentCli for Copilot {
             "Before each start the wrapper has Copilot CLI trust this workdir\n\
              (trustedFolders in ~/.copilot/config.json): it loads repo hooks only in trusted folders.",
         )
+    }
+
+    /// Copilot reads `additionalContext` at the top of a hook's JSON (1.0.102 ignores
+    /// `hookSpecificOutput`): context for SessionStart and UserPromptSubmit, and feedback
+    /// appended to a PostToolUse result.
+    fn render(&self, reply: &Reply) -> String {
+        let text = match reply {
+            Reply::Nothing => return String::new(),
+            Reply::Context { text, .. } => text,
+            Reply::Feedback { reason, .. } => reason,
+        };
+        format!("{}\n", serde_json::json!({ "additionalContext": text }))
     }
 
     /// What only Copilot sends: its ErrorOccurred event, PostToolUse's `tool_result`,

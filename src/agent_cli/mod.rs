@@ -625,6 +625,14 @@ mod tests {
         assert_eq!(nothing(Cli::Codex), "");
         assert_eq!(nothing(Cli::Custom), "");
         assert_eq!(nothing(Cli::Copilot), "");
+        let context = Reply::Context {
+            event: "SessionStart".into(),
+            text: "ctx".into(),
+        };
+        assert_eq!(
+            Cli::Copilot.adapter().render(&context),
+            "{\"additionalContext\":\"ctx\"}\n"
+        );
         let payload = |event: &str, fields: &[&str]| {
             let fields: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
             guess_from_payload(event, &|f| fields.iter().any(|x| x == f))

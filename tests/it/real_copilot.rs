@@ -145,12 +145,22 @@ fn start_copilot(
     extra: &str,
     prompt: &str,
 ) -> (PathBuf, String) {
+    declare_copilot(fleet, server, extra);
+    launch_copilot(fleet, prompt)
+}
+
+/// phoenix.toml with the Copilot agent (`extra` text before it, fast restarts).
+fn declare_copilot(fleet: &Fleet, server: &ChatServer, extra: &str) {
     let bin = copilot_bin();
     workdir(fleet);
     fleet.toml(&format!(
         "{extra}\n[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"60s\"\n\n{}",
         copilot_agent(fleet, &bin, server)
     ));
+}
+
+/// `phoenix apply` the declared agent and type `prompt` once it waits for input.
+fn launch_copilot(fleet: &Fleet, prompt: &str) -> (PathBuf, String) {
     fleet.run(&["apply", "--yes"]).status(0);
     fleet.wait_running(&["cp"]);
     let pane = fleet.agent_status("cp")["pane"]
@@ -177,10 +187,11 @@ fn real_copilot_in_a_phoenix_pane_runs_the_hooks_apply_installed() {
         bash("echo interactive-ok > out.txt"),
         Turn::text("Wrote it."),
     ]);
+    declare_copilot(&fleet, &server, "");
     fleet
         .run(&["loop", "add", "cp", "ship-parser", "ship the parser"])
         .status(0);
-    let (dir, pane) = start_copilot(&fleet, &server, "", "write the file");
+    let (dir, pane) = launch_copilot(&fleet, "write the file");
     let hooks = std::fs::read_to_string(work.join(".github/hooks/phoenix.json")).unwrap();
     assert!(hooks.contains("hook session-start --agent cp"), "{hooks}");
     let config = std::fs::read_to_string(fleet.path().join("home/.copilot/config.json")).unwrap();
