@@ -191,6 +191,13 @@ impl AgentCli for Copilot {
             .flatten()
     }
 
+    /// Its footer reads `… · / commands · ? help · …` once it takes input, and `Loading: N
+    /// hooks, M skills` before (a resumed session's history is drawn first; an Enter pressed
+    /// then is ignored, measured 1.0.102: the continue prompt stayed in the input line).
+    fn ready_text(&self) -> Option<&'static str> {
+        Some("? help")
+    }
+
     /// SessionStart fires with the first prompt: at launch only the pane shows life.
     fn session_start_at_launch(&self) -> bool {
         false

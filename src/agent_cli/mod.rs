@@ -219,6 +219,13 @@ pub trait AgentCli: Sync {
         false
     }
 
+    /// Text the CLI's screen shows only once it takes typed input (a footer), for a CLI whose
+    /// still screen is no sign of that (Copilot CLI draws a resumed session, then loads for
+    /// seconds, ignoring Enter): the continue prompt waits for it. `None`: a still screen is.
+    fn ready_text(&self) -> Option<&'static str> {
+        None
+    }
+
     /// The approval prompts the CLI shows when a tool call waits for a person's yes or no (the
     /// watchdog reads them off the screen); none when it has none known.
     fn approval_prompts(&self) -> &'static [ApprovalPrompt] {
