@@ -9,6 +9,7 @@
 
 pub mod claude;
 pub mod codex;
+pub mod copilot;
 pub mod custom;
 pub mod failed_turn;
 pub mod gemini;
@@ -26,9 +27,16 @@ use crate::state::bounded::{self, Links};
 pub use failed_turn::TurnError;
 
 /// Every kind of CLI, in a fixed order.
-pub const ALL: [Cli; 5] = [Cli::Claude, Cli::Codex, Cli::Gemini, Cli::Pi, Cli::Custom];
+pub const ALL: [Cli; 6] = [
+    Cli::Claude,
+    Cli::Codex,
+    Cli::Gemini,
+    Cli::Pi,
+    Cli::Copilot,
+    Cli::Custom,
+];
 /// The CLIs phoenix writes hook files for (`custom` has none), in a fixed order.
-pub const HOOKED: [Cli; 4] = [Cli::Claude, Cli::Codex, Cli::Gemini, Cli::Pi];
+pub const HOOKED: [Cli; 5] = [Cli::Claude, Cli::Codex, Cli::Gemini, Cli::Pi, Cli::Copilot];
 /// A CLI settings, hooks or trust file larger than this is not read.
 pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -45,6 +53,7 @@ impl Cli {
             Cli::Codex => &codex::Codex,
             Cli::Gemini => &gemini::Gemini,
             Cli::Pi => &pi::Pi,
+            Cli::Copilot => &copilot::Copilot,
             Cli::Custom => &custom::Custom,
         }
     }
@@ -138,6 +147,12 @@ pub trait AgentCli: Sync {
         reported.to_path_buf()
     }
 
+    /// The session file of session `id`, for a CLI whose hook payloads do not all name it
+    /// (Copilot's SessionStart); `None` when only a payload's `transcript_path` tells.
+    fn session_file_of(&self, _id: &str) -> Option<PathBuf> {
+        None
+    }
+
     /// The API error the last turn ended in, read from the session file at `transcript`, for a
     /// CLI that has no hook of its own for such a turn.
     fn last_turn_error(&self, _transcript: &Path) -> Option<TurnError> {
@@ -211,6 +226,13 @@ pub trait AgentCli: Sync {
     /// prompt; otherwise the wrapper waits for a longer still screen.
     fn ready_after_session_start(&self) -> bool {
         false
+    }
+
+    /// Text the CLI's screen shows only once it takes typed input (a footer), for a CLI whose
+    /// still screen is no sign of that (Copilot CLI draws a resumed session, then loads for
+    /// seconds, ignoring Enter): the continue prompt waits for it. `None`: a still screen is.
+    fn ready_text(&self) -> Option<&'static str> {
+        None
     }
 
     /// The approval prompts the CLI shows when a tool call waits for a person's yes or no (the
@@ -366,8 +388,10 @@ pub fn shell_exit_in_response(response: &Value) -> Option<ShellExit<'_>> {
 
 /// The CLI that sent a hook payload, judged by what only that CLI sends.
 pub fn guess_from_payload(event: &str, has_field: &dyn Fn(&str) -> bool) -> Option<Cli> {
-    // Gemini first: its payloads are the most distinct (event names, a `timestamp` on all).
-    [Cli::Pi, Cli::Gemini, Cli::Codex, Cli::Claude, Cli::Custom]
+    // pi first: its extension names its event (`pi_event`), no other CLI does. Then Copilot: it claims only fields and an event no other CLI sends, and stamps its
+    // payloads with a `timestamp` as Gemini does. Then Gemini: its payloads are the most
+    // distinct (event names, a `timestamp` on all).
+    [Cli::Pi, Cli::Copilot, Cli::Gemini, Cli::Codex, Cli::Claude, Cli::Custom]
         .into_iter()
         .find(|cli| cli.adapter().claims_payload(event, has_field))
 }
@@ -516,6 +540,7 @@ mod tests {
             "Cli::Codex",
             "Cli::Gemini",
             "Cli::Pi",
+            "Cli::Copilot",
             "Cli::Custom",
         ];
         let mut found = Vec::new();
@@ -579,6 +604,7 @@ mod tests {
             ),
             (Cli::Gemini, true, true, true, true, true, true, None),
             (Cli::Pi, true, true, true, true, true, false, None),
+            (Cli::Copilot, true, false, true, true, false, false, None),
             (Cli::Custom, false, true, true, false, false, false, None),
         ];
         for (cli, hook, launch, pane, trust, compaction, resume, notify) in table {
@@ -600,7 +626,8 @@ mod tests {
             assert!(cli.adapter().compacts_now("manual", None, cwd), "{cli}");
         }
         assert!(Cli::Claude.adapter().compacts_now("auto", None, cwd));
-        // Only Codex and Gemini read a failed turn from their session file.
+        // Only Codex and Gemini read a failed turn from their session file (Copilot too, in
+        // its own shape, below).
         let failed = r#"{"id":"e1","type":"error","content":"[API Error: 400]"}"#;
         let tmp = tempfile::tempdir().unwrap();
         let chat = tmp.path().join("chat.jsonl");
@@ -610,6 +637,7 @@ mod tests {
             (Cli::Codex, true),
             (Cli::Gemini, true),
             (Cli::Pi, false),
+            (Cli::Copilot, false),
             (Cli::Custom, false),
         ] {
             assert_eq!(
@@ -627,6 +655,15 @@ mod tests {
         assert_eq!(nothing(Cli::Claude), "");
         assert_eq!(nothing(Cli::Codex), "");
         assert_eq!(nothing(Cli::Custom), "");
+        assert_eq!(nothing(Cli::Copilot), "");
+        let context = Reply::Context {
+            event: "SessionStart".into(),
+            text: "ctx".into(),
+        };
+        assert_eq!(
+            Cli::Copilot.adapter().render(&context),
+            "{\"additionalContext\":\"ctx\"}\n"
+        );
         let payload = |event: &str, fields: &[&str]| {
             let fields: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
             guess_from_payload(event, &|f| fields.iter().any(|x| x == f))
@@ -639,6 +676,16 @@ mod tests {
             Some(Cli::Gemini)
         );
         assert_eq!(payload("PostToolUse", &["session_id"]), None);
+        // Copilot stamps `timestamp` too, and is told by what only it sends.
+        assert_eq!(
+            payload("PostToolUse", &["timestamp", "tool_result"]),
+            Some(Cli::Copilot)
+        );
+        assert_eq!(
+            payload("SessionStart", &["timestamp", "initial_prompt"]),
+            Some(Cli::Copilot)
+        );
+        assert_eq!(payload("ErrorOccurred", &["timestamp"]), Some(Cli::Copilot));
     }
 
     #[test]
@@ -668,6 +715,13 @@ mod tests {
         assert_eq!(
             Cli::Pi.adapter().resume_argv(base("pi"), "s1").unwrap(),
             ["pi", "-m", "x", "--session", "s1"]
+        );
+        assert_eq!(
+            Cli::Copilot
+                .adapter()
+                .resume_argv(base("copilot"), "s1")
+                .unwrap(),
+            ["copilot", "-m", "x", "--resume=s1"]
         );
         assert_eq!(Cli::Custom.adapter().resume_argv(base("bot"), "s1"), None);
     }

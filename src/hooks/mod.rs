@@ -308,9 +308,14 @@ impl Hook<'_> {
     }
 
     /// The payload's transcript: the file that does hold the session, which is not always
-    /// the one reported (Gemini after a resume).
+    /// the one reported (Gemini after a resume), or where the CLI keeps its session when the
+    /// payload names none (Copilot's SessionStart).
     fn transcript(&self) -> Option<String> {
-        let path = self.payload.transcript_path()?;
+        let Some(path) = self.payload.transcript_path() else {
+            let id = self.payload.session_id()?;
+            let file = self.cli?.adapter().session_file_of(id)?;
+            return Some(file.to_string_lossy().into_owned());
+        };
         Some(match self.cli {
             Some(cli) => cli
                 .adapter()

@@ -134,7 +134,11 @@ impl Payload {
         if self.event_name() == Some("PostToolUseFailure") {
             return Outcome::Failed("tool failed".into());
         }
-        let Some(response) = self.get("tool_response") else {
+        // Copilot CLI calls it `tool_result`.
+        let Some(response) = self
+            .get("tool_response")
+            .or_else(|| self.get("tool_result"))
+        else {
             return Outcome::Ok;
         };
         if let Some(error) = response.get("error").filter(|e| !e.is_null()) {

@@ -21,11 +21,12 @@ pub enum Cli {
     Codex,
     Gemini,
     Pi,
+    Copilot,
     Custom,
 }
 
 impl Cli {
-    pub const NAMES: [&'static str; 5] = ["claude", "codex", "gemini", "pi", "custom"];
+    pub const NAMES: [&'static str; 6] = ["claude", "codex", "gemini", "pi", "copilot", "custom"];
 
     pub fn parse(s: &str) -> Option<Cli> {
         match s {
@@ -33,6 +34,7 @@ impl Cli {
             "codex" => Some(Cli::Codex),
             "gemini" => Some(Cli::Gemini),
             "pi" => Some(Cli::Pi),
+            "copilot" => Some(Cli::Copilot),
             "custom" => Some(Cli::Custom),
             _ => None,
         }
@@ -44,6 +46,7 @@ impl Cli {
             Cli::Codex => "codex",
             Cli::Gemini => "gemini",
             Cli::Pi => "pi",
+            Cli::Copilot => "copilot",
             Cli::Custom => "custom",
         }
     }

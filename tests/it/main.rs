@@ -25,6 +25,7 @@ mod prompt;
 mod real_claude_waits;
 mod real_cli;
 mod real_codex;
+mod real_copilot;
 mod real_gemini;
 mod real_messages;
 mod real_pi;

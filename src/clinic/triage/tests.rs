@@ -113,6 +113,27 @@ fn pi_records_are_read() {
     );
 }
 
+/// Copilot CLI 1.0.102 ends a turn that failed for good with `session.error` in its
+/// events.jsonl (no Stop hook): the Clinic reads the error there, as for Codex.
+#[test]
+fn copilot_session_errors_are_found() {
+    let copilot = vec![
+        json!({"type": "user.message", "data": {"content": "migrate the tables"}}),
+        json!({"type": "hook.start", "data": {"hookType": "errorOccurred"}}),
+        json!({"type": "session.error", "data": {"errorType": "query", "statusCode": 400,
+            "message": "400 This model's maximum context length is 128000 tokens."}}),
+    ];
+    let facts = transcript_facts(&copilot);
+    assert_eq!(facts.last_prompt.as_deref(), Some("migrate the tables"));
+    assert_eq!(
+        facts.errors,
+        [(
+            "api_error".to_string(),
+            "400 This model's maximum context length is 128000 tokens.".to_string()
+        )]
+    );
+}
+
 #[test]
 fn triage_without_any_file_still_says_something() {
     let tmp = tempfile::tempdir().unwrap();

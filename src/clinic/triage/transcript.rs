@@ -110,7 +110,7 @@ pub fn transcript_has_turn(path: &Path) -> bool {
     !startup_only
 }
 
-/// Read the facts out of Claude Code, Codex, Gemini or pi transcript records.
+/// Read the facts out of Claude Code, Codex, Gemini, pi or Copilot CLI transcript records.
 pub fn transcript_facts(records: &[Value]) -> TranscriptFacts {
     let mut reader = Reader::default();
     for r in records {
@@ -125,6 +125,20 @@ pub fn transcript_facts(records: &[Value]) -> TranscriptFacts {
             }
             "gemini" => reader.gemini(r),
             "error" => reader.api_error(r.get("content").map(content_text).unwrap_or_default()),
+            // Copilot CLI: {type: user.message | session.error | …, data: {…}}.
+            "user.message" => {
+                if let Some(s) = r.pointer("/data/content").and_then(Value::as_str)
+                    && !s.trim().is_empty()
+                {
+                    reader.facts.last_prompt = Some(s.to_string());
+                }
+            }
+            "session.error" => reader.api_error(
+                r.pointer("/data/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
             // Codex: {type: response_item | event_msg, payload: {type, …}}.
             "response_item" | "event_msg" => reader.codex(r),
             // pi: {type: message, message: {role: user | assistant | toolResult, …}}.
