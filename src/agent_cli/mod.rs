@@ -12,6 +12,7 @@ pub mod codex;
 pub mod custom;
 pub mod failed_turn;
 pub mod gemini;
+pub mod opencode;
 pub mod usage;
 
 use std::fs;
@@ -25,9 +26,15 @@ use crate::state::bounded::{self, Links};
 pub use failed_turn::TurnError;
 
 /// Every kind of CLI, in a fixed order.
-pub const ALL: [Cli; 4] = [Cli::Claude, Cli::Codex, Cli::Gemini, Cli::Custom];
+pub const ALL: [Cli; 5] = [
+    Cli::Claude,
+    Cli::Codex,
+    Cli::Gemini,
+    Cli::Opencode,
+    Cli::Custom,
+];
 /// The CLIs phoenix writes hook files for (`custom` has none), in a fixed order.
-pub const HOOKED: [Cli; 3] = [Cli::Claude, Cli::Codex, Cli::Gemini];
+pub const HOOKED: [Cli; 4] = [Cli::Claude, Cli::Codex, Cli::Gemini, Cli::Opencode];
 /// A CLI settings, hooks or trust file larger than this is not read.
 pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -43,6 +50,7 @@ impl Cli {
             Cli::Claude => &claude::Claude,
             Cli::Codex => &codex::Codex,
             Cli::Gemini => &gemini::Gemini,
+            Cli::Opencode => &opencode::Opencode,
             Cli::Custom => &custom::Custom,
         }
     }
@@ -359,7 +367,7 @@ pub fn shell_exit_in_response(response: &Value) -> Option<ShellExit<'_>> {
 /// The CLI that sent a hook payload, judged by what only that CLI sends.
 pub fn guess_from_payload(event: &str, has_field: &dyn Fn(&str) -> bool) -> Option<Cli> {
     // Gemini first: its payloads are the most distinct (event names, a `timestamp` on all).
-    [Cli::Gemini, Cli::Codex, Cli::Claude, Cli::Custom]
+    [Cli::Gemini, Cli::Codex, Cli::Claude, Cli::Opencode, Cli::Custom]
         .into_iter()
         .find(|cli| cli.adapter().claims_payload(event, has_field))
 }
@@ -491,7 +499,13 @@ mod tests {
     /// kinds freely.
     #[test]
     fn no_code_outside_agent_cli_branches_on_the_cli_kind() {
-        let kinds = ["Cli::Claude", "Cli::Codex", "Cli::Gemini", "Cli::Custom"];
+        let kinds = [
+            "Cli::Claude",
+            "Cli::Codex",
+            "Cli::Gemini",
+            "Cli::Opencode",
+            "Cli::Custom",
+        ];
         let mut found = Vec::new();
         for (rel, text) in crate::text::crate_sources() {
             if rel.starts_with("agent_cli/") || rel.ends_with("tests.rs") {
@@ -552,6 +566,7 @@ mod tests {
                 Some(".codex/config.toml"),
             ),
             (Cli::Gemini, true, true, true, true, true, true, None),
+            (Cli::Opencode, true, false, true, true, false, false, None),
             (Cli::Custom, false, true, true, false, false, false, None),
         ];
         for (cli, hook, launch, pane, trust, compaction, resume, notify) in table {
@@ -582,6 +597,7 @@ mod tests {
             (Cli::Claude, false),
             (Cli::Codex, true),
             (Cli::Gemini, true),
+            (Cli::Opencode, false),
             (Cli::Custom, false),
         ] {
             assert_eq!(
@@ -599,6 +615,7 @@ mod tests {
         assert_eq!(nothing(Cli::Claude), "");
         assert_eq!(nothing(Cli::Codex), "");
         assert_eq!(nothing(Cli::Custom), "");
+        assert_eq!(nothing(Cli::Opencode), "");
         let payload = |event: &str, fields: &[&str]| {
             let fields: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
             guess_from_payload(event, &|f| fields.iter().any(|x| x == f))
@@ -636,6 +653,13 @@ mod tests {
                 .resume_argv(base("codex"), "s1")
                 .unwrap(),
             ["codex", "resume", "s1", "-m", "x"]
+        );
+        assert_eq!(
+            Cli::Opencode
+                .adapter()
+                .resume_argv(base("opencode"), "ses_1")
+                .unwrap(),
+            ["opencode", "-m", "x", "--session", "ses_1"]
         );
         assert_eq!(Cli::Custom.adapter().resume_argv(base("bot"), "s1"), None);
     }

@@ -20,17 +20,19 @@ pub enum Cli {
     Claude,
     Codex,
     Gemini,
+    Opencode,
     Custom,
 }
 
 impl Cli {
-    pub const NAMES: [&'static str; 4] = ["claude", "codex", "gemini", "custom"];
+    pub const NAMES: [&'static str; 5] = ["claude", "codex", "gemini", "opencode", "custom"];
 
     pub fn parse(s: &str) -> Option<Cli> {
         match s {
             "claude" => Some(Cli::Claude),
             "codex" => Some(Cli::Codex),
             "gemini" => Some(Cli::Gemini),
+            "opencode" => Some(Cli::Opencode),
             "custom" => Some(Cli::Custom),
             _ => None,
         }
@@ -41,6 +43,7 @@ impl Cli {
             Cli::Claude => "claude",
             Cli::Codex => "codex",
             Cli::Gemini => "gemini",
+            Cli::Opencode => "opencode",
             Cli::Custom => "custom",
         }
     }

@@ -26,6 +26,7 @@ mod real_claude_waits;
 mod real_cli;
 mod real_codex;
 mod real_gemini;
+mod real_opencode;
 mod real_messages;
 mod scale;
 mod screen_verdicts;

@@ -256,7 +256,7 @@ impl Validator<'_> {
         let mut screen_patterns = BTreeMap::new();
         if let Some(p) = &raw.screen_patterns {
             for (cli, phrases) in p.get_ref() {
-                const KEYS: [&str; 5] = ["claude", "codex", "gemini", "custom", "all"];
+                const KEYS: [&str; 6] = ["claude", "codex", "gemini", "opencode", "custom", "all"];
                 if !KEYS.contains(&cli.as_str()) {
                     self.error(
                         format!("[watchdog] screen_patterns: unknown CLI `{cli}`"),
