@@ -367,9 +367,15 @@ pub fn shell_exit_in_response(response: &Value) -> Option<ShellExit<'_>> {
 /// The CLI that sent a hook payload, judged by what only that CLI sends.
 pub fn guess_from_payload(event: &str, has_field: &dyn Fn(&str) -> bool) -> Option<Cli> {
     // Gemini first: its payloads are the most distinct (event names, a `timestamp` on all).
-    [Cli::Gemini, Cli::Codex, Cli::Claude, Cli::Opencode, Cli::Custom]
-        .into_iter()
-        .find(|cli| cli.adapter().claims_payload(event, has_field))
+    [
+        Cli::Gemini,
+        Cli::Codex,
+        Cli::Claude,
+        Cli::Opencode,
+        Cli::Custom,
+    ]
+    .into_iter()
+    .find(|cli| cli.adapter().claims_payload(event, has_field))
 }
 
 /// Is this hook handler one phoenix installed for `agent`? Recognised by its command:

@@ -80,7 +80,10 @@ impl AgentCli for Opencode {
         if super::read_optional(&file)?.as_deref() == Some(PLUGIN) {
             return Ok(None);
         }
-        let planned = Some((PLUGIN.to_string(), vec![format!("{PLUGIN_FILE} (phoenix's plugin)")]));
+        let planned = Some((
+            PLUGIN.to_string(),
+            vec![format!("{PLUGIN_FILE} (phoenix's plugin)")],
+        ));
         super::write_planned(&file, planned)
     }
 
@@ -201,7 +204,12 @@ mod tests {
     fn a_finished_message_is_counted_under_its_model() {
         let record: Value = serde_json::from_str(RECORD.trim()).unwrap();
         match super::super::usage::record_in(&record) {
-            Some(super::super::usage::Record::Response { id, model, tokens, at }) => {
+            Some(super::super::usage::Record::Response {
+                id,
+                model,
+                tokens,
+                at,
+            }) => {
                 assert_eq!(id.as_deref(), Some("msg_1"));
                 assert_eq!(model.as_deref(), Some("claude-scripted"));
                 assert_eq!((tokens.input, tokens.output), (10, 5));
