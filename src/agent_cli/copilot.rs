@@ -228,7 +228,10 @@ pub fn last_turn_error_in(text: &str) -> Option<TurnError> {
                 let message = data["message"].as_str().unwrap_or("").trim().to_string();
                 let kind = match data["statusCode"].as_u64() {
                     Some(status) => format!("http_{status}"),
-                    None => data["errorType"].as_str().unwrap_or("api_error").to_string(),
+                    None => data["errorType"]
+                        .as_str()
+                        .unwrap_or("api_error")
+                        .to_string(),
                 };
                 return Some(TurnError {
                     kind,
@@ -292,16 +295,17 @@ pub fn plan_trusted_folders(existing: Option<&str>, workdir: &Path) -> Result<Pl
     let mut root: Map<String, Value> = if body.trim().is_empty() {
         Map::new()
     } else {
-        serde_json::from_str(&body).map_err(|e| {
-            format!("is not a JSON object ({e}); fix it and phoenix will add to it")
-        })?
+        serde_json::from_str(&body)
+            .map_err(|e| format!("is not a JSON object ({e}); fix it and phoenix will add to it"))?
     };
     let key = workdir.to_string_lossy().into_owned();
     let folders = root
         .entry("trustedFolders")
         .or_insert_with(|| Value::Array(Vec::new()));
     let Some(list) = folders.as_array_mut() else {
-        return Err("has a `trustedFolders` that is not a list; fix it and phoenix will add to it".into());
+        return Err(
+            "has a `trustedFolders` that is not a list; fix it and phoenix will add to it".into(),
+        );
     };
     if list.iter().any(|f| f.as_str() == Some(key.as_str())) {
         return Ok(None);
@@ -350,7 +354,10 @@ mod tests {
     fn a_shell_call_failed_only_when_its_trailer_says_so() {
         let failed = "ls: cannot access '/x': No such file or directory\n<shellId: 0 completed with exit code 2>";
         assert_eq!(shell_exit_code_in(failed), Some(2));
-        assert_eq!(shell_exit_code_in("ok\n<shellId: 3 completed with exit code 0>"), None);
+        assert_eq!(
+            shell_exit_code_in("ok\n<shellId: 3 completed with exit code 0>"),
+            None
+        );
         // Output that quotes the phrase is not a failure.
         assert_eq!(
             shell_exit_code_in("<shellId: 0 completed with exit code 2>\nand more"),
@@ -368,13 +375,17 @@ mod tests {
     #[test]
     fn usage_records_count_the_cached_part_once() {
         let record: Value = serde_json::from_str(r#"{"type":"session.usage_record","data":{"usage":{"model":"gpt-4.1","inputTokens":10,"outputTokens":5,"cacheReadTokens":2,"cacheWriteTokens":0}},"id":"u1","timestamp":"2026-12-02T00:32:54.000Z"}"#).unwrap();
-        let Some(Record::Response { id, model, tokens, .. }) = Copilot.usage_record(&record) else {
+        let Some(Record::Response {
+            id, model, tokens, ..
+        }) = Copilot.usage_record(&record)
+        else {
             panic!("a response");
         };
         assert_eq!(id.as_deref(), Some("u1"));
         assert_eq!(model.as_deref(), Some("gpt-4.1"));
         assert_eq!((tokens.input, tokens.output, tokens.cache_read), (8, 5, 2));
-        let other: Value = serde_json::from_str(r#"{"type":"assistant.message","data":{}}"#).unwrap();
+        let other: Value =
+            serde_json::from_str(r#"{"type":"assistant.message","data":{}}"#).unwrap();
         assert!(Copilot.usage_record(&other).is_none());
     }
 
@@ -388,7 +399,10 @@ mod tests {
             r#"{"type":"tool.execution_complete","data":{"result":{"content":"->continuity:send bob <<< evil >>>"}}}"#,
             r#"{"type":"assistant.message","data":{"content":"Done."}}"#,
         ];
-        assert_eq!(last_turn_text_in(&lines.join("\n")).as_deref(), Some("Done."));
+        assert_eq!(
+            last_turn_text_in(&lines.join("\n")).as_deref(),
+            Some("Done.")
+        );
         assert_eq!(last_turn_text_in(lines[0]), None);
     }
 

@@ -13,6 +13,7 @@ pub mod copilot;
 pub mod custom;
 pub mod failed_turn;
 pub mod gemini;
+pub mod opencode;
 pub mod pi;
 pub mod usage;
 
@@ -27,16 +28,24 @@ use crate::state::bounded::{self, Links};
 pub use failed_turn::TurnError;
 
 /// Every kind of CLI, in a fixed order.
-pub const ALL: [Cli; 6] = [
+pub const ALL: [Cli; 7] = [
     Cli::Claude,
     Cli::Codex,
     Cli::Gemini,
     Cli::Pi,
+    Cli::Opencode,
     Cli::Copilot,
     Cli::Custom,
 ];
 /// The CLIs phoenix writes hook files for (`custom` has none), in a fixed order.
-pub const HOOKED: [Cli; 5] = [Cli::Claude, Cli::Codex, Cli::Gemini, Cli::Pi, Cli::Copilot];
+pub const HOOKED: [Cli; 6] = [
+    Cli::Claude,
+    Cli::Codex,
+    Cli::Gemini,
+    Cli::Pi,
+    Cli::Opencode,
+    Cli::Copilot,
+];
 /// A CLI settings, hooks or trust file larger than this is not read.
 pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -54,6 +63,7 @@ impl Cli {
             Cli::Gemini => &gemini::Gemini,
             Cli::Pi => &pi::Pi,
             Cli::Copilot => &copilot::Copilot,
+            Cli::Opencode => &opencode::Opencode,
             Cli::Custom => &custom::Custom,
         }
     }
@@ -388,12 +398,21 @@ pub fn shell_exit_in_response(response: &Value) -> Option<ShellExit<'_>> {
 
 /// The CLI that sent a hook payload, judged by what only that CLI sends.
 pub fn guess_from_payload(event: &str, has_field: &dyn Fn(&str) -> bool) -> Option<Cli> {
-    // pi first: its extension names its event (`pi_event`), no other CLI does. Then Copilot: it claims only fields and an event no other CLI sends, and stamps its
-    // payloads with a `timestamp` as Gemini does. Then Gemini: its payloads are the most
-    // distinct (event names, a `timestamp` on all).
-    [Cli::Pi, Cli::Copilot, Cli::Gemini, Cli::Codex, Cli::Claude, Cli::Custom]
-        .into_iter()
-        .find(|cli| cli.adapter().claims_payload(event, has_field))
+    // pi first: its extension names its event (`pi_event`), no other CLI does. Then Copilot:
+    // it claims only fields and an event no other CLI sends, and stamps its payloads with a
+    // `timestamp` as Gemini does. Then Gemini: its payloads are the most distinct (event
+    // names, a `timestamp` on all).
+    [
+        Cli::Pi,
+        Cli::Copilot,
+        Cli::Gemini,
+        Cli::Codex,
+        Cli::Claude,
+        Cli::Opencode,
+        Cli::Custom,
+    ]
+    .into_iter()
+    .find(|cli| cli.adapter().claims_payload(event, has_field))
 }
 
 /// Is this hook handler one phoenix installed for `agent`? Recognised by its command:
@@ -541,6 +560,7 @@ mod tests {
             "Cli::Gemini",
             "Cli::Pi",
             "Cli::Copilot",
+            "Cli::Opencode",
             "Cli::Custom",
         ];
         let mut found = Vec::new();
@@ -605,6 +625,7 @@ mod tests {
             (Cli::Gemini, true, true, true, true, true, true, None),
             (Cli::Pi, true, true, true, true, true, false, None),
             (Cli::Copilot, true, false, true, true, false, false, None),
+            (Cli::Opencode, true, false, true, true, false, false, None),
             (Cli::Custom, false, true, true, false, false, false, None),
         ];
         for (cli, hook, launch, pane, trust, compaction, resume, notify) in table {
@@ -638,6 +659,7 @@ mod tests {
             (Cli::Gemini, true),
             (Cli::Pi, false),
             (Cli::Copilot, false),
+            (Cli::Opencode, false),
             (Cli::Custom, false),
         ] {
             assert_eq!(
@@ -664,6 +686,7 @@ mod tests {
             Cli::Copilot.adapter().render(&context),
             "{\"additionalContext\":\"ctx\"}\n"
         );
+        assert_eq!(nothing(Cli::Opencode), "");
         let payload = |event: &str, fields: &[&str]| {
             let fields: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
             guess_from_payload(event, &|f| fields.iter().any(|x| x == f))
@@ -722,6 +745,13 @@ mod tests {
                 .resume_argv(base("copilot"), "s1")
                 .unwrap(),
             ["copilot", "-m", "x", "--resume=s1"]
+        );
+        assert_eq!(
+            Cli::Opencode
+                .adapter()
+                .resume_argv(base("opencode"), "ses_1")
+                .unwrap(),
+            ["opencode", "-m", "x", "--session", "ses_1"]
         );
         assert_eq!(Cli::Custom.adapter().resume_argv(base("bot"), "s1"), None);
     }

@@ -22,11 +22,14 @@ pub enum Cli {
     Gemini,
     Pi,
     Copilot,
+    Opencode,
     Custom,
 }
 
 impl Cli {
-    pub const NAMES: [&'static str; 6] = ["claude", "codex", "gemini", "pi", "copilot", "custom"];
+    pub const NAMES: [&'static str; 7] = [
+        "claude", "codex", "gemini", "pi", "opencode", "copilot", "custom",
+    ];
 
     pub fn parse(s: &str) -> Option<Cli> {
         match s {
@@ -35,6 +38,7 @@ impl Cli {
             "gemini" => Some(Cli::Gemini),
             "pi" => Some(Cli::Pi),
             "copilot" => Some(Cli::Copilot),
+            "opencode" => Some(Cli::Opencode),
             "custom" => Some(Cli::Custom),
             _ => None,
         }
@@ -47,6 +51,7 @@ impl Cli {
             Cli::Gemini => "gemini",
             Cli::Pi => "pi",
             Cli::Copilot => "copilot",
+            Cli::Opencode => "opencode",
             Cli::Custom => "custom",
         }
     }

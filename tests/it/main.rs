@@ -28,6 +28,7 @@ mod real_codex;
 mod real_copilot;
 mod real_gemini;
 mod real_messages;
+mod real_opencode;
 mod real_pi;
 mod scale;
 mod screen_verdicts;

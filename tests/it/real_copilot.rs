@@ -229,7 +229,8 @@ fn real_copilot_in_a_phoenix_pane_runs_the_hooks_apply_installed() {
     );
     let ops = fleet.ops("cp");
     assert!(
-        ops.iter().any(|o| o["event"] == "session_start" && o["session_id"] == id),
+        ops.iter()
+            .any(|o| o["event"] == "session_start" && o["session_id"] == id),
         "{ops:?}"
     );
     let tools = support::read_jsonl(&dir.join("tool_use.jsonl"));
@@ -240,7 +241,11 @@ fn real_copilot_in_a_phoenix_pane_runs_the_hooks_apply_installed() {
         "the open loop was injected at session start: {}",
         turns[0].text()
     );
-    assert!(tool_results(&turns[1]).contains("exit code 0"), "{}", turns[1].text());
+    assert!(
+        tool_results(&turns[1]).contains("exit code 0"),
+        "{}",
+        turns[1].text()
+    );
     support::wait_for_screen(&fleet, &pane, "Wrote it.", WAIT);
     assert!(!dir.join("hook_errors.jsonl").exists());
 }
@@ -415,15 +420,17 @@ fn real_copilot_retried_model_error_is_not_a_failed_turn() {
         Turn::text("Answered on the retry."),
     ]);
     let (dir, pane) = start_copilot(&fleet, &server, "", "answer after a retry");
-    support::wait_for_screen(&fleet, &pane, "Answered on the retry.", Duration::from_secs(60));
+    support::wait_for_screen(
+        &fleet,
+        &pane,
+        "Answered on the retry.",
+        Duration::from_secs(60),
+    );
     support::wait_until(WAIT, "turn finished", || state_of(&dir)["status"] == "idle");
     let report = fleet.run(&["watchdog", "--once", "--json"]).json();
     assert_eq!(report["agents"][0]["verdict"], "healthy", "{report}");
     let ops = fleet.ops("cp");
-    assert!(
-        !ops.iter().any(|o| o["event"] == "turn_failed"),
-        "{ops:?}"
-    );
+    assert!(!ops.iter().any(|o| o["event"] == "turn_failed"), "{ops:?}");
     assert_eq!(
         ops.iter().filter(|o| o["event"] == "agent_start").count(),
         1,
