@@ -631,7 +631,7 @@ mod tests {
         assert!(!create);
         assert!(diff.contains("+++ .claude/settings.json"), "{diff}");
         assert!(
-            diff.contains("+        \"matcher\": \"startup|resume|clear|compact\""),
+            diff.contains("+        \"matcher\": \"startup|resume|clear|compact|fork\""),
             "{diff}"
         );
         let compact =
