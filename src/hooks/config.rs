@@ -424,7 +424,7 @@ mod tests {
         assert_first_group(
             Cli::Claude,
             "SessionStart",
-            "startup|resume|clear|compact",
+            "startup|resume|clear|compact|fork",
             fields,
         );
         assert_first_group(Cli::Claude, "PreCompact", "manual|auto", json!({}));

@@ -54,6 +54,27 @@ fn explain(fleet: &support::Fleet, server: &ModelServer) -> String {
     )
 }
 
+/// Wait for the prompt typed by `start_claude` to be submitted (its prompt hook ran); on a
+/// loaded machine the Enter can come before the input box takes keys, and is pressed again.
+fn submitted(fleet: &support::Fleet) {
+    let prompted = || fleet.ops("cc").iter().any(|o| o["event"] == "prompt");
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    for _ in 0..3 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            if prompted() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let _ = fleet.tmux(&["send-keys", "-t", &pane, "Enter"]);
+    }
+    assert!(prompted(), "the prompt was never submitted");
+}
+
 /// The model starts a subagent whose own request gets "prompt is too long" while the main
 /// thread runs a slow shell command: Claude Code fires StopFailure for the subagent (with
 /// `agent_id`), and the main session goes on to write its file and end its turn: no failed
@@ -73,6 +94,7 @@ fn real_claude_failing_subagent_leaves_the_main_session_alone() {
         vec![Turn::prompt_too_long()],
     );
     let dir = start_claude(&fleet, &server, "", "start a helper, then run the slow command");
+    submitted(&fleet);
     let work = fleet.path().join("work");
     let why = || explain(&fleet, &server);
     support::wait_until_explained(
@@ -154,11 +176,17 @@ fn real_claude_forked_session_runs_the_session_start_hook() {
     let fleet = support::Fleet::new();
     let server = ModelServer::start(vec![Turn::text("Hello."), Turn::text("Forked.")]);
     let dir = start_claude(&fleet, &server, "", "say hello");
+    submitted(&fleet);
     let why = || explain(&fleet, &server);
     support::wait_until_explained(
         Duration::from_secs(60),
         "the first turn ended",
-        || support::real::state_of(&dir)["status"] == "idle",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .any(|o| o["event"] == "turn_complete")
+        },
         why,
     );
     let first = support::real::state_of(&dir)["session_id"]
@@ -183,9 +211,10 @@ fn real_claude_forked_session_runs_the_session_start_hook() {
     ])
     .output()
     .unwrap();
+    let projects: Vec<String> = walk(&fleet.path().join("home/.claude/projects"));
     assert!(
         out.status.success(),
-        "{}{}",
+        "{}{}\n--- transcripts\n{projects:?}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -213,4 +242,18 @@ fn real_claude_forked_session_runs_the_session_start_hook() {
         start["injected"], false,
         "a fork has its conversation: {start}"
     );
+}
+
+/// The files under `dir`, for a failure message.
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(walk(&path));
+        } else {
+            found.push(path.display().to_string());
+        }
+    }
+    found
 }

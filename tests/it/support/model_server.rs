@@ -123,19 +123,17 @@ impl Protocol for Messages {
     }
 }
 
-/// Tools of the main thread that a subagent is never given (it cannot start another one):
-/// Claude Code's Agent tool (`Task` in older builds).
-const MAIN_THREAD_ONLY_TOOLS: [&str; 2] = ["Agent", "Task"];
+/// The tool only the main thread is given: a subagent never asks the user (2.1.332 gives its
+/// subagents the Agent tool too, but not this one).
+const MAIN_THREAD_ONLY_TOOL: &str = "AskUserQuestion";
 
-/// Is this a request of a Claude Code subagent: a turn (it offers tools) without the tool that
-/// starts subagents, which only the main thread has.
+/// Is this a request of a Claude Code subagent: a turn (it offers tools) without the tool
+/// only the main thread has.
 pub fn is_subagent_request(body: &Value) -> bool {
     let Some(tools) = body["tools"].as_array().filter(|t| !t.is_empty()) else {
         return false;
     };
-    !tools
-        .iter()
-        .any(|t| MAIN_THREAD_ONLY_TOOLS.contains(&t["name"].as_str().unwrap_or("")))
+    !tools.iter().any(|t| t["name"] == MAIN_THREAD_ONLY_TOOL)
 }
 
 fn offers_tools(body: &Value) -> bool {
