@@ -81,7 +81,13 @@ impl AgentCli for Claude {
 
     fn hook_entries(&self) -> Vec<HookEntry> {
         vec![
-            e("SessionStart", Some(SESSION_START_MATCHER), "session-start", 10, ""),
+            e(
+                "SessionStart",
+                Some(SESSION_START_MATCHER),
+                "session-start",
+                10,
+                "",
+            ),
             e("UserPromptSubmit", None, "prompt", 5, ""),
             e("PostToolUse", Some("*"), "heartbeat", 5, ""),
             // PostToolUse never fires for a failed Bash call.
@@ -273,7 +279,9 @@ mod turn_text_tests {
         assert!(is_machine_prompt(
             "<command-name>/review</command-name>\n<command-message>review</command-message>"
         ));
-        assert!(is_machine_prompt("<teammate-message teammate_id=\"t1\">hi</teammate-message>"));
+        assert!(is_machine_prompt(
+            "<teammate-message teammate_id=\"t1\">hi</teammate-message>"
+        ));
         assert!(!is_machine_prompt("fix the <task-notification> parser"));
         assert!(!is_machine_prompt("migrate the billing tables"));
     }

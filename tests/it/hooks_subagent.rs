@@ -93,20 +93,26 @@ fn a_subagents_hooks_are_the_agents_work_never_the_main_turns_end() {
     hook(
         &fleet,
         "pre-tool",
-        in_subagent(with(json!({"hook_event_name": "PreToolUse", "tool_name": "Glob",
-                                "tool_input": {"pattern": "**/*.rs"}}))),
+        in_subagent(with(
+            json!({"hook_event_name": "PreToolUse", "tool_name": "Glob",
+                                "tool_input": {"pattern": "**/*.rs"}}),
+        )),
     );
     hook(
         &fleet,
         "heartbeat",
-        in_subagent(with(json!({"hook_event_name": "PostToolUse", "tool_name": "Glob",
-                                "tool_input": {"pattern": "**/*.rs"}, "tool_response": {}}))),
+        in_subagent(with(
+            json!({"hook_event_name": "PostToolUse", "tool_name": "Glob",
+                                "tool_input": {"pattern": "**/*.rs"}, "tool_response": {}}),
+        )),
     );
     hook(
         &fleet,
         "tool-error",
-        in_subagent(with(json!({"hook_event_name": "PostToolUseFailure", "tool_name": "Read",
-                                "error": "File does not exist.", "is_interrupt": false}))),
+        in_subagent(with(
+            json!({"hook_event_name": "PostToolUseFailure", "tool_name": "Read",
+                                "error": "File does not exist.", "is_interrupt": false}),
+        )),
     );
     assert_eq!(in_flight(), main_call);
     let tools = read_jsonl(&dir.join("tool_use.jsonl"));
@@ -125,14 +131,19 @@ fn a_subagents_hooks_are_the_agents_work_never_the_main_turns_end() {
     hook(
         &fleet,
         "turn-failed",
-        in_subagent(with(json!({"hook_event_name": "StopFailure", "error": "invalid_request",
+        in_subagent(with(
+            json!({"hook_event_name": "StopFailure", "error": "invalid_request",
             "error_details": "prompt is too long: 210000 tokens > 200000 maximum",
-            "last_assistant_message": "Prompt is too long"}))),
+            "last_assistant_message": "Prompt is too long"}),
+        )),
     );
     let s = state(&fleet);
     assert_eq!(s["status"], "working", "{s}");
     assert!(s.get("last_error").is_none(), "{s}");
-    assert!(!dir.join(".turn-failed").exists(), "the wrapper is not told");
+    assert!(
+        !dir.join(".turn-failed").exists(),
+        "the wrapper is not told"
+    );
     assert_eq!(count(&fleet, "turn_failed"), 0);
     let failed = fleet
         .ops("c")
@@ -156,10 +167,10 @@ fn a_subagents_hooks_are_the_agents_work_never_the_main_turns_end() {
         hook(
             &fleet,
             event,
-            in_subagent(
-                with(json!({"hook_event_name": name, "prompt": "list the files", "trigger": "auto",
-                             "reason": "other"})),
-            ),
+            in_subagent(with(
+                json!({"hook_event_name": name, "prompt": "list the files", "trigger": "auto",
+                             "reason": "other"}),
+            )),
         );
     }
     let s = state(&fleet);
@@ -185,8 +196,10 @@ fn a_subagents_hooks_are_the_agents_work_never_the_main_turns_end() {
     hook(
         &fleet,
         "turn-failed",
-        with(json!({"hook_event_name": "StopFailure", "error": "invalid_request",
-                    "error_details": "prompt is too long"})),
+        with(
+            json!({"hook_event_name": "StopFailure", "error": "invalid_request",
+                    "error_details": "prompt is too long"}),
+        ),
     );
     assert_eq!(state(&fleet)["status"], "failed");
     assert!(dir.join(".turn-failed").exists());
@@ -219,7 +232,10 @@ fn a_forked_session_is_the_session_and_keeps_its_conversation() {
         .unwrap();
     assert_eq!(start["source"], "fork", "{start}");
     // The matcher names the source, so Claude Code runs the hook for a fork.
-    let shown = fleet.run(&["hooks", "show", "--agent", "c"]).status(0).stdout();
+    let shown = fleet
+        .run(&["hooks", "show", "--agent", "c"])
+        .status(0)
+        .stdout();
     assert!(
         shown.contains("startup|resume|clear|compact|fork"),
         "{shown}"
@@ -230,7 +246,10 @@ fn a_forked_session_is_the_session_and_keeps_its_conversation() {
 fn claude_codes_new_waits_for_a_person_raise_needs_input() {
     let fleet = Fleet::new();
     claude_agent(&fleet);
-    let shown = fleet.run(&["hooks", "show", "--agent", "c"]).status(0).stdout();
+    let shown = fleet
+        .run(&["hooks", "show", "--agent", "c"])
+        .status(0)
+        .stdout();
     for kind in [
         "elicitation_url_dialog",
         "worker_permission_prompt",

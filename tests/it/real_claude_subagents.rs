@@ -93,7 +93,12 @@ fn real_claude_failing_subagent_leaves_the_main_session_alone() {
         ],
         vec![Turn::prompt_too_long()],
     );
-    let dir = start_claude(&fleet, &server, "", "start a helper, then run the slow command");
+    let dir = start_claude(
+        &fleet,
+        &server,
+        "",
+        "start a helper, then run the slow command",
+    );
     submitted(&fleet);
     let work = fleet.path().join("work");
     let why = || explain(&fleet, &server);
@@ -218,7 +223,8 @@ fn real_claude_forked_session_runs_the_session_start_hook() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    // 2.1.197 starts a fork as a `resume`; later builds say `fork`.
+    // 2.1.197 starts a fork as a `resume` of the parent's id (the fork's own id comes with its
+    // prompt and Stop hooks); later builds say `fork`, with the new id.
     let version = support::cli_version(
         "claude",
         "@anthropic-ai/claude-code",
@@ -227,8 +233,11 @@ fn real_claude_forked_session_runs_the_session_start_hook() {
     let says_fork = version != "2.1.197";
     let forked = |o: &serde_json::Value| {
         o["event"] == "session_start"
-            && o["session_id"].as_str().is_some_and(|s| s != first)
-            && (!says_fork || o["source"] == "fork")
+            && if says_fork {
+                o["source"] == "fork" && o["session_id"].as_str().is_some_and(|s| s != first)
+            } else {
+                o["source"] == "resume"
+            }
     };
     support::wait_until_explained(
         Duration::from_secs(30),
@@ -241,6 +250,17 @@ fn real_claude_forked_session_runs_the_session_start_hook() {
     assert_eq!(
         start["injected"], false,
         "a fork has its conversation: {start}"
+    );
+    // The fork is the session phoenix records (and would resume).
+    support::wait_until_explained(
+        Duration::from_secs(30),
+        "the fork's id recorded",
+        || {
+            support::real::state_of(&dir)["session_id"]
+                .as_str()
+                .is_some_and(|s| s != first)
+        },
+        why,
     );
 }
 
