@@ -384,6 +384,25 @@ mod tests {
     }
 
     #[test]
+    fn only_a_payload_with_agent_id_comes_from_a_subagent() {
+        let sub = Payload::parse(
+            r#"{"hook_event_name":"StopFailure","agent_id":"a1","agent_type":"general-purpose"}"#,
+        );
+        assert_eq!(
+            sub.subagent(),
+            Some(Subagent {
+                id: "a1",
+                kind: Some("general-purpose")
+            })
+        );
+        // An `--agent` session's main thread has `agent_type` alone.
+        let main = Payload::parse(r#"{"hook_event_name":"StopFailure","agent_type":"reviewer"}"#);
+        assert_eq!(main.subagent(), None);
+        assert_eq!(Payload::parse(r#"{"agent_id":""}"#).subagent(), None);
+        assert_eq!(Payload::parse(r#"{"agent_id":7}"#).subagent(), None);
+    }
+
+    #[test]
     fn garbage_is_an_empty_payload_with_a_problem() {
         for text in ["not json", "[1,2]", "{\"a\":", "\u{0}\u{1}"] {
             let p = Payload::parse(text);
