@@ -193,6 +193,13 @@ pub trait AgentCli: Sync {
         false
     }
 
+    /// Is `prompt` one the CLI submitted itself (a background agent's result, a slash
+    /// command's expansion, a reminder), not one somebody typed? Then it starts a turn but is
+    /// not a task.
+    fn machine_prompt(&self, _prompt: &str) -> bool {
+        false
+    }
+
     /// Does the CLI drop the SessionStart context of a resumed session? Then it is held back
     /// for the first prompt.
     fn resume_drops_session_start_context(&self) -> bool {

@@ -424,7 +424,7 @@ mod tests {
         assert_first_group(
             Cli::Claude,
             "SessionStart",
-            "startup|resume|clear|compact",
+            "startup|resume|clear|compact|fork",
             fields,
         );
         assert_first_group(Cli::Claude, "PreCompact", "manual|auto", json!({}));
@@ -631,7 +631,7 @@ mod tests {
         assert!(!create);
         assert!(diff.contains("+++ .claude/settings.json"), "{diff}");
         assert!(
-            diff.contains("+        \"matcher\": \"startup|resume|clear|compact\""),
+            diff.contains("+        \"matcher\": \"startup|resume|clear|compact|fork\""),
             "{diff}"
         );
         let compact =

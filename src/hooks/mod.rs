@@ -14,6 +14,7 @@ pub mod output;
 pub mod payload;
 mod prompt;
 mod session;
+mod subagent;
 mod tool;
 pub mod trust;
 mod turn;
@@ -270,6 +271,13 @@ impl Hook<'_> {
             retention: Retention::from(&spec.thresholds),
             now: jiff::Timestamp::now(),
         };
+        // A hook from inside a subagent is the agent's work, never the main thread's turn,
+        // session or prompt (hooks/subagent.rs has the rules).
+        if let Some(sub) = self.payload.subagent() {
+            return self
+                .in_subagent(&ctx, event, sub)
+                .map_err(|e| e.to_string());
+        }
         match event {
             Event::SessionStart => Ok(self.session_start(&ctx)),
             Event::Prompt => self.prompt(&ctx),

@@ -59,7 +59,7 @@ pub(crate) fn turn_requests(server: &ModelServer) -> Vec<Request> {
 
 /// The `[[agent]]` block of a real Claude Code agent `cc` working in `<fleet>/work`, with a
 /// HOME prepared for it, talking to `server`.
-fn cc_agent(fleet: &support::Fleet, server: &ModelServer) -> String {
+pub(crate) fn cc_agent(fleet: &support::Fleet, server: &ModelServer) -> String {
     let bin = claude_bin();
     let work = fleet.path().join("work");
     std::fs::create_dir(&work).unwrap();
@@ -86,7 +86,7 @@ pub(crate) fn prepared_home(root: &Path, workdir: &Path, key: &str) -> PathBuf {
     home
 }
 
-fn claude_command(bin: &Path, home: &Path, server: &ModelServer, key: &str) -> Command {
+pub(crate) fn claude_command(bin: &Path, home: &Path, server: &ModelServer, key: &str) -> Command {
     let mut cmd = Command::new(bin);
     cmd.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -884,7 +884,7 @@ fn sent_with_the_continue_prompt(server: &ModelServer) -> String {
 
 /// Start a real Claude Code agent with `extra` phoenix.toml text before its declaration, and
 /// type `prompt` into it.
-fn start_claude(
+pub(crate) fn start_claude(
     fleet: &support::Fleet,
     server: &ModelServer,
     extra: &str,

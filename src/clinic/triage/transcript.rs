@@ -114,6 +114,11 @@ pub fn transcript_has_turn(path: &Path) -> bool {
 pub fn transcript_facts(records: &[Value]) -> TranscriptFacts {
     let mut reader = Reader::default();
     for r in records {
+        // Claude Code: a subagent's records (older builds wrote them into the main transcript)
+        // are not the main thread's errors, prompt or words.
+        if flag(r, "isSidechain") {
+            continue;
+        }
         match str_of(r, "type").unwrap_or("") {
             // Claude Code: {type, message: {role, content: string | [blocks]}}.
             kind @ ("user" | "assistant") if r.get("message").is_some() => reader.claude(kind, r),
@@ -198,7 +203,10 @@ impl Reader {
         match &r["message"]["content"] {
             // Meta records and compaction summaries are not prompts.
             Value::String(s)
-                if kind == "user" && !flag(r, "isMeta") && !flag(r, "isCompactSummary") =>
+                if kind == "user"
+                    && !flag(r, "isMeta")
+                    && !flag(r, "isCompactSummary")
+                    && !crate::agent_cli::claude::is_machine_prompt(s) =>
             {
                 self.facts.last_prompt = Some(s.clone());
             }
@@ -225,7 +233,10 @@ impl Reader {
                 }
             }
             "text" if !flag(r, "isMeta") => {
-                self.facts.last_prompt = Some(str_of(b, "text").unwrap_or("").to_string());
+                let text = str_of(b, "text").unwrap_or("");
+                if !crate::agent_cli::claude::is_machine_prompt(text) {
+                    self.facts.last_prompt = Some(text.to_string());
+                }
             }
             "tool_use" => self.called(str_of(b, "id"), str_of(b, "name")),
             "tool_result" => {

@@ -275,7 +275,15 @@ impl Wrapper {
                 .as_ref()
                 .and_then(|s| s.cwd.as_deref())
                 .is_none_or(|cwd| record::same_dir(cwd, &self.agent.workdir));
-            if !same_id || !same_dir {
+            // A fork (Claude Code's `--fork-session`) comes back as a new id that holds the
+            // resumed conversation: still a resume.
+            let forked = !same_id
+                && same_dir
+                && self
+                    .dir
+                    .peek_state()
+                    .is_some_and(|s| s.session_source.as_deref() == Some("fork"));
+            if (!same_id || !same_dir) && !forked {
                 // It came back as another session: that is a fresh start, not a resume.
                 mode = Start::Fresh;
                 let _ = self.dir.record_op(
