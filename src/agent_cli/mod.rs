@@ -64,6 +64,16 @@ pub trait AgentCli: Sync {
         None
     }
 
+    /// The flags that choose the model on its command line (the first is the one to name).
+    fn model_flags(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Where the CLI takes the model from when its command line names none.
+    fn model_settings(&self) -> Option<&'static str> {
+        None
+    }
+
     // ---- Hooks: what phoenix installs, and the trust the CLI needs to run them.
 
     /// Where the CLI reads project hooks from, relative to the agent's workdir; `None` when
@@ -330,6 +340,28 @@ pub enum Reply {
 
 /// The Claude Code shape, also Codex's (and the answer when the CLI is unknown):
 /// `hookSpecificOutput` JSON, `decision: block` for feedback, nothing when there is nothing.
+/// Where to fix the model of an agent whose model cannot be used: the flag in its command
+/// when the command gives one, else the CLI's settings it came from (or the flag to add);
+/// both when phoenix cannot tell.
+pub fn model_fix(cli: Cli, argv: &[String]) -> String {
+    let adapter = cli.adapter();
+    let flags = adapter.model_flags();
+    let given = flags.iter().find(|f| {
+        argv.iter()
+            .skip(1)
+            .any(|a| a == *f || a.strip_prefix(*f).is_some_and(|r| r.starts_with('=')))
+    });
+    match (given, flags.first(), adapter.model_settings()) {
+        (Some(flag), _, _) => {
+            format!("fix `{flag}` in the agent's `command` in phoenix.toml")
+        }
+        (None, Some(flag), Some(settings)) => format!(
+            "the agent's `command` gives no `{flag}`, so the model comes from {settings}: fix it there, or give `{flag}` in the agent's `command` in phoenix.toml"
+        ),
+        _ => "fix the model the agent's `command` in phoenix.toml gives, or the one its CLI's own settings give".to_string(),
+    }
+}
+
 pub fn render_hook_specific(reply: &Reply) -> String {
     let value = match reply {
         Reply::Nothing => return String::new(),

@@ -1523,6 +1523,59 @@ fn a_tool_that_setsids_away_from_a_killed_agent_is_stopped_before_the_next_start
     assert!(!work.join("MARK").exists(), "the orphaned tool acted");
 }
 
+/// A kill -9 of a launcher (Codex's or Gemini's node) leaves processes behind that the sweep
+/// spares (phoenix's own programs: a hook still writing) and that end later, reparented to
+/// the wrapper, its subreaper: each is collected as it ends, not when the pane goes (they
+/// stayed `[phoenix-hook]`, `[codex]`, `[node]`, `[bash]` zombies), and the agent's own end is
+/// still recorded as the kill it was.
+#[test]
+fn orphans_that_end_after_their_agent_was_killed_are_collected_as_they_end() {
+    let fleet = Fleet::new();
+    let work = script_agent(
+        &fleet,
+        "launcher",
+        &format!(
+            "#!/bin/sh\n\
+             if [ ! -f started ]; then touch started; \
+             env -u PHOENIX_STATE_DIR -u PHOENIX_AGENT {} demo-agent --no-hooks --agent ghost \
+             --interval 1h --crash-after 2s >/dev/null 2>&1 & echo $! > helper.pid; fi\n\
+             echo agent up\n\
+             exec sleep 1000\n",
+            support::PHOENIX
+        ),
+    );
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["launcher"])[0];
+    wait_until(Duration::from_secs(10), "the helper started", || {
+        work.join("helper.pid").exists()
+    });
+    let helper: u32 = std::fs::read_to_string(work.join("helper.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let pane = pane_of(&fleet, "launcher");
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill9(pid);
+    wait_ops(&fleet, "launcher", "agent_start", 2);
+    // The helper ends within 2 s of its start (or at the group's SIGTERM); then it is
+    // collected at once, long before the wrapper's half-minute look.
+    wait_until(Duration::from_secs(8), "the helper collected", || {
+        !std::path::Path::new(&format!("/proc/{helper}")).exists()
+    });
+    assert_eq!(zombie_children(wrapper), Vec::<u32>::new(), "left uncollected");
+    let exit = &ops_named(&fleet, "launcher", "agent_exit")[0];
+    assert_eq!(exit["signal"], 9, "{exit}");
+    // The new run is the wrapper's child, unharmed by the collecting.
+    fleet.wait_running(&["launcher"]);
+    assert_eq!(ops_named(&fleet, "launcher", "agent_exit").len(), 1);
+}
+
 #[test]
 fn a_new_wrapper_stops_the_agent_its_killed_predecessor_left_running() {
     let fleet = Fleet::new();
