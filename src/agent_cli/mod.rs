@@ -470,6 +470,39 @@ pub(crate) fn first_line(e: &impl std::fmt::Display) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// The unknown model's fix names where the model came from: the flag the command gives,
+    /// else the CLI's settings (and the flag to give instead); both for a custom CLI.
+    #[test]
+    fn the_models_fix_names_where_it_came_from() {
+        let argv = |s: &str| s.split(' ').map(str::to_string).collect::<Vec<_>>();
+        let fix = |cli, command: &str| super::model_fix(cli, &argv(command));
+        assert_eq!(
+            fix(Cli::Claude, "claude --model opus"),
+            "fix `--model` in the agent's `command` in phoenix.toml"
+        );
+        assert_eq!(
+            fix(Cli::Codex, "codex -m o3"),
+            "fix `-m` in the agent's `command` in phoenix.toml"
+        );
+        assert_eq!(
+            fix(Cli::Gemini, "gemini --model=gemini-x"),
+            "fix `--model` in the agent's `command` in phoenix.toml"
+        );
+        let settings = fix(Cli::Claude, "claude --dangerously-skip-permissions");
+        assert!(
+            settings.starts_with("the agent's `command` gives no `--model`, so the model comes from Claude Code's settings"),
+            "{settings}"
+        );
+        assert!(fix(Cli::Codex, "codex").contains("~/.codex/config.toml"));
+        assert!(fix(Cli::Gemini, "gemini").contains("`model.name` in .gemini/settings.json"));
+        // The program itself is no flag: a CLI named `--model` would be odd, but not a flag.
+        assert!(fix(Cli::Claude, "--model").contains("Claude Code's settings"));
+        assert_eq!(
+            fix(Cli::Custom, "my-cli --model x"),
+            "fix the model the agent's `command` in phoenix.toml gives, or the one its CLI's own settings give"
+        );
+    }
+
     use super::*;
 
     #[test]

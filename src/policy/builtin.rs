@@ -705,7 +705,7 @@ mod tests {
         assert_eq!(
             p.reason.as_deref(),
             Some(
-                "the model `claude-nope-4` cannot be used: fix `--model` in the agent's `command` in phoenix.toml"
+                "the model `claude-nope-4` cannot be used: fix the model the agent's `command` in phoenix.toml gives, or the one its CLI's own settings give"
             )
         );
         assert_eq!(

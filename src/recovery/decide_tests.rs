@@ -275,7 +275,7 @@ fn rows() -> Vec<Row> {
         Row::unhealthy("failed turn: model not found", "turn_failed")
             .clinic(ModelUnavailable, "model: claude-nope-4 not_found")
             .answers(SafeMode, WatchdogKill)
-            .quarantined("fix `--model`")
+            .quarantined("fix the model the agent's `command` in phoenix.toml gives")
             .injects("revival"),
         Row::unhealthy("failed turn: transient", "turn_failed")
             .clinic(TransientError, "529 overloaded")

@@ -2367,7 +2367,7 @@ fn status_says_what_the_next_start_of_each_cli_really_is() {
         line.split_once("next start: ").unwrap().1.to_string()
     };
     let json_next = |agent: &str| -> Value {
-        fleet.run(&["status", agent, "--json"]).status(0).json()["next_start"].clone()
+        fleet.run(&["status", agent, "--json"]).status(0).json()["agents"][0]["next_start"].clone()
     };
     for (cli, agent, workdir, resume) in [
         ("claude", "c", "wc", "sleep 100000 --resume s-c"),

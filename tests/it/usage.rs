@@ -372,7 +372,8 @@ fn status_counts_the_same_tokens_as_usage_across_sessions_without_a_daemon() {
     // status first: no ledger was made by anyone before it.
     let today = fleet.agent_status("crashy")["usage_today"].clone();
     assert_eq!(today["tokens"]["total"], n * STEP_TOKENS, "{today}");
-    let shown = fleet.run(&["status", "crashy"]).status(0).stdout();
+    // Exit 3: it is down.
+    let shown = fleet.run(&["status", "crashy"]).status(3).stdout();
     let total = (n * STEP_TOKENS).to_string();
     let grouped: String = {
         // `thousands`: 8,600 for 8600.
