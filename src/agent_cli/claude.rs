@@ -35,7 +35,9 @@ impl AgentCli for Claude {
     }
 
     fn model_settings(&self) -> Option<&'static str> {
-        Some("Claude Code's settings (`model` in .claude/settings.json or .claude/settings.local.json of the workdir, or ~/.claude/settings.json; or ANTHROPIC_MODEL)")
+        Some(
+            "Claude Code's settings (`model` in .claude/settings.json or .claude/settings.local.json of the workdir, or ~/.claude/settings.json; or ANTHROPIC_MODEL)",
+        )
     }
 
     fn resume_argv(&self, mut base: Vec<String>, id: &str) -> Option<Vec<String>> {

@@ -48,7 +48,9 @@ impl AgentCli for Gemini {
     }
 
     fn model_settings(&self) -> Option<&'static str> {
-        Some("Gemini CLI's settings (`model.name` in .gemini/settings.json of the workdir or ~/.gemini/settings.json; or GEMINI_MODEL)")
+        Some(
+            "Gemini CLI's settings (`model.name` in .gemini/settings.json of the workdir or ~/.gemini/settings.json; or GEMINI_MODEL)",
+        )
     }
 
     /// Its turn-end hook carries the model's last message (`last_assistant_message`: AfterAgent's `prompt_response`).

@@ -549,7 +549,12 @@ fn a_transient_failed_turn_is_retried_after_the_clinics_delay() {
         &unhealthy(&["turn_failed"], true),
         &f,
         Some(&policies),
-        |_| Some(clinic_says(RootCause::TransientError, "API Error: 529 overloaded_error")),
+        |_| {
+            Some(clinic_says(
+                RootCause::TransientError,
+                "API Error: 529 overloaded_error",
+            ))
+        },
     );
     assert_eq!(r.start, Some(Start::Resume));
     assert!(r.delay > Duration::ZERO, "{r:?}");

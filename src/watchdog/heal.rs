@@ -329,7 +329,9 @@ impl Watchdog<'_> {
             Some(health::Process::Alive { pid }) => {
                 // One owner of a restart: a person's or the daemon's under way is left to it.
                 let claim = crate::restart::claim(dir, crate::restart::By::Watchdog)?;
-                if let Err(e) = crate::restart::stop_under_wrapper(dir, *pid, r.reason, fresh, r.delay) {
+                if let Err(e) =
+                    crate::restart::stop_under_wrapper(dir, *pid, r.reason, fresh, r.delay)
+                {
                     claim.release();
                     return Err(e);
                 }
@@ -395,15 +397,13 @@ impl Watchdog<'_> {
         let stopped = recovery::execute::quarantine(dir, why)
             .map_err(crate::Error::from)
             .and_then(|()| match process {
-                Some(health::Process::Alive { pid }) => {
-                    crate::restart::stop_under_wrapper(
-                        dir,
-                        *pid,
-                        EndReason::WatchdogKill,
-                        false,
-                        std::time::Duration::ZERO,
-                    )
-                }
+                Some(health::Process::Alive { pid }) => crate::restart::stop_under_wrapper(
+                    dir,
+                    *pid,
+                    EndReason::WatchdogKill,
+                    false,
+                    std::time::Duration::ZERO,
+                ),
                 _ => Ok(()),
             });
         match &stopped {

@@ -2391,9 +2391,19 @@ fn status_says_what_the_next_start_of_each_cli_really_is() {
             "session_id": id, "cwd": cwd, "hook_event_name": "SessionStart",
             "source": "startup", "transcript_path": transcript,
         });
-        hook(&fleet, "session-start", agent, Some(cli), &payload.to_string()).valid_for(cli);
+        hook(
+            &fleet,
+            "session-start",
+            agent,
+            Some(cli),
+            &payload.to_string(),
+        )
+        .valid_for(cli);
         let said = next(agent);
-        assert!(said.starts_with(&format!("resumes session {id} (`")), "{cli}: {said}");
+        assert!(
+            said.starts_with(&format!("resumes session {id} (`")),
+            "{cli}: {said}"
+        );
         assert!(said.contains(resume), "{cli}: {said}");
         let j = json_next(agent);
         assert_eq!(j["mode"], "resume", "{cli}: {j}");

@@ -356,7 +356,10 @@ fn a_custom_cli_reports_its_usage_through_its_pane() {
 #[test]
 fn status_counts_the_same_tokens_as_usage_across_sessions_without_a_daemon() {
     let fleet = Fleet::new();
-    fleet.toml(&format!("{FAST}{}", agent("crashy", "--crash-after 800ms", "")));
+    fleet.toml(&format!(
+        "{FAST}{}",
+        agent("crashy", "--crash-after 800ms", "")
+    ));
     fleet.run(&["apply", "--yes"]).status(0);
     let sessions = || {
         std::fs::read_dir(fleet.agent_dir("crashy").join("transcripts"))
