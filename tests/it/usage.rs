@@ -383,7 +383,7 @@ fn status_counts_the_same_tokens_as_usage_across_sessions_without_a_daemon() {
         let digits: Vec<char> = total.chars().collect();
         let mut out = String::new();
         for (i, c) in digits.iter().enumerate() {
-            if i > 0 && (digits.len() - i) % 3 == 0 {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
                 out.push(',');
             }
             out.push(*c);
