@@ -59,6 +59,16 @@ const MAX_SUBAGENT_FILES: usize = 256;
 pub struct Claude;
 
 impl AgentCli for Claude {
+    fn model_flags(&self) -> &'static [&'static str] {
+        &["--model"]
+    }
+
+    fn model_settings(&self) -> Option<&'static str> {
+        Some(
+            "Claude Code's settings (`model` in .claude/settings.json or .claude/settings.local.json of the workdir, or ~/.claude/settings.json; or ANTHROPIC_MODEL)",
+        )
+    }
+
     fn resume_argv(&self, mut base: Vec<String>, id: &str) -> Option<Vec<String>> {
         base.extend(["--resume".to_string(), id.to_string()]);
         Some(base)

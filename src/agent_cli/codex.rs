@@ -43,6 +43,14 @@ use crate::state::bounded::{self, Links};
 pub struct Codex;
 
 impl AgentCli for Codex {
+    fn model_flags(&self) -> &'static [&'static str] {
+        &["--model", "-m"]
+    }
+
+    fn model_settings(&self) -> Option<&'static str> {
+        Some("Codex's config (`model` in ~/.codex/config.toml, or in its profile)")
+    }
+
     /// Its turn-end hook carries the model's last message (`last_assistant_message`, or `last-assistant-message` of the legacy `notify`).
     fn markers_at_turn_end(&self) -> bool {
         true

@@ -43,6 +43,16 @@ use crate::state::bounded::{self, Links};
 pub struct Gemini;
 
 impl AgentCli for Gemini {
+    fn model_flags(&self) -> &'static [&'static str] {
+        &["--model", "-m"]
+    }
+
+    fn model_settings(&self) -> Option<&'static str> {
+        Some(
+            "Gemini CLI's settings (`model.name` in .gemini/settings.json of the workdir or ~/.gemini/settings.json; or GEMINI_MODEL)",
+        )
+    }
+
     /// Its turn-end hook carries the model's last message (`last_assistant_message`: AfterAgent's `prompt_response`).
     fn markers_at_turn_end(&self) -> bool {
         true

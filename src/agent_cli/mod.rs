@@ -85,6 +85,16 @@ pub trait AgentCli: Sync {
         None
     }
 
+    /// The flags that choose the model on its command line (the first is the one to name).
+    fn model_flags(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Where the CLI takes the model from when its command line names none.
+    fn model_settings(&self) -> Option<&'static str> {
+        None
+    }
+
     // ---- Hooks: what phoenix installs, and the trust the CLI needs to run them.
 
     /// Where the CLI reads project hooks from, relative to the agent's workdir; `None` when
@@ -377,6 +387,28 @@ pub enum Reply {
 
 /// The Claude Code shape, also Codex's (and the answer when the CLI is unknown):
 /// `hookSpecificOutput` JSON, `decision: block` for feedback, nothing when there is nothing.
+/// Where to fix the model of an agent whose model cannot be used: the flag in its command
+/// when the command gives one, else the CLI's settings it came from (or the flag to add);
+/// both when phoenix cannot tell.
+pub fn model_fix(cli: Cli, argv: &[String]) -> String {
+    let adapter = cli.adapter();
+    let flags = adapter.model_flags();
+    let given = flags.iter().find(|f| {
+        argv.iter()
+            .skip(1)
+            .any(|a| a == *f || a.strip_prefix(*f).is_some_and(|r| r.starts_with('=')))
+    });
+    match (given, flags.first(), adapter.model_settings()) {
+        (Some(flag), _, _) => {
+            format!("fix `{flag}` in the agent's `command` in phoenix.toml")
+        }
+        (None, Some(flag), Some(settings)) => format!(
+            "the agent's `command` gives no `{flag}`, so the model comes from {settings}: fix it there, or give `{flag}` in the agent's `command` in phoenix.toml"
+        ),
+        _ => "fix the model the agent's `command` in phoenix.toml gives, or the one its CLI's own settings give".to_string(),
+    }
+}
+
 pub fn render_hook_specific(reply: &Reply) -> String {
     let value = match reply {
         Reply::Nothing => return String::new(),
@@ -496,6 +528,39 @@ pub(crate) fn first_line(e: &impl std::fmt::Display) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// The unknown model's fix names where the model came from: the flag the command gives,
+    /// else the CLI's settings (and the flag to give instead); both for a custom CLI.
+    #[test]
+    fn the_models_fix_names_where_it_came_from() {
+        let argv = |s: &str| s.split(' ').map(str::to_string).collect::<Vec<_>>();
+        let fix = |cli, command: &str| super::model_fix(cli, &argv(command));
+        assert_eq!(
+            fix(Cli::Claude, "claude --model opus"),
+            "fix `--model` in the agent's `command` in phoenix.toml"
+        );
+        assert_eq!(
+            fix(Cli::Codex, "codex -m o3"),
+            "fix `-m` in the agent's `command` in phoenix.toml"
+        );
+        assert_eq!(
+            fix(Cli::Gemini, "gemini --model=gemini-x"),
+            "fix `--model` in the agent's `command` in phoenix.toml"
+        );
+        let settings = fix(Cli::Claude, "claude --dangerously-skip-permissions");
+        assert!(
+            settings.starts_with("the agent's `command` gives no `--model`, so the model comes from Claude Code's settings"),
+            "{settings}"
+        );
+        assert!(fix(Cli::Codex, "codex").contains("~/.codex/config.toml"));
+        assert!(fix(Cli::Gemini, "gemini").contains("`model.name` in .gemini/settings.json"));
+        // The program itself is no flag: a CLI named `--model` would be odd, but not a flag.
+        assert!(fix(Cli::Claude, "--model").contains("Claude Code's settings"));
+        assert_eq!(
+            fix(Cli::Custom, "my-cli --model x"),
+            "fix the model the agent's `command` in phoenix.toml gives, or the one its CLI's own settings give"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -72,7 +72,7 @@ impl Wrapper {
                 if !has_turn {
                     let _ = self.dir.record_op(
                         Op::ResumeSkipped,
-                        json!({"session_id": s.id, "why": "its transcript has no turn"}),
+                        json!({"session_id": s.id, "why": record::no_turn_why(&self.dir, &s.id)}),
                     );
                 }
                 has_turn
@@ -223,7 +223,7 @@ impl Wrapper {
             if stop_sent.is_some_and(|t| t.elapsed() >= STOP_GRACE) {
                 term::signal_group(pid, Signal::SIGKILL);
             }
-            if Instant::now() >= next_reap {
+            if term::child_ended() || Instant::now() >= next_reap {
                 next_reap = Instant::now() + ORPHAN_REAP_EVERY;
                 crate::supervise::strays::reap_ended_orphans(pid);
             }
