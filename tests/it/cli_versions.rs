@@ -77,11 +77,9 @@ fn a_newer_claude_code_than_proven_is_warned_about_and_asked_once_per_install() 
     plan.stdout_has("does not exist yet; hooks made for Claude Code 2.1.332\n");
     assert!(!plan.stdout().contains("not proven with"));
     assert_eq!(asked(fleet.path()), 2);
-    fleet
-        .run(&["doctor"])
-        .stdout_has(
-            "Claude Code 2.1.332 (proven 2.1.197–2.1.332); hooks made for Claude Code 2.1.332",
-        );
+    fleet.run(&["doctor"]).stdout_has(
+        "Claude Code 2.1.332 (proven 2.1.197–2.1.332); hooks made for Claude Code 2.1.332",
+    );
 }
 
 #[test]
@@ -94,7 +92,9 @@ fn an_older_claude_code_gets_no_hook_event_it_does_not_know() {
         .stdout_has("hooks made for Claude Code 2.1.197 (installed: 2.1.100)")
         .stdout_has("is older than the versions phoenix was proven with")
         .stdout_has("upgrade Claude Code to 2.1.197–2.1.332 or newer");
-    let shown = fleet.run(&["hooks", "show", "--agent", "cc", "--json"]).json();
+    let shown = fleet
+        .run(&["hooks", "show", "--agent", "cc", "--json"])
+        .json();
     assert_eq!(shown["cli_version"]["hooks_made_for"], "2.1.197");
     let hooks = &shown["files"][0]["content"]["hooks"];
     for event in hooks.as_object().unwrap().keys() {
