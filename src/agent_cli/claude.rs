@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::usage::{self, Record, Tokens};
+use super::version::{Proven, Version};
 use super::{AgentCli, HookEntry, entry as e};
 use crate::state::bounded::{self, Links};
 
@@ -55,6 +56,148 @@ const NOTIFICATION_MATCHER: &str = "permission_prompt|idle_prompt|elicitation_di
 /// Subagent transcripts looked at per session at most.
 const MAX_SUBAGENT_FILES: usize = 256;
 
+/// The hook events of Claude Code 2.1.197 (its settings schema, read from the binary).
+const EVENTS_2_1_197: &[&str] = &[
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "PostToolBatch",
+    "Notification",
+    "UserPromptSubmit",
+    "UserPromptExpansion",
+    "SessionStart",
+    "SessionEnd",
+    "Stop",
+    "StopFailure",
+    "SubagentStart",
+    "SubagentStop",
+    "PreCompact",
+    "PostCompact",
+    "PermissionRequest",
+    "PermissionDenied",
+    "Setup",
+    "TeammateIdle",
+    "TaskCreated",
+    "TaskCompleted",
+    "Elicitation",
+    "ElicitationResult",
+    "ConfigChange",
+    "WorktreeCreate",
+    "WorktreeRemove",
+    "InstructionsLoaded",
+    "CwdChanged",
+    "FileChanged",
+    "MessageDisplay",
+];
+
+/// 2.1.332's: 2.1.197's and four new ones.
+const EVENTS_2_1_332: &[&str] = &[
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "PostToolBatch",
+    "Notification",
+    "UserPromptSubmit",
+    "UserPromptExpansion",
+    "SessionStart",
+    "SessionEnd",
+    "Stop",
+    "StopFailure",
+    "SubagentStart",
+    "SubagentStop",
+    "PreCompact",
+    "PostCompact",
+    "PreModelSwitch",
+    "PostModelSwitch",
+    "PermissionRequest",
+    "PermissionDenied",
+    "Setup",
+    "TeammateIdle",
+    "TaskCreated",
+    "TaskCompleted",
+    "Elicitation",
+    "ElicitationResult",
+    "ConfigChange",
+    "WorktreeCreate",
+    "WorktreeRemove",
+    "InstructionsLoaded",
+    "CwdChanged",
+    "FileChanged",
+    "DirectoryAdded",
+    "MessageDisplay",
+    "PreSkillShellCommand",
+];
+
+/// The notification types 2.1.197 sends (`notificationType`, matched by Notification hooks).
+const NOTIFICATIONS_2_1_197: &[&str] = &[
+    "permission_prompt",
+    "idle_prompt",
+    "auth_success",
+    "elicitation_dialog",
+    "elicitation_url_dialog",
+    "elicitation_complete",
+    "elicitation_response",
+    "worker_permission_prompt",
+    "push_notification",
+    "computer_use_enter",
+    "computer_use_exit",
+];
+
+/// 2.1.332's: 2.1.197's, `agent_needs_input` (a background agent waits for a person) and more.
+const NOTIFICATIONS_2_1_332: &[&str] = &[
+    "permission_prompt",
+    "idle_prompt",
+    "auth_success",
+    "elicitation_dialog",
+    "elicitation_url_dialog",
+    "elicitation_complete",
+    "elicitation_response",
+    "worker_permission_prompt",
+    "push_notification",
+    "computer_use_enter",
+    "computer_use_exit",
+    "agent_needs_input",
+    "agent_completed",
+    "quota_auto_resume_fired",
+    "quota_auto_resume_stale",
+    "quota_auto_resume_disabled",
+    "model_refusal_fallback",
+    "auth_storage_failure",
+    "plugin_notification",
+];
+
+/// The versions phoenix was proven with, and what each knows (read from each binary's own
+/// code: its settings schema, its SessionStart `source` enum, its `notificationType`s).
+pub const PROVEN: &[Proven] = &[
+    Proven {
+        version: Version(2, 1, 197),
+        events: EVENTS_2_1_197,
+        matcher_values: &[
+            ("SessionStart", &["startup", "resume", "clear", "compact"]),
+            ("Notification", NOTIFICATIONS_2_1_197),
+        ],
+        changes: "a settings file naming an event it does not know stops it at a blocking \
+                  \"Settings Warning\" dialog",
+    },
+    Proven {
+        version: Version(2, 1, 332),
+        events: EVENTS_2_1_332,
+        matcher_values: &[
+            (
+                "SessionStart",
+                &["startup", "resume", "clear", "compact", "fork"],
+            ),
+            ("Notification", NOTIFICATIONS_2_1_332),
+        ],
+        changes: "new events PreModelSwitch, PostModelSwitch, DirectoryAdded, \
+                  PreSkillShellCommand; SessionStart source `fork` (`--fork-session`); \
+                  notification type `agent_needs_input`; StopFailure and Stop payloads of \
+                  subagents carry `agent_id`/`agent_type`; the Agent tool runs subagents in \
+                  the background by default (`async_launched`); the folder-trust dialog \
+                  has \"No, exit\" first",
+    },
+];
+
 /// Claude Code's adapter.
 pub struct Claude;
 
@@ -67,6 +210,30 @@ impl AgentCli for Claude {
         Some(
             "Claude Code's settings (`model` in .claude/settings.json or .claude/settings.local.json of the workdir, or ~/.claude/settings.json; or ANTHROPIC_MODEL)",
         )
+    }
+
+    fn display_name(&self) -> &'static str {
+        "Claude Code"
+    }
+
+    fn proven(&self) -> &'static [Proven] {
+        PROVEN
+    }
+
+    fn program_names(&self) -> &'static [&'static str] {
+        &["claude", "claude.exe"]
+    }
+
+    fn npm_package(&self) -> Option<&'static str> {
+        Some("@anthropic-ai/claude-code")
+    }
+
+    /// `2.1.332 (Claude Code)`.
+    fn version_in(&self, output: &str) -> Option<Version> {
+        output
+            .contains("(Claude Code)")
+            .then(|| Version::find_in(output))
+            .flatten()
     }
 
     fn resume_argv(&self, mut base: Vec<String>, id: &str) -> Option<Vec<String>> {

@@ -16,6 +16,7 @@ pub mod gemini;
 pub mod opencode;
 pub mod pi;
 pub mod usage;
+pub mod version;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -26,6 +27,7 @@ use serde_json::{Value, json};
 use crate::spec::{AgentSpec, Cli};
 use crate::state::bounded::{self, Links};
 pub use failed_turn::TurnError;
+pub use version::Version;
 
 /// Every kind of CLI, in a fixed order.
 pub const ALL: [Cli; 7] = [
@@ -54,6 +56,25 @@ pub fn hook_path_in(cli: Cli, workdir: &std::path::Path) -> Option<std::path::Pa
     cli.adapter().hook_file().map(|p| workdir.join(p))
 }
 
+/// The hooks phoenix installs for `cli` at version `installed` (`None`: not known): the
+/// adapter's entries, with only the events and matcher names of the proven version they are
+/// made for (`version::made_for`). A CLI with no proven versions gets its entries as they are.
+pub fn hooks_for(cli: Cli, installed: Option<Version>) -> Vec<version::Fitted> {
+    let adapter = cli.adapter();
+    let entries = adapter.hook_entries();
+    let proven = adapter.proven();
+    if proven.is_empty() {
+        return entries
+            .into_iter()
+            .map(|entry| version::Fitted {
+                matcher: entry.matcher.map(str::to_string),
+                entry,
+            })
+            .collect();
+    }
+    version::fit(entries, version::made_for(proven, installed))
+}
+
 impl Cli {
     /// What phoenix knows about this CLI.
     pub fn adapter(self) -> &'static dyn AgentCli {
@@ -71,6 +92,38 @@ impl Cli {
 
 /// One CLI's ways. The defaults describe a CLI phoenix knows nothing special about.
 pub trait AgentCli: Sync {
+    // ---- Versions.
+
+    /// The CLI's name as people know it (`Claude Code`), for messages.
+    fn display_name(&self) -> &'static str {
+        "the agent's program"
+    }
+
+    /// The versions phoenix was proven with (its real-CLI suites passed against them), oldest
+    /// first, each with what it knows; none for a CLI phoenix knows no versions of.
+    fn proven(&self) -> &'static [version::Proven] {
+        &[]
+    }
+
+    /// The npm package the CLI ships in: its `package.json` tells the installed version
+    /// without starting the CLI.
+    fn npm_package(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The file names of the CLI's own program (`claude`, and `claude.exe` that npm's link
+    /// points at). Only a program so named is asked its `--version`: phoenix never starts a
+    /// wrapper script or another program to learn a version.
+    fn program_names(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// The version in what `--version` printed, when the output is this CLI's (the agent's
+    /// command may start something else first, whose version says nothing).
+    fn version_in(&self, _output: &str) -> Option<Version> {
+        None
+    }
+
     // ---- Starting.
 
     /// The argv to start a new session, from the agent's command as written (with a leading
@@ -739,6 +792,51 @@ mod tests {
                 reads,
                 "{cli}"
             );
+        }
+    }
+
+    /// Every hooked CLI's hooks, made for each version it was proven with, name only events
+    /// and matcher names that version knows (an unknown event stops Claude Code 2.1.197 at a
+    /// "Settings Warning"), and lose none of phoenix's hooks on the way.
+    #[test]
+    fn the_hooks_made_for_each_proven_version_are_what_that_version_knows() {
+        for cli in HOOKED {
+            let a = cli.adapter();
+            assert!(!a.proven().is_empty(), "{cli} has proven versions");
+            let versions: Vec<Version> = a.proven().iter().map(|p| p.version).collect();
+            let mut sorted = versions.clone();
+            sorted.sort();
+            assert_eq!(versions, sorted, "{cli}: proven oldest first");
+            let wanted: Vec<&str> = a.hook_entries().iter().map(|e| e.hook).collect();
+            for p in a.proven() {
+                let made = hooks_for(cli, Some(p.version));
+                for f in &made {
+                    assert!(p.events.contains(&f.entry.event), "{cli} {}", p.version);
+                    let known = p.matcher_values.iter().find(|(e, _)| *e == f.entry.event);
+                    if let (Some((_, values)), Some(m)) = (known, &f.matcher) {
+                        assert!(m.split('|').all(|v| values.contains(&v)), "{cli} {m}");
+                    }
+                }
+                let got: Vec<&str> = made.iter().map(|f| f.entry.hook).collect();
+                assert_eq!(got, wanted, "{cli} {}: every hook phoenix reads", p.version);
+            }
+        }
+        // A version not known gets what the oldest proven one knows.
+        assert_eq!(
+            hooks_for(Cli::Claude, None),
+            hooks_for(Cli::Claude, Some(claude::PROVEN[0].version))
+        );
+        // None of the events new in Claude Code 2.1.332 is read by phoenix (it installs none).
+        let new_events = [
+            "PreModelSwitch",
+            "PostModelSwitch",
+            "DirectoryAdded",
+            "PreSkillShellCommand",
+        ];
+        for p in claude::PROVEN {
+            for f in hooks_for(Cli::Claude, Some(p.version)) {
+                assert!(!new_events.contains(&f.entry.event));
+            }
         }
     }
 

@@ -90,7 +90,7 @@ mod tests {
         )
         .unwrap();
         for agent in &spec.agents {
-            let target = config::Target::new(Path::new("/opt/phoenix"), &spec.file, agent);
+            let target = config::Target::new(Path::new("/opt/phoenix"), &spec.file, agent, None);
             let hooks = config::pretty(&target.desired().unwrap());
             fs::write(agent.workdir.join(".codex/hooks.json"), hooks).unwrap();
         }

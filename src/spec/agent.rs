@@ -238,6 +238,32 @@ impl AgentSpec {
             .unwrap_or("agent")
     }
 
+    /// The program the agent's command starts, as found here: a path as written (relative to
+    /// the workdir), else the first executable of that name on the `PATH` it will get (its own
+    /// `env` PATH, else phoenix's). `None` when there is none, or for `phoenix` itself.
+    pub fn program_path(&self) -> Option<PathBuf> {
+        let program = self.argv.first().map(String::as_str).unwrap_or("");
+        if program == "phoenix" || program.is_empty() {
+            return None;
+        }
+        let executable = |p: &Path| {
+            p.is_file() && nix::unistd::access(p, nix::unistd::AccessFlags::X_OK).is_ok()
+        };
+        if program.contains('/') {
+            let path = expand_path(program, &self.workdir);
+            return executable(&path).then_some(path);
+        }
+        let path = self
+            .env
+            .get("PATH")
+            .map(std::ffi::OsString::from)
+            .or_else(|| std::env::var_os("PATH"))
+            .unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|d| d.join(program))
+            .find(|p| executable(p))
+    }
+
     /// Why the agent's command cannot run here, if it cannot: not on the `PATH` it will get
     /// (its own `env` PATH, else phoenix's), or a path that is not an executable file. `None`
     /// when it can (or for `phoenix` itself, which the wrapper runs as this binary).

@@ -3,6 +3,7 @@
 //! `cargo test --test it fleet::`.
 
 mod bounds;
+mod cli_versions;
 mod continuity;
 mod dashboard;
 mod fleet;
