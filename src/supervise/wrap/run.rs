@@ -337,15 +337,16 @@ impl Wrapper {
     }
 
     /// Codex and Gemini CLI run the hooks in a workdir only once they trust it (and Codex each
-    /// hook too); otherwise they stop at a dialog. Recorded before every start, so a reset CLI
-    /// config or a changed hook command is trusted again.
+    /// hook too), and Claude Code starts at all only in a folder it trusts; otherwise they stop
+    /// at a dialog. Recorded before every start, so a reset CLI config or a changed hook
+    /// command is trusted again.
     pub(super) fn trust_hooks(&self) {
         let lock = self.fleet.root.join(".hooks-trust.lock");
         match crate::hooks::trust::ensure(&self.agent, &lock) {
             Ok(None) => {}
             Ok(Some(t)) => {
                 say(&format!(
-                    "{} now trusts `{}` and phoenix's hooks for `{}` ({} entries)",
+                    "{} now trusts `{}` for `{}` ({} entries)",
                     t.file.display(),
                     self.agent.workdir.display(),
                     self.agent.name,
