@@ -93,7 +93,7 @@ fn real_claude_first_start_in_an_untrusted_workdir_runs_without_a_person() {
         config["projects"]["/somewhere/else"]["hasTrustDialogAccepted"],
         false
     );
-    assert!(!home.join(".claude.json.lock").exists());
+    // (`.claude.json.lock` may be there: the running Claude Code takes it to write the file.)
     let screen = fleet
         .tmux(&["capture-pane", "-p", "-t", &pane])
         .unwrap_or_default();
