@@ -55,6 +55,12 @@ impl AgentCli for Claude {
         trust::ensure(&file, r.workdir)
     }
 
+    /// "Accessing workspace: … Yes, I trust this folder" (2.1.197 and 2.1.332).
+    fn trust_question(&self, screen: &str, workdir: &Path) -> Option<String> {
+        (screen.contains("Accessing workspace") && screen.contains("Yes, I trust this folder"))
+            .then(|| format!("Claude Code asks whether to trust `{}`", workdir.display()))
+    }
+
     fn trust_note(&self) -> Option<&'static str> {
         Some(
             "Before each start the wrapper has Claude Code trust this workdir, as its trust\n\

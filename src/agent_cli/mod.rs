@@ -94,6 +94,12 @@ pub trait AgentCli: Sync {
         Ok(None)
     }
 
+    /// What a person is asked, when `screen` (the CLI's pane) shows its folder-trust dialog
+    /// for `workdir`.
+    fn trust_question(&self, _screen: &str, _workdir: &Path) -> Option<String> {
+        None
+    }
+
     /// A comment for `phoenix hooks show` on the trust the wrapper records before each start.
     fn trust_note(&self) -> Option<&'static str> {
         None

@@ -37,6 +37,7 @@ mod teams;
 mod telemetry;
 mod terminal;
 mod top;
+mod trust_dialog;
 mod usage;
 mod validate;
 mod watchdog;

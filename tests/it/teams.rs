@@ -65,7 +65,10 @@ fn a_teammate_pane_split_into_the_agents_window_is_left_alone() {
         .as_str()
         .unwrap()
         .to_string();
-    assert!(teammate.starts_with('%') && teammate != agent_pane, "{teammate}");
+    assert!(
+        teammate.starts_with('%') && teammate != agent_pane,
+        "{teammate}"
+    );
     // Both in the agent's own window.
     let window = |p: &str| {
         fleet
@@ -90,10 +93,7 @@ fn a_teammate_pane_split_into_the_agents_window_is_left_alone() {
     support::wait_for_screen(&fleet, &agent_pane, "hello-lead", WAIT);
     // The watchdog reads the agent's pane only: the teammate's dialog is not the agent's.
     let report = fleet.run(&["watchdog", "--once", "--json"]).json();
-    assert!(
-        !report.to_string().contains("teammate-secret"),
-        "{report}"
-    );
+    assert!(!report.to_string().contains("teammate-secret"), "{report}");
 
     // A restart replaces the agent in its own pane; the teammate keeps running.
     fleet.run(&["restart", "lead"]).status(0);
@@ -108,6 +108,7 @@ fn a_teammate_pane_split_into_the_agents_window_is_left_alone() {
     assert_eq!(dead.trim(), "0", "the teammate's program ended");
 
     std::thread::sleep(Duration::from_millis(500));
-    let typed = std::fs::read_to_string(fleet.path().join("teammate-input.txt")).unwrap_or_default();
+    let typed =
+        std::fs::read_to_string(fleet.path().join("teammate-input.txt")).unwrap_or_default();
     assert_eq!(typed, "", "phoenix typed into the teammate pane");
 }

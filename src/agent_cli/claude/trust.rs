@@ -186,14 +186,12 @@ mod tests {
         assert_eq!(v["projects"]["/other"]["lastCost"], 1.5);
         assert_eq!(v["numStartups"], 7);
         assert_eq!(v["userID"], "u");
-        assert_eq!(
-            entries,
-            ["projects[\"/w\"].hasTrustDialogAccepted = true"]
-        );
+        assert_eq!(entries, ["projects[\"/w\"].hasTrustDialogAccepted = true"]);
         // Trusted already: nothing to do.
         assert_eq!(plan(Some(&text), Path::new("/w")).unwrap(), None);
         // An entry of its own keeps its fields.
-        let own = r#"{"projects": {"/w": {"lastSessionId": "s1", "hasTrustDialogAccepted": false}}}"#;
+        let own =
+            r#"{"projects": {"/w": {"lastSessionId": "s1", "hasTrustDialogAccepted": false}}}"#;
         let (text, _) = plan(Some(own), Path::new("/w")).unwrap().unwrap();
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["projects"]["/w"]["lastSessionId"], "s1");
@@ -244,6 +242,11 @@ mod tests {
         assert!(e.contains("not a regular file"), "{e}");
         assert!(e.contains("hasTrustDialogAccepted"), "{e}");
         assert_eq!(fs::read_to_string(&real).unwrap(), "{}");
-        assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert!(
+            fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
     }
 }
