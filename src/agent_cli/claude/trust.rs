@@ -95,7 +95,7 @@ pub fn plan(existing: Option<&str>, workdir: &Path) -> Result<Planned, String> {
     };
     let entry = projects
         .entry(key.clone())
-        .or_insert_with(|| new_project_entry());
+        .or_insert_with(new_project_entry);
     let Some(entry) = entry.as_object_mut() else {
         return Err(format!("has a `projects[\"{key}\"]` that is not an object"));
     };
