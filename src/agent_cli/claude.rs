@@ -15,6 +15,8 @@
 //!   the response's `message.usage`: a response is counted once, by `message.id`. Subagents
 //!   write their own transcripts in `<session>/subagents/`, and their tokens are billed too.
 
+pub mod trust;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -243,6 +245,33 @@ impl AgentCli for Claude {
 
     fn hook_file(&self) -> Option<&'static str> {
         Some(".claude/settings.json")
+    }
+
+    /// Its folder-trust dialog blocks every start, hooks or not (see `trust`).
+    fn needs_trust(&self) -> bool {
+        true
+    }
+
+    fn trusts_without_hooks(&self) -> bool {
+        true
+    }
+
+    fn trust(&self, r: &super::TrustRequest<'_>) -> Result<Option<super::Trusted>, String> {
+        let file = trust::config_file(r.lookup)?;
+        trust::ensure(&file, r.workdir)
+    }
+
+    /// "Accessing workspace: … Yes, I trust this folder" (2.1.197 and 2.1.332).
+    fn trust_question(&self, screen: &str, workdir: &Path) -> Option<String> {
+        (screen.contains("Accessing workspace") && screen.contains("Yes, I trust this folder"))
+            .then(|| format!("Claude Code asks whether to trust `{}`", workdir.display()))
+    }
+
+    fn trust_note(&self) -> Option<&'static str> {
+        Some(
+            "Before each start the wrapper has Claude Code trust this workdir, as its trust\n\
+             dialog would (projects[<workdir>].hasTrustDialogAccepted in ~/.claude.json).",
+        )
     }
 
     fn approval_prompts(&self) -> &'static [super::ApprovalPrompt] {

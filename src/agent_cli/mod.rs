@@ -172,10 +172,22 @@ pub trait AgentCli: Sync {
         false
     }
 
+    /// Does the CLI stop at its trust dialog even without phoenix's hooks (so the trust is
+    /// recorded for every agent of it, not only for one whose hooks are installed)?
+    fn trusts_without_hooks(&self) -> bool {
+        false
+    }
+
     /// Record that trust. `Ok(None)`: nothing to do. The caller holds the lock and has checked
     /// that the hook file holds phoenix's entries for the agent.
     fn trust(&self, _request: &TrustRequest<'_>) -> Result<Option<Trusted>, String> {
         Ok(None)
+    }
+
+    /// What a person is asked, when `screen` (the CLI's pane) shows its folder-trust dialog
+    /// for `workdir`.
+    fn trust_question(&self, _screen: &str, _workdir: &Path) -> Option<String> {
+        None
     }
 
     /// A comment for `phoenix hooks show` on the trust the wrapper records before each start.
@@ -530,7 +542,8 @@ pub struct TrustRequest<'a> {
     pub agent: &'a AgentSpec,
     /// The agent's workdir as the CLI sees it through getcwd(): symlinks resolved.
     pub workdir: &'a Path,
-    /// The hook file's text, holding phoenix's entries for the agent.
+    /// The hook file's text, holding phoenix's entries for the agent (empty for a CLI that
+    /// `trusts_without_hooks` when they are not installed).
     pub hooks_text: &'a str,
     /// An environment variable as the agent sees it: its `env`, else phoenix's; never empty.
     pub lookup: &'a dyn Fn(&str) -> Option<String>,
@@ -736,7 +749,7 @@ mod tests {
         // (cli, session-start hook, at launch, life in pane, needs trust, compaction without
         //  SessionStart, resume drops context, notify config)
         let table = [
-            (Cli::Claude, true, true, false, false, false, false, None),
+            (Cli::Claude, true, true, false, true, false, false, None),
             (
                 Cli::Codex,
                 true,
