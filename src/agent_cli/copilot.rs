@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::usage::{self, Record, Tokens};
+use super::version::{Proven, Version};
 use super::{
     AgentCli, HookEntry, Planned, Reply, ShellExit, TrustRequest, Trusted, TurnError, entry as e,
     read_optional, write_planned,
@@ -46,7 +47,45 @@ const EVENTS_TAIL: u64 = 1 << 20;
 /// A session id longer than this is not a Copilot session id.
 const MAX_SESSION_ID: usize = 128;
 
+/// The versions phoenix was proven with (its real-CLI suite passed against it). `events`:
+/// the events of its repository hooks phoenix uses.
+pub const PROVEN: &[Proven] = &[Proven {
+    version: Version(1, 0, 102),
+    events: &[
+        "SessionStart",
+        "UserPromptSubmit",
+        "PreToolUse",
+        "PostToolUse",
+        "PostToolUseFailure",
+        "PreCompact",
+        "Stop",
+        "SessionEnd",
+    ],
+    matcher_values: &[],
+    changes: "the first version proven",
+}];
+
 impl AgentCli for Copilot {
+    fn display_name(&self) -> &'static str {
+        "GitHub Copilot CLI"
+    }
+
+    fn proven(&self) -> &'static [Proven] {
+        PROVEN
+    }
+
+    fn program_names(&self) -> &'static [&'static str] {
+        &["copilot"]
+    }
+
+    fn npm_package(&self) -> Option<&'static str> {
+        Some("@github/copilot")
+    }
+
+    fn version_in(&self, output: &str) -> Option<Version> {
+        Version::find_in(output)
+    }
+
     fn resume_argv(&self, mut base: Vec<String>, id: &str) -> Option<Vec<String>> {
         // `-r, --resume [<value>]` takes an optional value: one word leaves no doubt.
         base.push(format!("--resume={id}"));

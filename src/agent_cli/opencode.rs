@@ -29,6 +29,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::version::{Proven, Version};
 use super::{AgentCli, HookEntry, ShellExit, TrustRequest, Trusted, TurnError, entry as e};
 use crate::state::bounded::{self, Links};
 
@@ -40,7 +41,44 @@ pub const PLUGIN: &str = include_str!("opencode_plugin.js");
 /// Where the plugin goes, relative to the workdir.
 pub const PLUGIN_FILE: &str = ".opencode/plugins/phoenix.js";
 
+/// The versions phoenix was proven with (its real-CLI suite passed against it). `events`:
+/// the events of the plugin phoenix writes (named after opencode's own).
+pub const PROVEN: &[Proven] = &[Proven {
+    version: Version(1, 18, 33),
+    events: &[
+        "session.start",
+        "chat.message",
+        "tool.execute.before",
+        "tool.execute.after",
+        "session.compacting",
+        "session.idle",
+        "session.end",
+    ],
+    matcher_values: &[],
+    changes: "the first version proven",
+}];
+
 impl AgentCli for Opencode {
+    fn display_name(&self) -> &'static str {
+        "opencode"
+    }
+
+    fn proven(&self) -> &'static [Proven] {
+        PROVEN
+    }
+
+    fn program_names(&self) -> &'static [&'static str] {
+        &["opencode"]
+    }
+
+    fn npm_package(&self) -> Option<&'static str> {
+        Some("opencode-ai")
+    }
+
+    fn version_in(&self, output: &str) -> Option<Version> {
+        Version::find_in(output)
+    }
+
     /// The plugin hands the model's text of the turn to the stop hook (`last_assistant_message`).
     fn markers_at_turn_end(&self) -> bool {
         true

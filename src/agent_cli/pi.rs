@@ -29,6 +29,7 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use super::usage::{self, Record, Tokens};
+use super::version::{Proven, Version};
 use super::{AgentCli, HookEntry, TrustRequest, Trusted, TurnError, entry as e, write_planned};
 use crate::state::bounded::{self, Links};
 
@@ -41,7 +42,44 @@ pub const EXTENSION_FILE: &str = ".pi/extensions/phoenix.ts";
 /// How much of a session file's end is read for the last turn.
 const TAIL: u64 = 1 << 20;
 
+/// The versions phoenix was proven with (its real-CLI suite passed against it). `events`:
+/// pi's own extension events, which phoenix's generated extension maps; the pi events phoenix uses.
+pub const PROVEN: &[Proven] = &[Proven {
+    version: Version(0, 73, 1),
+    events: &[
+        "session_start",
+        "before_agent_start",
+        "tool_call",
+        "tool_result",
+        "session_before_compact",
+        "agent_end",
+        "session_shutdown",
+    ],
+    matcher_values: &[],
+    changes: "the first version proven",
+}];
+
 impl AgentCli for Pi {
+    fn display_name(&self) -> &'static str {
+        "pi"
+    }
+
+    fn proven(&self) -> &'static [Proven] {
+        PROVEN
+    }
+
+    fn program_names(&self) -> &'static [&'static str] {
+        &["pi"]
+    }
+
+    fn npm_package(&self) -> Option<&'static str> {
+        Some("@mariozechner/pi-coding-agent")
+    }
+
+    fn version_in(&self, output: &str) -> Option<Version> {
+        Version::find_in(output)
+    }
+
     fn resume_argv(&self, mut base: Vec<String>, id: &str) -> Option<Vec<String>> {
         base.extend(["--session".to_string(), id.to_string()]);
         Some(base)
