@@ -119,30 +119,18 @@ pub struct Fitted {
 }
 
 /// `entries` as `level` knows them: an entry whose event it does not know is left out (an
-/// unknown event breaks the settings file), and a matcher that lists names keeps those the
-/// version knows (a name it never sends would match nothing). An entry whose matcher keeps
-/// no name at all is left out: written without one it would match everything.
+/// unknown event breaks the settings file: Claude Code 2.1.197's "Settings Warning"). A
+/// matcher is kept whole: it is a pattern compared with what the CLI sends, so a name an older
+/// version never sends matches nothing there and costs nothing (2.1.197 runs a SessionStart
+/// matcher naming `fork` as it runs one without), while leaving it out would lose it for a
+/// version phoenix could not tell (a wrapper script, a build between two proven ones).
 pub fn fit(entries: Vec<HookEntry>, level: &Proven) -> Vec<Fitted> {
     entries
         .into_iter()
         .filter(|e| level.events.contains(&e.event))
-        .filter_map(|entry| {
-            let known = level
-                .matcher_values
-                .iter()
-                .find(|(event, _)| *event == entry.event)
-                .map(|(_, values)| *values);
-            let matcher = match (entry.matcher, known) {
-                (Some(m), Some(values)) => {
-                    let kept: Vec<&str> = m.split('|').filter(|v| values.contains(v)).collect();
-                    if kept.is_empty() {
-                        return None;
-                    }
-                    Some(kept.join("|"))
-                }
-                (m, _) => m.map(str::to_string),
-            };
-            Some(Fitted { entry, matcher })
+        .map(|entry| Fitted {
+            matcher: entry.matcher.map(str::to_string),
+            entry,
         })
         .collect()
 }
@@ -200,7 +188,7 @@ mod tests {
     }
 
     #[test]
-    fn an_older_version_gets_no_event_and_no_matcher_name_it_does_not_know() {
+    fn an_older_version_gets_no_event_it_does_not_know_and_every_matcher_whole() {
         let wanted = vec![
             entry(
                 "Start",
@@ -220,7 +208,11 @@ mod tests {
             .collect();
         assert_eq!(
             shape,
-            [("Start", Some("startup|resume")), ("Tool", Some("*"))]
+            [
+                ("Start", Some("startup|resume|fork")),
+                ("Note", Some("c")),
+                ("Tool", Some("*")),
+            ]
         );
         let new = fit(wanted, &NEW);
         let shape: Vec<(&str, Option<&str>)> = new

@@ -435,8 +435,7 @@ mod tests {
         assert_first_group(
             Cli::Claude,
             "SessionStart",
-            // Made for the oldest proven version when the installed one is not known.
-            "startup|resume|clear|compact",
+            "startup|resume|clear|compact|fork",
             fields,
         );
         assert_first_group(Cli::Claude, "PreCompact", "manual|auto", json!({}));
@@ -643,7 +642,7 @@ mod tests {
         assert!(!create);
         assert!(diff.contains("+++ .claude/settings.json"), "{diff}");
         assert!(
-            diff.contains("+        \"matcher\": \"startup|resume|clear|compact\""),
+            diff.contains("+        \"matcher\": \"startup|resume|clear|compact|fork\""),
             "{diff}"
         );
         let compact =

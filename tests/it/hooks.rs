@@ -1505,8 +1505,11 @@ fn hooks_show_prints_what_apply_installs() {
         .run(&["hooks", "show", "--agent", "c"])
         .status(0)
         .stdout();
+    // Claude Code is trusted the way its own dialog would (a first start in an untrusted
+    // folder stopped at it).
     assert!(
-        !claude.contains("Before each start") && !claude.contains("notify ="),
+        claude.contains("# Before each start the wrapper has Claude Code trust this workdir")
+            && !claude.contains("notify ="),
         "{claude}"
     );
     let codex = fleet
@@ -2188,7 +2191,10 @@ fn a_retried_or_interrupted_resolve_logs_the_loop_once() {
     // Killed after its first write: the journal and the log line are there, state.json still
     // has the loop open (what `kill -9` between the writes left, 43 times in the storm).
     let dir = fleet.agent_dir("c");
-    let ts = "2026-11-25T12:00:00.000Z";
+    // Now: resolved items older than the retention are dropped from state.json (a fixed
+    // date made this test fail a week after it was written).
+    let ts = jiff::Timestamp::now().to_string();
+    let ts = ts.as_str();
     std::fs::write(
         dir.join("resolve.pending.json"),
         json!({"id": "l2", "reason": "shipped", "ts": ts, "text": "second"}).to_string(),

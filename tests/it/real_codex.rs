@@ -732,7 +732,11 @@ fn real_codex_model_not_found_goes_to_safe_mode_naming_the_model() {
     let why = record["safe_mode"]["reason"].as_str().unwrap_or("");
     assert!(why.contains("model_unavailable"), "{record}");
     assert!(why.contains("`gpt-5`"), "{record}");
-    assert!(why.contains("fix `--model`"), "{record}");
+    // The agent's command gives no `--model`: the hint names where the model came from.
+    assert!(
+        why.contains("Codex's config") && why.contains("`--model`"),
+        "{record}"
+    );
     let starts = fleet
         .ops("cx")
         .iter()
