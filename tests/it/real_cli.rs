@@ -15,7 +15,7 @@ use support::real::{self, RealCli, Run};
 /// The Claude Code version the suite is pinned to.
 const CLAUDE_CODE: &str = "@anthropic-ai/claude-code";
 /// The version the suite is pinned to (`PHOENIX_TEST_CLI_VERSIONS` picks another).
-pub(crate) const CLAUDE_CODE_PINNED: &str = "2.1.197";
+pub(crate) const CLAUDE_CODE_PINNED: &str = "2.1.332";
 
 pub(crate) fn claude_bin() -> PathBuf {
     // One install at a time, pinned: parallel tests each ran `npm install` when the binary was

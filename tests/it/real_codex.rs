@@ -20,7 +20,7 @@ use support::scripted::Turn;
 /// The Codex CLI version the suite is pinned to.
 const CODEX: &str = "@openai/codex";
 /// The version the suite is pinned to (`PHOENIX_TEST_CLI_VERSIONS` picks another).
-pub(crate) const CODEX_PINNED: &str = "0.169.0";
+pub(crate) const CODEX_PINNED: &str = "0.171.0";
 const KEY: &str = "sk-scripted-0123456789";
 const WAIT: Duration = Duration::from_secs(30);
 
