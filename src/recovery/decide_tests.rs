@@ -34,6 +34,7 @@ fn exit(code: i32, mode: Start, runtime_ms: u64) -> ExitFacts {
         worked: false,
         requested: None,
         fresh_requested: false,
+        trust_question: None,
         now: NOW,
     }
 }
@@ -377,6 +378,37 @@ fn resumed_run_without_life_starts_fresh_and_clears_the_id_however_long_it_ran()
         assert_eq!(r.start, Some(Start::Fresh));
         assert_eq!(r.reason, EndReason::NoLife);
         assert!(r.clear_session);
+    }
+}
+
+/// Claude Code 2.1.332's trust dialog has "No, exit" selected: a key there exits 1. That is a
+/// person's answer, asked again by every start: it waits for a person, counted as no crash,
+/// whatever the policy or the crash count would say, however often it happens.
+#[test]
+fn an_exit_at_the_folder_trust_question_waits_for_a_person_and_is_no_crash() {
+    let policies = Policies::new(None);
+    for lua in [None, Some(&policies)] {
+        let mut e = exit(1, Start::Fresh, 4_000);
+        e.showed_life = false;
+        e.session_id = None;
+        e.trust_question = Some("Claude Code asks whether to trust `/w`".into());
+        let incident = Incident::Exit(e);
+        assert!(!incident.is_crash());
+        let r = decide(&incident, &facts(5, vec![NOW - 5, NOW - 3]), lua, |_| {
+            panic!("no Clinic for an answer")
+        });
+        assert_eq!(r.start, Some(Start::SafeMode));
+        assert_eq!(r.reason, EndReason::TrustDeclined);
+        assert!(!r.counts_as_crash && !r.clean_exit_marker && !r.clear_session);
+        assert!(r.quarantine.is_none() && r.critical.is_none());
+        assert_eq!(r.decided_by, "trust_dialog");
+        assert!(
+            r.explain
+                .starts_with("Claude Code asks whether to trust `/w`, and it exited"),
+            "{}",
+            r.explain
+        );
+        assert!(r.explain.contains("phoenix restart"), "{}", r.explain);
     }
 }
 
