@@ -1,0 +1,164 @@
+//! The real Claude Code's background sessions (`claude --bg`) beside a supervised agent: the
+//! agent's model starts one from its shell; the job runs in the agent's workdir, so it runs
+//! the agent's phoenix hooks too. Its failure is not the agent's turn failure (no restart, no
+//! diagnosis), its session is not the one to resume, its prompt not the task; `status AGENT`
+//! lists it. Runs with `PHOENIX_TEST_REAL_CLIS=1`, like real_cli.rs.
+
+use crate::real_cli::{claude_bin, enabled, start_claude};
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use support::model_server::{ModelServer, Turn};
+
+/// Claude Code's own daemon, which a `claude --bg` starts on demand and which outlives the
+/// test's tmux server: stopped with Claude's own command when the test ends, however it ends.
+struct ClaudeDaemon {
+    home: PathBuf,
+}
+
+impl Drop for ClaudeDaemon {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(claude_bin())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .args(["daemon", "stop", "--any"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// The job's state.json as Claude wrote it, once there is one.
+fn job_state(home: &Path) -> Option<serde_json::Value> {
+    let jobs = std::fs::read_dir(home.join(".claude/jobs")).ok()?;
+    jobs.flatten()
+        .map(|e| e.path().join("state.json"))
+        .find_map(|p| serde_json::from_slice(&std::fs::read(p).ok()?).ok())
+}
+
+fn explain(fleet: &support::Fleet, server: &ModelServer) -> String {
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    format!(
+        "--- ops\n{}\n--- job\n{:?}\n--- screen\n{}\n--- requests\n{}",
+        fleet
+            .ops("cc")
+            .iter()
+            .map(|o| o.to_string())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        job_state(&fleet.path().join("home")),
+        fleet
+            .tmux(&["capture-pane", "-p", "-t", &pane])
+            .unwrap_or_default(),
+        server.message_requests().len()
+    )
+}
+
+/// The agent's model runs `claude --bg` and waits until the job has had its turn; the job's
+/// only request fails ("prompt is too long"), which Claude Code reports through the job's
+/// StopFailure hook, the agent's own. The agent goes on untouched: one session, its task, no
+/// failed turn; the job's failure is recorded as the job's, and `status cc` shows the job.
+#[test]
+fn real_claude_background_job_failure_is_not_the_agents_and_status_shows_it() {
+    if !enabled() {
+        return;
+    }
+    let fleet = support::Fleet::new();
+    let home = fleet.path().join("home");
+    let _daemon = ClaudeDaemon { home: home.clone() };
+    let bin = claude_bin();
+    // The shell call returns once the job's turn ended (its state.json left `starting`):
+    // the job's request is the script's second turn, the agent's next one its third.
+    let launch = format!(
+        "'{}' --bg 'fail-bg: index the archive' && for i in $(seq 1 150); do \
+         grep -qs '\"tempo\": \"active\"' \"$HOME\"/.claude/jobs/*/state.json || \
+         {{ grep -qs '\"state\"' \"$HOME\"/.claude/jobs/*/state.json && break; }}; \
+         sleep 0.2; done; echo launched",
+        bin.display()
+    );
+    let server = ModelServer::start(vec![
+        Turn::bash(&launch),
+        Turn::prompt_too_long(),
+        Turn::text("The background job is on its way."),
+    ]);
+    let dir = start_claude(&fleet, &server, "", "start the indexing job");
+    let why = || explain(&fleet, &server);
+    support::wait_until_explained(
+        Duration::from_secs(90),
+        "the job's failure recorded as the job's",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .any(|o| o["event"] == "background_job" && o["hook"] == "turn-failed")
+        },
+        why,
+    );
+    support::wait_until_explained(
+        Duration::from_secs(60),
+        "the agent's turn ended",
+        || {
+            let state = support::real::state_of(&dir);
+            state["status"] == "idle"
+                && fleet
+                    .ops("cc")
+                    .iter()
+                    .any(|o| o["event"] == "turn_complete")
+        },
+        why,
+    );
+    // A wrapper acting on a failed turn does so within a second or two.
+    std::thread::sleep(Duration::from_secs(2));
+    let ops = fleet.ops("cc");
+    let count = |event: &str| ops.iter().filter(|o| o["event"] == event).count();
+    assert_eq!(count("turn_failed"), 0, "{}", why());
+    assert_eq!(count("failed_turn_checked"), 0, "{}", why());
+    assert_eq!(count("agent_start"), 1, "one session throughout: {}", why());
+    assert_eq!(count("agent_exit"), 0, "{}", why());
+    let job_session = ops
+        .iter()
+        .find(|o| o["event"] == "background_job" && o["hook"] == "session-start")
+        .and_then(|o| o["session_id"].as_str())
+        .unwrap_or_else(|| panic!("the job's start: {}", why()))
+        .to_string();
+    let job_id = &job_session[..8];
+    let state = support::real::state_of(&dir);
+    assert_ne!(state["session_id"], job_session.as_str(), "{state}");
+    assert!(
+        ops.iter()
+            .filter(|o| o["event"] == "session_start")
+            .all(|o| o["session_id"] != job_session.as_str()),
+        "{}",
+        why()
+    );
+    assert_eq!(state["current_task"], "start the indexing job", "{state}");
+    assert!(state["last_error"].is_null(), "{state}");
+    assert!(!dir.join(".turn-failed").exists());
+
+    let status = fleet.run(&["status", "cc", "--json"]).status(0).json();
+    let jobs = status["agents"][0]["background_jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "{status}");
+    assert_eq!(jobs[0]["id"], job_id, "{status}");
+    assert_eq!(jobs[0]["session_id"], job_session.as_str(), "{status}");
+    assert_eq!(jobs[0]["name"], "fail-bg: index the archive", "{status}");
+    assert!(jobs[0]["started"].is_string(), "{status}");
+    let written = job_state(&home).unwrap();
+    assert_eq!(jobs[0]["state"], written["state"], "{status}");
+    assert_eq!(status["agents"][0]["health"], "healthy", "{status}");
+    let text = fleet.run(&["status", "cc"]).status(0).stdout();
+    assert!(text.contains("Background jobs: 1 job"), "{text}");
+    assert!(text.contains(job_id), "{text}");
+    assert!(text.contains("ran this agent's hooks"), "{text}");
+    let version = support::cli_version(
+        "claude",
+        "@anthropic-ai/claude-code",
+        crate::real_cli::CLAUDE_CODE_PINNED,
+    );
+    eprintln!("claude {version}: the job as status shows it: {}", jobs[0]);
+}
