@@ -197,7 +197,9 @@ pub const PROVEN: &[Proven] = &[
                   notification type `agent_needs_input`; StopFailure and Stop payloads of \
                   subagents carry `agent_id`/`agent_type`; the Agent tool runs subagents in \
                   the background by default (`async_launched`); the folder-trust dialog \
-                  has \"No, exit\" first",
+                  has \"No, exit\" first; background sessions (`claude --bg`) run with an \
+                  API key (2.1.197's daemon waits for a claude.ai login: its jobs stay \
+                  `starting…` and run no hook), and their hooks see `CLAUDE_JOB_DIR`",
     },
 ];
 
