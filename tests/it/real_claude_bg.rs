@@ -209,3 +209,123 @@ fn stays_starting_and_changes_nothing(
     assert!(text.contains("Background jobs: none"), "{text}");
     eprintln!("claude {version}: the job stays `{}`", written["detail"]);
 }
+
+/// The same rule without the real CLI (runs in every `cargo test`): the hooks of a job
+/// (`CLAUDE_JOB_DIR` naming the job of the payload's session) leave the agent's session,
+/// task, error and markers alone; the agent's own hooks under a `CLAUDE_JOB_DIR` it inherited
+/// (another session's job) are still the agent's.
+#[test]
+fn a_background_jobs_hooks_leave_the_agents_state_alone() {
+    use std::io::Write;
+    let fleet = support::Fleet::new();
+    std::fs::create_dir_all(fleet.path().join("wc")).unwrap();
+    fleet.toml(
+        "[[agent]]\nname = \"c\"\ncli = \"claude\"\ncommand = \"sleep 100000\"\nworkdir = \"wc\"\nenabled = false\n",
+    );
+    let jobs = fleet.path().join("home/.claude/jobs");
+    let job_dir = jobs.join("a4cd397e");
+    std::fs::create_dir_all(&job_dir).unwrap();
+    std::fs::write(
+        job_dir.join("state.json"),
+        serde_json::json!({"state": "blocked", "tempo": "blocked", "intent": "the job's task",
+                           "createdAt": "2026-12-02T03:33:58.927Z"})
+        .to_string(),
+    )
+    .unwrap();
+    let hook = |event: &str, job: Option<&Path>, payload: serde_json::Value| {
+        let mut cmd = fleet.command(&["hook", event, "--agent", "c", "--cli", "claude"]);
+        if let Some(job) = job {
+            cmd.env("CLAUDE_JOB_DIR", job);
+        }
+        let mut child = cmd
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(payload.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let agent = "4f9ae1e8-331c-4482-ab96-2c3407d4448e";
+    let job = "a4cd397e-86cd-4dc0-b365-abc3a3a349f4";
+    let p = |session: &str, fields: serde_json::Value| {
+        let mut v = serde_json::json!({"session_id": session, "cwd": fleet.path().join("wc")});
+        v.as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        v
+    };
+    use serde_json::json;
+    // The agent's own session, under an inherited variable naming another session's job.
+    hook(
+        "session-start",
+        Some(&job_dir),
+        p(agent, json!({"source": "startup"})),
+    );
+    hook(
+        "prompt",
+        Some(&job_dir),
+        p(agent, json!({"prompt": "fix the build"})),
+    );
+    // The job's own hooks.
+    let said = hook(
+        "session-start",
+        Some(&job_dir),
+        p(job, json!({"source": "startup"})),
+    );
+    assert!(
+        !said.contains("phoenix"),
+        "context injected into the job: {said}"
+    );
+    hook(
+        "prompt",
+        Some(&job_dir),
+        p(job, json!({"prompt": "the job's task"})),
+    );
+    hook(
+        "turn-failed",
+        Some(&job_dir),
+        p(
+            job,
+            json!({"error": "invalid_request", "error_details": "prompt is too long"}),
+        ),
+    );
+    hook(
+        "session-end",
+        Some(&job_dir),
+        p(job, json!({"reason": "other"})),
+    );
+
+    let dir = fleet.agent_dir("c");
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["session_id"], agent, "{state}");
+    assert_eq!(state["current_task"], "fix the build", "{state}");
+    assert!(state["last_error"].is_null(), "{state}");
+    assert!(!dir.join(".turn-failed").exists(), "the wrapper was told");
+    let ops = fleet.ops("c");
+    let count = |e: &str| ops.iter().filter(|o| o["event"] == e).count();
+    assert_eq!(count("turn_failed"), 0, "{ops:?}");
+    assert_eq!(count("session_end"), 0, "{ops:?}");
+    assert_eq!(count("session_start"), 1, "{ops:?}");
+    let hooks: Vec<&str> = ops
+        .iter()
+        .filter(|o| o["event"] == "background_job")
+        .filter_map(|o| o["hook"].as_str())
+        .collect();
+    assert_eq!(hooks, ["session-start", "turn-failed", "session-end"]);
+
+    let status = fleet.run(&["status", "c", "--json"]).json();
+    let jobs = &status["agents"][0]["background_jobs"];
+    assert_eq!(jobs[0]["id"], "a4cd397e", "{status}");
+    assert_eq!(jobs[0]["state"], "blocked", "{status}");
+    assert_eq!(jobs[0]["name"], "the job's task", "{status}");
+    let text = fleet.run(&["status", "c"]).stdout();
+    assert!(text.contains("a4cd397e  blocked"), "{text}");
+}
