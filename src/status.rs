@@ -137,6 +137,11 @@ pub struct AgentStatus {
     /// Crash history and the last stop reason; only when one agent is asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub supervision: Option<crate::recovery::record::Summary>,
+    /// Claude Code's background sessions (`claude --bg`) that ran the agent's hooks, newest
+    /// first, as each job's own state file says; only when one Claude Code agent is asked
+    /// for. Never the agent's own turns: a job's end or failure changes nothing of the agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub background_jobs: Option<Vec<crate::agent_cli::claude::background::BackgroundJob>>,
     /// What its next start will be (a resume of which session, or fresh and why); only
     /// when one declared agent is asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -385,6 +390,7 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
                     .or(m.needs_input)
             }),
             supervision: None,
+            background_jobs: None,
             next_start: None,
             transcript: agent_state.as_ref().and_then(|s| s.transcript_path.clone()),
             agent: name,
@@ -422,6 +428,9 @@ pub fn agent(spec: &Spec, world: &World, name: &str) -> Option<AgentStatus> {
     row.next_start = spec
         .agent(name)
         .map(|a| crate::supervise::wrap::next_start(&dir, a));
+    row.background_jobs = spec
+        .agent(name)
+        .and_then(|a| a.cli.adapter().background_jobs(&dir));
     Some(row)
 }
 

@@ -15,6 +15,7 @@
 //!   the response's `message.usage`: a response is counted once, by `message.id`. Subagents
 //!   write their own transcripts in `<session>/subagents/`, and their tokens are billed too.
 
+pub mod background;
 pub mod trust;
 
 use std::path::{Path, PathBuf};
@@ -196,7 +197,9 @@ pub const PROVEN: &[Proven] = &[
                   notification type `agent_needs_input`; StopFailure and Stop payloads of \
                   subagents carry `agent_id`/`agent_type`; the Agent tool runs subagents in \
                   the background by default (`async_launched`); the folder-trust dialog \
-                  has \"No, exit\" first",
+                  has \"No, exit\" first; background sessions (`claude --bg`) run with an \
+                  API key (2.1.197's daemon waits for a claude.ai login: its jobs stay \
+                  `starting…` and run no hook), and their hooks see `CLAUDE_JOB_DIR`",
     },
 ];
 
@@ -259,6 +262,22 @@ impl AgentCli for Claude {
     fn trust(&self, r: &super::TrustRequest<'_>) -> Result<Option<super::Trusted>, String> {
         let file = trust::config_file(r.lookup)?;
         trust::ensure(&file, r.workdir)
+    }
+
+    /// A hook of a `claude --bg` session has `CLAUDE_JOB_DIR` (see `background`).
+    fn background_job_of_hook(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+        session_id: Option<&str>,
+    ) -> Option<background::JobRef> {
+        background::job_of_hook(env(background::JOB_DIR_ENV).as_deref(), session_id)
+    }
+
+    fn background_jobs(
+        &self,
+        dir: &crate::state::AgentDir,
+    ) -> Option<Vec<background::BackgroundJob>> {
+        Some(background::jobs_of(dir))
     }
 
     /// "Accessing workspace: … Yes, I trust this folder" (2.1.197 and 2.1.332).

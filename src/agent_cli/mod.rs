@@ -184,6 +184,25 @@ pub trait AgentCli: Sync {
         Ok(None)
     }
 
+    /// The background job of the CLI's own (Claude Code's `claude --bg`) a hook fired in, from
+    /// the hook's environment (`env`) and its payload's session id; `None`: the agent's own.
+    fn background_job_of_hook(
+        &self,
+        _env: &dyn Fn(&str) -> Option<String>,
+        _session_id: Option<&str>,
+    ) -> Option<claude::background::JobRef> {
+        None
+    }
+
+    /// The CLI's own background jobs recorded for the agent (newest first), as each says now;
+    /// `None` for a CLI without them.
+    fn background_jobs(
+        &self,
+        _dir: &crate::state::AgentDir,
+    ) -> Option<Vec<claude::background::BackgroundJob>> {
+        None
+    }
+
     /// What a person is asked, when `screen` (the CLI's pane) shows its folder-trust dialog
     /// for `workdir`.
     fn trust_question(&self, _screen: &str, _workdir: &Path) -> Option<String> {

@@ -733,6 +733,9 @@ fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -
         ),
     ));
     rows.push(("Today", today(r, declared)));
+    if let Some(jobs) = &r.background_jobs {
+        rows.push(("Background jobs", background_jobs_text(jobs, now)));
+    }
     let mut text: String = rows
         .into_iter()
         .map(|(k, v)| format!("{:<15} {v}\n", format!("{k}:")))
@@ -740,6 +743,50 @@ fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -
     if let Some(summary) = &r.supervision {
         text.push('\n');
         text.push_str(&summary.to_string());
+    }
+    text
+}
+
+/// Claude Code's background jobs of the agent: how many, then per job its id, state, name,
+/// when it started and was last updated, why it is the agent's and what it last said. Every
+/// text of a job's is one short line already (`agent_cli::claude::background`).
+fn background_jobs_text(
+    jobs: &[crate::agent_cli::claude::background::BackgroundJob],
+    now: jiff::Timestamp,
+) -> String {
+    if jobs.is_empty() {
+        return "none".into();
+    }
+    let ago = |t: &Option<String>| {
+        t.as_deref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map_or("-".into(), |t| {
+                format!("{t} ({} ago)", human_secs(now.as_second() - t.as_second()))
+            })
+    };
+    let mut text = format!(
+        "{} of Claude Code's (`claude --bg`; `claude agents` manages them); their ends and \
+         failures are not the agent's",
+        crate::text::counted(jobs.len(), "job")
+    );
+    for job in jobs {
+        let state = match &job.tempo {
+            Some(tempo) if *tempo != job.state => format!("{} ({tempo})", job.state),
+            _ => job.state.clone(),
+        };
+        text.push_str(&format!(
+            "\n  {}  {state}  {}\n            started {}, updated {}; {}",
+            job.id,
+            job.name
+                .as_deref()
+                .map_or("-".into(), |n| format!("\"{n}\"")),
+            ago(&job.started),
+            ago(&job.updated),
+            job.belongs,
+        ));
+        if let Some(detail) = &job.detail {
+            text.push_str(&format!("\n            {detail}"));
+        }
     }
     text
 }

@@ -7,6 +7,7 @@
 //! when something changed or `last_active` is older than `HEARTBEAT_WRITE_INTERVAL`.
 
 mod args;
+mod background;
 mod compact;
 pub mod config;
 pub mod guard;
@@ -271,6 +272,15 @@ impl Hook<'_> {
             retention: Retention::from(&spec.thresholds),
             now: jiff::Timestamp::now(),
         };
+        // A hook from inside one of Claude Code's background sessions (`claude --bg` run in
+        // the agent's workdir) is the job's, never the agent's (hooks/background.rs).
+        let env = |key: &str| std::env::var(key).ok();
+        if let Some(job) = self.cli.and_then(|cli| {
+            cli.adapter()
+                .background_job_of_hook(&env, self.payload.session_id())
+        }) {
+            return Ok(self.in_background_job(&ctx, event, &job));
+        }
         // A hook from inside a subagent is the agent's work, never the main thread's turn,
         // session or prompt (hooks/subagent.rs has the rules).
         if let Some(sub) = self.payload.subagent() {

@@ -110,6 +110,10 @@ ops! {
     /// A subagent's own request failed (Claude Code's StopFailure with `agent_id`): not the
     /// main turn's end (`agent_id`, `agent_type`, `error`, `details`).
     SubagentFailed = "subagent_failed",
+    /// A hook of one of Claude Code's background sessions (`claude --bg`) that runs in the
+    /// agent's workdir fired (`job`, `hook`, `session_id`, and `error`, `details` of a failed
+    /// turn): the job's, never the agent's turn, session or sign of life.
+    BackgroundJob = "background_job",
     SessionEnd = "session_end",
     /// The agent waits for a person (`reason`, `message`, `source`).
     NeedsInput = "needs_input",

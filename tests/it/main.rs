@@ -24,6 +24,7 @@ mod one_owner;
 mod planted;
 mod policy;
 mod prompt;
+mod real_claude_bg;
 mod real_claude_subagents;
 mod real_claude_trust;
 mod real_claude_waits;
