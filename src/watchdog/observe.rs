@@ -498,13 +498,14 @@ fn of_this_run(when: Option<i64>, started: Option<i64>) -> bool {
 }
 
 /// Spinner frames the CLIs animate while they wait (Claude Code's, Gemini CLI's braille, and
-/// Copilot CLI's circles: its `◉ Working` cycles `∙ ∘ ○ ◎ ◉ ●`, read from 1.0.102's bundle).
+/// Copilot CLI's circles: its `◉ Working` cycles `∙ ∘ ○ ◎ ◉ ●`, read from 1.0.102's bundle;
+/// opencode's bar of `■` and `⬝` that runs left and right, 1.18.33).
 /// Copilot keeps neither the streamed text nor a shell call's output in its events file (both
 /// are ephemeral events there), so its screen is the one sign of a slow answer: its spinner
 /// must not be one too, or a hung model call looks alive forever.
 const SPINNER: &[char] = &[
     '·', '✢', '✳', '✶', '✻', '✽', '*', '∗', '⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏', '◐',
-    '◓', '◑', '◒', '•', '◦', '●', '⏺', '∙', '∘', '○', '◎', '◉',
+    '◓', '◑', '◒', '•', '◦', '●', '⏺', '∙', '∘', '○', '◎', '◉', '■', '⬝',
 ];
 
 /// The screen without what a waiting CLI animates by itself: spinner frames and elapsed-time
@@ -713,6 +714,11 @@ mod tests {
         };
         assert_eq!(copilot("◉"), copilot("○"));
         assert_eq!(copilot("◎"), copilot("∙"));
+        // opencode's running bar.
+        assert_eq!(
+            without_clocks("   ■■■■⬝⬝⬝⬝  esc interrupt"),
+            without_clocks("   ⬝⬝■■■■■■  esc interrupt")
+        );
         assert_ne!(at("3s", "1.2k", "✻"), at("4s", "1.3k", "✻"));
         assert_ne!(
             without_clocks("Retrying in 5 seconds… (attempt 2/10)"),
