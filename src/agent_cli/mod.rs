@@ -568,6 +568,42 @@ pub fn is_phoenix_handler(handler: &Value, agent: &str) -> bool {
         && argv.windows(2).any(|w| w[0] == "--agent" && w[1] == agent)
 }
 
+/// phoenix's handlers for `agent` in a hook file's text (`file` names it in errors), as the
+/// JSON text of a table `{event: [{"argv": [...], "timeout": N, "command": "..."}]}`: each
+/// command line split into the argv it stands for, for an extension or plugin that runs it
+/// without a shell (pi, opencode), and the line itself (opencode's plugin runs a handler only
+/// while the hook file still holds it). JSON is a JavaScript expression: the table goes into
+/// their code as data.
+pub fn handler_argv_table(hooks_text: &str, agent: &str, file: &str) -> Result<String, String> {
+    let root: Value =
+        serde_json::from_str(hooks_text).map_err(|e| format!("`{file}` is not JSON: {e}"))?;
+    let mut table = serde_json::Map::new();
+    for (event, groups) in root
+        .get("hooks")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        let handlers: Vec<Value> = groups
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|g| g.get("hooks").and_then(Value::as_array))
+            .flatten()
+            .filter(|h| is_phoenix_handler(h, agent))
+            .filter_map(|h| {
+                let argv = shlex::split(h.get("command")?.as_str()?)?;
+                let timeout = h.get("timeout").and_then(Value::as_u64).unwrap_or(5_000);
+                Some(serde_json::json!({"argv": argv, "timeout": timeout, "command": h.get("command")?}))
+            })
+            .collect();
+        if !handlers.is_empty() {
+            table.insert(event.clone(), Value::Array(handlers));
+        }
+    }
+    Ok(serde_json::to_string_pretty(&Value::Object(table)).expect("JSON"))
+}
+
 /// What a CLI's `trust` works from.
 pub struct TrustRequest<'a> {
     pub agent: &'a AgentSpec,

@@ -3,9 +3,10 @@
 //! `session.created`, `session.idle`, `session.error`, `message.updated` …). phoenix installs
 //! its hooks as usual, in `<workdir>/.opencode/phoenix-hooks.json` (a file opencode itself
 //! does not read), and before each start writes the plugin that runs them
-//! (`.opencode/plugins/phoenix.js`, `opencode_plugin.js` in this directory): each handler's
-//! command with the event as JSON on stdin, in Claude Code's payload shape. Resumed with
-//! `--session <id>`.
+//! (`.opencode/plugins/phoenix.js`, `opencode_plugin.js` in this directory): each handler as
+//! the argv its command line stands for (the phoenix binary, never a shell), while the hook
+//! file still holds it, with the event as JSON on stdin, in Claude Code's payload shape.
+//! Resumed with `--session <id>`.
 //!
 //! Notes on its versions and quirks (read from the 1.18.33 binary, proven against a scripted
 //! Anthropic server):
@@ -36,8 +37,9 @@ use crate::state::bounded::{self, Links};
 /// opencode's adapter.
 pub struct Opencode;
 
-/// The plugin that runs phoenix's hooks, as written to `.opencode/plugins/phoenix.js`.
-pub const PLUGIN: &str = include_str!("opencode_plugin.js");
+/// The plugin that runs phoenix's hooks, with `__PHOENIX_HOOKS__` for the table of handlers
+/// (`plugin`), as written to `.opencode/plugins/phoenix.js`.
+const PLUGIN: &str = include_str!("opencode_plugin.js");
 /// Where the plugin goes, relative to the workdir.
 pub const PLUGIN_FILE: &str = ".opencode/plugins/phoenix.js";
 
@@ -115,13 +117,11 @@ impl AgentCli for Opencode {
 
     fn trust(&self, r: &TrustRequest<'_>) -> Result<Option<Trusted>, String> {
         let file = r.workdir.join(PLUGIN_FILE);
-        if super::read_optional(&file)?.as_deref() == Some(PLUGIN) {
+        let text = plugin(r.hooks_text, &r.agent.name)?;
+        if super::read_optional(&file)?.as_deref() == Some(text.as_str()) {
             return Ok(None);
         }
-        let planned = Some((
-            PLUGIN.to_string(),
-            vec![format!("{PLUGIN_FILE} (phoenix's plugin)")],
-        ));
+        let planned = Some((text, vec![format!("{PLUGIN_FILE} (phoenix's plugin)")]));
         super::write_planned(&file, planned)
     }
 
@@ -191,6 +191,20 @@ impl AgentCli for Opencode {
     fn session_start_at_launch(&self) -> bool {
         false
     }
+
+    /// Its footer reads `tab agents  ctrl+p commands` once its input box is drawn, fresh or
+    /// resumed (1.18.33); before, a resumed session shows nothing for seconds (its binary
+    /// loads), and a paste then is echoed raw by the terminal, not taken.
+    fn ready_text(&self) -> Option<&'static str> {
+        Some("ctrl+p commands")
+    }
+}
+
+/// The plugin's text for `agent`: phoenix's handlers for it in the hook file, each as the argv
+/// its command line splits into (run without a shell), by the plugin's event.
+pub fn plugin(hooks_text: &str, agent: &str) -> Result<String, String> {
+    let table = super::handler_argv_table(hooks_text, agent, ".opencode/phoenix-hooks.json")?;
+    Ok(PLUGIN.replace("__PHOENIX_HOOKS__", &table))
 }
 
 /// The error the last turn ended in, from the end of the plugin's record: the last line
@@ -271,6 +285,48 @@ mod tests {
         );
         assert_eq!(last_turn_error_in(&format!("{overflow}\n{RECORD}")), None);
         assert_eq!(last_turn_error_in(""), None);
+    }
+
+    /// Issue 32: the plugin runs phoenix's binary with an argv, never `/bin/sh -c`: a workdir
+    /// or config path with quotes and `$(…)` in it stays one word, and other agents' and the
+    /// user's handlers are not in it.
+    #[test]
+    fn the_plugin_runs_only_this_agent_s_handlers_as_argv_without_a_shell() {
+        let mine = r"'/opt/my $(touch x) dir/phoenix' --config '/c/it'\''s.toml' hook stop --agent oc --cli opencode";
+        let hooks = serde_json::json!({"hooks": {
+            "session.idle": [
+                {"hooks": [{"type": "command", "command": mine, "timeout": 5000}]},
+                {"hooks": [{"type": "command", "command": "/bin/phoenix hook stop --agent other --cli opencode", "timeout": 5000}]},
+                {"hooks": [{"type": "command", "command": "notify-send done"}]},
+            ]
+        }});
+        let text = plugin(&hooks.to_string(), "oc").unwrap();
+        let table_start = text.find("const HOOKS = ").unwrap() + "const HOOKS = ".len();
+        let table_end = table_start + text[table_start..].find(";\n").unwrap();
+        let table: Value = serde_json::from_str(&text[table_start..table_end]).unwrap();
+        let handlers = table["session.idle"].as_array().unwrap();
+        assert_eq!(handlers.len(), 1, "{table}");
+        assert_eq!(
+            handlers[0]["argv"],
+            serde_json::json!([
+                "/opt/my $(touch x) dir/phoenix",
+                "--config",
+                "/c/it's.toml",
+                "hook",
+                "stop",
+                "--agent",
+                "oc",
+                "--cli",
+                "opencode"
+            ])
+        );
+        assert_eq!(handlers[0]["command"], mine);
+        assert!(
+            !text.contains("/bin/sh") && !text.contains("\"-c\""),
+            "{text}"
+        );
+        assert!(!text.contains("__PHOENIX_HOOKS__"));
+        assert!(plugin("not json", "oc").is_err());
     }
 
     #[test]

@@ -1,8 +1,9 @@
 // phoenix's opencode plugin (written by phoenix before each start; do not edit, it is
-// rewritten). opencode runs no shell hooks of its own: this plugin reads the hooks phoenix
-// installed in .opencode/phoenix-hooks.json and runs each handler's command on opencode's
-// events with the event as JSON on stdin (in the shape of Claude Code's hook payloads). Values
-// never go through a shell: the command line is phoenix's own, the payload is stdin.
+// rewritten). opencode runs no shell hooks of its own: this plugin runs the hooks phoenix
+// installed in .opencode/phoenix-hooks.json on opencode's events, each as the argv phoenix wrote
+// below (the phoenix binary and its words, never a shell), with the event as JSON on stdin (in
+// the shape of Claude Code's hook payloads). A handler runs only while the hook file still holds
+// its command: hooks removed with phoenix leave this plugin doing nothing.
 // It also keeps the session's record (assistant messages with their tokens and cost, and the
 // errors turns ended in) as JSON lines, the `transcript_path` it reports.
 import { spawn, spawnSync } from "node:child_process";
@@ -10,33 +11,42 @@ import { appendFileSync, mkdirSync, readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 
+// By event: { argv, timeout (milliseconds), command (the hook file's line) }.
+const HOOKS = __PHOENIX_HOOKS__;
 const HOOKS_FILE = join(".opencode", "phoenix-hooks.json");
 // Answers longer than this are cut (a hook answers a few kilobytes at most).
 const MAX_ANSWER = 1 << 20;
 
+// The handlers of HOOKS whose command the hook file in `directory` still holds for the event.
 function handlersOf(directory) {
+  let installed;
   try {
-    const hooks = JSON.parse(readFileSync(join(directory, HOOKS_FILE), "utf8")).hooks || {};
-    const out = {};
-    for (const [event, groups] of Object.entries(hooks)) {
-      out[event] = (Array.isArray(groups) ? groups : [])
-        .flatMap((g) => (Array.isArray(g.hooks) ? g.hooks : []))
-        .filter((h) => h && h.type === "command" && typeof h.command === "string");
-    }
-    return out;
+    installed = JSON.parse(readFileSync(join(directory, HOOKS_FILE), "utf8")).hooks || {};
   } catch {
     return {};
   }
+  const out = {};
+  for (const [event, list] of Object.entries(HOOKS)) {
+    const groups = Array.isArray(installed[event]) ? installed[event] : [];
+    const commands = new Set(
+      groups.flatMap((g) => (Array.isArray(g?.hooks) ? g.hooks : [])).map((h) => h?.command),
+    );
+    const kept = list.filter(
+      (h) => commands.has(h.command) && Array.isArray(h.argv) && h.argv.length > 0,
+    );
+    if (kept.length > 0) out[event] = kept;
+  }
+  return out;
 }
 
-// Run one handler: `sh -c COMMAND` (the command phoenix wrote), the payload on stdin; resolves
-// to its stdout (cut), never rejects, killed after its timeout (milliseconds).
+// Run one handler: its argv (no shell), the payload on stdin; resolves to its stdout (cut),
+// never rejects, killed after its timeout (milliseconds).
 function run(handler, payload) {
   return new Promise((resolve) => {
     let out = "";
     let child;
     try {
-      child = spawn("/bin/sh", ["-c", handler.command], { stdio: ["pipe", "pipe", "ignore"] });
+      child = spawn(handler.argv[0], handler.argv.slice(1), { stdio: ["pipe", "pipe", "ignore"] });
     } catch {
       return resolve("");
     }
@@ -121,7 +131,7 @@ export const PhoenixHooks = async ({ directory }) => {
       for (const h of handlers["session.end"] || []) {
         const payload = { hook_event_name: "session.end", session_id: sessionID, transcript_path: recordOf(sessionID), cwd: directory, reason: "exit" };
         try {
-          spawnSync("/bin/sh", ["-c", h.command], { input: JSON.stringify(payload), timeout: h.timeout || 5000, stdio: ["pipe", "ignore", "ignore"] });
+          spawnSync(h.argv[0], h.argv.slice(1), { input: JSON.stringify(payload), timeout: h.timeout || 5000, stdio: ["pipe", "ignore", "ignore"] });
         } catch {}
       }
     }

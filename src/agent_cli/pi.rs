@@ -26,7 +26,7 @@
 
 use std::path::Path;
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::usage::{self, Record, Tokens};
 use super::version::{Proven, Version};
@@ -351,34 +351,7 @@ pub fn last_turn_text_in(text: &str) -> Option<String> {
 /// The extension's text for `agent`: phoenix's handlers for it in the hook file, each as the
 /// argv its command line splits into, by pi event.
 pub fn extension(hooks_text: &str, agent: &str) -> Result<String, String> {
-    let root: Value = serde_json::from_str(hooks_text)
-        .map_err(|e| format!("`.pi/phoenix-hooks.json` is not JSON: {e}"))?;
-    let mut table = Map::new();
-    for (event, groups) in root
-        .get("hooks")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-    {
-        let handlers: Vec<Value> = groups
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|g| g.get("hooks").and_then(Value::as_array))
-            .flatten()
-            .filter(|h| super::is_phoenix_handler(h, agent))
-            .filter_map(|h| {
-                let argv = shlex::split(h.get("command")?.as_str()?)?;
-                let timeout = h.get("timeout").and_then(Value::as_u64).unwrap_or(5_000);
-                Some(json!({"argv": argv, "timeout": timeout}))
-            })
-            .collect();
-        if !handlers.is_empty() {
-            table.insert(event.clone(), Value::Array(handlers));
-        }
-    }
-    // JSON is a JavaScript expression: the table goes in as data, never as code.
-    let table = serde_json::to_string_pretty(&Value::Object(table)).expect("JSON");
+    let table = super::handler_argv_table(hooks_text, agent, ".pi/phoenix-hooks.json")?;
     Ok(EXTENSION.replace("__PHOENIX_HOOKS__", &table))
 }
 
@@ -493,6 +466,7 @@ export default function (pi: any) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_failed_call_is_a_failed_turn_but_an_overflow_is_pi_s_until_it_compacted() {

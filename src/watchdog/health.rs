@@ -142,6 +142,10 @@ pub struct Inputs {
     pub retry_at: Option<i64>,
     /// The latest pass that saw the pane's text change.
     pub screen_changed_at: Option<i64>,
+    /// A tool call of the current turn is under way (its pre-tool hook noted it, no post-tool
+    /// hook ended it yet): since when. The tool works, not the model: Copilot CLI and Codex
+    /// record nothing while a shell call runs, and its screen may be still for as long.
+    pub tool_running_since: Option<i64>,
     /// The latest tool calls, oldest first.
     pub recent_calls: Vec<Call>,
     /// All the tool calls in the readable log (progress between two passes).
@@ -308,9 +312,14 @@ fn turn_failed(i: &Inputs) -> Option<Finding> {
 }
 
 /// A working agent is silent only when no sign of life of its current turn is recent, and
-/// never while its CLI says it is retrying an API call.
+/// never while its CLI says it is retrying an API call or one of its tool calls runs.
 fn silence(i: &Inputs, limits: &Limits) -> Option<Finding> {
     if i.screen.as_deref().and_then(retry_banner).is_some() {
+        return None;
+    }
+    // A running tool call is the agent's work, however quiet (a build, a test run): its
+    // length is the runaway check's business, and reviving would kill it mid-call.
+    if i.tool_running_since.is_some() {
         return None;
     }
     let (last, what) = last_sign_of_life(i)?;

@@ -78,6 +78,19 @@ fn silence_only_while_working_and_alive() {
     assert!(checks(&i).is_empty(), "a finished turn waiting is idle");
 }
 
+/// Issue 32: a quiet tool call (a build printing nothing, Copilot CLI's shell call that
+/// records nothing) is work, not a hung model: no silence while it runs, but runaway holds.
+#[test]
+fn a_tool_call_under_way_is_not_silence_but_can_run_away() {
+    let mut i = working(10_000);
+    i.last_tool_call = Some(10_000 - 900);
+    i.working_since = Some(10_000 - 1000);
+    i.tool_running_since = Some(10_000 - 800);
+    assert!(checks(&i).is_empty(), "{:?}", checks(&i));
+    i.working_since = Some(10_000 - 3 * 3600);
+    assert_eq!(checks(&i), [Check::Runaway]);
+}
+
 #[test]
 fn missing_tool_log_falls_back_to_last_active() {
     let mut i = working(10_000);

@@ -184,6 +184,7 @@ pub fn observe(
     inputs.working_since = latest_of(&ops, turn_boundary, prompted).map(|ms| ms.div_euclid(1000));
     let turn_started_ms = latest_of(&ops, turn_start, prompted);
     read_tool_calls(&dir.file(state::TOOL_USE), turn_started_ms, inputs);
+    inputs.tool_running_since = tool_running_since(&dir.file(state::IN_FLIGHT), turn_started_ms);
 
     // The transcript moves while the model works without calling tools (its messages, and
     // retry records where the CLI writes them): one stat, and its tail only while working.
@@ -366,6 +367,24 @@ fn read_tool_calls(tool_log: &Path, turn_started_ms: Option<i64>, inputs: &mut I
     }
 }
 
+/// The largest in-flight note read (the hook keeps 500 characters of the call's input).
+const IN_FLIGHT_MAX_BYTES: u64 = 16 * 1024;
+
+/// When the tool call under way began (seconds since the epoch): the pre-tool hook's note
+/// (`in_flight.json`), which the call's post-tool hook and the turn's end remove, when it was
+/// made in the current turn. A note older than the turn is left over, never a call now.
+fn tool_running_since(note: &Path, turn_started_ms: Option<i64>) -> Option<i64> {
+    let text = bounded::read_string(note, IN_FLIGHT_MAX_BYTES, Links::Refuse).ok()?;
+    let at = serde_json::from_str::<Value>(&text)
+        .ok()?
+        .get("ts")
+        .and_then(Value::as_str)
+        .and_then(millis)?;
+    turn_started_ms
+        .is_none_or(|start| at >= start)
+        .then_some(at.div_euclid(1000))
+}
+
 /// The agent's usage ledger brought up to date: today's spend for the budget check, and the
 /// current session's tokens for the spend check (or why they are not checked).
 fn read_usage(
@@ -478,10 +497,15 @@ fn of_this_run(when: Option<i64>, started: Option<i64>) -> bool {
     started.is_none_or(|s| when.is_some_and(|w| w >= s))
 }
 
-/// Spinner frames the CLIs animate while they wait (Claude Code's, Gemini CLI's braille).
+/// Spinner frames the CLIs animate while they wait (Claude Code's, Gemini CLI's braille, and
+/// Copilot CLI's circles: its `◉ Working` cycles `∙ ∘ ○ ◎ ◉ ●`, read from 1.0.102's bundle;
+/// opencode's bar of `■` and `⬝` that runs left and right, 1.18.33).
+/// Copilot keeps neither the streamed text nor a shell call's output in its events file (both
+/// are ephemeral events there), so its screen is the one sign of a slow answer: its spinner
+/// must not be one too, or a hung model call looks alive forever.
 const SPINNER: &[char] = &[
     '·', '✢', '✳', '✶', '✻', '✽', '*', '∗', '⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏', '◐',
-    '◓', '◑', '◒', '•', '◦', '●', '⏺',
+    '◓', '◑', '◒', '•', '◦', '●', '⏺', '∙', '∘', '○', '◎', '◉', '■', '⬝',
 ];
 
 /// The screen without what a waiting CLI animates by itself: spinner frames and elapsed-time
@@ -655,6 +679,25 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_call_runs_while_its_note_of_this_turn_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let note = dir.path().join("in_flight.json");
+        assert_eq!(tool_running_since(&note, None), None, "no call under way");
+        std::fs::write(
+            &note,
+            r#"{"ts":"2026-12-02T03:50:00.500Z","tool":"Bash","input":"sleep 600"}"#,
+        )
+        .unwrap();
+        let at = millis("2026-12-02T03:50:00.500Z").unwrap();
+        assert_eq!(tool_running_since(&note, Some(at - 5_000)), Some(at / 1000));
+        assert_eq!(tool_running_since(&note, None), Some(at / 1000));
+        // Left over from a turn before this one's prompt: no call of this turn.
+        assert_eq!(tool_running_since(&note, Some(at + 1)), None);
+        std::fs::write(&note, "not json").unwrap();
+        assert_eq!(tool_running_since(&note, None), None);
+    }
+
+    #[test]
     fn a_ticking_spinner_is_not_movement_but_tokens_and_text_are() {
         let at = |elapsed: &str, tokens: &str, glyph: &str| {
             without_clocks(&format!(
@@ -663,6 +706,19 @@ mod tests {
         };
         assert_eq!(at("3s", "0", "✻"), at("1m 12s", "0", "✶"));
         assert_eq!(at("59s", "12", "⠏"), at("1h 2m", "12", "⠋"));
+        // Copilot CLI's spinner, as its pane shows it while the model call hangs.
+        let copilot = |glyph: &str| {
+            without_clocks(&format!(
+                "❯ index the archive\n\n❯\n {glyph} Working esc esc edit prompt   gpt-4.1"
+            ))
+        };
+        assert_eq!(copilot("◉"), copilot("○"));
+        assert_eq!(copilot("◎"), copilot("∙"));
+        // opencode's running bar.
+        assert_eq!(
+            without_clocks("   ■■■■⬝⬝⬝⬝  esc interrupt"),
+            without_clocks("   ⬝⬝■■■■■■  esc interrupt")
+        );
         assert_ne!(at("3s", "1.2k", "✻"), at("4s", "1.3k", "✻"));
         assert_ne!(
             without_clocks("Retrying in 5 seconds… (attempt 2/10)"),

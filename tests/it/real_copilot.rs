@@ -448,9 +448,9 @@ fn real_copilot_six_failing_shell_calls_are_an_error_cascade() {
     real::failing_shell_calls_are_an_error_cascade(&COPILOT_CLI);
 }
 
+/// Copilot's spinner (`◉ Working`, its circle glyphs cycling) is no sign of life: a model call
+/// that hangs leaves the screen still but for it, and is found silent (issue 32).
 #[test]
-#[ignore = "known break (issue 32): Copilot runs no hook before its first answer and its \
-            pane keeps changing while the model hangs, so the watchdog never finds it silent"]
 fn real_copilot_hanging_on_the_model_is_found_silent_and_revived() {
     if !enabled() {
         return;
@@ -480,4 +480,58 @@ fn real_copilot_left_by_a_killed_wrapper_is_stopped_before_the_next_start() {
         return;
     }
     real::killed_wrapper(&COPILOT_CLI);
+}
+
+/// The healthy side of the spinner fix (issue 32): a Copilot turn longer than the silence
+/// threshold that works all along (a shell call printing nothing for over three times the threshold, then an answer
+/// streamed a word every 0.5 s, longer than it too) is never found silent. Copilot's events
+/// file holds neither the streamed words nor the shell call's progress: the pane and the
+/// hooks are what show it working. Watchdog passes run back to back the whole turn.
+#[test]
+fn real_copilot_long_shell_call_and_slow_answer_are_not_silent() {
+    if !enabled() {
+        return;
+    }
+    let fleet = Fleet::new();
+    let slow = "The archive is indexed: every volume, every chapter, every page and every \
+                footnote is in the catalogue now.";
+    let server = chat_server::start(vec![bash("sleep 10; echo indexed"), Turn::text(slow)]);
+    let (dir, pane) = start_copilot(
+        &fleet,
+        &server,
+        "[thresholds]\nsilence = \"3s\"\n",
+        "index the archive",
+    );
+    let started = std::time::Instant::now();
+    let mut reports = Vec::new();
+    let mut paced = false;
+    while !(state_of(&dir)["status"] == "idle" && dir.join("tool_use.jsonl").exists()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "the turn did not end: {}",
+            fleet.explain("cp", &pane)
+        );
+        // The answer after the shell call streams slowly.
+        if !paced && !server.turn_requests().is_empty() {
+            server.pace_next(Duration::from_millis(500));
+            paced = true;
+        }
+        reports.push(fleet.run(&["watchdog", "--once", "--json"]).json());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let took = started.elapsed();
+    for report in &reports {
+        assert_eq!(report["agents"][0]["verdict"], "healthy", "{report}");
+    }
+    // The turn was longer than the silence threshold twice over, and passes saw all of it.
+    assert!(took > Duration::from_secs(12), "{took:?}");
+    assert!(reports.len() >= 8, "{} passes", reports.len());
+    support::wait_for_screen(&fleet, &pane, "footnote is in the catalogue", WAIT);
+    let ops = fleet.ops("cp");
+    assert_eq!(
+        ops.iter().filter(|o| o["event"] == "agent_start").count(),
+        1,
+        "{ops:?}"
+    );
+    assert!(!fleet.unhealthy_events("cp").contains("session_unhealthy"));
 }

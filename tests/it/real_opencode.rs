@@ -178,10 +178,9 @@ fn read_json(path: &Path) -> Value {
 /// runs a shell call that succeeds and one that fails (both in tool_use.jsonl, the failure by
 /// its exit code), its usage is read into the ledger; then kill -9 mid-turn → the wrapper
 /// resumes the same session (`--session <id>`) and phoenix's continue prompt reaches the model.
+/// The killed TUI's last frame (its footer included) is gone before the resume (issue 32): the
+/// continue prompt waits for the footer the resumed opencode draws, and is taken.
 #[test]
-#[ignore = "known break (issue 32): the resumed opencode counts as alive at its first pane \
-            change and the continue prompt is pasted before its input takes it; needs a \
-            ready sign drawn by this start (the killed TUI's screen stays in the pane)"]
 fn real_opencode_runs_phoenix_hooks_and_a_killed_session_is_resumed() {
     if !enabled() {
         return;
@@ -196,7 +195,10 @@ fn real_opencode_runs_phoenix_hooks_and_a_killed_session_is_resumed() {
     let work = fleet.path().join("work");
     let hooks = std::fs::read_to_string(work.join(".opencode/phoenix-hooks.json")).unwrap();
     assert!(hooks.contains("hook session-start --agent oc"), "{hooks}");
-    assert!(work.join(".opencode/plugins/phoenix.js").exists());
+    // The plugin runs phoenix's binary with an argv, never a shell (issue 32).
+    let plugin = std::fs::read_to_string(work.join(".opencode/plugins/phoenix.js")).unwrap();
+    assert!(!plugin.contains("/bin/sh"), "{plugin}");
+    assert!(plugin.contains("\"--agent\",\n"), "{plugin}");
     support::wait_until_explained(
         WAIT,
         "two shell calls recorded and the model call after them under way",
@@ -251,6 +253,19 @@ fn real_opencode_runs_phoenix_hooks_and_a_killed_session_is_resumed() {
     // kill -9 while the model call hangs: the same session is resumed.
     server.push([Turn::text("Picked up where I stopped.")]);
     support::kill9(pid);
+    // The resumed opencode takes as long to start as the first (minutes under load).
+    support::wait_until_explained(
+        WAIT,
+        "the continue prompt typed into the resumed opencode",
+        || {
+            fleet.ops("oc").iter().any(|o| {
+                o["event"]
+                    .as_str()
+                    .is_some_and(|e| e.starts_with("continue_prompt"))
+            })
+        },
+        || fleet.explain("oc", &pane),
+    );
     let sent = support::real::RealCli::<support::model_server::Messages> {
         agent: "oc",
         serve: ModelServer::start,
@@ -289,6 +304,12 @@ fn real_opencode_runs_phoenix_hooks_and_a_killed_session_is_resumed() {
         || fleet.explain("oc", &pane),
     );
     assert_eq!(state_of(&dir)["session_id"], id.as_str());
+    let sent_op = fleet
+        .ops("oc")
+        .into_iter()
+        .find(|o| o["event"] == "continue_prompt_sent")
+        .unwrap();
+    assert_eq!(sent_op["ready_sign"], true, "{sent_op}");
     assert!(!dir.join("hook_errors.jsonl").exists());
 }
 

@@ -101,6 +101,7 @@ impl Wrapper {
         // it would only hold the prompt that triggers it.
         let ready_after_hook = self.agent.cli.adapter().ready_after_session_start();
         let ready_text = self.agent.cli.adapter().ready_text();
+        let agent = self.agent.name.clone();
         let wait = if self.agent.cli.adapter().session_start_at_launch() {
             Duration::from_secs(10)
         } else {
@@ -118,14 +119,23 @@ impl Wrapper {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let runtime = world::runtime_for(&spec);
-            // A CLI whose still screen does not say it takes input says so in its footer.
+            // A CLI whose still screen does not say it takes input says so in its footer: as
+            // drawn by this start, not left on the screen by the session killed before it. A
+            // sign that never comes holds the prompt up for a while, never for good.
+            let mut ready_sign = None;
             if let Some(text) = ready_text {
                 let deadline = Instant::now() + READY_TEXT_WAIT;
-                while Instant::now() < deadline
-                    && !runtime.capture(&pane, 0).is_ok_and(|s| s.contains(text))
-                {
+                let seen = || {
+                    runtime
+                        .capture(&pane, 0)
+                        .is_ok_and(|s| drawn_by_this_start(&s, &agent, text))
+                };
+                let mut drawn = seen();
+                while !drawn && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(200));
+                    drawn = seen();
                 }
+                ready_sign = Some(drawn);
             }
             // Claude Code has loaded its session when the hook fires and draws its input box
             // next, so a short still screen says it waits. Gemini CLI runs the hook before it
@@ -150,13 +160,14 @@ impl Wrapper {
                 Ok(r) => {
                     let _ = dir.record_op(
                         Op::ContinuePromptSent,
-                        json!({"after": why, "confirmed_by": r.confirmed_by, "attempts": r.attempts}),
+                        json!({"after": why, "confirmed_by": r.confirmed_by, "attempts": r.attempts,
+                               "ready_sign": ready_sign}),
                     );
                 }
                 Err(e) => {
                     let _ = dir.record_op(
                         Op::ContinuePromptFailed,
-                        json!({"after": why, "error": e.to_string()}),
+                        json!({"after": why, "error": e.to_string(), "ready_sign": ready_sign}),
                     );
                 }
             }
@@ -200,5 +211,39 @@ impl Wrapper {
                 let _ = dir.record_op(Op::MessagesDeliveryFailed, json!({"error": e}));
             }
         }))
+    }
+}
+
+/// Does `screen` show the CLI's ready `text` as this start of `agent` drew it: below the start
+/// banner the wrapper printed just before it (all of the screen once the banner is gone: the
+/// CLI cleared it, or it scrolled away). What the killed session left above is not its sign.
+fn drawn_by_this_start(screen: &str, agent: &str, text: &str) -> bool {
+    crate::clinic::triage::this_session(screen, agent).contains(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 32: after a kill -9 the old session's screen (its footer included) stays in the
+    /// pane; the continue prompt waits for the footer the new start draws.
+    #[test]
+    fn only_the_ready_sign_this_start_drew_counts() {
+        let banner = crate::clinic::triage::start_banner("oc");
+        let old = "  old session\n  ctrl+p commands\n";
+        let started = format!("{old}{banner}, resuming session ses_1\n");
+        assert!(!drawn_by_this_start(&started, "oc", "ctrl+p commands"));
+        assert!(drawn_by_this_start(
+            &format!("{started}  resumed\n  ctrl+p commands\n"),
+            "oc",
+            "ctrl+p commands"
+        ));
+        // The new TUI cleared the screen (its own alternate screen): all of it is its own.
+        assert!(drawn_by_this_start(
+            "  ctrl+p commands\n",
+            "oc",
+            "ctrl+p commands"
+        ));
+        assert!(!drawn_by_this_start("  loading\n", "oc", "ctrl+p commands"));
     }
 }

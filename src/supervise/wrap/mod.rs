@@ -428,8 +428,8 @@ impl Wrapper {
 
 // The pane's screen. The wrapper is the program running in its pane, as the agent CLI is once
 // started: its stdout is that pane, what a person attached reads and answers (safe mode), not
-// the CLI's output channel, so it writes there itself; `say`, `blank_line` and safe mode's
-// `prompt` and `paste_brackets` are the only writers.
+// the CLI's output channel, so it writes there itself; `say`, `blank_line`, `reset_terminal`
+// and safe mode's `prompt` and `paste_brackets` are the only writers.
 
 /// Between runs (cooldown, safe mode): the orphans that ended since the last look are
 /// collected (the agent's own exit was waited for already).
@@ -445,6 +445,24 @@ fn say(text: &str) {
     let text = crate::world::inert::keyboard_text(text);
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{SAY} {text}");
+    let _ = out.flush();
+}
+
+/// What a full-screen CLI sets in its terminal and undoes only when it exits cleanly: its
+/// alternate screen (after a kill -9 the dead TUI's last frame stays on it, where its input box
+/// and footer would pass for the next start's), mouse and focus reporting, bracketed paste,
+/// application cursor keys and keypad, a hidden cursor. No-ops where nothing was set.
+const TERMINAL_RESET: &str = "\x1b[?1049l\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?1004l\x1b[?2004l\x1b[?1l\x1b>\x1b[?25h";
+
+/// Put the pane's terminal back as a shell leaves it, after the CLI's exit (only a terminal:
+/// anything else has no modes to undo).
+fn reset_terminal() {
+    use std::io::IsTerminal;
+    let mut out = std::io::stdout().lock();
+    if !out.is_terminal() {
+        return;
+    }
+    let _ = write!(out, "{TERMINAL_RESET}");
     let _ = out.flush();
 }
 

@@ -42,6 +42,9 @@ impl Wrapper {
             .pane
             .as_ref()
             .and_then(|p| self.runtime.capture(p, probe::SCREEN_LINES).ok());
+        // Read: now what the CLI left set in the terminal goes (its last frame included), so
+        // that what the pane shows next is the wrapper's and the next start's own.
+        reset_terminal();
         if !showed_life {
             showed_life = probe.shown_at_exit(screen.as_deref());
         }

@@ -2,7 +2,8 @@
 //! server-sent events) for driving a real CLI that speaks it (Copilot CLI through
 //! `COPILOT_PROVIDER_BASE_URL`) without a network. A tool call streams as `delta.tool_calls`
 //! (its arguments in two pieces, as real servers split them), then `finish_reason:
-//! "tool_calls"`; every answer ends with a usage chunk and `data: [DONE]`.
+//! "tool_calls"`; every answer ends with a usage chunk and `data: [DONE]`. A paced answer
+//! (`pace_next`) streams its text a word at a time, a pause before each chunk.
 #![allow(dead_code)]
 
 use serde_json::{Value, json};
@@ -70,6 +71,8 @@ impl Protocol for ChatCompletions {
         } else {
             Turn::text("Scripted task")
         };
+        // Only a scripted turn takes the pace: a side request (a title) must not use it up.
+        let pace = is_turn(request).then(|| script.take_pace()).flatten();
         let chunks = match turn {
             Turn::Hang => return Answer::Hang,
             Turn::Error {
@@ -95,10 +98,26 @@ impl Protocol for ChatCompletions {
                     json!({"index": 0, "delta": {}, "finish_reason": "tool_calls"}),
                 ]
             }
-            Turn::Text(text) => vec![
-                json!({"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": null}),
-                json!({"index": 0, "delta": {}, "finish_reason": "stop"}),
-            ],
+            // A paced answer streams a word at a time, as a slow model does; else in one piece.
+            Turn::Text(text) => {
+                let pieces: Vec<&str> = match pace {
+                    Some(_) => text.split_inclusive(' ').collect(),
+                    None => vec![text.as_str()],
+                };
+                let mut chunks: Vec<Value> = pieces
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, piece)| {
+                        let mut delta = json!({"content": piece});
+                        if k == 0 {
+                            delta["role"] = "assistant".into();
+                        }
+                        json!({"index": 0, "delta": delta, "finish_reason": null})
+                    })
+                    .collect();
+                chunks.push(json!({"index": 0, "delta": {}, "finish_reason": "stop"}));
+                chunks
+            }
         };
         let chunk = |choices: Value, usage: Value| {
             let mut c = json!({"id": format!("chatcmpl-{id}"), "object": "chat.completion.chunk",
@@ -119,7 +138,7 @@ impl Protocol for ChatCompletions {
                    "prompt_tokens_details": {"cached_tokens": 2}}),
         ));
         events.push("data: [DONE]\n\n".into());
-        match script.take_pace() {
+        match pace {
             Some(pause) => Answer::PacedSse(events, pause),
             None => Answer::Sse(events),
         }
