@@ -120,12 +120,24 @@ fn start(fleet: &Fleet, server: &ModelServer, prompt: &str) -> (PathBuf, String,
     let bin = opencode_bin();
     workdir(fleet, &bin);
     let home = opencode_home(fleet, server);
+    // At each start opencode checks `.opencode/`'s packages with npm; in a fresh HOME that
+    // fetches 31 MB into `~/.npm` first (about 30 s of a start here). One npm cache beside
+    // the CLI serves every test's HOME.
+    let cli_dir = bin
+        .ancestors()
+        .nth(3)
+        .expect("target/real-clis/opencode-VERSION");
+    let npm_cache = cli_dir.with_file_name(format!(
+        "{}-npm-cache",
+        cli_dir.file_name().unwrap().to_string_lossy()
+    ));
     fleet.toml(&format!(
         "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"300s\"\n\n\
          [[agent]]\nname = \"oc\"\ncli = \"opencode\"\ncommand = \"'{}'\"\nworkdir = \"work\"\n\
-         env = {{ HOME = \"{}\", OPENCODE_DISABLE_MODELS_FETCH = \"1\", OPENCODE_DISABLE_AUTOUPDATE = \"1\" }}\n",
+         env = {{ HOME = \"{}\", npm_config_cache = \"{}\", npm_config_prefer_offline = \"true\", OPENCODE_DISABLE_MODELS_FETCH = \"1\", OPENCODE_DISABLE_AUTOUPDATE = \"1\" }}\n",
         bin.display(),
         home.display(),
+        npm_cache.display(),
     ));
     fleet.run(&["apply", "--yes"]).status(0);
     let pids = fleet.wait_running(&["oc"]);
