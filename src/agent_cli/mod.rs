@@ -64,6 +64,13 @@ pub trait AgentCli: Sync {
         None
     }
 
+    /// What the CLI prints (lowercase) when it refuses to resume a session id it has no
+    /// conversation for, before the session comes up: the one sign that the id cannot be
+    /// resumed (a resume killed before it showed life is no such sign).
+    fn resume_refusals(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     // ---- Hooks: what phoenix installs, and the trust the CLI needs to run them.
 
     /// Where the CLI reads project hooks from, relative to the agent's workdir; `None` when

@@ -39,7 +39,15 @@ impl Hook<'_> {
             (false, _) => Start::Fresh,
         };
         let text = self.startup_context(ctx, start, &state);
-        let text = with_pending_clinic_context(dir, text);
+        // What the Clinic left is for the next session phoenix starts. A compaction is the
+        // same session going on, and may be a dying one's: Claude Code auto-compacting when
+        // its prompt is too long runs this hook (`compact`) while the wrapper already stops
+        // it for a fresh session, which must get the recovery context.
+        let text = if start == Start::Compacted {
+            text
+        } else {
+            with_pending_clinic_context(dir, text)
+        };
         let session_id = self.payload.session_id().map(str::to_string);
         let transcript = self.regular_transcript();
         self.record_session_start(ctx, &source, interrupted, transcript.clone());
@@ -156,7 +164,7 @@ impl Hook<'_> {
         {
             messages.handed(dir, "session start", self.payload.session_id());
         }
-        if text.is_some() && gathered.interrupted_tool.is_some() {
+        if text.is_some() && gathered.interrupted_tool.is_some() && start != Start::Compacted {
             // Named once, to the session that follows the interruption.
             let _ = std::fs::remove_file(dir.file(state::INTERRUPTED_TOOL));
         }

@@ -556,6 +556,45 @@ fn recovery_block_after_an_interrupted_turn_then_brief() {
     assert_eq!(starts, [false, true, true, false, false]);
 }
 
+/// The Clinic's recovery context is for the next session phoenix starts. Claude Code
+/// auto-compacting a prompt that is too long runs its SessionStart `compact` in the dying
+/// session while the wrapper stops it for a fresh one: that hook must leave the context for
+/// the fresh session's start.
+#[test]
+fn the_clinics_context_waits_through_a_compaction_for_the_next_session() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    hook(
+        &fleet,
+        "session-start",
+        "c",
+        Some("claude"),
+        r#"{"session_id":"dying","source":"startup"}"#,
+    );
+    let pending = fleet.agent_dir("c").join("clinic_context.md");
+    std::fs::write(&pending, "=== PHOENIX: WHAT THE FULL SESSION KNEW ===\n").unwrap();
+    let compacted = hook(
+        &fleet,
+        "session-start",
+        "c",
+        Some("claude"),
+        r#"{"session_id":"dying","source":"compact"}"#,
+    );
+    let text = compacted.context().unwrap_or_default();
+    assert!(!text.contains("WHAT THE FULL SESSION KNEW"), "{text}");
+    assert!(pending.exists(), "left for the next session");
+    let fresh = hook(
+        &fleet,
+        "session-start",
+        "c",
+        Some("claude"),
+        r#"{"session_id":"next","source":"startup"}"#,
+    );
+    let text = fresh.context().unwrap();
+    assert!(text.starts_with("=== PHOENIX: WHAT THE FULL SESSION KNEW"), "{text}");
+    assert!(!pending.exists(), "given once");
+}
+
 #[test]
 fn codex_and_gemini_get_recovery_through_their_own_channel() {
     let fleet = Fleet::new();

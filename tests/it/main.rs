@@ -27,6 +27,7 @@ mod real_cli;
 mod real_codex;
 mod real_gemini;
 mod real_messages;
+mod real_resume;
 mod scale;
 mod screen_verdicts;
 mod serve;

@@ -884,7 +884,7 @@ fn sent_with_the_continue_prompt(server: &ModelServer) -> String {
 
 /// Start a real Claude Code agent with `extra` phoenix.toml text before its declaration, and
 /// type `prompt` into it.
-fn start_claude(
+pub(crate) fn start_claude(
     fleet: &support::Fleet,
     server: &ModelServer,
     extra: &str,

@@ -78,6 +78,7 @@ impl Wrapper {
             mode: run.mode,
             session_id: session_id.clone(),
             showed_life: run.showed_life,
+            resume_refused: run.resume_refused,
             fresh_requested: self.dir.has_marker(state::FRESH),
             requested,
             now: jiff::Timestamp::now().as_second(),
@@ -235,6 +236,9 @@ impl Books {
             "runtime_ms": run.runtime.as_millis() as u64, "mode": run.mode,
             "session_id": run.session_id, "showed_life": run.showed_life,
         });
+        if run.resume_refused {
+            fields["resume_refused"] = json!(true);
+        }
         if let (Some(f), serde_json::Value::Object(x)) = (fields.as_object_mut(), extra) {
             f.extend(x);
         }
