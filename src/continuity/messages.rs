@@ -169,7 +169,7 @@ pub fn deliver(
             .map_err(|e| format!("cannot interrupt pane {pane}: {e}"))?;
     }
     let text = after_interruption(text, urgent && hooked);
-    
+
     let opts = super::inject::Options {
         quiet: Duration::from_millis(if urgent { 400 } else { 800 }),
         confirm_timeout: Duration::from_secs(if hooked { 1 } else { 3 }),

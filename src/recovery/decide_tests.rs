@@ -401,10 +401,7 @@ fn resume_the_cli_refused_starts_fresh_and_gives_the_id_up_after_one_try() {
     // up, so `phoenix restart` starts fresh instead of resuming it again.
     let mut e = exit(1, Start::Resume, 1_500);
     e.resume_refused = true;
-    let r = builtin(
-        Incident::Exit(e),
-        &facts(3, vec![NOW - 100, NOW - 50]),
-    );
+    let r = builtin(Incident::Exit(e), &facts(3, vec![NOW - 100, NOW - 50]));
     assert_eq!(r.start, Some(Start::SafeMode));
     assert!(r.clear_session);
     // A fresh start's "refusal" is nothing: there was no id to refuse.

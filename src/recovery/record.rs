@@ -679,12 +679,18 @@ mod tests {
         op(Op::Prompt, json!({"chars": 3}));
         assert!(turn_was_open(&d, "s1"), "killed mid-turn");
         op(Op::TurnComplete, json!({}));
-        assert!(!turn_was_open(&d, "s1"), "idle at its prompt: nothing to continue");
+        assert!(
+            !turn_was_open(&d, "s1"),
+            "idle at its prompt: nothing to continue"
+        );
         op(Op::Prompt, json!({"chars": 3}));
         op(Op::TurnFailed, json!({"error": "prompt_too_long"}));
         assert!(turn_was_open(&d, "s1"), "a failed turn waits for nobody");
         // Resumed, killed before a turn of its own: what was open stays open.
-        op(Op::SessionStart, json!({"session_id": "s1", "source": "resume"}));
+        op(
+            Op::SessionStart,
+            json!({"session_id": "s1", "source": "resume"}),
+        );
         assert!(turn_was_open(&d, "s1"));
         assert!(!turn_was_open(&d, "s2"), "another session");
         op(Op::Prompt, json!({"chars": 3}));

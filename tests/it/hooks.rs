@@ -591,7 +591,10 @@ fn the_clinics_context_waits_through_a_compaction_for_the_next_session() {
         r#"{"session_id":"next","source":"startup"}"#,
     );
     let text = fresh.context().unwrap();
-    assert!(text.starts_with("=== PHOENIX: WHAT THE FULL SESSION KNEW"), "{text}");
+    assert!(
+        text.starts_with("=== PHOENIX: WHAT THE FULL SESSION KNEW"),
+        "{text}"
+    );
     assert!(!pending.exists(), "given once");
 }
 

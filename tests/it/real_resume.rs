@@ -52,9 +52,14 @@ fn discarded(dir: &std::path::Path) -> Vec<String> {
 
 /// One finished turn of `plan the release`, in the transcript too (Claude Code writes it
 /// behind the turn); the session's id and transcript.
-fn one_turn_done(fleet: &support::Fleet, server: &ModelServer) -> (std::path::PathBuf, String, String) {
+fn one_turn_done(
+    fleet: &support::Fleet,
+    server: &ModelServer,
+) -> (std::path::PathBuf, String, String) {
     let dir = start_claude(fleet, server, "", "plan the release");
-    support::wait_until(WAIT, "the first turn", || count(fleet, "turn_complete") == 1);
+    support::wait_until(WAIT, "the first turn", || {
+        count(fleet, "turn_complete") == 1
+    });
     let id = state(&dir)["session_id"].as_str().unwrap().to_string();
     let transcript = state(&dir)["transcript_path"].as_str().unwrap().to_string();
     support::wait_until(WAIT, "the turn in the transcript", || {
@@ -107,7 +112,9 @@ fn real_claude_resume_killed_before_it_came_up_is_resumed_again_and_told_nothing
     // The third run comes up as the same conversation.
     support::wait_until(WAIT, "the resumed session's start", || {
         fleet.ops("cc").iter().any(|o| {
-            o["event"] == "session_start" && o["source"] == "resume" && o["session_id"] == id.as_str()
+            o["event"] == "session_start"
+                && o["source"] == "resume"
+                && o["session_id"] == id.as_str()
         })
     });
     // Its turn had finished before the first kill: nothing to continue, nothing typed.
@@ -117,7 +124,10 @@ fn real_claude_resume_killed_before_it_came_up_is_resumed_again_and_told_nothing
         .find(|o| o["event"] == "continue_prompt_skipped")
         .expect("the continue prompt skipped");
     assert!(
-        skipped["why"].as_str().unwrap().contains("turn had finished"),
+        skipped["why"]
+            .as_str()
+            .unwrap()
+            .contains("turn had finished"),
         "{skipped}"
     );
     std::thread::sleep(Duration::from_secs(3));
@@ -186,7 +196,10 @@ fn real_claude_refusing_a_corrupt_transcript_is_tried_once_then_fresh_for_good()
 
 /// The text of the last user message `request` carries.
 fn last_user_text(request: &support::scripted::Request) -> String {
-    let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
+    let messages = request.body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let Some(last) = messages.iter().rev().find(|m| m["role"] == "user") else {
         return String::new();
     };
@@ -231,7 +244,9 @@ fn real_claude_urgent_message_is_not_glued_to_the_interrupted_prompt() {
         .unwrap();
     let text = last_user_text(&request);
     assert!(text.contains("stop: the release is frozen"), "{text}");
-    let at = text.find("[phoenix] 1 message").expect("the block's header");
+    let at = text
+        .find("[phoenix] 1 message")
+        .expect("the block's header");
     assert!(
         at == 0 || text[..at].ends_with('\n'),
         "the block is glued to what came before it: {text:?}"

@@ -484,13 +484,15 @@ const REFUSAL_LINES: usize = 6;
 /// be in those lines too (a line the pane wrapped is read joined).
 fn said_refusal(output: &str, refusals: &[&str], id: &str) -> bool {
     let text = without_our_lines(output);
-    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
     let tail = lines[lines.len().saturating_sub(REFUSAL_LINES)..]
         .concat()
         .to_lowercase();
-    !id.is_empty()
-        && tail.contains(&id.to_lowercase())
-        && refusals.iter().any(|r| tail.contains(r))
+    !id.is_empty() && tail.contains(&id.to_lowercase()) && refusals.iter().any(|r| tail.contains(r))
 }
 
 #[cfg(test)]
@@ -501,7 +503,9 @@ mod tests {
     fn only_the_clis_own_refusal_of_this_id_at_the_end_of_its_output_is_a_refusal() {
         let id = "0b6a1f0e-3c8e-4d7a-9a51-2f8f4f1d2c3b";
         let claude = crate::spec::Cli::Claude.adapter().resume_refusals();
-        let said = format!("[phoenix] starting `a`, resuming session {id}\nNo conversation found with session ID: {id}\n");
+        let said = format!(
+            "[phoenix] starting `a`, resuming session {id}\nNo conversation found with session ID: {id}\n"
+        );
         assert!(said_refusal(&said, claude, id));
         // Wrapped by a narrow pane.
         let (head, rest) = id.split_at(10);
@@ -514,10 +518,14 @@ mod tests {
         let later = format!("{said}{}", "more output\n".repeat(REFUSAL_LINES));
         assert!(!said_refusal(&later, claude, id));
         // Codex's and Gemini CLI's words for an id they have no session for.
-        let codex_said = format!("No saved session found with ID {id}. Run `codex resume` without an ID to choose from existing sessions.\n");
+        let codex_said = format!(
+            "No saved session found with ID {id}. Run `codex resume` without an ID to choose from existing sessions.\n"
+        );
         assert!(said_refusal(&codex_said, codex, id));
         let gemini = crate::spec::Cli::Gemini.adapter().resume_refusals();
-        let gemini_said = format!("Error resuming session: Invalid session identifier \"{id}\".\n  Searched for sessions in /h/.gemini/tmp/x/chats.\n  Use --list-sessions to see available sessions, then use --resume {{number}}, --resume {{uuid}}, or --resume latest.\n");
+        let gemini_said = format!(
+            "Error resuming session: Invalid session identifier \"{id}\".\n  Searched for sessions in /h/.gemini/tmp/x/chats.\n  Use --list-sessions to see available sessions, then use --resume {{number}}, --resume {{uuid}}, or --resume latest.\n"
+        );
         assert!(said_refusal(&gemini_said, gemini, id));
         // The wrapper's own lines say nothing for the CLI.
         let ours = format!("[phoenix] No conversation found with session ID: {id}\n");
