@@ -50,7 +50,11 @@ function M.on_exit(agent, exit)
   if crashes >= restart.max_crashes then
     return { action = "safe_mode", reason = count .. ": crash loop stopped" }
   end
-  local delay = backoff(restart, crashes)
+  -- The backoff starts over after a session that did work (crashes_since_work; 0: not known).
+  local since_work = exit.crashes_since_work or 0
+  local attempt = crashes
+  if since_work > 0 then attempt = math.max(math.min(since_work, crashes), 1) end
+  local delay = backoff(restart, attempt)
   if exit.fresh_requested then
     return { action = "fresh", delay = delay, reason = count .. "; a fresh start was requested" }
   end
@@ -158,10 +162,12 @@ function M.prescribe(diagnosis, trauma)
   if cause == "model_unavailable" then
     local model = model_named(table.concat({ trauma.error_type or "", trauma.error_message or "" }, "\n"))
     local which = model and ("the model `" .. model .. "`") or "the agent's model"
-    return { action = "abort", reason = which .. " cannot be used: fix `--model` in the agent's `command` in phoenix.toml" }
+    local fix = trauma.agent and trauma.agent.model_fix
+      or "fix the model the agent's `command` in phoenix.toml gives, or the one its CLI's own settings give"
+    return { action = "abort", reason = which .. " cannot be used: " .. fix }
   end
   if NEEDS_A_PERSON[cause] then
-    return { action = "abort", reason = cause .. ": a restart cannot fix this; a person has to" }
+    return { action = "abort", reason = "a restart cannot fix this; a person has to" }
   end
   if cause == "context_length_exceeded" then
     return { action = "summarize_history", reason = "the context is full: clear, don't compact" }

@@ -192,7 +192,12 @@ impl Applier<'_> {
                 let agent = agent()?;
                 crate::workspace::steps::ready(agent)?;
                 let hook_exe = hook_config::hook_binary(&self.exe);
-                let desired = hook_config::Target::new(&hook_exe, &self.spec.file, agent).desired();
+                // Made for the CLI version the plan saw (cached: not asked again).
+                let version =
+                    crate::world::cli_version::installed(agent, &self.spec.fleet.state_dir)
+                        .and_then(|v| v.version);
+                let desired =
+                    hook_config::Target::new(&hook_exe, &self.spec.file, agent, version).desired();
                 ensure_dir(dir)?;
                 let detail =
                     hook_config::write_file(path, &agent.name, desired.as_ref(), Some(&dir.path))?;

@@ -167,7 +167,8 @@ fn run_with(
                 // Drain the rest, or a program that writes more would block and time out.
                 let _ = io::copy(&mut pipe, &mut io::sink());
             }
-            let _ = tx.send((is_stdout, String::from_utf8_lossy(&bytes).into_owned()));
+            // Cut at `max_output` bytes: never inside a character.
+            let _ = tx.send((is_stdout, crate::text::cut_utf8(&bytes).into_owned()));
         });
     }
     drop(tx);
@@ -184,7 +185,7 @@ fn run_with(
                 let _ = child.wait();
                 let stderr = said
                     .lock()
-                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .map(|b| crate::text::cut_utf8(&b).into_owned())
                     .unwrap_or_default();
                 return Err((RunError::Timeout, stderr));
             }

@@ -276,7 +276,7 @@ fn restart_claimed(
             By::Operator => EndReason::OperatorRestart,
             By::Watchdog => EndReason::WatchdogKill,
         };
-        stop_under_wrapper(&dir, pid, reason, fresh)?;
+        stop_under_wrapper(&dir, pid, reason, fresh, Duration::ZERO)?;
         "wrapper"
     } else {
         let action = match pane {
@@ -351,8 +351,9 @@ pub fn stop_under_wrapper(
     pid: u32,
     reason: EndReason,
     fresh: bool,
+    delay: Duration,
 ) -> crate::error::Result<()> {
-    execute::request_stop(dir, reason, fresh)?;
+    execute::request_stop_after(dir, reason, fresh, delay)?;
     // The agent leads its own process group (the wrapper made it so).
     signal_group(pid, Signal::SIGTERM);
     let deadline = Instant::now() + STOP_GRACE;

@@ -137,6 +137,10 @@ pub struct AgentStatus {
     /// Crash history and the last stop reason; only when one agent is asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub supervision: Option<crate::recovery::record::Summary>,
+    /// What its next start will be (a resume of which session, or fresh and why); only
+    /// when one declared agent is asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_start: Option<crate::supervise::wrap::NextStart>,
     /// The session's transcript as state.json names it: `/metrics` counts its tokens. Not in
     /// the JSON (a path in the user's home is no status).
     #[serde(skip)]
@@ -381,13 +385,17 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
                     .or(m.needs_input)
             }),
             supervision: None,
+            next_start: None,
             transcript: agent_state.as_ref().and_then(|s| s.transcript_path.clone()),
             agent: name,
         }
     })
 }
 
-/// Today's usage, as an update of the ledger would find it, without writing anything.
+/// Today's usage from the agent's usage ledger and what its session files gained since
+/// (read, not written). Without a ledger yet, one is made first, as `phoenix usage` makes
+/// it: status and usage read the same ledger (a look without one followed only the current
+/// session, and showed 0 tokens after a restart while `usage` counted the earlier ones).
 fn usage_today(
     dir: &AgentDir,
     cli: Option<crate::spec::Cli>,
@@ -397,7 +405,10 @@ fn usage_today(
         return None;
     }
     let cli = cli.unwrap_or(crate::spec::Cli::Custom);
-    let update = crate::usage::update(dir, cli, false).ok()?;
+    let first = !crate::usage::ledger::exists(dir);
+    let update = crate::usage::update(dir, cli, first)
+        .or_else(|_| crate::usage::update(dir, cli, false))
+        .ok()?;
     Some(crate::usage::Today::of(&update, prices))
 }
 
@@ -408,6 +419,9 @@ pub fn agent(spec: &Spec, world: &World, name: &str) -> Option<AgentStatus> {
     let dir = FleetDir::new(&spec.fleet.state_dir).agent(name);
     let restart = spec.agent(name).map(|a| &a.restart);
     row.supervision = Some(crate::recovery::record::summary(&dir, restart));
+    row.next_start = spec
+        .agent(name)
+        .map(|a| crate::supervise::wrap::next_start(&dir, a));
     Some(row)
 }
 

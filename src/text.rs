@@ -74,6 +74,52 @@ pub fn shorten(text: &str, max: usize) -> String {
     s
 }
 
+/// The longest start of `text` of at most `max` bytes that ends between two characters: a
+/// cut by byte length never splits a character.
+pub fn cut_bytes(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Bytes read up to a byte limit, as text: an invalid sequence inside is shown as U+FFFD (as
+/// `String::from_utf8_lossy` does), but a character the limit cut at the end is left out, not
+/// shown as a broken one.
+pub fn cut_utf8(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Cow::Borrowed(text),
+        // Only the end is incomplete: everything before it is valid.
+        Err(e) if e.error_len().is_none() => {
+            Cow::Borrowed(std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default())
+        }
+        Err(_) => {
+            // Invalid inside: the whole as lossy, without an incomplete last character.
+            let mut end = bytes.len();
+            let start = end.saturating_sub(3);
+            for i in (start..end).rev() {
+                if bytes[i] & 0xc0 != 0x80 {
+                    let want = match bytes[i] {
+                        b if b >= 0xf0 => 4,
+                        b if b >= 0xe0 => 3,
+                        b if b >= 0xc0 => 2,
+                        _ => 1,
+                    };
+                    if end - i < want {
+                        end = i;
+                    }
+                    break;
+                }
+            }
+            String::from_utf8_lossy(&bytes[..end]).into_owned().into()
+        }
+    }
+}
+
 /// `text` cut to `max` characters, keeping the end (where an error usually is).
 pub fn keep_end(text: &str, max: usize) -> String {
     let text = text.trim();
@@ -208,6 +254,25 @@ mod tests {
         assert_eq!(terminal_text(text), text);
         assert!(matches!(terminal_text(text), std::borrow::Cow::Borrowed(_)));
         assert_eq!(terminal_text("line\r\nnext\rover"), "line\nnext␍over");
+    }
+
+    /// A cut by byte length never splits a character: `logs` and the tap showed a broken one.
+    #[test]
+    fn a_cut_by_bytes_ends_between_characters() {
+        use super::{cut_bytes, cut_utf8};
+        assert_eq!(cut_bytes("été", 2), "é");
+        assert_eq!(cut_bytes("été", 1), "");
+        assert_eq!(cut_bytes("日本", 5), "日");
+        assert_eq!(cut_bytes("abc", 10), "abc");
+        let bytes = "aé日👨".as_bytes();
+        for n in 0..=bytes.len() {
+            let text = cut_utf8(&bytes[..n]);
+            assert!(!text.contains('\u{fffd}'), "{n}: {text:?}");
+            assert!("aé日👨".starts_with(&*text), "{n}: {text:?}");
+        }
+        // Invalid inside stays visible as such; only the cut at the end goes.
+        assert_eq!(cut_utf8(b"a\xffb\xc3"), "a\u{fffd}b");
+        assert_eq!(cut_utf8(b"a\xffb\xc3\xa9"), "a\u{fffd}b\u{e9}");
     }
 
     #[test]

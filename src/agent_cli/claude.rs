@@ -15,21 +15,229 @@
 //!   the response's `message.usage`: a response is counted once, by `message.id`. Subagents
 //!   write their own transcripts in `<session>/subagents/`, and their tokens are billed too.
 
+pub mod trust;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
 use super::usage::{self, Record, Tokens};
-use super::{AgentCli, HookEntry, SESSION_STARTS, entry as e};
+use super::version::{Proven, Version};
+use super::{AgentCli, HookEntry, entry as e};
 use crate::state::bounded::{self, Links};
+
+/// SessionStart's `source`s, each started by phoenix's session-start hook: 2.1.197 has
+/// `startup`, `resume`, `clear`, `compact`; 2.1.332 adds `fork` (`--fork-session`: a new
+/// session id holding the conversation it was forked from). A matcher names values, so one an
+/// older build never sends costs nothing.
+pub const SESSION_SOURCES: [&str; 5] = ["startup", "resume", "clear", "compact", "fork"];
+/// `SESSION_SOURCES` as the hook's matcher.
+const SESSION_START_MATCHER: &str = "startup|resume|clear|compact|fork";
+
+/// The notification types that mean the CLI waits for a person, also the Notification hook's
+/// matcher. 2.1.197 sends `permission_prompt`, `idle_prompt`, `elicitation_dialog` (and
+/// `auth_success`, `elicitation_complete`, `elicitation_response`, which ask nothing);
+/// 2.1.332 adds `elicitation_url_dialog` (an MCP server's link to open),
+/// `worker_permission_prompt` (a worker asks for a permission) and `agent_needs_input` (a
+/// dialog or a background session waits for an answer). It also sends `agent_completed`,
+/// `push_notification`, `computer_use_enter`/`_exit`, `quota_auto_resume_*`,
+/// `model_refusal_fallback`, `auth_storage_failure`, `plugin_notification`: none waits.
+pub const WAITING_NOTIFICATIONS: [&str; 6] = [
+    "permission_prompt",
+    "idle_prompt",
+    "elicitation_dialog",
+    "elicitation_url_dialog",
+    "worker_permission_prompt",
+    "agent_needs_input",
+];
+/// `WAITING_NOTIFICATIONS` as the hook's matcher.
+const NOTIFICATION_MATCHER: &str = "permission_prompt|idle_prompt|elicitation_dialog|\
+                                    elicitation_url_dialog|worker_permission_prompt|\
+                                    agent_needs_input";
 
 /// Subagent transcripts looked at per session at most.
 const MAX_SUBAGENT_FILES: usize = 256;
+
+/// The hook events of Claude Code 2.1.197 (its settings schema, read from the binary).
+const EVENTS_2_1_197: &[&str] = &[
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "PostToolBatch",
+    "Notification",
+    "UserPromptSubmit",
+    "UserPromptExpansion",
+    "SessionStart",
+    "SessionEnd",
+    "Stop",
+    "StopFailure",
+    "SubagentStart",
+    "SubagentStop",
+    "PreCompact",
+    "PostCompact",
+    "PermissionRequest",
+    "PermissionDenied",
+    "Setup",
+    "TeammateIdle",
+    "TaskCreated",
+    "TaskCompleted",
+    "Elicitation",
+    "ElicitationResult",
+    "ConfigChange",
+    "WorktreeCreate",
+    "WorktreeRemove",
+    "InstructionsLoaded",
+    "CwdChanged",
+    "FileChanged",
+    "MessageDisplay",
+];
+
+/// 2.1.332's: 2.1.197's and four new ones.
+const EVENTS_2_1_332: &[&str] = &[
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "PostToolBatch",
+    "Notification",
+    "UserPromptSubmit",
+    "UserPromptExpansion",
+    "SessionStart",
+    "SessionEnd",
+    "Stop",
+    "StopFailure",
+    "SubagentStart",
+    "SubagentStop",
+    "PreCompact",
+    "PostCompact",
+    "PreModelSwitch",
+    "PostModelSwitch",
+    "PermissionRequest",
+    "PermissionDenied",
+    "Setup",
+    "TeammateIdle",
+    "TaskCreated",
+    "TaskCompleted",
+    "Elicitation",
+    "ElicitationResult",
+    "ConfigChange",
+    "WorktreeCreate",
+    "WorktreeRemove",
+    "InstructionsLoaded",
+    "CwdChanged",
+    "FileChanged",
+    "DirectoryAdded",
+    "MessageDisplay",
+    "PreSkillShellCommand",
+];
+
+/// The notification types 2.1.197 sends (`notificationType`, matched by Notification hooks).
+const NOTIFICATIONS_2_1_197: &[&str] = &[
+    "permission_prompt",
+    "idle_prompt",
+    "auth_success",
+    "elicitation_dialog",
+    "elicitation_url_dialog",
+    "elicitation_complete",
+    "elicitation_response",
+    "worker_permission_prompt",
+    "push_notification",
+    "computer_use_enter",
+    "computer_use_exit",
+];
+
+/// 2.1.332's: 2.1.197's, `agent_needs_input` (a background agent waits for a person) and more.
+const NOTIFICATIONS_2_1_332: &[&str] = &[
+    "permission_prompt",
+    "idle_prompt",
+    "auth_success",
+    "elicitation_dialog",
+    "elicitation_url_dialog",
+    "elicitation_complete",
+    "elicitation_response",
+    "worker_permission_prompt",
+    "push_notification",
+    "computer_use_enter",
+    "computer_use_exit",
+    "agent_needs_input",
+    "agent_completed",
+    "quota_auto_resume_fired",
+    "quota_auto_resume_stale",
+    "quota_auto_resume_disabled",
+    "model_refusal_fallback",
+    "auth_storage_failure",
+    "plugin_notification",
+];
+
+/// The versions phoenix was proven with, and what each knows (read from each binary's own
+/// code: its settings schema, its SessionStart `source` enum, its `notificationType`s).
+pub const PROVEN: &[Proven] = &[
+    Proven {
+        version: Version(2, 1, 197),
+        events: EVENTS_2_1_197,
+        matcher_values: &[
+            ("SessionStart", &["startup", "resume", "clear", "compact"]),
+            ("Notification", NOTIFICATIONS_2_1_197),
+        ],
+        changes: "a settings file naming an event it does not know stops it at a blocking \
+                  \"Settings Warning\" dialog",
+    },
+    Proven {
+        version: Version(2, 1, 332),
+        events: EVENTS_2_1_332,
+        matcher_values: &[
+            (
+                "SessionStart",
+                &["startup", "resume", "clear", "compact", "fork"],
+            ),
+            ("Notification", NOTIFICATIONS_2_1_332),
+        ],
+        changes: "new events PreModelSwitch, PostModelSwitch, DirectoryAdded, \
+                  PreSkillShellCommand; SessionStart source `fork` (`--fork-session`); \
+                  notification type `agent_needs_input`; StopFailure and Stop payloads of \
+                  subagents carry `agent_id`/`agent_type`; the Agent tool runs subagents in \
+                  the background by default (`async_launched`); the folder-trust dialog \
+                  has \"No, exit\" first",
+    },
+];
 
 /// Claude Code's adapter.
 pub struct Claude;
 
 impl AgentCli for Claude {
+    fn model_flags(&self) -> &'static [&'static str] {
+        &["--model"]
+    }
+
+    fn model_settings(&self) -> Option<&'static str> {
+        Some(
+            "Claude Code's settings (`model` in .claude/settings.json or .claude/settings.local.json of the workdir, or ~/.claude/settings.json; or ANTHROPIC_MODEL)",
+        )
+    }
+
+    fn display_name(&self) -> &'static str {
+        "Claude Code"
+    }
+
+    fn proven(&self) -> &'static [Proven] {
+        PROVEN
+    }
+
+    fn program_names(&self) -> &'static [&'static str] {
+        &["claude", "claude.exe"]
+    }
+
+    fn npm_package(&self) -> Option<&'static str> {
+        Some("@anthropic-ai/claude-code")
+    }
+
+    /// `2.1.332 (Claude Code)`.
+    fn version_in(&self, output: &str) -> Option<Version> {
+        output
+            .contains("(Claude Code)")
+            .then(|| Version::find_in(output))
+            .flatten()
+    }
+
     fn resume_argv(&self, mut base: Vec<String>, id: &str) -> Option<Vec<String>> {
         base.extend(["--resume".to_string(), id.to_string()]);
         Some(base)
@@ -45,6 +253,33 @@ impl AgentCli for Claude {
         Some(".claude/settings.json")
     }
 
+    /// Its folder-trust dialog blocks every start, hooks or not (see `trust`).
+    fn needs_trust(&self) -> bool {
+        true
+    }
+
+    fn trusts_without_hooks(&self) -> bool {
+        true
+    }
+
+    fn trust(&self, r: &super::TrustRequest<'_>) -> Result<Option<super::Trusted>, String> {
+        let file = trust::config_file(r.lookup)?;
+        trust::ensure(&file, r.workdir)
+    }
+
+    /// "Accessing workspace: … Yes, I trust this folder" (2.1.197 and 2.1.332).
+    fn trust_question(&self, screen: &str, workdir: &Path) -> Option<String> {
+        (screen.contains("Accessing workspace") && screen.contains("Yes, I trust this folder"))
+            .then(|| format!("Claude Code asks whether to trust `{}`", workdir.display()))
+    }
+
+    fn trust_note(&self) -> Option<&'static str> {
+        Some(
+            "Before each start the wrapper has Claude Code trust this workdir, as its trust\n\
+             dialog would (projects[<workdir>].hasTrustDialogAccepted in ~/.claude.json).",
+        )
+    }
+
     fn approval_prompts(&self) -> &'static [super::ApprovalPrompt] {
         &[super::CLAUDE_APPROVAL]
     }
@@ -58,7 +293,13 @@ impl AgentCli for Claude {
 
     fn hook_entries(&self) -> Vec<HookEntry> {
         vec![
-            e("SessionStart", SESSION_STARTS, "session-start", 10, ""),
+            e(
+                "SessionStart",
+                Some(SESSION_START_MATCHER),
+                "session-start",
+                10,
+                "",
+            ),
             e("UserPromptSubmit", None, "prompt", 5, ""),
             e("PostToolUse", Some("*"), "heartbeat", 5, ""),
             // PostToolUse never fires for a failed Bash call.
@@ -75,12 +316,19 @@ impl AgentCli for Claude {
             // agent waits for a person (the matcher is the notification type).
             e(
                 "Notification",
-                Some("permission_prompt|idle_prompt|elicitation_dialog"),
+                Some(NOTIFICATION_MATCHER),
                 "notification",
                 5,
                 "",
             ),
         ]
+    }
+
+    /// Claude Code submits some prompts itself, each wrapped in its tag: a background agent's
+    /// result (`<task-notification>`, 2.1.2xx), a teammate's message, a slash command's
+    /// expansion, a local command's output, a system reminder.
+    fn machine_prompt(&self, prompt: &str) -> bool {
+        is_machine_prompt(prompt)
     }
 
     /// Its Stop hook carries the model's last message (`last_assistant_message`), and its
@@ -153,6 +401,28 @@ impl AgentCli for Claude {
     }
 }
 
+/// The tags Claude Code wraps the user messages it writes itself in (from 2.1.332's code).
+const MACHINE_PROMPT_TAGS: [&str; 12] = [
+    "<task-notification>",
+    "<teammate-message",
+    "<system-reminder>",
+    "<command-name>",
+    "<command-message>",
+    "<command-args>",
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "<local-command-caveat>",
+    "<bash-input>",
+    "<bash-stdout>",
+    "<bash-stderr>",
+];
+
+/// Does this user message come from Claude Code itself (it starts with one of its tags)?
+pub fn is_machine_prompt(prompt: &str) -> bool {
+    let p = prompt.trim_start();
+    MACHINE_PROMPT_TAGS.iter().any(|tag| p.starts_with(tag))
+}
+
 /// How much of a transcript's end is read for the last turn's text.
 const TURN_TEXT_TAIL: u64 = 1 << 20;
 
@@ -163,6 +433,11 @@ pub fn last_turn_text_in(text: &str) -> Option<String> {
         let Ok(record) = serde_json::from_str::<Value>(line) else {
             continue;
         };
+        // A subagent's records (older builds wrote them into the main transcript) are not
+        // the main thread's turn.
+        if record.get("isSidechain").and_then(Value::as_bool) == Some(true) {
+            continue;
+        }
         let content = record.pointer("/message/content");
         match record.get("type").and_then(Value::as_str) {
             Some("assistant") if record.get("isApiErrorMessage") != Some(&Value::Bool(true)) => {
@@ -200,6 +475,41 @@ pub fn last_turn_text_in(text: &str) -> Option<String> {
 #[cfg(test)]
 mod turn_text_tests {
     use super::*;
+
+    #[test]
+    fn the_matchers_are_the_lists() {
+        assert_eq!(SESSION_START_MATCHER, SESSION_SOURCES.join("|"));
+        assert_eq!(NOTIFICATION_MATCHER, WAITING_NOTIFICATIONS.join("|"));
+    }
+
+    #[test]
+    fn prompts_claude_submits_itself_are_told_from_typed_ones() {
+        let notification = "<task-notification>\n<task-id>a1b2</task-id>\n<status>failed</status>\n\
+                            <summary>Agent \"scripted subagent\" failed</summary>\n</task-notification>";
+        assert!(is_machine_prompt(notification));
+        assert!(is_machine_prompt("  <system-reminder>x</system-reminder>"));
+        assert!(is_machine_prompt(
+            "<command-name>/review</command-name>\n<command-message>review</command-message>"
+        ));
+        assert!(is_machine_prompt(
+            "<teammate-message teammate_id=\"t1\">hi</teammate-message>"
+        ));
+        assert!(!is_machine_prompt("fix the <task-notification> parser"));
+        assert!(!is_machine_prompt("migrate the billing tables"));
+    }
+
+    #[test]
+    fn a_subagents_records_are_not_the_main_turn() {
+        let lines = [
+            r#"{"type":"user","message":{"role":"user","content":"summarise the repo"}}"#,
+            r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"Main thread."}]}}"#,
+            r#"{"type":"assistant","isSidechain":true,"message":{"role":"assistant","content":[{"type":"text","text":"->continuity:save <<< subagent >>>"}]}}"#,
+        ];
+        assert_eq!(
+            last_turn_text_in(&lines.join("\n")).as_deref(),
+            Some("Main thread.")
+        );
+    }
 
     #[test]
     fn the_last_turn_is_the_models_text_after_the_last_prompt_never_tool_output() {

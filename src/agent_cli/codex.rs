@@ -33,16 +33,80 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use super::version::{Proven, Version};
 use super::{
     AgentCli, HookEntry, Planned, SESSION_STARTS, ShellExit, TrustRequest, Trusted, TurnError,
     entry as e, first_line, is_phoenix_handler, read_optional, usage, write_planned,
 };
 use crate::state::bounded::{self, Links};
 
+/// Codex CLI's hook events (0.169.0 and 0.171.0 alike: its hooks config, read from the
+/// binary).
+const CODEX_EVENTS: &[&str] = &[
+    "PreModelRequest",
+    "PreToolUse",
+    "PermissionRequest",
+    "PostToolUse",
+    "PreCompact",
+    "PostCompact",
+    "SessionStart",
+    "SessionEnd",
+    "SubagentStart",
+    "SubagentStop",
+    "UserPromptSubmit",
+    "Stop",
+];
+
+/// The versions phoenix was proven with, and what each knows.
+pub const PROVEN: &[Proven] = &[
+    Proven {
+        version: Version(0, 169, 0),
+        events: CODEX_EVENTS,
+        matcher_values: &[],
+        changes: "hooks need trust hashes in `config.toml`; SessionEnd capped at 3 s",
+    },
+    Proven {
+        version: Version(0, 171, 0),
+        events: CODEX_EVENTS,
+        matcher_values: &[],
+        changes: "no change in the hook events, payloads or `resume` phoenix uses",
+    },
+];
+
 /// Codex CLI's adapter.
 pub struct Codex;
 
 impl AgentCli for Codex {
+    fn model_flags(&self) -> &'static [&'static str] {
+        &["--model", "-m"]
+    }
+
+    fn model_settings(&self) -> Option<&'static str> {
+        Some("Codex's config (`model` in ~/.codex/config.toml, or in its profile)")
+    }
+
+    fn display_name(&self) -> &'static str {
+        "Codex CLI"
+    }
+
+    fn proven(&self) -> &'static [Proven] {
+        PROVEN
+    }
+
+    fn program_names(&self) -> &'static [&'static str] {
+        &["codex", "codex.js"]
+    }
+
+    fn npm_package(&self) -> Option<&'static str> {
+        Some("@openai/codex")
+    }
+
+    /// `codex-cli 0.171.0`.
+    fn version_in(&self, output: &str) -> Option<Version> {
+        let rest = output.trim_start().strip_prefix("codex-cli ")?;
+        Version::find_in(rest)
+    }
+
     /// Its turn-end hook carries the model's last message (`last_assistant_message`, or `last-assistant-message` of the legacy `notify`).
     fn markers_at_turn_end(&self) -> bool {
         true
@@ -532,6 +596,7 @@ mod tests {
             agent,
             cli: Cli::Codex,
             guard: false,
+            version: None,
         };
         crate::hooks::config::pretty(&target.desired().unwrap())
     }

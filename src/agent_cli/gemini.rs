@@ -33,16 +33,71 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
+use super::version::{Proven, Version};
 use super::{
     AgentCli, HookEntry, Planned, Reply, ShellExit, TrustRequest, Trusted, TurnError, entry as e,
     read_optional, write_planned,
 };
 use crate::state::bounded::{self, Links};
 
+/// Gemini CLI 0.61.0's hook events (its `HookEventName` enum, read from its bundle).
+const GEMINI_EVENTS: &[&str] = &[
+    "BeforeTool",
+    "AfterTool",
+    "BeforeAgent",
+    "Notification",
+    "AfterAgent",
+    "SessionStart",
+    "SessionEnd",
+    "PreCompress",
+    "BeforeModel",
+    "AfterModel",
+    "BeforeToolSelection",
+];
+
+/// The versions phoenix was proven with, and what each knows.
+pub const PROVEN: &[Proven] = &[Proven {
+    version: Version(0, 61, 0),
+    events: GEMINI_EVENTS,
+    matcher_values: &[],
+    changes: "hooks run only in a trusted folder; a resumed session reports a new chat file",
+}];
+
 /// Gemini CLI's adapter.
 pub struct Gemini;
 
 impl AgentCli for Gemini {
+    fn model_flags(&self) -> &'static [&'static str] {
+        &["--model", "-m"]
+    }
+
+    fn model_settings(&self) -> Option<&'static str> {
+        Some(
+            "Gemini CLI's settings (`model.name` in .gemini/settings.json of the workdir or ~/.gemini/settings.json; or GEMINI_MODEL)",
+        )
+    }
+
+    fn display_name(&self) -> &'static str {
+        "Gemini CLI"
+    }
+
+    fn proven(&self) -> &'static [Proven] {
+        PROVEN
+    }
+
+    fn program_names(&self) -> &'static [&'static str] {
+        &["gemini", "gemini.js"]
+    }
+
+    fn npm_package(&self) -> Option<&'static str> {
+        Some("@google/gemini-cli")
+    }
+
+    /// `0.61.0`, alone on its line.
+    fn version_in(&self, output: &str) -> Option<Version> {
+        Version::parse(output.trim())
+    }
+
     /// Its turn-end hook carries the model's last message (`last_assistant_message`: AfterAgent's `prompt_response`).
     fn markers_at_turn_end(&self) -> bool {
         true

@@ -9,10 +9,14 @@
 
 pub mod claude;
 pub mod codex;
+pub mod copilot;
 pub mod custom;
 pub mod failed_turn;
 pub mod gemini;
+pub mod opencode;
+pub mod pi;
 pub mod usage;
+pub mod version;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -23,17 +27,52 @@ use serde_json::{Value, json};
 use crate::spec::{AgentSpec, Cli};
 use crate::state::bounded::{self, Links};
 pub use failed_turn::TurnError;
+pub use version::Version;
 
 /// Every kind of CLI, in a fixed order.
-pub const ALL: [Cli; 4] = [Cli::Claude, Cli::Codex, Cli::Gemini, Cli::Custom];
+pub const ALL: [Cli; 7] = [
+    Cli::Claude,
+    Cli::Codex,
+    Cli::Gemini,
+    Cli::Pi,
+    Cli::Opencode,
+    Cli::Copilot,
+    Cli::Custom,
+];
 /// The CLIs phoenix writes hook files for (`custom` has none), in a fixed order.
-pub const HOOKED: [Cli; 3] = [Cli::Claude, Cli::Codex, Cli::Gemini];
+pub const HOOKED: [Cli; 6] = [
+    Cli::Claude,
+    Cli::Codex,
+    Cli::Gemini,
+    Cli::Pi,
+    Cli::Opencode,
+    Cli::Copilot,
+];
 /// A CLI settings, hooks or trust file larger than this is not read.
 pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
 /// The hook file of `cli` in `workdir`, where the CLI reads project hooks from.
 pub fn hook_path_in(cli: Cli, workdir: &std::path::Path) -> Option<std::path::PathBuf> {
     cli.adapter().hook_file().map(|p| workdir.join(p))
+}
+
+/// The hooks phoenix installs for `cli` at version `installed` (`None`: not known): the
+/// adapter's entries, with only the events of the proven version they are
+/// made for (`version::made_for`). A CLI with no proven versions gets its entries as they are.
+pub fn hooks_for(cli: Cli, installed: Option<Version>) -> Vec<version::Fitted> {
+    let adapter = cli.adapter();
+    let entries = adapter.hook_entries();
+    let proven = adapter.proven();
+    if proven.is_empty() {
+        return entries
+            .into_iter()
+            .map(|entry| version::Fitted {
+                matcher: entry.matcher.map(str::to_string),
+                entry,
+            })
+            .collect();
+    }
+    version::fit(entries, version::made_for(proven, installed))
 }
 
 impl Cli {
@@ -43,6 +82,9 @@ impl Cli {
             Cli::Claude => &claude::Claude,
             Cli::Codex => &codex::Codex,
             Cli::Gemini => &gemini::Gemini,
+            Cli::Pi => &pi::Pi,
+            Cli::Copilot => &copilot::Copilot,
+            Cli::Opencode => &opencode::Opencode,
             Cli::Custom => &custom::Custom,
         }
     }
@@ -50,6 +92,38 @@ impl Cli {
 
 /// One CLI's ways. The defaults describe a CLI phoenix knows nothing special about.
 pub trait AgentCli: Sync {
+    // ---- Versions.
+
+    /// The CLI's name as people know it (`Claude Code`), for messages.
+    fn display_name(&self) -> &'static str {
+        "the agent's program"
+    }
+
+    /// The versions phoenix was proven with (its real-CLI suites passed against them), oldest
+    /// first, each with what it knows; none for a CLI phoenix knows no versions of.
+    fn proven(&self) -> &'static [version::Proven] {
+        &[]
+    }
+
+    /// The npm package the CLI ships in: its `package.json` tells the installed version
+    /// without starting the CLI.
+    fn npm_package(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The file names of the CLI's own program (`claude`, and `claude.exe` that npm's link
+    /// points at). Only a program so named is asked its `--version`: phoenix never starts a
+    /// wrapper script or another program to learn a version.
+    fn program_names(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// The version in what `--version` printed, when the output is this CLI's (the agent's
+    /// command may start something else first, whose version says nothing).
+    fn version_in(&self, _output: &str) -> Option<Version> {
+        None
+    }
+
     // ---- Starting.
 
     /// The argv to start a new session, from the agent's command as written (with a leading
@@ -71,12 +145,28 @@ pub trait AgentCli: Sync {
         &[]
     }
 
+    /// The flags that choose the model on its command line (the first is the one to name).
+    fn model_flags(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Where the CLI takes the model from when its command line names none.
+    fn model_settings(&self) -> Option<&'static str> {
+        None
+    }
+
     // ---- Hooks: what phoenix installs, and the trust the CLI needs to run them.
 
     /// Where the CLI reads project hooks from, relative to the agent's workdir; `None` when
     /// phoenix installs no hook file for it.
     fn hook_file(&self) -> Option<&'static str> {
         None
+    }
+
+    /// Every file phoenix writes into the agent's workdir for this CLI (relative): its own,
+    /// never the agent's work. The hook file, and whatever else the CLI needs.
+    fn own_files(&self) -> Vec<&'static str> {
+        self.hook_file().into_iter().collect()
     }
 
     /// The hooks phoenix installs, in the order they are written.
@@ -89,10 +179,22 @@ pub trait AgentCli: Sync {
         false
     }
 
+    /// Does the CLI stop at its trust dialog even without phoenix's hooks (so the trust is
+    /// recorded for every agent of it, not only for one whose hooks are installed)?
+    fn trusts_without_hooks(&self) -> bool {
+        false
+    }
+
     /// Record that trust. `Ok(None)`: nothing to do. The caller holds the lock and has checked
     /// that the hook file holds phoenix's entries for the agent.
     fn trust(&self, _request: &TrustRequest<'_>) -> Result<Option<Trusted>, String> {
         Ok(None)
+    }
+
+    /// What a person is asked, when `screen` (the CLI's pane) shows its folder-trust dialog
+    /// for `workdir`.
+    fn trust_question(&self, _screen: &str, _workdir: &Path) -> Option<String> {
+        None
     }
 
     /// A comment for `phoenix hooks show` on the trust the wrapper records before each start.
@@ -137,6 +239,12 @@ pub trait AgentCli: Sync {
         reported.to_path_buf()
     }
 
+    /// The session file of session `id`, for a CLI whose hook payloads do not all name it
+    /// (Copilot's SessionStart); `None` when only a payload's `transcript_path` tells.
+    fn session_file_of(&self, _id: &str) -> Option<PathBuf> {
+        None
+    }
+
     /// The API error the last turn ended in, read from the session file at `transcript`, for a
     /// CLI that has no hook of its own for such a turn.
     fn last_turn_error(&self, _transcript: &Path) -> Option<TurnError> {
@@ -164,6 +272,13 @@ pub trait AgentCli: Sync {
     /// After a compaction, does the CLI go on without a SessionStart? Then the context
     /// phoenix gives at session start is given again with the next prompt.
     fn compaction_skips_session_start(&self) -> bool {
+        false
+    }
+
+    /// Is `prompt` one the CLI submitted itself (a background agent's result, a slash
+    /// command's expansion, a reminder), not one somebody typed? Then it starts a turn but is
+    /// not a task.
+    fn machine_prompt(&self, _prompt: &str) -> bool {
         false
     }
 
@@ -210,6 +325,13 @@ pub trait AgentCli: Sync {
     /// prompt; otherwise the wrapper waits for a longer still screen.
     fn ready_after_session_start(&self) -> bool {
         false
+    }
+
+    /// Text the CLI's screen shows only once it takes typed input (a footer), for a CLI whose
+    /// still screen is no sign of that (Copilot CLI draws a resumed session, then loads for
+    /// seconds, ignoring Enter): the continue prompt waits for it. `None`: a still screen is.
+    fn ready_text(&self) -> Option<&'static str> {
+        None
     }
 
     /// The approval prompts the CLI shows when a tool call waits for a person's yes or no (the
@@ -337,6 +459,28 @@ pub enum Reply {
 
 /// The Claude Code shape, also Codex's (and the answer when the CLI is unknown):
 /// `hookSpecificOutput` JSON, `decision: block` for feedback, nothing when there is nothing.
+/// Where to fix the model of an agent whose model cannot be used: the flag in its command
+/// when the command gives one, else the CLI's settings it came from (or the flag to add);
+/// both when phoenix cannot tell.
+pub fn model_fix(cli: Cli, argv: &[String]) -> String {
+    let adapter = cli.adapter();
+    let flags = adapter.model_flags();
+    let given = flags.iter().find(|f| {
+        argv.iter()
+            .skip(1)
+            .any(|a| a == *f || a.strip_prefix(*f).is_some_and(|r| r.starts_with('=')))
+    });
+    match (given, flags.first(), adapter.model_settings()) {
+        (Some(flag), _, _) => {
+            format!("fix `{flag}` in the agent's `command` in phoenix.toml")
+        }
+        (None, Some(flag), Some(settings)) => format!(
+            "the agent's `command` gives no `{flag}`, so the model comes from {settings}: fix it there, or give `{flag}` in the agent's `command` in phoenix.toml"
+        ),
+        _ => "fix the model the agent's `command` in phoenix.toml gives, or the one its CLI's own settings give".to_string(),
+    }
+}
+
 pub fn render_hook_specific(reply: &Reply) -> String {
     let value = match reply {
         Reply::Nothing => return String::new(),
@@ -365,10 +509,21 @@ pub fn shell_exit_in_response(response: &Value) -> Option<ShellExit<'_>> {
 
 /// The CLI that sent a hook payload, judged by what only that CLI sends.
 pub fn guess_from_payload(event: &str, has_field: &dyn Fn(&str) -> bool) -> Option<Cli> {
-    // Gemini first: its payloads are the most distinct (event names, a `timestamp` on all).
-    [Cli::Gemini, Cli::Codex, Cli::Claude, Cli::Custom]
-        .into_iter()
-        .find(|cli| cli.adapter().claims_payload(event, has_field))
+    // pi first: its extension names its event (`pi_event`), no other CLI does. Then Copilot:
+    // it claims only fields and an event no other CLI sends, and stamps its payloads with a
+    // `timestamp` as Gemini does. Then Gemini: its payloads are the most distinct (event
+    // names, a `timestamp` on all).
+    [
+        Cli::Pi,
+        Cli::Copilot,
+        Cli::Gemini,
+        Cli::Codex,
+        Cli::Claude,
+        Cli::Opencode,
+        Cli::Custom,
+    ]
+    .into_iter()
+    .find(|cli| cli.adapter().claims_payload(event, has_field))
 }
 
 /// Is this hook handler one phoenix installed for `agent`? Recognised by its command:
@@ -394,7 +549,8 @@ pub struct TrustRequest<'a> {
     pub agent: &'a AgentSpec,
     /// The agent's workdir as the CLI sees it through getcwd(): symlinks resolved.
     pub workdir: &'a Path,
-    /// The hook file's text, holding phoenix's entries for the agent.
+    /// The hook file's text, holding phoenix's entries for the agent (empty for a CLI that
+    /// `trusts_without_hooks` when they are not installed).
     pub hooks_text: &'a str,
     /// An environment variable as the agent sees it: its `env`, else phoenix's; never empty.
     pub lookup: &'a dyn Fn(&str) -> Option<String>,
@@ -445,6 +601,39 @@ pub(crate) fn first_line(e: &impl std::fmt::Display) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// The unknown model's fix names where the model came from: the flag the command gives,
+    /// else the CLI's settings (and the flag to give instead); both for a custom CLI.
+    #[test]
+    fn the_models_fix_names_where_it_came_from() {
+        let argv = |s: &str| s.split(' ').map(str::to_string).collect::<Vec<_>>();
+        let fix = |cli, command: &str| super::model_fix(cli, &argv(command));
+        assert_eq!(
+            fix(Cli::Claude, "claude --model opus"),
+            "fix `--model` in the agent's `command` in phoenix.toml"
+        );
+        assert_eq!(
+            fix(Cli::Codex, "codex -m o3"),
+            "fix `-m` in the agent's `command` in phoenix.toml"
+        );
+        assert_eq!(
+            fix(Cli::Gemini, "gemini --model=gemini-x"),
+            "fix `--model` in the agent's `command` in phoenix.toml"
+        );
+        let settings = fix(Cli::Claude, "claude --dangerously-skip-permissions");
+        assert!(
+            settings.starts_with("the agent's `command` gives no `--model`, so the model comes from Claude Code's settings"),
+            "{settings}"
+        );
+        assert!(fix(Cli::Codex, "codex").contains("~/.codex/config.toml"));
+        assert!(fix(Cli::Gemini, "gemini").contains("`model.name` in .gemini/settings.json"));
+        // The program itself is no flag: a CLI named `--model` would be odd, but not a flag.
+        assert!(fix(Cli::Claude, "--model").contains("Claude Code's settings"));
+        assert_eq!(
+            fix(Cli::Custom, "my-cli --model x"),
+            "fix the model the agent's `command` in phoenix.toml gives, or the one its CLI's own settings give"
+        );
+    }
+
     use super::*;
 
     #[test]
@@ -462,6 +651,18 @@ mod tests {
                 "{cli}"
             );
         }
+    }
+
+    /// A workdir holding only what phoenix wrote holds no work of the agent's: the hook file
+    /// and, for pi, the extension written from it.
+    #[test]
+    fn own_files_are_the_hook_file_and_what_the_cli_needs_beside_it() {
+        for cli in ALL {
+            let a = cli.adapter();
+            let own = a.own_files();
+            assert_eq!(own.first().copied(), a.hook_file(), "{cli}");
+        }
+        assert!(Cli::Pi.adapter().own_files().contains(&pi::EXTENSION_FILE));
     }
 
     #[test]
@@ -498,7 +699,15 @@ mod tests {
     /// kinds freely.
     #[test]
     fn no_code_outside_agent_cli_branches_on_the_cli_kind() {
-        let kinds = ["Cli::Claude", "Cli::Codex", "Cli::Gemini", "Cli::Custom"];
+        let kinds = [
+            "Cli::Claude",
+            "Cli::Codex",
+            "Cli::Gemini",
+            "Cli::Pi",
+            "Cli::Copilot",
+            "Cli::Opencode",
+            "Cli::Custom",
+        ];
         let mut found = Vec::new();
         for (rel, text) in crate::text::crate_sources() {
             if rel.starts_with("agent_cli/") || rel.ends_with("tests.rs") {
@@ -547,7 +756,7 @@ mod tests {
         // (cli, session-start hook, at launch, life in pane, needs trust, compaction without
         //  SessionStart, resume drops context, notify config)
         let table = [
-            (Cli::Claude, true, true, false, false, false, false, None),
+            (Cli::Claude, true, true, false, true, false, false, None),
             (
                 Cli::Codex,
                 true,
@@ -559,6 +768,9 @@ mod tests {
                 Some(".codex/config.toml"),
             ),
             (Cli::Gemini, true, true, true, true, true, true, None),
+            (Cli::Pi, true, true, true, true, true, false, None),
+            (Cli::Copilot, true, false, true, true, false, false, None),
+            (Cli::Opencode, true, false, true, true, false, false, None),
             (Cli::Custom, false, true, true, false, false, false, None),
         ];
         for (cli, hook, launch, pane, trust, compaction, resume, notify) in table {
@@ -580,7 +792,8 @@ mod tests {
             assert!(cli.adapter().compacts_now("manual", None, cwd), "{cli}");
         }
         assert!(Cli::Claude.adapter().compacts_now("auto", None, cwd));
-        // Only Codex and Gemini read a failed turn from their session file.
+        // Only Codex and Gemini read a failed turn from their session file (Copilot too, in
+        // its own shape, below).
         let failed = r#"{"id":"e1","type":"error","content":"[API Error: 400]"}"#;
         let tmp = tempfile::tempdir().unwrap();
         let chat = tmp.path().join("chat.jsonl");
@@ -589,6 +802,9 @@ mod tests {
             (Cli::Claude, false),
             (Cli::Codex, true),
             (Cli::Gemini, true),
+            (Cli::Pi, false),
+            (Cli::Copilot, false),
+            (Cli::Opencode, false),
             (Cli::Custom, false),
         ] {
             assert_eq!(
@@ -599,6 +815,56 @@ mod tests {
         }
     }
 
+    /// Every hooked CLI's hooks, made for each version it was proven with, name only events
+    /// and matcher names that version knows (an unknown event stops Claude Code 2.1.197 at a
+    /// "Settings Warning"), and lose none of phoenix's hooks on the way.
+    #[test]
+    fn the_hooks_made_for_each_proven_version_are_what_that_version_knows() {
+        for cli in HOOKED {
+            let a = cli.adapter();
+            assert!(!a.proven().is_empty(), "{cli} has proven versions");
+            let versions: Vec<Version> = a.proven().iter().map(|p| p.version).collect();
+            let mut sorted = versions.clone();
+            sorted.sort();
+            assert_eq!(versions, sorted, "{cli}: proven oldest first");
+            let wanted: Vec<&str> = a.hook_entries().iter().map(|e| e.hook).collect();
+            for p in a.proven() {
+                let made = hooks_for(cli, Some(p.version));
+                for f in &made {
+                    assert!(p.events.contains(&f.entry.event), "{cli} {}", p.version);
+                    // Every name a matcher lists is one the newest proven version sends.
+                    let newest = a.proven().last().unwrap();
+                    let known = newest
+                        .matcher_values
+                        .iter()
+                        .find(|(e, _)| *e == f.entry.event);
+                    if let (Some((_, values)), Some(m)) = (known, &f.matcher) {
+                        assert!(m.split('|').all(|v| values.contains(&v)), "{cli} {m}");
+                    }
+                }
+                let got: Vec<&str> = made.iter().map(|f| f.entry.hook).collect();
+                assert_eq!(got, wanted, "{cli} {}: every hook phoenix reads", p.version);
+            }
+        }
+        // A version not known gets what the oldest proven one knows.
+        assert_eq!(
+            hooks_for(Cli::Claude, None),
+            hooks_for(Cli::Claude, Some(claude::PROVEN[0].version))
+        );
+        // None of the events new in Claude Code 2.1.332 is read by phoenix (it installs none).
+        let new_events = [
+            "PreModelSwitch",
+            "PostModelSwitch",
+            "DirectoryAdded",
+            "PreSkillShellCommand",
+        ];
+        for p in claude::PROVEN {
+            for f in hooks_for(Cli::Claude, Some(p.version)) {
+                assert!(!new_events.contains(&f.entry.event));
+            }
+        }
+    }
+
     #[test]
     fn hook_output_per_cli() {
         let nothing = |cli: Cli| cli.adapter().render(&Reply::Nothing);
@@ -606,6 +872,16 @@ mod tests {
         assert_eq!(nothing(Cli::Claude), "");
         assert_eq!(nothing(Cli::Codex), "");
         assert_eq!(nothing(Cli::Custom), "");
+        assert_eq!(nothing(Cli::Copilot), "");
+        let context = Reply::Context {
+            event: "SessionStart".into(),
+            text: "ctx".into(),
+        };
+        assert_eq!(
+            Cli::Copilot.adapter().render(&context),
+            "{\"additionalContext\":\"ctx\"}\n"
+        );
+        assert_eq!(nothing(Cli::Opencode), "");
         let payload = |event: &str, fields: &[&str]| {
             let fields: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
             guess_from_payload(event, &|f| fields.iter().any(|x| x == f))
@@ -618,6 +894,16 @@ mod tests {
             Some(Cli::Gemini)
         );
         assert_eq!(payload("PostToolUse", &["session_id"]), None);
+        // Copilot stamps `timestamp` too, and is told by what only it sends.
+        assert_eq!(
+            payload("PostToolUse", &["timestamp", "tool_result"]),
+            Some(Cli::Copilot)
+        );
+        assert_eq!(
+            payload("SessionStart", &["timestamp", "initial_prompt"]),
+            Some(Cli::Copilot)
+        );
+        assert_eq!(payload("ErrorOccurred", &["timestamp"]), Some(Cli::Copilot));
     }
 
     #[test]
@@ -643,6 +929,24 @@ mod tests {
                 .resume_argv(base("codex"), "s1")
                 .unwrap(),
             ["codex", "resume", "s1", "-m", "x"]
+        );
+        assert_eq!(
+            Cli::Pi.adapter().resume_argv(base("pi"), "s1").unwrap(),
+            ["pi", "-m", "x", "--session", "s1"]
+        );
+        assert_eq!(
+            Cli::Copilot
+                .adapter()
+                .resume_argv(base("copilot"), "s1")
+                .unwrap(),
+            ["copilot", "-m", "x", "--resume=s1"]
+        );
+        assert_eq!(
+            Cli::Opencode
+                .adapter()
+                .resume_argv(base("opencode"), "ses_1")
+                .unwrap(),
+            ["opencode", "-m", "x", "--session", "ses_1"]
         );
         assert_eq!(Cli::Custom.adapter().resume_argv(base("bot"), "s1"), None);
     }

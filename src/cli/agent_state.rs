@@ -231,7 +231,16 @@ pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {
     let agent = agent(&spec, &name)?;
     let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
     let exe = crate::hooks::config::hook_binary(&exe);
-    let target = Target::new(&exe, &spec.file, agent);
+    let installed = crate::world::cli_version::installed(agent, &spec.fleet.state_dir);
+    let versions = installed
+        .as_ref()
+        .map(|i| crate::world::cli_version::report(agent, i));
+    let target = Target::new(
+        &exe,
+        &spec.file,
+        agent,
+        installed.as_ref().and_then(|i| i.version),
+    );
     let (Some(path), Some(content)) =
         (config::path_in(agent.cli, &agent.workdir), target.desired())
     else {
@@ -256,6 +265,7 @@ pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {
             "agent": name, "cli": agent.cli,
             "files": [{"path": path, "content": content}],
             "codex_notify": notify.as_ref().map(|(_, argv)| argv),
+            "cli_version": versions,
         }));
         return Ok(0);
     }
@@ -263,6 +273,16 @@ pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {
         "# {} — merged into the file: your own settings and hooks stay, only phoenix's entries for agent `{name}` are replaced\n",
         path.display()
     );
+    if let Some(i) = &installed {
+        let _ = writeln!(
+            text,
+            "# {}",
+            crate::world::cli_version::made_for_text(agent, i)
+        );
+    }
+    if let Some(warning) = versions.as_ref().and_then(|v| v.warning.as_ref()) {
+        let _ = writeln!(text, "# warning: {warning}");
+    }
     text.push_str(&config::pretty(&content));
     if let Some(note) = adapter.trust_note() {
         text.push('\n');

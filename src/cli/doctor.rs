@@ -12,6 +12,7 @@ use crate::world::{self, Check};
 
 pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
     let mut checks = world::host_checks();
+    let mut versions = Vec::new();
     match spec::load(config) {
         Err(e) => checks.push(Check {
             check: "config".into(),
@@ -22,11 +23,15 @@ pub fn doctor(config: &Path, json: bool) -> anyhow::Result<i32> {
                     .unwrap_or_else(|| "run `phoenix validate` for details".into()),
             ),
         }),
-        Ok(spec) => checks.extend(fleet_checks(&spec)),
+        Ok(spec) => {
+            checks.extend(fleet_checks(&spec));
+            versions = cli_versions(&spec);
+            checks.extend(versions.iter().map(version_check));
+        }
     }
     let failed = checks.iter().filter(|c| !c.ok).count();
     if json {
-        output::json(json!({"ok": failed == 0, "checks": checks}));
+        output::json(json!({"ok": failed == 0, "checks": checks, "cli_versions": versions}));
     } else {
         out(&checks_text(&checks, failed));
     }
@@ -55,6 +60,35 @@ fn fleet_checks(spec: &Spec) -> Vec<Check> {
     ];
     checks.extend(spec.agents.iter().flat_map(world::agent_checks));
     checks
+}
+
+/// The installed version of each agent's CLI that phoenix knows versions of.
+fn cli_versions(spec: &Spec) -> Vec<world::cli_version::Report> {
+    spec.agents
+        .iter()
+        .filter_map(|a| {
+            let installed = world::cli_version::installed(a, &spec.fleet.state_dir)?;
+            Some(world::cli_version::report(a, &installed))
+        })
+        .collect()
+}
+
+/// Not a failure: a version outside the proven range may well work. Said, with a hint.
+fn version_check(v: &world::cli_version::Report) -> Check {
+    let detail = match (&v.version, &v.warning) {
+        (_, Some(warning)) => warning.clone(),
+        (Some(version), None) => format!(
+            "{} {version} (proven {}); hooks made for {} {}",
+            v.name, v.proven, v.name, v.hooks_made_for
+        ),
+        (None, None) => format!("{} (proven {})", v.name, v.proven),
+    };
+    Check {
+        check: format!("agent `{}` version", v.agent),
+        ok: true,
+        detail,
+        fix: v.hint.clone(),
+    }
 }
 
 /// Checked without creating anything: the nearest existing directory must take a new file

@@ -704,11 +704,7 @@ fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -
         ),
     ];
     if let Some(a) = declared {
-        let next = if a.resume_command.is_some() {
-            "resumes the recorded session"
-        } else {
-            "a fresh session (no `resume_command`)"
-        };
+        let next = r.next_start.as_ref().map_or_else(dash, next_start_text);
         rows.push((
             "Restart",
             format!(
@@ -746,6 +742,20 @@ fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -
         text.push_str(&summary.to_string());
     }
     text
+}
+
+/// The next start in a few words: `resumes session s1 (claude --resume s1)`, or `a fresh
+/// session: no session recorded yet`.
+fn next_start_text(next: &crate::supervise::wrap::NextStart) -> String {
+    let command: Vec<String> = next.argv.iter().map(|a| crate::text::sh_quote(a)).collect();
+    match (&next.session_id, &next.why) {
+        (Some(id), _) => format!("resumes session {id} (`{}`)", command.join(" ")),
+        (None, why) => format!(
+            "a fresh session (`{}`): {}",
+            command.join(" "),
+            why.as_deref().unwrap_or("fresh")
+        ),
+    }
 }
 
 /// A wait for a person in a few words: `permission_prompt for 3m: Claude needs your

@@ -14,7 +14,7 @@ pub struct HookCall {
     pub event: String,
     #[arg(long)]
     pub agent: String,
-    /// The calling CLI (claude, codex, gemini, custom): decides the output format even when
+    /// The calling CLI (claude, codex, gemini, pi, custom): decides the output format even when
     /// phoenix.toml cannot be read. Default: the agent's `cli`.
     #[arg(long)]
     pub cli: Option<String>,

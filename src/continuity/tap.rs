@@ -157,7 +157,8 @@ impl Tap {
             if let Some(b) = self.strip(b) {
                 if b == b'\n' {
                     let line = std::mem::take(&mut self.partial);
-                    self.line(&String::from_utf8_lossy(&line), &mut out);
+                    // A line longer than MAX_LINE was cut by bytes: never inside a character.
+                    self.line(&crate::text::cut_utf8(&line), &mut out);
                 } else if b == b'\r' {
                     // A carriage return redraws the line: keep what follows (progress bars),
                     // unless nothing follows (a CRLF line end).

@@ -90,14 +90,7 @@ pub fn act(spec: &Spec, agent: &AgentSpec, dir: &AgentDir, texts: &[String]) -> 
 }
 
 fn bounded(text: &str) -> &str {
-    if text.len() <= MAX_TEXT {
-        return text;
-    }
-    let mut end = MAX_TEXT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
+    crate::text::cut_bytes(text, MAX_TEXT)
 }
 
 fn record(dir: &AgentDir, op: crate::state::op::Make, command: &Command, reason: &str) {

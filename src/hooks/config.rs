@@ -60,16 +60,26 @@ pub struct Target<'a> {
     pub agent: &'a str,
     pub cli: Cli,
     pub guard: bool,
+    /// The installed version of the CLI the hooks are made for (`None`: not known; they are
+    /// then made for the oldest version phoenix was proven with).
+    pub version: Option<crate::agent_cli::Version>,
 }
 
 impl<'a> Target<'a> {
-    pub fn new(exe: &'a Path, config: &'a Path, agent: &'a AgentSpec) -> Target<'a> {
+    /// The hooks of `agent`, for the `version` of its CLI that is installed.
+    pub fn new(
+        exe: &'a Path,
+        config: &'a Path,
+        agent: &'a AgentSpec,
+        version: Option<crate::agent_cli::Version>,
+    ) -> Target<'a> {
         Target {
             exe,
             config,
             agent: &agent.name,
             cli: agent.cli,
             guard: agent.guard_structured_files,
+            version,
         }
     }
 
@@ -100,12 +110,12 @@ impl<'a> Target<'a> {
     /// phoenix's part of the hook file: `{"hooks": {Event: [group, …]}}`, or `None` for a CLI
     /// without hook files.
     pub fn desired(&self) -> Option<Value> {
-        let list = self.cli.adapter().hook_entries();
+        let list = crate::agent_cli::hooks_for(self.cli, self.version);
         if list.is_empty() {
             return None;
         }
         let mut hooks = Map::new();
-        for entry in list {
+        for crate::agent_cli::version::Fitted { entry, matcher } in list {
             let mut handler = Map::new();
             // A CLI that identifies handlers by name (Gemini) gets one.
             if !entry.name.is_empty() {
@@ -115,7 +125,7 @@ impl<'a> Target<'a> {
             handler.insert("command".into(), self.command(entry.hook).into());
             handler.insert("timeout".into(), entry.timeout.into());
             let mut group = Map::new();
-            if let Some(m) = entry.matcher {
+            if let Some(m) = matcher {
                 group.insert("matcher".into(), m.into());
             }
             group.insert("hooks".into(), Value::Array(vec![Value::Object(handler)]));
@@ -381,6 +391,7 @@ mod tests {
             agent: "trades",
             cli,
             guard: false,
+            version: None,
         }
     }
 
@@ -424,7 +435,7 @@ mod tests {
         assert_first_group(
             Cli::Claude,
             "SessionStart",
-            "startup|resume|clear|compact",
+            "startup|resume|clear|compact|fork",
             fields,
         );
         assert_first_group(Cli::Claude, "PreCompact", "manual|auto", json!({}));
@@ -631,7 +642,7 @@ mod tests {
         assert!(!create);
         assert!(diff.contains("+++ .claude/settings.json"), "{diff}");
         assert!(
-            diff.contains("+        \"matcher\": \"startup|resume|clear|compact\""),
+            diff.contains("+        \"matcher\": \"startup|resume|clear|compact|fork\""),
             "{diff}"
         );
         let compact =

@@ -14,6 +14,7 @@ pub mod output;
 pub mod payload;
 mod prompt;
 mod session;
+mod subagent;
 mod tool;
 pub mod trust;
 mod turn;
@@ -270,6 +271,13 @@ impl Hook<'_> {
             retention: Retention::from(&spec.thresholds),
             now: jiff::Timestamp::now(),
         };
+        // A hook from inside a subagent is the agent's work, never the main thread's turn,
+        // session or prompt (hooks/subagent.rs has the rules).
+        if let Some(sub) = self.payload.subagent() {
+            return self
+                .in_subagent(&ctx, event, sub)
+                .map_err(|e| e.to_string());
+        }
         match event {
             Event::SessionStart => Ok(self.session_start(&ctx)),
             Event::Prompt => self.prompt(&ctx),
@@ -308,9 +316,14 @@ impl Hook<'_> {
     }
 
     /// The payload's transcript: the file that does hold the session, which is not always
-    /// the one reported (Gemini after a resume).
+    /// the one reported (Gemini after a resume), or where the CLI keeps its session when the
+    /// payload names none (Copilot's SessionStart).
     fn transcript(&self) -> Option<String> {
-        let path = self.payload.transcript_path()?;
+        let Some(path) = self.payload.transcript_path() else {
+            let id = self.payload.session_id()?;
+            let file = self.cli?.adapter().session_file_of(id)?;
+            return Some(file.to_string_lossy().into_owned());
+        };
         Some(match self.cli {
             Some(cli) => cli
                 .adapter()

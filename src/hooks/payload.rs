@@ -15,6 +15,13 @@ pub struct Payload {
     pub problem: Option<String>,
 }
 
+/// A subagent a hook fired in: its id and type (`general-purpose`, …) as the CLI said them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subagent<'a> {
+    pub id: &'a str,
+    pub kind: Option<&'a str>,
+}
+
 /// How a tool call ended, as far as the payload tells.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -63,6 +70,18 @@ impl Payload {
         self.str("session_id")
             .or_else(|| self.str("thread-id"))
             .filter(|s| !s.is_empty())
+    }
+
+    /// The subagent this hook fired in, if it did not fire in the main thread: Claude Code
+    /// sends `agent_id` (with `agent_type`) from an Agent tool worker's or a compaction's
+    /// subagent, and never from the main thread (not even in an `--agent` session, which has
+    /// `agent_type` alone).
+    pub fn subagent(&self) -> Option<Subagent<'_>> {
+        let id = self.str("agent_id").filter(|s| !s.trim().is_empty())?;
+        Some(Subagent {
+            id,
+            kind: self.str("agent_type").filter(|s| !s.is_empty()),
+        })
     }
 
     pub fn event_name(&self) -> Option<&str> {
@@ -134,7 +153,11 @@ impl Payload {
         if self.event_name() == Some("PostToolUseFailure") {
             return Outcome::Failed("tool failed".into());
         }
-        let Some(response) = self.get("tool_response") else {
+        // Copilot CLI calls it `tool_result`.
+        let Some(response) = self
+            .get("tool_response")
+            .or_else(|| self.get("tool_result"))
+        else {
             return Outcome::Ok;
         };
         if let Some(error) = response.get("error").filter(|e| !e.is_null()) {
@@ -362,6 +385,25 @@ mod tests {
             tool_error.outcome(),
             Outcome::Failed("File not found".into())
         );
+    }
+
+    #[test]
+    fn only_a_payload_with_agent_id_comes_from_a_subagent() {
+        let sub = Payload::parse(
+            r#"{"hook_event_name":"StopFailure","agent_id":"a1","agent_type":"general-purpose"}"#,
+        );
+        assert_eq!(
+            sub.subagent(),
+            Some(Subagent {
+                id: "a1",
+                kind: Some("general-purpose")
+            })
+        );
+        // An `--agent` session's main thread has `agent_type` alone.
+        let main = Payload::parse(r#"{"hook_event_name":"StopFailure","agent_type":"reviewer"}"#);
+        assert_eq!(main.subagent(), None);
+        assert_eq!(Payload::parse(r#"{"agent_id":""}"#).subagent(), None);
+        assert_eq!(Payload::parse(r#"{"agent_id":7}"#).subagent(), None);
     }
 
     #[test]

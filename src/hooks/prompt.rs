@@ -35,11 +35,10 @@ impl Hook<'_> {
     }
 
     pub(super) fn prompt(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
-        // Text phoenix typed (a continuation nudge, an injected handoff) is not a new task.
         let task = self
             .payload
             .prompt()
-            .filter(|p| !is_phoenix_text(p) && p.trim() != ctx.agent.restart.continue_prompt)
+            .filter(|p| is_task(ctx, p))
             .map(task_line);
         let session_id = self.payload.session_id().map(str::to_string);
         let now = state::rfc3339(ctx.now);
@@ -124,6 +123,16 @@ impl Hook<'_> {
             .filter(|t| !t.is_empty())
             .map(str::to_string)
     }
+}
+
+/// Is this prompt a task, which replaces the current one (and with it the per-task recovery
+/// and revival counts)? Not text phoenix typed (a continuation nudge, an injected handoff),
+/// nor one the CLI submitted itself (a background agent's result, a reminder): those start a
+/// turn of the same task.
+fn is_task(ctx: &Ctx<'_>, prompt: &str) -> bool {
+    !is_phoenix_text(prompt)
+        && prompt.trim() != ctx.agent.restart.continue_prompt
+        && !ctx.agent.cli.adapter().machine_prompt(prompt)
 }
 
 /// Does a prompt come from phoenix itself? Its texts start with `[phoenix]` or a

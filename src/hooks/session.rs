@@ -35,7 +35,9 @@ impl Hook<'_> {
         let start = match (interrupted, source.as_str()) {
             (true, _) => Start::Recovery,
             (false, "compact") => Start::Compacted,
-            (false, "resume") => Start::Resumed,
+            // A fork (`--fork-session`, Claude Code 2.1.332) is a new session id holding the
+            // conversation it was forked from: like a resume, it has everything already.
+            (false, "resume" | "fork") => Start::Resumed,
             (false, _) => Start::Fresh,
         };
         let text = self.startup_context(ctx, start, &state);

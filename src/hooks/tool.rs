@@ -18,6 +18,11 @@ const IN_FLIGHT_INPUT_CHARS: usize = 500;
 impl Hook<'_> {
     pub(super) fn pre_tool(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
         self.note_in_flight(ctx.dir);
+        self.guard_snapshot(ctx)
+    }
+
+    /// Snapshot the structured files the call is about to edit, for the guard.
+    pub(super) fn guard_snapshot(&self, ctx: &Ctx<'_>) -> Result<Reply, StateError> {
         if ctx.agent.guard_structured_files {
             guard::snapshot(ctx.dir, &self.cwd(ctx), &self.payload.edited_files())?;
         }
@@ -147,20 +152,27 @@ impl Hook<'_> {
         }
         dir.append_tool_use(&line)?;
         result?;
-        if ctx.agent.guard_structured_files {
-            let messages = guard::check(dir, &self.cwd(ctx), &self.payload.edited_files());
-            if !messages.is_empty() {
-                return Ok(Reply::Feedback {
-                    event: self
-                        .payload
-                        .event_name()
-                        .unwrap_or("PostToolUse")
-                        .to_string(),
-                    reason: messages.join("\n"),
-                });
-            }
+        Ok(self.guard_feedback(ctx))
+    }
+
+    /// What the structured-file guard has to tell the model about the files this call edited
+    /// (restored from their snapshot), if anything.
+    pub(super) fn guard_feedback(&self, ctx: &Ctx<'_>) -> Reply {
+        if !ctx.agent.guard_structured_files {
+            return Reply::Nothing;
         }
-        Ok(Reply::Nothing)
+        let messages = guard::check(ctx.dir, &self.cwd(ctx), &self.payload.edited_files());
+        if messages.is_empty() {
+            return Reply::Nothing;
+        }
+        Reply::Feedback {
+            event: self
+                .payload
+                .event_name()
+                .unwrap_or("PostToolUse")
+                .to_string(),
+            reason: messages.join("\n"),
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 //! Making a CLI trust what phoenix installed, before the wrapper starts it: Codex CLI trusts
-//! per project and per hook, Gemini CLI per folder (each CLI's file says how). Without it the
-//! interactive CLI stops at a dialog and phoenix's hooks never run.
+//! per project and per hook, Gemini CLI per folder, Claude Code per folder whether or not
+//! phoenix's hooks are installed (each CLI's file says how). Without it the interactive CLI
+//! stops at a dialog and phoenix's hooks never run (Claude Code 2.1.332's dialog even exits
+//! on Enter).
 //!
 //! phoenix trusts the agent's workdir and its own handlers for that agent — never the user's
 //! hooks — and leaves alone a directory the user marked untrusted. Planning is pure (in
@@ -42,22 +44,19 @@ fn ensure_locked(agent: &AgentSpec) -> Result<Option<Trusted>, String> {
             .or_else(|| std::env::var(key).ok())
             .filter(|v| !v.is_empty())
     };
-    let Some(hooks_path) = config::path_in(agent.cli, &agent.workdir) else {
-        return Ok(None);
-    };
-    let Ok(hooks_text) = bounded::read_string(&hooks_path, config::MAX_CONFIG_BYTES, Links::Follow)
-    else {
-        return Ok(None);
-    };
-    if !config::has_agent_entries(&hooks_text, &agent.name) {
+    let adapter = agent.cli.adapter();
+    let hooks_text = config::path_in(agent.cli, &agent.workdir)
+        .and_then(|p| bounded::read_string(&p, config::MAX_CONFIG_BYTES, Links::Follow).ok())
+        .filter(|text| config::has_agent_entries(text, &agent.name));
+    if hooks_text.is_none() && !adapter.trusts_without_hooks() {
         return Ok(None);
     }
     // The CLIs see the workdir through getcwd(): symlinks resolved.
     let workdir = fs::canonicalize(&agent.workdir).unwrap_or_else(|_| agent.workdir.clone());
-    agent.cli.adapter().trust(&TrustRequest {
+    adapter.trust(&TrustRequest {
         agent,
         workdir: &workdir,
-        hooks_text: &hooks_text,
+        hooks_text: hooks_text.as_deref().unwrap_or(""),
         lookup: &lookup,
     })
 }
@@ -90,7 +89,7 @@ mod tests {
         )
         .unwrap();
         for agent in &spec.agents {
-            let target = config::Target::new(Path::new("/opt/phoenix"), &spec.file, agent);
+            let target = config::Target::new(Path::new("/opt/phoenix"), &spec.file, agent, None);
             let hooks = config::pretty(&target.desired().unwrap());
             fs::write(agent.workdir.join(".codex/hooks.json"), hooks).unwrap();
         }

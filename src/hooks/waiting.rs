@@ -12,10 +12,10 @@ use crate::state::{self, AgentState, NeedsInput, Op, StateError};
 use super::output::Reply;
 use super::{Ctx, Hook};
 
-/// The notification types that mean the CLI waits for a person (Claude Code 2.1:
-/// `permission_prompt`, `idle_prompt`, `auth_success`, `elicitation_dialog`,
-/// `elicitation_complete`, `elicitation_response`); also the hook's matcher.
-pub const WAITING_TYPES: [&str; 3] = ["permission_prompt", "idle_prompt", "elicitation_dialog"];
+/// The notification types that mean the CLI waits for a person (Claude Code's, with the
+/// versions that send each: `agent_cli::claude::WAITING_NOTIFICATIONS`, also the hook's
+/// matcher).
+pub const WAITING_TYPES: [&str; 6] = crate::agent_cli::claude::WAITING_NOTIFICATIONS;
 
 /// How much of the CLI's message is kept.
 const MESSAGE_CHARS: usize = 300;
@@ -69,7 +69,8 @@ impl Hook<'_> {
             .chars()
             .take(MESSAGE_CHARS)
             .collect();
-        if reason == "idle_prompt" {
+        // Only the main thread's prompt ends its turn.
+        if reason == "idle_prompt" && self.payload.subagent().is_none() {
             self.idle_at_prompt(ctx)?;
         }
         let now = state::rfc3339(ctx.now);
@@ -181,6 +182,15 @@ mod tests {
             Some("permission_prompt")
         );
         assert_eq!(waiting_reason(Some("elicitation_complete"), ""), None);
+        // Claude Code 2.1.332's new waits, and a notice that asks nothing.
+        for kind in [
+            "elicitation_url_dialog",
+            "worker_permission_prompt",
+            "agent_needs_input",
+        ] {
+            assert_eq!(waiting_reason(Some(kind), "x"), Some(kind));
+        }
+        assert_eq!(waiting_reason(Some("agent_completed"), "done"), None);
         // Builds that send no type.
         assert_eq!(waiting_reason(None, msg), Some("permission_prompt"));
         assert_eq!(

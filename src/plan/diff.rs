@@ -32,6 +32,14 @@ pub fn diff(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
         unmanaged,
         attention,
         kept_worktrees: worktrees.kept,
+        cli_versions: spec
+            .agents
+            .iter()
+            .filter_map(|a| {
+                let installed = world.cli_versions.get(&a.name)?;
+                Some(crate::world::cli_version::report(a, installed))
+            })
+            .collect(),
     }
 }
 

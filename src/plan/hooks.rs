@@ -79,7 +79,10 @@ fn hook_changes(
         let own = agent.filter(|a| {
             a.cli == cli && hook_config::path_in(cli, &a.workdir).as_ref() == Some(path)
         });
-        let desired = own.and_then(|a| Target::new(exe, &spec.file, a).desired());
+        let desired = own.and_then(|a| {
+            let version = world.cli_versions.get(&a.name).and_then(|v| v.version);
+            Target::new(exe, &spec.file, a, version).desired()
+        });
         let existing = match world.hook_files.get(path) {
             Some(FileObs::Text(text)) => Some(text.as_str()),
             Some(FileObs::Unreadable(e)) => {
@@ -113,12 +116,21 @@ fn hook_changes(
                     create,
                     diff,
                 },
-                if create {
-                    format!("`{label}` does not exist yet")
-                } else if had_entries {
-                    format!("phoenix's hooks in `{label}` are out of date")
-                } else {
-                    format!("`{label}` has no phoenix hooks yet")
+                {
+                    let why = if create {
+                        format!("`{label}` does not exist yet")
+                    } else if had_entries {
+                        format!("phoenix's hooks in `{label}` are out of date")
+                    } else {
+                        format!("`{label}` has no phoenix hooks yet")
+                    };
+                    match own.and_then(|a| world.cli_versions.get(&a.name).map(|v| (a, v))) {
+                        Some((a, installed)) => format!(
+                            "{why}; {}",
+                            crate::world::cli_version::made_for_text(a, installed)
+                        ),
+                        None => why,
+                    }
                 },
             ),
             FileChange::Write { diff, .. } | FileChange::Delete { diff } => (

@@ -94,6 +94,10 @@ pub struct Plan {
     /// Worktrees phoenix made that no agent works in any more, and why they stay.
     #[serde(default)]
     pub kept_worktrees: Vec<KeptWorktree>,
+    /// The installed version of each declared agent's CLI (those phoenix knows versions of),
+    /// the versions phoenix was proven with, and which one its hooks are made for.
+    #[serde(default)]
+    pub cli_versions: Vec<crate::world::cli_version::Report>,
 }
 
 /// A worktree no agent works in that the plan does not remove, and why: not pruning, or
@@ -286,6 +290,7 @@ impl Plan {
             unmanaged: Vec::new(),
             attention: Vec::new(),
             kept_worktrees: Vec::new(),
+            cli_versions: Vec::new(),
         }
     }
 
@@ -300,6 +305,7 @@ impl Plan {
         self.unmanaged.clear();
         self.attention.retain(|a| agents.contains(&a.agent));
         self.kept_worktrees.retain(|k| agents.contains(&k.agent));
+        self.cli_versions.retain(|v| agents.contains(&v.agent));
     }
 
     pub fn summary(&self) -> Summary {

@@ -36,6 +36,22 @@ impl fmt::Display for Plan {
                 writeln!(f, "  {}", attention_line(a))?;
             }
         }
+        // A version outside the proven range is said; one not known only by `doctor` (a
+        // wrapper script as the command is common and fine).
+        let outside: Vec<_> = self
+            .cli_versions
+            .iter()
+            .filter(|v| v.version.is_some() && v.warning.is_some())
+            .collect();
+        if !outside.is_empty() {
+            writeln!(
+                f,
+                "\nCLI versions phoenix was not proven with (not changes):"
+            )?;
+            for v in outside {
+                writeln!(f, "  {}", cli_version_line(v))?;
+            }
+        }
         if !self.kept_worktrees.is_empty() {
             writeln!(f, "\nWorktrees no agent works in, kept (not changes):")?;
             for k in &self.kept_worktrees {
@@ -69,6 +85,20 @@ pub fn summary_line(s: &Summary) -> String {
             s.worktrees,
             plural(s.worktrees)
         );
+    }
+    line
+}
+
+/// `! agent `cc`: Claude Code 2.1.400 is newer than …; hint`.
+pub fn cli_version_line(v: &crate::world::cli_version::Report) -> String {
+    let mut line = format!(
+        "! agent `{}`: {}",
+        v.agent,
+        v.warning.as_deref().unwrap_or_default()
+    );
+    if let Some(hint) = &v.hint {
+        line.push_str("; ");
+        line.push_str(hint);
     }
     line
 }

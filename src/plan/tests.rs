@@ -59,6 +59,7 @@ fn world_with(spec: &Spec, panes: Vec<PaneObs>) -> World {
         location: String::new(),
         hook_files: Default::default(),
         workspaces: Default::default(),
+        cli_versions: Default::default(),
         panes_by_agent: Default::default(),
         panes,
         agents: spec
@@ -453,7 +454,7 @@ fn hook_files_are_planned_before_starts_and_only_with_an_exe() {
 #[test]
 fn installed_hooks_are_converged() {
     let s = claude_agent();
-    let desired = Target::new(Path::new("/bin/phoenix"), &s.file, &s.agents[0])
+    let desired = Target::new(Path::new("/bin/phoenix"), &s.file, &s.agents[0], None)
         .desired()
         .unwrap();
     let mut w = World::default();
@@ -469,7 +470,7 @@ fn installed_hooks_are_converged() {
 fn a_pruned_agent_loses_only_its_hook_entries() {
     let s = claude_agent();
     let old = spec("[[agent]]\nname = \"old\"\ncli = \"claude\"\nworkdir = \"/o\"\n");
-    let theirs = Target::new(Path::new("/bin/phoenix"), &old.file, &old.agents[0])
+    let theirs = Target::new(Path::new("/bin/phoenix"), &old.file, &old.agents[0], None)
         .desired()
         .unwrap();
     let path = PathBuf::from("/o/.claude/settings.json");

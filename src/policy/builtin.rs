@@ -63,7 +63,9 @@ pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
             format!("{count}: crash loop stopped"),
         );
     }
-    let delay = backoff(restart, crashes);
+    // The backoff starts over after a session that did work: a resumed session that worked
+    // and was killed again is no crash loop (its wait doubled from kill to kill).
+    let delay = backoff(restart, backoff_count(exit, crashes));
     if exit.fresh_requested {
         return decide(
             Start::Fresh,
@@ -87,6 +89,15 @@ pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
         "restarting"
     };
     decide(Start::Resume, delay, format!("{count}: {next}"))
+}
+
+/// What the backoff counts: the crashes since the last run that did work, else (not known)
+/// all of them in the window.
+pub fn backoff_count(exit: &ExitInfo, crashes: u32) -> u32 {
+    match exit.crashes_since_work {
+        0 => crashes,
+        n => n.min(crashes).max(1),
+    }
 }
 
 /// Revive once per task; runaway work and repeated failures go to a person.
@@ -410,15 +421,20 @@ pub fn prescribe(diagnosis: &Diagnosis, trauma: &Trauma) -> Prescription {
     };
     let attempt = trauma.recoveries + 1;
     match diagnosis.root_cause {
-        RootCause::ModelUnavailable => Prescription::abort(match model_named(&trauma.error_text()) {
-            Some(model) => format!(
-                "the model `{model}` cannot be used: fix `--model` in the agent's `command` in phoenix.toml"
-            ),
-            None => "the agent's model cannot be used: fix `--model` in the agent's `command` in phoenix.toml".to_string(),
-        }),
-        cause if cause.needs_a_person() => Prescription::abort(format!(
-            "{cause}: a restart cannot fix this; a person has to"
-        )),
+        RootCause::ModelUnavailable => {
+            let which = match model_named(&trauma.error_text()) {
+                Some(model) => format!("the model `{model}`"),
+                None => "the agent's model".to_string(),
+            };
+            Prescription::abort(format!(
+                "{which} cannot be used: {}",
+                trauma.agent.model_fix
+            ))
+        }
+        // The cause is said beside the reason wherever it is shown (`clinic: CAUSE: REASON`).
+        cause if cause.needs_a_person() => {
+            Prescription::abort("a restart cannot fix this; a person has to".to_string())
+        }
         RootCause::ContextLengthExceeded => p(
             PrescriptionAction::SummarizeHistory,
             None,
@@ -693,7 +709,7 @@ mod tests {
         assert_eq!(
             p.reason.as_deref(),
             Some(
-                "the model `claude-nope-4` cannot be used: fix `--model` in the agent's `command` in phoenix.toml"
+                "the model `claude-nope-4` cannot be used: fix the model the agent's `command` in phoenix.toml gives, or the one its CLI's own settings give"
             )
         );
         assert_eq!(

@@ -366,6 +366,8 @@ fn the_lua_default_agrees_with_the_builtin_on_exits() {
             code,
             signal,
             crashes_in_window: crashes,
+            // Known after a session that worked (1), and not known (0).
+            crashes_since_work: u32::from(resumed),
             fresh_requested: fresh,
             resumed,
             runtime_ms,

@@ -137,6 +137,9 @@ pub struct AgentInfo {
     pub restart: RestartInfo,
     pub thresholds: ThresholdInfo,
     pub max_recoveries: u32,
+    /// Where to fix the agent's model when it cannot be used: the flag in its `command`, or
+    /// the CLI's settings it came from (`agent_cli::model_fix`).
+    pub model_fix: String,
 }
 
 impl Default for AgentInfo {
@@ -148,6 +151,7 @@ impl Default for AgentInfo {
             restart: RestartInfo::default(),
             thresholds: ThresholdInfo::default(),
             max_recoveries: 2,
+            model_fix: crate::agent_cli::model_fix(crate::spec::Cli::Custom, &[]),
         }
     }
 }
@@ -164,6 +168,7 @@ impl AgentInfo {
             restart: RestartInfo::from(&agent.restart),
             thresholds: ThresholdInfo::from(&spec.thresholds),
             max_recoveries: spec.clinic.max_recoveries,
+            model_fix: crate::agent_cli::model_fix(agent.cli, &agent.argv),
         }
     }
 }
@@ -182,6 +187,10 @@ pub struct ExitInfo {
     pub showed_life: bool,
     /// Crashes within the crash window, this one included (0 for a clean exit).
     pub crashes_in_window: u32,
+    /// Of those, the ones since the last run that did work (a finished turn, a tool call),
+    /// this one included: what the backoff counts, so a session that worked starts it over
+    /// (1 when this run did work). 0: not known, the backoff counts `crashes_in_window`.
+    pub crashes_since_work: u32,
     /// A `.fresh` marker asks for a clean slate.
     pub fresh_requested: bool,
     pub session_id: Option<String>,
@@ -200,6 +209,7 @@ impl Default for ExitInfo {
             resumed: false,
             showed_life: true,
             crashes_in_window: 0,
+            crashes_since_work: 0,
             fresh_requested: false,
             session_id: None,
             resume_refused: false,

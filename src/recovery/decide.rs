@@ -57,6 +57,14 @@ pub struct StopRequest {
     pub reason: EndReason,
     /// Seconds since the epoch; old requests are ignored.
     pub ts: i64,
+    /// Wait this long before the next start (a revival's backoff: a 429 is retried after
+    /// the Clinic's delay, not at once). Absent in requests an older phoenix wrote.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delay_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How the run ended, as its wrapper saw it.
@@ -71,6 +79,9 @@ pub struct ExitFacts {
     pub session_id: Option<String>,
     /// The run showed life (a hook, or pane output for custom CLIs) before it ended.
     pub showed_life: bool,
+    /// The run did work after it started (a finished turn, a tool call): the backoff starts
+    /// over.
+    pub worked: bool,
     pub requested: Option<StopRequest>,
     /// The `.fresh` marker asks for a clean slate (the one way a fresh start is asked for).
     pub fresh_requested: bool,
@@ -121,6 +132,9 @@ pub struct Facts {
     pub info: AgentInfo,
     /// Earlier crashes (seconds since the epoch); those outside the crash window are ignored.
     pub recent_crashes: Vec<i64>,
+    /// When a run that did work last ended (seconds since the epoch): the crashes before it
+    /// do not count for the backoff.
+    pub last_work: Option<i64>,
     /// Watchdog revivals already spent on the current task, and the limit.
     pub revivals_for_task: u32,
     pub max_revivals: u32,
@@ -133,6 +147,7 @@ impl Facts {
         Facts {
             info,
             recent_crashes: Vec::new(),
+            last_work: None,
             revivals_for_task: 0,
             max_revivals: 1,
             stopping: false,
@@ -332,6 +347,7 @@ fn as_requested(exit: &ExitFacts, req: &StopRequest) -> Recovery {
     };
     Recovery {
         start: Some(start),
+        delay: Duration::from_millis(req.delay_ms),
         clear_session: start == Start::Fresh,
         ..Recovery::new(
             req.reason,
@@ -355,6 +371,19 @@ fn exit_info(exit: &ExitFacts, facts: &Facts) -> ExitInfo {
     } else {
         u32::try_from(earlier + 1).unwrap_or(u32::MAX)
     };
+    let since_work = if exit.is_clean() {
+        0
+    } else if exit.worked {
+        1
+    } else {
+        let after_work = facts
+            .recent_crashes
+            .iter()
+            .filter(|&&t| i128::from(t) * 1000 > window_start_ms)
+            .filter(|&&t| facts.last_work.is_none_or(|w| t > w))
+            .count();
+        u32::try_from(after_work + 1).unwrap_or(u32::MAX)
+    };
     ExitInfo {
         code: exit.code,
         signal: exit.signal,
@@ -362,6 +391,7 @@ fn exit_info(exit: &ExitFacts, facts: &Facts) -> ExitInfo {
         resumed: exit.mode == Start::Resume,
         showed_life: exit.showed_life,
         crashes_in_window: crashes,
+        crashes_since_work: since_work,
         fresh_requested: exit.fresh_requested,
         session_id: exit.session_id.clone(),
         resume_refused: exit.resume_refused && exit.mode == Start::Resume,
@@ -515,6 +545,9 @@ fn when_unhealthy(
                 r.problems.extend(t.problems.iter().cloned());
                 r.recoveries = t.spent.clone();
                 r.clinic = Some(Treatment::of(t));
+                // The Clinic's wait before the retry (a 429's backoff): the revived session
+                // starts after it.
+                r.delay = t.rehab.delay;
             }
             let start = treated.as_ref().map_or(Start::Resume, |t| t.rehab.start);
             r.inject = match treated.as_ref().and_then(|t| t.rehab.inject.clone()) {

@@ -32,6 +32,7 @@ fn exit(code: i32, mode: Start, runtime_ms: u64) -> ExitFacts {
         session_id: Some("s1".into()),
         showed_life: true,
         resume_refused: false,
+        worked: false,
         requested: None,
         fresh_requested: false,
         now: NOW,
@@ -40,7 +41,11 @@ fn exit(code: i32, mode: Start, runtime_ms: u64) -> ExitFacts {
 
 fn requested(reason: EndReason, fresh: bool) -> ExitFacts {
     ExitFacts {
-        requested: Some(StopRequest { reason, ts: NOW }),
+        requested: Some(StopRequest {
+            reason,
+            ts: NOW,
+            delay_ms: 0,
+        }),
         fresh_requested: fresh,
         ..exit(143, Start::Resume, 10)
     }
@@ -271,7 +276,7 @@ fn rows() -> Vec<Row> {
         Row::unhealthy("failed turn: model not found", "turn_failed")
             .clinic(ModelUnavailable, "model: claude-nope-4 not_found")
             .answers(SafeMode, WatchdogKill)
-            .quarantined("fix `--model`")
+            .quarantined("fix the model the agent's `command` in phoenix.toml gives")
             .injects("revival"),
         Row::unhealthy("failed turn: transient", "turn_failed")
             .clinic(TransientError, "529 overloaded")
@@ -315,6 +320,11 @@ fn every_incident_kind_gets_its_recovery() {
                 "{name}: {r:?}"
             ),
             None => assert_eq!(r.quarantine, None, "{name}: {r:?}"),
+        }
+        // What safe mode shows names the cause once ("clinic: quota_exhausted:
+        // quota_exhausted: …" said nothing twice over).
+        if let (Some(q), Some(t)) = (&r.quarantine, &r.clinic) {
+            assert_eq!(q.matches(t.root_cause.as_str()).count(), 1, "{name}: {q}");
         }
         let inject = match r.inject {
             Inject::Nothing => "nothing",
@@ -569,4 +579,64 @@ fn recoveries_round_trip_through_json() {
     let v = serde_json::to_value(&r).unwrap();
     assert_eq!(v["start"], "resume");
     assert_eq!(v["reason"], "crash");
+}
+
+/// A failed turn the Clinic retries (429, 529) is revived after the Clinic's backoff, and the
+/// wrapper that carries the stop out waits it: the delay travels in the stop request.
+#[test]
+fn a_transient_failed_turn_is_retried_after_the_clinics_delay() {
+    let policies = Policies::new(None);
+    let f = facts(5, vec![]);
+    let r = decide(
+        &unhealthy(&["turn_failed"], true),
+        &f,
+        Some(&policies),
+        |_| {
+            Some(clinic_says(
+                RootCause::TransientError,
+                "API Error: 529 overloaded_error",
+            ))
+        },
+    );
+    assert_eq!(r.start, Some(Start::Resume));
+    assert!(r.delay > Duration::ZERO, "{r:?}");
+    let mut stop = requested(EndReason::WatchdogKill, false);
+    stop.requested.as_mut().unwrap().delay_ms = r.delay_ms();
+    let carried = builtin(Incident::Exit(stop), &f);
+    assert_eq!(carried.delay, r.delay);
+    // A stop without a delay (a person's restart) starts again at once.
+    let now = builtin(
+        Incident::Exit(requested(EndReason::OperatorRestart, false)),
+        &f,
+    );
+    assert_eq!(now.delay, Duration::ZERO);
+}
+
+/// A session that did work (a finished turn, a tool call) starts the backoff over: kill after
+/// kill of a resumed session that worked each time waits the first cooldown, not a doubled
+/// one; crashes after the last work double it again, with the built-ins and the Lua policy.
+#[test]
+fn the_backoff_starts_over_after_a_session_that_did_work() {
+    let policies = Policies::new(None);
+    let recent = vec![NOW - 30, NOW - 20];
+    let killed = |worked: bool| {
+        Incident::Exit(ExitFacts {
+            signal: Some(9),
+            code: None,
+            worked,
+            ..exit(1, Start::Resume, 600_000)
+        })
+    };
+    let mut f = facts(100, recent);
+    for lua in [None, Some(&policies)] {
+        let delay = |incident: Incident, f: &Facts| decide(&incident, f, lua, no_clinic).delay_ms();
+        // The third crash in the window, none after work: doubled twice.
+        assert_eq!(delay(killed(false), &f), 40_000);
+        // This session worked before it was killed: the first cooldown.
+        assert_eq!(delay(killed(true), &f), 10_000);
+        // Work ended between the two earlier crashes: one crash since, and this one.
+        f.last_work = Some(NOW - 25);
+        assert_eq!(delay(killed(false), &f), 20_000);
+        f.last_work = None;
+    }
 }

@@ -43,12 +43,23 @@ pub fn quarantine(dir: &AgentDir, why: &str) -> io::Result<()> {
 /// Announce an intentional stop before the agent is killed, so its wrapper records the right
 /// reason and counts no crash. `fresh`: the next start is fresh (through [`intend_fresh`]).
 pub fn request_stop(dir: &AgentDir, reason: EndReason, fresh: bool) -> io::Result<()> {
+    request_stop_after(dir, reason, fresh, std::time::Duration::ZERO)
+}
+
+/// [`request_stop`], the next start waiting `delay` (a revival's backoff).
+pub fn request_stop_after(
+    dir: &AgentDir,
+    reason: EndReason,
+    fresh: bool,
+    delay: std::time::Duration,
+) -> io::Result<()> {
     if fresh {
         intend_fresh(dir)?;
     }
     let req = StopRequest {
         reason,
         ts: jiff::Timestamp::now().as_second(),
+        delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
     };
     record::stop_file(dir)
         .update(|slot| *slot = Some(req))

@@ -56,6 +56,10 @@ pub struct Ledger {
     /// When the daemon started the agent (seconds since the epoch), for its start-rate guard.
     #[serde(default)]
     pub starts: Vec<i64>,
+    /// When a run that did work (a finished turn, a tool call) last ended (seconds since the
+    /// epoch): the restart backoff counts only the crashes after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_work: Option<i64>,
 }
 
 /// Revivals the watchdog spent on one task.
@@ -308,6 +312,22 @@ pub fn resumable(session: &RecordedSession, record: &Ledger, workdir: &Path) -> 
 /// look at, nothing says it is empty: `true`.
 pub fn session_has_turn(dir: &AgentDir, id: &str) -> bool {
     transcript_turn(dir, id).unwrap_or(true)
+}
+
+/// Why session `id` is not resumed for want of a turn, as the `resume_skipped` op says it: a
+/// transcript that is gone is not one "with no turn".
+pub fn no_turn_why(dir: &AgentDir, id: &str) -> String {
+    let path = dir
+        .read_state()
+        .ok()
+        .filter(|s| s.session_id.as_deref() == Some(id))
+        .and_then(|s| s.transcript_path);
+    match path {
+        Some(path) if !Path::new(&path).exists() => {
+            format!("its transcript `{path}` is gone")
+        }
+        _ => "its transcript has no turn".to_string(),
+    }
 }
 
 /// What the transcript of session `id` says about a turn; `None` when there is none to read.
@@ -622,10 +642,15 @@ mod tests {
             transcript.display()
         );
         fs::write(d.file("state.json"), state).unwrap();
-        // Never written: the session never got a prompt.
+        // Never written (or deleted): nothing to resume, and the op says which it is.
         assert!(!session_has_turn(&d, "s1"));
+        assert_eq!(
+            no_turn_why(&d, "s1"),
+            format!("its transcript `{}` is gone", transcript.display())
+        );
         fs::write(&transcript, "").unwrap();
         assert!(!session_has_turn(&d, "s1"));
+        assert_eq!(no_turn_why(&d, "s1"), "its transcript has no turn");
         fs::write(
             &transcript,
             "{\"type\": \"file-history-snapshot\"}\n{\"type\": \"user\", \"isMeta\": true, \"message\": {\"content\": \"x\"}}\n",

@@ -224,7 +224,7 @@ pub fn document() -> Value {
                     "needs_input": {"oneOf": [r("NeedsInput"), {"type": "null"}]},
                     "supervision": {"type": "object", "description": "Only from /api/agents/{agent}."}}},
                 "NeedsInput": {"type": "object", "description": "What a running agent waits for, when it waits for a person.", "properties": {
-                    "reason": {"type": "string", "enum": ["permission_prompt", "idle_prompt", "elicitation_dialog", "approval_prompt", "idle_with_open_loops"]},
+                    "reason": {"type": "string", "enum": ["permission_prompt", "idle_prompt", "elicitation_dialog", "elicitation_url_dialog", "worker_permission_prompt", "agent_needs_input", "approval_prompt", "idle_with_open_loops"]},
                     "message": {"type": "string", "description": "What the CLI or the screen said, one line."},
                     "since": {"type": "string", "format": "date-time"},
                     "source": {"type": "string", "enum": ["hook", "watchdog"]}}},

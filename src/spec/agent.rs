@@ -20,17 +20,25 @@ pub enum Cli {
     Claude,
     Codex,
     Gemini,
+    Pi,
+    Copilot,
+    Opencode,
     Custom,
 }
 
 impl Cli {
-    pub const NAMES: [&'static str; 4] = ["claude", "codex", "gemini", "custom"];
+    pub const NAMES: [&'static str; 7] = [
+        "claude", "codex", "gemini", "pi", "opencode", "copilot", "custom",
+    ];
 
     pub fn parse(s: &str) -> Option<Cli> {
         match s {
             "claude" => Some(Cli::Claude),
             "codex" => Some(Cli::Codex),
             "gemini" => Some(Cli::Gemini),
+            "pi" => Some(Cli::Pi),
+            "copilot" => Some(Cli::Copilot),
+            "opencode" => Some(Cli::Opencode),
             "custom" => Some(Cli::Custom),
             _ => None,
         }
@@ -41,6 +49,9 @@ impl Cli {
             Cli::Claude => "claude",
             Cli::Codex => "codex",
             Cli::Gemini => "gemini",
+            Cli::Pi => "pi",
+            Cli::Copilot => "copilot",
+            Cli::Opencode => "opencode",
             Cli::Custom => "custom",
         }
     }
@@ -225,6 +236,32 @@ impl AgentSpec {
             .first()
             .map(|p| p.rsplit('/').next().unwrap_or(p))
             .unwrap_or("agent")
+    }
+
+    /// The program the agent's command starts, as found here: a path as written (relative to
+    /// the workdir), else the first executable of that name on the `PATH` it will get (its own
+    /// `env` PATH, else phoenix's). `None` when there is none, or for `phoenix` itself.
+    pub fn program_path(&self) -> Option<PathBuf> {
+        let program = self.argv.first().map(String::as_str).unwrap_or("");
+        if program == "phoenix" || program.is_empty() {
+            return None;
+        }
+        let executable = |p: &Path| {
+            p.is_file() && nix::unistd::access(p, nix::unistd::AccessFlags::X_OK).is_ok()
+        };
+        if program.contains('/') {
+            let path = expand_path(program, &self.workdir);
+            return executable(&path).then_some(path);
+        }
+        let path = self
+            .env
+            .get("PATH")
+            .map(std::ffi::OsString::from)
+            .or_else(|| std::env::var_os("PATH"))
+            .unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|d| d.join(program))
+            .find(|p| executable(p))
     }
 
     /// Why the agent's command cannot run here, if it cannot: not on the `PATH` it will get

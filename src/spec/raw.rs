@@ -192,7 +192,7 @@ pub struct RawFleet {
 pub struct RawAgent {
     /// The agent's name (letters, digits, `_`, `-`); required in [[agent]].
     pub name: Option<Spanned<String>>,
-    /// claude | codex | gemini | custom (the default).
+    /// claude | codex | gemini | pi | custom (the default).
     pub cli: Option<Spanned<String>>,
     /// The base command, e.g. "claude --model opus"; default: the cli's name.
     pub command: Option<Spanned<String>>,
@@ -382,7 +382,7 @@ pub struct RawBrief {
 pub struct RawWatchdog {
     /// Revivals per task. Default 1.
     pub max_revivals: Option<Spanned<Whole<u32>>>,
-    /// Extra stuck-screen phrases per CLI (claude, codex, gemini, custom, all).
+    /// Extra stuck-screen phrases per CLI (claude, codex, gemini, pi, custom, all).
     pub screen_patterns: Option<Spanned<BTreeMap<String, Vec<String>>>>,
 }
 

@@ -476,7 +476,7 @@ fn unknown_values_get_did_you_mean() {
         ),
         (
             "[[agent]]\nname = \"a\"\ncli = \"vim\"\n",
-            "one of: claude, codex, gemini, custom",
+            "one of: claude, codex, gemini, pi, opencode, copilot, custom",
         ),
         (
             "[notify]\nwebhook = { url_env = \"U\", format = \"slak\" }\n",

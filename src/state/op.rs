@@ -107,6 +107,9 @@ ops! {
     /// Older builds wrote `hook_stop`.
     TurnComplete = "turn_complete" | "hook_stop",
     TurnFailed = "turn_failed",
+    /// A subagent's own request failed (Claude Code's StopFailure with `agent_id`): not the
+    /// main turn's end (`agent_id`, `agent_type`, `error`, `details`).
+    SubagentFailed = "subagent_failed",
     SessionEnd = "session_end",
     /// The agent waits for a person (`reason`, `message`, `source`).
     NeedsInput = "needs_input",
@@ -189,6 +192,7 @@ impl Op {
                 | Op::PreCompact(_)
                 | Op::TurnComplete(_)
                 | Op::TurnFailed(_)
+                | Op::SubagentFailed(_)
                 | Op::SessionEnd(_)
                 | Op::ClinicContextInjected(_)
                 | Op::GuardRestored(_)

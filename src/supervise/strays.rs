@@ -363,22 +363,25 @@ fn stop(targets: Vec<ProcInfo>) -> (Vec<ProcInfo>, serde_json::Value) {
     (targets, listing)
 }
 
-/// While the agent runs, orphans that ended and were reparented to the wrapper are collected
-/// now and then, so a long session leaves no zombies behind. Only the wrapper's children
-/// outside its own process group (its helpers are waited for by whoever started them) and
-/// never the agent itself (its own thread waits for it).
+/// Orphans that ended and were reparented to the wrapper (its subreaper) are collected, so
+/// no zombie is left (a kill -9 of Codex's or Gemini's node launcher left `[codex]`, `[git]`,
+/// `[bash]`, `[phoenix-hook]` until the pane went): the wrapper calls this when SIGCHLD says
+/// a child ended, and now and then anyway. Never `agent` (its own thread waits for it), and
+/// never a child the wrapper started itself, whose starter waits for it: those run in the
+/// wrapper's process group (a `tmux` call) or lead a group of their own in the wrapper's
+/// session (`process::run`: a notify, brief or clinic command). An orphan of the agent's
+/// tree is in the agent's group, or in a session of its own.
 pub fn reap_ended_orphans(agent: u32) {
     let me = std::process::id();
     let own_group = nix::unistd::getpgrp().as_raw() as u32;
+    let own_session = procs::session(me);
     // Its own children only: a thousand wrappers would each read every process otherwise.
     let table = ProcTable::trees(&[me]).unwrap_or_else(ProcTable::read);
     for kid in table.descendants(me) {
+        let inherited = kid.pgid != own_group
+            && (kid.pgid != kid.pid || procs::session(kid.pid) != own_session);
         // `live` is None for a zombie: it has ended and waits to be collected.
-        if kid.ppid == me
-            && kid.pid != agent
-            && kid.pgid != own_group
-            && procs::live(kid.pid).is_none()
-        {
+        if kid.ppid == me && kid.pid != agent && inherited && procs::live(kid.pid).is_none() {
             reap(&kid);
         }
     }

@@ -6,7 +6,7 @@
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 use nix::sys::termios::{self, SetArg, Termios};
@@ -16,6 +16,13 @@ use nix::unistd::{self, Pid};
 static CHILD_PGID: AtomicI32 = AtomicI32::new(0);
 /// The last SIGTERM/SIGHUP the wrapper itself received (0: none): it must stop.
 static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// A child of the wrapper ended (SIGCHLD) since the last look: as the agent's subreaper, the
+/// wrapper inherits its orphans, and each one that ends is its to collect.
+static CHILD_ENDED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_child(_: libc::c_int) {
+    CHILD_ENDED.store(true, Ordering::SeqCst);
+}
 
 extern "C" fn on_signal(sig: libc::c_int) {
     let pgid = CHILD_PGID.load(Ordering::SeqCst);
@@ -44,6 +51,15 @@ pub fn install_handlers() {
         // SAFETY: the handler only touches atomics and calls kill.
         let _ = unsafe { sigaction(sig, &forward) };
     }
+    // Only a flag: who is collected is decided outside the handler (never the agent, which
+    // its own thread waits for).
+    let child = SigAction::new(
+        SigHandler::Handler(on_child),
+        SaFlags::SA_RESTART | SaFlags::SA_NOCLDSTOP,
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only stores to an atomic.
+    let _ = unsafe { sigaction(Signal::SIGCHLD, &child) };
     for sig in [Signal::SIGTTOU, Signal::SIGTTIN, Signal::SIGTSTP] {
         // SAFETY: ignoring a signal has no preconditions.
         let _ = unsafe { sigaction(sig, &ignore) };
@@ -56,6 +72,11 @@ pub fn stop_signal() -> Option<i32> {
         0 => None,
         s => Some(s),
     }
+}
+
+/// Whether a child ended since the last call (and forget it).
+pub fn child_ended() -> bool {
+    CHILD_ENDED.swap(false, Ordering::SeqCst)
 }
 
 pub fn set_child(pgid: Option<u32>) {

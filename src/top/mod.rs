@@ -479,6 +479,7 @@ mod tests {
             messages_pending: 0,
             needs_input: None,
             supervision: None,
+            next_start: None,
             transcript: None,
         }
     }

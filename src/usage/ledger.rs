@@ -120,6 +120,11 @@ pub struct Update {
     pub notes: Vec<String>,
 }
 
+/// Whether the agent has a ledger yet (`phoenix usage` or the daemon made one).
+pub fn exists(dir: &AgentDir) -> bool {
+    dir.file(STATE).exists()
+}
+
 fn state_file(dir: &AgentDir) -> JsonFile<LedgerState> {
     // Unsynced: an update must cost a few milliseconds, and a state lost to a power cut
     // (with the ledger lines it covers) is read again from the session files.

@@ -123,6 +123,8 @@ impl Watchdog<'_> {
             "agent": case.agent.name, "fleet": self.spec.fleet.name, "cli": case.agent.cli.to_string(),
             "findings": case.findings, "decision": decision, "decided_by": r.decided_by,
             "task": case.seen.task, "revivals": case.revivals,
+            // This revival's own number: the revival context is read inside it.
+            "revival": case.revivals + 1,
             "max_revivals": self.spec.watchdog.max_revivals,
             "last_tool_call": last_tool_call, "tool_count": inputs.tool_count,
             "recent_calls": inputs.recent_calls.iter().rev().take(10).rev().collect::<Vec<_>>(),
@@ -236,7 +238,7 @@ impl Watchdog<'_> {
                 ));
                 "revival_skipped (stopping)".to_string()
             }
-            (_, start) => match self.revive(case.agent, case.dir, process, start, r.reason) {
+            (_, start) => match self.revive(case.agent, case.dir, process, start, r) {
                 Ok(how) => format!("revival_attempted ({how})"),
                 Err(e) => {
                     report.problems.push(format!("revival failed: {e:#}"));
@@ -320,14 +322,16 @@ impl Watchdog<'_> {
         dir: &AgentDir,
         process: &Option<health::Process>,
         start: Option<Start>,
-        reason: EndReason,
+        r: &Recovery,
     ) -> crate::error::Result<&'static str> {
         let fresh = start == Some(Start::Fresh);
         match process {
             Some(health::Process::Alive { pid }) => {
                 // One owner of a restart: a person's or the daemon's under way is left to it.
                 let claim = crate::restart::claim(dir, crate::restart::By::Watchdog)?;
-                if let Err(e) = crate::restart::stop_under_wrapper(dir, *pid, reason, fresh) {
+                if let Err(e) =
+                    crate::restart::stop_under_wrapper(dir, *pid, r.reason, fresh, r.delay)
+                {
                     claim.release();
                     return Err(e);
                 }
@@ -393,9 +397,13 @@ impl Watchdog<'_> {
         let stopped = recovery::execute::quarantine(dir, why)
             .map_err(crate::Error::from)
             .and_then(|()| match process {
-                Some(health::Process::Alive { pid }) => {
-                    crate::restart::stop_under_wrapper(dir, *pid, EndReason::WatchdogKill, false)
-                }
+                Some(health::Process::Alive { pid }) => crate::restart::stop_under_wrapper(
+                    dir,
+                    *pid,
+                    EndReason::WatchdogKill,
+                    false,
+                    std::time::Duration::ZERO,
+                ),
                 _ => Ok(()),
             });
         match &stopped {

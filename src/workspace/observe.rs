@@ -194,12 +194,12 @@ pub(super) fn branch_exists(repo: &Path, branch: &str) -> Result<bool, GitError>
     )
 }
 
-/// The hook files phoenix writes into a workdir (relative): phoenix's own, not the agent's
-/// work, when it made them.
+/// The files phoenix writes into a workdir (relative; hook files, pi's extension): phoenix's
+/// own, not the agent's work, when it made them.
 pub(super) fn agent_hook_files() -> Vec<&'static str> {
     crate::agent_cli::HOOKED
         .into_iter()
-        .filter_map(|cli| cli.adapter().hook_file())
+        .flat_map(|cli| cli.adapter().own_files())
         .collect()
 }
 

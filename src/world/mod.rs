@@ -1,6 +1,7 @@
 //! Observing the world: panes from the runtime (one call), process trees from /proc, and
 //! each agent's state dir and markers. Produces a `World` for the pure diff in `plan`.
 
+pub mod cli_version;
 #[cfg(test)]
 mod conformance;
 pub mod fake;
@@ -361,6 +362,10 @@ pub struct World {
     pub hook_files: BTreeMap<PathBuf, FileObs>,
     /// Agents' git worktrees (`workspace`): only observed for a plan.
     pub workspaces: crate::workspace::Observed,
+    /// The installed version of each declared agent's CLI (only those phoenix knows versions
+    /// of), keyed by agent: only observed for a plan, whose hooks are made for it.
+    #[serde(skip)]
+    pub cli_versions: BTreeMap<String, cli_version::Installed>,
     /// Each agent's panes (indexes into `panes`), made at the first `pane_of`: a plan of a
     /// thousand agents went through every pane for each agent.
     #[serde(skip)]
@@ -610,6 +615,16 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
     } else {
         crate::workspace::Observed::default()
     };
+    let cli_versions = if for_plan {
+        spec.agents
+            .iter()
+            .filter_map(|a| {
+                cli_version::installed(a, &spec.fleet.state_dir).map(|v| (a.name.clone(), v))
+            })
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
     Ok(World {
         observed_at: jiff::Timestamp::now().as_second(),
         server_running,
@@ -618,6 +633,7 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
         agents,
         hook_files,
         workspaces,
+        cli_versions,
         panes_by_agent: Default::default(),
     })
 }

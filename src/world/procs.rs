@@ -236,6 +236,13 @@ fn parse_stat(pid: u32, stat: &str, boot: i64, ticks: i64) -> Option<ProcInfo> {
     })
 }
 
+/// The session `pid` belongs to (`/proc/<pid>/stat` field 6), a zombie's too.
+pub fn session(pid: u32) -> Option<u32> {
+    let stat = read_proc(&format!("/proc/{pid}/stat"))?;
+    let rest: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
+    rest.get(3)?.parse().ok()
+}
+
 /// The children the kernel lists for thread `tid` of `pid`.
 fn children_listed(pid: u32, tid: u32) -> Option<Vec<u32>> {
     let text = read_proc(&format!("/proc/{pid}/task/{tid}/children"))?;

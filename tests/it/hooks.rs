@@ -1547,8 +1547,11 @@ fn hooks_show_prints_what_apply_installs() {
         .run(&["hooks", "show", "--agent", "c"])
         .status(0)
         .stdout();
+    // Claude Code is trusted the way its own dialog would (a first start in an untrusted
+    // folder stopped at it).
     assert!(
-        !claude.contains("Before each start") && !claude.contains("notify ="),
+        claude.contains("# Before each start the wrapper has Claude Code trust this workdir")
+            && !claude.contains("notify ="),
         "{claude}"
     );
     let codex = fleet
@@ -2230,7 +2233,10 @@ fn a_retried_or_interrupted_resolve_logs_the_loop_once() {
     // Killed after its first write: the journal and the log line are there, state.json still
     // has the loop open (what `kill -9` between the writes left, 43 times in the storm).
     let dir = fleet.agent_dir("c");
-    let ts = "2026-11-25T12:00:00.000Z";
+    // Now: resolved items older than the retention are dropped from state.json (a fixed
+    // date made this test fail a week after it was written).
+    let ts = jiff::Timestamp::now().to_string();
+    let ts = ts.as_str();
     std::fs::write(
         dir.join("resolve.pending.json"),
         json!({"id": "l2", "reason": "shipped", "ts": ts, "text": "second"}).to_string(),
@@ -2390,4 +2396,84 @@ fn the_call_in_flight_is_noted_before_it_runs_and_forgotten_when_it_ends_or_the_
     let stop = r#"{"session_id":"s1","hook_event_name":"Stop"}"#;
     hook(&fleet, "stop", "c", Some("claude"), stop).valid_for("claude");
     assert!(!in_flight.exists(), "the turn ended");
+}
+
+/// `status AGENT` says what the next start really is: all three CLIs resume their recorded
+/// session with their own resume form (it said "a fresh session (no `resume_command`)" for
+/// each of them), and a fresh start says why it is fresh.
+#[test]
+fn status_says_what_the_next_start_of_each_cli_really_is() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let next = |agent: &str| -> String {
+        let out = fleet.run(&["status", agent]).status(0).stdout();
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("Restart:"))
+            .unwrap_or_else(|| panic!("no Restart line in {out}"))
+            .to_string();
+        line.split_once("next start: ").unwrap().1.to_string()
+    };
+    let json_next = |agent: &str| -> Value {
+        fleet.run(&["status", agent, "--json"]).status(0).json()["agents"][0]["next_start"].clone()
+    };
+    for (cli, agent, workdir, resume) in [
+        ("claude", "c", "wc", "sleep 100000 --resume s-c"),
+        ("codex", "x", "wx", "s-x"),
+        ("gemini", "g", "wg", "sleep 100000 --resume s-g"),
+    ] {
+        assert_eq!(
+            next(agent),
+            "a fresh session (`sleep 100000`): no session recorded yet",
+            "{cli}"
+        );
+        let cwd = fleet.path().join(workdir);
+        let transcript = cwd.join("transcript.jsonl");
+        std::fs::write(
+            &transcript,
+            "{\"type\": \"user\", \"message\": {\"role\": \"user\", \"content\": \"fix it\"}}\n",
+        )
+        .unwrap();
+        let id = format!("s-{agent}");
+        let payload = json!({
+            "session_id": id, "cwd": cwd, "hook_event_name": "SessionStart",
+            "source": "startup", "transcript_path": transcript,
+        });
+        hook(
+            &fleet,
+            "session-start",
+            agent,
+            Some(cli),
+            &payload.to_string(),
+        )
+        .valid_for(cli);
+        let said = next(agent);
+        assert!(
+            said.starts_with(&format!("resumes session {id} (`")),
+            "{cli}: {said}"
+        );
+        assert!(said.contains(resume), "{cli}: {said}");
+        let j = json_next(agent);
+        assert_eq!(j["mode"], "resume", "{cli}: {j}");
+        assert_eq!(j["session_id"], id.as_str(), "{cli}: {j}");
+        // Its transcript deleted: nothing to resume, and status says so (not "no turn").
+        std::fs::remove_file(&transcript).unwrap();
+        let said = next(agent);
+        assert_eq!(
+            said,
+            format!(
+                "a fresh session (`sleep 100000`): session {id}: its transcript `{}` is gone",
+                transcript.display()
+            ),
+            "{cli}"
+        );
+        assert_eq!(json_next(agent)["mode"], "fresh", "{cli}");
+    }
+    // A custom CLI without `resume_command` has no resume form: said so once it has a session.
+    let payload = json!({"session_id": "s-d", "cwd": fleet.path().join("wd")});
+    hook(&fleet, "session-start", "d", None, &payload.to_string());
+    assert_eq!(
+        next("d"),
+        "a fresh session (`sleep 100000`): `custom` has no known resume form (set `resume_command`)"
+    );
 }

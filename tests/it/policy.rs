@@ -558,7 +558,13 @@ fn model_not_found_stops_at_the_first_crash_naming_the_model() {
     let safe = ops.iter().find(|o| o["event"] == "safe_mode").unwrap();
     let why = safe["why"].as_str().unwrap();
     assert!(why.contains("`claude-nope-4`"), "{why}");
-    assert!(why.contains("fix `--model`"), "{why}");
+    // A custom CLI: phoenix cannot tell where its model came from, so it names both places.
+    assert!(
+        why.contains(
+            "fix the model the agent's `command` in phoenix.toml gives, or the one its CLI's own settings give"
+        ),
+        "{why}"
+    );
     fleet
         .run(&["status", "demo"])
         .status(3)
@@ -575,6 +581,44 @@ fn model_not_found_stops_at_the_first_crash_naming_the_model() {
         "{}",
         plan.stdout()
     );
+}
+
+/// The 404 hint says where the model came from: a Claude Code agent whose `command` names no
+/// `--model` has it from its settings (the hint named `--model` in phoenix.toml, which was not
+/// where it came from), and one whose `command` gives `--model` is told to fix that flag.
+#[test]
+fn the_unknown_models_hint_names_where_the_model_came_from() {
+    for (model_flag, hint) in [
+        (
+            "",
+            "the agent's `command` gives no `--model`, so the model comes from Claude Code's settings (`model` in .claude/settings.json",
+        ),
+        (
+            "--model claude-nope-4",
+            "cannot be used: fix `--model` in the agent's `command` in phoenix.toml",
+        ),
+    ] {
+        let fleet = Fleet::new();
+        fleet.toml(&format!(
+            "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\n\n\
+             [[agent]]\nname = \"demo\"\ncli = \"claude\"\n\
+             command = \"phoenix demo-agent --interval 50ms --crash-after 700ms --exit-code 1 {model_flag} \
+             --fail-with 'API Error: 404 {{\\\"type\\\":\\\"error\\\",\\\"error\\\":{{\\\"type\\\":\\\"not_found_error\\\",\\\"message\\\":\\\"model: claude-nope-4\\\"}}}}'\"\n"
+        ));
+        fleet.run(&["apply", "--yes"]).status(0);
+        wait_until(Duration::from_secs(30), "safe mode", || {
+            fleet.ops("demo").iter().any(|o| o["event"] == "safe_mode")
+        });
+        let ops = fleet.ops("demo");
+        let why = ops.iter().find(|o| o["event"] == "safe_mode").unwrap()["why"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(why.contains("`claude-nope-4`"), "{why}");
+        assert!(why.contains(hint), "{model_flag:?}: {why}");
+        // Said once: the cause, then the reason.
+        assert_eq!(why.matches("model_unavailable").count(), 1, "{why}");
+    }
 }
 
 /// The full loop in a real pane: the demo agent fails with "prompt is too long"; the wrapper's

@@ -28,10 +28,11 @@ fn real_claude_asking_for_permission_is_pushed_once_and_the_permission_ends_the_
         Turn::bash("echo approved > out.txt"),
         Turn::text("Wrote it."),
     ]);
-    // Claude Code's default permission mode: a Bash call that writes asks first.
+    // The `default` permission mode: a Bash call that writes asks first (2.1.332's own
+    // default is `auto`, which runs it unasked, so the mode is named).
     fleet.toml(&format!(
         "[notify]\nntfy = {{ url = \"{}/fleet-alerts\" }}\n\n\
-         [[agent]]\nname = \"cc\"\ncli = \"claude\"\ncommand = \"'{}'\"\nworkdir = \"work\"\n\
+         [[agent]]\nname = \"cc\"\ncli = \"claude\"\ncommand = \"'{}' --permission-mode default\"\nworkdir = \"work\"\n\
          env = {{ HOME = \"{}\", ANTHROPIC_BASE_URL = \"{}\", ANTHROPIC_API_KEY = \"{key}\", \
          CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\", DISABLE_TELEMETRY = \"1\", \
          DISABLE_ERROR_REPORTING = \"1\", DISABLE_AUTOUPDATER = \"1\" }}\n",

@@ -20,7 +20,7 @@ use support::scripted::Turn;
 /// The Codex CLI version the suite is pinned to.
 const CODEX: &str = "@openai/codex";
 /// The version the suite is pinned to (`PHOENIX_TEST_CLI_VERSIONS` picks another).
-pub(crate) const CODEX_PINNED: &str = "0.169.0";
+pub(crate) const CODEX_PINNED: &str = "0.171.0";
 const KEY: &str = "sk-scripted-0123456789";
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -732,7 +732,11 @@ fn real_codex_model_not_found_goes_to_safe_mode_naming_the_model() {
     let why = record["safe_mode"]["reason"].as_str().unwrap_or("");
     assert!(why.contains("model_unavailable"), "{record}");
     assert!(why.contains("`gpt-5`"), "{record}");
-    assert!(why.contains("fix `--model`"), "{record}");
+    // The agent's command gives no `--model`: the hint names where the model came from.
+    assert!(
+        why.contains("Codex's config") && why.contains("`--model`"),
+        "{record}"
+    );
     let starts = fleet
         .ops("cx")
         .iter()

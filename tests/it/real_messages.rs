@@ -102,7 +102,7 @@ fn real_claude_is_interrupted_by_an_urgent_message() {
     }
     let fleet = support::Fleet::new();
     let server = ModelServer::start(vec![
-        Turn::bash("sleep 90; echo slept-$((6*7))"),
+        Turn::bash("echo started; sleep 90; echo slept-$((6*7))"),
         Turn::text("Stopped, as asked."),
     ]);
     let pane = start(&fleet, &server);

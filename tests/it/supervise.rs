@@ -1562,6 +1562,168 @@ fn a_tool_that_setsids_away_from_a_killed_agent_is_stopped_before_the_next_start
     assert!(!work.join("MARK").exists(), "the orphaned tool acted");
 }
 
+/// A kill -9 of a launcher (Codex's or Gemini's node) leaves processes behind that the sweep
+/// spares (phoenix's own programs: a hook still writing) and that end later, reparented to
+/// the wrapper, its subreaper: each is collected as it ends, not when the pane goes (they
+/// stayed `[phoenix-hook]`, `[codex]`, `[node]`, `[bash]` zombies), and the agent's own end is
+/// still recorded as the kill it was.
+#[test]
+fn orphans_that_end_after_their_agent_was_killed_are_collected_as_they_end() {
+    let fleet = Fleet::new();
+    let work = script_agent(
+        &fleet,
+        "launcher",
+        &format!(
+            "#!/bin/sh\n\
+             if [ ! -f started ]; then touch started; \
+             env -u PHOENIX_STATE_DIR -u PHOENIX_AGENT {} demo-agent --no-hooks --agent ghost \
+             --interval 1h --crash-after 2s >/dev/null 2>&1 & echo $! > helper.pid; fi\n\
+             echo agent up\n\
+             exec sleep 1000\n",
+            support::PHOENIX
+        ),
+    );
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["launcher"])[0];
+    wait_until(Duration::from_secs(10), "the helper started", || {
+        work.join("helper.pid").exists()
+    });
+    let helper: u32 = std::fs::read_to_string(work.join("helper.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let pane = pane_of(&fleet, "launcher");
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill9(pid);
+    wait_ops(&fleet, "launcher", "agent_start", 2);
+    // The helper ends within 2 s of its start (or at the group's SIGTERM); then it is
+    // collected at once, long before the wrapper's half-minute look.
+    wait_until(Duration::from_secs(8), "the helper collected", || {
+        !std::path::Path::new(&format!("/proc/{helper}")).exists()
+    });
+    assert_eq!(
+        zombie_children(wrapper),
+        Vec::<u32>::new(),
+        "left uncollected"
+    );
+    let exit = &ops_named(&fleet, "launcher", "agent_exit")[0];
+    assert_eq!(exit["signal"], 9, "{exit}");
+    // The new run is the wrapper's child, unharmed by the collecting.
+    fleet.wait_running(&["launcher"]);
+    assert_eq!(ops_named(&fleet, "launcher", "agent_exit").len(), 1);
+}
+
+/// A Claude-shaped fake agent whose first run reports a session, a prompt and then a failed
+/// turn with `error` and `details` through phoenix's own hooks, as Claude Code's would.
+fn failing_turn_agent(fleet: &Fleet, name: &str, error: &str, details: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let work = fleet.path().join(format!("work-{name}"));
+    std::fs::create_dir_all(&work).unwrap();
+    let hook = |event: &str, body: serde_json::Value| {
+        format!(
+            "printf '%s' '{}' | {} hook {event} --agent {name} --cli claude\n",
+            body.to_string().replace('\'', r"'\''"),
+            support::PHOENIX
+        )
+    };
+    let cwd = work.display().to_string();
+    let script = format!(
+        "#!/bin/sh\nn=$(cat runs 2>/dev/null || echo 0); n=$((n+1)); echo $n > runs\necho run $n\n\
+         if [ $n = 1 ]; then\n{}{}sleep 1\n{}fi\nexec sleep 1000\n",
+        hook(
+            "session-start",
+            serde_json::json!({"session_id": "s1", "cwd": cwd,
+            "hook_event_name": "SessionStart", "source": "startup"})
+        ),
+        hook(
+            "prompt",
+            serde_json::json!({"session_id": "s1", "cwd": cwd,
+            "hook_event_name": "UserPromptSubmit", "prompt": "fix the login test"})
+        ),
+        hook(
+            "turn-failed",
+            serde_json::json!({"session_id": "s1", "cwd": cwd,
+            "hook_event_name": "StopFailure", "error": error, "error_details": details})
+        ),
+    );
+    let path = fleet.path().join(format!("{name}.sh"));
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        "[[agent]]\nname = \"{name}\"\ncli = \"claude\"\ncommand = \"{}\"\nworkdir = \"{}\"\n",
+        path.display(),
+        work.display()
+    )
+}
+
+/// A failed turn the Clinic retries (529 overloaded) is revived after the Clinic's delay, not
+/// at once (`delay_ms 0`); one it stops for a person (401) says safe mode in the pane, not
+/// "→ resuming now" right before it.
+#[test]
+fn a_retried_failed_turn_waits_its_delay_and_a_quarantine_says_safe_mode() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "[defaults.restart]\ncooldown = \"1s\"\nbackoff_max = \"1s\"\nlife_deadline = \"5s\"\nmax_crashes = 5\ncrash_window = \"1h\"\n\n{}\n{}",
+        failing_turn_agent(
+            &fleet,
+            "flaky",
+            "rate_limit",
+            r#"529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+        ),
+        failing_turn_agent(
+            &fleet,
+            "badkey",
+            "authentication_failed",
+            r#"401 {"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#
+        ),
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let starts = wait_ops(&fleet, "flaky", "agent_start", 2);
+    let exit = &ops_named(&fleet, "flaky", "agent_exit")[0];
+    assert_eq!(exit["reason"], "watchdog_kill", "{exit}");
+    assert_eq!(exit["delay_ms"], 1000, "{exit}");
+    let at = |o: &Value| {
+        o["ts"]
+            .as_str()
+            .unwrap()
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+    };
+    // From the failed turn's report (before the stop) to the next start.
+    let failed = &ops_named(&fleet, "flaky", "turn_failed")[0];
+    let waited = at(&starts[1]).as_millisecond() - at(failed).as_millisecond();
+    assert!(
+        waited >= 1000,
+        "restarted {waited} ms after the failed turn"
+    );
+    let screen = |agent: &str| {
+        let pane = pane_of(&fleet, agent);
+        fleet
+            .tmux(&["capture-pane", "-p", "-J", "-S", "-200", "-t", &pane])
+            .unwrap()
+    };
+    assert!(
+        screen("flaky").contains("→ resuming in 1s"),
+        "{}",
+        screen("flaky")
+    );
+
+    wait_ops(&fleet, "badkey", "safe_mode", 1);
+    let shown = screen("badkey");
+    assert!(!shown.contains("resuming now"), "{shown}");
+    assert!(
+        shown.contains("→ safe mode (clinic: invalid_credentials"),
+        "{shown}"
+    );
+    assert_eq!(ops_named(&fleet, "badkey", "agent_start").len(), 1);
+}
+
 #[test]
 fn a_new_wrapper_stops_the_agent_its_killed_predecessor_left_running() {
     let fleet = Fleet::new();

@@ -349,3 +349,51 @@ fn a_custom_cli_reports_its_usage_through_its_pane() {
     );
     assert_eq!(fleet.agent_status("bot")["state"], "running");
 }
+
+/// Without a daemon and before any `phoenix usage`, `status` counts every session of the day
+/// as `usage` does: it read only the current session, and showed 0 tokens after a restart
+/// while `usage` counted the earlier sessions.
+#[test]
+fn status_counts_the_same_tokens_as_usage_across_sessions_without_a_daemon() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{FAST}{}",
+        agent("crashy", "--crash-after 800ms", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let sessions = || {
+        std::fs::read_dir(fleet.agent_dir("crashy").join("transcripts"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    wait_until(Duration::from_secs(30), "three sessions with steps", || {
+        sessions() >= 3 && responses(&fleet, "crashy") >= 4
+    });
+    fleet.run(&["down"]).status(0);
+    let n = responses(&fleet, "crashy");
+    assert!(!fleet.agent_dir("crashy").join("usage_state.json").exists());
+    // status first: no ledger was made by anyone before it.
+    let today = fleet.agent_status("crashy")["usage_today"].clone();
+    assert_eq!(today["tokens"]["total"], n * STEP_TOKENS, "{today}");
+    // Exit 3: it is down.
+    let shown = fleet.run(&["status", "crashy"]).status(3).stdout();
+    let total = (n * STEP_TOKENS).to_string();
+    let grouped: String = {
+        // `thousands`: 8,600 for 8600.
+        let digits: Vec<char> = total.chars().collect();
+        let mut out = String::new();
+        for (i, c) in digits.iter().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                out.push(',');
+            }
+            out.push(*c);
+        }
+        out
+    };
+    assert!(
+        shown.contains(&format!("Today:          {grouped} tokens")),
+        "{shown}"
+    );
+    let doc = usage(&fleet, &[]);
+    assert_eq!(row(&doc, "crashy")["tokens"]["total"], n * STEP_TOKENS);
+}

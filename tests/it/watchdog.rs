@@ -144,6 +144,12 @@ fn silence_is_confirmed_revived_once_then_unrecoverable() {
         .tmux(&["capture-pane", "-p", "-J", "-S", "-200", "-t", &pane])
         .unwrap();
     assert!(screen.contains("YOU WERE REVIVED"), "{screen}");
+    // Read inside the revival: it is the first of one, and the next failure is the last.
+    assert!(
+        screen.contains("(revival 1 of 1 for this task; another failure stops the agent"),
+        "{screen}"
+    );
+    assert!(!screen.contains("revival 0"), "{screen}");
 
     // Silent again, the same task: the one revival is spent, so it stops for a person.
     wait_silent(&fleet, "quiet", Duration::from_secs(3));

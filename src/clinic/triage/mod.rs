@@ -91,6 +91,7 @@ pub fn exit_from_ops(ops: &[op::Line], agent: &AgentInfo) -> Option<ExitInfo> {
             || last.str("mode") == Some("resume"),
         showed_life: last.get("showed_life").as_bool().unwrap_or(true),
         crashes_in_window: crashes.max(u32::from(code != Some(0))),
+        crashes_since_work: 0,
         fresh_requested: false,
         session_id: last.str("session_id").map(str::to_string),
         resume_refused: last.get("resume_refused").as_bool().unwrap_or(false),

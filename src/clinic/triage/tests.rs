@@ -83,6 +83,57 @@ fn codex_and_gemini_errors_are_found() {
     assert_eq!(transcript_facts(&gemini).errors.len(), 1);
 }
 
+/// pi 0.73's session records: the prompt, a bash call that failed, the failed model call.
+#[test]
+fn pi_records_are_read() {
+    let pi = vec![
+        json!({"type": "session", "version": 3, "id": "01a2", "cwd": "/w"}),
+        json!({"type": "message", "message": {"role": "user",
+            "content": [{"type": "text", "text": "Refactor the parser"}]}}),
+        json!({"type": "message", "message": {"role": "assistant", "stopReason": "toolUse",
+            "content": [{"type": "toolCall", "id": "toolu_1", "name": "bash",
+                         "arguments": {"command": "ls /nope"}}]}}),
+        json!({"type": "message", "message": {"role": "toolResult", "toolCallId": "toolu_1",
+            "toolName": "bash", "isError": true,
+            "content": [{"type": "text", "text": "ls: /nope: No such file\n\nCommand exited with code 2"}]}}),
+        json!({"type": "message", "message": {"role": "assistant", "stopReason": "error",
+            "content": [], "errorMessage": "400 prompt is too long"}}),
+    ];
+    let facts = transcript_facts(&pi);
+    assert_eq!(facts.last_prompt.as_deref(), Some("Refactor the parser"));
+    assert_eq!(facts.tool_calls.len(), 1);
+    assert_eq!(facts.tool_calls[0].tool, "bash");
+    assert!(!facts.tool_calls[0].ok);
+    assert_eq!(
+        facts.errors.last().unwrap(),
+        &(
+            "api_error".to_string(),
+            "400 prompt is too long".to_string()
+        )
+    );
+}
+
+/// Copilot CLI 1.0.102 ends a turn that failed for good with `session.error` in its
+/// events.jsonl (no Stop hook): the Clinic reads the error there, as for Codex.
+#[test]
+fn copilot_session_errors_are_found() {
+    let copilot = vec![
+        json!({"type": "user.message", "data": {"content": "migrate the tables"}}),
+        json!({"type": "hook.start", "data": {"hookType": "errorOccurred"}}),
+        json!({"type": "session.error", "data": {"errorType": "query", "statusCode": 400,
+            "message": "400 This model's maximum context length is 128000 tokens."}}),
+    ];
+    let facts = transcript_facts(&copilot);
+    assert_eq!(facts.last_prompt.as_deref(), Some("migrate the tables"));
+    assert_eq!(
+        facts.errors,
+        [(
+            "api_error".to_string(),
+            "400 This model's maximum context length is 128000 tokens.".to_string()
+        )]
+    );
+}
+
 #[test]
 fn triage_without_any_file_still_says_something() {
     let tmp = tempfile::tempdir().unwrap();

@@ -110,10 +110,15 @@ pub fn transcript_has_turn(path: &Path) -> bool {
     !startup_only
 }
 
-/// Read the facts out of Claude Code, Codex or Gemini transcript records.
+/// Read the facts out of Claude Code, Codex, Gemini, pi or Copilot CLI transcript records.
 pub fn transcript_facts(records: &[Value]) -> TranscriptFacts {
     let mut reader = Reader::default();
     for r in records {
+        // Claude Code: a subagent's records (older builds wrote them into the main transcript)
+        // are not the main thread's errors, prompt or words.
+        if flag(r, "isSidechain") {
+            continue;
+        }
         match str_of(r, "type").unwrap_or("") {
             // Claude Code: {type, message: {role, content: string | [blocks]}}.
             kind @ ("user" | "assistant") if r.get("message").is_some() => reader.claude(kind, r),
@@ -125,8 +130,24 @@ pub fn transcript_facts(records: &[Value]) -> TranscriptFacts {
             }
             "gemini" => reader.gemini(r),
             "error" => reader.api_error(r.get("content").map(content_text).unwrap_or_default()),
+            // Copilot CLI: {type: user.message | session.error | …, data: {…}}.
+            "user.message" => {
+                if let Some(s) = r.pointer("/data/content").and_then(Value::as_str)
+                    && !s.trim().is_empty()
+                {
+                    reader.facts.last_prompt = Some(s.to_string());
+                }
+            }
+            "session.error" => reader.api_error(
+                r.pointer("/data/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
             // Codex: {type: response_item | event_msg, payload: {type, …}}.
             "response_item" | "event_msg" => reader.codex(r),
+            // pi: {type: message, message: {role: user | assistant | toolResult, …}}.
+            "message" => reader.pi(r),
             _ => {}
         }
     }
@@ -182,7 +203,10 @@ impl Reader {
         match &r["message"]["content"] {
             // Meta records and compaction summaries are not prompts.
             Value::String(s)
-                if kind == "user" && !flag(r, "isMeta") && !flag(r, "isCompactSummary") =>
+                if kind == "user"
+                    && !flag(r, "isMeta")
+                    && !flag(r, "isCompactSummary")
+                    && !crate::agent_cli::claude::is_machine_prompt(s) =>
             {
                 self.facts.last_prompt = Some(s.clone());
             }
@@ -209,7 +233,10 @@ impl Reader {
                 }
             }
             "text" if !flag(r, "isMeta") => {
-                self.facts.last_prompt = Some(str_of(b, "text").unwrap_or("").to_string());
+                let text = str_of(b, "text").unwrap_or("");
+                if !crate::agent_cli::claude::is_machine_prompt(text) {
+                    self.facts.last_prompt = Some(text.to_string());
+                }
             }
             "tool_use" => self.called(str_of(b, "id"), str_of(b, "name")),
             "tool_result" => {
@@ -240,6 +267,36 @@ impl Reader {
                 .unwrap_or_default();
             let tool = str_of(call, "name").unwrap_or("?").to_string();
             self.finished(tool, r, failed.then_some(result));
+        }
+    }
+
+    /// A pi `message` record: a prompt, an answer (its tool calls; a failed model call has
+    /// `stopReason: "error"`), or a tool's result.
+    fn pi(&mut self, r: &Value) {
+        let m = &r["message"];
+        match str_of(m, "role").unwrap_or("") {
+            "user" => self.facts.last_prompt = Some(content_text(&m["content"])),
+            "assistant" => {
+                if str_of(m, "stopReason") == Some("error") {
+                    self.api_error(str_of(m, "errorMessage").unwrap_or("").to_string());
+                }
+                for b in m["content"].as_array().into_iter().flatten() {
+                    match str_of(b, "type").unwrap_or("") {
+                        "text" => self
+                            .facts
+                            .assistant
+                            .push(str_of(b, "text").unwrap_or("").into()),
+                        "toolCall" => self.called(str_of(b, "id"), str_of(b, "name")),
+                        _ => {}
+                    }
+                }
+            }
+            "toolResult" => {
+                let tool = self.answered(str_of(m, "toolCallId").unwrap_or(""));
+                let failure = flag(m, "isError").then(|| content_text(&m["content"]));
+                self.finished(tool, r, failure);
+            }
+            _ => {}
         }
     }
 

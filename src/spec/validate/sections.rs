@@ -12,7 +12,7 @@ use crate::spec::raw::{
     RawWatchdog, RawWebhook, Spanned,
 };
 use crate::spec::{
-    BriefSettings, ClinicSettings, Fleet, GithubNotify, MAX_WEBHOOK_RETRIES, NotifySettings,
+    BriefSettings, Cli, ClinicSettings, Fleet, GithubNotify, MAX_WEBHOOK_RETRIES, NotifySettings,
     NtfyNotify, RestartSettings, TelemetrySettings, Thresholds, WatchdogSettings, WebhookFormat,
     WebhookNotify, duration, fleet_id, floors,
 };
@@ -256,12 +256,13 @@ impl Validator<'_> {
         let mut screen_patterns = BTreeMap::new();
         if let Some(p) = &raw.screen_patterns {
             for (cli, phrases) in p.get_ref() {
-                const KEYS: [&str; 5] = ["claude", "codex", "gemini", "custom", "all"];
-                if !KEYS.contains(&cli.as_str()) {
+                // Every CLI's name, from the one table of them, and `all`.
+                let keys: Vec<&str> = Cli::NAMES.iter().copied().chain(["all"]).collect();
+                if !keys.contains(&cli.as_str()) {
                     self.error(
                         format!("[watchdog] screen_patterns: unknown CLI `{cli}`"),
                         Some(p.span()),
-                        &suggest(cli, &KEYS),
+                        &suggest(cli, &keys),
                     );
                     continue;
                 }

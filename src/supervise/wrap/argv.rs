@@ -32,6 +32,57 @@ pub fn resume_argv(agent: &AgentSpec, id: &str) -> Option<Vec<String>> {
     agent.cli.adapter().resume_argv(base_argv(agent), id)
 }
 
+/// What the agent's next start will be, as its wrapper would choose it now (`status AGENT`
+/// says it): the resume of the recorded session with the CLI's resume form, or a fresh
+/// session and why. Reads only.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NextStart {
+    /// `resume` or `fresh`.
+    pub mode: Start,
+    pub session_id: Option<String>,
+    pub argv: Vec<String>,
+    /// Why it is fresh (`None` for a resume).
+    pub why: Option<String>,
+}
+
+/// The start [`NextStart`] describes, by the rules `run_once` follows: the `.fresh` marker,
+/// a recorded session this agent may resume, a turn in it, a resume form for its CLI.
+pub fn next_start(dir: &AgentDir, agent: &AgentSpec) -> NextStart {
+    let fresh = |why: String| NextStart {
+        mode: Start::Fresh,
+        session_id: None,
+        argv: base_argv(agent),
+        why: Some(why),
+    };
+    if dir.has_marker(state::FRESH) {
+        return fresh("a fresh start was asked for".into());
+    }
+    let Some(session) = record::recorded_session(dir) else {
+        return fresh("no session recorded yet".into());
+    };
+    let id = session.id.clone();
+    if !record::resumable(&session, &record::load(dir), &agent.workdir) {
+        return fresh(format!(
+            "session {id} is not to be resumed (abandoned, or from another directory)"
+        ));
+    }
+    if !record::session_has_turn(dir, &id) {
+        return fresh(format!("session {id}: {}", record::no_turn_why(dir, &id)));
+    }
+    match resume_argv(agent, &id) {
+        Some(argv) => NextStart {
+            mode: Start::Resume,
+            session_id: Some(id),
+            argv,
+            why: None,
+        },
+        None => fresh(format!(
+            "`{}` has no known resume form (set `resume_command`)",
+            agent.cli
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

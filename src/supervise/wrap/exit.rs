@@ -61,6 +61,7 @@ impl Wrapper {
         let saved = record::load(&self.dir);
         let facts = Facts {
             recent_crashes: saved.recent_crash_times(),
+            last_work: saved.last_work,
             ..Facts::new(AgentInfo::from_spec(&self.spec, &self.agent))
         };
         let (code, signal) = status_parts(run.status);
@@ -79,6 +80,7 @@ impl Wrapper {
             session_id: session_id.clone(),
             showed_life: run.showed_life,
             resume_refused: run.resume_refused,
+            worked: did_work(&self.dir, run.runtime),
             fresh_requested: self.dir.has_marker(state::FRESH),
             requested,
             now: jiff::Timestamp::now().as_second(),
@@ -117,7 +119,10 @@ impl Wrapper {
             .cloned()
             .chain(record::recorded_session(&self.dir).map(|s| s.id))
             .collect();
-        self.announce(&decision, session_id.is_some());
+        // A quarantine written before this stop (the watchdog's stop for a person) is what
+        // comes next, whatever the stop itself would start.
+        let quarantined = record::load(&self.dir).safe_mode.map(|q| q.reason);
+        self.announce(&decision, session_id.is_some(), quarantined.as_deref());
         let books = self.books();
         let run = run.clone();
         let answer = decision.clone();
@@ -147,6 +152,9 @@ impl Books {
         pane_tail: Option<String>,
         sessions: &[String],
     ) {
+        if exit.worked {
+            let _ = record::update(&self.dir, |l| l.last_work = Some(exit.now));
+        }
         if decision.counts_as_crash {
             self.keep_crash(decision, run, exit, pane_tail);
         }
@@ -248,15 +256,18 @@ impl Books {
 
 impl Wrapper {
     /// Say in the pane how the run ended and what comes next.
-    fn announce(&self, decision: &Recovery, resumable: bool) {
+    fn announce(&self, decision: &Recovery, resumable: bool, quarantined: Option<&str>) {
         let delay = decision.delay;
         let again = if resumable { "resuming" } else { "restarting" };
-        let next = match decision.start {
-            Some(Start::SafeMode) | None => "safe mode".to_string(),
-            Some(Start::Resume) if delay.is_zero() => format!("{again} now"),
-            Some(Start::Fresh) if delay.is_zero() => "starting fresh now".to_string(),
-            Some(Start::Resume) => format!("{again} in {}", spec::duration::format(delay)),
-            Some(Start::Fresh) => format!("starting fresh in {}", spec::duration::format(delay)),
+        let next = match (decision.start, quarantined) {
+            (_, Some(why)) => format!("safe mode ({why})"),
+            (Some(Start::SafeMode) | None, None) => "safe mode".to_string(),
+            (Some(Start::Resume), None) if delay.is_zero() => format!("{again} now"),
+            (Some(Start::Fresh), None) if delay.is_zero() => "starting fresh now".to_string(),
+            (Some(Start::Resume), None) => format!("{again} in {}", spec::duration::format(delay)),
+            (Some(Start::Fresh), None) => {
+                format!("starting fresh in {}", spec::duration::format(delay))
+            }
         };
         say(&format!(
             "`{}` ended ({}): {} → {next}",
@@ -273,10 +284,28 @@ impl Wrapper {
             if term::stop_signal().is_some() {
                 return false;
             }
+            collect_orphans();
             std::thread::sleep((until - Instant::now()).min(Duration::from_millis(100)));
         }
         term::stop_signal().is_none()
     }
+}
+
+/// Whether the run that ended now, after `runtime`, did work: a turn it finished (its
+/// turn-end hook) or a tool call it made (tool_use.jsonl written since it started).
+fn did_work(dir: &AgentDir, runtime: Duration) -> bool {
+    let Some(started) = SystemTime::now().checked_sub(runtime) else {
+        return false;
+    };
+    let tool_call = std::fs::metadata(dir.file(state::TOOL_USE))
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t >= started);
+    let since = jiff::Timestamp::try_from(started).ok();
+    tool_call
+        || state::op::tail(&dir.file(state::OPS_LOG)).iter().any(|op| {
+            matches!(op.op, Op::TurnComplete(_))
+                && op.time().zip(since).is_some_and(|(t, s)| t >= s)
+        })
 }
 
 pub(super) fn status_parts(status: Option<ExitStatus>) -> (Option<i32>, Option<i32>) {

@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// How long the continue prompt waits for a CLI's ready text (`AgentCli::ready_text`):
+/// Copilot CLI took 12 s to start on a loaded machine.
+const READY_TEXT_WAIT: Duration = Duration::from_secs(60);
+
 impl Wrapper {
     /// A CLI without a session-start hook gets its startup context (latest handoff, ledger,
     /// open loops) pasted into its pane once it is up and quiet. A custom CLI that does call
@@ -96,6 +100,7 @@ impl Wrapper {
         // A CLI that runs its SessionStart hook only with the first prompt (Codex): waiting for
         // it would only hold the prompt that triggers it.
         let ready_after_hook = self.agent.cli.adapter().ready_after_session_start();
+        let ready_text = self.agent.cli.adapter().ready_text();
         let wait = if self.agent.cli.adapter().session_start_at_launch() {
             Duration::from_secs(10)
         } else {
@@ -113,6 +118,15 @@ impl Wrapper {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let runtime = world::runtime_for(&spec);
+            // A CLI whose still screen does not say it takes input says so in its footer.
+            if let Some(text) = ready_text {
+                let deadline = Instant::now() + READY_TEXT_WAIT;
+                while Instant::now() < deadline
+                    && !runtime.capture(&pane, 0).is_ok_and(|s| s.contains(text))
+                {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
             // Claude Code has loaded its session when the hook fires and draws its input box
             // next, so a short still screen says it waits. Gemini CLI runs the hook before it
             // loads the resumed history (a still screen then may be a busy one), and without

@@ -33,7 +33,7 @@ mod probe;
 mod run;
 mod safe;
 
-pub use argv::{base_argv, resume_argv};
+pub use argv::{NextStart, base_argv, next_start, resume_argv};
 use probe::{LifeProbe, without_our_lines};
 
 /// Lines of the pane kept in a crash record: what 50 lines of history and the pane's 50 rows
@@ -430,6 +430,14 @@ impl Wrapper {
 // started: its stdout is that pane, what a person attached reads and answers (safe mode), not
 // the CLI's output channel, so it writes there itself; `say`, `blank_line` and safe mode's
 // `prompt` and `paste_brackets` are the only writers.
+
+/// Between runs (cooldown, safe mode): the orphans that ended since the last look are
+/// collected (the agent's own exit was waited for already).
+fn collect_orphans() {
+    if term::child_ended() {
+        crate::supervise::strays::reap_ended_orphans(0);
+    }
+}
 
 /// Print to the pane. What is said quotes configs, policies and agents' errors: no escape
 /// sequence in them reaches the terminal (the paste rule, for output).

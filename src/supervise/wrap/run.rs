@@ -82,7 +82,7 @@ impl Wrapper {
                 if !has_turn {
                     let _ = self.dir.record_op(
                         Op::ResumeSkipped,
-                        json!({"session_id": s.id, "why": "its transcript has no turn"}),
+                        json!({"session_id": s.id, "why": record::no_turn_why(&self.dir, &s.id)}),
                     );
                 }
                 has_turn
@@ -163,7 +163,7 @@ impl Wrapper {
         std::thread::spawn(move || {
             let _ = tx.send(child.wait());
         });
-        let deadline = started + self.agent.restart.life_deadline;
+        let mut deadline = started + self.agent.restart.life_deadline;
         let mut showed_life = false;
         let mut stop_sent: Option<Instant> = None;
         let mut treating: Option<std::thread::JoinHandle<()>> = None;
@@ -217,6 +217,15 @@ impl Wrapper {
                 let _ = self.dir.clear_marker(state::NEEDS_INPUT);
                 notifying = Some(self.notify_waiting());
             }
+            if !showed_life
+                && stop_sent.is_none()
+                && Instant::now() >= deadline
+                && self.asks_for_trust()
+            {
+                // Waiting for a person is not a failed start: replacing it would only show
+                // the same dialog again, restart after restart.
+                deadline = Instant::now() + self.agent.restart.life_deadline;
+            }
             if !showed_life && stop_sent.is_none() && Instant::now() >= deadline {
                 say(&format!(
                     "`{}` showed no life within {}: replacing it",
@@ -233,7 +242,7 @@ impl Wrapper {
             if stop_sent.is_some_and(|t| t.elapsed() >= STOP_GRACE) {
                 term::signal_group(pid, Signal::SIGKILL);
             }
-            if Instant::now() >= next_reap {
+            if term::child_ended() || Instant::now() >= next_reap {
                 next_reap = Instant::now() + ORPHAN_REAP_EVERY;
                 crate::supervise::strays::reap_ended_orphans(pid);
             }
@@ -324,7 +333,15 @@ impl Wrapper {
                 .as_ref()
                 .and_then(|s| s.cwd.as_deref())
                 .is_none_or(|cwd| record::same_dir(cwd, &self.agent.workdir));
-            if !same_id || !same_dir {
+            // A fork (Claude Code's `--fork-session`) comes back as a new id that holds the
+            // resumed conversation: still a resume.
+            let forked = !same_id
+                && same_dir
+                && self
+                    .dir
+                    .peek_state()
+                    .is_some_and(|s| s.session_source.as_deref() == Some("fork"));
+            if (!same_id || !same_dir) && !forked {
                 // It came back as another session: that is a fresh start, not a resume.
                 mode = Start::Fresh;
                 let _ = self.dir.record_op(
@@ -347,6 +364,51 @@ impl Wrapper {
     /// On a thread: the pass may notify people, and supervision goes on meanwhile.
     /// The hook said the CLI waits for a person: the notification goes out now, from a
     /// thread (a slow channel never holds up the wrapper), once per wait.
+    /// The CLI's screen shows its folder-trust dialog (the trust could not be recorded, see
+    /// `trust_hooks`): the agent needs a person, said once per wait, and is not replaced.
+    fn asks_for_trust(&self) -> bool {
+        let Some(screen) = self
+            .pane
+            .as_deref()
+            .and_then(|p| self.runtime.capture(p, probe::SCREEN_LINES).ok())
+        else {
+            return false;
+        };
+        let Some(message) = self
+            .agent
+            .cli
+            .adapter()
+            .trust_question(&screen, &self.agent.workdir)
+        else {
+            return false;
+        };
+        let retention = state::Retention::from(&self.spec.thresholds);
+        let started = self.dir.update_state(retention, |s| {
+            if s.needs_input
+                .as_ref()
+                .is_some_and(|n| n.reason == "trust_dialog")
+            {
+                return Ok(false);
+            }
+            s.needs_input = Some(state::NeedsInput {
+                reason: "trust_dialog".into(),
+                message: message.clone(),
+                since: state::rfc3339(jiff::Timestamp::now()),
+                source: "screen".into(),
+            });
+            Ok(true)
+        });
+        if started.unwrap_or(false) {
+            say(&message);
+            let _ = self.dir.record_op(
+                Op::NeedsInput,
+                json!({"reason": "trust_dialog", "message": message, "source": "screen"}),
+            );
+            let _ = self.dir.set_marker(state::NEEDS_INPUT);
+        }
+        true
+    }
+
     pub(super) fn notify_waiting(&self) -> std::thread::JoinHandle<()> {
         let (spec, name) = (self.spec.clone(), self.agent.name.clone());
         std::thread::spawn(move || {
@@ -386,15 +448,16 @@ impl Wrapper {
     }
 
     /// Codex and Gemini CLI run the hooks in a workdir only once they trust it (and Codex each
-    /// hook too); otherwise they stop at a dialog. Recorded before every start, so a reset CLI
-    /// config or a changed hook command is trusted again.
+    /// hook too), and Claude Code starts at all only in a folder it trusts; otherwise they stop
+    /// at a dialog. Recorded before every start, so a reset CLI config or a changed hook
+    /// command is trusted again.
     pub(super) fn trust_hooks(&self) {
         let lock = self.fleet.root.join(".hooks-trust.lock");
         match crate::hooks::trust::ensure(&self.agent, &lock) {
             Ok(None) => {}
             Ok(Some(t)) => {
                 say(&format!(
-                    "{} now trusts `{}` and phoenix's hooks for `{}` ({} entries)",
+                    "{} now trusts `{}` for `{}` ({} entries)",
                     t.file.display(),
                     self.agent.workdir.display(),
                     self.agent.name,

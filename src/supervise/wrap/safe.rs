@@ -46,6 +46,7 @@ impl Wrapper {
                 if let Some(sig) = term::stop_signal() {
                     return Ok(SafeOutcome::Stopped(128 + sig));
                 }
+                super::collect_orphans();
                 match input.next(Duration::from_millis(200)) {
                     Some(line) => break line,
                     None => continue,

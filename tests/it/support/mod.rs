@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod chat_server;
 pub mod gemini_server;
 pub mod hosts;
 pub mod http_receiver;

@@ -17,6 +17,15 @@ impl Turn {
         }
     }
 
+    /// Start a Claude Code subagent (the Agent tool) with `prompt`.
+    pub fn agent(prompt: &str) -> Turn {
+        Turn::ToolUse {
+            name: "Agent".into(),
+            input: json!({"description": "scripted subagent", "prompt": prompt,
+                          "subagent_type": "general-purpose"}),
+        }
+    }
+
     pub fn prompt_too_long() -> Turn {
         Turn::Error {
             status: 400,
@@ -34,15 +43,29 @@ impl Turn {
     }
 }
 
-/// The Messages API wire format.
-pub struct Messages;
+/// The Messages API wire format; with a subagent script, the requests of Claude Code's
+/// subagents (Agent tool workers) play that script instead of the main one.
+#[derive(Default)]
+pub struct Messages {
+    subagent: Option<std::sync::Mutex<std::collections::VecDeque<Turn>>>,
+}
 
 /// The server; stops accepting when dropped.
 pub type ModelServer = ScriptedServer<Messages>;
 
 impl ModelServer {
     pub fn start(script: Vec<Turn>) -> ModelServer {
-        ScriptedServer::serve(Messages, script)
+        ScriptedServer::serve(Messages::default(), script)
+    }
+
+    /// A server whose main thread plays `main` and whose subagents' requests play `subagent`
+    /// (a closing text once it is exhausted): the two run at the same time in Claude Code
+    /// 2.1.332, whose Agent tool runs its worker in the background.
+    pub fn start_with_subagents(main: Vec<Turn>, subagent: Vec<Turn>) -> ModelServer {
+        let protocol = Messages {
+            subagent: Some(std::sync::Mutex::new(subagent.into())),
+        };
+        ScriptedServer::serve(protocol, main)
     }
 
     /// Requests to the Messages API only.
@@ -66,7 +89,14 @@ impl Protocol for Messages {
         if path.starts_with("/v1/messages/count_tokens") {
             return Answer::Json(200, json!({"input_tokens": 100}));
         }
-        let turn = choose_turn(&request.body, script);
+        let turn = match &self.subagent {
+            Some(turns) if is_subagent_request(&request.body) => turns
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or_else(|| Turn::text("Subagent done.")),
+            _ => choose_turn(&request.body, script),
+        };
         let id = script.id();
         let streaming = request.body["stream"].as_bool().unwrap_or(false);
         match turn {
@@ -91,6 +121,19 @@ impl Protocol for Messages {
             turn => Answer::Json(200, message_json(&turn, id)),
         }
     }
+}
+
+/// The tool only the main thread is given: a subagent never asks the user (2.1.332 gives its
+/// subagents the Agent tool too, but not this one).
+const MAIN_THREAD_ONLY_TOOL: &str = "AskUserQuestion";
+
+/// Is this a request of a Claude Code subagent: a turn (it offers tools) without the tool
+/// only the main thread has.
+pub fn is_subagent_request(body: &Value) -> bool {
+    let Some(tools) = body["tools"].as_array().filter(|t| !t.is_empty()) else {
+        return false;
+    };
+    !tools.iter().any(|t| t["name"] == MAIN_THREAD_ONLY_TOOL)
 }
 
 fn offers_tools(body: &Value) -> bool {
