@@ -41,15 +41,11 @@ impl Hook<'_> {
             (false, _) => Start::Fresh,
         };
         let text = self.startup_context(ctx, start, &state);
-        // What the Clinic left is for the next session phoenix starts. A compaction is the
-        // same session going on, and may be a dying one's: Claude Code auto-compacting when
-        // its prompt is too long runs this hook (`compact`) while the wrapper already stops
-        // it for a fresh session, which must get the recovery context.
-        let text = if start == Start::Compacted {
-            text
-        } else {
-            with_pending_clinic_context(dir, text)
-        };
+        // What the Clinic left is for the next session phoenix starts, never for the process
+        // it replaces: Claude Code auto-compacting when its prompt is too long runs this hook
+        // (`compact`) while the wrapper already stops it for a fresh session, which must get
+        // the recovery context.
+        let text = with_pending_clinic_context(dir, text);
         let session_id = self.payload.session_id().map(str::to_string);
         let transcript = self.regular_transcript();
         self.record_session_start(ctx, &source, interrupted, transcript.clone());
@@ -211,7 +207,10 @@ impl Hook<'_> {
 /// Context the Clinic left for this session (a reminder, or what a session that ran out of
 /// context knew) comes first: it says why this session exists.
 fn with_pending_clinic_context(dir: &AgentDir, text: Option<String>) -> Option<String> {
-    let Some(pending) = crate::clinic::take_pending_context(dir) else {
+    let run_started = std::env::var(crate::clinic::RUN_STARTED_ENV)
+        .ok()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let Some(pending) = crate::clinic::take_pending_context(dir, run_started) else {
         return text;
     };
     let _ = dir.record_op(Op::ClinicContextInjected, json!({"chars": pending.len()}));

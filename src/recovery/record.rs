@@ -369,17 +369,31 @@ pub fn turn_was_open(dir: &AgentDir, id: &str) -> bool {
     }
     let ops = state::op::tail(&dir.file(state::OPS_LOG));
     let mut current: Option<&str> = None;
+    let mut seen = false;
     let mut open = false;
     for op in &ops {
         match op.op {
-            state::Op::SessionStart(_) => current = op.get("session_id").as_str(),
+            state::Op::SessionStart(_) => {
+                current = op.get("session_id").as_str();
+                seen |= current == Some(id);
+            }
             _ if current != Some(id) => {}
             state::Op::Prompt(_) | state::Op::TurnFailed(_) => open = true,
             state::Op::TurnComplete(_) => open = false,
             _ => {}
         }
     }
-    open
+    if seen {
+        return open;
+    }
+    // The session began before the ops' tail (a long one): its state says how its last turn
+    // stands. Unknown is open: a continue prompt too many beats a task left standing.
+    match dir.read_state() {
+        Ok(s) if s.session_id.as_deref() == Some(id) => {
+            matches!(s.status, state::Status::Working | state::Status::Failed)
+        }
+        _ => true,
+    }
 }
 
 pub fn same_dir(a: &Path, b: &Path) -> bool {
@@ -717,7 +731,10 @@ mod tests {
             json!({"session_id": "s1", "source": "resume"}),
         );
         assert!(turn_was_open(&d, "s1"));
-        assert!(!turn_was_open(&d, "s2"), "another session");
+        assert!(
+            turn_was_open(&d, "s2"),
+            "another session, begun before the ops' tail, with no state: open"
+        );
         op(Op::Prompt, json!({"chars": 3}));
         op(Op::TurnComplete, json!({}));
         assert!(!turn_was_open(&d, "s1"));

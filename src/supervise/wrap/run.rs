@@ -125,6 +125,8 @@ impl Wrapper {
         // Taken before the spawn: what the CLI writes (its first transcript record may come
         // before `agent_start` is recorded) is this session's from here on.
         let spawned = state::now_rfc3339();
+        // Its hooks take only what was left for a session started after this (`clinic`).
+        cmd.env(crate::clinic::RUN_STARTED_ENV, &spawned);
         crate::supervise::strays::run_starting(&self.dir);
         let spawned_child = cmd.spawn();
         // Whoever restarted the agent (a person, the daemon, the watchdog) handed the start
