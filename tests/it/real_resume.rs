@@ -1,9 +1,10 @@
 //! Recovery that keeps every conversation, with the real Claude Code CLI against the scripted
 //! model server: a resume killed before it came up is resumed again, a resume the CLI refuses
-//! is given up after one try, and a session killed idle at its prompt gets no "continue".
+//! is given up after one try, a session killed idle at its prompt gets no "continue", and the
+//! Clinic's context survives a compaction of the session it replaces.
 //! Runs only with `PHOENIX_TEST_REAL_CLIS=1`.
 
-use crate::real_cli::{enabled, start_claude, turn_requests};
+use crate::real_cli::{enabled, start_claude, turn_requests, type_prompt};
 use crate::support;
 
 use std::time::Duration;
@@ -192,6 +193,77 @@ fn real_claude_refusing_a_corrupt_transcript_is_tried_once_then_fresh_for_good()
         2,
         "{ops:?}"
     );
+}
+
+/// Issue 32 item 10. The Clinic leaves its recovery context for the next session while the
+/// running Claude Code is still up (as when its prompt was too long and the wrapper stops it
+/// for a fresh one), and that process compacts before it goes (Claude Code's auto-compaction,
+/// here `/compact`): its SessionStart `compact` leaves the context, and the fresh session
+/// phoenix starts next brings it to the model.
+#[test]
+fn real_claude_compacting_before_it_is_replaced_leaves_the_clinics_context_to_the_fresh_session()
+{
+    if !enabled() {
+        return;
+    }
+    let fleet = support::Fleet::new();
+    let server = ModelServer::start(vec![
+        Turn::text("Planned."),
+        Turn::text("Carrying on after the compaction."),
+        Turn::text("Fresh, with the context."),
+    ]);
+    let (dir, id, _) = one_turn_done(&fleet, &server);
+    // The Clinic reads the CLI's last words (a full context) and leaves its context for the
+    // next start, fresh.
+    let output = fleet.path().join("output.txt");
+    std::fs::write(
+        &output,
+        "API Error: 400 prompt is too long: 210000 tokens > 200000 maximum\n",
+    )
+    .unwrap();
+    fleet
+        .run(&["clinic", "cc", "--output", output.to_str().unwrap()])
+        .status(0);
+    let pending = dir.join("clinic_context.md");
+    assert!(pending.exists(), "the Clinic left its context");
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_prompt(&fleet, &pane, "/compact");
+    support::wait_until(WAIT, "SessionStart compact", || {
+        fleet
+            .ops("cc")
+            .iter()
+            .any(|o| o["event"] == "session_start" && o["source"] == "compact")
+    });
+    assert!(
+        pending.exists(),
+        "the compaction of the session being replaced took the Clinic's context"
+    );
+    assert_eq!(count(&fleet, "clinic_context_injected"), 0);
+    fleet.run(&["restart", "cc"]).status(0);
+    support::wait_until(WAIT, "the fresh session's start", || {
+        fleet.ops("cc").iter().any(|o| {
+            o["event"] == "session_start"
+                && o["source"] == "startup"
+                && o["session_id"] != id.as_str()
+        })
+    });
+    assert!(!pending.exists(), "given to the fresh session");
+    assert_eq!(count(&fleet, "clinic_context_injected"), 1);
+    type_prompt(&fleet, &pane, "go on with the release");
+    support::wait_until(WAIT, "the fresh session's first turn", || {
+        turn_requests(&server)
+            .iter()
+            .any(|r| r.text().contains("go on with the release"))
+    });
+    let sent = turn_requests(&server)
+        .into_iter()
+        .find(|r| r.text().contains("go on with the release"))
+        .unwrap()
+        .text();
+    assert!(sent.contains("FRESH SESSION, CONTEXT CARRIED OVER"), "{sent}");
 }
 
 /// The text of the last user message `request` carries.
