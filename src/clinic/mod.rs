@@ -114,7 +114,10 @@ impl Counter {
 /// to take: it was left for the session that replaces it. A session start in a process that
 /// is being replaced (Claude Code compacting, or `/clear`, while the wrapper stops it for a
 /// fresh session) leaves it where it is.
-pub fn take_pending_context(dir: &AgentDir, run_started: Option<jiff::Timestamp>) -> Option<String> {
+pub fn take_pending_context(
+    dir: &AgentDir,
+    run_started: Option<jiff::Timestamp>,
+) -> Option<String> {
     let path = dir.file(PENDING_CONTEXT);
     let left = std::fs::symlink_metadata(&path).ok()?.modified().ok()?;
     if let Some(started) = run_started

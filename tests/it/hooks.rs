@@ -569,7 +569,14 @@ fn the_clinics_context_waits_through_a_compaction_for_the_next_session() {
     let dying = [("PHOENIX_RUN_STARTED", dying_started.as_str())];
     let start = |source: &str, id: &str, env: &[(&str, &str)]| {
         let payload = format!(r#"{{"session_id":"{id}","source":"{source}"}}"#);
-        hook_with_env(&fleet, "session-start", "c", Some("claude"), payload.as_bytes(), env)
+        hook_with_env(
+            &fleet,
+            "session-start",
+            "c",
+            Some("claude"),
+            payload.as_bytes(),
+            env,
+        )
     };
     start("startup", "dying", &dying);
     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -577,7 +584,10 @@ fn the_clinics_context_waits_through_a_compaction_for_the_next_session() {
     std::fs::write(&pending, "=== PHOENIX: WHAT THE FULL SESSION KNEW ===\n").unwrap();
     for source in ["compact", "clear"] {
         let text = start(source, "dying", &dying).context().unwrap_or_default();
-        assert!(!text.contains("WHAT THE FULL SESSION KNEW"), "{source}: {text}");
+        assert!(
+            !text.contains("WHAT THE FULL SESSION KNEW"),
+            "{source}: {text}"
+        );
         assert!(pending.exists(), "{source}: left for the next session");
     }
     std::thread::sleep(std::time::Duration::from_millis(20));

@@ -502,7 +502,10 @@ fn real_claude_resumed_session_killed_again_within_seconds_is_resumed_again() {
         .find(|o| o["event"] == "continue_prompt_skipped")
         .expect("no continue prompt after a finished turn");
     assert!(
-        skipped["why"].as_str().unwrap().contains("turn had finished"),
+        skipped["why"]
+            .as_str()
+            .unwrap()
+            .contains("turn had finished"),
         "{skipped}"
     );
     let pane = fleet.agent_status("cc")["pane"]
@@ -519,7 +522,11 @@ fn real_claude_resumed_session_killed_again_within_seconds_is_resumed_again() {
         },
         || fleet.explain("cc", &pane),
     );
-    assert_eq!(count("continue_prompt_sent"), 0, "typed into an idle session");
+    assert_eq!(
+        count("continue_prompt_sent"),
+        0,
+        "typed into an idle session"
+    );
     assert!(
         !server
             .message_requests()

@@ -201,8 +201,7 @@ fn real_claude_refusing_a_corrupt_transcript_is_tried_once_then_fresh_for_good()
 /// here `/compact`): its SessionStart `compact` leaves the context, and the fresh session
 /// phoenix starts next brings it to the model.
 #[test]
-fn real_claude_compacting_before_it_is_replaced_leaves_the_clinics_context_to_the_fresh_session()
-{
+fn real_claude_compacting_before_it_is_replaced_leaves_the_clinics_context_to_the_fresh_session() {
     if !enabled() {
         return;
     }
@@ -263,7 +262,10 @@ fn real_claude_compacting_before_it_is_replaced_leaves_the_clinics_context_to_th
         .find(|r| r.text().contains("go on with the release"))
         .unwrap()
         .text();
-    assert!(sent.contains("FRESH SESSION, CONTEXT CARRIED OVER"), "{sent}");
+    assert!(
+        sent.contains("FRESH SESSION, CONTEXT CARRIED OVER"),
+        "{sent}"
+    );
 }
 
 /// The text of the last user message `request` carries.

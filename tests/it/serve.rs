@@ -644,11 +644,7 @@ fn bad_input_is_refused_with_a_hint_and_changes_nothing() {
             .any(|o| o["event"] == "operator_restart" || o["event"] == "context_injected")
     };
     assert!(!restarted("alpha") && !restarted("beta"));
-    assert_eq!(
-        loops(),
-        state_before,
-        "the open loop is still open"
-    );
+    assert_eq!(loops(), state_before, "the open loop is still open");
     assert!(fleet.ops("alpha").len() >= alpha_ops && fleet.ops("beta").len() >= beta_ops);
     assert!(!fleet.agent_dir("alpha").join("resolved.jsonl").exists());
 }
