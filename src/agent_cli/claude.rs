@@ -273,6 +273,14 @@ impl AgentCli for Claude {
             .then(|| format!("Claude Code asks whether to trust `{}`", workdir.display()))
     }
 
+    fn trust_file(&self, lookup: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+        trust::config_file(lookup).ok()
+    }
+
+    fn trusts(&self, file: &Path, workdir: &Path) -> Result<bool, String> {
+        trust::trusted(file, workdir)
+    }
+
     fn trust_note(&self) -> Option<&'static str> {
         Some(
             "Before each start the wrapper has Claude Code trust this workdir, as its trust\n\

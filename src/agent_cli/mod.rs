@@ -197,6 +197,18 @@ pub trait AgentCli: Sync {
         None
     }
 
+    /// The file the CLI reads its folder trust from, for an agent whose environment is
+    /// `lookup` (`None`: it has none phoenix knows); watched while the agent waits for it.
+    fn trust_file(&self, _lookup: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+        None
+    }
+
+    /// Whether the CLI trusts `workdir` (symlinks resolved) by `file` now, read without
+    /// changing anything; an error when it cannot be told.
+    fn trusts(&self, _file: &Path, _workdir: &Path) -> Result<bool, String> {
+        Err("this CLI's trust is not known to phoenix".into())
+    }
+
     /// A comment for `phoenix hooks show` on the trust the wrapper records before each start.
     fn trust_note(&self) -> Option<&'static str> {
         None

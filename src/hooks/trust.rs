@@ -36,14 +36,7 @@ pub fn ensure(agent: &AgentSpec, lock: &Path) -> Result<Option<Trusted>, String>
 }
 
 fn ensure_locked(agent: &AgentSpec) -> Result<Option<Trusted>, String> {
-    let lookup = |key: &str| {
-        agent
-            .env
-            .get(key)
-            .cloned()
-            .or_else(|| std::env::var(key).ok())
-            .filter(|v| !v.is_empty())
-    };
+    let lookup = lookup_in(agent);
     let adapter = agent.cli.adapter();
     let hooks_text = config::path_in(agent.cli, &agent.workdir)
         .and_then(|p| bounded::read_string(&p, config::MAX_CONFIG_BYTES, Links::Follow).ok())
@@ -59,6 +52,68 @@ fn ensure_locked(agent: &AgentSpec) -> Result<Option<Trusted>, String> {
         hooks_text: hooks_text.as_deref().unwrap_or(""),
         lookup: &lookup,
     })
+}
+
+/// Watches the file an agent's CLI keeps its folder trust in, while the agent waits for a
+/// person to answer its trust question: it is read again only when it changed (it can be
+/// large: Claude Code's holds every project it saw).
+pub struct TrustWatch {
+    agent: AgentSpec,
+    file: std::path::PathBuf,
+    workdir: std::path::PathBuf,
+    stamp: Option<(u64, std::time::SystemTime)>,
+}
+
+impl TrustWatch {
+    /// `None` when the agent's CLI keeps no trust phoenix knows how to read.
+    pub fn new(agent: &AgentSpec) -> Option<TrustWatch> {
+        let file = agent.cli.adapter().trust_file(&lookup_in(agent))?;
+        let mut watch = TrustWatch {
+            agent: agent.clone(),
+            workdir: fs::canonicalize(&agent.workdir).unwrap_or_else(|_| agent.workdir.clone()),
+            stamp: None,
+            file,
+        };
+        watch.stamp = watch.stamp_now();
+        Some(watch)
+    }
+
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    fn stamp_now(&self) -> Option<(u64, std::time::SystemTime)> {
+        fs::metadata(&self.file)
+            .ok()
+            .map(|m| (m.len(), m.modified().unwrap_or(std::time::UNIX_EPOCH)))
+    }
+
+    /// Whether the file changed since the watch began (or last looked) and the CLI trusts the
+    /// workdir by it now. A stat when nothing changed.
+    pub fn trusted_since(&mut self) -> bool {
+        let now = self.stamp_now();
+        if now == self.stamp {
+            return false;
+        }
+        self.stamp = now;
+        self.agent
+            .cli
+            .adapter()
+            .trusts(&self.file, &self.workdir)
+            .unwrap_or(false)
+    }
+}
+
+/// An environment variable as the agent sees it: its `env`, else phoenix's; never empty.
+fn lookup_in(agent: &AgentSpec) -> impl Fn(&str) -> Option<String> + '_ {
+    |key: &str| {
+        agent
+            .env
+            .get(key)
+            .cloned()
+            .or_else(|| std::env::var(key).ok())
+            .filter(|v| !v.is_empty())
+    }
 }
 
 #[cfg(test)]

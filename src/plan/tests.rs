@@ -283,6 +283,7 @@ fn an_agent_someone_restarts_is_starting_not_missing_or_dead() {
         id: "1".into(),
         until_ms: i64::MAX,
         acting: false,
+        started: false,
     };
     for agent in ["a", "b"] {
         w.agents.get_mut(agent).unwrap().restarting = Some(claim.clone());

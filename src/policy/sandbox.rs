@@ -513,9 +513,16 @@ fn bound_c_loops(lua: &Lua, budget: &Arc<Budget>) -> mlua::Result<()> {
           if type(chunk) == "string" then charge(#chunk, "load") end
           return load_(chunk, ...)
         end
+        -- `os.date` writes each conversion out through `strftime`: a `%c` is one C call
+        -- and up to a few dozen bytes, so every `%` is charged as the longest answer.
         local date = os.date
+        local gsub = string.gsub
         os.date = function(fmt, ...)
-          if type(fmt) == "string" then charge(#fmt, "os.date") end
+          if type(fmt) == "string" then
+            charge(#fmt, "os.date")
+            local _, conversions = gsub(fmt, "%%", "")
+            charge(conversions * 64, "os.date")
+          end
           return date(fmt, ...)
         end
         "##,

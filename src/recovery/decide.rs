@@ -31,6 +31,9 @@ pub enum EndReason {
     OperatorStop,
     /// The pane or the wrapper was killed from outside (tmux `kill-pane`, SIGTERM).
     RuntimeStop,
+    /// The CLI ended at its folder-trust question, answered no (Claude Code 2.1.332 has "No,
+    /// exit" selected: Enter quits): a person's answer, not a crash; it waits for a person.
+    TrustDeclined,
 }
 
 impl EndReason {
@@ -45,6 +48,7 @@ impl EndReason {
             EndReason::OperatorRestart => "operator_restart",
             EndReason::OperatorStop => "operator_stop",
             EndReason::RuntimeStop => "runtime_stop",
+            EndReason::TrustDeclined => "trust_declined",
         }
     }
 }
@@ -87,6 +91,9 @@ pub struct ExitFacts {
     pub fresh_requested: bool,
     /// The CLI refused to resume `session_id` (see `ExitInfo::resume_refused`).
     pub resume_refused: bool,
+    /// The run ended at the CLI's folder-trust question, before it showed life: what it
+    /// asked. Starting it again would only ask again (or exit again on a key).
+    pub trust_question: Option<String>,
     /// Seconds since the epoch.
     pub now: i64,
 }
@@ -121,7 +128,7 @@ impl Incident {
     /// Whether this incident is a crash (an exit that was neither clean nor asked for): its
     /// evidence is kept before anything else happens.
     pub fn is_crash(&self) -> bool {
-        matches!(self, Incident::Exit(e) if e.requested.is_none() && !e.is_clean())
+        matches!(self, Incident::Exit(e) if e.requested.is_none() && !e.is_clean() && e.trust_question.is_none())
     }
 }
 
@@ -291,6 +298,9 @@ fn after_exit(
     if let Some(req) = &exit.requested {
         return as_requested(exit, req);
     }
+    if let Some(question) = &exit.trust_question {
+        return declined_trust(question);
+    }
     let clean = exit.is_clean();
     let reason = match (clean, exit.showed_life) {
         (true, _) => EndReason::CleanExit,
@@ -353,6 +363,24 @@ fn as_requested(exit: &ExitFacts, req: &StopRequest) -> Recovery {
             req.reason,
             format!("stopped on purpose ({})", req.reason.as_str()),
             "requested".into(),
+        )
+    }
+}
+
+/// The CLI ended at its folder-trust question: a person said no (or a key reached the dialog
+/// that exits). Not a crash, and no policy's to judge: starting it again shows the same
+/// question, and one more key there makes a crash loop of it. It waits for a person: the
+/// folder trusted (the wrapper watches the CLI's own record of it), or `phoenix restart`.
+fn declined_trust(question: &str) -> Recovery {
+    Recovery {
+        start: Some(Start::SafeMode),
+        ..Recovery::new(
+            EndReason::TrustDeclined,
+            format!(
+                "{question}, and it exited at that question (answered \"No, exit\"): it starts \
+                 again once the folder is trusted, or with `phoenix restart`"
+            ),
+            "trust_dialog".into(),
         )
     }
 }

@@ -35,6 +35,7 @@ fn exit(code: i32, mode: Start, runtime_ms: u64) -> ExitFacts {
         worked: false,
         requested: None,
         fresh_requested: false,
+        trust_question: None,
         now: NOW,
     }
 }
@@ -420,6 +421,37 @@ fn resume_the_cli_refused_starts_fresh_and_gives_the_id_up_after_one_try() {
     let r = builtin(Incident::Exit(e), &facts(5, vec![]));
     assert_eq!(r.start, Some(Start::Resume));
     assert!(!r.clear_session);
+}
+
+/// Claude Code 2.1.332's trust dialog has "No, exit" selected: a key there exits 1. That is a
+/// person's answer, asked again by every start: it waits for a person, counted as no crash,
+/// whatever the policy or the crash count would say, however often it happens.
+#[test]
+fn an_exit_at_the_folder_trust_question_waits_for_a_person_and_is_no_crash() {
+    let policies = Policies::new(None);
+    for lua in [None, Some(&policies)] {
+        let mut e = exit(1, Start::Fresh, 4_000);
+        e.showed_life = false;
+        e.session_id = None;
+        e.trust_question = Some("Claude Code asks whether to trust `/w`".into());
+        let incident = Incident::Exit(e);
+        assert!(!incident.is_crash());
+        let r = decide(&incident, &facts(5, vec![NOW - 5, NOW - 3]), lua, |_| {
+            panic!("no Clinic for an answer")
+        });
+        assert_eq!(r.start, Some(Start::SafeMode));
+        assert_eq!(r.reason, EndReason::TrustDeclined);
+        assert!(!r.counts_as_crash && !r.clean_exit_marker && !r.clear_session);
+        assert!(r.quarantine.is_none() && r.critical.is_none());
+        assert_eq!(r.decided_by, "trust_dialog");
+        assert!(
+            r.explain
+                .starts_with("Claude Code asks whether to trust `/w`, and it exited"),
+            "{}",
+            r.explain
+        );
+        assert!(r.explain.contains("phoenix restart"), "{}", r.explain);
+    }
 }
 
 /// A missing binary (the shell's 127, or the wrapper's own spawn failure): safe mode on

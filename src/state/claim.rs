@@ -6,6 +6,12 @@
 //! deadline passes. Every other restarter sees the claim and yields, and a plan reads a
 //! claimed agent as starting, not as dead: a restart in progress is never doubled.
 //!
+//! The wrapper's start and the owner's hand-on may come in either order (the watchdog stops a
+//! CLI and its wrapper starts the next one at once): both change the claim under the lock, so
+//! neither undoes the other. A claim the wrapper ends while its owner still acts is marked
+//! started, not removed: it keeps holding for that owner (who may yet act, a pane respawn
+//! say), and its hand-on then ends it instead of holding it through the start grace.
+//!
 //! A claim is changed under a short `flock` of its own lock file (never held across anything
 //! slow, nor across a prompt) and written atomically, so a reader without the lock sees the
 //! old claim or the new one. The claim outlives the process that took it (`phoenix restart`
@@ -65,6 +71,10 @@ pub struct Claim {
     pub until_ms: i64,
     /// The owner is still acting: the claim also ends with its process.
     pub acting: bool,
+    /// The agent's wrapper started its CLI (or settled in safe mode) while the owner still
+    /// acted: the owner's hand-on ends the claim.
+    #[serde(default)]
+    pub started: bool,
 }
 
 impl Claim {
@@ -169,6 +179,7 @@ fn claim(
         id: id.clone(),
         until_ms: now_ms() + ACT_BUDGET.as_millis() as i64,
         acting: true,
+        started: false,
     };
     write(dir, &claim)?;
     Ok(Ok(Held {
@@ -179,15 +190,21 @@ fn claim(
 
 impl Held {
     /// Done acting: the claim holds through the start grace, so that no one takes the agent
-    /// without its new CLI for dead. Unless the wrapper already started it (and ended the claim).
+    /// without its new CLI for dead. Unless the wrapper already started it: then it ends.
     pub fn starting(self) {
         let Ok(_lock) = locked(&self.dir) else {
             return;
         };
-        if let Some(mut claim) = read(&self.dir).filter(|c| c.id == self.id) {
-            claim.acting = false;
-            claim.until_ms = now_ms() + START_GRACE.as_millis() as i64;
-            let _ = write(&self.dir, &claim);
+        match read(&self.dir).filter(|c| c.id == self.id) {
+            Some(claim) if claim.started => {
+                let _ = std::fs::remove_file(self.dir.file(CLAIM));
+            }
+            Some(mut claim) => {
+                claim.acting = false;
+                claim.until_ms = now_ms() + START_GRACE.as_millis() as i64;
+                let _ = write(&self.dir, &claim);
+            }
+            None => {}
         }
     }
 
@@ -203,9 +220,32 @@ impl Held {
 }
 
 /// The agent's wrapper started its CLI, or settled in safe mode: whatever restart was claimed
-/// has come to its end. Costs one failed unlink when there is no claim.
+/// has come to its end. A claim whose owner still acts is marked started instead: removed, it
+/// would let a second owner act beside that one; its owner's hand-on ends it. Under the lock:
+/// a hand-on that read the claim just before must not write it back after it ended (it then
+/// held through the start grace for a start already made, and the watchdog's pass for the
+/// new session's failed turn yielded to it). Costs one stat when there is no claim.
 pub fn end(dir: &AgentDir) {
-    let _ = std::fs::remove_file(dir.file(CLAIM));
+    let file = dir.file(CLAIM);
+    // One taken after this check is a restart after this start: not this start's to end.
+    if std::fs::symlink_metadata(&file).is_err() {
+        return;
+    }
+    let Ok(_lock) = locked(dir) else {
+        let _ = std::fs::remove_file(&file);
+        return;
+    };
+    match read(dir) {
+        Some(mut claim) if claim.acting && claim.holds(now_ms()) => {
+            if !claim.started {
+                claim.started = true;
+                let _ = write(dir, &claim);
+            }
+        }
+        _ => {
+            let _ = std::fs::remove_file(&file);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -279,6 +319,7 @@ mod tests {
             id: "x".into(),
             until_ms: now_ms() + 60_000,
             acting: true,
+            started: false,
         };
         write(&dir, &dead).unwrap();
         assert!(current(&dir).is_none());
@@ -291,5 +332,62 @@ mod tests {
         write(&dir, &lapsed).unwrap();
         assert!(current(&dir).is_none());
         take(&dir, Owner::Daemon).unwrap().unwrap().release();
+    }
+
+    /// The watchdog's pass stops a CLI and hands its claim on as the wrapper starts the next
+    /// one (the wrapper's own pass for a failed turn: one process, two threads). Whichever
+    /// comes first, no claim is left over the running CLI (one resurrected by the hand-on held
+    /// for the start grace, and the pass for the new session's failed turn yielded to it).
+    #[test]
+    fn a_hand_on_racing_the_wrappers_start_leaves_no_claim_behind() {
+        let (_tmp, fleet) = testing::temp_fleet();
+        let dir = fleet.agent("a");
+        let mut left = 0;
+        for round in 0..400u32 {
+            let held = take(&dir, Owner::Watchdog).unwrap().unwrap();
+            let go = std::sync::Barrier::new(2);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    go.wait();
+                    held.starting();
+                });
+                s.spawn(|| {
+                    go.wait();
+                    // Lands anywhere from before the hand-on to after it.
+                    let at = std::time::Instant::now()
+                        + std::time::Duration::from_micros(u64::from(round % 40) * 5);
+                    while std::time::Instant::now() < at {
+                        std::hint::spin_loop();
+                    }
+                    end(&dir);
+                });
+            });
+            if current(&dir).is_some() {
+                left += 1;
+                end(&dir);
+                let _ = std::fs::remove_file(dir.file(CLAIM));
+            }
+        }
+        assert_eq!(left, 0, "claims left over a started CLI in 400 rounds");
+    }
+
+    /// A claim whose owner still acts (a person's restart about to respawn the pane) is not
+    /// removed by a start under it: no second owner may act meanwhile. Its hand-on ends it.
+    #[test]
+    fn a_start_under_an_owner_still_acting_keeps_its_claim_until_the_hand_on() {
+        let (_tmp, fleet) = testing::temp_fleet();
+        let dir = fleet.agent("a");
+        let person = take(&dir, Owner::Operator).unwrap().unwrap();
+        end(&dir);
+        let claim = current(&dir).expect("still held for the person");
+        assert!(claim.acting && claim.started);
+        assert!(take(&dir, Owner::Watchdog).unwrap().is_err());
+        person.starting();
+        assert!(current(&dir).is_none(), "the start it handed on was made");
+        // A claim handed on before the start ends with the start.
+        take(&dir, Owner::Daemon).unwrap().unwrap().starting();
+        assert!(current(&dir).is_some());
+        end(&dir);
+        assert!(current(&dir).is_none());
     }
 }

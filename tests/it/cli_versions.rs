@@ -140,3 +140,155 @@ fn codex_and_gemini_versions_are_read_as_they_print_them() {
     assert_eq!(versions[1]["version"], "0.61.0");
     assert_eq!(versions[1]["standing"], "proven");
 }
+
+/// The real Claude Code 2.1.197 and 2.1.332 side by side, each started by phoenix with the
+/// hooks made for its own version: 2.1.197 (which stops at a blocking "Settings Warning" for
+/// a settings file naming an event it does not know) gets none it does not know and runs
+/// them, 2.1.332 gets every event phoenix installs, its newer ones too. With the real-CLI
+/// suites (`PHOENIX_TEST_REAL_CLIS=1`); both versions whatever `PHOENIX_TEST_CLI_VERSIONS`
+/// says, since the difference is the point.
+#[test]
+fn real_claude_code_2_1_197_and_2_1_332_each_run_the_hooks_made_for_their_version() {
+    use crate::real_cli::{enabled, prepared_home};
+    use crate::support::model_server::{ModelServer, Turn};
+    use phoenix::agent_cli::claude::PROVEN;
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    if !enabled() {
+        return;
+    }
+    let versions = ["2.1.197", "2.1.332"];
+    let fleet = Fleet::new();
+    let key = "sk-ant-test-0123456789abcdefghijklmnop";
+    let mut toml = String::new();
+    let mut servers = Vec::new();
+    for v in versions {
+        let bin = crate::support::npm_cli_at("claude", "@anthropic-ai/claude-code", v, "claude");
+        let root = fleet.path().join(v);
+        let work = root.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let home = prepared_home(&root, &work, key);
+        let server = ModelServer::start(vec![
+            Turn::bash(&format!("echo {v} > out.txt")),
+            Turn::text("Done."),
+        ]);
+        toml.push_str(&format!(
+            "[[agent]]\nname = \"cc{}\"\ncli = \"claude\"\ncommand = \"'{}' --dangerously-skip-permissions\"\n\
+             workdir = \"{}\"\nenv = {{ HOME = \"{}\", ANTHROPIC_BASE_URL = \"{}\", ANTHROPIC_API_KEY = \"{key}\", \
+             IS_SANDBOX = \"1\", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\", DISABLE_TELEMETRY = \"1\", \
+             DISABLE_ERROR_REPORTING = \"1\", DISABLE_AUTOUPDATER = \"1\" }}\n",
+            v.replace('.', ""),
+            bin.display(),
+            work.display(),
+            home.display(),
+            server.base_url()
+        ));
+        servers.push(server);
+    }
+    fleet.toml(&toml);
+    let names: Vec<String> = versions
+        .iter()
+        .map(|v| format!("cc{}", v.replace('.', "")))
+        .collect();
+
+    // What `plan` says each agent's hooks are made for.
+    let plan = fleet.run(&["plan", "--json"]).json();
+    for (name, v) in names.iter().zip(versions) {
+        let seen = plan["cli_versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["agent"] == name.as_str())
+            .unwrap_or_else(|| panic!("{name}: {plan}"))
+            .clone();
+        assert_eq!(seen["version"], v, "{seen}");
+        assert_eq!(seen["hooks_made_for"], v, "{seen}");
+        assert_eq!(seen["standing"], "proven", "{seen}");
+    }
+    fleet.run(&["apply", "--yes"]).status(0);
+    let events = |v: &str| -> BTreeSet<String> {
+        let path = fleet.path().join(v).join("work/.claude/settings.json");
+        let settings: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        settings["hooks"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect()
+    };
+    let (old, new) = (events(versions[0]), events(versions[1]));
+    for e in &old {
+        assert!(PROVEN[0].events.contains(&e.as_str()), "2.1.197 got {e}");
+    }
+    for e in &new {
+        assert!(PROVEN[1].events.contains(&e.as_str()), "2.1.332 got {e}");
+    }
+    // 2.1.332 gets everything 2.1.197 gets, and each event phoenix installs that 2.1.197
+    // does not know goes to 2.1.332 alone.
+    let known_to_old: BTreeSet<String> = new
+        .iter()
+        .filter(|e| PROVEN[0].events.contains(&e.as_str()))
+        .cloned()
+        .collect();
+    assert_eq!(old, known_to_old, "2.1.332: {new:?}");
+    assert!(
+        new.contains("SessionStart") && new.contains("StopFailure"),
+        "{new:?}"
+    );
+
+    fleet.wait_running(&[names[0].as_str(), names[1].as_str()]);
+    for (name, v) in names.iter().zip(versions) {
+        let pane = fleet.agent_status(name)["pane"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        crate::support::wait_until_explained(
+            Duration::from_secs(90),
+            &format!("{v}'s session start hook"),
+            || {
+                fleet
+                    .ops(name)
+                    .iter()
+                    .any(|o| o["event"] == "session_start")
+            },
+            || fleet.explain(name, &pane),
+        );
+        crate::real_cli::type_prompt(&fleet, &pane, "write the file");
+    }
+    for ((name, v), server) in names.iter().zip(versions).zip(&servers) {
+        let pane = fleet.agent_status(name)["pane"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let dir = fleet.agent_dir(name);
+        crate::support::wait_until_explained(
+            Duration::from_secs(90),
+            &format!("{v}'s tool call and turn end through its hooks"),
+            || {
+                crate::support::read_jsonl(&dir.join("tool_use.jsonl"))
+                    .iter()
+                    .any(|t| t["tool"] == "Bash" && t["ok"] == true)
+                    && fleet
+                        .ops(name)
+                        .iter()
+                        .any(|o| o["event"] == "turn_complete")
+            },
+            || fleet.explain(name, &pane),
+        );
+        assert_eq!(
+            std::fs::read_to_string(fleet.path().join(v).join("work/out.txt"))
+                .unwrap()
+                .trim(),
+            v
+        );
+        assert!(!server.message_requests().is_empty());
+        let screen = fleet
+            .tmux(&["capture-pane", "-p", "-S", "-200", "-t", &pane])
+            .unwrap_or_default();
+        assert!(!screen.contains("Settings Warning"), "{v}: {screen}");
+        assert!(!screen.contains("Unknown hook event"), "{v}: {screen}");
+        assert!(!dir.join("hook_errors.jsonl").exists(), "{v}");
+    }
+}

@@ -206,7 +206,10 @@ fn real_claude_compacting_before_it_is_replaced_leaves_the_clinics_context_to_th
         return;
     }
     let fleet = support::Fleet::new();
+    // A tool call first, as `real_claude_compaction_saves_a_handoff_that_comes_back` has:
+    // after a single answer Claude Code 2.1.197's `/compact` ran no SessionStart here.
     let server = ModelServer::start(vec![
+        Turn::bash("echo 'release planned' > plan.txt"),
         Turn::text("Planned."),
         Turn::text("Carrying on after the compaction."),
         Turn::text("Fresh, with the context."),

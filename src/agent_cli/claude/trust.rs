@@ -45,6 +45,10 @@ pub fn config_file(lookup: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, S
 
 /// Record that Claude Code trusts `workdir` in `file`. `Ok(None)`: it does already.
 pub fn ensure(file: &Path, workdir: &Path) -> Result<Option<Trusted>, String> {
+    // Trusted already (the usual case, read through a link too): nothing to write.
+    if trusted(file, workdir) == Ok(true) {
+        return Ok(None);
+    }
     // Never through a link nor into anything but a regular file: replacing it would cut the
     // user's link (or worse).
     match fs::symlink_metadata(file) {
@@ -67,6 +71,23 @@ pub fn ensure(file: &Path, workdir: &Path) -> Result<Option<Trusted>, String> {
     let _lock = ClaudeLock::take(file)?;
     let planned = plan(read(file)?.as_deref(), workdir)?;
     write_planned(file, planned)
+}
+
+/// Whether Claude Code trusts `workdir` by `file` now, as it looks it up (2.1.197 and 2.1.332):
+/// the entry of the workdir or of any directory above it (its dialog writes the git root's)
+/// has `hasTrustDialogAccepted: true`. Only read, so through a link too.
+pub fn trusted(file: &Path, workdir: &Path) -> Result<bool, String> {
+    let text = match bounded::read_string(file, MAX_CLAUDE_JSON_BYTES, Links::Follow) {
+        Ok(text) => text,
+        Err(e) if e.is_not_found() => return Ok(false),
+        Err(e) => return Err(e.to_string()),
+    };
+    let config: Value = serde_json::from_str(&text)
+        .map_err(|e| format!("`{}` is not JSON ({e})", file.display()))?;
+    let projects = &config["projects"];
+    Ok(workdir.ancestors().any(|dir| {
+        projects[dir.to_string_lossy().as_ref()]["hasTrustDialogAccepted"] == Value::Bool(true)
+    }))
 }
 
 fn read(file: &Path) -> Result<Option<String>, String> {
@@ -201,6 +222,52 @@ mod tests {
     }
 
     #[test]
+    fn trust_is_read_from_the_workdir_or_a_directory_above_it_as_claude_looks_it_up() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join(".claude.json");
+        let w = Path::new("/repo/sub/w");
+        assert_eq!(trusted(&file, w), Ok(false), "no file yet");
+        let with = |projects: Value| {
+            fs::write(&file, json!({ "projects": projects }).to_string()).unwrap();
+            trusted(&file, w)
+        };
+        assert_eq!(with(json!({})), Ok(false));
+        assert_eq!(
+            with(json!({"/repo/sub/w": {"hasTrustDialogAccepted": false}})),
+            Ok(false)
+        );
+        assert_eq!(
+            with(json!({"/repo/sub/w": {"hasTrustDialogAccepted": true}})),
+            Ok(true)
+        );
+        // The dialog answered in the git root.
+        assert_eq!(
+            with(json!({"/repo": {"hasTrustDialogAccepted": true}})),
+            Ok(true)
+        );
+        assert_eq!(
+            with(json!({"/repo/sub/w/deeper": {"hasTrustDialogAccepted": true}})),
+            Ok(false)
+        );
+        assert_eq!(
+            with(json!({"/repo/sub/x": {"hasTrustDialogAccepted": true}})),
+            Ok(false)
+        );
+        fs::write(&file, "{broken").unwrap();
+        assert!(trusted(&file, w).is_err());
+        // Read through a link (a dotfiles repo): nothing is written.
+        let real = tmp.path().join("dotfiles.json");
+        fs::write(
+            &real,
+            json!({"projects": {"/repo": {"hasTrustDialogAccepted": true}}}).to_string(),
+        )
+        .unwrap();
+        let link = tmp.path().join("linked.json");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(trusted(&link, w), Ok(true));
+    }
+
+    #[test]
     fn a_config_phoenix_cannot_read_is_left_alone() {
         assert!(plan(Some("{not json"), Path::new("/w")).is_err());
         assert!(plan(Some(r#"{"projects": []}"#), Path::new("/w")).is_err());
@@ -242,6 +309,11 @@ mod tests {
         assert!(e.contains("not a regular file"), "{e}");
         assert!(e.contains("hasTrustDialogAccepted"), "{e}");
         assert_eq!(fs::read_to_string(&real).unwrap(), "{}");
+        // Trusted there by a person: nothing to do, no complaint.
+        let trusting = r#"{"projects": {"/w": {"hasTrustDialogAccepted": true}}}"#;
+        fs::write(&real, trusting).unwrap();
+        assert_eq!(ensure(&link, Path::new("/w")), Ok(None));
+        assert_eq!(fs::read_to_string(&real).unwrap(), trusting);
         assert!(
             fs::symlink_metadata(&link)
                 .unwrap()

@@ -82,6 +82,7 @@ impl Wrapper {
             resume_refused: run.resume_refused,
             worked: did_work(&self.dir, run.runtime),
             fresh_requested: self.dir.has_marker(state::FRESH),
+            trust_question: run.trust_question.clone(),
             requested,
             now: jiff::Timestamp::now().as_second(),
         };
@@ -215,9 +216,13 @@ impl Books {
     }
 
     /// Clear, don't compact: what this session knew is saved before the next one starts. A
-    /// clean exit was a person's choice; anything else gets a handoff.
+    /// clean exit was a person's choice, and one at the trust question never began; anything
+    /// else gets a handoff.
     fn hand_off(&self, decision: &Recovery) {
-        if decision.reason != EndReason::CleanExit {
+        if !matches!(
+            decision.reason,
+            EndReason::CleanExit | EndReason::TrustDeclined
+        ) {
             let trigger = if decision.context_cleared || decision.reason == EndReason::PlannedCycle
             {
                 crate::continuity::Trigger::ContextLimit

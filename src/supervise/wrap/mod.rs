@@ -202,6 +202,8 @@ struct Run {
     resume_refused: bool,
     /// The pane after the exit (`None` without a pane or when it could not be read).
     screen: Option<String>,
+    /// It ended at its folder-trust question, before it showed life: what it asked.
+    trust_question: Option<String>,
 }
 
 enum SafeOutcome {
@@ -314,7 +316,20 @@ impl Wrapper {
                         EndReason::CleanExit => "the agent exited cleanly (code 0)".to_string(),
                         _ => decision.explain.clone(),
                     };
-                    match self.safe_mode(&why)? {
+                    // Ended at its trust question: it waits for a person's answer, and starts
+                    // again by itself once the folder is trusted.
+                    let trust = match (&run.trust_question, decision.reason) {
+                        (Some(question), EndReason::TrustDeclined) => {
+                            // Said and notified once per wait (the run may have begun it).
+                            if self.wait_for_trust(question) {
+                                let _ = self.dir.clear_marker(state::NEEDS_INPUT);
+                                drop(self.notify_waiting());
+                            }
+                            crate::hooks::trust::TrustWatch::new(&self.agent)
+                        }
+                        _ => None,
+                    };
+                    match self.safe_mode_until(&why, trust)? {
                         SafeOutcome::Start => {}
                         SafeOutcome::Quit => return Ok(0),
                         SafeOutcome::Stopped(code) => return Ok(code),

@@ -96,6 +96,18 @@ impl LifeProbe {
         }
     }
 
+    /// The wrapper itself just wrote the agent's state (a wait it saw on the screen): that
+    /// write is no sign of the CLI's life.
+    pub(super) fn written_by_wrapper(&mut self) {
+        for (path, before) in &mut self.files {
+            if path.ends_with("state.json") {
+                *before = std::fs::metadata(&*path)
+                    .ok()
+                    .map(|m| (m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
+            }
+        }
+    }
+
     fn shown_in_files(&mut self) -> bool {
         if self.blind {
             return true;

@@ -33,7 +33,8 @@ impl Wrapper {
                    "spawned": child.spawned}),
         );
         give_back_freed_memory();
-        let (status, mut showed_life) = self.watch(child.child, started, ops_at_start, &mut probe);
+        let (status, mut showed_life, asked) =
+            self.watch(child.child, started, ops_at_start, &mut probe);
         self.clean_up_after(pid);
         // The one read of the pane after this exit: the last look for life, the crash's
         // evidence, and what the next start's life check compares with.
@@ -54,6 +55,16 @@ impl Wrapper {
                 self.resume_refused(id, ops_at_start, status, screen.as_deref(), showed_life)
             });
         let mode = self.check_resumed(mode, session_id.as_deref(), showed_life);
+        // It ended at its folder-trust question: what it asked (its last screen shows it, or
+        // the wrapper saw it asking). Only before life: a session that showed life was past it.
+        let trust_question = (!showed_life)
+            .then(|| {
+                screen
+                    .as_deref()
+                    .and_then(|s| self.trust_question_in(s))
+                    .or(asked)
+            })
+            .flatten();
         Run {
             argv,
             mode,
@@ -63,7 +74,17 @@ impl Wrapper {
             showed_life,
             resume_refused,
             screen,
+            trust_question,
         }
+    }
+
+    /// What the CLI asks, when this session's part of `screen` shows its folder-trust dialog.
+    fn trust_question_in(&self, screen: &str) -> Option<String> {
+        let this_session = crate::clinic::triage::this_session(screen, &self.agent.name);
+        self.agent
+            .cli
+            .adapter()
+            .trust_question(this_session, &self.agent.workdir)
     }
 
     /// Resume the recorded session when it can be resumed and no fresh start is asked for;
@@ -152,14 +173,15 @@ impl Wrapper {
 
     /// Wait for the agent to exit, meanwhile watching for its first sign of life (then giving
     /// it its startup context), a failed turn, its life deadline and stop signals. Returns its
-    /// exit status and whether it showed life.
+    /// exit status, whether it showed life, and what its folder-trust dialog asked if it was
+    /// seen asking.
     fn watch(
         &mut self,
         mut child: std::process::Child,
         started: Instant,
         ops_at_start: u64,
         probe: &mut LifeProbe,
-    ) -> (Option<ExitStatus>, bool) {
+    ) -> (Option<ExitStatus>, bool, Option<String>) {
         let pid = child.id();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -173,6 +195,7 @@ impl Wrapper {
         let mut next_reap = Instant::now() + ORPHAN_REAP_EVERY;
         let mut delivering: Option<std::thread::JoinHandle<()>> = None;
         let mut next_delivery = Instant::now();
+        let mut asked: Option<String> = None;
         let status = loop {
             // Once alive, a tick costs one stat (the turn-failed marker): often enough that a
             // failed turn waits a quarter of a second for its decision, not a second.
@@ -222,11 +245,12 @@ impl Wrapper {
             if !showed_life
                 && stop_sent.is_none()
                 && Instant::now() >= deadline
-                && self.asks_for_trust()
+                && let Some(question) = self.asks_for_trust(probe)
             {
                 // Waiting for a person is not a failed start: replacing it would only show
                 // the same dialog again, restart after restart.
                 deadline = Instant::now() + self.agent.restart.life_deadline;
+                asked = Some(question);
             }
             if !showed_life && stop_sent.is_none() && Instant::now() >= deadline {
                 say(&format!(
@@ -249,7 +273,7 @@ impl Wrapper {
                 crate::supervise::strays::reap_ended_orphans(pid);
             }
         };
-        (status, showed_life)
+        (status, showed_life, asked)
     }
 
     /// After the agent's exit: stop what it left behind, say the wrapper is deciding, and take
@@ -368,22 +392,24 @@ impl Wrapper {
     /// thread (a slow channel never holds up the wrapper), once per wait.
     /// The CLI's screen shows its folder-trust dialog (the trust could not be recorded, see
     /// `trust_hooks`): the agent needs a person, said once per wait, and is not replaced.
-    fn asks_for_trust(&self) -> bool {
-        let Some(screen) = self
+    /// What it asks, if it does. The wrapper's own write of the wait is no sign of the
+    /// CLI's life: `probe` is told.
+    fn asks_for_trust(&self, probe: &mut LifeProbe) -> Option<String> {
+        let screen = self
             .pane
             .as_deref()
-            .and_then(|p| self.runtime.capture(p, probe::SCREEN_LINES).ok())
-        else {
-            return false;
-        };
-        let Some(message) = self
-            .agent
-            .cli
-            .adapter()
-            .trust_question(&screen, &self.agent.workdir)
-        else {
-            return false;
-        };
+            .and_then(|p| self.runtime.capture(p, probe::SCREEN_LINES).ok())?;
+        let message = self.trust_question_in(&screen)?;
+        if self.wait_for_trust(&message) {
+            probe.written_by_wrapper();
+        }
+        Some(message)
+    }
+
+    /// Record that the agent waits for a person to answer its folder-trust question
+    /// (`needs_input`, reason `trust_dialog`), once per wait; said in the pane and notified.
+    /// Whether it was recorded now.
+    pub(super) fn wait_for_trust(&self, message: &str) -> bool {
         let retention = state::Retention::from(&self.spec.thresholds);
         let started = self.dir.update_state(retention, |s| {
             if s.needs_input
@@ -394,21 +420,22 @@ impl Wrapper {
             }
             s.needs_input = Some(state::NeedsInput {
                 reason: "trust_dialog".into(),
-                message: message.clone(),
+                message: message.to_string(),
                 since: state::rfc3339(jiff::Timestamp::now()),
                 source: "screen".into(),
             });
             Ok(true)
         });
-        if started.unwrap_or(false) {
-            say(&message);
+        let started = started.unwrap_or(false);
+        if started {
+            say(message);
             let _ = self.dir.record_op(
                 Op::NeedsInput,
                 json!({"reason": "trust_dialog", "message": message, "source": "screen"}),
             );
             let _ = self.dir.set_marker(state::NEEDS_INPUT);
         }
-        true
+        started
     }
 
     pub(super) fn notify_waiting(&self) -> std::thread::JoinHandle<()> {
@@ -501,6 +528,7 @@ impl Wrapper {
             showed_life: false,
             resume_refused: false,
             screen: None,
+            trust_question: None,
         }
     }
 

@@ -1,11 +1,24 @@
-//! Safe mode: nothing runs in the pane until a person types `restart`, `fresh` or `quit`.
+//! Safe mode: nothing runs in the pane until a person types `restart`, `fresh` or `quit`
+//! (or, for a CLI that ended at its folder-trust question, until the folder is trusted).
 
 use super::*;
+
+use crate::hooks::trust::TrustWatch;
 
 impl Wrapper {
     /// A plain read loop: explains the situation and accepts `restart`, `fresh`, `quit`. It
     /// never runs a shell or any other program.
     pub(super) fn safe_mode(&self, why: &str) -> crate::error::Result<SafeOutcome> {
+        self.safe_mode_until(why, None)
+    }
+
+    /// [`Wrapper::safe_mode`], also left, to start the agent again, once `trust` sees its
+    /// CLI trust the workdir (a person answered the question elsewhere).
+    pub(super) fn safe_mode_until(
+        &self,
+        why: &str,
+        mut trust: Option<TrustWatch>,
+    ) -> crate::error::Result<SafeOutcome> {
         self.set_phase("safe");
         // A restart that ends here (the watchdog's stop for a person) is over: the phase says so.
         state::claim::end(&self.dir);
@@ -27,14 +40,26 @@ impl Wrapper {
         say(&format!(
             "or from anywhere: phoenix restart {name} [--fresh]"
         ));
+        if let Some(t) = &trust {
+            say(&format!(
+                "or trust the folder (run the CLI in `{}` once and answer yes, or set it in {}): \
+                 it then starts by itself",
+                self.agent.workdir.display(),
+                t.file().display()
+            ));
+        }
         let mut input = LineReader::default();
-        let outcome = self.safe_prompt(&mut input);
+        let outcome = self.safe_prompt(&mut input, trust.as_mut());
         paste_brackets(tty, false);
         outcome
     }
 
     /// Draw the prompt and read the words typed after it, until one of them decides.
-    fn safe_prompt(&self, input: &mut LineReader) -> crate::error::Result<SafeOutcome> {
+    fn safe_prompt(
+        &self,
+        input: &mut LineReader,
+        mut trust: Option<&mut TrustWatch>,
+    ) -> crate::error::Result<SafeOutcome> {
         let name = &self.agent.name;
         loop {
             // Only keys pressed after the prompt appears count: what waits unread (startup
@@ -47,6 +72,12 @@ impl Wrapper {
                     return Ok(SafeOutcome::Stopped(128 + sig));
                 }
                 super::collect_orphans();
+                if let Some(t) = trust.as_deref_mut()
+                    && t.trusted_since()
+                {
+                    self.trusted_meanwhile(t);
+                    return Ok(SafeOutcome::Start);
+                }
                 match input.next(Duration::from_millis(200)) {
                     Some(line) => break line,
                     None => continue,
@@ -86,6 +117,28 @@ impl Wrapper {
                 )),
             }
         }
+    }
+}
+
+impl Wrapper {
+    /// The folder the CLI asked about is trusted now: the wait for a person is over.
+    fn trusted_meanwhile(&self, t: &TrustWatch) {
+        let retention = state::Retention::from(&self.spec.thresholds);
+        let ended = self.dir.update_state(retention, |s| {
+            Ok(s.needs_input.take_if(|n| n.reason == "trust_dialog"))
+        });
+        let since = ended.ok().flatten().map(|n| n.since);
+        let _ = self.dir.record_op(
+            Op::InputGiven,
+            json!({"reason": "trust_dialog", "since": since, "by": "folder_trusted",
+                   "file": t.file()}),
+        );
+        say(&format!(
+            "`{}`'s CLI trusts `{}` now (in {}): starting it",
+            self.agent.name,
+            self.agent.workdir.display(),
+            t.file().display()
+        ));
     }
 }
 

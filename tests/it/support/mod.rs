@@ -671,7 +671,12 @@ pub fn cli_version(cli: &str, package: &str, pinned: &str) -> String {
 /// on first use, so that versions live side by side. Fails loudly when npm cannot install it:
 /// a real-CLI suite that passes without having run would prove nothing.
 pub fn npm_cli(cli: &str, package: &str, pinned: &str, bin: &str) -> PathBuf {
-    let version = cli_version(cli, package, pinned);
+    npm_cli_at(cli, package, &cli_version(cli, package, pinned), bin)
+}
+
+/// [`npm_cli`] of exactly `version`, whatever [`CLI_VERSIONS`] says: for a test about what
+/// differs between two versions.
+pub fn npm_cli_at(cli: &str, package: &str, version: &str, bin: &str) -> PathBuf {
     static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     // One install at a time: parallel tests each ran `npm install` when the binary was
     // missing, and one exec'd it while another's install was still writing it (ETXTBSY).

@@ -54,6 +54,7 @@ pub fn killed_mid_tool_leaves_no_orphan(
     });
     wait_until(Duration::from_secs(10), "the job", || job_running(work));
     let pid = fleet.agent_status(agent)["pid"].as_u64().unwrap() as u32;
+    let wrapper = wrapper_of(fleet, agent);
     kill9(pid);
 
     wait_until_explained(
@@ -103,6 +104,52 @@ pub fn killed_mid_tool_leaves_no_orphan(
     // No copy of the job is left to write F (the one recorded is gone, and no other runs).
     assert!(!job_running(work), "the orphaned job survived");
     assert!(!work.join("F").exists(), "the orphaned job acted");
+    // Issue 32 item 7: what the killed launcher left (Codex's native binary under its node,
+    // their git, bash and hook processes) ended reparented to the wrapper, its subreaper, and
+    // was collected as it ended: no defunct child of the wrapper is left until the pane goes.
+    wait_until_explained(
+        Duration::from_secs(10),
+        "no defunct child of the wrapper",
+        || defunct_children(wrapper).is_empty(),
+        || {
+            format!(
+                "defunct children of the wrapper {wrapper}: {:?}",
+                defunct_children(wrapper)
+            )
+        },
+    );
+}
+
+/// The pid of `agent`'s wrapper: its pane's process.
+fn wrapper_of(fleet: &Fleet, agent: &str) -> u32 {
+    let pane = fleet.agent_status(agent)["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Children of `parent` that ended and were never collected (`ps -o stat` Z), with their
+/// names.
+pub fn defunct_children(parent: u32) -> Vec<(u32, String)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let open = stat.find('(')?;
+            let close = stat.rfind(')')?;
+            let rest: Vec<&str> = stat[close + 2..].split(' ').collect();
+            (rest.first() == Some(&"Z") && rest.get(1) == Some(&parent.to_string().as_str()))
+                .then(|| (pid, stat[open + 1..close].to_string()))
+        })
+        .collect()
 }
 
 /// `agent` is up and idle: kill -9 its wrapper (the pane's process) and run `phoenix apply`.
