@@ -31,8 +31,8 @@ end
 local CANNOT_RUN = { [126] = "not executable", [127] = "not found" }
 
 -- Hybrid resume (Phoenix Protocol v2.0): a clean exit waits for a person; a command that
--- cannot run too; a crash resumes the session after a backoff, unless the resumed session
--- never showed life (then fresh); too many crashes within the window stop the loop.
+-- cannot run too; a crash resumes the session after a backoff, unless the CLI refused to
+-- resume it (then fresh); too many crashes within the window stop the loop.
 function M.on_exit(agent, exit)
   if exit.code == 0 and exit.signal == nil then
     return { action = "safe_mode", reason = "exited cleanly: left stopped until `phoenix restart`" }
@@ -58,10 +58,11 @@ function M.on_exit(agent, exit)
   if exit.fresh_requested then
     return { action = "fresh", delay = delay, reason = count .. "; a fresh start was requested" }
   end
-  -- A resume failed when the resumed session never showed life (no hook, no turn), however
-  -- long it ran: one that did is the conversation, and is resumed again.
-  if exit.resumed and exit.showed_life == false then
-    return { action = "fresh", delay = delay, reason = count .. "; the resumed session showed no life: starting fresh" }
+  -- Only the CLI's own refusal says a session cannot be resumed. A resume that showed no
+  -- life because it was killed (a signal, the operator, the machine) or had no time is
+  -- still the conversation: resumed again, the crash limit above ending a loop.
+  if exit.resumed and exit.resume_refused then
+    return { action = "fresh", delay = delay, reason = count .. "; the CLI cannot resume the session: starting fresh" }
   end
   local next = exit.session_id and "resuming" or "restarting"
   return { action = "resume", delay = delay, reason = count .. ": " .. next }

@@ -246,6 +246,12 @@ impl AgentCli for Claude {
         Some(base)
     }
 
+    /// Claude Code 2.1.197 and 2.1.332: `No conversation found with session ID: <id>` (a
+    /// missing or unreadable transcript), exit 1, then its SessionEnd hook.
+    fn resume_refusals(&self) -> &'static [&'static str] {
+        &["no conversation found with session id"]
+    }
+
     fn hook_file(&self) -> Option<&'static str> {
         Some(".claude/settings.json")
     }

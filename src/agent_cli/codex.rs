@@ -130,6 +130,12 @@ impl AgentCli for Codex {
         Some(base)
     }
 
+    /// Codex CLI 0.169 and 0.171: `No saved session found with ID <id>. Run `codex resume`
+    /// without an ID to choose from existing sessions.`
+    fn resume_refusals(&self) -> &'static [&'static str] {
+        &["no saved session found with id"]
+    }
+
     fn hook_file(&self) -> Option<&'static str> {
         Some(".codex/hooks.json")
     }

@@ -108,6 +108,12 @@ impl AgentCli for Gemini {
         Some(base)
     }
 
+    /// Gemini CLI 0.61: `Error resuming session: Invalid session identifier "<id>".` (then
+    /// where it searched), and its SessionEnd hook from its exit cleanup.
+    fn resume_refusals(&self) -> &'static [&'static str] {
+        &["invalid session identifier", "error resuming session"]
+    }
+
     fn hook_file(&self) -> Option<&'static str> {
         Some(".gemini/settings.json")
     }

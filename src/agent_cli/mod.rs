@@ -138,6 +138,13 @@ pub trait AgentCli: Sync {
         None
     }
 
+    /// What the CLI prints (lowercase) when it refuses to resume a session id it has no
+    /// conversation for, before the session comes up: the one sign that the id cannot be
+    /// resumed (a resume killed before it showed life is no such sign).
+    fn resume_refusals(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// The flags that choose the model on its command line (the first is the one to name).
     fn model_flags(&self) -> &'static [&'static str] {
         &[]

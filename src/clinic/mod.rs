@@ -31,6 +31,9 @@ pub use triage::{TriageInput, triage};
 pub const PENDING_CONTEXT: &str = "clinic_context.md";
 /// More than this in the pending context is not phoenix's: refused.
 const PENDING_CONTEXT_LIMIT: u64 = 1 << 20;
+/// When the wrapper started the CLI process (RFC 3339), in the CLI's environment and so in
+/// its hooks': the pending context is for a session started after it was left.
+pub const RUN_STARTED_ENV: &str = "PHOENIX_RUN_STARTED";
 
 /// How the agent starts again: the recovery pipeline's one `Start`.
 pub use crate::policy::Start;
@@ -106,8 +109,25 @@ impl Counter {
 }
 
 /// Take the text waiting for the next session, if any (the session-start hook calls this).
-pub fn take_pending_context(dir: &AgentDir) -> Option<String> {
+/// `run_started`: when the CLI process whose hook asks was started (`None`: not known, as
+/// for a CLI started by an older wrapper). A context left after that is not this process's
+/// to take: it was left for the session that replaces it. A session start in a process that
+/// is being replaced (Claude Code compacting, or `/clear`, while the wrapper stops it for a
+/// fresh session) leaves it where it is.
+pub fn take_pending_context(
+    dir: &AgentDir,
+    run_started: Option<jiff::Timestamp>,
+) -> Option<String> {
     let path = dir.file(PENDING_CONTEXT);
+    let left = std::fs::symlink_metadata(&path).ok()?.modified().ok()?;
+    if let Some(started) = run_started
+        // In whole milliseconds, as the start is written: left in the start's own
+        // millisecond is left before it.
+        && jiff::Timestamp::try_from(left)
+            .is_ok_and(|left| left.as_millisecond() > started.as_millisecond())
+    {
+        return None;
+    }
     // Never through a link, never more than a context's worth.
     let bytes = state::file::read_bounded(&path, PENDING_CONTEXT_LIMIT);
     let _ = std::fs::remove_file(&path);

@@ -168,6 +168,8 @@ pub fn deliver(
             .interrupt(pane)
             .map_err(|e| format!("cannot interrupt pane {pane}: {e}"))?;
     }
+    let text = after_interruption(text, urgent && hooked);
+
     let opts = super::inject::Options {
         quiet: Duration::from_millis(if urgent { 400 } else { 800 }),
         confirm_timeout: Duration::from_secs(if hooked { 1 } else { 3 }),
@@ -197,6 +199,18 @@ pub fn deliver(
         confirmed_by,
         urgent,
     }))
+}
+
+/// The block as pasted after an interruption: a CLI interrupted before its answer came puts
+/// the prompt it was on back in its input line (Claude Code does), and the block must not be
+/// glued to it. It starts after an empty line, inside the paste (a hooked CLI takes a paste
+/// as text: its line ends are no Enter).
+fn after_interruption(text: String, interrupted: bool) -> String {
+    if interrupted {
+        format!("\n\n{text}")
+    } else {
+        text
+    }
 }
 
 /// Mark `ids` delivered and record it; a failure to mark is recorded (they come again).
@@ -329,6 +343,18 @@ mod tests {
             text.contains("--- end of messages (3 more waiting) ---"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_urgent_block_starts_apart_from_what_the_interrupted_cli_left_in_its_input() {
+        let text = block(&Templates::default(), "bob", &[message(2, "stop")], 0);
+        let pasted = after_interruption(text.clone(), true);
+        let input = format!("run the slow job{pasted}");
+        assert!(
+            input.starts_with("run the slow job\n\n[phoenix] 1 message"),
+            "{input}"
+        );
+        assert_eq!(after_interruption(text.clone(), false), text);
     }
 
     #[test]

@@ -41,6 +41,10 @@ impl Hook<'_> {
             (false, _) => Start::Fresh,
         };
         let text = self.startup_context(ctx, start, &state);
+        // What the Clinic left is for the next session phoenix starts, never for the process
+        // it replaces: Claude Code auto-compacting when its prompt is too long runs this hook
+        // (`compact`) while the wrapper already stops it for a fresh session, which must get
+        // the recovery context.
         let text = with_pending_clinic_context(dir, text);
         let session_id = self.payload.session_id().map(str::to_string);
         let transcript = self.regular_transcript();
@@ -158,7 +162,7 @@ impl Hook<'_> {
         {
             messages.handed(dir, "session start", self.payload.session_id());
         }
-        if text.is_some() && gathered.interrupted_tool.is_some() {
+        if text.is_some() && gathered.interrupted_tool.is_some() && start != Start::Compacted {
             // Named once, to the session that follows the interruption.
             let _ = std::fs::remove_file(dir.file(state::INTERRUPTED_TOOL));
         }
@@ -203,7 +207,10 @@ impl Hook<'_> {
 /// Context the Clinic left for this session (a reminder, or what a session that ran out of
 /// context knew) comes first: it says why this session exists.
 fn with_pending_clinic_context(dir: &AgentDir, text: Option<String>) -> Option<String> {
-    let Some(pending) = crate::clinic::take_pending_context(dir) else {
+    let run_started = std::env::var(crate::clinic::RUN_STARTED_ENV)
+        .ok()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let Some(pending) = crate::clinic::take_pending_context(dir, run_started) else {
         return text;
     };
     let _ = dir.record_op(Op::ClinicContextInjected, json!({"chars": pending.len()}));

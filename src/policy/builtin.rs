@@ -16,8 +16,8 @@ pub fn backoff(restart: &RestartInfo, attempt: u32) -> Duration {
 pub const CANNOT_RUN: [i32; 2] = [126, 127];
 
 /// Hybrid resume (Phoenix Protocol v2.0): a clean exit waits for a person; a command that
-/// cannot run too; a crash resumes the session after a backoff, unless the resumed session
-/// never showed life (then fresh); too many crashes within the window stop the loop.
+/// cannot run too; a crash resumes the session after a backoff, unless the CLI refused to
+/// resume it (then fresh); too many crashes within the window stop the loop.
 pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
     let decide = |action, delay, reason: String| ExitDecision {
         action,
@@ -73,13 +73,14 @@ pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
             format!("{count}; a fresh start was requested"),
         );
     }
-    // A resume failed when the resumed session never showed life (no hook, no turn), however
-    // long it ran: one that did is the conversation, and is resumed again.
-    if exit.resumed && !exit.showed_life {
+    // Only the CLI's own refusal says a session cannot be resumed. A resume that showed no
+    // life because it was killed (a signal, the operator, the machine) or had no time is
+    // still the conversation: resumed again, the crash limit above ending a loop.
+    if exit.resumed && exit.resume_refused {
         return decide(
             Start::Fresh,
             delay,
-            format!("{count}; the resumed session showed no life: starting fresh"),
+            format!("{count}; the CLI cannot resume the session: starting fresh"),
         );
     }
     let next = if exit.session_id.is_some() {
@@ -629,10 +630,13 @@ mod tests {
             crash.reason.as_deref(),
             Some("crash 2 of 5 within 1h: resuming")
         );
-        // A resume that never showed life starts fresh, however long it ran; one that did
-        // (a hook, a turn) is resumed again, however soon it died.
+        // A resume starts fresh only when the CLI refused it; one that never showed life (it
+        // was killed first) is resumed again, however long it ran, and so is one that did
+        // (a hook, a turn), however soon it died.
         let mut lifeless = exit(Some(1), 1, true, 600_000);
         lifeless.showed_life = false;
+        assert_eq!(on_exit(&agent, &lifeless).action, Start::Resume);
+        lifeless.resume_refused = true;
         assert_eq!(on_exit(&agent, &lifeless).action, Start::Fresh);
         let quick = on_exit(&agent, &exit(Some(1), 1, true, 2_000));
         assert_eq!(quick.action, Start::Resume);

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use super::*;
 
 /// The example fixtures shipped in policies/fixtures/ (also what `phoenix validate` runs).
-pub const EMBEDDED: [(&str, &str); 8] = [
+pub const EMBEDDED: [(&str, &str); 9] = [
     (
         "on_exit_crash.json",
         include_str!("../../policies/fixtures/on_exit_crash.json"),
@@ -19,6 +19,10 @@ pub const EMBEDDED: [(&str, &str); 8] = [
     (
         "on_exit_failed_resume.json",
         include_str!("../../policies/fixtures/on_exit_failed_resume.json"),
+    ),
+    (
+        "on_exit_resume_killed_before_life.json",
+        include_str!("../../policies/fixtures/on_exit_resume_killed_before_life.json"),
     ),
     (
         "on_exit_clean.json",

@@ -346,18 +346,21 @@ fn check_reports_broken_policies_up_front() {
 fn the_lua_default_agrees_with_the_builtin_on_exits() {
     let policies = Policies::new(None);
     let agent = AgentInfo::default();
-    for (code, signal, crashes, fresh, resumed, runtime_ms, showed_life) in [
-        (Some(0), None, 0, false, true, 1, true),
-        (Some(1), None, 1, false, false, 600_000, true),
-        (Some(1), None, 3, false, true, 600_000, true),
-        (Some(1), None, 5, false, false, 600_000, true),
-        (None, Some(15), 1, false, true, 2_000, true),
-        (None, Some(9), 2, false, true, 600_000, false),
-        (Some(2), None, 1, true, false, 600_000, true),
-        (Some(127), None, 1, false, false, 5, false),
-        (Some(126), None, 1, false, true, 5, false),
-        (Some(127), None, 1, false, false, 5, true),
-        (Some(1), None, 1, false, true, 2_000, false),
+    for (code, signal, crashes, fresh, resumed, runtime_ms, showed_life, refused) in [
+        (Some(0), None, 0, false, true, 1, true, false),
+        (Some(1), None, 1, false, false, 600_000, true, false),
+        (Some(1), None, 3, false, true, 600_000, true, false),
+        (Some(1), None, 5, false, false, 600_000, true, false),
+        (None, Some(15), 1, false, true, 2_000, true, false),
+        (None, Some(9), 2, false, true, 600_000, false, false),
+        (Some(2), None, 1, true, false, 600_000, true, false),
+        (Some(127), None, 1, false, false, 5, false, false),
+        (Some(126), None, 1, false, true, 5, false, false),
+        (Some(127), None, 1, false, false, 5, true, false),
+        (Some(1), None, 1, false, true, 2_000, false, false),
+        (Some(1), None, 1, false, true, 2_000, false, true),
+        (Some(1), None, 1, false, true, 2_000, true, true),
+        (None, Some(9), 1, false, true, 2_000, false, false),
     ] {
         let exit = ExitInfo {
             code,
@@ -370,6 +373,7 @@ fn the_lua_default_agrees_with_the_builtin_on_exits() {
             runtime_ms,
             showed_life,
             session_id: resumed.then(|| "s1".to_string()),
+            resume_refused: refused,
         };
         let d = policies.on_exit(&agent, &exit);
         assert!(d.error.is_none(), "{:?}", d.error);

@@ -194,6 +194,10 @@ pub struct ExitInfo {
     /// A `.fresh` marker asks for a clean slate.
     pub fresh_requested: bool,
     pub session_id: Option<String>,
+    /// The CLI itself refused to resume the session (it said it has no such conversation,
+    /// before the session's first turn, or its transcript is gone): the one proof that the
+    /// id cannot be resumed. A resume that showed no life because it was killed is none.
+    pub resume_refused: bool,
 }
 
 impl Default for ExitInfo {
@@ -208,6 +212,7 @@ impl Default for ExitInfo {
             crashes_since_work: 0,
             fresh_requested: false,
             session_id: None,
+            resume_refused: false,
         }
     }
 }

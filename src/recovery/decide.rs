@@ -89,6 +89,8 @@ pub struct ExitFacts {
     pub requested: Option<StopRequest>,
     /// The `.fresh` marker asks for a clean slate (the one way a fresh start is asked for).
     pub fresh_requested: bool,
+    /// The CLI refused to resume `session_id` (see `ExitInfo::resume_refused`).
+    pub resume_refused: bool,
     /// The run ended at the CLI's folder-trust question, before it showed life: what it
     /// asked. Starting it again would only ask again (or exit again on a key).
     pub trust_question: Option<String>,
@@ -327,7 +329,9 @@ fn after_exit(
             answer.delay.max(crate::spec::floors::COOLDOWN.min)
         },
         counts_as_crash: !clean,
-        clear_session: answer.action == Start::Fresh,
+        // A refused id is given up whatever the answer (safe mode too): a `phoenix restart`
+        // must not resume it again.
+        clear_session: answer.action == Start::Fresh || info.resume_refused,
         clean_exit_marker: clean && safe,
         quarantine: critical.clone(),
         critical,
@@ -418,6 +422,7 @@ fn exit_info(exit: &ExitFacts, facts: &Facts) -> ExitInfo {
         crashes_since_work: since_work,
         fresh_requested: exit.fresh_requested,
         session_id: exit.session_id.clone(),
+        resume_refused: exit.resume_refused && exit.mode == Start::Resume,
     }
 }
 

@@ -31,6 +31,7 @@ fn exit(code: i32, mode: Start, runtime_ms: u64) -> ExitFacts {
         mode,
         session_id: Some("s1".into()),
         showed_life: true,
+        resume_refused: false,
         worked: false,
         requested: None,
         fresh_requested: false,
@@ -369,16 +370,57 @@ fn quick_crash_of_a_resumed_run_that_showed_life_resumes_it_again() {
     assert_eq!(r.explain, "exit code 1; crash 1 of 5 within 1h: resuming");
 }
 
+/// A resume that showed no life because it was killed (kill -9, the operator's SIGTERM, the
+/// machine) or ran out of its life deadline is no proof it cannot be resumed: its transcript
+/// is intact, and the conversation is resumed again, the id kept.
 #[test]
-fn resumed_run_without_life_starts_fresh_and_clears_the_id_however_long_it_ran() {
-    for runtime_ms in [500, 120_000] {
+fn resumed_run_killed_before_it_showed_life_is_resumed_again_and_keeps_its_id() {
+    for (code, signal, runtime_ms) in [
+        (None, Some(9), 500),
+        (None, Some(15), 120_000),
+        (Some(1), None, 2_000),
+    ] {
         let mut e = exit(1, Start::Resume, runtime_ms);
+        (e.code, e.signal) = (code, signal);
         e.showed_life = false;
         let r = builtin(Incident::Exit(e), &facts(5, vec![]));
-        assert_eq!(r.start, Some(Start::Fresh));
+        assert_eq!(r.start, Some(Start::Resume), "{code:?} {signal:?}");
         assert_eq!(r.reason, EndReason::NoLife);
-        assert!(r.clear_session);
+        assert!(r.counts_as_crash && !r.clear_session, "{r:?}");
+        assert!(r.explain.ends_with(": resuming"), "{}", r.explain);
     }
+}
+
+/// The CLI's own refusal ("No conversation found", a transcript gone) gives the id up after
+/// one try: a fresh start, the id never resumed again, whatever the session's hooks did.
+#[test]
+fn resume_the_cli_refused_starts_fresh_and_gives_the_id_up_after_one_try() {
+    for showed_life in [false, true] {
+        let mut e = exit(1, Start::Resume, 1_500);
+        e.showed_life = showed_life;
+        e.resume_refused = true;
+        let r = builtin(Incident::Exit(e), &facts(5, vec![]));
+        assert_eq!(r.start, Some(Start::Fresh));
+        assert!(r.clear_session && r.counts_as_crash);
+        assert!(
+            r.explain.contains("the CLI cannot resume the session"),
+            "{}",
+            r.explain
+        );
+    }
+    // Even when that try was the last the crash limit allows: safe mode, and the id is given
+    // up, so `phoenix restart` starts fresh instead of resuming it again.
+    let mut e = exit(1, Start::Resume, 1_500);
+    e.resume_refused = true;
+    let r = builtin(Incident::Exit(e), &facts(3, vec![NOW - 100, NOW - 50]));
+    assert_eq!(r.start, Some(Start::SafeMode));
+    assert!(r.clear_session);
+    // A fresh start's "refusal" is nothing: there was no id to refuse.
+    let mut e = exit(1, Start::Fresh, 1_500);
+    e.resume_refused = true;
+    let r = builtin(Incident::Exit(e), &facts(5, vec![]));
+    assert_eq!(r.start, Some(Start::Resume));
+    assert!(!r.clear_session);
 }
 
 /// Claude Code 2.1.332's trust dialog has "No, exit" selected: a key there exits 1. That is a

@@ -358,6 +358,44 @@ pub fn session_had_task(dir: &AgentDir, id: &str) -> bool {
     transcript_turn(dir, id) == Some(true)
 }
 
+/// Was a turn of session `id` open when it ended: a prompt after its last finished turn, a
+/// turn that failed (nobody typed the next prompt), or a tool call the wrapper stopped at its
+/// exit (`interrupted_tool.json`)? A session that waited idle at its prompt, its turn done,
+/// has nothing to continue. Followed over every start of the id (a resumed session keeps
+/// what its earlier runs left open until a turn of its own finishes).
+pub fn turn_was_open(dir: &AgentDir, id: &str) -> bool {
+    if dir.file(state::INTERRUPTED_TOOL).exists() {
+        return true;
+    }
+    let ops = state::op::tail(&dir.file(state::OPS_LOG));
+    let mut current: Option<&str> = None;
+    let mut seen = false;
+    let mut open = false;
+    for op in &ops {
+        match op.op {
+            state::Op::SessionStart(_) => {
+                current = op.get("session_id").as_str();
+                seen |= current == Some(id);
+            }
+            _ if current != Some(id) => {}
+            state::Op::Prompt(_) | state::Op::TurnFailed(_) => open = true,
+            state::Op::TurnComplete(_) => open = false,
+            _ => {}
+        }
+    }
+    if seen {
+        return open;
+    }
+    // The session began before the ops' tail (a long one): its state says how its last turn
+    // stands. Unknown is open: a continue prompt too many beats a task left standing.
+    match dir.read_state() {
+        Ok(s) if s.session_id.as_deref() == Some(id) => {
+            matches!(s.status, state::Status::Working | state::Status::Failed)
+        }
+        _ => true,
+    }
+}
+
 pub fn same_dir(a: &Path, b: &Path) -> bool {
     let canon = |p: &Path| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     canon(a) == canon(b)
@@ -669,6 +707,40 @@ mod tests {
         assert!(!session_had_task(&d, "s2"));
         d.record_op(Op::Prompt, json!({"chars": 3})).unwrap();
         assert!(session_had_task(&d, "s2"));
+    }
+
+    #[test]
+    fn a_turn_was_open_from_its_prompt_until_it_finished_over_every_start_of_the_session() {
+        let (_t, d) = dir();
+        let op = |op, f| d.record_op(op, f).unwrap();
+        op(Op::SessionStart, json!({"session_id": "s1"}));
+        assert!(!turn_was_open(&d, "s1"), "no prompt yet");
+        op(Op::Prompt, json!({"chars": 3}));
+        assert!(turn_was_open(&d, "s1"), "killed mid-turn");
+        op(Op::TurnComplete, json!({}));
+        assert!(
+            !turn_was_open(&d, "s1"),
+            "idle at its prompt: nothing to continue"
+        );
+        op(Op::Prompt, json!({"chars": 3}));
+        op(Op::TurnFailed, json!({"error": "prompt_too_long"}));
+        assert!(turn_was_open(&d, "s1"), "a failed turn waits for nobody");
+        // Resumed, killed before a turn of its own: what was open stays open.
+        op(
+            Op::SessionStart,
+            json!({"session_id": "s1", "source": "resume"}),
+        );
+        assert!(turn_was_open(&d, "s1"));
+        assert!(
+            turn_was_open(&d, "s2"),
+            "another session, begun before the ops' tail, with no state: open"
+        );
+        op(Op::Prompt, json!({"chars": 3}));
+        op(Op::TurnComplete, json!({}));
+        assert!(!turn_was_open(&d, "s1"));
+        // A tool call the wrapper stopped at the exit settles it.
+        fs::write(d.file(state::INTERRUPTED_TOOL), r#"{"tool":"Bash"}"#).unwrap();
+        assert!(turn_was_open(&d, "s1"));
     }
 
     #[test]

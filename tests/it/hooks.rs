@@ -556,6 +556,56 @@ fn recovery_block_after_an_interrupted_turn_then_brief() {
     assert_eq!(starts, [false, true, true, false, false]);
 }
 
+/// The Clinic's recovery context is for the next session phoenix starts, never for the CLI
+/// process it replaces. Claude Code auto-compacting a prompt that is too long runs its
+/// SessionStart `compact` in the dying process while the wrapper stops it for a fresh one (a
+/// `/clear` there would run `clear`): a session start in a process started before the
+/// context was left leaves it for the fresh session's start.
+#[test]
+fn the_clinics_context_waits_through_a_compaction_for_the_next_session() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let dying_started = jiff::Timestamp::now().to_string();
+    let dying = [("PHOENIX_RUN_STARTED", dying_started.as_str())];
+    let start = |source: &str, id: &str, env: &[(&str, &str)]| {
+        let payload = format!(r#"{{"session_id":"{id}","source":"{source}"}}"#);
+        hook_with_env(
+            &fleet,
+            "session-start",
+            "c",
+            Some("claude"),
+            payload.as_bytes(),
+            env,
+        )
+    };
+    start("startup", "dying", &dying);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let pending = fleet.agent_dir("c").join("clinic_context.md");
+    std::fs::write(&pending, "=== PHOENIX: WHAT THE FULL SESSION KNEW ===\n").unwrap();
+    for source in ["compact", "clear"] {
+        let text = start(source, "dying", &dying).context().unwrap_or_default();
+        assert!(
+            !text.contains("WHAT THE FULL SESSION KNEW"),
+            "{source}: {text}"
+        );
+        assert!(pending.exists(), "{source}: left for the next session");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let next_started = jiff::Timestamp::now().to_string();
+    let text = start("startup", "next", &[("PHOENIX_RUN_STARTED", &next_started)])
+        .context()
+        .unwrap();
+    assert!(
+        text.starts_with("=== PHOENIX: WHAT THE FULL SESSION KNEW"),
+        "{text}"
+    );
+    assert!(!pending.exists(), "given once");
+    // A CLI started without the start time (an older wrapper's) takes it as before.
+    std::fs::write(&pending, "=== PHOENIX: WHAT THE FULL SESSION KNEW ===\n").unwrap();
+    let text = start("startup", "other", &[]).context().unwrap();
+    assert!(text.contains("WHAT THE FULL SESSION KNEW"), "{text}");
+}
+
 #[test]
 fn codex_and_gemini_get_recovery_through_their_own_channel() {
     let fleet = Fleet::new();

@@ -35,6 +35,7 @@ mod real_gemini;
 mod real_messages;
 mod real_opencode;
 mod real_pi;
+mod real_resume;
 mod scale;
 mod screen_verdicts;
 mod serve;

@@ -437,9 +437,10 @@ fn real_claude_killed_mid_turn_is_resumed_with_the_recovery_block() {
     assert_eq!(handoffs[0]["trigger_reason"], "crash");
 }
 
-/// A resume that worked is kept: the resumed session finishes a turn and takes a new prompt,
-/// is killed again seconds after it started, and is resumed again (same session), not thrown
-/// away for a fresh one.
+/// A resume that worked is kept: Claude Code killed idle at its prompt (its turn done) is
+/// resumed and told nothing (issue 32 item 11: nobody's task is typed into it); the resumed
+/// session takes a new prompt, is killed mid-turn seconds after it started, and is resumed
+/// again (same session, and this time sent on its way), not thrown away for a fresh one.
 #[test]
 fn real_claude_resumed_session_killed_again_within_seconds_is_resumed_again() {
     if !enabled() {
@@ -448,7 +449,6 @@ fn real_claude_resumed_session_killed_again_within_seconds_is_resumed_again() {
     let fleet = support::Fleet::new();
     let server = ModelServer::start(vec![
         Turn::text("Planned."),
-        Turn::text("Picked up."),
         // Not a leading `sleep N`: Claude Code 2.1.332 blocks a command that starts with one.
         Turn::bash("echo started; sleep 60"),
         Turn::text("Back again."),
@@ -457,15 +457,15 @@ fn real_claude_resumed_session_killed_again_within_seconds_is_resumed_again() {
     let state = || -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap()
     };
-    let turns = || {
+    let count = |event: &str| {
         fleet
             .ops("cc")
             .iter()
-            .filter(|o| o["event"] == "turn_complete")
+            .filter(|o| o["event"] == event)
             .count()
     };
     support::wait_until(std::time::Duration::from_secs(30), "the first turn", || {
-        turns() == 1
+        count("turn_complete") == 1
     });
     let id = state()["session_id"].as_str().unwrap().to_string();
     // Claude Code writes its transcript behind the turn: killed before it did, there would be
@@ -474,15 +474,21 @@ fn real_claude_resumed_session_killed_again_within_seconds_is_resumed_again() {
     support::wait_until(
         std::time::Duration::from_secs(30),
         "the turn in the transcript",
-        || std::fs::read_to_string(&transcript).is_ok_and(|t| t.contains("plan the release")),
+        || std::fs::read_to_string(&transcript).is_ok_and(|t| t.contains("Planned.")),
     );
     let pid = fleet.wait_running(&["cc"])[0];
     support::kill9(pid);
-    // The resumed session shows life and finishes a turn (phoenix's continue prompt).
+    // The resumed session comes up as the same conversation, with nothing typed into it.
     support::wait_until(
         std::time::Duration::from_secs(40),
-        "a turn of the resumed session",
-        || turns() == 2,
+        "the resumed session's start",
+        || {
+            fleet.ops("cc").iter().any(|o| {
+                o["event"] == "session_start"
+                    && o["source"] == "resume"
+                    && o["session_id"] == id.as_str()
+            })
+        },
     );
     let resumed = fleet
         .ops("cc")
@@ -490,22 +496,47 @@ fn real_claude_resumed_session_killed_again_within_seconds_is_resumed_again() {
         .rfind(|o| o["event"] == "agent_start")
         .unwrap();
     assert_eq!(resumed["mode"], "resume", "{resumed}");
+    let skipped = fleet
+        .ops("cc")
+        .into_iter()
+        .find(|o| o["event"] == "continue_prompt_skipped")
+        .expect("no continue prompt after a finished turn");
+    assert!(
+        skipped["why"]
+            .as_str()
+            .unwrap()
+            .contains("turn had finished"),
+        "{skipped}"
+    );
     let pane = fleet.agent_status("cc")["pane"]
         .as_str()
         .unwrap()
         .to_string();
     type_prompt(&fleet, &pane, "now write the release notes");
-    support::wait_until(std::time::Duration::from_secs(30), "the new prompt", || {
-        state()["current_task"] == "now write the release notes"
-    });
+    support::wait_until_explained(
+        std::time::Duration::from_secs(30),
+        "the new prompt's Bash call in flight",
+        || {
+            state()["current_task"] == "now write the release notes"
+                && dir.join("in_flight.json").exists()
+        },
+        || fleet.explain("cc", &pane),
+    );
+    assert_eq!(
+        count("continue_prompt_sent"),
+        0,
+        "typed into an idle session"
+    );
+    assert!(
+        !server
+            .message_requests()
+            .iter()
+            .any(|r| r.text().contains("This session was restarted")),
+        "a continue prompt reached the model after a finished turn"
+    );
     support::kill9(resumed["pid"].as_u64().unwrap() as u32);
     support::wait_until(std::time::Duration::from_secs(30), "the next start", || {
-        fleet
-            .ops("cc")
-            .iter()
-            .filter(|o| o["event"] == "agent_start")
-            .count()
-            == 3
+        count("agent_start") == 3
     });
     let ops = fleet.ops("cc");
     let exit = ops.iter().rfind(|o| o["event"] == "agent_exit").unwrap();
@@ -514,6 +545,9 @@ fn real_claude_resumed_session_killed_again_within_seconds_is_resumed_again() {
     let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
     assert_eq!(start["mode"], "resume", "{start}");
     assert_eq!(start["session_id"], id.as_str(), "{start}");
+    // Killed mid-turn this time: the resumed session is sent on its way.
+    let sent = sent_with_the_continue_prompt(&server);
+    assert!(sent.contains("now write the release notes"), "{sent}");
 }
 
 /// Scenario 3: the model server says the prompt is too long. Claude Code stays at its prompt
@@ -627,9 +661,15 @@ fn real_claude_out_of_context_starts_fresh_with_the_handoff() {
         "prompt is too long → the fresh session's first request after {to_first:?}, \
          its first turn (the continuation prompt) after {to_turn:?}"
     );
+    let timeline: Vec<String> = fleet
+        .ops("cc")
+        .iter()
+        .map(|o| format!("{} {} {}", o["ts"], o["event"], o["source"]))
+        .collect();
     assert!(
         to_first <= std::time::Duration::from_secs(5),
-        "{to_first:?}"
+        "{to_first:?}\n{}",
+        timeline.join("\n")
     );
     support::wait_until(
         std::time::Duration::from_secs(30),

@@ -276,8 +276,8 @@ fn killed_agent_is_resumed_by_its_wrapper_with_the_recorded_session_id() {
     assert_eq!(session_id(&fleet, "alpha").as_deref(), Some(id.as_str()));
 }
 
-/// A resume failed when the resumed session never showed life (here its resume command exits
-/// at once): the next start is fresh and the old id is gone for good.
+/// A custom CLI's resume that exits on its own before it shows any life refused the id (phoenix
+/// knows no words of its): the next start is fresh and the old id is gone for good.
 #[test]
 fn a_resume_that_never_shows_life_starts_fresh_and_clears_the_id() {
     let fleet = Fleet::new();
@@ -313,6 +313,45 @@ fn a_resume_that_never_shows_life_starts_fresh_and_clears_the_id() {
     );
     // The fresh run's session is the one recorded now.
     wait_new_session(&fleet, "alpha", &first);
+}
+
+/// A resume killed before it showed life (kill -9, as by the operator or the machine) is no
+/// proof it cannot be resumed: the next start resumes the same id, on no never-resume list.
+#[test]
+fn a_resume_killed_before_it_shows_life_is_resumed_again_with_the_same_id() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}[[agent]]\nname = \"alpha\"\ncli = \"custom\"\n\
+         command = \"phoenix demo-agent --interval 200ms\"\n\
+         resume_command = \"sh -c 'sleep 600' {{session_id}}\"\n",
+        fast_restarts(5)
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["alpha"])[0];
+    let first = wait_session_id(&fleet, "alpha");
+
+    kill9(pid);
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 2);
+    assert_eq!(starts[1]["mode"], "resume", "{starts:?}");
+    kill9(starts[1]["pid"].as_u64().unwrap() as u32);
+    let starts = wait_ops(&fleet, "alpha", "agent_start", 3);
+    let ends = ops_named(&fleet, "alpha", "agent_exit");
+    assert_eq!(ends[1]["signal"], 9, "{ends:?}");
+    assert_eq!(ends[1]["showed_life"], false, "{ends:?}");
+    assert_eq!(ends[1]["action"], "resume", "{ends:?}");
+    assert_eq!(starts[2]["mode"], "resume", "{starts:?}");
+    assert_eq!(starts[2]["session_id"], first.as_str(), "{starts:?}");
+    let record: Value = serde_json::from_str(
+        &std::fs::read_to_string(fleet.agent_dir("alpha").join("restarts.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        !record["discarded_sessions"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| *d == first.as_str())),
+        "{record}"
+    );
+    kill9(starts[2]["pid"].as_u64().unwrap() as u32);
 }
 
 /// A resumed session that shows life and takes a turn is the conversation: killed again a

@@ -94,6 +94,7 @@ pub fn exit_from_ops(ops: &[op::Line], agent: &AgentInfo) -> Option<ExitInfo> {
         crashes_since_work: 0,
         fresh_requested: false,
         session_id: last.str("session_id").map(str::to_string),
+        resume_refused: last.get("resume_refused").as_bool().unwrap_or(false),
     })
 }
 

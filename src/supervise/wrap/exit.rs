@@ -79,6 +79,7 @@ impl Wrapper {
             mode: run.mode,
             session_id: session_id.clone(),
             showed_life: run.showed_life,
+            resume_refused: run.resume_refused,
             worked: did_work(&self.dir, run.runtime),
             fresh_requested: self.dir.has_marker(state::FRESH),
             trust_question: run.trust_question.clone(),
@@ -248,6 +249,9 @@ impl Books {
             "runtime_ms": run.runtime.as_millis() as u64, "mode": run.mode,
             "session_id": run.session_id, "showed_life": run.showed_life,
         });
+        if run.resume_refused {
+            fields["resume_refused"] = json!(true);
+        }
         if let (Some(f), serde_json::Value::Object(x)) = (fields.as_object_mut(), extra) {
             f.extend(x);
         }

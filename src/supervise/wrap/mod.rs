@@ -197,6 +197,9 @@ struct Run {
     status: Option<ExitStatus>,
     runtime: Duration,
     showed_life: bool,
+    /// The CLI refused to resume the session (its own words, before the first turn; or the
+    /// transcript is gone): the id is never tried again.
+    resume_refused: bool,
     /// The pane after the exit (`None` without a pane or when it could not be read).
     screen: Option<String>,
     /// It ended at its folder-trust question, before it showed life: what it asked.
@@ -338,21 +341,33 @@ impl Wrapper {
     }
 
     /// The session (`session`, else the recorded one) stopped mid-task: the next one is told
-    /// to go on. Only if it had a task: a session that never got a prompt has nothing to go
-    /// on with, and a continue prompt typed into its successor would be a task nobody gave.
+    /// to go on. Only if it had a task and its turn was open: a session that never got a
+    /// prompt, or waited idle at its prompt with its turn done, has nothing to go on with,
+    /// and a continue prompt typed into its successor would be a task nobody gave.
     fn interrupted(&mut self, why: &'static str, session: Option<&str>) {
         let id = session
             .map(str::to_string)
             .or_else(|| record::recorded_session(&self.dir).map(|s| s.id));
-        if id.is_some_and(|id| record::session_had_task(&self.dir, &id)) {
-            self.interrupted_by = Some(why);
-        } else {
-            self.interrupted_by = None;
-            let _ = self.dir.record_op(
-                Op::ContinuePromptSkipped,
-                json!({"after": why, "why": "the session had no prompt: no task to continue"}),
-            );
-        }
+        let skipped = match id {
+            Some(id) if !record::session_had_task(&self.dir, &id) => {
+                Some("the session had no prompt: no task to continue")
+            }
+            Some(id) if !record::turn_was_open(&self.dir, &id) => {
+                Some("the session's turn had finished: it waited for a prompt")
+            }
+            Some(_) => None,
+            None => Some("the session had no prompt: no task to continue"),
+        };
+        self.interrupted_by = match skipped {
+            None => Some(why),
+            Some(skip) => {
+                let _ = self.dir.record_op(
+                    Op::ContinuePromptSkipped,
+                    json!({"after": why, "why": skip}),
+                );
+                None
+            }
+        };
     }
 
     /// Pick up config edits between runs; a broken config keeps the last good one.

@@ -22,6 +22,8 @@ pub(super) struct LifeProbe {
     capture_every: Duration,
     /// No hook is guaranteed and no pane can be read: being alive has to do.
     blind: bool,
+    /// The session's end hook ran: what it wrote (state.json) is the end, not life.
+    ended: bool,
 }
 
 impl LifeProbe {
@@ -60,6 +62,7 @@ impl LifeProbe {
             pane,
             next_capture: Instant::now() + Duration::from_millis(200),
             capture_every: Duration::from_millis(250),
+            ended: false,
         }
     }
 
@@ -109,6 +112,13 @@ impl LifeProbe {
         if self.blind {
             return true;
         }
+        // The ops first: an end hook seen there makes the files it wrote no sign of life.
+        if self.hook_in_ops() {
+            return true;
+        }
+        if self.ended {
+            return false;
+        }
         for (path, before) in &self.files {
             let now = std::fs::metadata(path)
                 .ok()
@@ -117,15 +127,38 @@ impl LifeProbe {
                 return true;
             }
         }
-        self.hook_in_ops()
+        false
     }
 
-    /// Has a hook written an op since the last look: the CLI runs, and runs its hooks.
+    /// Has a hook other than the session's end written an op since the last look: the CLI
+    /// runs, and runs its hooks. An end hook (SessionEnd: Claude Code runs it after printing
+    /// "No conversation found" for a resume it refused, Gemini CLI from its exit cleanup
+    /// whatever ended it) says the session is over, not that it came up.
     pub(super) fn hook_in_ops(&mut self) -> bool {
         let text = state::read_since(&self.ops, self.ops_len);
         self.ops_len += text.len() as u64;
-        state::op::parse(&text).iter().any(|o| o.op.is_from_hook())
+        let ops = state::op::parse(&text);
+        self.ended |= ops.iter().any(|o| matches!(o.op, Op::SessionEnd(_)));
+        ops.iter().any(|o| shows_life(&o.op))
     }
+
+    /// After the exit: did the run's hooks (ops since `since`) only end the session? Then
+    /// whatever was taken for life on the way (the end hook's write to state.json, seen
+    /// before its op) was not.
+    pub(super) fn only_ended(&self, since: u64) -> bool {
+        let ops = state::op::since(&self.ops, since);
+        let hooks: Vec<&Op> = ops
+            .iter()
+            .map(|o| &o.op)
+            .filter(|o| o.is_from_hook())
+            .collect();
+        !self.blind && !hooks.is_empty() && !hooks.iter().any(|o| shows_life(o))
+    }
+}
+
+/// A hook op that says the session came up: any but the session's end.
+fn shows_life(op: &Op) -> bool {
+    op.is_from_hook() && !matches!(op, Op::SessionEnd(_))
 }
 
 /// Has the session started last printed anything in `screen`: below its start banner (all of

@@ -48,6 +48,15 @@ impl Wrapper {
         if !showed_life {
             showed_life = probe.shown_at_exit(screen.as_deref());
         }
+        // A session its hooks only ended never came up, whatever was taken for life on the
+        // way (the end hook writes state.json before its op).
+        if showed_life && probe.only_ended(ops_at_start) {
+            showed_life = false;
+        }
+        let resume_refused = mode == Start::Resume
+            && session_id.as_deref().is_some_and(|id| {
+                self.resume_refused(id, ops_at_start, status, screen.as_deref(), showed_life)
+            });
         let mode = self.check_resumed(mode, session_id.as_deref(), showed_life);
         // It ended at its folder-trust question: what it asked (its last screen shows it, or
         // the wrapper saw it asking). Only before life: a session that showed life was past it.
@@ -66,6 +75,7 @@ impl Wrapper {
             status,
             runtime: started.elapsed(),
             showed_life,
+            resume_refused,
             screen,
             trust_question,
         }
@@ -139,6 +149,8 @@ impl Wrapper {
         // Taken before the spawn: what the CLI writes (its first transcript record may come
         // before `agent_start` is recorded) is this session's from here on.
         let spawned = state::now_rfc3339();
+        // Its hooks take only what was left for a session started after this (`clinic`).
+        cmd.env(crate::clinic::RUN_STARTED_ENV, &spawned);
         crate::supervise::strays::run_starting(&self.dir);
         let spawned_child = cmd.spawn();
         // Whoever restarted the agent (a person, the daemon, the watchdog) handed the start
@@ -298,6 +310,45 @@ impl Wrapper {
         if let Some(t) = &self.terminal {
             t.take_back();
         }
+    }
+
+    /// Did the CLI refuse to resume session `id`? Only its own word counts, and only before
+    /// the session's first turn: it exited on its own (no signal, not 0) with its refusal
+    /// among the last lines this run printed, before any session-start hook of this run
+    /// (once a session is up its screen shows the resumed conversation, the model's words);
+    /// or the session's transcript is gone. A CLI whose words phoenix does not know (a custom
+    /// one) refuses by exiting on its own before it showed any life. A resume killed before
+    /// it showed life is no refusal: its conversation is resumed again.
+    fn resume_refused(
+        &self,
+        id: &str,
+        since: u64,
+        status: Option<ExitStatus>,
+        screen: Option<&str>,
+        showed_life: bool,
+    ) -> bool {
+        let ops = state::op::since(&self.dir.file(state::OPS_LOG), since);
+        let had_turn = ops.iter().any(|o| matches!(o.op, Op::Prompt(_)));
+        if had_turn {
+            return false;
+        }
+        if !record::session_has_turn(&self.dir, id) {
+            return true;
+        }
+        let came_up = ops.iter().any(|o| matches!(o.op, Op::SessionStart(_)));
+        let exited_itself = status.is_some_and(|s| s.signal().is_none() && s.code() != Some(0));
+        let refusals = self.agent.cli.adapter().resume_refusals();
+        if refusals.is_empty() {
+            return exited_itself && !came_up && !showed_life;
+        }
+        let (Some(screen), false, true) = (screen, came_up, exited_itself) else {
+            return false;
+        };
+        said_refusal(
+            crate::clinic::triage::this_session(screen, &self.agent.name),
+            refusals,
+            id,
+        )
     }
 
     /// A resumed session that came back as another one (another id, another directory) was a
@@ -478,6 +529,7 @@ impl Wrapper {
             status: Some(ExitStatus::from_raw(code << 8)),
             runtime: Duration::ZERO,
             showed_life: false,
+            resume_refused: false,
             screen: None,
             trust_question: None,
         }
@@ -517,5 +569,62 @@ impl Wrapper {
             .env("PHOENIX_CONFIG", &self.spec.file)
             .env("PHOENIX_STATE_DIR", &self.dir.path);
         Ok(cmd)
+    }
+}
+
+/// Lines at the end of a refused resume's output that may hold the CLI's refusal (Gemini CLI
+/// says it in three, after them nothing but an empty input line or the shell's).
+const REFUSAL_LINES: usize = 6;
+
+/// Does `output` end with one of the CLI's `refusals` (lowercase) of session `id`? The id must
+/// be in those lines too (a line the pane wrapped is read joined).
+fn said_refusal(output: &str, refusals: &[&str], id: &str) -> bool {
+    let text = without_our_lines(output);
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let tail = lines[lines.len().saturating_sub(REFUSAL_LINES)..]
+        .concat()
+        .to_lowercase();
+    !id.is_empty() && tail.contains(&id.to_lowercase()) && refusals.iter().any(|r| tail.contains(r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_clis_own_refusal_of_this_id_at_the_end_of_its_output_is_a_refusal() {
+        let id = "0b6a1f0e-3c8e-4d7a-9a51-2f8f4f1d2c3b";
+        let claude = crate::spec::Cli::Claude.adapter().resume_refusals();
+        let said = format!(
+            "[phoenix] starting `a`, resuming session {id}\nNo conversation found with session ID: {id}\n"
+        );
+        assert!(said_refusal(&said, claude, id));
+        // Wrapped by a narrow pane.
+        let (head, rest) = id.split_at(10);
+        let wrapped = format!("No conversation found with session ID: {head}\n{rest}\n$ \n");
+        assert!(said_refusal(&wrapped, claude, id));
+        // Another id, another CLI's words, or the refusal long before the end are not.
+        assert!(!said_refusal(&said, claude, "another-id"));
+        let codex = crate::spec::Cli::Codex.adapter().resume_refusals();
+        assert!(!said_refusal(&said, codex, id));
+        let later = format!("{said}{}", "more output\n".repeat(REFUSAL_LINES));
+        assert!(!said_refusal(&later, claude, id));
+        // Codex's and Gemini CLI's words for an id they have no session for.
+        let codex_said = format!(
+            "No saved session found with ID {id}. Run `codex resume` without an ID to choose from existing sessions.\n"
+        );
+        assert!(said_refusal(&codex_said, codex, id));
+        let gemini = crate::spec::Cli::Gemini.adapter().resume_refusals();
+        let gemini_said = format!(
+            "Error resuming session: Invalid session identifier \"{id}\".\n  Searched for sessions in /h/.gemini/tmp/x/chats.\n  Use --list-sessions to see available sessions, then use --resume {{number}}, --resume {{uuid}}, or --resume latest.\n"
+        );
+        assert!(said_refusal(&gemini_said, gemini, id));
+        // The wrapper's own lines say nothing for the CLI.
+        let ours = format!("[phoenix] No conversation found with session ID: {id}\n");
+        assert!(!said_refusal(&ours, claude, id));
     }
 }
