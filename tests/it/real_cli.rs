@@ -1089,11 +1089,32 @@ fn real_claude_crash_is_not_diagnosed_from_an_earlier_sessions_error() {
     });
     let first = fleet.wait_running(&["cc"])[0];
     support::kill9(first);
-    // The resumed session gets the continue prompt and answers it: it is well.
-    support::wait_until(
+    // Its turn had ended (the 529 was the model's text): the resumed session is told nothing
+    // and waits; a person's next prompt gets an answer: it is well.
+    support::wait_until_explained(
+        std::time::Duration::from_secs(60),
+        "the resumed session's start",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .any(|o| o["event"] == "session_start" && o["source"] == "resume")
+        },
+        || fleet.explain("cc", &pane),
+    );
+    assert!(
+        fleet
+            .ops("cc")
+            .iter()
+            .any(|o| o["event"] == "continue_prompt_skipped"),
+        "no continue prompt after a finished turn"
+    );
+    type_prompt(&fleet, &pane, "go on with the summary");
+    support::wait_until_explained(
         std::time::Duration::from_secs(60),
         "the resumed session answered",
         || screen().contains("Carrying on with the summary."),
+        || fleet.explain("cc", &pane),
     );
     let second = fleet.wait_running(&["cc"])[0];
     assert_ne!(first, second);
