@@ -823,6 +823,10 @@ fn a_pane_an_older_phoenix_started_is_still_this_fleets_and_a_look_alike_is_not(
         .unwrap();
     let status = fleet.agent_status("x");
     assert_eq!(status["pane"], x.trim(), "{status}");
+    // x's wrapper makes its state dir as it comes up; the plan is about panes, not that.
+    support::wait_until(std::time::Duration::from_secs(10), "x's wrapper up", || {
+        fleet.agent_dir("x").exists()
+    });
     let plan = fleet.run(&["plan", "--prune"]);
     assert!(!plan.stdout().contains("agent `x`"), "{}", plan.stdout());
     plan.stdout_has("+ agent `y`: start")
