@@ -1087,6 +1087,21 @@ fn real_claude_crash_is_not_diagnosed_from_an_earlier_sessions_error() {
     support::wait_until(std::time::Duration::from_secs(30), "the 529 text", || {
         screen().contains("overloaded_error")
     });
+    // Killed before Claude wrote the turn to its transcript, there would be no conversation to
+    // resume (Claude refuses the id and phoenix rightly starts fresh): kill once it is written.
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the turn in the transcript",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .find(|o| o["event"] == "session_start")
+                .and_then(|o| o["transcript_path"].as_str().map(String::from))
+                .and_then(|path| std::fs::read_to_string(path).ok())
+                .is_some_and(|t| t.contains("overloaded_error"))
+        },
+    );
     let first = fleet.wait_running(&["cc"])[0];
     support::kill9(first);
     // Its turn had ended (the 529 was the model's text): the resumed session is told nothing
