@@ -43,6 +43,7 @@ mod moves;
 mod notify;
 mod output;
 mod policy;
+mod sandbox;
 mod scaffold;
 mod usage;
 mod watchdog;
@@ -341,6 +342,13 @@ pub enum Command {
     /// on one, mirror their agents' contexts (see docs/multi-host.md).
     #[command(subcommand)]
     Hosts(hosts::HostsCommand),
+    /// Agents' sandboxes: prove them with canaries run inside (`verify`), or see what one
+    /// shows (`show`). See docs/sandbox.md.
+    #[command(subcommand)]
+    Sandbox(sandbox::SandboxCommand),
+    /// Inside a sandbox (run by `sandbox verify`): try the canaries given as JSON.
+    #[command(hide = true)]
+    SandboxCanary { plan: String },
     /// The host side of a multi-host fleet: one JSON request on stdin, one JSON reply on
     /// stdout (run over ssh by the operator's phoenix; see docs/multi-host.md).
     #[command(hide = true)]
@@ -585,6 +593,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         } => continuity::brief(&config, &agent, generate, json),
         Command::Host => Ok(hosts::host()),
         Command::Hosts(cmd) => hosts::hosts(&config, cmd),
+        Command::Sandbox(cmd) => sandbox::sandbox(&config, cmd),
+        Command::SandboxCanary { plan } => sandbox::canary(&plan),
         Command::Tap { agent, wrapper } => {
             if let Some(pid) = wrapper
                 && crate::continuity::tap_host::hand_over(pid).unwrap_or(false)

@@ -141,6 +141,8 @@ pub struct AgentSpec {
     /// What it may spend per day; `None`: no limit. Not part of the launch: a new budget
     /// applies from the next watchdog pass without a restart.
     pub budget: Option<super::Budget>,
+    /// `sandbox = "NAME"`: the profile its CLI and hooks run inside (bubblewrap).
+    pub sandbox: Option<super::SandboxSpec>,
 }
 
 /// The part of an agent's spec that, when changed, means the running agent must be replaced.
@@ -155,6 +157,9 @@ pub struct LaunchSpec {
     pub env: BTreeMap<String, String>,
     pub session: String,
     pub window: String,
+    /// Left out when unset so fingerprints of agents without one do not change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<super::SandboxSpec>,
 }
 
 impl LaunchSpec {
@@ -181,14 +186,38 @@ impl LaunchSpec {
         let shown = |k: &str, v: serde_json::Value| {
             if k == "env" { hide_values(v) } else { v }
         };
-        a.iter()
-            .filter(|(k, v)| b.get(*k) != Some(v))
-            .map(|(k, v)| FieldChange {
+        let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+        let null = serde_json::Value::Null;
+        let mut changes = Vec::new();
+        for k in keys {
+            let (before, after) = (a.get(k).unwrap_or(&null), b.get(k).unwrap_or(&null));
+            if before == after {
+                continue;
+            }
+            // A changed sandbox profile names the keys that changed (`sandbox.network`).
+            if k == "sandbox"
+                && let (Some(x), Some(y)) = (before.as_object(), after.as_object())
+            {
+                let inner: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                for key in inner {
+                    let (xb, ya) = (x.get(key).unwrap_or(&null), y.get(key).unwrap_or(&null));
+                    if xb != ya {
+                        changes.push(FieldChange {
+                            field: format!("sandbox.{key}"),
+                            before: xb.clone(),
+                            after: ya.clone(),
+                        });
+                    }
+                }
+                continue;
+            }
+            changes.push(FieldChange {
                 field: k.clone(),
-                before: shown(k, v.clone()),
-                after: shown(k, b.get(k).cloned().unwrap_or(serde_json::Value::Null)),
-            })
-            .collect()
+                before: shown(k, before.clone()),
+                after: shown(k, after.clone()),
+            });
+        }
+        changes
     }
 }
 
@@ -227,6 +256,7 @@ impl AgentSpec {
             env: self.env.clone(),
             session: self.session.clone(),
             window: self.window.clone(),
+            sandbox: self.sandbox.clone(),
         }
     }
 

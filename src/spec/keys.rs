@@ -4,9 +4,9 @@
 use toml::de::{DeTable, DeValue};
 
 use super::raw::{
-    RawAgent, RawBrief, RawBudget, RawClinic, RawFleet, RawGithub, RawHost, RawNotify, RawNtfy,
-    RawPrice, RawRestart, RawSchedules, RawSpec, RawTelemetry, RawThresholds, RawTmux, RawWatchdog,
-    RawWebhook, RawWorkspace, fields_of,
+    RawAgent, RawBrief, RawBudget, RawClinic, RawFleet, RawGithub, RawHost, RawLimits, RawNotify,
+    RawNtfy, RawPrice, RawRestart, RawSandbox, RawSchedules, RawSpec, RawTelemetry, RawThresholds,
+    RawTmux, RawWatchdog, RawWebhook, RawWorkspace, fields_of,
 };
 use crate::diag::{Diagnostic, did_you_mean};
 
@@ -35,6 +35,10 @@ enum Section {
     /// `[prices]`: its keys are model names, each a `Price` table.
     Prices,
     Price,
+    /// `[sandbox]`: its keys are profile names, each a `Sandbox` table.
+    Sandboxes,
+    Sandbox,
+    Limits,
 }
 
 impl Section {
@@ -60,6 +64,9 @@ impl Section {
             Section::Workspace => fields_of::<RawWorkspace>(),
             Section::Prices => &[],
             Section::Price => fields_of::<RawPrice>(),
+            Section::Sandboxes => &[],
+            Section::Sandbox => fields_of::<RawSandbox>(),
+            Section::Limits => fields_of::<RawLimits>(),
         }
     }
 
@@ -86,6 +93,9 @@ impl Section {
             Section::Workspace => "the `workspace` table",
             Section::Prices => "[prices]",
             Section::Price => "a [prices] table",
+            Section::Sandboxes => "[sandbox]",
+            Section::Sandbox => "a [sandbox] profile",
+            Section::Limits => "the `limits` table",
         }
     }
 
@@ -103,6 +113,9 @@ impl Section {
             (Section::Root, "telemetry") => Some(Section::Telemetry),
             (Section::Root, "host") => Some(Section::Host),
             (Section::Root, "prices") => Some(Section::Prices),
+            (Section::Root, "sandbox") => Some(Section::Sandboxes),
+            (Section::Sandboxes, _) => Some(Section::Sandbox),
+            (Section::Sandbox, "limits") => Some(Section::Limits),
             // Any model name.
             (Section::Prices, _) => Some(Section::Price),
             (Section::Defaults | Section::Agent, "budget") => Some(Section::Budget),
@@ -125,7 +138,7 @@ pub(super) fn check_all(document: &DeTable<'_>, diags: &mut Vec<Diagnostic>) {
 fn check_keys(table: &DeTable<'_>, section: Section, diags: &mut Vec<Diagnostic>) {
     let known = section.fields();
     // A table whose keys are names (models), not fields.
-    let named = matches!(section, Section::Prices);
+    let named = matches!(section, Section::Prices | Section::Sandboxes);
     for (key, value) in table {
         let name = key.get_ref().as_ref();
         if !named && !known.contains(&name) {

@@ -5,6 +5,7 @@
 
 pub mod duration;
 mod raw;
+pub mod sandbox;
 pub mod schema;
 
 mod agent;
@@ -35,6 +36,7 @@ pub use load::{
     load_last_good_for_hook, load_with, parse, remember_good,
 };
 pub use paths::{expand_path, fleet_id, tidy};
+pub use sandbox::SandboxSpec;
 pub use schedule::{Schedule, Schedules};
 pub use settings::{
     BriefSettings, Budget, ClinicSettings, Fleet, GithubNotify, MAX_WEBHOOK_RETRIES,

@@ -132,6 +132,47 @@ pub struct RawSpec {
     /// per model name, e.g. [prices."my-model"].
     #[serde(default)]
     pub prices: BTreeMap<String, Spanned<RawPrice>>,
+    /// Sandbox profiles: one table per profile name, e.g. [sandbox.strict]; an agent (or
+    /// [defaults]) names one with `sandbox = "strict"`. Its CLI and hooks then run inside
+    /// bubblewrap with only what the profile allows.
+    #[serde(default)]
+    pub sandbox: BTreeMap<String, Spanned<RawSandbox>>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawSandbox {
+    /// Paths visible read-only. Default ["/"]: the whole filesystem, less what is hidden.
+    pub read: Option<Spanned<Vec<String>>>,
+    /// Paths writable. Default ["{workdir}"]; the agent's own state dir, a private /tmp and
+    /// the CLI's own session files are always writable.
+    pub write: Option<Spanned<Vec<String>>>,
+    /// Paths hidden (an empty directory or file in their place), on top of the defaults:
+    /// ~/.ssh, ~/.aws, ~/.gnupg, ~/.config/gh, ~/.netrc, ~/.docker, the fleet's state and
+    /// every other agent's state dir and workdir, phoenix.toml.
+    pub hide: Option<Spanned<Vec<String>>>,
+    /// Paths read-only even inside a writable path, on top of the defaults: the hook and
+    /// settings files phoenix wrote for the CLI, .git/hooks, .git/config.
+    pub protect: Option<Spanned<Vec<String>>>,
+    /// "none" (no network), "allow" (only the hosts in `allow`, through phoenix's proxy) or
+    /// "host" (any host, through phoenix's proxy). Default "none". The sandbox always has a
+    /// network namespace of its own.
+    pub network: Option<Spanned<String>>,
+    /// With network = "allow": host names (`api.anthropic.com`), `*.domain` or `host:port`.
+    pub allow: Option<Spanned<Vec<String>>>,
+    /// Limits for the agent's processes: { processes, memory = "4G", open_files }.
+    pub limits: Option<RawLimits>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawLimits {
+    /// Processes and threads at once (a cgroup `pids.max` where writable, else RLIMIT_NPROC).
+    pub processes: Option<Spanned<Whole<u64>>>,
+    /// Memory, e.g. "4G" or "512M" (a cgroup `memory.max` where writable, else RLIMIT_DATA).
+    pub memory: Option<Spanned<String>>,
+    /// Open files per process (RLIMIT_NOFILE).
+    pub open_files: Option<Spanned<Whole<u64>>>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -224,6 +265,9 @@ pub struct RawAgent {
     /// What the agent may spend per day (the local calendar day) before the watchdog stops
     /// it for a person.
     pub budget: Option<RawBudget>,
+    /// The [sandbox.NAME] profile its CLI runs inside; "none": no sandbox (overrides
+    /// [defaults]). Default: none.
+    pub sandbox: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

@@ -70,6 +70,8 @@ ops! {
     AgentExit = "agent_exit",
     AgentAlive = "agent_alive",
     SpawnFailed = "spawn_failed",
+    /// The CLI was started inside its sandbox (profile, summary, network).
+    SandboxEntered = "sandbox_entered",
     /// The wrapper did not start the agent again: the operator moved it to another machine.
     StartFenced = "start_fenced",
     SubreaperUnavailable = "subreaper_unavailable",

@@ -55,6 +55,15 @@ impl Validator<'_> {
         let policy = raw.policy.as_ref().or(defaults.policy.as_ref());
         let policy = policy.and_then(|p| self.policy(p, &name));
         let budget = self.budget(raw.budget.as_ref(), defaults.budget.as_ref(), &name);
+        let state_dir = fleet.state_dir.join("agents").join(&name);
+        let home = env.get("HOME").map(PathBuf::from);
+        let sandbox = self.agent_sandbox(
+            raw.sandbox.as_ref().or(defaults.sandbox.as_ref()),
+            &name,
+            &workdir,
+            &state_dir,
+            home.as_deref(),
+        );
         if self.diags.len() > errors_before {
             return None;
         }
@@ -80,6 +89,7 @@ impl Validator<'_> {
             notify,
             policy,
             budget,
+            sandbox,
         })
     }
 

@@ -4,6 +4,7 @@
 
 mod agent;
 mod hosts;
+mod sandbox;
 mod sections;
 mod usage;
 mod workspace;
@@ -42,6 +43,7 @@ pub(super) fn spec(
         dir: &dir,
         options,
         schedules,
+        sandbox_profiles: Default::default(),
     }
     .spec(raw, file)
 }
@@ -59,6 +61,8 @@ struct Validator<'a> {
     options: LoadOptions,
     /// Parse `[schedules]` (everything but hooks).
     schedules: bool,
+    /// `[sandbox.NAME]` profiles, checked before the agents that name them.
+    sandbox_profiles: sandbox::Profiles,
 }
 
 fn is_env_name(s: &str) -> bool {
@@ -235,6 +239,7 @@ impl Validator<'_> {
         let brief = self.brief(&raw.brief);
         let telemetry = self.telemetry(&raw.telemetry);
         let hosts = self.hosts(&raw.hosts, &fleet.name);
+        self.sandbox_profiles = self.sandboxes(&raw.sandbox);
         let (agents, remote_agents) = self.agents(&raw, &fleet, &hosts);
         let prices = self.prices(&raw.prices);
         Spec {

