@@ -239,6 +239,12 @@ impl Applier<'_> {
     /// Record the launch spec (for drift details) and build the runtime's launch.
     fn launch(&self, agent: &AgentSpec, dir: &AgentDir) -> Result<Launch, String> {
         let spec = agent.launch();
+        // The agent's own part of phoenix.toml: its wrapper reads that, not the whole fleet's
+        // file (and its sandbox shows it in place of phoenix.toml).
+        let part = crate::spec::narrow::write_part(&self.spec.file, &agent.name, &dir.path);
+        // A sandbox that does not hold is never started: not with holes, not without it.
+        crate::sandbox::verify::passed_for_start(self.spec, agent)
+            .map_err(|e| format!("not started: {e}"))?;
         // One writer per agent at a time (the apply); the file is a `JsonFile` for its rollback.
         state::JsonFile::new(dir, state::STARTED_SPEC, "started_spec")
             .save_locked(&spec)
@@ -249,14 +255,7 @@ impl Applier<'_> {
             session: agent.session.clone(),
             window: agent.window.clone(),
             workdir: agent.workdir.clone(),
-            argv: wrap_argv(
-                &self.exe,
-                &self.spec.file,
-                &agent.name,
-                // The agent's own part of phoenix.toml: its wrapper reads that, not the
-                // whole fleet's file.
-                crate::spec::narrow::write_part(&self.spec.file, &agent.name, &dir.path).as_deref(),
-            ),
+            argv: wrap_argv(&self.exe, &self.spec.file, &agent.name, part.as_deref()),
             fingerprint: spec.fingerprint(),
             tap: agent
                 .tap

@@ -142,6 +142,10 @@ pub struct AgentStatus {
     /// for. Never the agent's own turns: a job's end or failure changes nothing of the agent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub background_jobs: Option<Vec<crate::agent_cli::claude::background::BackgroundJob>>,
+    /// Its sandbox (`sandbox = "NAME"`): the profile, what it shows, the last `sandbox
+    /// verify`; only when one sandboxed agent is asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::Status>,
     /// What its next start will be (a resume of which session, or fresh and why); only
     /// when one declared agent is asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -391,6 +395,7 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             }),
             supervision: None,
             background_jobs: None,
+            sandbox: None,
             next_start: None,
             transcript: agent_state.as_ref().and_then(|s| s.transcript_path.clone()),
             agent: name,
@@ -431,6 +436,9 @@ pub fn agent(spec: &Spec, world: &World, name: &str) -> Option<AgentStatus> {
     row.background_jobs = spec
         .agent(name)
         .and_then(|a| a.cli.adapter().background_jobs(&dir));
+    row.sandbox = spec
+        .agent(name)
+        .and_then(|a| crate::sandbox::status(spec, a));
     Some(row)
 }
 

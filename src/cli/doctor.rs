@@ -59,6 +59,75 @@ fn fleet_checks(spec: &Spec) -> Vec<Check> {
         server,
     ];
     checks.extend(spec.agents.iter().flat_map(world::agent_checks));
+    checks.extend(sandbox_checks(spec));
+    checks
+}
+
+/// Whether bubblewrap makes sandboxes here, when an agent has one, and each sandboxed
+/// agent's last verification.
+fn sandbox_checks(spec: &Spec) -> Vec<Check> {
+    let sandboxed: Vec<_> = spec.agents.iter().filter(|a| a.sandbox.is_some()).collect();
+    if sandboxed.is_empty() {
+        return Vec::new();
+    }
+    let problem = crate::sandbox::unusable();
+    let mut checks = vec![Check {
+        check: "sandbox".into(),
+        ok: problem.is_none(),
+        detail: match &problem {
+            None => format!(
+                "bubblewrap makes sandboxes here ({})",
+                crate::text::counted(sandboxed.len(), "sandboxed agent")
+            ),
+            Some(_) => "bubblewrap cannot make sandboxes here".to_string(),
+        },
+        fix: problem,
+    }];
+    for agent in sandboxed {
+        let Some(status) = crate::sandbox::status(spec, agent) else {
+            continue;
+        };
+        let (ok, detail, fix) = match &status.verified {
+            None => (
+                true,
+                format!("{}; never verified", status.summary),
+                Some(format!("run `phoenix sandbox verify {}`", agent.name)),
+            ),
+            Some(v) if !v.passed => (
+                false,
+                format!(
+                    "{}; canaries escaped: {}",
+                    status.summary,
+                    v.failed()
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+                Some(format!("`phoenix sandbox verify {}` says why", agent.name)),
+            ),
+            Some(v) => (
+                true,
+                format!(
+                    "{}; verified {}{}",
+                    status.summary,
+                    v.at,
+                    if status.verified_current {
+                        ""
+                    } else {
+                        " (of an earlier layout)"
+                    }
+                ),
+                None,
+            ),
+        };
+        checks.push(Check {
+            check: format!("agent `{}` sandbox", agent.name),
+            ok,
+            detail,
+            fix,
+        });
+    }
     checks
 }
 

@@ -736,6 +736,9 @@ fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -
     if let Some(jobs) = &r.background_jobs {
         rows.push(("Background jobs", background_jobs_text(jobs, now)));
     }
+    if let Some(sandbox) = &r.sandbox {
+        rows.push(("Sandbox", sandbox_text(sandbox)));
+    }
     let mut text: String = rows
         .into_iter()
         .map(|(k, v)| format!("{:<15} {v}\n", format!("{k}:")))
@@ -745,6 +748,34 @@ fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -
         text.push_str(&summary.to_string());
     }
     text
+}
+
+/// The agent's sandbox: the profile's summary, then its last verification.
+fn sandbox_text(s: &crate::sandbox::Status) -> String {
+    let verified = match &s.verified {
+        None => "never verified (`phoenix sandbox verify`)".to_string(),
+        Some(v) => {
+            let failed = v.failed();
+            let what = if failed.is_empty() {
+                format!("all {} canaries held", v.checks.len())
+            } else {
+                let names: Vec<&str> = failed.iter().map(|c| c.name.as_str()).collect();
+                format!("FAILED: {}", names.join("; "))
+            };
+            let stale = if s.verified_current {
+                ""
+            } else {
+                " (of an earlier layout)"
+            };
+            format!("verified {}{stale}: {what}", v.at)
+        }
+    };
+    let limits = s
+        .limits
+        .as_ref()
+        .map(|l| format!("; limits: {l}"))
+        .unwrap_or_default();
+    format!("{}{limits}; {verified}", s.summary)
 }
 
 /// Claude Code's background jobs of the agent: how many, then per job its id, state, name,

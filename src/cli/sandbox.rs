@@ -131,7 +131,7 @@ fn show(spec: &Spec, name: &str, json: bool) -> anyhow::Result<i32> {
     let Some(sandbox) = &agent.sandbox else {
         anyhow::bail!("agent `{name}` has no sandbox (give it `sandbox = \"PROFILE\"`)");
     };
-    let layout = crate::sandbox::layout(spec, agent, sandbox, &crate::sandbox::Context::here());
+    let layout = crate::sandbox::layout(spec, agent, sandbox, &crate::sandbox::Context::of(spec));
     let last = verify::last(&crate::state::FleetDir::new(&spec.fleet.state_dir), name);
     if json {
         output::json(json!({"agent": name, "layout": layout, "verified": last}));

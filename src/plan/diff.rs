@@ -40,6 +40,30 @@ pub fn diff(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
                 Some(crate::world::cli_version::report(a, installed))
             })
             .collect(),
+        sandboxes: spec
+            .agents
+            .iter()
+            .filter_map(|a| {
+                let s = world.sandboxes.get(&a.name)?;
+                let v = s.verified.as_ref();
+                Some(super::SandboxReport {
+                    agent: a.name.clone(),
+                    profile: s.profile.clone(),
+                    summary: s.summary.clone(),
+                    verified: match v {
+                        Some(v) if s.verified_current && v.passed => "passed",
+                        Some(v) if s.verified_current && !v.passed => "failed",
+                        _ => "unverified",
+                    }
+                    .to_string(),
+                    failed: v
+                        .filter(|_| s.verified_current)
+                        .map(|v| v.failed().iter().map(|c| c.name.clone()).collect())
+                        .unwrap_or_default(),
+                    verified_at: v.map(|v| v.at.clone()),
+                })
+            })
+            .collect(),
     }
 }
 

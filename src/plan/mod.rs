@@ -98,6 +98,25 @@ pub struct Plan {
     /// the versions phoenix was proven with, and which one its hooks are made for.
     #[serde(default)]
     pub cli_versions: Vec<crate::world::cli_version::Report>,
+    /// Each sandboxed agent's sandbox: what it shows and its last verification.
+    #[serde(default)]
+    pub sandboxes: Vec<SandboxReport>,
+}
+
+/// One agent's sandbox in a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxReport {
+    pub agent: String,
+    pub profile: String,
+    pub summary: String,
+    /// `passed`, `failed` or `unverified` (never, or of another layout: apply verifies it
+    /// before it starts the agent).
+    pub verified: String,
+    /// The canaries that escaped at the last verification.
+    #[serde(default)]
+    pub failed: Vec<String>,
+    #[serde(default)]
+    pub verified_at: Option<String>,
 }
 
 /// A worktree no agent works in that the plan does not remove, and why: not pruning, or
@@ -291,6 +310,7 @@ impl Plan {
             attention: Vec::new(),
             kept_worktrees: Vec::new(),
             cli_versions: Vec::new(),
+            sandboxes: Vec::new(),
         }
     }
 

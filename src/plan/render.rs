@@ -52,6 +52,12 @@ impl fmt::Display for Plan {
                 writeln!(f, "  {}", cli_version_line(v))?;
             }
         }
+        if !self.sandboxes.is_empty() {
+            writeln!(f, "\nSandboxes (not changes):")?;
+            for s in &self.sandboxes {
+                writeln!(f, "  {}", sandbox_line(s))?;
+            }
+        }
         if !self.kept_worktrees.is_empty() {
             writeln!(f, "\nWorktrees no agent works in, kept (not changes):")?;
             for k in &self.kept_worktrees {
@@ -197,4 +203,19 @@ pub fn render_change(c: &Change, width: usize) -> String {
         }
     }
     out
+}
+
+/// `agent `a`: sandbox `strict`: 3 writable, … — verified: all canaries held`.
+fn sandbox_line(s: &super::SandboxReport) -> String {
+    let verified = match s.verified.as_str() {
+        "passed" => "verified: every canary held".to_string(),
+        "failed" => format!(
+            "FAILED its canaries ({}): apply will not start it; `phoenix sandbox verify {}` says why",
+            s.failed.join("; "),
+            s.agent
+        ),
+        _ => "not verified for this layout yet: apply verifies it before it starts the agent"
+            .to_string(),
+    };
+    format!("agent `{}`: {} — {verified}", s.agent, s.summary)
 }

@@ -60,6 +60,7 @@ fn world_with(spec: &Spec, panes: Vec<PaneObs>) -> World {
         hook_files: Default::default(),
         workspaces: Default::default(),
         cli_versions: Default::default(),
+        sandboxes: Default::default(),
         panes_by_agent: Default::default(),
         panes,
         agents: spec

@@ -85,8 +85,9 @@ pub struct Layout {
     pub network: Network,
     pub allow: Vec<String>,
     pub workdir: PathBuf,
-    /// Directories the CLI needs writable that do not exist yet: made before the start.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// Directories the CLI needs writable that do not exist yet: made before the start (not
+    /// part of what the sandbox does: a start makes them).
+    #[serde(skip)]
     pub make: Vec<PathBuf>,
 }
 
@@ -105,14 +106,12 @@ pub struct Context {
 }
 
 impl Context {
-    /// The context of this process.
-    pub fn here() -> Context {
+    /// The context of `spec`'s fleet as this process sees it: the same for apply, the
+    /// wrapper and verify, so that what one verified is what another starts.
+    pub fn of(spec: &Spec) -> Context {
         Context {
             operator_home: std::env::var_os("HOME").map(PathBuf::from),
-            tmux_socket: std::env::var("TMUX")
-                .ok()
-                .and_then(|t| t.split(',').next().map(PathBuf::from))
-                .filter(|p| p.is_absolute()),
+            tmux_socket: Some(crate::world::tmux_socket_path(&spec.fleet.socket)),
             exe: std::env::current_exe().ok(),
             proxy_socket: None,
         }
@@ -195,23 +194,27 @@ fn cli_state(cli: Cli, agent: &AgentSpec, home: &Path) -> (Vec<PathBuf>, Vec<Pat
 
 /// Project files a CLI reads its settings (and phoenix's hooks) from, below the workdir:
 /// read-only, so an agent cannot switch off what phoenix hears from it.
-fn project_settings(cli: Cli, workdir: &Path) -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> = crate::agent_cli::hook_path_in(cli, workdir)
+fn project_settings(workdir: &Path) -> Vec<PathBuf> {
+    // Every CLI's, whichever this agent runs: another agent may run another CLI here, and
+    // a workdir's settings are anyone's to read.
+    let mut paths: Vec<PathBuf> = crate::agent_cli::HOOKED
         .into_iter()
+        .filter_map(|cli| crate::agent_cli::hook_path_in(cli, workdir))
         .collect();
     paths.extend(
-        match cli {
-            // The whole directory: a settings.local.json made in it would win over ours.
-            Cli::Claude => vec![".claude"],
-            Cli::Codex => vec![".codex"],
-            Cli::Gemini => vec![".gemini"],
-            Cli::Opencode => vec![".opencode/plugins", "opencode.json", "opencode.jsonc"],
-            Cli::Pi => vec![".pi/extensions"],
-            Cli::Copilot => vec![".github/hooks"],
-            Cli::Custom => vec![],
-        }
-        .into_iter()
-        .map(|p| workdir.join(p)),
+        Cli::ALL
+            .into_iter()
+            .flat_map(|cli| match cli {
+                // The whole directory: a settings.local.json made in it would win over ours.
+                Cli::Claude => vec![".claude"],
+                Cli::Codex => vec![".codex"],
+                Cli::Gemini => vec![".gemini"],
+                Cli::Opencode => vec![".opencode/plugins", "opencode.json", "opencode.jsonc"],
+                Cli::Pi => vec![".pi/extensions"],
+                Cli::Copilot => vec![".github/hooks"],
+                Cli::Custom => vec![],
+            })
+            .map(|p| workdir.join(p)),
     );
     paths
 }
@@ -344,6 +347,13 @@ pub fn layout(spec: &Spec, agent: &AgentSpec, sandbox: &SandboxSpec, cx: &Contex
         rules.add(p, Access::Write, PROFILE_WRITE, "the profile's `write`");
     }
     rules.add(&state_dir, Access::Write, ALWAYS, "its own state dir");
+    // Its part of phoenix.toml, which its wrapper outside reads too: not the agent's to edit.
+    rules.add(
+        &state_dir.join(crate::spec::narrow::AGENT_CONFIG),
+        Access::Protect,
+        ALWAYS,
+        "the config its wrapper reads",
+    );
     rules.add(
         Path::new("/tmp"),
         Access::WriteInstead(state_dir.join(PRIVATE_TMP)),
@@ -378,7 +388,7 @@ pub fn layout(spec: &Spec, agent: &AgentSpec, sandbox: &SandboxSpec, cx: &Contex
             }
         }
     }
-    for p in project_settings(agent.cli, &agent.workdir) {
+    for p in project_settings(&agent.workdir) {
         rules.add(
             &p,
             Access::Protect,

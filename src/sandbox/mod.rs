@@ -125,3 +125,39 @@ pub fn limits_applied(limits: &crate::spec::sandbox::Limits) -> Option<String> {
     }
     Some(format!("{}; no writable cgroup is used", parts.join(", ")))
 }
+
+/// An agent's sandbox as `status AGENT` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Status {
+    pub profile: String,
+    pub summary: String,
+    pub network: &'static str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// How its limits apply here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<String>,
+    /// The last `sandbox verify` (or apply's), and whether it was of the layout it would
+    /// start with now.
+    pub verified: Option<verify::Verified>,
+    pub verified_current: bool,
+}
+
+pub fn status(spec: &crate::spec::Spec, agent: &crate::spec::AgentSpec) -> Option<Status> {
+    let sandbox = agent.sandbox.as_ref()?;
+    let layout = layout(spec, agent, sandbox, &Context::of(spec));
+    let verified = verify::last(
+        &crate::state::FleetDir::new(&spec.fleet.state_dir),
+        &agent.name,
+    );
+    let digest = verify::layout_digest(&layout);
+    Some(Status {
+        profile: sandbox.profile.clone(),
+        summary: layout.summary(),
+        network: sandbox.network.as_str(),
+        allow: sandbox.allow.clone(),
+        limits: limits_applied(&sandbox.limits),
+        verified_current: verified.as_ref().is_some_and(|v| v.layout == digest),
+        verified,
+    })
+}

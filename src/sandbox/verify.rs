@@ -290,7 +290,7 @@ pub fn verify(spec: &Spec, agent: &AgentSpec) -> Result<Verified, String> {
     if let Some(why) = super::unusable() {
         return Err(why);
     }
-    let mut cx = Context::here();
+    let mut cx = Context::of(spec);
     let layout = super::layout(spec, agent, sandbox, &cx);
     for dir in &layout.make {
         crate::state::create_private_dir(dir)
@@ -358,7 +358,7 @@ pub fn passed_for_start(spec: &Spec, agent: &AgentSpec) -> Result<(), String> {
     let Some(sandbox) = &agent.sandbox else {
         return Ok(());
     };
-    let layout = super::layout(spec, agent, sandbox, &Context::here());
+    let layout = super::layout(spec, agent, sandbox, &Context::of(spec));
     let digest = layout_digest(&layout);
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     if last(&fleet, &agent.name).is_some_and(|v| v.passed && v.layout == digest) {

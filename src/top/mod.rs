@@ -480,6 +480,7 @@ mod tests {
             needs_input: None,
             supervision: None,
             background_jobs: None,
+            sandbox: None,
             next_start: None,
             transcript: None,
         }

@@ -20,6 +20,7 @@ use serde::Serialize;
 use crate::spec::{LaunchSpec, Spec};
 use crate::state::{self, FleetDir};
 pub use procs::{ProcInfo, ProcTable};
+pub use tmux::socket_path as tmux_socket_path;
 
 /// What a runtime reports about one pane (or, for other runtimes, one process slot).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -366,6 +367,10 @@ pub struct World {
     /// of), keyed by agent: only observed for a plan, whose hooks are made for it.
     #[serde(skip)]
     pub cli_versions: BTreeMap<String, cli_version::Installed>,
+    /// Each sandboxed agent's sandbox and its last verification, keyed by agent: only
+    /// observed for a plan.
+    #[serde(skip)]
+    pub sandboxes: BTreeMap<String, crate::sandbox::Status>,
     /// Each agent's panes (indexes into `panes`), made at the first `pane_of`: a plan of a
     /// thousand agents went through every pane for each agent.
     #[serde(skip)]
@@ -625,6 +630,14 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
     } else {
         BTreeMap::new()
     };
+    let sandboxes = if for_plan {
+        spec.agents
+            .iter()
+            .filter_map(|a| crate::sandbox::status(spec, a).map(|s| (a.name.clone(), s)))
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
     Ok(World {
         observed_at: jiff::Timestamp::now().as_second(),
         server_running,
@@ -634,6 +647,7 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
         hook_files,
         workspaces,
         cli_versions,
+        sandboxes,
         panes_by_agent: Default::default(),
     })
 }

@@ -464,6 +464,11 @@ fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Where the tmux server of socket name `socket` listens.
+pub fn socket_path(socket: &str) -> std::path::PathBuf {
+    socket_dir().join(socket)
+}
+
 /// The directory tmux puts its sockets in (`$TMUX_TMPDIR/tmux-UID`, default `/tmp`).
 fn socket_dir() -> std::path::PathBuf {
     let base = std::env::var_os("TMUX_TMPDIR")

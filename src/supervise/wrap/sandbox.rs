@@ -69,7 +69,7 @@ impl Wrapper {
             .as_ref()
             .filter(|w| w.agent(&self.agent.name).is_some())
             .unwrap_or(&self.spec);
-        sandbox::layout(spec, &self.agent, profile, &SandboxContext::here())
+        sandbox::layout(spec, &self.agent, profile, &SandboxContext::of(spec))
     }
 
     /// The proxy for a sandbox whose network goes through one: its socket outside.
