@@ -24,6 +24,7 @@ pub mod process;
 pub mod recovery;
 pub mod render;
 pub mod restart;
+pub mod sandbox;
 pub mod serve;
 pub mod spec;
 pub mod state;
