@@ -314,7 +314,7 @@ pub enum ProxyEvent {
         port: u16,
         error: String,
     },
-    /// Not a request the proxy forwards (answered 400, 403, 408 or 431).
+    /// Not a request the proxy forwards (answered 403, 408 or 431).
     Rejected { why: String },
     /// More connections at once than allowed: answered 503.
     Busy { limit: usize },
@@ -458,7 +458,7 @@ pub fn serve_with(
     on_event: impl Fn(ProxyEvent) + Send + Sync + 'static,
 ) -> io::Result<Proxy> {
     listener.set_nonblocking(true)?;
-    let (wake_read, wake_write) = nix::unistd::pipe().map_err(io::Error::from)?;
+    let (wake_read, wake_write) = relay::cloexec_pipe()?;
     let shared = Arc::new(Shared {
         allow,
         limits,
@@ -561,7 +561,7 @@ fn handle(client: UnixStream, shared: &Shared) {
     };
     let request = match parse_request(&head) {
         Ok(request) => request,
-        Err(why) => return reject(&client, shared, 400, why),
+        Err(why) => return reject(&client, shared, 403, why),
     };
     let (host, port) = (request.host.clone(), request.port);
     let Some(checked) = request_host(&host) else {
