@@ -698,6 +698,9 @@ fn own_machine(ip: IpAddr) -> bool {
 
 // ---- the request head ----
 
+/// A request head (through its blank line) and the bytes read after it.
+type Head = (Vec<u8>, Vec<u8>);
+
 enum HeadError {
     TooLarge,
     Slow,
@@ -709,7 +712,7 @@ fn read_head(
     client: &UnixStream,
     limit: usize,
     within: Duration,
-) -> Result<Option<(Vec<u8>, Vec<u8>)>, HeadError> {
+) -> Result<Option<Head>, HeadError> {
     use std::io::Read;
     let deadline = Instant::now() + within;
     let mut buf = Vec::with_capacity(1024);

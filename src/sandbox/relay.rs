@@ -456,13 +456,14 @@ pub fn exec_inside(relay: Option<(SocketAddr, PathBuf)>, program: &[OsString]) -
 /// races the relay), then fork the relay child serving it toward `to`. The address bound.
 ///
 /// The child ends with this process, whatever it becomes by exec: bubblewrap's pid namespace
-/// kills it when its init exits; `PR_SET_PDEATHSIG` kills it when this process dies (it
-/// follows the parent *thread*, and a fork after exec would keep it, so it is not all);
-/// and a pidfd of this process (which names the process across exec) wakes it when this
-/// process ends however that happens; with no pidfd (an old kernel) it checks its parent
-/// four times a second. It leaves this process's session and process group, so Ctrl-C in
-/// the pane or a signal to the program's group never stops the network under a program
-/// that lives on.
+/// kills it when its init exits, and, sandbox or not, it waits on a pidfd of this process,
+/// which names the process across exec and wakes when it ends however it ends (even if the
+/// program's main thread ends before its others). `PR_SET_PDEATHSIG` is not used where a
+/// pidfd is: it follows the parent *thread*, not the process. Without a pidfd (a kernel
+/// before 5.3) it is the fallback, with a check of the parent four times a second. The
+/// child leaves this process's session and process group, so Ctrl-C in the pane or a signal
+/// to the program's group never takes the network from a program that lives on; and the
+/// program starts only once all this is in place.
 ///
 /// Forks only while this process has one thread (a fork copies only the calling thread, and
 /// the child then starts threads of its own).
@@ -523,18 +524,16 @@ pub(crate) fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// The relay process: detached from the program's terminal signals, tied to its life.
 fn relay_child(listener: TcpListener, to: PathBuf, parent: libc::pid_t, ready: OwnedFd) -> i32 {
-    // SAFETY: setsid and prctl change only this process's own attributes.
-    unsafe {
-        libc::setsid();
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-    }
-    // The parent may have died before the death signal was set.
-    // SAFETY: getppid has no preconditions.
-    if unsafe { libc::getppid() } != parent {
-        return 0;
-    }
+    // SAFETY: setsid changes only this process's own session.
+    unsafe { libc::setsid() };
     let watch = pidfd_open(parent);
-    // Opened while the parent still was ours: the pidfd names it, not a reused pid.
+    if watch.is_none() {
+        // No pidfd (a kernel before 5.3): the death signal, and the checks below.
+        // SAFETY: prctl sets this process's own parent-death signal.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    }
+    // Still our parent after the pidfd was opened: it names the parent, not a reused pid
+    // (and a parent that died before it is not waited for).
     // SAFETY: getppid has no preconditions.
     if unsafe { libc::getppid() } != parent {
         return 0;
