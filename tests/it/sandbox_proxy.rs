@@ -494,6 +494,12 @@ fn relays_naming(marker: &str) -> Vec<u32> {
     found
 }
 
+/// Said on the real stderr: the harness captures `eprintln!` of a passing test, and a skip
+/// nobody sees is a silent pass.
+fn skipped(why: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIPPED a sandbox_proxy test: {why}");
+}
+
 fn has_curl() -> bool {
     Command::new("curl")
         .arg("--version")
@@ -521,8 +527,7 @@ fn sandbox_inner(socket: &Path, script: &str, marker: &str) -> Command {
 #[test]
 fn sandbox_inner_relays_to_the_proxy_and_execs_the_program_with_its_settings() {
     if !has_curl() {
-        eprintln!("skipped: no curl");
-        return;
+        return skipped("no `curl`");
     }
     let up = Upstream::start();
     let p = Setup::allowing(&list(&[format!("127.0.0.1:{}", up.port)]));
@@ -629,12 +634,10 @@ fn sandbox_inner_without_a_relay_only_execs() {
 fn inside_bubblewrap_only_the_allowed_host_answers_and_no_relay_outlives_the_payload() {
     let bwrap = Command::new("bwrap").arg("--version").output();
     if !bwrap.is_ok_and(|o| o.status.success()) {
-        eprintln!("skipped: bubblewrap (`bwrap`) is not installed");
-        return;
+        return skipped("bubblewrap (`bwrap`) is not installed");
     }
     if !has_curl() {
-        eprintln!("skipped: no curl");
-        return;
+        return skipped("no `curl`");
     }
     let allowed = Upstream::start();
     let other = Upstream::start();
@@ -713,4 +716,93 @@ fn inside_bubblewrap_only_the_allowed_host_answers_and_no_relay_outlives_the_pay
         .filter(|e| matches!(e, ProxyEvent::Refused { port, .. } if *port == other.port))
         .count();
     assert_eq!(refused, 2);
+}
+
+/// The real Claude Code inside bubblewrap with only the relay for a network: its requests to
+/// a plain-HTTP base URL (the scripted model server) go through the proxy, streamed answer
+/// and all.
+#[test]
+fn real_claude_in_bubblewrap_reaches_its_model_server_through_the_proxy() {
+    if !crate::support::opted_in(
+        crate::support::REAL_CLIS,
+        "sandbox_proxy (real Claude Code)",
+        "the real Claude Code CLI and bubblewrap",
+    ) {
+        return;
+    }
+    assert!(
+        Command::new("bwrap")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "the real-CLI suites need bubblewrap (`bwrap`)"
+    );
+    let claude = crate::real_cli::claude_bin();
+    let server = crate::support::model_server::ModelServer::start(vec![
+        crate::support::model_server::Turn::text("pong from the model"),
+    ]);
+    let base = server.base_url();
+    let port: u16 = base
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let p = Setup::allowing(&list(&[format!("127.0.0.1:{port}")]));
+    let out = Command::new("timeout")
+        .args([
+            "180",
+            "bwrap",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+        ])
+        .args([
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            "/run",
+            "--unshare-net",
+            "--unshare-pid",
+        ])
+        .args(["--die-with-parent", "--bind"])
+        .arg(&p.socket)
+        .arg("/run/phoenix-proxy.sock")
+        .args([
+            "--setenv",
+            "HOME",
+            "/tmp",
+            "--setenv",
+            "ANTHROPIC_BASE_URL",
+            &base,
+        ])
+        .args(["--setenv", "ANTHROPIC_API_KEY", "sk-ant-test-key"])
+        .args(["--setenv", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"])
+        .args(["--", PHOENIX, "sandbox-inner", "--relay", "127.0.0.1:18080"])
+        .args(["--socket", "/run/phoenix-proxy.sock", "--"])
+        .arg(&claude)
+        .args(["-p", "ping"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("pong from the model"),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(!server.message_requests().is_empty());
+    let events = p.events();
+    assert!(
+        events.iter().all(
+            |e| matches!(e, ProxyEvent::Allowed { port: p, via: Via::Http, .. } if *p == port)
+        ),
+        "{events:?}"
+    );
+    assert!(!format!("{events:?}").contains("sk-ant-test-key"));
 }
