@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -377,7 +377,7 @@ const RESPONSE_HEAD_BYTES: usize = 64 * 1024;
 /// A running proxy. Dropping it (or [`Proxy::stop`]) stops accepting and ends the open
 /// connections.
 pub struct Proxy {
-    stop: Option<OwnedFd>,
+    stop: Option<io::PipeWriter>,
     accept: Option<std::thread::JoinHandle<()>>,
     open: Arc<Registry>,
 }
@@ -458,7 +458,8 @@ pub fn serve_with(
     on_event: impl Fn(ProxyEvent) + Send + Sync + 'static,
 ) -> io::Result<Proxy> {
     listener.set_nonblocking(true)?;
-    let (wake_read, wake_write) = relay::cloexec_pipe()?;
+    // Close-on-exec: a program the wrapper starts must not hold the wake pipe open.
+    let (wake_read, wake_write) = io::pipe()?;
     let shared = Arc::new(Shared {
         allow,
         limits,
@@ -476,7 +477,12 @@ pub fn serve_with(
     })
 }
 
-fn accept_loop(listener: UnixListener, wake: OwnedFd, shared: Arc<Shared>, open: Arc<Registry>) {
+fn accept_loop(
+    listener: UnixListener,
+    wake: io::PipeReader,
+    shared: Arc<Shared>,
+    open: Arc<Registry>,
+) {
     let count = Arc::new(AtomicUsize::new(0));
     loop {
         let mut pfds = [

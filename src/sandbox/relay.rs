@@ -6,7 +6,7 @@
 //! The byte pump both ends use ([`pipe_both_ways`]) lives here: it is the relay's whole job.
 
 use std::ffi::{CString, OsString};
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -476,7 +476,8 @@ pub fn start_child(listen: SocketAddr, to: PathBuf) -> io::Result<SocketAddr> {
         ));
     }
     let parent = std::process::id() as libc::pid_t;
-    let (ready_read, ready_write) = cloexec_pipe()?;
+    // Not inherited by the program (std's pipes are close-on-exec).
+    let (mut ready_read, ready_write) = io::pipe()?;
     // SAFETY: this process has one thread (checked above), so the child owns every lock and
     // may allocate and start threads.
     let pid = unsafe { libc::fork() };
@@ -499,31 +500,19 @@ pub fn start_child(listen: SocketAddr, to: PathBuf) -> io::Result<SocketAddr> {
     // The program starts once the relay is tied to it and out of its process group (a
     // Ctrl-C at once, or the program's death, must find it so).
     let mut byte = [0u8; 1];
-    loop {
-        // SAFETY: read into a local one-byte buffer from a pipe we hold.
-        let n = unsafe { libc::read(ready_read.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
-        if n == 1 {
-            return Ok(bound);
-        }
-        if n == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return Err(io::Error::other("the relay process did not start"));
-        }
+    match ready_read.read_exact(&mut byte) {
+        Ok(()) => Ok(bound),
+        Err(_) => Err(io::Error::other("the relay process did not start")),
     }
-}
-
-/// A pipe whose ends are not inherited by what this process execs.
-pub(crate) fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 fills the two-element array it is given.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just handed us these fds and nothing else owns them.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// The relay process: detached from the program's terminal signals, tied to its life.
-fn relay_child(listener: TcpListener, to: PathBuf, parent: libc::pid_t, ready: OwnedFd) -> i32 {
+fn relay_child(
+    listener: TcpListener,
+    to: PathBuf,
+    parent: libc::pid_t,
+    mut ready: io::PipeWriter,
+) -> i32 {
     // SAFETY: setsid changes only this process's own session.
     unsafe { libc::setsid() };
     let watch = pidfd_open(parent);
@@ -540,8 +529,7 @@ fn relay_child(listener: TcpListener, to: PathBuf, parent: libc::pid_t, ready: O
     }
     name_this_process(PROCESS_NAME);
     quiet_stdio();
-    // SAFETY: write one byte from a local to a pipe we hold.
-    unsafe { libc::write(ready.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+    let _ = ready.write_all(&[1]);
     drop(ready);
     let server = std::thread::Builder::new()
         .name("relay".into())
