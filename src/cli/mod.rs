@@ -363,6 +363,18 @@ pub enum Command {
         #[arg(long)]
         wrapper: Option<u32>,
     },
+    /// bubblewrap's payload inside an agent's sandbox: with `--relay`, start the relay from
+    /// that loopback address (in the sandbox's own network) to the proxy's socket and set
+    /// HTTPS_PROXY/HTTP_PROXY to it; then exec PROGRAM.
+    #[command(hide = true)]
+    SandboxInner {
+        #[arg(long, requires = "socket", value_name = "ADDR")]
+        relay: Option<std::net::SocketAddr>,
+        #[arg(long, requires = "relay", value_name = "PATH")]
+        socket: Option<PathBuf>,
+        #[arg(last = true, required = true, value_name = "PROGRAM")]
+        program: Vec<std::ffi::OsString>,
+    },
     /// The fleet's critical events, oldest first: crash loops, policy fallbacks, each step
     /// of a Clinic recovery, state rolled back, and each session's end (--all: every step).
     Events(events::EventsArgs),
@@ -607,6 +619,20 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 return Ok(2);
             }
             Ok(crate::continuity::tap::run(&config, &agent, err_line)?)
+        }
+        Command::SandboxInner {
+            relay,
+            socket,
+            program,
+        } => {
+            // Returns only when PROGRAM could not be started (126/127 as a shell says it).
+            let e = crate::sandbox::relay::exec_inside(relay.zip(socket), &program);
+            err_line(&format!("phoenix sandbox-inner: {e}"));
+            Ok(if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            })
         }
         Command::Watchdog { once, json } => watchdog::run(&config, once, json),
         Command::Notify(cmd) => notify::notify(&config, cmd),

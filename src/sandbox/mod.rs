@@ -5,6 +5,8 @@
 //! the pane. `layout` decides what the sandbox shows; `verify` proves it from inside.
 
 pub mod layout;
+pub mod proxy;
+pub mod relay;
 pub mod verify;
 
 use std::ffi::OsString;
@@ -87,16 +89,58 @@ pub fn wrap_argv(
 pub struct Proxy {
     /// Its socket outside (bound into the sandbox at `layout::PROXY_SOCKET_INSIDE`).
     pub socket: PathBuf,
+    _serving: proxy::Proxy,
 }
 
+/// Refusals recorded per proxy at most (an agent retrying a refused host in a loop must not
+/// fill its ops log).
+const MAX_RECORDED_REFUSALS: u32 = 100;
+
 impl Proxy {
-    /// The proxy for `layout`, `None` when its network is not proxied.
-    pub fn start(layout: &Layout, dir: &crate::state::AgentDir) -> std::io::Result<Option<Proxy>> {
+    /// The proxy for `layout`, `None` when its network is not proxied. Its socket is in a
+    /// private directory of phoenix's under /tmp (a Unix socket's path has at most 107
+    /// bytes; state dirs can be deeper), named after the agent's state dir. What it refuses
+    /// is recorded in the agent's ops (`sandbox_network`) when `record`.
+    pub fn start(
+        layout: &Layout,
+        dir: &crate::state::AgentDir,
+        record: bool,
+    ) -> std::io::Result<Option<Proxy>> {
         if !layout.network.proxied() {
             return Ok(None);
         }
-        let _ = dir;
-        Ok(None)
+        let allow = match layout.network {
+            crate::spec::sandbox::Network::Host => proxy::Allow::any_name(),
+            _ => proxy::Allow::parse(&layout.allow).map_err(std::io::Error::other)?,
+        };
+        use std::os::unix::ffi::OsStrExt;
+        let base = std::env::temp_dir().join(format!("phoenix-{}", nix::unistd::getuid()));
+        crate::state::create_private_dir(&base)?;
+        let digest = crate::state::digest(dir.path.as_os_str().as_bytes());
+        let socket = base.join(format!(
+            "proxy-{}-{}.sock",
+            &digest[..12],
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&socket);
+        let listener = std::os::unix::net::UnixListener::bind(&socket)?;
+        let agent_dir = dir.clone();
+        let recorded = std::sync::atomic::AtomicU32::new(0);
+        let serving = proxy::serve(listener, allow, move |event| {
+            if !record || matches!(event, proxy::ProxyEvent::Allowed { .. }) {
+                return;
+            }
+            if recorded.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < MAX_RECORDED_REFUSALS {
+                let _ = agent_dir.record_op(
+                    crate::state::Op::SandboxNetwork,
+                    serde_json::json!({"what": event.to_string()}),
+                );
+            }
+        })?;
+        Ok(Some(Proxy {
+            socket,
+            _serving: serving,
+        }))
     }
 }
 

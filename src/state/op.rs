@@ -72,6 +72,8 @@ ops! {
     SpawnFailed = "spawn_failed",
     /// The CLI was started inside its sandbox (profile, summary, network).
     SandboxEntered = "sandbox_entered",
+    /// The sandbox's proxy refused a connection (a host not allowed, a bad request).
+    SandboxNetwork = "sandbox_network",
     /// The wrapper did not start the agent again: the operator moved it to another machine.
     StartFenced = "start_fenced",
     SubreaperUnavailable = "subreaper_unavailable",

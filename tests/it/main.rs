@@ -36,6 +36,7 @@ mod real_messages;
 mod real_opencode;
 mod real_pi;
 mod real_resume;
+mod sandbox_proxy;
 mod scale;
 mod screen_verdicts;
 mod serve;

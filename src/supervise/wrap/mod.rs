@@ -118,6 +118,7 @@ pub fn wrap(config: &Path, agent_name: &str, part: Option<PathBuf>) -> crate::er
         interrupted_by: None,
         phase: Default::default(),
         phase_changed: Default::default(),
+        proxy: Default::default(),
     };
     // A session that died with its pane or its host, mid-task, is owed the nudge as well.
     let state = wrapper.dir.read_state().ok();
@@ -187,6 +188,8 @@ struct Wrapper {
     phase: std::cell::RefCell<Option<std::thread::JoinHandle<()>>>,
     /// This wrapper has set the pane's phase (it starts with none).
     phase_changed: std::cell::Cell<bool>,
+    /// The proxy of its sandbox's network, once a start needed it.
+    proxy: std::cell::RefCell<Option<crate::sandbox::Proxy>>,
 }
 
 /// One finished run of the agent CLI.

@@ -72,12 +72,18 @@ impl Wrapper {
         sandbox::layout(spec, &self.agent, profile, &SandboxContext::of(spec))
     }
 
-    /// The proxy for a sandbox whose network goes through one: its socket outside.
+    /// The proxy for a sandbox whose network goes through one: its socket outside. One per
+    /// wrapper, started with the first start that needs it and serving until it exits.
     fn sandbox_proxy(&self, layout: &Layout) -> Result<Option<std::path::PathBuf>, String> {
         if !layout.network.proxied() {
             return Ok(None);
         }
-        Ok(None)
+        let mut held = self.proxy.borrow_mut();
+        if held.is_none() {
+            *held = sandbox::Proxy::start(layout, &self.dir, true)
+                .map_err(|e| format!("cannot start the sandbox's proxy: {e}"))?;
+        }
+        Ok(held.as_ref().map(|p| p.socket.clone()))
     }
 }
 
