@@ -298,9 +298,11 @@ pub fn verify(spec: &Spec, agent: &AgentSpec) -> Result<Verified, String> {
     }
     let planted =
         plant(spec, agent, &layout, &cx).map_err(|e| format!("cannot plant the canaries: {e}"))?;
+    // The canaries' refusals are no doing of the agent's: not recorded in its ops.
     let proxy = super::Proxy::start(
         &layout,
         &FleetDir::new(&spec.fleet.state_dir).agent(&agent.name),
+        false,
     )
     .map_err(|e| format!("cannot start the sandbox's proxy: {e}"))?;
     cx.proxy_socket = proxy.as_ref().map(|p| p.socket.clone());
