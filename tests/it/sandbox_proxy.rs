@@ -619,7 +619,7 @@ fn the_relay_dies_when_its_program_is_killed_outside_a_pid_namespace() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("proxy.sock");
     let marker = format!("marker-{}", std::process::id());
-    let mut child = Started(
+    let child = Started(
         sandbox_inner(&socket, "exec sleep 120", &marker)
             .spawn()
             .unwrap(),
