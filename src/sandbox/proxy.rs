@@ -536,12 +536,13 @@ fn accept_loop(
         };
         let limit = shared.limits.max_connections;
         let Some(slot) = Slot::take(&count, limit) else {
+            // Told before answered: whoever sees the answer finds the event recorded.
+            (shared.on_event)(ProxyEvent::Busy { limit });
             relay::refuse_now(
                 &stream,
                 503,
                 &format!("too many connections at once ({limit}); try again"),
             );
-            (shared.on_event)(ProxyEvent::Busy { limit });
             continue;
         };
         let Some(id) = open.add(&stream) else {
@@ -601,16 +602,13 @@ fn handle(client: UnixStream, shared: &Shared) {
         Ok(upstream) => upstream,
         Err(e) => {
             let error = shown(&e.to_string());
-            relay::refuse_now(
-                &client,
-                502,
-                &format!("`{shown_host}:{port}` could not be reached: {error}"),
-            );
+            let answer = format!("`{shown_host}:{port}` could not be reached: {error}");
             (shared.on_event)(ProxyEvent::Unreachable {
                 host: shown_host,
                 port,
                 error,
             });
+            relay::refuse_now(&client, 502, &answer);
             return;
         }
     };
@@ -653,25 +651,19 @@ fn handle(client: UnixStream, shared: &Shared) {
 
 fn refuse(client: &UnixStream, shared: &Shared, host: &str, port: u16, via: Via) {
     let host = shown(host);
-    relay::refuse_now(
-        client,
-        403,
-        &format!(
-            "`{host}:{port}` is not allowed: the sandbox profile's `allow` list decides which hosts this agent reaches"
-        ),
+    let answer = format!(
+        "`{host}:{port}` is not allowed: the sandbox profile's `allow` list decides which hosts this agent reaches"
     );
     (shared.on_event)(ProxyEvent::Refused { host, port, via });
+    relay::refuse_now(client, 403, &answer);
 }
 
 fn reject(client: &UnixStream, shared: &Shared, code: u16, why: String) {
-    relay::refuse_now(
-        client,
-        code,
-        &format!(
-            "{why}; this proxy forwards `CONNECT host:port` and `http://` requests to the hosts the sandbox profile's `allow` list names"
-        ),
+    let answer = format!(
+        "{why}; this proxy forwards `CONNECT host:port` and `http://` requests to the hosts the sandbox profile's `allow` list names"
     );
     (shared.on_event)(ProxyEvent::Rejected { why });
+    relay::refuse_now(client, code, &answer);
 }
 
 /// Resolve (only now, after the allow check) and connect, all addresses within `within`.
@@ -827,6 +819,9 @@ fn parse_request(head: &[u8]) -> Result<Request, String> {
         return Err("an empty request".into());
     };
     let first = std::str::from_utf8(first).map_err(|_| "a request line that is not text")?;
+    if first.chars().any(|c| c.is_control()) {
+        return Err("a request line holding a control character".into());
+    }
     let parts: Vec<&str> = first.split(' ').collect();
     let [method, target, version] = parts[..] else {
         return Err("a request line that is not `METHOD TARGET HTTP/1.x`".into());
@@ -1197,6 +1192,8 @@ mod tests {
             b"GET http://x.com/ HTTP/1.1\r\nX: a\rb\r\n\r\n",
             b"GET http://x.com/ HTTP/1.1\r\nX: a\r\n b\r\n\r\n",
             b"GET http://x.com/ HTTP/1.1\r\nNo colon\r\n\r\n",
+            b"GET http://x.com/a\rX:1 HTTP/1.1\r\n\r\n",
+            b"GET http://x.com/a\tb HTTP/1.1\r\n\r\n",
         ] {
             assert!(
                 parse_request(head).is_err(),

@@ -549,6 +549,16 @@ fn has_curl() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// A started program killed when the test ends, passed or not (its relay goes with it).
+struct Started(std::process::Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        crate::support::kill9(self.0.id());
+        let _ = self.0.wait();
+    }
+}
+
 fn sandbox_inner(socket: &Path, script: &str, marker: &str) -> Command {
     let mut cmd = Command::new(PHOENIX);
     cmd.args(["sandbox-inner", "--relay", "127.0.0.1:0", "--socket"])
@@ -609,15 +619,17 @@ fn the_relay_dies_when_its_program_is_killed_outside_a_pid_namespace() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("proxy.sock");
     let marker = format!("marker-{}", std::process::id());
-    let mut child = sandbox_inner(&socket, "exec sleep 120", &marker)
-        .spawn()
-        .unwrap();
+    let child = Started(
+        sandbox_inner(&socket, "exec sleep 120", &marker)
+            .spawn()
+            .unwrap(),
+    );
     wait_until(Duration::from_secs(20), "the relay", || {
         relays_naming(&marker).len() == 1
     });
     let relay = relays_naming(&marker)[0];
     wait_until(Duration::from_secs(20), "the program exec'd", || {
-        std::fs::read_to_string(format!("/proc/{}/comm", child.id()))
+        std::fs::read_to_string(format!("/proc/{}/comm", child.0.id()))
             .unwrap_or_default()
             .trim()
             == "sleep"
@@ -634,10 +646,44 @@ fn the_relay_dies_when_its_program_is_killed_outside_a_pid_namespace() {
             .to_string()
     };
     assert_eq!(sid(relay), relay.to_string());
-    crate::support::kill9(child.id());
-    let _ = child.wait();
+    drop(child);
     wait_until(Duration::from_secs(10), "the relay gone", || {
         !phoenix::process::alive(relay)
+    });
+}
+
+#[test]
+fn the_relay_carries_64_connections_at_once_and_answers_the_65th_503() {
+    let up = Upstream::start();
+    let p = Setup::allowing(&list(&[format!("127.0.0.1:{}", up.port)]));
+    let marker = format!("marker-busy-{}", up.port);
+    let mut child = Started(
+        sandbox_inner(&p.socket, "echo $http_proxy; exec sleep 120", &marker)
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let relay = line.trim().trim_start_matches("http://").to_string();
+    let mut open = Vec::new();
+    for _ in 0..64 {
+        let mut s = TcpStream::connect(&relay).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(s, "CONNECT 127.0.0.1:{} HTTP/1.1\r\n\r\n", up.port).unwrap();
+        let head = read_until(&mut s, "\r\n\r\n");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        open.push(s);
+    }
+    let mut s = TcpStream::connect(&relay).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let answer = read_until(&mut s, "relay\n");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("relay"), "{answer}");
+    drop(child);
+    wait_until(Duration::from_secs(10), "the relay gone", || {
+        relays_naming(&marker).is_empty()
     });
 }
 
