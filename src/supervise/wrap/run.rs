@@ -35,6 +35,10 @@ impl Wrapper {
         give_back_freed_memory();
         let (status, mut showed_life, asked) =
             self.watch(child.child, started, ops_at_start, &mut probe);
+        let status = match &self.agent.sandbox {
+            Some(_) => status.map(super::sandbox::as_the_clis),
+            None => status,
+        };
         self.clean_up_after(pid);
         // The one read of the pane after this exit: the last look for life, the crash's
         // evidence, and what the next start's life check compares with.

@@ -118,3 +118,15 @@ fn apply_limits(cmd: &mut Command, limits: &Limits) {
         });
     }
 }
+
+/// bubblewrap's exit status as the CLI's own: bwrap exits 128+N when the CLI inside was
+/// killed by signal N (an OOM kill, a crash, a kill -9), which is a crash, not an exit code.
+pub(super) fn as_the_clis(status: std::process::ExitStatus) -> std::process::ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    match status.code() {
+        Some(code) if (129..=128 + 64).contains(&code) => {
+            std::process::ExitStatus::from_raw(code - 128)
+        }
+        _ => status,
+    }
+}
