@@ -91,10 +91,11 @@ impl AgentCli for Gemini {
 
     /// Gemini CLI's own sandbox (`--sandbox`/`-s`, `tools.sandbox` in its settings,
     /// `GEMINI_SANDBOX`) relaunches it in a docker, podman, gVisor or LXC container, which
-    /// cannot start inside phoenix's sandbox (no container daemon in reach; 0.61.0 stops with
-    /// `GEMINI_SANDBOX is true but failed to determine command for sandbox` where none is
-    /// installed). `GEMINI_SANDBOX` outranks the flag and the settings, so `false` there turns
-    /// it off whatever they say.
+    /// cannot start inside phoenix's sandbox (no container daemon or registry in reach: 0.61.0
+    /// stops at once with a `FatalSandboxError`, "Sandbox image … could not be pulled", or
+    /// "failed to determine command for sandbox" where no docker or podman is installed).
+    /// `GEMINI_SANDBOX` outranks the flag and the settings, so `false` there turns it off
+    /// whatever they say.
     fn own_sandbox(&self, cmd: super::own_sandbox::Command<'_>) -> super::own_sandbox::OwnSandbox {
         own_sandbox_off(cmd)
     }

@@ -401,3 +401,112 @@ fn real_codex_shell_runs_inside_phoenixs_sandbox_with_its_own_sandbox_off() {
         );
     }
 }
+
+// ---- Gemini CLI.
+
+use crate::real_gemini::GEMINI_PINNED;
+use support::gemini_server::{self, shell};
+
+/// `gemini -p --yolo` with a scripted shell call, the user's settings turning Gemini CLI's own
+/// sandbox on (`tools.sandbox`), inside the outer sandbox; `phoenix`: with what
+/// `own_sandbox::plan` sets for it.
+fn gemini_in_outer(phoenix: bool) -> Ran {
+    let tmp = run_dir();
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(home.join(".gemini")).unwrap();
+    let settings = serde_json::json!({
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "general": {"enableAutoUpdate": false, "enableAutoUpdateNotification": false},
+        "privacy": {"usageStatisticsEnabled": false},
+        "tools": {"sandbox": true},
+    });
+    std::fs::write(home.join(".gemini/settings.json"), settings.to_string()).unwrap();
+    std::fs::write(
+        home.join(".gemini/trustedFolders.json"),
+        serde_json::json!({ work.to_string_lossy(): "TRUST_FOLDER" }).to_string(),
+    )
+    .unwrap();
+    let server = gemini_server::start(vec![
+        shell("echo phoenix-nested > nested.txt && cat nested.txt"),
+        Turn::text("All done."),
+    ]);
+    let outer = Outer::new(
+        tmp.path(),
+        &server.base_url(),
+        vec![work.clone(), home.clone()],
+        false,
+    );
+    let bin = support::npm_cli("gemini", "@google/gemini-cli", GEMINI_PINNED, "gemini");
+    let argv: Vec<String> = [bin.to_str().unwrap(), "-p", "write the file", "--yolo"]
+        .map(str::to_string)
+        .to_vec();
+    let mut env = Vec::new();
+    let argv = if phoenix {
+        let version = Version::parse(&support::cli_version(
+            "gemini",
+            "@google/gemini-cli",
+            GEMINI_PINNED,
+        ));
+        let set = own_sandbox::plan(Cli::Gemini, true, argv, &|_| None, version);
+        env = set.env;
+        set.argv
+    } else {
+        argv
+    };
+    let mut cmd = outer.command(&work, &argv);
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("GOOGLE_GEMINI_BASE_URL", server.base_url())
+        .env("GEMINI_API_KEY", "scripted-gemini-key-0123456789")
+        .envs(env);
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    let result = server
+        .turn_requests()
+        .iter()
+        .flat_map(|r| r.body["contents"].as_array().cloned().unwrap_or_default())
+        .flat_map(|c| c["parts"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| p.get("functionResponse").map(|f| f.to_string()))
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ran {
+        wrote: std::fs::read_to_string(work.join("nested.txt"))
+            .is_ok_and(|t| t.trim() == "phoenix-nested"),
+        result,
+        said: format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+/// The user's settings turn Gemini CLI's container sandbox on: inside phoenix's sandbox it
+/// cannot start one and stops before the model is asked anything; with what phoenix sets
+/// (`GEMINI_SANDBOX=false`) its shell call runs and the output reaches the model.
+#[test]
+fn real_gemini_shell_runs_inside_phoenixs_sandbox_with_its_own_sandbox_off() {
+    if !enabled() {
+        return;
+    }
+    let ran = gemini_in_outer(true);
+    assert!(ran.wrote, "the file was written\n{}", ran.said);
+    assert!(
+        ran.result.contains("phoenix-nested"),
+        "the shell output reached the model: {}",
+        ran.result
+    );
+    assert!(ran.said.contains("All done."), "{}", ran.said);
+
+    let without = gemini_in_outer(false);
+    assert!(!without.wrote, "{}", without.said);
+    assert!(without.result.is_empty(), "{}", without.result);
+    assert!(
+        without.said.contains("FatalSandboxError"),
+        "it says its sandbox is why: {}",
+        without.said
+    );
+    eprintln!("gemini without phoenix's variable: {}", without.said.trim());
+}
