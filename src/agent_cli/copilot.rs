@@ -276,7 +276,7 @@ fn own_sandbox_off(
     if own::has_flag(&argv, &["--sandbox"]) {
         return said(argv, "Copilot CLI's own sandbox: kept as the agent's command chooses it (`--sandbox`); inside phoenix's it cannot set up its network namespace, and its shell commands fail".into());
     }
-    if !cmd.version.is_some_and(|v| v >= NO_SANDBOX_SINCE) {
+    if cmd.version.is_none_or(|v| v < NO_SANDBOX_SINCE) {
         let seen = cmd
             .version
             .map_or("not known".to_string(), |v| v.to_string());

@@ -194,12 +194,12 @@ fn gemini_cli_gets_its_sandbox_off_through_its_environment() {
     for p in gemini::PROVEN {
         let got = at(Cli::Gemini, "gemini --yolo", Some(p.version));
         assert_eq!(got.argv, words("gemini --yolo"));
-        assert_eq!(got.env, [off.clone()]);
+        assert_eq!(got.env, std::slice::from_ref(&off));
         assert!(got.note.unwrap().contains("GEMINI_SANDBOX=false"));
     }
     // The flag is outranked by the variable, and the plan says so.
     let got = sandboxed(Cli::Gemini, "gemini --sandbox");
-    assert_eq!(got.env, [off.clone()]);
+    assert_eq!(got.env, std::slice::from_ref(&off));
     assert!(
         got.note
             .unwrap()
