@@ -81,9 +81,10 @@ impl AgentCli for Copilot {
     /// Copilot CLI's own sandbox (`--sandbox`, `sandbox.enabled` in its settings, off by
     /// default) runs shell commands in bwrap inside a private network namespace that needs
     /// slirp4netns, iptables and `/dev/net/tun`, none of which phoenix's sandbox gives; there
-    /// "every sandboxed shell command … fails" (its `help sandbox`). 1.0.102 takes
-    /// `--no-sandbox` for one session; a version phoenix has not seen take it gets nothing (an
-    /// unknown flag stops Copilot CLI at once).
+    /// every shell call fails (1.0.102: `Cannot start sandboxed command: … its private network
+    /// is unavailable`). 1.0.102 takes `--no-sandbox`, which outranks a saved
+    /// `sandbox.enabled`; a version phoenix has not seen take it gets nothing (an unknown flag
+    /// stops Copilot CLI at once).
     fn own_sandbox(&self, cmd: super::own_sandbox::Command<'_>) -> super::own_sandbox::OwnSandbox {
         own_sandbox_off(self, cmd)
     }

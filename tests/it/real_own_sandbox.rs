@@ -1,9 +1,10 @@
-//! The CLIs' own sandboxes inside phoenix's: the real Claude Code and Codex, each run inside an
-//! outer bubblewrap sandbox built here by hand the way phoenix builds one (read-only root, its
-//! own user, pid and network namespaces, only the workdir, HOME and a private /tmp writable),
-//! with their own sandbox switched on by the user, and what phoenix adds for them
-//! (`agent_cli::own_sandbox`). The model is a scripted server on loopback, reached from inside
-//! through a Unix socket bridged by socat on both sides, as phoenix's network proxy is.
+//! The CLIs' own sandboxes inside phoenix's: the real Claude Code, Codex, Gemini CLI and
+//! Copilot CLI, each run inside an outer bubblewrap sandbox built here by hand the way phoenix
+//! builds one (read-only root, its own user, pid and network namespaces, only the workdir,
+//! HOME and a private /tmp writable), with their own sandbox switched on as a user would, and
+//! with and without what phoenix sets for it (`agent_cli::own_sandbox::plan`). The model is a
+//! scripted server on loopback, reached from inside through a Unix socket bridged by socat on
+//! both sides, as phoenix's network proxy is reached.
 //! Runs only with `PHOENIX_TEST_REAL_CLIS=1`; needs bwrap and socat (`.ci/run` installs them).
 
 use crate::support;
@@ -509,4 +510,105 @@ fn real_gemini_shell_runs_inside_phoenixs_sandbox_with_its_own_sandbox_off() {
         without.said
     );
     eprintln!("gemini without phoenix's variable: {}", without.said.trim());
+}
+
+// ---- Copilot CLI.
+
+use crate::real_copilot::{COPILOT_PINNED, bash, copilot_bin, pkg_cache, tool_results};
+use support::chat_server;
+
+/// `copilot -p --allow-all-tools` with a scripted shell call, the user's saved settings turning
+/// Copilot CLI's own sandbox on, inside the outer sandbox; `phoenix`: with what
+/// `own_sandbox::plan` sets for it.
+fn copilot_in_outer(phoenix: bool) -> Ran {
+    let tmp = run_dir();
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(home.join(".copilot")).unwrap();
+    std::fs::write(
+        home.join(".copilot/settings.json"),
+        r#"{"sandbox": {"enabled": true}}"#,
+    )
+    .unwrap();
+    let server = chat_server::start(vec![
+        bash("echo phoenix-nested > nested.txt && cat nested.txt"),
+        Turn::text("All done."),
+    ]);
+    let outer = Outer::new(
+        tmp.path(),
+        &server.base_url(),
+        vec![work.clone(), home.clone()],
+        false,
+    );
+    let bin = copilot_bin();
+    let mut argv: Vec<String> = vec![bin.to_string_lossy().into_owned()];
+    if phoenix {
+        let version = Version::parse(&support::cli_version(
+            "copilot",
+            "@github/copilot",
+            COPILOT_PINNED,
+        ));
+        let set = own_sandbox::plan(Cli::Copilot, true, argv, &|_| None, version);
+        argv = set.argv;
+    }
+    argv.extend(["-p", "write the file", "--allow-all-tools"].map(str::to_string));
+    let mut cmd = outer.command(&work, &argv);
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("COPILOT_OFFLINE", "true")
+        .env("COPILOT_AUTO_UPDATE", "false")
+        .env(
+            "COPILOT_PROVIDER_BASE_URL",
+            format!("{}/v1", server.base_url()),
+        )
+        .env("COPILOT_PROVIDER_API_KEY", "sk-scripted-0123456789")
+        .env("COPILOT_MODEL", chat_server::MODEL)
+        .env("COPILOT_PKG_CACHE_HOME", pkg_cache(&bin));
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    let result = server
+        .turn_requests()
+        .iter()
+        .map(tool_results)
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ran {
+        wrote: std::fs::read_to_string(work.join("nested.txt"))
+            .is_ok_and(|t| t.trim() == "phoenix-nested"),
+        result,
+        said: format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+/// The user's saved settings turn Copilot CLI's own sandbox on: inside phoenix's sandbox it
+/// cannot set up its private network (no slirp4netns, no `/dev/net/tun`) and fails the shell
+/// call; with what phoenix sets (`--no-sandbox`, which outranks the saved setting) the call
+/// runs and its output reaches the model.
+#[test]
+fn real_copilot_shell_runs_inside_phoenixs_sandbox_with_its_own_sandbox_off() {
+    if !enabled() {
+        return;
+    }
+    let ran = copilot_in_outer(true);
+    assert!(ran.wrote, "the file was written\n{}", ran.said);
+    assert!(
+        ran.result.contains("phoenix-nested") && ran.result.contains("exit code 0"),
+        "the shell output reached the model: {}",
+        ran.result
+    );
+    assert!(ran.said.contains("All done."), "{}", ran.said);
+
+    let without = copilot_in_outer(false);
+    assert!(!without.wrote, "{}", without.said);
+    assert!(
+        without.result.contains("Cannot start sandboxed command")
+            && without.result.contains("exit code 1"),
+        "its own sandbox failed the call: {}",
+        without.result
+    );
 }
