@@ -71,6 +71,19 @@ pub fn plan(
     cli.adapter().own_sandbox(Command { argv, env, version })
 }
 
+/// [`plan`] for `agent` started as `base` (its base argv): the environment the CLI sees is the
+/// agent's `env`, then `inherited` (the wrapper's own, `|k| std::env::var(k).ok()`).
+pub fn for_agent(
+    agent: &crate::spec::AgentSpec,
+    sandboxed: bool,
+    base: Vec<String>,
+    inherited: &dyn Fn(&str) -> Option<String>,
+    version: Option<Version>,
+) -> OwnSandbox {
+    let env = |k: &str| agent.env.get(k).cloned().or_else(|| inherited(k));
+    plan(agent.cli, sandboxed, base, &env, version)
+}
+
 /// For a CLI that has no sandbox of its own: nothing to set, and the plan says so.
 pub fn none_of_its_own(adapter: &dyn AgentCli, checked: &str, argv: Vec<String>) -> OwnSandbox {
     OwnSandbox::said(

@@ -250,3 +250,26 @@ fn clis_without_a_sandbox_of_their_own_get_nothing_but_a_note() {
         OwnSandbox::unchanged(words("bot"))
     );
 }
+
+#[test]
+fn an_agents_own_env_comes_before_the_inherited_one() {
+    let spec = crate::spec::parse(
+        "[[agent]]\nname = \"g\"\ncli = \"gemini\"\nenv = { GEMINI_SANDBOX = \"false\" }\n",
+        std::path::Path::new("/fleet/phoenix.toml"),
+        crate::spec::LoadOptions {
+            check_filesystem: false,
+        },
+    )
+    .unwrap();
+    let agent = &spec.agents[0];
+    let inherited = |_: &str| Some("docker".to_string());
+    let got = for_agent(agent, true, words("gemini"), &inherited, None);
+    assert!(got.env.is_empty(), "the agent's own `false` stands");
+    assert!(
+        got.note
+            .unwrap()
+            .contains("as the agent's environment says")
+    );
+    let got = for_agent(agent, false, words("gemini"), &inherited, None);
+    assert_eq!(got, OwnSandbox::unchanged(words("gemini")));
+}
