@@ -229,6 +229,16 @@ impl AgentCli for Claude {
         &["claude", "claude.exe"]
     }
 
+    /// Claude Code's own sandbox (`sandbox.enabled` in its settings, off unless the user turns
+    /// it on) runs each Bash call in a bwrap of its own. Inside phoenix's, 2.1.332 fails every
+    /// call (`bwrap: Can't mount proc on /newroot/proc: Operation not permitted`), and 2.1.197
+    /// (and the weaker nested mode, `enableWeakerNestedSandbox`, of both) works only while the
+    /// outer sandbox lets it create a user namespace. So it is turned off through `--settings`,
+    /// the source only managed policy outranks.
+    fn own_sandbox(&self, cmd: super::own_sandbox::Command<'_>) -> super::own_sandbox::OwnSandbox {
+        own_sandbox_off(self, cmd.argv)
+    }
+
     fn npm_package(&self) -> Option<&'static str> {
         Some("@anthropic-ai/claude-code")
     }
@@ -426,6 +436,73 @@ impl AgentCli for Claude {
         files.extend(found);
         files
     }
+}
+
+/// What phoenix passes Claude Code to turn its own sandbox off.
+pub const OWN_SANDBOX_OFF: &str = r#"{"sandbox":{"enabled":false}}"#;
+
+/// `argv` with Claude Code's own sandbox off. It reads only the last `--settings` of its
+/// command line (checked in 2.1.197 and 2.1.332: an earlier one is ignored), so an agent's own
+/// inline `--settings` gets the key added, unless it sets `sandbox.enabled` itself; a settings
+/// file it names is left alone (phoenix does not rewrite the agent's files).
+fn own_sandbox_off(claude: &Claude, mut argv: Vec<String>) -> super::own_sandbox::OwnSandbox {
+    use super::own_sandbox::{self as own, OwnSandbox};
+    let off = "Claude Code's own sandbox: off (`--settings {\"sandbox\":{\"enabled\":false}}`): nested in phoenix's it fails every Bash call (2.1.332) or works only while phoenix's sandbox allows nested user namespaces (2.1.197); phoenix's sandbox is the boundary";
+    let said = |argv: Vec<String>, note: String| OwnSandbox {
+        argv,
+        env: Vec::new(),
+        note: Some(note),
+    };
+    let Some((at, value)) =
+        own::flag_value(&argv, &["--settings"]).map(|(i, v)| (i, v.to_string()))
+    else {
+        if !own::starts_the_cli(claude, &argv) {
+            return said(
+                argv,
+                format!(
+                    "Claude Code's own sandbox: left as its settings say: the agent's command does not start `claude` itself, so phoenix cannot add `--settings {OWN_SANDBOX_OFF}`"
+                ),
+            );
+        }
+        return said(
+            own::with_after_program(argv, &["--settings", OWN_SANDBOX_OFF]),
+            off.to_string(),
+        );
+    };
+    let Ok(serde_json::Value::Object(mut settings)) = serde_json::from_str::<Value>(&value) else {
+        return said(
+            argv,
+            format!(
+                "Claude Code's own sandbox: left as the agent's `--settings {value}` says (Claude Code reads only the last `--settings`); put `\"sandbox\": {{\"enabled\": false}}` there if it turns the sandbox on"
+            ),
+        );
+    };
+    if let Some(chosen) = settings.get("sandbox").and_then(|s| s.get("enabled")) {
+        return said(
+            argv,
+            format!(
+                "Claude Code's own sandbox: kept as the agent's own `--settings` sets it (`sandbox.enabled = {chosen}`); nested in phoenix's it may fail every Bash call"
+            ),
+        );
+    }
+    let sandbox = settings
+        .entry("sandbox")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Value::Object(sandbox) = sandbox {
+        sandbox.insert("enabled".into(), Value::Bool(false));
+    } else {
+        *sandbox = serde_json::json!({ "enabled": false });
+    }
+    let word = &mut argv[at];
+    let merged = Value::Object(settings).to_string();
+    *word = match word.strip_prefix("--settings=") {
+        Some(_) => format!("--settings={merged}"),
+        None => merged,
+    };
+    said(
+        argv,
+        format!("{off} (added to the agent's own `--settings`)"),
+    )
 }
 
 /// The tags Claude Code wraps the user messages it writes itself in (from 2.1.332's code).

@@ -97,6 +97,17 @@ impl AgentCli for Codex {
         &["codex", "codex.js"]
     }
 
+    /// Codex's own sandbox (`sandbox_mode`, `-s`/`--sandbox`; `workspace-write` for a trusted
+    /// project) runs each shell call in its bundled bwrap. Inside phoenix's it works only while
+    /// the outer sandbox lets it create a user namespace (0.169 and 0.171: `Creating new
+    /// namespace failed … (ENOSPC)` otherwise) and `CODEX_HOME` is writable (its
+    /// `codex-linux-sandbox` alias lives there). So it is off (`--sandbox danger-full-access`:
+    /// what its help calls "environments that are externally sandboxed"), unless the agent's
+    /// command chooses Codex's sandbox itself.
+    fn own_sandbox(&self, cmd: super::own_sandbox::Command<'_>) -> super::own_sandbox::OwnSandbox {
+        own_sandbox_off(self, cmd.argv)
+    }
+
     fn npm_package(&self) -> Option<&'static str> {
         Some("@openai/codex")
     }
@@ -251,6 +262,66 @@ impl AgentCli for Codex {
             _ => None,
         }
     }
+}
+
+/// What phoenix adds to a Codex command line to turn its own sandbox off.
+pub const OWN_SANDBOX_OFF: [&str; 2] = ["--sandbox", "danger-full-access"];
+
+/// `argv` with Codex's own sandbox off, unless it already chooses a sandbox: a mode
+/// (`-s`/`--sandbox`, `-c sandbox_mode=…`), a permissions profile (`-c default_permissions=…`,
+/// which a mode may not be set beside) or no sandbox (`--dangerously-bypass-approvals-and-sandbox`,
+/// `--yolo`, `--full-auto` of older versions).
+fn own_sandbox_off(codex: &Codex, argv: Vec<String>) -> super::own_sandbox::OwnSandbox {
+    use super::own_sandbox::{self as own, OwnSandbox};
+    let said = |argv: Vec<String>, note: String| OwnSandbox {
+        argv,
+        env: Vec::new(),
+        note: Some(note),
+    };
+    if own::has_flag(
+        &argv,
+        &["--dangerously-bypass-approvals-and-sandbox", "--yolo"],
+    ) {
+        return said(
+            argv,
+            "Codex's own sandbox: off, as the agent's command says (`--dangerously-bypass-approvals-and-sandbox`); phoenix's sandbox is the boundary".into(),
+        );
+    }
+    let chosen = own::flag_value(&argv, &["-s", "--sandbox"])
+        .map(|(_, v)| format!("--sandbox {v}"))
+        .or_else(|| own::has_flag(&argv, &["--full-auto"]).then(|| "--full-auto".to_string()))
+        .or_else(|| {
+            own::config_override(
+                &argv,
+                &["sandbox_mode", "default_permissions", "permission_profile"],
+            )
+            .map(|v| format!("-c {v}"))
+        });
+    if let Some(chosen) = chosen {
+        let off = chosen.contains("danger-full-access");
+        return said(
+            argv,
+            if off {
+                format!(
+                    "Codex's own sandbox: off, as the agent's command says (`{chosen}`); phoenix's sandbox is the boundary"
+                )
+            } else {
+                format!(
+                    "Codex's own sandbox: kept as the agent's command chooses it (`{chosen}`); nested in phoenix's it works only while phoenix's sandbox allows nested user namespaces and CODEX_HOME is writable"
+                )
+            },
+        );
+    }
+    if !own::starts_the_cli(codex, &argv) {
+        return said(
+            argv,
+            "Codex's own sandbox: left as its config says: the agent's command does not start `codex` itself, so phoenix cannot add `--sandbox danger-full-access`".into(),
+        );
+    }
+    said(
+        own::with_after_program(argv, &OWN_SANDBOX_OFF),
+        "Codex's own sandbox: off (`--sandbox danger-full-access`): nested in phoenix's it works only while phoenix's sandbox allows nested user namespaces; phoenix's sandbox is the boundary".into(),
+    )
 }
 
 /// Codex puts `Process exited with code N` in the header, before the command's output; only

@@ -78,6 +78,17 @@ impl AgentCli for Copilot {
         &["copilot"]
     }
 
+    /// Copilot CLI's own sandbox (`--sandbox`, `sandbox.enabled` in its settings, off by
+    /// default) runs shell commands in bwrap inside a private network namespace that needs
+    /// slirp4netns, iptables and `/dev/net/tun`, none of which phoenix's sandbox gives; there
+    /// every shell call fails (1.0.102: `Cannot start sandboxed command: … its private network
+    /// is unavailable`). 1.0.102 takes `--no-sandbox`, which outranks a saved
+    /// `sandbox.enabled`; a version phoenix has not seen take it gets nothing (an unknown flag
+    /// stops Copilot CLI at once).
+    fn own_sandbox(&self, cmd: super::own_sandbox::Command<'_>) -> super::own_sandbox::OwnSandbox {
+        own_sandbox_off(self, cmd)
+    }
+
     fn npm_package(&self) -> Option<&'static str> {
         Some("@github/copilot")
     }
@@ -241,6 +252,49 @@ impl AgentCli for Copilot {
     fn session_start_at_launch(&self) -> bool {
         false
     }
+}
+
+/// What phoenix adds to a Copilot CLI command line to turn its own sandbox off.
+pub const OWN_SANDBOX_OFF: &str = "--no-sandbox";
+
+/// The first version seen to take [`OWN_SANDBOX_OFF`].
+const NO_SANDBOX_SINCE: Version = Version(1, 0, 102);
+
+fn own_sandbox_off(
+    copilot: &Copilot,
+    cmd: super::own_sandbox::Command<'_>,
+) -> super::own_sandbox::OwnSandbox {
+    use super::own_sandbox::{self as own, OwnSandbox};
+    let said = |argv: Vec<String>, note: String| OwnSandbox {
+        argv,
+        env: Vec::new(),
+        note: Some(note),
+    };
+    let argv = cmd.argv;
+    if own::has_flag(&argv, &["--no-sandbox"]) {
+        return said(argv, "Copilot CLI's own sandbox: off, as the agent's command says (`--no-sandbox`); phoenix's sandbox is the boundary".into());
+    }
+    if own::has_flag(&argv, &["--sandbox"]) {
+        return said(argv, "Copilot CLI's own sandbox: kept as the agent's command chooses it (`--sandbox`); inside phoenix's it cannot set up its network namespace, and its shell commands fail".into());
+    }
+    if cmd.version.is_none_or(|v| v < NO_SANDBOX_SINCE) {
+        let seen = cmd
+            .version
+            .map_or("not known".to_string(), |v| v.to_string());
+        return said(
+            argv,
+            format!(
+                "Copilot CLI's own sandbox: left as its settings say: phoenix adds `--no-sandbox` only for {NO_SANDBOX_SINCE} and later (installed: {seen})"
+            ),
+        );
+    }
+    if !own::starts_the_cli(copilot, &argv) {
+        return said(argv, "Copilot CLI's own sandbox: left as its settings say: the agent's command does not start `copilot` itself, so phoenix cannot add `--no-sandbox`".into());
+    }
+    said(
+        own::with_after_program(argv, &[OWN_SANDBOX_OFF]),
+        "Copilot CLI's own sandbox: off (`--no-sandbox`): inside phoenix's it cannot set up its network namespace; phoenix's sandbox is the boundary".into(),
+    )
 }
 
 /// The exit code in a shell result's trailer, `<shellId: N completed with exit code K>` (its

@@ -89,6 +89,17 @@ impl AgentCli for Gemini {
         &["gemini", "gemini.js"]
     }
 
+    /// Gemini CLI's own sandbox (`--sandbox`/`-s`, `tools.sandbox` in its settings,
+    /// `GEMINI_SANDBOX`) relaunches it in a docker, podman, gVisor or LXC container, which
+    /// cannot start inside phoenix's sandbox (no container daemon or registry in reach: 0.61.0
+    /// stops at once with a `FatalSandboxError`, "Sandbox image … could not be pulled", or
+    /// "failed to determine command for sandbox" where no docker or podman is installed).
+    /// `GEMINI_SANDBOX` outranks the flag and the settings, so `false` there turns it off
+    /// whatever they say.
+    fn own_sandbox(&self, cmd: super::own_sandbox::Command<'_>) -> super::own_sandbox::OwnSandbox {
+        own_sandbox_off(cmd)
+    }
+
     fn npm_package(&self) -> Option<&'static str> {
         Some("@google/gemini-cli")
     }
@@ -286,6 +297,47 @@ impl AgentCli for Gemini {
 
     fn resume_drops_session_start_context(&self) -> bool {
         true
+    }
+}
+
+/// The variable, and its value, that turn Gemini CLI's own sandbox off.
+pub const OWN_SANDBOX_OFF: (&str, &str) = ("GEMINI_SANDBOX", "false");
+
+/// Gemini CLI with its own sandbox off. Its container cannot run inside phoenix's sandbox at
+/// all, so an agent's own choice of one is overridden too, and the note says so.
+fn own_sandbox_off(cmd: super::own_sandbox::Command<'_>) -> super::own_sandbox::OwnSandbox {
+    use super::own_sandbox::{self as own, OwnSandbox};
+    let (var, off) = OWN_SANDBOX_OFF;
+    let own_value = (cmd.env)(var);
+    let already_off = own_value
+        .as_deref()
+        .is_some_and(|v| matches!(v.trim().to_lowercase().as_str(), "false" | "0"));
+    let flag = own::has_flag(&cmd.argv, &["--sandbox", "-s"])
+        || own::flag_value(&cmd.argv, &["--sandbox"]).is_some();
+    let why =
+        "its container sandbox cannot start inside phoenix's; phoenix's sandbox is the boundary";
+    let note = match (&own_value, already_off) {
+        (Some(v), true) => {
+            format!(
+                "Gemini CLI's own sandbox: off, as the agent's environment says (`{var}={v}`); {why}"
+            )
+        }
+        (Some(v), false) => format!(
+            "Gemini CLI's own sandbox: off (`{var}={off}`, in place of the agent's own `{var}={v}`): {why}"
+        ),
+        (None, _) if flag => format!(
+            "Gemini CLI's own sandbox: off (`{var}={off}`, which outranks the agent's own `--sandbox`): {why}"
+        ),
+        (None, _) => format!("Gemini CLI's own sandbox: off (`{var}={off}`): {why}"),
+    };
+    OwnSandbox {
+        argv: cmd.argv,
+        env: if already_off {
+            Vec::new()
+        } else {
+            vec![(var.to_string(), off.to_string())]
+        },
+        note: Some(note),
     }
 }
 

@@ -14,6 +14,7 @@ pub mod custom;
 pub mod failed_turn;
 pub mod gemini;
 pub mod opencode;
+pub mod own_sandbox;
 pub mod pi;
 pub mod usage;
 pub mod version;
@@ -383,6 +384,15 @@ pub trait AgentCli: Sync {
     /// pane counts as a sign of life too.
     fn life_shows_in_pane(&self) -> bool {
         true
+    }
+
+    // ---- Its own sandbox, inside phoenix's.
+
+    /// What phoenix sets for the CLI's own sandbox when it runs the CLI inside its own
+    /// (`own_sandbox::plan` asks only then). By default nothing, and nothing said: a CLI
+    /// phoenix knows nothing about.
+    fn own_sandbox(&self, cmd: own_sandbox::Command<'_>) -> own_sandbox::OwnSandbox {
+        own_sandbox::OwnSandbox::unchanged(cmd.argv)
     }
 }
 

@@ -61,6 +61,11 @@ pub const PROVEN: &[Proven] = &[Proven {
 }];
 
 impl AgentCli for Opencode {
+    /// It has no sandbox of its own to coordinate.
+    fn own_sandbox(&self, cmd: super::own_sandbox::Command<'_>) -> super::own_sandbox::OwnSandbox {
+        super::own_sandbox::none_of_its_own(self, "opencode 1.18.33", cmd.argv)
+    }
+
     fn display_name(&self) -> &'static str {
         "opencode"
     }

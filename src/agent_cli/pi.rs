@@ -60,6 +60,15 @@ pub const PROVEN: &[Proven] = &[Proven {
 }];
 
 impl AgentCli for Pi {
+    /// It has no sandbox of its own to coordinate.
+    fn own_sandbox(&self, cmd: super::own_sandbox::Command<'_>) -> super::own_sandbox::OwnSandbox {
+        super::own_sandbox::none_of_its_own(
+            self,
+            "pi 0.73.1: a sandbox is only an example extension",
+            cmd.argv,
+        )
+    }
+
     fn display_name(&self) -> &'static str {
         "pi"
     }

@@ -34,6 +34,7 @@ mod real_copilot;
 mod real_gemini;
 mod real_messages;
 mod real_opencode;
+mod real_own_sandbox;
 mod real_pi;
 mod real_resume;
 mod sandbox_proxy;

@@ -27,7 +27,7 @@ const READY: &str = "? help";
 
 /// The `copilot` launcher, with its bundle unpacked once into a cache beside the install that
 /// every test shares (each new HOME would unpack its 235 MB again).
-fn copilot_bin() -> PathBuf {
+pub(crate) fn copilot_bin() -> PathBuf {
     let bin = support::npm_cli("copilot", COPILOT, COPILOT_PINNED, "copilot");
     static UNPACK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one_at_a_time = UNPACK.lock().unwrap_or_else(|e| e.into_inner());
@@ -45,7 +45,7 @@ fn copilot_bin() -> PathBuf {
 }
 
 /// `target/real-clis/copilot-VERSION/pkg-cache` for the launcher at `.../node_modules/.bin`.
-fn pkg_cache(bin: &Path) -> PathBuf {
+pub(crate) fn pkg_cache(bin: &Path) -> PathBuf {
     bin.ancestors().nth(3).unwrap().join("pkg-cache")
 }
 
@@ -76,7 +76,7 @@ const COPILOT_CLI: RealCli<ChatCompletions> = RealCli {
 };
 
 /// Copilot's shell tool.
-fn bash(command: &str) -> Turn {
+pub(crate) fn bash(command: &str) -> Turn {
     chat_server::tool("bash", json!({"command": command, "description": "run it"}))
 }
 
@@ -117,7 +117,7 @@ fn events_file(fleet: &Fleet, id: &str) -> PathBuf {
 }
 
 /// What the CLI sent back to the model for the tool calls it made.
-fn tool_results(request: &support::scripted::Request) -> String {
+pub(crate) fn tool_results(request: &support::scripted::Request) -> String {
     request.body["messages"]
         .as_array()
         .into_iter()
