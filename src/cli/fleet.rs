@@ -775,7 +775,12 @@ fn sandbox_text(s: &crate::sandbox::Status) -> String {
         .as_ref()
         .map(|l| format!("; limits: {l}"))
         .unwrap_or_default();
-    format!("{}{limits}; {verified}", s.summary)
+    let own = s
+        .own_sandbox
+        .as_ref()
+        .map(|n| format!("; {n}"))
+        .unwrap_or_default();
+    format!("{}{limits}; {verified}{own}", s.summary)
 }
 
 /// Claude Code's background jobs of the agent: how many, then per job its id, state, name,

@@ -61,6 +61,7 @@ pub fn diff(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
                         .map(|v| v.failed().iter().map(|c| c.name.clone()).collect())
                         .unwrap_or_default(),
                     verified_at: v.map(|v| v.at.clone()),
+                    own_sandbox: s.own_sandbox.clone(),
                 })
             })
             .collect(),

@@ -117,6 +117,9 @@ pub struct SandboxReport {
     pub failed: Vec<String>,
     #[serde(default)]
     pub verified_at: Option<String>,
+    /// What phoenix tells the CLI about its own sandbox.
+    #[serde(default)]
+    pub own_sandbox: Option<String>,
 }
 
 /// A worktree no agent works in that the plan does not remove, and why: not pruning, or

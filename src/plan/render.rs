@@ -217,5 +217,10 @@ fn sandbox_line(s: &super::SandboxReport) -> String {
         _ => "not verified for this layout yet: apply verifies it before it starts the agent"
             .to_string(),
     };
-    format!("agent `{}`: {} — {verified}", s.agent, s.summary)
+    let own = s
+        .own_sandbox
+        .as_ref()
+        .map(|n| format!("; {n}"))
+        .unwrap_or_default();
+    format!("agent `{}`: {} — {verified}{own}", s.agent, s.summary)
 }

@@ -181,6 +181,9 @@ pub struct Status {
     /// How its limits apply here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limits: Option<String>,
+    /// What phoenix tells the CLI about its own sandbox (off, and how).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub own_sandbox: Option<String>,
     /// The last `sandbox verify` (or apply's), and whether it was of the layout it would
     /// start with now.
     pub verified: Option<verify::Verified>,
@@ -201,6 +204,14 @@ pub fn status(spec: &crate::spec::Spec, agent: &crate::spec::AgentSpec) -> Optio
         network: sandbox.network.as_str(),
         allow: sandbox.allow.clone(),
         limits: limits_applied(&sandbox.limits),
+        own_sandbox: crate::agent_cli::own_sandbox::for_agent(
+            agent,
+            true,
+            agent.cli.adapter().base_argv(agent.argv.clone()),
+            &|k| std::env::var(k).ok(),
+            None,
+        )
+        .note,
         verified_current: verified.as_ref().is_some_and(|v| v.layout == digest),
         verified,
     })

@@ -6,7 +6,26 @@ use super::*;
 /// (`AgentCli::base_argv`). A leading `phoenix` means this very binary, so bundled examples
 /// work without phoenix on PATH.
 pub fn base_argv(agent: &AgentSpec) -> Vec<String> {
-    agent.cli.adapter().base_argv(with_exe(agent.argv.clone()))
+    let argv = agent.cli.adapter().base_argv(with_exe(agent.argv.clone()));
+    if agent.sandbox.is_none() {
+        return argv;
+    }
+    // Inside phoenix's sandbox the CLI's own is off: nested, it fails (docs/sandbox.md).
+    own_sandbox(agent, argv).argv
+}
+
+/// What the CLI is told about its own sandbox when phoenix runs it in one.
+pub(super) fn own_sandbox(
+    agent: &AgentSpec,
+    argv: Vec<String>,
+) -> crate::agent_cli::own_sandbox::OwnSandbox {
+    crate::agent_cli::own_sandbox::for_agent(
+        agent,
+        agent.sandbox.is_some(),
+        argv,
+        &|k| std::env::var(k).ok(),
+        None,
+    )
 }
 
 pub(super) fn with_exe(mut argv: Vec<String>) -> Vec<String> {

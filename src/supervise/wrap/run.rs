@@ -579,6 +579,13 @@ impl Wrapper {
             .env("PHOENIX_STATE_DIR", &self.dir.path);
         if let Some(start) = &sandbox {
             start.apply(&mut cmd);
+            let base = self
+                .agent
+                .cli
+                .adapter()
+                .base_argv(super::argv::with_exe(self.agent.argv.clone()));
+            let own = super::argv::own_sandbox(&self.agent, base);
+            cmd.envs(own.env.iter().map(|(k, v)| (k, v)));
         }
         Ok(cmd)
     }
