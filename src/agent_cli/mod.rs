@@ -201,6 +201,15 @@ pub trait AgentCli: Sync {
         None
     }
 
+    /// The teammate of an agent team (Claude Code's, in its own tmux pane) whose CLI ran a
+    /// hook, from the hook's environment (`env`) and its process tree; `None`: the agent's own.
+    fn teammate_of_hook(
+        &self,
+        _env: &dyn Fn(&str) -> Option<String>,
+    ) -> Option<claude::teams::Teammate> {
+        None
+    }
+
     /// The CLI's own background jobs recorded for the agent (newest first), as each says now;
     /// `None` for a CLI without them.
     fn background_jobs(

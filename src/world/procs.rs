@@ -236,6 +236,14 @@ fn parse_stat(pid: u32, stat: &str, boot: i64, ticks: i64) -> Option<ProcInfo> {
     })
 }
 
+/// The parent of `pid` (`/proc/<pid>/stat` field 4), from one small read: what a hook walks
+/// to find the process that ran it.
+pub fn parent(pid: u32) -> Option<u32> {
+    let stat = read_proc(&format!("/proc/{pid}/stat"))?;
+    let rest: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
+    rest.get(1)?.parse().ok()
+}
+
 /// The session `pid` belongs to (`/proc/<pid>/stat` field 6), a zombie's too.
 pub fn session(pid: u32) -> Option<u32> {
     let stat = read_proc(&format!("/proc/{pid}/stat"))?;
