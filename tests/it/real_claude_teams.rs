@@ -179,14 +179,11 @@ fn real_claude_teammate_pane_is_neither_the_agent_nor_a_stranger() {
         WAIT,
         "the teammate's session and the lead's turn ended",
         || {
-            let ops = fleet.ops("cc");
-            ops.iter()
-                .any(|o| o["event"] == "teammate" && o["hook"] == "session-start")
-                && support::real::state_of(&fleet.agent_dir("cc"))["status"] == "idle"
-                && server.message_requests().iter().any(|r| {
-                    is_teammate_request(&r.body) && r.text().contains("from-teammate")
-                        || is_teammate_request(&r.body) && r.text().contains("tool_result")
-                })
+            support::real::state_of(&fleet.agent_dir("cc"))["status"] == "idle"
+                && server
+                    .message_requests()
+                    .iter()
+                    .any(|r| is_teammate_request(&r.body) && r.text().contains("tool_result"))
         },
         why,
     );
@@ -199,10 +196,19 @@ fn real_claude_teammate_pane_is_neither_the_agent_nor_a_stranger() {
         .and_then(|o| o["session_id"].as_str())
         .unwrap_or_else(|| panic!("no session start: {}", why()))
         .to_string();
+    // (3) The teammate's hooks are not the agent's session, turn or task.
+    let state = support::real::state_of(&dir);
+    assert_eq!(state["session_id"], lead_session.as_str(), "{state}");
+    assert!(
+        state["transcript_path"]
+            .as_str()
+            .is_some_and(|t| t.contains(&lead_session)),
+        "the teammate's transcript became the agent's: {state}"
+    );
     let mate_start = ops
         .iter()
         .find(|o| o["event"] == "teammate" && o["hook"] == "session-start")
-        .unwrap()
+        .unwrap_or_else(|| panic!("the teammate's start: {}", why()))
         .clone();
     let mate_session = mate_start["session_id"].as_str().unwrap().to_string();
     assert_ne!(mate_session, lead_session, "{}", why());
@@ -215,15 +221,6 @@ fn real_claude_teammate_pane_is_neither_the_agent_nor_a_stranger() {
         "{mate_start}"
     );
 
-    // (3) The teammate's hooks are not the agent's session, turn or task.
-    let state = support::real::state_of(&dir);
-    assert_eq!(state["session_id"], lead_session.as_str(), "{state}");
-    assert!(
-        state["transcript_path"]
-            .as_str()
-            .is_some_and(|t| t.contains(&lead_session)),
-        "the teammate's transcript became the agent's: {state}"
-    );
     assert_eq!(state["current_task"], "start a helper", "{state}");
     assert!(state["last_error"].is_null(), "{state}");
     let count = |ops: &[Value], event: &str| ops.iter().filter(|o| o["event"] == event).count();
