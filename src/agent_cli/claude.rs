@@ -281,10 +281,7 @@ impl AgentCli for Claude {
     }
 
     /// A teammate's hooks run in a Claude Code started with the teammate flags (see `teams`).
-    fn teammate_of_hook(
-        &self,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Option<teams::Teammate> {
+    fn teammate_of_hook(&self, env: &dyn Fn(&str) -> Option<String>) -> Option<teams::Teammate> {
         teams::teammate_of_hook(env)
     }
 

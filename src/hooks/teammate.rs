@@ -66,19 +66,25 @@ impl Hook<'_> {
 
     /// One `teammate` op: which teammate, which hook, and what it said.
     fn record_teammate(&self, ctx: &Ctx<'_>, mate: &Teammate) {
-        let short = |key: &str, max: usize| {
-            self.payload
-                .str(key)
-                .map(|v| crate::text::shorten(v, max))
-        };
+        let short =
+            |key: &str, max: usize| self.payload.str(key).map(|v| crate::text::shorten(v, max));
         let mut fields = json!({
             "hook": self.event_name, "agent_id": mate.agent_id, "name": mate.name,
             "team": mate.team, "lead_session": mate.lead_session, "pid": mate.pid,
             "session_id": self.payload.session_id(),
         });
-        for (key, max) in [("source", 64), ("reason", 64), ("error", 64), ("error_details", 500)] {
+        for (key, max) in [
+            ("source", 64),
+            ("reason", 64),
+            ("error", 64),
+            ("error_details", 500),
+        ] {
             if let Some(v) = short(key, max) {
-                let name = if key == "error_details" { "details" } else { key };
+                let name = if key == "error_details" {
+                    "details"
+                } else {
+                    key
+                };
                 fields[name] = json!(v);
             }
         }

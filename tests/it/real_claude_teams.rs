@@ -213,7 +213,11 @@ fn real_claude_teammate_pane_is_neither_the_agent_nor_a_stranger() {
     let mate_session = mate_start["session_id"].as_str().unwrap().to_string();
     assert_ne!(mate_session, lead_session, "{}", why());
     assert_eq!(mate_start["name"], "helper", "{mate_start}");
-    assert_eq!(mate_start["lead_session"], lead_session.as_str(), "{mate_start}");
+    assert_eq!(
+        mate_start["lead_session"],
+        lead_session.as_str(),
+        "{mate_start}"
+    );
     assert!(
         mate_start["agent_id"]
             .as_str()
@@ -255,12 +259,22 @@ fn real_claude_teammate_pane_is_neither_the_agent_nor_a_stranger() {
     assert_eq!(status[0]["pane"], lead.as_str(), "{status:?}");
     assert_eq!(status[0]["state"], "running", "{status:?}");
     fleet.run(&["apply", "--yes", "--prune"]).status(0);
-    assert_eq!(pane_var(&fleet, &teammate, "#{pane_dead}"), "0", "{}", why());
+    assert_eq!(
+        pane_var(&fleet, &teammate, "#{pane_dead}"),
+        "0",
+        "{}",
+        why()
+    );
 
     // (2) phoenix's tap is on the lead's pane only, and what it types reaches the lead's pane
     // even while the teammate's is the active one.
     assert_eq!(pane_var(&fleet, &lead, "#{pane_pipe}"), "1", "{}", why());
-    assert_eq!(pane_var(&fleet, &teammate, "#{pane_pipe}"), "0", "{}", why());
+    assert_eq!(
+        pane_var(&fleet, &teammate, "#{pane_pipe}"),
+        "0",
+        "{}",
+        why()
+    );
     fleet.tmux(&["select-pane", "-t", &teammate]).unwrap();
     assert_eq!(pane_var(&fleet, &teammate, "#{pane_active}"), "1");
     let teammate_requests = || {
@@ -353,12 +367,47 @@ fn real_claude_teammate_pane_is_neither_the_agent_nor_a_stranger() {
     assert_ne!(resumed, lead_pid);
     let status = fleet.agent_status("cc");
     assert_eq!(status["pane"], lead.as_str(), "{status}");
-    assert_eq!(pane_var(&fleet, &teammate, "#{pane_dead}"), "0", "{}", why());
+    assert_eq!(
+        pane_var(&fleet, &teammate, "#{pane_dead}"),
+        "0",
+        "{}",
+        why()
+    );
     assert_eq!(
         support::real::state_of(&dir)["session_id"],
         lead_session.as_str()
     );
     fleet.run(&["plan"]).status(0);
+
+    // A restart replaces the lead in its own pane (`respawn-pane -k` of that pane only).
+    fleet.run(&["restart", "cc"]).status(0);
+    support::wait_until_explained(
+        WAIT,
+        "the lead restarted",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .filter(|o| o["event"] == "agent_start")
+                .count()
+                == 3
+                && fleet.agent_status("cc")["state"] == "running"
+        },
+        why,
+    );
+    assert_eq!(fleet.agent_status("cc")["pane"], lead.as_str());
+    assert_eq!(
+        pane_var(&fleet, &teammate, "#{pane_dead}"),
+        "0",
+        "{}",
+        why()
+    );
+    assert_eq!(
+        pane_var(&fleet, &teammate, "#{pane_pipe}"),
+        "0",
+        "{}",
+        why()
+    );
     eprintln!(
         "claude {version}: teammate {} in pane {teammate} beside the lead's {lead}",
         mate_start["agent_id"]
@@ -487,7 +536,10 @@ fn a_teammates_hooks_leave_the_agents_state_alone() {
         "{state}"
     );
     assert_eq!(state["current_task"], "fix the build", "{state}");
-    assert_eq!(state["status"], "working", "the teammate ended the turn: {state}");
+    assert_eq!(
+        state["status"], "working",
+        "the teammate ended the turn: {state}"
+    );
     assert!(state["last_error"].is_null(), "{state}");
     assert!(state["needs_input"].is_null(), "{state}");
     assert!(!dir.join(".turn-failed").exists(), "the wrapper was told");

@@ -49,15 +49,23 @@ pub fn teammate_of_hook(env: &dyn Fn(&str) -> Option<String>) -> Option<Teammate
         if pid <= 1 {
             return None;
         }
-        if let Some(mate) = procs::cmdline(pid).and_then(|argv| teammate_of(&argv, pid)) {
+        let argv = procs::cmdline(pid)?;
+        if let Some(mate) = teammate_of(&argv, pid) {
             return Some(mate);
         }
-        if Some(pid) == runs_hook {
+        // The CLI that runs the hook, or a phoenix wrapper above it (teammates never run
+        // under one): nothing further up is asked.
+        if Some(pid) == runs_hook || is_wrapper(&argv) {
             return None;
         }
         pid = procs::parent(pid)?;
     }
     None
+}
+
+/// `phoenix … wrap --agent <agent>`: the supervisor a session of the agent runs under.
+fn is_wrapper(argv: &[String]) -> bool {
+    argv.iter().any(|a| a == "wrap") && argv.iter().any(|a| a == "--agent")
 }
 
 /// The teammate `argv` (a process's arguments) starts, if it is one: `--agent-id` and
