@@ -281,8 +281,12 @@ impl AgentCli for Claude {
     }
 
     /// A teammate's hooks run in a Claude Code started with the teammate flags (see `teams`).
-    fn teammate_of_hook(&self, env: &dyn Fn(&str) -> Option<String>) -> Option<teams::Teammate> {
-        teams::teammate_of_hook(env)
+    fn teammate_of_hook(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+        ancestors: &mut dyn Iterator<Item = (u32, Vec<String>)>,
+    ) -> Option<teams::Teammate> {
+        teams::teammate_of_hook(env, ancestors)
     }
 
     fn background_jobs(

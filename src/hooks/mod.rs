@@ -285,9 +285,11 @@ impl Hook<'_> {
         // A hook of a teammate (Claude Code's agent teams: a Claude Code of its own in a pane
         // the lead split off, in the agent's workdir) is the agent's work, never its session,
         // turn or prompt (hooks/teammate.rs); its own subagents' hooks are the teammate's.
+        // The processes above this hook, read only as far as the adapter asks.
+        let mut above = crate::world::procs::ancestors(std::os::unix::process::parent_id());
         if let Some(mate) = self
             .cli
-            .and_then(|cli| cli.adapter().teammate_of_hook(&env))
+            .and_then(|cli| cli.adapter().teammate_of_hook(&env, &mut above))
         {
             return self
                 .in_teammate(&ctx, event, &mate)

@@ -18,8 +18,6 @@
 //! `hooks/teammate.rs` keeps such a hook's session start, prompt, end and failed turn from
 //! becoming the agent's.
 
-use crate::world::procs;
-
 /// The variable 2.1.332 gives its hooks: the pid of the Claude Code that runs them (2.1.197
 /// has none: the walk up the process tree finds it).
 const CLAUDE_PID_ENV: &str = "CLAUDE_PID";
@@ -39,17 +37,16 @@ pub struct Teammate {
     pub pid: u32,
 }
 
-/// The teammate whose Claude Code ran this hook: the nearest ancestor of the hook started
-/// with the teammate flags, looked for no further than the Claude Code that runs the hook
-/// (`CLAUDE_PID`, when it is one of the ancestors). `None`: not a teammate's.
-pub fn teammate_of_hook(env: &dyn Fn(&str) -> Option<String>) -> Option<Teammate> {
+/// The teammate whose Claude Code ran this hook: the nearest of the hook's `ancestors`
+/// (nearest first, each with its arguments) started with the teammate flags, looked for no
+/// further than the Claude Code that runs the hook (`CLAUDE_PID`, when it is one of them) or
+/// a phoenix wrapper. `None`: not a teammate's.
+pub fn teammate_of_hook(
+    env: &dyn Fn(&str) -> Option<String>,
+    ancestors: &mut dyn Iterator<Item = (u32, Vec<String>)>,
+) -> Option<Teammate> {
     let runs_hook: Option<u32> = env(CLAUDE_PID_ENV).and_then(|p| p.trim().parse().ok());
-    let mut pid = std::os::unix::process::parent_id();
-    for _ in 0..MAX_ANCESTORS {
-        if pid <= 1 {
-            return None;
-        }
-        let argv = procs::cmdline(pid)?;
+    for (pid, argv) in ancestors.take(MAX_ANCESTORS) {
         if let Some(mate) = teammate_of(&argv, pid) {
             return Some(mate);
         }
@@ -58,7 +55,6 @@ pub fn teammate_of_hook(env: &dyn Fn(&str) -> Option<String>) -> Option<Teammate
         if Some(pid) == runs_hook || is_wrapper(&argv) {
             return None;
         }
-        pid = procs::parent(pid)?;
     }
     None
 }
@@ -142,9 +138,43 @@ mod tests {
     }
 
     #[test]
-    fn a_hook_run_by_this_test_is_no_teammates() {
-        assert_eq!(teammate_of_hook(&|_| None), None);
-        let me = std::process::id().to_string();
-        assert_eq!(teammate_of_hook(&|_| Some(me.clone())), None);
+    fn the_walk_stops_at_the_cli_that_runs_the_hook_or_a_wrapper() {
+        let chain = |lines: &[&str]| -> Vec<(u32, Vec<String>)> {
+            lines
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (100 - i as u32, argv(l)))
+                .collect()
+        };
+        let mate = "claude --agent-id h@t --team-name t";
+        let found = |lines: &[&str], pid: Option<&str>| {
+            let pid = pid.map(str::to_string);
+            teammate_of_hook(&|_| pid.clone(), &mut chain(lines).into_iter())
+        };
+        // 2.1.197: no CLAUDE_PID; the hook's shell, then the teammate.
+        assert_eq!(found(&["sh -c hook", mate, "sh"], None).unwrap().pid, 99);
+        // 2.1.332: CLAUDE_PID names it.
+        assert!(found(&["sh -c hook", mate], Some("99")).is_some());
+        // A Claude Code run inside a teammate's shell (CLAUDE_PID its own) is not it.
+        assert_eq!(
+            found(&["sh -c hook", "claude -p x", "bash", mate], Some("99")),
+            None
+        );
+        // The agent's own session: its wrapper ends the walk.
+        assert_eq!(
+            found(
+                &[
+                    "sh -c hook",
+                    "claude",
+                    "phoenix --config p wrap --agent a",
+                    mate
+                ],
+                None
+            ),
+            None
+        );
+        // Never further than MAX_ANCESTORS.
+        let far = ["sh", "sh", "sh", "sh", "sh", "sh", mate];
+        assert_eq!(found(&far, None), None);
     }
 }
