@@ -16,6 +16,7 @@
 //!   write their own transcripts in `<session>/subagents/`, and their tokens are billed too.
 
 pub mod background;
+pub mod teams;
 pub mod trust;
 
 use std::path::{Path, PathBuf};
@@ -287,6 +288,15 @@ impl AgentCli for Claude {
         session_id: Option<&str>,
     ) -> Option<background::JobRef> {
         background::job_of_hook(env(background::JOB_DIR_ENV).as_deref(), session_id)
+    }
+
+    /// A teammate's hooks run in a Claude Code started with the teammate flags (see `teams`).
+    fn teammate_of_hook(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+        ancestors: &mut dyn Iterator<Item = (u32, Vec<String>)>,
+    ) -> Option<teams::Teammate> {
+        teams::teammate_of_hook(env, ancestors)
     }
 
     fn background_jobs(

@@ -202,6 +202,17 @@ pub trait AgentCli: Sync {
         None
     }
 
+    /// The teammate of an agent team (Claude Code's, in its own tmux pane) whose CLI ran a
+    /// hook, from the hook's environment (`env`) and the processes above it (`ancestors`,
+    /// nearest first, with their arguments, read as far as asked); `None`: the agent's own.
+    fn teammate_of_hook(
+        &self,
+        _env: &dyn Fn(&str) -> Option<String>,
+        _ancestors: &mut dyn Iterator<Item = (u32, Vec<String>)>,
+    ) -> Option<claude::teams::Teammate> {
+        None
+    }
+
     /// The CLI's own background jobs recorded for the agent (newest first), as each says now;
     /// `None` for a CLI without them.
     fn background_jobs(

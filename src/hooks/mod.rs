@@ -16,6 +16,7 @@ pub mod payload;
 mod prompt;
 mod session;
 mod subagent;
+mod teammate;
 mod tool;
 pub mod trust;
 mod turn;
@@ -280,6 +281,19 @@ impl Hook<'_> {
                 .background_job_of_hook(&env, self.payload.session_id())
         }) {
             return Ok(self.in_background_job(&ctx, event, &job));
+        }
+        // A hook of a teammate (Claude Code's agent teams: a Claude Code of its own in a pane
+        // the lead split off, in the agent's workdir) is the agent's work, never its session,
+        // turn or prompt (hooks/teammate.rs); its own subagents' hooks are the teammate's.
+        // The processes above this hook, read only as far as the adapter asks.
+        let mut above = crate::world::procs::ancestors(std::os::unix::process::parent_id());
+        if let Some(mate) = self
+            .cli
+            .and_then(|cli| cli.adapter().teammate_of_hook(&env, &mut above))
+        {
+            return self
+                .in_teammate(&ctx, event, &mate)
+                .map_err(|e| e.to_string());
         }
         // A hook from inside a subagent is the agent's work, never the main thread's turn,
         // session or prompt (hooks/subagent.rs has the rules).

@@ -55,7 +55,7 @@ impl Hook<'_> {
     /// A subagent's tool call ended: the agent is at work. Recorded in tool_use.jsonl (the
     /// watchdog sees the call), without touching the main thread's call in flight, its status,
     /// its error count or a wait for a person (the main thread may still be asking).
-    fn subagent_tool_done(
+    pub(super) fn subagent_tool_done(
         &self,
         ctx: &Ctx<'_>,
         sub: Subagent<'_>,
@@ -102,7 +102,7 @@ impl Hook<'_> {
 
     /// The CLI runs: `last_active` refreshed (at most every `HEARTBEAT_WRITE_INTERVAL`),
     /// nothing else about the main thread changed.
-    fn subagent_alive(&self, ctx: &Ctx<'_>) -> Result<(), StateError> {
+    pub(super) fn subagent_alive(&self, ctx: &Ctx<'_>) -> Result<(), StateError> {
         let fresh = ctx.dir.read_state().ok().is_some_and(|s| {
             s.last_active_at().is_some_and(|t| {
                 let age = ctx.now.as_second() - t.as_second();

@@ -118,6 +118,11 @@ ops! {
     /// agent's workdir fired (`job`, `hook`, `session_id`, and `error`, `details` of a failed
     /// turn): the job's, never the agent's turn, session or sign of life.
     BackgroundJob = "background_job",
+    /// A hook of a teammate of Claude Code's agent teams (its own Claude Code in a pane the
+    /// lead split off) fired (`hook`, `agent_id`, `name`, `team`, `lead_session`, `pid`,
+    /// `session_id`, and `source`, `reason`, `error`, `details` as its payload said): the
+    /// teammate's session start, end or failed turn, never the agent's.
+    Teammate = "teammate",
     SessionEnd = "session_end",
     /// The agent waits for a person (`reason`, `message`, `source`).
     NeedsInput = "needs_input",

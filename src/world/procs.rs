@@ -236,6 +236,26 @@ fn parse_stat(pid: u32, stat: &str, boot: i64, ticks: i64) -> Option<ProcInfo> {
     })
 }
 
+/// The parent of `pid` (`/proc/<pid>/stat` field 4), from one small read: what a hook walks
+/// to find the process that ran it.
+pub fn parent(pid: u32) -> Option<u32> {
+    let stat = read_proc(&format!("/proc/{pid}/stat"))?;
+    let rest: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
+    rest.get(1)?.parse().ok()
+}
+
+/// `pid` and the processes above it, nearest first, each with its arguments; read one at a
+/// time as the caller walks (it stops at init, or at a process already gone).
+pub fn ancestors(pid: u32) -> impl Iterator<Item = (u32, Vec<String>)> {
+    let mut next = Some(pid);
+    std::iter::from_fn(move || {
+        let pid = next.filter(|p| *p > 1)?;
+        let argv = cmdline(pid)?;
+        next = parent(pid);
+        Some((pid, argv))
+    })
+}
+
 /// The session `pid` belongs to (`/proc/<pid>/stat` field 6), a zombie's too.
 pub fn session(pid: u32) -> Option<u32> {
     let stat = read_proc(&format!("/proc/{pid}/stat"))?;

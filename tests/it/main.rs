@@ -26,6 +26,7 @@ mod policy;
 mod prompt;
 mod real_claude_bg;
 mod real_claude_subagents;
+mod real_claude_teams;
 mod real_claude_trust;
 mod real_claude_waits;
 mod real_cli;

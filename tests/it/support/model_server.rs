@@ -43,11 +43,21 @@ impl Turn {
     }
 }
 
-/// The Messages API wire format; with a subagent script, the requests of Claude Code's
-/// subagents (Agent tool workers) play that script instead of the main one.
-#[derive(Default)]
+/// The Messages API wire format; with a second script, the requests `aside_of` picks (by
+/// default Claude Code's subagents, the Agent tool's workers) play that script instead of the
+/// main one.
 pub struct Messages {
     subagent: Option<std::sync::Mutex<std::collections::VecDeque<Turn>>>,
+    aside_of: fn(&Value) -> bool,
+}
+
+impl Default for Messages {
+    fn default() -> Self {
+        Messages {
+            subagent: None,
+            aside_of: is_subagent_request,
+        }
+    }
 }
 
 /// The server; stops accepting when dropped.
@@ -62,8 +72,20 @@ impl ModelServer {
     /// (a closing text once it is exhausted): the two run at the same time in Claude Code
     /// 2.1.332, whose Agent tool runs its worker in the background.
     pub fn start_with_subagents(main: Vec<Turn>, subagent: Vec<Turn>) -> ModelServer {
+        ModelServer::start_with_aside(main, subagent, is_subagent_request)
+    }
+
+    /// A server whose requests `aside_of` picks play `aside` (a closing text once it is
+    /// exhausted) and all others `main`: another Claude Code talking to the same server, such
+    /// as an agent team's teammate.
+    pub fn start_with_aside(
+        main: Vec<Turn>,
+        aside: Vec<Turn>,
+        aside_of: fn(&Value) -> bool,
+    ) -> ModelServer {
         let protocol = Messages {
-            subagent: Some(std::sync::Mutex::new(subagent.into())),
+            subagent: Some(std::sync::Mutex::new(aside.into())),
+            aside_of,
         };
         ScriptedServer::serve(protocol, main)
     }
@@ -90,7 +112,7 @@ impl Protocol for Messages {
             return Answer::Json(200, json!({"input_tokens": 100}));
         }
         let turn = match &self.subagent {
-            Some(turns) if is_subagent_request(&request.body) => turns
+            Some(turns) if (self.aside_of)(&request.body) => turns
                 .lock()
                 .unwrap()
                 .pop_front()
