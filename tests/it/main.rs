@@ -38,6 +38,7 @@ mod real_opencode;
 mod real_own_sandbox;
 mod real_pi;
 mod real_resume;
+mod sandbox;
 mod sandbox_proxy;
 mod scale;
 mod screen_verdicts;

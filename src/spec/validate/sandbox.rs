@@ -271,6 +271,9 @@ impl Validator<'_> {
 
 /// An `allow` entry: `host`, `*.domain` or either with `:port`.
 fn check_host(entry: &str) -> Result<(), &'static str> {
+    if entry.contains("://") || entry.contains('/') {
+        return Err("is a URL: give the host name only");
+    }
     let (host, port) = match entry.rsplit_once(':') {
         Some((h, p)) if !h.contains(':') => (h, Some(p)),
         _ => (entry, None),
@@ -281,9 +284,6 @@ fn check_host(entry: &str) -> Result<(), &'static str> {
         return Err("has a port that is not a number from 1 to 65535");
     }
     let name = host.strip_prefix("*.").unwrap_or(host);
-    if entry.contains("://") || entry.contains('/') {
-        return Err("is a URL: give the host name only");
-    }
     let label_ok = |l: &str| {
         !l.is_empty()
             && l.len() <= 63
