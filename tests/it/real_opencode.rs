@@ -67,6 +67,21 @@ fn opencode_home(fleet: &Fleet, server: &ModelServer) -> PathBuf {
 fn workdir(fleet: &Fleet, bin: &Path) -> PathBuf {
     let work = fleet.path().join("work");
     std::fs::create_dir_all(work.join(".opencode")).unwrap();
+    let deps = plugin_deps(bin);
+    std::os::unix::fs::symlink(
+        deps.join("node_modules"),
+        work.join(".opencode/node_modules"),
+    )
+    .unwrap();
+    for file in ["package.json", "package-lock.json"] {
+        std::fs::copy(deps.join(file), work.join(".opencode").join(file)).unwrap();
+    }
+    std::fs::canonicalize(work).unwrap()
+}
+
+/// `target/real-clis/opencode-VERSION-plugin-deps`, the `@opencode-ai/plugin` of opencode
+/// `bin`'s version, installed on first use.
+fn plugin_deps(bin: &Path) -> PathBuf {
     let cli_dir = bin
         .ancestors()
         .nth(3)
@@ -104,15 +119,12 @@ fn workdir(fleet: &Fleet, bin: &Path) -> PathBuf {
             );
         }
     }
-    std::os::unix::fs::symlink(
-        deps.join("node_modules"),
-        work.join(".opencode/node_modules"),
-    )
-    .unwrap();
-    for file in ["package.json", "package-lock.json"] {
-        std::fs::copy(deps.join(file), work.join(".opencode").join(file)).unwrap();
-    }
-    std::fs::canonicalize(work).unwrap()
+    deps
+}
+
+/// opencode and its plugin's packages, installed ahead of the tests (`support`).
+pub(crate) fn install() {
+    plugin_deps(&opencode_bin());
 }
 
 /// An agent that runs the real opencode TUI in `work/`, with fast restarts.
