@@ -24,7 +24,7 @@ pub(crate) const CODEX_PINNED: &str = "0.171.0";
 const KEY: &str = "sk-scripted-0123456789";
 const WAIT: Duration = Duration::from_secs(30);
 
-pub(crate) fn codex_bin() -> PathBuf {
+fn codex_bin() -> PathBuf {
     support::npm_cli("codex", CODEX, CODEX_PINNED, "codex")
 }
 

@@ -27,7 +27,7 @@ const READY: &str = "? help";
 
 /// The `copilot` launcher, with its bundle unpacked once into a cache beside the install that
 /// every test shares (each new HOME would unpack its 235 MB again).
-pub(crate) fn copilot_bin() -> PathBuf {
+fn copilot_bin() -> PathBuf {
     let bin = support::npm_cli("copilot", COPILOT, COPILOT_PINNED, "copilot");
     static UNPACK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one_at_a_time = UNPACK.lock().unwrap_or_else(|e| e.into_inner());

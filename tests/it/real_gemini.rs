@@ -24,7 +24,7 @@ pub(crate) const GEMINI_PINNED: &str = "0.61.0";
 const KEY: &str = "scripted-gemini-key-0123456789";
 const WAIT: Duration = Duration::from_secs(30);
 
-pub(crate) fn gemini_bin() -> PathBuf {
+fn gemini_bin() -> PathBuf {
     support::npm_cli("gemini", GEMINI, GEMINI_PINNED, "gemini")
 }
 

@@ -67,21 +67,6 @@ fn opencode_home(fleet: &Fleet, server: &ModelServer) -> PathBuf {
 fn workdir(fleet: &Fleet, bin: &Path) -> PathBuf {
     let work = fleet.path().join("work");
     std::fs::create_dir_all(work.join(".opencode")).unwrap();
-    let deps = plugin_deps(bin);
-    std::os::unix::fs::symlink(
-        deps.join("node_modules"),
-        work.join(".opencode/node_modules"),
-    )
-    .unwrap();
-    for file in ["package.json", "package-lock.json"] {
-        std::fs::copy(deps.join(file), work.join(".opencode").join(file)).unwrap();
-    }
-    std::fs::canonicalize(work).unwrap()
-}
-
-/// `target/real-clis/opencode-VERSION-plugin-deps`, the `@opencode-ai/plugin` of opencode
-/// `bin`'s version, installed on first use.
-fn plugin_deps(bin: &Path) -> PathBuf {
     let cli_dir = bin
         .ancestors()
         .nth(3)
@@ -119,12 +104,15 @@ fn plugin_deps(bin: &Path) -> PathBuf {
             );
         }
     }
-    deps
-}
-
-/// opencode and its plugin's packages, installed ahead of the tests (`support`).
-pub(crate) fn install() {
-    plugin_deps(&opencode_bin());
+    std::os::unix::fs::symlink(
+        deps.join("node_modules"),
+        work.join(".opencode/node_modules"),
+    )
+    .unwrap();
+    for file in ["package.json", "package-lock.json"] {
+        std::fs::copy(deps.join(file), work.join(".opencode").join(file)).unwrap();
+    }
+    std::fs::canonicalize(work).unwrap()
 }
 
 /// An agent that runs the real opencode TUI in `work/`, with fast restarts.

@@ -21,7 +21,7 @@ const PI: &str = "@mariozechner/pi-coding-agent";
 pub(crate) const PI_PINNED: &str = "0.73.1";
 const WAIT: Duration = Duration::from_secs(30);
 
-pub(crate) fn pi_bin() -> PathBuf {
+fn pi_bin() -> PathBuf {
     support::npm_cli("pi", PI, PI_PINNED, "pi")
 }
 

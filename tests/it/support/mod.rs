@@ -140,8 +140,6 @@ impl Fleet {
     }
 
     fn with_share(share: Share) -> Fleet {
-        // The benches share this module, not the suites and their CLIs.
-        #[cfg(test)]
         install_real_clis_early();
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let socket = format!("phx-test-{}-{n}", std::process::id());
@@ -728,6 +726,22 @@ pub fn npm_cli_at(cli: &str, package: &str, version: &str, bin: &str) -> PathBuf
     path
 }
 
+/// What the real suites install with [`npm_cli`]: (cli, npm package, pinned version, bin),
+/// the same as their own pins. Installed ahead of the tests (below); a CLI or pin missing here
+/// is only installed when its first test needs it.
+const REAL_CLI_PINS: [(&str, &str, &str, &str); 6] = [
+    ("claude", "@anthropic-ai/claude-code", "2.1.332", "claude"),
+    ("codex", "@openai/codex", "0.171.0", "codex"),
+    ("copilot", "@github/copilot", "1.0.102", "copilot"),
+    ("gemini", "@google/gemini-cli", "0.61.0", "gemini"),
+    ("opencode", "opencode-ai", "1.18.33", "opencode"),
+    ("pi", "@mariozechner/pi-coding-agent", "0.73.1", "pi"),
+];
+
+/// The Claude Code versions `cli_versions` and `real_claude_trust` run side by side
+/// ([`npm_cli_at`]), whatever [`CLI_VERSIONS`] says.
+const CLAUDE_CODE_BOTH: [&str; 2] = ["2.1.197", "2.1.332"];
+
 /// Every CLI the real suites run, installed one after another on a thread of its own from the
 /// first fleet of a real-CLI run on: from a fresh `target/real-clis` the installs take a
 /// minute or more (seven packages, two Claude Code versions for the tests of what differs
@@ -735,39 +749,28 @@ pub fn npm_cli_at(cli: &str, package: &str, version: &str, bin: &str) -> PathBuf
 /// tests that do. A test that needs a CLI not yet there installs it itself ([`npm_cli_at`]
 /// has a lock per directory: never twice at once) and fails loudly if npm cannot. A run of
 /// chosen tests (a name filter) installs only what they need, when they need it.
-#[cfg(test)]
 fn install_real_clis_early() {
     static STARTED: std::sync::Once = std::sync::Once::new();
     if std::env::var_os(REAL_CLIS).is_none_or(|v| v != "1") || filtered_run() {
         return;
     }
     STARTED.call_once(|| {
-        // The two versions `cli_versions` and `real_claude_trust` run side by side.
-        fn claude_at(version: &str) -> PathBuf {
-            npm_cli_at("claude", "@anthropic-ai/claude-code", version, "claude")
-        }
-        // In the order the suites first need them (tests start in name order).
-        let installs: [fn(); 8] = [
-            || drop(claude_at("2.1.197")),
-            || drop(claude_at("2.1.332")),
-            || drop(crate::real_cli::claude_bin()),
-            || drop(crate::real_codex::codex_bin()),
-            || drop(crate::real_copilot::copilot_bin()),
-            || drop(crate::real_gemini::gemini_bin()),
-            crate::real_opencode::install,
-            || drop(crate::real_pi::pi_bin()),
-        ];
-        std::thread::spawn(move || {
-            for install in installs {
+        std::thread::spawn(|| {
+            // In the order the suites first need them (tests start in name order).
+            for version in CLAUDE_CODE_BOTH {
                 // A failed install is the failure of the test that needs it (it tries again).
-                let _ = std::panic::catch_unwind(install);
+                let _ = std::panic::catch_unwind(|| {
+                    npm_cli_at("claude", "@anthropic-ai/claude-code", version, "claude")
+                });
+            }
+            for (cli, package, pinned, bin) in REAL_CLI_PINS {
+                let _ = std::panic::catch_unwind(|| npm_cli(cli, package, pinned, bin));
             }
         });
     });
 }
 
 /// Whether this test binary was given a test name filter (libtest's positional arguments).
-#[cfg(test)]
 fn filtered_run() -> bool {
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
