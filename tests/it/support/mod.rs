@@ -140,6 +140,7 @@ impl Fleet {
     }
 
     fn with_share(share: Share) -> Fleet {
+        install_real_clis_early();
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let socket = format!("phx-test-{}-{n}", std::process::id());
         let dir = tempfile::Builder::new()
@@ -677,13 +678,27 @@ pub fn npm_cli(cli: &str, package: &str, pinned: &str, bin: &str) -> PathBuf {
 /// [`npm_cli`] of exactly `version`, whatever [`CLI_VERSIONS`] says: for a test about what
 /// differs between two versions.
 pub fn npm_cli_at(cli: &str, package: &str, version: &str, bin: &str) -> PathBuf {
-    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    // One install at a time: parallel tests each ran `npm install` when the binary was
-    // missing, and one exec'd it while another's install was still writing it (ETXTBSY).
-    let _one_at_a_time = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     let prefix = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("target/real-clis")
         .join(format!("{cli}-{version}"));
+    // One install per directory at a time: parallel tests each ran `npm install` when the
+    // binary was missing, and one exec'd it while another's install was still writing it
+    // (ETXTBSY). Other directories do not wait: a test of an installed CLI is not held up
+    // by another CLI's install (npm's cache takes concurrent installs).
+    let install = {
+        static INSTALLS: std::sync::Mutex<Vec<(PathBuf, std::sync::Arc<std::sync::Mutex<()>>)>> =
+            std::sync::Mutex::new(Vec::new());
+        let mut installs = INSTALLS.lock().unwrap_or_else(|e| e.into_inner());
+        match installs.iter().find(|(p, _)| *p == prefix) {
+            Some((_, lock)) => lock.clone(),
+            None => {
+                let lock = std::sync::Arc::new(std::sync::Mutex::new(()));
+                installs.push((prefix.clone(), lock.clone()));
+                lock
+            }
+        }
+    };
+    let _one_at_a_time = install.lock().unwrap_or_else(|e| e.into_inner());
     let path = prefix.join("node_modules/.bin").join(bin);
     // `--save-exact` records the exact version: another version installed there is replaced.
     let pinned = std::fs::read_to_string(prefix.join("package.json"))
@@ -709,6 +724,67 @@ pub fn npm_cli_at(cli: &str, package: &str, version: &str, bin: &str) -> PathBuf
         "`{bin}` missing after npm install {package}@{version}"
     );
     path
+}
+
+/// What the real suites install with [`npm_cli`]: (cli, npm package, pinned version, bin),
+/// the same as their own pins. Installed ahead of the tests (below); a CLI or pin missing here
+/// is only installed when its first test needs it.
+const REAL_CLI_PINS: [(&str, &str, &str, &str); 6] = [
+    ("claude", "@anthropic-ai/claude-code", "2.1.332", "claude"),
+    ("codex", "@openai/codex", "0.171.0", "codex"),
+    ("copilot", "@github/copilot", "1.0.102", "copilot"),
+    ("gemini", "@google/gemini-cli", "0.61.0", "gemini"),
+    ("opencode", "opencode-ai", "1.18.33", "opencode"),
+    ("pi", "@mariozechner/pi-coding-agent", "0.73.1", "pi"),
+];
+
+/// The Claude Code versions `cli_versions` and `real_claude_trust` run side by side
+/// ([`npm_cli_at`]), whatever [`CLI_VERSIONS`] says.
+const CLAUDE_CODE_BOTH: [&str; 2] = ["2.1.197", "2.1.332"];
+
+/// Every CLI the real suites run, installed one after another on a thread of its own from the
+/// first fleet of a real-CLI run on: from a fresh `target/real-clis` the installs take a
+/// minute or more (seven packages, two Claude Code versions for the tests of what differs
+/// between them), and so they overlap the suites that need no CLI instead of holding up the
+/// tests that do. A test that needs a CLI not yet there installs it itself ([`npm_cli_at`]
+/// has a lock per directory: never twice at once) and fails loudly if npm cannot. A run of
+/// chosen tests (a name filter) installs only what they need, when they need it.
+fn install_real_clis_early() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    if std::env::var_os(REAL_CLIS).is_none_or(|v| v != "1") || filtered_run() {
+        return;
+    }
+    STARTED.call_once(|| {
+        std::thread::spawn(|| {
+            // In the order the suites first need them (tests start in name order).
+            for version in CLAUDE_CODE_BOTH {
+                // A failed install is the failure of the test that needs it (it tries again).
+                let _ = std::panic::catch_unwind(|| {
+                    npm_cli_at("claude", "@anthropic-ai/claude-code", version, "claude")
+                });
+            }
+            for (cli, package, pinned, bin) in REAL_CLI_PINS {
+                let _ = std::panic::catch_unwind(|| npm_cli(cli, package, pinned, bin));
+            }
+        });
+    });
+}
+
+/// Whether this test binary was given a test name filter (libtest's positional arguments).
+fn filtered_run() -> bool {
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            // libtest's options that take a value as the next argument.
+            "--test-threads" | "--skip" | "--format" | "--logfile" | "--color" | "-Z"
+            | "--shuffle-seed" => {
+                args.next();
+            }
+            _ if !arg.starts_with('-') => return true,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Wait until the pane shows `needle`; on timeout the panic shows the screen.
