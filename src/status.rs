@@ -20,7 +20,14 @@ use crate::world::{self, Runtime, World};
 /// Observe the fleet's world, tiered like every runtime step: retry once, then find out why
 /// and say what to do.
 pub fn observe(spec: &Spec, runtime: &dyn Runtime) -> crate::error::Result<World> {
-    observe_by(spec, runtime, world::observe)
+    let mut world = observe_by(spec, runtime, world::observe)?;
+    // The sandboxes and their last verification, for the plan (world knows no sandbox).
+    world.sandboxes = spec
+        .agents
+        .iter()
+        .filter_map(|a| crate::sandbox::report(spec, a).map(|s| (a.name.clone(), s)))
+        .collect();
+    Ok(world)
 }
 
 /// `observe` of only what the rows need (no hook files, no launch specs): for `/metrics`.

@@ -267,6 +267,25 @@ impl AgentCli for Claude {
         Some(".claude/settings.json")
     }
 
+    fn sandbox_home(
+        &self,
+        home: &std::path::Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
+        let dir = env("CLAUDE_CONFIG_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| home.join(".claude"));
+        (
+            vec![dir.clone(), home.join(".claude.json")],
+            vec![dir.join("settings.json")],
+        )
+    }
+
+    fn sandbox_project_settings(&self) -> &'static [&'static str] {
+        // The whole directory: a settings.local.json made in it would win over phoenix's.
+        &[".claude"]
+    }
+
     /// Its folder-trust dialog blocks every start, hooks or not (see `trust`).
     fn needs_trust(&self) -> bool {
         true

@@ -151,6 +151,24 @@ impl AgentCli for Codex {
         Some(".codex/hooks.json")
     }
 
+    fn sandbox_home(
+        &self,
+        home: &std::path::Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
+        let dir = env("CODEX_HOME")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| home.join(".codex"));
+        (
+            vec![dir.clone()],
+            vec![dir.join("config.toml"), dir.join("hooks.json")],
+        )
+    }
+
+    fn sandbox_project_settings(&self) -> &'static [&'static str] {
+        &[".codex"]
+    }
+
     fn approval_prompts(&self) -> &'static [super::ApprovalPrompt] {
         &[super::CODEX_APPROVAL]
     }

@@ -107,6 +107,21 @@ impl AgentCli for Copilot {
         Some(".github/hooks/phoenix.json")
     }
 
+    fn sandbox_home(
+        &self,
+        home: &std::path::Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
+        let dir = env("COPILOT_HOME")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| home.join(".copilot"));
+        (vec![dir.clone()], vec![dir.join("config.json")])
+    }
+
+    fn sandbox_project_settings(&self) -> &'static [&'static str] {
+        &[".github/hooks"]
+    }
+
     /// Its input box line begins with `❯`, as does the echo of each prompt in its history.
     fn input_prompts(&self) -> &'static [&'static str] {
         &["❯"]

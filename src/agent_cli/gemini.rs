@@ -129,6 +129,20 @@ impl AgentCli for Gemini {
         Some(".gemini/settings.json")
     }
 
+    fn sandbox_home(
+        &self,
+        home: &std::path::Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
+        let _ = env;
+        let dir = home.join(".gemini");
+        (vec![dir.clone()], vec![dir.join("settings.json")])
+    }
+
+    fn sandbox_project_settings(&self) -> &'static [&'static str] {
+        &[".gemini"]
+    }
+
     fn approval_prompts(&self) -> &'static [super::ApprovalPrompt] {
         &[super::GEMINI_APPROVAL]
     }

@@ -164,6 +164,24 @@ pub trait AgentCli: Sync {
         None
     }
 
+    /// Inside a sandbox: the files and directories the CLI keeps its sessions in (writable:
+    /// resume needs them) and its settings in its home (read-only: they could switch off
+    /// phoenix's hooks), for home `home` and the agent's environment `env`.
+    fn sandbox_home(
+        &self,
+        home: &std::path::Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
+        let _ = (home, env);
+        (Vec::new(), Vec::new())
+    }
+
+    /// Inside a sandbox: what the CLI reads its settings (and so phoenix's hooks) from in a
+    /// workdir, relative to it: kept read-only.
+    fn sandbox_project_settings(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Every file phoenix writes into the agent's workdir for this CLI (relative): its own,
     /// never the agent's work. The hook file, and whatever else the CLI needs.
     fn own_files(&self) -> Vec<&'static str> {

@@ -100,6 +100,26 @@ impl AgentCli for Opencode {
         Some(".opencode/phoenix-hooks.json")
     }
 
+    fn sandbox_home(
+        &self,
+        home: &std::path::Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
+        let _ = env;
+        (
+            vec![
+                home.join(".local/share/opencode"),
+                home.join(".cache/opencode"),
+                home.join(".local/state/opencode"),
+            ],
+            vec![home.join(".config/opencode")],
+        )
+    }
+
+    fn sandbox_project_settings(&self) -> &'static [&'static str] {
+        &[".opencode/plugins", "opencode.json", "opencode.jsonc"]
+    }
+
     /// The plugin's event names: opencode's own, and `session.start` / `session.end` /
     /// `session.compacting`, which it derives (see the module notes). Timeouts in milliseconds.
     fn hook_entries(&self) -> Vec<HookEntry> {

@@ -98,6 +98,19 @@ impl AgentCli for Pi {
         Some(".pi/phoenix-hooks.json")
     }
 
+    fn sandbox_home(
+        &self,
+        home: &std::path::Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
+        let _ = env;
+        (vec![home.join(".pi")], vec![])
+    }
+
+    fn sandbox_project_settings(&self) -> &'static [&'static str] {
+        &[".pi/extensions"]
+    }
+
     /// The hook file, and the extension written from it.
     fn own_files(&self) -> Vec<&'static str> {
         vec![".pi/phoenix-hooks.json", EXTENSION_FILE]

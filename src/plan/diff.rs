@@ -43,27 +43,7 @@ pub fn diff(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
         sandboxes: spec
             .agents
             .iter()
-            .filter_map(|a| {
-                let s = world.sandboxes.get(&a.name)?;
-                let v = s.verified.as_ref();
-                Some(super::SandboxReport {
-                    agent: a.name.clone(),
-                    profile: s.profile.clone(),
-                    summary: s.summary.clone(),
-                    verified: match v {
-                        Some(v) if s.verified_current && v.passed => "passed",
-                        Some(v) if s.verified_current && !v.passed => "failed",
-                        _ => "unverified",
-                    }
-                    .to_string(),
-                    failed: v
-                        .filter(|_| s.verified_current)
-                        .map(|v| v.failed().iter().map(|c| c.name.clone()).collect())
-                        .unwrap_or_default(),
-                    verified_at: v.map(|v| v.at.clone()),
-                    own_sandbox: s.own_sandbox.clone(),
-                })
-            })
+            .filter_map(|a| world.sandboxes.get(&a.name).cloned())
             .collect(),
     }
 }

@@ -103,24 +103,8 @@ pub struct Plan {
     pub sandboxes: Vec<SandboxReport>,
 }
 
-/// One agent's sandbox in a plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SandboxReport {
-    pub agent: String,
-    pub profile: String,
-    pub summary: String,
-    /// `passed`, `failed` or `unverified` (never, or of another layout: apply verifies it
-    /// before it starts the agent).
-    pub verified: String,
-    /// The canaries that escaped at the last verification.
-    #[serde(default)]
-    pub failed: Vec<String>,
-    #[serde(default)]
-    pub verified_at: Option<String>,
-    /// What phoenix tells the CLI about its own sandbox.
-    #[serde(default)]
-    pub own_sandbox: Option<String>,
-}
+/// One agent's sandbox in a plan (observed by `status::observe`).
+pub use crate::world::SandboxReport;
 
 /// A worktree no agent works in that the plan does not remove, and why: not pruning, or
 /// something in it would be lost (a `git status` summary).

@@ -97,8 +97,8 @@ pub struct Context {
     /// phoenix's own `HOME` (the operator's secrets live there even when the agent's env sets
     /// another).
     pub operator_home: Option<PathBuf>,
-    /// The tmux socket the agent's pane belongs to (`$TMUX`'s path).
-    pub tmux_socket: Option<PathBuf>,
+    /// The socket of the fleet's pane server (a sandbox hides it).
+    pub pane_server: Option<PathBuf>,
     /// The phoenix program (the hooks run it inside).
     pub exe: Option<PathBuf>,
     /// The proxy's socket outside, with a proxied network.
@@ -111,7 +111,7 @@ impl Context {
     pub fn of(spec: &Spec) -> Context {
         Context {
             operator_home: std::env::var_os("HOME").map(PathBuf::from),
-            tmux_socket: Some(crate::world::tmux_socket_path(&spec.fleet.socket)),
+            pane_server: Some(crate::world::server_socket_path(&spec.fleet.socket)),
             exe: std::env::current_exe().ok(),
             proxy_socket: None,
         }
@@ -146,57 +146,10 @@ fn home_of(agent: &AgentSpec, cx: &Context) -> Option<PathBuf> {
         .or_else(|| cx.operator_home.clone())
 }
 
-/// The files and directories a CLI keeps its sessions and settings in: writable (resume
-/// needs them), but their settings read-only.
-fn cli_state(cli: Cli, agent: &AgentSpec, home: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
-    let env_dir = |var: &str, default: &str| {
-        agent
-            .env
-            .get(var)
-            .map(PathBuf::from)
-            .unwrap_or_else(|| home.join(default))
-    };
-    match cli {
-        Cli::Claude => {
-            let dir = env_dir("CLAUDE_CONFIG_DIR", ".claude");
-            (
-                vec![dir.clone(), home.join(".claude.json")],
-                vec![dir.join("settings.json")],
-            )
-        }
-        Cli::Codex => {
-            let dir = env_dir("CODEX_HOME", ".codex");
-            (
-                vec![dir.clone()],
-                vec![dir.join("config.toml"), dir.join("hooks.json")],
-            )
-        }
-        Cli::Gemini => {
-            let dir = home.join(".gemini");
-            (vec![dir.clone()], vec![dir.join("settings.json")])
-        }
-        Cli::Pi => (vec![home.join(".pi")], vec![]),
-        Cli::Copilot => {
-            let dir = env_dir("COPILOT_HOME", ".copilot");
-            (vec![dir.clone()], vec![dir.join("config.json")])
-        }
-        Cli::Opencode => (
-            vec![
-                home.join(".local/share/opencode"),
-                home.join(".cache/opencode"),
-                home.join(".local/state/opencode"),
-            ],
-            vec![home.join(".config/opencode")],
-        ),
-        Cli::Custom => (vec![], vec![]),
-    }
-}
-
 /// Project files a CLI reads its settings (and phoenix's hooks) from, below the workdir:
-/// read-only, so an agent cannot switch off what phoenix hears from it.
+/// read-only, so an agent cannot switch off what phoenix hears from it. Every CLI's,
+/// whichever this agent runs: another agent may run another CLI here.
 fn project_settings(workdir: &Path) -> Vec<PathBuf> {
-    // Every CLI's, whichever this agent runs: another agent may run another CLI here, and
-    // a workdir's settings are anyone's to read.
     let mut paths: Vec<PathBuf> = crate::agent_cli::HOOKED
         .into_iter()
         .filter_map(|cli| crate::agent_cli::hook_path_in(cli, workdir))
@@ -204,16 +157,7 @@ fn project_settings(workdir: &Path) -> Vec<PathBuf> {
     paths.extend(
         Cli::ALL
             .into_iter()
-            .flat_map(|cli| match cli {
-                // The whole directory: a settings.local.json made in it would win over ours.
-                Cli::Claude => vec![".claude"],
-                Cli::Codex => vec![".codex"],
-                Cli::Gemini => vec![".gemini"],
-                Cli::Opencode => vec![".opencode/plugins", "opencode.json", "opencode.jsonc"],
-                Cli::Pi => vec![".pi/extensions"],
-                Cli::Copilot => vec![".github/hooks"],
-                Cli::Custom => vec![],
-            })
+            .flat_map(|cli| cli.adapter().sandbox_project_settings().iter())
             .map(|p| workdir.join(p)),
     );
     paths
@@ -332,10 +276,10 @@ pub fn layout(spec: &Spec, agent: &AgentSpec, sandbox: &SandboxSpec, cx: &Contex
         ALWAYS,
         "phoenix.toml: only this agent's part",
     );
-    if let Some(socket) = &cx.tmux_socket {
-        rules.add(socket, Access::Hide, ALWAYS, "the fleet's tmux server");
+    if let Some(socket) = &cx.pane_server {
+        rules.add(socket, Access::Hide, ALWAYS, "the fleet's pane server");
         if let Some(dir) = socket.parent().filter(|d| *d != Path::new("/tmp")) {
-            rules.add(dir, Access::Hide, DEFAULT_HIDE, "the fleet's tmux server");
+            rules.add(dir, Access::Hide, DEFAULT_HIDE, "the fleet's pane server");
         }
     }
     for p in &sandbox.hide {
@@ -362,7 +306,8 @@ pub fn layout(spec: &Spec, agent: &AgentSpec, sandbox: &SandboxSpec, cx: &Contex
     );
     let mut make = vec![state_dir.join(PRIVATE_TMP)];
     if let Some(h) = &home {
-        let (session, settings) = cli_state(agent.cli, agent, h);
+        let env = |k: &str| agent.env.get(k).cloned();
+        let (session, settings) = agent.cli.adapter().sandbox_home(h, &env);
         for p in session {
             if !p.exists() && p.extension().is_none() {
                 make.push(p.clone());

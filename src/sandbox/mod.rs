@@ -190,6 +190,31 @@ pub struct Status {
     pub verified_current: bool,
 }
 
+/// The agent's sandbox as a plan shows it.
+pub fn report(
+    spec: &crate::spec::Spec,
+    agent: &crate::spec::AgentSpec,
+) -> Option<crate::world::SandboxReport> {
+    let s = status(spec, agent)?;
+    let v = s.verified.as_ref().filter(|_| s.verified_current);
+    Some(crate::world::SandboxReport {
+        agent: agent.name.clone(),
+        profile: s.profile.clone(),
+        summary: s.summary.clone(),
+        verified: match v {
+            Some(v) if v.passed => "passed",
+            Some(_) => "failed",
+            None => "unverified",
+        }
+        .to_string(),
+        failed: v
+            .map(|v| v.failed().iter().map(|c| c.name.clone()).collect())
+            .unwrap_or_default(),
+        verified_at: s.verified.as_ref().map(|v| v.at.clone()),
+        own_sandbox: s.own_sandbox.clone(),
+    })
+}
+
 pub fn status(spec: &crate::spec::Spec, agent: &crate::spec::AgentSpec) -> Option<Status> {
     let sandbox = agent.sandbox.as_ref()?;
     let layout = layout(spec, agent, sandbox, &Context::of(spec));

@@ -51,7 +51,7 @@ pub enum Canary {
     ConnectHost { address: String },
     /// Connect to an abstract Unix socket of the host (like a wrapper's tap socket): must fail.
     ConnectAbstract { name: String },
-    /// Connect to a Unix socket by path (the fleet's tmux server): must fail.
+    /// Connect to a Unix socket by path (the fleet's pane server): must fail.
     ConnectPath { path: PathBuf },
     /// Signal a process outside (the wrapper): must fail.
     Signal { pid: i32 },
@@ -173,7 +173,7 @@ fn plant(
     for rule in &layout.rules {
         let exists = std::fs::symlink_metadata(&rule.path).is_ok();
         match &rule.access {
-            Access::Hide if exists && rule.why != "the fleet's tmux server" => {
+            Access::Hide if exists && rule.why != "the fleet's pane server" => {
                 // The first step towards each path the layout shows inside this one.
                 let mut except: Vec<String> = layout
                     .rules
@@ -238,9 +238,9 @@ fn plant(
         "another wrapper's socket cannot be reached".to_string(),
         Canary::ConnectAbstract { name },
     ));
-    if let Some(socket) = &cx.tmux_socket {
+    if let Some(socket) = &cx.pane_server {
         canaries.push((
-            "the fleet's tmux server cannot be reached".to_string(),
+            "the fleet's pane server cannot be reached".to_string(),
             Canary::ConnectPath {
                 path: socket.clone(),
             },

@@ -20,7 +20,27 @@ use serde::Serialize;
 use crate::spec::{LaunchSpec, Spec};
 use crate::state::{self, FleetDir};
 pub use procs::{ProcInfo, ProcTable};
-pub use tmux::socket_path as tmux_socket_path;
+/// One agent's sandbox as a plan shows it: what it shows and its last verification.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SandboxReport {
+    pub agent: String,
+    pub profile: String,
+    pub summary: String,
+    /// `passed`, `failed` or `unverified` (never, or of another layout: apply verifies it
+    /// before it starts the agent).
+    pub verified: String,
+    /// The canaries that escaped at the last verification.
+    #[serde(default)]
+    pub failed: Vec<String>,
+    #[serde(default)]
+    pub verified_at: Option<String>,
+    /// What phoenix tells the CLI about its own sandbox.
+    #[serde(default)]
+    pub own_sandbox: Option<String>,
+}
+
+/// Where the fleet's pane server listens (a sandbox hides it).
+pub use tmux::socket_path as server_socket_path;
 
 /// What a runtime reports about one pane (or, for other runtimes, one process slot).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -367,10 +387,10 @@ pub struct World {
     /// of), keyed by agent: only observed for a plan, whose hooks are made for it.
     #[serde(skip)]
     pub cli_versions: BTreeMap<String, cli_version::Installed>,
-    /// Each sandboxed agent's sandbox and its last verification, keyed by agent: only
-    /// observed for a plan.
+    /// Each sandboxed agent's sandbox and its last verification, keyed by agent: filled by
+    /// `status::observe` for a plan (sandboxes sit above the world).
     #[serde(skip)]
-    pub sandboxes: BTreeMap<String, crate::sandbox::Status>,
+    pub sandboxes: BTreeMap<String, SandboxReport>,
     /// Each agent's panes (indexes into `panes`), made at the first `pane_of`: a plan of a
     /// thousand agents went through every pane for each agent.
     #[serde(skip)]
@@ -630,14 +650,6 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
     } else {
         BTreeMap::new()
     };
-    let sandboxes = if for_plan {
-        spec.agents
-            .iter()
-            .filter_map(|a| crate::sandbox::status(spec, a).map(|s| (a.name.clone(), s)))
-            .collect()
-    } else {
-        BTreeMap::new()
-    };
     Ok(World {
         observed_at: jiff::Timestamp::now().as_second(),
         server_running,
@@ -647,7 +659,7 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
         hook_files,
         workspaces,
         cli_versions,
-        sandboxes,
+        sandboxes: BTreeMap::new(),
         panes_by_agent: Default::default(),
     })
 }

@@ -150,7 +150,7 @@ fn run_adversary(s: &Scene, kill_wrapper: bool) -> serde_json::Map<String, Value
         "victim_state": victim_state,
         "settings": fleet.path().join("evil/.claude/settings.json"),
         "tap_socket": format!("phoenix-tap/{}", wrapper_pid(fleet, "victim")),
-        "tmux_socket": phoenix::world::tmux_socket_path(&fleet.spec().fleet.socket),
+        "tmux_socket": phoenix::world::server_socket_path(&fleet.spec().fleet.socket),
         "port": s.server.local_addr().unwrap().port(),
         "wrapper": kill_wrapper.then(|| wrapper_pid(fleet, "evil")),
     });
