@@ -68,7 +68,7 @@ fn start_cost(sandboxed: &dyn Fn(&[String]) -> Command) {
     let mut inside = Vec::new();
     for _ in 0..STARTS {
         plain.push(time_run(Command::new(&truth)));
-        inside.push(time_run(sandboxed(&[truth.clone()])));
+        inside.push(time_run(sandboxed(std::slice::from_ref(&truth))));
     }
     println!("start cost: spawn + wait of `{truth}`, {STARTS} runs each (interleaved):");
     let (pm, pd) = mean_median(&mut plain);
