@@ -25,6 +25,7 @@ mod planted;
 mod policy;
 mod prompt;
 mod real_claude_bg;
+mod real_claude_sandbox;
 mod real_claude_subagents;
 mod real_claude_teams;
 mod real_claude_trust;
