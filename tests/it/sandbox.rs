@@ -523,3 +523,60 @@ fn child_named(pid: u32, name: &str) -> Option<u32> {
     }
     None
 }
+
+/// A sandboxed agent in a git worktree of its own commits on its branch (the repository's
+/// objects and refs are writable), but cannot plant a git hook or change the repository's
+/// config (git would run them outside, for phoenix or a person).
+#[test]
+fn a_sandboxed_agent_in_a_worktree_commits_but_cannot_plant_git_hooks_or_config() {
+    if !have_bwrap() {
+        return;
+    }
+    let fleet = Fleet::new();
+    let repo = fleet.path().join("home/app");
+    std::fs::create_dir_all(&repo).unwrap();
+    let git = |dir: &Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["config", "user.email", "t@example.com"]);
+    git(&repo, &["config", "user.name", "T"]);
+    std::fs::write(repo.join("README.md"), "hello\n").unwrap();
+    git(&repo, &["add", "README.md"]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    let script = "echo work > work.txt; git add work.txt; \
+         git -c user.email=a@example.com -c user.name=a commit -q -m agent-work && echo committed > /tmp/ok; \
+         (echo evil > $(git rev-parse --git-common-dir)/hooks/post-checkout) 2>/dev/null && echo hook-planted > /tmp/bad; \
+         git config core.fsmonitor 'touch /tmp/pwned' 2>/dev/null && echo config-changed >> /tmp/bad; \
+         cat /tmp/ok /tmp/bad > result.txt 2>/dev/null; sleep 600";
+    fleet.toml(&format!(
+        "[sandbox.box]\n\n\
+         [[agent]]\nname = \"a\"\nsandbox = \"box\"\ncommand = \"sh -c \\\"{script}\\\"\"\n\
+         workspace = {{ repo = \"home/app\", branch = \"agent/a\", base = \"main\" }}\n"
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let worktree = repo.join(".worktrees/a");
+    let result = worktree.join("result.txt");
+    wait_until(Duration::from_secs(20), "the agent's result", || {
+        result.exists()
+    });
+    let text = std::fs::read_to_string(&result).unwrap();
+    assert_eq!(text.trim(), "committed", "{text}");
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%s", "agent/a"]).trim(),
+        "agent-work"
+    );
+    assert!(!repo.join(".git/hooks/post-checkout").exists());
+    assert!(!git(&repo, &["config", "--list"]).contains("fsmonitor"));
+}
