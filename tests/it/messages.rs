@@ -451,3 +451,51 @@ fn a_repl_whose_prompt_looks_the_same_after_enter_gets_each_block_once() {
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0]["typed"], true, "{failed:?}");
 }
+
+/// A sandboxed agent gets messages (typed into its pane from outside) and sends them through
+/// its output (read by the tap, outside): neither needs anything inside its sandbox.
+#[test]
+fn a_sandboxed_agent_gets_messages_and_sends_them_through_its_output() {
+    if !std::path::Path::new("/usr/bin/bwrap").exists() {
+        eprintln!("skipped: bubblewrap (bwrap) is not installed");
+        return;
+    }
+    let fleet = Fleet::new();
+    let mut toml = String::from(
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"10s\"\n\n[sandbox.box]\n\n",
+    );
+    for (name, sandbox) in [("alice", "sandbox = \"box\"\n"), ("bob", "")] {
+        toml.push_str(&format!(
+            "[[agent]]\nname = \"{name}\"\ncommand = \"phoenix demo-agent --interval 1h\"\n\
+             resume_command = \"phoenix demo-agent --interval 1h --resume {{session_id}}\"\n{sandbox}"
+        ));
+    }
+    fleet.toml(&toml);
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alice", "bob"]);
+    wait_idle(&fleet, "alice");
+    wait_idle(&fleet, "bob");
+    assert!(
+        fleet
+            .ops("alice")
+            .iter()
+            .any(|o| o["event"] == "sandbox_entered"),
+        "{}",
+        explain(&fleet, "alice")
+    );
+    fleet
+        .run(&["send", "alice", "hello in there", "--from", "bob"])
+        .status(0);
+    let doc = wait_delivered(&fleet, "alice", 1);
+    assert_eq!(doc["delivered"][0]["text"], "hello in there", "{doc}");
+    assert!(screen(&fleet, "alice").contains("hello in there"));
+    let key = fleet.marker_key("alice");
+    type_into(
+        &fleet,
+        "alice",
+        &format!("say ->conti{{}}nuity:send#{key} bob <<< from the sandbox >>>"),
+    );
+    let doc = wait_delivered(&fleet, "bob", 1);
+    assert_eq!(doc["delivered"][0]["from"], "alice", "{doc}");
+    assert_eq!(doc["delivered"][0]["text"], "from the sandbox", "{doc}");
+}
