@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::spec::sandbox::Network;
-use crate::spec::{AgentSpec, Cli, SandboxSpec, Spec};
+use crate::spec::{AgentSpec, SandboxSpec, Spec};
 
 /// Where the proxy's socket appears inside the sandbox (its private /tmp).
 pub const PROXY_SOCKET_INSIDE: &str = "/tmp/.phoenix-proxy.sock";
@@ -155,7 +155,7 @@ fn project_settings(workdir: &Path) -> Vec<PathBuf> {
         .filter_map(|cli| crate::agent_cli::hook_path_in(cli, workdir))
         .collect();
     paths.extend(
-        Cli::ALL
+        crate::agent_cli::ALL
             .into_iter()
             .flat_map(|cli| cli.adapter().sandbox_project_settings().iter())
             .map(|p| workdir.join(p)),

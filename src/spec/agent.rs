@@ -27,16 +27,6 @@ pub enum Cli {
 }
 
 impl Cli {
-    pub const ALL: [Cli; 7] = [
-        Cli::Claude,
-        Cli::Codex,
-        Cli::Gemini,
-        Cli::Pi,
-        Cli::Opencode,
-        Cli::Copilot,
-        Cli::Custom,
-    ];
-
     pub const NAMES: [&'static str; 7] = [
         "claude", "codex", "gemini", "pi", "opencode", "copilot", "custom",
     ];

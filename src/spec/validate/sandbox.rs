@@ -91,14 +91,13 @@ impl Validator<'_> {
                     "set `network = \"allow\"`, or leave `allow` out",
                 );
             }
-            for host in list.get_ref() {
-                if let Err(e) = check_host(host) {
-                    self.error(
-                        format!("{}: `{host}` {e}", what("allow")),
-                        Some(list.span()),
-                        "a host name (`api.anthropic.com`), `*.example.com` for its subdomains, or `host:port`",
-                    );
-                }
+            // The proxy's own parser: what validate accepts, the proxy serves.
+            if let Err(e) = crate::spec::sandbox::allow::Allow::parse(list.get_ref()) {
+                self.error(
+                    format!("{}: {e}", what("allow")),
+                    Some(list.span()),
+                    "a host name (`api.anthropic.com`), `*.example.com` for its subdomains, or `host:port`",
+                );
             }
             list.get_ref().clone()
         });
@@ -267,31 +266,4 @@ impl Validator<'_> {
             limits: profile.limits,
         })
     }
-}
-
-/// An `allow` entry: `host`, `*.domain` or either with `:port`.
-fn check_host(entry: &str) -> Result<(), &'static str> {
-    if entry.contains("://") || entry.contains('/') {
-        return Err("is a URL: give the host name only");
-    }
-    let (host, port) = match entry.rsplit_once(':') {
-        Some((h, p)) if !h.contains(':') => (h, Some(p)),
-        _ => (entry, None),
-    };
-    if let Some(p) = port
-        && !p.parse::<u16>().is_ok_and(|p| p > 0)
-    {
-        return Err("has a port that is not a number from 1 to 65535");
-    }
-    let name = host.strip_prefix("*.").unwrap_or(host);
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    };
-    if name.is_empty() || name.len() > 253 || !name.trim_end_matches('.').split('.').all(label_ok) {
-        return Err("is not a host name");
-    }
-    Ok(())
 }
