@@ -11,15 +11,28 @@ use super::{Fleet, kill9, wait_until, wait_until_explained};
 
 /// The shell command the model asks for: a job in a process session of its own that appends
 /// to `F` after 5 s, while the call itself takes a minute.
-pub const ORPHAN_JOB: &str = "setsid sh -c 'sleep 5; echo x >> F' >/dev/null 2>&1 & sleep 60";
+/// The job sleeps long enough that a sweep slowed down by a loaded machine still finds it
+/// running (5 s was not, once, in CI); one the sweep missed is still running at the end.
+pub const ORPHAN_JOB: &str = "setsid sh -c 'sleep 30; echo x >> F' >/dev/null 2>&1 & sleep 60";
+/// What the job's shell runs, to find it by.
+const ORPHAN_SCRIPT: &str = "sleep 30; echo x >> F";
 
 /// Whether a copy of [`ORPHAN_JOB`]'s job runs in `work`. By its working directory: the
 /// suites share one test process, and another CLI's copy of this scenario may run meanwhile.
+/// The job's own shell (`sh -c SCRIPT`), not the shell that starts it, whose command line
+/// holds the script too: a kill between the two leaves no job to stop (the test raced so).
+fn is_the_job(cmdline: &[u8]) -> bool {
+    let args: Vec<&[u8]> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .collect();
+    matches!(args.as_slice(), [sh, c, script] if sh.ends_with(b"sh") && c == b"-c" && *script == ORPHAN_SCRIPT.as_bytes())
+}
+
 fn job_running(work: &Path) -> bool {
     let work = work.canonicalize().unwrap();
     std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-        std::fs::read(e.path().join("cmdline"))
-            .is_ok_and(|c| String::from_utf8_lossy(&c).contains("sleep 5; echo x >> F"))
+        std::fs::read(e.path().join("cmdline")).is_ok_and(|c| is_the_job(&c))
             && std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd == work)
             && !gone(
                 e.file_name()
@@ -52,9 +65,10 @@ pub fn killed_mid_tool_leaves_no_orphan(
     wait_until(Duration::from_secs(60), "the shell call in flight", || {
         dir.join("in_flight.json").exists()
     });
-    wait_until(Duration::from_secs(10), "the job", || job_running(work));
+    // Read before the job starts, so the kill follows it at once.
     let pid = fleet.agent_status(agent)["pid"].as_u64().unwrap() as u32;
     let wrapper = wrapper_of(fleet, agent);
+    wait_until(Duration::from_secs(10), "the job", || job_running(work));
     kill9(pid);
 
     wait_until_explained(
@@ -83,7 +97,7 @@ pub fn killed_mid_tool_leaves_no_orphan(
         .as_array()
         .unwrap()
         .iter()
-        .find(|p| p["argv"].to_string().contains("sleep 5; echo x >> F"))
+        .find(|p| p["argv"].to_string().contains(ORPHAN_SCRIPT))
         .unwrap_or_else(|| panic!("the job is recorded: {strays}"));
     assert!(
         gone(job["pid"].as_u64().unwrap()),
