@@ -297,7 +297,10 @@ fn write_locked(dir: &AgentDir, mut messages: Vec<Message>) -> io::Result<()> {
         } else {
             "pending\n"
         };
-        super::atomic_write(&dir.file(PENDING), kind.as_bytes())
+        super::atomic_write(&dir.file(PENDING), kind.as_bytes())?;
+        // The wrapper sleeps until told: a message waits for it.
+        super::doorbell::ring(dir);
+        Ok(())
     }
 }
 

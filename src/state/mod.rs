@@ -5,6 +5,7 @@ pub mod agent;
 pub mod bounded;
 pub mod claim;
 pub mod daemon;
+pub mod doorbell;
 pub mod down;
 pub mod events;
 pub mod fence;
@@ -166,11 +167,14 @@ impl AgentDir {
         self.file(marker).exists()
     }
 
+    /// Leave `marker` and wake the agent's wrapper to look at it.
     pub fn set_marker(&self, marker: &str) -> io::Result<()> {
         atomic_write(
             &self.file(marker),
             jiff::Timestamp::now().to_string().as_bytes(),
-        )
+        )?;
+        doorbell::ring(self);
+        Ok(())
     }
 
     pub fn clear_marker(&self, marker: &str) -> io::Result<()> {

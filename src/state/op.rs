@@ -77,6 +77,8 @@ ops! {
     /// The wrapper did not start the agent again: the operator moved it to another machine.
     StartFenced = "start_fenced",
     SubreaperUnavailable = "subreaper_unavailable",
+    /// The wrapper could not make its doorbell (`state::doorbell`): it looks every 250 ms.
+    DoorbellUnavailable = "doorbell_unavailable",
     ResumeSkipped = "resume_skipped",
     ResumeMismatch = "resume_mismatch",
     FreshMarkerHonoured = "fresh_marker_honoured",

@@ -66,8 +66,13 @@ pub fn wait_for_previous_wrapper(dir: &AgentDir) {
 /// descendants. False where the kernel refuses (not Linux ≥ 3.4).
 pub fn become_subreaper() -> bool {
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER only sets a flag on this process.
-    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 }
+    let became = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 };
+    IS_SUBREAPER.store(became, std::sync::atomic::Ordering::Relaxed);
+    became
 }
+
+/// This wrapper is its agent's subreaper: a sweep of its own tree misses nothing of a run.
+static IS_SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// A run is about to start: until its agent is recorded, a successor of a wrapper killed now
 /// must look for what it may have left (no pid to go by, so everything with the marker).
@@ -198,23 +203,74 @@ fn stop_recorded(
 /// stay in it) and whatever carries the agent's marker, is stopped and recorded.
 ///
 /// `held`: [`hold_interrupted_call`] set the agent's call in flight aside at its exit.
+///
+/// The wrapper is the subreaper of everything its agent starts: while it lives, no process of
+/// the run can leave its tree (an orphan, a `setsid`, a double fork all come back to it), so
+/// its own tree is read, not every process of the machine. What left the tree because the
+/// wrapper itself was killed is for its successor to find by the marker ([`stop_previous`]).
+/// Where the kernel keeps no children lists, or the wrapper could not become a subreaper,
+/// every process is read and the marker looked for, as before.
 pub fn sweep(dir: &AgentDir, agent: u32, held: bool) -> Vec<ProcInfo> {
-    let table = ProcTable::read();
-    let spared = Spared::of(&table);
+    let me = std::process::id();
     let own_group = nix::unistd::getpgrp().as_raw() as u32;
-    let mut targets: Vec<ProcInfo> = table
-        .descendants(std::process::id())
-        .into_iter()
-        .filter(|p| p.pgid != own_group && !spared.spares(p.pid))
-        .collect();
-    add_marked(&table, dir, &spared, &mut targets);
-    let stopped = stop_recorded(
-        dir,
-        targets,
-        Op::StraysStopped,
-        Some(agent),
-        "processes the agent started outlived it; stopped before the next start",
-    );
+    let of_the_run = |table: &ProcTable, spared: &Spared| -> Vec<ProcInfo> {
+        table
+            .descendants(me)
+            .into_iter()
+            .filter(|p| p.pgid != own_group && !spared.spares(p.pid))
+            .collect()
+    };
+    let tree = if IS_SUBREAPER.load(std::sync::atomic::Ordering::Relaxed) {
+        ProcTable::whole_tree(me)
+    } else {
+        None
+    };
+    let (targets, whole_machine) = match &tree {
+        Some(table) => (of_the_run(table, &Spared::of_tree()), false),
+        None => {
+            let table = ProcTable::read();
+            let spared = Spared::of(&table);
+            let mut targets = of_the_run(&table, &spared);
+            add_marked(&table, dir, &spared, &mut targets);
+            (targets, true)
+        }
+    };
+    let (mut stopped, mut listing) = stop(targets);
+    // A process forked while the first ones were read and signalled is not on the lists
+    // read before it: look again until a look finds nothing new (bounded).
+    for _ in 0..3 {
+        if whole_machine || stopped.is_empty() {
+            break;
+        }
+        let Some(table) = ProcTable::whole_tree(me) else {
+            break;
+        };
+        let late: Vec<ProcInfo> = of_the_run(&table, &Spared::of_tree())
+            .into_iter()
+            .filter(|p| {
+                !stopped
+                    .iter()
+                    .any(|s| s.pid == p.pid && s.started == p.started)
+            })
+            .collect();
+        if late.is_empty() {
+            break;
+        }
+        let (more, more_listed) = stop(late);
+        if let (Some(all), Some(extra)) = (listing.as_array_mut(), more_listed.as_array()) {
+            all.extend(extra.iter().cloned());
+        }
+        stopped.extend(more);
+    }
+    if !stopped.is_empty() {
+        let _ = dir.record_op(
+            Op::StraysStopped,
+            json!({
+                "agent_pid": agent, "processes": listing,
+                "why": "processes the agent started outlived it; stopped before the next start",
+            }),
+        );
+    }
     // agent.pid stays: it also names this wrapper, which a successor waits for.
     record_swept(dir);
     if held {
@@ -280,6 +336,15 @@ impl Spared {
     fn of(table: &ProcTable) -> Spared {
         Spared {
             ancestors: ancestors(table),
+            own: own_programs(),
+        }
+    }
+
+    /// For a sweep of the wrapper's own tree: its ancestors are not in it, so only its own
+    /// programs need looking up.
+    fn of_tree() -> Spared {
+        Spared {
+            ancestors: vec![std::process::id()],
             own: own_programs(),
         }
     }

@@ -20,8 +20,33 @@ static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// wrapper inherits its orphans, and each one that ends is its to collect.
 static CHILD_ENDED: AtomicBool = AtomicBool::new(false);
 
+/// The wrapper's doorbell (`state::doorbell`), rung by the handlers so a signal wakes its
+/// sleep (-1: none yet).
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// Ring the doorbell from a signal handler: `write(2)` is async-signal-safe, and `errno` is
+/// put back for the code the signal interrupted.
+fn wake_from_handler() {
+    let fd = WAKE_FD.load(Ordering::SeqCst);
+    if fd >= 0 {
+        // SAFETY: errno is this thread's; write gets a valid one-byte buffer.
+        unsafe {
+            let saved = *libc::__errno_location();
+            libc::write(fd, [1u8].as_ptr().cast(), 1);
+            *libc::__errno_location() = saved;
+        }
+    }
+}
+
+/// Signals wake the wrapper through `fd` from now on (its doorbell's writing end, open for
+/// the rest of its life).
+pub fn wake_signals_through(fd: i32) {
+    WAKE_FD.store(fd, Ordering::SeqCst);
+}
+
 extern "C" fn on_child(_: libc::c_int) {
     CHILD_ENDED.store(true, Ordering::SeqCst);
+    wake_from_handler();
 }
 
 extern "C" fn on_signal(sig: libc::c_int) {
@@ -35,6 +60,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
     // SIGINT is only passed on: the agent decides what Ctrl-C means.
     if sig != libc::SIGINT {
         STOP_SIGNAL.store(sig, Ordering::SeqCst);
+        wake_from_handler();
     }
 }
 

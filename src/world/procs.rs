@@ -136,6 +136,45 @@ impl ProcTable {
         Some(table)
     }
 
+    /// Every process under `root` (itself included), from the children lists of every
+    /// thread at every level: a child that a worker thread started (a multi-threaded CLI's
+    /// tool process) is on that thread's list only. For a sweep that must miss nothing of
+    /// one tree, where `trees` reads what an observation of many needs. `None` when the
+    /// kernel keeps no such lists.
+    pub fn whole_tree(root: u32) -> Option<ProcTable> {
+        let (boot, ticks) = (boot_time(), clock_ticks());
+        let mut table = ProcTable::default();
+        table.add(read_stats(&[root], boot, ticks));
+        let mut below = vec![root];
+        while let Some(pid) = below.pop() {
+            let mut kids: Vec<u32> = Vec::new();
+            let tids = match fs::read_dir(format!("/proc/{pid}/task")) {
+                Ok(tids) => tids,
+                // It ended meanwhile.
+                Err(_) if !std::path::Path::new(&format!("/proc/{pid}")).exists() => continue,
+                Err(_) => return None,
+            };
+            for tid in tids
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            {
+                match children_listed(pid, tid) {
+                    Some(listed) => kids.extend(listed),
+                    // A thread that ended meanwhile has no list; a kernel without lists none.
+                    None if !std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() => {}
+                    None => return None,
+                }
+            }
+            kids.sort_unstable();
+            kids.dedup();
+            kids.retain(|k| !table.procs.contains_key(k));
+            let infos = read_stats(&kids, boot, ticks);
+            below.extend(infos.iter().map(|p| p.pid));
+            table.add(infos);
+        }
+        Some(table)
+    }
+
     fn add(&mut self, infos: Vec<ProcInfo>) {
         for info in infos {
             self.children.entry(info.ppid).or_default().push(info.pid);

@@ -103,6 +103,21 @@ pub fn wrap(config: &Path, agent_name: &str, part: Option<PathBuf>) -> crate::er
         ));
     }
     enter_workdir(&agent);
+    // What it acts on rings this (hooks, messages, signals, the agent's exit): it sleeps
+    // until then. Without one it looks four times a second, as it always did.
+    let doorbell = match state::doorbell::Doorbell::install(&dir) {
+        Ok(bell) => {
+            term::wake_signals_through(bell.raw_write_fd());
+            Some(bell)
+        }
+        Err(e) => {
+            let _ = dir.record_op(
+                Op::DoorbellUnavailable,
+                json!({"error": e.to_string(), "instead": "a look every 250 ms"}),
+            );
+            None
+        }
+    };
     let runtime = world::runtime_for(&spec);
     let pane = runtime.own_pane();
     let mut wrapper = Wrapper {
@@ -119,6 +134,7 @@ pub fn wrap(config: &Path, agent_name: &str, part: Option<PathBuf>) -> crate::er
         phase: Default::default(),
         phase_changed: Default::default(),
         proxy: Default::default(),
+        doorbell,
     };
     // A session that died with its pane or its host, mid-task, is owed the nudge as well.
     let state = wrapper.dir.read_state().ok();
@@ -190,6 +206,8 @@ struct Wrapper {
     phase_changed: std::cell::Cell<bool>,
     /// The proxy of its sandbox's network, once a start needed it.
     proxy: std::cell::RefCell<Option<crate::sandbox::Proxy>>,
+    /// What wakes it (`state::doorbell`); `None` where the FIFO could not be made.
+    doorbell: Option<state::doorbell::Doorbell>,
 }
 
 /// One finished run of the agent CLI.

@@ -5,6 +5,18 @@ use super::*;
 
 /// How soon after a delivery attempt the wrapper looks at the inbox again.
 const MESSAGE_RETRY: Duration = Duration::from_secs(2);
+/// How long an idle wrapper sleeps when its doorbell does not ring: a last look, in case a
+/// ringer could not reach it (an older phoenix's hook, a doorbell replaced meanwhile). Under
+/// the bound of two wakeups in 20 s, and the files decide, not the ring.
+const IDLE_LOOK: Duration = Duration::from_secs(30);
+
+/// Why the wrapper's sleep ended.
+enum Wake {
+    /// The agent exited, with this status (`None`: it could not be read).
+    Exited(Option<ExitStatus>),
+    /// Time to look at its files again.
+    Look,
+}
 
 /// A started agent process, and when it was spawned (RFC 3339).
 struct Spawned {
@@ -191,8 +203,12 @@ impl Wrapper {
     ) -> (Option<ExitStatus>, bool, Option<String>) {
         let pid = child.id();
         let (tx, rx) = mpsc::channel();
+        let ringer = self.doorbell.as_ref().and_then(|b| b.ringer().ok());
         std::thread::spawn(move || {
             let _ = tx.send(child.wait());
+            if let Some(ringer) = ringer {
+                ringer.ring();
+            }
         });
         let mut deadline = started + self.agent.restart.life_deadline;
         let mut showed_life = false;
@@ -204,17 +220,25 @@ impl Wrapper {
         let mut next_delivery = Instant::now();
         let mut asked: Option<String> = None;
         let status = loop {
-            // Once alive, a tick costs one stat (the turn-failed marker): often enough that a
-            // failed turn waits a quarter of a second for its decision, not a second.
-            let tick = if showed_life && stop_sent.is_none() {
-                Duration::from_millis(250)
+            // Until it shows life, and while it is being stopped, the wrapper looks ten times a
+            // second (its probe reads files and the pane; the grace runs out). While a message
+            // waits for a turn boundary, or a failed turn, a wait or a delivery is being
+            // handled on a thread, four times. Otherwise it sleeps until its doorbell rings:
+            // a marker set, a message left, a signal, the agent's exit.
+            let busy = [&treating, &notifying, &delivering]
+                .iter()
+                .any(|t| t.as_ref().is_some_and(|t| !t.is_finished()))
+                || (showed_life && crate::state::inbox::has_pending(&self.dir));
+            let tick = if !showed_life || stop_sent.is_some() {
+                Some(Duration::from_millis(100))
+            } else if busy || self.doorbell.is_none() {
+                Some(Duration::from_millis(250))
             } else {
-                Duration::from_millis(100)
+                Some(IDLE_LOOK)
             };
-            match rx.recv_timeout(tick) {
-                Ok(status) => break status.ok(),
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+            match self.sleep(&rx, tick) {
+                Wake::Exited(status) => break status,
+                Wake::Look => {}
             }
             if !showed_life && probe.shown() {
                 showed_life = true;
@@ -281,6 +305,30 @@ impl Wrapper {
             }
         };
         (status, showed_life, asked)
+    }
+
+    /// Sleep until the doorbell rings, `tick` passes or the agent exits (without a doorbell,
+    /// until `tick` passes or the agent exits).
+    fn sleep(
+        &mut self,
+        exited: &mpsc::Receiver<std::io::Result<ExitStatus>>,
+        tick: Option<Duration>,
+    ) -> Wake {
+        let got = match &mut self.doorbell {
+            Some(bell) => {
+                bell.wait(tick);
+                exited.try_recv().map_err(|e| match e {
+                    mpsc::TryRecvError::Empty => mpsc::RecvTimeoutError::Timeout,
+                    mpsc::TryRecvError::Disconnected => mpsc::RecvTimeoutError::Disconnected,
+                })
+            }
+            None => exited.recv_timeout(tick.unwrap_or(Duration::from_millis(250))),
+        };
+        match got {
+            Ok(status) => Wake::Exited(status.ok()),
+            Err(mpsc::RecvTimeoutError::Timeout) => Wake::Look,
+            Err(mpsc::RecvTimeoutError::Disconnected) => Wake::Exited(None),
+        }
     }
 
     /// After the agent's exit: stop what it left behind, say the wrapper is deciding, and take
