@@ -172,6 +172,23 @@ impl Policies {
         policies
     }
 
+    /// What `for_spec` would load, as it is on disk now: a kept `Policies` is reused while
+    /// this stays the same, and replaced once a policy file is edited, added or removed.
+    pub fn sources(spec: &crate::spec::Spec) -> Sources {
+        // Where fallbacks are recorded is part of what was loaded.
+        let mut seen = vec![(spec.fleet.state_dir.clone(), None)];
+        stamp_tree(&spec.dir.join("policies"), 0, &mut seen);
+        for p in spec.agents.iter().filter_map(|a| a.policy.as_ref()) {
+            let path = if p.is_absolute() {
+                p.clone()
+            } else {
+                spec.dir.join(p)
+            };
+            seen.push((path.clone(), stamp(&path)));
+        }
+        Sources(seen)
+    }
+
     /// Record fallbacks as critical events in this fleet's state dir.
     pub fn record_events_in(&mut self, fleet: FleetDir) {
         self.events = Some(fleet);
@@ -324,3 +341,40 @@ pub fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
 
 #[cfg(test)]
 mod tests;
+
+/// The policy files of a fleet and how each was on disk ([`Policies::sources`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sources(Vec<(PathBuf, Option<(u64, std::time::SystemTime)>)>);
+
+/// How many entries of `policies/` are looked at, and how deep: a policy dir is a few files.
+const SOURCES_MAX: usize = 512;
+const SOURCES_DEPTH: usize = 4;
+
+fn stamp(path: &Path) -> Option<(u64, std::time::SystemTime)> {
+    let m = std::fs::symlink_metadata(path).ok()?;
+    Some((m.len(), m.modified().ok()?))
+}
+
+fn stamp_tree(
+    dir: &Path,
+    depth: usize,
+    seen: &mut Vec<(PathBuf, Option<(u64, std::time::SystemTime)>)>,
+) {
+    seen.push((dir.to_path_buf(), stamp(dir)));
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        if seen.len() >= SOURCES_MAX {
+            return;
+        }
+        let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        if is_dir && depth + 1 < SOURCES_DEPTH {
+            stamp_tree(&path, depth + 1, seen);
+        } else {
+            seen.push((path.clone(), stamp(&path)));
+        }
+    }
+}

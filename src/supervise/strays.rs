@@ -104,6 +104,28 @@ pub fn record_agent(dir: &AgentDir, pid: u32) {
     );
 }
 
+/// The wrapper's tree once it holds still. It is read from the top down while the agent's
+/// group is dying: a child that a dying process hands to the wrapper (its subreaper) after
+/// the wrapper's list was read, and before its parent's was, is on neither list read. So it
+/// is read again until two reads find the same processes (a few, a millisecond apart).
+fn settled_tree(me: u32) -> Option<ProcTable> {
+    let pids = |t: &ProcTable| {
+        let mut p: Vec<(u32, u32)> = t.all().map(|p| (p.pid, p.ppid)).collect();
+        p.sort_unstable();
+        p
+    };
+    let mut last = ProcTable::whole_tree(me)?;
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_millis(1));
+        let now = ProcTable::whole_tree(me)?;
+        if pids(&now) == pids(&last) {
+            return Some(now);
+        }
+        last = now;
+    }
+    Some(last)
+}
+
 /// The run's processes are all stopped: a wrapper started after this one ends (killed in its
 /// cooldown, say) has nothing of it to look for.
 fn record_swept(dir: &AgentDir) {
@@ -221,7 +243,7 @@ pub fn sweep(dir: &AgentDir, agent: u32, held: bool) -> Vec<ProcInfo> {
             .collect()
     };
     let tree = if IS_SUBREAPER.load(std::sync::atomic::Ordering::Relaxed) {
-        ProcTable::whole_tree(me)
+        settled_tree(me)
     } else {
         None
     };
@@ -242,7 +264,7 @@ pub fn sweep(dir: &AgentDir, agent: u32, held: bool) -> Vec<ProcInfo> {
         if whole_machine || stopped.is_empty() {
             break;
         }
-        let Some(table) = ProcTable::whole_tree(me) else {
+        let Some(table) = settled_tree(me) else {
             break;
         };
         let late: Vec<ProcInfo> = of_the_run(&table, &Spared::of_tree())

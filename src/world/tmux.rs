@@ -38,7 +38,7 @@ impl Tmux {
     }
 
     fn command(&self) -> Command {
-        let mut cmd = Command::new(PROGRAM);
+        let mut cmd = Command::new(program());
         cmd.arg("-L").arg(&self.socket);
         // A tmux client inside another tmux would otherwise refuse or talk to the wrong server.
         cmd.env_remove("TMUX");
@@ -449,6 +449,14 @@ fn parse_pane(line: &str) -> Result<PaneObs, RuntimeError> {
     })
 }
 
+/// The tmux program, found on PATH once: a wrapper calls it after every exit, and spawning by
+/// name tries each PATH entry in turn (nine failed execs on a usual PATH). As a name when it
+/// is not found, so the error says what it always said.
+fn program() -> &'static std::ffi::OsStr {
+    static FOUND: std::sync::OnceLock<std::ffi::OsString> = std::sync::OnceLock::new();
+    FOUND.get_or_init(|| on_path().map_or_else(|| PROGRAM.into(), |p| p.into_os_string()))
+}
+
 /// Whether `tmux` can be found on PATH (for diagnosis).
 fn on_path() -> Option<std::path::PathBuf> {
     let path = std::env::var_os("PATH")?;
@@ -480,7 +488,7 @@ fn socket_dir() -> std::path::PathBuf {
 
 /// `tmux -V`, e.g. "tmux 3.3a".
 fn version() -> Option<String> {
-    let out = Command::new("tmux").arg("-V").output().ok()?;
+    let out = Command::new(program()).arg("-V").output().ok()?;
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())

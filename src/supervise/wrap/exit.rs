@@ -88,16 +88,15 @@ impl Wrapper {
         };
         let incident = Incident::Exit(exit.clone());
         let pane_tail = self.crash_evidence(&incident, run.screen.as_deref());
-        // Lua is loaded here, after an exit, never on a hook's path; a new state each time
-        // picks up edited policies. Stops requested on purpose need no policy.
-        let policies = exit
-            .requested
-            .is_none()
-            .then(|| Policies::for_spec(&self.spec));
+        // Lua is loaded here, after an exit, never on a hook's path, and kept for the next
+        // exit while no policy file changes (a crash loop does not load it once a crash).
+        // Stops requested on purpose need no policy.
+        let policies = exit.requested.is_none().then(|| self.policies());
+        let policies = policies.as_deref();
         let templates = Templates::for_spec(&self.spec);
-        let decision = recovery::decide(&incident, &facts, policies.as_ref(), |shown| {
+        let decision = recovery::decide(&incident, &facts, policies, |shown| {
             let clinic = Clinic {
-                policies: policies.as_ref()?,
+                policies: policies?,
                 templates: &templates,
                 settings: &self.spec.clinic,
                 fleet: self.fleet.clone(),
@@ -129,6 +128,20 @@ impl Wrapper {
         let answer = decision.clone();
         let job = move || books.keep(&run, &exit, &answer, pane_tail, &sessions);
         (decision, Aftermath::start(job))
+    }
+
+    /// The fleet's policies, loaded at the first exit that needs them and kept while their
+    /// files stay as they were.
+    fn policies(&mut self) -> std::rc::Rc<Policies> {
+        let now = Policies::sources(&self.spec);
+        match &self.policies {
+            Some((sources, kept)) if *sources == now => kept.clone(),
+            _ => {
+                let fresh = std::rc::Rc::new(Policies::for_spec(&self.spec));
+                self.policies = Some((now, fresh.clone()));
+                fresh
+            }
+        }
     }
 
     /// The evidence of a crash, from the pane as the exit left it: only what this session
@@ -282,9 +295,9 @@ impl Wrapper {
         ));
     }
 
-    /// Wait before the next start; false if the wrapper was told to stop meanwhile.
-    pub(super) fn cooldown(&self, delay: Duration) -> bool {
-        let until = Instant::now() + delay;
+    /// Wait until `until` before the next start; false if the wrapper was told to stop
+    /// meanwhile.
+    pub(super) fn cooldown(&self, until: Instant) -> bool {
         while Instant::now() < until {
             if term::stop_signal().is_some() {
                 return false;

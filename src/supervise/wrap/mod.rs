@@ -135,6 +135,7 @@ pub fn wrap(config: &Path, agent_name: &str, part: Option<PathBuf>) -> crate::er
         phase_changed: Default::default(),
         proxy: Default::default(),
         doorbell,
+        policies: None,
     };
     // A session that died with its pane or its host, mid-task, is owed the nudge as well.
     let state = wrapper.dir.read_state().ok();
@@ -208,6 +209,8 @@ struct Wrapper {
     proxy: std::cell::RefCell<Option<crate::sandbox::Proxy>>,
     /// What wakes it (`state::doorbell`); `None` where the FIFO could not be made.
     doorbell: Option<state::doorbell::Doorbell>,
+    /// The policies the last exit was decided with, and their files as they were then.
+    policies: Option<(crate::policy::Sources, std::rc::Rc<Policies>)>,
 }
 
 /// One finished run of the agent CLI.
@@ -226,6 +229,8 @@ struct Run {
     screen: Option<String>,
     /// It ended at its folder-trust question, before it showed life: what it asked.
     trust_question: Option<String>,
+    /// When the wrapper saw it end.
+    ended: Instant,
 }
 
 enum SafeOutcome {
@@ -262,12 +267,13 @@ impl Wrapper {
     fn run(&mut self) -> crate::error::Result<i32> {
         self.start_tap();
         // The spec was read a moment ago: read again only between runs.
-        let mut first = true;
+        // Read a moment ago, or during the cooldown just waited out.
+        let mut spec_is_fresh = true;
         loop {
             if let Some(sig) = term::stop_signal() {
                 return Ok(128 + sig);
             }
-            if !std::mem::take(&mut first) {
+            if !std::mem::take(&mut spec_is_fresh) {
                 self.reload();
             }
             // The operator moved the agent to another machine (its fence here): this copy is
@@ -313,8 +319,14 @@ impl Wrapper {
             // The exit's bookkeeping (evidence, handoff, the executor's writes, the record of
             // the end) runs during the cooldown and is done before anything else happens here:
             // the next start, safe mode, or the wrapper's own end.
+            // The cooldown counts from the exit: the decision, the sweep and the config's
+            // reload happen within it, not before it.
             let go_on = match decision.start {
-                Some(Start::Resume | Start::Fresh) => self.cooldown(decision.delay),
+                Some(Start::Resume | Start::Fresh) => {
+                    self.reload();
+                    spec_is_fresh = true;
+                    self.cooldown(run.ended + decision.delay)
+                }
                 Some(Start::SafeMode) | None => true,
             };
             aftermath.finish();

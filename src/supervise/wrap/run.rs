@@ -47,17 +47,20 @@ impl Wrapper {
         give_back_freed_memory();
         let (status, mut showed_life, asked) =
             self.watch(child.child, started, ops_at_start, &mut probe);
+        let ended = Instant::now();
         let status = match &self.agent.sandbox {
             Some(_) => status.map(super::sandbox::as_the_clis),
             None => status,
         };
-        self.clean_up_after(pid);
         // The one read of the pane after this exit: the last look for life, the crash's
-        // evidence, and what the next start's life check compares with.
-        let screen = self
-            .pane
-            .as_ref()
-            .and_then(|p| self.runtime.capture(p, probe::SCREEN_LINES).ok());
+        // evidence, and what the next start's life check compares with. Read while what
+        // the agent left is stopped: the screen is the exit's, and neither waits for the other.
+        let capture = self.pane.clone().map(|pane| {
+            let runtime = self.runtime.clone();
+            std::thread::spawn(move || runtime.capture(&pane, probe::SCREEN_LINES).ok())
+        });
+        self.clean_up_after(pid);
+        let screen = capture.and_then(|c| c.join().ok().flatten());
         // Read: now what the CLI left set in the terminal goes (its last frame included), so
         // that what the pane shows next is the wrapper's and the next start's own.
         reset_terminal();
@@ -94,6 +97,7 @@ impl Wrapper {
             resume_refused,
             screen,
             trust_question,
+            ended,
         }
     }
 
@@ -584,6 +588,7 @@ impl Wrapper {
             resume_refused: false,
             screen: None,
             trust_question: None,
+            ended: Instant::now(),
         }
     }
 
