@@ -5,7 +5,11 @@
 //!    shows life). Median and max over `KILLS` kills. The cooldown is the shortest allowed
 //!    (100 ms, the floor): the time the restart costs beyond it — the wait its `agent_exit`
 //!    records (`delay_ms`) taken off — is what a cooldown of 0 would show (goal ≤ 10 ms).
-//! 2. Daemon idle cost: `phoenix run` with 10 agents for 60 s: CPU % and RSS.
+//!    Beside it, the floor measured in the same run: `while :; do CMD; done` in a tmux pane.
+//! 2. Idle wrappers: `IDLE_WRAPPERS` agents that print a line and sleep; over 20 s, each
+//!    wrapper's wakeups (context switches of all its threads; goal ≤ 2), its CPU, and its
+//!    memory (PSS and RSS; goal ≤ 300 kB PSS of phoenix's own per agent).
+//! 3. Daemon idle cost: `phoenix run` with 10 agents for 60 s: CPU % and RSS.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -14,10 +18,14 @@ use std::time::{Duration, Instant};
 const KILLS: usize = 25;
 const IDLE_AGENTS: usize = 10;
 const IDLE_SECS: u64 = 60;
+const IDLE_WRAPPERS: usize = 50;
+const QUIET_SECS: u64 = 20;
 
 fn main() {
     let exe = env!("CARGO_BIN_EXE_phoenix");
     restart_latency(exe);
+    restart_floor(exe);
+    idle_wrappers(exe);
     daemon_idle(exe);
 }
 
@@ -83,6 +91,127 @@ fn restart_latency(exe: &str) {
     );
     report("  kill -9 → replacement shows life", &mut to_life);
     println!("  resumed runs: {resumed} of {KILLS}");
+}
+
+/// The floor: a shell loop restarting the same agent in a tmux pane, killed the same way.
+fn restart_floor(exe: &str) {
+    let socket = format!("phx-bench-floor-{}", std::process::id());
+    let _server = KillServer(socket.clone());
+    let script = format!("while :; do {exe} demo-agent --interval 1s; done");
+    tmux(
+        &socket,
+        &["new-session", "-d", "-s", "floor", "sh", "-c", &script],
+    );
+    let shell: u32 = tmux(&socket, &["list-panes", "-a", "-F", "#{pane_pid}"])
+        .trim()
+        .parse()
+        .expect("pane pid");
+    let mut agent = wait_for_agent(shell, None, Duration::from_secs(10)).expect("agent up");
+    let mut samples = Vec::new();
+    for _ in 0..KILLS {
+        std::thread::sleep(Duration::from_millis(300));
+        let t0 = Instant::now();
+        kill9(agent);
+        agent = wait_for_agent(shell, Some(agent), Duration::from_secs(10)).expect("restarted");
+        samples.push(t0.elapsed());
+    }
+    report(
+        "  floor, `while :; do CMD; done` in a tmux pane: kill -9 → replacement running",
+        &mut samples,
+    );
+}
+
+fn idle_wrappers(exe: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = format!("phx-bench-quiet-{}", std::process::id());
+    let _server = KillServer(socket.clone());
+    let config = dir.path().join("phoenix.toml");
+    let mut toml = format!("[fleet]\nname = \"bench\"\ntmux_socket = \"{socket}\"\n\n");
+    for i in 0..IDLE_WRAPPERS {
+        toml.push_str(&format!(
+            "[[agent]]\nname = \"q-{i}\"\ncli = \"custom\"\n\
+             command = \"sh -c 'echo ready; exec sleep infinity'\"\n\n"
+        ));
+    }
+    std::fs::write(&config, toml).unwrap();
+    phoenix(exe, &config, &["apply", "--yes"]);
+    let agents = dir.path().join(".phoenix/agents");
+    wait_for(Duration::from_secs(60), || {
+        (0..IDLE_WRAPPERS)
+            .all(|i| count(&agents.join(format!("q-{i}/ops.jsonl")), "agent_alive") > 0)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let wrappers: Vec<u32> = tmux(&socket, &["list-panes", "-a", "-F", "#{pane_pid}"])
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let sleepers: Vec<u32> = wrappers.iter().flat_map(|w| children(*w)).collect();
+    let switches = |pids: &[u32]| -> Vec<((u32, u32), u64)> {
+        pids.iter().flat_map(|p| context_switches(*p)).collect()
+    };
+    // Per thread: one that ended meanwhile counts no more, one started counts from nothing.
+    let since = |before: &[((u32, u32), u64)], now: &[((u32, u32), u64)]| -> u64 {
+        now.iter()
+            .map(|(t, n)| n - before.iter().find(|(b, _)| b == t).map_or(0, |(_, m)| *m))
+            .sum()
+    };
+    let ticks = |pids: &[u32]| -> u64 { pids.iter().map(|p| cpu_ticks(*p)).sum() };
+    let (w0, s0, c0) = (switches(&wrappers), switches(&sleepers), ticks(&wrappers));
+    let threads = w0.len();
+    std::thread::sleep(Duration::from_secs(QUIET_SECS));
+    let (w1, s1, c1) = (switches(&wrappers), switches(&sleepers), ticks(&wrappers));
+    let n = wrappers.len() as f64;
+    let pss: u64 = wrappers.iter().map(|p| rollup_kb(*p, "Pss:")).sum();
+    let rss: u64 = wrappers.iter().map(|p| rollup_kb(*p, "Rss:")).sum();
+    let cpu_pct = (c1 - c0) as f64 / clock_ticks() as f64 / QUIET_SECS as f64 * 100.0;
+    println!(
+        "{} idle wrappers over {QUIET_SECS} s ({:.1} threads each):",
+        wrappers.len(),
+        threads as f64 / n
+    );
+    println!(
+        "  wakeups per wrapper: {:.2} (floor, the agent beside it: {:.2}; goal ≤ 2)",
+        since(&w0, &w1) as f64 / n,
+        since(&s0, &s1) as f64 / sleepers.len().max(1) as f64
+    );
+    println!(
+        "  CPU of all wrappers: {cpu_pct:.3}% of a core ({} ticks)",
+        c1 - c0
+    );
+    println!(
+        "  memory per wrapper: PSS {:.0} kB (goal ≤ 300 kB), RSS {:.0} kB",
+        pss as f64 / n,
+        rss as f64 / n
+    );
+    phoenix(exe, &config, &["down"]);
+}
+
+/// Voluntary and involuntary context switches of each of `pid`'s threads so far.
+fn context_switches(pid: u32) -> Vec<((u32, u32), u64)> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| {
+            let tid: u32 = t.file_name().to_str()?.parse().ok()?;
+            let n = std::fs::read_to_string(t.path().join("status"))
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>();
+            Some(((pid, tid), n))
+        })
+        .collect()
+}
+
+fn rollup_kb(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 fn daemon_idle(exe: &str) {

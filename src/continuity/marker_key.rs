@@ -30,7 +30,9 @@ pub fn issue(dir: &AgentDir) -> io::Result<String> {
         .iter()
         .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
         .collect();
-    crate::state::atomic_write(&dir.file(MARKER_KEY), key.as_bytes())?;
+    // Atomic, not synced: every start issues a new key, so one a power loss took is only
+    // replaced by the next start's; the sync cost each restart two fsyncs.
+    crate::state::file::write_atomic(&dir.file(MARKER_KEY), key.as_bytes(), 0o600, false)?;
     Ok(key)
 }
 
