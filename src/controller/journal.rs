@@ -22,8 +22,12 @@ use crate::telemetry::records::Recorder;
 /// Dropped telemetry records are logged at most this often.
 const DROPS_REPORTED_EVERY: Duration = Duration::from_secs(60);
 
-/// How often the ops logs are read: a crash shows up in the journal within this.
+/// How often the ops logs are read where the agents' dirs cannot be watched: a crash shows
+/// up in the journal within this.
 const POLL: Duration = Duration::from_millis(500);
+/// How often they are read anyway while watched: a missed file event costs a late line,
+/// never a lost one (the follower reads from where it stopped).
+const WATCHED_POLL: Duration = Duration::from_secs(30);
 
 /// The follower of the fleet's ops logs, made before the daemon's first pass so that nothing
 /// that pass starts is missed.
@@ -70,8 +74,19 @@ impl Journal {
         self
     }
 
-    /// Log the steps a person watching the journal needs, until the task is dropped.
+    /// Log the steps a person watching the journal needs, until the task is dropped. The
+    /// ops logs are read when one is written (inotify on the agents' dirs), not every half
+    /// second: an idle fleet's daemon sleeps.
     pub async fn follow(mut self) {
+        let written = Arc::new(tokio::sync::Notify::new());
+        let watcher = watch_ops_logs(&self.fleet.root.join("agents"), written.clone());
+        let every = match &watcher {
+            Ok(_) => WATCHED_POLL,
+            Err(e) => {
+                warn!(error = %e, "cannot watch the agents' ops logs; reading them every 500 ms");
+                POLL
+            }
+        };
         loop {
             // An agent dir made since (a first start, a config reload): all of it is new.
             for agent in self.fleet.agent_names() {
@@ -91,9 +106,42 @@ impl Journal {
             if let Some(export) = &mut self.export {
                 export.report();
             }
-            tokio::time::sleep(POLL).await;
+            tokio::select! {
+                _ = written.notified() => {}
+                _ = tokio::time::sleep(every) => {}
+            }
         }
     }
+}
+
+/// Wake `written` whenever an `ops.jsonl` under `agents` is written, or an agent's dir is made.
+fn watch_ops_logs(
+    agents: &std::path::Path,
+    written: Arc<tokio::sync::Notify>,
+) -> notify::Result<notify::RecommendedWatcher> {
+    use notify::{EventKind, RecursiveMode, Watcher};
+    std::fs::create_dir_all(agents).map_err(notify::Error::io)?;
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        let Ok(event) = res else {
+            // The queue overflowed, say: read everything now.
+            written.notify_one();
+            return;
+        };
+        let wanted = match event.kind {
+            EventKind::Access(_) => false,
+            // A new agent's dir (not the temp file of every atomic write).
+            EventKind::Create(notify::event::CreateKind::Folder) => true,
+            _ => event
+                .paths
+                .iter()
+                .any(|p| p.file_name().is_some_and(|n| n == crate::state::OPS_LOG)),
+        };
+        if wanted {
+            written.notify_one();
+        }
+    })?;
+    watcher.watch(agents, RecursiveMode::Recursive)?;
+    Ok(watcher)
 }
 
 impl Export {
