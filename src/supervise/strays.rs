@@ -104,6 +104,28 @@ pub fn record_agent(dir: &AgentDir, pid: u32) {
     );
 }
 
+/// phoenix's own processes the last run's hooks left running (a session-end hook still
+/// writing the agent's state), found by the sweep.
+static LATE_WRITERS: std::sync::Mutex<Vec<ProcInfo>> = std::sync::Mutex::new(Vec::new());
+/// How long the next start waits for them: hooks are bounded and end by themselves.
+const LATE_WRITERS_WAIT: Duration = Duration::from_secs(3);
+
+/// Before the next start: wait (bounded) until the hooks the last run left have written what
+/// they write, so the start reads the state they leave (the session to resume), not the state
+/// half-way. Returns at once when none was left.
+pub fn wait_for_late_writers() {
+    let late = LATE_WRITERS
+        .lock()
+        .map(|mut l| std::mem::take(&mut *l))
+        .unwrap_or_default();
+    let until = Instant::now() + LATE_WRITERS_WAIT;
+    while late.iter().any(same) && Instant::now() < until {
+        late.iter().for_each(reap);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    late.iter().for_each(reap);
+}
+
 /// The wrapper's tree once it holds still. It is read from the top down while the agent's
 /// group is dying: a child that a dying process hands to the wrapper (its subreaper) after
 /// the wrapper's list was read, and before its parent's was, is on neither list read. So it
@@ -247,6 +269,19 @@ pub fn sweep(dir: &AgentDir, agent: u32, held: bool) -> Vec<ProcInfo> {
     } else {
         None
     };
+    if let Some(table) = &tree {
+        // phoenix's own programs the run's hooks left (spared: what they write is what the
+        // next session starts from) are waited for before that session starts.
+        let spared = Spared::of_tree();
+        let own: Vec<ProcInfo> = table
+            .descendants(me)
+            .into_iter()
+            .filter(|p| p.pgid != own_group && p.pid != me && spared.spares(p.pid))
+            .collect();
+        if let Ok(mut late) = LATE_WRITERS.lock() {
+            *late = own;
+        }
+    }
     let (targets, whole_machine) = match &tree {
         Some(table) => (of_the_run(table, &Spared::of_tree()), false),
         None => {

@@ -135,7 +135,15 @@ fn silence_is_confirmed_revived_once_then_unrecoverable() {
     assert_eq!(exit["reason"], "watchdog_kill", "{exit}");
     assert_eq!(exit["counts_as_crash"], false, "{exit}");
     let start = ops.iter().rfind(|o| o["event"] == "agent_start").unwrap();
-    assert_eq!(start["mode"], "resume", "{start}");
+    assert_eq!(
+        start["mode"],
+        "resume",
+        "{start}\n{}",
+        ops.iter()
+            .map(|o| o.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     let pane = fleet.agent_status("quiet")["pane"]
         .as_str()
         .unwrap()

@@ -28,6 +28,9 @@ impl Wrapper {
     /// Choose resume or fresh (fresh when the `.fresh` marker asks, the one way that intent
     /// travels), start the CLI in the foreground, and wait for it.
     pub(super) fn run_once(&mut self) -> Run {
+        // The last run's hooks may still be writing its session's end: start from what they
+        // leave, not from half of it.
+        crate::supervise::strays::wait_for_late_writers();
         let (mode, session_id, argv) = self.choose_start();
         self.trust_hooks();
         let mut probe = LifeProbe::new(&self.dir, &self.agent, &self.runtime, &self.pane);
