@@ -16,7 +16,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Duration;
@@ -102,7 +102,7 @@ impl Doorbell {
     pub fn wait(&mut self, timeout: Option<Duration>) -> bool {
         let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
         let mut fds = [libc::pollfd {
-            fd: self.read.as_fd().as_raw_fd(),
+            fd: self.read.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         }];
@@ -114,10 +114,6 @@ impl Doorbell {
         let mut buf = [0u8; 256];
         while matches!(self.read.read(&mut buf), Ok(n) if n > 0) {}
         true
-    }
-
-    pub fn as_fd(&self) -> BorrowedFd<'_> {
-        self.read.as_fd()
     }
 }
 

@@ -233,13 +233,25 @@ fn stop_recorded(
     why: &str,
 ) -> Vec<ProcInfo> {
     let (stopped, listing) = stop(targets);
+    record_stopped(dir, &stopped, listing, op, agent_pid, why);
+    stopped
+}
+
+/// Record what was stopped (`listing`: what each ran) as `op`, when anything was.
+fn record_stopped(
+    dir: &AgentDir,
+    stopped: &[ProcInfo],
+    listing: serde_json::Value,
+    op: crate::state::op::Make,
+    agent_pid: Option<u32>,
+    why: &str,
+) {
     if !stopped.is_empty() {
         let _ = dir.record_op(
             op,
             json!({"agent_pid": agent_pid, "processes": listing, "why": why}),
         );
     }
-    stopped
 }
 
 /// After the agent (pid `agent`) exited: every process of its run still alive, the
@@ -257,52 +269,73 @@ fn stop_recorded(
 pub fn sweep(dir: &AgentDir, agent: u32, held: bool) -> Vec<ProcInfo> {
     let me = std::process::id();
     let own_group = nix::unistd::getpgrp().as_raw() as u32;
-    let of_the_run = |table: &ProcTable, spared: &Spared| -> Vec<ProcInfo> {
-        table
-            .descendants(me)
-            .into_iter()
-            .filter(|p| p.pgid != own_group && !spared.spares(p.pid))
-            .collect()
-    };
+    let why = "processes the agent started outlived it; stopped before the next start";
     let tree = if IS_SUBREAPER.load(std::sync::atomic::Ordering::Relaxed) {
         settled_tree(me)
     } else {
         None
     };
-    if let Some(table) = &tree {
-        // phoenix's own programs the run's hooks left (spared: what they write is what the
-        // next session starts from) are waited for before that session starts.
-        let spared = Spared::of_tree();
-        let own: Vec<ProcInfo> = table
-            .descendants(me)
-            .into_iter()
-            .filter(|p| p.pgid != own_group && p.pid != me && spared.spares(p.pid))
-            .collect();
-        if let Ok(mut late) = LATE_WRITERS.lock() {
-            *late = own;
-        }
-    }
-    let (targets, whole_machine) = match &tree {
-        Some(table) => (of_the_run(table, &Spared::of_tree()), false),
+    let stopped = match tree {
+        Some(table) => sweep_tree(dir, agent, why, me, own_group, table),
         None => {
             let table = ProcTable::read();
             let spared = Spared::of(&table);
-            let mut targets = of_the_run(&table, &spared);
+            let mut targets: Vec<ProcInfo> = table
+                .descendants(me)
+                .into_iter()
+                .filter(|p| p.pgid != own_group && !spared.spares(p.pid))
+                .collect();
             add_marked(&table, dir, &spared, &mut targets);
-            (targets, true)
+            stop_recorded(dir, targets, Op::StraysStopped, Some(agent), why)
         }
     };
+    // agent.pid stays: it also names this wrapper, which a successor waits for.
+    record_swept(dir);
+    if held {
+        record_interrupted_call(dir, &stopped);
+    } else {
+        interrupted_call(dir, &stopped);
+    }
+    stopped
+}
+
+/// The sweep of the wrapper's own tree (`table`, settled): what phoenix's own programs the
+/// hooks left is set aside to be waited for, the rest is stopped, and the tree looked at again
+/// for what was forked meanwhile (bounded). Recorded once, as `strays_stopped`.
+fn sweep_tree(
+    dir: &AgentDir,
+    agent: u32,
+    why: &str,
+    me: u32,
+    own_group: u32,
+    table: ProcTable,
+) -> Vec<ProcInfo> {
+    let spared = Spared::of_tree();
+    // phoenix's own programs the run's hooks left (spared: what they write is what the next
+    // session starts from) are waited for before that session starts.
+    let of_the_run = |table: &ProcTable| -> (Vec<ProcInfo>, Vec<ProcInfo>) {
+        table
+            .descendants(me)
+            .into_iter()
+            .filter(|p| p.pgid != own_group)
+            .partition(|p| spared.spares(p.pid))
+    };
+    let (own, targets) = of_the_run(&table);
+    if let Ok(mut late) = LATE_WRITERS.lock() {
+        *late = own;
+    }
     let (mut stopped, mut listing) = stop(targets);
     // A process forked while the first ones were read and signalled is not on the lists
-    // read before it: look again until a look finds nothing new (bounded).
+    // read before it: look again until a look finds nothing new.
     for _ in 0..3 {
-        if whole_machine || stopped.is_empty() {
+        if stopped.is_empty() {
             break;
         }
         let Some(table) = settled_tree(me) else {
             break;
         };
-        let late: Vec<ProcInfo> = of_the_run(&table, &Spared::of_tree())
+        let late: Vec<ProcInfo> = of_the_run(&table)
+            .1
             .into_iter()
             .filter(|p| {
                 !stopped
@@ -319,22 +352,7 @@ pub fn sweep(dir: &AgentDir, agent: u32, held: bool) -> Vec<ProcInfo> {
         }
         stopped.extend(more);
     }
-    if !stopped.is_empty() {
-        let _ = dir.record_op(
-            Op::StraysStopped,
-            json!({
-                "agent_pid": agent, "processes": listing,
-                "why": "processes the agent started outlived it; stopped before the next start",
-            }),
-        );
-    }
-    // agent.pid stays: it also names this wrapper, which a successor waits for.
-    record_swept(dir);
-    if held {
-        record_interrupted_call(dir, &stopped);
-    } else {
-        interrupted_call(dir, &stopped);
-    }
+    record_stopped(dir, &stopped, listing, Op::StraysStopped, Some(agent), why);
     stopped
 }
 

@@ -237,11 +237,11 @@ impl Wrapper {
                 .any(|t| t.as_ref().is_some_and(|t| !t.is_finished()))
                 || (showed_life && crate::state::inbox::has_pending(&self.dir));
             let tick = if !showed_life || stop_sent.is_some() {
-                Some(Duration::from_millis(100))
+                Duration::from_millis(100)
             } else if busy || self.doorbell.is_none() {
-                Some(Duration::from_millis(250))
+                Duration::from_millis(250)
             } else {
-                Some(IDLE_LOOK)
+                IDLE_LOOK
             };
             match self.sleep(&rx, tick) {
                 Wake::Exited(status) => break status,
@@ -319,22 +319,25 @@ impl Wrapper {
     fn sleep(
         &mut self,
         exited: &mpsc::Receiver<std::io::Result<ExitStatus>>,
-        tick: Option<Duration>,
+        tick: Duration,
     ) -> Wake {
         let got = match &mut self.doorbell {
+            // The thread that waits for the agent rings it once it has sent the status.
             Some(bell) => {
-                bell.wait(tick);
-                exited.try_recv().map_err(|e| match e {
-                    mpsc::TryRecvError::Empty => mpsc::RecvTimeoutError::Timeout,
-                    mpsc::TryRecvError::Disconnected => mpsc::RecvTimeoutError::Disconnected,
-                })
+                bell.wait(Some(tick));
+                exited
+                    .try_recv()
+                    .map_err(|e| e == mpsc::TryRecvError::Disconnected)
             }
-            None => exited.recv_timeout(tick.unwrap_or(Duration::from_millis(250))),
+            None => exited
+                .recv_timeout(tick)
+                .map_err(|e| e == mpsc::RecvTimeoutError::Disconnected),
         };
         match got {
             Ok(status) => Wake::Exited(status.ok()),
-            Err(mpsc::RecvTimeoutError::Timeout) => Wake::Look,
-            Err(mpsc::RecvTimeoutError::Disconnected) => Wake::Exited(None),
+            // Its sender gone without a word: the wait for the agent ended unread.
+            Err(true) => Wake::Exited(None),
+            Err(false) => Wake::Look,
         }
     }
 
