@@ -437,6 +437,12 @@ pub fn main() -> i32 {
     if let Some(hook) = crate::hooks::HookArgs::parse(&args) {
         return hook::run(hook);
     }
+    if let Some(cli) = as_apply_wrote_it(&args) {
+        return match run(cli) {
+            Ok(code) => code,
+            Err(err) => report(&err),
+        };
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -466,6 +472,39 @@ pub fn main() -> i32 {
         Err(err) if json_requested(&args) => report_json(&err),
         Err(err) => report(&err),
     }
+}
+
+/// The two commands every agent start runs, in exactly the shape `apply` writes them
+/// (`apply::wrap_argv`, `apply::tap_argv`), read without clap: the wrapper lives as long as
+/// its agent, and building clap's whole command tree left ~60 kB of heap in every wrapper
+/// (and a few ms in each start). Any other shape goes through clap as before.
+fn as_apply_wrote_it(args: &[String]) -> Option<Cli> {
+    let [flag, config, verb, agent_flag, agent, rest @ ..] = args else {
+        return None;
+    };
+    if flag != "--config" || agent_flag != "--agent" || agent.starts_with('-') {
+        return None;
+    }
+    let command = match (verb.as_str(), rest) {
+        ("wrap", []) => Command::Wrap {
+            agent: agent.clone(),
+            part: None,
+        },
+        ("wrap", [part_flag, part]) if part_flag == "--part" => Command::Wrap {
+            agent: agent.clone(),
+            part: Some(PathBuf::from(part)),
+        },
+        ("tap", [wrapper_flag, pid]) if wrapper_flag == "--wrapper" => Command::Tap {
+            agent: agent.clone(),
+            wrapper: Some(pid.parse().ok()?),
+        },
+        _ => return None,
+    };
+    Some(Cli {
+        config: PathBuf::from(config),
+        no_color: false,
+        command,
+    })
 }
 
 // ---- errors with --json (docs/json.md) ----
@@ -699,4 +738,45 @@ fn err_line(line: &str) {
 /// Write to stdout, treating a closed pipe (`phoenix status | head`) as success.
 pub(crate) fn out(text: &str) {
     output::out(text);
+}
+
+#[cfg(test)]
+mod fast_path_tests {
+    use super::*;
+    use std::path::Path;
+
+    /// What `apply` writes into a pane reads the same without clap as with it.
+    #[test]
+    fn the_commands_apply_writes_read_as_clap_reads_them() {
+        let exe = Path::new("/opt/phoenix");
+        let config = Path::new("/fleet/phoenix.toml");
+        let part = Path::new("/state/agents/a-1/agent.toml");
+        let mut tap = crate::apply::tap_argv(exe, config, "a-1");
+        tap.push("4242".into());
+        for argv in [
+            crate::apply::wrap_argv(exe, config, "a-1", None),
+            crate::apply::wrap_argv(exe, config, "a-1", Some(part)),
+            tap,
+        ] {
+            let fast = as_apply_wrote_it(&argv[1..]).expect("the fast path reads it");
+            let clap = Cli::try_parse_from(&argv).expect("clap reads it");
+            assert_eq!(format!("{fast:?}"), format!("{clap:?}"));
+        }
+    }
+
+    /// Anything else goes to clap, which validates it and says what is wrong.
+    #[test]
+    fn other_shapes_go_to_clap() {
+        for args in [
+            &["--config", "c", "wrap", "--agent", "a", "--extra"][..],
+            &["--config", "c", "wrap", "--agent", "--part", "p"],
+            &["--config", "c", "tap", "--agent", "a", "--wrapper", "x"],
+            &["--config", "c", "tap", "--agent", "a"],
+            &["-c", "c", "wrap", "--agent", "a"],
+            &["--config", "c", "status", "--agent", "a"],
+        ] {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            assert!(as_apply_wrote_it(&args).is_none(), "{args:?}");
+        }
+    }
 }

@@ -73,6 +73,62 @@ fn give_back_freed_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
+    give_back_unused_stack();
+}
+
+/// Stack the wrapper leaves alone below the frame that calls this: the calls the work around
+/// a start makes, which return long before the next.
+const STACK_KEPT_BELOW: usize = 16 << 10;
+
+/// The deepest calls of the work around a start (reading the config, the first state files)
+/// leave stack pages dirty that an idle wrapper never touches again: ~130 kB of every
+/// wrapper, for as long as its agent runs. Below the caller's frame (and a margin for the
+/// calls it still makes and a signal handler), the pages of the main thread's stack are
+/// handed back: a later deep call finds zero-filled pages, as on the first. Nothing lives
+/// below the stack pointer, so nothing is lost; the main thread only (another thread's
+/// stack is its own mapping).
+#[inline(never)]
+fn give_back_unused_stack() {
+    // SAFETY: getpid and gettid only read this process's ids.
+    if unsafe { libc::getpid() != libc::gettid() } {
+        return;
+    }
+    let here = 0u8;
+    let frame = std::hint::black_box(std::ptr::addr_of!(here)) as usize;
+    let Some(lowest) = main_stack_lowest() else {
+        return;
+    };
+    // SAFETY: sysconf only reads a constant of the system.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let end = frame.saturating_sub(STACK_KEPT_BELOW) & !(page - 1);
+    if end <= lowest {
+        return;
+    }
+    // SAFETY: [lowest, end) lies inside the main thread's stack mapping and wholly below the
+    // stack pointer (a margin below this frame): no live value is there, and MADV_DONTNEED
+    // on a private anonymous mapping only makes its next use read zero-filled pages.
+    unsafe {
+        libc::madvise(
+            lowest as *mut libc::c_void,
+            end - lowest,
+            libc::MADV_DONTNEED,
+        );
+    }
+}
+
+/// Where the main thread's stack mapping starts (its lowest address, it grows down), as
+/// the kernel lists it in `/proc/self/maps`.
+fn main_stack_lowest() -> Option<usize> {
+    let maps = crate::state::bounded::read_whole(
+        Path::new("/proc/self/maps"),
+        1 << 20,
+        crate::state::bounded::Links::Follow,
+    )
+    .ok()?;
+    let maps = String::from_utf8_lossy(&maps);
+    let line = maps.lines().find(|l| l.ends_with("[stack]"))?;
+    let (start, _) = line.split_once('-')?;
+    usize::from_str_radix(start, 16).ok()
 }
 
 /// Run the agent in the foreground of this pane and keep it alive.
