@@ -15,7 +15,7 @@
 -- Helpers: phoenix.log(...), phoenix.now(), phoenix.match(text, phrases),
 -- phoenix.status(text), phoenix.statuses(text), phoenix.duration("10m"),
 -- phoenix.format_duration(seconds).
--- The agent's limits: agent.restart.{cooldown, backoff_max, max_crashes, crash_window},
+-- The agent's limits: agent.restart.{when, cooldown, backoff_max, max_crashes, crash_window},
 -- agent.thresholds.{silence, error_cascade, runaway}, agent.max_recoveries.
 
 local patterns = require("patterns")
@@ -30,11 +30,26 @@ end
 -- What a shell reports for a command it found but could not run (126) or did not find (127).
 local CANNOT_RUN = { [126] = "not executable", [127] = "not found" }
 
--- Hybrid resume (Phoenix Protocol v2.0): a clean exit waits for a person; a command that
--- cannot run too; a crash resumes the session after a backoff, unless the CLI refused to
+-- Hybrid resume (Phoenix Protocol v2.0): a clean exit waits for a person (with
+-- restart.when = "always" it resumes after the cooldown; "never" leaves every exit stopped); a
+-- command that cannot run too; a crash resumes the session after a backoff, unless the CLI refused to
 -- resume it (then fresh); too many crashes within the window stop the loop.
 function M.on_exit(agent, exit)
-  if exit.code == 0 and exit.signal == nil then
+  local clean = exit.code == 0 and exit.signal == nil
+  -- restart.when: "on-failure" (the default), "always" (a clean exit too), "never".
+  local when = agent.restart.when or "on-failure"
+  if when == "never" then
+    local what = clean and "clean exit" or (exit.signal and string.format("signal %d", exit.signal)
+      or (exit.code and string.format("exit code %d", exit.code)) or "unknown exit")
+    return { action = "safe_mode", reason = what .. '; restart.when = "never": left stopped until `phoenix restart`' }
+  end
+  if clean and when == "always" then
+    local action, next = "resume", exit.session_id and "resuming" or "restarting"
+    if exit.fresh_requested then action, next = "fresh", "starting fresh, as requested" end
+    return { action = action, delay = agent.restart.cooldown,
+      reason = 'exited cleanly; restart.when = "always": ' .. next }
+  end
+  if clean then
     return { action = "safe_mode", reason = "exited cleanly: left stopped until `phoenix restart`" }
   end
   -- The command itself cannot run: no restart fixes that, a person has to.

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::types::*;
+use crate::spec::RestartWhen;
 
 /// Wait `cooldown · 2^(n-1)`, capped at `backoff_max`.
 pub fn backoff(restart: &RestartInfo, attempt: u32) -> Duration {
@@ -15,15 +16,39 @@ pub fn backoff(restart: &RestartInfo, attempt: u32) -> Duration {
 /// What a shell reports for a command it found but could not run (126) or did not find (127).
 pub const CANNOT_RUN: [i32; 2] = [126, 127];
 
-/// Hybrid resume (Phoenix Protocol v2.0): a clean exit waits for a person; a command that
-/// cannot run too; a crash resumes the session after a backoff, unless the CLI refused to
-/// resume it (then fresh); too many crashes within the window stop the loop.
+/// Hybrid resume (Phoenix Protocol v2.0): a clean exit waits for a person (unless
+/// `restart.when = "always"`: then it resumes after the cooldown); a command that cannot run
+/// too; a crash resumes the session after a backoff, unless the CLI refused to resume it (then
+/// fresh); too many crashes within the window stop the loop; `restart.when = "never"` leaves
+/// every exit stopped.
 pub fn on_exit(agent: &AgentInfo, exit: &ExitInfo) -> ExitDecision {
     let decide = |action, delay, reason: String| ExitDecision {
         action,
         delay,
         reason: Some(reason),
     };
+    if agent.restart.when == RestartWhen::Never {
+        return decide(
+            Start::SafeMode,
+            Duration::ZERO,
+            format!(
+                "{}; restart.when = \"never\": left stopped until `phoenix restart`",
+                exit.describe()
+            ),
+        );
+    }
+    if exit.is_clean() && agent.restart.when == RestartWhen::Always {
+        let (action, next) = match (exit.fresh_requested, &exit.session_id) {
+            (true, _) => (Start::Fresh, "starting fresh, as requested"),
+            (false, Some(_)) => (Start::Resume, "resuming"),
+            (false, None) => (Start::Resume, "restarting"),
+        };
+        return decide(
+            action,
+            agent.restart.cooldown,
+            format!("exited cleanly; restart.when = \"always\": {next}"),
+        );
+    }
     if exit.is_clean() {
         return decide(
             Start::SafeMode,

@@ -2,6 +2,7 @@
 //! default agrees with the built-in one.
 
 use super::*;
+use crate::spec::RestartWhen;
 
 /// A policies/ dir holding `files` (paths relative to it), and the policies loaded from it.
 fn policies_dir(files: &[(&str, &str)]) -> (tempfile::TempDir, Policies) {
@@ -345,7 +346,18 @@ fn check_reports_broken_policies_up_front() {
 #[test]
 fn the_lua_default_agrees_with_the_builtin_on_exits() {
     let policies = Policies::new(None);
-    let agent = AgentInfo::default();
+    for when in [
+        RestartWhen::OnFailure,
+        RestartWhen::Always,
+        RestartWhen::Never,
+    ] {
+        let mut agent = AgentInfo::default();
+        agent.restart.when = when;
+        agrees_on_exits(&policies, &agent);
+    }
+}
+
+fn agrees_on_exits(policies: &Policies, agent: &AgentInfo) {
     for (code, signal, crashes, fresh, resumed, runtime_ms, showed_life, refused) in [
         (Some(0), None, 0, false, true, 1, true, false),
         (Some(1), None, 1, false, false, 600_000, true, false),
@@ -375,9 +387,48 @@ fn the_lua_default_agrees_with_the_builtin_on_exits() {
             session_id: resumed.then(|| "s1".to_string()),
             resume_refused: refused,
         };
-        let d = policies.on_exit(&agent, &exit);
+        let d = policies.on_exit(agent, &exit);
         assert!(d.error.is_none(), "{:?}", d.error);
-        assert_eq!(d.value, builtin::on_exit(&agent, &exit), "{exit:?}");
+        assert_eq!(
+            d.value,
+            builtin::on_exit(agent, &exit),
+            "{exit:?} {agent:?}"
+        );
+    }
+}
+
+/// `restart.when`: a clean exit waits for a person unless "always"; "never" restarts nothing.
+#[test]
+fn restart_when_decides_which_exits_start_again() {
+    let clean = ExitInfo {
+        code: Some(0),
+        session_id: Some("s1".into()),
+        ..ExitInfo::default()
+    };
+    let with = |when| {
+        let mut agent = AgentInfo::default();
+        agent.restart.when = when;
+        agent
+    };
+    let on_failure = with(RestartWhen::OnFailure);
+    assert_eq!(
+        builtin::on_exit(&on_failure, &clean).action,
+        Start::SafeMode
+    );
+    assert_eq!(
+        builtin::on_exit(&on_failure, &crash()).action,
+        Start::Resume
+    );
+    let always = with(RestartWhen::Always);
+    let again = builtin::on_exit(&always, &clean);
+    assert_eq!(again.action, Start::Resume);
+    assert_eq!(again.delay, always.restart.cooldown);
+    assert_eq!(builtin::on_exit(&always, &crash()).action, Start::Resume);
+    let never = with(RestartWhen::Never);
+    for exit in [clean, crash()] {
+        let d = builtin::on_exit(&never, &exit);
+        assert_eq!(d.action, Start::SafeMode, "{exit:?}");
+        assert!(d.reason.unwrap().contains("\"never\""));
     }
 }
 

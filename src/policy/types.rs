@@ -73,6 +73,8 @@ fn duration_value(v: &Value) -> Result<Duration, String> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RestartInfo {
+    /// Which exits are followed by a start: "on-failure", "always" or "never".
+    pub when: crate::spec::RestartWhen,
     #[serde(with = "seconds")]
     pub cooldown: Duration,
     #[serde(with = "seconds")]
@@ -91,6 +93,7 @@ impl Default for RestartInfo {
 impl From<&crate::spec::RestartSettings> for RestartInfo {
     fn from(r: &crate::spec::RestartSettings) -> Self {
         RestartInfo {
+            when: r.when,
             cooldown: r.cooldown,
             backoff_max: r.backoff_max,
             max_crashes: r.max_crashes,

@@ -71,8 +71,45 @@ impl fmt::Display for Cli {
     }
 }
 
+/// Which exits of an agent's CLI are followed by a start (`restart.when`): compose's and
+/// systemd's `restart` / `Restart=`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartWhen {
+    /// A crash is restarted (the crash-loop rules apply); a clean exit waits for a person.
+    #[default]
+    OnFailure,
+    /// A clean exit is restarted too, after `cooldown` (it counts as no crash).
+    Always,
+    /// No exit is restarted: the agent waits for `phoenix restart`.
+    Never,
+}
+
+impl RestartWhen {
+    pub const NAMES: [&'static str; 3] = ["on-failure", "always", "never"];
+
+    pub fn parse(text: &str) -> Option<RestartWhen> {
+        match text {
+            "on-failure" => Some(RestartWhen::OnFailure),
+            "always" => Some(RestartWhen::Always),
+            "never" => Some(RestartWhen::Never),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartWhen::OnFailure => "on-failure",
+            RestartWhen::Always => "always",
+            RestartWhen::Never => "never",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RestartSettings {
+    /// Which exits are followed by a start.
+    pub when: RestartWhen,
     #[serde(with = "human")]
     pub cooldown: Duration,
     #[serde(with = "human")]
@@ -98,6 +135,7 @@ Check what the interrupted work left behind and do not redo finished steps.";
 impl Default for RestartSettings {
     fn default() -> Self {
         RestartSettings {
+            when: RestartWhen::OnFailure,
             cooldown: Duration::from_secs(10),
             backoff_max: Duration::from_secs(300),
             max_crashes: 5,

@@ -296,6 +296,9 @@ pub struct RawTmux {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct RawRestart {
+    /// Which exits are restarted: "on-failure" (a crash; a clean exit waits for a person),
+    /// "always" (a clean exit too), "never". Default "on-failure".
+    pub when: Option<Spanned<String>>,
     /// Wait before a restart, doubled per crash up to backoff_max. Default "10s", at least "100ms".
     pub cooldown: Option<Spanned<String>>,
     /// The longest wait between restarts. Default "5m".

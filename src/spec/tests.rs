@@ -131,6 +131,51 @@ cooldown = "100ms"
 }
 
 #[test]
+fn restart_when_is_inherited_overridden_and_checked() {
+    let spec = parse_str(
+        r#"
+[fleet]
+name = "f"
+[defaults.restart]
+when = "always"
+[[agent]]
+name = "one"
+command = "x"
+[[agent]]
+name = "two"
+command = "x"
+restart = { when = "never" }
+"#,
+    )
+    .unwrap();
+    assert_eq!(spec.agent("one").unwrap().restart.when, RestartWhen::Always);
+    assert_eq!(spec.agent("two").unwrap().restart.when, RestartWhen::Never);
+    let plain =
+        parse_str("[fleet]\nname = \"f\"\n[[agent]]\nname = \"a\"\ncommand = \"x\"\n").unwrap();
+    assert_eq!(
+        plain.agent("a").unwrap().restart.when,
+        RestartWhen::OnFailure
+    );
+    let errs = errors(
+        "[fleet]\nname = \"f\"\n[[agent]]\nname = \"a\"\ncommand = \"x\"\nrestart = { when = \"alway\" }\n",
+    );
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].message.contains("`restart.when` cannot be `alway`"),
+        "{errs:?}"
+    );
+    assert_eq!(errs[0].line, 6, "{errs:?}");
+    assert!(
+        errs[0]
+            .hint
+            .as_deref()
+            .unwrap_or("")
+            .contains("did you mean `always`?"),
+        "{errs:?}"
+    );
+}
+
+#[test]
 fn unknown_keys_are_all_reported_with_suggestions() {
     let errs = errors(
         "[thresholds]\nsilense = \"10m\"\n[fleet]\nnmae = \"x\"\n[[agent]]\nname = \"a\"\ncomand = \"x\"\n",

@@ -711,6 +711,41 @@ fn agent_that_never_shows_life_counts_as_a_failed_start() {
     assert!(ends.iter().all(|e| e["showed_life"] == false));
 }
 
+/// `restart.when = "always"`: a clean exit is started again after the cooldown (and counts as
+/// no crash: it never reaches safe mode); `"never"`: a crash is left stopped for a person.
+#[test]
+fn restart_when_always_restarts_clean_exits_and_never_restarts_nothing() {
+    let fleet = Fleet::new();
+    fleet.toml(
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nmax_crashes = 2\n\n\
+         [[agent]]\nname = \"tidy\"\ncli = \"custom\"\ncommand = \"sh -c 'echo up; sleep 1; exit 0'\"\n\
+         restart = { when = \"always\" }\n\n\
+         [[agent]]\nname = \"once\"\ncli = \"custom\"\ncommand = \"sh -c 'echo up; sleep 1; exit 3'\"\n\
+         restart = { when = \"never\" }\n",
+    );
+    fleet.run(&["apply", "--yes"]).status(0);
+    // More clean exits than max_crashes, each started again.
+    let starts = wait_ops(&fleet, "tidy", "agent_start", 4);
+    assert!(
+        starts
+            .iter()
+            .all(|s| s["mode"] == "resume" || s["mode"] == "fresh")
+    );
+    let ends = ops_named(&fleet, "tidy", "agent_exit");
+    assert!(ends.len() >= 3, "{ends:?}");
+    assert!(ends.iter().all(|e| e["reason"] == "clean_exit"), "{ends:?}");
+    assert!(ops_named(&fleet, "tidy", "safe_mode").is_empty());
+
+    let stopped = wait_ops(&fleet, "once", "safe_mode", 1);
+    assert!(
+        stopped[0].to_string().contains("never"),
+        "the reason names the setting: {stopped:?}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(ops_named(&fleet, "once", "agent_start").len(), 1);
+    assert_eq!(fleet.agent_status("once")["state"], "safe-mode");
+}
+
 #[test]
 fn clean_exit_leaves_it_stopped_the_daemon_skips_it_and_restart_brings_it_back() {
     let fleet = Fleet::new();

@@ -13,8 +13,8 @@ use crate::spec::raw::{
 };
 use crate::spec::{
     BriefSettings, Cli, ClinicSettings, Fleet, GithubNotify, MAX_WEBHOOK_RETRIES, NotifySettings,
-    NtfyNotify, RestartSettings, TelemetrySettings, Thresholds, WatchdogSettings, WebhookFormat,
-    WebhookNotify, duration, fleet_id, floors,
+    NtfyNotify, RestartSettings, RestartWhen, TelemetrySettings, Thresholds, WatchdogSettings,
+    WebhookFormat, WebhookNotify, duration, fleet_id, floors,
 };
 
 impl Validator<'_> {
@@ -439,7 +439,25 @@ impl Validator<'_> {
             1..=u32::MAX,
             "the number of crashes within `crash_window` before safe mode",
         );
+        let when = match &raw.when {
+            None => base.when,
+            Some(written) => match RestartWhen::parse(written.get_ref()) {
+                Some(when) => when,
+                None => {
+                    self.error(
+                        format!("`restart.when` cannot be `{}`", written.get_ref()),
+                        Some(written.span()),
+                        &format!(
+                            "{} (\"on-failure\": a crash is restarted, a clean exit waits for a person; \"always\": every exit is; \"never\": none is)",
+                            suggest(written.get_ref(), &RestartWhen::NAMES)
+                        ),
+                    );
+                    base.when
+                }
+            },
+        };
         let restart = RestartSettings {
+            when,
             cooldown: self.duration_min(&raw.cooldown, "cooldown", base.cooldown, floors::COOLDOWN),
             backoff_max: self.duration_min(
                 &raw.backoff_max,
