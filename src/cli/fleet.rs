@@ -128,7 +128,11 @@ pub fn apply(
     json: bool,
     skip_unreachable: bool,
 ) -> anyhow::Result<i32> {
+    // The edit this apply applies: read before the file is loaded and again after, so that
+    // an edit saved meanwhile is not recorded as applied.
+    let digest = crate::spec::file_digest(config);
     let ctx = load(config)?;
+    let digest = digest.filter(|d| crate::spec::file_digest(config).as_ref() == Some(d));
     let spec = &ctx.spec;
     print_warnings(spec);
     if combined(spec)? {
@@ -142,6 +146,7 @@ pub fn apply(
     }
     super::lifecycle::declared(spec, targets)?;
     super::lifecycle::commands_exist(&ctx, targets)?;
+    some_agents_of_an_edit(&ctx, targets, digest.as_deref())?;
     let (lock, plan) = if yes {
         let (lock, mut plan) = lock_and_plan(&ctx, prune)?;
         super::lifecycle::target(&mut plan, spec, targets)?;
@@ -167,6 +172,7 @@ pub fn apply(
         }
     };
     bring_up(&ctx, targets);
+    record_applied(&ctx, targets, digest.as_deref());
     let Some(lock) = lock.filter(|_| !plan.is_empty()) else {
         if json {
             output::json(json!({"steps": [], "failed": 0}));
@@ -277,6 +283,45 @@ pub(super) fn bring_up(ctx: &FleetContext, targets: &[String]) {
     }
     if let Err(e) = crate::state::down::clear(&ctx.dir) {
         eprintln!("warning: the fleet stays marked down: {e}");
+    }
+}
+
+/// With `[fleet] reload = "plan"` a daemon reconciles toward the file last applied: an
+/// apply of some agents of an edit nobody applied yet would be undone by its next pass.
+fn some_agents_of_an_edit(
+    ctx: &FleetContext,
+    targets: &[String],
+    digest: Option<&str>,
+) -> anyhow::Result<()> {
+    if targets.is_empty() || ctx.spec.fleet.reload != crate::spec::Reload::Plan {
+        return Ok(());
+    }
+    match crate::state::applied::digest(&ctx.dir) {
+        Some(applied) if Some(applied.as_str()) != digest => Err(crate::Error::with_hint(
+            format!(
+                "`{}` was edited since the last `phoenix apply`, and `[fleet] reload = \"plan\"`: the daemon reconciles toward the file last applied and would undo an apply of some agents",
+                ctx.spec.file.display()
+            ),
+            "apply the whole fleet (`phoenix apply`), or set `reload = \"apply\"` in [fleet]",
+        )
+        .into()),
+        _ => Ok(()),
+    }
+}
+
+/// The operator's `apply` of the whole fleet applied this edit of phoenix.toml: a daemon
+/// with `reload = "plan"` takes it over (written under the fleet lock when the apply holds
+/// it, before any change: the daemon's next pass sees it before it diffs).
+fn record_applied(ctx: &FleetContext, targets: &[String], digest: Option<&str>) {
+    let Some(digest) = digest.filter(|_| targets.is_empty()) else {
+        return;
+    };
+    if let Err(e) = ctx
+        .dir
+        .ensure()
+        .and_then(|()| crate::state::applied::record(&ctx.dir, digest))
+    {
+        eprintln!("warning: cannot record which phoenix.toml was applied: {e}");
     }
 }
 

@@ -106,6 +106,9 @@ pub struct Controller {
     /// Digest of the config bytes last loaded (valid or not): an editor's save raises two or
     /// three file events, and only the first one with new bytes is a reload.
     config_digest: Option<String>,
+    /// With `[fleet] reload = "plan"`: the digest of an edit of phoenix.toml that waits for
+    /// the operator's `phoenix apply` (`state::applied`), while `spec` stays the last applied.
+    unapplied: Option<String>,
     spec: Spec,
     runtime: SharedRuntime,
     exe: PathBuf,
@@ -136,6 +139,7 @@ impl Controller {
         Controller {
             config: config.to_path_buf(),
             config_digest: wake::config_digest(config),
+            unapplied: None,
             runtime,
             spec,
             exe,
@@ -475,30 +479,19 @@ impl Controller {
             debug!("config file event without a change");
             return;
         }
-        self.config_digest = digest;
+        self.config_digest = digest.clone();
         match spec::load(&self.config) {
-            Ok(mut spec) => {
-                if spec.telemetry != self.spec.telemetry {
-                    warn!("`[telemetry]` changes take effect when the daemon restarts");
-                }
-                if spec.fleet.state_dir != self.spec.fleet.state_dir
-                    || spec.fleet.socket != self.spec.fleet.socket
-                    || spec.fleet.id != self.spec.fleet.id
+            Ok(spec) => {
+                let fleet = FleetDir::new(&self.spec.fleet.state_dir);
+                if spec.fleet.reload == spec::Reload::Plan
+                    && crate::state::applied::digest(&fleet) != digest
                 {
-                    warn!(
-                        "`name`, `state_dir` and `tmux_socket` changes take effect when the daemon restarts"
-                    );
-                    spec.fleet.state_dir = self.spec.fleet.state_dir.clone();
-                    spec.fleet.socket = self.spec.fleet.socket.clone();
-                    spec.fleet.id = self.spec.fleet.id.clone();
+                    self.log_unapplied(&spec);
+                    self.unapplied = digest;
+                    return;
                 }
-                info!(agents = spec.agents.len(), "config reloaded");
-                self.spec = spec;
-                if let Some(telemetry) = &self.telemetry {
-                    telemetry.spec_changed(&self.spec);
-                }
-                // A fixed config deserves a new try of every change that failed.
-                self.backoff.clear();
+                self.unapplied = None;
+                self.take_over(spec);
             }
             Err(e) => {
                 let text = match &e {
@@ -513,6 +506,79 @@ impl Controller {
                 warn!(error = %text, "config is invalid; keeping the last good one");
             }
         }
+    }
+
+    /// `reload = "plan"`: what the edit would change, for the operator, who applies it.
+    fn log_unapplied(&self, spec: &Spec) {
+        let world = match world::observe(spec, &*self.runtime) {
+            Ok(world) => world,
+            Err(e) => {
+                warn!(error = %e, "config changed (reload = \"plan\"); its plan cannot be made: {e}");
+                return;
+            }
+        };
+        let options = crate::plan::PlanOptions {
+            prune: false,
+            force_remove_worktrees: false,
+            hooks_exe: Some(crate::hooks::config::hook_binary(&self.exe)),
+        };
+        let plan = crate::plan::diff(spec, &world, &options);
+        info!(
+            changes = plan.changes.len(),
+            "config changed (reload = \"plan\"): nothing of it is applied until `phoenix apply`"
+        );
+        for line in plan.to_string().lines().filter(|l| !l.trim().is_empty()) {
+            info!("plan: {line}");
+        }
+    }
+
+    /// `reload = "plan"`, in a pass under the fleet lock: the operator's `phoenix apply`
+    /// applied the waiting edit, so the daemon reconciles toward it from this pass on (never
+    /// back toward the file before it).
+    pub(super) fn take_over_applied(&mut self, fleet: &FleetDir) {
+        let Some(edit) = self.unapplied.clone() else {
+            return;
+        };
+        if crate::state::applied::digest(fleet).as_deref() != Some(edit.as_str()) {
+            return;
+        }
+        // Edited again since: that edit's own event decides.
+        if wake::config_digest(&self.config).as_deref() != Some(edit.as_str()) {
+            return;
+        }
+        match spec::load(&self.config) {
+            Ok(spec) => {
+                info!("`phoenix apply` applied the edit of the config: reconciling toward it");
+                self.unapplied = None;
+                self.take_over(spec);
+            }
+            Err(e) => warn!(error = %e, "the applied config cannot be read; keeping the last one"),
+        }
+    }
+
+    /// Reconcile toward `spec` from now on.
+    fn take_over(&mut self, mut spec: Spec) {
+        if spec.telemetry != self.spec.telemetry {
+            warn!("`[telemetry]` changes take effect when the daemon restarts");
+        }
+        if spec.fleet.state_dir != self.spec.fleet.state_dir
+            || spec.fleet.socket != self.spec.fleet.socket
+            || spec.fleet.id != self.spec.fleet.id
+        {
+            warn!(
+                "`name`, `state_dir` and `tmux_socket` changes take effect when the daemon restarts"
+            );
+            spec.fleet.state_dir = self.spec.fleet.state_dir.clone();
+            spec.fleet.socket = self.spec.fleet.socket.clone();
+            spec.fleet.id = self.spec.fleet.id.clone();
+        }
+        info!(agents = spec.agents.len(), "config reloaded");
+        self.spec = spec;
+        if let Some(telemetry) = &self.telemetry {
+            telemetry.spec_changed(&self.spec);
+        }
+        // A fixed config deserves a new try of every change that failed.
+        self.backoff.clear();
     }
 }
 

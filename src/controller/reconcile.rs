@@ -72,6 +72,9 @@ impl Controller {
         if std::mem::take(&mut self.held_down) {
             info!("the fleet was brought up again: reconciling it");
         }
+        // Under the lock the operator's apply held as it changed the fleet: the edit it
+        // applied is what this pass reconciles toward.
+        self.take_over_applied(&fleet);
         let world = world::observe(&self.spec, &*self.runtime)?;
         // Hook files too: the daemon converges everything `apply` converges, or an agent it
         // (re)starts runs without the hooks `plan` says it lacks.

@@ -74,10 +74,7 @@ pub(super) async fn read_fifo(path: PathBuf, tx: UnboundedSender<Event>) {
 
 /// What `reload` compares; `None` when the file cannot be read (a reload then reports why).
 pub(super) fn config_digest(file: &Path) -> Option<String> {
-    use crate::state::bounded::{Links, read_whole};
-    read_whole(file, spec::MAX_CONFIG_BYTES, Links::Follow)
-        .ok()
-        .map(|bytes| crate::state::digest(&bytes))
+    spec::file_digest(file)
 }
 
 /// Watch the config file's directory: editors replace files by renaming, which a watch on the

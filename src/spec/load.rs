@@ -50,6 +50,15 @@ impl Default for LoadOptions {
     }
 }
 
+/// The digest (`state::digest`) of a config file's bytes: which edit of it a daemon runs and
+/// an apply applied (`state::applied`). `None` when it cannot be read.
+pub fn file_digest(path: &Path) -> Option<String> {
+    use crate::state::bounded::{Links, read_whole};
+    read_whole(path, super::MAX_CONFIG_BYTES, Links::Follow)
+        .ok()
+        .map(|bytes| crate::state::digest(&bytes))
+}
+
 pub fn load(path: &Path) -> Result<Spec, LoadError> {
     load_with(path, LoadOptions::default())
 }

@@ -33,7 +33,7 @@ pub use host::{
     HostSpec, RemoteAgent, THIS_MACHINE, check_destination, check_remote_path, default_dir,
 };
 pub use load::{
-    LAST_GOOD_CONFIG, LoadError, LoadOptions, MAX_CONFIG_BYTES, load, load_for_hook,
+    LAST_GOOD_CONFIG, LoadError, LoadOptions, MAX_CONFIG_BYTES, file_digest, load, load_for_hook,
     load_last_good_for_hook, load_with, parse, remember_good,
 };
 pub use paths::{expand_path, fleet_id, tidy};
@@ -41,7 +41,7 @@ pub use sandbox::SandboxSpec;
 pub use schedule::{Schedule, Schedules};
 pub use settings::{
     BriefSettings, Budget, ClinicSettings, Fleet, GithubNotify, MAX_WEBHOOK_RETRIES,
-    NotifySettings, NtfyNotify, Price, TelemetrySettings, Thresholds, WatchdogSettings,
+    NotifySettings, NtfyNotify, Price, Reload, TelemetrySettings, Thresholds, WatchdogSettings,
     WebhookFormat, WebhookNotify,
 };
 pub use validate::{NAME_HINT, valid_name};

@@ -223,6 +223,9 @@ pub struct RawFleet {
     pub tmux_socket: Option<Spanned<String>>,
     /// How often `phoenix run` reconciles, e.g. "30s" (the default); at least "1s".
     pub reconcile_interval: Option<Spanned<String>>,
+    /// What `phoenix run` does with an edited phoenix.toml: "apply" (reconcile toward it at
+    /// once) or "plan" (log the plan, wait for `phoenix apply`). Default "apply".
+    pub reload: Option<Spanned<String>>,
     /// An ssh config file for reaching the [[host]]s (`ssh -F`). Default: ssh's own.
     pub ssh_config: Option<Spanned<String>>,
 }

@@ -170,6 +170,29 @@ impl Default for ClinicSettings {
     }
 }
 
+/// What `phoenix run` does when phoenix.toml is edited (`[fleet] reload`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Reload {
+    /// Reconcile toward the edited file at once.
+    #[default]
+    Apply,
+    /// Log the plan the edit makes and go on reconciling toward the last applied file until
+    /// the operator's `phoenix apply`.
+    Plan,
+}
+
+impl Reload {
+    pub const NAMES: [&'static str; 2] = ["apply", "plan"];
+
+    pub fn parse(text: &str) -> Option<Reload> {
+        match text {
+            "apply" => Some(Reload::Apply),
+            "plan" => Some(Reload::Plan),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Fleet {
     pub name: String,
@@ -184,6 +207,8 @@ pub struct Fleet {
     /// where this fleet's agents may still run after an upgrade.
     pub legacy_socket: Option<String>,
     pub reconcile_interval: Duration,
+    /// What the daemon does with an edited phoenix.toml.
+    pub reload: Reload,
     /// `ssh -F` for reaching the hosts; `None`: ssh's own config.
     pub ssh_config: Option<PathBuf>,
 }

@@ -2,6 +2,7 @@
 //! `agent` models state.json; `store` reads and writes it safely.
 
 pub mod agent;
+pub mod applied;
 pub mod bounded;
 pub mod claim;
 pub mod daemon;

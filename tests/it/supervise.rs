@@ -2172,3 +2172,51 @@ fn the_daemon_logs_every_crash_restart_and_safe_mode_entry_and_events_follow_sho
         "{json}"
     );
 }
+
+/// `[fleet] reload = "plan"`: an edit is logged as a plan and applied by nobody but the
+/// operator's `phoenix apply`, which the daemon then keeps (never reconciling back toward the
+/// file before it); an apply of some agents of the unapplied edit is refused.
+#[test]
+fn with_reload_plan_an_edit_waits_for_the_operators_apply() {
+    let fleet = Fleet::new();
+    let header = format!(
+        "[fleet]\nname = \"test\"\ntmux_socket = \"{}\"\nreconcile_interval = \"1s\"\nreload = \"plan\"\n\n{}",
+        fleet.socket,
+        fast_restarts(5)
+    );
+    fleet.raw_toml(&format!("{header}{}", resumable_agent("alpha", "")));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let daemon = Daemon::start(&fleet, &["-v"]);
+    fleet.wait_running(&["alpha"]);
+
+    fleet.raw_toml(&format!(
+        "{header}{}\n{}",
+        resumable_agent("alpha", ""),
+        resumable_agent("beta", "")
+    ));
+    wait_until(Duration::from_secs(10), "the plan logged", || {
+        daemon
+            .log()
+            .contains("nothing of it is applied until `phoenix apply`")
+    });
+    assert!(daemon.log().contains("beta"), "{}", daemon.log());
+    daemon.wait_idle_passes(2);
+    assert!(ops_named(&fleet, "beta", "agent_start").is_empty());
+    assert_ne!(fleet.agent_status("beta")["state"], "running");
+
+    let some = fleet.run(&["apply", "--yes", "beta"]);
+    assert_ne!(some.code(), Some(0));
+    some.stderr_has("reload = \"plan\"");
+
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha", "beta"]);
+    wait_until(
+        Duration::from_secs(10),
+        "the daemon took the edit over",
+        || daemon.log().contains("applied the edit"),
+    );
+    daemon.wait_idle_passes(2);
+    assert_eq!(ops_named(&fleet, "beta", "agent_start").len(), 1);
+    assert_eq!(ops_named(&fleet, "alpha", "agent_start").len(), 1);
+    assert_eq!(daemon.stop(), Some(0));
+}

@@ -13,8 +13,8 @@ use crate::spec::raw::{
 };
 use crate::spec::{
     BriefSettings, Cli, ClinicSettings, Fleet, GithubNotify, MAX_WEBHOOK_RETRIES, NotifySettings,
-    NtfyNotify, RestartSettings, RestartWhen, TelemetrySettings, Thresholds, WatchdogSettings,
-    WebhookFormat, WebhookNotify, duration, fleet_id, floors,
+    NtfyNotify, Reload, RestartSettings, RestartWhen, TelemetrySettings, Thresholds,
+    WatchdogSettings, WebhookFormat, WebhookNotify, duration, fleet_id, floors,
 };
 
 impl Validator<'_> {
@@ -333,8 +333,26 @@ impl Validator<'_> {
             state_dir,
             socket,
             reconcile_interval: self.reconcile_interval(&raw.reconcile_interval),
+            reload: self.reload(&raw.reload),
             ssh_config: raw.ssh_config.as_ref().map(|p| self.path(p.get_ref())),
         }
+    }
+
+    fn reload(&mut self, value: &Option<Spanned<String>>) -> Reload {
+        let Some(written) = value else {
+            return Reload::default();
+        };
+        Reload::parse(written.get_ref()).unwrap_or_else(|| {
+            self.error(
+                format!("`reload` cannot be `{}`", written.get_ref()),
+                Some(written.span()),
+                &format!(
+                    "{} (\"apply\": the daemon reconciles toward an edited phoenix.toml at once; \"plan\": it logs the plan and waits for `phoenix apply`)",
+                    suggest(written.get_ref(), &Reload::NAMES)
+                ),
+            );
+            Reload::default()
+        })
     }
 
     /// A socket name is a plain file name in tmux's socket directory.
