@@ -36,6 +36,9 @@ pub struct EventsArgs {
     /// critical events and each session's end.
     #[arg(long)]
     pub all: bool,
+    /// Each event's time in UTC (RFC 3339) instead of its age.
+    #[arg(long)]
+    pub utc: bool,
 }
 
 pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
@@ -119,8 +122,19 @@ pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
         ));
         return Ok(0);
     }
-    for e in &events {
-        out(&line(e, args.json));
+    // Followed, the columns are as wide as the declared agents' names: later events line up.
+    let names: &[&str] = if args.follow { &declared } else { &[] };
+    let layout = Layout::new(&events, None, names, args.utc);
+    if !args.json {
+        let mut text = layout.header();
+        for e in &events {
+            text.push_str(&layout.line(e, None));
+        }
+        out(&text);
+    } else {
+        for e in &events {
+            out(&json_line(e));
+        }
     }
     let Some(follower) = follower.as_mut() else {
         return Ok(0);
@@ -132,7 +146,10 @@ pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
     loop {
         std::thread::sleep(Duration::from_millis(250));
         for e in follower.poll(&filter) {
-            out(&line(&e, args.json));
+            match args.json {
+                true => out(&json_line(&e)),
+                false => out(&layout.line(&e, None)),
+            }
         }
         if reader_gone() {
             return Ok(0);
@@ -179,37 +196,167 @@ fn follow_args(args: &EventsArgs) -> Vec<String> {
     words
 }
 
-/// One event for a person (`ts  agent  event  reason → action`) or as a JSON line.
-pub(super) fn line(e: &Value, json: bool) -> String {
-    if json {
-        return output::json_line(&output::document(e));
-    }
-    line_on(e, None)
+/// One event as a JSON line (`--json --follow`).
+pub(super) fn json_line(e: &Value) -> String {
+    output::json_line(&output::document(e))
 }
 
-/// One event for a person, with its host (and the host column's width) when the fleet has
-/// hosts: `ts  host  agent  event  reason → action`.
-pub(super) fn line_on(e: &Value, host: Option<(&str, usize)>) -> String {
-    let field = |k: &str| e[k].as_str().unwrap_or("-").to_string();
-    let action = field("action_taken");
-    let host = host
-        .map(|(name, width)| format!("{name:<width$} "))
-        .unwrap_or_default();
-    format!(
-        "{}  {host}{:<12} {:<22} {}{}\n",
-        field("ts"),
-        field("agent"),
-        field("event"),
-        one_line(&field("reason")),
-        if action == "-" {
-            String::new()
-        } else {
-            format!(" → {action}")
+/// Widest an AGENT or EVENT column grows: a longer name is shown whole, out of line.
+const MAX_COLUMN: usize = 28;
+
+/// How a person's lines of events are laid out: `AGE  [HOST]  AGENT  EVENT  WHAT`, each
+/// column as wide as what it shows (or, when following, as the fleet's names), and the time
+/// as an age (`5m`) or, with `--utc`, as RFC 3339.
+pub(super) struct Layout {
+    host: Option<usize>,
+    agent: usize,
+    event: usize,
+    utc: bool,
+    now: jiff::Timestamp,
+}
+
+impl Layout {
+    /// For `rows`; `host`: the HOST column's width, when the fleet has hosts; `names`: more
+    /// agent names the AGENT column must fit (the declared ones, for lines still to come).
+    pub(super) fn new(rows: &[Value], host: Option<usize>, names: &[&str], utc: bool) -> Layout {
+        let width = |key: &str, least: usize| {
+            rows.iter()
+                .map(|e| e[key].as_str().map_or(1, |s| s.chars().count()))
+                .chain([least])
+                .max()
+                .unwrap_or(least)
+                .min(MAX_COLUMN)
+        };
+        let named = names.iter().map(|s| s.chars().count()).max().unwrap_or(0);
+        Layout {
+            host,
+            agent: width("agent", "AGENT".len()).max(named.min(MAX_COLUMN)),
+            event: width("event", if named > 0 { 22 } else { "EVENT".len() }),
+            utc,
+            now: jiff::Timestamp::now(),
         }
-    )
+    }
+
+    fn time_width(&self) -> usize {
+        if self.utc { 20 } else { 4 }
+    }
+
+    pub(super) fn header(&self) -> String {
+        let host = self
+            .host
+            .map(|w| format!("{:<w$}  ", "HOST"))
+            .unwrap_or_default();
+        format!(
+            "{:<t$}  {host}{:<a$}  {:<e$}  WHAT\n",
+            if self.utc { "TIME (UTC)" } else { "AGE" },
+            "AGENT",
+            "EVENT",
+            t = self.time_width(),
+            a = self.agent,
+            e = self.event,
+        )
+    }
+
+    /// One event: its time, host (when the fleet has hosts), agent, event, and what it was
+    /// and what was done (`reason → action`), on one line.
+    pub(super) fn line(&self, e: &Value, host: Option<&str>) -> String {
+        let field = |k: &str| e[k].as_str().unwrap_or("-").to_string();
+        let action = field("action_taken");
+        let host = match (self.host, host) {
+            (Some(w), Some(name)) => format!("{name:<w$}  "),
+            (Some(w), None) => format!("{:<w$}  ", "-"),
+            _ => String::new(),
+        };
+        format!(
+            "{:<t$}  {host}{:<a$}  {:<ev$}  {}{}\n",
+            self.when(e["ts"].as_str()),
+            field("agent"),
+            field("event"),
+            one_line(&field("reason")),
+            if action == "-" {
+                String::new()
+            } else {
+                format!(" → {action}")
+            },
+            t = self.time_width(),
+            a = self.agent,
+            ev = self.event,
+        )
+    }
+
+    /// `5m`, `3h`, `2d` ago (`--utc`: the time itself, to the second).
+    fn when(&self, ts: Option<&str>) -> String {
+        let Some(at) = ts.and_then(|t| t.parse::<jiff::Timestamp>().ok()) else {
+            return ts.unwrap_or("-").to_string();
+        };
+        if self.utc {
+            return at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        }
+        let secs = self.now.duration_since(at).as_secs().max(0);
+        match secs {
+            s if s < 60 => format!("{s}s"),
+            s if s < 3600 => format!("{}m", s / 60),
+            s if s < 86_400 => format!("{}h", s / 3600),
+            s => format!("{}d", s / 86_400),
+        }
+    }
 }
 
 fn one_line(text: &str) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
     crate::text::shorten(&flat, 200)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(ago_secs: i64, agent: &str, event: &str) -> Value {
+        let ts = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(ago_secs);
+        json!({"ts": ts.to_string(), "agent": agent, "event": event,
+               "reason": "why\non two lines", "action_taken": "safe_mode"})
+    }
+
+    #[test]
+    fn a_header_aligned_columns_and_ages() {
+        let rows = [
+            event(30, "a", "crash_loop"),
+            event(3 * 3600 + 5, "long-agent-name", "clinic_prescription"),
+        ];
+        let layout = Layout::new(&rows, None, &[], false);
+        let text: String = std::iter::once(layout.header())
+            .chain(rows.iter().map(|e| layout.line(e, None)))
+            .collect();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("AGE   AGENT"), "{text}");
+        assert!(lines[1].starts_with("30s   a  "), "{text}");
+        assert!(
+            lines[2].starts_with(
+                "3h    long-agent-name  clinic_prescription  why on two lines → safe_mode"
+            ),
+            "{text}"
+        );
+        // Every EVENT starts in the same column.
+        let at = |l: &str, word: &str| l.find(word).unwrap();
+        assert_eq!(at(lines[0], "EVENT"), at(lines[1], "crash_loop"));
+        assert_eq!(at(lines[0], "EVENT"), at(lines[2], "clinic_prescription"));
+    }
+
+    #[test]
+    fn utc_shows_the_time_and_following_fits_the_declared_names() {
+        let rows = [event(0, "a", "x")];
+        let layout = Layout::new(&rows, Some(6), &["a-much-longer-name"], true);
+        assert!(
+            layout
+                .header()
+                .starts_with("TIME (UTC)            HOST    AGENT"),
+            "{}",
+            layout.header()
+        );
+        let line = layout.line(&rows[0], Some("gpu-1"));
+        let ts: String = line.chars().take(20).collect();
+        assert!(ts.parse::<jiff::Timestamp>().is_ok(), "{line}");
+        assert!(line.contains("gpu-1   a                   "), "{line}");
+    }
 }

@@ -247,11 +247,11 @@ pub fn events(
         return Ok(0);
     }
     let width = host_width(merged.rows.iter().map(host_label));
-    let text: String = merged
-        .rows
-        .iter()
-        .map(|e| super::events::line_on(e, Some((host_label(e), width))))
-        .collect();
+    let layout = super::events::Layout::new(&merged.rows, Some(width), &[], args.utc);
+    let mut text = layout.header();
+    for e in &merged.rows {
+        text.push_str(&layout.line(e, Some(host_label(e))));
+    }
     out(&text);
     Ok(0)
 }
@@ -274,10 +274,15 @@ pub fn follow(
     let merged = reads::merge_events(local, answers, args.limit);
     warn_unreachable(&merged, "past events");
     let width = host_width(spec.hosts.iter().map(|h| h.name.as_str()));
+    let names = spec.agent_names();
+    let layout = super::events::Layout::new(&merged.rows, Some(width), &names, args.utc);
     let show = |e: &Value| match args.json {
-        true => super::events::line(e, true),
-        false => super::events::line_on(e, Some((host_label(e), width))),
+        true => super::events::json_line(e),
+        false => layout.line(e, Some(host_label(e))),
     };
+    if !args.json {
+        out(&layout.header());
+    }
     out(&merged.rows.iter().map(show).collect::<String>());
     // A host's stream begins where the follow began, so its first events may be among the
     // past just shown: those are not shown twice.

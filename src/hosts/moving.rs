@@ -222,8 +222,52 @@ pub fn carry_out(
         );
         moves::save(state_dir, &placements)?;
     }
+    record_move(spec, &move_.report, options, result.as_ref().err());
     result?;
     Ok(move_.report)
+}
+
+/// A move, a move off a dead host, or a move rolled back, in the fleet's events
+/// (`phoenix events`): where an agent runs is the operator's to find out afterwards.
+fn record_move(spec: &Spec, report: &MoveReport, options: &MoveOptions, failed: Option<&Error>) {
+    let (from, to) = (&report.from, &report.to);
+    let (event, reason, action) = match (failed, options.from_unreachable) {
+        (None, false) => (
+            "agent_moved",
+            format!("moved from {from} to {to} with its context"),
+            "moved",
+        ),
+        (None, true) => (
+            "agent_moved_off_unreachable_host",
+            format!(
+                "{from} did not answer: started on {to} from the context mirrored{}",
+                report
+                    .carried
+                    .as_ref()
+                    .and_then(|c| c.mirrored_at.as_deref())
+                    .map(|at| format!(" at {at}"))
+                    .unwrap_or_default()
+            ),
+            "moved; fenced off on its old host when it answers",
+        ),
+        (Some(e), _) => (
+            "agent_move_failed",
+            format!("move from {from} to {to} failed: {e}"),
+            if report.moved {
+                "moved"
+            } else {
+                "left where it was"
+            },
+        ),
+    };
+    let _ = crate::state::FleetDir::new(&spec.fleet.state_dir).record_critical(
+        event,
+        &report.agent,
+        &reason,
+        action,
+        serde_json::json!({"from": from.to_string(), "to": to.to_string(),
+                           "generation": report.generation}),
+    );
 }
 
 /// A move under way.
@@ -675,6 +719,23 @@ pub fn settle(spec: &Spec, stale: &[Stale]) -> crate::error::Result<Vec<Settled>
         }
     }
     moves::save(state_dir, &placements)?;
+    // Delivered fences only: one still owed is tried again at each of the daemon's passes,
+    // and is not news at each.
+    let fleet = crate::state::FleetDir::new(state_dir);
+    for s in settled.iter().filter(|s| s.error.is_none()) {
+        for agent in &s.agents {
+            let _ = fleet.record_critical(
+                "fence_delivered",
+                agent,
+                &format!(
+                    "{} was told where `{agent}` runs now; its copy there is stopped",
+                    s.on
+                ),
+                "fenced",
+                serde_json::json!({"on": s.on.to_string()}),
+            );
+        }
+    }
     Ok(settled)
 }
 

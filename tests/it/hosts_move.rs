@@ -202,6 +202,31 @@ fn an_agent_moves_between_hosts_with_its_handoff_and_back_home() {
             .all(|r| r["agent"] != "trades" || !r["host"].is_null()),
         "{here:?}"
     );
+    // Each move is one of the fleet's events, for whoever asks later where it went.
+    let events = net
+        .run(&["events", "--event", "agent_moved", "--json"])
+        .status(0)
+        .json();
+    let moves: Vec<(String, String)> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["host"].is_null() || e["host"] == "local")
+        .map(|e| {
+            let place = |k: &str| e["details"][k].as_str().unwrap_or_default().to_string();
+            (place("from"), place("to"))
+        })
+        .collect();
+    let hops = [("gpu-1", "gpu-2"), ("gpu-2", "local"), ("local", "gpu-1")];
+    assert_eq!(
+        moves,
+        hops.map(|(a, b)| (a.to_string(), b.to_string())),
+        "{events}"
+    );
+    net.run(&["events", "--event", "agent_moved"])
+        .status(0)
+        .stdout_has("AGE")
+        .stdout_has("moved from");
 }
 
 #[test]
@@ -395,6 +420,20 @@ fn a_dead_hosts_agent_starts_elsewhere_from_the_mirror_and_its_stale_copy_is_sto
     net.run(&["move", "--cleanup"])
         .status(0)
         .stdout_has("no stale copies");
+    // The move off the dead host and the fence it was owed are events of the fleet.
+    let events = net.run(&["events", "--json"]).status(0).json();
+    let names: Vec<&str> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["agent"] == "trades")
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"agent_moved_off_unreachable_host"),
+        "{names:?}"
+    );
+    assert!(names.contains(&"fence_delivered"), "{names:?}");
 }
 
 #[test]

@@ -196,10 +196,10 @@ fn status_events_logs_and_search_show_every_host_with_rows_labelled() {
         .run(&["events", "--all", "--agent", "far2"])
         .status(0)
         .stdout();
+    let mut lines = human.lines();
+    assert!(lines.next().unwrap().contains("HOST"), "a header first: {human}");
     assert!(
-        human
-            .lines()
-            .all(|l| l.contains(" gpu-2 ") && l.contains("far2")),
+        lines.all(|l| l.contains(" gpu-2 ") && l.contains("far2")),
         "{human}"
     );
 
