@@ -26,6 +26,7 @@ mod ask;
 mod continuity;
 mod doctor;
 mod events;
+mod exec;
 mod fleet;
 mod fleet_hosts;
 mod fleet_moves;
@@ -246,6 +247,14 @@ pub enum Command {
     },
     /// Attach to the fleet's private tmux server at an agent's pane (detach: Ctrl-b d).
     Attach { agent: String },
+    /// Run a command as the agent's CLI runs, on its host: in its workdir, with its
+    /// environment, inside its sandbox where it has one. Exits with the command's code.
+    Exec {
+        agent: String,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true, num_args = 1..)]
+        command: Vec<String>,
+    },
     /// Install phoenix as a service.
     Service {
         #[command(subcommand)]
@@ -620,6 +629,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             follow,
         } => logs::logs(&config, &agent, lines, follow),
         Command::Attach { agent } => lifecycle::attach(&config, &agent),
+        Command::Exec { agent, command } => exec::exec(&config, &agent, &command),
         Command::Move(args) => moves::run(&config, args),
         Command::Service { command } => lifecycle::service(&config, command),
         Command::Wrap { agent, part } => Ok(crate::supervise::wrap(&config, &agent, part)?),

@@ -241,3 +241,35 @@ pub fn status(spec: &crate::spec::Spec, agent: &crate::spec::AgentSpec) -> Optio
         verified,
     })
 }
+
+/// The profile's limits as rlimits, set in the child before `bwrap` runs (inherited by all
+/// it starts).
+pub fn apply_limits(cmd: &mut std::process::Command, limits: &crate::spec::sandbox::Limits) {
+    use std::os::unix::process::CommandExt;
+    if limits.is_empty() {
+        return;
+    }
+    let set: Vec<(libc::__rlimit_resource_t, u64)> = [
+        (libc::RLIMIT_NPROC, limits.processes),
+        (libc::RLIMIT_DATA, limits.memory),
+        (libc::RLIMIT_NOFILE, limits.open_files),
+    ]
+    .into_iter()
+    .filter_map(|(r, v)| v.map(|v| (r, v)))
+    .collect();
+    // SAFETY: setrlimit is async-signal-safe; nothing is allocated between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            for (resource, value) in &set {
+                let limit = libc::rlimit {
+                    rlim_cur: *value,
+                    rlim_max: *value,
+                };
+                if libc::setrlimit(*resource, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}

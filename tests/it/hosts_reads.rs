@@ -197,7 +197,10 @@ fn status_events_logs_and_search_show_every_host_with_rows_labelled() {
         .status(0)
         .stdout();
     let mut lines = human.lines();
-    assert!(lines.next().unwrap().contains("HOST"), "a header first: {human}");
+    assert!(
+        lines.next().unwrap().contains("HOST"),
+        "a header first: {human}"
+    );
     assert!(
         lines.all(|l| l.contains(" gpu-2 ") && l.contains("far2")),
         "{human}"

@@ -580,3 +580,59 @@ fn a_sandboxed_agent_in_a_worktree_commits_but_cannot_plant_git_hooks_or_config(
     assert!(!repo.join(".git/hooks/post-checkout").exists());
     assert!(!git(&repo, &["config", "--list"]).contains("fsmonitor"));
 }
+
+/// `phoenix exec`: a command runs where and as the agent's CLI runs: its workdir, its
+/// environment, its exit code, and inside its sandbox (another agent's workdir is hidden
+/// there, and seen by the same command of an agent without one).
+#[test]
+fn exec_runs_a_command_in_the_agents_workdir_environment_and_sandbox() {
+    let fleet = Fleet::new();
+    for dir in ["a", "b"] {
+        std::fs::create_dir_all(fleet.path().join(dir)).unwrap();
+    }
+    std::fs::write(fleet.path().join("b/secret.txt"), "b's").unwrap();
+    let sandboxed = have_bwrap();
+    fleet.toml(&format!(
+        "[sandbox.tight]\n\n\
+         [[agent]]\nname = \"a\"\ncommand = \"sleep 600\"\nworkdir = \"a\"\nenv = {{ FOO = \"bar\" }}\n{}\n\n\
+         [[agent]]\nname = \"b\"\ncommand = \"sleep 600\"\nworkdir = \"b\"\n",
+        if sandboxed { "sandbox = \"tight\"" } else { "" }
+    ));
+    let run = fleet.run(&[
+        "exec",
+        "a",
+        "--",
+        "sh",
+        "-c",
+        "pwd; echo \"$FOO $PHOENIX_AGENT\"",
+    ]);
+    run.status(0).stdout_has("bar a");
+    assert!(
+        run.stdout().lines().next().unwrap().ends_with("/a"),
+        "{}",
+        run.stdout()
+    );
+    fleet
+        .run(&["exec", "a", "--", "sh", "-c", "exit 7"])
+        .status(7);
+    let b_secret = fleet.path().join("b/secret.txt");
+    let peek = |agent: &str| {
+        fleet.run(&[
+            "exec",
+            agent,
+            "--",
+            "sh",
+            "-c",
+            &format!("cat '{}' 2>/dev/null || echo hidden", b_secret.display()),
+        ])
+    };
+    peek("b").status(0).stdout_has("b's");
+    if sandboxed {
+        let inside = peek("a");
+        inside.status(0).stdout_has("hidden");
+        assert!(!inside.stdout().contains("b's"), "{}", inside.stdout());
+    }
+    fleet
+        .run(&["exec", "nobody", "--", "true"])
+        .stderr_has("nobody");
+}

@@ -24,7 +24,7 @@ pub(super) struct SandboxStart {
 impl SandboxStart {
     pub fn apply(&self, cmd: &mut Command) {
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
-        apply_limits(cmd, &self.limits);
+        sandbox::apply_limits(cmd, &self.limits);
     }
 }
 
@@ -84,38 +84,6 @@ impl Wrapper {
                 .map_err(|e| format!("cannot start the sandbox's proxy: {e}"))?;
         }
         Ok(held.as_ref().map(|p| p.socket.clone()))
-    }
-}
-
-/// The profile's limits as rlimits, set in the child before `bwrap` runs (inherited by all
-/// it starts).
-fn apply_limits(cmd: &mut Command, limits: &Limits) {
-    use std::os::unix::process::CommandExt;
-    if limits.is_empty() {
-        return;
-    }
-    let set: Vec<(libc::__rlimit_resource_t, u64)> = [
-        (libc::RLIMIT_NPROC, limits.processes),
-        (libc::RLIMIT_DATA, limits.memory),
-        (libc::RLIMIT_NOFILE, limits.open_files),
-    ]
-    .into_iter()
-    .filter_map(|(r, v)| v.map(|v| (r, v)))
-    .collect();
-    // SAFETY: setrlimit is async-signal-safe; nothing is allocated between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            for (resource, value) in &set {
-                let limit = libc::rlimit {
-                    rlim_cur: *value,
-                    rlim_max: *value,
-                };
-                if libc::setrlimit(*resource, &limit) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
     }
 }
 
