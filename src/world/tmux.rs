@@ -589,18 +589,26 @@ fn writable(path: &Path) -> bool {
 }
 
 /// `tmux 3.3a` → ok: pane options need 3.0.
+/// The oldest tmux phoenix is tested with and the README asks for.
+const OLDEST: (u32, u32) = (3, 3);
+
+/// `tmux 3.3a`, `tmux next-3.5`, `tmux master`: at least [`OLDEST`] (a build from tmux's own
+/// development branch counts as new).
 fn version_ok(version: &str) -> bool {
-    version
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| {
-            v.trim_end_matches(|c: char| c.is_ascii_alphabetic())
-                .split('.')
-                .next()?
-                .parse::<u32>()
-                .ok()
-        })
-        .is_some_and(|major| major >= 3)
+    let Some(word) = version.split_whitespace().nth(1) else {
+        return false;
+    };
+    if word == "master" {
+        return true;
+    }
+    let number = word
+        .trim_start_matches("next-")
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let mut parts = number.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten().or(Some(0))) {
+        (Some(major), Some(minor)) => (major, minor) >= OLDEST,
+        _ => false,
+    }
 }
 
 /// tmux installed and recent enough, and a socket directory it can write.
@@ -621,7 +629,12 @@ pub(super) fn host_checks() -> Vec<Check> {
                 check: "tmux".into(),
                 ok,
                 detail: format!("{version} at {}", path.display()),
-                fix: (!ok).then(|| "phoenix needs tmux 3.0 or newer (pane options)".into()),
+                fix: (!ok).then(|| {
+                    format!(
+                        "phoenix needs tmux {}.{} or newer (the version it is tested with): install a newer tmux",
+                        OLDEST.0, OLDEST.1
+                    )
+                }),
             }
         }
         _ => Check {
@@ -805,7 +818,14 @@ mod tests {
     #[test]
     fn versions() {
         assert!(version_ok("tmux 3.3a"));
+        assert!(version_ok("tmux 3.4"));
+        assert!(version_ok("tmux 3.10"));
+        assert!(version_ok("tmux next-3.6"));
+        assert!(version_ok("tmux master"));
+        assert!(!version_ok("tmux 3.2a"));
+        assert!(!version_ok("tmux 3"));
         assert!(!version_ok("tmux 2.9"));
+        assert!(!version_ok("tmux"));
     }
 
     #[test]
