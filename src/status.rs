@@ -291,8 +291,9 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
     let now = jiff::Timestamp::now();
     let prices = crate::usage::Prices::new(&spec.prices);
     let mut names: Vec<String> = spec.agent_names().into_iter().map(String::from).collect();
+    let mut seen: std::collections::HashSet<String> = names.iter().cloned().collect();
     for (name, _) in world.running_agents() {
-        if !names.iter().any(|n| n == name) {
+        if seen.insert(name.to_string()) {
             names.push(name.to_string());
         }
     }

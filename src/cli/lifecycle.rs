@@ -73,7 +73,6 @@ pub fn commands_exist(ctx: &FleetContext, targets: &[String]) -> anyhow::Result<
         .agents
         .iter()
         .filter(|a| a.enabled && (targets.is_empty() || targets.contains(&a.name)))
-        .filter(|a| !ctx.dir.agent(&a.name).has_marker(state::STOPPED))
         .filter_map(|a| {
             let program = a.argv.first().map_or("", String::as_str);
             let place: &std::ffi::OsStr = if program.contains('/') {
@@ -84,7 +83,13 @@ pub fn commands_exist(ctx: &FleetContext, targets: &[String]) -> anyhow::Result<
             let ok = *found
                 .entry((program, place))
                 .or_insert_with(|| a.command_problem().is_none());
-            if ok { None } else { a.command_problem() }
+            // A stopped agent is not started, so its missing program is no problem: asked
+            // only of agents whose program is missing (a `stat` each otherwise).
+            if ok || ctx.dir.agent(&a.name).has_marker(state::STOPPED) {
+                None
+            } else {
+                a.command_problem()
+            }
         })
         .collect();
     if problems.is_empty() {

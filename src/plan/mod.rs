@@ -308,6 +308,7 @@ impl Plan {
     /// Only what is about `agents` (`apply AGENT…`, Terraform's `-target`): their changes and
     /// what holds them back; nothing undeclared is removed.
     pub fn only(&mut self, agents: &[String]) {
+        let agents: std::collections::HashSet<&String> = agents.iter().collect();
         self.changes.retain(|c| agents.contains(&c.agent));
         self.unmanaged.clear();
         self.attention.retain(|a| agents.contains(&a.agent));

@@ -75,10 +75,41 @@ pub struct Spec {
     /// What is allowed but probably not meant (`cooldown` longer than `backoff_max`); shown by
     /// `validate`, `plan` and `apply`, never fatal.
     pub warnings: Vec<Located>,
+    /// Where each agent is in `agents`, made at the first lookup (see `Spec::agent`).
+    pub(crate) by_name: AgentIndex,
+}
+
+/// Name → position in `Spec::agents`, made once: lookups by name are made per agent (plans,
+/// status rows, apply steps), and a scan each made a plan of 50,000 agents take minutes (issue
+/// 34). `agents` is a public field that callers narrow or clear, so an entry is trusted only
+/// when the agent at its position still has that name; otherwise the lookup scans.
+#[derive(Clone, Default)]
+pub(crate) struct AgentIndex(std::sync::OnceLock<std::collections::HashMap<String, usize>>);
+
+impl std::fmt::Debug for AgentIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AgentIndex")
+    }
 }
 
 impl Spec {
     pub fn agent(&self, name: &str) -> Option<&AgentSpec> {
+        let index = self.by_name.0.get_or_init(|| {
+            self.agents
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (a.name.clone(), i))
+                .collect()
+        });
+        if let Some(agent) = index
+            .get(name)
+            .and_then(|&i| self.agents.get(i))
+            .filter(|a| a.name == name)
+        {
+            return Some(agent);
+        }
+        // Not in the index, or `agents` changed since it was made: the index cannot say.
+        // A miss scans, so an agent pushed after the index was made is still found.
         self.agents.iter().find(|a| a.name == name)
     }
 

@@ -168,6 +168,28 @@ impl AgentDir {
         self.file(marker).exists()
     }
 
+    /// The names in the dir, read once (none when it is not a readable dir): what a reader of
+    /// many of its files asks first, so that a file that is not there costs no `stat` (issue
+    /// 34: a plan of 1,000 agents made 7,013 for markers that did not exist).
+    pub fn listing(&self) -> Option<Listing> {
+        let entries = fs::read_dir(&self.path).ok()?;
+        let mut names = std::collections::HashSet::new();
+        for entry in entries {
+            let Ok(entry) = entry else {
+                return Some(Listing::unknown());
+            };
+            // A dir grown past any size phoenix makes: answer "maybe" rather than hold it all.
+            if names.len() >= Listing::MAX_NAMES {
+                return Some(Listing::unknown());
+            }
+            names.insert(entry.file_name());
+        }
+        Some(Listing {
+            names,
+            complete: true,
+        })
+    }
+
     /// Leave `marker` and wake the agent's wrapper to look at it.
     pub fn set_marker(&self, marker: &str) -> io::Result<()> {
         atomic_write(
@@ -207,11 +229,40 @@ impl AgentDir {
 
     /// Modification time of the most recently touched activity file, if any.
     pub fn last_activity(&self) -> Option<jiff::Timestamp> {
+        self.last_activity_among(None)
+    }
+
+    /// `last_activity`, with a `stat` only of the files `listing` may have.
+    pub fn last_activity_among(&self, listing: Option<&Listing>) -> Option<jiff::Timestamp> {
         ["state.json", "tool_use.jsonl", OPS_LOG]
             .iter()
+            .filter(|f| listing.is_none_or(|l| l.may_have(f)))
             .filter_map(|f| fs::metadata(self.file(f)).ok()?.modified().ok())
             .max()
             .and_then(|t| jiff::Timestamp::try_from(t).ok())
+    }
+}
+
+/// What `AgentDir::listing` found: whether a name may be there. "May": a listing that could
+/// not be read whole answers yes to everything, and the caller's own read decides.
+#[derive(Debug)]
+pub struct Listing {
+    names: std::collections::HashSet<std::ffi::OsString>,
+    complete: bool,
+}
+
+impl Listing {
+    const MAX_NAMES: usize = 4096;
+
+    fn unknown() -> Self {
+        Listing {
+            names: Default::default(),
+            complete: false,
+        }
+    }
+
+    pub fn may_have(&self, name: &str) -> bool {
+        !self.complete || self.names.contains(std::ffi::OsStr::new(name))
     }
 }
 

@@ -341,6 +341,9 @@ pub struct AgentObs {
     pub last_activity: Option<jiff::Timestamp>,
     /// Hook files `apply` installed phoenix entries in for this agent.
     pub installed_hooks: Vec<PathBuf>,
+    /// Its state dir may hold a record of worktrees phoenix made (only those are read).
+    #[serde(skip)]
+    pub worktrees_recorded: bool,
 }
 
 /// A file phoenix manages inside a user's project (hook configuration), as observed.
@@ -493,13 +496,26 @@ fn agent_obs(
     fences: &state::fence::Fences,
 ) -> AgentObs {
     let dir = fleet.agent(name);
+    // One listing answers every "is this file there"; only what may be there is read, with
+    // the same reads as without it (a marker is still a file that `stat` finds).
+    let Some(listing) = dir.listing() else {
+        return AgentObs {
+            state_dir: false,
+            fenced: fences.refused(name).cloned(),
+            ..AgentObs::default()
+        };
+    };
+    let has = |file: &str| listing.may_have(file);
     AgentObs {
-        state_dir: dir.exists(),
-        clean_exit: dir.has_marker(state::CLEAN_EXIT),
-        stopped: dir.has_marker(state::STOPPED),
+        // The listing was read: the dir is there.
+        state_dir: true,
+        clean_exit: has(state::CLEAN_EXIT) && dir.has_marker(state::CLEAN_EXIT),
+        stopped: has(state::STOPPED) && dir.has_marker(state::STOPPED),
         fenced: fences.refused(name).cloned(),
-        restarting: state::claim::current(&dir),
-        started: for_plan
+        restarting: has(state::claim::CLAIM)
+            .then(|| state::claim::current(&dir))
+            .flatten(),
+        started: (for_plan && has(state::STARTED_SPEC))
             .then(|| {
                 state::JsonFile::new(&dir, state::STARTED_SPEC, "started_spec")
                     .load()
@@ -507,12 +523,13 @@ fn agent_obs(
                     .flatten()
             })
             .flatten(),
-        last_activity: dir.last_activity(),
-        installed_hooks: if for_plan {
+        last_activity: dir.last_activity_among(Some(&listing)),
+        installed_hooks: if for_plan && has(state::store::INSTALLED_HOOKS) {
             dir.installed_hooks()
         } else {
             Vec::new()
         },
+        worktrees_recorded: has(crate::workspace::record::WORKTREES),
     }
 }
 
@@ -636,7 +653,14 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
             .or_insert_with_key(|p| FileObs::read(p));
     }
     let workspaces = if for_plan {
-        crate::workspace::observe(spec, &fleet, agents.keys().map(String::as_str))
+        crate::workspace::observe(
+            spec,
+            &fleet,
+            agents
+                .iter()
+                .filter(|(_, obs)| obs.worktrees_recorded)
+                .map(|(name, _)| name.as_str()),
+        )
     } else {
         crate::workspace::Observed::default()
     };

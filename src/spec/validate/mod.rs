@@ -258,6 +258,7 @@ impl Validator<'_> {
             hosts,
             remote_agents,
             prices,
+            by_name: Default::default(),
         }
     }
 
