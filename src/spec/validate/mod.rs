@@ -222,7 +222,7 @@ impl Validator<'_> {
                 self.error(
                     format!("schedule `{what}`: {e}"),
                     span,
-                    "standard cron has 5 fields: minute hour day-of-month month day-of-week, e.g. \"*/5 * * * *\", or a nickname: @hourly, @daily, @weekly, @monthly, @yearly; use \"off\" to disable",
+                    "standard cron has 5 fields: minute (0-59) hour (0-23) day-of-month (1-31) month (1-12) day-of-week (0-7, 0 and 7 are Sunday), e.g. \"*/5 * * * *\", or a nickname: @hourly, @daily, @weekly, @monthly, @yearly; use \"off\" to disable",
                 );
                 None
             }
