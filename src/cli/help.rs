@@ -7,7 +7,7 @@ use clap::CommandFactory;
 use super::Cli;
 
 /// The groups of `phoenix --help`, in order, each with its commands in order.
-const GROUPS: &[(&str, &[&str])] = &[
+pub(super) const GROUPS: &[(&str, &[&str])] = &[
     ("Fleet", &["plan", "apply", "run", "down", "serve", "hosts"]),
     (
         "Agents",

@@ -407,8 +407,14 @@ pub enum Command {
     /// Print a shell completion script, e.g.
     /// `phoenix completions bash > ~/.local/share/bash-completion/completions/phoenix`.
     Completions { shell: clap_complete::Shell },
-    /// Print the man page (roff): `phoenix man | man -l -`.
-    Man,
+    /// Print the man page (roff): `phoenix man | man -l -`; with --dir, write a page for
+    /// each command there: `phoenix man --dir ~/.local/share/man/man1`.
+    Man {
+        /// Write phoenix.1 and a page for each command (phoenix-apply.1, …) into DIR
+        /// (created if missing) instead of printing the one page.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Print the JSON Schema of phoenix.toml, for editors: `phoenix schema > phoenix.schema.json`.
     Schema,
     /// Print phoenix's version, `phoenix X.Y.Z` (as `phoenix --version` does).
@@ -703,7 +709,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         )?),
         Command::DemoAgent(args) => Ok(crate::demo::run(args, &mut std::io::stdout())?),
         Command::Completions { shell } => Ok(generate::completions(shell)?),
-        Command::Man => Ok(generate::man()?),
+        Command::Man { dir } => generate::man(dir.as_deref()),
         Command::Schema => Ok(generate::schema()?),
         Command::Version { json } => Ok(version(json)),
     }
