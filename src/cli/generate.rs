@@ -1,6 +1,9 @@
 //! `phoenix completions`, `phoenix man` and `phoenix schema`: files generated from phoenix's
 //! own definitions (the clap command line, the spec's raw types), printed to stdout.
 
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
 use clap::CommandFactory;
 
 use super::{Cli, out};
@@ -14,12 +17,116 @@ pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// The man page (roff): `phoenix man | man -l -`.
-pub fn man() -> anyhow::Result<i32> {
-    let mut page = Vec::new();
-    clap_mangen::Man::new(Cli::command()).render(&mut page)?;
-    out(&String::from_utf8(page)?);
+/// The man page (roff): `phoenix man | man -l -`; with `dir`, a page for each command
+/// written there instead (`phoenix.1`, `phoenix-apply.1`, `phoenix-hosts-check.1`, …).
+pub fn man(dir: Option<&Path>) -> anyhow::Result<i32> {
+    let Some(dir) = dir else {
+        out(&String::from_utf8(page(false))?);
+        return Ok(0);
+    };
+    let written = man_pages(dir)
+        .with_context(|| format!("cannot write the man pages to `{}`", dir.display()))?;
+    out(&format!(
+        "wrote {} man pages to {} (phoenix.1, phoenix-init.1, …)\n",
+        written.len(),
+        dir.display()
+    ));
     Ok(0)
+}
+
+/// The command line as the man pages show it: no `help` command at any level (the page is
+/// the help), built so that each command has its full name (`phoenix-hosts-check`).
+fn man_command() -> clap::Command {
+    fn without_help(command: clap::Command) -> clap::Command {
+        command
+            .disable_help_subcommand(true)
+            .mut_subcommands(without_help)
+    }
+    let mut command = without_help(Cli::command());
+    command.build();
+    command
+}
+
+/// phoenix's own page: clap_mangen's sections, with the commands grouped as `--help` groups
+/// them. With `pages`, each names its own page (`phoenix-apply(1)`); without, the single page
+/// names no page that is not there and says how to get them.
+fn page(pages: bool) -> Vec<u8> {
+    let command = man_command();
+    let man = clap_mangen::Man::new(command.clone());
+    let mut roff = roff::Roff::new();
+    roff.control("SH", ["COMMANDS"]);
+    for (group, names) in super::help::GROUPS {
+        roff.control("SS", [*group]);
+        for name in *names {
+            let Some(sub) = command.find_subcommand(name) else {
+                continue;
+            };
+            roff.control("TP", []);
+            roff.text([roff::bold(if pages {
+                format!("{}(1)", sub.get_display_name().unwrap_or(name))
+            } else {
+                format!("phoenix {name}")
+            })]);
+            if let Some(about) = sub.get_about() {
+                roff.text([roff::roman(about.to_string())]);
+            }
+        }
+    }
+    roff.control("PP", []);
+    roff.text([roff::roman(if pages {
+        "Each command's page tells its options and its own commands."
+    } else {
+        "Each command's options: phoenix COMMAND --help. A page for each command: \
+         phoenix man --dir DIR (e.g. ~/.local/share/man/man1)."
+    })]);
+    let commands = roff.render();
+
+    let mut text = Vec::new();
+    // Writing to a Vec cannot fail.
+    let _ = man.render_title(&mut text);
+    for section in [
+        clap_mangen::Man::render_name_section,
+        clap_mangen::Man::render_synopsis_section,
+        clap_mangen::Man::render_description_section,
+        clap_mangen::Man::render_options_section,
+    ] {
+        let _ = section(&man, &mut text);
+    }
+    text.extend_from_slice(commands.as_bytes());
+    let _ = man.render_extra_section(&mut text);
+    let _ = man.render_version_section(&mut text);
+    strip_repeated_preambles(text)
+}
+
+/// Each of clap_mangen's section renderers starts with roff's apostrophe preamble: the page
+/// keeps the first.
+fn strip_repeated_preambles(text: Vec<u8>) -> Vec<u8> {
+    let text = String::from_utf8(text).unwrap_or_default();
+    let preamble = roff::Roff::new().render();
+    let body = text.replace(&preamble, "");
+    format!("{preamble}{body}").into_bytes()
+}
+
+/// phoenix.1 and a page for each visible command, at every level, in `dir` (created if
+/// missing); the files written.
+fn man_pages(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    fn write(
+        command: &clap::Command,
+        dir: &Path,
+        written: &mut Vec<PathBuf>,
+    ) -> std::io::Result<()> {
+        for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+            written.push(clap_mangen::Man::new(sub.clone()).generate_to(dir)?);
+            write(sub, dir, written)?;
+        }
+        Ok(())
+    }
+    std::fs::create_dir_all(dir)?;
+    let root = dir.join("phoenix.1");
+    std::fs::write(&root, page(true))?;
+    let mut written = vec![root];
+    write(&man_command(), dir, &mut written)?;
+    Ok(written)
 }
 
 /// The JSON Schema of phoenix.toml, for editors.
@@ -29,4 +136,84 @@ pub fn schema() -> anyhow::Result<i32> {
         serde_json::to_string_pretty(&crate::spec::schema::json_schema())?
     ));
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pages `text` names, as `phoenix-apply` for `phoenix\-apply(1)`.
+    fn references(text: &str) -> Vec<String> {
+        let mut text = text.replace("\\-", "-");
+        for font in ["\\fB", "\\fI", "\\fR", "\\fP"] {
+            text = text.replace(font, "");
+        }
+        text.match_indices("(1)")
+            .map(|(end, _)| {
+                let start = text[..end]
+                    .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                    .map_or(0, |i| i + 1);
+                text[start..end].to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_page_a_page_names_is_written_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let written = man_pages(dir.path()).unwrap();
+        let names: Vec<String> = written
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        for page in [
+            "phoenix.1",
+            "phoenix-apply.1",
+            "phoenix-hosts-check.1",
+            "phoenix-version.1",
+        ] {
+            assert!(names.iter().any(|n| n == page), "{page} not in {names:?}");
+        }
+        for internal in [
+            "phoenix-wrap.1",
+            "phoenix-hook.1",
+            "phoenix-tap.1",
+            "phoenix-help.1",
+        ] {
+            assert!(!dir.path().join(internal).exists(), "{internal}");
+        }
+        let mut named = 0;
+        for path in &written {
+            let text = std::fs::read_to_string(path).unwrap();
+            assert!(text.starts_with(".ie \\n(.g"), "{}", path.display());
+            for reference in references(&text) {
+                named += 1;
+                assert!(
+                    dir.path().join(format!("{reference}.1")).exists(),
+                    "{} names {reference}(1), which is not there",
+                    path.display()
+                );
+            }
+        }
+        let root = std::fs::read_to_string(dir.path().join("phoenix.1")).unwrap();
+        assert!(references(&root).contains(&"phoenix-apply".to_string()));
+        assert!(named > written.len() / 2, "{named}");
+    }
+
+    #[test]
+    fn the_single_page_names_no_other_page() {
+        let text = String::from_utf8(page(false)).unwrap();
+        assert_eq!(references(&text), Vec::<String>::new());
+        assert_eq!(text.matches(".ie \\n(.g").count(), 1, "{text}");
+        for part in [
+            ".TH phoenix 1",
+            ".SH COMMANDS",
+            ".SS Fleet",
+            "\\fBphoenix apply\\fR",
+            "man \\-\\-dir",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        assert!(!text.contains("phoenix wrap"), "{text}");
+    }
 }

@@ -33,6 +33,7 @@ mod fleet_moves;
 mod fleet_usage;
 mod fleetwide;
 mod generate;
+mod help;
 pub mod hook;
 mod hosts;
 #[cfg(test)]
@@ -261,6 +262,7 @@ pub enum Command {
         command: ServiceCommand,
     },
     /// Run an agent inside its pane (started by `apply`; not for interactive use).
+    #[command(hide = true)]
     Wrap {
         #[arg(long)]
         agent: String,
@@ -270,6 +272,7 @@ pub enum Command {
         part: Option<PathBuf>,
     },
     /// Entry point for the agent CLIs' hooks (reads the payload on stdin). Always exits 0.
+    #[command(hide = true)]
     Hook(hook::HookCall),
     /// The hook configuration phoenix installs in agents' workdirs.
     #[command(subcommand)]
@@ -404,10 +407,22 @@ pub enum Command {
     /// Print a shell completion script, e.g.
     /// `phoenix completions bash > ~/.local/share/bash-completion/completions/phoenix`.
     Completions { shell: clap_complete::Shell },
-    /// Print the man page (roff): `phoenix man | man -l -`.
-    Man,
+    /// Print the man page (roff): `phoenix man | man -l -`; with --dir, write a page for
+    /// each command there: `phoenix man --dir ~/.local/share/man/man1`.
+    Man {
+        /// Write phoenix.1 and a page for each command (phoenix-apply.1, …) into DIR
+        /// (created if missing) instead of printing the one page.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Print the JSON Schema of phoenix.toml, for editors: `phoenix schema > phoenix.schema.json`.
     Schema,
+    /// Print phoenix's version, `phoenix X.Y.Z` (as `phoenix --version` does).
+    Version {
+        /// Print one JSON document on stdout, `format_version` first (see docs/json.md).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -452,7 +467,7 @@ pub fn main() -> i32 {
             Err(err) => report(&err),
         };
     }
-    let cli = match Cli::try_parse() {
+    let cli = match parse_args() {
         Ok(cli) => cli,
         Err(e) => {
             let args: Vec<String> = std::env::args().skip(1).collect();
@@ -694,9 +709,29 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         )?),
         Command::DemoAgent(args) => Ok(crate::demo::run(args, &mut std::io::stdout())?),
         Command::Completions { shell } => Ok(generate::completions(shell)?),
-        Command::Man => Ok(generate::man()?),
+        Command::Man { dir } => generate::man(dir.as_deref()),
         Command::Schema => Ok(generate::schema()?),
+        Command::Version { json } => Ok(version(json)),
     }
+}
+
+/// The command line read by clap, with the grouped top-level help ([`help::command`]).
+fn parse_args() -> Result<Cli, clap::Error> {
+    use clap::FromArgMatches;
+    let mut command = help::command();
+    let mut matches = command.try_get_matches_from_mut(std::env::args_os())?;
+    Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut command))
+}
+
+/// `phoenix version`: `phoenix X.Y.Z`, or `{"format_version": 1, "version": "X.Y.Z"}`.
+fn version(json: bool) -> i32 {
+    let version = env!("CARGO_PKG_VERSION");
+    if json {
+        output::json(serde_json::json!({ "version": version }));
+    } else {
+        println!("phoenix {version}");
+    }
+    0
 }
 
 fn parse_duration_arg(text: &str) -> Result<std::time::Duration, String> {

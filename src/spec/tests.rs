@@ -232,6 +232,40 @@ command = "y"
 }
 
 #[test]
+fn a_duplicate_name_is_reported_with_the_other_errors_of_the_file() {
+    let errs = errors(
+        r#"
+[[agent]]
+name = "a"
+cli = "claud"
+
+[[agent]]
+name = "a"
+cli = "bogus"
+colour = "red"
+"#,
+    );
+    let shown: Vec<_> = errs
+        .iter()
+        .map(|e| (e.line, e.message.as_str(), e.hint.as_deref().unwrap_or("")))
+        .collect();
+    let has = |line: usize, message: &str, hint: &str| {
+        assert!(
+            shown
+                .iter()
+                .any(|(l, m, h)| *l == line && m.contains(message) && h.contains(hint)),
+            "{line} {message}: {shown:#?}"
+        );
+    };
+    has(4, "unknown cli `claud`", "did you mean `claude`?");
+    has(7, "duplicate agent name `a`", "first defined on line 3");
+    has(8, "unknown cli `bogus`", "one of: claude");
+    has(9, "unknown key `colour` in [[agent]]", "known keys here");
+    // An unknown cli is not echoed as a missing command.
+    assert_eq!(shown.len(), 4, "{shown:#?}");
+}
+
+#[test]
 fn syntax_errors_have_a_location() {
     let errs = errors("[fleet]\nname = \n");
     assert_eq!(errs.len(), 1);

@@ -999,6 +999,23 @@ fn usage_errors_exit_64_and_help_exits_0() {
         .stdout_has("64 usage error")
         .stdout_has("2  changes pending");
     fleet.run(&["--version"]).status(0).stdout_has("phoenix ");
+    let version = env!("CARGO_PKG_VERSION");
+    let plain = fleet.run(&["version"]);
+    assert_eq!(plain.status(0).stdout(), format!("phoenix {version}\n"));
+    let json = fleet.run(&["version", "--json"]).status(0).json();
+    assert_eq!(json["format_version"], 1);
+    assert_eq!(json["version"], version);
+    // Grouped by purpose; the internal commands stay out of the list but run.
+    fleet
+        .run(&["--help"])
+        .stdout_has("\nFleet:\n")
+        .stdout_has("\nSetup:\n")
+        .stdout_has("  version  ");
+    fleet.run(&["help"]).status(0).stdout_has("\nAgents:\n");
+    fleet
+        .run(&["wrap", "--help"])
+        .status(0)
+        .stdout_has("Usage:");
     fleet
         .run(&["plan", "--help"])
         .status(0)

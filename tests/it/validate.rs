@@ -109,11 +109,23 @@ fn completions_load_in_bash_and_the_man_page_names_the_commands() {
         .run(&["completions", "zsh"])
         .status(0)
         .stdout_has("#compdef phoenix");
-    fleet
-        .run(&["man"])
-        .status(0)
+    let page = fleet.run(&["man"]);
+    page.status(0)
         .stdout_has(".TH phoenix 1")
         .stdout_has("validate");
+    // One page: it names no page of a command (`phoenix-init(1)`) that is not installed.
+    assert!(!page.stdout().contains("(1)"), "{}", page.stdout());
+    let dir = fleet.path().join("man").join("man1");
+    fleet
+        .run(&["man", "--dir", dir.to_str().unwrap()])
+        .status(0)
+        .stdout_has("man pages to");
+    for name in ["phoenix.1", "phoenix-init.1", "phoenix-hosts-check.1"] {
+        let text = std::fs::read_to_string(dir.join(name)).unwrap();
+        assert!(text.contains(".TH phoenix"), "{name}: {text}");
+    }
+    let root = std::fs::read_to_string(dir.join("phoenix.1")).unwrap();
+    assert!(root.contains("phoenix\\-init(1)"), "{root}");
 }
 
 #[test]

@@ -69,7 +69,7 @@ impl Validator<'_> {
         }
         Some(AgentSpec {
             name,
-            cli,
+            cli: cli?,
             command,
             argv,
             resume_command,
@@ -93,30 +93,34 @@ impl Validator<'_> {
         })
     }
 
-    fn cli(&mut self, value: Option<&Spanned<String>>, name: &str) -> Cli {
+    /// The agent's CLI (`custom` when not written); `None` once an unknown one is reported.
+    fn cli(&mut self, value: Option<&Spanned<String>>, name: &str) -> Option<Cli> {
         let Some(v) = value else {
-            return Cli::Custom;
+            return Some(Cli::Custom);
         };
-        Cli::parse(v.get_ref()).unwrap_or_else(|| {
+        let cli = Cli::parse(v.get_ref());
+        if cli.is_none() {
             self.error(
                 format!("agent `{name}`: unknown cli `{}`", v.get_ref()),
                 Some(v.span()),
                 &suggest(v.get_ref(), &Cli::NAMES),
             );
-            Cli::Custom
-        })
+        }
+        cli
     }
 
     /// The command as written and split; without one, the CLI's own program.
     fn launch_command(
         &mut self,
         value: Option<&Spanned<String>>,
-        cli: Cli,
+        cli: Option<Cli>,
         raw_name: &Spanned<String>,
         name: &str,
     ) -> Option<(String, Vec<String>)> {
         let Some(c) = value else {
-            let Some(program) = cli.default_command() else {
+            // An unknown cli is already reported: "no command" would only be its echo.
+            let program = cli?.default_command();
+            let Some(program) = program else {
                 self.error(
                     format!("agent `{name}` has no `command`"),
                     Some(raw_name.span()),

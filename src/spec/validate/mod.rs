@@ -222,7 +222,7 @@ impl Validator<'_> {
                 self.error(
                     format!("schedule `{what}`: {e}"),
                     span,
-                    "standard cron has 5 fields: minute hour day-of-month month day-of-week, e.g. \"*/5 * * * *\", or a nickname: @hourly, @daily, @weekly, @monthly, @yearly; use \"off\" to disable",
+                    "standard cron has 5 fields: minute (0-59) hour (0-23) day-of-month (1-31) month (1-12) day-of-week (0-7, 0 and 7 are Sunday), e.g. \"*/5 * * * *\", or a nickname: @hourly, @daily, @weekly, @monthly, @yearly; use \"off\" to disable",
                 );
                 None
             }
@@ -306,6 +306,9 @@ impl Validator<'_> {
         let mut taken = Taken::default();
         let (mut agents, mut remote) = (Vec::new(), Vec::new());
         for raw_agent in &raw.agents {
+            // The name is claimed before the agent's values are checked: a second `a` is
+            // reported with every other error of either agent, in the same run.
+            let name_free = self.claim_name(&mut taken, raw_agent);
             let host = self.agent_host(raw_agent.get_ref(), hosts);
             let options = self.options;
             if host.is_some() {
@@ -319,10 +322,10 @@ impl Validator<'_> {
                 &default_restart,
             );
             self.options = options;
-            let Some(agent) = agent else {
+            let Some(agent) = agent.filter(|_| name_free) else {
                 continue;
             };
-            if !self.claim(&mut taken, &agent, raw_agent, host.as_deref())
+            if !self.claim_window(&mut taken, &agent, raw_agent, host.as_deref())
                 || !self.claim_branch(&mut taken, &agent, raw_agent, host.as_deref())
             {
                 continue;
@@ -339,9 +342,33 @@ impl Validator<'_> {
         (agents, remote)
     }
 
-    /// Whether `agent` may join the fleet: an earlier agent must not have its name or its
-    /// tmux window. Either is reported at the name.
-    fn claim(
+    /// Whether the name written in `raw` is still free (an agent without one has nothing to
+    /// claim: that is reported on its own). An earlier agent with errors of its own still
+    /// holds its name, so a duplicate is reported whatever else is wrong with either.
+    fn claim_name(&mut self, taken: &mut Taken, raw: &Spanned<RawAgent>) -> bool {
+        let Some(name) = &raw.get_ref().name else {
+            return true;
+        };
+        if let Some(first) = taken.names.get(name.get_ref()) {
+            let (line, _) = crate::diag::line_col(self.source, first.start);
+            self.diags.push(
+                Diagnostic::new(
+                    format!("duplicate agent name `{}`", name.get_ref()),
+                    Some(name.span()),
+                )
+                .with_hint(format!(
+                    "first defined on line {line}; agent names must be unique"
+                )),
+            );
+            return false;
+        }
+        taken.names.insert(name.get_ref().clone(), name.span());
+        true
+    }
+
+    /// Whether `agent` may join the fleet: an earlier agent must not have its tmux window.
+    /// Reported at the name.
+    fn claim_window(
         &mut self,
         taken: &mut Taken,
         agent: &AgentSpec,
@@ -349,19 +376,6 @@ impl Validator<'_> {
         host: Option<&str>,
     ) -> bool {
         let name_span = raw.get_ref().name.as_ref().map(|n| n.span());
-        if let Some(first) = taken.names.get(&agent.name) {
-            let (line, _) = crate::diag::line_col(self.source, first.start);
-            self.diags.push(
-                Diagnostic::new(format!("duplicate agent name `{}`", agent.name), name_span)
-                    .with_hint(format!(
-                        "first defined on line {line}; agent names must be unique"
-                    )),
-            );
-            return false;
-        }
-        taken
-            .names
-            .insert(agent.name.clone(), name_span.clone().unwrap_or(raw.span()));
         // Each host has its own tmux server: a window is taken per host.
         let window = (
             host.map(str::to_string),
