@@ -62,6 +62,16 @@ impl Applier<'_> {
             if matches!(change.action, Action::Start) {
                 starts.push(i);
                 results.push(None);
+            } else if pane_to_stop(&change.action).is_some() {
+                // The stops are one kind in plan order, side by side: stopped together when
+                // the first is reached (`stop_all`), before what comes after them.
+                if i == 0 || pane_to_stop(&changes[i - 1].action).is_none() {
+                    let run: Vec<&Change> = changes[i..]
+                        .iter()
+                        .take_while(|c| pane_to_stop(&c.action).is_some())
+                        .collect();
+                    results.extend(self.stop_all(&fleet, &run).into_iter().map(Some));
+                }
             } else {
                 results.push(Some(self.step(change, &fleet.agent(&change.agent))));
             }
@@ -220,6 +230,43 @@ impl Applier<'_> {
         }
     }
 
+    /// Stop the panes of `changes` (each a `Stop`, `Prune` or `RemoveExtra`): each agent told
+    /// why first (as `step` does), then one `stop_many`; a pane it could not stop gets the
+    /// retry of `stop_pane`.
+    fn stop_all(&self, fleet: &FleetDir, changes: &[&Change]) -> Vec<Result<String, String>> {
+        let panes: Vec<&str> = changes
+            .iter()
+            .map(|c| pane_to_stop(&c.action).expect("only stops are batched"))
+            .collect();
+        for change in changes {
+            // No stop request for a second pane: the agent's state dir belongs to the pane
+            // that stays.
+            if matches!(change.action, Action::Stop { .. } | Action::Prune { .. }) {
+                let dir = fleet.agent(&change.agent);
+                if dir.exists() {
+                    let _ = execute::request_stop(&dir, EndReason::OperatorStop, false);
+                }
+            }
+        }
+        let stopped = self.runtime.stop_many(&panes);
+        changes
+            .iter()
+            .zip(panes)
+            .zip(stopped)
+            .map(|((change, pane), result)| {
+                if result.is_err() {
+                    self.stop_pane(pane)?;
+                }
+                Ok(match &change.action {
+                    Action::RemoveExtra { keep, .. } => {
+                        format!("removed pane {pane} (the agent runs in {keep})")
+                    }
+                    _ => format!("stopped pane {pane}"),
+                })
+            })
+            .collect()
+    }
+
     /// Retry once, like every runtime step; then say how to look closer.
     fn stop_pane(&self, pane: &str) -> Result<(), String> {
         self.runtime
@@ -280,6 +327,16 @@ impl Applier<'_> {
 }
 
 /// A worktree change, carried out by `workspace::steps` (which looks again before it acts).
+/// The pane a change stops, for the changes that only stop one.
+fn pane_to_stop(action: &Action) -> Option<&str> {
+    match action {
+        Action::Stop { pane } | Action::Prune { pane } | Action::RemoveExtra { pane, .. } => {
+            Some(pane)
+        }
+        _ => None,
+    }
+}
+
 fn worktree_step(action: &Action, agent: &str, dir: &AgentDir) -> Result<String, String> {
     use crate::workspace::{Recorded, steps};
     match action {

@@ -89,7 +89,7 @@ pub(crate) fn conforms(runtime: &dyn Runtime, exited: &dyn Fn(&str, i32)) {
     );
     assert_ne!(back.pid, dead.pid, "{name}: a new process");
     stops(runtime, &two);
-    starts_many(runtime);
+    starts_many(runtime, &two);
     // This test runs in no pane of this runtime.
     assert_eq!(runtime.own_pane(), None, "{name}");
     // kill_server: nothing left, an empty world again.
@@ -200,8 +200,9 @@ fn stops(runtime: &dyn Runtime, two: &str) {
 
 /// start_many: each launch started once, in order, tagged, in its own session whether that
 /// session exists already or is made by the same batch; a value ending in `;` does not split
-/// the batch.
-fn starts_many(runtime: &dyn Runtime) {
+/// the batch. Then stop_many: all of them stopped at once, with a pane already gone (`gone`)
+/// among them (tmux ends a sequence at its first failing command: the others still stop).
+fn starts_many(runtime: &dyn Runtime, gone: &str) {
     let name = runtime.name();
     let mut other = launch("four", "w-four", "fp-4");
     other.session = "conformance-2".into();
@@ -240,7 +241,15 @@ fn starts_many(runtime: &dyn Runtime) {
         .filter(|p| p.agent.as_deref() == Some("five"))
         .collect();
     assert_eq!(fives.len(), 1, "{name}: started once");
-    for pane in &panes {
-        runtime.stop(pane).unwrap();
-    }
+    let mut to_stop: Vec<&str> = panes.iter().map(String::as_str).collect();
+    to_stop.insert(1, gone);
+    let stopped = runtime.stop_many(&to_stop);
+    assert_eq!(stopped.len(), 4, "{name}: one result per pane");
+    assert!(stopped.iter().all(Result::is_ok), "{name}: {stopped:?}");
+    let listed = runtime.list().unwrap().unwrap_or_default();
+    assert!(
+        listed.iter().all(|p| !panes.contains(&p.id)),
+        "{name}: every pane stopped: {listed:?}"
+    );
+    assert!(runtime.stop_many(&[]).is_empty(), "{name}");
 }

@@ -280,6 +280,11 @@ pub trait Runtime: Send + Sync {
     /// Replace whatever runs in `pane` with a fresh launch.
     fn respawn(&self, pane: &str, launch: &Launch) -> Result<(), RuntimeError>;
     fn stop(&self, pane: &str) -> Result<(), RuntimeError>;
+    /// Stop several panes, as few round trips to the runtime as it can manage; what became of
+    /// each, in order. A pane already gone counts as stopped, as for `stop`.
+    fn stop_many(&self, panes: &[&str]) -> Vec<Result<(), RuntimeError>> {
+        panes.iter().map(|p| self.stop(p)).collect()
+    }
     /// Paste `text` into `pane` as one bracketed paste (when the program there asked for
     /// one). The runtime makes the text inert (`inert::keyboard_text`): no caller can skip that.
     fn paste(&self, pane: &str, text: &str) -> Result<(), RuntimeError>;

@@ -208,6 +208,10 @@ impl Runtime for Tmux {
         }
     }
 
+    fn stop_many(&self, panes: &[&str]) -> Vec<Result<(), RuntimeError>> {
+        self.stop_batch(panes)
+    }
+
     /// Paste `text` into `pane` as one bracketed paste (when the program there asked for
     /// bracketed paste). The text goes through `inert::keyboard_text` here, the one place every
     /// paste passes: no escape sequence in it can end the paste early or reach the terminal.
