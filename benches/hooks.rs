@@ -240,6 +240,19 @@ fn main() {
     let mut indexed_args = phoenix_args("session-start");
     indexed_args[1] = indexed_config.to_str().unwrap().to_string();
 
+    // What every hook call under phoenix has: its wrapper's environment (the agent and its
+    // state dir) and the agent's own part of phoenix.toml, written by apply.
+    let wrapped = |config: &Path, agent_dir: &Path| -> Vec<(String, String)> {
+        phoenix::spec::narrow::write_part(config, "bench", agent_dir)
+            .expect("the agent's part of phoenix.toml");
+        vec![
+            ("PHOENIX_AGENT".into(), "bench".into()),
+            ("PHOENIX_STATE_DIR".into(), agent_dir.display().to_string()),
+        ]
+    };
+    let under_wrapper = wrapped(&config, &agent_dir);
+    let indexed_under_wrapper = wrapped(&indexed_config, &indexed_agent);
+
     let mut cases = vec![
         Case {
             name: "process start floor: /bin/true",
@@ -262,6 +275,15 @@ fn main() {
             program: hook_exe.clone(),
             args: phoenix_args("heartbeat"),
             stdin: post_tool.clone(),
+            env: under_wrapper.clone(),
+            reset: None,
+        },
+        Case {
+            // A hook run by hand or by a CLI phoenix did not start: phoenix.toml read whole.
+            name: "phoenix-hook heartbeat, outside a wrapper",
+            program: hook_exe.clone(),
+            args: phoenix_args("heartbeat"),
+            stdin: post_tool.clone(),
             env: vec![],
             reset: None,
         },
@@ -272,7 +294,7 @@ fn main() {
             program: hook_exe.clone(),
             args: phoenix_args("pre-tool"),
             stdin: pre_tool.clone(),
-            env: vec![],
+            env: under_wrapper.clone(),
             reset: None,
         },
         Case {
@@ -280,7 +302,7 @@ fn main() {
             program: exe.clone(),
             args: phoenix_args("heartbeat"),
             stdin: post_tool.clone(),
-            env: vec![],
+            env: under_wrapper.clone(),
             reset: None,
         },
         Case {
@@ -288,7 +310,7 @@ fn main() {
             program: hook_exe.clone(),
             args: phoenix_args("tool-error"),
             stdin: post_tool.clone(),
-            env: vec![],
+            env: under_wrapper.clone(),
             reset: None,
         },
         Case {
@@ -297,7 +319,7 @@ fn main() {
             program: hook_exe.clone(),
             args: phoenix_args("prompt"),
             stdin: prompt.clone(),
-            env: vec![],
+            env: under_wrapper.clone(),
             reset: None,
         },
         Case {
@@ -305,7 +327,7 @@ fn main() {
             program: hook_exe.clone(),
             args: phoenix_args("stop"),
             stdin: stop.clone(),
-            env: vec![],
+            env: under_wrapper.clone(),
             reset: None,
         },
         Case {
@@ -313,7 +335,7 @@ fn main() {
             program: hook_exe.clone(),
             args: phoenix_args("session-start"),
             stdin: session_start.clone(),
-            env: vec![],
+            env: under_wrapper.clone(),
             reset: Some(reset_state),
         },
         Case {
@@ -321,7 +343,7 @@ fn main() {
             program: hook_exe.clone(),
             args: indexed_args,
             stdin: session_start.clone(),
-            env: vec![],
+            env: indexed_under_wrapper.clone(),
             reset: Some(reset_indexed),
         },
     ];
@@ -416,6 +438,23 @@ fn main() {
             if x >= 20.0 { "met" } else { "NOT met" }
         );
     };
+    // Issue 34's goals: what a hook costs beyond starting a process at all.
+    let floor = |case: &str, goal: f64| {
+        let (Some(c), Some(f)) = (
+            medians.get(case),
+            medians.get("process start floor: /bin/true"),
+        ) else {
+            return;
+        };
+        let x = c.as_secs_f64() / f.as_secs_f64();
+        println!(
+            "{case}: {x:.2}× /bin/true (goal ≤ {goal}×: {})",
+            if x <= goal { "met" } else { "NOT met" }
+        );
+    };
+    floor("phoenix-hook heartbeat", 1.5);
+    floor("phoenix-hook session-start (recovery + brief)", 3.0);
+    floor("phoenix-hook session-start, fleet with an index", 3.0);
     ratio(
         "seed heartbeat: /usr/bin/python3 one-liner",
         "phoenix-hook heartbeat",

@@ -3,10 +3,25 @@
 //! command-line parser starts measurably faster than `phoenix hook`. Same arguments, same
 //! behaviour: `phoenix-hook [--config FILE] <event> --agent NAME [--cli CLI] [PAYLOAD]`.
 
+// The C entry point, without Rust's runtime set-up: that reads /proc/self/maps to place a
+// guard page and installs an alternate signal stack, a measurable part of a call this short
+// (`cargo bench --bench hooks`). `std::env::args` still works (glibc hands the arguments to
+// Rust's initialiser); what the set-up did that a hook needs is done here (SIGPIPE).
+#![no_main]
+
 const USAGE: &str =
     "usage: phoenix-hook [--config FILE] <event> --agent NAME [--cli CLI] [PAYLOAD]";
 
-fn main() {
+#[unsafe(no_mangle)]
+extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    // A CLI that stopped reading the hook's answer must not kill it with SIGPIPE (a hook never
+    // fails its CLI): the write fails instead and is ignored, as under Rust's own runtime.
+    // SAFETY: setting a signal's disposition to SIG_IGN, before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    run()
+}
+
+fn run() -> libc::c_int {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     // A person asking, never a CLI's hook call (those always name an event).
     match args.first().map(String::as_str) {
@@ -15,11 +30,11 @@ fn main() {
                 "phoenix-hook: the hook command phoenix writes into each agent CLI's hook files.\n\n{USAGE}\n\nevents: {}\n\nA hook never fails its CLI: input it cannot understand is reported on stderr and\nit exits 0. `phoenix hooks` shows what is installed; `phoenix hook --help` says more.",
                 phoenix::hooks::Event::NAMES.join(", ")
             );
-            return;
+            return 0;
         }
         Some("-V" | "--version") if args.len() == 1 => {
             println!("phoenix-hook {}", env!("CARGO_PKG_VERSION"));
-            return;
+            return 0;
         }
         _ => {}
     }
@@ -61,14 +76,28 @@ fn main() {
             // A hook must never fail its CLI: say what was wrong and exit 0.
             eprintln!("phoenix-hook: cannot understand {args:?}; {USAGE}");
             print!("{}", phoenix::hooks::fallback_output(&args));
+            // Nothing flushes stdout at exit without Rust's runtime.
+            let _ = std::io::Write::flush(&mut std::io::stdout());
             0
         }
     };
-    std::process::exit(code);
+    code
 }
 
 /// Does the fleet have a search index to find related decisions in?
 fn has_index(hook: &phoenix::hooks::HookArgs) -> bool {
+    // Under its wrapper the agent's state dir is in its environment and the index sits at the
+    // fleet's root above it: one stat, where loading phoenix.toml here parsed it a second time
+    // (the hook itself loads it next). The answer only picks which binary runs the hook.
+    if let Some(dir) = std::env::var_os("PHOENIX_STATE_DIR")
+        .filter(|_| std::env::var("PHOENIX_AGENT").is_ok_and(|a| a == hook.agent))
+    {
+        let dir = phoenix::state::AgentDir {
+            name: hook.agent.clone(),
+            path: dir.into(),
+        };
+        return dir.fleet_root().join(phoenix::store::INDEX).exists();
+    }
     phoenix::spec::load(&phoenix::cli::hook::config(hook))
         .is_ok_and(|spec| spec.fleet.state_dir.join(phoenix::store::INDEX).exists())
 }

@@ -1781,6 +1781,61 @@ fn phoenix_hook_binary_takes_the_same_arguments_and_never_fails() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("relevant earlier decisions"), "{text}");
     assert!(text.contains("stays on Redis"), "{text}");
+
+    // Under its wrapper (the agent and its state dir in the environment) the index is found
+    // from the state dir, without reading phoenix.toml first: handed over all the same.
+    let under_wrapper = |stdout: Stdio| {
+        let mut child = std::process::Command::new(&hook_exe)
+            .args(["--config", config.as_str(), "session-start", "--agent", "c"])
+            .current_dir(fleet.path())
+            .env_remove("PHOENIX_CONFIG")
+            .env("PHOENIX_AGENT", "c")
+            .env("PHOENIX_STATE_DIR", fleet.agent_dir("c"))
+            .stdin(Stdio::piped())
+            .stdout(stdout)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(start.as_bytes())
+            .unwrap();
+        child
+    };
+    let out = under_wrapper(Stdio::piped()).wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("stays on Redis"), "{text}");
+
+    // A CLI that closed its end before the answer: the hook still exits 0 (not killed by
+    // SIGPIPE), with the session start recorded. Both binaries, with and without the index.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    for index in [true, false] {
+        if !index {
+            std::fs::remove_file(fleet.state_dir().join("index.db")).unwrap();
+        }
+        let ops_before = read_jsonl(&fleet.agent_dir("c").join("ops.jsonl")).len();
+        let out = under_wrapper(Stdio::from(writer.try_clone().unwrap()))
+            .wait_with_output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "index {index}: {:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ops = read_jsonl(&fleet.agent_dir("c").join("ops.jsonl"));
+        assert!(
+            ops[ops_before..]
+                .iter()
+                .any(|o| o["event"] == "session_start"),
+            "index {index}: {ops:?}"
+        );
+    }
 }
 
 /// Someone's edit leaves phoenix.toml invalid while agents run: their hooks keep recording

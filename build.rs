@@ -1,0 +1,14 @@
+//! Link options of one binary: cargo has no per-binary rustflags, only linker arguments.
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    // `phoenix-hook` runs on every tool call of every agent, and most of its time is the
+    // process start itself. Linked as a position-dependent executable it has no relocations
+    // for the dynamic loader to apply at each start (a PIE of this size has about 12,000, and
+    // copies the pages they touch): measured with `cargo bench --bench hooks`, see the
+    // CHANGELOG. Its code is compiled position-independent as usual; only the executable is
+    // loaded at a fixed address (the libraries it uses are still placed at random).
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-link-arg-bin=phoenix-hook=-no-pie");
+    }
+}
