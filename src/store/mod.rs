@@ -171,12 +171,21 @@ pub fn search(
 ) -> Result<Vec<Hit>, StoreError> {
     // A query only reads: an index that is there and current is opened read-only (no lock,
     // no write, no fsync); one that is behind the files is caught up first, as before.
-    if let Some(store) = Store::open_for_read(fleet)
-        && store.is_current().unwrap_or(false)
-    {
-        match store.search(query, agent, kind, limit) {
-            Err(e) if e.is_corruption() => {}
-            other => return other,
+    if let Some(store) = Store::open_for_read(fleet) {
+        // One read transaction for the check and the queries: one snapshot, and SQLite takes
+        // and drops its shared lock once rather than around each of their statements (three
+        // system calls a statement, and the check makes two statements per agent).
+        let searched = store.reading(|store| {
+            if !store.is_current().unwrap_or(false) {
+                return Ok(None);
+            }
+            Ok(Some(store.search(query, agent, kind, limit)))
+        });
+        match searched {
+            Ok(Some(Err(e))) if e.is_corruption() => {}
+            Ok(Some(other)) => return other,
+            // Behind the files, or no read could begin: opened to write below, as before.
+            Ok(None) | Err(_) => {}
         }
     }
     match Store::open(fleet)?.search(query, agent, kind, limit) {
@@ -361,6 +370,17 @@ impl Store {
             path: self.path.clone(),
             source,
         }
+    }
+
+    /// `f` inside one read transaction (rolled back after: it only reads).
+    pub(crate) fn reading<T>(
+        &self,
+        f: impl FnOnce(&Store) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let tx = self.conn.unchecked_transaction().map_err(self.err())?;
+        let result = f(self);
+        drop(tx);
+        result
     }
 
     /// An existing index opened for one quick read (the session-start hook): no rebuild, no

@@ -148,26 +148,27 @@ impl Store {
         if self.fleet.root.join(PENDING).exists() {
             return Ok(false);
         }
+        // Every stamp at once (two per agent and the events' offset): one statement.
+        let mut stmt = self
+            .conn
+            .prepare("SELECT path, mtime, size FROM sources")
+            .map_err(self.err())?;
+        let indexed: std::collections::HashMap<String, (i64, i64)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))
+            .map_err(self.err())?
+            .collect::<Result<_, _>>()
+            .map_err(self.err())?;
         for dir in self.agent_dirs() {
             for path in [dir.file("brief.md"), dir.file(ledger::LEDGER)] {
-                let (before, now) = self.stamps(&path)?;
-                if before != now {
+                let before = indexed.get(path.to_string_lossy().as_ref()).copied();
+                if before != mtime_and_size(&path) {
                     return Ok(false);
                 }
             }
         }
         let size =
             std::fs::metadata(self.fleet.critical_events_path()).map_or(0, |m| m.len() as i64);
-        let offset: i64 = self
-            .conn
-            .query_row(
-                "SELECT size FROM sources WHERE path = 'events-offset'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(self.err())?
-            .unwrap_or(0);
+        let offset = indexed.get("events-offset").map_or(0, |(_, size)| *size);
         Ok(size == offset)
     }
 
