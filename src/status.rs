@@ -219,11 +219,24 @@ impl Context {
     }
 }
 
-/// The facts about one agent from its state dir, read without repairing anything.
-fn context(dir: &AgentDir, state: Option<&state::AgentState>, now: jiff::Timestamp) -> Context {
-    let ids = handoff::list_ids(dir);
+/// The facts about one agent from its state dir, read without repairing anything; a file the
+/// dir's listing does not have is not looked for.
+fn context(
+    dir: &AgentDir,
+    listed: &state::Listing,
+    state: Option<&state::AgentState>,
+    now: jiff::Timestamp,
+) -> Context {
+    let ids = if listed.may_have(state::handoff::DIR) {
+        handoff::list_ids(dir)
+    } else {
+        Vec::new()
+    };
     let last = ids.last().and_then(|id| handoff::load(dir, id));
     let mtime = |name: &str| {
+        if !listed.may_have(name) {
+            return None;
+        }
         std::fs::metadata(dir.file(name))
             .and_then(|m| m.modified())
             .ok()
@@ -234,13 +247,18 @@ fn context(dir: &AgentDir, state: Option<&state::AgentState>, now: jiff::Timesta
         .as_ref()
         .and_then(|h| state::agent::parse_timestamp(&h.created_at));
     let since = last_brief.into_iter().chain(last_handoff).max();
-    let (tool_calls_since, tool_calls_capped) = tool_calls_after(dir, since);
+    let (tool_calls_since, tool_calls_capped) = if listed.may_have(state::TOOL_USE) {
+        tool_calls_after(dir, since)
+    } else {
+        (0, false)
+    };
     let mut context = Context {
         handoffs: ids.len(),
         last_handoff: last_handoff.map(state::rfc3339),
         last_handoff_id: last.map(|h| h.id),
         last_brief: last_brief.map(state::rfc3339),
-        has_ledger: dir.file(crate::continuity::ledger::LEDGER).exists(),
+        has_ledger: listed.may_have(crate::continuity::ledger::LEDGER)
+            && dir.file(crate::continuity::ledger::LEDGER).exists(),
         tool_calls_since,
         tool_calls_capped,
         compactions: state.map(|s| s.compactions).unwrap_or(0),
@@ -318,7 +336,20 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
         let obs = world.agents.get(&name);
         let process = pane.and_then(|p| p.agent_process());
         let dir = fleet.agent(&name);
-        let record = crate::recovery::record::load(&dir);
+        // One listing of the dir answers which of the files below are there: most agents
+        // have few of them, and each missing one cost a stat (issue 34, goal 6).
+        let listed = dir.listing_or_unknown();
+        let record = {
+            use crate::recovery::record::{LEDGER, OLD_CRASHES, OLD_RECOVERIES, OLD_WATCHDOG};
+            if [LEDGER, OLD_CRASHES, OLD_RECOVERIES, OLD_WATCHDOG]
+                .iter()
+                .any(|f| listed.may_have(f))
+            {
+                crate::recovery::record::load(&dir)
+            } else {
+                Default::default()
+            }
+        };
         let state = match (declared, pane) {
             (None, _) => "pruned-pending",
             (Some(a), _) if !a.enabled => "disabled",
@@ -334,7 +365,13 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
                 (None, _) => "starting",
             },
         };
-        let memory = (state == "running").then(|| crate::watchdog::Memory::load(&dir));
+        let memory = (state == "running").then(|| {
+            if listed.may_have(crate::watchdog::MEMORY) {
+                crate::watchdog::Memory::load(&dir)
+            } else {
+                Default::default()
+            }
+        });
         let watchdog: Vec<&'static str> = memory
             .iter()
             .flat_map(|m| m.pending.iter().map(|c| c.as_str()))
@@ -349,8 +386,11 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             "pruned-pending" => "unmanaged",
             _ => "down",
         };
-        let agent_state = match read_state_file(&dir.file(state::STATE)) {
-            Ok(Loaded::Valid(mut s)) => {
+        let agent_state = match listed
+            .may_have(state::STATE)
+            .then(|| read_state_file(&dir.file(state::STATE)))
+        {
+            Some(Ok(Loaded::Valid(mut s))) => {
                 s.normalize(now, state::Retention::from(&spec.thresholds));
                 Some(s)
             }
@@ -382,7 +422,7 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             crashes,
             max_crashes: declared.map(|a| a.restart.max_crashes),
             context: if with_context {
-                context(&dir, agent_state.as_ref(), now)
+                context(&dir, &listed, agent_state.as_ref(), now)
             } else {
                 Context::default()
             },
@@ -394,7 +434,11 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             },
             worktree,
             // One stat for an empty inbox.
-            messages_pending: state::inbox::pending(&dir).len(),
+            messages_pending: if listed.may_have(state::inbox::PENDING) {
+                state::inbox::pending(&dir).len()
+            } else {
+                0
+            },
             needs_input: memory.and_then(|m| {
                 agent_state
                     .as_ref()

@@ -190,6 +190,12 @@ impl AgentDir {
         })
     }
 
+    /// `listing`, or one that answers "maybe" to every name when the dir cannot be listed
+    /// (the reads then find out, as without a listing).
+    pub fn listing_or_unknown(&self) -> Listing {
+        self.listing().unwrap_or_else(Listing::unknown)
+    }
+
     /// Leave `marker` and wake the agent's wrapper to look at it.
     pub fn set_marker(&self, marker: &str) -> io::Result<()> {
         atomic_write(
