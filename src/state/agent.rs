@@ -152,6 +152,25 @@ pub struct AgentState {
     pub extra: Map<String, Value>,
 }
 
+impl AgentState {
+    /// Whether `self` differs from `before` only in what the next tool call writes again:
+    /// when the agent was last active and its run of failed calls. Such a write need not
+    /// survive a power cut (the next call, or tool_use.jsonl, has it), so it is not synced;
+    /// anything else (status, task, session, loops, a wait) is: a lost `working` would hide an
+    /// interrupted task from the next session.
+    pub fn differs_only_in_activity(&self, before: &AgentState) -> bool {
+        let activity_cleared = |s: &AgentState| AgentState {
+            last_active: None,
+            consecutive_errors: 0,
+            last_error: None,
+            last_error_session: None,
+            last_error_at: None,
+            ..s.clone()
+        };
+        activity_cleared(self) == activity_cleared(before)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionEnd {
     pub ts: String,
@@ -314,6 +333,44 @@ pub fn valid_loop_id(id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_activity_is_written_without_a_sync() {
+        let before = AgentState {
+            status: Status::Working,
+            current_task: Some("fix the parser".into()),
+            session_id: Some("s1".into()),
+            last_active: Some("2026-12-03T10:00:00Z".into()),
+            ..AgentState::new("a")
+        };
+        // A heartbeat or a failed call: when, and the run of errors.
+        let mut heartbeat = before.clone();
+        heartbeat.last_active = Some("2026-12-03T10:05:00Z".into());
+        heartbeat.consecutive_errors = 2;
+        heartbeat.last_error = Some("exit code 1".into());
+        assert!(heartbeat.differs_only_in_activity(&before));
+        // What a lost write would cost a session: each of these is synced.
+        let durable: [fn(&mut AgentState); 5] = [
+            |s| s.status = Status::Idle,
+            |s| s.current_task = Some("another task".into()),
+            |s| s.session_id = Some("s2".into()),
+            |s| {
+                s.open_loops.push(OpenLoop {
+                    id: "l".into(),
+                    text: "t".into(),
+                    added: "2026-12-03".into(),
+                    stale: false,
+                    extra: Default::default(),
+                })
+            },
+            |s| s.transcript_path = Some("/t.jsonl".into()),
+        ];
+        for change in durable {
+            let mut after = heartbeat.clone();
+            change(&mut after);
+            assert!(!after.differs_only_in_activity(&before), "{after:?}");
+        }
+    }
 
     fn ts(s: &str) -> jiff::Timestamp {
         s.parse().unwrap()

@@ -149,7 +149,7 @@ impl AgentDir {
                 let _lock = self.lock()?;
                 let state = self.load_locked()?;
                 if !self.file(STATE).exists() {
-                    self.write_locked(&state)?;
+                    self.write_locked(&state, true)?;
                 }
                 Ok(state)
             }
@@ -187,7 +187,8 @@ impl AgentDir {
         let out = change(&mut state)?;
         state.normalize(jiff::Timestamp::now(), retention);
         if state != before || !self.file(STATE).exists() {
-            self.write_locked(&state)?;
+            let durable = !state.differs_only_in_activity(&before) || !self.file(STATE).exists();
+            self.write_locked(&state, durable)?;
         }
         Ok(out)
     }
@@ -267,7 +268,7 @@ impl AgentDir {
         failpoint("resolve-logged")?;
         let item = self.apply_resolve(&mut state, &pending);
         state.normalize(jiff::Timestamp::now(), retention);
-        self.write_locked(&state)?;
+        self.write_locked(&state, true)?;
         journal.remove_locked();
         Ok(item)
     }
@@ -345,7 +346,7 @@ impl AgentDir {
         let was_open = state.open_loop(&pending.id).is_some();
         if was_open {
             self.apply_resolve(&mut state, pending);
-            self.write_locked(&state)?;
+            self.write_locked(&state, true)?;
         }
         let _ = self.record_op(
             Op::ResolveCompleted,
@@ -411,11 +412,12 @@ impl AgentDir {
         self.finish_pending_resolve(state)
     }
 
-    /// Write the new state (see `JsonFile::write_bytes_locked`: synced, read back, last good
-    /// copy kept).
-    fn write_locked(&self, state: &AgentState) -> Result<(), StateError> {
-        self.state_file()
-            .write_bytes_locked(&state.to_pretty_json())
+    /// Write the new state (see `JsonFile::write_bytes_locked`: synced and read back when
+    /// `durable`, atomic either way, last good copy kept).
+    fn write_locked(&self, state: &AgentState, durable: bool) -> Result<(), StateError> {
+        let file = self.state_file();
+        let file = if durable { file } else { file.unsynced() };
+        file.write_bytes_locked(&state.to_pretty_json())
     }
 }
 
