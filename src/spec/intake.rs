@@ -96,6 +96,9 @@ pub struct RetiredItem {
     pub agent: String,
     pub item: Item,
     pub at: String,
+    /// Its agent's CLI (the handoff saved as it retires names it).
+    #[serde(default)]
+    pub cli: Option<String>,
 }
 
 /// A retired agent as the plan needs it.
@@ -104,6 +107,7 @@ pub struct Retired {
     pub agent: String,
     pub set: String,
     pub key: String,
+    pub cli: super::Cli,
 }
 
 /// The file of a set's stored list in the fleet's state dir.

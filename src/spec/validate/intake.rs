@@ -69,6 +69,11 @@ impl Validator<'_> {
                         agent: r.agent.clone(),
                         set: set.name.clone(),
                         key: r.key.clone(),
+                        cli: r
+                            .cli
+                            .as_deref()
+                            .and_then(crate::spec::Cli::parse)
+                            .unwrap_or(crate::spec::Cli::Custom),
                     }),
             );
             generated.extend(made);
