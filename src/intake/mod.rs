@@ -252,6 +252,11 @@ fn store(
     let before: Vec<_> = agents_of(spec);
     let now_keys: HashSet<&str> = now.iter().map(|(k, ..)| k.as_str()).collect();
     let before_keys: HashSet<&str> = before.iter().map(|(k, ..)| k.as_str()).collect();
+    if let Err(e) = fleet.ensure() {
+        return Outcome::Failed(format!(
+            "cannot create the state dir to store the list: {e}"
+        ));
+    }
     let file = stored(fleet, &set.name);
     let result = file.update(|list| {
         let old = list.take().unwrap_or_default();
