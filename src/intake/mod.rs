@@ -6,6 +6,8 @@
 //! the plan stops their agents with a handoff, and nothing starts them again unless the item
 //! comes back.
 
+pub mod hooks;
+
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::Command;

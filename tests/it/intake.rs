@@ -265,3 +265,110 @@ fn max_holds_the_rest_and_a_bad_source_changes_nothing() {
         assert_eq!(running(&fleet), ["issue-1", "issue-2"], "{what}");
     }
 }
+
+/// A program that appends its arguments, one line per run, to `hook.log`.
+fn recorder(fleet: &Fleet) -> PathBuf {
+    let script = fleet.path().join("record.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\n",
+            fleet.path().join("hook.log").display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+fn hook_log(fleet: &Fleet) -> Vec<String> {
+    std::fs::read_to_string(fleet.path().join("hook.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_crash_looping_item_agent_runs_on_failed_once_with_its_item() {
+    let fleet = Fleet::new();
+    let script = source_script(&fleet);
+    let record = recorder(&fleet);
+    items(&fleet, r#"[{"number": 5, "title": "Flaky; rm -rf /"}]"#);
+    let set = agent_set(
+        &script,
+        &format!(
+            "on_failed = [\"{}\", \"failed\", \"{{{{ item.number }}}}\", \"{{{{ item.title }}}}\"]",
+            record.display()
+        ),
+        "",
+    )
+    .replace("--interval 300ms", "--interval 300ms --crash-after 300ms")
+    .replace(
+        "backoff_max = \"100ms\"\n",
+        "backoff_max = \"100ms\"\nmax_crashes = 2\n",
+    );
+    fleet.toml(&set);
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_until(Duration::from_secs(20), "on_failed ran", || {
+        !hook_log(&fleet).is_empty()
+    });
+    // Each argument its own, never a shell's: the title's `;` is text.
+    assert_eq!(hook_log(&fleet), ["failed 5 Flaky; rm -rf /"]);
+    let ran = events(&fleet, "intake_on_failed");
+    assert_eq!(ran.len(), 1, "{ran:?}");
+    assert_eq!(ran[0]["agent"], "issue-5");
+
+    // A new wrapper finds it still quarantined: safe mode again, told once only.
+    let (.., pid) = fleet
+        .tagged_panes()
+        .into_iter()
+        .find(|(a, ..)| a == "issue-5")
+        .unwrap();
+    support::kill9(pid);
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_until(Duration::from_secs(10), "safe mode again", || {
+        fleet.agent_status("issue-5")["state"] == "safe-mode"
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(hook_log(&fleet).len(), 1, "{:?}", hook_log(&fleet));
+}
+
+#[test]
+fn phoenix_run_reads_the_source_on_its_schedule() {
+    let fleet = Fleet::new();
+    let script = source_script(&fleet);
+    items(&fleet, r#"[{"number": 1, "title": "first"}]"#);
+    // The body's first lines go into the harness's [fleet] table.
+    fleet.toml(&format!(
+        "reconcile_interval = \"1s\"\n\n{}",
+        agent_set(&script, "every = \"10s\"", "")
+    ));
+    let daemon = crate::supervise::Daemon::start(&fleet, &[]);
+    fleet.wait_running(&["issue-1"]);
+
+    // The issue is closed and another labelled: at the next read (within `every`), the first
+    // retires with a handoff and the second starts, with no `phoenix apply`.
+    items(&fleet, r#"[{"number": 2, "title": "second"}]"#);
+    wait_until(Duration::from_secs(30), "the new item's agent", || {
+        running(&fleet) == ["issue-2"]
+    });
+    assert!(
+        fleet
+            .agent_dir("issue-1")
+            .join("handoffs")
+            .read_dir()
+            .unwrap()
+            .count()
+            >= 1,
+        "the retired agent saved a handoff"
+    );
+    // A source that breaks changes nothing, and says why in the log.
+    script_body(&fleet, "exit 7");
+    wait_until(Duration::from_secs(30), "the failure logged", || {
+        daemon.log().contains("cannot read its source")
+    });
+    assert_eq!(running(&fleet), ["issue-2"]);
+    assert_eq!(daemon.stop(), Some(0));
+}
