@@ -782,6 +782,14 @@ mod tests {
     }
 
     #[test]
+    fn done_is_a_command_of_its_own() {
+        assert_eq!(
+            all(&[b"->continuity:done\n  ->continuity:done#k1\n"]),
+            [Command::Done, Command::Done]
+        );
+    }
+
+    #[test]
     fn every_command_of_the_seed() {
         let out = all(&[
             b"->continuity:save <<<\nCurrent task: auth\nNext: login\n>>>\n\

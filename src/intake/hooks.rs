@@ -131,3 +131,49 @@ fn run(argv: &[String], spec: &Spec) -> Result<String, String> {
         Err(RunError::Spawn(e)) => Err(format!("cannot start `{program}`: {e}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hook_runs_once_until_reset_with_the_items_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let source = format!(
+            "[fleet]\nstate_dir = \"state\"\n[[agent_set]]\nname = \"s\"\nsource = {{ file = \"w.json\" }}\nkey = \"{{{{ item.n }}}}\"\non_done = [\"sh\", \"-c\", \"echo \\\"$0\\\" >> {}\", \"{{{{ item.t }}}}\"]\n[agent_set.template]\nname = \"a-{{{{ item.n }}}}\"\ncommand = \"x\"\n",
+            log.display()
+        );
+        let mut lists = crate::spec::ItemLists::new();
+        lists.insert(
+            "s".into(),
+            serde_json::from_str(r#"[{"n": 1, "t": "$(touch pwned)"}]"#).unwrap(),
+        );
+        let spec = crate::spec::parse_with_items(
+            &source,
+            &dir.path().join("phoenix.toml"),
+            crate::spec::LoadOptions {
+                check_filesystem: false,
+            },
+            &lists,
+        )
+        .unwrap();
+        let agent = spec.agent("a-1").unwrap();
+        assert!(
+            run_once(&spec, agent, Hook::Failed).is_none(),
+            "no on_failed"
+        );
+        assert!(run_once(&spec, agent, Hook::Done).unwrap().is_ok());
+        assert!(run_once(&spec, agent, Hook::Done).is_none(), "once");
+        reset(
+            &FleetDir::new(&spec.fleet.state_dir).agent("a-1"),
+            Hook::Done,
+        );
+        assert!(run_once(&spec, agent, Hook::Done).unwrap().is_ok());
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            "$(touch pwned)\n$(touch pwned)\n"
+        );
+        assert!(!dir.path().join("pwned").exists());
+    }
+}
