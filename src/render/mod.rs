@@ -120,11 +120,6 @@ impl Templates {
         }
     }
 
-    /// `templates/` next to phoenix.toml.
-    pub fn for_spec(spec: &crate::spec::Spec) -> Templates {
-        Templates::new(Some(&spec.dir.join("templates")))
-    }
-
     fn builtin(name: &str) -> Option<(String, String)> {
         EMBEDDED
             .iter()

@@ -98,6 +98,15 @@ impl std::fmt::Debug for AgentIndex {
     }
 }
 
+/// Written here, not in `render`: the spec renders its `[[agent_set]]` templates with
+/// `render`'s bounded environment, so `render` knows nothing of the spec.
+impl crate::render::Templates {
+    /// `templates/` next to phoenix.toml.
+    pub fn for_spec(spec: &Spec) -> crate::render::Templates {
+        crate::render::Templates::new(Some(&spec.dir.join("templates")))
+    }
+}
+
 impl Spec {
     pub fn agent(&self, name: &str) -> Option<&AgentSpec> {
         let index = self.by_name.0.get_or_init(|| {
