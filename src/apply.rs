@@ -184,12 +184,10 @@ impl Applier<'_> {
                 self.tiered(agent, || self.runtime.respawn(pane, &launch))?;
                 Ok(format!("restarted in pane {pane}"))
             }
-            Action::Stop { pane } | Action::Prune { pane } => {
-                if dir.exists() {
-                    let _ = execute::request_stop(dir, EndReason::OperatorStop, false);
-                }
+            Action::Stop { pane } | Action::Prune { pane } | Action::Retire { pane } => {
+                let saved = self.before_stop(change, dir);
                 self.stop_pane(pane)?;
-                Ok(format!("stopped pane {pane}"))
+                Ok(format!("stopped pane {pane}{saved}"))
             }
             // No stop request: the agent's state dir belongs to the pane that stays.
             Action::RemoveExtra { pane, keep } => {
@@ -238,22 +236,22 @@ impl Applier<'_> {
             .iter()
             .map(|c| pane_to_stop(&c.action).expect("only stops are batched"))
             .collect();
-        for change in changes {
-            // No stop request for a second pane: the agent's state dir belongs to the pane
-            // that stays.
-            if matches!(change.action, Action::Stop { .. } | Action::Prune { .. }) {
-                let dir = fleet.agent(&change.agent);
-                if dir.exists() {
-                    let _ = execute::request_stop(&dir, EndReason::OperatorStop, false);
-                }
-            }
-        }
+        // No stop request for a second pane: the agent's state dir belongs to the pane that
+        // stays.
+        let saved: Vec<String> = changes
+            .iter()
+            .map(|change| match change.action {
+                Action::RemoveExtra { .. } => String::new(),
+                _ => self.before_stop(change, &fleet.agent(&change.agent)),
+            })
+            .collect();
         let stopped = self.runtime.stop_many(&panes);
         changes
             .iter()
             .zip(panes)
             .zip(stopped)
-            .map(|((change, pane), result)| {
+            .zip(saved)
+            .map(|(((change, pane), result), saved)| {
                 if result.is_err() {
                     self.stop_pane(pane)?;
                 }
@@ -261,10 +259,34 @@ impl Applier<'_> {
                     Action::RemoveExtra { keep, .. } => {
                         format!("removed pane {pane} (the agent runs in {keep})")
                     }
-                    _ => format!("stopped pane {pane}"),
+                    _ => format!("stopped pane {pane}{saved}"),
                 })
             })
             .collect()
+    }
+
+    /// Before an agent's pane is stopped: a retired item's agent saves its handoff, and its
+    /// wrapper is told the stop is on purpose. What was saved, for the step's detail.
+    fn before_stop(&self, change: &Change, dir: &AgentDir) -> String {
+        if !dir.exists() {
+            return String::new();
+        }
+        let mut saved = String::new();
+        if matches!(change.action, Action::Retire { .. })
+            && let Some(retired) = self.spec.retired.iter().find(|r| r.agent == change.agent)
+        {
+            saved = match crate::continuity::retire_handoff(
+                self.spec,
+                &retired.agent,
+                retired.cli,
+                &change.reason,
+            ) {
+                Ok(h) => format!(", handoff {} saved", h.id),
+                Err(e) => format!(", but no handoff: {e}"),
+            };
+        }
+        let _ = execute::request_stop(dir, EndReason::OperatorStop, false);
+        saved
     }
 
     /// Retry once, like every runtime step; then say how to look closer.
@@ -330,9 +352,10 @@ impl Applier<'_> {
 /// The pane a change stops, for the changes that only stop one.
 fn pane_to_stop(action: &Action) -> Option<&str> {
     match action {
-        Action::Stop { pane } | Action::Prune { pane } | Action::RemoveExtra { pane, .. } => {
-            Some(pane)
-        }
+        Action::Stop { pane }
+        | Action::Prune { pane }
+        | Action::Retire { pane }
+        | Action::RemoveExtra { pane, .. } => Some(pane),
         _ => None,
     }
 }

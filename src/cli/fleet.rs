@@ -21,6 +21,22 @@ fn load(config: &Path) -> anyhow::Result<FleetContext> {
     Ok(FleetContext::new(config, spec::load(config)?))
 }
 
+/// [`load`], each `[[agent_set]]`'s source read first (what it says goes to stderr): a plan
+/// or an apply acts on the work as it is now.
+fn load_refreshed(config: &Path) -> anyhow::Result<FleetContext> {
+    let spec = spec::load(config)?;
+    let refreshed = crate::intake::refresh(&spec, |_| true);
+    for r in &refreshed {
+        if let Some(line) = r.describe() {
+            eprintln!("{line}");
+        }
+    }
+    if refreshed.iter().any(|r| r.changed()) {
+        return load(config);
+    }
+    Ok(FleetContext::new(config, spec))
+}
+
 fn observe(ctx: &FleetContext) -> anyhow::Result<crate::world::World> {
     Ok(crate::status::observe(&ctx.spec, ctx.runtime())?)
 }
@@ -84,7 +100,7 @@ pub fn plan(
     prune: Pruning,
     skip_unreachable: bool,
 ) -> anyhow::Result<i32> {
-    let ctx = load(config)?;
+    let ctx = load_refreshed(config)?;
     let spec = &ctx.spec;
     print_warnings(spec);
     super::lifecycle::commands_exist(&ctx, &[])?;
@@ -131,7 +147,7 @@ pub fn apply(
     // The edit this apply applies: read before the file is loaded and again after, so that
     // an edit saved meanwhile is not recorded as applied.
     let digest = crate::spec::file_digest(config);
-    let ctx = load(config)?;
+    let ctx = load_refreshed(config)?;
     let digest = digest.filter(|d| crate::spec::file_digest(config).as_ref() == Some(d));
     let spec = &ctx.spec;
     print_warnings(spec);

@@ -5,7 +5,23 @@ use serde_json::{Value, json};
 
 use super::ledger::{self, SaveText};
 use crate::render::Templates;
-use crate::spec::AgentSpec;
+use crate::spec::{AgentSpec, Cli};
+
+/// Whose handoff: a declared agent, or one no longer declared (a retired item's).
+#[derive(Debug, Clone, Copy)]
+pub struct Who<'a> {
+    pub name: &'a str,
+    pub cli: Cli,
+}
+
+impl<'a> From<&'a AgentSpec> for Who<'a> {
+    fn from(agent: &'a AgentSpec) -> Who<'a> {
+        Who {
+            name: &agent.name,
+            cli: agent.cli,
+        }
+    }
+}
 use crate::state::Op;
 use crate::state::jsonl::tail_jsonl;
 use crate::state::{self, AgentDir};
@@ -32,7 +48,7 @@ fn slug(text: &str) -> String {
 /// Gather what the agent knows and render the handoff (not written yet).
 pub fn build(
     dir: &AgentDir,
-    agent: &AgentSpec,
+    agent: Who<'_>,
     trigger: Trigger,
     text: &SaveText,
     templates: &Templates,
@@ -91,7 +107,7 @@ pub fn build(
     }
     Ok(Handoff {
         id,
-        agent: agent.name.clone(),
+        agent: agent.name.to_string(),
         cli: agent.cli.to_string(),
         created_at,
         trigger,
@@ -151,7 +167,7 @@ mod tests {
         let templates = Templates::new(None);
         let auto = build(
             &dir,
-            agent,
+            agent.into(),
             Trigger::Crash,
             &SaveText::default(),
             &templates,
@@ -165,7 +181,7 @@ mod tests {
         );
         // The agent's own words for a handoff still win.
         let own = SaveText::parse("Task: what I say\n");
-        let manual = build(&dir, agent, Trigger::Manual, &own, &templates).unwrap();
+        let manual = build(&dir, agent.into(), Trigger::Manual, &own, &templates).unwrap();
         assert_eq!(manual.summary, "what I say");
     }
 

@@ -57,7 +57,7 @@ pub fn auto_handoff(
         Some(t) => SaveText::parse(&crate::world::inert::keyboard_text(t)),
         None => SaveText::default(),
     };
-    let handoff = handoff::build(&dir, agent, trigger, &text, &templates)?;
+    let handoff = handoff::build(&dir, agent.into(), trigger, &text, &templates)?;
     handoff::write(&dir, &handoff)
         .map_err(|e| Error::msg(format!("cannot write the handoff: {e}")))?;
     if extra.is_some() {
@@ -66,6 +66,30 @@ pub fn auto_handoff(
     let _ = dir.record_op(
         Op::HandoffSaved,
         json!({"id": handoff.id, "trigger": trigger, "path": handoff::path(&dir, &handoff.id)}),
+    );
+    crate::store::note_pending(&fleet, &dir, &handoff.id);
+    Ok(handoff)
+}
+
+/// Save the handoff of an agent whose work item left its `[[agent_set]]`'s source (it is no
+/// longer declared): what phoenix knows of it, and why it ends.
+pub fn retire_handoff(
+    spec: &Spec,
+    name: &str,
+    cli: crate::spec::Cli,
+    why: &str,
+) -> crate::error::Result<Handoff> {
+    let fleet = FleetDir::new(&spec.fleet.state_dir);
+    let dir = fleet.agent(name);
+    let templates = Templates::for_spec(spec);
+    let text = SaveText::parse(&crate::world::inert::keyboard_text(why));
+    let who = handoff::Who { name, cli };
+    let handoff = handoff::build(&dir, who, Trigger::Retired, &text, &templates)?;
+    handoff::write(&dir, &handoff)
+        .map_err(|e| Error::msg(format!("cannot write the handoff: {e}")))?;
+    let _ = dir.record_op(
+        Op::HandoffSaved,
+        json!({"id": handoff.id, "trigger": Trigger::Retired, "path": handoff::path(&dir, &handoff.id)}),
     );
     crate::store::note_pending(&fleet, &dir, &handoff.id);
     Ok(handoff)
@@ -145,6 +169,10 @@ pub fn startup_text(spec: &Spec, dir: &AgentDir) -> Option<StartupText> {
         start,
         &startup::Inputs {
             marker_key: key.as_deref(),
+            work_item: spec
+                .agent(&dir.name)
+                .and_then(|a| a.origin.as_ref())
+                .map(|o| o.context.as_str()),
             ..gathered.inputs(&[], &resolve, messages.as_ref())
         },
     );

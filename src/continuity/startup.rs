@@ -52,6 +52,8 @@ pub struct Inputs<'a> {
     pub messages_left: usize,
     /// The session's marker key (a custom CLI read through its pane, `marker_key`).
     pub marker_key: Option<&'a str>,
+    /// An `[[agent_set]]` agent's work item, as its set's `context` tells it.
+    pub work_item: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -72,7 +74,11 @@ struct Context<'a> {
     messages: &'a [Message],
     messages_left: usize,
     marker_key: Option<&'a str>,
+    work_item: Option<Cut>,
 }
+
+/// Room for the work item (an issue's body can be long; the issue itself has the rest).
+const MAX_WORK_ITEM_CHARS: usize = 3_000;
 
 #[derive(Serialize)]
 struct InterruptedTool {
@@ -188,7 +194,8 @@ fn start_name(start: Start, inputs: &Inputs<'_>, saved: bool) -> Option<&'static
                 && !saved
                 && inputs.handoff.is_none()
                 && inputs.interrupted_tool.is_none()
-                && inputs.messages.is_empty() =>
+                && inputs.messages.is_empty()
+                && inputs.work_item.is_none() =>
         {
             None
         }
@@ -237,6 +244,11 @@ impl<'a> Context<'a> {
             messages: inputs.messages,
             messages_left: inputs.messages_left,
             marker_key: inputs.marker_key,
+            work_item: inputs
+                .work_item
+                .map(str::trim)
+                .filter(|w| !w.is_empty())
+                .map(|w| cut(w, MAX_WORK_ITEM_CHARS)),
         }
     }
 }
@@ -403,6 +415,7 @@ impl Gathered {
             messages: messages.map_or(&[], |m| m.messages.as_slice()),
             messages_left: messages.map_or(0, |m| m.left),
             marker_key: None,
+            work_item: None,
         }
     }
 }
@@ -441,6 +454,7 @@ mod tests {
             messages: &[],
             messages_left: 0,
             marker_key: None,
+            work_item: None,
         }
     }
 

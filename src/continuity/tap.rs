@@ -10,6 +10,7 @@
 //! ->continuity:load#KEY
 //! ->continuity:uncertain#KEY "API rate limit handling unclear"
 //! ->continuity:search#KEY "authentication patterns"
+//! ->continuity:done#KEY
 //! ->continuity:usage#KEY model=my-model input=1200 output=300 cache_write=0 cache_read=800
 //! ->continuity:send#KEY reviewer <<< the parser is done, please review src/parse.rs >>>
 //! ```
@@ -54,6 +55,8 @@ pub enum Command {
         to: String,
         text: String,
     },
+    /// The task is done: an `[[agent_set]]` agent's set runs its `on_done`.
+    Done,
 }
 
 const MARKER: &str = "->continuity:";
@@ -302,6 +305,7 @@ impl Tap {
                 }
             }
             "load" => said(out, Command::Load),
+            "done" => said(out, Command::Done),
             "uncertain" if !arg.is_empty() => said(out, Command::Uncertain(unquote(arg))),
             "search" if !arg.is_empty() => said(out, Command::Search(unquote(arg))),
             "usage" => {
@@ -372,6 +376,7 @@ impl Command {
         match self {
             Command::Save(_) => "save",
             Command::Load => "load",
+            Command::Done => "done",
             Command::Uncertain(_) => "uncertain",
             Command::Search(_) => "search",
             Command::Usage(_) => "usage",
@@ -385,7 +390,7 @@ impl Command {
         let usage;
         let text = match self {
             Command::Save(t) | Command::Uncertain(t) | Command::Search(t) => t.as_str(),
-            Command::Load => "",
+            Command::Load | Command::Done => "",
             Command::Send { to, text } => {
                 usage = format!("{to} {text}");
                 usage.as_str()
@@ -774,6 +779,14 @@ mod tests {
         assert_eq!(out[1].command.key(), out[4].command.key());
         // An example that names the syntax is no command.
         assert_eq!(all(&[b"->continuity:VERB#KEY, where KEY is abc\n"]), []);
+    }
+
+    #[test]
+    fn done_is_a_command_of_its_own() {
+        assert_eq!(
+            all(&[b"->continuity:done\n  ->continuity:done#k1\n"]),
+            [Command::Done, Command::Done]
+        );
     }
 
     #[test]

@@ -109,6 +109,15 @@ pub(super) fn act_for(spec: &Spec, agent: &AgentSpec, command: Command, answer: 
         ),
         // Recorded by the gate as it is read: never queued.
         Command::Usage(_) => return,
+        // Once per task: an agent that says it twice has its set told once.
+        Command::Done => (
+            (Op::TapDone, Op::TapDoneFailed),
+            match crate::intake::hooks::run_once(spec, agent, crate::intake::hooks::Hook::Done) {
+                None => Ok(json!({"on_done": null})),
+                Some(Ok(ran)) => Ok(json!({"on_done": ran})),
+                Some(Err(e)) => Err(e),
+            },
+        ),
         // Signed by this agent: the tap knows whose pane it reads.
         Command::Send { to, text } => (
             (Op::TapSend, Op::TapSendFailed),

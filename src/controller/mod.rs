@@ -12,7 +12,7 @@ pub mod request;
 pub mod requeue;
 mod wake;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -42,6 +42,7 @@ struct Busy {
     brief: Arc<AtomicBool>,
     mirror: Arc<AtomicBool>,
     fences: Arc<AtomicBool>,
+    intake: Arc<AtomicBool>,
 }
 
 /// How often the operator's daemon refreshes its mirror of the hosts' agent contexts (what
@@ -197,6 +198,7 @@ impl Controller {
         let mut attempt = 0u32;
         let mut mirrored: Option<Instant> = None;
         let mut fenced: Option<Instant> = None;
+        let mut intake_read: HashMap<String, Instant> = HashMap::new();
         loop {
             if self.stopping.load(Ordering::SeqCst) {
                 info!("asked to stop: stopping");
@@ -224,6 +226,7 @@ impl Controller {
             self.serve_requests();
             (next, attempt) = self.pass(attempt, &mut panes, &tx);
             self.start_fences(&busy.fences, &mut fenced);
+            self.start_intake(&busy.intake, &mut intake_read, &tx);
             self.start_mirror(&busy.mirror, &mut mirrored);
         }
         info!("phoenix run: stopped");
@@ -432,6 +435,46 @@ impl Controller {
         });
     }
 
+    /// Read the sources of the `[[agent_set]]`s that are due (each on its own `every`) off the
+    /// loop, one round at a time: a `gh` call may take seconds. A new list stored wakes the
+    /// loop to expand the spec anew; a source that failed or gave garbage changed nothing
+    /// (its event is in critical_events.jsonl).
+    fn start_intake(
+        &self,
+        busy: &Arc<AtomicBool>,
+        last: &mut HashMap<String, Instant>,
+        tx: &UnboundedSender<Event>,
+    ) {
+        let due: HashSet<String> = self
+            .spec
+            .agent_sets
+            .iter()
+            .filter(|s| last.get(&s.name).is_none_or(|t| t.elapsed() >= s.every))
+            .map(|s| s.name.clone())
+            .collect();
+        if due.is_empty() || busy.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for name in &due {
+            last.insert(name.clone(), Instant::now());
+        }
+        let (spec, busy, tx) = (self.spec.clone(), busy.clone(), tx.clone());
+        tokio::task::spawn_blocking(move || {
+            let refreshed = crate::intake::refresh(&spec, |s| due.contains(&s.name));
+            for r in &refreshed {
+                match (&r.outcome, r.describe()) {
+                    (crate::intake::Outcome::Updated { .. }, Some(line)) => info!("{line}"),
+                    (_, Some(line)) => warn!("{line}"),
+                    (_, None) => debug!(agent_set = %r.set, "source read: no change"),
+                }
+            }
+            if refreshed.iter().any(|r| r.changed()) {
+                let _ = tx.send(Event::IntakeChanged);
+            }
+            busy.store(false, Ordering::SeqCst);
+        });
+    }
+
     /// Every enabled agent's brief, off the reconcile loop (a command generator may take
     /// minutes); one round at a time.
     fn start_briefs(&self, busy: &Arc<AtomicBool>) {
@@ -462,8 +505,23 @@ impl Controller {
             }
             Event::PaneExited(pid) => info!(pid, "a pane's process exited"),
             Event::ConfigChanged => return true,
+            Event::IntakeChanged => self.reload_intake(),
         }
         false
+    }
+
+    /// An `[[agent_set]]` stored a new list: the same phoenix.toml, expanded from it. An edit
+    /// that waits for `phoenix apply` (`reload = "plan"`) keeps the daemon where it is.
+    fn reload_intake(&mut self) {
+        if self.unapplied.is_some() || wake::config_digest(&self.config) != self.config_digest {
+            return;
+        }
+        match spec::load(&self.config) {
+            Ok(spec) => self.take_over(spec),
+            Err(e) => {
+                warn!(error = %e, "the agent sets' new lists cannot be expanded; keeping the last spec")
+            }
+        }
     }
 
     fn reload(&mut self) {

@@ -19,6 +19,8 @@ pub(super) enum Event {
     /// The process of a watched pane exited.
     PaneExited(u32),
     ConfigChanged,
+    /// An `[[agent_set]]`'s source gave a new list (stored): the spec expands anew.
+    IntakeChanged,
 }
 
 pub(super) fn ensure_fifo(path: &Path) -> crate::error::Result<()> {

@@ -151,6 +151,7 @@ impl Hook<'_> {
             start,
             &startup::Inputs {
                 marker_key: key.as_deref(),
+                work_item: ctx.agent.origin.as_ref().map(|o| o.context.as_str()),
                 ..gathered.inputs(&recent, &resolve_command, messages.as_ref())
             },
         );

@@ -12,6 +12,65 @@ use super::{
 
 /// Compute what must change for `world` to match `spec`. Pure: no I/O.
 pub fn diff(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
+    // The agents of an `[[agent_set]]` past its `max` wait: planned as if not declared yet
+    // (no worktree, no hooks, no start), and listed as held back.
+    let waiting = waiting(spec, world);
+    if waiting.is_empty() {
+        return diff_active(spec, world, options);
+    }
+    let mut active = spec.clone();
+    active
+        .agents
+        .retain(|a| !waiting.contains_key(a.name.as_str()));
+    let mut plan = diff_active(&active, world, options);
+    for agent in &spec.agents {
+        if let Some(hint) = waiting.get(agent.name.as_str()) {
+            plan.attention.push(Attention {
+                agent: agent.name.clone(),
+                pane: String::new(),
+                state: "waiting",
+                hint: hint.clone(),
+            });
+        }
+    }
+    plan
+}
+
+/// The agents each `[[agent_set]]` with a `max` holds back, and why: those that run keep their
+/// places (a new item early in the source's order never displaces one at work), the free
+/// places go in the source's order.
+fn waiting<'a>(spec: &'a Spec, world: &World) -> HashMap<&'a str, String> {
+    let mut waiting = HashMap::new();
+    for set in &spec.agent_sets {
+        let Some(max) = set.max else {
+            continue;
+        };
+        let members: Vec<&AgentSpec> = spec
+            .agents
+            .iter()
+            .filter(|a| a.enabled && a.origin.as_ref().is_some_and(|o| o.set == set.name))
+            .collect();
+        let running = |a: &AgentSpec| world.pane_of(&a.name).is_some();
+        let mut places =
+            (max as usize).saturating_sub(members.iter().filter(|a| running(a)).count());
+        for agent in members.into_iter().filter(|a| !running(a)) {
+            if places > 0 {
+                places -= 1;
+                continue;
+            }
+            waiting.insert(
+                agent.name.as_str(),
+                format!(
+                    "agent_set `{}` runs at most {max} at once: it starts when one of them retires",
+                    set.name
+                ),
+            );
+        }
+    }
+    waiting
+}
+
+fn diff_active(spec: &Spec, world: &World, options: &PlanOptions) -> Plan {
     let mut changes = declared_changes(spec, world);
     if let Some(exe) = &options.hooks_exe {
         changes.extend(hooks::fleet_hook_changes(spec, world, exe, options.prune));
@@ -124,8 +183,24 @@ fn undeclared(spec: &Spec, world: &World, prune: bool) -> (Vec<Change>, Vec<Unma
     let mut pruned = Vec::new();
     let mut unmanaged = Vec::new();
     let declared: HashSet<&str> = spec.agents.iter().map(|a| a.name.as_str()).collect();
+    let retired: HashMap<&str, &crate::spec::intake::Retired> =
+        spec.retired.iter().map(|r| (r.agent.as_str(), r)).collect();
     for (name, pane) in world.running_agents() {
         if declared.contains(name) {
+            continue;
+        }
+        // Its item left the source: stopped whether pruning or not, never started again.
+        if let Some(r) = retired.get(name) {
+            pruned.push(change(
+                name,
+                Action::Retire {
+                    pane: pane.id.clone(),
+                },
+                format!(
+                    "item #{} left the source of agent_set \"{}\": retired (a handoff is saved, its worktree kept)",
+                    r.key, r.set
+                ),
+            ));
             continue;
         }
         // A stale copy of an agent the operator moved away stops whether pruning or not.
@@ -320,7 +395,11 @@ fn diff_agent(agent: &AgentSpec, world: &World) -> Option<Change> {
         if clean_exit {
             return None; // It stopped on purpose; `phoenix restart` clears the marker.
         }
-        return Some(change(name, Action::Start, not_running(agent, world)));
+        let mut reason = not_running(agent, world);
+        if let Some(origin) = &agent.origin {
+            reason = format!("{reason} (from {})", origin.describe());
+        }
+        return Some(change(name, Action::Start, reason));
     };
     if let Some(replace) = drift(agent, pane, obs) {
         return Some(replace);

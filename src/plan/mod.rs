@@ -127,8 +127,8 @@ pub struct Attention {
     pub pane: String,
     /// `safe-mode` (a crash limit or a diagnosis stopped it), `cooldown` (restarting),
     /// `restarting` (a person, the daemon or the watchdog restarts it right now), `stopped`
-    /// (`phoenix stop`), `moved` (the operator placed it on another machine) or `worktree`
-    /// (its worktree needs a person first).
+    /// (`phoenix stop`), `moved` (the operator placed it on another machine), `worktree`
+    /// (its worktree needs a person first) or `waiting` (its `[[agent_set]]` runs its `max`).
     #[serde(deserialize_with = "attention_state")]
     pub state: Word,
     /// For people: what to run.
@@ -166,6 +166,11 @@ pub enum Action {
     },
     /// Not declared any more (`--prune`).
     Prune {
+        pane: String,
+    },
+    /// Its work item left its `[[agent_set]]`'s source: save a handoff, then stop it (its
+    /// worktree stays, by the rules of `--prune`).
+    Retire {
         pane: String,
     },
     /// A second pane for an agent that already runs in `keep`: kill it, leaving the agent's
@@ -227,6 +232,7 @@ impl Action {
             Action::Replace { .. } => "-/+",
             Action::Stop { .. }
             | Action::Prune { .. }
+            | Action::Retire { .. }
             | Action::RemoveExtra { .. }
             | Action::RemoveHooks { .. }
             | Action::RemoveWorktree { .. } => "-",
@@ -249,6 +255,7 @@ impl Action {
             Action::Replace { .. } => ("replace", 4),
             Action::Stop { .. } => ("stop", 5),
             Action::Prune { .. } => ("prune", 6),
+            Action::Retire { .. } => ("retire", 6),
             Action::RemoveExtra { .. } => ("remove_extra", 7),
             // After its agent stopped and its hooks went.
             Action::RemoveWorktree { .. } => ("remove_worktree", 8),
@@ -324,7 +331,7 @@ impl Plan {
                 Action::Start => s.start += 1,
                 Action::Restart { .. } => s.restart += 1,
                 Action::Replace { .. } => s.replace += 1,
-                Action::Stop { .. } => s.stop += 1,
+                Action::Stop { .. } | Action::Retire { .. } => s.stop += 1,
                 Action::Prune { .. } | Action::RemoveExtra { .. } => s.remove += 1,
                 Action::InstallHooks { .. } | Action::RemoveHooks { .. } => s.hooks += 1,
                 Action::CreateWorktree { .. }
@@ -388,6 +395,7 @@ fn attention_state<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::E
             "stopped",
             "moved",
             "worktree",
+            "waiting",
         ],
         "held",
     )

@@ -179,6 +179,7 @@ pub fn render_change(c: &Change, width: usize) -> String {
         Action::Replace { pane, .. } => format!("replace in {pane}"),
         Action::Stop { pane } => format!("stop {pane}"),
         Action::Prune { pane } | Action::RemoveExtra { pane, .. } => format!("remove {pane}"),
+        Action::Retire { pane } => format!("retire in {pane}"),
         Action::InstallHooks { path, .. } => format!("install hooks in {}", path.display()),
         Action::RemoveHooks { path, .. } => {
             format!("remove phoenix hooks from {}", path.display())

@@ -584,3 +584,92 @@ fn a_plan_read_back_from_its_json_is_the_same_plan() {
     assert_eq!(back.attention, plan.attention);
     assert_eq!(back.to_string(), plan.to_string());
 }
+
+/// A fleet of one `[[agent_set]]` of `max` 2, expanded from `numbers`.
+fn intake_spec(numbers: &[u32]) -> Spec {
+    let source = "[[agent_set]]\nname = \"issues\"\nsource = { file = \"work.json\" }\nkey = \"{{ item.number }}\"\nmax = 2\n[agent_set.template]\nname = \"issue-{{ item.number }}\"\ncommand = \"claude\"\n";
+    let items: Vec<crate::spec::intake::Item> = numbers
+        .iter()
+        .map(|n| {
+            serde_json::json!({"number": n, "title": format!("Fix {n}")})
+                .as_object()
+                .unwrap()
+                .clone()
+        })
+        .collect();
+    let mut lists = crate::spec::ItemLists::new();
+    lists.insert("issues".into(), items);
+    crate::spec::parse_with_items(
+        source,
+        Path::new("/fleet/phoenix.toml"),
+        LoadOptions {
+            check_filesystem: false,
+        },
+        &lists,
+    )
+    .unwrap()
+}
+
+#[test]
+fn an_agent_set_holds_the_agents_past_its_max_and_says_where_each_came_from() {
+    let spec = intake_spec(&[1, 2, 3]);
+    let world = world_with(&spec, vec![]);
+    let plan = diff(&spec, &world, &PlanOptions::default());
+    let started: Vec<&str> = plan
+        .changes
+        .iter()
+        .filter(|c| matches!(c.action, Action::Start))
+        .map(|c| c.agent.as_str())
+        .collect();
+    assert_eq!(started, ["issue-1", "issue-2"]);
+    let text = plan.to_string();
+    assert!(
+        text.contains("+ agent `issue-1`: start — not running (no window `phoenix:issue-1`) (from agent_set \"issues\": #1 \"Fix 1\")"),
+        "{text}"
+    );
+    assert!(
+        text.contains("! agent `issue-3`: waiting; agent_set `issues` runs at most 2 at once"),
+        "{text}"
+    );
+
+    // Those at work keep their places: a new item first in the source's order waits.
+    let spec = intake_spec(&[4, 1, 2]);
+    let fp = spec.agent("issue-1").unwrap().launch().fingerprint();
+    let fp2 = spec.agent("issue-2").unwrap().launch().fingerprint();
+    let world = world_with(
+        &spec,
+        vec![pane("issue-1", &fp, true), {
+            let mut p = pane("issue-2", &fp2, true);
+            p.id = "%9".into();
+            p
+        }],
+    );
+    let plan = diff(&spec, &world, &PlanOptions::default());
+    assert!(plan.changes.is_empty(), "{plan}");
+    assert_eq!(plan.attention[0].agent, "issue-4");
+    assert_eq!(plan.attention[0].state, "waiting");
+}
+
+#[test]
+fn an_item_that_left_is_retired_without_prune() {
+    let spec = intake_spec(&[1]);
+    let fp = spec.agent("issue-1").unwrap().launch().fingerprint();
+    let mut gone = intake_spec(&[]);
+    gone.retired.push(crate::spec::intake::Retired {
+        agent: "issue-1".into(),
+        set: "issues".into(),
+        key: "1".into(),
+        cli: crate::spec::Cli::Custom,
+    });
+    let world = world_with(&spec, vec![pane("issue-1", &fp, true)]);
+    let plan = diff(&gone, &world, &PlanOptions::default());
+    assert_eq!(plan.changes.len(), 1, "{plan}");
+    assert!(matches!(plan.changes[0].action, Action::Retire { .. }));
+    assert!(plan.unmanaged.is_empty());
+    assert!(
+        plan.to_string().contains(
+            "- agent `issue-1`: retire in %7 — item #1 left the source of agent_set \"issues\""
+        ),
+        "{plan}"
+    );
+}

@@ -120,11 +120,6 @@ impl Templates {
         }
     }
 
-    /// `templates/` next to phoenix.toml.
-    pub fn for_spec(spec: &crate::spec::Spec) -> Templates {
-        Templates::new(Some(&spec.dir.join("templates")))
-    }
-
     fn builtin(name: &str) -> Option<(String, String)> {
         EMBEDDED
             .iter()
@@ -374,6 +369,41 @@ fn render_text<S: Serialize>(origin: &str, text: &str, ctx: &S) -> Result<String
         .render(minijinja::value::Serde(ctx))
         .map_err(fail)?;
     Ok(tidy(&out))
+}
+
+/// Short templates written in phoenix.toml (an `[[agent_set]]`'s strings, its argv hooks):
+/// compiled once, rendered many times, in the same bounded environment as every template
+/// (fuel, `tojson`'s limits), output as rendered (no blank lines collapsed).
+pub struct Snippets {
+    env: minijinja::Environment<'static>,
+}
+
+impl Default for Snippets {
+    fn default() -> Self {
+        Snippets { env: environment() }
+    }
+}
+
+impl Snippets {
+    pub fn add(&mut self, name: &str, text: &str) -> Result<(), Error> {
+        self.env
+            .add_template_owned(name.to_string(), text.to_string())
+            .map_err(|source| Error::Template {
+                origin: name.to_string(),
+                source,
+            })
+    }
+
+    pub fn render<S: Serialize>(&self, name: &str, ctx: &S) -> Result<String, Error> {
+        let fail = |source| Error::Template {
+            origin: name.to_string(),
+            source,
+        };
+        self.env
+            .get_template(name)
+            .and_then(|t| t.render(minijinja::value::Serde(ctx)))
+            .map_err(fail)
+    }
 }
 
 /// Collapse the runs of blank lines that conditionals leave behind.

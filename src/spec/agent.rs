@@ -181,6 +181,8 @@ pub struct AgentSpec {
     pub budget: Option<super::Budget>,
     /// `sandbox = "NAME"`: the profile its CLI and hooks run inside (bubblewrap).
     pub sandbox: Option<super::SandboxSpec>,
+    /// The `[[agent_set]]` item it was made for; `None` for an `[[agent]]`.
+    pub origin: Option<super::intake::Origin>,
 }
 
 /// The part of an agent's spec that, when changed, means the running agent must be replaced.

@@ -4,9 +4,9 @@
 use toml::de::{DeTable, DeValue};
 
 use super::raw::{
-    RawAgent, RawBrief, RawBudget, RawClinic, RawFleet, RawGithub, RawHost, RawLimits, RawNotify,
-    RawNtfy, RawPrice, RawRestart, RawSandbox, RawSchedules, RawSpec, RawTelemetry, RawThresholds,
-    RawTmux, RawWatchdog, RawWebhook, RawWorkspace, fields_of,
+    RawAgent, RawAgentSet, RawBrief, RawBudget, RawClinic, RawFleet, RawGithub, RawHost, RawLimits,
+    RawNotify, RawNtfy, RawPrice, RawRestart, RawSandbox, RawSchedules, RawSource, RawSpec,
+    RawTelemetry, RawThresholds, RawTmux, RawWatchdog, RawWebhook, RawWorkspace, fields_of,
 };
 use crate::diag::{Diagnostic, did_you_mean};
 
@@ -39,6 +39,10 @@ enum Section {
     Sandboxes,
     Sandbox,
     Limits,
+    AgentSet,
+    Source,
+    /// `[agent_set.template]`: the keys of [[agent]].
+    Template,
 }
 
 impl Section {
@@ -46,7 +50,9 @@ impl Section {
         match self {
             Section::Root => fields_of::<RawSpec>(),
             Section::Fleet => fields_of::<RawFleet>(),
-            Section::Defaults | Section::Agent => fields_of::<RawAgent>(),
+            Section::Defaults | Section::Agent | Section::Template => fields_of::<RawAgent>(),
+            Section::AgentSet => fields_of::<RawAgentSet>(),
+            Section::Source => fields_of::<RawSource>(),
             Section::Tmux => fields_of::<RawTmux>(),
             Section::Restart => fields_of::<RawRestart>(),
             Section::Thresholds => fields_of::<RawThresholds>(),
@@ -96,6 +102,9 @@ impl Section {
             Section::Sandboxes => "[sandbox]",
             Section::Sandbox => "a [sandbox] profile",
             Section::Limits => "the `limits` table",
+            Section::AgentSet => "[[agent_set]]",
+            Section::Source => "the `source` table of [[agent_set]]",
+            Section::Template => "[agent_set.template]",
         }
     }
 
@@ -114,17 +123,26 @@ impl Section {
             (Section::Root, "host") => Some(Section::Host),
             (Section::Root, "prices") => Some(Section::Prices),
             (Section::Root, "sandbox") => Some(Section::Sandboxes),
+            (Section::Root, "agent_set") => Some(Section::AgentSet),
+            (Section::AgentSet, "source") => Some(Section::Source),
+            (Section::AgentSet, "template") => Some(Section::Template),
             (Section::Sandboxes, _) => Some(Section::Sandbox),
             (Section::Sandbox, "limits") => Some(Section::Limits),
             // Any model name.
             (Section::Prices, _) => Some(Section::Price),
-            (Section::Defaults | Section::Agent, "budget") => Some(Section::Budget),
-            (Section::Defaults | Section::Agent, "workspace") => Some(Section::Workspace),
+            (Section::Defaults | Section::Agent | Section::Template, "budget") => {
+                Some(Section::Budget)
+            }
+            (Section::Defaults | Section::Agent | Section::Template, "workspace") => {
+                Some(Section::Workspace)
+            }
             (Section::Notify, "github") => Some(Section::Github),
             (Section::Notify, "webhook") => Some(Section::Webhook),
             (Section::Notify, "ntfy") => Some(Section::Ntfy),
-            (Section::Defaults | Section::Agent, "tmux") => Some(Section::Tmux),
-            (Section::Defaults | Section::Agent, "restart") => Some(Section::Restart),
+            (Section::Defaults | Section::Agent | Section::Template, "tmux") => Some(Section::Tmux),
+            (Section::Defaults | Section::Agent | Section::Template, "restart") => {
+                Some(Section::Restart)
+            }
             _ => None,
         }
     }

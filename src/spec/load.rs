@@ -81,7 +81,7 @@ const HOOK: LoadOptions = LoadOptions {
 
 /// `source` read as [`load_for_hook`] reads its file.
 pub(super) fn parse_for_hook(source: &str, file: &Path) -> Result<Spec, FileDiagnostics> {
-    parse_inner(source, file, HOOK, false)
+    parse_inner(source, file, HOOK, false, None)
 }
 
 /// The copy of the last valid phoenix.toml that wrappers keep in the fleet's state dir.
@@ -127,7 +127,7 @@ pub fn load_last_good_for_hook(path: &Path, fleet_root: &Path) -> Option<Spec> {
 /// `MAX_CONFIG_BYTES`. A symlinked config is fine: it is the operator's own.
 pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
-pub(super) fn read_config(path: &Path) -> std::io::Result<String> {
+pub fn read_config(path: &Path) -> std::io::Result<String> {
     use crate::state::bounded::{self, Links, ReadError};
     bounded::read_string(path, MAX_CONFIG_BYTES, Links::Follow).map_err(|e| match e {
         ReadError::Io { source, .. } => source,
@@ -141,12 +141,23 @@ fn load_inner(path: &Path, options: LoadOptions, schedules: bool) -> Result<Spec
         source,
     })?;
     let file = absolute(path);
-    parse_inner(&source, &file, options, schedules).map_err(LoadError::Invalid)
+    parse_inner(&source, &file, options, schedules, None).map_err(LoadError::Invalid)
 }
 
 /// Parse and validate a phoenix.toml. `file` is used for messages and for relative paths.
 pub fn parse(source: &str, file: &Path, options: LoadOptions) -> Result<Spec, FileDiagnostics> {
-    parse_inner(source, file, options, true)
+    parse_inner(source, file, options, true, None)
+}
+
+/// [`parse`], expanding each `[[agent_set]]` named in `items` from those items instead of its
+/// stored list: a list just read from a source is checked this way before it is stored.
+pub fn parse_with_items(
+    source: &str,
+    file: &Path,
+    options: LoadOptions,
+    items: &super::validate::ItemLists,
+) -> Result<Spec, FileDiagnostics> {
+    parse_inner(source, file, options, true, Some(items))
 }
 
 fn parse_inner(
@@ -154,6 +165,7 @@ fn parse_inner(
     file: &Path,
     options: LoadOptions,
     schedules: bool,
+    items: Option<&super::validate::ItemLists>,
 ) -> Result<Spec, FileDiagnostics> {
     let fail = |mut diagnostics: Vec<Diagnostic>| {
         diagnostics.sort_by_key(|d| d.span.as_ref().map(|s| s.start));
@@ -181,7 +193,7 @@ fn parse_inner(
         return Err(fail(diags));
     };
     diags.extend(type_errors);
-    let spec = validate::spec(raw, source, file, options, schedules, &mut diags);
+    let spec = validate::spec(raw, source, file, options, schedules, items, &mut diags);
     if diags.is_empty() {
         Ok(spec)
     } else {

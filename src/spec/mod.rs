@@ -11,6 +11,7 @@ pub mod schema;
 mod agent;
 pub mod floors;
 mod host;
+pub mod intake;
 mod keys;
 mod load;
 pub mod narrow;
@@ -34,7 +35,7 @@ pub use host::{
 };
 pub use load::{
     LAST_GOOD_CONFIG, LoadError, LoadOptions, MAX_CONFIG_BYTES, file_digest, load, load_for_hook,
-    load_last_good_for_hook, load_with, parse, remember_good,
+    load_last_good_for_hook, load_with, parse, parse_with_items, read_config, remember_good,
 };
 pub use paths::{expand_path, fleet_id, tidy};
 pub use sandbox::SandboxSpec;
@@ -44,7 +45,7 @@ pub use settings::{
     NotifySettings, NtfyNotify, Price, Reload, TelemetrySettings, Thresholds, WatchdogSettings,
     WebhookFormat, WebhookNotify,
 };
-pub use validate::{NAME_HINT, valid_name};
+pub use validate::{DEFAULT_EVERY, ItemLists, NAME_HINT, valid_name};
 pub use workspace::WorkspaceSpec;
 
 pub const DEFAULT_CONFIG: &str = "phoenix.toml";
@@ -75,6 +76,11 @@ pub struct Spec {
     /// What is allowed but probably not meant (`cooldown` longer than `backoff_max`); shown by
     /// `validate`, `plan` and `apply`, never fatal.
     pub warnings: Vec<Located>,
+    /// `[[agent_set]]`s: their agents are in `agents`, each with its `origin`.
+    pub agent_sets: Vec<intake::AgentSetSpec>,
+    /// Agents of items that left their set's source: stopped with a handoff, never started
+    /// again unless the item comes back.
+    pub retired: Vec<intake::Retired>,
     /// Where each agent is in `agents`, made at the first lookup (see `Spec::agent`).
     pub(crate) by_name: AgentIndex,
 }
@@ -89,6 +95,15 @@ pub(crate) struct AgentIndex(std::sync::OnceLock<std::collections::HashMap<Strin
 impl std::fmt::Debug for AgentIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("AgentIndex")
+    }
+}
+
+/// Written here, not in `render`: the spec renders its `[[agent_set]]` templates with
+/// `render`'s bounded environment, so `render` knows nothing of the spec.
+impl crate::render::Templates {
+    /// `templates/` next to phoenix.toml.
+    pub fn for_spec(spec: &Spec) -> crate::render::Templates {
+        crate::render::Templates::new(Some(&spec.dir.join("templates")))
     }
 }
 

@@ -23,6 +23,15 @@ impl<T> Spanned<T> {
     pub fn span(&self) -> Range<usize> {
         self.0.span()
     }
+
+    /// `value` written where this was (a template's rendering keeps its template's place).
+    pub fn with(&self, value: T) -> Spanned<T> {
+        Spanned::from_parts(self.span(), value)
+    }
+
+    pub fn from_parts(span: Range<usize>, value: T) -> Spanned<T> {
+        Spanned(toml::Spanned::new(span, value))
+    }
 }
 
 /// A count: a whole number that fits `T`. Its errors say "a whole number", not serde's Rust
@@ -137,6 +146,49 @@ pub struct RawSpec {
     /// bubblewrap with only what the profile allows.
     #[serde(default)]
     pub sandbox: BTreeMap<String, Spanned<RawSandbox>>,
+    /// Agents made from a source of work items (issues, a JSON file): one [[agent_set]]
+    /// table each, its `template` an [[agent]] whose strings are templates over `item`.
+    #[serde(default, rename = "agent_set")]
+    pub agent_sets: Vec<Spanned<RawAgentSet>>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawAgentSet {
+    /// The set's name (letters, digits, `_`, `-`); required.
+    pub name: Option<Spanned<String>>,
+    /// Where the items come from: { command = [argv…] } (a program printing a JSON array of
+    /// objects, run without a shell) or { file = "work.json" } (the same array in a file).
+    pub source: Option<Spanned<RawSource>>,
+    /// Each item's key, a template over `item`, e.g. "{{ item.number }}"; required. Keys are
+    /// unique and valid names.
+    pub key: Option<Spanned<String>>,
+    /// At most this many of the set's agents at once; the rest wait. Default: no limit.
+    pub max: Option<Spanned<Whole<u32>>>,
+    /// How often `phoenix run` reads the source again, e.g. "2m" (the default); at least "10s".
+    pub every: Option<Spanned<String>>,
+    /// What the agent is told about its item in its startup context, a template over `item`
+    /// and `key`. Default: the item's title, url and body.
+    pub context: Option<Spanned<String>>,
+    /// Run once when an agent of the set enters safe mode: argv, each a template over `item`
+    /// and `key`, never through a shell.
+    pub on_failed: Option<Spanned<Vec<String>>>,
+    /// Run once when an agent of the set reports done (`->continuity:done`, or its CLI's own
+    /// end of task): argv templates like `on_failed`.
+    pub on_done: Option<Spanned<Vec<String>>>,
+    /// The agent each item gets: the keys of [[agent]], every string a template over `item`
+    /// and `key`; `name` is required.
+    pub template: Option<Spanned<RawAgent>>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawSource {
+    /// A program and its arguments printing a JSON array of objects on stdout (at most 8 MiB,
+    /// within 60 s), e.g. ["gh", "issue", "list", "--json", "number,title,body,url"].
+    pub command: Option<Spanned<Vec<String>>>,
+    /// A file holding a JSON array of objects (relative to this file).
+    pub file: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -188,7 +240,7 @@ pub struct RawPrice {
     pub cache_read: Option<Spanned<f64>>,
 }
 
-#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct RawBudget {
     /// Tokens per day (all kinds) before the agent is stopped.
@@ -231,7 +283,7 @@ pub struct RawFleet {
 }
 
 /// Used both for `[defaults]` and for each `[[agent]]`; `name` is only allowed in the latter.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct RawAgent {
     /// The agent's name (letters, digits, `_`, `-`); required in [[agent]].
@@ -273,7 +325,7 @@ pub struct RawAgent {
     pub sandbox: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct RawWorkspace {
     /// The git repository (relative to this file); required.
@@ -287,7 +339,7 @@ pub struct RawWorkspace {
     pub worktrees: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct RawTmux {
     /// The tmux session. Default: the fleet name.
@@ -296,7 +348,7 @@ pub struct RawTmux {
     pub window: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct RawRestart {
     /// Which exits are restarted: "on-failure" (a crash; a clean exit waits for a person),

@@ -21,8 +21,8 @@ pub fn json_schema() -> Value {
 }
 
 /// Every key path the schema (and so `validate`) accepts, e.g. `fleet.name`,
-/// `agent.restart.cooldown`. `[defaults]` takes the keys of `[[agent]]`, so its paths are
-/// spelt `agent.…`; free-form tables (`env`, `screen_patterns`) end a path.
+/// `agent.restart.cooldown`. `[defaults]` and `[agent_set.template]` take the keys of
+/// `[[agent]]`, so their paths are spelt `agent.…`; free-form tables (`env`, `screen_patterns`) end a path.
 pub fn key_paths(schema: &Value) -> BTreeSet<String> {
     let mut paths = BTreeSet::new();
     if let Some(props) = properties(schema, schema) {
@@ -47,6 +47,8 @@ fn walk(root: &Value, props: &Map<String, Value>, prefix: &str, out: &mut BTreeS
 fn key_path(prefix: &str, key: &str) -> String {
     match (prefix, key) {
         ("", "defaults") => "agent".to_string(),
+        // `[agent_set.template]` takes the keys of [[agent]] too.
+        ("agent_set", "template") => "agent".to_string(),
         ("", key) => key.to_string(),
         (prefix, key) => format!("{prefix}.{key}"),
     }

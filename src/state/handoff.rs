@@ -24,6 +24,8 @@ pub enum Trigger {
     PreCompact,
     /// Saved on the source machine as the operator moves the agent to another (`phoenix move`).
     Move,
+    /// Saved as the agent's work item left its `[[agent_set]]`'s source.
+    Retired,
 }
 
 impl Trigger {
@@ -35,6 +37,7 @@ impl Trigger {
             Trigger::Crash => "crash",
             Trigger::PreCompact => "pre_compact",
             Trigger::Move => "move",
+            Trigger::Retired => "retired",
         }
     }
 
@@ -42,13 +45,14 @@ impl Trigger {
         serde_json::from_value(Value::String(s.to_string())).ok()
     }
 
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "manual",
         "auto_restart",
         "context_limit",
         "crash",
         "pre_compact",
         "move",
+        "retired",
     ];
 }
 

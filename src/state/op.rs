@@ -158,6 +158,8 @@ ops! {
     TapUncertain = "tap_uncertain",
     TapUncertainFailed = "tap_uncertain_failed",
     TapLoad = "tap_load",
+    TapDone = "tap_done",
+    TapDoneFailed = "tap_done_failed",
     TapLoadFailed = "tap_load_failed",
     TapSearch = "tap_search",
     TapSearchFailed = "tap_search_failed",

@@ -90,6 +90,7 @@ impl Validator<'_> {
             policy,
             budget,
             sandbox,
+            origin: None,
         })
     }
 

@@ -4,6 +4,7 @@
 
 mod agent;
 mod hosts;
+mod intake;
 mod sandbox;
 mod sections;
 mod usage;
@@ -24,12 +25,15 @@ use crate::diag::{Diagnostic, FileDiagnostics, Located};
 
 /// The effective spec of `raw`, read from `source` (the text of `file`); every error goes to
 /// `diags`, and the spec is only meant to be used when there is none.
+pub use intake::{DEFAULT_EVERY, ItemLists};
+
 pub(super) fn spec(
     raw: RawSpec,
     source: &str,
     file: &Path,
     options: LoadOptions,
     schedules: bool,
+    items: Option<&ItemLists>,
     diags: &mut Vec<Diagnostic>,
 ) -> Spec {
     let dir = file
@@ -44,6 +48,7 @@ pub(super) fn spec(
         options,
         schedules,
         sandbox_profiles: Default::default(),
+        items,
     }
     .spec(raw, file)
 }
@@ -63,6 +68,8 @@ struct Validator<'a> {
     schedules: bool,
     /// `[sandbox.NAME]` profiles, checked before the agents that name them.
     sandbox_profiles: sandbox::Profiles,
+    /// Item lists expanded instead of the stored ones (a list being checked before it is stored).
+    items: Option<&'a ItemLists>,
 }
 
 fn is_env_name(s: &str) -> bool {
@@ -240,7 +247,12 @@ impl Validator<'_> {
         let telemetry = self.telemetry(&raw.telemetry);
         let hosts = self.hosts(&raw.hosts, &fleet.name);
         self.sandbox_profiles = self.sandboxes(&raw.sandbox);
-        let (agents, remote_agents) = self.agents(&raw, &fleet, &hosts);
+        let (agent_sets, generated, retired) = self.agent_sets(&raw, &fleet);
+        let (agents, remote_agents) = self.agents(&raw, &fleet, &hosts, generated);
+        let retired = retired
+            .into_iter()
+            .filter(|r| !agents.iter().any(|a| a.name == r.agent))
+            .collect();
         let prices = self.prices(&raw.prices);
         Spec {
             warnings: self.located_warnings(file),
@@ -258,6 +270,8 @@ impl Validator<'_> {
             hosts,
             remote_agents,
             prices,
+            agent_sets,
+            retired,
             by_name: Default::default(),
         }
     }
@@ -286,6 +300,7 @@ impl Validator<'_> {
         raw: &RawSpec,
         fleet: &Fleet,
         hosts: &[HostSpec],
+        generated: Vec<intake::Generated>,
     ) -> (Vec<AgentSpec>, Vec<RemoteAgent>) {
         if let Some(name) = &raw.defaults.name {
             self.error(
@@ -305,10 +320,50 @@ impl Validator<'_> {
             self.restart(raw.defaults.restart.as_ref(), &RestartSettings::default());
         let mut taken = Taken::default();
         let (mut agents, mut remote) = (Vec::new(), Vec::new());
-        for raw_agent in &raw.agents {
+        let written = raw.agents.iter().map(|a| (a, None));
+        let made = generated.iter().map(|g| (&g.raw, Some(&g.origin)));
+        for (raw_agent, origin) in written.chain(made) {
+            let errors_before = self.diags.len();
+            let agent = self.one_agent(raw_agent, raw, fleet, hosts, &default_restart, &mut taken);
+            // An agent made from an item: its errors say which set and which item.
+            if let Some(origin) = origin {
+                for d in &mut self.diags[errors_before..] {
+                    d.message = format!(
+                        "agent_set `{}`, item `{}`: {}",
+                        origin.set, origin.key, d.message
+                    );
+                }
+            }
+            match agent {
+                Some((agent, Some(host))) => remote.push(RemoteAgent {
+                    name: agent.name,
+                    host,
+                    enabled: agent.enabled,
+                }),
+                Some((mut agent, None)) => {
+                    agent.origin = origin.cloned();
+                    agents.push(agent);
+                }
+                None => {}
+            }
+        }
+        (agents, remote)
+    }
+
+    /// One agent checked and its name, window and branch claimed, with the host it runs on.
+    fn one_agent(
+        &mut self,
+        raw_agent: &Spanned<RawAgent>,
+        raw: &RawSpec,
+        fleet: &Fleet,
+        hosts: &[HostSpec],
+        default_restart: &RestartSettings,
+        taken: &mut Taken,
+    ) -> Option<(AgentSpec, Option<String>)> {
+        {
             // The name is claimed before the agent's values are checked: a second `a` is
             // reported with every other error of either agent, in the same run.
-            let name_free = self.claim_name(&mut taken, raw_agent);
+            let name_free = self.claim_name(taken, raw_agent);
             let host = self.agent_host(raw_agent.get_ref(), hosts);
             let options = self.options;
             if host.is_some() {
@@ -319,27 +374,17 @@ impl Validator<'_> {
                 raw_agent.span(),
                 &raw.defaults,
                 fleet,
-                &default_restart,
+                default_restart,
             );
             self.options = options;
-            let Some(agent) = agent.filter(|_| name_free) else {
-                continue;
-            };
-            if !self.claim_window(&mut taken, &agent, raw_agent, host.as_deref())
-                || !self.claim_branch(&mut taken, &agent, raw_agent, host.as_deref())
+            let agent = agent.filter(|_| name_free)?;
+            if !self.claim_window(taken, &agent, raw_agent, host.as_deref())
+                || !self.claim_branch(taken, &agent, raw_agent, host.as_deref())
             {
-                continue;
+                return None;
             }
-            match host {
-                Some(host) => remote.push(RemoteAgent {
-                    name: agent.name,
-                    host,
-                    enabled: agent.enabled,
-                }),
-                None => agents.push(agent),
-            }
+            Some((agent, host))
         }
-        (agents, remote)
     }
 
     /// Whether the name written in `raw` is still free (an agent without one has nothing to

@@ -30,6 +30,7 @@ impl Wrapper {
         paste_brackets(tty, true);
         let _ = self.dir.record_op(Op::SafeMode, json!({"why": why}));
         crate::state::daemon::poke(&self.fleet, &self.agent.name);
+        self.tell_agent_set_failed();
         let name = &self.agent.name;
         super::blank_line();
         say(&format!("agent `{name}` is in safe mode: {why}"));
@@ -51,7 +52,22 @@ impl Wrapper {
         let mut input = LineReader::default();
         let outcome = self.safe_prompt(&mut input, trust.as_mut());
         paste_brackets(tty, false);
+        // Started again: the next safe mode is a failure of its own, told again.
+        if matches!(outcome, Ok(SafeOutcome::Start)) {
+            crate::intake::hooks::reset(&self.dir, crate::intake::hooks::Hook::Failed);
+        }
         outcome
+    }
+
+    /// An `[[agent_set]]` agent's `on_failed` (once per safe mode), off the pane's thread:
+    /// the hook may take its time (`gh`), the prompt must not wait for it.
+    fn tell_agent_set_failed(&self) {
+        use crate::intake::hooks::{self, Hook};
+        if hooks::argv(&self.spec, &self.agent, Hook::Failed).is_none() {
+            return;
+        }
+        let (spec, agent) = (self.spec.clone(), self.agent.clone());
+        std::thread::spawn(move || hooks::run_once(&spec, &agent, Hook::Failed));
     }
 
     /// Draw the prompt and read the words typed after it, until one of them decides.
