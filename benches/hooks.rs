@@ -212,6 +212,13 @@ fn main() {
         .map(String::from)
         .to_vec()
     };
+    // A heartbeat that records the time of the call (the state's last activity is old): every
+    // run does the same write, whichever hook ran before it in the round.
+    let stale_activity = || -> Option<Box<dyn Fn()>> {
+        let path = agent_dir.join("state.json");
+        let text = state_json("bench");
+        Some(Box::new(move || std::fs::write(&path, &text).unwrap()))
+    };
     // Every session-start run finds an interrupted agent: the recovery path, the heaviest.
     let reset_state = {
         let path = agent_dir.join("state.json");
@@ -276,7 +283,7 @@ fn main() {
             args: phoenix_args("heartbeat"),
             stdin: post_tool.clone(),
             env: under_wrapper.clone(),
-            reset: None,
+            reset: stale_activity(),
         },
         Case {
             // A hook run by hand or by a CLI phoenix did not start: phoenix.toml read whole.
@@ -303,7 +310,7 @@ fn main() {
             args: phoenix_args("heartbeat"),
             stdin: post_tool.clone(),
             env: under_wrapper.clone(),
-            reset: None,
+            reset: stale_activity(),
         },
         Case {
             name: "phoenix-hook tool-error (always writes state.json)",
@@ -368,8 +375,12 @@ fn main() {
                 program: other.to_string_lossy().into_owned(),
                 args: phoenix_args(event),
                 stdin: stdin.clone(),
-                env: vec![],
-                reset: None,
+                env: under_wrapper.clone(),
+                reset: if event == "heartbeat" {
+                    stale_activity()
+                } else {
+                    None
+                },
             });
         }
     }
