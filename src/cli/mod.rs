@@ -236,16 +236,12 @@ pub enum Command {
     /// phoenix.toml rewritten. Nothing stops until the target can run it (CLI and workdir
     /// there); if a later step fails it starts again where it was. See docs/multi-host.md.
     Move(moves::MoveArgs),
-    /// An agent's recent steps (ops.jsonl) and its pane's recent output, oldest first.
-    Logs {
-        agent: String,
-        /// How many steps and pane lines.
-        #[arg(short = 'n', long = "lines", default_value_t = 40)]
-        lines: usize,
-        /// Keep printing new steps and output (Ctrl-C ends).
-        #[arg(short, long)]
-        follow: bool,
-    },
+    /// Agents' steps (ops.jsonl) and their panes' output, oldest first.
+    ///
+    /// The output is kept per agent in its state dir as the pane shows it (pane.log, rotated
+    /// at 4 MiB to pane.log.1), so it outlives a recreated pane and `phoenix down`. With no
+    /// agent named, every agent of this machine, interleaved, each line after its name.
+    Logs(logs::LogsArgs),
     /// Attach to the fleet's private tmux server at an agent's pane (detach: Ctrl-b d).
     Attach { agent: String },
     /// Run a command as the agent's CLI runs, on its host: in its workdir, with its
@@ -638,11 +634,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Stop { agents, json } => lifecycle::stop(&config, &agents, json),
         Command::Start { agents, json } => lifecycle::start(&config, &agents, json),
         Command::Down { remove_hooks, json } => lifecycle::down(&config, remove_hooks, json),
-        Command::Logs {
-            agent,
-            lines,
-            follow,
-        } => logs::logs(&config, &agent, lines, follow),
+        Command::Logs(args) => logs::logs(&config, args),
         Command::Attach { agent } => lifecycle::attach(&config, &agent),
         Command::Exec { agent, command } => exec::exec(&config, &agent, &command),
         Command::Move(args) => moves::run(&config, args),
