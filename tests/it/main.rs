@@ -17,6 +17,7 @@ mod hosts_reads;
 mod hosts_trust;
 mod hosts_views;
 mod inert;
+mod logs;
 mod messages;
 mod metrics;
 mod needs_input;
