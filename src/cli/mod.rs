@@ -150,11 +150,15 @@ pub enum Command {
         #[arg(long)]
         skip_unreachable: bool,
     },
-    /// One line per agent: state, pid, uptime, pane, last activity (--json adds health, open
+    /// One line per agent in 80 columns: state, health, restarts, how its last run ended, last
+    /// activity (-o wide adds pid, uptime, pane, today's tokens and cost; --json adds open
     /// loops, crashes and how fresh the agent's saved context is).
     Status {
         /// Show one agent in detail.
         agent: Option<String>,
+        /// `wide`: every column (pid, uptime, pane, tokens, cost), whatever the width.
+        #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
+        output: Option<fleet::StatusOutput>,
         /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
@@ -606,7 +610,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             };
             fleet::apply(&config, &agents, yes, prune, json, skip_unreachable)
         }
-        Command::Status { agent, json } => fleet::status(&config, agent.as_deref(), json),
+        Command::Status {
+            agent,
+            output,
+            json,
+        } => fleet::status(&config, agent.as_deref(), output.is_some(), json),
         Command::Doctor { json } => doctor::doctor(&config, json),
         Command::Usage(args) => usage::usage(&config, args),
         Command::Top { interval } => Ok(crate::top::run(&config, interval)?),

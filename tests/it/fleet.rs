@@ -504,7 +504,7 @@ fn status_lists_declared_agents_without_a_server() {
         .status(3)
         .stdout_has("HEALTH")
         .stdout_has("alpha")
-        .stdout_has("declared       down")
+        .stdout_has("declared  down")
         .stdout_has("no tmux server");
     let json = fleet.status();
     assert_eq!(json.len(), 2);
