@@ -543,7 +543,8 @@ pub const EXIT_NOT_RUNNING: i32 = 3;
 /// `status -o FORMAT`.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum StatusOutput {
-    /// Every column, whatever the width.
+    // Every column, whatever the width (no doc comment: a described value would lay out
+    // `status --help` one line per option and its help below it).
     Wide,
 }
 

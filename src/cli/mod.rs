@@ -96,6 +96,9 @@ pub enum Command {
         /// Overwrite existing files.
         #[arg(long)]
         force: bool,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
+        #[arg(long)]
+        json: bool,
     },
     /// Check phoenix.toml, the policies and the templates; report every problem with
     /// file:line:column.
@@ -288,6 +291,9 @@ pub enum Command {
         /// Why it is resolved.
         #[arg(required = true, num_args = 1..)]
         reason: Vec<String>,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
+        #[arg(long)]
+        json: bool,
     },
     /// An agent's externalized state (state.json).
     #[command(subcommand)]
@@ -582,7 +588,7 @@ fn report_json(err: &anyhow::Error) -> i32 {
 fn run(cli: Cli) -> anyhow::Result<i32> {
     let config = cli.config;
     match cli.command {
-        Command::Init { cli, force } => scaffold::init(&config, cli, force),
+        Command::Init { cli, force, json } => scaffold::init(&config, cli, force, json),
         Command::Validate { json } => fleet::validate(&config, json),
         Command::Plan {
             json,
@@ -651,9 +657,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Hook(call) => Ok(hook::run(call.with_config(config))),
         Command::Hooks(cmd) => agent_state::hooks(&config, cmd),
         Command::Loop(cmd) => agent_state::loops(&config, cmd),
-        Command::Resolve { agent, id, reason } => {
-            agent_state::resolve(&config, &agent, &id, &reason.join(" "))
-        }
+        Command::Resolve {
+            agent,
+            id,
+            reason,
+            json,
+        } => agent_state::resolve(&config, &agent, &id, &reason.join(" "), json),
         Command::State(cmd) => agent_state::state(&config, cmd),
         Command::Policy(cmd) => policy::policy(cmd),
         Command::Clinic(args) => policy::clinic(&config, args),

@@ -1573,3 +1573,46 @@ fn attach_opens_the_agents_pane_and_returns_when_detached() {
     // Both agents still run: attaching and detaching changed nothing.
     fleet.wait_running(&["alpha", "beta"]);
 }
+
+/// `--json` is one pretty document of one shape whatever the number of agents: `restart` of
+/// one agent is the list of one, as of many; `resolve` and `init` have one too.
+#[test]
+fn json_is_one_pretty_shape_whatever_the_count() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha", "beta"]);
+    let pretty = |run: &support::Run| {
+        let text = run.stdout();
+        assert!(text.starts_with("{\n  \"format_version\": 1,"), "{text}");
+        run.json()
+    };
+    let one = fleet.run(&["restart", "alpha", "--json"]);
+    let one = pretty(one.status(0));
+    let many = fleet.run(&["restart", "alpha", "beta", "--json"]);
+    let many = pretty(many.status(0));
+    for doc in [&one, &many] {
+        assert_eq!(doc["command"], "restart", "{doc}");
+        assert_eq!(doc["failed"], 0, "{doc}");
+        assert!(doc["agents"][0]["via"].is_string(), "{doc}");
+    }
+    assert_eq!(one["agents"].as_array().map(Vec::len), Some(1), "{one}");
+    assert_eq!(many["agents"].as_array().map(Vec::len), Some(2), "{many}");
+    fleet.run(&["loop", "add", "alpha", "l1", "a", "loop"]).status(0);
+    let resolved = fleet.run(&["resolve", "alpha", "l1", "done", "--json"]);
+    let resolved = pretty(resolved.status(0));
+    assert_eq!(resolved["resolved"]["id"], "l1", "{resolved}");
+    let init = std::process::Command::new(support::PHOENIX)
+        .current_dir(fleet.path())
+        .env("HOME", fleet.path().join("home"))
+        .args(["init", "-c", "sub/phoenix.toml", "--json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&init.stdout).into_owned();
+    assert_eq!(init.status.code(), Some(0), "{text}");
+    assert!(text.starts_with("{\n  \"format_version\": 1,"), "{text}");
+    let init: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(init["ok"], true, "{init}");
+    assert!(fleet.path().join("sub/phoenix.toml").is_file());
+    fleet.run(&["down"]).status(0);
+}
