@@ -437,11 +437,7 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             .iter()
             .filter(|c| window.is_none_or(|w| now.as_second().saturating_sub(c.ts) < w))
             .count();
-        let (restarts, last_exit) = if with_context {
-            runs(&dir)
-        } else {
-            (0, None)
-        };
+        let (restarts, last_exit) = if with_context { runs(&dir) } else { (0, None) };
         // A CLI without hooks shows its life only in its pane: what it printed last counts.
         let mut last_activity = obs.and_then(|o| o.last_activity);
         if declared.is_some_and(|a| a.cli == crate::spec::Cli::Custom && a.tap)

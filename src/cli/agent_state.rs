@@ -25,7 +25,7 @@ pub enum LoopCommand {
     /// List the open loops; stale ones are marked.
     List {
         agent: String,
-        /// Print a JSON array of the open loops.
+        /// Print one JSON document `{format_version, agent, loops: […]}` (see docs/json.md).
         #[arg(long)]
         json: bool,
     },

@@ -54,9 +54,7 @@ fn parse_since(text: &str) -> Result<jiff::Timestamp, String> {
         return Ok(ts);
     }
     let ago = crate::spec::duration::parse(text).map_err(|e| {
-        format!(
-            "{e}; give a duration (`10m`, `2h`) or an RFC 3339 time (`2026-12-03T11:00:00Z`)"
-        )
+        format!("{e}; give a duration (`10m`, `2h`) or an RFC 3339 time (`2026-12-03T11:00:00Z`)")
     })?;
     let ago = jiff::SignedDuration::try_from(ago).map_err(|e| e.to_string())?;
     jiff::Timestamp::now()
@@ -84,10 +82,7 @@ enum Kind {
 
 impl Shown {
     fn text(&self) -> String {
-        let time = self
-            .ts
-            .map(local_time)
-            .unwrap_or_else(|| "--:--:--".into());
+        let time = self.ts.map(local_time).unwrap_or_else(|| "--:--:--".into());
         match &self.kind {
             Kind::Step(line) => step_line(&time, line),
             Kind::Output(text) | Kind::Screen(text) => format!("{time} {text}"),
@@ -241,14 +236,19 @@ fn agent_lines(
         agent: agent.clone(),
         kind,
     };
-    let step_lines = |steps: Vec<op::Line>| steps.into_iter().map(|l| shown(l.time(), Kind::Step(l)));
+    let step_lines =
+        |steps: Vec<op::Line>| steps.into_iter().map(|l| shown(l.time(), Kind::Step(l)));
     if args.previous {
         let Some(run) = pane_log::previous_run(&kept) else {
             if args.agents.len() == 1 {
                 anyhow::bail!(
                     "agent `{agent}` has no previous run in its kept output ({}): it has not been restarted since its output is kept{}",
                     dir.file(pane_log::PANE_LOG).display(),
-                    if keeps { "" } else { " (its `tap` is off, so none is)" }
+                    if keeps {
+                        ""
+                    } else {
+                        " (its `tap` is off, so none is)"
+                    }
                 );
             }
             return Ok(Vec::new());
@@ -327,7 +327,10 @@ enum Output {
     /// The kept log: how far it was read, and which file that was (a rotation makes another).
     Kept { offset: u64, inode: Option<u64> },
     /// The pane's screen, compared with the last read of it.
-    Screen { pane: Option<String>, last: Vec<String> },
+    Screen {
+        pane: Option<String>,
+        last: Vec<String>,
+    },
 }
 
 fn file_id(path: &Path) -> Option<(u64, u64)> {
@@ -441,7 +444,12 @@ fn complete_lines(path: &Path, offset: &mut u64) -> String {
 }
 
 /// A host's agent: its host's own `logs`, and with --follow over ssh -t.
-fn on_host(spec: &crate::spec::Spec, host: &str, name: &str, args: &LogsArgs) -> anyhow::Result<i32> {
+fn on_host(
+    spec: &crate::spec::Spec,
+    host: &str,
+    name: &str,
+    args: &LogsArgs,
+) -> anyhow::Result<i32> {
     let mut words: Vec<String> = vec!["logs".into()];
     words.extend(args.lines.map(|n| format!("--lines={n}")));
     words.extend(args.since.map(|t| format!("--since={}", state::rfc3339(t))));

@@ -852,7 +852,10 @@ fn restart_on_host(spec: &Spec, host: &str, name: &str, fresh: bool) -> Result<V
     if let Some([row]) = doc["agents"].as_array().map(Vec::as_slice) {
         if row["ok"] == false {
             return Err(ApiError::conflict(
-                row["detail"].as_str().unwrap_or("the restart failed").to_string(),
+                row["detail"]
+                    .as_str()
+                    .unwrap_or("the restart failed")
+                    .to_string(),
                 "see `phoenix status` on that host",
             ));
         }

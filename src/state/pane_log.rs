@@ -141,8 +141,9 @@ impl Writer {
                 self.escape = Escape::Start;
                 None
             }
-            Escape::None => (b >= 0x20 && b != 0x7f || matches!(b, b'\n' | b'\r' | b'\t'))
-                .then_some(b),
+            Escape::None => {
+                (b >= 0x20 && b != 0x7f || matches!(b, b'\n' | b'\r' | b'\t')).then_some(b)
+            }
             Escape::Start => {
                 self.escape = match b {
                     b'[' => Escape::Csi,
@@ -224,7 +225,11 @@ fn parse_line(line: &str) -> Option<Entry> {
     Some(match rest.strip_prefix(RUN_MARK) {
         Some(mark) => Entry::RunStart {
             ts,
-            what: mark.strip_prefix("start").unwrap_or(mark).trim().to_string(),
+            what: mark
+                .strip_prefix("start")
+                .unwrap_or(mark)
+                .trim()
+                .to_string(),
         },
         None => Entry::Output {
             ts,

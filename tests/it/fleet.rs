@@ -1598,7 +1598,9 @@ fn json_is_one_pretty_shape_whatever_the_count() {
     }
     assert_eq!(one["agents"].as_array().map(Vec::len), Some(1), "{one}");
     assert_eq!(many["agents"].as_array().map(Vec::len), Some(2), "{many}");
-    fleet.run(&["loop", "add", "alpha", "l1", "a", "loop"]).status(0);
+    fleet
+        .run(&["loop", "add", "alpha", "l1", "a", "loop"])
+        .status(0);
     let resolved = fleet.run(&["resolve", "alpha", "l1", "done", "--json"]);
     let resolved = pretty(resolved.status(0));
     assert_eq!(resolved["resolved"]["id"], "l1", "{resolved}");

@@ -70,7 +70,10 @@ fn the_output_outlives_a_recreated_pane_and_down() {
 #[test]
 fn previous_shows_the_run_before_a_kill_9_restart_and_status_counts_it() {
     let fleet = Fleet::new();
-    fleet.toml(&format!("{QUICK_RESTART}{}", counting_agent(&fleet, "a", 2)));
+    fleet.toml(&format!(
+        "{QUICK_RESTART}{}",
+        counting_agent(&fleet, "a", 2)
+    ));
     fleet.run(&["apply", "--yes"]).status(0);
     let pid = fleet.wait_running(&["a"])[0];
     wait_until(Duration::from_secs(15), "the first run's output", || {
@@ -108,10 +111,16 @@ fn previous_shows_the_run_before_a_kill_9_restart_and_status_counts_it() {
     assert!(header.contains("LAST EXIT"), "{text}");
     assert!(text.contains("SIGKILL"), "{text}");
     for line in text.lines() {
-        assert!(line.chars().count() <= 80, "wider than 80 columns: {line:?}\n{text}");
+        assert!(
+            line.chars().count() <= 80,
+            "wider than 80 columns: {line:?}\n{text}"
+        );
     }
     let wide = fleet.run(&["status", "-o", "wide"]).stdout();
-    assert!(wide.lines().next().unwrap_or_default().contains("PANE"), "{wide}");
+    assert!(
+        wide.lines().next().unwrap_or_default().contains("PANE"),
+        "{wide}"
+    );
     fleet.run(&["down"]).status(0);
 }
 
@@ -125,14 +134,20 @@ fn lines_and_since_limit_what_is_shown() {
     });
     let last = logs(&fleet, &["a", "-n", "5"]);
     assert_eq!(last.lines().count(), 5, "{last}");
-    assert!(last.lines().last().unwrap().ends_with("line 100 of run 1"), "{last}");
+    assert!(
+        last.lines().last().unwrap().ends_with("line 100 of run 1"),
+        "{last}"
+    );
     let doc = fleet.run(&["logs", "a", "-n", "3", "--json"]).json();
     assert_eq!(doc["lines"].as_array().map(Vec::len), Some(3), "{doc}");
     assert_eq!(doc["agents"], serde_json::json!(["a"]), "{doc}");
     let future = logs(&fleet, &["a", "--since", "2099-01-01T00:00:00Z"]);
     assert_eq!(future, "", "{future}");
     let hour = logs(&fleet, &["a", "--since", "1h"]);
-    assert!(hour.contains("line 1 of run 1"), "--since lifts the default 40:\n{hour}");
+    assert!(
+        hour.contains("line 1 of run 1"),
+        "--since lifts the default 40:\n{hour}"
+    );
     fleet.run(&["down"]).status(0);
 }
 
@@ -155,11 +170,31 @@ fn every_agent_interleaved_after_its_name_and_hostile_output_inert() {
         let all = logs(&fleet, &[]);
         all.contains("a  | ") && all.contains("calm red done")
     });
-    let out = fleet.command(&["logs"]).env("CLICOLOR_FORCE", "1").output().unwrap();
-    assert!(!out.stdout.contains(&0x1b), "{:?}", String::from_utf8_lossy(&out.stdout));
+    let out = fleet
+        .command(&["logs"])
+        .env("CLICOLOR_FORCE", "1")
+        .output()
+        .unwrap();
+    assert!(
+        !out.stdout.contains(&0x1b),
+        "{:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.lines().any(|l| l.starts_with("bb | ") && l.ends_with("calm red done")), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("a  | ") && l.ends_with("run number 1")), "{text}");
-    assert!(text.lines().all(|l| l.starts_with("a  | ") || l.starts_with("bb | ")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("bb | ") && l.ends_with("calm red done")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("a  | ") && l.ends_with("run number 1")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .all(|l| l.starts_with("a  | ") || l.starts_with("bb | ")),
+        "{text}"
+    );
     fleet.run(&["down"]).status(0);
 }
