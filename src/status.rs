@@ -324,11 +324,7 @@ pub fn runs(dir: &AgentDir) -> (usize, Option<LastExit>) {
     let mut last = None;
     for line in state::op::parse(&tail.lines_text()) {
         match &line.op {
-            state::Op::AgentStart(_) => {
-                if std::mem::take(&mut ended) {
-                    restarts += 1;
-                }
-            }
+            state::Op::AgentStart(_) if std::mem::take(&mut ended) => restarts += 1,
             state::Op::AgentExit(_) => {
                 ended = true;
                 let signal = line.get("signal").as_i64().map(|n| {
