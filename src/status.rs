@@ -126,6 +126,11 @@ pub struct AgentStatus {
     pub stale_loops: usize,
     /// Crashes within the agent's `crash_window`.
     pub crashes: usize,
+    /// Runs of its CLI started again after one ended (a crash, a kill, a restart, a new
+    /// pane), as the end of its ops.jsonl records them ([`runs`]).
+    pub restarts: usize,
+    /// How its last run ended (its last `agent_exit`).
+    pub last_exit: Option<LastExit>,
     pub max_crashes: Option<u32>,
     pub context: Context,
     /// Tokens and estimated cost today (the local day), from its usage ledger and what its
@@ -293,6 +298,72 @@ fn tool_calls_after(dir: &AgentDir, since: Option<jiff::Timestamp>) -> (u64, boo
     (n, meta.len() > TOOL_TAIL_BYTES)
 }
 
+/// How a run of the agent's CLI ended: its exit code or the signal that ended it, and why
+/// (`crash`, `clean_exit`, `operator_restart`, …; see docs/recovery.md).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LastExit {
+    pub ts: Option<String>,
+    pub code: Option<i64>,
+    /// The signal's name (`SIGKILL`), when a signal ended it.
+    pub signal: Option<String>,
+    pub reason: Option<String>,
+}
+
+impl LastExit {
+    /// `SIGKILL (crash)`, `exit 0 (clean_exit)`.
+    pub fn short(&self) -> String {
+        let how = match (&self.signal, self.code) {
+            (Some(sig), _) => sig.clone(),
+            (None, Some(code)) => format!("exit {code}"),
+            (None, None) => "-".into(),
+        };
+        match &self.reason {
+            Some(reason) => format!("{how} ({reason})"),
+            None => how,
+        }
+    }
+}
+
+/// How much of the end of ops.jsonl a status row reads for its runs.
+const RUNS_TAIL_BYTES: u64 = 256 * 1024;
+
+/// The restarts and the last exit that the end of the agent's ops.jsonl records: one bounded
+/// read, never through a link.
+pub fn runs(dir: &AgentDir) -> (usize, Option<LastExit>) {
+    let Ok(tail) = crate::state::bounded::read_tail(
+        &dir.file(state::OPS_LOG),
+        RUNS_TAIL_BYTES,
+        crate::state::bounded::Links::Refuse,
+    ) else {
+        return (0, None);
+    };
+    let mut restarts = 0;
+    let mut ended = false;
+    let mut last = None;
+    for line in state::op::parse(&tail.lines_text()) {
+        match &line.op {
+            state::Op::AgentStart(_) if std::mem::take(&mut ended) => restarts += 1,
+            state::Op::AgentExit(_) => {
+                ended = true;
+                let signal = line.get("signal").as_i64().map(|n| {
+                    i32::try_from(n)
+                        .ok()
+                        .and_then(|n| nix::sys::signal::Signal::try_from(n).ok())
+                        .map_or_else(|| format!("signal {n}"), |s| s.as_str().to_string())
+                });
+                last = Some(LastExit {
+                    ts: line.ts.clone(),
+                    code: line.get("code").as_i64(),
+                    signal,
+                    reason: line.get("reason").as_str().map(str::to_string),
+                });
+            }
+            _ => {}
+        }
+    }
+    (restarts, last)
+}
+
 /// One row per declared agent, then one per agent that runs but is no longer declared.
 pub fn rows(spec: &Spec, world: &World) -> Vec<AgentStatus> {
     rows_with(spec, world, true)
@@ -402,6 +473,17 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             .iter()
             .filter(|c| window.is_none_or(|w| now.as_second().saturating_sub(c.ts) < w))
             .count();
+        let (restarts, last_exit) = if with_context { runs(&dir) } else { (0, None) };
+        // A CLI without hooks shows its life only in its pane: what it printed last counts.
+        let mut last_activity = obs.and_then(|o| o.last_activity);
+        if declared.is_some_and(|a| a.cli == crate::spec::Cli::Custom && a.tap)
+            && let Some(printed) = std::fs::symlink_metadata(dir.file(state::pane_log::PANE_LOG))
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| jiff::Timestamp::try_from(t).ok())
+        {
+            last_activity = last_activity.max(Some(printed));
+        }
         AgentStatus {
             declared: declared.is_some(),
             enabled: declared.is_some_and(|a| a.enabled),
@@ -411,7 +493,7 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
             pane: pane.map(|p| p.id.clone()),
             pid: process.map(|p| p.pid),
             uptime_secs: process.map(|p| (world.observed_at - p.started).max(0)),
-            last_activity: obs.and_then(|o| o.last_activity).map(|t| t.to_string()),
+            last_activity: last_activity.map(|t| t.to_string()),
             cli: declared.map(|a| a.cli.to_string()),
             status: agent_state.as_ref().map(|s| s.status.to_string()),
             current_task: agent_state.as_ref().and_then(|s| s.current_task.clone()),
@@ -420,6 +502,8 @@ fn rows_with(spec: &Spec, world: &World, with_context: bool) -> Vec<AgentStatus>
                 .as_ref()
                 .map_or(0, |s| s.open_loops.iter().filter(|l| l.stale).count()),
             crashes,
+            restarts,
+            last_exit,
             max_crashes: declared.map(|a| a.restart.max_crashes),
             context: if with_context {
                 context(&dir, &listed, agent_state.as_ref(), now)

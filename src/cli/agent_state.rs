@@ -25,7 +25,7 @@ pub enum LoopCommand {
     /// List the open loops; stale ones are marked.
     List {
         agent: String,
-        /// Print a JSON array of the open loops.
+        /// Print one JSON document `{format_version, agent, loops: […]}` (see docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -129,11 +129,21 @@ pub fn loops(config: &Path, cmd: LoopCommand) -> anyhow::Result<i32> {
     }
 }
 
-pub fn resolve(config: &Path, name: &str, id: &str, reason: &str) -> anyhow::Result<i32> {
+pub fn resolve(
+    config: &Path,
+    name: &str,
+    id: &str,
+    reason: &str,
+    json: bool,
+) -> anyhow::Result<i32> {
     let spec = super::load_without_fs_checks(config)?;
     agent(&spec, name)?;
     let dir = agent_dir(&spec, name)?;
     let item = dir.resolve(Retention::from(&spec.thresholds), id, reason)?;
+    if json {
+        output::json(serde_json::json!({"ok": true, "agent": name, "resolved": item}));
+        return Ok(0);
+    }
     out(&format!(
         "resolved `{}` for agent `{name}` ({}): {}\n",
         item.id, item.resolved_date, item.reason

@@ -556,7 +556,24 @@ pub(super) fn confirm() -> anyhow::Result<bool> {
 /// `status` when a declared, enabled agent is down, in safe mode or stopped.
 pub const EXIT_NOT_RUNNING: i32 = 3;
 
-pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<i32> {
+/// `status -o FORMAT`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum StatusOutput {
+    // Every column, whatever the width (no doc comment: a described value would lay out
+    // `status --help` one line per option and its help below it).
+    Wide,
+}
+
+/// `text` in at most `width` characters: cut with `…` when longer, padded when shorter.
+fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return format!("{text:<width$}");
+    }
+    let cut: String = text.chars().take(width.saturating_sub(1)).collect();
+    format!("{cut}…")
+}
+
+pub fn status(config: &Path, agent: Option<&str>, wide: bool, json: bool) -> anyhow::Result<i32> {
     let ctx = load(config)?;
     let spec = &ctx.spec;
     if let Some(problem) = world::leftover_problem(spec) {
@@ -593,11 +610,32 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
         out(&text);
         return Ok(code);
     }
-    let mut text = format!(
-        "{:<20} {:<14} {:<10} {:>8} {:>8} {:<6} {:>8} {:<18} {}\n",
-        "AGENT", "STATE", "HEALTH", "PID", "UPTIME", "PANE", "TOKENS", "COST", "LAST ACTIVITY"
-    );
+    let mut text = if wide {
+        format!(
+            "{:<20} {:<14} {:<10} {:>8} {:>8} {:<6} {:>8} {:<24} {:>8} {:<18} {}\n",
+            "AGENT",
+            "STATE",
+            "HEALTH",
+            "PID",
+            "UPTIME",
+            "PANE",
+            "RESTARTS",
+            "LAST EXIT",
+            "TOKENS",
+            "COST",
+            "LAST ACTIVITY"
+        )
+    } else {
+        format!(
+            "{:<14} {:<9} {:<10} {:>8} {:<21} {}\n",
+            "AGENT", "STATE", "HEALTH", "RESTARTS", "LAST EXIT", "LAST ACTIVITY"
+        )
+    };
     for r in &rows {
+        let last_exit = r
+            .last_exit
+            .as_ref()
+            .map_or_else(|| "-".into(), |e| e.short());
         let ago = r
             .last_activity
             .as_deref()
@@ -613,20 +651,36 @@ pub fn status(config: &Path, agent: Option<&str>, json: bool) -> anyhow::Result<
                     u.spent.cost_text(),
                 )
             });
+        if !wide {
+            text.push_str(&format!(
+                "{} {} {} {:>8} {} {}\n",
+                fit(&r.agent, 14),
+                fit(r.state, 9),
+                output::paint(output::health(r.health), &fit(r.health, 10)),
+                r.restarts,
+                fit(&last_exit, 21),
+                fit(&ago, 11).trim_end()
+            ));
+            continue;
+        }
         text.push_str(&format!(
-            "{:<20} {:<14} {} {:>8} {:>8} {:<6} {:>8} {:<18} {}\n",
+            "{:<20} {:<14} {} {:>8} {:>8} {:<6} {:>8} {:<24} {:>8} {:<18} {}\n",
             r.agent,
             r.state,
             output::paint(output::health(r.health), &format!("{:<10}", r.health)),
             r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
             r.uptime_secs.map(human_secs).unwrap_or_else(|| "-".into()),
             r.pane.as_deref().unwrap_or("-"),
+            r.restarts,
+            last_exit,
             tokens,
             cost,
             ago
         ));
     }
-    text.push_str("(TOKENS and COST: today, the local day; `phoenix usage` for more)\n");
+    if wide {
+        text.push_str("(TOKENS and COST: today, the local day; `phoenix usage` for more)\n");
+    }
     text.push_str(&worktree_table(&rows));
     for r in &rows {
         if let Some(wait) = &r.needs_input {
@@ -746,6 +800,17 @@ fn describe(spec: &Spec, r: &crate::status::AgentStatus, now: jiff::Timestamp) -
         ("Pid", r.pid.map(|p| p.to_string()).unwrap_or_else(dash)),
         ("Uptime", r.uptime_secs.map(human_secs).unwrap_or_else(dash)),
         ("Pane", r.pane.clone().unwrap_or_else(dash)),
+        ("Restarts", r.restarts.to_string()),
+        (
+            "Last exit",
+            r.last_exit
+                .as_ref()
+                .map(|e| match e.ts.as_deref() {
+                    Some(at) => format!("{} at {at}", e.short()),
+                    None => e.short(),
+                })
+                .unwrap_or_else(dash),
+        ),
         (
             "Last activity",
             ago(r.last_activity.as_deref()).unwrap_or_else(dash),
@@ -957,7 +1022,8 @@ fn today(r: &crate::status::AgentStatus, declared: Option<&crate::spec::AgentSpe
 pub(super) fn daemon_line(spec: &Spec) -> String {
     match crate::state::daemon::daemon_pid(&FleetDir::new(&spec.fleet.state_dir)) {
         Some(pid) => format!("\ndaemon: `phoenix run` supervises this fleet (pid {pid})\n"),
-        None => "\ndaemon: not running (crashes are still restarted by each agent's wrapper; \
+        // Two lines: `status` fits 80 columns.
+        None => "\ndaemon: not running (crashes are still restarted by each agent's wrapper;\n\
                  `phoenix run` or `phoenix service install` also keeps the fleet converged)\n"
             .to_string(),
     }

@@ -505,10 +505,7 @@ pub fn act(
     results.extend(remote);
     let failed = results.iter().filter(|r| !r.ok).count();
     if json {
-        out(&format!(
-            "{}\n",
-            json!({"format_version": 1, "command": verb, "agents": results, "failed": failed})
-        ));
+        super::output::json(json!({"command": verb, "agents": results, "failed": failed}));
     } else {
         let text: String = results
             .iter()

@@ -137,18 +137,30 @@ struct AgentResult {
     agent: String,
     ok: bool,
     detail: String,
+    /// A restart's report (`fresh`, `via`, `pane`, `pid`), where it restarted.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    restarted: Option<Restarted>,
+}
+
+/// What a restart did, in a row of `restart --json` (as the API's restart reports it).
+#[derive(Debug, Serialize)]
+struct Restarted {
+    fresh: bool,
+    via: String,
+    pane: Option<String>,
+    pid: Option<u32>,
 }
 
 /// Print per-agent results (text or `--json`); exit 1 if any failed.
 fn finish(verb: &str, results: Vec<AgentResult>, extra: serde_json::Value, json: bool) -> i32 {
     let failed = results.iter().filter(|r| !r.ok).count();
     if json {
-        let mut v =
-            json!({"format_version": 1, "command": verb, "agents": results, "failed": failed});
+        let mut v = json!({"command": verb, "agents": results, "failed": failed});
         if let (Some(v), serde_json::Value::Object(extra)) = (v.as_object_mut(), extra) {
             v.extend(extra);
         }
-        out(&format!("{v}\n"));
+        // Pretty, `format_version` first, as every document (docs/json.md).
+        super::output::json(v);
     } else {
         let mut text = String::new();
         for r in &results {
@@ -182,6 +194,7 @@ fn results_of(agents: &[String], report: &ApplyReport, idle: &str) -> Vec<AgentR
                 agent: agent.clone(),
                 ok: failed.is_empty(),
                 detail,
+                restarted: None,
             }
         })
         .collect()
@@ -371,8 +384,10 @@ pub fn restart(
             json,
         );
     }
+    // One document whatever the number of agents: `--json` of one is the list of one.
     if let [agent] = agents.as_slice()
         && !all
+        && !json
     {
         return super::fleet::restart(config, agent, fresh, json);
     }
@@ -393,11 +408,18 @@ fn restart_results(ctx: &FleetContext, agents: &[String], fresh: bool) -> Vec<Ag
                         (Some(pane), Some(pid)) => format!("restarted in pane {pane} (pid {pid})"),
                         _ => "restart requested; not running yet".into(),
                     },
+                    restarted: Some(Restarted {
+                        fresh: r.fresh,
+                        via: r.via.clone(),
+                        pane: r.pane.clone(),
+                        pid: r.pid,
+                    }),
                 },
                 Err(e) => AgentResult {
                     agent: agent.clone(),
                     ok: false,
                     detail: format!("{e:#}"),
+                    restarted: None,
                 },
             }
         })
@@ -535,10 +557,7 @@ fn service_status(config: &Path, json: bool) -> anyhow::Result<i32> {
     let installed = unit.is_file();
     let daemon = crate::state::daemon::daemon_pid(&FleetDir::new(&spec.fleet.state_dir));
     if json {
-        out(&format!(
-            "{}\n",
-            json!({"format_version": 1, "unit": unit, "installed": installed, "daemon_pid": daemon})
-        ));
+        super::output::json(json!({"unit": unit, "installed": installed, "daemon_pid": daemon}));
     } else {
         let mut text = format!(
             "unit:   {} ({})\n",

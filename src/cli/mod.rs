@@ -96,6 +96,9 @@ pub enum Command {
         /// Overwrite existing files.
         #[arg(long)]
         force: bool,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
+        #[arg(long)]
+        json: bool,
     },
     /// Check phoenix.toml, the policies and the templates; report every problem with
     /// file:line:column.
@@ -150,11 +153,15 @@ pub enum Command {
         #[arg(long)]
         skip_unreachable: bool,
     },
-    /// One line per agent: state, pid, uptime, pane, last activity (--json adds health, open
+    /// One line per agent in 80 columns: state, health, restarts, how its last run ended, last
+    /// activity (-o wide adds pid, uptime, pane, today's tokens and cost; --json adds open
     /// loops, crashes and how fresh the agent's saved context is).
     Status {
         /// Show one agent in detail.
         agent: Option<String>,
+        /// `wide`: every column (pid, uptime, pane, tokens, cost), whatever the width.
+        #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
+        output: Option<fleet::StatusOutput>,
         /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
         #[arg(long)]
         json: bool,
@@ -236,16 +243,12 @@ pub enum Command {
     /// phoenix.toml rewritten. Nothing stops until the target can run it (CLI and workdir
     /// there); if a later step fails it starts again where it was. See docs/multi-host.md.
     Move(moves::MoveArgs),
-    /// An agent's recent steps (ops.jsonl) and its pane's recent output, oldest first.
-    Logs {
-        agent: String,
-        /// How many steps and pane lines.
-        #[arg(short = 'n', long = "lines", default_value_t = 40)]
-        lines: usize,
-        /// Keep printing new steps and output (Ctrl-C ends).
-        #[arg(short, long)]
-        follow: bool,
-    },
+    /// Agents' steps (ops.jsonl) and their panes' output, oldest first.
+    ///
+    /// The output is kept per agent in its state dir as the pane shows it (pane.log, rotated
+    /// at 4 MiB to pane.log.1), so it outlives a recreated pane and `phoenix down`. With no
+    /// agent named, every agent of this machine, interleaved, each line after its name.
+    Logs(logs::LogsArgs),
     /// Attach to the fleet's private tmux server at an agent's pane (detach: Ctrl-b d).
     Attach { agent: String },
     /// Run a command as the agent's CLI runs, on its host: in its workdir, with its
@@ -288,6 +291,9 @@ pub enum Command {
         /// Why it is resolved.
         #[arg(required = true, num_args = 1..)]
         reason: Vec<String>,
+        /// Print one JSON document on stdout, `format_version` first (errors too; see docs/json.md).
+        #[arg(long)]
+        json: bool,
     },
     /// An agent's externalized state (state.json).
     #[command(subcommand)]
@@ -582,7 +588,7 @@ fn report_json(err: &anyhow::Error) -> i32 {
 fn run(cli: Cli) -> anyhow::Result<i32> {
     let config = cli.config;
     match cli.command {
-        Command::Init { cli, force } => scaffold::init(&config, cli, force),
+        Command::Init { cli, force, json } => scaffold::init(&config, cli, force, json),
         Command::Validate { json } => fleet::validate(&config, json),
         Command::Plan {
             json,
@@ -610,7 +616,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             };
             fleet::apply(&config, &agents, yes, prune, json, skip_unreachable)
         }
-        Command::Status { agent, json } => fleet::status(&config, agent.as_deref(), json),
+        Command::Status {
+            agent,
+            output,
+            json,
+        } => fleet::status(&config, agent.as_deref(), output.is_some(), json),
         Command::Doctor { json } => doctor::doctor(&config, json),
         Command::Usage(args) => usage::usage(&config, args),
         Command::Top { interval } => Ok(crate::top::run(&config, interval)?),
@@ -638,11 +648,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Stop { agents, json } => lifecycle::stop(&config, &agents, json),
         Command::Start { agents, json } => lifecycle::start(&config, &agents, json),
         Command::Down { remove_hooks, json } => lifecycle::down(&config, remove_hooks, json),
-        Command::Logs {
-            agent,
-            lines,
-            follow,
-        } => logs::logs(&config, &agent, lines, follow),
+        Command::Logs(args) => logs::logs(&config, args),
         Command::Attach { agent } => lifecycle::attach(&config, &agent),
         Command::Exec { agent, command } => exec::exec(&config, &agent, &command),
         Command::Move(args) => moves::run(&config, args),
@@ -651,9 +657,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Hook(call) => Ok(hook::run(call.with_config(config))),
         Command::Hooks(cmd) => agent_state::hooks(&config, cmd),
         Command::Loop(cmd) => agent_state::loops(&config, cmd),
-        Command::Resolve { agent, id, reason } => {
-            agent_state::resolve(&config, &agent, &id, &reason.join(" "))
-        }
+        Command::Resolve {
+            agent,
+            id,
+            reason,
+            json,
+        } => agent_state::resolve(&config, &agent, &id, &reason.join(" "), json),
         Command::State(cmd) => agent_state::state(&config, cmd),
         Command::Policy(cmd) => policy::policy(cmd),
         Command::Clinic(args) => policy::clinic(&config, args),

@@ -105,7 +105,7 @@ pub fn minimal(dir: &Path, starter: Starter) -> String {
 
 /// `phoenix init`: `config` (phoenix.toml by default) with one agent of `starter`, and beside
 /// it the full reference, policies/ and templates/.
-pub fn init(config: &Path, starter: Starter, force: bool) -> anyhow::Result<i32> {
+pub fn init(config: &Path, starter: Starter, force: bool, json: bool) -> anyhow::Result<i32> {
     let cwd = std::env::current_dir()?;
     let config = cwd.join(config);
     let dir = config.parent().unwrap_or(&cwd);
@@ -156,13 +156,29 @@ pub fn init(config: &Path, starter: Starter, force: bool) -> anyhow::Result<i32>
         }
         std::fs::write(&path, content)
             .with_context(|| format!("cannot write {}", path.display()))?;
-        out(&format!("created {name}\n"));
+        if !json {
+            out(&format!("created {name}\n"));
+        }
     }
     let flag = if config_name == crate::spec::DEFAULT_CONFIG && dir == cwd {
         String::new()
     } else {
         format!(" -c {}", config.display())
     };
+    if json {
+        let created: Vec<String> = files
+            .iter()
+            .map(|(name, _)| dir.join(name).display().to_string())
+            .collect();
+        super::output::json(serde_json::json!({
+            "ok": true,
+            "config": config,
+            "created": created,
+            "overwritten": existing.iter().map(|n| dir.join(n)).collect::<Vec<_>>(),
+            "next": format!("phoenix{flag} plan"),
+        }));
+        return Ok(0);
+    }
     out(&format!(
         "\nNext: `phoenix{flag} plan`, then `phoenix{flag} apply` (the reference for every key: phoenix.toml.example).\n"
     ));

@@ -529,13 +529,30 @@ impl Limiter {
 /// is always read promptly. A failing action is logged in ops.jsonl, never fatal; what cannot
 /// be logged there (an unreadable phoenix.toml) goes to `log`, which the edge hands in.
 pub fn run(config: &std::path::Path, agent: &str, log: fn(&str)) -> crate::error::Result<i32> {
-    read(std::io::stdin().lock(), config, agent, log);
+    // Read here, not by its wrapper: the output is kept here too.
+    let keep = crate::spec::load_with(
+        config,
+        crate::spec::LoadOptions {
+            check_filesystem: false,
+        },
+    )
+    .ok()
+    .map(|spec| crate::state::FleetDir::new(&spec.fleet.state_dir).agent(agent));
+    read(std::io::stdin().lock(), config, agent, keep.as_ref(), log);
     Ok(0)
 }
 
 /// Read the pane's output from `input` until it closes, acting on its commands (`run`; the
-/// wrapper's own tap reads the pipe handed to it, `super::tap_host`).
-pub fn read(mut input: impl std::io::Read, config: &std::path::Path, agent: &str, log: fn(&str)) {
+/// wrapper's own tap reads the pipe handed to it, `super::tap_host`). The output is kept in
+/// `keep`'s `pane.log` as it is read (`state::pane_log`).
+pub fn read(
+    mut input: impl std::io::Read,
+    config: &std::path::Path,
+    agent: &str,
+    keep: Option<&crate::state::AgentDir>,
+    log: fn(&str),
+) {
+    let mut kept = keep.map(crate::state::pane_log::Writer::new);
     let (tx, rx) = std::sync::mpsc::sync_channel::<Command>(QUEUE);
     let config = config.to_path_buf();
     let name = agent.to_string();
@@ -555,6 +572,9 @@ pub fn read(mut input: impl std::io::Read, config: &std::path::Path, agent: &str
         match input.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
+                if let Some(kept) = &mut kept {
+                    kept.feed(&buf[..n]);
+                }
                 for said in tap.feed_said(&buf[..n]) {
                     if let Some(c) = gate.pass(said)
                         && let Err(std::sync::mpsc::TrySendError::Full(c)) = tx.try_send(c)
@@ -566,6 +586,9 @@ pub fn read(mut input: impl std::io::Read, config: &std::path::Path, agent: &str
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => break,
         }
+    }
+    if let Some(kept) = &mut kept {
+        kept.finish();
     }
     drop(tx);
     let _ = worker.join();

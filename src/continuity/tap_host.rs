@@ -97,10 +97,11 @@ impl Host {
         pane: Box<dyn Write + Send>,
     ) -> io::Result<Host> {
         let (config, agent) = (config.to_path_buf(), agent.to_string());
+        let keep = dir.clone();
         let read = move |input: Box<dyn Read + Send>| {
             let _ = std::thread::Builder::new()
                 .name("tap reader".into())
-                .spawn(move || super::tap::read(input, &config, &agent, |_| {}));
+                .spawn(move || super::tap::read(input, &config, &agent, Some(&keep), |_| {}));
         };
         start_on(&socket_name(std::process::id()), pane, dir, Box::new(read))
     }

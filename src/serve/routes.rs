@@ -847,6 +847,24 @@ fn restart_on_host(spec: &Spec, host: &str, name: &str, fresh: bool) -> Result<V
     args.extend(["--", name]);
     let doc = remote::run(spec, host, &args, remote::ACTION_TIMEOUT)?;
     tracing::info!("restarted agent `{name}` on host `{host}`");
+    // `restart --json` is one list whatever the count (an older host's is the one report):
+    // the API answers with the one agent's row.
+    if let Some([row]) = doc["agents"].as_array().map(Vec::as_slice) {
+        if row["ok"] == false {
+            return Err(ApiError::conflict(
+                row["detail"]
+                    .as_str()
+                    .unwrap_or("the restart failed")
+                    .to_string(),
+                "see `phoenix status` on that host",
+            ));
+        }
+        let mut row = row.clone();
+        if let Some(fields) = row.as_object_mut() {
+            fields.insert("format_version".into(), doc["format_version"].clone());
+        }
+        return Ok(row);
+    }
     Ok(doc)
 }
 

@@ -17,6 +17,7 @@ pub mod jsonl;
 pub mod ledger;
 pub mod lock;
 pub mod op;
+pub mod pane_log;
 pub mod store;
 #[cfg(test)]
 pub mod testing;

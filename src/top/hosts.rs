@@ -216,6 +216,7 @@ pub fn row_of(row: &Value, stale: bool) -> AgentStatus {
         open_loops: count("open_loops"),
         stale_loops: count("stale_loops"),
         crashes: count("crashes"),
+        restarts: count("restarts"),
         max_crashes: row["max_crashes"]
             .as_u64()
             .and_then(|m| u32::try_from(m).ok()),

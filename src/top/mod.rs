@@ -473,6 +473,8 @@ mod tests {
             open_loops: 0,
             stale_loops: 0,
             crashes: 0,
+            restarts: 0,
+            last_exit: None,
             max_crashes: Some(5),
             context: Default::default(),
             usage_today: None,

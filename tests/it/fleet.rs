@@ -504,7 +504,7 @@ fn status_lists_declared_agents_without_a_server() {
         .status(3)
         .stdout_has("HEALTH")
         .stdout_has("alpha")
-        .stdout_has("declared       down")
+        .stdout_has("declared  down")
         .stdout_has("no tmux server");
     let json = fleet.status();
     assert_eq!(json.len(), 2);
@@ -1172,13 +1172,11 @@ fn logs_show_the_agents_steps_and_its_screen() {
             .contains("demo-agent `alpha` session")
     });
     let run = fleet.run(&["logs", "alpha", "-n", "200"]);
-    run.status(0)
-        .stdout_has("[phoenix] ")
-        .stdout_has("── pane %");
+    run.status(0).stdout_has("[phoenix] agent_start");
     let text = run.stdout();
-    let step = text.find("[phoenix] ").unwrap();
+    let step = text.find("[phoenix] agent_start").unwrap();
     let screen = text.find("demo-agent `alpha` session").unwrap();
-    assert!(step < screen, "steps before the screen read now:\n{text}");
+    assert!(step < screen, "the start before its output:\n{text}");
     assert!(!text.contains("demo-agent `beta`"), "{text}");
 }
 
@@ -1337,8 +1335,8 @@ fn logs_follow_prints_new_steps_as_they_happen() {
         .spawn()
         .unwrap();
     let read = || std::fs::read_to_string(&log).unwrap_or_default();
-    wait_until(Duration::from_secs(10), "the first screen", || {
-        read().contains("── pane %")
+    wait_until(Duration::from_secs(10), "the first lines", || {
+        read().contains("[phoenix] ")
     });
     let before = read().matches("[phoenix] ").count();
     fleet.run(&["stop", "alpha"]).status(0);
@@ -1574,4 +1572,49 @@ fn attach_opens_the_agents_pane_and_returns_when_detached() {
     assert!(status.success(), "{status:?}");
     // Both agents still run: attaching and detaching changed nothing.
     fleet.wait_running(&["alpha", "beta"]);
+}
+
+/// `--json` is one pretty document of one shape whatever the number of agents: `restart` of
+/// one agent is the list of one, as of many; `resolve` and `init` have one too.
+#[test]
+fn json_is_one_pretty_shape_whatever_the_count() {
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha", "beta"]);
+    let pretty = |run: &support::Run| {
+        let text = run.stdout();
+        assert!(text.starts_with("{\n  \"format_version\": 1,"), "{text}");
+        run.json()
+    };
+    let one = fleet.run(&["restart", "alpha", "--json"]);
+    let one = pretty(one.status(0));
+    let many = fleet.run(&["restart", "alpha", "beta", "--json"]);
+    let many = pretty(many.status(0));
+    for doc in [&one, &many] {
+        assert_eq!(doc["command"], "restart", "{doc}");
+        assert_eq!(doc["failed"], 0, "{doc}");
+        assert!(doc["agents"][0]["via"].is_string(), "{doc}");
+    }
+    assert_eq!(one["agents"].as_array().map(Vec::len), Some(1), "{one}");
+    assert_eq!(many["agents"].as_array().map(Vec::len), Some(2), "{many}");
+    fleet
+        .run(&["loop", "add", "alpha", "l1", "a", "loop"])
+        .status(0);
+    let resolved = fleet.run(&["resolve", "alpha", "l1", "done", "--json"]);
+    let resolved = pretty(resolved.status(0));
+    assert_eq!(resolved["resolved"]["id"], "l1", "{resolved}");
+    let init = std::process::Command::new(support::PHOENIX)
+        .current_dir(fleet.path())
+        .env("HOME", fleet.path().join("home"))
+        .args(["init", "-c", "sub/phoenix.toml", "--json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&init.stdout).into_owned();
+    assert_eq!(init.status.code(), Some(0), "{text}");
+    assert!(text.starts_with("{\n  \"format_version\": 1,"), "{text}");
+    let init: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(init["ok"], true, "{init}");
+    assert!(fleet.path().join("sub/phoenix.toml").is_file());
+    fleet.run(&["down"]).status(0);
 }

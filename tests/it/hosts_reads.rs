@@ -207,9 +207,10 @@ fn status_events_logs_and_search_show_every_host_with_rows_labelled() {
     );
 
     // The reads of one agent come from its host.
-    net.run(&["logs", "far1", "-n", "5"])
-        .status(0)
-        .stdout_has("── pane");
+    // Its kept output there: five lines of it.
+    let far = net.run(&["logs", "far1", "-n", "5"]);
+    far.status(0).stdout_has("working: step");
+    assert_eq!(far.stdout().lines().count(), 5, "{}", far.stdout());
 
     // A handoff saved on a host is found from here, labelled with its host.
     let body = net.host("gpu-1").dir.join("body.md");

@@ -18,6 +18,7 @@ mod hosts_trust;
 mod hosts_views;
 mod inert;
 mod intake;
+mod logs;
 mod messages;
 mod metrics;
 mod needs_input;

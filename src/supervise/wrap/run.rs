@@ -151,6 +151,11 @@ impl Wrapper {
             }
         }
         let _ = self.dir.clear_marker(state::CLEAN_EXIT);
+        // Where this run's output begins in its kept log (`logs --previous`), before its
+        // banner reaches the pane.
+        if self.agent.tap && self.pane.is_some() {
+            state::pane_log::mark_run(&self.dir, mode.as_str());
+        }
         // The banner marks where this session's output begins (`triage::this_session`).
         let banner = crate::clinic::triage::start_banner(&self.agent.name);
         let banner = banner.trim_start_matches(SAY).trim_start();
