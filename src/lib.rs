@@ -15,6 +15,7 @@ pub mod error;
 pub use error::Error;
 pub mod hooks;
 pub mod hosts;
+pub mod mcp;
 pub mod metrics;
 pub mod notify;
 pub mod parallel;
