@@ -17,7 +17,8 @@ fn spec(body: &str) -> Spec {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
-const FLEET: &str = "[[agent]]\nname = \"lead\"\nmcp = { allow = [\"read\", \"message\", \"control\"] }\n\
+const FLEET: &str = "[defaults]\ncli = \"claude\"\n\
+                     [[agent]]\nname = \"lead\"\nmcp = { allow = [\"read\", \"message\", \"control\"] }\n\
                      [[agent]]\nname = \"worker\"\n\
                      [[agent]]\nname = \"mute\"\nmcp = { allow = [] }\n";
 
@@ -120,7 +121,7 @@ fn every_tool_is_listed_with_an_object_schema_naming_its_arguments() {
 #[test]
 fn an_unknown_permission_is_an_error_with_a_suggestion() {
     let e = crate::spec::parse(
-        "[[agent]]\nname = \"a\"\nmcp = { allow = [\"contrl\"] }\n",
+        "[[agent]]\nname = \"a\"\ncli = \"claude\"\nmcp = { allow = [\"contrl\"] }\n",
         Path::new("/fleet/phoenix.toml"),
         crate::spec::LoadOptions {
             check_filesystem: false,
@@ -129,5 +130,5 @@ fn an_unknown_permission_is_an_error_with_a_suggestion() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("unknown mcp permission `contrl`") && e.contains("did you mean `control`"), "{e}");
-    assert!(e.contains("phoenix.toml:3"), "{e}");
+    assert!(e.contains("phoenix.toml:4"), "{e}");
 }
