@@ -289,13 +289,15 @@ pub fn record(
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     match caller {
         Caller::Agent(name) => {
+            // A declared agent's dir, as `apply` makes it: the call is recorded even before
+            // the agent first ran.
             let dir = fleet.agent(name);
-            if dir.path.is_dir() {
+            if dir.ensure().is_ok() {
                 let _ = dir.record_op(Op::McpCall, fields);
             }
         }
         Caller::Operator => {
-            if fleet.root.is_dir() {
+            if fleet.ensure().is_ok() {
                 fields["ts"] = json!(crate::state::now_rfc3339());
                 fields["event"] = json!("mcp_call");
                 fields["caller"] = json!("operator");

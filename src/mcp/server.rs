@@ -211,14 +211,15 @@ impl ServerHandler for PhoenixMcp {
         let started = Instant::now();
         let name = request.name.to_string();
         let args = request.arguments.unwrap_or_default();
+        // A refused call is recorded with the agent it named, when it named one.
+        let named = args.get("agent").and_then(Value::as_str).map(str::to_string);
         let ctx = self.ctx.clone();
         let tool = name.clone();
         let (spec, call) = blocking(move || prepare(&ctx, &tool, args)).await?;
         let call = match call {
             Ok(call) => call,
             Err(e) => {
-                let target = None::<&str>;
-                self.record(spec.as_ref(), &name, target, Err(&e), started);
+                self.record(spec.as_ref(), &name, named.as_deref(), Err(&e), started);
                 if let ToolError::UnknownTool(_) = e {
                     return Err(McpError::invalid_params(e.to_string(), Some(e.to_json())));
                 }

@@ -18,6 +18,7 @@ mod hosts_trust;
 mod hosts_views;
 mod inert;
 mod messages;
+mod mcp;
 mod metrics;
 mod needs_input;
 mod one_owner;
