@@ -164,6 +164,19 @@ pub trait AgentCli: Sync {
         None
     }
 
+    /// Where the CLI reads a project's MCP servers, relative to the workdir: its hook file
+    /// (Gemini CLI), a file of their own (Claude Code's `.mcp.json`); `None`: phoenix writes
+    /// no MCP server entry for it.
+    fn mcp_file(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The key of its hook file that lists the project MCP servers it may start without
+    /// asking (Claude Code's `enabledMcpjsonServers`), if it asks.
+    fn mcp_enable_key(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Inside a sandbox: the files and directories the CLI keeps its sessions in (writable:
     /// resume needs them) and its settings in its home (read-only: they could switch off
     /// phoenix's hooks), for home `home` and the agent's environment `env`.
