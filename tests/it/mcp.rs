@@ -500,3 +500,100 @@ fn http_at_mcp_has_the_same_tools_behind_the_api_token() {
     let log = support::read_jsonl(&fleet.state_dir().join("mcp_operator.jsonl"));
     assert!(log.iter().any(|l| l["tool"] == "send_message" && l["via"] == "http"), "{log:?}");
 }
+
+/// Every message in `agent`'s inbox, pending or delivered.
+fn inbox_texts(fleet: &Fleet, agent: &str) -> Vec<(String, String)> {
+    let doc = fleet.run(&["inbox", agent, "--json"]).status(0).json();
+    ["pending", "delivered"]
+        .iter()
+        .flat_map(|k| doc[k].as_array().cloned().unwrap_or_default())
+        .map(|m| {
+            (
+                m["from"].as_str().unwrap_or_default().to_string(),
+                m["text"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The "done when": a lead fans work out to two workers through MCP alone, one worker
+/// is killed mid-task and revived, and the lead still gets both answers. The workers' turns
+/// are driven by the test (the demo agent runs `run-turn CMD`); the lead is an MCP client
+/// with tasks, as phoenix started it.
+#[test]
+fn a_lead_fans_out_to_two_workers_and_gets_both_answers_across_a_kill_9() {
+    let fleet = fleet_with(&["lead", "w1", "w2"], true);
+    let mut lead = Client::start(&fleet, Some("lead"));
+    lead.initialize(true);
+    for w in ["w1", "w2"] {
+        let sent = lead.call(
+            "send_message",
+            json!({"agent": w, "text": format!("task for {w}: answer with send to lead")}),
+        );
+        assert_eq!(sent["isError"], false, "{sent}");
+    }
+    // Idle workers take their message at once, as their next prompt.
+    for w in ["w1", "w2"] {
+        wait_until(WAIT, "the task delivered", || {
+            fleet.run(&["inbox", w, "--json"]).json()["delivered"]
+                .as_array()
+                .is_some_and(|d| d.len() == 1)
+        });
+    }
+    let wait = |c: &mut Client, w: &str| -> String {
+        let created = c.call("wait_for", json!({"agent": w, "timeout_seconds": 120}));
+        created["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{created}"))
+            .to_string()
+    };
+    let mut tasks = vec![("w1", wait(&mut lead, "w1")), ("w2", wait(&mut lead, "w2"))];
+
+    // w2 answers at once; w1 works long and is killed in the middle.
+    type_into(&fleet, "w1", "run-turn sleep 60");
+    // The worker's own `phoenix send`: signed with the name its environment carries.
+    let send = |text: &str| format!("run-turn {} send lead '{text}'", support::PHOENIX);
+    type_into(&fleet, "w2", &send("w2: 42"));
+    let pane = fleet.agent_status("w1")["pane"].as_str().unwrap().to_string();
+    support::wait_for_screen(&fleet, &pane, "turn running `sleep 60`", WAIT);
+    let pid = fleet.agent_status("w1")["pid"].as_u64().unwrap() as u32;
+    let sessions = |f: &Fleet| f.ops("w1").iter().filter(|o| o["event"] == "session_start").count();
+    let before = sessions(&fleet);
+    support::kill9(pid);
+    wait_until(WAIT, "w1 revived", || {
+        let row = fleet.agent_status("w1");
+        row["state"] == "running" && row["pid"].as_u64().is_some_and(|p| p != u64::from(pid))
+    });
+    // The resumed session has started (its hook ran): it reads its prompt again.
+    wait_until(WAIT, "w1's resumed session", || sessions(&fleet) > before);
+    std::thread::sleep(Duration::from_millis(500));
+    type_into(&fleet, "w1", &send("w1: 7"));
+
+    // The lead polls its tasks; a turn that ended without its answer (the revived session's
+    // first) is waited past, as a lead would.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !tasks.is_empty() {
+        assert!(Instant::now() < deadline, "tasks left: {tasks:?}");
+        std::thread::sleep(Duration::from_millis(300));
+        let mut next = Vec::new();
+        for (w, id) in tasks {
+            let r = lead.request("tasks/get", json!({"taskId": id}));
+            match r["result"]["status"].as_str() {
+                Some("working") => next.push((w, id)),
+                Some("completed") => {
+                    let answered = inbox_texts(&fleet, "lead")
+                        .iter()
+                        .any(|(from, text)| from == w && text.starts_with(&format!("{w}: ")));
+                    if !answered {
+                        next.push((w, wait(&mut lead, w)));
+                    }
+                }
+                _ => panic!("{w}: {r}"),
+            }
+        }
+        tasks = next;
+    }
+    let answers = inbox_texts(&fleet, "lead");
+    assert!(answers.contains(&("w1".into(), "w1: 7".into())), "{answers:?}");
+    assert!(answers.contains(&("w2".into(), "w2: 42".into())), "{answers:?}");
+}
