@@ -70,7 +70,12 @@ impl Stdio2 {
             json!({"protocolVersion": "2025-06-18", "capabilities": {},
                    "clientInfo": {"name": "bench", "version": "1"}}),
         );
-        writeln!(s.stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).unwrap();
+        writeln!(
+            s.stdin,
+            "{}",
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        )
+        .unwrap();
         s
     }
 
@@ -81,7 +86,10 @@ impl Stdio2 {
         self.stdin.flush().unwrap();
         loop {
             let mut line = String::new();
-            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "phoenix mcp closed");
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "phoenix mcp closed"
+            );
             let v: Value = serde_json::from_str(&line).unwrap();
             if v["id"] == self.id {
                 assert!(v.get("error").is_none(), "{v}");
@@ -126,7 +134,10 @@ fn main() {
     // Warm both sides (page cache, the first observation) before timing.
     for _ in 0..10 {
         mcp.request("tools/list", json!({}));
-        mcp.request("tools/call", json!({"name": "agent_status", "arguments": {"agent": "a1"}}));
+        mcp.request(
+            "tools/call",
+            json!({"name": "agent_status", "arguments": {"agent": "a1"}}),
+        );
     }
     let floor = report(
         "stdio tools/list (the round trip alone: floor)",

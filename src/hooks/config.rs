@@ -31,7 +31,11 @@ pub fn cli_of(path: &Path) -> Option<Cli> {
     HOOKED
         .into_iter()
         .find(|cli| relative_path(*cli).is_some_and(|rel| path.ends_with(rel)))
-        .or_else(|| HOOKED.into_iter().find(|cli| own_mcp_file(*cli).is_some_and(|f| path.ends_with(f))))
+        .or_else(|| {
+            HOOKED
+                .into_iter()
+                .find(|cli| own_mcp_file(*cli).is_some_and(|f| path.ends_with(f)))
+        })
 }
 
 /// The name of phoenix's MCP server in a CLI's config (`mcp__phoenix__send_message`).
@@ -40,7 +44,9 @@ pub const MCP_SERVER: &str = "phoenix";
 /// The file of `cli`'s project MCP servers when it is not its hook file.
 fn own_mcp_file(cli: Cli) -> Option<&'static str> {
     let adapter = cli.adapter();
-    adapter.mcp_file().filter(|f| Some(*f) != adapter.hook_file())
+    adapter
+        .mcp_file()
+        .filter(|f| Some(*f) != adapter.hook_file())
 }
 
 /// The file besides its hook file where `cli` reads project MCP servers (Claude Code's
@@ -352,7 +358,9 @@ fn any_phoenix_handler(obj: &Map<String, Value>) -> bool {
 /// `mcpServers.phoenix`: phoenix's own entry, replaced in place or removed whole; the user's
 /// servers stay, and an `mcpServers` left empty by the removal goes.
 fn merge_mcp_server(obj: &mut Map<String, Value>, desired: Option<&Value>) -> Result<(), String> {
-    let wanted = desired.and_then(|d| d.get("mcpServers")).and_then(|s| s.get(MCP_SERVER));
+    let wanted = desired
+        .and_then(|d| d.get("mcpServers"))
+        .and_then(|s| s.get(MCP_SERVER));
     match (obj.get_mut("mcpServers"), wanted) {
         (Some(Value::Object(servers)), Some(entry)) => {
             servers.insert(MCP_SERVER.into(), entry.clone());
@@ -374,7 +382,10 @@ fn merge_mcp_server(obj: &mut Map<String, Value>, desired: Option<&Value>) -> Re
 
 /// `"phoenix"` in the list of project servers a CLI may start without asking (Claude Code's
 /// `enabledMcpjsonServers`), beside the user's own names.
-fn merge_enabled_server(obj: &mut Map<String, Value>, desired: Option<&Value>) -> Result<(), String> {
+fn merge_enabled_server(
+    obj: &mut Map<String, Value>,
+    desired: Option<&Value>,
+) -> Result<(), String> {
     const KEY: &str = "enabledMcpjsonServers";
     let wanted = desired
         .and_then(|d| d.get(KEY))
@@ -812,7 +823,9 @@ mod tests {
         assert_eq!(label_of(mcp_json, Cli::Claude), ".mcp.json");
         let desired = t.desired_for(mcp_json).unwrap();
         let user = r#"{"mcpServers": {"db": {"command": "db-mcp"}}}"#;
-        let merged = merge(Some(user), "trades", Some(&desired)).unwrap().unwrap();
+        let merged = merge(Some(user), "trades", Some(&desired))
+            .unwrap()
+            .unwrap();
         assert_eq!(merged["mcpServers"]["db"]["command"], "db-mcp");
         let entry = &merged["mcpServers"]["phoenix"];
         assert_eq!(entry["command"], "/opt/phoenix bin/phoenix");
@@ -821,7 +834,10 @@ mod tests {
             json!(["--config", "/srv/it's/phoenix.toml", "mcp"])
         );
         let text = pretty(&merged);
-        assert_eq!(plan_file(".mcp.json", Some(&text), "trades", Some(&desired)), None);
+        assert_eq!(
+            plan_file(".mcp.json", Some(&text), "trades", Some(&desired)),
+            None
+        );
         let removed = merge(Some(&text), "trades", None).unwrap().unwrap();
         assert_eq!(removed, serde_json::from_str::<Value>(user).unwrap());
         // A file that held only phoenix's entry goes.
@@ -835,7 +851,9 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(merged["enabledMcpjsonServers"], json!(["db", "phoenix"]));
-        let removed = merge(Some(&pretty(&merged)), "trades", None).unwrap().unwrap();
+        let removed = merge(Some(&pretty(&merged)), "trades", None)
+            .unwrap()
+            .unwrap();
         assert_eq!(removed["enabledMcpjsonServers"], json!(["db"]));
         // The hook binary's sibling runs the server: phoenix-hook has no `mcp`.
         let mut hooked = target(Cli::Claude);
@@ -852,7 +870,9 @@ mod tests {
         assert_eq!(mcp_path_in(Cli::Gemini, Path::new("/w")), None);
         let user = r#"{"mcpServers": {"db": {"command": "db-mcp"}}, "theme": "dark"}"#;
         let merged = merge(Some(user), "trades", Some(&gemini)).unwrap().unwrap();
-        let removed = merge(Some(&pretty(&merged)), "trades", None).unwrap().unwrap();
+        let removed = merge(Some(&pretty(&merged)), "trades", None)
+            .unwrap()
+            .unwrap();
         assert_eq!(removed, serde_json::from_str::<Value>(user).unwrap());
         assert!(
             merge(Some(r#"{"mcpServers": 3}"#), "trades", Some(&gemini))

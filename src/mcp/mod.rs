@@ -90,7 +90,9 @@ impl Caller {
     pub fn allows(&self, spec: &Spec, what: McpPermission) -> bool {
         match self {
             Caller::Operator => true,
-            Caller::Agent(name) => spec.agent(name).is_some_and(|a| a.mcp_allow.contains(&what)),
+            Caller::Agent(name) => spec
+                .agent(name)
+                .is_some_and(|a| a.mcp_allow.contains(&what)),
         }
     }
 }
@@ -249,10 +251,7 @@ pub fn authorize(
 pub fn declared(spec: &Spec, agent: &str) -> Result<(), ToolError> {
     if !crate::spec::valid_name(agent) {
         return Err(ToolError::bad(
-            format!(
-                "`{}` is not an agent name",
-                crate::text::shorten(agent, 80)
-            ),
+            format!("`{}` is not an agent name", crate::text::shorten(agent, 80)),
             crate::spec::NAME_HINT,
         ));
     }

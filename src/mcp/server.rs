@@ -60,7 +60,9 @@ fn internal(e: impl std::fmt::Display) -> McpError {
     McpError::internal_error(format!("{e}"), None)
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, McpError> {
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, McpError> {
     tokio::task::spawn_blocking(f).await.map_err(internal)
 }
 
@@ -93,7 +95,14 @@ fn prepare(ctx: &Context, name: &str, args: Map<String, Value>) -> Prepared {
 }
 
 impl PhoenixMcp {
-    fn record(&self, spec: Option<&Spec>, tool: &str, target: Option<&str>, r: Result<(), &ToolError>, since: Instant) {
+    fn record(
+        &self,
+        spec: Option<&Spec>,
+        tool: &str,
+        target: Option<&str>,
+        r: Result<(), &ToolError>,
+        since: Instant,
+    ) {
         if let Some(spec) = spec {
             let ms = since.elapsed().as_secs_f64() * 1000.0;
             record(spec, &self.ctx.caller, tool, target, r, ms, self.ctx.via);
@@ -101,7 +110,13 @@ impl PhoenixMcp {
     }
 
     /// `wait_for` as an MCP task: answered at once with the task, which the client polls.
-    fn wait_task(&self, spec: Spec, call: Authorized, request: WaitRequest, started: Instant) -> CreateTaskResult {
+    fn wait_task(
+        &self,
+        spec: Spec,
+        call: Authorized,
+        request: WaitRequest,
+        started: Instant,
+    ) -> CreateTaskResult {
         let ttl_ms = request.timeout.as_millis() as u64 + 600_000;
         let server = self.clone();
         let task = self.tasks.spawn(
@@ -156,7 +171,8 @@ impl PhoenixMcp {
         };
         tokio::pin!(waited);
         let token = context.meta.get_progress_token();
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+        let mut ticks =
+            tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
         let mut progress = 0.0;
         let result = loop {
             tokio::select! {
@@ -175,7 +191,13 @@ impl PhoenixMcp {
                 }
             }
         };
-        self.record(Some(&spec), call.tool, call.target.as_deref(), result.as_ref().map(|_| ()), started);
+        self.record(
+            Some(&spec),
+            call.tool,
+            call.target.as_deref(),
+            result.as_ref().map(|_| ()),
+            started,
+        );
         answer(result, &call.ignored)
     }
 }
@@ -212,7 +234,10 @@ impl ServerHandler for PhoenixMcp {
         let name = request.name.to_string();
         let args = request.arguments.unwrap_or_default();
         // A refused call is recorded with the agent it named, when it named one.
-        let named = args.get("agent").and_then(Value::as_str).map(str::to_string);
+        let named = args
+            .get("agent")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let ctx = self.ctx.clone();
         let tool = name.clone();
         let (spec, call) = blocking(move || prepare(&ctx, &tool, args)).await?;
@@ -231,7 +256,13 @@ impl ServerHandler for PhoenixMcp {
             let request = match WaitRequest::from_call(&call) {
                 Ok(r) => r,
                 Err(e) => {
-                    self.record(Some(&spec), call.tool, call.target.as_deref(), Err(&e), started);
+                    self.record(
+                        Some(&spec),
+                        call.tool,
+                        call.target.as_deref(),
+                        Err(&e),
+                        started,
+                    );
                     return Ok(answer(Err(e), &[]).into());
                 }
             };
@@ -239,9 +270,14 @@ impl ServerHandler for PhoenixMcp {
                 .client_capabilities()
                 .is_some_and(|caps| caps.supports_tasks());
             if tasks {
-                return Ok(CallToolResponse::Task(self.wait_task(spec, call, request, started)));
+                return Ok(CallToolResponse::Task(
+                    self.wait_task(spec, call, request, started),
+                ));
             }
-            return Ok(self.wait_inline(spec, call, request, context, started).await.into());
+            return Ok(self
+                .wait_inline(spec, call, request, context, started)
+                .await
+                .into());
         }
         let ctx = self.ctx.clone();
         let (spec, call, result) = blocking(move || {
@@ -249,7 +285,13 @@ impl ServerHandler for PhoenixMcp {
             (spec, call, result)
         })
         .await?;
-        self.record(Some(&spec), call.tool, call.target.as_deref(), result.as_ref().map(|_| ()), started);
+        self.record(
+            Some(&spec),
+            call.tool,
+            call.target.as_deref(),
+            result.as_ref().map(|_| ()),
+            started,
+        );
         Ok(answer(result, &call.ignored).into())
     }
 

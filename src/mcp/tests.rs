@@ -6,9 +6,7 @@ use super::*;
 
 fn spec(body: &str) -> Spec {
     crate::spec::parse(
-        &format!(
-            "[fleet]\nname = \"f\"\nstate_dir = \"/nonexistent/phoenix-mcp-test\"\n{body}"
-        ),
+        &format!("[fleet]\nname = \"f\"\nstate_dir = \"/nonexistent/phoenix-mcp-test\"\n{body}"),
         Path::new("/fleet/phoenix.toml"),
         crate::spec::LoadOptions {
             check_filesystem: false,
@@ -60,7 +58,15 @@ fn permissions_default_to_read_and_message_and_control_is_declared() {
     let mute = Caller::Agent("mute".into());
     let restart = || args(json!({"agent": "worker"}));
     assert!(authorize(&spec, &worker, "list_agents", Map::new()).is_ok());
-    assert!(authorize(&spec, &worker, "send_message", args(json!({"agent": "lead", "text": "hi"}))).is_ok());
+    assert!(
+        authorize(
+            &spec,
+            &worker,
+            "send_message",
+            args(json!({"agent": "lead", "text": "hi"}))
+        )
+        .is_ok()
+    );
     let denied = authorize(&spec, &worker, "restart", restart()).unwrap_err();
     assert_eq!(denied.code(), "denied");
     assert!(denied.to_string().contains("`control`"), "{denied}");
@@ -68,16 +74,23 @@ fn permissions_default_to_read_and_message_and_control_is_declared() {
     assert!(authorize(&spec, &lead, "restart", restart()).is_ok());
     assert!(authorize(&spec, &Caller::Operator, "stop", restart()).is_ok());
     assert_eq!(
-        authorize(&spec, &mute, "list_agents", Map::new()).unwrap_err().code(),
+        authorize(&spec, &mute, "list_agents", Map::new())
+            .unwrap_err()
+            .code(),
         "denied"
     );
     // Its own handoff is a message's worth; another's is control.
     let own = authorize(&spec, &worker, "save_handoff", Map::new()).unwrap();
     assert_eq!(own.target.as_deref(), Some("worker"));
     assert_eq!(
-        authorize(&spec, &worker, "save_handoff", args(json!({"agent": "lead"})))
-            .unwrap_err()
-            .code(),
+        authorize(
+            &spec,
+            &worker,
+            "save_handoff",
+            args(json!({"agent": "lead"}))
+        )
+        .unwrap_err()
+        .code(),
         "denied"
     );
 }
@@ -86,13 +99,21 @@ fn permissions_default_to_read_and_message_and_control_is_declared() {
 fn unknown_agents_tools_and_a_forged_sender_are_told_apart() {
     let spec = spec(FLEET);
     let worker = Caller::Agent("worker".into());
-    let e = authorize(&spec, &worker, "agent_status", args(json!({"agent": "wokrer"}))).unwrap_err();
+    let e = authorize(
+        &spec,
+        &worker,
+        "agent_status",
+        args(json!({"agent": "wokrer"})),
+    )
+    .unwrap_err();
     assert_eq!(e.code(), "unknown_agent");
     assert!(e.hint().contains("worker"), "{}", e.hint());
     let e = authorize(&spec, &worker, "fly", Map::new()).unwrap_err();
     assert_eq!(e, ToolError::UnknownTool("fly".into()));
     assert_eq!(
-        authorize(&spec, &worker, "agent_status", Map::new()).unwrap_err().code(),
+        authorize(&spec, &worker, "agent_status", Map::new())
+            .unwrap_err()
+            .code(),
         "bad_arguments"
     );
     let call = authorize(
@@ -114,7 +135,14 @@ fn every_tool_is_listed_with_an_object_schema_naming_its_arguments() {
         assert_eq!(schema["type"], "object");
         let props: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
         assert_eq!(props, def.arguments.iter().collect::<Vec<_>>(), "{name}");
-        assert_eq!(def.needs_agent, schema["required"].as_array().unwrap().contains(&json!("agent")), "{name}");
+        assert_eq!(
+            def.needs_agent,
+            schema["required"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("agent")),
+            "{name}"
+        );
     }
 }
 
@@ -129,6 +157,9 @@ fn an_unknown_permission_is_an_error_with_a_suggestion() {
     )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("unknown mcp permission `contrl`") && e.contains("did you mean `control`"), "{e}");
+    assert!(
+        e.contains("unknown mcp permission `contrl`") && e.contains("did you mean `control`"),
+        "{e}"
+    );
     assert!(e.contains("phoenix.toml:4"), "{e}");
 }

@@ -273,7 +273,9 @@ fn send_message(spec: &Spec, caller: &Caller, to: &str, text: &str) -> Result<Va
         let words = ["send", from_flag.as_str(), "--json", "--", to, text];
         let mut doc = on_host(spec, host, &words, crate::hosts::actions::ACTION_TIMEOUT)?;
         doc["message"]["host"] = json!(host);
-        return Ok(json!({"agent": to, "message": doc["message"], "delivered": "at its next turn boundary"}));
+        return Ok(
+            json!({"agent": to, "message": doc["message"], "delivered": "at its next turn boundary"}),
+        );
     }
     let message = crate::continuity::messages::send(spec, to, from, text, false).map_err(|e| {
         use crate::continuity::messages::Error;
@@ -304,10 +306,7 @@ fn read_handoff(spec: &Spec, agent: Option<&str>, id: Option<String>) -> Result<
         && !continuity::valid_handoff_id(id)
     {
         return Err(ToolError::bad(
-            format!(
-                "`{}` is not a handoff id",
-                crate::text::shorten(id, 80)
-            ),
+            format!("`{}` is not a handoff id", crate::text::shorten(id, 80)),
             "handoff ids are letters, digits, `-`, `_` and `.`, as `search_handoffs` gives them",
         ));
     }
@@ -349,11 +348,7 @@ fn read_handoff(spec: &Spec, agent: Option<&str>, id: Option<String>) -> Result<
 
 const KINDS: [&str; 4] = ["handoff", "brief", "decision", "event"];
 
-fn search(
-    spec: &Spec,
-    args: &Map<String, Value>,
-    agent: Option<&str>,
-) -> Result<Value, ToolError> {
+fn search(spec: &Spec, args: &Map<String, Value>, agent: Option<&str>) -> Result<Value, ToolError> {
     let query = required_string(args, "query")?;
     if query.trim().is_empty() || query.len() > 1000 {
         return Err(ToolError::bad(
@@ -410,9 +405,8 @@ fn save_handoff(spec: &Spec, agent: &str, body: Option<String>) -> Result<Value,
 /// `phoenix restart|stop|start --json -- AGENT`, run by this binary: the same locks, plan and
 /// hosts as the command, and its JSON document as the answer.
 fn control(config: &std::path::Path, words: &[&str], agent: &str) -> Result<Value, ToolError> {
-    let exe = std::env::current_exe().map_err(|e| {
-        ToolError::failed(format!("cannot find the phoenix binary: {e}"), "")
-    })?;
+    let exe = std::env::current_exe()
+        .map_err(|e| ToolError::failed(format!("cannot find the phoenix binary: {e}"), ""))?;
     let output = std::process::Command::new(exe)
         .arg("--config")
         .arg(config)

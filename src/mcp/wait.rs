@@ -69,7 +69,10 @@ impl WaitRequest {
             None => Until::TurnEnd,
             Some(word) => Until::parse(&word).ok_or_else(|| {
                 ToolError::bad(
-                    format!("`until` = `{}` is not a condition", crate::text::shorten(&word, 40)),
+                    format!(
+                        "`until` = `{}` is not a condition",
+                        crate::text::shorten(&word, 40)
+                    ),
                     crate::diag::suggest(&word, &Until::NAMES),
                 )
             })?,

@@ -456,7 +456,10 @@ fn hook_files_are_planned_before_starts_and_only_with_an_exe() {
     assert_eq!((*cli, *create), (Cli::Claude, true));
     assert!(diff.contains("--agent a --cli claude"), "{diff}");
     assert!(matches!(plan.changes[2].action, Action::Start));
-    assert!(plan.to_string().contains("2 hook files to update"), "{plan}");
+    assert!(
+        plan.to_string().contains("2 hook files to update"),
+        "{plan}"
+    );
 }
 
 #[test]

@@ -1235,7 +1235,10 @@ fn down_stops_this_fleet_and_its_hooks_but_not_another_fleet_or_the_users_hooks(
         "{cleaned}"
     );
     assert!(!cleaned.contains("phoenix"), "{cleaned}");
-    assert!(!mcp_json.exists(), "phoenix's .mcp.json, holding only its entry, is removed");
+    assert!(
+        !mcp_json.exists(),
+        "phoenix's .mcp.json, holding only its entry, is removed"
+    );
     fleet.run(&["status"]).status(3);
 
     // The other fleet's own `down` takes the server with its last pane.

@@ -100,10 +100,9 @@ impl Client {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let msg = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|e| panic!("no response to request {id} ({e}); seen {:?}", self.seen));
+            let msg = self.lines.recv_timeout(left).unwrap_or_else(|e| {
+                panic!("no response to request {id} ({e}); seen {:?}", self.seen)
+            });
             if msg["id"] == id && msg.get("method").is_none() {
                 return msg;
             }
@@ -186,7 +185,10 @@ fn stdio_lists_the_tools_stamps_the_sender_and_refuses_what_it_must() {
     let mut worker = Client::start(&fleet, Some("worker"));
     let init = worker.initialize(false);
     assert_eq!(init["result"]["serverInfo"]["name"], "phoenix", "{init}");
-    assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
+    assert!(
+        init["result"]["capabilities"]["tools"].is_object(),
+        "{init}"
+    );
 
     let list = worker.request("tools/list", json!({}));
     let names: Vec<&str> = list["result"]["tools"]
@@ -218,8 +220,14 @@ fn stdio_lists_the_tools_stamps_the_sender_and_refuses_what_it_must() {
         json!({"agent": "lead", "text": "tests pass", "from": "lead"}),
     );
     assert_eq!(sent["isError"], false, "{sent}");
-    assert_eq!(sent["structuredContent"]["message"]["from"], "worker", "{sent}");
-    assert_eq!(sent["structuredContent"]["ignored_arguments"], json!(["from"]));
+    assert_eq!(
+        sent["structuredContent"]["message"]["from"], "worker",
+        "{sent}"
+    );
+    assert_eq!(
+        sent["structuredContent"]["ignored_arguments"],
+        json!(["from"])
+    );
     let inbox = fleet.run(&["inbox", "lead", "--json"]).status(0).json();
     assert_eq!(inbox["pending"][0]["from"], "worker", "{inbox}");
     assert_eq!(inbox["pending"][0]["text"], "tests pass", "{inbox}");
@@ -265,7 +273,10 @@ fn stdio_lists_the_tools_stamps_the_sender_and_refuses_what_it_must() {
         json!({"body": "Current task: parse the zebra format\nNext: the tests\n"}),
     );
     assert_eq!(saved["isError"], false, "{saved}");
-    let id = saved["structuredContent"]["id"].as_str().unwrap().to_string();
+    let id = saved["structuredContent"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let read = worker.call("read_handoff", json!({"agent": "worker"}));
     assert_eq!(read["structuredContent"]["id"], id, "{read}");
     assert!(
@@ -291,12 +302,19 @@ fn stdio_lists_the_tools_stamps_the_sender_and_refuses_what_it_must() {
     // Every call is in the caller's ops log, denied ones too; texts stay out.
     let calls = mcp_calls(&fleet, "worker");
     let tools: Vec<&str> = calls.iter().map(|c| c["tool"].as_str().unwrap()).collect();
-    assert!(tools.starts_with(&["send_message", "list_agents", "agent_status"]), "{tools:?}");
+    assert!(
+        tools.starts_with(&["send_message", "list_agents", "agent_status"]),
+        "{tools:?}"
+    );
     let denied: Vec<&Value> = calls.iter().filter(|c| c["error"] == "denied").collect();
     assert_eq!(denied.len(), 4, "{calls:?}");
     assert_eq!(denied[0]["target"], "lead");
     assert!(!calls.iter().any(|c| c.to_string().contains("tests pass")));
-    assert!(calls.iter().any(|c| c["tool"] == "fly" && c["error"] == "unknown_tool"));
+    assert!(
+        calls
+            .iter()
+            .any(|c| c["tool"] == "fly" && c["error"] == "unknown_tool")
+    );
 }
 
 #[test]
@@ -307,7 +325,10 @@ fn an_identity_phoenix_did_not_give_is_refused_at_the_start() {
     let out = cmd.output().unwrap();
     assert_ne!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("PHOENIX_AGENT=`intruder` names no agent"), "{err}");
+    assert!(
+        err.contains("PHOENIX_AGENT=`intruder` names no agent"),
+        "{err}"
+    );
     let mut cmd = fleet.command(&["mcp"]);
     cmd.env("PHOENIX_AGENT", "lead")
         .env("PHOENIX_STATE_DIR", "/tmp/another-fleet/agents/lead");
@@ -332,7 +353,10 @@ fn wait_for_ends_at_the_turn_end_as_a_call_and_as_a_task_across_a_kill_9() {
     let started = Instant::now();
     let r = lead.response(id, WAIT);
     assert_eq!(r["result"]["structuredContent"]["reached"], true, "{r}");
-    assert_eq!(r["result"]["structuredContent"]["how"], "turn_complete", "{r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["how"], "turn_complete",
+        "{r}"
+    );
     assert!(started.elapsed() >= Duration::from_millis(900), "{r}");
 
     // Idle already: at once. A deadline: `reached: false`, not an error.
@@ -348,7 +372,10 @@ fn wait_for_ends_at_the_turn_end_as_a_call_and_as_a_task_across_a_kill_9() {
     // by the first turn end after the resume.
     let mut tasks = Client::start(&fleet, Some("lead"));
     tasks.initialize(true);
-    let created = tasks.call("wait_for", json!({"agent": "worker", "timeout_seconds": 120}));
+    let created = tasks.call(
+        "wait_for",
+        json!({"agent": "worker", "timeout_seconds": 120}),
+    );
     let task_id = created["taskId"]
         .as_str()
         .unwrap_or_else(|| panic!("no task in {created}"))
@@ -373,10 +400,16 @@ fn wait_for_ends_at_the_turn_end_as_a_call_and_as_a_task_across_a_kill_9() {
         done = get(&mut tasks);
         done["status"] == "completed"
     });
-    assert_eq!(done["result"]["structuredContent"]["reached"], true, "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["reached"], true,
+        "{done}"
+    );
 
     // A task cancelled is cancelled.
-    let created = tasks.call("wait_for", json!({"agent": "worker", "timeout_seconds": 120}));
+    let created = tasks.call(
+        "wait_for",
+        json!({"agent": "worker", "timeout_seconds": 120}),
+    );
     let other = created["taskId"].as_str().unwrap().to_string();
     let r = tasks.request("tasks/cancel", json!({"taskId": other}));
     assert!(r.get("error").is_none(), "{r}");
@@ -384,7 +417,10 @@ fn wait_for_ends_at_the_turn_end_as_a_call_and_as_a_task_across_a_kill_9() {
         tasks.request("tasks/get", json!({"taskId": other}))["result"]["status"] == "cancelled"
     });
     let calls = mcp_calls(&fleet, "lead");
-    assert!(calls.iter().filter(|c| c["tool"] == "wait_for").count() >= 5, "{calls:?}");
+    assert!(
+        calls.iter().filter(|c| c["tool"] == "wait_for").count() >= 5,
+        "{calls:?}"
+    );
 }
 
 #[test]
@@ -408,7 +444,11 @@ fn a_lead_with_control_restarts_stops_and_starts_a_worker() {
     let calls = mcp_calls(&fleet, "lead");
     let tools: Vec<&str> = calls.iter().map(|c| c["tool"].as_str().unwrap()).collect();
     assert_eq!(tools, ["stop", "start", "restart"], "{calls:?}");
-    assert!(calls.iter().all(|c| c["ok"] == true && c["target"] == "worker"));
+    assert!(
+        calls
+            .iter()
+            .all(|c| c["ok"] == true && c["target"] == "worker")
+    );
 }
 
 /// The body of an MCP response over HTTP: JSON, or the `data:` of its server-sent events.
@@ -466,7 +506,11 @@ fn http_at_mcp_has_the_same_tools_behind_the_api_token() {
     assert_eq!(status, 401, "{body}");
     let (status, session, body) = post(init, Some(token), None);
     assert_eq!(status, 200, "{body}");
-    assert_eq!(http_message(&body)["result"]["serverInfo"]["name"], "phoenix", "{body}");
+    assert_eq!(
+        http_message(&body)["result"]["serverInfo"]["name"],
+        "phoenix",
+        "{body}"
+    );
     let session = session.expect("a session id");
     let (status, _, _) = post(
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
@@ -479,7 +523,13 @@ fn http_at_mcp_has_the_same_tools_behind_the_api_token() {
         Some(token),
         Some(&session),
     );
-    assert_eq!(http_message(&body)["result"]["tools"].as_array().map(Vec::len), Some(10), "{body}");
+    assert_eq!(
+        http_message(&body)["result"]["tools"]
+            .as_array()
+            .map(Vec::len),
+        Some(10),
+        "{body}"
+    );
     let (_, _, body) = post(
         json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
                "params": {"name": "send_message",
@@ -488,17 +538,28 @@ fn http_at_mcp_has_the_same_tools_behind_the_api_token() {
         Some(&session),
     );
     let sent = http_message(&body);
-    assert_eq!(sent["result"]["structuredContent"]["message"]["from"], "operator", "{body}");
+    assert_eq!(
+        sent["result"]["structuredContent"]["message"]["from"], "operator",
+        "{body}"
+    );
     let (_, _, body) = post(
         json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
                "params": {"name": "agent_status", "arguments": {"agent": "nobody"}}}),
         Some(token),
         Some(&session),
     );
-    assert_eq!(http_message(&body)["result"]["structuredContent"]["code"], "unknown_agent", "{body}");
+    assert_eq!(
+        http_message(&body)["result"]["structuredContent"]["code"],
+        "unknown_agent",
+        "{body}"
+    );
     // The operator's calls are recorded in the fleet's operator log.
     let log = support::read_jsonl(&fleet.state_dir().join("mcp_operator.jsonl"));
-    assert!(log.iter().any(|l| l["tool"] == "send_message" && l["via"] == "http"), "{log:?}");
+    assert!(
+        log.iter()
+            .any(|l| l["tool"] == "send_message" && l["via"] == "http"),
+        "{log:?}"
+    );
 }
 
 /// Every message in `agent`'s inbox, pending or delivered.
@@ -554,10 +615,18 @@ fn a_lead_fans_out_to_two_workers_and_gets_both_answers_across_a_kill_9() {
     // The worker's own `phoenix send`: signed with the name its environment carries.
     let send = |text: &str| format!("run-turn {} send lead '{text}'", support::PHOENIX);
     type_into(&fleet, "w2", &send("w2: 42"));
-    let pane = fleet.agent_status("w1")["pane"].as_str().unwrap().to_string();
+    let pane = fleet.agent_status("w1")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
     support::wait_for_screen(&fleet, &pane, "turn running `sleep 60`", WAIT);
     let pid = fleet.agent_status("w1")["pid"].as_u64().unwrap() as u32;
-    let sessions = |f: &Fleet| f.ops("w1").iter().filter(|o| o["event"] == "session_start").count();
+    let sessions = |f: &Fleet| {
+        f.ops("w1")
+            .iter()
+            .filter(|o| o["event"] == "session_start")
+            .count()
+    };
     let before = sessions(&fleet);
     support::kill9(pid);
     wait_until(WAIT, "w1 revived", || {
@@ -594,6 +663,12 @@ fn a_lead_fans_out_to_two_workers_and_gets_both_answers_across_a_kill_9() {
         tasks = next;
     }
     let answers = inbox_texts(&fleet, "lead");
-    assert!(answers.contains(&("w1".into(), "w1: 7".into())), "{answers:?}");
-    assert!(answers.contains(&("w2".into(), "w2: 42".into())), "{answers:?}");
+    assert!(
+        answers.contains(&("w1".into(), "w1: 7".into())),
+        "{answers:?}"
+    );
+    assert!(
+        answers.contains(&("w2".into(), "w2: 42".into())),
+        "{answers:?}"
+    );
 }
