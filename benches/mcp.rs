@@ -143,13 +143,21 @@ fn main() {
         "stdio tools/list (the round trip alone: floor)",
         mcp.time("tools/list", json!({})),
     );
-    let send = report(
-        "stdio tools/call send_message",
-        mcp.time(
-            "tools/call",
-            json!({"name": "send_message", "arguments": {"agent": "a1", "text": "bench"}}),
-        ),
-    );
+    // Round the agents: an inbox holds at most 100 pending messages.
+    let mut n = 0;
+    let send: Vec<Duration> = (0..CALLS)
+        .map(|_| {
+            n += 1;
+            let to = format!("a{}", 1 + n % (AGENTS - 1));
+            let t = Instant::now();
+            mcp.request(
+                "tools/call",
+                json!({"name": "send_message", "arguments": {"agent": to, "text": "bench"}}),
+            );
+            t.elapsed()
+        })
+        .collect();
+    let send = report("stdio tools/call send_message", send);
     let status = report(
         "stdio tools/call agent_status",
         mcp.time(

@@ -52,6 +52,20 @@ pub const HOOKED: [Cli; 6] = [
 /// A CLI settings, hooks or trust file larger than this is not read.
 pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
+/// The file of `cli`'s project MCP servers in `workdir`, when it is not its hook file (Claude
+/// Code's `.mcp.json`; Gemini CLI reads them from its hook file).
+pub fn mcp_path_in(cli: Cli, workdir: &std::path::Path) -> Option<std::path::PathBuf> {
+    own_mcp_file(cli).map(|f| workdir.join(f))
+}
+
+/// The file of `cli`'s project MCP servers when it is not its hook file.
+pub fn own_mcp_file(cli: Cli) -> Option<&'static str> {
+    let adapter = cli.adapter();
+    adapter
+        .mcp_file()
+        .filter(|f| Some(*f) != adapter.hook_file())
+}
+
 /// The hook file of `cli` in `workdir`, where the CLI reads project hooks from.
 pub fn hook_path_in(cli: Cli, workdir: &std::path::Path) -> Option<std::path::PathBuf> {
     cli.adapter().hook_file().map(|p| workdir.join(p))

@@ -41,19 +41,7 @@ pub fn cli_of(path: &Path) -> Option<Cli> {
 /// The name of phoenix's MCP server in a CLI's config (`mcp__phoenix__send_message`).
 pub const MCP_SERVER: &str = "phoenix";
 
-/// The file of `cli`'s project MCP servers when it is not its hook file.
-fn own_mcp_file(cli: Cli) -> Option<&'static str> {
-    let adapter = cli.adapter();
-    adapter
-        .mcp_file()
-        .filter(|f| Some(*f) != adapter.hook_file())
-}
-
-/// The file besides its hook file where `cli` reads project MCP servers (Claude Code's
-/// `.mcp.json`); a CLI that reads them from its hook file (Gemini CLI) has none.
-pub fn mcp_path_in(cli: Cli, workdir: &Path) -> Option<PathBuf> {
-    own_mcp_file(cli).map(|f| workdir.join(f))
-}
+pub use crate::agent_cli::{mcp_path_in, own_mcp_file};
 
 /// What the plan calls a file phoenix writes: its path relative to the workdir.
 pub fn label_of(path: &Path, cli: Cli) -> &'static str {

@@ -350,9 +350,10 @@ where
 }
 
 /// `/mcp` on `phoenix serve`: the same tools over streamable HTTP, for the operator (the
-/// API's auth guard is in front of it).
+/// API's auth guard is in front of it), refusing request bodies over `body_limit` bytes.
 pub fn http_service(
     config: &Path,
+    body_limit: usize,
 ) -> rmcp::transport::StreamableHttpService<
     PhoenixMcp,
     rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
@@ -370,6 +371,6 @@ pub fn http_service(
         // Hosts and origins are the API guard's to check (loopback names, or the token).
         rmcp::transport::StreamableHttpServerConfig::default()
             .disable_allowed_hosts()
-            .with_max_request_body_bytes(crate::serve::BODY_LIMIT),
+            .with_max_request_body_bytes(body_limit),
     )
 }

@@ -644,7 +644,7 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
             crate::agent_cli::HOOKED.into_iter().flat_map(move |cli| {
                 crate::agent_cli::hook_path_in(cli, w)
                     .into_iter()
-                    .chain(crate::hooks::config::mcp_path_in(cli, w))
+                    .chain(crate::agent_cli::mcp_path_in(cli, w))
             })
         })
         .collect();
