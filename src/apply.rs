@@ -204,8 +204,8 @@ impl Applier<'_> {
                 let version =
                     crate::world::cli_version::installed(agent, &self.spec.fleet.state_dir)
                         .and_then(|v| v.version);
-                let desired =
-                    hook_config::Target::new(&hook_exe, &self.spec.file, agent, version).desired();
+                let desired = hook_config::Target::new(&hook_exe, &self.spec.file, agent, version)
+                    .desired_for(path);
                 ensure_dir(dir)?;
                 let detail =
                     hook_config::write_file(path, &agent.name, desired.as_ref(), Some(&dir.path))?;

@@ -16,6 +16,7 @@ pub use error::Error;
 pub mod hooks;
 pub mod hosts;
 pub mod intake;
+pub mod mcp;
 pub mod metrics;
 pub mod notify;
 pub mod parallel;

@@ -21,6 +21,9 @@ pub mod trust;
 
 use std::path::{Path, PathBuf};
 
+/// Where Claude Code reads a project's MCP servers.
+pub const MCP_FILE: &str = ".mcp.json";
+
 use serde_json::Value;
 
 use super::usage::{self, Record, Tokens};
@@ -265,6 +268,21 @@ impl AgentCli for Claude {
 
     fn hook_file(&self) -> Option<&'static str> {
         Some(".claude/settings.json")
+    }
+
+    /// Its settings, and `.mcp.json` with phoenix's MCP server (`hooks::config`).
+    fn own_files(&self) -> Vec<&'static str> {
+        vec![".claude/settings.json", MCP_FILE]
+    }
+
+    /// Project MCP servers are in `.mcp.json`: its settings cannot hold them.
+    fn mcp_file(&self) -> Option<&'static str> {
+        Some(MCP_FILE)
+    }
+
+    /// A project server not listed here stops the session at a "new MCP server" dialog.
+    fn mcp_enable_key(&self) -> Option<&'static str> {
+        Some("enabledMcpjsonServers")
     }
 
     fn sandbox_home(

@@ -125,6 +125,11 @@ impl AgentCli for Gemini {
         &["invalid session identifier", "error resuming session"]
     }
 
+    /// Its settings file holds `mcpServers` beside `hooks`.
+    fn mcp_file(&self) -> Option<&'static str> {
+        self.hook_file()
+    }
+
     fn hook_file(&self) -> Option<&'static str> {
         Some(".gemini/settings.json")
     }

@@ -52,6 +52,20 @@ pub const HOOKED: [Cli; 6] = [
 /// A CLI settings, hooks or trust file larger than this is not read.
 pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
+/// The file of `cli`'s project MCP servers in `workdir`, when it is not its hook file (Claude
+/// Code's `.mcp.json`; Gemini CLI reads them from its hook file).
+pub fn mcp_path_in(cli: Cli, workdir: &std::path::Path) -> Option<std::path::PathBuf> {
+    own_mcp_file(cli).map(|f| workdir.join(f))
+}
+
+/// The file of `cli`'s project MCP servers when it is not its hook file.
+pub fn own_mcp_file(cli: Cli) -> Option<&'static str> {
+    let adapter = cli.adapter();
+    adapter
+        .mcp_file()
+        .filter(|f| Some(*f) != adapter.hook_file())
+}
+
 /// The hook file of `cli` in `workdir`, where the CLI reads project hooks from.
 pub fn hook_path_in(cli: Cli, workdir: &std::path::Path) -> Option<std::path::PathBuf> {
     cli.adapter().hook_file().map(|p| workdir.join(p))
@@ -161,6 +175,19 @@ pub trait AgentCli: Sync {
     /// Where the CLI reads project hooks from, relative to the agent's workdir; `None` when
     /// phoenix installs no hook file for it.
     fn hook_file(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Where the CLI reads a project's MCP servers, relative to the workdir: its hook file
+    /// (Gemini CLI), a file of their own (Claude Code's `.mcp.json`); `None`: phoenix writes
+    /// no MCP server entry for it.
+    fn mcp_file(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The key of its hook file that lists the project MCP servers it may start without
+    /// asking (Claude Code's `enabledMcpjsonServers`), if it asks.
+    fn mcp_enable_key(&self) -> Option<&'static str> {
         None
     }
 

@@ -8,7 +8,10 @@ use super::Cli;
 
 /// The groups of `phoenix --help`, in order, each with its commands in order.
 pub(super) const GROUPS: &[(&str, &[&str])] = &[
-    ("Fleet", &["plan", "apply", "run", "down", "serve", "hosts"]),
+    (
+        "Fleet",
+        &["plan", "apply", "run", "down", "serve", "mcp", "hosts"],
+    ),
     (
         "Agents",
         &[

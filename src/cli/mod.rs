@@ -407,6 +407,11 @@ pub enum Command {
         #[arg(long, default_value = crate::serve::DEFAULT_LISTEN)]
         listen: String,
     },
+    /// Serve the fleet as MCP tools on stdin/stdout (list_agents, send_message, wait_for,
+    /// handoffs, restart/stop/start; see docs/mcp.md). An agent's CLI starts it (`apply`
+    /// writes the entry); the caller is the agent phoenix started (`PHOENIX_AGENT`), else the
+    /// operator. `phoenix serve` has the same tools at /mcp.
+    Mcp,
     /// A stand-in agent CLI for demos and tests.
     #[command(hide = true)]
     DemoAgent(crate::demo::DemoArgs),
@@ -716,6 +721,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             std::env::var(crate::serve::auth::TOKEN_ENV).ok(),
             out,
         )?),
+        Command::Mcp => {
+            crate::mcp::server::serve_stdio(&config, rmcp::transport::stdio)?;
+            Ok(0)
+        }
         Command::DemoAgent(args) => Ok(crate::demo::run(args, &mut std::io::stdout())?),
         Command::Completions { shell } => Ok(generate::completions(shell)?),
         Command::Man { dir } => generate::man(dir.as_deref()),

@@ -25,11 +25,49 @@ pub fn path_in(cli: Cli, workdir: &Path) -> Option<PathBuf> {
     crate::agent_cli::hook_path_in(cli, workdir)
 }
 
-/// The CLI whose hook file this is, from its last two path components.
+/// The CLI whose hook file this is, from its last two path components (Claude Code's
+/// `.mcp.json` too: phoenix's MCP server entry is written there).
 pub fn cli_of(path: &Path) -> Option<Cli> {
     HOOKED
         .into_iter()
         .find(|cli| relative_path(*cli).is_some_and(|rel| path.ends_with(rel)))
+        .or_else(|| {
+            HOOKED
+                .into_iter()
+                .find(|cli| own_mcp_file(*cli).is_some_and(|f| path.ends_with(f)))
+        })
+}
+
+/// The name of phoenix's MCP server in a CLI's config (`mcp__phoenix__send_message`).
+pub const MCP_SERVER: &str = "phoenix";
+
+pub use crate::agent_cli::{mcp_path_in, own_mcp_file};
+
+/// What the plan calls a file phoenix writes: its path relative to the workdir.
+pub fn label_of(path: &Path, cli: Cli) -> &'static str {
+    match own_mcp_file(cli) {
+        Some(f) if path.ends_with(f) => f,
+        _ => relative_path(cli).unwrap_or_default(),
+    }
+}
+
+/// The MCP server entry: `phoenix --config … mcp`, which the CLI starts with its own
+/// environment, so the server knows the agent from `PHOENIX_AGENT` (set by its wrapper),
+/// never from this file.
+pub fn mcp_server_entry(phoenix: &Path, config: &Path) -> Value {
+    json!({
+        "command": phoenix.to_string_lossy(),
+        "args": ["--config", config.to_string_lossy(), "mcp"],
+    })
+}
+
+/// The phoenix binary beside the hook binary `exe` (`phoenix-hook` has no `mcp`).
+pub fn main_binary(exe: &Path) -> PathBuf {
+    if exe.file_name().is_some_and(|n| n == "phoenix-hook") {
+        exe.with_file_name("phoenix")
+    } else {
+        exe.to_path_buf()
+    }
 }
 
 /// Does this hook file content hold any phoenix handler for `agent`?
@@ -136,7 +174,31 @@ impl<'a> Target<'a> {
                 .expect("built as an array")
                 .push(Value::Object(group));
         }
-        Some(json!({ "hooks": hooks }))
+        let mut part = json!({ "hooks": hooks });
+        let adapter = self.cli.adapter();
+        // A CLI that reads MCP servers from its hook file (Gemini CLI) gets phoenix's there.
+        if adapter.mcp_file().is_some() && adapter.mcp_file() == adapter.hook_file() {
+            part["mcpServers"] = json!({ MCP_SERVER: self.mcp_entry() });
+        }
+        // One with a file of its own (`desired_for`) asks before it starts a server it was
+        // not told to trust (Claude Code): phoenix's is listed.
+        if let Some(key) = adapter.mcp_enable_key() {
+            part[key] = json!([MCP_SERVER]);
+        }
+        Some(part)
+    }
+
+    /// phoenix's part of the file at `path`: the hook file's ([`Self::desired`]), or the MCP
+    /// server entry of a CLI that keeps its servers in a file of their own.
+    pub fn desired_for(&self, path: &Path) -> Option<Value> {
+        if own_mcp_file(self.cli).is_some_and(|f| path.ends_with(f)) {
+            return Some(json!({ "mcpServers": { MCP_SERVER: self.mcp_entry() } }));
+        }
+        self.desired()
+    }
+
+    fn mcp_entry(&self) -> Value {
+        mcp_server_entry(&main_binary(self.exe), self.config)
     }
 }
 
@@ -253,7 +315,90 @@ pub fn merge(
         }
         _ => {}
     }
+    // The MCP server entry serves every agent of the workdir: it goes with the last one.
+    let shared = desired.is_some() || !any_phoenix_handler(obj);
+    if shared {
+        merge_mcp_server(obj, desired)?;
+        merge_enabled_server(obj, desired)?;
+    }
     Ok((!obj.is_empty()).then_some(root))
+}
+
+/// Does the file still hold a phoenix hook handler, of any agent?
+fn any_phoenix_handler(obj: &Map<String, Value>) -> bool {
+    obj.get("hooks")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|h| h.values())
+        .filter_map(Value::as_array)
+        .flatten()
+        .filter_map(|g| g.get("hooks").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|h| h.get("command").and_then(Value::as_str))
+        .filter_map(shlex::split)
+        .any(|argv| {
+            argv.first()
+                .is_some_and(|p| p.rsplit('/').next().unwrap_or(p).starts_with("phoenix"))
+                && argv.iter().any(|a| a == "hook")
+        })
+}
+
+/// `mcpServers.phoenix`: phoenix's own entry, replaced in place or removed whole; the user's
+/// servers stay, and an `mcpServers` left empty by the removal goes.
+fn merge_mcp_server(obj: &mut Map<String, Value>, desired: Option<&Value>) -> Result<(), String> {
+    let wanted = desired
+        .and_then(|d| d.get("mcpServers"))
+        .and_then(|s| s.get(MCP_SERVER));
+    match (obj.get_mut("mcpServers"), wanted) {
+        (Some(Value::Object(servers)), Some(entry)) => {
+            servers.insert(MCP_SERVER.into(), entry.clone());
+        }
+        (Some(Value::Object(servers)), None) => {
+            if servers.shift_remove(MCP_SERVER).is_some() && servers.is_empty() {
+                obj.shift_remove("mcpServers");
+            }
+        }
+        (Some(_), Some(_)) => return Err("has an `mcpServers` key that is not an object".into()),
+        (Some(_), None) => {}
+        (None, Some(entry)) => {
+            obj.insert("mcpServers".into(), json!({ MCP_SERVER: entry }));
+        }
+        (None, None) => {}
+    }
+    Ok(())
+}
+
+/// `"phoenix"` in the list of project servers a CLI may start without asking (Claude Code's
+/// `enabledMcpjsonServers`), beside the user's own names.
+fn merge_enabled_server(
+    obj: &mut Map<String, Value>,
+    desired: Option<&Value>,
+) -> Result<(), String> {
+    const KEY: &str = "enabledMcpjsonServers";
+    let wanted = desired
+        .and_then(|d| d.get(KEY))
+        .and_then(Value::as_array)
+        .is_some_and(|l| l.iter().any(|n| n == MCP_SERVER));
+    match obj.get_mut(KEY) {
+        Some(Value::Array(list)) => {
+            let had = list.iter().any(|n| n == MCP_SERVER);
+            if wanted && !had {
+                list.push(MCP_SERVER.into());
+            } else if !wanted && had {
+                list.retain(|n| n != MCP_SERVER);
+                if list.is_empty() {
+                    obj.shift_remove(KEY);
+                }
+            }
+        }
+        Some(_) if wanted => return Err(format!("has a `{KEY}` key that is not a list")),
+        Some(_) => {}
+        None if wanted => {
+            obj.insert(KEY.into(), json!([MCP_SERVER]));
+        }
+        None => {}
+    }
+    Ok(())
 }
 
 /// The text phoenix writes: pretty JSON with a final newline.
@@ -526,7 +671,11 @@ mod tests {
         assert_eq!(post.len(), 2);
         assert_eq!(post[0]["hooks"][0]["command"], "echo user");
         let keys: Vec<&String> = once.as_object().unwrap().keys().collect();
-        assert_eq!(keys, ["model", "hooks", "permissions"], "order is kept");
+        assert_eq!(
+            keys,
+            ["model", "hooks", "permissions", "enabledMcpjsonServers"],
+            "order is kept"
+        );
 
         let text = pretty(&once);
         let twice = merge(Some(&text), "trades", Some(&desired))
@@ -650,6 +799,73 @@ mod tests {
         assert_eq!(
             plan_file("f", Some(&compact), "trades", Some(&desired)),
             None
+        );
+    }
+
+    #[test]
+    fn the_mcp_server_entry_is_merged_beside_the_users_and_removed_alone() {
+        // Claude Code: the server in `.mcp.json`, enabled in its settings beside the user's.
+        let t = target(Cli::Claude);
+        let mcp_json = Path::new("/w/.mcp.json");
+        assert_eq!(cli_of(mcp_json), Some(Cli::Claude));
+        assert_eq!(label_of(mcp_json, Cli::Claude), ".mcp.json");
+        let desired = t.desired_for(mcp_json).unwrap();
+        let user = r#"{"mcpServers": {"db": {"command": "db-mcp"}}}"#;
+        let merged = merge(Some(user), "trades", Some(&desired))
+            .unwrap()
+            .unwrap();
+        assert_eq!(merged["mcpServers"]["db"]["command"], "db-mcp");
+        let entry = &merged["mcpServers"]["phoenix"];
+        assert_eq!(entry["command"], "/opt/phoenix bin/phoenix");
+        assert_eq!(
+            entry["args"],
+            json!(["--config", "/srv/it's/phoenix.toml", "mcp"])
+        );
+        let text = pretty(&merged);
+        assert_eq!(
+            plan_file(".mcp.json", Some(&text), "trades", Some(&desired)),
+            None
+        );
+        let removed = merge(Some(&text), "trades", None).unwrap().unwrap();
+        assert_eq!(removed, serde_json::from_str::<Value>(user).unwrap());
+        // A file that held only phoenix's entry goes.
+        let alone = pretty(&merge(None, "trades", Some(&desired)).unwrap().unwrap());
+        assert!(matches!(
+            plan_file(".mcp.json", Some(&alone), "trades", None),
+            Some(FileChange::Delete { .. })
+        ));
+        let settings = r#"{"enabledMcpjsonServers": ["db"]}"#;
+        let merged = merge(Some(settings), "trades", t.desired().as_ref())
+            .unwrap()
+            .unwrap();
+        assert_eq!(merged["enabledMcpjsonServers"], json!(["db", "phoenix"]));
+        let removed = merge(Some(&pretty(&merged)), "trades", None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(removed["enabledMcpjsonServers"], json!(["db"]));
+        // The hook binary's sibling runs the server: phoenix-hook has no `mcp`.
+        let mut hooked = target(Cli::Claude);
+        hooked.exe = Path::new("/opt/bin/phoenix-hook");
+        assert_eq!(
+            hooked.desired_for(mcp_json).unwrap()["mcpServers"]["phoenix"]["command"],
+            "/opt/bin/phoenix"
+        );
+
+        // Gemini CLI: `mcpServers` in the same settings file as its hooks.
+        let gemini = target(Cli::Gemini).desired().unwrap();
+        assert!(gemini["mcpServers"]["phoenix"].is_object(), "{gemini}");
+        // It has no file of its own for them.
+        assert_eq!(mcp_path_in(Cli::Gemini, Path::new("/w")), None);
+        let user = r#"{"mcpServers": {"db": {"command": "db-mcp"}}, "theme": "dark"}"#;
+        let merged = merge(Some(user), "trades", Some(&gemini)).unwrap().unwrap();
+        let removed = merge(Some(&pretty(&merged)), "trades", None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(removed, serde_json::from_str::<Value>(user).unwrap());
+        assert!(
+            merge(Some(r#"{"mcpServers": 3}"#), "trades", Some(&gemini))
+                .unwrap_err()
+                .contains("mcpServers")
         );
     }
 }

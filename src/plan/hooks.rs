@@ -18,7 +18,11 @@ pub(super) fn fleet_hook_changes(
 ) -> Vec<Change> {
     let mut changes = Vec::new();
     for agent in &spec.agents {
-        let paths = hook_paths(Some(&agent.workdir), world.agents.get(&agent.name));
+        let paths = hook_paths(
+            Some(&agent.workdir),
+            world.agents.get(&agent.name),
+            hook_config::mcp_path_in(agent.cli, &agent.workdir),
+        );
         changes.extend(hook_changes(
             spec,
             &agent.name,
@@ -32,7 +36,7 @@ pub(super) fn fleet_hook_changes(
         for (name, obs) in &world.agents {
             if spec.agent(name).is_none() {
                 let workdir = obs.started.as_ref().map(|s| s.workdir.as_path());
-                let paths = hook_paths(workdir, Some(obs));
+                let paths = hook_paths(workdir, Some(obs), None);
                 changes.extend(hook_changes(spec, name, None, &paths, exe, world));
             }
         }
@@ -40,9 +44,15 @@ pub(super) fn fleet_hook_changes(
     changes
 }
 
-/// Every hook file that may hold phoenix entries for an agent: the three CLIs' files in its
-/// workdir and the files `apply` recorded installing (an old workdir, another CLI).
-fn hook_paths(workdir: Option<&Path>, obs: Option<&AgentObs>) -> Vec<PathBuf> {
+/// Every hook file that may hold phoenix entries for an agent: the CLIs' files in its
+/// workdir and the files `apply` recorded installing (an old workdir, another CLI). Claude
+/// Code's `.mcp.json` holds one entry for every agent of the workdir, not one per agent: it is
+/// the agent's only when it is its own CLI's (`own_mcp`) or `apply` recorded writing it.
+fn hook_paths(
+    workdir: Option<&Path>,
+    obs: Option<&AgentObs>,
+    own_mcp: Option<PathBuf>,
+) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = workdir
         .into_iter()
         .flat_map(|w| {
@@ -50,6 +60,7 @@ fn hook_paths(workdir: Option<&Path>, obs: Option<&AgentObs>) -> Vec<PathBuf> {
                 .into_iter()
                 .filter_map(move |cli| hook_config::path_in(cli, w))
         })
+        .chain(own_mcp)
         .collect();
     for p in obs.into_iter().flat_map(|o| &o.installed_hooks) {
         if !paths.contains(p) {
@@ -75,13 +86,15 @@ fn hook_changes(
         let Some(cli) = hook_config::cli_of(path) else {
             continue;
         };
-        let label = hook_config::relative_path(cli).unwrap_or_default();
+        let label = hook_config::label_of(path, cli);
         let own = agent.filter(|a| {
-            a.cli == cli && hook_config::path_in(cli, &a.workdir).as_ref() == Some(path)
+            a.cli == cli
+                && (hook_config::path_in(cli, &a.workdir).as_ref() == Some(path)
+                    || hook_config::mcp_path_in(cli, &a.workdir).as_ref() == Some(path))
         });
         let desired = own.and_then(|a| {
             let version = world.cli_versions.get(&a.name).and_then(|v| v.version);
-            Target::new(exe, &spec.file, a, version).desired()
+            Target::new(exe, &spec.file, a, version).desired_for(path)
         });
         let existing = match world.hook_files.get(path) {
             Some(FileObs::Text(text)) => Some(text.as_str()),

@@ -434,7 +434,13 @@ fn hook_files_are_planned_before_starts_and_only_with_an_exe() {
     let plan = diff(&s, &World::default(), &PlanOptions::default());
     assert_eq!(plan.summary().hooks, 0);
     let plan = diff(&s, &World::default(), &with_hooks(false));
-    assert_eq!(plan.summary().hooks, 1);
+    // Its settings, and `.mcp.json` with phoenix's MCP server.
+    assert_eq!(plan.summary().hooks, 2);
+    let Action::InstallHooks { path, diff, .. } = &plan.changes[1].action else {
+        panic!("{plan}");
+    };
+    assert_eq!(path, Path::new("/w/.mcp.json"));
+    assert!(diff.contains("\"mcpServers\""), "{diff}");
     let first = &plan.changes[0];
     assert_eq!(first.symbol, "+");
     let Action::InstallHooks {
@@ -449,8 +455,11 @@ fn hook_files_are_planned_before_starts_and_only_with_an_exe() {
     assert_eq!(path, Path::new("/w/.claude/settings.json"));
     assert_eq!((*cli, *create), (Cli::Claude, true));
     assert!(diff.contains("--agent a --cli claude"), "{diff}");
-    assert!(matches!(plan.changes[1].action, Action::Start));
-    assert!(plan.to_string().contains("1 hook file to update"), "{plan}");
+    assert!(matches!(plan.changes[2].action, Action::Start));
+    assert!(
+        plan.to_string().contains("2 hook files to update"),
+        "{plan}"
+    );
 }
 
 #[test]
@@ -463,6 +472,13 @@ fn installed_hooks_are_converged() {
     w.hook_files.insert(
         "/w/.claude/settings.json".into(),
         FileObs::Text(hook_config::pretty(&desired)),
+    );
+    let server = Target::new(Path::new("/bin/phoenix"), &s.file, &s.agents[0], None)
+        .desired_for(Path::new("/w/.mcp.json"))
+        .unwrap();
+    w.hook_files.insert(
+        "/w/.mcp.json".into(),
+        FileObs::Text(hook_config::pretty(&server)),
     );
     let plan = diff(&s, &w, &with_hooks(false));
     assert_eq!(plan.summary().hooks, 0, "{plan}");

@@ -124,8 +124,9 @@ impl Policy {
                 ));
             }
         }
-        // `/metrics` is read like the API: by anyone on loopback, with the token elsewhere.
-        let api = path.starts_with("/api/") || path == "/metrics";
+        // `/metrics` is read like the API: by anyone on loopback, with the token elsewhere;
+        // `/mcp` is the API's tools over MCP, every call a POST: with a token, it needs it.
+        let api = path.starts_with("/api/") || path == "/metrics" || path == "/mcp";
         let needs_token = api && (mutating || self.reads_need_token);
         let Some(token) = &self.token else {
             return Ok(());

@@ -71,6 +71,12 @@ pub fn router(app: App) -> Router {
         .route("/api/stream", get(stream))
         .route("/metrics", get(super::metrics::metrics))
         .route("/openapi.json", get(openapi))
+        // The MCP tools (docs/mcp.md), for the operator: streamable HTTP, behind the same
+        // guard as the API. Not in /openapi.json: `tools/list` describes them.
+        .route_service(
+            "/mcp",
+            crate::mcp::server::http_service(&app.config, super::BODY_LIMIT),
+        )
         .merge(super::assets::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -183,6 +183,44 @@ pub struct AgentSpec {
     pub sandbox: Option<super::SandboxSpec>,
     /// The `[[agent_set]]` item it was made for; `None` for an `[[agent]]`.
     pub origin: Option<super::intake::Origin>,
+    /// `mcp = { allow = [...] }`: what it may do through phoenix's MCP server. Not part of
+    /// the launch: each call reads phoenix.toml again.
+    pub mcp_allow: Vec<McpPermission>,
+}
+
+/// One kind of thing an agent may do through phoenix's MCP server (`src/mcp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum McpPermission {
+    /// The fleet's status, handoffs and search, and waiting for an agent.
+    Read,
+    /// Messages to other agents' inboxes, and handoffs of its own.
+    Message,
+    /// Restart, stop and start of other agents (and handoffs saved for them).
+    Control,
+}
+
+impl McpPermission {
+    pub const NAMES: [&'static str; 3] = ["read", "message", "control"];
+    /// What an agent may do when phoenix.toml says nothing.
+    pub const DEFAULT: [McpPermission; 2] = [McpPermission::Read, McpPermission::Message];
+
+    pub fn parse(name: &str) -> Option<McpPermission> {
+        match name {
+            "read" => Some(McpPermission::Read),
+            "message" => Some(McpPermission::Message),
+            "control" => Some(McpPermission::Control),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpPermission::Read => "read",
+            McpPermission::Message => "message",
+            McpPermission::Control => "control",
+        }
+    }
 }
 
 /// The part of an agent's spec that, when changed, means the running agent must be replaced.

@@ -26,8 +26,8 @@ use std::path::PathBuf;
 use crate::diag::{Located, did_you_mean};
 
 pub use agent::{
-    AgentSpec, Cli, DEFAULT_CONTINUE_PROMPT, FieldChange, LaunchSpec, RestartSettings, RestartWhen,
-    SESSION_ID,
+    AgentSpec, Cli, DEFAULT_CONTINUE_PROMPT, FieldChange, LaunchSpec, McpPermission,
+    RestartSettings, RestartWhen, SESSION_ID,
 };
 pub use floors::Floor;
 pub use host::{

@@ -323,6 +323,15 @@ pub struct RawAgent {
     /// The [sandbox.NAME] profile its CLI runs inside; "none": no sandbox (overrides
     /// [defaults]). Default: none.
     pub sandbox: Option<Spanned<String>>,
+    /// What the agent may do through phoenix's MCP server (`phoenix mcp`): { allow = [...] }.
+    pub mcp: Option<RawMcp>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawMcp {
+    /// read | message | control. Default ["read", "message"].
+    pub allow: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]

@@ -163,6 +163,8 @@ ops! {
     TapLoadFailed = "tap_load_failed",
     TapSearch = "tap_search",
     TapSearchFailed = "tap_search_failed",
+    /// A call of phoenix's MCP server by this agent (`tool`, `target`, `ok`, `error`, `ms`).
+    McpCall = "mcp_call",
     // The Clinic (clinic/); each also goes to critical_events.jsonl under the same name.
     ClinicTriage = "clinic_triage",
     ClinicDiagnosis = "clinic_diagnosis",

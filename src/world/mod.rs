@@ -641,9 +641,11 @@ fn observe_with(spec: &Spec, runtime: &dyn Runtime, for_plan: bool) -> Result<Wo
     let mut paths: Vec<PathBuf> = workdirs
         .into_iter()
         .flat_map(|w| {
-            crate::agent_cli::HOOKED
-                .into_iter()
-                .filter_map(move |cli| crate::agent_cli::hook_path_in(cli, w))
+            crate::agent_cli::HOOKED.into_iter().flat_map(move |cli| {
+                crate::agent_cli::hook_path_in(cli, w)
+                    .into_iter()
+                    .chain(crate::agent_cli::mcp_path_in(cli, w))
+            })
         })
         .collect();
     paths.extend(

@@ -1201,11 +1201,24 @@ fn down_stops_this_fleet_and_its_hooks_but_not_another_fleet_or_the_users_hooks(
         fleet.socket,
         Fleet::demo_agent("gamma", "")
     ));
+    // The plan shows phoenix's MCP server entry for Claude Code as it shows hook changes.
+    fleet
+        .run(&["plan"])
+        .stdout_has(".mcp.json")
+        .stdout_has("\"mcpServers\"");
     fleet.run(&["apply", "--yes"]).status(0);
     other.run(&["apply", "--yes"]).status(0);
     fleet.wait_running(&["alpha", "c"]);
     let hooked = std::fs::read_to_string(&settings).unwrap();
     assert!(hooked.contains("phoenix") && hooked.contains("my-own-hook"));
+    let mcp_json = fleet.path().join("wc/.mcp.json");
+    let server: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&mcp_json).unwrap()).unwrap();
+    assert_eq!(
+        server["mcpServers"]["phoenix"]["args"][2], "mcp",
+        "{server}"
+    );
+    assert!(hooked.contains("enabledMcpjsonServers"), "{hooked}");
 
     let run = fleet.run(&["down", "--remove-hooks", "--json"]);
     run.status(0);
@@ -1220,6 +1233,10 @@ fn down_stops_this_fleet_and_its_hooks_but_not_another_fleet_or_the_users_hooks(
         "{cleaned}"
     );
     assert!(!cleaned.contains("phoenix"), "{cleaned}");
+    assert!(
+        !mcp_json.exists(),
+        "phoenix's .mcp.json, holding only its entry, is removed"
+    );
     fleet.run(&["status"]).status(3);
 
     // The other fleet's own `down` takes the server with its last pane.

@@ -1358,7 +1358,8 @@ fn apply_merges_hook_files_keeping_user_settings_and_a_second_apply_changes_noth
         .stdout_has("+ agent `g`: install hooks in")
         .stdout_has("+ agent `x`: install hooks in")
         .stdout_has("+        \"matcher\": \"startup|resume|clear|compact\"")
-        .stdout_has("3 hook files to update");
+        // Claude Code's `.mcp.json` with phoenix's MCP server is the fourth.
+        .stdout_has("4 hook files to update");
     let plan = fleet.run(&["plan", "--json"]).json();
     let install = plan["changes"]
         .as_array()

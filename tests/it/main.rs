@@ -19,6 +19,7 @@ mod hosts_views;
 mod inert;
 mod intake;
 mod logs;
+mod mcp;
 mod messages;
 mod metrics;
 mod needs_input;

@@ -269,7 +269,7 @@ fn prune_removes_a_clean_worktree_and_keeps_one_with_work_until_forced() {
 fn prune_keeps_a_worktree_holding_ignored_files_until_forced() {
     let fleet = Fleet::new();
     let repo = repo(&fleet, "app");
-    std::fs::write(repo.join(".gitignore"), "*.env\n.claude/\n").unwrap();
+    std::fs::write(repo.join(".gitignore"), "*.env\n.claude/\n.mcp.json\n").unwrap();
     git(&repo, &["add", ".gitignore"]);
     git(&repo, &["commit", "-q", "-m", "ignore secrets"]);
     let ws = "{ repo = \"home/app\", base = \"main\" }";
@@ -336,7 +336,7 @@ fn a_switch_back_never_overwrites_an_ignored_file() {
     // person's own copy.
     commit(&wt, "local.env", "the branch's copy\n");
     git(&wt, &["switch", "-q", "-c", "detour", "main"]);
-    std::fs::write(wt.join(".gitignore"), "*.env\n.claude/\n").unwrap();
+    std::fs::write(wt.join(".gitignore"), "*.env\n.claude/\n.mcp.json\n").unwrap();
     git(&wt, &["add", ".gitignore"]);
     git(&wt, &["commit", "-q", "-m", "ignore env files"]);
     std::fs::write(wt.join("local.env"), "TOKEN=only-copy\n").unwrap();

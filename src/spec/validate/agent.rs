@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::Validator;
 use crate::diag::suggest;
 use crate::spec::raw::{RawAgent, Spanned};
-use crate::spec::{AgentSpec, Cli, Fleet, RestartSettings, SESSION_ID};
+use crate::spec::{AgentSpec, Cli, Fleet, McpPermission, RestartSettings, SESSION_ID};
 
 /// `[[agent]] env` and `[defaults] env`: variable names and values as written.
 type RawEnv = BTreeMap<Spanned<String>, Spanned<String>>;
@@ -55,6 +55,13 @@ impl Validator<'_> {
         let policy = raw.policy.as_ref().or(defaults.policy.as_ref());
         let policy = policy.and_then(|p| self.policy(p, &name));
         let budget = self.budget(raw.budget.as_ref(), defaults.budget.as_ref(), &name);
+        let mcp_allow = self.mcp_allow(
+            raw.mcp
+                .as_ref()
+                .and_then(|m| m.allow.as_ref())
+                .or(defaults.mcp.as_ref().and_then(|m| m.allow.as_ref())),
+            &name,
+        );
         let state_dir = fleet.state_dir.join("agents").join(&name);
         let home = env.get("HOME").map(PathBuf::from);
         let sandbox = self.agent_sandbox(
@@ -91,7 +98,29 @@ impl Validator<'_> {
             budget,
             sandbox,
             origin: None,
+            mcp_allow,
         })
+    }
+
+    /// `mcp = { allow = [...] }`: each a permission phoenix knows, default read and message.
+    fn mcp_allow(&mut self, list: Option<&Spanned<Vec<String>>>, name: &str) -> Vec<McpPermission> {
+        let Some(list) = list else {
+            return McpPermission::DEFAULT.to_vec();
+        };
+        let mut allow = Vec::new();
+        for word in list.get_ref() {
+            match McpPermission::parse(word) {
+                Some(p) => allow.push(p),
+                None => self.error(
+                    format!("agent `{name}`: unknown mcp permission `{word}`"),
+                    Some(list.span()),
+                    &suggest(word, &McpPermission::NAMES),
+                ),
+            }
+        }
+        allow.sort();
+        allow.dedup();
+        allow
     }
 
     /// The agent's CLI (`custom` when not written); `None` once an unknown one is reported.
