@@ -57,7 +57,7 @@ fn run() -> libc::c_int {
             .unwrap_or(args.len());
         args.insert(at, "hook".into());
     }
-    let code = match phoenix::hooks::HookArgs::parse(&args) {
+    match phoenix::hooks::HookArgs::parse(&args) {
         // A session start searches the index for related decisions when there is one:
         // `phoenix` has SQLite, this binary (on every tool call's path) does not. If it cannot
         // be run, the session start goes on here without them.
@@ -80,8 +80,7 @@ fn run() -> libc::c_int {
             let _ = std::io::Write::flush(&mut std::io::stdout());
             0
         }
-    };
-    code
+    }
 }
 
 /// Does the fleet have a search index to find related decisions in?
