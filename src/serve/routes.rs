@@ -867,7 +867,11 @@ fn restart_on_host(spec: &Spec, host: &str, name: &str, fresh: bool) -> Result<V
         }
         let mut row = row.clone();
         if let Some(fields) = row.as_object_mut() {
-            fields.insert("format_version".into(), doc["format_version"].clone());
+            // Labelled with its host like every row the API gives for a host's agent.
+            fields.insert("host".into(), Value::from(host));
+            if !doc["format_version"].is_null() {
+                fields.insert("format_version".into(), doc["format_version"].clone());
+            }
         }
         return Ok(row);
     }
