@@ -176,6 +176,71 @@ pub fn sh_quote(word: &str) -> String {
     }
 }
 
+/// Terminal escape sequences (CSI, and OSC/DCS/APC/PM/SOS strings up to BEL or ESC \\) and the
+/// C0 controls other than tab, newline and carriage return taken out of a byte stream, one byte
+/// at a time: a sequence may span the chunks the stream arrives in. The tap reads markers from
+/// what is left, the pane log keeps it.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct EscapeFilter {
+    state: Escape,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+enum Escape {
+    #[default]
+    None,
+    /// After ESC.
+    Start,
+    /// CSI: ESC [ … final byte.
+    Csi,
+    /// OSC, DCS, APC, PM, SOS: until BEL or ESC \\.
+    String,
+    StringEsc,
+}
+
+impl EscapeFilter {
+    /// `b` when it is text outside any escape sequence.
+    pub fn feed(&mut self, b: u8) -> Option<u8> {
+        match self.state {
+            Escape::None if b == 0x1b => {
+                self.state = Escape::Start;
+                None
+            }
+            Escape::None => (b >= 0x20 || matches!(b, b'\n' | b'\r' | b'\t')).then_some(b),
+            Escape::Start => {
+                self.state = match b {
+                    b'[' => Escape::Csi,
+                    b']' | b'P' | b'_' | b'^' | b'X' => Escape::String,
+                    _ => Escape::None,
+                };
+                None
+            }
+            Escape::Csi => {
+                if (0x40..=0x7e).contains(&b) {
+                    self.state = Escape::None;
+                }
+                None
+            }
+            Escape::String => {
+                match b {
+                    0x07 => self.state = Escape::None,
+                    0x1b => self.state = Escape::StringEsc,
+                    _ => {}
+                }
+                None
+            }
+            Escape::StringEsc => {
+                self.state = if b == b'\\' {
+                    Escape::None
+                } else {
+                    Escape::String
+                };
+                None
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn crate_sources() -> Vec<(String, String)> {
     fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {

@@ -81,7 +81,7 @@ pub struct Tap {
     /// Inside `save <<<` (or `send AGENT <<<`) … `>>>`.
     block: Option<Block>,
     /// An escape sequence left open at the end of the last chunk.
-    in_escape: Escape,
+    escapes: crate::text::EscapeFilter,
     /// Inside a fenced code block (quoted text, not the agent's own words): its lines so far.
     fence: Option<usize>,
     /// Find markers anywhere in a line, fences or not: what text *could* trigger, for
@@ -104,19 +104,6 @@ struct Block {
 pub struct Said {
     pub command: Command,
     pub key: Option<String>,
-}
-
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-enum Escape {
-    #[default]
-    None,
-    /// After ESC.
-    Start,
-    /// CSI: ESC [ … final byte.
-    Csi,
-    /// OSC/DCS…: until BEL or ESC \.
-    String,
-    StringEsc,
 }
 
 impl Tap {
@@ -157,7 +144,7 @@ impl Tap {
     pub fn feed_said(&mut self, chunk: &[u8]) -> Vec<Said> {
         let mut out = Vec::new();
         for &b in chunk {
-            if let Some(b) = self.strip(b) {
+            if let Some(b) = self.escapes.feed(b) {
                 if b == b'\n' {
                     let line = std::mem::take(&mut self.partial);
                     // A line longer than MAX_LINE was cut by bytes: never inside a character.
@@ -172,47 +159,6 @@ impl Tap {
             }
         }
         out
-    }
-
-    /// Drop terminal escape sequences, one byte at a time (they may span chunks).
-    fn strip(&mut self, b: u8) -> Option<u8> {
-        match self.in_escape {
-            Escape::None if b == 0x1b => {
-                self.in_escape = Escape::Start;
-                None
-            }
-            Escape::None => (b >= 0x20 || b == b'\n' || b == b'\r' || b == b'\t').then_some(b),
-            Escape::Start => {
-                self.in_escape = match b {
-                    b'[' => Escape::Csi,
-                    b']' | b'P' | b'_' | b'^' | b'X' => Escape::String,
-                    _ => Escape::None,
-                };
-                None
-            }
-            Escape::Csi => {
-                if (0x40..=0x7e).contains(&b) {
-                    self.in_escape = Escape::None;
-                }
-                None
-            }
-            Escape::String => {
-                match b {
-                    0x07 => self.in_escape = Escape::None,
-                    0x1b => self.in_escape = Escape::StringEsc,
-                    _ => {}
-                }
-                None
-            }
-            Escape::StringEsc => {
-                self.in_escape = if b == b'\\' {
-                    Escape::None
-                } else {
-                    Escape::String
-                };
-                None
-            }
-        }
     }
 
     fn line(&mut self, raw: &str, out: &mut Vec<Said>) {

@@ -37,22 +37,9 @@ pub struct Writer {
     previous: PathBuf,
     file: Option<File>,
     line: Vec<u8>,
-    escape: Escape,
+    escapes: crate::text::EscapeFilter,
     after_cr: bool,
     pending: Vec<u8>,
-}
-
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-enum Escape {
-    #[default]
-    None,
-    /// After ESC.
-    Start,
-    /// CSI: ESC [ … final byte.
-    Csi,
-    /// OSC, DCS, APC, PM, SOS: until BEL or ESC \.
-    String,
-    StringEsc,
 }
 
 impl Writer {
@@ -62,7 +49,7 @@ impl Writer {
             previous: dir.file(PANE_LOG_PREVIOUS),
             file: None,
             line: Vec::new(),
-            escape: Escape::None,
+            escapes: Default::default(),
             after_cr: false,
             pending: Vec::new(),
         }
@@ -134,47 +121,9 @@ impl Writer {
     }
 
     /// Drop escape sequences and control characters, one byte at a time (a sequence may span
-    /// chunks); keeps tabs, newlines and carriage returns.
+    /// chunks); keeps tabs, newlines and carriage returns. DEL too is dropped here.
     fn strip(&mut self, b: u8) -> Option<u8> {
-        match self.escape {
-            Escape::None if b == 0x1b => {
-                self.escape = Escape::Start;
-                None
-            }
-            Escape::None => {
-                (b >= 0x20 && b != 0x7f || matches!(b, b'\n' | b'\r' | b'\t')).then_some(b)
-            }
-            Escape::Start => {
-                self.escape = match b {
-                    b'[' => Escape::Csi,
-                    b']' | b'P' | b'_' | b'^' | b'X' => Escape::String,
-                    _ => Escape::None,
-                };
-                None
-            }
-            Escape::Csi => {
-                if (0x40..=0x7e).contains(&b) {
-                    self.escape = Escape::None;
-                }
-                None
-            }
-            Escape::String => {
-                match b {
-                    0x07 => self.escape = Escape::None,
-                    0x1b => self.escape = Escape::StringEsc,
-                    _ => {}
-                }
-                None
-            }
-            Escape::StringEsc => {
-                self.escape = if b == b'\\' {
-                    Escape::None
-                } else {
-                    Escape::String
-                };
-                None
-            }
-        }
+        self.escapes.feed(b).filter(|&b| b != 0x7f)
     }
 }
 
