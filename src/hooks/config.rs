@@ -75,15 +75,7 @@ pub fn has_agent_entries(text: &str, agent: &str) -> bool {
     let Ok(Value::Object(root)) = serde_json::from_str::<Value>(text) else {
         return false;
     };
-    root.get("hooks")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flat_map(|h| h.values())
-        .filter_map(Value::as_array)
-        .flatten()
-        .filter_map(|g| g.get("hooks").and_then(Value::as_array))
-        .flatten()
-        .any(|h| is_phoenix_handler(h, agent))
+    handlers(&root).any(|h| is_phoenix_handler(h, agent))
 }
 
 pub use crate::text::sh_quote;
@@ -324,9 +316,9 @@ pub fn merge(
     Ok((!obj.is_empty()).then_some(root))
 }
 
-/// Does the file still hold a phoenix hook handler, of any agent?
-fn any_phoenix_handler(obj: &Map<String, Value>) -> bool {
-    obj.get("hooks")
+/// Every handler of a settings file's `hooks` (event → groups → `hooks`).
+fn handlers(root: &Map<String, Value>) -> impl Iterator<Item = &Value> {
+    root.get("hooks")
         .and_then(Value::as_object)
         .into_iter()
         .flat_map(|h| h.values())
@@ -334,6 +326,11 @@ fn any_phoenix_handler(obj: &Map<String, Value>) -> bool {
         .flatten()
         .filter_map(|g| g.get("hooks").and_then(Value::as_array))
         .flatten()
+}
+
+/// Does the file still hold a phoenix hook handler, of any agent?
+fn any_phoenix_handler(obj: &Map<String, Value>) -> bool {
+    handlers(obj)
         .filter_map(|h| h.get("command").and_then(Value::as_str))
         .filter_map(shlex::split)
         .any(|argv| {
