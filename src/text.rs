@@ -176,6 +176,18 @@ pub fn sh_quote(word: &str) -> String {
     }
 }
 
+/// What kind of JSON value `v` is, as an error message says it ("a string", "an array").
+pub fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// Terminal escape sequences (CSI, and OSC/DCS/APC/PM/SOS strings up to BEL or ESC \\) and the
 /// C0 controls other than tab, newline and carriage return taken out of a byte stream, one byte
 /// at a time: a sequence may span the chunks the stream arrives in. The tap reads markers from

@@ -47,7 +47,7 @@ impl Payload {
                 value: Value::Null,
                 problem: Some(format!(
                     "payload is JSON but not an object ({})",
-                    kind(&other)
+                    crate::text::json_kind(&other)
                 )),
             },
             Err(e) => Payload {
@@ -230,17 +230,6 @@ fn collect_patch_files(patch: &str, files: &mut Vec<String>) {
                 files.push(path.trim().to_string());
             }
         }
-    }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

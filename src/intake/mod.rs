@@ -184,21 +184,10 @@ pub fn parse_items(bytes: &[u8]) -> Result<Vec<Item>, String> {
             other => Err(format!(
                 "item #{} is not an object but {}",
                 i + 1,
-                kind(&other)
+                crate::text::json_kind(&other)
             )),
         })
         .collect()
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// Check `items` by validating phoenix.toml expanded from them, then store them as the set's
