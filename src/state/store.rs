@@ -186,9 +186,13 @@ impl AgentDir {
         let mut state = before.clone();
         let out = change(&mut state)?;
         state.normalize(jiff::Timestamp::now(), retention);
-        if state != before || !self.file(STATE).exists() {
-            let durable = !state.differs_only_in_activity(&before) || !self.file(STATE).exists();
+        let missing = || !self.file(STATE).exists();
+        if state != before {
+            // A first write is synced like any other change beyond the activity.
+            let durable = !state.differs_only_in_activity(&before) || missing();
             self.write_locked(&state, durable)?;
+        } else if missing() {
+            self.write_locked(&state, true)?;
         }
         Ok(out)
     }
