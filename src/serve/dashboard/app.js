@@ -445,6 +445,7 @@ async function loadAgentTab() {
             : el("div", { class: "empty", text: "No pane: the agent is not running." }),
       ]);
       body.dataset.view = "overview";
+      body.dataset.agent = name; // whose overview this is (the name above changes first)
     } else if (state.tab === "ledger") {
       const l = await api(`/api/agents/${encodeURIComponent(name)}/ledger`);
       if (state.selected !== name) return;
@@ -593,7 +594,7 @@ function dayChart(day) {
       el("span", { class: "key bar" }), ` tokens per hour (${short(tokens)} today) `,
       el("span", { class: "key cost-line" }), ` estimated cost ($${cost.toFixed(2)} today) `,
       el("span", { class: "key crash" }), ` crashes (${(day.crashes || []).length} today)`),
-    (day.crashes || []).length ? el("ol", { class: "timeline crashes" }, day.crashes.map((c) =>
+    (day.crashes || []).length ? el("ol", { class: "crashes" }, day.crashes.map((c) =>
       el("li", { class: "crit" }, el("span", { class: "mono", text: new Date(c.ts).toLocaleTimeString() }), " ",
         String(c.reason).replace(/_/g, " "), c.signal != null ? ` (signal ${c.signal})` : c.code != null ? ` (exit code ${c.code})` : ""))) : null);
 }
