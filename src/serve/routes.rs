@@ -947,7 +947,8 @@ async fn pane(
 }
 
 /// The agent's day: tokens and estimated cost per local hour since midnight (its usage
-/// ledger, brought up to date), and its crashes today (its restart ledger), oldest first.
+/// ledger, brought up to date), and its crashes today (its restart ledger), oldest first
+/// ([`crate::usage::report::day`]).
 async fn day(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
     ok(blocking(move || {
         if on_host(&app, &name)?.is_some() {
@@ -957,60 +958,14 @@ async fn day(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
             ));
         }
         let (spec, agent) = spec_and_agent(&app, &name)?;
-        let dir = fleet(&spec).agent(&name);
-        // What its session files gained since the ledger's last update is counted first, as
-        // `phoenix usage` counts it (the ledger is the hours' only record).
-        if let Err(e) = crate::usage::update(&dir, agent.cli, true) {
-            tracing::warn!("usage of agent `{name}` not brought up to date: {e}");
+        let mut notes = Vec::new();
+        let day = crate::usage::report::day(&spec, &name, agent.cli, &mut notes);
+        for note in &notes {
+            tracing::warn!("usage of agent `{name}`: {note}");
         }
-        let now = jiff::Timestamp::now().as_second();
-        let since = crate::usage::day_start(now);
-        let prices = crate::usage::Prices::new(&spec.prices);
-        let mut hours: std::collections::BTreeMap<i64, (u64, f64, bool)> = Default::default();
-        for line in crate::usage::ledger::lines(&dir).0 {
-            let Some(at) = line.hour.parse::<jiff::Timestamp>().ok().map(|t| t.as_second()) else {
-                continue;
-            };
-            if at < since {
-                continue;
-            }
-            let entry = hours.entry(at).or_default();
-            entry.0 += line.tokens.total();
-            match prices.cost(&line.model, &line.tokens) {
-                Some(usd) => entry.1 += usd,
-                None => entry.2 = true,
-            }
-        }
-        let hours: Vec<Value> = hours
-            .into_iter()
-            .map(|(at, (tokens, usd, unpriced))| {
-                json!({
-                    "hour": jiff::Timestamp::from_second(at).map(|t| t.to_string()).unwrap_or_default(),
-                    "tokens": tokens,
-                    "cost_usd": crate::usage::round_usd(usd),
-                    "unpriced": unpriced,
-                })
-            })
-            .collect();
-        let crashes: Vec<Value> = crate::recovery::record::load(&dir)
-            .crashes
-            .into_iter()
-            .filter(|c| c.ts >= since)
-            .map(|c| {
-                json!({
-                    "ts": jiff::Timestamp::from_second(c.ts).map(|t| t.to_string()).unwrap_or_default(),
-                    "reason": c.reason,
-                    "code": c.code,
-                    "signal": c.signal,
-                })
-            })
-            .collect();
-        Ok(json!({
-            "agent": name,
-            "since": jiff::Timestamp::from_second(since).map(|t| t.to_string()).unwrap_or_default(),
-            "hours": hours,
-            "crashes": crashes,
-        }))
+        let mut doc = serde_json::to_value(day).unwrap_or_default();
+        doc["agent"] = Value::from(name);
+        Ok(doc)
     })
     .await?)
 }
