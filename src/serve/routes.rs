@@ -883,7 +883,10 @@ fn lifecycle_verb(app: &App, verb: &str, name: &str) -> Result<Value, ApiError> 
                 .as_str()
                 .map(str::to_string)
                 .unwrap_or_else(|| String::from_utf8_lossy(&output.stderr).trim().to_string()),
-            doc["error"]["hint"].as_str().unwrap_or_default().to_string(),
+            doc["error"]["hint"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
         )),
     }
 }

@@ -162,13 +162,14 @@ impl Detail {
                 agent.cli,
                 &mut notes,
             ));
-            if let Some(pane) = &row.pane {
-                if let Ok(text) = runtime.capture(pane, Self::PANE_LINES) {
-                    let lines: Vec<String> =
-                        text.trim_end().lines().map(str::to_string).collect();
-                    let skip = lines.len().saturating_sub(Self::PANE_LINES);
-                    detail.pane = lines.into_iter().skip(skip).collect();
-                }
+            if let Some(Ok(text)) = row
+                .pane
+                .as_ref()
+                .map(|pane| runtime.capture(pane, Self::PANE_LINES))
+            {
+                let lines: Vec<String> = text.trim_end().lines().map(str::to_string).collect();
+                let skip = lines.len().saturating_sub(Self::PANE_LINES);
+                detail.pane = lines.into_iter().skip(skip).collect();
             }
         }
         detail
@@ -193,13 +194,16 @@ fn why(row: &AgentStatus, summary: Option<&crate::recovery::record::Summary>) ->
         lines.push("crash loop: as many crashes in the window as allowed".to_string());
     } else {
         lines.push(match row.state {
-            "stopped" if summary
-                .and_then(|s| s.last_end.as_ref())
-                .is_some_and(|e| e["reason"] == "clean_exit") =>
+            "stopped"
+                if summary
+                    .and_then(|s| s.last_end.as_ref())
+                    .is_some_and(|e| e["reason"] == "clean_exit") =>
             {
                 format!("exited cleanly: held until started (S, or `phoenix start {agent}`)")
             }
-            "stopped" => format!("stopped on purpose: down until started (S, or `phoenix start {agent}`)"),
+            "stopped" => {
+                format!("stopped on purpose: down until started (S, or `phoenix start {agent}`)")
+            }
             "cooldown" => "restarting: waiting out the cooldown after its last exit".to_string(),
             "declared" => "not started: `phoenix apply` starts it".to_string(),
             "running" => format!("running ({})", row.health),

@@ -122,7 +122,10 @@ fn draw_detail(frame: &mut Frame, app: &App, area: ratatui::layout::Rect) {
                 } else {
                     Style::new()
                 };
-                lines.push(Line::from(Span::styled(format!(" {}", outside(why)), style)));
+                lines.push(Line::from(Span::styled(
+                    format!(" {}", outside(why)),
+                    style,
+                )));
             }
             if let Some(day) = &d.day {
                 lines.extend(day_lines(day));

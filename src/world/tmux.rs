@@ -57,18 +57,11 @@ impl Tmux {
             sh_quote(&self.socket),
             sh_quote(pane)
         );
-        let args: Vec<std::ffi::OsString> = [
-            "display-popup",
-            "-E",
-            "-w",
-            "90%",
-            "-h",
-            "90%",
-        ]
-        .iter()
-        .map(|a| (*a).into())
-        .chain([client.into()])
-        .collect();
+        let args: Vec<std::ffi::OsString> = ["display-popup", "-E", "-w", "90%", "-h", "90%"]
+            .iter()
+            .map(|a| (*a).into())
+            .chain([client.into()])
+            .collect();
         // Not `command()`: this one is for the person's tmux, which `$TMUX` names.
         let output = Command::new(program())
             .args(args.iter().map(|a| super::inert::command_argument(a)))

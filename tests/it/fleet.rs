@@ -1734,14 +1734,15 @@ fn attach_from_inside_another_tmux_opens_a_popup_that_c_b_d_closes() {
     std::thread::sleep(Duration::from_millis(300));
     stdin.write_all(b"d").unwrap();
     stdin.flush().unwrap();
-    wait_until(Duration::from_secs(10), "attach to return", || {
-        rc.exists()
-    });
+    wait_until(Duration::from_secs(10), "attach to return", || rc.exists());
     assert_eq!(std::fs::read_to_string(&rc).unwrap().trim(), "0");
     assert!(fleet_clients().trim().is_empty(), "{}", fleet_clients());
     // Still in their own tmux: its client attached, the terminal's program still running.
     assert_eq!(own_clients().trim().lines().count(), 1, "{}", own_clients());
-    assert!(person.try_wait().unwrap().is_none(), "the person's tmux client ended");
+    assert!(
+        person.try_wait().unwrap().is_none(),
+        "the person's tmux client ended"
+    );
     let _ = person.kill();
     fleet.wait_running(&["alpha", "beta"]);
 }

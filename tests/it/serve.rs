@@ -982,23 +982,7 @@ fn api_status_is_exactly_what_status_json_prints() {
 /// (tokens and cost per hour, today's crashes); a stop from another machine needs the token.
 #[test]
 fn stop_start_pane_and_day_of_an_agent_through_the_api() {
-    let fleet = Fleet::new();
-    fleet.toml(&format!(
-        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\nmax_crashes = 2\ncrash_window = \"10m\"\n\n\
-         [prices]\n\"claude-demo\" = {{ input = 1000.0, output = 1000.0, cache_write = 1000.0, cache_read = 1000.0 }}\n\n\
-         [[agent]]\nname = \"worker\"\ncommand = \"phoenix demo-agent --interval 1s\"\n\
-         [[agent]]\nname = \"flaky\"\ncommand = \"phoenix demo-agent --interval 300ms --crash-after 1s\"\n"
-    ));
-    fleet.run(&["apply", "--yes"]).status(0);
-    fleet.wait_running(&["worker"]);
-    wait_until(Duration::from_secs(30), "flaky in safe mode", || {
-        fleet.agent_status("flaky")["state"] == "safe-mode"
-    });
-    wait_until(Duration::from_secs(20), "worker's usage recorded", || {
-        fleet.agent_status("worker")["usage_today"]["cost_usd"]
-            .as_f64()
-            .is_some_and(|c| c > 0.0)
-    });
+    let fleet = support::worker_and_flaky_fleet();
     let server = Server::start(&fleet, &[]);
 
     // Its pane, as it shows it now.
@@ -1006,22 +990,29 @@ fn stop_start_pane_and_day_of_an_agent_through_the_api() {
     assert_eq!(code, 200, "{pane}");
     assert_eq!(pane["running"], true);
     let text = pane["text"].as_str().unwrap();
-    assert!(!text.trim().is_empty() && text.lines().count() <= 5, "{pane}");
+    assert!(
+        !text.trim().is_empty() && text.lines().count() <= 5,
+        "{pane}"
+    );
 
     // Its day: tokens and a cost in this hour; flaky's crashes today.
     let (code, day) = server.get("/api/agents/worker/day");
     assert_eq!(code, 200, "{day}");
     let hours = day["hours"].as_array().unwrap();
     assert!(
-        hours.iter().any(|h| h["tokens"].as_u64().unwrap() > 0
-            && h["cost_usd"].as_f64().unwrap() > 0.0),
+        hours
+            .iter()
+            .any(|h| h["tokens"].as_u64().unwrap() > 0 && h["cost_usd"].as_f64().unwrap() > 0.0),
         "{day}"
     );
     let (_, flaky) = server.get("/api/agents/flaky/day");
     assert!(flaky["crashes"].as_array().unwrap().len() >= 2, "{flaky}");
     // Why flaky is down: its supervision record says safe mode.
     let (_, row) = server.get("/api/agents/flaky");
-    assert!(row["supervision"]["safe_mode"]["reason"].is_string(), "{row}");
+    assert!(
+        row["supervision"]["safe_mode"]["reason"].is_string(),
+        "{row}"
+    );
 
     // Stop: recorded, the pane gone, and it stays down.
     let (code, stopped) = server.post("/api/agents/worker/stop", &json!({}));

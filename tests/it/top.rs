@@ -216,23 +216,7 @@ fn top_shows_who_needs_a_human_and_what_each_spent_today() {
 /// pane's last lines; `s` stops an agent and `S` starts it again, each confirmed with `y`.
 #[test]
 fn top_says_why_an_agent_is_down_shows_its_day_and_pane_and_stops_and_starts_it() {
-    let fleet = Fleet::new();
-    fleet.toml(
-        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\nmax_crashes = 2\ncrash_window = \"10m\"\n\n\
-         [prices]\n\"claude-demo\" = { input = 1000.0, output = 1000.0, cache_write = 1000.0, cache_read = 1000.0 }\n\n\
-         [[agent]]\nname = \"worker\"\ncommand = \"phoenix demo-agent --interval 1s\"\n\
-         [[agent]]\nname = \"flaky\"\ncommand = \"phoenix demo-agent --interval 300ms --crash-after 1s\"\n",
-    );
-    fleet.run(&["apply", "--yes"]).status(0);
-    fleet.wait_running(&["worker"]);
-    wait_until(Duration::from_secs(30), "flaky in safe mode", || {
-        fleet.agent_status("flaky")["state"] == "safe-mode"
-    });
-    wait_until(Duration::from_secs(20), "worker's usage", || {
-        fleet.agent_status("worker")["usage_today"]["cost_usd"]
-            .as_f64()
-            .is_some_and(|c| c > 0.0)
-    });
+    let fleet = support::worker_and_flaky_fleet();
 
     let screen = Screen::start(&fleet);
     screen.wait_for("d details");
@@ -240,7 +224,10 @@ fn top_says_why_an_agent_is_down_shows_its_day_and_pane_and_stops_and_starts_it(
     screen.keys(&["d"]);
     let text = screen.wait_for("working: step");
     assert!(text.contains("running (healthy)"), "{text}");
-    assert!(text.contains(" today ") && text.contains(" tokens · $"), "{text}");
+    assert!(
+        text.contains(" today ") && text.contains(" tokens · $"),
+        "{text}"
+    );
     assert!(text.contains("0 today · 00h to 24h"), "{text}");
     // flaky: safe mode, its two crashes marked.
     screen.keys(&["j"]);

@@ -228,10 +228,7 @@ fn bash_completion_offers_the_fleets_agents_and_hosts() {
     assert_eq!(offered(&["hosts", "install", ""]), ["gpu-1"]);
     assert_eq!(offered(&["move", "alpha", "--to", ""]), ["gpu-1"]);
     // The fleet file -c names, not ./phoenix.toml.
-    assert_eq!(
-        offered(&["-c", "other/fleet.toml", "stop", ""]),
-        ["zulu"]
-    );
+    assert_eq!(offered(&["-c", "other/fleet.toml", "stop", ""]), ["zulu"]);
     // After `--`, the command's own words: no agent names.
     assert!(!offered(&["exec", "alpha", "--", ""]).contains(&"alpha".to_string()));
     // Commands and options as before.
