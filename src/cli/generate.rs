@@ -9,12 +9,191 @@ use clap::CommandFactory;
 use super::{Cli, out};
 
 /// A completion script for `shell`, from the same clap definitions that parse the command line.
+/// bash's also completes the agents and hosts of the fleet file the command line names (`-c`,
+/// else the default), asking `phoenix __complete agents|hosts` as the person presses Tab.
 pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<i32> {
     let mut command = Cli::command();
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, "phoenix", &mut script);
-    out(&String::from_utf8(script)?);
+    let mut script = String::from_utf8(script)?;
+    if shell == clap_complete::Shell::Bash {
+        script.push_str(&bash_names(&Cli::command()));
+    }
+    out(&script);
     Ok(0)
+}
+
+/// What a name argument names, by its id in the clap definitions (`agent`, `agents`, `host`)
+/// or its value's name (`--to HOST`).
+fn name_kind(arg: &clap::Arg) -> Option<NameKind> {
+    let value = arg
+        .get_value_names()
+        .and_then(|v| v.first())
+        .map(|v| v.as_str().to_string());
+    match (arg.get_id().as_str(), value.as_deref()) {
+        ("agent" | "agents", _) | (_, Some("AGENT")) => Some(NameKind::Agents),
+        ("host" | "hosts", _) | (_, Some("HOST")) => Some(NameKind::Hosts),
+        _ => None,
+    }
+}
+
+/// The commands (as `loop/list`) and which names their positional arguments take, and the
+/// options (`--agent`) whose values are names: read from the clap tree, so a new command
+/// that takes an agent completes it without a line here.
+#[derive(Default)]
+struct NameArgs {
+    commands: Vec<String>,
+    positional: Vec<(String, NameKind)>,
+    options: std::collections::BTreeMap<String, NameKind>,
+}
+
+fn name_args(command: &clap::Command, path: &str, found: &mut NameArgs) {
+    for arg in command.get_arguments() {
+        let Some(kind) = name_kind(arg) else {
+            continue;
+        };
+        if arg.is_positional() {
+            if !path.is_empty() && !found.positional.iter().any(|(p, _)| p == path) {
+                found.positional.push((path.to_string(), kind));
+            }
+        } else if let Some(long) = arg.get_long() {
+            found.options.insert(format!("--{long}"), kind);
+        }
+    }
+    for sub in command.get_subcommands() {
+        if sub.is_hide_set() || sub.get_name() == "help" {
+            continue;
+        }
+        let path = if path.is_empty() {
+            sub.get_name().to_string()
+        } else {
+            format!("{path}/{}", sub.get_name())
+        };
+        found.commands.push(path.clone());
+        name_args(sub, &path, found);
+    }
+}
+
+/// The bash functions that put the fleet's names in front of clap's completion: the
+/// command's path is walked as clap's own function walks it, after `--` nothing is a name.
+fn bash_names(command: &clap::Command) -> String {
+    let mut found = NameArgs::default();
+    name_args(command, "", &mut found);
+    let patterns = |kind: NameKind| -> String {
+        let paths: Vec<&str> = found
+            .positional
+            .iter()
+            .filter(|(_, k)| *k == kind)
+            .map(|(p, _)| p.as_str())
+            .collect();
+        paths.join("|")
+    };
+    let options = |kind: NameKind| -> String {
+        let names: Vec<&str> = found
+            .options
+            .iter()
+            .filter(|(_, k)| **k == kind)
+            .map(|(o, _)| o.as_str())
+            .collect();
+        names.join("|")
+    };
+    let mut case_options = String::new();
+    let mut case_paths = String::new();
+    for kind in [NameKind::Agents, NameKind::Hosts] {
+        let word = kind.word();
+        if !options(kind).is_empty() {
+            case_options.push_str(&format!("        {}) kind={word} ;;\n", options(kind)));
+        }
+        if !patterns(kind).is_empty() {
+            case_paths.push_str(&format!("            {}) kind={word} ;;\n", patterns(kind)));
+        }
+    }
+    format!(
+        r#"
+# The fleet's own names (agents, hosts), from the phoenix.toml the command line names.
+_phoenix_fleet_names() {{
+    local i config=()
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${{COMP_WORDS[i]}}" in
+            -c|--config) config=(--config "${{COMP_WORDS[i+1]}}") ;;
+            --config=*) config=("${{COMP_WORDS[i]}}") ;;
+        esac
+    done
+    "${{COMP_WORDS[0]}}" "${{config[@]}}" __complete "$1" 2>/dev/null
+}}
+
+_phoenix_with_names() {{
+    _phoenix "$@"
+    local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="" kind="" path="" word i
+    (( COMP_CWORD > 0 )) && prev="${{COMP_WORDS[COMP_CWORD-1]}}"
+    case "$prev" in
+{case_options}    esac
+    if [[ -z "$kind" && "$cur" != -* ]]; then
+        for ((i = 1; i < COMP_CWORD; i++)); do
+            word="${{COMP_WORDS[i]}}"
+            [[ "$word" == -- ]] && path="" && break
+            case "|{commands}|" in
+                *"|${{path:+$path/}}$word|"*) path="${{path:+$path/}}$word" ;;
+            esac
+        done
+        case "$path" in
+{case_paths}        esac
+    fi
+    if [[ -n "$kind" ]]; then
+        local IFS=$'\n'
+        COMPREPLY=($(compgen -W "$(_phoenix_fleet_names "$kind")" -- "$cur"))
+    fi
+}}
+
+if [[ "${{BASH_VERSINFO[0]}}" -eq 4 && "${{BASH_VERSINFO[1]}}" -ge 4 || "${{BASH_VERSINFO[0]}}" -gt 4 ]]; then
+    complete -F _phoenix_with_names -o nosort -o bashdefault -o default phoenix
+else
+    complete -F _phoenix_with_names -o bashdefault -o default phoenix
+fi
+"#,
+        commands = found.commands.join("|"),
+    )
+}
+
+/// The names `phoenix __complete` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NameKind {
+    Agents,
+    Hosts,
+}
+
+impl NameKind {
+    fn word(self) -> &'static str {
+        match self {
+            NameKind::Agents => "agents",
+            NameKind::Hosts => "hosts",
+        }
+    }
+}
+
+/// `phoenix __complete agents|hosts`: the names declared in the fleet file, one a line, for
+/// the completion script. Nothing (and 0) when the file cannot be read: a Tab press prints no
+/// error into the person's command line.
+pub fn names(config: &Path, kind: NameKind) -> i32 {
+    let Ok(spec) = super::load_without_fs_checks(config) else {
+        return 0;
+    };
+    let names: Vec<&str> = match kind {
+        NameKind::Agents => spec
+            .agents
+            .iter()
+            .map(|a| a.name.as_str())
+            .chain(spec.remote_agents.iter().map(|a| a.name.as_str()))
+            .collect(),
+        NameKind::Hosts => spec.hosts.iter().map(|h| h.name.as_str()).collect(),
+    };
+    let mut text = String::new();
+    for name in names {
+        text.push_str(name);
+        text.push('\n');
+    }
+    out(&text);
+    0
 }
 
 /// The man page (roff): `phoenix man | man -l -`; with `dir`, a page for each command

@@ -418,6 +418,9 @@ pub enum Command {
     /// Print a shell completion script, e.g.
     /// `phoenix completions bash > ~/.local/share/bash-completion/completions/phoenix`.
     Completions { shell: clap_complete::Shell },
+    /// The names the completion script offers: the agents or hosts of the fleet file.
+    #[command(name = "__complete", hide = true)]
+    Complete { kind: generate::NameKind },
     /// Print the man page (roff): `phoenix man | man -l -`; with --dir, write a page for
     /// each command there: `phoenix man --dir ~/.local/share/man/man1`.
     Man {
@@ -727,6 +730,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::DemoAgent(args) => Ok(crate::demo::run(args, &mut std::io::stdout())?),
         Command::Completions { shell } => Ok(generate::completions(shell)?),
+        Command::Complete { kind } => Ok(generate::names(&config, kind)),
         Command::Man { dir } => generate::man(dir.as_deref()),
         Command::Schema => Ok(generate::schema()?),
         Command::Version { json } => Ok(version(json)),

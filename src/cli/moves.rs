@@ -16,7 +16,7 @@ pub struct MoveArgs {
     #[arg(required_unless_present = "cleanup")]
     pub agent: Option<String>,
     /// Where to: a `[[host]]` name, or `local` (this machine).
-    #[arg(long, required_unless_present = "cleanup")]
+    #[arg(long, value_name = "HOST", required_unless_present = "cleanup")]
     pub to: Option<String>,
     /// Its host is gone: start it on the target from the operator's mirror of its context
     /// (`phoenix hosts mirror`) and fence the old host off for when it comes back.

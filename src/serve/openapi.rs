@@ -66,6 +66,21 @@ fn action(summary: &str, body: Value, code: &str, response: Value, error_codes: 
     v
 }
 
+/// An action that reads no body (a body sent is ignored).
+fn no_body(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("requestBody");
+    }
+    v
+}
+
+/// A row of `phoenix stop|start --json`.
+fn lifecycle_row() -> Value {
+    json!({"type": "object", "properties": {
+        "agent": {"type": "string"}, "ok": {"type": "boolean"}, "detail": {"type": "string"},
+        "host": {"type": "string", "description": "When the agent runs on a host."}}})
+}
+
 pub fn document() -> Value {
     let reads = [400, 401, 403, 404, 409, 500, 502, 504];
     let acts = [400, 401, 403, 404, 409, 413, 415, 500, 502, 504];
@@ -116,6 +131,29 @@ pub fn document() -> Value {
                 json!({"type": "object", "additionalProperties": false, "properties": {
                     "fresh": {"type": "boolean", "default": false}}}),
                 "200", ok("Restarted.", r("RestartReport")), &acts)},
+            "/api/agents/{agent}/stop": {"post": no_body(action(
+                "Stop the agent as `phoenix stop` does: recorded first, it stays down through `apply` and the daemon until a start.",
+                json!({"type": "object"}),
+                "200", ok("Its row of `phoenix stop --json`.", lifecycle_row()), &acts))},
+            "/api/agents/{agent}/start": {"post": no_body(action(
+                "Start the agent again as `phoenix start` does (lifts a stop, a clean exit's hold and its crash counts).",
+                json!({"type": "object"}),
+                "200", ok("Its row of `phoenix start --json`.", lifecycle_row()), &acts))},
+            "/api/agents/{agent}/pane": {"get": op("The last lines of the agent's pane as it shows them now (plain text).",
+                vec![agent_param(), json!({"name": "lines", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 30}})],
+                ok("The pane's text; `running: false` and no text when the agent has no pane.", json!({"type": "object", "properties": {
+                    "agent": {"type": "string"}, "running": {"type": "boolean"},
+                    "pane": {"type": ["string", "null"]}, "text": {"type": "string"}}})), &reads)},
+            "/api/agents/{agent}/day": {"get": op("The agent's day: tokens and estimated cost per local hour since midnight, and today's crashes.",
+                vec![agent_param()],
+                ok("Hours with usage and crashes, oldest first.", json!({"type": "object", "properties": {
+                    "agent": {"type": "string"}, "since": {"type": "string", "format": "date-time"},
+                    "hours": {"type": "array", "items": {"type": "object", "properties": {
+                        "hour": {"type": "string", "format": "date-time"}, "tokens": {"type": "integer"},
+                        "cost_usd": {"type": "number"}, "unpriced": {"type": "boolean", "description": "Some tokens of the hour are of a model without a price."}}}},
+                    "crashes": {"type": "array", "items": {"type": "object", "properties": {
+                        "ts": {"type": "string", "format": "date-time"}, "reason": {"type": "string"},
+                        "code": {"type": ["integer", "null"]}, "signal": {"type": ["integer", "null"]}}}}}})), &reads)},
             "/api/agents/{agent}/resolve": {"post": action(
                 "Resolve an open loop: appended to resolved.jsonl and moved in state.json.",
                 json!({"type": "object", "additionalProperties": false, "required": ["id", "reason"], "properties": {

@@ -31,6 +31,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/agents/{agent}/brief"),
     ("post", "/api/agents/{agent}/inject"),
     ("post", "/api/agents/{agent}/restart"),
+    ("post", "/api/agents/{agent}/stop"),
+    ("post", "/api/agents/{agent}/start"),
+    ("get", "/api/agents/{agent}/pane"),
+    ("get", "/api/agents/{agent}/day"),
     ("post", "/api/agents/{agent}/resolve"),
     ("get", "/api/agents/{agent}/messages"),
     ("post", "/api/agents/{agent}/messages"),
@@ -57,6 +61,10 @@ pub fn router(app: App) -> Router {
         .route("/api/agents/{agent}/brief", get(brief))
         .route("/api/agents/{agent}/inject", post(inject))
         .route("/api/agents/{agent}/restart", post(restart))
+        .route("/api/agents/{agent}/stop", post(stop))
+        .route("/api/agents/{agent}/start", post(start))
+        .route("/api/agents/{agent}/pane", get(pane))
+        .route("/api/agents/{agent}/day", get(day))
         .route("/api/agents/{agent}/resolve", post(resolve))
         .route(
             "/api/agents/{agent}/messages",
@@ -829,6 +837,138 @@ async fn restart(
             report.via
         );
         Ok(serde_json::to_value(report).unwrap_or_default())
+    })
+    .await?)
+}
+
+/// `stop` and `start` as `phoenix stop|start AGENT` do them (the stop's record first, the
+/// hosts' agents on their host): the same binary runs the verb, so there is one way to stop.
+fn lifecycle_verb(app: &App, verb: &str, name: &str) -> Result<Value, ApiError> {
+    declared_anywhere(&app.spec()?, name)?;
+    let exe = std::env::current_exe().map_err(|e| {
+        ApiError::internal(&crate::error::Error::msg(format!(
+            "cannot find the phoenix binary: {e}"
+        )))
+    })?;
+    let output = std::process::Command::new(exe)
+        .arg("--config")
+        .arg(&app.config)
+        .args([verb, "--json", "--", name])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| {
+            ApiError::internal(&crate::error::Error::msg(format!(
+                "cannot run phoenix {verb}: {e}"
+            )))
+        })?;
+    let doc: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    let row = doc["agents"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["agent"] == name))
+        .cloned();
+    match row {
+        Some(row) if row["ok"] != false && output.status.success() => {
+            tracing::info!("{verb} of agent `{name}`: {}", row["detail"]);
+            Ok(row)
+        }
+        Some(row) => Err(ApiError::conflict(
+            row["detail"]
+                .as_str()
+                .unwrap_or("it did not succeed")
+                .to_string(),
+            "see `phoenix status` on the server",
+        )),
+        None => Err(ApiError::conflict(
+            doc["error"]["message"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| String::from_utf8_lossy(&output.stderr).trim().to_string()),
+            doc["error"]["hint"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        )),
+    }
+}
+
+/// An agent declared here or on one of the hosts, else 404.
+fn declared_anywhere(spec: &Spec, name: &str) -> Result<(), ApiError> {
+    if spec.remote_agents.iter().any(|a| a.name == name) {
+        return Ok(());
+    }
+    declared(spec, name).map(drop)
+}
+
+async fn stop(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
+    ok(blocking(move || lifecycle_verb(&app, "stop", &name)).await?)
+}
+
+async fn start(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
+    ok(blocking(move || lifecycle_verb(&app, "start", &name)).await?)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PaneQuery {
+    lines: Option<usize>,
+}
+
+/// The most lines `/pane` shows: a preview, not the pane's history (`logs` keeps that).
+const PANE_LINES_MAX: usize = 200;
+
+/// The last lines of the agent's pane as the pane shows them now (text, no escapes), or
+/// `running: false` and no text when it has no pane.
+async fn pane(
+    State(app): State<App>,
+    AgentName(name): AgentName,
+    QueryParams(q): QueryParams<PaneQuery>,
+) -> ApiResult {
+    let lines = q.lines.unwrap_or(30).clamp(1, PANE_LINES_MAX);
+    ok(blocking(move || {
+        if on_host(&app, &name)?.is_some() {
+            return Err(ApiError::conflict(
+                format!("agent `{name}` runs on another host: its pane is there"),
+                format!("`phoenix attach {name}` opens it"),
+            ));
+        }
+        let (spec, _) = spec_and_agent(&app, &name)?;
+        let world = observe(&spec)?;
+        let Some(pane) = world.pane_of(&name) else {
+            return Ok(json!({"agent": name, "running": false, "pane": null, "text": ""}));
+        };
+        let runtime = crate::world::runtime_for(&spec);
+        let text = runtime
+            .capture(&pane.id, lines)
+            .map_err(|e| ApiError::internal(&crate::error::Error::msg(e.to_string())))?;
+        // The pane's own blank lines below the cursor are no output.
+        let text = text.trim_end().to_string();
+        let kept: Vec<&str> = text.lines().collect();
+        let start = kept.len().saturating_sub(lines);
+        Ok(json!({"agent": name, "running": true, "pane": pane.id, "text": kept[start..].join("\n")}))
+    })
+    .await?)
+}
+
+/// The agent's day: tokens and estimated cost per local hour since midnight (its usage
+/// ledger, brought up to date), and its crashes today (its restart ledger), oldest first
+/// ([`crate::usage::report::day`]).
+async fn day(State(app): State<App>, AgentName(name): AgentName) -> ApiResult {
+    ok(blocking(move || {
+        if on_host(&app, &name)?.is_some() {
+            return Err(ApiError::conflict(
+                format!("agent `{name}` runs on another host: its records are there"),
+                format!("`phoenix usage {name}` reads them"),
+            ));
+        }
+        let (spec, agent) = spec_and_agent(&app, &name)?;
+        let mut notes = Vec::new();
+        let day = crate::usage::report::day(&spec, &name, agent.cli, &mut notes);
+        for note in &notes {
+            tracing::warn!("usage of agent `{name}`: {note}");
+        }
+        let mut doc = serde_json::to_value(day).unwrap_or_default();
+        doc["agent"] = Value::from(name);
+        Ok(doc)
     })
     .await?)
 }

@@ -116,7 +116,124 @@ pub enum Command {
         agent: String,
         pane: String,
     },
+    /// As `phoenix stop`: it stays down until started.
+    Stop {
+        agent: String,
+    },
+    /// As `phoenix start`.
+    Start {
+        agent: String,
+    },
     Quit,
+}
+
+/// What the details of the selected agent show (`d`): why it is in the state it is, its day
+/// (tokens per hour, crashes), the last lines of its pane. Read by the loop while shown.
+#[derive(Debug, Clone, Default)]
+pub struct Detail {
+    pub agent: String,
+    /// Why it runs or does not, in a few lines (safe mode and why, a crash loop, a stop).
+    pub why: Vec<String>,
+    /// `None` for an agent of a host (its records are there).
+    pub day: Option<crate::usage::report::Day>,
+    pub pane: Vec<String>,
+}
+
+impl Detail {
+    /// How many of the pane's lines the details show at most.
+    const PANE_LINES: usize = 12;
+
+    pub fn read(spec: &Spec, runtime: &dyn Runtime, row: &AgentStatus, on_host: bool) -> Detail {
+        let mut detail = Detail {
+            agent: row.agent.clone(),
+            ..Detail::default()
+        };
+        let declared = spec.agent(&row.agent);
+        let summary = (!on_host).then(|| {
+            let dir = FleetDir::new(&spec.fleet.state_dir).agent(&row.agent);
+            crate::recovery::record::summary(&dir, declared.map(|a| &a.restart))
+        });
+        detail.why = why(row, summary.as_ref());
+        if let (false, Some(agent)) = (on_host, declared) {
+            let mut notes = Vec::new();
+            detail.day = Some(crate::usage::report::day(
+                spec,
+                &agent.name,
+                agent.cli,
+                &mut notes,
+            ));
+            if let Some(Ok(text)) = row
+                .pane
+                .as_ref()
+                .map(|pane| runtime.capture(pane, Self::PANE_LINES))
+            {
+                let lines: Vec<String> = text.trim_end().lines().map(str::to_string).collect();
+                let skip = lines.len().saturating_sub(Self::PANE_LINES);
+                detail.pane = lines.into_iter().skip(skip).collect();
+            }
+        }
+        detail
+    }
+}
+
+/// Why `row` is in its state, as lines: safe mode (since when, why), a crash loop, a stop on
+/// purpose or a clean exit, a cooldown; then how its last run ended.
+fn why(row: &AgentStatus, summary: Option<&crate::recovery::record::Summary>) -> Vec<String> {
+    let mut lines = Vec::new();
+    let agent = &row.agent;
+    let crash_loop = summary.is_some_and(|s| {
+        s.max_crashes
+            .is_some_and(|max| s.crashes_in_window >= max as usize)
+    });
+    if let Some(q) = summary.and_then(|s| s.safe_mode.as_ref()) {
+        lines.push(format!(
+            "safe mode since {}: {} (r restarts it)",
+            q.since, q.reason
+        ));
+    } else if crash_loop {
+        lines.push("crash loop: as many crashes in the window as allowed".to_string());
+    } else {
+        lines.push(match row.state {
+            "stopped"
+                if summary
+                    .and_then(|s| s.last_end.as_ref())
+                    .is_some_and(|e| e["reason"] == "clean_exit") =>
+            {
+                format!("exited cleanly: held until started (S, or `phoenix start {agent}`)")
+            }
+            "stopped" => {
+                format!("stopped on purpose: down until started (S, or `phoenix start {agent}`)")
+            }
+            "cooldown" => "restarting: waiting out the cooldown after its last exit".to_string(),
+            "declared" => "not started: `phoenix apply` starts it".to_string(),
+            "running" => format!("running ({})", row.health),
+            other => other.to_string(),
+        });
+    }
+    if let Some(s) = summary {
+        lines.push(match s.max_crashes {
+            Some(max) => format!("crashes: {} in the window (max {max})", s.crashes_in_window),
+            None => format!("crashes: {} in the window", s.crashes_in_window),
+        });
+        if let Some(end) = &s.last_end {
+            let how = match (end["code"].as_i64(), end["signal"].as_i64()) {
+                (_, Some(sig)) => format!(", signal {sig}"),
+                (Some(code), None) => format!(", exit code {code}"),
+                _ => String::new(),
+            };
+            let explain = end["explain"]
+                .as_str()
+                .filter(|w| !w.is_empty())
+                .map(|w| format!(" — {w}"))
+                .unwrap_or_default();
+            lines.push(format!(
+                "last stop: {}{how} at {}{explain}",
+                end["reason"].as_str().unwrap_or("?").replace('_', " "),
+                end["ts"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    lines
 }
 
 /// What the bottom line is doing.
@@ -139,6 +256,10 @@ pub struct App {
     pub selected: usize,
     pub mode: Mode,
     pub message: Option<String>,
+    /// The selected agent's details are shown (`d`) instead of the events.
+    pub show_detail: bool,
+    /// The details last read (of the agent selected then).
+    pub detail: Option<Detail>,
 }
 
 impl App {
@@ -148,6 +269,8 @@ impl App {
             selected: 0,
             mode: Mode::Browse,
             message: None,
+            show_detail: false,
+            detail: None,
         }
     }
 
@@ -220,6 +343,15 @@ impl App {
                     fresh: c == 'R',
                 });
             }
+            KeyCode::Char('s') => {
+                let agent = self.selected_row()?.agent.clone();
+                self.mode = Mode::Confirm(Command::Stop { agent });
+            }
+            KeyCode::Char('S') => {
+                let agent = self.selected_row()?.agent.clone();
+                self.mode = Mode::Confirm(Command::Start { agent });
+            }
+            KeyCode::Char('d') => self.show_detail = !self.show_detail,
             KeyCode::Char('i') => {
                 let agent = self.selected_row()?.agent.clone();
                 self.mode = Mode::Input {
@@ -262,6 +394,11 @@ pub fn run(config: &Path, interval: Duration) -> crate::error::Result<i32> {
     let watcher = hosts::Watcher::start(&spec, interval);
     let read = |spec: &Spec| Snapshot::read(spec, &*runtime).with_hosts(spec, &watcher.views());
     let mut app = App::new(read(&spec));
+    let detail = |spec: &Spec, app: &App| {
+        let row = app.selected_row()?;
+        let on_host = app.snapshot.host_of(&row.agent).is_some();
+        Some(Detail::read(spec, &*runtime, row, on_host))
+    };
     let mut terminal = ratatui::try_init().context("cannot set up the terminal")?;
     let (done_tx, done_rx) = mpsc::channel::<String>();
     let mut next_read = Instant::now() + interval;
@@ -274,6 +411,11 @@ pub fn run(config: &Path, interval: Duration) -> crate::error::Result<i32> {
                     Event::Key(key) => app.on_key(key),
                     _ => None,
                 };
+                // The details follow the selection at once, not at the next read.
+                let selected = app.selected_row().map(|r| r.agent.as_str());
+                if app.show_detail && app.detail.as_ref().map(|d| d.agent.as_str()) != selected {
+                    app.detail = detail(&spec, &app);
+                }
                 match command {
                     None => {}
                     Some(Command::Quit) => return Ok(()),
@@ -309,6 +451,11 @@ pub fn run(config: &Path, interval: Duration) -> crate::error::Result<i32> {
                     spec = newer;
                 }
                 app.refresh(read(&spec));
+                app.detail = if app.show_detail {
+                    detail(&spec, &app)
+                } else {
+                    None
+                };
                 next_read = Instant::now() + interval;
             }
         }
@@ -323,6 +470,8 @@ fn working_on(command: &Command) -> String {
         Command::Restart { agent, .. } => format!("restarting `{agent}`…"),
         Command::Inject { agent, .. } => format!("injecting into `{agent}`…"),
         Command::Attach { agent, .. } => format!("opening `{agent}`…"),
+        Command::Stop { agent } => format!("stopping `{agent}`…"),
+        Command::Start { agent } => format!("starting `{agent}`…"),
         Command::Quit => String::new(),
     }
 }
@@ -330,6 +479,11 @@ fn working_on(command: &Command) -> String {
 /// A restart or an injection, as `phoenix restart` / `phoenix handoff inject` do them; the
 /// outcome as one line for the view.
 fn carry_out(config: &Path, command: &Command) -> String {
+    match command {
+        Command::Stop { agent } => return lifecycle_verb(config, "stop", agent),
+        Command::Start { agent } => return lifecycle_verb(config, "start", agent),
+        _ => {}
+    }
     if let Some(line) = carry_out_on_host(config, command) {
         return line;
     }
@@ -349,7 +503,45 @@ fn carry_out(config: &Path, command: &Command) -> String {
             Ok(how) => format!("injected into `{agent}` ({how})"),
             Err(e) => format!("injection into `{agent}` failed: {e:#}"),
         },
-        Command::Attach { .. } | Command::Quit => String::new(),
+        Command::Attach { .. } | Command::Stop { .. } | Command::Start { .. } | Command::Quit => {
+            String::new()
+        }
+    }
+}
+
+/// `phoenix stop|start AGENT` run as the command line runs it (a host's agent on its host):
+/// one way to stop; its row's detail as the line for the view.
+fn lifecycle_verb(config: &Path, verb: &str, agent: &str) -> String {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return format!("{verb} of `{agent}` failed: cannot find phoenix: {e}"),
+    };
+    let output = std::process::Command::new(exe)
+        .arg("--config")
+        .arg(config)
+        .args([verb, "--json", "--", agent])
+        .stdin(std::process::Stdio::null())
+        .output();
+    let output = match output {
+        Ok(output) => output,
+        Err(e) => return format!("{verb} of `{agent}` failed: {e}"),
+    };
+    let doc: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    let row = doc["agents"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["agent"] == agent));
+    match row {
+        Some(row) if row["ok"] != false && output.status.success() => {
+            format!("`{agent}`: {}", row["detail"].as_str().unwrap_or(verb))
+        }
+        Some(row) => format!(
+            "{verb} of `{agent}` failed: {}",
+            row["detail"].as_str().unwrap_or("?")
+        ),
+        None => format!(
+            "{verb} of `{agent}` failed: {}",
+            doc["error"]["message"].as_str().unwrap_or("no answer")
+        ),
     }
 }
 
@@ -396,7 +588,9 @@ fn carry_out_on_host(config: &Path, command: &Command) -> Option<String> {
                 Err(e) => format!("injection into `{agent}` on {host} failed: {e}"),
             })
         }
-        Command::Attach { .. } | Command::Quit => None,
+        Command::Attach { .. } | Command::Stop { .. } | Command::Start { .. } | Command::Quit => {
+            None
+        }
     }
 }
 

@@ -72,6 +72,11 @@ pub fn draw(frame: &mut Frame, app: &App) {
         &mut state,
     );
 
+    if app.show_detail {
+        draw_detail(frame, app, events);
+        frame.render_widget(Paragraph::new(key_line(app, keys.width as usize)), keys);
+        return;
+    }
     let room = events.height.saturating_sub(1) as usize;
     let lines: Vec<Line> = snapshot
         .events
@@ -90,6 +95,100 @@ pub fn draw(frame: &mut Frame, app: &App) {
     );
 
     frame.render_widget(Paragraph::new(key_line(app, keys.width as usize)), keys);
+}
+
+/// The selected agent's details in place of the events: why it is in its state, its day
+/// (a bar of tokens per local hour, a `×` under each hour it crashed in), its pane's last lines.
+fn draw_detail(frame: &mut Frame, app: &App, area: ratatui::layout::Rect) {
+    let selected = app.selected_row().map(|r| r.agent.as_str());
+    let detail = app
+        .detail
+        .as_ref()
+        .filter(|d| Some(d.agent.as_str()) == selected);
+    let title = match selected {
+        Some(agent) => format!(" {} · d: events ", outside(agent)),
+        None => " details · d: events ".to_string(),
+    };
+    let mut lines: Vec<Line> = Vec::new();
+    match detail {
+        None => lines.push(Line::from(Span::styled(
+            " reading…",
+            Style::new().fg(Color::DarkGray),
+        ))),
+        Some(d) => {
+            for (i, why) in d.why.iter().enumerate() {
+                let style = if i == 0 {
+                    Style::new().add_modifier(Modifier::BOLD)
+                } else {
+                    Style::new()
+                };
+                lines.push(Line::from(Span::styled(
+                    format!(" {}", outside(why)),
+                    style,
+                )));
+            }
+            if let Some(day) = &d.day {
+                lines.extend(day_lines(day));
+            }
+            if !d.pane.is_empty() {
+                lines.push(Line::from(Span::styled(
+                    " pane:",
+                    Style::new().fg(Color::DarkGray),
+                )));
+                let room = (area.height as usize).saturating_sub(lines.len() + 1);
+                let skip = d.pane.len().saturating_sub(room);
+                lines.extend(
+                    d.pane
+                        .iter()
+                        .skip(skip)
+                        .map(|l| Line::from(format!("  {}", outside(l)))),
+                );
+            }
+        }
+    }
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::new().borders(Borders::TOP).title(title)),
+        area,
+    );
+}
+
+/// The day as two lines of 24 columns, one per local hour from midnight: the tokens as a bar
+/// of eighths, then a `×` under each hour with a crash.
+fn day_lines(day: &crate::usage::report::Day) -> Vec<Line<'static>> {
+    const BARS: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let tokens = day.tokens_by_hour();
+    let max = tokens.iter().copied().max().unwrap_or(0).max(1);
+    let bar: String = tokens
+        .iter()
+        .map(|t| match t {
+            0 => '·',
+            t => BARS[((*t as f64 / max as f64) * 8.0).ceil().clamp(1.0, 8.0) as usize],
+        })
+        .collect();
+    let total: u64 = tokens.iter().sum();
+    let cost: f64 = day.hours.iter().map(|h| h.cost_usd).sum();
+    let unpriced = day.hours.iter().any(|h| h.unpriced);
+    let crash_hours = day.crash_hours();
+    let marks: String = (0..24)
+        .map(|h| if crash_hours.contains(&h) { '×' } else { ' ' })
+        .collect();
+    vec![
+        Line::from(vec![
+            Span::styled(" today   ", Style::new().fg(Color::DarkGray)),
+            Span::styled(format!("|{bar}|"), Style::new().fg(Color::Blue)),
+            Span::raw(format!(
+                " {} tokens · {}{}",
+                crate::usage::short_count(total),
+                crate::usage::usd_text(cost),
+                if unpriced { " + unpriced" } else { "" }
+            )),
+        ]),
+        Line::from(vec![
+            Span::styled(" crashes ", Style::new().fg(Color::DarkGray)),
+            Span::styled(format!(" {marks} "), Style::new().fg(Color::Red)),
+            Span::raw(format!(" {} today · 00h to 24h", day.crashes.len())),
+        ]),
+    ]
 }
 
 fn title_line(app: &App) -> Line<'static> {
@@ -306,6 +405,14 @@ fn key_line(app: &App, width: usize) -> Line<'static> {
             ),
             Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
         )),
+        Mode::Confirm(super::Command::Stop { agent }) => Line::from(Span::styled(
+            format!(" Stop `{agent}` (down until started)? y = yes, any other key = no"),
+            Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+        )),
+        Mode::Confirm(super::Command::Start { agent }) => Line::from(Span::styled(
+            format!(" Start `{agent}`? y = yes, any other key = no"),
+            Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+        )),
         Mode::Confirm(_) => Line::from(" y = yes, any other key = no"),
         Mode::Input { agent, text } => {
             let prompt = format!(" inject into `{agent}` (Enter sends, empty = latest handoff): ");
@@ -336,7 +443,7 @@ fn key_line(app: &App, width: usize) -> Line<'static> {
                 ))
             }
             None => Line::from(Span::styled(
-                " ↑↓ select · r restart · R fresh · i inject · a open pane · q quit",
+                " ↑↓ · r restart · R fresh · s stop · S start · i inject · a pane · d details · q",
                 Style::new().fg(Color::DarkGray),
             )),
         },

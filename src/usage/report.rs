@@ -167,3 +167,119 @@ fn models(by_model: &BTreeMap<String, Tokens>, prices: &Prices) -> Vec<ModelUsag
         })
         .collect()
 }
+
+/// One agent's day so far: its tokens and estimated cost per local hour since midnight (its
+/// ledger, updated first) and its crashes today (its restart ledger), for the dashboard's and
+/// `top`'s chart of the day.
+#[derive(Debug, Clone, Serialize)]
+pub struct Day {
+    /// The local midnight it starts at (RFC 3339).
+    pub since: String,
+    /// Hours with usage, oldest first.
+    pub hours: Vec<HourUsage>,
+    /// Today's crashes, oldest first.
+    pub crashes: Vec<DayCrash>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HourUsage {
+    pub hour: String,
+    pub tokens: u64,
+    pub cost_usd: f64,
+    /// Some of the hour's tokens are of a model without a price (not in `cost_usd`).
+    pub unpriced: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DayCrash {
+    pub ts: String,
+    pub reason: crate::recovery::decide::EndReason,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl Day {
+    /// The tokens of each of the day's 24 local hours (index 0: from midnight).
+    pub fn tokens_by_hour(&self) -> [u64; 24] {
+        let start = seconds(&self.since).unwrap_or(0);
+        let mut slots = [0; 24];
+        for h in &self.hours {
+            let i = (seconds(&h.hour).unwrap_or(0) - start).div_euclid(3600);
+            if let Some(slot) = usize::try_from(i).ok().and_then(|i| slots.get_mut(i)) {
+                *slot += h.tokens;
+            }
+        }
+        slots
+    }
+
+    /// The hour (0–23 from midnight) each crash happened in.
+    pub fn crash_hours(&self) -> Vec<usize> {
+        let start = seconds(&self.since).unwrap_or(0);
+        self.crashes
+            .iter()
+            .filter_map(|c| usize::try_from((seconds(&c.ts)? - start).div_euclid(3600)).ok())
+            .filter(|h| *h < 24)
+            .collect()
+    }
+}
+
+fn seconds(ts: &str) -> Option<i64> {
+    ts.parse::<jiff::Timestamp>().ok().map(|t| t.as_second())
+}
+
+fn rfc3339(at: i64) -> String {
+    jiff::Timestamp::from_second(at)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// `agent`'s [`Day`]. The ledger is brought up to date first, as `phoenix usage` does; a
+/// failed update leaves what it already holds (and says why in `notes`).
+pub fn day(spec: &Spec, agent: &str, cli: Cli, notes: &mut Vec<String>) -> Day {
+    let dir = FleetDir::new(&spec.fleet.state_dir).agent(agent);
+    if let Err(e) = ledger::update(&dir, cli, true) {
+        notes.push(format!("the ledger was not brought up to date: {e}"));
+    }
+    let now = jiff::Timestamp::now().as_second();
+    let since = super::day_start(now);
+    let prices = Prices::new(&spec.prices);
+    let mut hours: BTreeMap<i64, HourUsage> = BTreeMap::new();
+    for line in ledger::lines(&dir).0 {
+        let Some(at) = seconds(&line.hour).filter(|at| *at >= since) else {
+            continue;
+        };
+        let hour = hours.entry(at).or_insert_with(|| HourUsage {
+            hour: rfc3339(at),
+            tokens: 0,
+            cost_usd: 0.0,
+            unpriced: false,
+        });
+        hour.tokens += line.tokens.total();
+        match prices.cost(&line.model, &line.tokens) {
+            Some(usd) => hour.cost_usd += usd,
+            None => hour.unpriced = true,
+        }
+    }
+    let crashes = crate::recovery::record::load(&dir)
+        .crashes
+        .into_iter()
+        .filter(|c| c.ts >= since)
+        .map(|c| DayCrash {
+            ts: rfc3339(c.ts),
+            reason: c.reason,
+            code: c.code,
+            signal: c.signal,
+        })
+        .collect();
+    Day {
+        since: rfc3339(since),
+        hours: hours
+            .into_values()
+            .map(|mut h| {
+                h.cost_usd = super::round_usd(h.cost_usd);
+                h
+            })
+            .collect(),
+        crashes,
+    }
+}

@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 
 use super::{Check, Launch, PaneObs, Runtime, RuntimeError, Started, Tag};
 use crate::spec::Spec;
+use crate::text::sh_quote;
 
 mod batch;
 
@@ -43,6 +44,33 @@ impl Tmux {
         // A tmux client inside another tmux would otherwise refuse or talk to the wrong server.
         cmd.env_remove("TMUX");
         cmd
+    }
+
+    /// A client of this server at `pane`, in a popup of the tmux this process runs inside
+    /// (`$TMUX`, the person's own server); it returns when the popup closes. `false` when that
+    /// tmux shows no popup: older than 3.2, or no client attached to it.
+    fn show_in_popup(&self, pane: &str) -> Result<bool, RuntimeError> {
+        // The popup's shell runs this line; tmux found on PATH here is an absolute path.
+        let client = format!(
+            "exec env -u TMUX {} -L {} attach-session -t {}",
+            sh_quote(&program().to_string_lossy()),
+            sh_quote(&self.socket),
+            sh_quote(pane)
+        );
+        let args: Vec<std::ffi::OsString> = ["display-popup", "-E", "-w", "90%", "-h", "90%"]
+            .iter()
+            .map(|a| (*a).into())
+            .chain([client.into()])
+            .collect();
+        // Not `command()`: this one is for the person's tmux, which `$TMUX` names.
+        let output = Command::new(program())
+            .args(args.iter().map(|a| super::inert::command_argument(a)))
+            .output()
+            .map_err(|e| RuntimeError::Failed {
+                command: describe(&args),
+                stderr: e.to_string(),
+            })?;
+        Ok(output.status.success())
     }
 
     /// Put `text` into the paste buffer `name`, through stdin: no shell, no argument limits.
@@ -240,16 +268,24 @@ impl Runtime for Tmux {
         self.run(["send-keys", "-t", pane, "Escape"]).map(drop)
     }
 
-    /// Show `pane` to the person at this terminal: switch this client to it when running
-    /// inside the fleet's own server, else attach to the server until they detach. tmux gets
-    /// the terminal (inherited stdio).
+    /// Show `pane` to the person at this terminal until they leave it. Inside the fleet's own
+    /// server: switch this client to it. Inside another tmux (the person's own): a popup of
+    /// that tmux runs a client of the fleet's server, so the prefix and `d` reach the fleet's
+    /// client (a client nested in the pane would leave the person's own client detached on
+    /// `C-b d`), and closing it returns to where they were. Without a popup (tmux before 3.2,
+    /// or no client of that tmux to show it on) the client is nested in place. Outside tmux:
+    /// attach to the server until they detach. tmux gets the terminal (inherited stdio).
     fn show(&self, pane: &str) -> Result<(), RuntimeError> {
-        let inside_server = std::env::var("TMUX").ok().is_some_and(|t| {
+        let outer = std::env::var("TMUX").ok().filter(|t| !t.is_empty());
+        let inside_server = outer.as_deref().is_some_and(|t| {
             let path = t.split(',').next().unwrap_or("");
             Path::new(path).file_name() == Some(std::ffi::OsStr::new(self.socket.as_str()))
         });
         self.run(["select-window", "-t", pane])?;
         self.run(["select-pane", "-t", pane])?;
+        if outer.is_some() && !inside_server && self.show_in_popup(pane)? {
+            return Ok(());
+        }
         let verb = if inside_server {
             "switch-client"
         } else {

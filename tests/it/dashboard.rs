@@ -344,3 +344,102 @@ fn the_dashboard_shows_spend_today_and_who_needs_a_human() {
         "return !document.querySelector('#fleet-body tr.needs-input');",
     );
 }
+
+/// The selected agent's overview: why it is down (flaky: safe mode after its crash loop), its
+/// day (a bar of tokens this hour, a mark per crash), its pane's last lines; Stop and Start
+/// in its row, each confirmed. A screenshot is written to target/dashboard-overview.png.
+#[test]
+fn the_dashboard_says_why_an_agent_is_down_charts_its_day_and_stops_and_starts_it() {
+    if !enabled() {
+        return;
+    }
+    let Ok((chromium, chromedriver)) = browser::find_or_install() else {
+        eprintln!("SKIPPED the_dashboard_says_why…: no headless Chromium");
+        return;
+    };
+    let fleet = support::worker_and_flaky_fleet();
+
+    let server = Server::start(&fleet, &[]);
+    let browser = Browser::start(&chromium, &chromedriver, 1400, 1100);
+    browser.goto(&format!("{}/", server.url));
+    browser.wait_js(
+        "the fleet table",
+        Duration::from_secs(15),
+        "return document.body.dataset.ready === 'true' && \
+         document.querySelectorAll('#fleet-body tr[data-agent]').length === 2",
+    );
+
+    // flaky: safe mode, and its crashes on the day's chart and in the list.
+    browser.click("#fleet-body tr[data-agent='flaky'] td");
+    let why = browser.wait_js(
+        "why flaky is down",
+        Duration::from_secs(10),
+        "const w = document.querySelector(\"#agent-body[data-view='overview'][data-agent='flaky'] .why\"); \
+         return w ? w.textContent : null;",
+    );
+    assert!(why.as_str().unwrap().starts_with("safe mode"), "{why}");
+    let crashes = browser.js(
+        "return document.querySelectorAll('#agent-body .day-chart g.crash').length;",
+        json!([]),
+    );
+    assert!(crashes.as_u64().unwrap() >= 2, "{crashes}");
+    let listed = browser.js(
+        "return document.querySelectorAll('#agent-body ol.crashes li').length;",
+        json!([]),
+    );
+    assert_eq!(listed, crashes);
+    std::fs::write(
+        target_dir().join("dashboard-crashes.png"),
+        browser.screenshot(),
+    )
+    .unwrap();
+
+    // worker: running, a bar of tokens this hour, its pane's text.
+    browser.click("#fleet-body tr[data-agent='worker'] td");
+    browser.wait_js(
+        "worker's overview",
+        Duration::from_secs(10),
+        "return document.querySelector(\"#agent-body[data-view='overview'][data-agent='worker'] .why\")?.textContent.startsWith('running') && \
+         document.querySelectorAll('#agent-body .day-chart rect.bar').length >= 1 && \
+         document.querySelector('#agent-body pre.pane-preview')?.textContent.trim().length > 0;",
+    );
+    let png = browser.screenshot();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+    let path = target_dir().join("dashboard-overview.png");
+    std::fs::write(&path, &png).unwrap();
+    println!("screenshot: {}", path.display());
+
+    // Stop worker: confirmed, then its row and its overview say stopped.
+    browser.click("button[data-action='stop'][data-agent='worker']");
+    browser.wait_js(
+        "the confirmation",
+        Duration::from_secs(5),
+        "return document.querySelector('#confirm').open;",
+    );
+    assert_ne!(fleet.agent_status("worker")["state"], "stopped");
+    browser.click("#confirm-ok");
+    browser.wait_js(
+        "worker stopped in the table and the overview",
+        Duration::from_secs(20),
+        "return document.querySelector(\"#fleet-body tr[data-agent='worker']\").dataset.state === 'stopped' && \
+         document.querySelector('#agent-body .why')?.textContent.startsWith('stopped');",
+    );
+    assert_eq!(fleet.agent_status("worker")["state"], "stopped");
+    let png = browser.screenshot();
+    std::fs::write(target_dir().join("dashboard-stopped.png"), &png).unwrap();
+
+    // Start it again.
+    browser.click("button[data-action='start'][data-agent='worker']");
+    browser.wait_js(
+        "the confirmation",
+        Duration::from_secs(5),
+        "return document.querySelector('#confirm').open;",
+    );
+    browser.click("#confirm-ok");
+    browser.wait_js(
+        "worker running again",
+        Duration::from_secs(20),
+        "return document.querySelector(\"#fleet-body tr[data-agent='worker']\").dataset.state === 'running';",
+    );
+    fleet.wait_running(&["worker"]);
+}

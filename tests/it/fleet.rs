@@ -1635,3 +1635,114 @@ fn json_is_one_pretty_shape_whatever_the_count() {
     assert!(fleet.path().join("sub/phoenix.toml").is_file());
     fleet.run(&["down"]).status(0);
 }
+
+/// `attach` from inside the person's own tmux (another server than the fleet's): the agent's
+/// pane opens in a popup of that tmux, `C-b d` pressed at the person's terminal leaves the
+/// agent's pane (not the person's own tmux, whose client stays attached), and `attach`
+/// returns 0.
+#[test]
+fn attach_from_inside_another_tmux_opens_a_popup_that_c_b_d_closes() {
+    use std::io::Write;
+    let fleet = Fleet::new();
+    fleet.toml(&two_demo_agents());
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["alpha", "beta"]);
+    let pane = fleet.agent_status("beta")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no `script` (util-linux) on PATH for a terminal");
+        return;
+    }
+    // The person's own tmux: its own server, a real client on a pseudo-terminal.
+    let own = format!("{}-own", fleet.socket);
+    let own_tmux = |args: &[&str]| {
+        let out = std::process::Command::new("tmux")
+            .args(["-L", &own])
+            .args(args)
+            .env_remove("TMUX")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    struct KillOnDrop(String);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            support::kill_tmux_server(&self.0);
+        }
+    }
+    let _own_server = KillOnDrop(own.clone());
+    let started = std::process::Command::new("tmux")
+        .args(["-L", &own, "-f", "/dev/null", "new-session", "-d"])
+        .args(["-x", "120", "-y", "40", "sleep 600"])
+        .env_remove("TMUX")
+        .status()
+        .unwrap();
+    assert!(started.success());
+    let mut person = std::process::Command::new("script")
+        .args(["-qec", &format!("tmux -L {own} attach"), "/dev/null"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", fleet.path().join("home"))
+        .env("TERM", "xterm")
+        .current_dir(fleet.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let own_clients = || own_tmux(&["list-clients", "-F", "#{client_name}"]);
+    wait_until(
+        Duration::from_secs(10),
+        "the person's client on their own tmux",
+        || !own_clients().trim().is_empty(),
+    );
+
+    // `phoenix attach` typed in a window of the person's tmux ($TMUX names that server).
+    let rc = fleet.path().join("attach-rc");
+    own_tmux(&[
+        "new-window",
+        &format!(
+            "'{}' --config '{}' attach beta; echo $? > '{}'; sleep 600",
+            support::PHOENIX,
+            fleet.config().display(),
+            rc.display()
+        ),
+    ]);
+    let fleet_clients = || {
+        fleet
+            .tmux(&["list-clients", "-F", "#{pane_id}"])
+            .unwrap_or_default()
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "a client on the fleet's server",
+        || !fleet_clients().trim().is_empty(),
+    );
+    assert_eq!(fleet_clients().trim(), pane);
+    assert_eq!(own_clients().trim().lines().count(), 1, "{}", own_clients());
+
+    // The person presses C-b d at their terminal.
+    let stdin = person.stdin.as_mut().unwrap();
+    stdin.write_all(b"\x02").unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    stdin.write_all(b"d").unwrap();
+    stdin.flush().unwrap();
+    wait_until(Duration::from_secs(10), "attach to return", || rc.exists());
+    assert_eq!(std::fs::read_to_string(&rc).unwrap().trim(), "0");
+    assert!(fleet_clients().trim().is_empty(), "{}", fleet_clients());
+    // Still in their own tmux: its client attached, the terminal's program still running.
+    assert_eq!(own_clients().trim().lines().count(), 1, "{}", own_clients());
+    assert!(
+        person.try_wait().unwrap().is_none(),
+        "the person's tmux client ended"
+    );
+    let _ = person.kill();
+    fleet.wait_running(&["alpha", "beta"]);
+}

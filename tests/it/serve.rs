@@ -976,3 +976,74 @@ fn api_status_is_exactly_what_status_json_prints() {
     );
     assert_eq!(steady(api), steady(cli));
 }
+
+/// The operator's everyday actions and views of one agent through the API: stop (it stays
+/// down, `status` says stopped and why) and start again, its pane's last lines, its day
+/// (tokens and cost per hour, today's crashes); a stop from another machine needs the token.
+#[test]
+fn stop_start_pane_and_day_of_an_agent_through_the_api() {
+    let fleet = support::worker_and_flaky_fleet();
+    let server = Server::start(&fleet, &[]);
+
+    // Its pane, as it shows it now.
+    let (code, pane) = server.get("/api/agents/worker/pane?lines=5");
+    assert_eq!(code, 200, "{pane}");
+    assert_eq!(pane["running"], true);
+    let text = pane["text"].as_str().unwrap();
+    assert!(
+        !text.trim().is_empty() && text.lines().count() <= 5,
+        "{pane}"
+    );
+
+    // Its day: tokens and a cost in this hour; flaky's crashes today.
+    let (code, day) = server.get("/api/agents/worker/day");
+    assert_eq!(code, 200, "{day}");
+    let hours = day["hours"].as_array().unwrap();
+    assert!(
+        hours
+            .iter()
+            .any(|h| h["tokens"].as_u64().unwrap() > 0 && h["cost_usd"].as_f64().unwrap() > 0.0),
+        "{day}"
+    );
+    let (_, flaky) = server.get("/api/agents/flaky/day");
+    assert!(flaky["crashes"].as_array().unwrap().len() >= 2, "{flaky}");
+    // Why flaky is down: its supervision record says safe mode.
+    let (_, row) = server.get("/api/agents/flaky");
+    assert!(
+        row["supervision"]["safe_mode"]["reason"].is_string(),
+        "{row}"
+    );
+
+    // Stop: recorded, the pane gone, and it stays down.
+    let (code, stopped) = server.post("/api/agents/worker/stop", &json!({}));
+    assert_eq!(code, 200, "{stopped}");
+    assert_eq!(stopped["agent"], "worker");
+    assert_eq!(stopped["ok"], true);
+    wait_until(Duration::from_secs(10), "worker stopped", || {
+        fleet.agent_status("worker")["state"] == "stopped"
+    });
+    assert_eq!(server.get("/api/agents/worker/pane").1["running"], false);
+    // Start: running again.
+    let (code, started) = server.post("/api/agents/worker/start", &json!({}));
+    assert_eq!(code, 200, "{started}");
+    fleet.wait_running(&["worker"]);
+    // An unknown agent: 404, nothing run.
+    assert_error(
+        &server.post("/api/agents/nobody/stop", &json!({})),
+        404,
+        "no agent `nobody`",
+    );
+    drop(server);
+
+    // From another machine the API needs the token for a stop, as for every action.
+    let token = "lan-token-0123456789abcdef";
+    let mut server = Server::start_on(&fleet, "0.0.0.0:0", &[("PHOENIX_TOKEN", token)]);
+    let port = server.addr.rsplit(':').next().unwrap().to_string();
+    server.url = format!("http://127.0.0.1:{port}");
+    server.addr = format!("127.0.0.1:{port}");
+    server.token = None;
+    let (code, body) = server.post("/api/agents/worker/stop", &json!({}));
+    assert_eq!(code, 401, "{body}");
+    fleet.wait_running(&["worker"]);
+    assert_ne!(fleet.agent_status("worker")["state"], "stopped");
+}

@@ -210,3 +210,46 @@ fn top_shows_who_needs_a_human_and_what_each_spent_today() {
     screen.keys(&["q"]);
     screen.wait_for("top-exited-0");
 }
+
+/// `d` shows the selected agent's details in place of the events: why it is down (flaky: safe
+/// mode after its crash loop, its crashes under the hours of the day), its tokens per hour, its
+/// pane's last lines; `s` stops an agent and `S` starts it again, each confirmed with `y`.
+#[test]
+fn top_says_why_an_agent_is_down_shows_its_day_and_pane_and_stops_and_starts_it() {
+    let fleet = support::worker_and_flaky_fleet();
+
+    let screen = Screen::start(&fleet);
+    screen.wait_for("d details");
+    // worker first: running, a bar this hour, its pane.
+    screen.keys(&["d"]);
+    let text = screen.wait_for("working: step");
+    assert!(text.contains("running (healthy)"), "{text}");
+    assert!(
+        text.contains(" today ") && text.contains(" tokens · $"),
+        "{text}"
+    );
+    assert!(text.contains("0 today · 00h to 24h"), "{text}");
+    // flaky: safe mode, its two crashes marked.
+    screen.keys(&["j"]);
+    let text = screen.wait_for("safe mode since");
+    assert!(text.contains("crashes: 2 in the window (max 2)"), "{text}");
+    assert!(text.contains('×') && text.contains("2 today"), "{text}");
+    assert!(text.contains("last stop: crash, exit code"), "{text}");
+    println!("top with flaky's details:\n{text}");
+
+    // Stop worker: asked first, then stopped (and it says how to start it).
+    screen.keys(&["k", "s"]);
+    screen.wait_for("Stop `worker` (down until started)?");
+    screen.keys(&["y"]);
+    wait_until(Duration::from_secs(15), "worker stopped", || {
+        fleet.agent_status("worker")["state"] == "stopped"
+    });
+    screen.wait_for("stopped on purpose: down until started (S");
+    screen.keys(&["S"]);
+    screen.wait_for("Start `worker`?");
+    screen.keys(&["y"]);
+    fleet.wait_running(&["worker"]);
+    screen.wait_for("running (healthy)");
+    screen.keys(&["q"]);
+    screen.wait_for("top-exited-0");
+}

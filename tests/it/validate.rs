@@ -168,3 +168,81 @@ fn a_misspelt_agent_name_gets_did_you_mean() {
         .status(1)
         .stderr_has("(declared: trades, research)");
 }
+
+/// Tab after a command that takes an agent offers the agents of the fleet file the command line
+/// names (`-c`, else ./phoenix.toml), a host's agents too; after `--agent` as well; `hosts
+/// install` and `move --to` offer the hosts; commands and options still complete as before.
+#[test]
+fn bash_completion_offers_the_fleets_agents_and_hosts() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "[[host]]\nname = \"gpu-1\"\nssh = \"gpu-1\"\n\n{}\n{}\n[[agent]]\nname = \"far\"\ncommand = \"phoenix demo-agent\"\nhost = \"gpu-1\"\n",
+        Fleet::demo_agent("alpha", ""),
+        Fleet::demo_agent("beta", "")
+    ));
+    let script = fleet.path().join("phoenix.bash");
+    std::fs::write(&script, fleet.run(&["completions", "bash"]).stdout()).unwrap();
+    let other = fleet.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(
+        other.join("fleet.toml"),
+        format!(
+            "[fleet]\nname = \"other\"\n\n{}",
+            Fleet::demo_agent("zulu", "")
+        ),
+    )
+    .unwrap();
+    // What bash offers for the words typed so far (the last one being completed).
+    let offered = |words: &[&str]| -> Vec<String> {
+        let quoted: Vec<String> = std::iter::once(support::PHOENIX)
+            .chain(words.iter().copied())
+            .map(|w| format!("'{w}'"))
+            .collect();
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "source '{}'; COMP_WORDS=({}); COMP_CWORD={}; \
+                 _phoenix_with_names \"${{COMP_WORDS[0]}}\" \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; \
+                 printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+                script.display(),
+                quoted.join(" "),
+                words.len()
+            ))
+            .current_dir(fleet.path())
+            .env_remove("PHOENIX_CONFIG")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(offered(&["restart", ""]), ["alpha", "beta", "far"]);
+    assert_eq!(offered(&["attach", "b"]), ["beta"]);
+    assert_eq!(offered(&["loop", "list", ""]), ["alpha", "beta", "far"]);
+    assert_eq!(offered(&["events", "--agent", "a"]), ["alpha"]);
+    assert_eq!(offered(&["hosts", "install", ""]), ["gpu-1"]);
+    assert_eq!(offered(&["move", "alpha", "--to", ""]), ["gpu-1"]);
+    // The fleet file -c names, not ./phoenix.toml.
+    assert_eq!(offered(&["-c", "other/fleet.toml", "stop", ""]), ["zulu"]);
+    // After `--`, the command's own words: no agent names.
+    assert!(!offered(&["exec", "alpha", "--", ""]).contains(&"alpha".to_string()));
+    // Commands and options as before.
+    assert!(offered(&["rest"]).contains(&"restart".to_string()));
+    assert!(offered(&["restart", "--"]).contains(&"--fresh".to_string()));
+    // A directory without a fleet file: nothing to offer, no error in the command line.
+    let empty = fleet.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let run = std::process::Command::new(support::PHOENIX)
+        .args(["__complete", "agents"])
+        .current_dir(&empty)
+        .env_remove("PHOENIX_CONFIG")
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    assert!(run.stdout.is_empty() && run.stderr.is_empty(), "{run:?}");
+}

@@ -7,7 +7,7 @@ const $ = (sel) => document.querySelector(sel);
 const state = {
   fleet: null,          // the last /api/status document
   selected: null,       // selected agent name
-  tab: "ledger",
+  tab: "overview",
   handoff: null,        // id of the handoff shown
   pids: new Map(),      // agent -> pid, to flash rows that changed
   rendered: false,
@@ -281,6 +281,8 @@ function renderFleet(doc) {
     if (row.declared !== a.declared) {
       row.declared = a.declared;
       cells.actions.replaceChildren(a.declared ? el("span", { class: "actions" },
+        actionButton("Stop", "stop", a.agent, "Stop it: it stays down until started"),
+        actionButton("Start", "start", a.agent, "Start it again after a stop, a clean exit or safe mode"),
         actionButton("Restart", "restart", a.agent, "Restart, resuming its session"),
         actionButton("Fresh", "fresh", a.agent, "Restart with a fresh session"),
         actionButton("Save handoff", "save", a.agent, "Save a handoff now"),
@@ -424,7 +426,27 @@ async function loadAgentTab() {
   const body = $("#agent-body");
   body.classList.remove("muted");
   try {
-    if (state.tab === "ledger") {
+    if (state.tab === "overview") {
+      const enc = encodeURIComponent(name);
+      const [row, day, pane] = await Promise.all([
+        api(`/api/agents/${enc}`),
+        api(`/api/agents/${enc}/day`).catch((e) => ({ error: e })),
+        api(`/api/agents/${enc}/pane?lines=20`).catch((e) => ({ error: e })),
+      ]);
+      if (state.selected !== name) return;
+      body.replaceChildren(...[
+        el("div", { class: "section-title", text: "Supervision" }),
+        whyDown(row),
+        el("div", { class: "section-title", text: "Today: tokens and estimated cost per hour, crashes" }),
+        day.error ? el("div", { class: "empty", text: day.error.message }) : dayChart(day),
+        el("div", { class: "section-title", text: "Pane" }),
+        pane.error ? el("div", { class: "empty", text: pane.error.message })
+          : pane.running ? el("pre", { class: "pane-preview", text: pane.text || "(nothing on screen)" })
+            : el("div", { class: "empty", text: "No pane: the agent is not running." }),
+      ]);
+      body.dataset.view = "overview";
+      body.dataset.agent = name; // whose overview this is (the name above changes first)
+    } else if (state.tab === "ledger") {
       const l = await api(`/api/agents/${encodeURIComponent(name)}/ledger`);
       if (state.selected !== name) return;
       const parts = [
@@ -468,6 +490,113 @@ async function loadAgentTab() {
   } catch (e) {
     body.replaceChildren(el("div", { class: "empty", text: e.message + (e.hint ? " — " + e.hint : "") }));
   }
+}
+
+// Why the agent is in the state it is: safe mode (and why), a crash loop, a stop on purpose, a
+// clean exit, a cooldown after a crash; with how its last run ended.
+function whyDown(a) {
+  const s = a.supervision || {};
+  const lines = [];
+  let verdict;
+  if (s.safe_mode) {
+    verdict = el("span", { class: "badge down", text: "safe mode" });
+    lines.push(`since ${when(s.safe_mode.since)}: ${s.safe_mode.reason}. \`phoenix restart ${a.agent}\` (or Start) lifts it.`);
+  } else if (s.max_crashes && s.crashes_in_window >= s.max_crashes) {
+    verdict = el("span", { class: "badge down", text: "crash loop" });
+    lines.push(`${s.crashes_in_window} crashes in the window (max ${s.max_crashes}).`);
+  } else if (a.state === "stopped") {
+    const clean = s.last_end && s.last_end.reason === "clean_exit";
+    verdict = el("span", { class: "badge stopped", text: clean ? "exited cleanly" : "stopped" });
+    lines.push(clean ? "Its CLI exited on its own; it is held until started (Start)."
+      : "Stopped on purpose: it stays down until started (Start, or `phoenix start " + a.agent + "`).");
+  } else if (a.state === "cooldown") {
+    verdict = el("span", { class: "badge recovering", text: "restarting" });
+    lines.push("Waiting out the cooldown after its last exit.");
+  } else if (a.state === "running") {
+    verdict = el("span", { class: "badge " + a.health, text: a.health === "healthy" ? "running" : a.health });
+  } else {
+    verdict = el("span", { class: "badge " + a.health, text: a.state });
+    if (a.state === "declared") lines.push("Not started: `phoenix apply` starts it.");
+  }
+  if (s.crashes_in_window !== undefined && !lines.some((l) => l.includes("crashes in the window"))) {
+    lines.push(`${s.crashes_in_window} crash(es) in the window` + (s.max_crashes ? ` (max ${s.max_crashes})` : "") + ".");
+  }
+  const end = s.last_end;
+  if (end) {
+    const how = end.signal != null ? `, signal ${end.signal}` : end.code != null ? `, exit code ${end.code}` : "";
+    lines.push(`Last stop: ${String(end.reason || "?").replace(/_/g, " ")}${how}, ${ago(end.ts)}` + (end.explain ? ` — ${end.explain}` : ""));
+  }
+  return el("div", { class: "why", dataset: { why: verdict.textContent } }, verdict,
+    el("ul", { class: "items" }, lines.map((l) => el("li", { text: l }))));
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "text") node.textContent = v; else node.setAttribute(k, v);
+  }
+  for (const c of children.flat()) if (c) node.append(c);
+  return node;
+}
+
+function short(n) {
+  return n >= 1e6 ? (n / 1e6).toFixed(1) + "M" : n >= 1e3 ? (n / 1e3).toFixed(1) + "k" : String(n);
+}
+
+// 24 local hours from midnight: a bar of tokens per hour, the running cost as a line, each
+// crash a red mark at its time.
+function dayChart(day) {
+  const start = Date.parse(day.since);
+  const W = 480, H = 140, left = 34, right = 40, top = 10, bottom = 34;
+  const plotW = W - left - right, plotH = H - top - bottom;
+  const slot = plotW / 24;
+  const byHour = new Array(24).fill(null);
+  for (const h of day.hours || []) {
+    const i = Math.floor((Date.parse(h.hour) - start) / 3600000);
+    if (i >= 0 && i < 24) byHour[i] = h;
+  }
+  const maxTokens = Math.max(1, ...byHour.map((h) => (h ? h.tokens : 0)));
+  let cost = 0;
+  const costs = byHour.map((h) => (cost += h ? h.cost_usd : 0));
+  const maxCost = Math.max(0.01, cost);
+  const nowHour = Math.min(24, (Date.now() - start) / 3600000);
+  const parts = [];
+  parts.push(svg("line", { x1: left, y1: top + plotH, x2: left + plotW, y2: top + plotH, class: "axis" }));
+  for (let i = 0; i <= 24; i += 6) {
+    parts.push(svg("text", { x: left + i * slot, y: H - bottom + 14, class: "tick", "text-anchor": "middle", text: String(i).padStart(2, "0") + ":00" }));
+  }
+  parts.push(svg("text", { x: left - 4, y: top + 8, class: "tick", "text-anchor": "end", text: short(maxTokens) }));
+  parts.push(svg("text", { x: left + plotW + 4, y: top + 8, class: "tick cost", text: "$" + maxCost.toFixed(2) }));
+  byHour.forEach((h, i) => {
+    if (!h || !h.tokens) return;
+    const bh = Math.max(1, (h.tokens / maxTokens) * plotH);
+    parts.push(svg("rect", { x: left + i * slot + 1, y: top + plotH - bh, width: slot - 2, height: bh, class: "bar" },
+      svg("title", { text: `${String(i).padStart(2, "0")}:00 — ${h.tokens} tokens, $${h.cost_usd.toFixed(2)}` + (h.unpriced ? " (+ unpriced)" : "") })));
+  });
+  const points = [];
+  for (let i = 0; i < Math.ceil(nowHour); i++) {
+    points.push(`${left + (i + 1) * slot},${top + plotH - (costs[i] / maxCost) * plotH}`);
+  }
+  if (points.length) parts.push(svg("polyline", { points: `${left},${top + plotH} ` + points.join(" "), class: "cost-line" }));
+  for (const c of day.crashes || []) {
+    const x = left + ((Date.parse(c.ts) - start) / 3600000) * slot;
+    const how = c.signal != null ? `signal ${c.signal}` : c.code != null ? `exit code ${c.code}` : "";
+    parts.push(svg("g", { class: "crash" },
+      svg("line", { x1: x, y1: top, x2: x, y2: top + plotH + 6 }),
+      svg("circle", { cx: x, cy: top + plotH + 6, r: 3 }),
+      svg("title", { text: `crash ${new Date(c.ts).toLocaleTimeString()}: ${c.reason} ${how}` })));
+  }
+  const tokens = byHour.reduce((n, h) => n + (h ? h.tokens : 0), 0);
+  return el("div", { class: "day" },
+    svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "day-chart", role: "img", "aria-label": "tokens and cost today" }, parts),
+    el("div", { class: "muted legend" },
+      el("span", { class: "key bar" }), ` tokens per hour (${short(tokens)} today) `,
+      el("span", { class: "key cost-line" }), ` estimated cost ($${cost.toFixed(2)} today) `,
+      el("span", { class: "key crash" }), ` crashes (${(day.crashes || []).length} today)`),
+    (day.crashes || []).length ? el("ol", { class: "crashes" }, day.crashes.map((c) =>
+      el("li", { class: "crit" }, el("span", { class: "mono", text: new Date(c.ts).toLocaleTimeString() }), " ",
+        String(c.reason).replace(/_/g, " "), c.signal != null ? ` (signal ${c.signal})` : c.code != null ? ` (exit code ${c.code})` : ""))) : null);
 }
 
 // ---- handoffs: list, search, view ----
@@ -583,7 +712,20 @@ function busy(button, on) {
 
 async function act(action, agent, button) {
   const path = `/api/agents/${encodeURIComponent(agent)}`;
-  if (action === "restart" || action === "fresh") {
+  if (action === "stop" || action === "start") {
+    const stopping = action === "stop";
+    const ok = await confirmAction(stopping ? `Stop ${agent}?` : `Start ${agent}?`,
+      stopping ? `Agent ${agent} is stopped and stays down (through apply and the daemon) until it is started.`
+        : `Agent ${agent} is started again: its stop, a clean exit's hold and its crash count are lifted.`);
+    if (!ok) return;
+    busy(button, true);
+    try {
+      const r = await api(path + "/" + action, { method: "POST", body: {} });
+      toast(`${stopping ? "Stopped" : "Started"} ${agent}`, r.detail || "");
+      loadStatus();
+      if (state.selected === agent) loadAgentTab();
+    } catch (e) { fail(e); } finally { busy(button, false); }
+  } else if (action === "restart" || action === "fresh") {
     const fresh = action === "fresh";
     const ok = await confirmAction(fresh ? "Restart with a fresh session?" : "Restart?",
       fresh ? `Agent ${agent} is stopped and started with a clean session; its latest handoff is given back to it.`

@@ -932,6 +932,30 @@ pub fn spending_fleet_with_a_waiting_agent(
     (fleet, pane)
 }
 
+/// A fleet of `worker` (a demo agent whose model is priced: it spends something today) and
+/// `flaky` (crashes a second after each start, twice within its window: safe mode), once both
+/// happened: for the views that say why an agent is down and chart its day.
+pub fn worker_and_flaky_fleet() -> Fleet {
+    let fleet = Fleet::new();
+    fleet.toml(
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"5s\"\nmax_crashes = 2\ncrash_window = \"10m\"\n\n\
+         [prices]\n\"claude-demo\" = { input = 1000.0, output = 1000.0, cache_write = 1000.0, cache_read = 1000.0 }\n\n\
+         [[agent]]\nname = \"worker\"\ncommand = \"phoenix demo-agent --interval 1s\"\n\
+         [[agent]]\nname = \"flaky\"\ncommand = \"phoenix demo-agent --interval 300ms --crash-after 1s\"\n",
+    );
+    fleet.run(&["apply", "--yes"]).status(0);
+    fleet.wait_running(&["worker"]);
+    wait_until(Duration::from_secs(30), "flaky in safe mode", || {
+        fleet.agent_status("flaky")["state"] == "safe-mode"
+    });
+    wait_until(Duration::from_secs(20), "worker's usage recorded", || {
+        fleet.agent_status("worker")["usage_today"]["cost_usd"]
+            .as_f64()
+            .is_some_and(|c| c > 0.0)
+    });
+    fleet
+}
+
 /// The argv of every phoenix process whose command line names `text` (the tmux server keeps
 /// the command line of the client that started it: not phoenix's).
 pub fn processes_naming(text: &str) -> Vec<Vec<String>> {
