@@ -233,3 +233,65 @@ fn after_a_move_the_fleet_is_converged_without_another_apply() {
         net.run(&["plan"]).status(0);
     }
 }
+
+#[test]
+fn hosts_check_fails_on_a_host_where_no_daemon_will_run_and_passes_once_one_does() {
+    let Some(net) = HostedFleet::start(&["gpu-1"]) else {
+        return;
+    };
+    net.toml(&HostedFleet::demo_agent("far", Some("gpu-1")));
+    // The test's sshd gives no systemd user manager (no PAM session, no systemd here), and
+    // nothing else supervises the host's fleet: its agents would run until they die.
+    let run = net.run(&["hosts", "check"]);
+    let text = run.stdout();
+    run.status(1);
+    assert!(!text.contains("All checks passed"), "{text}");
+    assert!(
+        text.contains("FAIL daemon") && text.contains("no daemon will run here"),
+        "{text}"
+    );
+    assert!(text.contains("phoenix hosts install gpu-1"), "{text}");
+    assert!(
+        text.contains("1 host: 0 unreachable, 1 check(s) failed."),
+        "{text}"
+    );
+    let doc = net.run(&["hosts", "check", "--json"]).status(1).json();
+    let daemon = host_report(&doc, "gpu-1")["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "daemon")
+        .cloned()
+        .unwrap();
+    assert_eq!(daemon["ok"], false, "{doc}");
+    assert!(
+        daemon["fix"]
+            .as_str()
+            .unwrap()
+            .contains(" run` under the host's own supervisor"),
+        "{doc}"
+    );
+
+    // The host's own supervisor runs its daemon (as the printed command says): it passes.
+    net.run(&["apply", "--yes"]).status(0);
+    let host = net.host("gpu-1");
+    let log = net.fleet.path().join("gpu-1-daemon.log");
+    let _daemon = std::process::Command::new(crate::support::PHOENIX)
+        .arg("--config")
+        .arg(host.config())
+        .arg("run")
+        .env_remove("TMUX")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(15), "the host's daemon", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("supervising the fleet"))
+    });
+    net.run(&["hosts", "check"])
+        .status(0)
+        .stdout_has("ok   daemon")
+        .stdout_has("supervises the fleet here")
+        .stdout_has("All checks passed on 1 host.");
+}
