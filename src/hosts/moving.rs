@@ -480,6 +480,19 @@ impl Moving<'_> {
             ));
         }
         self.report.spec_written = self.spec_written;
+        // `phoenix move` ends with the fleet as phoenix.toml declares it: the source gets
+        // its slice without the agent (the combined `apply` sends it after all its moves).
+        if delivered && self.spec_written {
+            let from = self.from.clone();
+            (self.on_step)(&format!("sending {from} its slice without `{agent}`"));
+            let sent =
+                side(self.spec, self.links, &from).and_then(|s| s.converge(&self.moved, self.spec));
+            if let Err(e) = sent {
+                self.report.warnings.push(format!(
+                    "{from} keeps `{agent}` in its phoenix.toml ({e}): the next `phoenix apply` sends it the slice without it"
+                ));
+            }
+        }
         Ok(())
     }
 
