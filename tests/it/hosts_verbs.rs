@@ -278,7 +278,7 @@ fn hosts_check_fails_on_a_host_where_no_daemon_will_run_and_passes_once_one_does
     net.run(&["apply", "--yes"]).status(0);
     let host = net.host("gpu-1");
     let log = net.fleet.path().join("gpu-1-daemon.log");
-    let _daemon = std::process::Command::new(crate::support::PHOENIX)
+    let mut daemon = std::process::Command::new(crate::support::PHOENIX)
         .arg("--config")
         .arg(host.config())
         .arg("run")
@@ -296,4 +296,6 @@ fn hosts_check_fails_on_a_host_where_no_daemon_will_run_and_passes_once_one_does
         .stdout_has("ok   daemon")
         .stdout_has("supervises the fleet here")
         .stdout_has("All checks passed on 1 host.");
+    let _ = daemon.kill();
+    let _ = daemon.wait();
 }
