@@ -61,6 +61,10 @@ pub fn run(config: &Path, args: MoveArgs) -> anyhow::Result<i32> {
             eprintln!("  {step}…");
         }
     })?;
+    if report.moved {
+        // The copy `--from-unreachable` needs, of the agent where it runs now.
+        super::fleet_hosts::keep_mirror(&load(config)?);
+    }
     if json {
         output::json(json!({"command": "move", "ok": true, "move": report}));
     } else {

@@ -299,3 +299,33 @@ fn hosts_check_fails_on_a_host_where_no_daemon_will_run_and_passes_once_one_does
     let _ = daemon.kill();
     let _ = daemon.wait();
 }
+
+#[test]
+fn a_dead_hosts_agent_moves_from_the_copy_apply_kept_without_a_setup_step() {
+    let Some(mut net) = HostedFleet::start(&["gpu-1", "gpu-2"]) else {
+        return;
+    };
+    for host in &net.hosts {
+        std::fs::create_dir_all(host.dir.join("work")).unwrap();
+    }
+    net.toml(&crate::hosts_move::agent("trades", "gpu-1"));
+    net.run(&["apply", "--yes"]).status(0);
+    crate::hosts_move::wait_running(net.host("gpu-1"), "trades");
+    // Its context grows; the next apply (nothing else to do) keeps the copy current.
+    net.host("gpu-1")
+        .run(&["loop", "add", "trades", "ship-parser", "ship the parser"])
+        .status(0);
+    net.run(&["apply", "--yes"]).status(0);
+    let kept = net.fleet.state_dir().join("hosts/mirror/gpu-1/trades");
+    assert!(kept.join(".mirrored_at").is_file(), "no copy kept");
+
+    // gpu-1 dies; no `hosts mirror` was ever run.
+    net.host_mut("gpu-1").sshd.stop();
+    crate::hosts_move::drop_connections(&net);
+    net.run(&["move", "trades", "--to", "gpu-2", "--from-unreachable"])
+        .status(0)
+        .stdout_has("from the mirror of gpu-1");
+    crate::hosts_move::wait_running(net.host("gpu-2"), "trades");
+    let context = crate::hosts_move::startup_context(net.host("gpu-2"), "trades");
+    assert!(context.contains("ship the parser"), "{context}");
+}
