@@ -329,3 +329,42 @@ fn a_dead_hosts_agent_moves_from_the_copy_apply_kept_without_a_setup_step() {
     let context = crate::hosts_move::startup_context(net.host("gpu-2"), "trades");
     assert!(context.contains("ship the parser"), "{context}");
 }
+
+#[test]
+fn a_dead_hosts_agent_without_a_kept_copy_starts_fresh_only_when_asked() {
+    let Some(mut net) = HostedFleet::start(&["gpu-1", "gpu-2"]) else {
+        return;
+    };
+    for host in &net.hosts {
+        std::fs::create_dir_all(host.dir.join("work")).unwrap();
+    }
+    net.toml(&crate::hosts_move::agent("trades", "gpu-1"));
+    net.run(&["apply", "--yes"]).status(0);
+    crate::hosts_move::wait_running(net.host("gpu-1"), "trades");
+    // The copy is gone (a new operator machine, a wiped state dir), and so is gpu-1.
+    std::fs::remove_dir_all(net.fleet.state_dir().join("hosts/mirror")).unwrap();
+    net.host_mut("gpu-1").sshd.stop();
+    crate::hosts_move::drop_connections(&net);
+    net.run(&["move", "trades", "--to", "gpu-2", "--from-unreachable"])
+        .status(1)
+        .stderr_has("no copy of `trades`'s context")
+        .stderr_has("--from-unreachable --fresh");
+    assert!(
+        net.host("gpu-2")
+            .status()
+            .iter()
+            .all(|r| r["agent"] != "trades")
+    );
+    net.run(&[
+        "move",
+        "trades",
+        "--to",
+        "gpu-2",
+        "--from-unreachable",
+        "--fresh",
+    ])
+    .status(0)
+    .stdout_has("✓ agent `trades` moved gpu-1 → gpu-2")
+    .stdout_has("without it (its handoffs, ledger and open loops are lost here");
+    crate::hosts_move::wait_running(net.host("gpu-2"), "trades");
+}
