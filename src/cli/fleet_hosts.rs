@@ -334,6 +334,21 @@ fn adopt(spec: &crate::spec::Spec) {
     if let Err(e) = moves::adopt(spec) {
         eprintln!("warning: {e}");
     }
+    keep_mirror(spec);
+}
+
+/// Every apply (and move) keeps this machine's copy of the hosts' agent contexts current,
+/// so `phoenix move --from-unreachable` has one to start from without any setup step. A
+/// host that does not answer keeps its last copy (the plan said why already).
+pub(super) fn keep_mirror(spec: &crate::spec::Spec) {
+    match crate::hosts::mirror::refresh(spec) {
+        Ok(refreshed) => {
+            for r in refreshed.iter().filter(|r| r.error.is_some()) {
+                tracing::debug!(host = %r.host, error = ?r.error, "mirror not refreshed");
+            }
+        }
+        Err(e) => eprintln!("warning: the mirror of the hosts' contexts was not refreshed: {e}"),
+    }
 }
 
 /// A second apply of a host (its slice after the moves) folded into its first.

@@ -176,9 +176,18 @@ fn install(config: &Path, name: &str, print: bool) -> anyhow::Result<i32> {
             took.as_secs_f64()
         ));
     }
+    // Recorded before the daemon: the copy is there whatever becomes of the unit, and every
+    // later command reaches it without `phoenix` set by hand.
+    crate::hosts::known::installed(&spec.fleet.state_dir, name, &target.phoenix())?;
     let installed = install::daemon(link, &target, &spec.fleet.name)?;
     out(&daemon_text(link, &installed));
-    if let Some(change) = install::configured_mismatch(link, &target) {
+    if !link.host.phoenix_configured {
+        out(&format!(
+            "recorded in {}: phoenix reaches `{name}`'s phoenix at {} (a `phoenix` in its [[host]] entry would win)\n",
+            crate::hosts::known::path(&spec.fleet.state_dir, name).display(),
+            target.phoenix()
+        ));
+    } else if let Some(change) = install::configured_mismatch(link, &target) {
         eprintln!("warning: {change}");
     }
     Ok(0)

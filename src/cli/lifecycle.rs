@@ -428,9 +428,68 @@ fn restart_results(ctx: &FleetContext, agents: &[String], fresh: bool) -> Vec<Ag
 
 /// `phoenix down`: stop every agent of this fleet (declared or not), and its tmux server once
 /// no other fleet's pane is left on it; with `remove_hooks`, phoenix's entries leave the
-/// workdirs' hook files too (the user's own entries stay).
-pub fn down(config: &Path, remove_hooks: bool, json: bool) -> anyhow::Result<i32> {
+/// workdirs' hook files too (the user's own entries stay). With `[[host]]`s, on this machine
+/// and every host at once (`--host` limits it); a host that cannot be reached is reported and
+/// fails the command, the others still go down.
+pub fn down(config: &Path, remove_hooks: bool, only: &[String], json: bool) -> anyhow::Result<i32> {
     let ctx = load(config)?;
+    let (here, hosts) = down_parts(&ctx.spec, only)?;
+    if ctx.spec.hosts.is_empty() {
+        // As on one machine: the same output and document.
+        let (results, server) = down_here(&ctx, remove_hooks)?;
+        let location = ctx.runtime().location();
+        return Ok(if json {
+            finish("down", results, json!({"server": server}), true)
+        } else {
+            let code = finish("down", results, json!({}), false);
+            out(&format!(
+                "{location}: {server}
+"
+            ));
+            code
+        });
+    }
+    let (local, remote) = std::thread::scope(|scope| {
+        let remote = scope.spawn(|| actions::down(&ctx.spec, &hosts, remove_hooks));
+        let local = here.then(|| down_here(&ctx, remove_hooks));
+        (
+            local,
+            remote.join().expect("asking the hosts does not panic"),
+        )
+    });
+    Ok(down_report(&ctx, local, remote, json))
+}
+
+/// What `--host` names: whether this machine goes down, and which hosts (all of them when
+/// nothing is named). A name that is neither `local` nor a `[[host]]` is an error before
+/// anything stops.
+fn down_parts(spec: &Spec, only: &[String]) -> anyhow::Result<(bool, Vec<String>)> {
+    let declared: Vec<&str> = spec.hosts.iter().map(|h| h.name.as_str()).collect();
+    for name in only {
+        if name != crate::hosts::combined::LOCAL && !declared.contains(&name.as_str()) {
+            let mut known = vec![crate::hosts::combined::LOCAL];
+            known.extend(&declared);
+            bail!(
+                "no host `{name}` in `{}` ({}; `{}` is this machine)",
+                spec.file.display(),
+                crate::diag::suggest(name, &known),
+                crate::hosts::combined::LOCAL
+            );
+        }
+    }
+    let named = |name: &str| only.is_empty() || only.iter().any(|n| n == name);
+    Ok((
+        named(crate::hosts::combined::LOCAL),
+        declared
+            .into_iter()
+            .filter(|h| named(h))
+            .map(str::to_string)
+            .collect(),
+    ))
+}
+
+/// This machine's part of `down`: its results and what became of its tmux server.
+fn down_here(ctx: &FleetContext, remove_hooks: bool) -> anyhow::Result<(Vec<AgentResult>, String)> {
     if let Some(pid) = crate::state::daemon::daemon_pid(&ctx.dir) {
         eprintln!(
             "note: `phoenix run` (pid {pid}) supervises this fleet: it leaves the fleet down until `phoenix apply` brings it up"
@@ -438,7 +497,7 @@ pub fn down(config: &Path, remove_hooks: bool, json: bool) -> anyhow::Result<i32
     }
     // The operator's word goes to disk first, under the lock the daemon's reconcile takes:
     // from here on no reconcile, watchdog pass or revival brings an agent back.
-    let _lock = self::lock(&ctx, "down")?;
+    let _lock = self::lock(ctx, "down")?;
     crate::state::down::set(&ctx.dir).with_context(|| {
         format!(
             "cannot record that the fleet is down in `{}`",
@@ -464,7 +523,7 @@ pub fn down(config: &Path, remove_hooks: bool, json: bool) -> anyhow::Result<i32
         },
     };
     let plan = plan::diff(&nothing, &world, &options);
-    let report = applier(&ctx)?.apply(&plan);
+    let report = applier(ctx)?.apply(&plan);
     let mut agents: Vec<String> = Vec::new();
     for s in &report.steps {
         if !agents.contains(&s.agent) {
@@ -489,14 +548,95 @@ pub fn down(config: &Path, remove_hooks: bool, json: bool) -> anyhow::Result<i32
             Err(e) => bail!("cannot stop {}: {e}", runtime.location()),
         }
     };
-    let code = if json {
-        finish("down", results, json!({"server": server}), true)
-    } else {
-        let code = finish("down", results, json!({}), false);
-        out(&format!("{}: {server}\n", runtime.location()));
-        code
+    Ok((results, server.to_string()))
+}
+
+/// `down` of a fleet with hosts: one row per agent (with its host) and one entry per part
+/// asked (`local` first) in `hosts`, the same document whichever parts were asked or
+/// answered; exit 1 when an agent or a part failed.
+fn down_report(
+    ctx: &FleetContext,
+    local: Option<anyhow::Result<(Vec<AgentResult>, String)>>,
+    remote: Vec<actions::HostDown>,
+    json: bool,
+) -> i32 {
+    let mut rows: Vec<actions::AgentResult> = Vec::new();
+    let mut parts: Vec<serde_json::Value> = Vec::new();
+    let mut text = String::new();
+    let mut local_server = None;
+    let row_text = |r: &actions::AgentResult| {
+        let mark = if r.ok { "✓" } else { "✗" };
+        let on = r
+            .host
+            .as_deref()
+            .map(|h| format!(" on {h}"))
+            .unwrap_or_default();
+        format!("{mark} agent `{}`{on}: {}\n", r.agent, r.detail)
     };
-    Ok(code)
+    match local {
+        Some(Ok((results, server))) => {
+            for r in results {
+                let r = actions::AgentResult {
+                    agent: r.agent,
+                    host: None,
+                    ok: r.ok,
+                    detail: r.detail,
+                };
+                text.push_str(&row_text(&r));
+                rows.push(r);
+            }
+            text.push_str(&format!("{}: {server}\n", ctx.runtime().location()));
+            parts.push(json!({"host": crate::hosts::combined::LOCAL, "ok": true,
+                "server": server, "error": null, "hint": null}));
+            local_server = Some(server);
+        }
+        Some(Err(e)) => {
+            text.push_str(&format!("✗ {}: {e:#}\n", crate::hosts::combined::LOCAL));
+            parts.push(json!({"host": crate::hosts::combined::LOCAL, "ok": false,
+                "server": null, "error": format!("{e:#}"), "hint": null}));
+        }
+        None => {}
+    }
+    for host in remote {
+        match &host.error {
+            None => {
+                for r in &host.agents {
+                    text.push_str(&row_text(r));
+                }
+                let server = host.server.as_deref().unwrap_or("unknown");
+                text.push_str(&format!("{}: tmux server {server}\n", host.host));
+            }
+            Some(error) => {
+                text.push_str(&format!(
+                    "✗ {}: {error}; nothing was stopped there\n",
+                    host.host
+                ));
+                if let Some(hint) = error.hint() {
+                    text.push_str(&format!("  hint: {hint}\n"));
+                }
+            }
+        }
+        parts.push(
+            json!({"host": host.host, "ok": host.error.is_none(), "server": host.server,
+            "error": host.error.as_ref().map(ToString::to_string),
+            "hint": host.error.as_ref().and_then(crate::hosts::HostError::hint)}),
+        );
+        rows.extend(host.agents);
+    }
+    let failed = rows.iter().filter(|r| !r.ok).count();
+    let parts_failed = parts.iter().filter(|p| p["ok"] == false).count();
+    if json {
+        super::output::json(json!({"command": "down", "agents": rows, "failed": failed,
+            "server": local_server, "hosts": parts}));
+    } else {
+        if parts_failed > 0 {
+            text.push_str(&format!(
+                "\nNot down: {parts_failed} part(s) of the fleet (see above); the others are down.\n"
+            ));
+        }
+        out(&text);
+    }
+    i32::from(failed > 0 || parts_failed > 0)
 }
 
 /// `phoenix attach AGENT`: the private tmux server, at the agent's pane.

@@ -228,11 +228,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Stop every agent of this fleet and its tmux server (`phoenix apply` brings it up again).
+    /// Stop every agent of this fleet and its tmux server, on this machine and every
+    /// `[[host]]` (`phoenix apply` brings it up again).
     Down {
         /// Also take phoenix's entries out of the workdirs' hook files (the user's own stay).
         #[arg(long)]
         remove_hooks: bool,
+        /// Only this machine (`local`) or this `[[host]]`; repeatable. Default: all of them.
+        #[arg(long = "host", value_name = "NAME")]
+        hosts: Vec<String>,
         /// The results as JSON.
         #[arg(long)]
         json: bool,
@@ -655,7 +659,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         } => lifecycle::restart(&config, &agents, all, fresh, json),
         Command::Stop { agents, json } => lifecycle::stop(&config, &agents, json),
         Command::Start { agents, json } => lifecycle::start(&config, &agents, json),
-        Command::Down { remove_hooks, json } => lifecycle::down(&config, remove_hooks, json),
+        Command::Down {
+            remove_hooks,
+            hosts,
+            json,
+        } => lifecycle::down(&config, remove_hooks, &hosts, json),
         Command::Logs(args) => logs::logs(&config, args),
         Command::Attach { agent } => lifecycle::attach(&config, &agent),
         Command::Exec { agent, command } => exec::exec(&config, &agent, &command),

@@ -22,6 +22,10 @@ pub struct MoveArgs {
     /// (`phoenix hosts mirror`) and fence the old host off for when it comes back.
     #[arg(long, conflicts_with = "cleanup")]
     pub from_unreachable: bool,
+    /// With --from-unreachable: when this machine kept no copy of the agent's context, start
+    /// it on the target without one (its context is lost).
+    #[arg(long, requires = "from_unreachable")]
+    pub fresh: bool,
     /// Find the stale copies of moved agents on every machine (a host that was unreachable
     /// during a move, back), report them and stop them.
     #[arg(long, conflicts_with_all = ["agent", "to"])]
@@ -53,6 +57,7 @@ pub fn run(config: &Path, args: MoveArgs) -> anyhow::Result<i32> {
     let to = Place::parse(&spec, &to)?;
     let options = MoveOptions {
         from_unreachable: args.from_unreachable,
+        fresh: args.fresh,
         from_text: None,
     };
     let json = args.json;
@@ -61,6 +66,10 @@ pub fn run(config: &Path, args: MoveArgs) -> anyhow::Result<i32> {
             eprintln!("  {step}…");
         }
     })?;
+    if report.moved {
+        // The copy `--from-unreachable` needs, of the agent where it runs now.
+        super::fleet_hosts::keep_mirror(&load(config)?);
+    }
     if json {
         output::json(json!({"command": "move", "ok": true, "move": report}));
     } else {

@@ -98,6 +98,66 @@ pub fn act(spec: &Spec, verb: &str, flags: &[&str], targets: &Targets) -> Vec<Ag
     .collect()
 }
 
+/// What `phoenix down` did on one host.
+#[derive(Debug)]
+pub struct HostDown {
+    pub host: String,
+    /// One result per agent the host stopped (or failed to); for a host that did not answer,
+    /// the agents phoenix.toml puts there, each failed with the host's error.
+    pub agents: Vec<AgentResult>,
+    /// What became of the host's tmux server (its `down --json`'s `server`), when it answered.
+    pub server: Option<String>,
+    /// Why the host did not go down: nothing was done there.
+    pub error: Option<HostError>,
+}
+
+/// `phoenix down` (`--remove-hooks` with `remove_hooks`) on each of `hosts`, every host at
+/// once: each host's own `down` records the fleet down there first (its daemon leaves it
+/// down) and stops every agent of its fleet, declared or not. A host that cannot be reached
+/// is reported, and the others still go down.
+pub fn down(spec: &Spec, hosts: &[String], remove_hooks: bool) -> Vec<HostDown> {
+    let asked: Vec<Link> = links(spec)
+        .into_iter()
+        .filter(|l| hosts.iter().any(|h| h == l.name()))
+        .collect();
+    each(&asked, |link| {
+        let mut args = vec!["down", "--json"];
+        if remove_hooks {
+            args.push("--remove-hooks");
+        }
+        let answer = link
+            .run(&args, ACTION_TIMEOUT)
+            .and_then(|ran| document_of(link.name(), &ran));
+        let done = |agents, server: &str| HostDown {
+            host: link.name().to_string(),
+            agents,
+            server: Some(server.to_string()),
+            error: None,
+        };
+        match answer {
+            Ok(doc) => done(
+                results_of(link.name(), &[], false, Ok(doc.clone())),
+                doc["server"].as_str().unwrap_or("unknown"),
+            ),
+            // Never applied: no fleet there, nothing runs for it.
+            Err(e) if super::reads::not_applied(&e) => {
+                done(Vec::new(), "not running (never applied there)")
+            }
+            Err(error) => {
+                let named: Vec<String> = agents_of(spec, link.name())
+                    .map(|a| a.name.clone())
+                    .collect();
+                HostDown {
+                    host: link.name().to_string(),
+                    agents: results_of(link.name(), &named, false, Err(error.clone())),
+                    server: None,
+                    error: Some(error),
+                }
+            }
+        }
+    })
+}
+
 /// One host's answer as one result per agent: its own per-agent results, a single
 /// restart's report, or its error for every agent it was asked about.
 fn results_of(

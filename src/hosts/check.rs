@@ -87,8 +87,14 @@ fn check_one(link: &Link, slice: String) -> HostReport {
         arch: Some(reply.arch),
         checks: Vec::new(),
     };
-    match serde_json::from_value(reply.result) {
-        Ok(checks) => report.checks = checks,
+    match serde_json::from_value::<Vec<Check>>(reply.result) {
+        Ok(mut checks) => {
+            // The host's fixes name it as the operator does.
+            for fix in checks.iter_mut().filter_map(|c| c.fix.as_mut()) {
+                *fix = fix.replace(super::serve::HOST_PLACEHOLDER, link.name());
+            }
+            report.checks = checks
+        }
         Err(e) => {
             report.error = Some(format!(
                 "host `{}`: the answer is not a list of checks: {e}",

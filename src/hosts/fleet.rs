@@ -112,6 +112,10 @@ pub fn links(spec: &Spec) -> Vec<Link> {
             state_dir: spec.fleet.state_dir.clone(),
             fenced: Mutex::new(Vec::new()),
             known: known.clone(),
+            host: HostSpec {
+                phoenix: super::known::phoenix_of(&spec.fleet.state_dir, host),
+                ..host.clone()
+            },
             transport: Ssh {
                 host: host.name.clone(),
                 destination: host.ssh.clone(),
@@ -119,7 +123,6 @@ pub fn links(spec: &Spec) -> Vec<Link> {
                 control_dir: control_dir.clone(),
                 connect_timeout: CONNECT_TIMEOUT,
             },
-            host: host.clone(),
         })
         .collect()
 }

@@ -11,6 +11,7 @@ pub mod combined;
 pub mod fleet;
 pub mod follow;
 pub mod install;
+pub mod known;
 pub mod mirror;
 pub mod moves;
 mod moving;

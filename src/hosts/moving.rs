@@ -26,6 +26,8 @@ pub struct MoveOptions {
     /// The source host is gone: start from the operator's mirror of its context, and owe
     /// it the fence until it answers again.
     pub from_unreachable: bool,
+    /// With `from_unreachable`: no copy of the context kept, start the agent without one.
+    pub fresh: bool,
     /// phoenix.toml declares the move already (the combined `apply`): the text to move
     /// from, with the agent still where it is placed (and any move not carried out yet still
     /// at its source). Slices are cut from it, and phoenix.toml is not written.
@@ -318,10 +320,16 @@ impl Moving<'_> {
             fleet::slice_files(self.spec)?;
         }
         let (context, mirrored_at) = if options.from_unreachable {
-            self.context_in_mirror()?
+            self.context_in_mirror(options.fresh)?
         } else {
             (self.stop_source()?, None)
         };
+        if options.from_unreachable && mirrored_at.is_none() {
+            self.report.warnings.push(format!(
+                "no copy of `{agent}`'s context was kept on this machine: it started on {to} without it (its handoffs, ledger and open loops are lost here; they stay on {} if it comes back)",
+                self.from
+            ));
+        }
         // From here on the agent runs nowhere: a failure starts it again where it was.
         let carried = match self.carry_and_start(&target, &context) {
             Ok(imported) => imported,
@@ -340,7 +348,7 @@ impl Moving<'_> {
     }
 
     /// The context of an unreachable source, from the mirror; refused while it answers.
-    fn context_in_mirror(&self) -> Result<(AgentContext, Option<String>), Error> {
+    fn context_in_mirror(&self, fresh: bool) -> Result<(AgentContext, Option<String>), Error> {
         let (agent, from) = (self.agent, &self.from);
         let Place::Host(host) = from else {
             return Err(Error::msg(format!(
@@ -360,13 +368,28 @@ impl Moving<'_> {
                 ),
             ));
         }
-        let (context, at) = super::mirror::read(&self.spec.fleet.state_dir, host, agent)
-            .ok_or_else(|| {
-                Error::with_hint(
-                    format!("the operator has no mirror of `{agent}`'s context from `{host}`"),
-                    "the mirror is refreshed by `phoenix hosts mirror` (and the operator's daemon) while a host answers",
-                )
-            })?;
+        let Some((context, at)) = super::mirror::read(&self.spec.fleet.state_dir, host, agent)
+        else {
+            if fresh {
+                (self.on_step)(
+                    "no copy of its context was kept: starting it fresh, its context is lost",
+                );
+                let nothing = AgentContext {
+                    agent: agent.to_string(),
+                    ..AgentContext::default()
+                };
+                return Ok((nothing, None));
+            }
+            return Err(Error::with_hint(
+                format!(
+                    "the operator has no copy of `{agent}`'s context from `{host}` (nothing was stopped or started)"
+                ),
+                format!(
+                    "every apply and move keeps one while a host answers; without one, `phoenix move {agent} --to {} --from-unreachable --fresh` starts it there without its context (its context is lost)",
+                    self.to
+                ),
+            ));
+        };
         (self.on_step)(&format!("starting from the mirror of {host} (as of {at})"));
         Ok((context, Some(at)))
     }
@@ -480,6 +503,19 @@ impl Moving<'_> {
             ));
         }
         self.report.spec_written = self.spec_written;
+        // `phoenix move` ends with the fleet as phoenix.toml declares it: the source gets
+        // its slice without the agent (the combined `apply` sends it after all its moves).
+        if delivered && self.spec_written {
+            let from = self.from.clone();
+            (self.on_step)(&format!("sending {from} its slice without `{agent}`"));
+            let sent =
+                side(self.spec, self.links, &from).and_then(|s| s.converge(&self.moved, self.spec));
+            if let Err(e) = sent {
+                self.report.warnings.push(format!(
+                    "{from} keeps `{agent}` in its phoenix.toml ({e}): the next `phoenix apply` sends it the slice without it"
+                ));
+            }
+        }
         Ok(())
     }
 

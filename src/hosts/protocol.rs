@@ -187,7 +187,7 @@ pub struct Installed {
 /// What [`Call::Run`] may run on a host: reading the fleet and acting on its agents, never
 /// a daemon, a hook, a server or anything that writes the host's phoenix.toml.
 pub const RUN_COMMANDS: &[&str] = &[
-    "status", "events", "logs", "handoff", "ledger", "reindex", "restart", "stop", "start",
+    "status", "events", "logs", "handoff", "ledger", "reindex", "restart", "stop", "start", "down",
     "watchdog", "validate", "doctor", "state", "loop", "resolve", "brief", "usage", "send",
     "inbox",
 ];

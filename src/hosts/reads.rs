@@ -119,7 +119,7 @@ pub fn unreachable(host: &str, error: &HostError) -> Value {
 }
 
 /// The host's answer when the operator never applied to it: it has no phoenix.toml yet.
-fn not_applied(error: &HostError) -> bool {
+pub(crate) fn not_applied(error: &HostError) -> bool {
     matches!(error, HostError::Remote { message, .. } if message.starts_with("no fleet here yet"))
 }
 

@@ -180,6 +180,7 @@ impl Moves {
             }
             let options = MoveOptions {
                 from_unreachable: false,
+                fresh: false,
                 from_text: Some(text.clone()),
             };
             let step = |s: &str| on_step(&planned.agent, s);

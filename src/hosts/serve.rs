@@ -413,7 +413,10 @@ fn check(dir: &str, slice: &str) -> Vec<Check> {
         check_filesystem: false,
     };
     match spec::parse(slice, &file, options) {
-        Ok(spec) => rows.extend(spec.agents.iter().flat_map(|a| agent_rows(a, &dir))),
+        Ok(spec) => {
+            rows.push(daemon_row(&spec, &file));
+            rows.extend(spec.agents.iter().flat_map(|a| agent_rows(a, &dir)));
+        }
         Err(e) => rows.push(Check {
             check: "fleet slice".into(),
             ok: false,
@@ -423,6 +426,67 @@ fn check(dir: &str, slice: &str) -> Vec<Check> {
     }
     rows
 }
+
+/// Whether a daemon keeps this host's agents alive with the operator gone: a `phoenix run`
+/// supervises the fleet here, or the systemd user manager answers and has the fleet's unit
+/// (it starts the daemon once an apply pushed the slice). Without either, the agents run
+/// until something stops them, and nothing brings them back.
+fn daemon_row(spec: &spec::Spec, config: &Path) -> Check {
+    use crate::supervise::service;
+    let row = |ok: bool, detail: String, fix: Option<String>| Check {
+        check: "daemon".into(),
+        ok,
+        detail,
+        fix,
+    };
+    let fleet = crate::state::FleetDir::new(&spec.fleet.state_dir);
+    if let Some(pid) = crate::state::daemon::daemon_pid(&fleet) {
+        return row(
+            true,
+            format!("`phoenix run` (pid {pid}) supervises the fleet here"),
+            None,
+        );
+    }
+    let name = service::unit_name_of(&spec.fleet.name);
+    let install = format!("`phoenix hosts install {HOST_PLACEHOLDER}` on the operator's machine");
+    match service::user_manager() {
+        Ok(()) => match service::unit_dir().map(|d| d.join(&name)) {
+            Ok(unit) if unit.is_file() => row(
+                true,
+                format!("systemd user unit `{name}` ({})", unit.display()),
+                None,
+            ),
+            _ => row(
+                false,
+                format!(
+                    "no daemon: the systemd user unit `{name}` is not installed and no `phoenix run` supervises the fleet"
+                ),
+                Some(format!("{install} installs and starts it")),
+            ),
+        },
+        Err(why) => {
+            let exe = std::env::current_exe()
+                .map(|e| e.display().to_string())
+                .unwrap_or_else(|_| "phoenix".into());
+            row(
+                false,
+                format!(
+                    "no daemon will run here: no systemd user manager answers ({}) and no `phoenix run` supervises the fleet",
+                    crate::text::shorten(&why, 200)
+                ),
+                Some(format!(
+                    "run `{} --config {} run` under the host's own supervisor (it must outlive your ssh session), or give the user a systemd user manager (`loginctl enable-linger $USER`) and run {install}",
+                    crate::text::sh_quote(&exe),
+                    crate::text::sh_quote(&config.display().to_string()),
+                )),
+            )
+        }
+    }
+}
+
+/// What the host writes where the operator puts the host's name in a check's fix (the host
+/// does not know what the operator calls it).
+pub const HOST_PLACEHOLDER: &str = "<host>";
 
 /// An agent's rows; a workdir that is the host's directory itself is there once the first
 /// apply has made that (the default workdir of a host's agent).

@@ -226,6 +226,33 @@ impl Side<'_> {
     }
 }
 
+impl Side<'_> {
+    /// The machine an agent left gets the fleet as `spec_text` declares it now (its slice
+    /// pushed and applied, as the combined `apply` sends the sources of its moves): its
+    /// phoenix.toml no longer declares the agent, so the next plan there has nothing to change.
+    /// The operator's machine runs on phoenix.toml itself: nothing to send.
+    pub fn converge(&self, spec_text: &str, spec: &Spec) -> Result<(), Error> {
+        let Side::Host(link) = self else {
+            return Ok(());
+        };
+        let ran: Ran = Self::ask(
+            link,
+            Call::Apply {
+                dir: link.host.dir.clone(),
+                slice: self.slice(spec_text, spec)?,
+                files: super::fleet::slice_files(spec)?,
+                agents: Vec::new(),
+                prune: Default::default(),
+            },
+            APPLY_TIMEOUT,
+        )?;
+        match failure(&ran) {
+            Some(why) => Err(Error::msg(format!("its apply failed: {why}"))),
+            None => Ok(()),
+        }
+    }
+}
+
 /// This phoenix, on the operator's phoenix.toml, with `args` as its argv.
 fn run_here(spec: &Spec, args: &[&str], timeout: Duration) -> Result<Ran, Error> {
     let exe = std::env::current_exe()

@@ -17,8 +17,12 @@ pub struct HostSpec {
     /// Where the host keeps its slice of the fleet (phoenix.toml, its state): a path on the
     /// host, `~/` meaning the remote user's home. Default [`default_dir`].
     pub dir: String,
-    /// The phoenix program on the host. Default `phoenix` (found on the remote PATH).
+    /// The phoenix program on the host. Default `phoenix` (found on the remote PATH), or
+    /// where `phoenix hosts install` put it ([`crate::hosts::known`]).
     pub phoenix: String,
+    /// `phoenix` is written in phoenix.toml: it wins over what `hosts install` recorded.
+    #[serde(skip)]
+    pub phoenix_configured: bool,
     /// The host's tmux server (`tmux -L`); `None`: the host's default for its slice.
     pub tmux_socket: Option<String>,
 }

@@ -258,7 +258,8 @@ pub struct RawHost {
     pub ssh: Option<Spanned<String>>,
     /// Where the host keeps its slice of the fleet. Default "~/.phoenix-hosts/<fleet name>".
     pub dir: Option<Spanned<String>>,
-    /// The phoenix program on the host. Default "phoenix" (on the remote PATH).
+    /// The phoenix program on the host. Default: where `phoenix hosts install` put it, else
+    /// "phoenix" (on the remote PATH).
     pub phoenix: Option<Spanned<String>>,
     /// The host's private tmux server (`tmux -L`). Default: phoenix-<name>-<hash of its dir>.
     pub tmux_socket: Option<Spanned<String>>,

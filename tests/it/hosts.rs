@@ -350,12 +350,15 @@ fn hosts_check_reports_every_host_and_a_dead_one_costs_at_most_its_connect_timeo
         HostedFleet::demo_agent("one", Some("gpu-1")),
         HostedFleet::demo_agent("two", Some("gpu-2"))
     ));
+    // No daemon will run on either (no systemd user manager under the test's sshd): the one
+    // failing row of each.
     let run = net.run(&["hosts", "check"]);
-    run.status(0)
+    run.status(1)
         .stdout_has("gpu-1 (ssh gpu-1): phoenix ")
         .stdout_has("gpu-2 (ssh gpu-2): phoenix ")
         .stdout_has("agent `two` command")
-        .stdout_has("All checks passed on 2 hosts.");
+        .stdout_has("FAIL daemon")
+        .stdout_has("2 hosts: 0 unreachable, 2 check(s) failed.");
 
     // gpu-2's sshd stops (and with it the connection the first check left open, as on a
     // machine that went down): refused at once, and gpu-1 is still checked.
@@ -398,7 +401,7 @@ fn hosts_check_reports_every_host_and_a_dead_one_costs_at_most_its_connect_timeo
         .stdout_has("gpu-2 (ssh gpu-2): unreachable")
         .stdout_has("FAIL reachable")
         .stdout_has("gpu-1 (ssh gpu-1): phoenix ")
-        .stdout_has("2 hosts: 1 unreachable, 0 check(s) failed.");
+        .stdout_has("2 hosts: 1 unreachable, 1 check(s) failed.");
     let timeout = phoenix::hosts::fleet::CONNECT_TIMEOUT;
     eprintln!("hosts check: refused host {refused_after:?}, silent host {hung_after:?}");
     assert!(refused_after < timeout, "{refused_after:?}");
@@ -423,7 +426,7 @@ fn hosts_check_reports_a_missing_workdir_as_that_hosts_failing_row() {
     run.status(1)
         .stdout_has("FAIL agent `far` workdir")
         .stdout_has("create it or fix `workdir`")
-        .stdout_has("1 host: 0 unreachable, 1 check(s) failed.");
+        .stdout_has("1 host: 0 unreachable, 2 check(s) failed.");
     let doc = net.run(&["hosts", "check", "--json"]).json();
     let row = host_report(&doc, "gpu-1")["checks"]
         .as_array()

@@ -15,6 +15,7 @@ mod hosts_move_apply;
 mod hosts_plan;
 mod hosts_reads;
 mod hosts_trust;
+mod hosts_verbs;
 mod hosts_views;
 mod inert;
 mod intake;

@@ -69,6 +69,7 @@ impl Validator<'_> {
                     ssh,
                     dir,
                     phoenix,
+                    phoenix_configured: host.phoenix.is_some(),
                     tmux_socket,
                 });
             }
