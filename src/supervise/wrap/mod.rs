@@ -29,6 +29,7 @@ use crate::world::{self, SharedRuntime};
 mod argv;
 mod exit;
 mod inject;
+mod prepared;
 mod probe;
 mod run;
 mod safe;
@@ -192,6 +193,7 @@ pub fn wrap(config: &Path, agent_name: &str, part: Option<PathBuf>) -> crate::er
         proxy: Default::default(),
         doorbell,
         policies: None,
+        prepared: None,
     };
     // A session that died with its pane or its host, mid-task, is owed the nudge as well.
     let state = wrapper.dir.read_state().ok();
@@ -267,6 +269,8 @@ struct Wrapper {
     doorbell: Option<state::doorbell::Doorbell>,
     /// The policies the last exit was decided with, and their files as they were then.
     policies: Option<(crate::policy::Sources, std::rc::Rc<Policies>)>,
+    /// The next start, read during the cooldown that precedes it (`prepared`).
+    prepared: Option<prepared::PreparedStart>,
 }
 
 /// One finished run of the agent CLI.
@@ -326,6 +330,8 @@ impl Wrapper {
         // Read a moment ago, or during the cooldown just waited out.
         let mut spec_is_fresh = true;
         loop {
+            // Read during the cooldown that just ended; only for the start that follows it.
+            let prepared = self.prepared.take();
             if let Some(sig) = term::stop_signal() {
                 return Ok(128 + sig);
             }
@@ -348,7 +354,7 @@ impl Wrapper {
                 }
                 continue;
             }
-            let run = self.run_once();
+            let run = self.run_once(prepared);
             let requested = record::take_stop_request(&self.dir);
             if let Some(sig) = term::stop_signal() {
                 // The wrapper itself is going away (pane killed, replaced, SIGTERM).
@@ -374,21 +380,15 @@ impl Wrapper {
             let (decision, aftermath) = self.after_exit(&run, requested);
             // The exit's bookkeeping (evidence, handoff, the executor's writes, the record of
             // the end) runs during the cooldown and is done before anything else happens here:
-            // the next start, safe mode, or the wrapper's own end.
-            // The cooldown counts from the exit: the decision, the sweep and the config's
-            // reload happen within it, not before it.
-            let go_on = match decision.start {
-                Some(Start::Resume | Start::Fresh) => {
-                    self.reload();
-                    spec_is_fresh = true;
-                    self.cooldown(run.ended + decision.delay)
-                }
-                Some(Start::SafeMode) | None => true,
-            };
-            aftermath.finish();
-            if !go_on {
-                return Ok(128 + term::stop_signal().unwrap_or(0));
+            // the next start, safe mode, or the wrapper's own end. The cooldown counts from
+            // the exit: the decision, the sweep, the config's reload and the reading of the
+            // next start all happen within it, so that its end is followed by the spawn alone.
+            let restarts = matches!(decision.start, Some(Start::Resume | Start::Fresh));
+            if restarts {
+                self.reload();
+                spec_is_fresh = true;
             }
+            aftermath.finish();
             match decision.reason {
                 EndReason::Crash | EndReason::WatchdogKill | EndReason::PlannedCycle => {
                     self.interrupted(decision.reason.as_str(), run.session_id.as_deref());
@@ -397,6 +397,12 @@ impl Wrapper {
                     self.interrupted_by = None;
                 }
                 _ => {}
+            }
+            if restarts {
+                self.prepare_start();
+                if !self.cooldown(run.ended + decision.delay) {
+                    return Ok(128 + term::stop_signal().unwrap_or(0));
+                }
             }
             // A fresh start was asked for through the executor (`.fresh`): the next run
             // honours it, whoever starts it.

@@ -1,6 +1,7 @@
 //! One run of the agent: choose resume or fresh, start the CLI in the terminal's foreground,
 //! watch it for life, a failed turn and stop signals, and clean up after it.
 
+use super::prepared::PreparedStart;
 use super::*;
 
 /// How soon after a delivery attempt the wrapper looks at the inbox again.
@@ -18,6 +19,37 @@ enum Wake {
     Look,
 }
 
+/// How the next run starts, as read from the state dir, before anything is done about it.
+pub(super) struct StartChoice {
+    mode: Start,
+    session_id: Option<String>,
+    argv: Vec<String>,
+    /// The `.fresh` marker asked for it (consumed by the start).
+    fresh_marker: bool,
+    /// The recorded session, which a fresh start abandons.
+    recorded: Option<String>,
+    /// The recorded session not resumed for want of a turn, and why.
+    no_turn: Option<(String, String)>,
+}
+
+#[cfg(test)]
+impl StartChoice {
+    pub(super) fn fresh(argv: Vec<String>) -> StartChoice {
+        StartChoice {
+            mode: Start::Fresh,
+            session_id: None,
+            argv,
+            fresh_marker: false,
+            recorded: None,
+            no_turn: None,
+        }
+    }
+
+    pub(super) fn mode(&self) -> Start {
+        self.mode
+    }
+}
+
 /// A started agent process, and when it was spawned (RFC 3339).
 struct Spawned {
     child: std::process::Child,
@@ -27,11 +59,11 @@ struct Spawned {
 impl Wrapper {
     /// Choose resume or fresh (fresh when the `.fresh` marker asks, the one way that intent
     /// travels), start the CLI in the foreground, and wait for it.
-    pub(super) fn run_once(&mut self) -> Run {
+    pub(super) fn run_once(&mut self, mut prepared: Option<PreparedStart>) -> Run {
         // The last run's hooks may still be writing its session's end: start from what they
         // leave, not from half of it.
         crate::supervise::strays::wait_for_late_writers();
-        let (mode, session_id, argv) = self.choose_start();
+        let (mode, session_id, argv) = self.choose_start(prepared.as_mut());
         self.trust_hooks();
         let mut probe = LifeProbe::new(&self.dir, &self.agent, &self.runtime, &self.pane);
         let started = Instant::now();
@@ -42,6 +74,8 @@ impl Wrapper {
             Err((error, code)) => return self.spawn_failed(argv, mode, session_id, &error, code),
         };
         let pid = child.child.id();
+        // The cooldown's watch, closed now that the agent runs (`PreparedStart::since`).
+        drop(prepared);
         let _ = self.dir.record_op(
             Op::AgentStart,
             json!({"argv": argv, "pid": pid, "mode": mode.as_str(), "session_id": session_id,
@@ -115,10 +149,30 @@ impl Wrapper {
 
     /// Resume the recorded session when it can be resumed and no fresh start is asked for;
     /// else start fresh, consuming the `.fresh` marker. Announces the start in the pane.
-    fn choose_start(&self) -> (Start, Option<String>, Vec<String>) {
+    /// `prepared` is the choice read during the cooldown, taken if nothing it read changed.
+    fn choose_start(
+        &self,
+        prepared: Option<&mut PreparedStart>,
+    ) -> (Start, Option<String>, Vec<String>) {
+        let choice = prepared
+            .and_then(PreparedStart::if_unchanged)
+            .unwrap_or_else(|| self.read_start());
+        self.begin_start(choice)
+    }
+
+    /// During the cooldown of a restart: the next start read now, to be taken at its end.
+    pub(super) fn prepare_start(&mut self) {
+        // Read after the last run's hooks are done with what they write.
+        crate::supervise::strays::wait_for_late_writers();
+        self.prepared = PreparedStart::read(&self.dir.path, || self.read_start());
+    }
+
+    /// What the next start is, from the state dir; nothing written yet (`begin_start` does).
+    fn read_start(&self) -> StartChoice {
         let saved = record::load(&self.dir);
         let fresh_marker = self.dir.has_marker(state::FRESH);
         let recorded = record::recorded_session(&self.dir);
+        let mut no_turn = None;
         let resume = recorded
             .as_ref()
             .filter(|s| record::resumable(s, &saved, &self.agent.workdir))
@@ -127,10 +181,7 @@ impl Wrapper {
             .filter(|s| {
                 let has_turn = record::session_has_turn(&self.dir, &s.id);
                 if !has_turn {
-                    let _ = self.dir.record_op(
-                        Op::ResumeSkipped,
-                        json!({"session_id": s.id, "why": record::no_turn_why(&self.dir, &s.id)}),
-                    );
+                    no_turn = Some((s.id.clone(), record::no_turn_why(&self.dir, &s.id)));
                 }
                 has_turn
             })
@@ -139,6 +190,31 @@ impl Wrapper {
             Some((id, argv)) => (Start::Resume, Some(id), argv),
             None => (Start::Fresh, None, base_argv(&self.agent)),
         };
+        StartChoice {
+            mode,
+            session_id,
+            argv,
+            fresh_marker,
+            recorded: recorded.map(|s| s.id),
+            no_turn,
+        }
+    }
+
+    /// Act on the choice: what it skips and consumes is recorded, and the pane says it.
+    fn begin_start(&self, choice: StartChoice) -> (Start, Option<String>, Vec<String>) {
+        let StartChoice {
+            mode,
+            session_id,
+            argv,
+            fresh_marker,
+            recorded,
+            no_turn,
+        } = choice;
+        if let Some((id, why)) = no_turn {
+            let _ = self
+                .dir
+                .record_op(Op::ResumeSkipped, json!({"session_id": id, "why": why}));
+        }
         if mode == Start::Fresh {
             if fresh_marker {
                 // Consumed when honoured, so it forces exactly one clean slate.
@@ -147,7 +223,7 @@ impl Wrapper {
             }
             // A session abandoned for a fresh one is never resumed later, whoever starts next.
             if let Some(old) = &recorded {
-                let _ = record::clear_session(&self.dir, &old.id);
+                let _ = record::clear_session(&self.dir, old);
             }
         }
         let _ = self.dir.clear_marker(state::CLEAN_EXIT);
