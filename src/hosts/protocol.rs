@@ -195,7 +195,7 @@ pub struct Installed {
 pub const RUN_COMMANDS: &[&str] = &[
     "status", "events", "logs", "handoff", "ledger", "reindex", "restart", "stop", "start", "down",
     "watchdog", "validate", "doctor", "state", "loop", "resolve", "brief", "usage", "send",
-    "inbox", "clinic", "hooks", "sandbox",
+    "inbox", "clinic", "hooks", "sandbox", "notify",
 ];
 
 /// What a [`Call::Run`] (and the apply of [`Call::Apply`]) printed and how it ended.
