@@ -436,3 +436,61 @@ fn every_subcommand_that_takes_an_agent_reaches_an_agent_of_a_host() {
         }
     }
 }
+
+#[test]
+fn what_a_host_is_sent_is_the_command_typed_with_what_it_reads_here_and_nothing_for_a_shell() {
+    let Some(net) = HostedFleet::start(&["gpu-1"]) else {
+        return;
+    };
+    net.toml(&format!(
+        "{}\n{}",
+        HostedFleet::demo_agent("here", None),
+        HostedFleet::demo_agent("far", Some("gpu-1"))
+    ));
+    net.run(&["apply", "--yes"]).status(0);
+    let host = net.host("gpu-1");
+
+    // Words for the remote shell arrive as typed: nothing is expanded, nothing runs.
+    let ran = net.fleet.run_within(
+        &[
+            "exec",
+            "far",
+            "--",
+            "printf",
+            "%s|",
+            "a b",
+            "$(touch pwned)",
+            ";",
+            "*",
+        ],
+        WITHIN,
+    );
+    ran.status(0);
+    has(&ran, "a b|$(touch pwned)|;|*|");
+    assert!(!host.dir.join("pwned").exists());
+    assert!(!net.fleet.path().join("pwned").exists());
+
+    // A handoff's body on this machine's stdin is saved there.
+    net.fleet
+        .run_within_input(
+            &["handoff", "save", "far"],
+            b"Current task: typed-here\nNext: saved-there\n",
+            WITHIN,
+        )
+        .status(0);
+    let handoff = newest_handoff(host);
+    net.run(&["--no-color", "handoff", "show", "--agent", "far", &handoff])
+        .status(0)
+        .stdout_has("saved-there");
+
+    // Agents of two machines in a command that does not span them: said, nothing run.
+    net.run(&["logs", "here", "far"])
+        .status(1)
+        .stderr_has("are on different machines");
+    // This machine's agent is still this machine's.
+    net.run(&["loop", "add", "here", "k", "local", "loop"])
+        .status(0);
+    let state =
+        std::fs::read_to_string(net.fleet.state_dir().join("agents/here/state.json")).unwrap();
+    assert!(state.contains("\"k\""), "{state}");
+}
