@@ -55,6 +55,11 @@ pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
     }
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let path = fleet.critical_events_path();
+    // A host's agent has its events there (the merged read below asks its host).
+    let remote = args
+        .agent
+        .as_deref()
+        .and_then(|a| crate::hosts::reads::host_of(&spec, a));
     let declared = spec.agent_names();
     let filter = critical::Filter {
         agent: args.agent.as_deref(),
@@ -71,11 +76,6 @@ pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
     // Every host followed too, from now on (their past comes with the merged read below).
     let hosts = (args.follow && !spec.hosts.is_empty())
         .then(|| crate::hosts::follow::start(&spec, &follow_args(&args)));
-    // A host's agent has its events there (the merged read below asks its host).
-    let remote = args
-        .agent
-        .as_deref()
-        .and_then(|a| crate::hosts::reads::host_of(&spec, a));
     let (events, skipped) = match remote {
         Some(_) => (Vec::new(), 0),
         None => critical::read(&fleet, &filter),

@@ -156,7 +156,9 @@ pub fn forward(cli: &mut Cli, argv: &[String]) -> anyhow::Result<Option<i32>> {
     };
     let host = host.to_string();
     let local = take_local(&mut cli.command)?;
-    let words = words_for_host(argv, cli.no_color, &local)?;
+    // No colour here is none there either (on the host's terminal, with `ssh -t`).
+    let no_color = cli.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let words = words_for_host(argv, no_color, &local)?;
     check_words(&words, &cli.command)?;
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
     if terminal {
