@@ -425,6 +425,14 @@ mod tests {
         assert!(check_words(&left, &cli.command).is_err());
         let other_agent = vec!["handoff".to_string(), "save".into(), "b".into()];
         assert!(check_words(&other_agent, &cli.command).is_err());
+        // `-c` inside a cluster of short options stays in the words, and is caught.
+        let argv: Vec<String> = ["logs", "-fc", "/x", "a"].map(String::from).to_vec();
+        let cli =
+            Cli::try_parse_from(["phoenix"].iter().chain(&["logs", "-fc", "/x", "a"])).unwrap();
+        assert_eq!(cli.config, Path::new("/x"));
+        let words = words_for_host(&argv, false, &Local::default()).unwrap();
+        let refused = check_words(&words, &cli.command).unwrap_err().to_string();
+        assert!(refused.contains("give `--config` before"), "{refused}");
     }
 
     #[test]
