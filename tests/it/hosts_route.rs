@@ -439,7 +439,7 @@ fn every_subcommand_that_takes_an_agent_reaches_an_agent_of_a_host() {
 
 #[test]
 fn what_a_host_is_sent_is_the_command_typed_with_what_it_reads_here_and_nothing_for_a_shell() {
-    let Some(net) = HostedFleet::start(&["gpu-1"]) else {
+    let Some(mut net) = HostedFleet::start(&["gpu-1"]) else {
         return;
     };
     net.toml(&format!(
@@ -493,4 +493,14 @@ fn what_a_host_is_sent_is_the_command_typed_with_what_it_reads_here_and_nothing_
     let state =
         std::fs::read_to_string(net.fleet.state_dir().join("agents/here/state.json")).unwrap();
     assert!(state.contains("\"k\""), "{state}");
+
+    // The host gone: the command says so, in JSON when asked, and fails.
+    net.host_mut("gpu-1").sshd.stop();
+    crate::hosts_reads::close_shared_connection(&net, "gpu-1");
+    let ran = net.fleet.run_within(&["ledger", "far", "--json"], WITHIN);
+    ran.status(1);
+    let doc = ran.json();
+    assert_eq!(doc["ok"], false, "{doc}");
+    let message = doc["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("host `gpu-1` is unreachable"), "{doc}");
 }
