@@ -167,10 +167,17 @@ pub fn forward(cli: &mut Cli, argv: &[String]) -> anyhow::Result<Option<i32>> {
     on_host(&spec, &host, &words, local.stdin).map(Some)
 }
 
-/// The one host of `agents` (`None`: they are this machine's, or not declared at all, which
-/// the command reports). Agents of two machines cannot be one command's.
+/// The one host of `agents` (`None`: they are this machine's, or one is not declared at all,
+/// which the command here reports with what was meant). Agents of two machines cannot be one
+/// command's.
 fn host_of_all<'a>(spec: &'a Spec, agents: &[&str]) -> anyhow::Result<Option<&'a str>> {
     let place = |agent: &str| reads::host_of(spec, agent);
+    if agents
+        .iter()
+        .any(|a| place(a).is_none() && spec.agent(a).is_none())
+    {
+        return Ok(None);
+    }
     let Some(first) = agents.first() else {
         return Ok(None);
     };

@@ -487,6 +487,10 @@ fn what_a_host_is_sent_is_the_command_typed_with_what_it_reads_here_and_nothing_
     net.run(&["logs", "here", "far"])
         .status(1)
         .stderr_has("are on different machines");
+    // A name declared nowhere is said as on one machine, with what was meant.
+    net.run(&["logs", "fra", "far"])
+        .status(1)
+        .stderr_has("no agent `fra`");
     // This machine's agent is still this machine's.
     net.run(&["loop", "add", "here", "k", "local", "loop"])
         .status(0);
