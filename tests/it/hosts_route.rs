@@ -462,11 +462,12 @@ fn what_a_host_is_sent_is_the_command_typed_with_what_it_reads_here_and_nothing_
             "$(touch pwned)",
             ";",
             "*",
+            "~/x",
         ],
         WITHIN,
     );
     ran.status(0);
-    has(&ran, "a b|$(touch pwned)|;|*|");
+    has(&ran, "a b|$(touch pwned)|;|*|~/x|");
     assert!(!host.dir.join("pwned").exists());
     assert!(!net.fleet.path().join("pwned").exists());
 
