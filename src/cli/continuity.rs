@@ -92,21 +92,7 @@ fn agent<'a>(spec: &'a Spec, name: &str) -> anyhow::Result<&'a spec::AgentSpec> 
         .ok_or_else(|| super::lifecycle::unknown_agent(spec, name))
 }
 
-/// `args` with `--json` when asked for, then `--` and `agent`: one agent's read on its host.
-fn agent_args(args: &[&str], json: bool, agent: &str) -> Vec<String> {
-    let mut words: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    if json {
-        words.push("--json".into());
-    }
-    words.extend(["--".to_string(), agent.to_string()]);
-    words
-}
-
 pub fn ledger(config: &Path, name: &str, json: bool) -> anyhow::Result<i32> {
-    let on_host = agent_args(&["ledger"], json, name);
-    if let Some(code) = super::fleetwide::agent_read(config, name, &on_host)? {
-        return Ok(code);
-    }
     let spec = super::load_without_fs_checks(config)?;
     agent(&spec, name)?;
     let ledger = ledger::load(&FleetDir::new(&spec.fleet.state_dir).agent(name));
@@ -141,7 +127,7 @@ pub fn ledger(config: &Path, name: &str, json: bool) -> anyhow::Result<i32> {
 /// A handoff body larger than this is refused (a handoff is a page or two).
 const MAX_BODY_BYTES: u64 = 1024 * 1024;
 
-fn read_body(file: Option<&Path>, no_input: bool) -> anyhow::Result<Option<String>> {
+pub(super) fn read_body(file: Option<&Path>, no_input: bool) -> anyhow::Result<Option<String>> {
     if let Some(f) = file {
         // A FIFO or `/dev/zero` given as the file is refused, not waited on or read forever.
         return Ok(Some(bounded::read_string(
@@ -232,10 +218,6 @@ fn save(
 
 /// `handoff list`: one line a handoff, the agent's or every agent's (every host's too).
 fn list(spec: &Spec, name: Option<&str>, json: bool) -> anyhow::Result<i32> {
-    if let Some(host) = name.and_then(|n| crate::hosts::reads::host_of(spec, n)) {
-        let args = agent_args(&["handoff", "list"], json, name.unwrap_or_default());
-        return super::fleetwide::on_host(spec, host, &args);
-    }
     if name.is_none() && !spec.hosts.is_empty() {
         return super::fleetwide::list(spec, json);
     }
@@ -272,9 +254,6 @@ fn show(spec: &Spec, id: &str, name: Option<&str>, json: bool) -> anyhow::Result
     on_host.extend(name.map(|n| format!("--agent={n}")));
     on_host.extend(json.then(|| "--json".to_string()));
     on_host.extend(["--".to_string(), id.to_string()]);
-    if let Some(host) = name.and_then(|n| crate::hosts::reads::host_of(spec, n)) {
-        return super::fleetwide::on_host(spec, host, &on_host);
-    }
     let found = continuity::find_handoff(spec, id, name);
     if found.is_none()
         && name.is_none()
@@ -409,14 +388,6 @@ pub fn reindex(config: &Path, json: bool) -> anyhow::Result<i32> {
 }
 
 pub fn brief(config: &Path, name: &str, generate: bool, json: bool) -> anyhow::Result<i32> {
-    let verb: &[&str] = if generate {
-        &["brief", "--generate"]
-    } else {
-        &["brief"]
-    };
-    if let Some(code) = super::fleetwide::agent_read(config, name, &agent_args(verb, json, name))? {
-        return Ok(code);
-    }
     let spec = super::load_without_fs_checks(config)?;
     let a = agent(&spec, name)?;
     let dir = FleetDir::new(&spec.fleet.state_dir).agent(name);

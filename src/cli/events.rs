@@ -55,17 +55,11 @@ pub fn events(config: &Path, args: EventsArgs) -> anyhow::Result<i32> {
     }
     let fleet = FleetDir::new(&spec.fleet.state_dir);
     let path = fleet.critical_events_path();
+    // A host's agent has its events there (the merged read below asks its host).
     let remote = args
         .agent
         .as_deref()
         .and_then(|a| crate::hosts::reads::host_of(&spec, a));
-    if let (Some(host), true) = (remote, args.follow) {
-        // One agent of a host, followed: its host's own `events --follow`, over ssh -t.
-        let mut words = vec!["events".to_string(), "--follow".into()];
-        words.extend(host_args(&args));
-        let words: Vec<&str> = words.iter().map(String::as_str).collect();
-        return super::fleetwide::exec_on_host(&spec, host, &words);
-    }
     let declared = spec.agent_names();
     let filter = critical::Filter {
         agent: args.agent.as_deref(),

@@ -14,12 +14,6 @@ use crate::state::FleetDir;
 
 pub fn exec(config: &Path, name: &str, command: &[String]) -> anyhow::Result<i32> {
     let spec = &crate::spec::load(config)?;
-    if let Some(host) = crate::hosts::reads::host_of(spec, name) {
-        // The host's own `exec`, over ssh -t: the agent's workdir and sandbox are there.
-        let mut words = vec!["exec", name, "--"];
-        words.extend(command.iter().map(String::as_str));
-        return super::fleetwide::exec_on_host(spec, host, &words);
-    }
     let agent = super::lifecycle::declared(spec, &[name.to_string()])?.remove(0);
     let agent = spec.agent(&agent).expect("declared");
     let dir = FleetDir::new(&spec.fleet.state_dir).agent(&agent.name);

@@ -579,8 +579,8 @@ pub fn status(config: &Path, agent: Option<&str>, wide: bool, json: bool) -> any
     if let Some(problem) = world::leftover_problem(spec) {
         eprintln!("warning: {problem}");
     }
-    let remote = agent.is_some_and(|a| crate::hosts::reads::host_of(spec, a).is_some());
-    if !spec.hosts.is_empty() && (agent.is_none() || json || remote) {
+    // One agent of a host in text came to its host before (`route`); the rest is merged.
+    if !spec.hosts.is_empty() && (agent.is_none() || json) {
         return super::fleetwide::status(&ctx, agent, json);
     }
     let world = observe(&ctx)?;

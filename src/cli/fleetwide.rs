@@ -1,13 +1,9 @@
 //! The fleet-wide commands when phoenix.toml has `[[host]]`s: `status`, `events`,
-//! `handoff list|search` show every host's rows beside this machine's, each labelled with its
-//! host; the reads of one agent of a host (`logs`, `ledger`, `brief`, `handoff list|show`,
-//! `status AGENT`) print what that host's phoenix printed; `restart`, `stop`, `start` send a
-//! host's agents to it; `attach` and `--follow` open `ssh -t` to the host. The merging is
-//! `hosts::reads` and `hosts::actions`; this file prints.
+//! `handoff list|search|show ID` show every host's rows beside this machine's, each labelled
+//! with its host; `restart`, `stop`, `start` send each host's agents to it. The merging is
+//! `hosts::reads` and `hosts::actions`; this file prints. A command about one agent of a host
+//! is not here: it runs on that host through the one routing path (`route`).
 
-use std::path::Path;
-
-use anyhow::Context;
 use serde_json::{Value, json};
 
 use super::{out, output};
@@ -32,45 +28,6 @@ fn host_width<'a>(labels: impl Iterator<Item = &'a str>) -> usize {
         .unwrap_or(4)
 }
 
-// ---- one agent of a host: what its host printed ----
-
-/// `args` run by the phoenix of `host` on its fleet, its stdout and stderr printed as they
-/// came, its exit code returned. Waited for as long as an action (`brief --generate` may
-/// run the brief command): the host's own phoenix gives up first and says why.
-pub fn on_host(spec: &Spec, host: &str, args: &[String]) -> anyhow::Result<i32> {
-    let link = reads::link_to(spec, host)
-        .with_context(|| format!("host `{host}` is not declared in {}", spec.file.display()))?;
-    let words: Vec<&str> = args.iter().map(String::as_str).collect();
-    let ran = link.run(&words, actions::ACTION_TIMEOUT)?;
-    out(&ran.stdout);
-    if !ran.stderr.is_empty() {
-        eprint!("{}", ran.stderr);
-    }
-    Ok(ran.code.unwrap_or(crate::error::exit::ERROR))
-}
-
-/// The reads of one agent: on its host when phoenix.toml puts it on one (`Some(code)`).
-pub fn agent_read(config: &Path, agent: &str, args: &[String]) -> anyhow::Result<Option<i32>> {
-    let spec = super::load_without_fs_checks(config)?;
-    match reads::host_of(&spec, agent) {
-        Some(host) => on_host(&spec, host, args).map(Some),
-        None => Ok(None),
-    }
-}
-
-/// Replace this process with an interactive ssh running `args` with the host's phoenix
-/// (`attach`, `logs --follow`): the terminal is the host's until it ends.
-pub fn exec_on_host(spec: &Spec, host: &str, args: &[&str]) -> anyhow::Result<i32> {
-    use std::os::unix::process::CommandExt;
-    let link = reads::link_to(spec, host)
-        .with_context(|| format!("host `{host}` is not declared in {}", spec.file.display()))?;
-    let argv = actions::interactive(&link, args)?;
-    let error = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
-    Err(anyhow::anyhow!(
-        "cannot run `ssh` to reach host `{host}`: {error} (install openssh-client)"
-    ))
-}
-
 // ---- status ----
 
 /// `status [--json]` across this machine and every host, and `status AGENT [--json]` of an
@@ -81,12 +38,6 @@ pub fn status(
     json: bool,
 ) -> anyhow::Result<i32> {
     let spec = &ctx.spec;
-    if let Some(name) = agent
-        && let Some(host) = reads::host_of(spec, name)
-        && !json
-    {
-        return describe_on_host(spec, host, name);
-    }
     let doc = reads::fleet_status(spec, ctx.runtime(), agent)?;
     let rows = doc["agents"].as_array().cloned().unwrap_or_default();
     let code = if rows.iter().any(reads::is_down) {
@@ -100,20 +51,6 @@ pub fn status(
     }
     out(&status_table(spec, &doc, &rows, ctx.runtime.location()));
     Ok(code)
-}
-
-/// `status AGENT` of an agent of a host: as its host describes it, with the host first.
-fn describe_on_host(spec: &Spec, host: &str, agent: &str) -> anyhow::Result<i32> {
-    let link = reads::link_to(spec, host).context("a declared host")?;
-    let ran = link.run(&["status", "--", agent], reads::STATUS_TIMEOUT)?;
-    if matches!(ran.code, Some(0 | 3)) {
-        out(&format!("{:<15} {host}\n", "Host:"));
-    }
-    out(&ran.stdout);
-    if !ran.stderr.is_empty() {
-        eprint!("{}", ran.stderr);
-    }
-    Ok(ran.code.unwrap_or(crate::error::exit::ERROR))
 }
 
 /// One line per agent with its host first, then this machine's daemon and each host's.

@@ -642,10 +642,6 @@ fn down_report(
 /// `phoenix attach AGENT`: the private tmux server, at the agent's pane.
 pub fn attach(config: &Path, name: &str) -> anyhow::Result<i32> {
     let ctx = load(config)?;
-    if let Some(host) = crate::hosts::reads::host_of(&ctx.spec, name) {
-        // The host's own `attach`, over ssh -t: its tmux server is there.
-        return super::fleetwide::exec_on_host(&ctx.spec, host, &["attach", "--", name]);
-    }
     let agent = declared(&ctx.spec, &[name.to_string()])?.remove(0);
     let world = crate::status::observe(&ctx.spec, ctx.runtime())?;
     let Some(pane) = world.pane_of(&agent) else {

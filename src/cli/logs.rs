@@ -116,20 +116,6 @@ impl Shown {
 
 pub fn logs(config: &Path, args: LogsArgs) -> anyhow::Result<i32> {
     let spec = crate::spec::load(config)?;
-    if let [name] = args.agents.as_slice()
-        && let Some(host) = crate::hosts::reads::host_of(&spec, name)
-    {
-        return on_host(&spec, host, name, &args);
-    }
-    if let Some(name) = args
-        .agents
-        .iter()
-        .find(|a| crate::hosts::reads::host_of(&spec, a).is_some())
-    {
-        anyhow::bail!(
-            "agent `{name}` runs on another host: name it alone (`phoenix logs {name}`) to read its logs there"
-        );
-    }
     let agents = if args.agents.is_empty() {
         let local: Vec<String> = spec.agents.iter().map(|a| a.name.clone()).collect();
         if !spec.remote_agents.is_empty() && !args.json {
@@ -441,32 +427,6 @@ fn complete_lines(path: &Path, offset: &mut u64) -> String {
     let end = text.rfind('\n').map_or(0, |i| i + 1);
     *offset += end as u64;
     text[..end].to_string()
-}
-
-/// A host's agent: its host's own `logs`, and with --follow over ssh -t.
-fn on_host(
-    spec: &crate::spec::Spec,
-    host: &str,
-    name: &str,
-    args: &LogsArgs,
-) -> anyhow::Result<i32> {
-    let mut words: Vec<String> = vec!["logs".into()];
-    words.extend(args.lines.map(|n| format!("--lines={n}")));
-    words.extend(args.since.map(|t| format!("--since={}", state::rfc3339(t))));
-    if args.previous {
-        words.push("--previous".into());
-    }
-    if args.json {
-        words.push("--json".into());
-    }
-    if args.follow {
-        words.push("--follow".into());
-        words.extend(["--".into(), name.to_string()]);
-        let words: Vec<&str> = words.iter().map(String::as_str).collect();
-        return super::fleetwide::exec_on_host(spec, host, &words);
-    }
-    words.extend(["--".into(), name.to_string()]);
-    super::fleetwide::on_host(spec, host, &words)
 }
 
 /// The pane's last `lines` lines, trailing blank ones dropped (a fresh pane is mostly empty).

@@ -30,31 +30,33 @@ pub struct SendArgs {
     pub json: bool,
 }
 
+/// Who sends: `--from`, else the agent phoenix runs this in (`$PHOENIX_AGENT`), else the
+/// operator.
+pub(super) fn sender(args: &SendArgs) -> String {
+    args.from
+        .clone()
+        .or_else(|| std::env::var("PHOENIX_AGENT").ok())
+        .unwrap_or_else(|| "operator".to_string())
+}
+
+/// The message: `text`, or with `-` what stdin gives (bounded).
+pub(super) fn read_text(text: &str) -> anyhow::Result<String> {
+    if text != "-" {
+        return Ok(text.to_string());
+    }
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .take(inbox::MAX_TEXT_BYTES as u64 * 4 + 1)
+        .read_to_end(&mut bytes)
+        .context("cannot read the message from stdin")?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// `phoenix send AGENT TEXT`.
 pub fn send(config: &Path, args: SendArgs) -> anyhow::Result<i32> {
     let spec = super::load_without_fs_checks(config)?;
-    let from = args
-        .from
-        .clone()
-        .or_else(|| std::env::var("PHOENIX_AGENT").ok())
-        .unwrap_or_else(|| "operator".to_string());
-    let text = if args.text == "-" {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .take(inbox::MAX_TEXT_BYTES as u64 * 4 + 1)
-            .read_to_end(&mut bytes)
-            .context("cannot read the message from stdin")?;
-        String::from_utf8_lossy(&bytes).into_owned()
-    } else {
-        args.text.clone()
-    };
-    if let Some(host) = crate::hosts::reads::host_of(&spec, &args.agent) {
-        let mut words = vec!["send".to_string(), format!("--from={from}")];
-        words.extend(args.urgent.then(|| "--urgent".to_string()));
-        words.extend(args.json.then(|| "--json".to_string()));
-        words.extend(["--".to_string(), args.agent.clone(), text]);
-        return super::fleetwide::on_host(&spec, host, &words);
-    }
+    let from = sender(&args);
+    let text = read_text(&args.text)?;
     let message = crate::continuity::messages::send(&spec, &args.agent, &from, &text, args.urgent)?;
     let running = recipient_running(&spec, &args.agent);
     if args.json {
@@ -75,12 +77,6 @@ pub fn send(config: &Path, args: SendArgs) -> anyhow::Result<i32> {
 
 /// `phoenix inbox AGENT`: pending messages, then delivered ones, oldest first.
 pub fn inbox(config: &Path, agent: &str, json: bool) -> anyhow::Result<i32> {
-    let mut on_host = vec!["inbox".to_string()];
-    on_host.extend(json.then(|| "--json".to_string()));
-    on_host.extend(["--".to_string(), agent.to_string()]);
-    if let Some(code) = super::fleetwide::agent_read(config, agent, &on_host)? {
-        return Ok(code);
-    }
     let spec = super::load_without_fs_checks(config)?;
     if spec.agent(agent).is_none() {
         return Err(super::lifecycle::unknown_agent(&spec, agent));

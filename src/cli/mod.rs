@@ -45,6 +45,7 @@ mod moves;
 mod notify;
 mod output;
 mod policy;
+mod route;
 mod sandbox;
 mod scaffold;
 mod usage;
@@ -480,7 +481,7 @@ pub fn main() -> i32 {
         return hook::run(hook);
     }
     if let Some(cli) = as_apply_wrote_it(&args) {
-        return match run(cli) {
+        return match run(cli, &args) {
             Ok(code) => code,
             Err(err) => report(&err),
         };
@@ -509,7 +510,7 @@ pub fn main() -> i32 {
     if cli.no_color {
         output::disable_colour();
     }
-    match run(cli) {
+    match run(cli, &args) {
         Ok(code) => code,
         Err(err) if json_requested(&args) => report_json(&err),
         Err(err) => report(&err),
@@ -597,7 +598,12 @@ fn report_json(err: &anyhow::Error) -> i32 {
     lib.map_or(crate::error::exit::ERROR, crate::Error::code)
 }
 
-fn run(cli: Cli) -> anyhow::Result<i32> {
+/// `cli`, read from `argv` (the words after the program's name): on the host of the agent
+/// it names when phoenix.toml places it on one ([`route`]), else here.
+fn run(mut cli: Cli, argv: &[String]) -> anyhow::Result<i32> {
+    if let Some(code) = route::forward(&mut cli, argv)? {
+        return Ok(code);
+    }
     let config = cli.config;
     match cli.command {
         Command::Init { cli, force, json } => scaffold::init(&config, cli, force, json),

@@ -341,7 +341,7 @@ pub fn clinic(config: &Path, args: ClinicArgs) -> anyhow::Result<i32> {
 }
 
 /// `--output`: the CLI's output from a file, or from stdin for `-`.
-fn read_output(path: Option<&Path>) -> anyhow::Result<Option<String>> {
+pub(super) fn read_output(path: Option<&Path>) -> anyhow::Result<Option<String>> {
     let Some(path) = path else { return Ok(None) };
     if path == Path::new("-") {
         let mut s = String::new();

@@ -77,9 +77,20 @@ impl Link {
 
     /// One of phoenix's own commands (`status --json`, …) on the host's fleet.
     pub fn run(&self, args: &[&str], timeout: Duration) -> Result<Ran, HostError> {
+        self.run_with_stdin(args, None, timeout)
+    }
+
+    /// [`Link::run`] with `stdin` given to the command there.
+    pub fn run_with_stdin(
+        &self,
+        args: &[&str],
+        stdin: Option<String>,
+        timeout: Duration,
+    ) -> Result<Ran, HostError> {
         let call = Call::Run {
             dir: self.host.dir.clone(),
             args: args.iter().map(|a| a.to_string()).collect(),
+            stdin,
         };
         let reply = self.ask(call, timeout)?;
         serde_json::from_value(reply.result).map_err(|e| HostError::Remote {

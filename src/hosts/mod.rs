@@ -174,13 +174,19 @@ impl From<HostError> for crate::error::Error {
 
 /// The one command line ever run on a host: its phoenix and the word `host`. Each word is
 /// quoted for the remote shell; a leading `~/` stays unquoted so it still means the remote
-/// user's home.
+/// user's home, except after a `--` word: what follows it (an agent's name, `exec`'s
+/// command as the operator typed it) means exactly what it says.
 pub fn remote_command(words: &[&str]) -> String {
+    let mut literal = false;
     words
         .iter()
-        .map(|word| match word.strip_prefix("~/") {
-            Some(rest) if !rest.is_empty() => format!("~/{}", sh_quote(rest)),
-            _ => sh_quote(word),
+        .map(|word| {
+            let quoted = match word.strip_prefix("~/") {
+                Some(rest) if !rest.is_empty() && !literal => format!("~/{}", sh_quote(rest)),
+                _ => sh_quote(word),
+            };
+            literal |= *word == "--";
+            quoted
         })
         .collect::<Vec<_>>()
         .join(" ")
@@ -268,5 +274,9 @@ mod tests {
             r"'/opt/a'\''b/phoenix' host"
         );
         assert_eq!(remote_command(&["$(reboot)", "host"]), "'$(reboot)' host");
+        assert_eq!(
+            remote_command(&["~/bin/phoenix", "exec", "a", "--", "cat", "~/x"]),
+            "~/bin/phoenix exec a -- cat '~/x'"
+        );
     }
 }

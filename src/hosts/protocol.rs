@@ -92,8 +92,14 @@ pub enum Call {
     },
     /// One of phoenix's own commands on the host's fleet (`status --json`, `events`,
     /// `restart NAME`, …): the words go to the host's phoenix as an argv, never to a shell.
-    /// Only the commands in [`RUN_COMMANDS`].
-    Run { dir: String, args: Vec<String> },
+    /// Only the commands in [`RUN_COMMANDS`]. `stdin`: what the command reads on its stdin
+    /// (a message given as `-`, a handoff's body), read on the operator's machine.
+    Run {
+        dir: String,
+        args: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stdin: Option<String>,
+    },
     /// Paste `text` into one agent's pane on the host and confirm it was submitted, as the
     /// API's inject does on the operator's machine (the runtime's paste makes it inert there
     /// too). Text travels in the request, never in an argv.
@@ -189,7 +195,7 @@ pub struct Installed {
 pub const RUN_COMMANDS: &[&str] = &[
     "status", "events", "logs", "handoff", "ledger", "reindex", "restart", "stop", "start", "down",
     "watchdog", "validate", "doctor", "state", "loop", "resolve", "brief", "usage", "send",
-    "inbox",
+    "inbox", "clinic", "hooks", "sandbox", "notify",
 ];
 
 /// What a [`Call::Run`] (and the apply of [`Call::Apply`]) printed and how it ended.

@@ -104,7 +104,9 @@ fn answer_call(call: Call) -> Reply {
             agents,
             prune,
         } => reply(apply(&dir, &slice, &files, &agents, prune)),
-        Call::Run { dir, args } => reply(run(&dir, &args)),
+        Call::Run { dir, args, stdin } => {
+            reply(run(&dir, &args, stdin.as_deref().unwrap_or_default()))
+        }
         Call::Inject { dir, agent, text } => reply(inject(&dir, &agent, &text)),
         Call::Install { dir, fleet } => reply(
             super::install::serve(&host_dir(&dir), &fleet)
@@ -269,12 +271,12 @@ fn apply(
         args.push("--force-remove-worktrees".into());
     }
     args.extend(agents.iter().cloned());
-    let ran = phoenix_here(&dir, &args, APPLY_TIMEOUT)?;
+    let ran = phoenix_here(&dir, &args, b"", APPLY_TIMEOUT)?;
     Ok(serde_json::to_value(ran).unwrap_or_default())
 }
 
-/// One of [`RUN_COMMANDS`] on this host's fleet.
-fn run(dir: &str, args: &[String]) -> Result<Value, String> {
+/// One of [`RUN_COMMANDS`] on this host's fleet, `stdin` as its stdin.
+fn run(dir: &str, args: &[String], stdin: &str) -> Result<Value, String> {
     let verb = args.first().map(String::as_str).unwrap_or("");
     if !RUN_COMMANDS.contains(&verb) {
         return Err(format!(
@@ -292,7 +294,7 @@ fn run(dir: &str, args: &[String]) -> Result<Value, String> {
     }
     let ran = match status_here(&dir, args) {
         Some(ran) => ran,
-        None => phoenix_here(&dir, args, RUN_TIMEOUT)?,
+        None => phoenix_here(&dir, args, stdin.as_bytes(), RUN_TIMEOUT)?,
     };
     Ok(serde_json::to_value(ran).unwrap_or_default())
 }
@@ -330,8 +332,13 @@ fn status_here(dir: &Path, args: &[String]) -> Option<Ran> {
     })
 }
 
-/// This phoenix, on the fleet in `dir`, with `args` as its argv.
-fn phoenix_here(dir: &Path, args: &[String], timeout: Duration) -> Result<Ran, String> {
+/// This phoenix, on the fleet in `dir`, with `args` as its argv and `stdin` on its stdin.
+fn phoenix_here(
+    dir: &Path,
+    args: &[String],
+    stdin: &[u8],
+    timeout: Duration,
+) -> Result<Ran, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this phoenix: {e}"))?;
     let mut command = std::process::Command::new(exe);
     command
@@ -339,7 +346,7 @@ fn phoenix_here(dir: &Path, args: &[String], timeout: Duration) -> Result<Ran, S
         .arg(dir.join(spec::DEFAULT_CONFIG))
         .args(args)
         .current_dir(dir);
-    match crate::process::run(command, b"", timeout) {
+    match crate::process::run(command, stdin, timeout) {
         Ok(finished) => Ok(Ran {
             code: finished.status.code(),
             stdout: finished.stdout,

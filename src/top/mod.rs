@@ -422,7 +422,7 @@ pub fn run(config: &Path, interval: Duration) -> crate::error::Result<i32> {
                     Some(Command::Attach { agent, pane }) => {
                         ratatui::restore();
                         let outcome = match app.snapshot.host_of(&agent) {
-                            Some(host) => attach_on_host(&spec, host, &agent),
+                            Some(_) => attach_as_the_command_line(config, &agent),
                             None => attach(&*runtime, &pane),
                         };
                         terminal = ratatui::try_init().context("cannot set up the terminal")?;
@@ -480,8 +480,8 @@ fn working_on(command: &Command) -> String {
 /// outcome as one line for the view.
 fn carry_out(config: &Path, command: &Command) -> String {
     match command {
-        Command::Stop { agent } => return lifecycle_verb(config, "stop", agent),
-        Command::Start { agent } => return lifecycle_verb(config, "start", agent),
+        Command::Stop { agent } => return lifecycle_verb(config, "stop", &[], agent),
+        Command::Start { agent } => return lifecycle_verb(config, "start", &[], agent),
         _ => {}
     }
     if let Some(line) = carry_out_on_host(config, command) {
@@ -509,9 +509,9 @@ fn carry_out(config: &Path, command: &Command) -> String {
     }
 }
 
-/// `phoenix stop|start AGENT` run as the command line runs it (a host's agent on its host):
-/// one way to stop; its row's detail as the line for the view.
-fn lifecycle_verb(config: &Path, verb: &str, agent: &str) -> String {
+/// `phoenix stop|start|restart [FLAGS] AGENT` run as the command line runs it (a host's agent
+/// on its host): one way to stop; its row's detail (and its host) as the line for the view.
+fn lifecycle_verb(config: &Path, verb: &str, flags: &[&str], agent: &str) -> String {
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(e) => return format!("{verb} of `{agent}` failed: cannot find phoenix: {e}"),
@@ -519,7 +519,9 @@ fn lifecycle_verb(config: &Path, verb: &str, agent: &str) -> String {
     let output = std::process::Command::new(exe)
         .arg("--config")
         .arg(config)
-        .args([verb, "--json", "--", agent])
+        .args([verb, "--json"])
+        .args(flags)
+        .args(["--", agent])
         .stdin(std::process::Stdio::null())
         .output();
     let output = match output {
@@ -530,9 +532,19 @@ fn lifecycle_verb(config: &Path, verb: &str, agent: &str) -> String {
     let row = doc["agents"]
         .as_array()
         .and_then(|rows| rows.iter().find(|r| r["agent"] == agent));
+    let on = |row: &Value| {
+        row["host"]
+            .as_str()
+            .map(|h| format!(" on {h}"))
+            .unwrap_or_default()
+    };
     match row {
         Some(row) if row["ok"] != false && output.status.success() => {
-            format!("`{agent}`: {}", row["detail"].as_str().unwrap_or(verb))
+            format!(
+                "`{agent}`{}: {}",
+                on(row),
+                row["detail"].as_str().unwrap_or(verb)
+            )
         }
         Some(row) => format!(
             "{verb} of `{agent}` failed: {}",
@@ -545,9 +557,9 @@ fn lifecycle_verb(config: &Path, verb: &str, agent: &str) -> String {
     }
 }
 
-/// A restart or an injection of an agent of a host, sent to its host as `phoenix restart`
-/// and `phoenix handoff inject` send it (typed text in the host protocol's request); `None`
-/// for an agent of this machine.
+/// A restart or an injection of an agent of a host: `phoenix restart` and `phoenix handoff
+/// inject` as the command line runs them (on its host), typed text in the host protocol's
+/// request (no command pastes text); `None` for an agent of this machine.
 fn carry_out_on_host(config: &Path, command: &Command) -> Option<String> {
     let spec = crate::spec::load_with(
         config,
@@ -558,15 +570,9 @@ fn carry_out_on_host(config: &Path, command: &Command) -> Option<String> {
     .ok()?;
     match command {
         Command::Restart { agent, fresh } => {
-            let host = crate::hosts::reads::host_of(&spec, agent)?;
-            let targets = [(host.to_string(), Some(vec![agent.clone()]))].into();
+            crate::hosts::reads::host_of(&spec, agent)?;
             let flags: &[&str] = if *fresh { &["--fresh"] } else { &[] };
-            let results = crate::hosts::actions::act(&spec, "restart", flags, &targets);
-            Some(match results.first() {
-                Some(r) if r.ok => format!("`{agent}` on {host}: {}", r.detail),
-                Some(r) => format!("restart of `{agent}` on {host} failed: {}", r.detail),
-                None => format!("restart of `{agent}` on {host}: no answer"),
-            })
+            Some(lifecycle_verb(config, "restart", flags, agent))
         }
         Command::Inject { agent, text } => {
             let host = crate::hosts::reads::host_of(&spec, agent)?;
@@ -594,20 +600,20 @@ fn carry_out_on_host(config: &Path, command: &Command) -> Option<String> {
     }
 }
 
-/// Open the pane of an agent of a host: `ssh -t` running its host's `phoenix attach`,
-/// until the person detaches.
-fn attach_on_host(spec: &Spec, host: &str, agent: &str) -> crate::error::Result<()> {
-    let link = crate::hosts::reads::link_to(spec, host)
-        .with_context(|| format!("host `{host}` is no longer declared"))?;
-    let argv = crate::hosts::actions::interactive(&link, &["attach", agent])?;
-    let status = std::process::Command::new(&argv[0])
-        .args(&argv[1..])
+/// Open the pane of an agent of a host: `phoenix attach AGENT` as the command line runs it
+/// (`ssh -t` to its host), until the person detaches.
+fn attach_as_the_command_line(config: &Path, agent: &str) -> crate::error::Result<()> {
+    let exe = std::env::current_exe().context("cannot find phoenix")?;
+    let status = std::process::Command::new(exe)
+        .arg("--config")
+        .arg(config)
+        .args(["attach", "--", agent])
         .status()
-        .context("cannot run `ssh`")?;
+        .context("cannot run `phoenix attach`")?;
     if status.success() {
         Ok(())
     } else {
-        crate::bail!("`phoenix attach` on {host} ended with {status}")
+        crate::bail!("`phoenix attach {agent}` ended with {status}")
     }
 }
 

@@ -244,6 +244,7 @@ fn a_host_plans_applies_and_reports_its_slice_over_real_ssh() {
         Call::Run {
             dir: dir_text.clone(),
             args: vec!["status".into(), "--json".into()],
+            stdin: None,
         },
         Duration::from_secs(30),
     )
@@ -260,6 +261,7 @@ fn a_host_plans_applies_and_reports_its_slice_over_real_ssh() {
         Call::Run {
             dir: dir_text.clone(),
             args: vec!["run".into()],
+            stdin: None,
         },
         Duration::from_secs(30),
     )

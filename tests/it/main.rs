@@ -14,6 +14,7 @@ mod hosts_move;
 mod hosts_move_apply;
 mod hosts_plan;
 mod hosts_reads;
+mod hosts_route;
 mod hosts_trust;
 mod hosts_verbs;
 mod hosts_views;
