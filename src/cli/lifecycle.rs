@@ -604,7 +604,7 @@ fn down_report(
                     text.push_str(&row_text(r));
                 }
                 let server = host.server.as_deref().unwrap_or("unknown");
-                text.push_str(&format!("{}: tmux server {server}\n", host.host));
+                text.push_str(&format!("{}: its server {server}\n", host.host));
             }
             Some(error) => {
                 text.push_str(&format!(
