@@ -316,6 +316,10 @@ fn a_crash_looping_item_agent_runs_on_failed_once_with_its_item() {
     });
     // Each argument its own, never a shell's: the title's `;` is text.
     assert_eq!(hook_log(&fleet), ["failed 5 Flaky; rm -rf /"]);
+    // The event is recorded once the command has ended, a moment after it wrote its line.
+    wait_until(Duration::from_secs(10), "intake_on_failed recorded", || {
+        !events(&fleet, "intake_on_failed").is_empty()
+    });
     let ran = events(&fleet, "intake_on_failed");
     assert_eq!(ran.len(), 1, "{ran:?}");
     assert_eq!(ran[0]["agent"], "issue-5");
