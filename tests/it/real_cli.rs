@@ -1102,6 +1102,19 @@ fn real_claude_crash_is_not_diagnosed_from_an_earlier_sessions_error() {
                 .is_some_and(|t| t.contains("overloaded_error"))
         },
     );
+    // And killed once the turn is over (its Stop hook ran): Claude Code writes the turn to
+    // its transcript a moment before it ends it, and a session killed in that moment was
+    // mid-turn, rightly told to go on.
+    support::wait_until(
+        std::time::Duration::from_secs(30),
+        "the first turn complete",
+        || {
+            fleet
+                .ops("cc")
+                .iter()
+                .any(|o| o["event"] == "turn_complete")
+        },
+    );
     let first = fleet.wait_running(&["cc"])[0];
     support::kill9(first);
     // Its turn had ended (the 529 was the model's text): the resumed session is told nothing
@@ -1122,7 +1135,12 @@ fn real_claude_crash_is_not_diagnosed_from_an_earlier_sessions_error() {
             .ops("cc")
             .iter()
             .any(|o| o["event"] == "continue_prompt_skipped"),
-        "no continue prompt after a finished turn"
+        "no continue prompt after a finished turn: {:?}",
+        fleet
+            .ops("cc")
+            .iter()
+            .map(|o| o.to_string())
+            .collect::<Vec<_>>()
     );
     type_prompt(&fleet, &pane, "go on with the summary");
     support::wait_until_explained(

@@ -389,6 +389,9 @@ impl Wrapper {
                 spec_is_fresh = true;
             }
             aftermath.finish();
+            // Whether the session's turn was open is read from what its hooks wrote: a Stop
+            // hook the killed CLI had already launched may still be writing the turn's end.
+            crate::supervise::strays::wait_for_late_writers();
             match decision.reason {
                 EndReason::Crash | EndReason::WatchdogKill | EndReason::PlannedCycle => {
                     self.interrupted(decision.reason.as_str(), run.session_id.as_deref());
