@@ -118,30 +118,21 @@ impl Journal {
 fn watch_ops_logs(
     agents: &std::path::Path,
     written: Arc<tokio::sync::Notify>,
-) -> notify::Result<notify::RecommendedWatcher> {
-    use notify::{EventKind, RecursiveMode, Watcher};
-    std::fs::create_dir_all(agents).map_err(notify::Error::io)?;
-    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-        let Ok(event) = res else {
-            // The queue overflowed, say: read everything now.
-            written.notify_one();
-            return;
-        };
-        let wanted = match event.kind {
-            EventKind::Access(_) => false,
-            // A new agent's dir (not the temp file of every atomic write).
-            EventKind::Create(notify::event::CreateKind::Folder) => true,
-            _ => event
-                .paths
-                .iter()
-                .any(|p| p.file_name().is_some_and(|n| n == crate::state::OPS_LOG)),
-        };
-        if wanted {
-            written.notify_one();
-        }
-    })?;
-    watcher.watch(agents, RecursiveMode::Recursive)?;
-    Ok(watcher)
+) -> std::io::Result<crate::state::tree_watch::TreeWatch> {
+    std::fs::create_dir_all(agents)?;
+    crate::state::tree_watch::watch_tree(
+        agents,
+        crate::state::tree_watch::STATE_DIR_DEPTH,
+        move |change| {
+            // An overflow: read everything now. A new agent's dir: all of it is new.
+            if change.overflow
+                || change.dir_created
+                || change.name.is_some_and(|n| n == crate::state::OPS_LOG)
+            {
+                written.notify_one();
+            }
+        },
+    )
 }
 
 impl Export {

@@ -84,25 +84,18 @@ pub(super) fn config_digest(file: &Path) -> Option<String> {
 pub(super) fn watch_config(
     file: &Path,
     tx: UnboundedSender<Event>,
-) -> notify::Result<notify::RecommendedWatcher> {
-    use notify::{EventKind, RecursiveMode, Watcher};
+) -> std::io::Result<crate::state::tree_watch::TreeWatch> {
     let name = file.file_name().map(|n| n.to_owned());
-    let dir = file.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-        let Ok(event) = res else { return };
-        if matches!(event.kind, EventKind::Access(_)) {
-            return;
-        }
-        if event
-            .paths
-            .iter()
-            .any(|p| p.file_name().map(|n| n.to_owned()) == name)
-        {
+    let dir = match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    crate::state::tree_watch::watch_tree(dir, 0, move |change| {
+        // Lost events may have been the file's: look again.
+        if change.overflow || change.name.map(|n| n.to_owned()) == name {
             let _ = tx.send(Event::ConfigChanged);
         }
-    })?;
-    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
-    Ok(watcher)
+    })
 }
 
 /// A task per live pane process, woken by its pidfd when it exits: even a wrapper killed with

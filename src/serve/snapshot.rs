@@ -103,7 +103,7 @@ pub struct Snapshot {
     refreshing: tokio::sync::Mutex<()>,
     /// A refresh runs in the background.
     background: std::sync::atomic::AtomicBool,
-    watcher: Mutex<Option<(PathBuf, notify::RecommendedWatcher)>>,
+    watcher: Mutex<Option<(PathBuf, crate::state::tree_watch::TreeWatch)>>,
 }
 
 impl Snapshot {
@@ -171,7 +171,6 @@ impl Snapshot {
     /// Watch the fleet's state dir (again, when phoenix.toml moved it): any change there (a
     /// hook's write, a wrapper's record of an exit) makes the observation stale.
     fn watch(&self, spec: &Spec) {
-        use notify::{EventKind, RecursiveMode, Watcher};
         let Ok(mut slot) = self.watcher.lock() else {
             return;
         };
@@ -181,22 +180,20 @@ impl Snapshot {
         }
         *slot = None;
         let changes = self.changes.clone();
-        let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            // Reads (ours among them) change nothing.
-            if res.is_ok_and(|e| !matches!(e.kind, EventKind::Access(_))) {
+        // Only writes are watched: reads (ours among them) change nothing.
+        match crate::state::tree_watch::watch_tree(
+            &root,
+            crate::state::tree_watch::STATE_DIR_DEPTH,
+            move |_| {
                 changes.fetch_add(1, Ordering::SeqCst);
-            }
-        });
-        match watcher {
-            Ok(mut w) => match w.watch(&root, RecursiveMode::Recursive) {
-                Ok(()) => *slot = Some((root, w)),
-                Err(e) => tracing::warn!(
-                    "cannot watch `{}` ({e}): the status is refreshed every {} ms",
-                    root.display(),
-                    MAX_AGE.as_millis()
-                ),
             },
-            Err(e) => tracing::warn!("cannot watch the state dir ({e})"),
+        ) {
+            Ok(w) => *slot = Some((root, w)),
+            Err(e) => tracing::warn!(
+                "cannot watch `{}` ({e}): the status is refreshed every {} ms",
+                root.display(),
+                MAX_AGE.as_millis()
+            ),
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod duration;
 mod raw;
 pub mod sandbox;
 pub mod schema;
+pub mod schema_check;
 
 mod agent;
 pub mod floors;

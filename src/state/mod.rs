@@ -21,6 +21,7 @@ pub mod pane_log;
 pub mod store;
 #[cfg(test)]
 pub mod testing;
+pub mod tree_watch;
 
 pub use agent::{AgentState, NeedsInput, OpenLoop, ResolvedItem, Retention, Status};
 pub use file::{JsonFile, Loaded};

@@ -134,16 +134,19 @@ fn the_schema_phoenix_prints_accepts_the_example_and_refuses_typos() {
     let run = fleet.run(&["schema"]);
     run.status(0);
     let schema = run.json();
-    let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
     let example = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("phoenix.toml.example"),
     )
     .unwrap();
     let doc: serde_json::Value = toml::from_str(&example).unwrap();
-    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+    let errors = phoenix::spec::schema_check::schema_errors(&schema, &doc);
     assert!(errors.is_empty(), "{errors:#?}");
     let typo: serde_json::Value = toml::from_str("[fleet]\nnmae = \"x\"\n").unwrap();
-    assert!(!validator.is_valid(&typo));
+    let errors = phoenix::spec::schema_check::schema_errors(&schema, &typo);
+    assert!(
+        errors.iter().any(|e| e.contains("`nmae` is not allowed")),
+        "{errors:#?}"
+    );
 }
 
 #[test]
