@@ -10,7 +10,7 @@ use serde_json::json;
 use super::{out, output};
 use crate::hosts::check::{self, HostReport};
 use crate::hosts::fleet::{self, Link};
-use crate::hosts::install::{self, Copy, Platform, Probe, Target};
+use crate::hosts::install::{self, Copy, Probe, Target};
 use crate::hosts::protocol::Installed;
 use crate::hosts::serve;
 use crate::spec::{self, Spec};
@@ -154,11 +154,26 @@ fn install(config: &Path, name: &str, print: bool) -> anyhow::Result<i32> {
         bail!(unknown_host(&spec, name));
     };
     let probe = install::probe(link)?;
-    let ours = Platform::here();
-    if let Some(refusal) = install::refuse_platform(link, &probe.platform, &ours) {
+    let exe = crate::hosts::binary::to_copy(&link.host)?;
+    let needs = crate::hosts::binary::needs(&exe).map_err(crate::error::Error::msg)?;
+    if let Some(refusal) = install::refuse_platform(link, &probe.platform, &needs.platform) {
         return Err(refusal.into());
     }
-    let exe = std::env::current_exe()?;
+    // A build linked against a newer glibc than the host's would fail its run there after
+    // the whole upload: said before anything is copied, with the static build to use.
+    if needs.glibc.is_some() {
+        let (platform, glibc) = crate::hosts::binary::host_side(link)?;
+        if let Err(why) = crate::hosts::binary::runs_on(&needs, &platform, glibc) {
+            return Err(crate::error::Error::Failed {
+                message: format!(
+                    "host `{name}` cannot run {}: {why}; nothing was copied",
+                    exe.display()
+                ),
+                hint: Some(crate::hosts::binary::static_build_hint(name)),
+            }
+            .into());
+        }
+    }
     let target = Target::for_phoenix(&link.host.phoenix);
     let copies = install::copies(&exe, &target)?;
     out(&probe_line(link, &probe));

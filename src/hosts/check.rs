@@ -63,7 +63,12 @@ pub fn check_all(spec: &Spec) -> crate::error::Result<Vec<HostReport>> {
         .collect::<crate::error::Result<BTreeMap<_, _>>>()?;
     let links = fleet::links(spec);
     Ok(fleet::each(&links, |link| {
-        check_one(link, slices[link.name()].clone())
+        let mut report = check_one(link, slices[link.name()].clone());
+        // What `hosts install` would put there, also (above all) where no phoenix answers.
+        if report.reachable {
+            report.checks.push(super::binary::install_row(link));
+        }
+        report
     }))
 }
 

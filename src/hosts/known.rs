@@ -92,6 +92,7 @@ mod tests {
             phoenix: phoenix.into(),
             phoenix_configured: configured,
             tmux_socket: None,
+            binary: None,
         }
     }
 

@@ -5,6 +5,7 @@
 
 pub mod actions;
 pub mod admit;
+pub mod binary;
 pub mod carry;
 pub mod check;
 pub mod combined;

@@ -25,6 +25,10 @@ pub struct HostSpec {
     pub phoenix_configured: bool,
     /// The host's tmux server (`tmux -L`); `None`: the host's default for its slice.
     pub tmux_socket: Option<String>,
+    /// The phoenix (on this machine) `hosts install` copies to the host; `None`: the one
+    /// running. Never sent to the host.
+    #[serde(skip)]
+    pub binary: Option<std::path::PathBuf>,
 }
 
 /// An agent declared with `host = "…"`: it runs there, never on this machine. The operator

@@ -263,6 +263,10 @@ pub struct RawHost {
     pub phoenix: Option<Spanned<String>>,
     /// The host's private tmux server (`tmux -L`). Default: phoenix-<name>-<hash of its dir>.
     pub tmux_socket: Option<Spanned<String>>,
+    /// The phoenix `phoenix hosts install` copies there, on this machine, relative to this
+    /// file: a static build for a host whose glibc is older than this machine's
+    /// (`target/x86_64-unknown-linux-musl/release/phoenix`). Default: the phoenix running.
+    pub binary: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

@@ -368,3 +368,87 @@ fn a_dead_hosts_agent_without_a_kept_copy_starts_fresh_only_when_asked() {
     .stdout_has("without it (its handoffs, ledger and open loops are lost here");
     crate::hosts_move::wait_running(net.host("gpu-2"), "trades");
 }
+
+/// A phoenix linked against a newer glibc than a host has cannot run there: `hosts check`
+/// says so (with the static build to use instead) and `hosts install` copies nothing.
+#[test]
+fn a_phoenix_the_hosts_glibc_cannot_run_is_flagged_by_check_and_refused_by_install() {
+    let Some(net) = HostedFleet::start(&["gpu-1"]) else {
+        return;
+    };
+    net.toml(&HostedFleet::demo_agent("far", Some("gpu-1")));
+    // This machine's own phoenix runs on the host (the same machine, behind sshd).
+    let doc = net.run(&["hosts", "check", "--json"]).json();
+    let row = |doc: &serde_json::Value| {
+        host_report(doc, "gpu-1")["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "phoenix to install")
+            .cloned()
+            .unwrap_or_else(|| panic!("no install row: {doc}"))
+    };
+    let ours = row(&doc);
+    assert_eq!(ours["ok"], true, "{doc}");
+    assert!(
+        ours["detail"].as_str().unwrap().contains("needs glibc 2."),
+        "{ours}"
+    );
+
+    // A build that asks for glibc 2.999 (an ELF header and its symbol version strings).
+    let mut elf = vec![0u8; 64];
+    elf[..4].copy_from_slice(b"\x7fELF");
+    elf[4] = 2;
+    elf[5] = 1;
+    elf[18..20].copy_from_slice(&0x3eu16.to_le_bytes());
+    elf.extend_from_slice(b"\0GLIBC_2.2.5\0GLIBC_2.999\0");
+    let binary = net.fleet.path().join("phoenix-new-glibc");
+    std::fs::write(&binary, &elf).unwrap();
+    net.fleet.raw_toml(&format!(
+        "{}{}",
+        net.header().replacen(
+            "[[host]]\n",
+            "[[host]]\nbinary = \"phoenix-new-glibc\"\n",
+            1
+        ),
+        HostedFleet::demo_agent("far", Some("gpu-1"))
+    ));
+    let run = net.run(&["hosts", "check"]);
+    run.status(1);
+    let text = run.stdout();
+    assert!(
+        text.contains("FAIL phoenix to install")
+            && text.contains(
+                "cannot run there: it needs glibc 2.999 or newer and the host has glibc 2."
+            ),
+        "{text}"
+    );
+    assert!(text.contains("x86_64-unknown-linux-musl"), "{text}");
+    let doc = net.run(&["hosts", "check", "--json"]).status(1).json();
+    assert_eq!(row(&doc)["ok"], false, "{doc}");
+
+    // Install refuses before copying: the host's directory gets nothing.
+    let target = net.fleet.path().join("installed");
+    net.fleet.raw_toml(&format!(
+        "{}{}",
+        net.header()
+            .replacen(
+                "[[host]]\n",
+                "[[host]]\nbinary = \"phoenix-new-glibc\"\n",
+                1
+            )
+            .replacen(
+                &format!("phoenix = \"{}\"", crate::support::PHOENIX),
+                &format!("phoenix = \"{}/phoenix\"", target.display()),
+                1
+            ),
+        HostedFleet::demo_agent("far", Some("gpu-1"))
+    ));
+    net.run(&["hosts", "install", "gpu-1"])
+        .status(1)
+        .stderr_has("cannot run")
+        .stderr_has("needs glibc 2.999 or newer")
+        .stderr_has("nothing was copied")
+        .stderr_has("x86_64-unknown-linux-musl");
+    assert!(!target.exists(), "install copied something");
+}

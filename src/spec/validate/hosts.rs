@@ -63,6 +63,18 @@ impl Validator<'_> {
             let dir = self.remote_path(&host.dir, &name, "dir", default_dir(fleet));
             let phoenix = self.remote_path(&host.phoenix, &name, "phoenix", "phoenix".into());
             let tmux_socket = host.tmux_socket.as_ref().map(|s| self.tmux_socket(s));
+            let binary = match &host.binary {
+                Some(b) if b.get_ref().trim().is_empty() => {
+                    self.error(
+                        format!("host `{name}`: `binary` is empty"),
+                        Some(b.span()),
+                        "leave it out to copy the phoenix that runs `hosts install`, or name a phoenix on this machine (a static build: `target/x86_64-unknown-linux-musl/release/phoenix`)",
+                    );
+                    None
+                }
+                Some(b) => Some(self.path(b.get_ref())),
+                None => None,
+            };
             if self.diags.len() == errors_before {
                 hosts.push(HostSpec {
                     name,
@@ -71,6 +83,7 @@ impl Validator<'_> {
                     phoenix,
                     phoenix_configured: host.phoenix.is_some(),
                     tmux_socket,
+                    binary,
                 });
             }
         }
