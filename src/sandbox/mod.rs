@@ -249,7 +249,12 @@ pub fn apply_limits(cmd: &mut std::process::Command, limits: &crate::spec::sandb
     if limits.is_empty() {
         return;
     }
-    let set: Vec<(libc::__rlimit_resource_t, u64)> = [
+    // glibc's setrlimit takes its own enum type, musl's an int.
+    #[cfg(target_env = "gnu")]
+    type Resource = libc::__rlimit_resource_t;
+    #[cfg(not(target_env = "gnu"))]
+    type Resource = libc::c_int;
+    let set: Vec<(Resource, u64)> = [
         (libc::RLIMIT_NPROC, limits.processes),
         (libc::RLIMIT_DATA, limits.memory),
         (libc::RLIMIT_NOFILE, limits.open_files),

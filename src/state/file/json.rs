@@ -300,20 +300,13 @@ impl<T: Serialize + DeserializeOwned> JsonFile<T> {
     /// taken: two corruptions within one millisecond each keep their own copy (a plain rename
     /// would replace the first copy's evidence with the second).
     pub(super) fn set_aside(&self, path: &std::path::Path, name: &str) -> Option<PathBuf> {
-        use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
         (0..100).find_map(|n| {
             let kept = if n == 0 {
                 self.file(name)
             } else {
                 self.file(&format!("{name}-{n:02}"))
             };
-            match renameat2(
-                AT_FDCWD,
-                path,
-                AT_FDCWD,
-                &kept,
-                RenameFlags::RENAME_NOREPLACE,
-            ) {
+            match rename_no_replace(path, &kept) {
                 Ok(()) => Some(Some(kept)),
                 Err(nix::errno::Errno::EEXIST) => None,
                 Err(_) => Some(None),
@@ -336,5 +329,30 @@ impl<T: Serialize + DeserializeOwned> JsonFile<T> {
         for old in copies.drain(..excess) {
             let _ = fs::remove_file(old);
         }
+    }
+}
+
+/// `rename(from, to)` unless `to` exists (`EEXIST` then). The system call itself: glibc's
+/// wrapper (which nix binds) is missing from musl, and a static build must do the same.
+fn rename_no_replace(from: &std::path::Path, to: &std::path::Path) -> nix::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &std::path::Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|_| nix::errno::Errno::EINVAL)
+    };
+    let (from, to) = (c(from)?, c(to)?);
+    // SAFETY: two NUL-terminated paths that outlive the call; renameat2 reads nothing else.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    match done {
+        0 => Ok(()),
+        _ => Err(nix::errno::Errno::last()),
     }
 }

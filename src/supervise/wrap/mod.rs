@@ -60,8 +60,10 @@ fn enter_workdir(agent: &AgentSpec) {
 
 /// A wrapper runs for every agent for as long as the agent does: its threads (the tap, the
 /// wait for the agent, an exit's bookkeeping) share one malloc arena instead of one each.
+/// (glibc's malloc: musl's has no per-thread arenas, and no such knob.)
 fn one_arena() {
     // SAFETY: mallopt only sets a tuning parameter of this process's allocator.
+    #[cfg(target_env = "gnu")]
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
@@ -70,7 +72,9 @@ fn one_arena() {
 /// Give freed heap pages back after the work around a start (the spec, the state files):
 /// they would stay resident for the whole run of the agent otherwise.
 fn give_back_freed_memory() {
-    // SAFETY: malloc_trim only returns free memory at the allocator's discretion.
+    // SAFETY: malloc_trim only returns free memory at the allocator's discretion. (glibc's:
+    // musl's malloc gives freed pages back by itself.)
+    #[cfg(target_env = "gnu")]
     unsafe {
         libc::malloc_trim(0);
     }
