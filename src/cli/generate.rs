@@ -16,8 +16,11 @@ pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<i32> {
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, "phoenix", &mut script);
     let mut script = String::from_utf8(script)?;
-    if shell == clap_complete::Shell::Bash {
-        script.push_str(&bash_names(&Cli::command()));
+    match shell {
+        clap_complete::Shell::Bash => script.push_str(&bash_names(&Cli::command())),
+        clap_complete::Shell::Fish => script.push_str(&fish_names(&Cli::command())),
+        clap_complete::Shell::Zsh => script = zsh_names(&script, &Cli::command()),
+        _ => {}
     }
     out(&script);
     Ok(0)
@@ -153,6 +156,118 @@ fi
 "#,
         commands = found.commands.join("|"),
     )
+}
+
+/// The fish completions of the fleet's names, after clap's own: for each command path that
+/// takes a name (`status`, `loop add`) and each option whose value is one (`--to`).
+fn fish_names(command: &clap::Command) -> String {
+    let mut found = NameArgs::default();
+    name_args(command, "", &mut found);
+    let mut text = String::from(
+        r#"
+# The fleet's own names (agents, hosts), from the phoenix.toml the command line names.
+function __phoenix_fleet_names
+    set -l words (commandline -opc)
+    set -l config
+    for i in (seq 2 (count $words))
+        switch $words[$i]
+            case -c --config
+                set config --config $words[(math $i + 1)]
+            case '--config=*'
+                set config $words[$i]
+        end
+    end
+    $words[1] $config __complete $argv[1] 2>/dev/null
+end
+
+"#,
+    );
+    for (path, kind) in &found.positional {
+        let mut parts = path.split('/');
+        let Some(top) = parts.next() else { continue };
+        let mut condition = format!("__fish_phoenix_using_subcommand {top}");
+        for sub in parts {
+            condition.push_str(&format!("; and __fish_seen_subcommand_from {sub}"));
+        }
+        text.push_str(&format!(
+            "complete -c phoenix -n \"{condition}\" -f -a \"(__phoenix_fleet_names {})\"\n",
+            kind.word()
+        ));
+    }
+    for (option, kind) in &found.options {
+        text.push_str(&format!(
+            "complete -c phoenix -l {} -x -a \"(__phoenix_fleet_names {})\"\n",
+            option.trim_start_matches('-'),
+            kind.word()
+        ));
+    }
+    text
+}
+
+/// clap's zsh completion with the fleet's names where an argument is one: its `_default`
+/// action (anything) becomes a function asking `phoenix __complete`. The functions go in
+/// before the script's last lines, which run `_phoenix` when the file is autoloaded.
+fn zsh_names(script: &str, command: &clap::Command) -> String {
+    let mut found = NameArgs::default();
+    name_args(command, "", &mut found);
+    let function = |kind: NameKind| match kind {
+        NameKind::Agents => "_phoenix_fleet_agents",
+        NameKind::Hosts => "_phoenix_fleet_hosts",
+    };
+    // `'::agent -- help:_default' \` (a positional, by its id) or `'*--host=[help]:NAME:_default' \`.
+    let action = |line: &str| -> Option<&'static str> {
+        let spec = line.trim_end().strip_suffix(":_default' \\")?;
+        let spec = spec.strip_prefix('\'')?.trim_start_matches('*');
+        if let Some(positional) = spec.strip_prefix(':') {
+            let id = positional.trim_start_matches(':').split(" -- ").next()?;
+            return match id {
+                "agent" | "agents" => Some(function(NameKind::Agents)),
+                "host" | "hosts" => Some(function(NameKind::Hosts)),
+                _ => None,
+            };
+        }
+        let option = spec.split(['=', '+', '[']).next()?;
+        found.options.get(option).map(|kind| function(*kind))
+    };
+    let mut text = String::with_capacity(script.len() + 1024);
+    for line in script.lines() {
+        match action(line) {
+            Some(function) => {
+                let cut = line.rfind(":_default'").unwrap_or(line.len());
+                text.push_str(&line[..cut]);
+                text.push(':');
+                text.push_str(function);
+                text.push_str(&line[cut + ":_default".len()..]);
+            }
+            None => text.push_str(line),
+        }
+        text.push('\n');
+    }
+    const FUNCTIONS: &str = r#"
+# The fleet's own names (agents, hosts), from the phoenix.toml the command line names (read
+# from the whole line: _arguments narrows `words` to each subcommand's own).
+_phoenix_fleet_names() {
+    local -a line config names
+    local i
+    line=(${(Q)${(z)BUFFER}})
+    for ((i = 2; i <= ${#line}; i++)); do
+        case ${line[i]} in
+            -c|--config) config=(--config "${line[i+1]}") ;;
+            --config=*) config=("${line[i]}") ;;
+        esac
+    done
+    names=(${(f)"$(${line[1]} $config __complete $1 2>/dev/null)"})
+    compadd -a names
+}
+_phoenix_fleet_agents() { _phoenix_fleet_names agents }
+_phoenix_fleet_hosts() { _phoenix_fleet_names hosts }
+
+"#;
+    match text.rfind("if [ \"$funcstack[1]\" = \"_phoenix\" ]") {
+        Some(at) => text.insert_str(at, FUNCTIONS.trim_start()),
+        None => text.push_str(FUNCTIONS),
+    }
+    text
 }
 
 /// The names `phoenix __complete` prints.

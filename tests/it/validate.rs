@@ -249,3 +249,159 @@ fn bash_completion_offers_the_fleets_agents_and_hosts() {
     assert!(run.status.success(), "{run:?}");
     assert!(run.stdout.is_empty() && run.stderr.is_empty(), "{run:?}");
 }
+
+/// A fleet with two local agents, one on a host, and another fleet file in `other/`.
+fn fleet_for_completion() -> Fleet {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "[[host]]\nname = \"gpu-1\"\nssh = \"gpu-1\"\n\n{}\n{}\n[[agent]]\nname = \"far\"\ncommand = \"phoenix demo-agent\"\nhost = \"gpu-1\"\n",
+        Fleet::demo_agent("alpha", ""),
+        Fleet::demo_agent("beta", "")
+    ));
+    let other = fleet.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(
+        other.join("fleet.toml"),
+        format!(
+            "[fleet]\nname = \"other\"\n\n{}",
+            Fleet::demo_agent("zulu", "")
+        ),
+    )
+    .unwrap();
+    fleet
+}
+
+/// `PATH` with phoenix's directory first: the shells complete the command `phoenix`.
+fn path_with_phoenix() -> std::ffi::OsString {
+    let dir = std::path::Path::new(support::PHOENIX).parent().unwrap();
+    let mut paths = vec![dir.to_path_buf()];
+    paths.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(paths).unwrap()
+}
+
+fn installed(program: &str) -> bool {
+    std::process::Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn fish_completion_offers_the_fleets_agents_and_hosts() {
+    if !installed("fish") {
+        eprintln!("skipped: fish is not installed (.ci/run installs it)");
+        return;
+    }
+    let fleet = fleet_for_completion();
+    let script = fleet.path().join("phoenix.fish");
+    std::fs::write(&script, fleet.run(&["completions", "fish"]).stdout()).unwrap();
+    // What fish offers for the command line typed so far (`complete -C`).
+    let offered = |line: &str| -> Vec<String> {
+        let out = std::process::Command::new("fish")
+            .arg("--no-config")
+            .arg("-c")
+            .arg(format!(
+                "source '{}'; complete -C '{line}'",
+                script.display()
+            ))
+            .current_dir(fleet.path())
+            .env("PATH", path_with_phoenix())
+            .env_remove("PHOENIX_CONFIG")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.split('\t').next().unwrap_or("").to_string())
+            .filter(|l| !l.is_empty())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(offered("phoenix restart "), ["alpha", "beta", "far"]);
+    assert_eq!(offered("phoenix attach b"), ["beta"]);
+    assert_eq!(offered("phoenix loop list "), ["alpha", "beta", "far"]);
+    assert_eq!(offered("phoenix events --agent a"), ["alpha"]);
+    assert_eq!(offered("phoenix hosts install "), ["gpu-1"]);
+    assert!(offered("phoenix move alpha --to ").contains(&"gpu-1".to_string()));
+    assert_eq!(offered("phoenix -c other/fleet.toml stop "), ["zulu"]);
+    assert!(offered("phoenix rest").contains(&"restart".to_string()));
+}
+
+#[test]
+fn zsh_completion_asks_the_fleet_for_its_names() {
+    if !installed("zsh") {
+        eprintln!("skipped: zsh is not installed (.ci/run installs it)");
+        return;
+    }
+    let fleet = fleet_for_completion();
+    let text = fleet.run(&["completions", "zsh"]).stdout();
+    // Every argument that names an agent or a host asks for the names (none is left to
+    // zsh's `_default`, which offers files).
+    for line in text.lines() {
+        let spec = line.trim_start_matches('\'').trim_start_matches('*');
+        let names_one = [
+            "::agent ",
+            ":agent ",
+            "::agents ",
+            ":host ",
+            "--agent=",
+            "--to=",
+            "--host=",
+        ]
+        .iter()
+        .any(|p| spec.starts_with(p));
+        if names_one {
+            assert!(line.contains(":_phoenix_fleet_"), "{line}");
+        }
+    }
+    let restart = text
+        .lines()
+        .skip_while(|l| l.trim() != "(restart)")
+        .take_while(|l| l.trim() != ";;")
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(restart.contains("_phoenix_fleet_agents"), "{restart}");
+    let script = fleet.path().join("_phoenix");
+    std::fs::write(&script, &text).unwrap();
+    // The function the specs call, with the command line zsh completes in BUFFER; compadd
+    // (zsh's, which only works inside a completion) prints what it is given instead.
+    let offered = |line: &str, function: &str| -> Vec<String> {
+        let out = std::process::Command::new("zsh")
+            .arg("-f")
+            .arg("-c")
+            .arg(format!(
+                "autoload -U compinit && compinit -u -D; source '{}'; \
+                 compadd() {{ print -l -- \"${{(@P)argv[-1]}}\" }}; \
+                 BUFFER='{line}'; {function}",
+                script.display()
+            ))
+            .current_dir(fleet.path())
+            .env("PATH", path_with_phoenix())
+            .env_remove("PHOENIX_CONFIG")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        offered("phoenix restart ", "_phoenix_fleet_agents"),
+        ["alpha", "beta", "far"]
+    );
+    assert_eq!(
+        offered("phoenix move alpha --to ", "_phoenix_fleet_hosts"),
+        ["gpu-1"]
+    );
+    assert_eq!(
+        offered("phoenix -c other/fleet.toml stop ", "_phoenix_fleet_agents"),
+        ["zulu"]
+    );
+}
