@@ -7,8 +7,11 @@ fn main() {
     // for the dynamic loader to apply at each start (a PIE of this size has about 12,000, and
     // copies the pages they touch): measured with `cargo bench --bench hooks`, see the
     // CHANGELOG. Its code is compiled position-independent as usual; only the executable is
-    // loaded at a fixed address (the libraries it uses are still placed at random).
-    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+    // loaded at a fixed address (the libraries it uses are still placed at random). With glibc
+    // only: a static musl build is linked as a static PIE, whose start code relocates the
+    // executable itself and crashes in one linked position-dependent.
+    let var = |name| std::env::var(name).unwrap_or_default();
+    if var("CARGO_CFG_TARGET_OS") == "linux" && var("CARGO_CFG_TARGET_ENV") == "gnu" {
         println!("cargo:rustc-link-arg-bin=phoenix-hook=-no-pie");
     }
 }

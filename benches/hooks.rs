@@ -214,11 +214,6 @@ fn main() {
     };
     // A heartbeat that records the time of the call (the state's last activity is old): every
     // run does the same write, whichever hook ran before it in the round.
-    let stale_activity = || -> Option<Box<dyn Fn()>> {
-        let path = agent_dir.join("state.json");
-        let text = state_json("bench");
-        Some(Box::new(move || std::fs::write(&path, &text).unwrap()))
-    };
     // Every session-start run finds an interrupted agent: the recovery path, the heaviest.
     let reset_state = {
         let path = agent_dir.join("state.json");
@@ -259,6 +254,32 @@ fn main() {
     };
     let under_wrapper = wrapped(&config, &agent_dir);
     let indexed_under_wrapper = wrapped(&indexed_config, &indexed_agent);
+    // The state as phoenix itself writes it (the first write normalises the fixture: open
+    // loops marked stale by age, …), its activity an hour old: each heartbeat run then
+    // records the activity alone, as a running agent's heartbeat does once a minute, the
+    // write a lost copy of costs nothing (not synced: see the CHANGELOG).
+    let normalised_state = {
+        let path = agent_dir.join("state.json");
+        let mut run = Command::new(&hook_exe)
+            .args(phoenix_args("heartbeat"))
+            .envs(under_wrapper.iter().cloned())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        run.stdin.take().unwrap().write_all(&post_tool).unwrap();
+        assert!(run.wait().unwrap().success());
+        let mut state: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let hour_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(3600);
+        state["last_active"] = hour_ago.to_string().into();
+        serde_json::to_string_pretty(&state).unwrap()
+    };
+    let stale_activity = || -> Option<Box<dyn Fn()>> {
+        let path = agent_dir.join("state.json");
+        let text = normalised_state.clone();
+        Some(Box::new(move || std::fs::write(&path, &text).unwrap()))
+    };
 
     let mut cases = vec![
         Case {
@@ -284,6 +305,16 @@ fn main() {
             stdin: post_tool.clone(),
             env: under_wrapper.clone(),
             reset: stale_activity(),
+        },
+        Case {
+            // Right after the run above: its activity is fresh, nothing to write (most calls
+            // of a busy agent).
+            name: "phoenix-hook heartbeat, activity just recorded",
+            program: hook_exe.clone(),
+            args: phoenix_args("heartbeat"),
+            stdin: post_tool.clone(),
+            env: under_wrapper.clone(),
+            reset: None,
         },
         Case {
             // A hook run by hand or by a CLI phoenix did not start: phoenix.toml read whole.

@@ -1,28 +1,34 @@
-//! `phoenix-hook`: the hook entry point alone, for the CLIs' hook files. Hooks run on every
-//! tool call of every agent, and a binary without the Lua runtime, the HTTP client and the
-//! command-line parser starts measurably faster than `phoenix hook`. Same arguments, same
-//! behaviour: `phoenix-hook [--config FILE] <event> --agent NAME [--cli CLI] [PAYLOAD]`.
-
 // The C entry point, without Rust's runtime set-up: that reads /proc/self/maps to place a
 // guard page and installs an alternate signal stack, a measurable part of a call this short
-// (`cargo bench --bench hooks`). `std::env::args` still works (glibc hands the arguments to
-// Rust's initialiser); what the set-up did that a hook needs is done here (SIGPIPE).
+// (`cargo bench --bench hooks`). The arguments are read from `argv` here: `std::env::args`
+// is filled by glibc's initialiser only, and is empty in a static musl build. What the
+// set-up did that a hook needs is done here (SIGPIPE).
 #![no_main]
 
 const USAGE: &str =
     "usage: phoenix-hook [--config FILE] <event> --agent NAME [--cli CLI] [PAYLOAD]";
 
 #[unsafe(no_mangle)]
-extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
     // A CLI that stopped reading the hook's answer must not kill it with SIGPIPE (a hook never
     // fails its CLI): the write fails instead and is ignored, as under Rust's own runtime.
     // SAFETY: setting a signal's disposition to SIG_IGN, before any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    run()
+    let args = (1..usize::try_from(argc).unwrap_or(0))
+        .filter_map(|i| {
+            // SAFETY: the C runtime hands main `argc` valid NUL-terminated strings in `argv`.
+            let arg = unsafe { *argv.add(i) };
+            (!arg.is_null()).then(|| {
+                // SAFETY: non-null, NUL-terminated, alive for the whole process.
+                let bytes = unsafe { std::ffi::CStr::from_ptr(arg) }.to_bytes();
+                String::from_utf8_lossy(bytes).into_owned()
+            })
+        })
+        .collect();
+    run(args)
 }
 
-fn run() -> libc::c_int {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
+fn run(mut args: Vec<String>) -> libc::c_int {
     // A person asking, never a CLI's hook call (those always name an event).
     match args.first().map(String::as_str) {
         Some("-h" | "--help") if args.len() == 1 => {
