@@ -267,6 +267,12 @@ fn main() {
         );
     }
 
+    // PHOENIX_BENCH_KEEP=1 leaves the fleet (its index) behind, to profile a search by hand.
+    if std::env::var("PHOENIX_BENCH_KEEP").as_deref() == Ok("1") {
+        println!("the bench's fleet stays in {}", dir.keep().display());
+        return;
+    }
+
     // The tap: realistic pane output (ANSI colours, long lines, a command now and then).
     let mut output = Vec::new();
     let mut n = 0;

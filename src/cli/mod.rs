@@ -751,11 +751,20 @@ fn run(mut cli: Cli, argv: &[String]) -> anyhow::Result<i32> {
     }
 }
 
-/// The command line read by clap, with the grouped top-level help ([`help::command`]).
+/// The command line read by clap. What clap prints instead of running a command (help, the
+/// version, a usage error) comes from the command with the grouped top-level help
+/// ([`help::command`]); a command line that parses does not build it: building every
+/// subcommand and the grouped list took longer than the parse itself, on every run of
+/// phoenix (each agent's wrapper, each search).
 fn parse_args() -> Result<Cli, clap::Error> {
     use clap::FromArgMatches;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut command = <Cli as clap::CommandFactory>::command();
+    if let Ok(mut matches) = command.try_get_matches_from_mut(&args) {
+        return Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut command));
+    }
     let mut command = help::command();
-    let mut matches = command.try_get_matches_from_mut(std::env::args_os())?;
+    let mut matches = command.try_get_matches_from_mut(&args)?;
     Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut command))
 }
 
