@@ -345,17 +345,24 @@ impl Store {
         }
         // No integrity scan here (it reads the whole file, 100s of ms for a big index): a file
         // that is not a database fails just above, and a query that meets corruption makes
-        // `search` rebuild the index.
-        conn.execute_batch(SCHEMA).map_err(err)?;
-        if fresh {
-            // `ORDER BY rank` then means bm25 with titles weighing four times the body; the
-            // agent column is there to narrow a search, not to score it.
-            conn.execute(
-                "INSERT INTO docs_fts(docs_fts, rank) VALUES ('rank', 'bm25(4.0, 1.0, 0.0)')",
-                [],
-            )
-            .map_err(err)?;
+        // `search` rebuild the index. A file of this version has its schema (the version is
+        // set after it): parsing the schema again and writing the version on every open cost
+        // every search a write transaction.
+        if !fresh {
+            return Ok(Store {
+                conn,
+                fleet: fleet.clone(),
+                path: path.to_path_buf(),
+            });
         }
+        conn.execute_batch(SCHEMA).map_err(err)?;
+        // `ORDER BY rank` then means bm25 with titles weighing four times the body; the agent
+        // column is there to narrow a search, not to score it.
+        conn.execute(
+            "INSERT INTO docs_fts(docs_fts, rank) VALUES ('rank', 'bm25(4.0, 1.0, 0.0)')",
+            [],
+        )
+        .map_err(err)?;
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(err)?;
         Ok(Store {
