@@ -41,10 +41,25 @@ pub enum Caller {
 impl Caller {
     /// The caller of a stdio server, from the environment its process inherited: the agent
     /// phoenix started (its CLI starts this server), or the operator.
+    /// A process under an agent's wrapper is that agent whatever its environment says: a CLI
+    /// that starts its MCP servers with only some variables (Codex), or an agent that unsets
+    /// them, never makes the call the operator's.
     pub fn from_env(spec: &Spec) -> crate::error::Result<Caller> {
         let agent = std::env::var(AGENT_ENV).ok().filter(|a| !a.is_empty());
         let state_dir = std::env::var(STATE_DIR_ENV).ok().filter(|d| !d.is_empty());
-        Caller::from_identity(spec, agent.as_deref(), state_dir.as_deref().map(Path::new))
+        match (crate::world::wrapping_agent(spec), agent) {
+            (Some(wrapped), Some(named)) if wrapped != named => crate::bail!(
+                "{AGENT_ENV}=`{named}`, but this process runs under agent `{wrapped}`'s wrapper: an agent calls phoenix mcp as itself"
+            ),
+            (Some(wrapped), named) => {
+                // The state dir is checked where the environment named the agent.
+                let state_dir = named.and(state_dir);
+                Caller::from_identity(spec, Some(&wrapped), state_dir.as_deref().map(Path::new))
+            }
+            (None, named) => {
+                Caller::from_identity(spec, named.as_deref(), state_dir.as_deref().map(Path::new))
+            }
+        }
     }
 
     /// The caller `agent` (with the state dir its environment names), checked against `spec`.

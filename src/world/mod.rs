@@ -480,6 +480,25 @@ pub(crate) fn is_ours(pane: &PaneObs, spec: &Spec) -> bool {
 }
 
 /// `argv` is `<phoenix> --config <file> wrap --agent <agent>` for this config file.
+/// The agent whose wrapper runs this process: the outermost of its ancestors that is
+/// `phoenix … wrap --agent NAME` for `file`. What a process may not take from its environment
+/// (a CLI that passes its MCP servers only some variables, an agent that unsets them): a
+/// process cannot leave its wrapper's tree (the wrapper is its subreaper), and one that names
+/// another agent in its own arguments is below the real wrapper, so the outermost counts.
+pub fn wrapping_agent(spec: &Spec) -> Option<String> {
+    procs::ancestors(std::process::id())
+        .filter_map(|(_, argv)| {
+            let after = |flag: &str| {
+                argv.iter()
+                    .position(|a| a == flag)
+                    .and_then(|i| argv.get(i + 1))
+            };
+            let agent = after("--agent")?.clone();
+            (spec.agent(&agent).is_some() && wraps(&argv, &spec.file, &agent)).then_some(agent)
+        })
+        .last()
+}
+
 fn wraps(argv: &[String], file: &Path, agent: &str) -> bool {
     let after = |flag: &str| {
         argv.iter()

@@ -672,3 +672,67 @@ fn a_lead_fans_out_to_two_workers_and_gets_both_answers_across_a_kill_9() {
         "{answers:?}"
     );
 }
+
+/// A CLI that starts its MCP servers with only some of its variables (Codex passes a short
+/// list), or an agent that unsets them itself, does not make its calls the operator's: the
+/// server is under the agent's wrapper, and that is who calls.
+#[test]
+fn an_agent_without_phoenixs_variables_is_still_itself_to_phoenix_mcp() {
+    let fleet = Fleet::new();
+    let requests = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                          "clientInfo": {"name": "phoenix-test", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized", "params": {}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "send_message",
+                          "arguments": {"agent": "worker", "text": "from below"}}}),
+    ];
+    let requests_file = fleet.path().join("requests.jsonl");
+    let mut text = String::new();
+    for r in &requests {
+        text.push_str(&format!("{r}\n"));
+    }
+    std::fs::write(&requests_file, text).unwrap();
+    let responses = fleet.path().join("responses.jsonl");
+    let script = fleet.path().join("call.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "(cat '{}'; sleep 10) | env -u PHOENIX_AGENT -u PHOENIX_STATE_DIR '{}' --config \"$PHOENIX_CONFIG\" mcp > '{}' 2> '{}.err'\nexec sleep 1000\n",
+            requests_file.display(),
+            support::PHOENIX,
+            responses.display(),
+            responses.display()
+        ),
+    )
+    .unwrap();
+    fleet.toml(&format!(
+        "[[agent]]\nname = \"lead\"\ncommand = \"sh {}\"\n\n{}",
+        script.display(),
+        Fleet::demo_agent("worker", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    wait_until(WAIT, "the call's answer", || {
+        std::fs::read_to_string(&responses).is_ok_and(|t| t.contains("\"id\":2"))
+    });
+    let answer = std::fs::read_to_string(&responses).unwrap();
+    assert!(answer.contains("\"from\":\"lead\""), "{answer}");
+    let inbox = fleet.run(&["inbox", "worker", "--json"]).status(0).json();
+    assert_eq!(inbox["pending"][0]["from"], "lead", "{inbox}");
+    assert_eq!(inbox["pending"][0]["text"], "from below", "{inbox}");
+    // Recorded as the agent's call, not the operator's.
+    assert!(
+        !fleet.state_dir().join("mcp_operator.jsonl").exists(),
+        "the call was taken for the operator's"
+    );
+    assert!(
+        fleet
+            .ops("lead")
+            .iter()
+            .any(|o| o["event"] == "mcp_call" && o["tool"] == "send_message"),
+        "{:?}",
+        fleet.ops("lead")
+    );
+    fleet.run(&["down"]).status(0);
+}
