@@ -18,7 +18,8 @@ pub struct SendArgs {
     /// The message; `-` reads it from stdin. At most 16 KiB; control characters are dropped.
     pub text: String,
     /// Who sends it (default: `$PHOENIX_AGENT`, set for every agent phoenix runs, else
-    /// `operator`).
+    /// `operator`). Run by an agent (under its wrapper), the sender is that agent: another
+    /// name is refused.
     #[arg(long)]
     pub from: Option<String>,
     /// Interrupt the recipient's turn and deliver at once, instead of at its next turn
@@ -30,13 +31,33 @@ pub struct SendArgs {
     pub json: bool,
 }
 
-/// Who sends: `--from`, else the agent phoenix runs this in (`$PHOENIX_AGENT`), else the
-/// operator.
-pub(super) fn sender(args: &SendArgs) -> String {
-    args.from
+/// Who sends. Under an agent's wrapper, that agent, whatever `--from` or the environment
+/// says: a message never speaks for someone its sender is not (a `--from` naming another is
+/// refused). Elsewhere (the operator's terminal, their scripts): `--from`, else
+/// `$PHOENIX_AGENT`, else the operator.
+pub(super) fn sender(spec: &crate::spec::Spec, args: &SendArgs) -> anyhow::Result<String> {
+    if let Some(agent) = crate::world::wrapping_agent(spec) {
+        if let Some(from) = args.from.as_deref().filter(|f| *f != agent) {
+            anyhow::bail!(crate::Error::Failed {
+                message: format!(
+                    "`--from {from}`: this runs under agent `{agent}`'s wrapper, and an agent sends as itself"
+                ),
+                hint: Some(format!(
+                    "leave out --from (the message is from `{agent}`), or send from the operator's own terminal"
+                )),
+            });
+        }
+        return Ok(agent);
+    }
+    Ok(args
+        .from
         .clone()
-        .or_else(|| std::env::var("PHOENIX_AGENT").ok())
-        .unwrap_or_else(|| "operator".to_string())
+        .or_else(|| {
+            std::env::var("PHOENIX_AGENT")
+                .ok()
+                .filter(|a| !a.is_empty())
+        })
+        .unwrap_or_else(|| "operator".to_string()))
 }
 
 /// The message: `text`, or with `-` what stdin gives (bounded).
@@ -55,7 +76,7 @@ pub(super) fn read_text(text: &str) -> anyhow::Result<String> {
 /// `phoenix send AGENT TEXT`.
 pub fn send(config: &Path, args: SendArgs) -> anyhow::Result<i32> {
     let spec = super::load_without_fs_checks(config)?;
-    let from = sender(&args);
+    let from = sender(&spec, &args)?;
     let text = read_text(&args.text)?;
     let message = crate::continuity::messages::send(&spec, &args.agent, &from, &text, args.urgent)?;
     let running = recipient_running(&spec, &args.agent);

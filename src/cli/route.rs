@@ -155,7 +155,7 @@ pub fn forward(cli: &mut Cli, argv: &[String]) -> anyhow::Result<Option<i32>> {
         return Ok(None);
     };
     let host = host.to_string();
-    let local = take_local(&mut cli.command)?;
+    let local = take_local(&spec, &mut cli.command)?;
     // No colour here is none there either (on the host's terminal, with `ssh -t`).
     let no_color = cli.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let words = words_for_host(argv, no_color, &local)?;
@@ -208,7 +208,7 @@ struct Local {
 
 /// What `command` takes from this machine, read here; `command` is changed to what the host
 /// is told (its file options gone or `-`), so the words can be checked against it.
-fn take_local(command: &mut Command) -> anyhow::Result<Local> {
+fn take_local(spec: &Spec, command: &mut Command) -> anyhow::Result<Local> {
     use super::continuity::HandoffCommand;
     Ok(match command {
         Command::Send(args) => {
@@ -216,15 +216,16 @@ fn take_local(command: &mut Command) -> anyhow::Result<Local> {
                 "-" => Some(super::messages::read_text("-")?),
                 _ => None,
             };
-            // The sender as this machine knows it (an agent's `$PHOENIX_AGENT`).
-            let from = args.from.is_none().then(|| super::messages::sender(args));
-            if from.is_some() {
-                args.from.clone_from(&from);
-            }
+            // The sender as this machine knows it (the agent whose wrapper runs this, an
+            // agent's `$PHOENIX_AGENT`), checked here: the host's phoenix runs under no
+            // wrapper and takes `--from` as given.
+            let from = super::messages::sender(spec, args)?;
+            let add = args.from.is_none().then(|| format!("--from={from}"));
+            args.from = Some(from);
             Local {
                 stdin,
                 drop: None,
-                add: from.map(|f| format!("--from={f}")),
+                add,
             }
         }
         Command::Handoff(HandoffCommand::Save { file, no_input, .. }) => {

@@ -485,8 +485,22 @@ pub(crate) fn is_ours(pane: &PaneObs, spec: &Spec) -> bool {
 /// (a CLI that passes its MCP servers only some variables, an agent that unsets them): a
 /// process cannot leave its wrapper's tree (the wrapper is its subreaper), and one that names
 /// another agent in its own arguments is below the real wrapper, so the outermost counts.
+///
+/// Only a phoenix process counts (its program's name starts with `phoenix`): the tmux server
+/// keeps the arguments of the command that started it, often the first agent's wrapper, and
+/// is an ancestor of every agent.
 pub fn wrapping_agent(spec: &Spec) -> Option<String> {
     procs::ancestors(std::process::id())
+        .filter(|(pid, argv)| {
+            let program = argv.first().map(|p| {
+                Path::new(p)
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+            });
+            program.is_some_and(|p| p.starts_with("phoenix"))
+                && i32::try_from(*pid).is_ok_and(|pid| !tmux::is_server_process(pid))
+        })
         .filter_map(|(_, argv)| {
             let after = |flag: &str| {
                 argv.iter()

@@ -499,3 +499,59 @@ fn a_sandboxed_agent_gets_messages_and_sends_them_through_its_output() {
     assert_eq!(doc["delivered"][0]["from"], "alice", "{doc}");
     assert_eq!(doc["delivered"][0]["text"], "from the sandbox", "{doc}");
 }
+
+/// An agent sends as itself: `--from` naming someone else is refused under its wrapper, and
+/// unsetting `PHOENIX_AGENT` does not make its message the operator's.
+#[test]
+fn an_agent_cannot_send_in_another_name() {
+    let fleet = Fleet::new();
+    let forged = fleet.path().join("forged.out");
+    let plain = fleet.path().join("plain.out");
+    let script = fleet.path().join("send.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "'{phoenix}' --config \"$PHOENIX_CONFIG\" send worker forged --from operator > '{forged}' 2>&1; echo \"rc=$?\" >> '{forged}'\n\
+             env -u PHOENIX_AGENT '{phoenix}' --config \"$PHOENIX_CONFIG\" send worker plain > '{plain}' 2>&1; echo \"rc=$?\" >> '{plain}'\n\
+             exec sleep 1000\n",
+            phoenix = crate::support::PHOENIX,
+            forged = forged.display(),
+            plain = plain.display(),
+        ),
+    )
+    .unwrap();
+    fleet.toml(&format!(
+        "[[agent]]\nname = \"lead\"\ncommand = \"sh {}\"\n\n{}",
+        script.display(),
+        Fleet::demo_agent("worker", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    crate::support::wait_until(std::time::Duration::from_secs(30), "both sends", || {
+        std::fs::read_to_string(&plain).is_ok_and(|t| t.contains("rc="))
+    });
+    let refused = std::fs::read_to_string(&forged).unwrap();
+    assert!(
+        refused.contains("rc=1") && refused.contains("an agent sends as itself"),
+        "{refused}"
+    );
+    let sent = std::fs::read_to_string(&plain).unwrap();
+    assert!(
+        sent.contains("rc=0") && sent.contains("from `lead`"),
+        "{sent}"
+    );
+    // Pending, or already taken by the worker's session.
+    let inbox = fleet.run(&["inbox", "worker", "--json"]).status(0).json();
+    let messages: Vec<&Value> = ["pending", "delivered"]
+        .iter()
+        .flat_map(|k| inbox[*k].as_array().into_iter().flatten())
+        .collect();
+    assert_eq!(messages.len(), 1, "{inbox}");
+    assert_eq!(messages[0]["from"], "lead", "{inbox}");
+    assert_eq!(messages[0]["text"], "plain", "{inbox}");
+    // The operator's own terminal still names a sender.
+    fleet
+        .run(&["send", "worker", "relayed", "--from", "ci"])
+        .status(0)
+        .stdout_has("from `ci`");
+    fleet.run(&["down"]).status(0);
+}
