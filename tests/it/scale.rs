@@ -90,7 +90,7 @@ fn a_thousand_agents_start_converge_and_go_down_clean() {
 
     let pids: Vec<u32> = fleet.tagged_panes().into_iter().map(|p| p.3).collect();
     let down = fleet.run(&["down"]);
-    assert_eq!(down.code(), Some(0), "{}", down.stdout());
+    assert_eq!(down.code(), Some(0), "{}{}", down.stdout(), down.stderr());
     assert!(!fleet.server_running());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let alive = || {
