@@ -162,8 +162,11 @@ fn install(config: &Path, name: &str, print: bool) -> anyhow::Result<i32> {
     // A build linked against a newer glibc than the host's would fail its run there after
     // the whole upload: said before anything is copied, with the static build to use.
     if needs.glibc.is_some() {
-        let (platform, glibc) = crate::hosts::binary::host_side(link)?;
-        if let Err(why) = crate::hosts::binary::runs_on(&needs, &platform, glibc) {
+        let glibc = match probe.glibc {
+            Some(glibc) => glibc,
+            None => install::host_side(link)?.1,
+        };
+        if let Err(why) = crate::hosts::binary::runs_on(&needs, &probe.platform, glibc) {
             return Err(crate::error::Error::Failed {
                 message: format!(
                     "host `{name}` cannot run {}: {why}; nothing was copied",

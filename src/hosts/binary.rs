@@ -8,10 +8,9 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::fleet::{Link, READ_TIMEOUT};
+use super::fleet::Link;
 use super::install::Platform;
-use super::protocol::ErrorKind;
-use super::{HostError, Transport};
+
 use crate::state::bounded::Links;
 use crate::world::Check;
 
@@ -159,31 +158,6 @@ pub fn to_copy(host: &crate::spec::HostSpec) -> std::io::Result<PathBuf> {
     }
 }
 
-/// The host's platform and glibc, asked in one fixed script (no value of phoenix.toml in it).
-pub fn host_side(link: &Link) -> Result<(Platform, Option<Glibc>), HostError> {
-    const ASK: &str = "uname -s -m; getconf GNU_LIBC_VERSION 2>/dev/null || :";
-    let finished = link
-        .transport
-        .call(&["sh", "-c", ASK], b"", READ_TIMEOUT)
-        .map_err(HostError::Transport)?;
-    let mut lines = finished.stdout.lines();
-    let platform = finished
-        .status
-        .success()
-        .then(|| lines.next().and_then(Platform::from_uname))
-        .flatten()
-        .ok_or_else(|| HostError::Remote {
-            host: link.name().to_string(),
-            kind: ErrorKind::Failed,
-            message: format!(
-                "cannot tell its OS and architecture: `uname -s -m` said {:?} ({})",
-                crate::text::shorten(finished.stdout.trim(), 80),
-                finished.describe_status()
-            ),
-        })?;
-    Ok((platform, lines.next().and_then(Glibc::from_getconf)))
-}
-
 /// `hosts check`'s row for what `hosts install` would copy to the host: whether it runs there.
 pub fn install_row(link: &Link) -> Check {
     let check = "phoenix to install".to_string();
@@ -209,7 +183,7 @@ pub fn install_row(link: &Link) -> Check {
             );
         }
     };
-    let (platform, glibc) = match host_side(link) {
+    let (platform, glibc) = match super::install::host_side(link) {
         Ok(side) => side,
         Err(e) => return failed(e.to_string(), e.hint()),
     };

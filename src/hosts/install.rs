@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::binary::Glibc;
 use super::fleet::{Link, READ_TIMEOUT};
 use super::protocol::{Call, ErrorKind, Installed};
 use super::{HostError, Transport};
@@ -93,10 +94,12 @@ pub struct Probe {
     /// Why the host's `phoenix` did not answer, when it did not (none there yet, another
     /// protocol version): the platform then came from `uname`.
     pub no_phoenix: Option<String>,
+    /// The host's glibc, when it was asked with the platform ([`host_side`]): `Some(None)`
+    /// where it has none.
+    pub glibc: Option<Option<Glibc>>,
 }
 
-/// Ask the host's phoenix who it is; where none answers, ask `uname -s -m` (fixed words,
-/// quoted like every remote word). An unreachable host is an error.
+/// Ask the host's phoenix who it is; where none answers, ask `uname -s -m` ([`host_side`]). An unreachable host is an error.
 pub fn probe(link: &Link) -> Result<Probe, HostError> {
     match link.ask(Call::Hello, READ_TIMEOUT) {
         Ok(reply) => Ok(Probe {
@@ -106,35 +109,45 @@ pub fn probe(link: &Link) -> Result<Probe, HostError> {
             },
             phoenix: Some(reply.phoenix_version),
             no_phoenix: None,
+            glibc: None,
         }),
         Err(e @ HostError::Transport(_)) => Err(e),
-        Err(other) => Ok(Probe {
-            platform: uname(link)?,
-            phoenix: None,
-            no_phoenix: Some(other.to_string()),
-        }),
+        Err(other) => {
+            let (platform, glibc) = host_side(link)?;
+            Ok(Probe {
+                platform,
+                phoenix: None,
+                no_phoenix: Some(other.to_string()),
+                glibc: Some(glibc),
+            })
+        }
     }
 }
 
-fn uname(link: &Link) -> Result<Platform, HostError> {
+/// The host's platform and glibc (`getconf GNU_LIBC_VERSION`; `None` where it names none),
+/// asked in one fixed script (no value of phoenix.toml in it).
+pub fn host_side(link: &Link) -> Result<(Platform, Option<Glibc>), HostError> {
+    const ASK: &str = "uname -s -m; getconf GNU_LIBC_VERSION 2>/dev/null || :";
     let finished = link
         .transport
-        .call(&["uname", "-s", "-m"], b"", READ_TIMEOUT)
+        .call(&["sh", "-c", ASK], b"", READ_TIMEOUT)
         .map_err(HostError::Transport)?;
+    let mut lines = finished.stdout.lines();
     let platform = finished
         .status
         .success()
-        .then(|| Platform::from_uname(&finished.stdout))
-        .flatten();
-    platform.ok_or_else(|| HostError::Remote {
-        host: link.name().to_string(),
-        kind: ErrorKind::Failed,
-        message: format!(
-            "cannot tell its OS and architecture: `uname -s -m` said {:?} ({})",
-            crate::text::shorten(finished.stdout.trim(), 80),
-            finished.describe_status()
-        ),
-    })
+        .then(|| lines.next().and_then(Platform::from_uname))
+        .flatten()
+        .ok_or_else(|| HostError::Remote {
+            host: link.name().to_string(),
+            kind: ErrorKind::Failed,
+            message: format!(
+                "cannot tell its OS and architecture: `uname -s -m` said {:?} ({})",
+                crate::text::shorten(finished.stdout.trim(), 80),
+                finished.describe_status()
+            ),
+        })?;
+    Ok((platform, lines.next().and_then(Glibc::from_getconf)))
 }
 
 /// A host of another platform: what it is, what this phoenix is, and what to do instead.

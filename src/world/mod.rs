@@ -479,7 +479,6 @@ pub(crate) fn is_ours(pane: &PaneObs, spec: &Spec) -> bool {
     }
 }
 
-/// `argv` is `<phoenix> --config <file> wrap --agent <agent>` for this config file.
 /// The agent whose wrapper runs this process: the outermost of its ancestors that is
 /// `phoenix … wrap --agent NAME` for `file`. What a process may not take from its environment
 /// (a CLI that passes its MCP servers only some variables, an agent that unsets them): a
@@ -491,15 +490,10 @@ pub(crate) fn is_ours(pane: &PaneObs, spec: &Spec) -> bool {
 /// is an ancestor of every agent.
 pub fn wrapping_agent(spec: &Spec) -> Option<String> {
     procs::ancestors(std::process::id())
-        .filter(|(pid, argv)| {
-            let program = argv.first().map(|p| {
-                Path::new(p)
-                    .file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-            });
-            program.is_some_and(|p| p.starts_with("phoenix"))
-                && i32::try_from(*pid).is_ok_and(|pid| !tmux::is_server_process(pid))
+        .filter(|(_, argv)| {
+            argv.first()
+                .and_then(|p| Path::new(p).file_name())
+                .is_some_and(|p| p.to_string_lossy().starts_with("phoenix"))
         })
         .filter_map(|(_, argv)| {
             let after = |flag: &str| {
@@ -513,6 +507,7 @@ pub fn wrapping_agent(spec: &Spec) -> Option<String> {
         .last()
 }
 
+/// `argv` is `<phoenix> --config <file> wrap --agent <agent>` for this config file.
 fn wraps(argv: &[String], file: &Path, agent: &str) -> bool {
     let after = |flag: &str| {
         argv.iter()

@@ -563,7 +563,8 @@ fn http_at_mcp_has_the_same_tools_behind_the_api_token() {
 }
 
 /// Every message in `agent`'s inbox, pending or delivered.
-fn inbox_texts(fleet: &Fleet, agent: &str) -> Vec<(String, String)> {
+/// `(from, text)` of each message in `agent`'s inbox, pending or already delivered.
+pub fn inbox_texts(fleet: &Fleet, agent: &str) -> Vec<(String, String)> {
     let doc = fleet.run(&["inbox", agent, "--json"]).status(0).json();
     ["pending", "delivered"]
         .iter()
@@ -719,14 +720,10 @@ fn an_agent_without_phoenixs_variables_is_still_itself_to_phoenix_mcp() {
     let answer = std::fs::read_to_string(&responses).unwrap();
     assert!(answer.contains("\"from\":\"lead\""), "{answer}");
     // Pending, or already taken by the worker's session.
-    let inbox = fleet.run(&["inbox", "worker", "--json"]).status(0).json();
-    let messages: Vec<&Value> = ["pending", "delivered"]
-        .iter()
-        .flat_map(|k| inbox[*k].as_array().into_iter().flatten())
-        .collect();
-    assert_eq!(messages.len(), 1, "{inbox}");
-    assert_eq!(messages[0]["from"], "lead", "{inbox}");
-    assert_eq!(messages[0]["text"], "from below", "{inbox}");
+    assert_eq!(
+        inbox_texts(&fleet, "worker"),
+        [("lead".to_string(), "from below".to_string())]
+    );
     // Recorded as the agent's call, not the operator's.
     assert!(
         !fleet.state_dir().join("mcp_operator.jsonl").exists(),

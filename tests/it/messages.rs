@@ -540,14 +540,10 @@ fn an_agent_cannot_send_in_another_name() {
         "{sent}"
     );
     // Pending, or already taken by the worker's session.
-    let inbox = fleet.run(&["inbox", "worker", "--json"]).status(0).json();
-    let messages: Vec<&Value> = ["pending", "delivered"]
-        .iter()
-        .flat_map(|k| inbox[*k].as_array().into_iter().flatten())
-        .collect();
-    assert_eq!(messages.len(), 1, "{inbox}");
-    assert_eq!(messages[0]["from"], "lead", "{inbox}");
-    assert_eq!(messages[0]["text"], "plain", "{inbox}");
+    assert_eq!(
+        crate::mcp::inbox_texts(&fleet, "worker"),
+        [("lead".to_string(), "plain".to_string())]
+    );
     // The operator's own terminal still names a sender.
     fleet
         .run(&["send", "worker", "relayed", "--from", "ci"])

@@ -216,13 +216,7 @@ fn bash_completion_offers_the_fleets_agents_and_hosts() {
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
-        let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect();
-        names.sort();
-        names
+        offered_names(&out.stdout)
     };
     assert_eq!(offered(&["restart", ""]), ["alpha", "beta", "far"]);
     assert_eq!(offered(&["attach", "b"]), ["beta"]);
@@ -248,6 +242,17 @@ fn bash_completion_offers_the_fleets_agents_and_hosts() {
         .unwrap();
     assert!(run.status.success(), "{run:?}");
     assert!(run.stdout.is_empty() && run.stderr.is_empty(), "{run:?}");
+}
+
+/// What a shell's completion printed, a candidate a line (fish adds `\tdescription`), sorted.
+fn offered_names(stdout: &[u8]) -> Vec<String> {
+    let mut names: Vec<String> = String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| l.split('\t').next().unwrap_or("").to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    names.sort();
+    names
 }
 
 /// A fleet with two local agents, one on a host, and another fleet file in `other/`.
@@ -312,13 +317,8 @@ fn fish_completion_offers_the_fleets_agents_and_hosts() {
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
-        let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| l.split('\t').next().unwrap_or("").to_string())
-            .filter(|l| !l.is_empty())
-            .collect();
-        names.sort();
-        names
+        // `name<TAB>description`
+        offered_names(&out.stdout)
     };
     assert_eq!(offered("phoenix restart "), ["alpha", "beta", "far"]);
     assert_eq!(offered("phoenix attach b"), ["beta"]);
@@ -384,13 +384,7 @@ fn zsh_completion_asks_the_fleet_for_its_names() {
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
-        let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect();
-        names.sort();
-        names
+        offered_names(&out.stdout)
     };
     assert_eq!(
         offered("phoenix restart ", "_phoenix_fleet_agents"),
