@@ -13,5 +13,8 @@ fn main() {
     let var = |name| std::env::var(name).unwrap_or_default();
     if var("CARGO_CFG_TARGET_OS") == "linux" && var("CARGO_CFG_TARGET_ENV") == "gnu" {
         println!("cargo:rustc-link-arg-bin=phoenix-hook=-no-pie");
+        // `phoenix-wrap` runs for every agent as long as it does: its relocated data would be
+        // a private copy in every wrapper (~500 kB of `phoenix`'s), for the fleet's whole life.
+        println!("cargo:rustc-link-arg-bin=phoenix-wrap=-no-pie");
     }
 }

@@ -415,9 +415,16 @@ fn ensure_dir(dir: &AgentDir) -> Result<(), String> {
     })
 }
 
-/// The command a pane runs: this phoenix binary, wrapping the agent.
+/// The program a pane runs to wrap its agent and to tap its output: `phoenix-wrap` beside
+/// this phoenix binary (the small one, see `cli::wrapper_main`); `phoenix` itself when it is
+/// not there.
+pub fn wrapper_program(exe: &Path) -> std::path::PathBuf {
+    crate::process::companion(exe, "-wrap")
+}
+
+/// The command a pane runs: the [`wrapper_program`], wrapping the agent.
 pub fn wrap_argv(exe: &Path, config: &Path, agent: &str, part: Option<&Path>) -> Vec<String> {
-    let mut argv = phoenix_argv(exe, config, "wrap", agent);
+    let mut argv = phoenix_argv(&wrapper_program(exe), config, "wrap", agent);
     if let Some(part) = part {
         argv.extend(["--part".into(), part.to_string_lossy().into_owned()]);
     }
@@ -427,7 +434,7 @@ pub fn wrap_argv(exe: &Path, config: &Path, agent: &str, part: Option<&Path>) ->
 /// The tap that reads an agent's pane (`phoenix tap`), to which the runtime appends the pid
 /// of the pane's process: the wrapper it hands the pane's output to.
 pub fn tap_argv(exe: &Path, config: &Path, agent: &str) -> Vec<String> {
-    let mut argv = phoenix_argv(exe, config, "tap", agent);
+    let mut argv = phoenix_argv(&wrapper_program(exe), config, "tap", agent);
     argv.push("--wrapper".into());
     argv
 }

@@ -618,7 +618,7 @@ fn hook(agent: &str, event: &str, payload: serde_json::Value) -> Option<String> 
         return None;
     }
     std::env::var_os("PHOENIX_CONFIG")?;
-    let exe = std::env::current_exe().ok()?;
+    let exe = crate::process::main_binary().ok()?;
     let mut child = Command::new(exe)
         .args(["hook", event, "--agent", agent])
         .stdin(Stdio::piped())

@@ -43,6 +43,47 @@ pub enum RunError {
     Timeout,
 }
 
+/// The small binaries installed beside `phoenix`, by the suffix of their names
+/// (`phoenix-hook`, `phoenix-wrap`; beside a `phoenix-dev`, `phoenix-dev-hook`): the hook
+/// command, and the program an agent's pane runs (`wrap`, `tap`). Neither has the other
+/// commands.
+pub const COMPANIONS: [&str; 2] = ["-hook", "-wrap"];
+
+/// The `phoenix` binary, from whichever of phoenix's binaries this process is: what is run,
+/// shown or bound into a sandbox as "phoenix" must be the one with every command, and the
+/// same one whether apply, a wrapper or a hook asks.
+pub fn main_binary() -> io::Result<std::path::PathBuf> {
+    std::env::current_exe().map(|exe| main_binary_beside(&exe))
+}
+
+/// The `phoenix` that `exe` is a companion of ([`COMPANIONS`]), else `exe` itself.
+pub fn main_binary_beside(exe: &std::path::Path) -> std::path::PathBuf {
+    let name = exe.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    COMPANIONS
+        .iter()
+        .find_map(|suffix| name.strip_suffix(suffix).filter(|main| !main.is_empty()))
+        .map_or_else(|| exe.to_path_buf(), |main| exe.with_file_name(main))
+}
+
+/// The name of `main`'s companion with `suffix` (one of [`COMPANIONS`]).
+pub fn companion_name(main: &str, suffix: &str) -> String {
+    format!("{main}{suffix}")
+}
+
+/// The companion with `suffix` (one of [`COMPANIONS`]) installed beside the `phoenix` binary
+/// `exe`, or `exe` itself when there is none to run there (a build of `phoenix` alone):
+/// `phoenix` has every command the companions have.
+pub fn companion(exe: &std::path::Path, suffix: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(main) = exe.file_name().and_then(|n| n.to_str()) else {
+        return exe.to_path_buf();
+    };
+    let sibling = exe.with_file_name(companion_name(main, suffix));
+    let runnable = std::fs::metadata(&sibling)
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if runnable { sibling } else { exe.to_path_buf() }
+}
+
 /// The first non-empty line of `text`, shortened to 200 characters.
 pub fn first_line(text: &str) -> String {
     let line = text.lines().map(str::trim).find(|l| !l.is_empty());
@@ -238,4 +279,42 @@ pub fn alive(pid: u32) -> bool {
                 .map(|(_, rest)| rest.trim_start().to_string())
         })
         .is_some_and(|rest| !rest.starts_with('Z'))
+}
+
+#[cfg(test)]
+mod companion_tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn each_companion_leads_back_to_its_own_phoenix() {
+        for main in ["/opt/bin/phoenix", "/home/u/bin/phoenix-dev"] {
+            let main = Path::new(main);
+            let name = main.file_name().unwrap().to_str().unwrap();
+            for suffix in COMPANIONS {
+                let companion = main.with_file_name(companion_name(name, suffix));
+                assert_eq!(main_binary_beside(&companion), main, "{suffix}");
+            }
+            assert_eq!(main_binary_beside(main), main);
+        }
+        // A name that is only a suffix is a program of its own.
+        assert_eq!(
+            main_binary_beside(Path::new("/x/-wrap")),
+            Path::new("/x/-wrap")
+        );
+    }
+
+    #[test]
+    fn a_missing_or_unrunnable_companion_falls_back_to_phoenix() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("phoenix");
+        std::fs::write(&main, "").unwrap();
+        assert_eq!(companion(&main, "-wrap"), main);
+        let wrap = dir.path().join("phoenix-wrap");
+        std::fs::write(&wrap, "").unwrap();
+        assert_eq!(companion(&main, "-wrap"), main, "not executable");
+        std::fs::set_permissions(&wrap, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(companion(&main, "-wrap"), wrap);
+    }
 }

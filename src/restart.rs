@@ -296,7 +296,7 @@ fn restart_claimed(
         let report = Applier {
             spec,
             runtime,
-            exe: std::env::current_exe().context("cannot find the phoenix binary")?,
+            exe: crate::process::main_binary().context("cannot find the phoenix binary")?,
         }
         .apply(&plan);
         if let Some(step) = report.steps.iter().find(|s| !s.ok) {

@@ -239,7 +239,7 @@ pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {
     let HooksCommand::Show { agent: name, json } = cmd;
     let spec = super::load_without_fs_checks(config)?;
     let agent = agent(&spec, &name)?;
-    let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
+    let exe = crate::process::main_binary().context("cannot find the phoenix binary")?;
     let exe = crate::hooks::config::hook_binary(&exe);
     let installed = crate::world::cli_version::installed(agent, &spec.fleet.state_dir);
     let versions = installed

@@ -37,7 +37,7 @@ pub fn exec(config: &Path, name: &str, command: &[String]) -> anyhow::Result<i32
             }
             proxy = sandbox::Proxy::start(&layout, &dir, false)
                 .context("cannot start the sandbox's proxy")?;
-            let exe = std::env::current_exe().context("cannot find phoenix")?;
+            let exe = crate::process::main_binary().context("cannot find phoenix")?;
             extra_env = layout.proxy_env();
             limits = Some(profile.limits.clone());
             sandbox::wrap_argv(

@@ -396,7 +396,7 @@ pub(super) fn apply_locally(
     lock: FleetLock,
 ) -> anyhow::Result<crate::apply::ApplyReport> {
     let runtime = ctx.runtime();
-    let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
+    let exe = crate::process::main_binary().context("cannot find the phoenix binary")?;
     let applied_at = jiff::Timestamp::now();
     let mut report = Applier {
         spec: &ctx.spec,
@@ -511,9 +511,9 @@ pub(super) fn confirm_started(
     }
 }
 
-/// The kernel's name (`comm`, 15 bytes at most) of the program wrappers run: this one's.
+/// The kernel's name (`comm`, 15 bytes at most) of the program wrappers run (`phoenix-wrap`).
 fn wrapper_comm() -> Option<String> {
-    let exe = std::env::current_exe().ok()?;
+    let exe = crate::apply::wrapper_program(&crate::process::main_binary().ok()?);
     let name = exe.file_name()?.to_string_lossy().into_owned();
     Some(
         name.chars()
@@ -1066,7 +1066,7 @@ pub fn restart(config: &Path, agent: &str, fresh: bool, json: bool) -> anyhow::R
 pub fn service_install(config: &Path, print: bool) -> anyhow::Result<i32> {
     use crate::supervise::service;
     let spec = spec::load(config)?;
-    let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
+    let exe = crate::process::main_binary().context("cannot find the phoenix binary")?;
     if print {
         let path = std::env::var("PATH").ok();
         out(&service::render_unit(&spec, &exe, path.as_deref()));

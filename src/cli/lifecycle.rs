@@ -128,7 +128,7 @@ fn applier(ctx: &FleetContext) -> anyhow::Result<Applier<'_>> {
     Ok(Applier {
         spec: &ctx.spec,
         runtime: ctx.runtime(),
-        exe: std::env::current_exe().context("cannot find the phoenix binary")?,
+        exe: crate::process::main_binary().context("cannot find the phoenix binary")?,
     })
 }
 

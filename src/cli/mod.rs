@@ -517,6 +517,80 @@ pub fn main() -> i32 {
     }
 }
 
+/// `phoenix-wrap`, the small binary an agent's pane runs: the two commands of an agent start
+/// (`wrap`, `tap`) in the shape `apply` writes them, and nothing else. It links only what
+/// those need, without the position independence of `phoenix` (build.rs), so what a wrapper
+/// keeps for its agent's whole life is not a private copy of `phoenix`'s relocated data.
+/// Anything else is handed to `phoenix` beside it, with the same arguments.
+pub fn wrapper_main() -> i32 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        // What `hosts install` runs to see that a copy works there (under a temporary name,
+        // beside no `phoenix` of its name).
+        ["-V" | "--version"] => {
+            println!("phoenix-wrap {}", env!("CARGO_PKG_VERSION"));
+            return 0;
+        }
+        ["-h" | "--help"] => {
+            println!(
+                "phoenix-wrap: what an agent's pane runs (`--config FILE wrap --agent NAME`) and \
+                 what reads the pane (`--config FILE tap --agent NAME --wrapper PID`), as \
+                 `phoenix apply` writes them.\n\
+                 Any other command line is run by the `phoenix` beside it."
+            );
+            return 0;
+        }
+        _ => {}
+    }
+    let Some(cli) = as_apply_wrote_it(&args) else {
+        return run_main_binary(&args);
+    };
+    let config = cli.config;
+    let outcome = match cli.command {
+        Command::Wrap { agent, part } => {
+            crate::supervise::wrap(&config, &agent, part).map_err(anyhow::Error::from)
+        }
+        Command::Tap { agent, wrapper } => tap(&config, &agent, wrapper),
+        _ => unreachable!("as_apply_wrote_it reads wrap and tap only"),
+    };
+    outcome.unwrap_or_else(|err| report(&err))
+}
+
+/// Run `args` with the `phoenix` this companion belongs to; never with this binary itself
+/// (a copy under another name has no `phoenix` of its name beside it: that would exec itself
+/// for ever).
+fn run_main_binary(args: &[String]) -> i32 {
+    let this = std::env::current_exe().ok();
+    let main = crate::process::main_binary().ok();
+    let Some(main) = main.filter(|main| Some(main) != this.as_ref() && main.is_file()) else {
+        eprintln!(
+            "phoenix-wrap: `{}` is not a command of mine, and there is no phoenix beside me to \
+             run it (see `phoenix-wrap --help`)",
+            args.join(" ")
+        );
+        return EXIT_USAGE;
+    };
+    let err =
+        std::os::unix::process::CommandExt::exec(std::process::Command::new(&main).args(args));
+    eprintln!("phoenix-wrap: cannot run `{}`: {err}", main.display());
+    crate::error::exit::ERROR
+}
+
+/// `phoenix tap`: hand the pane's pipe to its wrapper, or read it here.
+fn tap(config: &std::path::Path, agent: &str, wrapper: Option<u32>) -> anyhow::Result<i32> {
+    if let Some(pid) = wrapper
+        && crate::continuity::tap_host::hand_over(pid).unwrap_or(false)
+    {
+        return Ok(0);
+    }
+    // What it reads is taken as the agent's own words: only a pane's pipe from tmux.
+    if !crate::continuity::tap_host::stdin_is_a_pane_pipe() {
+        err_line(crate::continuity::tap_host::NOT_A_PANE_PIPE);
+        return Ok(2);
+    }
+    Ok(crate::continuity::tap::run(config, agent, err_line)?)
+}
+
 /// The two commands every agent start runs, in exactly the shape `apply` writes them
 /// (`apply::wrap_argv`, `apply::tap_argv`), read without clap: the wrapper lives as long as
 /// its agent, and building clap's whole command tree left ~60 kB of heap in every wrapper
@@ -702,19 +776,7 @@ fn run(mut cli: Cli, argv: &[String]) -> anyhow::Result<i32> {
         Command::Hosts(cmd) => hosts::hosts(&config, cmd),
         Command::Sandbox(cmd) => sandbox::sandbox(&config, cmd),
         Command::SandboxCanary { plan } => sandbox::canary(&plan),
-        Command::Tap { agent, wrapper } => {
-            if let Some(pid) = wrapper
-                && crate::continuity::tap_host::hand_over(pid).unwrap_or(false)
-            {
-                return Ok(0);
-            }
-            // What it reads is taken as the agent's own words: only a pane's pipe from tmux.
-            if !crate::continuity::tap_host::stdin_is_a_pane_pipe() {
-                err_line(crate::continuity::tap_host::NOT_A_PANE_PIPE);
-                return Ok(2);
-            }
-            Ok(crate::continuity::tap::run(&config, &agent, err_line)?)
-        }
+        Command::Tap { agent, wrapper } => tap(&config, &agent, wrapper),
         Command::SandboxInner {
             relay,
             socket,

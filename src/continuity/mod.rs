@@ -214,10 +214,7 @@ impl StartupText {
 /// How an agent resolves an open loop from its shell: phoenix's own path (not the hook-only
 /// `phoenix-hook`, which cannot resolve) and config, quoted.
 pub fn resolve_command(spec: &Spec, agent: &str) -> String {
-    let mut exe = std::env::current_exe().unwrap_or_else(|_| std::path::PathBuf::from("phoenix"));
-    if exe.file_name().is_some_and(|n| n == "phoenix-hook") {
-        exe = exe.with_file_name("phoenix");
-    }
+    let exe = crate::process::main_binary().unwrap_or_else(|_| std::path::PathBuf::from("phoenix"));
     [
         exe.to_string_lossy().as_ref(),
         "--config",

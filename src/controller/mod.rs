@@ -76,7 +76,7 @@ pub fn run(config: &Path, options: RunOptions) -> crate::error::Result<i32> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let exe = std::env::current_exe().context("cannot find the phoenix binary")?;
+    let exe = crate::process::main_binary().context("cannot find the phoenix binary")?;
     let telemetry = Telemetry::start(&spec)?.map(Arc::new);
     let controller =
         Controller::new(config, world::runtime_for(&spec), spec, exe).exporting(telemetry.clone());

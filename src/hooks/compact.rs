@@ -78,11 +78,9 @@ impl Hook<'_> {
     /// up), and the hook binary stays free of the template engine.
     fn spawn_handoff(&self, ctx: &Ctx<'_>) {
         use std::os::unix::process::CommandExt;
-        let Ok(exe) = std::env::current_exe() else {
+        let Ok(program) = crate::process::main_binary() else {
             return;
         };
-        let phoenix = exe.with_file_name("phoenix");
-        let program = if phoenix.is_file() { phoenix } else { exe };
         let mut cmd = std::process::Command::new(program);
         cmd.arg("--config")
             .arg(&ctx.spec.file)

@@ -63,11 +63,7 @@ pub fn mcp_server_entry(phoenix: &Path, config: &Path) -> Value {
 
 /// The phoenix binary beside the hook binary `exe` (`phoenix-hook` has no `mcp`).
 pub fn main_binary(exe: &Path) -> PathBuf {
-    if exe.file_name().is_some_and(|n| n == "phoenix-hook") {
-        exe.with_file_name("phoenix")
-    } else {
-        exe.to_path_buf()
-    }
+    crate::process::main_binary_beside(exe)
 }
 
 /// Does this hook file content hold any phoenix handler for `agent`?
@@ -198,11 +194,7 @@ impl<'a> Target<'a> {
 /// faster: no Lua, no HTTP client, no command-line parser), else `exe` itself. Both take the
 /// same `--config … hook <event> --agent …` arguments.
 pub fn hook_binary(exe: &Path) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let sibling = exe.with_file_name("phoenix-hook");
-    let runnable = std::fs::metadata(&sibling)
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-    if runnable { sibling } else { exe.to_path_buf() }
+    crate::process::companion(exe, "-hook")
 }
 
 enum Stripped {

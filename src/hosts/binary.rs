@@ -154,7 +154,7 @@ pub fn runs_on(needs: &Needs, platform: &Platform, host: Option<Glibc>) -> Resul
 pub fn to_copy(host: &crate::spec::HostSpec) -> std::io::Result<PathBuf> {
     match &host.binary {
         Some(binary) => Ok(binary.clone()),
-        None => std::env::current_exe(),
+        None => crate::process::main_binary(),
     }
 }
 

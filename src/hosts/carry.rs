@@ -532,7 +532,7 @@ fn stop_here(
     let applier = crate::apply::Applier {
         spec,
         runtime: &*runtime,
-        exe: std::env::current_exe().map_err(|e| format!("cannot find this phoenix: {e}"))?,
+        exe: crate::process::main_binary().map_err(|e| format!("cannot find this phoenix: {e}"))?,
     };
     let report = applier.apply(&crate::plan::Plan::of(stops));
     drop(lock);
@@ -574,7 +574,7 @@ pub fn start_here(spec: &Spec, fleet: &FleetDir, agent: &str) -> Result<(), Stri
     let applier = crate::apply::Applier {
         spec,
         runtime: &*runtime,
-        exe: std::env::current_exe().map_err(|e| format!("cannot find this phoenix: {e}"))?,
+        exe: crate::process::main_binary().map_err(|e| format!("cannot find this phoenix: {e}"))?,
     };
     let report = applier.apply(&plan);
     drop(lock);

@@ -241,14 +241,18 @@ pub struct Copy {
     pub bytes: u64,
 }
 
-/// `phoenix-hook` (when this build has one next to `exe`) and then `exe` itself: the hook
-/// binary first, so a phoenix in place always has its hook binary of the same build beside it.
+/// The companions (`phoenix-hook`, `phoenix-wrap`) this build has next to `exe`, and then
+/// `exe` itself: the companions first, so a phoenix in place always has the hook and wrapper
+/// binaries of the same build beside it.
 pub fn copies(exe: &Path, target: &Target) -> crate::error::Result<Vec<Copy>> {
-    let hook = crate::hooks::config::hook_binary(exe);
-    let mut files = Vec::new();
-    if hook != exe {
-        files.push((hook, "phoenix-hook".to_string()));
-    }
+    let mut files: Vec<(PathBuf, String)> = crate::process::COMPANIONS
+        .iter()
+        .map(|suffix| {
+            let name = crate::process::companion_name(&target.name, suffix);
+            (crate::process::companion(exe, suffix), name)
+        })
+        .filter(|(local, _)| local != exe)
+        .collect();
     files.push((exe.to_path_buf(), target.name.clone()));
     files
         .into_iter()
@@ -363,7 +367,8 @@ pub fn serve(dir: &Path, fleet: &str) -> Result<Installed, String> {
             crate::text::shorten(fleet, 60)
         ));
     }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this phoenix: {e}"))?;
+    let exe =
+        crate::process::main_binary().map_err(|e| format!("cannot find this phoenix: {e}"))?;
     let config = dir.join(crate::spec::DEFAULT_CONFIG);
     let unit = service::Unit {
         fleet,

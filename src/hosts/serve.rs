@@ -339,7 +339,8 @@ fn phoenix_here(
     stdin: &[u8],
     timeout: Duration,
 ) -> Result<Ran, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this phoenix: {e}"))?;
+    let exe =
+        crate::process::main_binary().map_err(|e| format!("cannot find this phoenix: {e}"))?;
     let mut command = std::process::Command::new(exe);
     command
         .arg("--config")
@@ -472,7 +473,7 @@ fn daemon_row(spec: &spec::Spec, config: &Path) -> Check {
             ),
         },
         Err(why) => {
-            let exe = std::env::current_exe()
+            let exe = crate::process::main_binary()
                 .map(|e| e.display().to_string())
                 .unwrap_or_else(|_| "phoenix".into());
             row(

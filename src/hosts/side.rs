@@ -255,7 +255,7 @@ impl Side<'_> {
 
 /// This phoenix, on the operator's phoenix.toml, with `args` as its argv.
 fn run_here(spec: &Spec, args: &[&str], timeout: Duration) -> Result<Ran, Error> {
-    let exe = std::env::current_exe()
+    let exe = crate::process::main_binary()
         .map_err(|e| Error::msg(format!("cannot find this phoenix: {e}")))?;
     let mut command = std::process::Command::new(exe);
     command

@@ -405,7 +405,7 @@ fn save_handoff(spec: &Spec, agent: &str, body: Option<String>) -> Result<Value,
 /// `phoenix restart|stop|start --json -- AGENT`, run by this binary: the same locks, plan and
 /// hosts as the command, and its JSON document as the answer.
 fn control(config: &std::path::Path, words: &[&str], agent: &str) -> Result<Value, ToolError> {
-    let exe = std::env::current_exe()
+    let exe = crate::process::main_binary()
         .map_err(|e| ToolError::failed(format!("cannot find the phoenix binary: {e}"), ""))?;
     let output = std::process::Command::new(exe)
         .arg("--config")

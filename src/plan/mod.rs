@@ -67,7 +67,9 @@ impl PlanOptions {
     pub fn for_this_binary(prune: bool) -> std::io::Result<PlanOptions> {
         Ok(PlanOptions {
             prune,
-            hooks_exe: Some(crate::hooks::config::hook_binary(&std::env::current_exe()?)),
+            hooks_exe: Some(crate::hooks::config::hook_binary(
+                &crate::process::main_binary()?,
+            )),
             force_remove_worktrees: false,
         })
     }

@@ -112,7 +112,7 @@ impl Context {
         Context {
             operator_home: std::env::var_os("HOME").map(PathBuf::from),
             pane_server: Some(crate::world::server_socket_path(&spec.fleet.socket)),
-            exe: std::env::current_exe().ok(),
+            exe: crate::process::main_binary().ok(),
             proxy_socket: None,
         }
     }

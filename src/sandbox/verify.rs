@@ -306,7 +306,7 @@ pub fn verify(spec: &Spec, agent: &AgentSpec) -> Result<Verified, String> {
     )
     .map_err(|e| format!("cannot start the sandbox's proxy: {e}"))?;
     cx.proxy_socket = proxy.as_ref().map(|p| p.socket.clone());
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find phoenix: {e}"))?;
+    let exe = crate::process::main_binary().map_err(|e| format!("cannot find phoenix: {e}"))?;
     let plan: Vec<&Canary> = planted.canaries.iter().map(|(_, c)| c).collect();
     let inner = vec![
         exe.to_string_lossy().into_owned(),

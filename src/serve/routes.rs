@@ -845,7 +845,7 @@ async fn restart(
 /// hosts' agents on their host): the same binary runs the verb, so there is one way to stop.
 fn lifecycle_verb(app: &App, verb: &str, name: &str) -> Result<Value, ApiError> {
     declared_anywhere(&app.spec()?, name)?;
-    let exe = std::env::current_exe().map_err(|e| {
+    let exe = crate::process::main_binary().map_err(|e| {
         ApiError::internal(&crate::error::Error::msg(format!(
             "cannot find the phoenix binary: {e}"
         )))

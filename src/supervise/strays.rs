@@ -445,13 +445,22 @@ fn ancestors(table: &ProcTable) -> Vec<u32> {
     out
 }
 
-/// This executable and the hook binary next to it.
+/// phoenix and the small binaries installed beside it.
 fn own_programs() -> Vec<std::path::PathBuf> {
-    let Ok(exe) = std::env::current_exe() else {
+    let Ok(exe) = crate::process::main_binary() else {
         return Vec::new();
     };
     let exe = exe.canonicalize().unwrap_or(exe);
-    vec![exe.with_file_name("phoenix-hook"), exe]
+    let name = exe.file_name().map(|n| n.to_string_lossy().into_owned());
+    let mut programs: Vec<_> = crate::process::COMPANIONS
+        .iter()
+        .filter_map(|suffix| {
+            let name = crate::process::companion_name(name.as_deref()?, suffix);
+            Some(exe.with_file_name(name))
+        })
+        .collect();
+    programs.push(exe);
+    programs
 }
 
 /// Processes whose environment says they belong to this agent's runs (the wrapper gives the

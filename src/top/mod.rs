@@ -512,7 +512,7 @@ fn carry_out(config: &Path, command: &Command) -> String {
 /// `phoenix stop|start|restart [FLAGS] AGENT` run as the command line runs it (a host's agent
 /// on its host): one way to stop; its row's detail (and its host) as the line for the view.
 fn lifecycle_verb(config: &Path, verb: &str, flags: &[&str], agent: &str) -> String {
-    let exe = match std::env::current_exe() {
+    let exe = match crate::process::main_binary() {
         Ok(exe) => exe,
         Err(e) => return format!("{verb} of `{agent}` failed: cannot find phoenix: {e}"),
     };
@@ -603,7 +603,7 @@ fn carry_out_on_host(config: &Path, command: &Command) -> Option<String> {
 /// Open the pane of an agent of a host: `phoenix attach AGENT` as the command line runs it
 /// (`ssh -t` to its host), until the person detaches.
 fn attach_as_the_command_line(config: &Path, agent: &str) -> crate::error::Result<()> {
-    let exe = std::env::current_exe().context("cannot find phoenix")?;
+    let exe = crate::process::main_binary().context("cannot find phoenix")?;
     let status = std::process::Command::new(exe)
         .arg("--config")
         .arg(config)

@@ -2220,3 +2220,78 @@ fn with_reload_plan_an_edit_waits_for_the_operators_apply() {
     assert_eq!(ops_named(&fleet, "alpha", "agent_start").len(), 1);
     assert_eq!(daemon.stop(), Some(0));
 }
+
+/// The pane runs the small `phoenix-wrap` (what keeps a wrapper's memory down for its agent's
+/// whole life), while `phoenix` in an agent's command is still the `phoenix` with every
+/// command; `phoenix-wrap` answers `--version` itself (what `hosts install` runs on a copy),
+/// hands any other command line to the `phoenix` beside it, and a copy with none beside it
+/// says so at once instead of running itself again.
+#[test]
+fn an_agents_pane_runs_phoenix_wrap_and_phoenix_wrap_hands_the_rest_to_phoenix() {
+    let fleet = Fleet::new();
+    fleet.toml(&format!(
+        "{}{}",
+        fast_restarts(5),
+        resumable_agent("alpha", "")
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["alpha"])[0];
+    let pane = pane_of(&fleet, "alpha");
+    let wrapper: u32 = fleet
+        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let exe = |pid: u32| std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let small = Path::new(support::PHOENIX).with_file_name("phoenix-wrap");
+    assert_eq!(exe(wrapper), small.canonicalize().unwrap());
+    assert_eq!(
+        exe(pid),
+        Path::new(support::PHOENIX).canonicalize().unwrap(),
+        "`phoenix demo-agent` in the agent's command runs phoenix, not the wrapper binary"
+    );
+    // Still the wrapper that supervises: a kill is a restart in the same pane.
+    kill9(pid);
+    wait_until(Duration::from_secs(10), "alpha back", || {
+        let s = fleet.agent_status("alpha");
+        s["state"] == "running" && s["pid"].as_u64().is_some_and(|p| p != u64::from(pid))
+    });
+    assert_eq!(pane_of(&fleet, "alpha"), pane);
+
+    let run = |program: &Path, args: &[&str]| {
+        std::process::Command::new(program)
+            .args(args)
+            .env("HOME", fleet.path().join("home"))
+            .current_dir(fleet.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let version = run(&small, &["--version"]);
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        format!("phoenix-wrap {}", env!("CARGO_PKG_VERSION"))
+    );
+    let config = fleet.config();
+    let status = run(
+        &small,
+        &["--config", config.to_str().unwrap(), "status", "--json"],
+    );
+    assert!(status.status.success(), "{status:?}");
+    let doc: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(doc["agents"][0]["agent"], "alpha", "{doc}");
+
+    let alone = tempfile::tempdir().unwrap();
+    let copy = alone.path().join(".phoenix-wrap.install.123");
+    std::fs::copy(&small, &copy).unwrap();
+    let started = Instant::now();
+    let refused = run(&copy, &["status"]);
+    assert_eq!(refused.status.code(), Some(64), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("no phoenix beside me"),
+        "{refused:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    fleet.run(&["down"]).status(0);
+}

@@ -30,7 +30,7 @@ pub(super) fn own_sandbox(
 
 pub(super) fn with_exe(mut argv: Vec<String>) -> Vec<String> {
     if argv.first().map(String::as_str) == Some("phoenix")
-        && let Ok(exe) = std::env::current_exe()
+        && let Ok(exe) = crate::process::main_binary()
     {
         argv[0] = exe.to_string_lossy().into_owned();
     }

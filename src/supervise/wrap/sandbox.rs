@@ -47,7 +47,7 @@ impl Wrapper {
             crate::state::create_private_dir(dir)
                 .map_err(|e| format!("cannot make `{}` for the sandbox: {e}", dir.display()))?;
         }
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find phoenix: {e}"))?;
+        let exe = crate::process::main_binary().map_err(|e| format!("cannot find phoenix: {e}"))?;
         let proxy = self.sandbox_proxy(&layout)?;
         let argv = sandbox::wrap_argv(&layout, argv, proxy.as_deref(), &exe);
         let _ = self.dir.record_op(
