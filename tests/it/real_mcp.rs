@@ -211,3 +211,105 @@ fn real_claude_sends_through_phoenixs_mcp_server_as_itself_and_waits_for_the_tur
     );
     assert!(!fleet.state_dir().join("mcp_operator.jsonl").exists());
 }
+
+/// Codex's model calls phoenix's `send_message` for the busy worker, saying it is the worker:
+/// Codex started `phoenix mcp` from the `[mcp_servers.phoenix]` that `apply` merged into the
+/// project's `.codex/config.toml` (beside the user's own settings), phoenix signs the message
+/// `cx` (Codex passes its MCP servers no `PHOENIX_AGENT`: the wrapper says who calls), and the
+/// worker gets it at its turn boundary.
+#[test]
+fn real_codex_sends_through_phoenixs_mcp_server_from_its_project_config_as_itself() {
+    use crate::real_codex::{CodexLeftovers, codex_agent, codex_bin, codex_home, tool_output};
+    use support::openai_server;
+    if !crate::real_codex::enabled() {
+        return;
+    }
+    let bin = codex_bin();
+    let fleet = support::Fleet::new();
+    let work = crate::real_codex::workdir(&fleet);
+    // The user's own project config: it stays as written.
+    std::fs::create_dir_all(work.join(".codex")).unwrap();
+    let user = "# the team's settings\nmodel_reasoning_effort = \"low\"\n";
+    std::fs::write(work.join(".codex/config.toml"), user).unwrap();
+    let server = openai_server::start(vec![
+        Turn::ToolUse {
+            name: "mcp__phoenix__send_message".into(),
+            input: forged_send("please rebase onto main"),
+        },
+        Turn::text("Told the worker."),
+    ]);
+    let home = codex_home(fleet.path(), &server);
+    let _leftovers = CodexLeftovers(home.clone());
+    fleet.toml(&format!(
+        "{}\n{}",
+        codex_agent(&fleet, &bin, &home),
+        worker()
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let config = std::fs::read_to_string(work.join(".codex/config.toml")).unwrap();
+    assert!(config.starts_with(user), "{config}");
+    assert!(config.contains("[mcp_servers.phoenix]"), "{config}");
+    fleet.wait_running(&["cx", "worker"]);
+    let gate = fleet.path().join("worker-turn-may-end");
+    busy_worker(&fleet, &gate);
+
+    let pane = fleet.agent_status("cx")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    support::wait_for_screen(&fleet, &pane, "for shortcuts", WAIT);
+    support::submit(&fleet, &pane, "tell the worker to rebase", WAIT);
+    wait_until(WAIT, "a turn request", || {
+        !server.turn_requests().is_empty()
+    });
+    // Offered as Codex offers an MCP server's tools: a namespace `mcp__phoenix`.
+    let tools = server.turn_requests()[0].body["tools"].clone();
+    let phoenix = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["type"] == "namespace" && t["name"] == "mcp__phoenix")
+        .unwrap_or_else(|| panic!("{tools}"));
+    assert!(
+        phoenix["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "send_message"),
+        "{phoenix}"
+    );
+
+    wait_until(WAIT, "the message in the worker's inbox", || {
+        let (pending, delivered) = worker_inbox(&fleet);
+        !pending.is_empty() || !delivered.is_empty()
+    });
+    let (pending, delivered) = worker_inbox(&fleet);
+    assert_eq!(
+        pending,
+        [("cx".to_string(), "please rebase onto main".to_string())]
+    );
+    assert!(delivered.is_empty(), "not while the worker is busy");
+    // The model is told who sent it, and that its `from` was ignored.
+    wait_until(WAIT, "the tool's result back at the model", || {
+        server.turn_requests().len() >= 2
+    });
+    let output = tool_output(&server.turn_requests()[1]);
+    assert!(output.contains("ignored_arguments"), "{output}");
+    assert!(output.contains(r#"\"from\":\"cx\""#), "{output}");
+    support::wait_for_screen(&fleet, &pane, "Told the worker.", WAIT);
+
+    std::fs::write(&gate, "").unwrap();
+    wait_until(WAIT, "the message delivered", || {
+        worker_inbox(&fleet).1 == [("cx".to_string(), "please rebase onto main".to_string())]
+    });
+    // The agent's own call, not the operator's.
+    assert!(
+        fleet
+            .ops("cx")
+            .iter()
+            .any(|o| o["event"] == "mcp_call" && o["tool"] == "send_message" && o["ok"] == true),
+        "{:?}",
+        fleet.ops("cx")
+    );
+    assert!(!fleet.state_dir().join("mcp_operator.jsonl").exists());
+}
