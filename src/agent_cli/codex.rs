@@ -19,6 +19,11 @@
 //!   workdir and its own handlers for that agent, recognised by command and hashed the way Codex
 //!   does — never the user's hooks — and leaves alone a directory the user marked untrusted.
 //! - Its SessionStart output parser rejects unknown keys: only `hookSpecificOutput` is printed.
+//! - It reads `[mcp_servers.NAME]` from the project's `<workdir>/.codex/config.toml` as well as
+//!   from `$CODEX_HOME/config.toml`, the project's only in a trusted project (0.171: `codex mcp
+//!   list` in an untrusted one lists none of them). phoenix's server goes into the project file,
+//!   beside the user's servers; it starts MCP servers with a short list of variables (no
+//!   `PHOENIX_AGENT`): `phoenix mcp` knows the agent from its wrapper.
 //! - 0.169 fires no hook at all for a turn that failed on an API error (no Stop): it shows
 //!   "Codex ran out of room in the model's context window…" and waits at its prompt. Its rollout
 //!   ends the turn with a `task_complete` whose `error` says why (`failed_turn`).
@@ -72,6 +77,9 @@ pub const PROVEN: &[Proven] = &[
         changes: "no change in the hook events, payloads or `resume` phoenix uses",
     },
 ];
+
+/// The project config phoenix's MCP server entry goes into (`[mcp_servers.phoenix]`).
+pub const MCP_FILE: &str = ".codex/config.toml";
 
 /// Codex CLI's adapter.
 pub struct Codex;
@@ -151,6 +159,17 @@ impl AgentCli for Codex {
         Some(".codex/hooks.json")
     }
 
+    /// Project MCP servers are `[mcp_servers.NAME]` in `.codex/config.toml`, read (0.171) only
+    /// in a trusted project: the wrapper trusts the workdir before each start (`trust`).
+    fn mcp_file(&self) -> Option<&'static str> {
+        Some(MCP_FILE)
+    }
+
+    /// Its hooks, and `.codex/config.toml` with phoenix's MCP server (`hooks::config`).
+    fn own_files(&self) -> Vec<&'static str> {
+        vec![".codex/hooks.json", MCP_FILE]
+    }
+
     fn sandbox_home(
         &self,
         home: &std::path::Path,
@@ -220,7 +239,7 @@ impl AgentCli for Codex {
     }
 
     fn notify_config(&self) -> Option<&'static str> {
-        Some(".codex/config.toml")
+        Some(MCP_FILE)
     }
 
     fn claims_payload(&self, _event: &str, has_field: &dyn Fn(&str) -> bool) -> bool {

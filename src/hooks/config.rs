@@ -1,6 +1,8 @@
 //! Hook configuration per CLI: what phoenix installs (Claude Code `.claude/settings.json`,
 //! Codex `.codex/hooks.json`, Gemini CLI `.gemini/settings.json`), merged into existing files so
-//! that the user's own settings and hooks stay, and removed again entry by entry.
+//! that the user's own settings and hooks stay, and removed again entry by entry. Beside them,
+//! phoenix's MCP server entry: in the hook file, in a JSON file of its own (Claude Code's
+//! `.mcp.json`), or in a TOML config (Codex's `.codex/config.toml`, `mcp_toml`).
 //!
 //! Generating and merging are pure; `write_file` is the only function here that touches disk.
 
@@ -416,6 +418,9 @@ pub fn plan_file(
     agent: &str,
     desired: Option<&Value>,
 ) -> Option<FileChange> {
+    if is_toml(Path::new(label)) {
+        return plan_toml(label, existing, desired);
+    }
     let before = match existing {
         Some(text) if !text.trim().is_empty() => serde_json::from_str::<Value>(text).ok(),
         _ => None,
@@ -429,18 +434,52 @@ pub fn plan_file(
     }
     let old = before.as_ref().map(pretty).unwrap_or_default();
     let new = after.as_ref().map(pretty).unwrap_or_default();
-    let diff = similar::TextDiff::from_lines(&old, &new)
+    Some(change_of(
+        label,
+        existing.is_none(),
+        &old,
+        after.is_some().then_some(&new),
+    ))
+}
+
+/// A write of `new` (a delete when `None`) over `old`, with its diff.
+fn change_of(label: &str, create: bool, old: &str, new: Option<&String>) -> FileChange {
+    let diff = similar::TextDiff::from_lines(old, new.map_or("", |n| n.as_str()))
         .unified_diff()
         .context_radius(2)
         .header(label, label)
         .to_string();
-    Some(match after {
-        Some(_) => FileChange::Write {
-            create: existing.is_none(),
-            diff,
-        },
+    match new {
+        Some(_) => FileChange::Write { create, diff },
         None => FileChange::Delete { diff },
-    })
+    }
+}
+
+/// Is this a TOML config (Codex's `config.toml`)? phoenix's other files are JSON.
+pub fn is_toml(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "toml")
+}
+
+/// [`plan_file`] of a TOML config: its text is edited in place, so the diff is of the text as
+/// written; what counts as a change is the parsed content.
+fn plan_toml(label: &str, existing: Option<&str>, desired: Option<&Value>) -> Option<FileChange> {
+    let parsed = |t: &str| toml::from_str::<toml::Table>(t).ok();
+    let before = existing.filter(|t| !t.trim().is_empty()).and_then(parsed);
+    let after_text = match super::mcp_toml::merge(existing, desired) {
+        Ok(text) => text,
+        Err(problem) => return Some(FileChange::Unmergeable { problem }),
+    };
+    let after = after_text.as_deref().and_then(parsed);
+    if before == after {
+        return None;
+    }
+    let old = existing.unwrap_or_default();
+    Some(change_of(
+        label,
+        existing.is_none(),
+        old,
+        after_text.as_ref(),
+    ))
 }
 
 /// Merge phoenix's entries for `agent` into the file at `path` (or remove them when `desired`
@@ -463,8 +502,20 @@ pub fn write_file(
         Err(e) if e.is_not_found() => None,
         Err(e) => return Err(e.to_string()),
     };
-    let merged = merge(existing.as_deref(), agent, desired)
-        .map_err(|p| format!("`{}` {p}", target.display()))?;
+    let toml = is_toml(path);
+    let merged = if toml {
+        super::mcp_toml::merge(existing.as_deref(), desired)
+    } else {
+        merge(existing.as_deref(), agent, desired).map(|m| m.as_ref().map(pretty))
+    }
+    .map_err(|p| format!("`{}` {p}", target.display()))?;
+    let parses = |t: &str| {
+        if toml {
+            toml::from_str::<toml::Table>(t).is_ok()
+        } else {
+            serde_json::from_str::<Value>(t).is_ok()
+        }
+    };
     if let (Some(dir), Some(old)) = (backup_dir, &existing) {
         let name = format!(
             "{}.last-good",
@@ -493,11 +544,11 @@ pub fn write_file(
     let mode = fs::metadata(&target)
         .map(|m| m.permissions().mode() & 0o7777)
         .unwrap_or(0o644);
-    let text = pretty(&merged);
+    let text = merged;
     crate::state::atomic_write_mode(&target, text.as_bytes(), mode)
         .map_err(|e| format!("cannot write `{}`: {e}", target.display()))?;
-    let back = fs::read_to_string(&target).unwrap_or_default();
-    if back != text || serde_json::from_str::<Value>(&back).is_err() {
+    let back = bounded::read_string(&target, MAX_CONFIG_BYTES, Links::Follow).unwrap_or_default();
+    if back != text || !parses(&back) {
         let restored = match &existing {
             Some(old) => crate::state::atomic_write_mode(&target, old.as_bytes(), mode),
             None => fs::remove_file(&target),
@@ -856,5 +907,87 @@ mod tests {
                 .unwrap_err()
                 .contains("mcpServers")
         );
+    }
+
+    #[test]
+    fn codexs_server_goes_into_its_project_config_toml_and_out_again() {
+        let config = Path::new("/w/.codex/config.toml");
+        assert_eq!(cli_of(config), Some(Cli::Codex));
+        assert_eq!(label_of(config, Cli::Codex), ".codex/config.toml");
+        assert_eq!(
+            mcp_path_in(Cli::Codex, Path::new("/w")),
+            Some(config.into())
+        );
+        let desired = target(Cli::Codex).desired_for(config).unwrap();
+        let user = "model = \"o4-mini\" # mine\n\n[mcp_servers.db]\ncommand = \"db-mcp\"\n";
+        let Some(FileChange::Write { create, diff }) =
+            plan_file(".codex/config.toml", Some(user), "trades", Some(&desired))
+        else {
+            panic!("expected a write");
+        };
+        assert!(!create);
+        assert!(diff.contains("+[mcp_servers.phoenix]"), "{diff}");
+        assert!(
+            diff.contains("+args = [\"--config\", \"/srv/it's/phoenix.toml\", \"mcp\"]"),
+            "{diff}"
+        );
+        assert!(!diff.contains("-model"), "the user's lines stay: {diff}");
+
+        // Written, then planned again: nothing to do.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".codex/config.toml");
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, user).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        let backups = dir.path().join("state");
+        write_file(&path, "trades", Some(&desired), Some(&backups)).unwrap();
+        let written = fs::read_to_string(&path).unwrap();
+        assert!(written.starts_with(user), "{written}");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(
+            plan_file(
+                ".codex/config.toml",
+                Some(&written),
+                "trades",
+                Some(&desired)
+            ),
+            None
+        );
+        // Removed entry by entry: the user's server and settings stay, as written.
+        assert!(matches!(
+            plan_file(".codex/config.toml", Some(&written), "trades", None),
+            Some(FileChange::Write { .. })
+        ));
+        write_file(&path, "trades", None, Some(&backups)).unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), user);
+        // A file phoenix created goes with its entry.
+        fs::remove_file(&path).unwrap();
+        write_file(&path, "trades", Some(&desired), None).unwrap();
+        assert!(matches!(
+            plan_file(
+                ".codex/config.toml",
+                Some(&fs::read_to_string(&path).unwrap()),
+                "trades",
+                None
+            ),
+            Some(FileChange::Delete { .. })
+        ));
+        write_file(&path, "trades", None, None).unwrap();
+        assert!(!path.exists());
+
+        // Not TOML: reported with the file's path, and left as it is.
+        let broken = "model = \"o4-mini\"\n[mcp_servers\n";
+        fs::write(&path, broken).unwrap();
+        assert!(matches!(
+            plan_file(".codex/config.toml", Some(broken), "trades", Some(&desired)),
+            Some(FileChange::Unmergeable { .. })
+        ));
+        let e = write_file(&path, "trades", Some(&desired), None).unwrap_err();
+        assert!(e.contains(&path.display().to_string()), "{e}");
+        assert!(e.contains("is not valid TOML"), "{e}");
+        assert_eq!(fs::read_to_string(&path).unwrap(), broken);
     }
 }

@@ -11,6 +11,7 @@ mod background;
 mod compact;
 pub mod config;
 pub mod guard;
+mod mcp_toml;
 pub mod output;
 pub mod payload;
 mod prompt;

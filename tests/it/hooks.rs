@@ -1358,8 +1358,9 @@ fn apply_merges_hook_files_keeping_user_settings_and_a_second_apply_changes_noth
         .stdout_has("+ agent `g`: install hooks in")
         .stdout_has("+ agent `x`: install hooks in")
         .stdout_has("+        \"matcher\": \"startup|resume|clear|compact\"")
-        // Claude Code's `.mcp.json` with phoenix's MCP server is the fourth.
-        .stdout_has("4 hook files to update");
+        // Claude Code's `.mcp.json` and Codex's `.codex/config.toml`, with phoenix's MCP
+        // server, are the fourth and fifth.
+        .stdout_has("5 hook files to update");
     let plan = fleet.run(&["plan", "--json"]).json();
     let install = plan["changes"]
         .as_array()
@@ -1463,6 +1464,64 @@ fn apply_merges_hook_files_keeping_user_settings_and_a_second_apply_changes_noth
     fleet.run(&["apply", "--yes", "--prune"]).status(0);
     assert_eq!(settings(&claude), user);
     fleet.run(&["plan", "--prune"]).status(0);
+}
+
+/// Codex's MCP servers are TOML in its project config: phoenix's goes in beside the user's
+/// (their file as they wrote it, comments too), shown by the plan, and `down --remove-hooks`
+/// takes out phoenix's entry alone.
+#[test]
+fn codexs_mcp_server_is_merged_into_its_project_config_toml_and_removed_alone() {
+    let fleet = Fleet::new();
+    three_clis(&fleet, "");
+    let config = fleet.path().join("wx/.codex/config.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    let user = "# the team's Codex settings\nmodel = \"o4-mini\"\n\n[mcp_servers.db]\ncommand = \"db-mcp\"  # local\n";
+    std::fs::write(&config, user).unwrap();
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has("+++ .codex/config.toml")
+        .stdout_has("+[mcp_servers.phoenix]")
+        .stdout_has(&format!("+command = \"{}\"", support::PHOENIX));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let written = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        written.starts_with(user),
+        "the user's lines stay:\n{written}"
+    );
+    let table: toml::Table = toml::from_str(&written).unwrap();
+    let ours = &table["mcp_servers"]["phoenix"];
+    assert_eq!(
+        ours["command"].as_str(),
+        Some(support::PHOENIX),
+        "{written}"
+    );
+    let args: Vec<&str> = ours["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        args,
+        ["--config", &fleet.config().to_string_lossy(), "mcp"],
+        "{written}"
+    );
+    fleet.run(&["plan"]).status(0).stdout_has("No changes");
+
+    // Not TOML any more: reported with the file, and left as it is.
+    std::fs::write(&config, "model = [\n").unwrap();
+    fleet
+        .run(&["plan"])
+        .status(2)
+        .stdout_has("cannot merge into `.codex/config.toml`: it is not valid TOML");
+    let run = fleet.run(&["apply", "--yes"]);
+    assert_ne!(run.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), "model = [\n");
+    std::fs::write(&config, &written).unwrap();
+
+    fleet.run(&["down", "--remove-hooks"]).status(0);
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), user);
 }
 
 #[test]

@@ -39,6 +39,7 @@ mod real_cli;
 mod real_codex;
 mod real_copilot;
 mod real_gemini;
+mod real_mcp;
 mod real_messages;
 mod real_opencode;
 mod real_own_sandbox;

@@ -24,7 +24,7 @@ pub(crate) const CODEX_PINNED: &str = "0.171.0";
 const KEY: &str = "sk-scripted-0123456789";
 const WAIT: Duration = Duration::from_secs(30);
 
-fn codex_bin() -> PathBuf {
+pub(crate) fn codex_bin() -> PathBuf {
     support::npm_cli("codex", CODEX, CODEX_PINNED, "codex")
 }
 
@@ -47,7 +47,7 @@ const CODEX_CLI: RealCli<Responses> = RealCli {
 };
 
 /// `$CODEX_HOME` with a model provider that points at `server`, and nothing trusted.
-fn codex_home(root: &Path, server: &OpenAiServer) -> PathBuf {
+pub(crate) fn codex_home(root: &Path, server: &OpenAiServer) -> PathBuf {
     let home = root.join("home/.codex");
     std::fs::create_dir_all(&home).unwrap();
     std::fs::write(
@@ -80,7 +80,7 @@ fn processes_mentioning(needle: &str) -> Vec<u32> {
 
 /// Kills, on drop, whatever Codex left running from this `CODEX_HOME` (even when the test
 /// failed), so no test leaves a server behind.
-struct CodexLeftovers(PathBuf);
+pub(crate) struct CodexLeftovers(pub(crate) PathBuf);
 
 impl Drop for CodexLeftovers {
     fn drop(&mut self) {
@@ -91,7 +91,7 @@ impl Drop for CodexLeftovers {
 }
 
 /// An agent that runs the real Codex CLI interactively in `work/`.
-fn codex_agent(fleet: &Fleet, bin: &Path, codex_home: &Path) -> String {
+pub(crate) fn codex_agent(fleet: &Fleet, bin: &Path, codex_home: &Path) -> String {
     format!(
         "[[agent]]\nname = \"cx\"\ncli = \"codex\"\ncommand = \"'{}' --dangerously-bypass-approvals-and-sandbox\"\n\
          workdir = \"work\"\nenv = {{ HOME = \"{}\", CODEX_HOME = \"{}\", SCRIPTED_API_KEY = \"{KEY}\" }}\n",
@@ -101,7 +101,7 @@ fn codex_agent(fleet: &Fleet, bin: &Path, codex_home: &Path) -> String {
     )
 }
 
-fn workdir(fleet: &Fleet) -> PathBuf {
+pub(crate) fn workdir(fleet: &Fleet) -> PathBuf {
     let work = fleet.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
     std::fs::canonicalize(work).unwrap()
@@ -128,7 +128,7 @@ fn rollout(codex_home: &Path, id: &str) -> Option<PathBuf> {
 }
 
 /// The output Codex sent back to the model for the tool call it made.
-fn tool_output(request: &support::scripted::Request) -> String {
+pub(crate) fn tool_output(request: &support::scripted::Request) -> String {
     request.body["input"]
         .as_array()
         .into_iter()
@@ -139,7 +139,7 @@ fn tool_output(request: &support::scripted::Request) -> String {
 }
 
 /// The suite runs only when asked for (see `support::opted_in`).
-fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     support::opted_in(
         support::REAL_CLIS,
         "tests/it/real_codex.rs (the real Codex CLI)",

@@ -71,11 +71,20 @@ impl Protocol for Responses {
                 status,
                 json!({"error": {"type": kind, "code": kind, "message": message}}),
             ),
-            Turn::ToolUse { name, input } => events(
-                id,
-                json!({"type": "function_call", "id": format!("fc_{id}"), "name": name,
-                       "arguments": input.to_string(), "call_id": format!("call_{id}")}),
-            ),
+            Turn::ToolUse { name, input } => {
+                let mut call = json!({"type": "function_call", "id": format!("fc_{id}"),
+                    "name": name, "arguments": input.to_string(), "call_id": format!("call_{id}")});
+                // Codex offers an MCP server's tools as a namespace (`mcp__phoenix`) of plain
+                // names: a call to one names both.
+                if let Some((namespace, tool)) = name
+                    .strip_prefix("mcp__")
+                    .and_then(|rest| rest.split_once("__"))
+                {
+                    call["namespace"] = json!(format!("mcp__{namespace}"));
+                    call["name"] = json!(tool);
+                }
+                events(id, call)
+            }
             Turn::Text(text) => events(
                 id,
                 json!({"type": "message", "role": "assistant", "id": format!("msg_{id}"),
