@@ -321,7 +321,13 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let stream = match accepted {
-            Ok((stream, _)) => stream,
+            // A response, and each event of a stream (`/api/live`, an MCP call's answer over
+            // `/mcp`), is written as soon as it is whole: with Nagle's algorithm a small write
+            // after another waits for the client's delayed ACK (~40 ms on Linux).
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                stream
+            }
             Err(e) => {
                 // Out of file descriptors, or a connection reset before it was accepted:
                 // breathe, then go on (never a hot loop, never the end of the server).
