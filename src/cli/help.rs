@@ -22,7 +22,8 @@ pub(super) const GROUPS: &[(&str, &[&str])] = &[
     (
         "Context & messages",
         &[
-            "send", "inbox", "ledger", "handoff", "brief", "loop", "resolve", "state", "reindex",
+            "send", "inbox", "wait", "ledger", "handoff", "brief", "loop", "resolve", "state",
+            "reindex",
         ],
     ),
     (

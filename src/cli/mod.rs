@@ -49,6 +49,7 @@ mod route;
 mod sandbox;
 mod scaffold;
 mod usage;
+mod wait;
 mod watchdog;
 
 use std::path::PathBuf;
@@ -338,6 +339,9 @@ pub enum Command {
     /// (--urgent: at once, interrupting its turn); a new session gets it in its startup
     /// context. An agent sends one the same way, or writes `->continuity:send AGENT <<< … >>>`.
     Send(messages::SendArgs),
+    /// Wait until an agent's turn ends (--until idle, exit or revival), or --timeout: across a
+    /// kill and its resume. Exit 0 when it came, 124 at the timeout (the MCP tool `wait_for`).
+    Wait(wait::WaitArgs),
     /// An agent's messages: pending ones, then delivered ones (when, and what confirmed it).
     Inbox {
         agent: String,
@@ -766,6 +770,7 @@ fn run(mut cli: Cli, argv: &[String]) -> anyhow::Result<i32> {
         Command::Handoff(cmd) => continuity::handoff(&config, cmd),
         Command::Send(args) => messages::send(&config, args),
         Command::Inbox { agent, json } => messages::inbox(&config, &agent, json),
+        Command::Wait(args) => wait::wait(&config, args),
         Command::Reindex { json } => continuity::reindex(&config, json),
         Command::Brief {
             agent,

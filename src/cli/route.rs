@@ -79,6 +79,7 @@ pub fn route(command: &Command) -> Route<'_> {
         | Command::Inbox { agent, .. }
         | Command::Brief { agent, .. } => one(agent),
         Command::Send(args) => one(&args.agent),
+        Command::Wait(args) => one(&args.agent),
         Command::Clinic(args) => one(&args.agent),
         Command::Loop(LoopCommand::Add { agent, .. } | LoopCommand::List { agent, .. }) => {
             one(agent)
@@ -360,7 +361,8 @@ pub fn on_host(
 ) -> anyhow::Result<i32> {
     let link = reads::link_to(spec, host)
         .with_context(|| format!("host `{host}` is not declared in {}", spec.file.display()))?;
-    let ran = link.run_with_stdin(args, stdin, actions::ACTION_TIMEOUT)?;
+    let timeout = crate::hosts::protocol::run_timeout(args, actions::ACTION_TIMEOUT);
+    let ran = link.run_with_stdin(args, stdin, timeout)?;
     out(&ran.stdout);
     if !ran.stderr.is_empty() {
         eprint!("{}", ran.stderr);

@@ -195,8 +195,32 @@ pub struct Installed {
 pub const RUN_COMMANDS: &[&str] = &[
     "status", "events", "logs", "handoff", "ledger", "reindex", "restart", "stop", "start", "down",
     "watchdog", "validate", "doctor", "state", "loop", "resolve", "brief", "usage", "send",
-    "inbox", "clinic", "hooks", "sandbox", "notify",
+    "inbox", "clinic", "hooks", "sandbox", "notify", "wait",
 ];
+
+/// How long a [`Call::Run`] of `args` may take, beside `usual` for any other command: a
+/// `wait` as long as its own `--timeout` (10 minutes unless given, 24 hours at most) and a
+/// margin for the link and the process start, so neither side cuts a wait short.
+pub fn run_timeout(args: &[&str], usual: std::time::Duration) -> std::time::Duration {
+    use std::time::Duration;
+    const MARGIN: Duration = Duration::from_secs(30);
+    const MOST: Duration = Duration::from_secs(24 * 3600);
+    if args.first() != Some(&"wait") {
+        return usual;
+    }
+    let given = args.iter().enumerate().find_map(|(i, a)| {
+        a.strip_prefix("--timeout=").or_else(|| {
+            (*a == "--timeout")
+                .then(|| args.get(i + 1).copied())
+                .flatten()
+        })
+    });
+    let wait = given
+        .and_then(|t| crate::spec::duration::parse(t).ok())
+        .unwrap_or(Duration::from_secs(600))
+        .min(MOST);
+    (wait + MARGIN).max(usual)
+}
 
 /// What a [`Call::Run`] (and the apply of [`Call::Apply`]) printed and how it ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -272,4 +296,29 @@ pub enum ErrorKind {
     BadRequest,
     /// The host understood the request and could not carry it out.
     Failed,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_wait_on_a_host_may_take_its_own_timeout_and_a_margin_and_nothing_else_more() {
+        let usual = Duration::from_secs(60);
+        assert_eq!(run_timeout(&["status", "--json"], usual), usual);
+        let secs = |args: &[&str]| run_timeout(args, usual).as_secs();
+        assert_eq!(secs(&["wait", "a"]), 630, "10 minutes unless given");
+        assert_eq!(secs(&["wait", "a", "--timeout", "2h"]), 7230);
+        assert_eq!(secs(&["wait", "a", "--timeout=90s"]), 120);
+        assert_eq!(
+            secs(&["wait", "a", "--timeout", "1s"]),
+            60,
+            "never less than usual"
+        );
+        assert_eq!(secs(&["wait", "a", "--timeout", "400h"]), 24 * 3600 + 30);
+        assert_eq!(secs(&["wait", "a", "--timeout"]), 630);
+        // An agent named like the flag is the agent.
+        assert_eq!(secs(&["wait", "--timeout"]), 630);
+    }
 }

@@ -294,7 +294,11 @@ fn run(dir: &str, args: &[String], stdin: &str) -> Result<Value, String> {
     }
     let ran = match status_here(&dir, args) {
         Some(ran) => ran,
-        None => phoenix_here(&dir, args, stdin.as_bytes(), RUN_TIMEOUT)?,
+        None => {
+            let words: Vec<&str> = args.iter().map(String::as_str).collect();
+            let timeout = crate::hosts::protocol::run_timeout(&words, RUN_TIMEOUT);
+            phoenix_here(&dir, args, stdin.as_bytes(), timeout)?
+        }
     };
     Ok(serde_json::to_value(ran).unwrap_or_default())
 }

@@ -432,7 +432,12 @@ fn control(config: &std::path::Path, words: &[&str], agent: &str) -> Result<Valu
 }
 
 /// `words` run by `host`'s phoenix; its JSON document.
-fn on_host(spec: &Spec, host: &str, words: &[&str], timeout: Duration) -> Result<Value, ToolError> {
+pub(super) fn on_host(
+    spec: &Spec,
+    host: &str,
+    words: &[&str],
+    timeout: Duration,
+) -> Result<Value, ToolError> {
     let link = crate::hosts::reads::link_to(spec, host)
         .ok_or_else(|| ToolError::failed(format!("host `{host}` is not declared"), ""))?;
     link.run(words, timeout)

@@ -102,10 +102,7 @@ pub fn wait_for(
 ) -> Result<Value, ToolError> {
     let agent = request.agent.as_str();
     if let Some(host) = crate::hosts::reads::host_of(spec, agent) {
-        return Err(ToolError::failed(
-            format!("agent `{agent}` runs on host `{host}`: waiting for it is not supported yet"),
-            "poll `agent_status` instead",
-        ));
+        return wait_on_host(spec, host, request);
     }
     let started = Instant::now();
     let dir = FleetDir::new(&spec.fleet.state_dir).agent(agent);
@@ -149,6 +146,29 @@ pub fn wait_for(
         }
         std::thread::sleep(POLL.min(request.timeout.saturating_sub(started.elapsed())));
     }
+}
+
+/// The same wait, by the phoenix of the host the agent lives on (`phoenix wait --json` there,
+/// which reads that agent's ops log): the ssh call is bounded by the wait's own deadline and a
+/// margin for the link. A cancel ends the call's wait here; the host's ends at its deadline.
+fn wait_on_host(spec: &Spec, host: &str, request: &WaitRequest) -> Result<Value, ToolError> {
+    let timeout = format!("{}s", request.timeout.as_secs().max(1));
+    let words = [
+        "wait",
+        request.agent.as_str(),
+        "--until",
+        request.until.as_str(),
+        "--timeout",
+        timeout.as_str(),
+        "--json",
+    ];
+    let link_timeout = crate::hosts::protocol::run_timeout(&words, Duration::ZERO);
+    let mut doc = super::tools::on_host(spec, host, &words, link_timeout)?;
+    if let Some(doc) = doc.as_object_mut() {
+        doc.remove("format_version");
+        doc.insert("host".into(), json!(host));
+    }
+    Ok(doc)
 }
 
 fn file_len(path: &Path) -> u64 {

@@ -270,6 +270,26 @@ fn every_subcommand_that_takes_an_agent_reaches_an_agent_of_a_host() {
             }),
         ),
         (
+            "wait",
+            // `far` runs there: the wait times out there (here it is not running, and
+            // `--until exit` would be reached at once).
+            run(
+                &[
+                    "wait",
+                    "far",
+                    "--until",
+                    "exit",
+                    "--timeout",
+                    "1s",
+                    "--json",
+                ],
+                |r, _| {
+                    r.status(124);
+                    has(r, "\"how\": \"timed out\"");
+                },
+            ),
+        ),
+        (
             "clinic",
             run(
                 &["clinic", "far", "--dry-run", "--json", "--output", &output],
@@ -435,6 +455,39 @@ fn every_subcommand_that_takes_an_agent_reaches_an_agent_of_a_host() {
             Case::Not(why) => assert!(!why.is_empty()),
         }
     }
+
+    // The MCP tool is the same wait, run there: it sees `far` come back from a restart.
+    let mut mcp = crate::mcp::Client::start(&net.fleet, None);
+    mcp.initialize(false);
+    let id = mcp.send(
+        "tools/call",
+        serde_json::json!({"name": "wait_for", "arguments":
+            {"agent": "far", "until": "revival", "timeout_seconds": 60}}),
+    );
+    // The host is this machine: its `phoenix wait` is a process here.
+    let waiting_there = || {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|p| {
+                std::fs::read(p.path().join("cmdline"))
+                    .is_ok_and(|c| c.windows(19).any(|w| w == b"far\0--until\0revival"))
+            })
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "the wait running on gpu-1",
+        waiting_there,
+    );
+    // It reads where the ops log ends as it starts.
+    std::thread::sleep(Duration::from_millis(500));
+    net.fleet.run_within(&["restart", "far"], WITHIN).status(0);
+    let answer = mcp.response(id, Duration::from_secs(90));
+    let result = &answer["result"]["structuredContent"];
+    assert_eq!(result["reached"], true, "{answer}");
+    assert_eq!(result["how"], "agent_start", "{answer}");
+    assert_eq!(result["host"], "gpu-1", "{answer}");
 }
 
 #[test]

@@ -739,3 +739,46 @@ fn an_agent_without_phoenixs_variables_is_still_itself_to_phoenix_mcp() {
     );
     fleet.run(&["down"]).status(0);
 }
+
+/// `phoenix wait`: the same wait for a script. It returns when the turn ends (exit 0), says
+/// at once that an idle agent is idle, and exits 124 at its timeout.
+#[test]
+fn phoenix_wait_returns_at_the_turn_end_and_exits_124_at_its_timeout() {
+    let fleet = fleet_with(&["worker"], true);
+    let mut waiting = fleet
+        .command(&["wait", "worker", "--timeout", "60s", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        waiting.try_wait().unwrap().is_none(),
+        "it waits for the turn"
+    );
+    type_into(&fleet, "worker", "run-turn sleep 1");
+    let started = Instant::now();
+    let out = waiting.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["how"], "turn_complete", "{doc}");
+    assert!(started.elapsed() >= Duration::from_millis(900), "{doc}");
+
+    fleet
+        .run_within(&["wait", "worker", "--until", "idle"], WAIT)
+        .status(0)
+        .stdout_has("agent `worker`: idle (idle when the wait began");
+    let started = Instant::now();
+    fleet
+        .run_within(&["wait", "worker", "--timeout", "1s"], WAIT)
+        .status(124)
+        .stdout_has("agent `worker`: no turn_end within 1s");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    fleet
+        .run_within(&["wait", "nobody", "--timeout", "1s"], WAIT)
+        .status(1)
+        .stderr_has("no agent `nobody`");
+    fleet
+        .run(&["wait", "worker", "--until", "dnoe"])
+        .status(64)
+        .stderr_has("turn_end");
+}
