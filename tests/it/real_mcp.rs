@@ -212,6 +212,105 @@ fn real_claude_sends_through_phoenixs_mcp_server_as_itself_and_waits_for_the_tur
     assert!(!fleet.state_dir().join("mcp_operator.jsonl").exists());
 }
 
+/// Real Claude Code waits on the worker through `mcp__phoenix__wait_for` (an MCP task), and the
+/// worker is killed -9 and resumed meanwhile: the wait goes on across the kill and the resume
+/// (neither is a turn end) and completes at the resumed session's first turn end.
+#[test]
+fn real_claudes_wait_for_goes_on_across_the_workers_kill_9_and_resume() {
+    if !crate::real_cli::enabled() {
+        return;
+    }
+    let bin = claude_bin();
+    let fleet = support::Fleet::new();
+    let work = fleet.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let key = "sk-ant-test-0123456789abcdefghijklmnop";
+    let home = prepared_home(fleet.path(), &work, key);
+    let server = ModelServer::start(vec![
+        Turn::ToolUse {
+            name: "ToolSearch".into(),
+            input: json!({"query": "select:mcp__phoenix__wait_for", "max_results": 5}),
+        },
+        Turn::ToolUse {
+            name: "mcp__phoenix__wait_for".into(),
+            input: json!({"agent": "worker", "until": "turn_end", "timeout_seconds": 120}),
+        },
+        Turn::text("The worker finished its turn."),
+    ]);
+    fleet.toml(&format!(
+        "[defaults.restart]\ncooldown = \"100ms\"\nbackoff_max = \"100ms\"\nlife_deadline = \"10s\"\n\n\
+         {}\n[[agent]]\nname = \"worker\"\ncli = \"custom\"\n\
+         command = \"phoenix demo-agent --interval 1h\"\n\
+         resume_command = \"phoenix demo-agent --interval 1h --resume {{session_id}}\"\n",
+        claude_agent("cc", &bin, &home, &server, key),
+    ));
+    fleet.run(&["apply", "--yes"]).status(0);
+    let pid = fleet.wait_running(&["cc", "worker"])[1];
+    // One turn first: a session that took a prompt is one phoenix resumes.
+    let run_turn = |fleet: &support::Fleet| {
+        let worker_pane = fleet.agent_status("worker")["pane"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        fleet
+            .tmux(&["send-keys", "-t", &worker_pane, "-l", "run-turn true"])
+            .unwrap();
+        fleet
+            .tmux(&["send-keys", "-t", &worker_pane, "Enter"])
+            .unwrap();
+    };
+    let turns = |fleet: &support::Fleet| {
+        fleet
+            .ops("worker")
+            .iter()
+            .filter(|o| o["event"] == "turn_complete")
+            .count()
+    };
+    run_turn(&fleet);
+    wait_until(WAIT, "the worker's first turn", || turns(&fleet) == 1);
+    let pane = fleet.agent_status("cc")["pane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    type_prompt(&fleet, &pane, "wait for the worker's turn");
+    wait_until(WAIT, "the wait_for task started", || {
+        claude_tool_results(&server).contains("started server-side task")
+    });
+
+    support::kill9(pid);
+    wait_until(WAIT, "the worker resumed", || {
+        let s = fleet.agent_status("worker");
+        s["state"] == "running" && s["pid"].as_u64().is_some_and(|p| p != u64::from(pid))
+    });
+    let start = fleet
+        .ops("worker")
+        .into_iter()
+        .rfind(|o| o["event"] == "agent_start")
+        .unwrap();
+    assert_eq!(start["mode"], "resume", "{start}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !model_saw(&server, "(phoenix/wait_for) completed"),
+        "a kill and a resume are not a turn end"
+    );
+
+    assert_eq!(turns(&fleet), 1);
+    run_turn(&fleet);
+    wait_until(WAIT, "the wait_for result back at the model", || {
+        model_saw(&server, "(phoenix/wait_for) completed")
+    });
+    let notified = crate::real_cli::turn_requests(&server)
+        .iter()
+        .map(|r| r.text())
+        .find(|t| t.contains("(phoenix/wait_for) completed"))
+        .unwrap();
+    assert!(
+        notified.contains(r#"\"reached\":true,\"how\":\"turn_complete\""#),
+        "{notified}"
+    );
+    support::wait_for_screen(&fleet, &pane, "The worker finished its turn.", WAIT);
+}
+
 /// Codex's model calls phoenix's `send_message` for the busy worker, saying it is the worker:
 /// Codex started `phoenix mcp` from the `[mcp_servers.phoenix]` that `apply` merged into the
 /// project's `.codex/config.toml` (beside the user's own settings), phoenix signs the message
