@@ -270,10 +270,18 @@ pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {
     let notify = adapter
         .notify_config()
         .map(|file| (file, target.notify_command()));
+    // A CLI that keeps its MCP servers in a file of their own gets phoenix's server there.
+    let mcp = config::mcp_path_in(agent.cli, &agent.workdir)
+        .filter(|mcp| *mcp != path)
+        .and_then(|mcp| Some((target.desired_for(&mcp)?, mcp)));
     if json {
+        let mut files = vec![json!({"path": path, "content": content})];
+        if let Some((content, path)) = &mcp {
+            files.push(json!({"path": path, "content": content}));
+        }
         output::json(json!({
             "agent": name, "cli": agent.cli,
-            "files": [{"path": path, "content": content}],
+            "files": files,
             "codex_notify": notify.as_ref().map(|(_, argv)| argv),
             "cli_version": versions,
         }));
@@ -294,6 +302,19 @@ pub fn hooks(config: &Path, cmd: HooksCommand) -> anyhow::Result<i32> {
         let _ = writeln!(text, "# warning: {warning}");
     }
     text.push_str(&config::pretty(&content));
+    if let Some((content, mcp)) = &mcp {
+        let _ = writeln!(
+            text,
+            "\n# {} — phoenix's MCP server entry (`phoenix mcp`), merged the same way",
+            mcp.display()
+        );
+        let shown = if mcp.extension().is_some_and(|e| e == "toml") {
+            crate::hooks::config::mcp_toml_text(content)
+        } else {
+            config::pretty(content)
+        };
+        text.push_str(&shown);
+    }
     if let Some(note) = adapter.trust_note() {
         text.push('\n');
         for line in note.lines() {

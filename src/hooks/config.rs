@@ -192,6 +192,15 @@ impl<'a> Target<'a> {
     }
 }
 
+/// phoenix's part of a TOML MCP config (`desired_for` of Codex's `.codex/config.toml`) as
+/// the TOML it is merged in as.
+pub fn mcp_toml_text(desired: &Value) -> String {
+    super::mcp_toml::merge(None, Some(desired))
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
 /// The program hook files call: `phoenix-hook` next to `exe` when it is there (it starts
 /// faster: no Lua, no HTTP client, no command-line parser), else `exe` itself. Both take the
 /// same `--config … hook <event> --agent …` arguments.

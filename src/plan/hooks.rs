@@ -130,8 +130,11 @@ fn hook_changes(
                     diff,
                 },
                 {
+                    let mcp_file = hook_config::own_mcp_file(cli) == Some(label);
                     let why = if create {
                         format!("`{label}` does not exist yet")
+                    } else if mcp_file {
+                        format!("phoenix's MCP server entry in `{label}` is missing or out of date")
                     } else if had_entries {
                         format!("phoenix's hooks in `{label}` are out of date")
                     } else {

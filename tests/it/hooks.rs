@@ -1631,6 +1631,34 @@ fn hooks_show_prints_what_apply_installs() {
         .json();
     assert_eq!(codex["codex_notify"][4], "turn-complete", "{codex}");
     assert_eq!(codex["codex_notify"][8], "codex", "{codex}");
+    // And the MCP server entry apply writes in a file of its own: Codex's TOML, Claude's JSON.
+    assert!(
+        codex["files"][1]["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with(".codex/config.toml")),
+        "{codex}"
+    );
+    assert_eq!(
+        codex["files"][1]["content"]["mcpServers"]["phoenix"]["args"][2], "mcp",
+        "{codex}"
+    );
+    fleet
+        .run(&["hooks", "show", "--agent", "x"])
+        .status(0)
+        .stdout_has(".codex/config.toml — phoenix's MCP server entry")
+        .stdout_has("[mcp_servers.phoenix]");
+    assert!(
+        claude.contains(".mcp.json — phoenix's MCP server entry")
+            && claude.contains("\"mcpServers\""),
+        "{claude}"
+    );
+    let gemini_files = shown["files"].as_array().unwrap();
+    assert_eq!(
+        gemini_files.len(),
+        1,
+        "Gemini's server is in its settings file: {shown}"
+    );
+    assert!(content["mcpServers"]["phoenix"].is_object(), "{shown}");
     fleet
         .run(&["hooks", "show", "--agent", "d"])
         .status(0)
