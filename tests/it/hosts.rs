@@ -476,7 +476,7 @@ fn hosts_install_copies_phoenix_next_to_the_hosts_path_and_says_how_to_run_its_d
         .stdout_has("daemon: not installed as a service")
         .stdout_has(&format!(" --config {} run\n", config.display()))
         .stdout_has("ExecStart=");
-    for name in ["phoenix", "phoenix-hook"] {
+    for name in ["phoenix", "phoenix-hook", "phoenix-wrap"] {
         let here = std::fs::metadata(PathBuf::from(PHOENIX).with_file_name(name)).unwrap();
         let there = std::fs::metadata(bin.join(name)).unwrap();
         assert_eq!(there.len(), here.len(), "{name}");
@@ -485,7 +485,7 @@ fn hosts_install_copies_phoenix_next_to_the_hosts_path_and_says_how_to_run_its_d
     }
     assert_eq!(
         std::fs::read_dir(&bin).unwrap().count(),
-        2,
+        3,
         "temporary files left"
     );
 

@@ -278,15 +278,19 @@ fn real_claudes_wait_for_goes_on_across_the_workers_kill_9_and_resume() {
     });
 
     support::kill9(pid);
-    wait_until(WAIT, "the worker resumed", || {
-        let s = fleet.agent_status("worker");
-        s["state"] == "running" && s["pid"].as_u64().is_some_and(|p| p != u64::from(pid))
+    // Its wrapper records the new start a moment after the process exists.
+    let restart = |fleet: &support::Fleet| {
+        fleet.ops("worker").into_iter().rfind(|o| {
+            o["event"] == "agent_start" && o["pid"].as_u64().is_some_and(|p| p != u64::from(pid))
+        })
+    };
+    wait_until(WAIT, "the worker started again", || {
+        restart(&fleet).is_some()
     });
-    let start = fleet
-        .ops("worker")
-        .into_iter()
-        .rfind(|o| o["event"] == "agent_start")
-        .unwrap();
+    wait_until(WAIT, "the worker running again", || {
+        fleet.agent_status("worker")["state"] == "running"
+    });
+    let start = restart(&fleet).unwrap();
     assert_eq!(start["mode"], "resume", "{start}");
     std::thread::sleep(Duration::from_secs(2));
     assert!(

@@ -956,17 +956,22 @@ pub fn worker_and_flaky_fleet() -> Fleet {
     fleet
 }
 
-/// The argv of every phoenix process whose command line names `text` (the tmux server keeps
-/// the command line of the client that started it: not phoenix's).
+/// The argv of every phoenix process (`phoenix` or its `phoenix-wrap`, `phoenix-hook`) whose
+/// command line names `text` (the tmux server keeps the command line of the client that
+/// started it: not phoenix's).
 pub fn processes_naming(text: &str) -> Vec<Vec<String>> {
     let phoenix = std::fs::canonicalize(PHOENIX).unwrap();
+    let ours: Vec<PathBuf> = ["phoenix", "phoenix-wrap", "phoenix-hook"]
+        .iter()
+        .map(|name| phoenix.with_file_name(name))
+        .collect();
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let name = entry.file_name();
         if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
             continue;
         }
-        if std::fs::read_link(entry.path().join("exe")).ok() != Some(phoenix.clone()) {
+        if !std::fs::read_link(entry.path().join("exe")).is_ok_and(|exe| ours.contains(&exe)) {
             continue;
         }
         let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
