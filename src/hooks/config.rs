@@ -63,11 +63,6 @@ pub fn mcp_server_entry(phoenix: &Path, config: &Path) -> Value {
     })
 }
 
-/// The phoenix binary beside the hook binary `exe` (`phoenix-hook` has no `mcp`).
-pub fn main_binary(exe: &Path) -> PathBuf {
-    crate::process::main_binary_beside(exe)
-}
-
 /// Does this hook file content hold any phoenix handler for `agent`?
 pub fn has_agent_entries(text: &str, agent: &str) -> bool {
     let Ok(Value::Object(root)) = serde_json::from_str::<Value>(text) else {
@@ -188,7 +183,8 @@ impl<'a> Target<'a> {
     }
 
     fn mcp_entry(&self) -> Value {
-        mcp_server_entry(&main_binary(self.exe), self.config)
+        // `phoenix-hook` has no `mcp`: the phoenix it belongs to.
+        mcp_server_entry(&crate::process::main_binary_beside(self.exe), self.config)
     }
 }
 

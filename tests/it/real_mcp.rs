@@ -26,18 +26,24 @@ fn forged_send(text: &str) -> Value {
     json!({"agent": "worker", "text": text, "from": "worker"})
 }
 
-/// Start a turn of the worker that lasts until `gate` exists.
-fn busy_worker(fleet: &support::Fleet, gate: &Path) {
+/// Type `line` into the worker's pane (`run-turn CMD` is one turn); its pane.
+fn type_into_worker(fleet: &support::Fleet, line: &str) -> String {
     let pane = fleet.agent_status("worker")["pane"]
         .as_str()
         .unwrap()
         .to_string();
+    fleet.tmux(&["send-keys", "-t", &pane, "-l", line]).unwrap();
+    fleet.tmux(&["send-keys", "-t", &pane, "Enter"]).unwrap();
+    pane
+}
+
+/// Start a turn of the worker that lasts until `gate` exists.
+fn busy_worker(fleet: &support::Fleet, gate: &Path) {
     let cmd = format!(
         "run-turn while [ ! -e '{}' ]; do sleep 0.2; done",
         gate.display()
     );
-    fleet.tmux(&["send-keys", "-t", &pane, "-l", &cmd]).unwrap();
-    fleet.tmux(&["send-keys", "-t", &pane, "Enter"]).unwrap();
+    let pane = type_into_worker(fleet, &cmd);
     support::wait_for_screen(fleet, &pane, "demo-agent: turn running", WAIT);
 }
 
@@ -248,16 +254,7 @@ fn real_claudes_wait_for_goes_on_across_the_workers_kill_9_and_resume() {
     let pid = fleet.wait_running(&["cc", "worker"])[1];
     // One turn first: a session that took a prompt is one phoenix resumes.
     let run_turn = |fleet: &support::Fleet| {
-        let worker_pane = fleet.agent_status("worker")["pane"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        fleet
-            .tmux(&["send-keys", "-t", &worker_pane, "-l", "run-turn true"])
-            .unwrap();
-        fleet
-            .tmux(&["send-keys", "-t", &worker_pane, "Enter"])
-            .unwrap();
+        type_into_worker(fleet, "run-turn true");
     };
     let turns = |fleet: &support::Fleet| {
         fleet

@@ -2237,12 +2237,7 @@ fn an_agents_pane_runs_phoenix_wrap_and_phoenix_wrap_hands_the_rest_to_phoenix()
     fleet.run(&["apply", "--yes"]).status(0);
     let pid = fleet.wait_running(&["alpha"])[0];
     let pane = pane_of(&fleet, "alpha");
-    let wrapper: u32 = fleet
-        .tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"])
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let wrapper = support::scenarios::wrapper_of(&fleet, "alpha");
     let exe = |pid: u32| std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
     let small = Path::new(support::PHOENIX).with_file_name("phoenix-wrap");
     assert_eq!(exe(wrapper), small.canonicalize().unwrap());

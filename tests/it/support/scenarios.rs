@@ -135,7 +135,7 @@ pub fn killed_mid_tool_leaves_no_orphan(
 }
 
 /// The pid of `agent`'s wrapper: its pane's process.
-fn wrapper_of(fleet: &Fleet, agent: &str) -> u32 {
+pub fn wrapper_of(fleet: &Fleet, agent: &str) -> u32 {
     let pane = fleet.agent_status(agent)["pane"]
         .as_str()
         .unwrap()
